@@ -1,0 +1,71 @@
+# loom: `make` builds build/loom; `make test` runs every test (release and
+# ASan+UBSan builds); `make run` installs what is missing, builds and serves.
+CC       ?= cc
+NVCC     ?= nvcc
+BUILD    ?= build
+PKGS     := libcjson libpcre2-8 libutf8proc libmicrohttpd
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+CFLAGS   ?= -O2 -g -march=native
+ALLFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -Isrc -Iinclude $(CFLAGS) -pthread -MMD -MP \
+            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
+SANFLAGS := -O1 -g -march=native -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+            -fno-omit-frame-pointer
+
+LIB_SRC  := $(sort $(wildcard src/base/*.c src/io/*.c src/text/*.c src/ops/*.c src/ops/cpu/*.c \
+                              src/models/*.c src/engine/*.c src/server/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+BENCH_SRC:= $(sort $(wildcard bench/*.c))
+
+obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
+
+.PHONY: all test test-release test-asan run deps clean fuzz
+all: $(BUILD)/loom
+
+deps:
+	@tools/install-deps.sh
+
+define build_tree # $(1)=output dir, $(2)=extra flags
+$(1)/obj/%.o: %.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(ALLFLAGS) $(2) -c $$< -o $$@
+$(1)/libloom.a: $$(call obj,$(1),$$(LIB_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(1)/loom: $$(call obj,$(1),$$(CLI_SRC)) $(1)/libloom.a
+	$$(CC) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+$(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/harness.o $(1)/libloom.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+$(1)/bench/%: $(1)/obj/bench/%.o $(1)/libloom.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+-include $$(shell find $(1)/obj -name '*.d' 2>/dev/null)
+endef
+
+$(eval $(call build_tree,$(BUILD),))
+$(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS)))
+
+TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+ASAN_TESTS := $(patsubst tests/%.c,$(BUILD)/asan/tests/%,$(TEST_SRC))
+BENCHES    := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+tests: $(TESTS) $(BUILD)/loom
+asan-tests: $(ASAN_TESTS) $(BUILD)/asan/loom
+benches: $(BENCHES)
+
+test: deps
+	@$(MAKE) --no-print-directory -j$$(nproc) tests asan-tests
+	@tests/run.sh $(BUILD)
+
+test-release: deps
+	@$(MAKE) --no-print-directory -j$$(nproc) tests
+	@LOOM_SKIP_ASAN=1 tests/run.sh $(BUILD)
+
+run: deps
+	@$(MAKE) --no-print-directory -j$$(nproc) all
+	$(BUILD)/loom serve
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,13 @@
+/* Subcommands of the loom binary.  Each cmd_*.c file implements one; main.c
+ * lists them.  A command returns the process exit code: 0 success, 1 failure,
+ * 2 bad usage. */
+#ifndef LOOM_CLI_COMMANDS_H
+#define LOOM_CLI_COMMANDS_H
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    int (*main)(int argc, char **argv);
+} lm_command;
+
+#endif

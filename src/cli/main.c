@@ -1,0 +1,33 @@
+/* loom's command line: one subcommand per file, dispatched from this table. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static const lm_command commands[] = {
+    {"serve", "run the OpenAI-compatible HTTP server", NULL},
+    {"run", "generate from token ids or a prompt", NULL},
+    {"logits", "write the logits of every prompt position", NULL},
+    {"inspect", "describe a checkpoint folder", NULL},
+    {"bench", "measure prefill and decode speed", NULL},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: loom <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i].main) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n`loom <command> --help` describes each command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i].main && strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].main(argc - 1, argv + 1);
+    fprintf(stderr, "loom: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

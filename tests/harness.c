@@ -1,0 +1,74 @@
+#include "harness.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Test-binary bookkeeping; a test binary runs one test at a time. */
+static struct {
+    int passed, failed;
+    bool current_failed;
+    const char *current;
+    char scratch[256];
+} state;
+
+void test_failed(const char *file, int line, const char *fmt, ...) {
+    state.current_failed = true;
+    fprintf(stderr, "  FAIL %s (%s:%d): ", state.current ? state.current : "?", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+bool test_current_failed(void) { return state.current_failed; }
+
+void test_run(const char *name, void (*fn)(void)) {
+    state.current = name;
+    state.current_failed = false;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    fn();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    if (state.current_failed) {
+        state.failed++;
+        fprintf(stderr, "  failed %s (%.0f ms)\n", name, ms);
+    } else {
+        state.passed++;
+        if (getenv("LOOM_TEST_VERBOSE")) fprintf(stderr, "  ok %s (%.0f ms)\n", name, ms);
+    }
+    state.current = NULL;
+}
+
+int test_summary(const char *suite) {
+    printf("%s: %d passed, %d failed\n", suite, state.passed, state.failed);
+    fflush(stdout);
+    return state.failed ? 1 : 0;
+}
+
+const char *test_fixtures_dir(void) {
+    const char *dir = getenv("LOOM_FIXTURES");
+    return dir && *dir ? dir : "../shared/fixtures";
+}
+
+const char *test_fixture_path(char *buf, size_t size, const char *relative) {
+    snprintf(buf, size, "%s/%s", test_fixtures_dir(), relative);
+    return buf;
+}
+
+const char *test_scratch_dir(void) {
+    if (!state.scratch[0]) {
+        snprintf(state.scratch, sizeof state.scratch, "/tmp/loom-test-XXXXXX");
+        if (!mkdtemp(state.scratch)) {
+            perror("mkdtemp");
+            exit(2);
+        }
+    }
+    return state.scratch;
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every test binary of a build (and of its ASan+UBSan twin unless
+# LOOM_SKIP_ASAN=1) plus tests/test_*.sh, and prints one closing line
+# "N passed, N failed" adding up the per-suite lines.
+set -u
+build=${1:-build}
+root=$(cd "$(dirname "$0")/.." && pwd)
+export LOOM_FIXTURES=${LOOM_FIXTURES:-$root/../shared/fixtures}
+export LOOM_BUILD=$build
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+passed=0; failed=0
+run_suite() { # $1 = label, rest = command
+    local label=$1; shift
+    local out rc line
+    out=$("$@" 2>&1); rc=$?
+    line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z0-9_./-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    if [ -z "$line" ]; then
+        printf '%s\n' "$out" | tail -n 30
+        echo "$label: crashed or printed no summary (exit $rc)"
+        failed=$((failed + 1)); return
+    fi
+    local p f
+    p=$(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$line")
+    f=$(sed -E 's/.*passed, ([0-9]+) failed/\1/' <<<"$line")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    [ "$f" -ne 0 ] && printf '%s\n' "$out" | grep -v ': [0-9]* passed, ' | tail -n 40
+    echo "$label: $p passed, $f failed"
+    passed=$((passed + p)); failed=$((failed + f))
+}
+
+for t in "$build"/tests/test_*; do
+    [ -x "$t" ] && run_suite "$(basename "$t")" "$t"
+done
+if [ "${LOOM_SKIP_ASAN:-0}" != 1 ]; then
+    for t in "$build"/asan/tests/test_*; do
+        [ -x "$t" ] && run_suite "asan/$(basename "$t")" "$t"
+    done
+fi
+for t in "$root"/tests/test_*.sh; do
+    [ -f "$t" ] && run_suite "$(basename "$t")" bash "$t"
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
