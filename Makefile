@@ -17,35 +17,41 @@ LIB_SRC  := $(sort $(wildcard src/base/*.c src/io/*.c src/text/*.c src/ops/*.c s
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 
-.PHONY: all test test-release test-asan run deps clean fuzz
+.PHONY: all test test-release run deps clean tests asan-tests benches fuzzers
 all: $(BUILD)/loom
 
 deps:
 	@tools/install-deps.sh
 
-define build_tree # $(1)=output dir, $(2)=extra flags
+define build_tree # $(1)=output dir, $(2)=extra flags, $(3)=compiler
 $(1)/obj/%.o: %.c
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(ALLFLAGS) $(2) -c $$< -o $$@
+	$(3) $$(ALLFLAGS) $(2) -c $$< -o $$@
 $(1)/libloom.a: $$(call obj,$(1),$$(LIB_SRC))
 	@rm -f $$@
 	ar rcs $$@ $$^
 $(1)/loom: $$(call obj,$(1),$$(CLI_SRC)) $(1)/libloom.a
-	$$(CC) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
 $(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/harness.o $(1)/libloom.a
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
 $(1)/bench/%: $(1)/obj/bench/%.o $(1)/libloom.a
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+$(1)/fuzz/%: $(1)/obj/fuzz/%.o $(1)/libloom.a
+	@mkdir -p $$(dir $$@)
+	$(3) $$(ALLFLAGS) $(2) -fsanitize=fuzzer $$^ -o $$@ $$(LDLIBS)
 -include $$(shell find $(1)/obj -name '*.d' 2>/dev/null)
 endef
 
-$(eval $(call build_tree,$(BUILD),))
-$(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS)))
+$(eval $(call build_tree,$(BUILD),,$(CC)))
+$(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS),$(CC)))
+# libFuzzer targets (fuzz/fuzz_*.c, each defining LLVMFuzzerTestOneInput) need clang.
+$(eval $(call build_tree,$(BUILD)/fuzz,$(SANFLAGS) -fsanitize=fuzzer-no-link,clang))
 
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 ASAN_TESTS := $(patsubst tests/%.c,$(BUILD)/asan/tests/%,$(TEST_SRC))
@@ -53,10 +59,12 @@ BENCHES    := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 tests: $(TESTS) $(BUILD)/loom
 asan-tests: $(ASAN_TESTS) $(BUILD)/asan/loom
+FUZZERS    := $(patsubst fuzz/%.c,$(BUILD)/fuzz/fuzz/%,$(FUZZ_SRC))
 benches: $(BENCHES)
+fuzzers: $(FUZZERS)
 
 test: deps
-	@$(MAKE) --no-print-directory -j$$(nproc) tests asan-tests
+	@$(MAKE) --no-print-directory -j$$(nproc) tests asan-tests fuzzers
 	@tests/run.sh $(BUILD)
 
 test-release: deps

@@ -1,86 +1,25 @@
-/* The CPU backend's op table.  Each entry is the fastest CPU version we have;
- * ops without a tuned kernel yet use the reference version directly. */
+/* The CPU backend: its op table (kernels in matmul.c, elementwise.c,
+ * attention.c, linear_attention.c) and its thread pool. */
 #include <stdlib.h>
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/reference.h"
-
-static void cpu_matmul(lm_backend *be, float *y, const float *x, int n, const lm_matrix *w) {
-    (void)be;
-    lm_ref_matmul(y, x, n, w);
-}
-static void cpu_embed(lm_backend *be, float *out, const int32_t *ids, int n, const lm_matrix *t) {
-    (void)be;
-    lm_ref_embed(out, ids, n, t);
-}
-static void cpu_rmsnorm(lm_backend *be, float *out, const float *x, const float *w, int rows,
-                        int dim, float eps) {
-    (void)be;
-    lm_ref_rmsnorm(out, x, w, rows, dim, eps);
-}
-static void cpu_gated_rmsnorm(lm_backend *be, float *out, const float *x, const float *z,
-                              const float *w, int rows, int dim, float eps) {
-    (void)be;
-    lm_ref_gated_rmsnorm(out, x, z, w, rows, dim, eps);
-}
-static void cpu_l2norm_scale(lm_backend *be, float *x, int rows, int dim, float eps, float scale) {
-    (void)be;
-    lm_ref_l2norm_scale(x, rows, dim, eps, scale);
-}
-static void cpu_rope(lm_backend *be, float *x, int n, int n_heads, int head_dim,
-                     const int32_t *positions, const lm_rope_params *rope) {
-    (void)be;
-    lm_ref_rope(x, n, n_heads, head_dim, positions, rope);
-}
-static void cpu_silu_mul(lm_backend *be, float *out, const float *gate, const float *up, int64_t n) {
-    (void)be;
-    lm_ref_silu_mul(out, gate, up, n);
-}
-static void cpu_sigmoid_mul(lm_backend *be, float *x, const float *gate, int64_t n) {
-    (void)be;
-    lm_ref_sigmoid_mul(x, gate, n);
-}
-static void cpu_add(lm_backend *be, float *x, const float *y, int64_t n) {
-    (void)be;
-    lm_ref_add(x, y, n);
-}
-static void cpu_kv_write(lm_backend *be, const lm_kv_layer *kv, const float *k, const float *v,
-                         int n, const int32_t *slots) {
-    (void)be;
-    lm_ref_kv_write(kv, k, v, n, slots);
-}
-static void cpu_attention(lm_backend *be, float *out, const float *q, const lm_kv_layer *kv,
-                          const lm_attention_batch *batch) {
-    (void)be;
-    lm_ref_attention(out, q, kv, batch);
-}
-static void cpu_conv1d(lm_backend *be, float *out, const float *in, int T, int C, float *state,
-                       const float *weight, int K) {
-    (void)be;
-    lm_ref_causal_conv1d_silu(out, in, T, C, state, weight, K);
-}
-static void cpu_gdr(lm_backend *be, float *out, const float *q, const float *k, const float *v,
-                    const float *g, const float *beta, float *state, int T, int Hk, int Hv, int dk,
-                    int dv) {
-    (void)be;
-    lm_ref_gated_delta_rule(out, q, k, v, g, beta, state, T, Hk, Hv, dk, dv);
-}
+#include "ops/cpu/kernels.h"
 
 static const lm_backend_ops cpu_ops = {
     .name = "cpu",
-    .matmul = cpu_matmul,
-    .embed = cpu_embed,
-    .rmsnorm = cpu_rmsnorm,
-    .gated_rmsnorm = cpu_gated_rmsnorm,
-    .l2norm_scale = cpu_l2norm_scale,
-    .rope = cpu_rope,
-    .silu_mul = cpu_silu_mul,
-    .sigmoid_mul = cpu_sigmoid_mul,
-    .add = cpu_add,
-    .kv_write = cpu_kv_write,
-    .attention = cpu_attention,
-    .causal_conv1d_silu = cpu_conv1d,
-    .gated_delta_rule = cpu_gdr,
+    .matmul = lm_cpu_matmul,
+    .embed = lm_cpu_embed,
+    .rmsnorm = lm_cpu_rmsnorm,
+    .gated_rmsnorm = lm_cpu_gated_rmsnorm,
+    .l2norm_scale = lm_cpu_l2norm_scale,
+    .rope = lm_cpu_rope,
+    .silu_mul = lm_cpu_silu_mul,
+    .sigmoid_mul = lm_cpu_sigmoid_mul,
+    .add = lm_cpu_add,
+    .kv_write = lm_cpu_kv_write,
+    .attention = lm_cpu_attention,
+    .causal_conv1d_silu = lm_cpu_causal_conv1d_silu,
+    .gated_delta_rule = lm_cpu_gated_delta_rule,
 };
 
 lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err) {
