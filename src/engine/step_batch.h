@@ -1,0 +1,39 @@
+/* StepBatch: the one contract between the scheduler and a model forward.
+ *
+ * A step carries the new tokens of every scheduled sequence flattened into one
+ * array — no padding, no batch-wide offset.  The tokens of one sequence are
+ * contiguous ([first, first + n_new)), each with its own 3-component
+ * position (t, h, w; equal for text).  Prefill chunks and single decode
+ * tokens of different sequences mix freely. */
+#ifndef LOOM_ENGINE_STEP_BATCH_H
+#define LOOM_ENGINE_STEP_BATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    int first;                 /* index of the sequence's first token in the batch */
+    int n_new;                 /* its tokens in this step */
+    int n_cached;              /* tokens already in its caches (= position index of the first new token) */
+    int state_slot;            /* its recurrent-state slot (Gated DeltaNet layers) */
+    const int32_t *block_table; /* its KV blocks, enough for n_cached + n_new tokens */
+    int n_blocks;
+    bool all_logits;           /* logits for every new row (verify, `loom logits`), else the last only */
+} lm_step_seq;
+
+typedef struct {
+    int n_tokens;
+    const int32_t *tokens;    /* [n_tokens] */
+    const int32_t *positions; /* [n_tokens][3] */
+    int n_seqs;
+    const lm_step_seq *seqs;  /* [n_seqs], in batch order */
+} lm_step_batch;
+
+/* Rows of logits a forward produces for this batch, in batch order. */
+static inline int lm_step_batch_logit_rows(const lm_step_batch *b) {
+    int rows = 0;
+    for (int s = 0; s < b->n_seqs; s++) rows += b->seqs[s].all_logits ? b->seqs[s].n_new : 1;
+    return rows;
+}
+
+#endif
