@@ -1,0 +1,33 @@
+/* A Hugging Face checkpoint folder: either `model.safetensors` alone or
+ * `model.safetensors.index.json` ({"weight_map": {tensor: shard file}}) and
+ * the shard files it lists.  All tensors of all shards are available by name. */
+#ifndef LOOM_IO_CHECKPOINT_H
+#define LOOM_IO_CHECKPOINT_H
+
+#include <stddef.h>
+
+#include "base/error.h"
+#include "io/safetensors.h"
+
+typedef struct lm_checkpoint lm_checkpoint;
+
+/* Opens the folder `dir`.  When the index exists it wins over a lone
+ * model.safetensors.  Prints one progress line per shard on stderr when the
+ * shards add up to 256 MB or more. */
+lm_status lm_checkpoint_open(const char *dir, lm_load_mode mode, lm_checkpoint **out,
+                             lm_error *err);
+void lm_checkpoint_close(lm_checkpoint *ck);
+
+/* NULL if absent.  The pointer stays valid until lm_checkpoint_close. */
+const lm_tensor *lm_checkpoint_find(const lm_checkpoint *ck, const char *name);
+
+/* All tensors, sorted by name. */
+size_t lm_checkpoint_count(const lm_checkpoint *ck);
+const lm_tensor *lm_checkpoint_at(const lm_checkpoint *ck, size_t i);
+
+/* Sum of n_bytes over all tensors. */
+size_t lm_checkpoint_total_bytes(const lm_checkpoint *ck);
+/* The folder as given to lm_checkpoint_open. */
+const char *lm_checkpoint_dir(const lm_checkpoint *ck);
+
+#endif

@@ -1,0 +1,483 @@
+#include "io/qwen35_config.h"
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "io/json_file.h"
+
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+
+/* Reads fields of one JSON object; `path` ("text_config." or "") prefixes
+ * field names in errors. */
+typedef struct {
+    const char *source;
+    char path[64];
+    const cJSON *object;
+    lm_error *err;
+} field_reader;
+
+static field_reader reader_for(const char *source, const char *path, const cJSON *object,
+                               lm_error *err) {
+    field_reader r = {.source = source, .object = object, .err = err};
+    snprintf(r.path, sizeof r.path, "%s", path);
+    return r;
+}
+
+/* The field, or NULL when absent or null (both mean "use the default"). */
+static const cJSON *field(const field_reader *r, const char *key) {
+    const cJSON *v = r->object ? cJSON_GetObjectItemCaseSensitive(r->object, key) : NULL;
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
+static lm_status type_error(const field_reader *r, const char *key, const char *what) {
+    return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s%s must be %s", r->source, r->path, key, what);
+}
+
+static bool json_int(const cJSON *v, int *out) {
+    if (!cJSON_IsNumber(v)) return false;
+    double d = v->valuedouble;
+    if (!(d >= INT_MIN && d <= INT_MAX) || d != (double)(int)d) return false;
+    *out = (int)d;
+    return true;
+}
+
+static lm_status read_int(const field_reader *r, const char *key, int min, int max, int *out) {
+    const cJSON *v = field(r, key);
+    if (!v) return LM_OK;
+    int value;
+    if (!json_int(v, &value)) return type_error(r, key, "an integer");
+    if (value < min || value > max)
+        return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s%s is %d; it must be between %d and %d",
+                       r->source, r->path, key, value, min, max);
+    *out = value;
+    return LM_OK;
+}
+
+/* min is exclusive, max inclusive. */
+static lm_status read_float(const field_reader *r, const char *key, double above, double max,
+                            float *out) {
+    const cJSON *v = field(r, key);
+    if (!v) return LM_OK;
+    if (!cJSON_IsNumber(v)) return type_error(r, key, "a number");
+    double d = v->valuedouble;
+    if (!(d > above && d <= max))
+        return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s%s is %g; it must be above %g and at most %g",
+                       r->source, r->path, key, d, above, max);
+    *out = (float)d;
+    return LM_OK;
+}
+
+static lm_status read_bool(const field_reader *r, const char *key, bool *out) {
+    const cJSON *v = field(r, key);
+    if (!v) return LM_OK;
+    if (!cJSON_IsBool(v)) return type_error(r, key, "true or false");
+    *out = cJSON_IsTrue(v);
+    return LM_OK;
+}
+
+static lm_status read_string(const field_reader *r, const char *key, char *out, size_t size) {
+    const cJSON *v = field(r, key);
+    if (!v) return LM_OK;
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size) {
+        char what[64];
+        snprintf(what, sizeof what, "a string of at most %zu characters", size - 1);
+        return type_error(r, key, what);
+    }
+    memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
+    return LM_OK;
+}
+
+/* An object field as a reader of its own (absent: a reader of nothing). */
+static lm_status sub_reader(const field_reader *r, const char *key, field_reader *sub) {
+    const cJSON *v = field(r, key);
+    if (v && !cJSON_IsObject(v)) return type_error(r, key, "an object");
+    char path[sizeof r->path];
+    if (snprintf(path, sizeof path, "%s%s.", r->path, key) >= (int)sizeof path)
+        return lm_fail(r->err, LM_ERR_INTERNAL, "%s: field path too long", r->source);
+    *sub = reader_for(r->source, path, v, r->err);
+    return LM_OK;
+}
+
+/* ---- defaults (transformers' Qwen3_5TextConfig / Qwen3_5MoeTextConfig) ---- */
+
+static void set_defaults(lm_qwen35_config *cfg, bool is_moe, bool nested) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->is_moe = is_moe;
+    cfg->vocab_size = 248320;
+    cfg->hidden_size = is_moe ? 2048 : 4096;
+    cfg->intermediate_size = is_moe ? 0 : 12288;
+    cfg->num_hidden_layers = is_moe ? 40 : 32;
+    cfg->num_attention_heads = 16;
+    cfg->num_key_value_heads = is_moe ? 2 : 4;
+    cfg->head_dim = 256;
+    cfg->rms_norm_eps = 1e-6f;
+    cfg->max_position_embeddings = 32768;
+    snprintf(cfg->hidden_act, sizeof cfg->hidden_act, "silu");
+    cfg->rope_theta = 10000.0f;
+    cfg->partial_rotary_factor = 0.25f;
+    cfg->mrope_section[0] = 11;
+    cfg->mrope_section[1] = 11;
+    cfg->mrope_section[2] = 10;
+    cfg->linear_conv_kernel_dim = 4;
+    cfg->linear_key_head_dim = 128;
+    cfg->linear_value_head_dim = 128;
+    cfg->linear_num_key_heads = 16;
+    cfg->linear_num_value_heads = 32;
+    cfg->full_attention_interval = 4;
+    cfg->pad_token_id = cfg->bos_token_id = -1;
+    if (is_moe) {
+        cfg->num_experts = 256;
+        cfg->num_experts_per_tok = 8;
+        cfg->moe_intermediate_size = 512;
+        cfg->shared_expert_intermediate_size = 512;
+    }
+    cfg->image_token_id = nested ? 248056 : -1;
+    cfg->video_token_id = nested ? 248057 : -1;
+    cfg->vision_start_token_id = nested ? 248053 : -1;
+    cfg->vision_end_token_id = nested ? 248054 : -1;
+}
+
+/* ---- text settings ---- */
+
+typedef struct {
+    const char *key;
+    size_t offset;
+    int min, max;
+} int_field;
+
+#define INT_FIELD(name, lo, hi) {#name, offsetof(lm_qwen35_config, name), lo, hi}
+
+static const int_field text_int_fields[] = {
+    INT_FIELD(vocab_size, 1, 1 << 22),
+    INT_FIELD(hidden_size, 1, 65536),
+    INT_FIELD(num_hidden_layers, 1, LM_QWEN35_MAX_LAYERS),
+    INT_FIELD(num_attention_heads, 1, 1024),
+    INT_FIELD(num_key_value_heads, 1, 1024),
+    INT_FIELD(head_dim, 1, 1024),
+    INT_FIELD(max_position_embeddings, 1, INT_MAX),
+    INT_FIELD(linear_conv_kernel_dim, 1, 64),
+    INT_FIELD(linear_key_head_dim, 1, 1024),
+    INT_FIELD(linear_value_head_dim, 1, 1024),
+    INT_FIELD(linear_num_key_heads, 1, 1024),
+    INT_FIELD(linear_num_value_heads, 1, 1024),
+    INT_FIELD(full_attention_interval, 1, LM_QWEN35_MAX_LAYERS),
+    INT_FIELD(mtp_num_hidden_layers, 0, 16),
+};
+
+static const int_field moe_int_fields[] = {
+    INT_FIELD(num_experts, 1, 4096),
+    INT_FIELD(num_experts_per_tok, 1, 4096),
+    INT_FIELD(moe_intermediate_size, 1, 1 << 20),
+    INT_FIELD(shared_expert_intermediate_size, 0, 1 << 20),
+};
+
+static lm_status read_int_fields(const field_reader *r, const int_field *fields, size_t n,
+                                 lm_qwen35_config *cfg) {
+    for (size_t i = 0; i < n; i++) {
+        int *slot = (int *)((char *)cfg + fields[i].offset);
+        lm_status s = read_int(r, fields[i].key, fields[i].min, fields[i].max, slot);
+        if (s != LM_OK) return s;
+    }
+    return LM_OK;
+}
+
+static lm_status read_text_scalars(const field_reader *r, lm_qwen35_config *cfg) {
+    /* Qwen3-Next spelled the MTP depth num_nextn_predict_layers. */
+    lm_status s = read_int(r, "num_nextn_predict_layers", 0, 16, &cfg->mtp_num_hidden_layers);
+    if (s == LM_OK)
+        s = read_int_fields(r, text_int_fields, sizeof text_int_fields / sizeof *text_int_fields,
+                            cfg);
+    if (s == LM_OK && cfg->is_moe)
+        s = read_int_fields(r, moe_int_fields, sizeof moe_int_fields / sizeof *moe_int_fields, cfg);
+    /* MoE models have no dense MLP, but a config may still carry the field. */
+    if (s == LM_OK) s = read_int(r, "intermediate_size", cfg->is_moe ? 0 : 1, 1 << 20,
+                                 &cfg->intermediate_size);
+    if (s == LM_OK) s = read_float(r, "rms_norm_eps", 0.0, 1.0, &cfg->rms_norm_eps);
+    if (s == LM_OK) s = read_bool(r, "attention_bias", &cfg->attention_bias);
+    if (s == LM_OK) s = read_bool(r, "mtp_use_dedicated_embeddings", &cfg->mtp_use_dedicated_embeddings);
+    if (s == LM_OK) s = read_string(r, "hidden_act", cfg->hidden_act, sizeof cfg->hidden_act);
+    return s;
+}
+
+/* ---- rotary settings: rope_parameters, or the older top-level spellings ---- */
+
+static lm_status read_mrope_section(const field_reader *r, int section[3]) {
+    const cJSON *v = field(r, "mrope_section");
+    if (!v) return LM_OK;
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3)
+        return type_error(r, "mrope_section", "a list of 3 integers");
+    int values[3], i = 0;
+    for (const cJSON *e = v->child; e; e = e->next, i++)
+        if (!json_int(e, &values[i]) || values[i] < 0 || values[i] > 1024)
+            return type_error(r, "mrope_section", "a list of 3 integers between 0 and 1024");
+    memcpy(section, values, sizeof values);
+    return LM_OK;
+}
+
+static lm_status check_rope_type(const field_reader *r, const char *key) {
+    char type[32] = "default";
+    lm_status s = read_string(r, key, type, sizeof type);
+    if (s != LM_OK) return s;
+    /* "mrope" is how older configs named the same default frequencies. */
+    if (strcmp(type, "default") != 0 && strcmp(type, "mrope") != 0)
+        return lm_fail(r->err, LM_ERR_UNSUPPORTED, "%s: %s%s '%s' is not supported (only 'default')",
+                       r->source, r->path, key, type);
+    return LM_OK;
+}
+
+/* Read from the oldest spelling to the newest, each overriding the one before. */
+static lm_status read_rope(const field_reader *text, lm_qwen35_config *cfg) {
+    field_reader scaling, params;
+    lm_status s = sub_reader(text, "rope_scaling", &scaling);
+    if (s == LM_OK) s = sub_reader(text, "rope_parameters", &params);
+    if (s == LM_OK) s = read_float(text, "rope_theta", 0.0, 1e12, &cfg->rope_theta);
+    if (s == LM_OK) s = read_float(text, "partial_rotary_factor", 0.0, 1.0, &cfg->partial_rotary_factor);
+    if (s == LM_OK) s = check_rope_type(&scaling, "type");
+    if (s == LM_OK) s = check_rope_type(&scaling, "rope_type");
+    if (s == LM_OK) s = read_mrope_section(&scaling, cfg->mrope_section);
+    if (s == LM_OK) s = check_rope_type(&params, "rope_type");
+    if (s == LM_OK) s = read_float(&params, "rope_theta", 0.0, 1e12, &cfg->rope_theta);
+    if (s == LM_OK)
+        s = read_float(&params, "partial_rotary_factor", 0.0, 1.0, &cfg->partial_rotary_factor);
+    if (s == LM_OK) s = read_mrope_section(&params, cfg->mrope_section);
+    /* Python's int(head_dim * factor), in double like Python. */
+    cfg->rot_dim = (int)((double)cfg->head_dim * (double)cfg->partial_rotary_factor);
+    return s;
+}
+
+/* ---- layer schedule ---- */
+
+static bool parse_layer_type(const char *name, lm_layer_type *out) {
+    /* "mamba" and "attention" are legacy spellings transformers still maps. */
+    if (strcmp(name, "linear_attention") == 0 || strcmp(name, "mamba") == 0) {
+        *out = LM_LAYER_LINEAR_ATTENTION;
+    } else if (strcmp(name, "full_attention") == 0 || strcmp(name, "attention") == 0) {
+        *out = LM_LAYER_FULL_ATTENTION;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static lm_status read_layer_types(const field_reader *r, lm_qwen35_config *cfg) {
+    int n = cfg->num_hidden_layers; /* already bounded by LM_QWEN35_MAX_LAYERS */
+    const cJSON *v = field(r, "layer_types");
+    if (!v) {
+        for (int i = 0; i < n; i++)
+            cfg->layer_types[i] = (i + 1) % cfg->full_attention_interval == 0
+                                      ? LM_LAYER_FULL_ATTENTION
+                                      : LM_LAYER_LINEAR_ATTENTION;
+        return LM_OK;
+    }
+    if (!cJSON_IsArray(v)) return type_error(r, "layer_types", "a list of strings");
+    if (cJSON_GetArraySize(v) != n)
+        return lm_fail(r->err, LM_ERR_FORMAT,
+                       "%s: %slayer_types has %d entries but num_hidden_layers is %d", r->source,
+                       r->path, cJSON_GetArraySize(v), n);
+    int i = 0;
+    for (const cJSON *e = v->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e)) return type_error(r, "layer_types", "a list of strings");
+        if (!parse_layer_type(e->valuestring, &cfg->layer_types[i]))
+            return lm_fail(r->err, LM_ERR_FORMAT,
+                           "%s: %slayer_types[%d] is '%.40s'; expected 'linear_attention' or "
+                           "'full_attention'",
+                           r->source, r->path, i, e->valuestring);
+    }
+    return LM_OK;
+}
+
+/* ---- token ids ---- */
+
+static lm_status read_eos(const field_reader *r, lm_qwen35_config *cfg) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->object, "eos_token_id");
+    if (!v) return LM_OK;
+    const char *what = "an integer or a list of at most 8 non-negative integers";
+    if (cJSON_IsNull(v)) {
+        cfg->n_eos = 0;
+    } else if (cJSON_IsNumber(v)) {
+        if (!json_int(v, &cfg->eos_token_ids[0]) || cfg->eos_token_ids[0] < 0)
+            return type_error(r, "eos_token_id", what);
+        cfg->n_eos = 1;
+    } else if (cJSON_IsArray(v) && cJSON_GetArraySize(v) <= LM_QWEN35_MAX_EOS) {
+        cfg->n_eos = 0;
+        for (const cJSON *e = v->child; e; e = e->next) {
+            int id;
+            if (!json_int(e, &id) || id < 0) return type_error(r, "eos_token_id", what);
+            cfg->eos_token_ids[cfg->n_eos++] = id;
+        }
+    } else {
+        return type_error(r, "eos_token_id", what);
+    }
+    return LM_OK;
+}
+
+static lm_status read_special_ids(const field_reader *r, lm_qwen35_config *cfg) {
+    lm_status s = read_eos(r, cfg);
+    if (s == LM_OK) s = read_int(r, "pad_token_id", 0, INT_MAX, &cfg->pad_token_id);
+    if (s == LM_OK) s = read_int(r, "bos_token_id", 0, INT_MAX, &cfg->bos_token_id);
+    return s;
+}
+
+static lm_status read_multimodal_ids(const field_reader *r, lm_qwen35_config *cfg) {
+    lm_status s = read_int(r, "image_token_id", 0, INT_MAX, &cfg->image_token_id);
+    if (s == LM_OK) s = read_int(r, "video_token_id", 0, INT_MAX, &cfg->video_token_id);
+    if (s == LM_OK) s = read_int(r, "vision_start_token_id", 0, INT_MAX, &cfg->vision_start_token_id);
+    if (s == LM_OK) s = read_int(r, "vision_end_token_id", 0, INT_MAX, &cfg->vision_end_token_id);
+    return s;
+}
+
+/* ---- checks across fields ---- */
+
+static lm_status check_id(const field_reader *r, const char *key, int id, int vocab) {
+    if (id < vocab) return LM_OK;
+    return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s is %d, outside the vocabulary of %d tokens",
+                   r->source, key, id, vocab);
+}
+
+static lm_status check_token_ids(const field_reader *r, const lm_qwen35_config *cfg) {
+    int v = cfg->vocab_size;
+    lm_status s = LM_OK;
+    for (int i = 0; s == LM_OK && i < cfg->n_eos; i++)
+        s = check_id(r, "eos_token_id", cfg->eos_token_ids[i], v);
+    if (s == LM_OK) s = check_id(r, "pad_token_id", cfg->pad_token_id, v);
+    if (s == LM_OK) s = check_id(r, "bos_token_id", cfg->bos_token_id, v);
+    if (s == LM_OK) s = check_id(r, "image_token_id", cfg->image_token_id, v);
+    if (s == LM_OK) s = check_id(r, "video_token_id", cfg->video_token_id, v);
+    if (s == LM_OK) s = check_id(r, "vision_start_token_id", cfg->vision_start_token_id, v);
+    if (s == LM_OK) s = check_id(r, "vision_end_token_id", cfg->vision_end_token_id, v);
+    return s;
+}
+
+static lm_status check_multiple(const field_reader *r, const char *what, int value,
+                                const char *of_what, int of) {
+    if (value % of == 0) return LM_OK;
+    return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s%s (%d) must be a multiple of %s%s (%d)",
+                   r->source, r->path, what, value, r->path, of_what, of);
+}
+
+static lm_status check_shapes(const field_reader *r, const lm_qwen35_config *cfg) {
+    lm_status s = check_multiple(r, "num_attention_heads", cfg->num_attention_heads,
+                                 "num_key_value_heads", cfg->num_key_value_heads);
+    if (s == LM_OK)
+        s = check_multiple(r, "linear_num_value_heads", cfg->linear_num_value_heads,
+                           "linear_num_key_heads", cfg->linear_num_key_heads);
+    if (s == LM_OK && cfg->head_dim % 2 != 0)
+        s = lm_fail(r->err, LM_ERR_FORMAT, "%s: %shead_dim (%d) must be even", r->source, r->path,
+                    cfg->head_dim);
+    if (s == LM_OK && cfg->is_moe && cfg->num_experts_per_tok > cfg->num_experts)
+        s = lm_fail(r->err, LM_ERR_FORMAT,
+                    "%s: %snum_experts_per_tok (%d) is more than num_experts (%d)", r->source,
+                    r->path, cfg->num_experts_per_tok, cfg->num_experts);
+    return s;
+}
+
+static lm_status check_rope(const field_reader *r, const lm_qwen35_config *cfg) {
+    if (cfg->rot_dim < 2 || cfg->rot_dim % 2 != 0 || cfg->rot_dim > cfg->head_dim)
+        return lm_fail(r->err, LM_ERR_FORMAT,
+                       "%s: the rotary dimension int(head_dim %d * partial_rotary_factor %g) = %d "
+                       "must be even, at least 2 and at most head_dim",
+                       r->source, cfg->head_dim, (double)cfg->partial_rotary_factor, cfg->rot_dim);
+    int sum = cfg->mrope_section[0] + cfg->mrope_section[1] + cfg->mrope_section[2];
+    if (sum != cfg->rot_dim / 2)
+        return lm_fail(r->err, LM_ERR_FORMAT,
+                       "%s: mrope_section [%d, %d, %d] sums to %d but must sum to half the "
+                       "rotary dimension (%d)",
+                       r->source, cfg->mrope_section[0], cfg->mrope_section[1],
+                       cfg->mrope_section[2], sum, cfg->rot_dim / 2);
+    return LM_OK;
+}
+
+/* ---- the whole file ---- */
+
+typedef struct {
+    const char *model_type, *text_model_type;
+    bool is_moe, nested;
+} model_kind;
+
+static const model_kind model_kinds[] = {
+    {"qwen3_5", "qwen3_5_text", false, true},
+    {"qwen3_5_moe", "qwen3_5_moe_text", true, true},
+    {"qwen3_5_text", "qwen3_5_text", false, false},
+    {"qwen3_5_moe_text", "qwen3_5_moe_text", true, false},
+};
+
+static lm_status find_kind(const field_reader *top, const model_kind **kind) {
+    const cJSON *v = field(top, "model_type");
+    if (!v) return lm_fail(top->err, LM_ERR_FORMAT, "%s: model_type is missing", top->source);
+    if (!cJSON_IsString(v)) return type_error(top, "model_type", "a string");
+    for (size_t i = 0; i < sizeof model_kinds / sizeof *model_kinds; i++)
+        if (strcmp(v->valuestring, model_kinds[i].model_type) == 0) {
+            *kind = &model_kinds[i];
+            return LM_OK;
+        }
+    return lm_fail(top->err, LM_ERR_UNSUPPORTED,
+                   "%s: model_type '%.40s' is not a Qwen3.5 model (expected qwen3_5, qwen3_5_moe, "
+                   "qwen3_5_text or qwen3_5_moe_text)",
+                   top->source, v->valuestring);
+}
+
+static lm_status check_text_model_type(const field_reader *text, const model_kind *kind) {
+    char type[32] = "";
+    lm_status s = read_string(text, "model_type", type, sizeof type);
+    if (s == LM_OK && type[0] && strcmp(type, kind->text_model_type) != 0)
+        s = lm_fail(text->err, LM_ERR_FORMAT, "%s: %smodel_type is '%s' but %s expects '%s'",
+                    text->source, text->path, type, kind->model_type, kind->text_model_type);
+    return s;
+}
+
+static lm_status read_config(const field_reader *top, lm_qwen35_config *cfg) {
+    const model_kind *kind = NULL;
+    lm_status s = find_kind(top, &kind);
+    if (s != LM_OK) return s;
+    set_defaults(cfg, kind->is_moe, kind->nested);
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", kind->model_type);
+    field_reader text = *top;
+    if (kind->nested) s = sub_reader(top, "text_config", &text);
+    if (s == LM_OK && kind->nested) s = check_text_model_type(&text, kind);
+    if (s == LM_OK) s = read_text_scalars(&text, cfg);
+    if (s == LM_OK) s = read_rope(&text, cfg);
+    if (s == LM_OK) s = read_layer_types(&text, cfg);
+    /* Token ids and tying may sit at either level; the text level wins. */
+    if (s == LM_OK && kind->nested) s = read_special_ids(top, cfg);
+    if (s == LM_OK) s = read_special_ids(&text, cfg);
+    if (s == LM_OK) s = read_multimodal_ids(top, cfg);
+    bool tie_top = false, tie_text = false;
+    if (s == LM_OK && kind->nested) s = read_bool(top, "tie_word_embeddings", &tie_top);
+    if (s == LM_OK) s = read_bool(&text, "tie_word_embeddings", &tie_text);
+    cfg->tie_word_embeddings = tie_top || tie_text;
+    cfg->has_vision_config = cJSON_IsObject(field(top, "vision_config"));
+    if (s == LM_OK) s = check_shapes(&text, cfg);
+    if (s == LM_OK) s = check_rope(&text, cfg);
+    if (s == LM_OK) s = check_token_ids(top, cfg);
+    return s;
+}
+
+lm_status lm_qwen35_config_parse(const char *json, size_t len, const char *source_name,
+                                 lm_qwen35_config *cfg, lm_error *err) {
+    cJSON *root;
+    lm_status s = lm_json_parse(json, len, source_name, &root, err);
+    if (s != LM_OK) return s;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lm_fail(err, LM_ERR_FORMAT, "%s: not a JSON object", source_name);
+    }
+    field_reader top = reader_for(source_name, "", root, err);
+    s = read_config(&top, cfg);
+    cJSON_Delete(root);
+    return s;
+}
+
+lm_status lm_qwen35_config_load(const char *path, lm_qwen35_config *cfg, lm_error *err) {
+    char *text;
+    size_t len;
+    lm_status s = lm_read_small_file(path, MAX_CONFIG_BYTES, &text, &len, err);
+    if (s != LM_OK) return s;
+    s = lm_qwen35_config_parse(text, len, path, cfg, err);
+    free(text);
+    return s;
+}
