@@ -10,4 +10,9 @@ typedef struct {
     int (*main)(int argc, char **argv);
 } lm_command;
 
+int cmd_run_main(int argc, char **argv);
+int cmd_logits_main(int argc, char **argv);
+int cmd_inspect_main(int argc, char **argv);
+int cmd_bench_main(int argc, char **argv);
+
 #endif

@@ -6,10 +6,10 @@
 
 static const lm_command commands[] = {
     {"serve", "run the OpenAI-compatible HTTP server", NULL},
-    {"run", "generate from token ids or a prompt", NULL},
-    {"logits", "write the logits of every prompt position", NULL},
-    {"inspect", "describe a checkpoint folder", NULL},
-    {"bench", "measure prefill and decode speed", NULL},
+    {"run", "generate from token ids or a prompt", cmd_run_main},
+    {"logits", "write the logits of every prompt position", cmd_logits_main},
+    {"inspect", "describe a checkpoint folder", cmd_inspect_main},
+    {"bench", "measure prefill and decode speed", cmd_bench_main},
 };
 
 static void usage(FILE *f) {

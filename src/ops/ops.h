@@ -35,6 +35,9 @@ typedef struct {
 typedef struct {
     int rot_dim;
     float theta;
+    /* Optional [rot_dim/2] table overriding theta^(-2i/rot_dim): models
+     * precompute it once, and can reproduce a checkpoint's rounding of it. */
+    const float *inv_freq;
     int sections[3];
     bool interleaved_sections;
     bool pair_interleaved; /* false = rotate-half (NeoX) */
@@ -115,6 +118,8 @@ struct lm_backend {
 lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err);
 void lm_backend_destroy(lm_backend *be);
 int lm_backend_threads(const lm_backend *be);
+/* The cpu backend's worker pool (NULL for other backends). */
+struct lm_pool *lm_cpu_pool_of(lm_backend *be);
 
 static inline void lm_matmul(lm_backend *be, float *y, const float *x, int n, const lm_matrix *w) {
     be->ops->matmul(be, y, x, n, w);

@@ -53,3 +53,7 @@ void lm_backend_destroy(lm_backend *be) {
 int lm_backend_threads(const lm_backend *be) {
     return lm_pool_size(((const lm_cpu_backend *)be->impl)->pool);
 }
+
+struct lm_pool *lm_cpu_pool_of(lm_backend *be) {
+    return be && be->ops == &cpu_ops ? ((lm_cpu_backend *)be->impl)->pool : NULL;
+}

@@ -86,7 +86,8 @@ void lm_ref_rope(float *x, int n, int n_heads, int head_dim, const int32_t *posi
     int half = rope->rot_dim / 2;
     for (int t = 0; t < n; t++) {
         for (int i = 0; i < half; i++) {
-            float inv_freq = powf(rope->theta, -2.0f * (float)i / (float)rope->rot_dim);
+            float inv_freq = rope->inv_freq ? rope->inv_freq[i]
+                                            : powf(rope->theta, -2.0f * (float)i / (float)rope->rot_dim);
             float angle = (float)positions[t * 3 + lm_rope_section_of(rope, i)] * inv_freq;
             float c = cosf(angle), s = sinf(angle);
             for (int h = 0; h < n_heads; h++) {

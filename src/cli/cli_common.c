@@ -1,0 +1,109 @@
+#include "cli/cli_common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static lm_status finish_open(lm_cli_model *m, int threads, lm_error *err) {
+    lm_status st = lm_backend_cpu_create(threads, &m->backend, err);
+    if (st != LM_OK) lm_cli_model_close(m);
+    return st;
+}
+
+lm_status lm_cli_model_open(lm_cli_model *m, const char *dir, lm_load_mode mode, int threads,
+                            lm_error *err) {
+    memset(m, 0, sizeof *m);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    lm_status st = lm_qwen35_config_load(path, &m->config, err);
+    if (st == LM_OK) st = lm_checkpoint_open(dir, mode, &m->checkpoint, err);
+    if (st == LM_OK) {
+        st = lm_qwen35_load(m->checkpoint, &m->config, &m->model, err);
+        m->model_loaded = st == LM_OK;
+    }
+    if (st != LM_OK) {
+        lm_cli_model_close(m);
+        return st;
+    }
+    return finish_open(m, threads, err);
+}
+
+lm_status lm_cli_model_random(lm_cli_model *m, const char *config_path, uint64_t seed, int threads,
+                              lm_error *err) {
+    memset(m, 0, sizeof *m);
+    lm_status st = lm_qwen35_config_load(config_path, &m->config, err);
+    if (st == LM_OK) {
+        st = lm_qwen35_load_random(&m->config, seed, &m->model, err);
+        m->model_loaded = st == LM_OK;
+    }
+    if (st != LM_OK) {
+        lm_cli_model_close(m);
+        return st;
+    }
+    return finish_open(m, threads, err);
+}
+
+void lm_cli_model_close(lm_cli_model *m) {
+    if (m->model_loaded) lm_qwen35_free(&m->model);
+    lm_checkpoint_close(m->checkpoint);
+    lm_backend_destroy(m->backend);
+    memset(m, 0, sizeof *m);
+}
+
+lm_status lm_cli_parse_ids(const char *text, int vocab, int32_t **ids, int *n, lm_error *err) {
+    size_t cap = 1;
+    for (const char *p = text; *p; p++) cap += *p == ',';
+    if (cap > (1u << 24)) return lm_fail(err, LM_ERR_INVALID, "too many ids");
+    int32_t *out = malloc(sizeof(int32_t) * cap);
+    if (!out) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    int count = 0;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ') p++;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno) {
+            free(out);
+            return lm_fail(err, LM_ERR_INVALID, "bad token id list at '%.20s'", p);
+        }
+        if (v < 0 || v >= vocab) {
+            free(out);
+            return lm_fail(err, LM_ERR_INVALID, "token id %ld is outside the vocabulary (size %d)", v,
+                           vocab);
+        }
+        out[count++] = (int32_t)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',') {
+            p++;
+            if (!*p) break;
+        } else if (*p && *p != '\n') {
+            free(out);
+            return lm_fail(err, LM_ERR_INVALID, "bad token id list at '%.20s'", p);
+        } else if (*p == '\n') {
+            p++;
+        }
+    }
+    if (count == 0) {
+        free(out);
+        return lm_fail(err, LM_ERR_INVALID, "empty token id list");
+    }
+    *ids = out;
+    *n = count;
+    return LM_OK;
+}
+
+bool lm_cli_parse_int(const char *option, const char *value, long min, long max, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (end == value || *end || errno || v < min || v > max) {
+        fprintf(stderr, "loom: %s expects an integer in [%ld, %ld], got '%s'\n", option, min, max,
+                value);
+        return false;
+    }
+    *out = v;
+    return true;
+}

@@ -1,0 +1,161 @@
+/* loom bench: prefill and decode tokens/s of one sequence (batch 1), on a
+ * checkpoint or on random weights of any config.json shape, with the memory
+ * roofline of decode (bandwidth / bytes read per token). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/membw.h"
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "engine/sequence_runner.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: loom bench (--model DIR | --config FILE --random-weights) [options]\n"
+            "Measures prefill and decode speed of one sequence (batch 1).\n\n"
+            "  --model DIR          a checkpoint folder\n"
+            "  --config FILE        a config.json shape (with --random-weights)\n"
+            "  --random-weights     random bf16 weights in memory, no checkpoint needed\n"
+            "  --prompt-tokens N    prompt length for prefill (default 256)\n"
+            "  --gen-tokens N       tokens to decode (default 32)\n"
+            "  --threads N          CPU threads (default: all cores)\n"
+            "  --mmap               map the checkpoint instead of reading it (with --model)\n"
+            "  --bandwidth GBPS     skip the bandwidth measurement and use this figure\n"
+            "  --seed N             random weights / prompt seed (default 1)\n");
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Bytes a decode step must read: every weight matrix once (the embedding
+ * only a row, unless it doubles as lm_head) plus the recurrent state, read
+ * and written. */
+static double decode_bytes_per_token(const lm_cli_model *m) {
+    const lm_qwen35_model *model = &m->model;
+    const lm_qwen35_config *c = &m->config;
+    double bytes = (double)lm_weights_bytes_used(&model->weights);
+    if (!model->lm_head_tied)
+        bytes -= (double)model->embed_tokens.rows * (double)model->embed_tokens.cols * 2.0;
+    double state = (double)c->linear_num_value_heads * c->linear_key_head_dim *
+                   c->linear_value_head_dim * sizeof(float);
+    bytes += 2.0 * state * model->n_linear_layers;
+    return bytes;
+}
+
+int cmd_bench_main(int argc, char **argv) {
+    static const struct option options[] = {
+        {"model", required_argument, 0, 'm'},        {"config", required_argument, 0, 'c'},
+        {"random-weights", no_argument, 0, 'r'},     {"prompt-tokens", required_argument, 0, 'p'},
+        {"gen-tokens", required_argument, 0, 'g'},   {"threads", required_argument, 0, 't'},
+        {"mmap", no_argument, 0, 'M'},               {"bandwidth", required_argument, 0, 'b'},
+        {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *model_dir = NULL, *config_path = NULL;
+    bool random_weights = false;
+    long prompt_tokens = 256, gen_tokens = 32, threads = 0, seed = 1;
+    double bandwidth = 0;
+    lm_load_mode mode = LM_LOAD_READ;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        switch (opt) {
+        case 'm': model_dir = optarg; break;
+        case 'c': config_path = optarg; break;
+        case 'r': random_weights = true; break;
+        case 'p': if (!lm_cli_parse_int("--prompt-tokens", optarg, 1, 1 << 20, &prompt_tokens)) return 2; break;
+        case 'g': if (!lm_cli_parse_int("--gen-tokens", optarg, 1, 1 << 20, &gen_tokens)) return 2; break;
+        case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 's': if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 40, &seed)) return 2; break;
+        case 'M': mode = LM_LOAD_MMAP; break;
+        case 'b':
+            bandwidth = strtod(optarg, NULL);
+            if (bandwidth <= 0) {
+                fprintf(stderr, "loom: --bandwidth expects GB/s > 0\n");
+                return 2;
+            }
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc || (model_dir && config_path) || (!model_dir && !(config_path && random_weights))) {
+        usage(stderr);
+        return 2;
+    }
+
+    lm_error err = {0};
+    lm_cli_model m;
+    double t0 = now_seconds();
+    lm_status st = model_dir ? lm_cli_model_open(&m, model_dir, mode, (int)threads, &err)
+                             : lm_cli_model_random(&m, config_path, (uint64_t)seed, (int)threads, &err);
+    if (st != LM_OK) {
+        fprintf(stderr, "loom: %s\n", err.message);
+        return 1;
+    }
+    double load_s = now_seconds() - t0;
+    int V = m.config.vocab_size;
+    int rc = 1;
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)prompt_tokens);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    lm_sequence_runner runner = {0};
+    if (!prompt || !logits) {
+        lm_fail(&err, LM_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    uint64_t x = (uint64_t)seed * 2654435761u + 1;
+    for (long i = 0; i < prompt_tokens; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)((x >> 33) % (uint64_t)V);
+    }
+    if (lm_sequence_runner_init(&runner, &m.model, m.backend, (int)(prompt_tokens + gen_tokens), &err) != LM_OK)
+        goto done;
+
+    printf("model: %s, %s weights, %d threads, loaded in %.1f s\n",
+           model_dir ? model_dir : config_path, model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read")
+                                                          : "random bf16",
+           lm_backend_threads(m.backend), load_s);
+    fflush(stdout);
+    double t1 = now_seconds();
+    if (lm_sequence_runner_feed(&runner, prompt, (int)prompt_tokens, false, logits, NULL, NULL, &err) != LM_OK)
+        goto done;
+    double prefill_s = now_seconds() - t1;
+
+    /* Decode: feed argmax tokens one at a time; the first step warms up. */
+    int32_t next = 0;
+    double t2 = 0;
+    for (long i = 0; i < gen_tokens; i++) {
+        if (i == 1) t2 = now_seconds();
+        next = 0;
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[next]) next = v;
+        if (lm_sequence_runner_feed(&runner, &next, 1, false, logits, NULL, NULL, &err) != LM_OK)
+            goto done;
+    }
+    double decode_s = gen_tokens > 1 ? now_seconds() - t2 : 0;
+    double decode_tps = gen_tokens > 1 ? (double)(gen_tokens - 1) / decode_s : 0;
+    double bytes = decode_bytes_per_token(&m);
+    if (bandwidth <= 0) bandwidth = lm_measure_read_bandwidth(lm_cpu_pool_of(m.backend)) / 1e9;
+    double roofline = bandwidth * 1e9 / bytes;
+
+    printf("prefill: %ld tokens in %.3f s = %.1f tokens/s\n", prompt_tokens, prefill_s,
+           (double)prompt_tokens / prefill_s);
+    printf("decode:  %ld tokens in %.3f s = %.2f tokens/s (%.1f ms/token)\n", gen_tokens - 1,
+           decode_s, decode_tps, decode_tps > 0 ? 1e3 / decode_tps : 0);
+    printf("roofline: %.1f GB/s read bandwidth / %.1f MB per token = %.2f tokens/s; reached %.0f%%\n",
+           bandwidth, bytes / 1e6, roofline, 100.0 * decode_tps / roofline);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "loom: %s\n", err.message);
+    lm_sequence_runner_free(&runner);
+    free(prompt);
+    free(logits);
+    lm_cli_model_close(&m);
+    return rc;
+}

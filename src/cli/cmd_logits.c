@@ -1,0 +1,93 @@
+/* loom logits --model DIR --ids 1,2,3 --out FILE
+ * Writes the logits of every prompt position as raw little-endian float32,
+ * row-major [T, V]. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "engine/sequence_runner.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: loom logits --model DIR --ids 1,2,3 --out FILE [options]\n"
+            "Writes the logits of every position of the prompt as raw little-endian\n"
+            "float32, row-major [T, V] (T = number of ids, V = vocab size).\n\n"
+            "  --model DIR     Hugging Face checkpoint folder (config.json + safetensors)\n"
+            "  --ids LIST      comma-separated prompt token ids\n"
+            "  --out FILE      output file\n"
+            "  --threads N     CPU threads (default: all cores)\n"
+            "  --mmap          map the weights instead of reading them into memory\n");
+}
+
+int cmd_logits_main(int argc, char **argv) {
+    static const struct option options[] = {
+        {"model", required_argument, 0, 'm'}, {"ids", required_argument, 0, 'i'},
+        {"out", required_argument, 0, 'o'},   {"threads", required_argument, 0, 't'},
+        {"mmap", no_argument, 0, 'M'},        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *model_dir = NULL, *ids_text = NULL, *out_path = NULL;
+    long threads = 0;
+    lm_load_mode mode = LM_LOAD_READ;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        switch (opt) {
+        case 'm': model_dir = optarg; break;
+        case 'i': ids_text = optarg; break;
+        case 'o': out_path = optarg; break;
+        case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'M': mode = LM_LOAD_MMAP; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!model_dir || !ids_text || !out_path || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+
+    lm_error err = {0};
+    lm_cli_model m;
+    if (lm_cli_model_open(&m, model_dir, mode, (int)threads, &err) != LM_OK) {
+        fprintf(stderr, "loom: %s\n", err.message);
+        return 1;
+    }
+    int rc = 1;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    int n = 0;
+    lm_sequence_runner runner = {0};
+    FILE *out = NULL;
+    size_t V = (size_t)m.config.vocab_size;
+    if (lm_cli_parse_ids(ids_text, m.config.vocab_size, &ids, &n, &err) != LM_OK) goto done;
+    logits = malloc(sizeof(float) * V * (size_t)n);
+    if (!logits) {
+        lm_fail(&err, LM_ERR_NOMEM, "out of memory for %d x %zu logits", n, V);
+        goto done;
+    }
+    if (lm_sequence_runner_init(&runner, &m.model, m.backend, n, &err) != LM_OK) goto done;
+    if (lm_sequence_runner_feed(&runner, ids, n, true, logits, NULL, NULL, &err) != LM_OK) goto done;
+    out = fopen(out_path, "wb");
+    if (!out) {
+        lm_fail(&err, LM_ERR_IO, "cannot write %s", out_path);
+        goto done;
+    }
+    if (fwrite(logits, sizeof(float), V * (size_t)n, out) != V * (size_t)n || fclose(out) != 0) {
+        out = NULL;
+        lm_fail(&err, LM_ERR_IO, "error writing %s", out_path);
+        goto done;
+    }
+    out = NULL;
+    rc = 0;
+done:
+    if (out) fclose(out);
+    if (rc) fprintf(stderr, "loom: %s\n", err.message);
+    lm_sequence_runner_free(&runner);
+    free(logits);
+    free(ids);
+    lm_cli_model_close(&m);
+    return rc;
+}

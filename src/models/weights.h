@@ -1,0 +1,52 @@
+/* Fetching a model's tensors from a checkpoint by name, checking each shape,
+ * and remembering which were used (so `loom inspect` can list the rest). */
+#ifndef LOOM_MODELS_WEIGHTS_H
+#define LOOM_MODELS_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/checkpoint.h"
+#include "ops/ops.h"
+
+typedef struct {
+    const lm_checkpoint *checkpoint; /* NULL in random mode */
+    /* Random mode (benchmarks on a config shape, no checkpoint): every tensor
+     * asked for is made up on the spot from this seed, bf16 matrices scaled
+     * by 1/sqrt(cols) so activations stay in range. */
+    bool random;
+    bool random_has_lm_head;
+    uint64_t random_state;
+    void **random_owned;
+    size_t n_random_owned, cap_random_owned;
+    const lm_tensor **used; /* tensors handed out */
+    size_t n_used, cap_used;
+    float **owned;          /* float32 conversions, freed with lm_weights_free */
+    size_t n_owned, cap_owned;
+} lm_weights;
+
+void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint);
+/* Random mode; has_lm_head says whether "lm_head.weight" exists (untied). */
+void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head);
+/* Bytes of weight data handed out so far (matrices and vectors as stored). */
+size_t lm_weights_bytes_used(const lm_weights *w);
+void lm_weights_free(lm_weights *w);
+
+/* NULL when absent; marks it used when present. */
+const lm_tensor *lm_weights_find(lm_weights *w, const char *name);
+bool lm_weights_has(const lm_weights *w, const char *name);
+
+/* A 2-D float weight [rows, cols] used in place (no copy). */
+lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64_t cols,
+                            lm_matrix *out, lm_error *err);
+/* Any float tensor with exactly n elements, converted to float32 and plus
+ * `offset` (1.0 turns a zero-centred norm weight into its scale).  Shape must
+ * be [n] unless `any_shape`. */
+lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float offset,
+                            bool any_shape, float **out, lm_error *err);
+
+/* Whether a checkpoint tensor was used by the model. */
+bool lm_weights_was_used(const lm_weights *w, const lm_tensor *t);
+
+#endif

@@ -1,0 +1,277 @@
+/* Golden tests of the Qwen3.5 dense text model against transformers'
+ * reference outputs in fixtures/models/qwen35-dense (see fixtures/README.md):
+ * logits of every prompt, greedy continuations (margin rule), per-layer
+ * hidden states, and decode-after-prefill equal to full prefill. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/sequence_runner.h"
+#include "harness.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "models/qwen35.h"
+
+#define LOGIT_TOLERANCE 1e-4  /* max |Δ| / std(reference), fixtures/README.md */
+#define MARGIN_RULE 1e-3
+
+typedef struct {
+    lm_qwen35_config config;
+    lm_checkpoint *checkpoint;
+    lm_qwen35_model model;        /* rope frequencies rounded like the fixture's oracle */
+    lm_qwen35_model model_default; /* loom's own float32 rope frequencies */
+    lm_safetensors *rerun;        /* tests/data: transformers' float64 rerun, float32 rope */
+    lm_backend *backend;
+    lm_safetensors *reference;
+} fixture;
+
+static fixture fx; /* loaded once for the whole binary */
+
+static bool load_fixture(void) {
+    char dir[1024], path[1200];
+    test_fixture_path(dir, sizeof dir, "models/qwen35-dense");
+    lm_error err = {0};
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (lm_qwen35_config_load(path, &fx.config, &err) != LM_OK ||
+        lm_checkpoint_open(dir, LM_LOAD_READ, &fx.checkpoint, &err) != LM_OK ||
+        lm_qwen35_load(fx.checkpoint, &fx.config, &fx.model, &err) != LM_OK ||
+        lm_qwen35_load(fx.checkpoint, &fx.config, &fx.model_default, &err) != LM_OK ||
+        lm_backend_cpu_create(2, &fx.backend, &err) != LM_OK) {
+        fprintf(stderr, "cannot load the qwen35-dense fixture: %s\n", err.message);
+        return false;
+    }
+    /* See tests/data/README.md: the fixture's oracle rounded inv_freq to bf16. */
+    lm_qwen35_round_rope_to_bf16(&fx.model);
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    if (lm_safetensors_open(path, LM_LOAD_READ, &fx.reference, &err) != LM_OK) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err.message);
+        return false;
+    }
+    const char *data = getenv("LOOM_TEST_DATA");
+    snprintf(path, sizeof path, "%s/qwen35-dense-float32-rope.safetensors", data ? data : "tests/data");
+    if (lm_safetensors_open(path, LM_LOAD_READ, &fx.rerun, &err) != LM_OK) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err.message);
+        return false;
+    }
+    return true;
+}
+
+static const lm_tensor *ref(const char *prompt, const char *what) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", prompt, what);
+    return lm_safetensors_find(fx.reference, name);
+}
+
+static double stddev(const float *x, size_t n) {
+    double mean = 0, var = 0;
+    for (size_t i = 0; i < n; i++) mean += x[i];
+    mean /= (double)n;
+    for (size_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    return sqrt(var / (double)n);
+}
+
+/* max |a - b| / std(b) */
+static double normalized_error(const float *got, const float *want, size_t n, double scale) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= worst)) worst = d; /* NaN propagates as a failure */
+    }
+    return worst / scale;
+}
+
+static const char *text_prompts[] = {"p0", "p1", "p2", "p3"};
+#define N_PROMPTS (sizeof text_prompts / sizeof text_prompts[0])
+
+static void prompt_ids(const char *p, const int32_t **ids, int *n) {
+    const lm_tensor *t = ref(p, "input_ids");
+    *ids = t ? t->data : NULL;
+    *n = t ? (int)t->n_elements : 0;
+}
+
+static const lm_tensor *rerun_logits(const char *prompt) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.logits", prompt);
+    return lm_safetensors_find(fx.rerun, name);
+}
+
+/* Full-prefill logits of every text prompt against an oracle. */
+static void check_prefill_logits(const lm_qwen35_model *model,
+                                 const lm_tensor *(*oracle)(const char *prompt)) {
+    int V = fx.config.vocab_size;
+    for (size_t p = 0; p < N_PROMPTS; p++) {
+        const int32_t *ids;
+        int n;
+        prompt_ids(text_prompts[p], &ids, &n);
+        const lm_tensor *want = oracle(text_prompts[p]);
+        CHECK_MSG(ids && want, "reference for %s missing", text_prompts[p]);
+        CHECK(want->n_elements == (int64_t)n * V);
+        float *logits = malloc(sizeof(float) * (size_t)n * V);
+        lm_sequence_runner r;
+        lm_error err = {0};
+        CHECK_OK(lm_sequence_runner_init(&r, model, fx.backend, n, &err), &err);
+        lm_status st = lm_sequence_runner_feed(&r, ids, n, true, logits, NULL, NULL, &err);
+        lm_sequence_runner_free(&r);
+        double scale = stddev(want->data, (size_t)want->n_elements);
+        double e = normalized_error(logits, want->data, (size_t)n * V, scale);
+        free(logits);
+        CHECK_OK(st, &err);
+        CHECK_MSG(e < LOGIT_TOLERANCE, "%s (%d tokens): normalized logit error %.3g", text_prompts[p],
+                  n, e);
+    }
+}
+
+static const lm_tensor *fixture_logits(const char *prompt) { return ref(prompt, "logits"); }
+
+static void test_prefill_logits_match_reference(void) { check_prefill_logits(&fx.model, fixture_logits); }
+
+static void test_default_rope_matches_transformers_rerun(void) {
+    check_prefill_logits(&fx.model_default, rerun_logits);
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void test_greedy_continuations_match_reference(void) {
+    int V = fx.config.vocab_size;
+    for (size_t p = 0; p < N_PROMPTS; p++) {
+        const int32_t *ids;
+        int n;
+        prompt_ids(text_prompts[p], &ids, &n);
+        const lm_tensor *greedy = ref(text_prompts[p], "greedy");
+        const lm_tensor *margin = ref(text_prompts[p], "greedy_margin");
+        CHECK(ids && greedy && margin);
+        int G = (int)greedy->n_elements;
+        const int32_t *want = greedy->data;
+        const float *margins = margin->data;
+        float *logits = malloc(sizeof(float) * (size_t)V);
+        lm_sequence_runner r;
+        lm_error err = {0};
+        CHECK_OK(lm_sequence_runner_init(&r, &fx.model, fx.backend, n + G, &err), &err);
+        lm_status st = lm_sequence_runner_feed(&r, ids, n, false, logits, NULL, NULL, &err);
+        int compared = 0, mismatch_at = -1;
+        for (int g = 0; g < G && st == LM_OK; g++) {
+            int32_t next = argmax(logits, V);
+            if (next != want[g]) {
+                mismatch_at = g;
+                break;
+            }
+            compared++;
+            st = lm_sequence_runner_feed(&r, &next, 1, false, logits, NULL, NULL, &err);
+        }
+        lm_sequence_runner_free(&r);
+        free(logits);
+        CHECK_OK(st, &err);
+        if (mismatch_at >= 0)
+            CHECK_MSG(margins[mismatch_at] < MARGIN_RULE,
+                      "%s: greedy token %d differs with reference margin %.3g", text_prompts[p],
+                      mismatch_at, margins[mismatch_at]);
+        CHECK(compared > 0 || margins[0] < MARGIN_RULE);
+    }
+}
+
+static void test_hidden_states_match_reference(void) {
+    const int32_t *ids;
+    int n;
+    prompt_ids("p0", &ids, &n);
+    int L = fx.config.num_hidden_layers, H = fx.config.hidden_size;
+    float **hidden = calloc((size_t)L + 1, sizeof *hidden);
+    for (int l = 0; l <= L; l++) hidden[l] = malloc(sizeof(float) * (size_t)n * H);
+    float *logits = malloc(sizeof(float) * (size_t)n * fx.config.vocab_size);
+    lm_qwen35_capture capture = {.hidden = hidden};
+    lm_sequence_runner r;
+    lm_error err = {0};
+    lm_status st = lm_sequence_runner_init(&r, &fx.model, fx.backend, n, &err);
+    if (st == LM_OK) st = lm_sequence_runner_feed(&r, ids, n, true, logits, NULL, &capture, &err);
+    lm_sequence_runner_free(&r);
+    double worst = 0;
+    int worst_layer = -1;
+    for (int l = 0; l <= L && st == LM_OK; l++) {
+        char what[32];
+        snprintf(what, sizeof what, "hidden.%d", l);
+        const lm_tensor *want = ref("p0", what);
+        if (!want || want->n_elements != (int64_t)n * H) {
+            worst = INFINITY;
+            worst_layer = l;
+            break;
+        }
+        double e = normalized_error(hidden[l], want->data, (size_t)n * H,
+                                    stddev(want->data, (size_t)n * H));
+        if (!(e <= worst)) {
+            worst = e;
+            worst_layer = l;
+        }
+    }
+    for (int l = 0; l <= L; l++) free(hidden[l]);
+    free(hidden);
+    free(logits);
+    CHECK_OK(st, &err);
+    CHECK_MSG(worst < LOGIT_TOLERANCE, "hidden state entering layer %d: normalized error %.3g",
+              worst_layer, worst);
+}
+
+/* Prefill the first `split` tokens, then feed the rest in pieces of `step`
+ * tokens; every position's logits must equal the full-prefill reference. */
+static double incremental_error(const char *prompt, int split, int step, lm_error *err,
+                                lm_status *st) {
+    const int32_t *ids;
+    int n;
+    prompt_ids(prompt, &ids, &n);
+    const lm_tensor *want = ref(prompt, "logits");
+    int V = fx.config.vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)n * V);
+    lm_sequence_runner r;
+    *st = lm_sequence_runner_init(&r, &fx.model, fx.backend, n, err);
+    if (*st == LM_OK) *st = lm_sequence_runner_feed(&r, ids, split, true, logits, NULL, NULL, err);
+    for (int pos = split; pos < n && *st == LM_OK; pos += step) {
+        int k = n - pos < step ? n - pos : step;
+        *st = lm_sequence_runner_feed(&r, ids + pos, k, true, logits + (size_t)pos * V, NULL, NULL, err);
+    }
+    lm_sequence_runner_free(&r);
+    double e = *st == LM_OK ? normalized_error(logits, want->data, (size_t)n * V,
+                                               stddev(want->data, (size_t)n * V))
+                            : INFINITY;
+    free(logits);
+    return e;
+}
+
+static void test_decode_after_prefill_matches_full_prefill(void) {
+    /* Splits on both sides of the 64-token delta-rule chunk boundary. */
+    static const struct { const char *prompt; int split, step; } cases[] = {
+        {"p0", 1, 1}, {"p0", 5, 1}, {"p2", 1, 1}, {"p2", 64, 1}, {"p2", 65, 1},
+        {"p3", 3, 1}, {"p3", 100, 1}, {"p3", 64, 7}, {"p3", 10, 33},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lm_error err = {0};
+        lm_status st;
+        double e = incremental_error(cases[i].prompt, cases[i].split, cases[i].step, &err, &st);
+        CHECK_OK(st, &err);
+        CHECK_MSG(e < LOGIT_TOLERANCE, "%s split %d step %d: normalized error %.3g", cases[i].prompt,
+                  cases[i].split, cases[i].step, e);
+    }
+}
+
+int main(void) {
+    if (!load_fixture()) {
+        printf("test_qwen35_golden: 0 passed, 1 failed\n");
+        return 1;
+    }
+    RUN_TEST(test_prefill_logits_match_reference);
+    RUN_TEST(test_default_rope_matches_transformers_rerun);
+    RUN_TEST(test_greedy_continuations_match_reference);
+    RUN_TEST(test_hidden_states_match_reference);
+    RUN_TEST(test_decode_after_prefill_matches_full_prefill);
+    lm_safetensors_close(fx.reference);
+    lm_backend_destroy(fx.backend);
+    lm_qwen35_free(&fx.model);
+    lm_qwen35_free(&fx.model_default);
+    lm_safetensors_close(fx.rerun);
+    lm_checkpoint_close(fx.checkpoint);
+    return test_summary("test_qwen35_golden");
+}
