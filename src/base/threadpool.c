@@ -43,7 +43,11 @@ static void run_tasks(lm_pool *pool) {
 
 static void *worker_main(void *arg) {
     lm_pool *pool = arg;
-    unsigned seen = atomic_load(&pool->generation);
+    /* Generation 0 is the pool's state before any job.  Reading the live
+     * counter here instead would race with a job published before this
+     * thread got to run: the worker would never take that job and the caller
+     * would wait for its check-in forever. */
+    unsigned seen = 0;
     for (;;) {
         int spins = 0;
         unsigned gen;
