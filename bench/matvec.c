@@ -1,0 +1,126 @@
+/* lm_matmul speed on the Qwen3.5 0.8B shapes with bf16 weights:
+ *   decode  (n = 1): GB/s of weights streamed (the number to hold against
+ *                    bench/membw's read bandwidth);
+ *   prefill (n = 64 by default): GFLOP/s (2·n·rows·cols per call).
+ * Best and median of several timed calls after a warm-up, on the loom pool.
+ * Each matrix gets its own buffer, and decode cycles through copies so the
+ * weights are not served from cache (the 32 MB L3 would hold a small one).
+ *
+ * usage: matvec [threads (default 2)] [prefill tokens (default 64)] [runs (default 9)] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/bf16.h"
+#include "ops/ops.h"
+
+typedef struct {
+    const char *name;
+    int64_t rows, cols;
+} shape;
+
+static const shape shapes[] = {
+    {"qkv/z proj 1024->6144", 6144, 1024},
+    {"attn out 2048->1024", 1024, 2048},
+    {"gate|up 1024->3584 (x2)", 7168, 1024},
+    {"down 3584->1024", 1024, 3584},
+    {"lm_head 1024->248320", 248320, 1024},
+};
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static float rng_float(uint64_t *s) { return (float)(rng_next(s) >> 40) / (float)(1 << 24) - 0.5f; }
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 2;
+    int n_prefill = argc > 2 ? atoi(argv[2]) : 64;
+    int runs = argc > 3 ? atoi(argv[3]) : 9;
+    if (n_prefill < 1 || n_prefill > 4096 || runs < 1 || runs > 99) {
+        fprintf(stderr, "usage: matvec [threads] [prefill tokens 1..4096] [runs 1..99]\n");
+        return 2;
+    }
+    lm_error err = {0};
+    lm_backend *be = NULL;
+    if (lm_backend_cpu_create(threads, &be, &err) != LM_OK) {
+        fprintf(stderr, "matvec: %s\n", err.message);
+        return 1;
+    }
+    printf("matvec: %d threads, bf16 weights, decode n=1 and prefill n=%d, %d runs\n",
+           lm_backend_threads(be), n_prefill, runs);
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    int64_t max_cols = 0, max_rows = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        if (shapes[s].cols > max_cols) max_cols = shapes[s].cols;
+        if (shapes[s].rows > max_rows) max_rows = shapes[s].rows;
+    }
+    float *x = malloc(sizeof(float) * (size_t)(max_cols * n_prefill));
+    float *y = malloc(sizeof(float) * (size_t)(max_rows * n_prefill));
+    if (!x || !y) return 1;
+    for (int64_t i = 0; i < max_cols * n_prefill; i++) x[i] = rng_float(&seed);
+
+    double total_bytes = 0, total_seconds = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const shape *sh = &shapes[s];
+        int64_t elems = sh->rows * sh->cols;
+        double bytes = (double)elems * 2;
+        /* enough copies that cycling through them overflows the L3 */
+        int copies = (int)(128e6 / bytes) + 1;
+        if (copies > 32) copies = 32;
+        uint16_t *w = malloc((size_t)elems * 2 * (size_t)copies);
+        if (!w) return 1;
+        for (int64_t i = 0; i < elems; i++) w[i] = lm_f32_to_bf16(rng_float(&seed) * 0.1f);
+        for (int c = 1; c < copies; c++) memcpy(w + (int64_t)c * elems, w, (size_t)elems * 2);
+
+        double dec[99], pre[99];
+        for (int r = -1; r < runs; r++) {
+            /* decode: several calls over distinct copies, timed together */
+            double t0 = now_seconds();
+            for (int c = 0; c < copies; c++) {
+                lm_matrix m = {w + (int64_t)c * elems, LM_DTYPE_BF16, sh->rows, sh->cols};
+                lm_matmul(be, y, x, 1, &m);
+            }
+            double dt = (now_seconds() - t0) / copies;
+            lm_matrix m = {w, LM_DTYPE_BF16, sh->rows, sh->cols};
+            double t1 = now_seconds();
+            lm_matmul(be, y, x, n_prefill, &m);
+            double pt = now_seconds() - t1;
+            if (r >= 0) {
+                dec[r] = bytes / dt / 1e9;
+                pre[r] = 2.0 * n_prefill * (double)elems / pt / 1e9;
+            }
+        }
+        qsort(dec, (size_t)runs, sizeof(double), cmp_double);
+        qsort(pre, (size_t)runs, sizeof(double), cmp_double);
+        printf("%-26s decode %6.2f GB/s best, %6.2f median, %6.2f worst (%.3f ms)  "
+               "prefill %6.1f GFLOP/s best, %6.1f median\n",
+               sh->name, dec[runs - 1], dec[runs / 2], dec[0], bytes / dec[runs / 2] / 1e6,
+               pre[runs - 1], pre[runs / 2]);
+        total_bytes += bytes;
+        total_seconds += bytes / (dec[runs / 2] * 1e9);
+        free(w);
+    }
+    printf("all shapes: %.1f MB in %.3f ms at median speeds = %.2f GB/s\n", total_bytes / 1e6,
+           total_seconds * 1e3, total_bytes / total_seconds / 1e9);
+    free(x);
+    free(y);
+    lm_backend_destroy(be);
+    return 0;
+}
