@@ -13,11 +13,75 @@ static const char GPT2_PATTERN[] =
 
 /* ---- parsing ---- */
 
+/* The Rust library compiles its regexes with Oniguruma, whose Unicode
+ * classes differ from PCRE2's in small ways: \s is the White_Space property
+ * (PCRE2 adds U+180E), \w is letters, marks, numbers and connector
+ * punctuation (PCRE2: letters, numbers, '_'), and \h is a hex digit (PCRE2:
+ * horizontal space).  These escapes are rewritten into explicit classes.
+ * (Negated forms inside a bracket class are left to PCRE2.) */
+static const char SPACE_ITEMS[] = "\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+static const char WORD_ITEMS[] = "\\p{L}\\p{M}\\p{N}\\p{Pc}";
+static const char HEX_ITEMS[] = "0-9a-fA-F";
+
+static bool append_class(lm_text_buf *b, const char *items, bool in_class, bool negate) {
+    if (in_class) return lm_text_buf_append(b, items, strlen(items));
+    return lm_text_buf_append(b, negate ? "[^" : "[", negate ? 2 : 1) && lm_text_buf_append(b, items, strlen(items)) &&
+           lm_text_buf_append(b, "]", 1);
+}
+
+static bool onig_compatible(const char *p, size_t n, lm_text_buf *out) {
+    bool in_class = false, ok = true;
+    out->n = 0;
+    for (size_t i = 0; i < n && ok;) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = p[i + 1];
+            const char *items = e == 's' || e == 'S' ? SPACE_ITEMS : e == 'w' || e == 'W' ? WORD_ITEMS
+                              : e == 'h' || e == 'H' ? HEX_ITEMS : NULL;
+            bool negate = e == 'S' || e == 'W' || e == 'H';
+            if (items && !(in_class && negate)) ok = append_class(out, items, in_class, negate);
+            else ok = lm_text_buf_append(out, p + i, 2);
+            i += 2;
+            continue;
+        }
+        if (!in_class && c == '[') {
+            /* "[", an optional "^", and a "]" right after them is a literal. */
+            size_t j = i + 1;
+            if (j < n && p[j] == '^') j++;
+            if (j < n && p[j] == ']') j++;
+            ok = lm_text_buf_append(out, p + i, j - i);
+            in_class = true;
+            i = j;
+            continue;
+        }
+        if (in_class && c == '[' && i + 1 < n && p[i + 1] == ':') { /* [:alpha:] */
+            const char *end = memchr(p + i + 2, ']', n - i - 2);
+            size_t j = end ? (size_t)(end - p) + 1 : n;
+            ok = lm_text_buf_append(out, p + i, j - i);
+            i = j;
+            continue;
+        }
+        if (in_class && c == ']') in_class = false;
+        ok = lm_text_buf_append(out, p + i, 1);
+        i++;
+    }
+    return ok;
+}
+
 static lm_status compile_pattern(const char *pattern, size_t len, bool literal, pcre2_code **out, lm_error *err) {
     int code;
     PCRE2_SIZE offset;
     uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opts, &code, &offset, NULL);
+    lm_text_buf rewritten = {0};
+    if (!literal) {
+        if (!onig_compatible(pattern, len, &rewritten)) {
+            lm_text_buf_free(&rewritten);
+            return lm_fail(err, LM_ERR_NOMEM, "out of memory compiling a regex");
+        }
+    }
+    pcre2_code *re = literal ? pcre2_compile((PCRE2_SPTR)pattern, len, opts, &code, &offset, NULL)
+                             : pcre2_compile((PCRE2_SPTR)(rewritten.p ? rewritten.p : ""), rewritten.n, opts, &code, &offset, NULL);
+    lm_text_buf_free(&rewritten);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
