@@ -1,13 +1,137 @@
+/* Paged-KV attention on the cpu backend.
+ *
+ * One task per (token, kv head): the query heads of a GQA group read the
+ * same keys and values, so the task walks the token's context once, a block
+ * of KEY_BLOCK keys at a time, and every head of the group uses that block
+ * while it is in L1.  Softmax is online (running max m and sum l per head,
+ * float32): for each key block, scores s = q·k·scale, m' = max(m, s),
+ * acc = acc·e^(m-m') + Σ e^(s-m')·v.  The output rows themselves hold acc,
+ * so nothing is allocated.  Each (token, head) is computed by the same code
+ * whatever the task split, so results do not depend on the thread count. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
-#include "ops/cpu/reference.h"
+#include "ops/cpu/simd.h"
+
+#define KEY_BLOCK 16
+#define MAX_GROUP 64 /* query heads per kv head handled in one pass */
 
 void lm_cpu_kv_write(lm_backend *be, const lm_kv_layer *kv, const float *k, const float *v, int n,
                      const int32_t *slots) {
-    (void)be;
-    lm_ref_kv_write(kv, k, v, n, slots);
+    (void)be; /* a few KB per token: plain copies */
+    int64_t row = (int64_t)kv->n_kv_heads * kv->head_dim;
+    for (int t = 0; t < n; t++) {
+        memcpy(kv->k + (int64_t)slots[t] * row, k + (int64_t)t * row, (size_t)row * sizeof(float));
+        memcpy(kv->v + (int64_t)slots[t] * row, v + (int64_t)t * row, (size_t)row * sizeof(float));
+    }
 }
+
+typedef struct {
+    float *out;
+    const float *q;
+    const lm_kv_layer *kv;
+    const lm_attention_batch *b;
+} attention_job;
+
+static float dot(const float *a, const float *b, int D) {
+    lm_vf acc0 = lm_vf_zero(), acc1 = lm_vf_zero();
+    int d = 0;
+    for (; d + 2 * LM_VF_WIDTH <= D; d += 2 * LM_VF_WIDTH) {
+        acc0 = lm_vf_fma(lm_vf_load(a + d), lm_vf_load(b + d), acc0);
+        acc1 = lm_vf_fma(lm_vf_load(a + d + LM_VF_WIDTH), lm_vf_load(b + d + LM_VF_WIDTH), acc1);
+    }
+    for (; d < D; d += LM_VF_WIDTH) {
+        int count = D - d < LM_VF_WIDTH ? D - d : LM_VF_WIDTH;
+        acc0 = lm_vf_fma(lm_vf_load_part(a + d, count), lm_vf_load_part(b + d, count), acc0);
+    }
+    return lm_vf_reduce_add(lm_vf_add(acc0, acc1));
+}
+
+/* acc = acc·corr + Σ_j p[j]·v_j over one key block, a vector of dims at a time
+ * (the accumulator stays in a register across the block's keys). */
+static void accumulate_values(float *acc, float corr, const float *p, const float *const *vrows,
+                              int nkeys, int D) {
+    lm_vf vcorr = lm_vf_set1(corr);
+    for (int d = 0; d < D; d += LM_VF_WIDTH) {
+        int count = D - d < LM_VF_WIDTH ? D - d : LM_VF_WIDTH;
+        lm_vf a = lm_vf_mul(lm_vf_load_part(acc + d, count), vcorr);
+        if (count == LM_VF_WIDTH) {
+            for (int j = 0; j < nkeys; j++) a = lm_vf_fma(lm_vf_set1(p[j]), lm_vf_load(vrows[j] + d), a);
+            lm_vf_store(acc + d, a);
+        } else {
+            for (int j = 0; j < nkeys; j++)
+                a = lm_vf_fma(lm_vf_set1(p[j]), lm_vf_load_part(vrows[j] + d, count), a);
+            lm_vf_store_part(acc + d, a, count);
+        }
+    }
+}
+
+static void attention_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const attention_job *job = ctx;
+    const lm_attention_batch *b = job->b;
+    const lm_kv_layer *kv = job->kv;
+    int D = b->head_dim, group = b->n_heads / b->n_kv_heads;
+    int t = task / b->n_kv_heads, kvh = task % b->n_kv_heads;
+    int64_t kv_row = (int64_t)b->n_kv_heads * D;
+    const int32_t *table = b->block_tables[b->token_seq[t]];
+    int len = b->ctx_len[t];
+
+    for (int g0 = 0; g0 < group; g0 += MAX_GROUP) {
+        int ng = group - g0 < MAX_GROUP ? group - g0 : MAX_GROUP;
+        int h0 = kvh * group + g0;
+        float m[MAX_GROUP], l[MAX_GROUP];
+        for (int g = 0; g < ng; g++) {
+            m[g] = -INFINITY;
+            l[g] = 0;
+            memset(job->out + ((int64_t)t * b->n_heads + h0 + g) * D, 0, sizeof(float) * (size_t)D);
+        }
+        for (int j0 = 0; j0 < len; j0 += KEY_BLOCK) {
+            int nkeys = len - j0 < KEY_BLOCK ? len - j0 : KEY_BLOCK;
+            const float *krows[KEY_BLOCK], *vrows[KEY_BLOCK];
+            for (int j = 0; j < nkeys; j++) {
+                int pos = j0 + j;
+                int64_t slot = (int64_t)table[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
+                krows[j] = kv->k + slot * kv_row + (int64_t)kvh * D;
+                vrows[j] = kv->v + slot * kv_row + (int64_t)kvh * D;
+            }
+            for (int g = 0; g < ng; g++) {
+                const float *qh = job->q + ((int64_t)t * b->n_heads + h0 + g) * D;
+                float s[KEY_BLOCK] = {0}, p[KEY_BLOCK];
+                float block_max = -INFINITY;
+                for (int j = 0; j < nkeys; j++) {
+                    s[j] = dot(qh, krows[j], D) * b->scale;
+                    if (s[j] > block_max) block_max = s[j];
+                }
+                float new_m = m[g] > block_max ? m[g] : block_max;
+                float corr = m[g] == -INFINITY ? 0.0f : lm_exp_scalar(m[g] - new_m);
+                float sum = 0;
+                for (int j0v = 0; j0v < nkeys; j0v += LM_VF_WIDTH) {
+                    int count = nkeys - j0v < LM_VF_WIDTH ? nkeys - j0v : LM_VF_WIDTH;
+                    lm_vf e = lm_vf_exp(lm_vf_sub(lm_vf_load_part(s + j0v, count), lm_vf_set1(new_m)));
+                    lm_vf_store_part(p + j0v, e, count);
+                }
+                for (int j = 0; j < nkeys; j++) sum += p[j];
+                l[g] = l[g] * corr + sum;
+                m[g] = new_m;
+                accumulate_values(job->out + ((int64_t)t * b->n_heads + h0 + g) * D, corr, p, vrows,
+                                  nkeys, D);
+            }
+        }
+        for (int g = 0; g < ng; g++) {
+            float *oh = job->out + ((int64_t)t * b->n_heads + h0 + g) * D;
+            float inv = l[g] > 0 ? 1.0f / l[g] : 0.0f; /* empty context: zeros */
+            for (int d = 0; d < D; d++) oh[d] *= inv;
+        }
+    }
+}
+
 void lm_cpu_attention(lm_backend *be, float *out, const float *q, const lm_kv_layer *kv,
                       const lm_attention_batch *batch) {
-    (void)be;
-    lm_ref_attention(out, q, kv, batch);
+    if (batch->n_tokens <= 0) return;
+    attention_job job = {out, q, kv, batch};
+    lm_pool_run(lm_cpu_pool(be), batch->n_tokens * batch->n_kv_heads, attention_task, &job);
 }

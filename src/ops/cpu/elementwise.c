@@ -1,34 +1,251 @@
+/* Norms, rotary embedding and elementwise activations on the cpu backend.
+ *
+ * At decode these see one token (a few thousand floats): they run on the
+ * calling thread, vectorised.  Past PARALLEL_MIN_ELEMS elements (prefill)
+ * the work is split over the pool by whole rows / tokens / contiguous
+ * ranges, and every element is computed by the same code whatever the split,
+ * so results do not depend on the thread count. */
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/reference.h"
+#include "ops/cpu/simd.h"
+
+#define PARALLEL_MIN_ELEMS 32768
+/* Elementwise ranges are cut at multiples of this (a whole number of vectors). */
+#define RANGE_ALIGN 64
+/* RoPE frequencies handled per pass (bounds the stack tables). */
+#define ROPE_CHUNK 128
+
+/* Tasks for `elems` elements of work spread over `units` independent units. */
+static int task_count(lm_backend *be, int64_t elems, int64_t units) {
+    int threads = lm_pool_size(lm_cpu_pool(be));
+    if (threads <= 1 || elems < PARALLEL_MIN_ELEMS || units < 2) return 1;
+    int64_t tasks = (int64_t)threads * 4;
+    return (int)(tasks < units ? tasks : units);
+}
+
+static LM_ALWAYS_INLINE lm_vf vf_sigmoid(lm_vf x) {
+    lm_vf one = lm_vf_set1(1.0f);
+    return lm_vf_div(one, lm_vf_add(one, lm_vf_exp(lm_vf_sub(lm_vf_zero(), x))));
+}
+
+static LM_ALWAYS_INLINE lm_vf vf_silu(lm_vf x) {
+    return lm_vf_div(x, lm_vf_add(lm_vf_set1(1.0f), lm_vf_exp(lm_vf_sub(lm_vf_zero(), x))));
+}
+
+static float sum_squares(const float *x, int dim) {
+    lm_vf a0 = lm_vf_zero(), a1 = lm_vf_zero();
+    int i = 0;
+    for (; i + 2 * LM_VF_WIDTH <= dim; i += 2 * LM_VF_WIDTH) {
+        lm_vf v0 = lm_vf_load(x + i), v1 = lm_vf_load(x + i + LM_VF_WIDTH);
+        a0 = lm_vf_fma(v0, v0, a0);
+        a1 = lm_vf_fma(v1, v1, a1);
+    }
+    for (; i < dim; i += LM_VF_WIDTH) {
+        int count = dim - i < LM_VF_WIDTH ? dim - i : LM_VF_WIDTH;
+        lm_vf v = lm_vf_load_part(x + i, count);
+        a0 = lm_vf_fma(v, v, a0);
+    }
+    return lm_vf_reduce_add(lm_vf_add(a0, a1));
+}
+
+/* ---- row norms ---- */
+
+typedef struct {
+    float *out;
+    const float *x, *z, *weight;
+    int rows, dim;
+    float eps, scale;
+} norm_job;
+
+/* out = x * inv * w [* silu(z)] over one row */
+static LM_ALWAYS_INLINE void scale_row(float *out, const float *x, const float *z, const float *w,
+                                       int dim, float inv, bool gated) {
+    lm_vf vinv = lm_vf_set1(inv);
+    int i = 0;
+    for (; i + LM_VF_WIDTH <= dim; i += LM_VF_WIDTH) {
+        lm_vf v = lm_vf_mul(lm_vf_mul(lm_vf_load(x + i), vinv), lm_vf_load(w + i));
+        if (gated) v = lm_vf_mul(v, vf_silu(lm_vf_load(z + i)));
+        lm_vf_store(out + i, v);
+    }
+    if (i < dim) {
+        int count = dim - i;
+        lm_vf v = lm_vf_mul(lm_vf_mul(lm_vf_load_part(x + i, count), vinv), lm_vf_load_part(w + i, count));
+        if (gated) v = lm_vf_mul(v, vf_silu(lm_vf_load_part(z + i, count)));
+        lm_vf_store_part(out + i, v, count);
+    }
+}
+
+static LM_ALWAYS_INLINE void rmsnorm_rows(const norm_job *j, int task, int n_tasks, bool gated) {
+    long begin, end;
+    lm_split_range(j->rows, n_tasks, task, &begin, &end);
+    for (long r = begin; r < end; r++) {
+        int64_t off = (int64_t)r * j->dim;
+        float inv = 1.0f / sqrtf(sum_squares(j->x + off, j->dim) / (float)j->dim + j->eps);
+        scale_row(j->out + off, j->x + off, gated ? j->z + off : NULL, j->weight, j->dim, inv, gated);
+    }
+}
+
+static void rmsnorm_task(void *ctx, int task, int n_tasks) { rmsnorm_rows(ctx, task, n_tasks, false); }
+static void gated_rmsnorm_task(void *ctx, int task, int n_tasks) { rmsnorm_rows(ctx, task, n_tasks, true); }
 
 void lm_cpu_rmsnorm(lm_backend *be, float *out, const float *x, const float *w, int rows, int dim,
                     float eps) {
-    (void)be;
-    lm_ref_rmsnorm(out, x, w, rows, dim, eps);
+    norm_job j = {.out = out, .x = x, .weight = w, .rows = rows, .dim = dim, .eps = eps};
+    lm_pool_run(lm_cpu_pool(be), task_count(be, (int64_t)rows * dim, rows), rmsnorm_task, &j);
 }
+
 void lm_cpu_gated_rmsnorm(lm_backend *be, float *out, const float *x, const float *z,
                           const float *w, int rows, int dim, float eps) {
-    (void)be;
-    lm_ref_gated_rmsnorm(out, x, z, w, rows, dim, eps);
+    norm_job j = {.out = out, .x = x, .z = z, .weight = w, .rows = rows, .dim = dim, .eps = eps};
+    lm_pool_run(lm_cpu_pool(be), task_count(be, (int64_t)rows * dim, rows), gated_rmsnorm_task, &j);
 }
+
+static void l2norm_task(void *ctx, int task, int n_tasks) {
+    const norm_job *j = ctx;
+    long begin, end;
+    lm_split_range(j->rows, n_tasks, task, &begin, &end);
+    for (long r = begin; r < end; r++) {
+        float *xr = j->out + (int64_t)r * j->dim;
+        lm_vf f = lm_vf_set1(1.0f / sqrtf(sum_squares(xr, j->dim) + j->eps) * j->scale);
+        int i = 0;
+        for (; i + LM_VF_WIDTH <= j->dim; i += LM_VF_WIDTH) lm_vf_store(xr + i, lm_vf_mul(lm_vf_load(xr + i), f));
+        if (i < j->dim) lm_vf_store_part(xr + i, lm_vf_mul(lm_vf_load_part(xr + i, j->dim - i), f), j->dim - i);
+    }
+}
+
 void lm_cpu_l2norm_scale(lm_backend *be, float *x, int rows, int dim, float eps, float scale) {
-    (void)be;
-    lm_ref_l2norm_scale(x, rows, dim, eps, scale);
+    norm_job j = {.out = x, .rows = rows, .dim = dim, .eps = eps, .scale = scale};
+    lm_pool_run(lm_cpu_pool(be), task_count(be, (int64_t)rows * dim, rows), l2norm_task, &j);
 }
+
+/* ---- rotary embedding ---- */
+
+typedef struct {
+    float *x;
+    int n, n_heads, head_dim;
+    const int32_t *positions;
+    const lm_rope_params *rope;
+} rope_job;
+
+static void rope_task(void *ctx, int task, int n_tasks) {
+    const rope_job *j = ctx;
+    const lm_rope_params *rp = j->rope;
+    int half = rp->rot_dim / 2;
+    long begin, end;
+    lm_split_range(j->n, n_tasks, task, &begin, &end);
+    float inv_freq[ROPE_CHUNK], c[ROPE_CHUNK], s[ROPE_CHUNK];
+    int section[ROPE_CHUNK];
+    for (int f0 = 0; f0 < half; f0 += ROPE_CHUNK) {
+        int nf = half - f0 < ROPE_CHUNK ? half - f0 : ROPE_CHUNK;
+        /* once per call (per chunk): the frequencies and their position component */
+        for (int i = 0; i < nf; i++) {
+            int f = f0 + i;
+            inv_freq[i] = rp->inv_freq ? rp->inv_freq[f]
+                                       : powf(rp->theta, -2.0f * (float)f / (float)rp->rot_dim);
+            section[i] = lm_rope_section_of(rp, f);
+        }
+        for (long t = begin; t < end; t++) {
+            const int32_t *pos = j->positions + t * 3;
+            for (int i = 0; i < nf; i++) { /* once per token: the angles */
+                float angle = (float)pos[section[i]] * inv_freq[i];
+                c[i] = cosf(angle);
+                s[i] = sinf(angle);
+            }
+            for (int h = 0; h < j->n_heads; h++) {
+                float *xh = j->x + ((int64_t)t * j->n_heads + h) * j->head_dim;
+                if (rp->pair_interleaved) {
+                    float *xp = xh + 2 * f0;
+                    for (int i = 0; i < nf; i++) {
+                        float xa = xp[2 * i], xb = xp[2 * i + 1];
+                        xp[2 * i] = xa * c[i] - xb * s[i];
+                        xp[2 * i + 1] = xb * c[i] + xa * s[i];
+                    }
+                    continue;
+                }
+                float *xa = xh + f0, *xb = xh + f0 + half;
+                int i = 0;
+                for (; i < nf; i += LM_VF_WIDTH) {
+                    int count = nf - i < LM_VF_WIDTH ? nf - i : LM_VF_WIDTH;
+                    lm_vf va = lm_vf_load_part(xa + i, count), vb = lm_vf_load_part(xb + i, count);
+                    lm_vf vc = lm_vf_load_part(c + i, count), vs = lm_vf_load_part(s + i, count);
+                    lm_vf_store_part(xa + i, lm_vf_sub(lm_vf_mul(va, vc), lm_vf_mul(vb, vs)), count);
+                    lm_vf_store_part(xb + i, lm_vf_add(lm_vf_mul(vb, vc), lm_vf_mul(va, vs)), count);
+                }
+            }
+        }
+    }
+}
+
 void lm_cpu_rope(lm_backend *be, float *x, int n, int n_heads, int head_dim,
                  const int32_t *positions, const lm_rope_params *rope) {
-    (void)be;
-    lm_ref_rope(x, n, n_heads, head_dim, positions, rope);
+    if (rope->rot_dim < 2) return;
+    rope_job j = {x, n, n_heads, head_dim, positions, rope};
+    int64_t work = (int64_t)n * n_heads * rope->rot_dim;
+    lm_pool_run(lm_cpu_pool(be), task_count(be, work, n), rope_task, &j);
 }
+
+/* ---- elementwise ---- */
+
+typedef enum { OP_SILU_MUL, OP_SIGMOID_MUL, OP_ADD } binary_op;
+
+typedef struct {
+    float *out;
+    const float *a, *b;
+    int64_t n;
+    binary_op op;
+} binary_job;
+
+static LM_ALWAYS_INLINE lm_vf apply(binary_op op, lm_vf a, lm_vf b) {
+    switch (op) {
+    case OP_SILU_MUL: return lm_vf_mul(vf_silu(a), b);        /* a = gate, b = up */
+    case OP_SIGMOID_MUL: return lm_vf_mul(b, vf_sigmoid(a));  /* a = gate, b = x */
+    default: return lm_vf_add(a, b);                          /* a = x, b = y */
+    }
+}
+
+static LM_ALWAYS_INLINE void binary_range(const binary_job *j, binary_op op, int64_t begin, int64_t end) {
+    int64_t i = begin;
+    for (; i + LM_VF_WIDTH <= end; i += LM_VF_WIDTH)
+        lm_vf_store(j->out + i, apply(op, lm_vf_load(j->a + i), lm_vf_load(j->b + i)));
+    if (i < end) {
+        int count = (int)(end - i);
+        lm_vf_store_part(j->out + i, apply(op, lm_vf_load_part(j->a + i, count), lm_vf_load_part(j->b + i, count)),
+                         count);
+    }
+}
+
+static void binary_task(void *ctx, int task, int n_tasks) {
+    const binary_job *j = ctx;
+    long begin, end;
+    int64_t chunks = (j->n + RANGE_ALIGN - 1) / RANGE_ALIGN;
+    lm_split_range(chunks, n_tasks, task, &begin, &end);
+    int64_t b = begin * RANGE_ALIGN, e = end * RANGE_ALIGN < j->n ? end * RANGE_ALIGN : j->n;
+    switch (j->op) { /* one instantiation per op, so the switch leaves the loop */
+    case OP_SILU_MUL: binary_range(j, OP_SILU_MUL, b, e); break;
+    case OP_SIGMOID_MUL: binary_range(j, OP_SIGMOID_MUL, b, e); break;
+    case OP_ADD: binary_range(j, OP_ADD, b, e); break;
+    }
+}
+
+static void run_binary(lm_backend *be, float *out, const float *a, const float *b, int64_t n,
+                       binary_op op) {
+    if (n <= 0) return;
+    binary_job j = {out, a, b, n, op};
+    lm_pool_run(lm_cpu_pool(be), task_count(be, n, (n + RANGE_ALIGN - 1) / RANGE_ALIGN), binary_task, &j);
+}
+
 void lm_cpu_silu_mul(lm_backend *be, float *out, const float *gate, const float *up, int64_t n) {
-    (void)be;
-    lm_ref_silu_mul(out, gate, up, n);
+    run_binary(be, out, gate, up, n, OP_SILU_MUL);
 }
+
 void lm_cpu_sigmoid_mul(lm_backend *be, float *x, const float *gate, int64_t n) {
-    (void)be;
-    lm_ref_sigmoid_mul(x, gate, n);
+    run_binary(be, x, gate, x, n, OP_SIGMOID_MUL);
 }
+
 void lm_cpu_add(lm_backend *be, float *x, const float *y, int64_t n) {
-    (void)be;
-    lm_ref_add(x, y, n);
+    run_binary(be, x, x, y, n, OP_ADD);
 }
