@@ -10,6 +10,7 @@ static const lm_command commands[] = {
     {"logits", "write the logits of every prompt position", cmd_logits_main},
     {"inspect", "describe a checkpoint folder", cmd_inspect_main},
     {"bench", "measure prefill and decode speed", cmd_bench_main},
+    {"render", "render a chat template (JSON on stdin)", cmd_render_main},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Differential test of loom's chat-template engine against Jinja2.
+
+Renders templates with python3-jinja2 set up the way transformers sets it up
+(ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols, a
+json.dumps tojson, raise_exception, strftime_now, the {% generation %} tag)
+and with `loom render --template FILE`, and compares the bytes.  Cases: a
+hand-written list exercising every supported feature, the fixture models'
+chat templates over a set of conversations, and seeded random expressions.
+A case where Jinja2 raises must make loom fail too.
+
+usage: jinja_diff.py LOOM_BINARY FIXTURES_DIR [--random N] [--seed S] [-v]
+Prints "jinja_diff: N passed, N failed".
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+NOW = 1721692800  # 2024-07-23 00:00:00 UTC: what strftime_now sees on both sides
+
+
+class GenerationTag(Extension):
+    """transformers' AssistantTracker, minus the mask bookkeeping."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
+def make_env():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[GenerationTag, jinja2.ext.loopcontrols])
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def strftime_now(fmt):
+        return datetime.fromtimestamp(NOW, timezone.utc).strftime(fmt)
+
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+ENV = make_env()
+
+
+def render_jinja(template, ctx):
+    full = {"tools": None, "documents": None, "add_generation_prompt": False}
+    full.update(ctx)
+    try:
+        return True, ENV.from_string(template).render(**full)
+    except Exception as e:  # any Jinja2 failure: loom must fail too
+        return False, f"{type(e).__name__}: {e}"
+
+
+def render_loom(loom, template, ctx, model=None):
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False, encoding="utf-8") as f:
+        f.write(template)
+        path = f.name
+    try:
+        cmd = [loom, "render", "--template", path, "--now", str(NOW)]
+        if model:
+            cmd += ["--model", model]
+        r = subprocess.run(cmd, input=json.dumps(ctx).encode(), capture_output=True, timeout=30)
+        if r.returncode == 0:
+            return True, r.stdout.decode("utf-8", "replace")
+        return False, r.stderr.decode("utf-8", "replace").strip()
+    finally:
+        os.unlink(path)
+
+
+# ---- hand-written feature cases: (name, template, context) ----
+MSGS = [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Hi <b>"},
+        {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
+FEATURES = [
+    ("text", "plain text\nsecond line\n", {}),
+    ("trailing_newline_kept_once", "a\n\n", {}),
+    ("crlf", "a\r\nb\rc", {}),
+    ("print_values", "{{ 1 }} {{ 1.0 }} {{ 1.5e-7 }} {{ 1e16 }} {{ 123456789.123 }} {{ true }} {{ none }} {{ 'x' }}", {}),
+    ("print_containers", "{{ [1, 'a', none, true, 1.5, {'k': \"it's\"}] }} {{ (1,) }} {{ (1, 2) }} {{ {} }}", {}),
+    ("print_repr_escapes", "{{ ['a\\nb', 'tab\\t', \"q'\", 'both\\'\"', 'uni é', '\\x01'] }}", {}),
+    ("undefined_prints_empty", "[{{ missing }}][{{ d.missing }}]", {"d": {}}),
+    ("defined_tests", "{{ x is defined }}{{ y is defined }}{{ y is undefined }}{{ none is none }}{{ x is not none }}", {"x": 1}),
+    ("type_tests", "{% for v in [1, 1.5, 'a', [1], {'a': 1}, none, true] %}{{ v is string }}{{ v is mapping }}{{ v is iterable }}"
+     "{{ v is sequence }}{{ v is number }}{{ v is integer }}{{ v is float }}{{ v is boolean }}|{% endfor %}", {}),
+    ("true_false_tests", "{{ true is true }}{{ 1 is true }}{{ false is false }}{{ 0 is false }}", {}),
+    ("divisible", "{{ 6 is divisibleby 3 }}{{ 7 is divisibleby(3) }}{{ 3 is odd }}{{ 4 is even }}", {}),
+    ("compare_tests", "{{ 3 is gt 2 }}{{ 3 is lt 2 }}{{ 'a' is eq 'a' }}{{ 2 is in [1, 2] }}{{ 'a' is lower }}{{ 'A' is upper }}", {}),
+    ("truthiness", "{% for v in [0, 1, '', 'a', [], [0], {}, none, 0.0] %}{{ 'T' if v else 'F' }}{% endfor %}", {}),
+    ("and_or_operands", "{{ 0 or 'x' }} {{ 'a' and 'b' }} {{ '' and 'b' }} {{ none or [] }} {{ 1 and 0 }}", {}),
+    ("not", "{{ not 1 }}{{ not '' }}{{ not x is defined }}{{ not (1 in [1]) }}", {}),
+    ("in_operator", "{{ 'b' in 'abc' }}{{ 2 in [1, 2] }}{{ 'k' in {'k': 1} }}{{ 'z' not in 'abc' }}{{ 1 in u }}", {}),
+    ("concat", "{{ 'a' ~ 1 ~ none ~ true ~ [1] }}{{ 'x' ~ missing ~ 'y' }}", {}),
+    ("arith", "{{ 7 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7.5 % 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }}"
+     " {{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 10 - 2 - 3 }} {{ 1 + 1.5 }} {{ -7.5 // 2 }} {{ 4 / 2 }}", {}),
+    ("precedence", "{{ 'a' + 'b' ~ 'c' }} {{ 1 + 2 ~ 3 }} {{ -2 ** 2 }} {{ 2 * -1 }} {{ -1|abs }} {{ not 1 == 2 }}", {}),
+    ("str_mul", "{{ '=' * 5 }}{{ [1, 2] * 2 }}{{ 3 * 'ab' }}", {}),
+    ("comparison_chain", "{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 1 == 1.0 }}{{ 'a' < 'b' }}{{ [1, 2] < [1, 3] }}{{ 1 != 2 }}", {}),
+    ("string_literals", "{{ 'a\\tb' }}|{{ \"q\\\"uote\" }}|{{ 'x\\\\y' }}|{{ '\\u00e9\\x41\\101' }}|{{ 'a' 'b' }}|{{ '\\d' }}", {}),
+    ("numbers", "{{ 1_000 }} {{ 0x1f }} {{ 0b101 }} {{ 0o17 }} {{ 1.5 }} {{ 2e3 }} {{ 1.0e-3 }} {{ 10 ** 15 }}", {}),
+    ("if_elif_else", "{% for x in [1, 2, 3] %}{% if x == 1 %}one{% elif x == 2 %}two{% else %}many{% endif %}{% endfor %}", {}),
+    ("for_loop_vars", "{% for x in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}"
+     "{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }}|{% endfor %}", {}),
+    ("for_else", "{% for x in [] %}x{% else %}empty{% endfor %}{% for x in [1] %}{{ x }}{% else %}no{% endfor %}", {}),
+    ("for_filter", "{% for x in range(10) if x is odd %}{{ x }}{{ loop.index }}{{ loop.length }},{% endfor %}", {}),
+    ("for_dict_items", "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
+     {"d": {"b": 1, "a": [1, 2], "c": None}}),
+    ("for_items_filter", "{% for k, v in d|items %}{{ k }}:{{ v|tojson }} {% endfor %}", {"d": {"x": {"y": 1.5}, "z": "é"}}),
+    ("for_nested_loop", "{% for a in [1, 2] %}{% for b in 'xy' %}{{ a }}{{ b }}{{ loop.index }}{% endfor %}{{ loop.index }};{% endfor %}", {}),
+    ("loop_cycle", "{% for x in range(5) %}{{ loop.cycle('a', 'b', 'c') }}{% endfor %}", {}),
+    ("break_continue", "{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}", {}),
+    ("for_scoping", "{% set x = 5 %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}({{ x }}){% endfor %}{{ x }}", {}),
+    ("if_scoping", "{% set x = 5 %}{% if true %}{% set x = 6 %}{% endif %}{{ x }}", {}),
+    ("set_tuple", "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set c, d = [3, 4] %}{{ c + d }}", {}),
+    ("set_block", "{% set x %}hello {{ 'world' }}{% endset %}[{{ x }}]{% set y | upper %}abc{% endset %}{{ y }}", {}),
+    ("namespace", "{% set ns = namespace(n=0, items=[]) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}"
+     "{{ ns.n }} {{ ns.items }} {{ ns.missing is defined }}", {}),
+    ("namespace_print", "{% set ns = namespace(a=1, b='x') %}{{ ns }}", {}),
+    ("macro", "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }} {{ greet(punct='.', name='C') }}", {}),
+    ("macro_globals", "{% macro f() %}{{ x }}{% endmacro %}{% set x = 9 %}{{ f() }}", {}),
+    ("macro_recursive", "{% macro walk(v) %}{% if v is mapping %}{{ '{' }}{% for k, x in v.items() %}{{ k }}:{{ walk(x) }},{% endfor %}{{ '}' }}"
+     "{% elif v is iterable and v is not string %}[{% for x in v %}{{ walk(x) }}{% endfor %}]{% else %}{{ v }}{% endif %}{% endmacro %}{{ walk(d) }}",
+     {"d": {"a": [1, {"b": "c"}], "d": None}}),
+    ("macro_nested_call", "{% macro inner(x) %}<{{ x }}>{% endmacro %}{% macro outer(y) %}{{ inner(y) ~ inner(y * 2) }}{% endmacro %}{{ outer(3) }}", {}),
+    ("macro_varargs", "{% macro f(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ f(1, 2, 3, k=4) }}", {}),
+    ("macro_missing_arg", "{% macro f(a, b) %}[{{ a }}][{{ b }}]{% endmacro %}{{ f(1) }}", {}),
+    ("call_block", "{% macro box(t) %}[{{ t }}:{{ caller() }}]{% endmacro %}{% call box('x') %}inside {{ 1 + 1 }}{% endcall %}", {}),
+    ("call_block_args", "{% macro each(xs) %}{% for x in xs %}{{ caller(x) }}{% endfor %}{% endmacro %}{% call(item) each([1, 2]) %}<{{ item }}>{% endcall %}", {}),
+    ("filter_block", "{% filter upper %}abc {{ 'def' }}{% endfilter %}{% filter trim|title %}  hello world  {% endfilter %}", {}),
+    ("with_block", "{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}[{{ a }}]", {}),
+    ("generation_tag", "{% generation %}gen {{ 1 }}{% endgeneration %}!", {}),
+    ("raw_block", "{% raw %}{{ not parsed }} {% if %}{% endraw %}|{%- raw -%}  x  {%- endraw -%}|", {}),
+    ("comments", "a{# comment #}b\n{# line comment #}\nc {#- strip -#} d", {}),
+    ("print_tag", "{% print 'x', 1 %}", {}),
+    ("ws_minus", "a  {{- 'b' -}}  c\n  {%- if true -%}  d  {%- endif -%}  e", {}),
+    ("ws_plus", "  {%+ if true %}x{% endif +%}\ny", {}),
+    ("lstrip_trim", "  {% if true %}\n  indented\n  {% endif %}\n  {{ 'var' }}\n    {# c #}\nend", {}),
+    ("lstrip_not_for_vars", "line\n    {{ 'v' }}\n    {% if true %}b{% endif %}", {}),
+    ("trim_only_one_newline", "{% if true %}\n\nx{% endif %}\n\ny", {}),
+    ("lstrip_mid_line", "x   {% if true %}y{% endif %}   z", {}),
+    ("dict_literal_in_tag", "{{ {'a': {'b': 1}} }}{% set d = {'x': [1, {'y': 2}]} %}{{ d.x[1].y }}", {}),
+    ("getattr_getitem", "{{ d.a }} {{ d['a'] }} {{ l[0] }} {{ l[-1] }} {{ l[5] }} {{ d.items is defined }} {{ s[1] }} {{ l.0 }}",
+     {"d": {"a": 1}, "l": [1, 2, 3], "s": "héllo"}),
+    ("dict_method_precedence", "{{ d['items'] }} {{ d.get('items') }} {{ d.keys() | list }} {{ d.values() | list }}",
+     {"d": {"items": 5, "b": 2}}),
+    ("dict_get", "{{ d.get('a') }} {{ d.get('z') }} {{ d.get('z', 'dflt') }} {{ d.get('z') is none }}", {"d": {"a": 1}}),
+    ("slices", "{{ l[1:] }} {{ l[:2] }} {{ l[::-1] }} {{ l[::2] }} {{ l[-2:] }} {{ l[1:-1] }} {{ s[::-1] }} {{ s[1:3] }} {{ s[-3:] }} {{ s[::2] }}",
+     {"l": [1, 2, 3, 4, 5], "s": "aé日本x"}),
+    ("str_methods", "{{ s.upper() }}|{{ s.lower() }}|{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s.strip(' H') }}|{{ s.title() }}|{{ s.capitalize() }}",
+     {"s": "  Hello wORLD  "}),
+    ("str_startswith", "{{ s.startswith('ab') }}{{ s.endswith('yz') }}{{ s.startswith(('x', 'a')) }}{{ s.endswith('q') }}", {"s": "abxyz"}),
+    ("str_split", "{{ s.split() }}{{ s.split(',') }}{{ s.split(',', 1) }}{{ s.rsplit(',', 1) }}{{ 'a  b c '.split(None, 1) }}{{ ' a b '.rsplit(None, 1) }}",
+     {"s": "a,b,,c"}),
+    ("str_replace", "{{ s.replace('a', 'X') }} {{ s.replace('a', 'X', 1) }} {{ 'ab'.replace('', '-') }} {{ s|replace('b', '') }}", {"s": "abab"}),
+    ("str_find", "{{ s.find('é') }} {{ s.find('zz') }} {{ s.rfind('a') }} {{ s.count('a') }} {{ s.index('b') }}", {"s": "aébab"}),
+    ("str_misc", "{{ ','.join(['a', 'b']) }} {{ 'ab'.center(6) }}| {{ '5'.zfill(3) }} {{ 'x'.ljust(3) }}|{{ 'x'.rjust(3) }} {{ '12'.isdigit() }} {{ 'ab'.isalpha() }} {{ 'a b'.partition(' ') }} {{ 'ab'.removeprefix('a') }}", {}),
+    ("str_splitlines", "{{ 'a\\nb\\r\\nc'.splitlines() }}", {}),
+    ("str_format_method", "{{ '{} and {}'.format('a', 1) }} {{ '{0}{1}{0}'.format('x', 'y') }} {{ '{name}!'.format(name='n') }} {{ '{:>5}|{:<4}|{:^5}|'.format('r', 'l', 'c') }} {{ '{:.2f} {:03d}'.format(3.14159, 7) }}", {}),
+    ("percent_format", "{{ '%s-%d' % ('a', 3) }} {{ '%.2f' % 2.5 }} {{ '%5s|%-5s|' % ('r', 'l') }} {{ '%x %o %%' % (255, 8) }} {{ '%(a)s' % {'a': 1} }} {{ 'x=%s' % [1] }}", {}),
+    ("filters_basic", "{{ 'abc'|upper }} {{ 'ABC'|lower }} {{ ' x '|trim }}| {{ 'hello world'|title }} {{ 'hELLO'|capitalize }} {{ [1, 2, 3]|length }} {{ 'héllo'|count }} {{ d|length }}",
+     {"d": {"a": 1}}),
+    ("filter_title_jinja", "{{ 'hello-world foo(bar) x_y don\\'t'|title }}", {}),
+    ("filter_default", "{{ x|default('d') }} {{ y|default('d') }} {{ ''|default('d') }} {{ ''|default('d', true) }} {{ x|d }} {{ none|default(1) }}", {"y": 0}),
+    ("filter_join", "{{ [1, 2, 3]|join(', ') }} {{ ['a', 'b']|join }} {{ users|join(', ', attribute='name') }}",
+     {"users": [{"name": "a"}, {"name": "b"}]}),
+    ("filter_first_last", "{{ [1, 2]|first }} {{ [1, 2]|last }} {{ 'abc'|first }} {{ 'abc'|last }} {{ []|first is defined }}", {}),
+    ("filter_list_reverse", "{{ 'abc'|list }} {{ [1, 2, 3]|reverse|list }} {{ 'abc'|reverse }} {{ d|list }}", {"d": {"x": 1, "y": 2}}),
+    ("filter_int_float", "{{ '42'|int }} {{ '4.7'|int }} {{ 'x'|int }} {{ 'x'|int(7) }} {{ 3.9|int }} {{ '1.5'|float }} {{ 2|float }} {{ 'ab'|float }} {{ true|int }} {{ ' 12 '|int }}", {}),
+    ("filter_string", "{{ 1|string }} {{ none|string }} {{ [1, 'a']|string }} {{ (1|string) is string }}", {}),
+    ("filter_tojson", "{{ d|tojson }}\n{{ d|tojson(indent=2) }}\n{{ [1, 'é', none, true, 1.0]|tojson }}\n{{ 'x\"\\n\\t'|tojson }}\n{{ d|tojson(sort_keys=true) }}\n{{ d|tojson(separators=(',', ':')) }}\n{{ 'é'|tojson(ensure_ascii=true) }}\n{{ []|tojson(indent=2) }} {{ {}|tojson }}",
+     {"d": {"b": [1, 2.5, {"c": None}], "a": "\u00e9\U0001F600", "f": 1.0, "big": 12345678901234}}),
+    ("filter_items", "{{ d|items|list }}{{ u|items|list }}", {"d": {"a": 1, "b": [2]}}),
+    ("filter_map_select", "{{ users|map(attribute='name')|list }} {{ users|selectattr('admin')|map(attribute='name')|join(',') }} "
+     "{{ users|rejectattr('admin')|list|length }} {{ [1, 2, 3, 4]|select('odd')|list }} {{ [1, 2, 3, 4]|reject('even')|list }} "
+     "{{ ['a', 'B']|map('upper')|list }} {{ users|selectattr('name', 'equalto', 'bo')|list }} {{ [0, 1, '', 'x']|select|list }}",
+     {"users": [{"name": "al", "admin": True}, {"name": "bo", "admin": False}]}),
+    ("filter_map_default", "{{ users|map(attribute='age', default=0)|list }}", {"users": [{"age": 3}, {}]}),
+    ("filter_sort_unique", "{{ [3, 1, 2]|sort }} {{ [3, 1, 2]|sort(reverse=true) }} {{ ['b', 'A', 'c']|sort }} {{ ['b', 'A', 'c']|sort(case_sensitive=true) }} "
+     "{{ users|sort(attribute='age')|map(attribute='n')|join }} {{ [1, 2, 1, 3]|unique|list }} {{ ['a', 'A', 'b']|unique|list }}",
+     {"users": [{"n": "x", "age": 3}, {"n": "y", "age": 1}, {"n": "z", "age": 3}]}),
+    ("filter_min_max_sum", "{{ [3, 1, 2]|max }} {{ [3, 1, 2]|min }} {{ [1, 2, 3]|sum }} {{ [1.5, 2]|sum }} {{ users|sum(attribute='a') }} {{ ['b', 'A']|max }}",
+     {"users": [{"a": 1}, {"a": 5}]}),
+    ("filter_dictsort", "{{ d|dictsort }} {{ d|dictsort(by='value') }} {{ d|dictsort(reverse=true) }}", {"d": {"b": 1, "a": 3, "C": 2}}),
+    ("filter_replace_round_abs", "{{ 'aaa'|replace('a', 'b', 2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 2.675|round(2) }} {{ 2.1|round(0, 'ceil') }} {{ 2.9|round(method='floor') }} {{ -3|abs }} {{ 7|round }}", {}),
+    ("filter_indent", "{{ 'a\\nb\\n\\nc'|indent }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent(1, blank=true) }}|{{ 'x\\ny'|indent('> ') }}", {}),
+    ("filter_truncate_wordcount", "{{ 'hello world foo bar'|truncate(9) }}|{{ 'hello world foo bar'|truncate(11, true) }}|{{ 'abc'|truncate(10) }}|{{ 'a b  c'|wordcount }}", {}),
+    ("filter_batch_center", "{{ [1, 2, 3, 4, 5]|batch(2)|list }} {{ [1, 2, 3]|batch(2, 'x')|list }} [{{ 'ab'|center(7) }}]", {}),
+    ("filter_escape_safe", "{{ '<a href=\"x\">&\\'</a>'|e }} {{ '<b>'|safe }} {{ '<i>'|escape }}", {}),
+    ("filter_format", "{{ '%s=%s'|format('a', 1) }} {{ '%05.1f'|format(3.14159) }}", {}),
+    ("filter_attr_pprint", "{{ d|attr('a') }} {{ [1, 'x']|pprint }}", {"d": {"a": 7}}),
+    ("range", "{{ range(3)|list }} {{ range(1, 7, 2)|list }} {{ range(5, 0, -2)|list }} {{ range(0)|list }}", {}),
+    ("dict_builtin", "{{ dict(a=1, b='x') }} {{ dict(a=1).a }}", {}),
+    ("strftime", "{{ strftime_now('%Y-%m-%d %d %b %Y') }}", {}),
+    ("condexpr", "{{ 'y' if x else 'n' }} {{ 'y' if not x else 'n' }} {{ 'a' if false }}| {{ 1 if 0 else 2 if 0 else 3 }}", {"x": 1}),
+    ("nested_data", "{% for m in messages %}{{ m['role'] }}:{{ m.content|trim }};{% endfor %}{{ messages[-1].content }}", {"messages": MSGS}),
+    ("loop_over_messages_reverse", "{% for m in messages[::-1] %}{{ loop.index0 }}{{ m.role[0] }}{% endfor %}", {"messages": MSGS}),
+    ("is_string_content", "{% for m in messages %}{% if m.content is string %}S{% else %}{% for p in m.content %}{{ p.type }}{% endfor %}{% endif %}{% endfor %}",
+     {"messages": [{"content": "x"}, {"content": [{"type": "text", "text": "a"}, {"type": "image"}]}]}),
+    ("bos_eos", "{{ bos_token }}|{{ eos_token }}|{{ bos_token is defined }}", {"bos_token": "<s>", "eos_token": "</s>"}),
+    ("tools_none_default", "{{ tools is none }}{{ tools is defined }}{{ documents is none }}{{ add_generation_prompt }}", {}),
+    ("unicode", "{{ 'héllo wörld'|upper }} {{ 'ÄÖÜ'|lower }} {{ '日本語'|length }} {{ '日本語'[1] }} {{ 'straße'|title }}", {}),
+    ("float_printing", "{{ 0.1 + 0.2 }} {{ 1/3 }} {{ 2.0 * 3 }} {{ 1e22 }} {{ 1e-5 }} {{ 0.0001 }} {{ -0.0 }} {{ 5e-324 }} {{ 1.7976931348623157e308 }} {{ 100.0 }}", {}),
+    ("int_float_input", "{{ a }} {{ b }} {{ a == b }} {{ c }} {{ d|tojson }}", {"a": 1, "b": 1.0, "c": 2.5e-10, "d": [1, 1.0, -0.0]}),
+    ("empty_containers", "{{ [] }}{{ {} }}{{ () }}{{ ''|length }}", {}),
+    ("tuple_unpack_items", "{% for a, b in [[1, 2], (3, 4)] %}{{ a }}{{ b }}{% endfor %}{% for a, b in ['xy'] %}{{ a }}{{ b }}{% endfor %}", {}),
+    ("tests_callable_sameas", "{{ range is callable }}{{ none is sameas none }}{{ 'x' is filter }}{{ 'upper' is filter }}{{ 'odd' is test }}", {}),
+    ("loop_changed_depth", "{% for x in [1] %}{{ loop.depth }}{{ loop.depth0 }}{% endfor %}", {}),
+    # errors: both sides must fail
+    ("err_raise", "{{ raise_exception('bad input') }}", {}),
+    ("err_undefined_attr", "{{ u.foo }}", {}),
+    ("err_add_types", "{{ 'a' + 1 }}", {}),
+    ("err_unknown_filter", "{{ x|nosuchfilter }}", {}),
+    ("err_unclosed", "{% if x %}", {}),
+    ("err_unknown_tag", "{% frobnicate %}", {}),
+    ("err_div_zero", "{{ 1 / 0 }}", {}),
+    ("err_list_append", "{% set l = [1] %}{{ l.append(2) }}", {}),
+    ("err_not_iterable", "{% for x in 5 %}{% endfor %}", {}),
+    ("err_compare", "{{ 1 < 'a' }}", {}),
+    ("err_include", "{% include 'x.html' %}", {}),
+    ("err_syntax", "{{ 1 + }}", {}),
+    ("err_ns_assign", "{% set x = 1 %}{% set x.y = 2 %}", {}),
+    ("err_items_non_mapping", "{{ [1]|items|list }}", {}),
+]
+
+
+# ---- conversations for the fixture chat templates ----
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Get the weather",
+                                         "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                                                          "days": {"type": "integer"}},
+                                                        "required": ["city"]}}}
+CONVERSATIONS = [
+    ("user_only", {"messages": [{"role": "user", "content": "Hello!"}], "add_generation_prompt": True}),
+    ("system_user", {"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "2+2?"}],
+                     "add_generation_prompt": True}),
+    ("no_think", {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True, "enable_thinking": False}),
+    ("think_true", {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True, "enable_thinking": True}),
+    ("multi_turn_reasoning", {"messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello.", "reasoning_content": "The user greets me."},
+        {"role": "user", "content": "Bye"},
+        {"role": "assistant", "content": "<think>\nok\n</think>\n\nSee you."}], "add_generation_prompt": False}),
+    ("inline_think", {"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nA"}]}),
+    ("tools_and_calls", {"messages": [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}},
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Nice", "flag": True, "x": 1.5}}}]},
+        {"role": "tool", "content": "{\"temp\": 21}"},
+        {"role": "tool", "content": "sunny"},
+        {"role": "assistant", "content": "It is 21C.", "reasoning_content": "Both done."},
+        {"role": "user", "content": "Thanks"}], "tools": [TOOL], "add_generation_prompt": True}),
+    ("tool_call_string_args", {"messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": "calling", "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+        {"role": "tool", "content": "<tool_response>r</tool_response>"}], "add_generation_prompt": True}),
+    ("multimodal_content", {"messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe."}]}],
+                            "add_generation_prompt": True}),
+    ("unicode_content", {"messages": [{"role": "user", "content": "Ça va? 日本 😀 \"q\" \\ \t"}], "add_generation_prompt": True,
+                         "enable_thinking": False}),
+]
+
+
+def fixture_templates(fixtures):
+    out = []
+    models = os.path.join(fixtures, "models")
+    for name in sorted(os.listdir(models)) if os.path.isdir(models) else []:
+        path = os.path.join(models, name, "chat_template.jinja")
+        if os.path.exists(path):
+            out.append((name, open(path, encoding="utf-8").read(), os.path.join(models, name)))
+    cfg = os.path.join(fixtures, "tokenizers", "qwen3", "tokenizer_config.json")
+    if os.path.exists(cfg):
+        out.append(("qwen3", json.load(open(cfg, encoding="utf-8"))["chat_template"], os.path.dirname(cfg)))
+    return out
+
+
+def special_tokens(model_dir):
+    cfg = json.load(open(os.path.join(model_dir, "tokenizer_config.json"), encoding="utf-8"))
+    out = {}
+    for key in ("bos_token", "eos_token"):
+        v = cfg.get(key)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if isinstance(v, str):
+            out[key] = v
+    return out
+
+
+# ---- random expressions ----
+def rand_literal(r, depth):
+    k = r.randrange(9 if depth < 2 else 6)
+    if k == 0:
+        return str(r.randrange(-20, 100))
+    if k == 1:
+        return r.choice(["0.5", "1.0", "2.25", "-3.5", "1e3", "0.1", "7.0"])
+    if k == 2:
+        return repr(r.choice(["", "a", "ab c", "Hello World", " x ", "é", "a,b", "<t>", "x\n"]))
+    if k == 3:
+        return r.choice(["true", "false", "none"])
+    if k == 4:
+        return r.choice(["n", "s", "l", "d", "f", "u", "e"])
+    if k == 5:
+        return r.choice(["l[0]", "l[-1]", "d.a", "d['b']", "s[1:]", "l[::-1]", "d.get('a')", "s.upper()"])
+    if k == 6:
+        return "[" + ", ".join(rand_expr(r, depth + 1) for _ in range(r.randrange(3))) + "]"
+    if k == 7:
+        return "(" + rand_expr(r, depth + 1) + ")"
+    return "{" + ", ".join(f"'k{i}': " + rand_expr(r, depth + 1) for i in range(r.randrange(3))) + "}"
+
+
+FILTERS = ["length", "string", "upper", "lower", "trim", "first", "last", "list", "tojson", "int", "float",
+           "abs", "title", "capitalize", "items|list", "join", "sort", "unique|list", "reverse|list", "default('z')", "join('-')", "replace('a', 'b')",
+           "round", "sum", "min", "max", "count", "wordcount", "center(6)", "indent(2)", "batch(2)|list"]
+TESTS = ["defined", "none", "string", "number", "mapping", "iterable", "sequence", "odd", "even", "integer", "float",
+         "divisibleby 2", "in [1, 'a']", "lower", "true", "false", "boolean"]
+BINOPS = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", ">=", "in", "not in", "and", "or"]
+
+
+def rand_expr(r, depth=0):
+    if depth >= 3:
+        return rand_literal(r, depth)
+    k = r.randrange(6)
+    if k == 0:
+        return rand_literal(r, depth)
+    if k == 1:
+        return f"{rand_expr(r, depth + 1)} {r.choice(BINOPS)} {rand_expr(r, depth + 1)}"
+    if k == 2:
+        return f"{rand_literal(r, depth + 1)}|{r.choice(FILTERS)}"
+    if k == 3:
+        return f"({rand_expr(r, depth + 1)}) is {r.choice(['', 'not '])}{r.choice(TESTS)}"
+    if k == 4:
+        return f"{rand_expr(r, depth + 1)} if {rand_expr(r, depth + 1)} else {rand_expr(r, depth + 1)}"
+    return f"not {rand_expr(r, depth + 1)}"
+
+
+RANDOM_CTX = {"n": 3, "s": "Hello", "l": [1, "a", 2.5], "d": {"a": 1, "b": [1, 2]}, "f": 0.25, "e": "", "u_unused": None}
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) < 2:
+        print(__doc__)
+        return 2
+    loom, fixtures = args[0], args[1]
+    count = int(args[args.index("--random") + 1]) if "--random" in args else 300
+    seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 1234
+    verbose = "-v" in args
+    cases = [(name, tpl, ctx, None) for name, tpl, ctx in FEATURES]
+    for tname, tpl, model in fixture_templates(fixtures):
+        tokens = special_tokens(model)
+        for cname, ctx in CONVERSATIONS:
+            full = dict(tokens)
+            full.update(ctx)
+            cases.append((f"{tname}/{cname}", tpl, full, model))
+    r = random.Random(seed)
+    for i in range(count):
+        cases.append((f"random{i}", "{{ " + rand_expr(r) + " }}", RANDOM_CTX, None))
+
+    passed = failed = 0
+    for name, tpl, ctx, model in cases:
+        ok_ref, ref = render_jinja(tpl, ctx)
+        ok_loom, got = render_loom(loom, tpl, ctx, model)
+        same = (ok_ref and ok_loom and ref == got) or (not ok_ref and not ok_loom)
+        if same:
+            passed += 1
+            if verbose:
+                print(f"  ok {name}")
+        else:
+            failed += 1
+            print(f"  FAIL {name}\n    template: {tpl[:300]!r}\n    jinja2:   {ref[:600]!r}\n    loom:     {got[:600]!r}")
+    print(f"jinja_diff: {passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
