@@ -14,7 +14,7 @@ lm_status lm_ids_reserve(lm_ids *ids, size_t extra, lm_error *err) {
     if (extra > SIZE_MAX / sizeof(int32_t) / 2 - ids->n)
         return lm_fail(err, LM_ERR_NOMEM, "token id array too large");
     size_t need = ids->n + extra;
-    if (need <= ids->cap) return LM_OK;
+    if (need <= ids->cap && ids->v) return LM_OK;
     size_t cap = ids->cap ? ids->cap : 64;
     while (cap < need) cap *= 2;
     int32_t *v = realloc(ids->v, cap * sizeof *v);
@@ -448,7 +448,7 @@ lm_status lm_bpe_encode_cached(const lm_bpe *bpe, const uint8_t *piece, size_t n
             if (s->hash == h && s->key_len == n && memcmp(c->keys + s->key_off, piece, n) == 0) {
                 lm_status st = lm_ids_reserve(out, s->n_ids, err);
                 if (st != LM_OK) return st;
-                memcpy(out->v + out->n, c->ids + s->ids_off, s->n_ids * sizeof(int32_t));
+                if (s->n_ids) memcpy(out->v + out->n, c->ids + s->ids_off, s->n_ids * sizeof(int32_t));
                 out->n += s->n_ids;
                 return LM_OK;
             }
@@ -462,7 +462,7 @@ lm_status lm_bpe_encode_cached(const lm_bpe *bpe, const uint8_t *piece, size_t n
     size_t j = h & c->mask;
     while (c->slots[j].hash) j = (j + 1) & c->mask;
     memcpy(c->keys + c->keys_len, piece, n);
-    memcpy(c->ids + c->ids_len, out->v + before, n_ids * sizeof(int32_t));
+    if (n_ids) memcpy(c->ids + c->ids_len, out->v + before, n_ids * sizeof(int32_t));
     c->slots[j] = (struct lm_bpe_cache_slot){h, (uint32_t)c->keys_len, (uint32_t)n, (uint32_t)c->ids_len,
                                              (uint32_t)n_ids};
     c->keys_len += n;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A bounded libFuzzer run of fuzz/fuzz_tokenizer (ASan+UBSan), seeded with
+# the Qwen3 encode cases, a small tokenizer.json and a tokenizer_config.json.
+# Fails on any crash, sanitizer report or broken invariant.  Skipped (0 passed,
+# 0 failed) when the fuzz build is absent (`make fuzzers` builds it; `make
+# test` does).  LOOM_FUZZ_SECONDS sets the length (default 30).
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build=${LOOM_BUILD:-build}
+export LOOM_FIXTURES=${LOOM_FIXTURES:-$root/../shared/fixtures}
+name=test_tokenizer_fuzz.sh
+fuzzer=$build/fuzz/fuzz/fuzz_tokenizer
+if [ ! -x "$fuzzer" ]; then
+    echo "$name: $fuzzer not built (make fuzzers); skipped"
+    echo "$name: 0 passed, 0 failed"
+    exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/corpus"
+python3 - "$LOOM_FIXTURES" "$work/corpus" <<'PY'
+import json, sys
+fixtures, out = sys.argv[1], sys.argv[2]
+cases = json.load(open(f"{fixtures}/tokenizers/qwen3/encode_cases.json", encoding="utf-8"))
+for i, c in enumerate(cases):
+    open(f"{out}/enc{i}", "wb").write(bytes([2 * i % 192]) + c["text"].encode())
+    open(f"{out}/dec{i}", "wb").write(bytes([192]) + b"".join(x.to_bytes(4, "little") for x in c["ids"][:64]))
+tiny = ('{"added_tokens":[{"id":5,"content":"<x>","special":true,"lstrip":true}],"normalizer":{"type":"NFC"},'
+        '"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"\\\\s+|\\\\w+"},'
+        '"behavior":"MergedWithNext","invert":false},{"type":"ByteLevel","add_prefix_space":true}]},'
+        '"decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"a":0,"b":1,"\\u0120":2,"ab":3},"merges":["a b"]}}')
+open(f"{out}/load0", "wb").write(bytes([224]) + tiny.encode())
+open(f"{out}/cfg0", "wb").write(bytes([240]) + open(f"{fixtures}/models/qwen35-dense/tokenizer_config.json", "rb").read())
+PY
+if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-30}" -max_len=2048 -timeout=20 -rss_limit_mb=3072 \
+        -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
+    grep -E "^(stat::number_of_executed_units|Done)" "$work/log" | tail -n 2
+    echo "$name: 1 passed, 0 failed"
+else
+    tail -n 40 "$work/log"
+    for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
+        [ -f "$f" ] && { echo "input that failed ($f), hex:"; xxd "$f" | head -n 20; }
+    done
+    echo "$name: 0 passed, 1 failed"
+    exit 1
+fi
