@@ -542,7 +542,7 @@ bool jloop_attr(jrt *rt, jloop *l, const char *name, jv *out, bool *found) {
 static bool builtin_range(jrt *rt, jargs *a, jv *out) {
     if (a->nkw) return jfail(&rt->c, LM_ERR_INVALID, "range() takes no keyword arguments");
     if (a->npos < 1 || a->npos > 3) return jfail(&rt->c, LM_ERR_INVALID, "range expected 1 to 3 arguments, got %zu", a->npos);
-    int64_t v[3];
+    int64_t v[3] = {0, 0, 0};
     for (size_t i = 0; i < a->npos; i++)
         if (!opt_int(rt, &a->pos[i], 0, &v[i])) return false;
     int64_t start = a->npos == 1 ? 0 : v[0], stop = a->npos == 1 ? v[0] : v[1], step = a->npos == 3 ? v[2] : 1;
