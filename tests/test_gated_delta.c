@@ -242,6 +242,7 @@ static const int shapes[][5] = {
     {1, 2, 4, 16, 16},  {7, 1, 1, 4, 3},     {5, 3, 6, 33, 40},  {17, 2, 2, 24, 20},
     {63, 2, 4, 16, 16}, {64, 2, 4, 16, 16},  {65, 2, 4, 16, 16}, {130, 2, 4, 16, 16},
     {3, 2, 4, 128, 128}, {200, 1, 2, 128, 128}, {150, 2, 4, 64, 96},
+    {9, 1, 1, 16, 80}, /* fewer heads than threads: one head's tiles shared out */
 };
 
 static void test_all_forms_match_float64(void) {

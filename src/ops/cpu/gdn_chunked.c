@@ -59,6 +59,49 @@ static chunk_scratch carve_scratch(float *base, int dk, int dv) {
     return s;
 }
 
+/* dst[j] = a[j]·b[j]·scale for j < n (dst may be a). */
+static void mul_rows(float *dst, const float *a, const float *b, float scale, int n, bool simd) {
+#ifdef LM_GDN_AVX512
+    if (simd) {
+        __m512 sv = _mm512_set1_ps(scale);
+        for (int j = 0; j < n; j += 16) {
+            __mmask16 m = lm_gdn_mask(n - j);
+            __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + j), _mm512_maskz_loadu_ps(m, b + j));
+            _mm512_mask_storeu_ps(dst + j, m, _mm512_mul_ps(x, sv));
+        }
+        return;
+    }
+#else
+    (void)simd;
+#endif
+    for (int j = 0; j < n; j++) dst[j] = a[j] * b[j] * scale;
+}
+
+/* kt[i][j] = k[j][i] for j < n, i < dk: 16 tokens at a time, each row of
+ * kt gathered from 16 key rows (a scalar transpose cost a tenth of the
+ * whole chunked form). */
+static void transpose_keys(float *kt, const float *kc, size_t ldk, int n, int dk, bool simd) {
+#ifdef LM_GDN_AVX512
+    if (simd && ldk <= (size_t)INT32_MAX / C) {
+        const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        const __m512i offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)ldk));
+        for (int j = 0; j < n; j += 16) {
+            __mmask16 m = lm_gdn_mask(n - j);
+            const float *base = kc + (size_t)j * ldk;
+            for (int i = 0; i < dk; i++)
+                _mm512_mask_storeu_ps(kt + (size_t)i * C + (size_t)j, m,
+                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, offsets,
+                                                               base + i, 4));
+        }
+        return;
+    }
+#else
+    (void)simd;
+#endif
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < dk; i++) kt[(size_t)i * C + (size_t)j] = kc[(size_t)j * ldk + (size_t)i];
+}
+
 static void exp_row(float *x, int n, bool simd) {
 #ifdef LM_GDN_AVX512
     if (simd) {
@@ -83,13 +126,16 @@ static void invert_unit_lower(float *tri, int n, float *row, bool simd) {
 #ifdef LM_GDN_AVX512
         if (simd) {
             __m512 acc[C / 16];
+#pragma GCC unroll 4
             for (int v = 0; v < C / 16; v++) acc[v] = _mm512_setzero_ps();
             for (int l = 0; l < i; l++) {
                 __m512 a = _mm512_set1_ps(ti[l]);
                 const float *tl = tri + (size_t)l * C;
+#pragma GCC unroll 4
                 for (int v = 0; v < C / 16; v++)
                     acc[v] = _mm512_fnmadd_ps(a, _mm512_loadu_ps(tl + 16 * v), acc[v]);
             }
+#pragma GCC unroll 4
             for (int v = 0; v < C / 16; v++) _mm512_storeu_ps(ti + 16 * v, acc[v]);
             ti[i] = 1.0f;
             continue;
@@ -139,8 +185,7 @@ static void run_chunk(const lm_gdn_problem *p, const chunk_scratch *s, int hv, i
     exp_row(s->exp_tail, n, simd);
     for (int i = 0; i < n; i++) s->beta_exp_gamma[i] = s->beta[i] * s->exp_gamma[i];
 
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < dk; i++) s->kt[(size_t)i * C + (size_t)j] = kc[(size_t)j * ldk + (size_t)i];
+    transpose_keys(s->kt, kc, ldk, n, dk, simd);
 
     /* k·kᵀ and q·kᵀ, lower triangles */
     lm_gdn_gemm(n, n, dk, kc, ldk, s->kt, C, s->tri_a, C, 1.0f, 0.0f, NULL, LM_GDN_LOWER_C, simd);
@@ -151,18 +196,18 @@ static void run_chunk(const lm_gdn_problem *p, const chunk_scratch *s, int hv, i
         float *a = s->tri_a + (size_t)i * C, *m = s->tri_q + (size_t)i * C;
         for (int j = 0; j <= i; j++) s->row[j] = (float)(s->gamma[i] - s->gamma[j]);
         exp_row(s->row, i + 1, simd);
-        for (int j = 0; j < i; j++) a[j] *= s->beta[i] * s->row[j];
-        for (int j = 0; j <= i; j++) m[j] *= s->row[j];
-        for (int j = i; j < C; j++) a[j] = 0;
-        for (int j = i + 1; j < C; j++) m[j] = 0;
+        mul_rows(a, a, s->row, s->beta[i], i, simd);
+        mul_rows(m, m, s->row, 1.0f, i + 1, simd);
+        memset(a + i, 0, sizeof(float) * (size_t)(C - i));
+        memset(m + i + 1, 0, sizeof(float) * (size_t)(C - i - 1));
     }
     invert_unit_lower(s->tri_a, n, s->row, simd);
     for (int i = 0; i < n; i++) {
         float *t = s->tri_a + (size_t)i * C, *tw = s->tri_w + (size_t)i * C;
-        for (int j = 0; j < C; j++) {
-            tw[j] = j < n ? t[j] * s->beta_exp_gamma[j] : 0;
-            t[j] = j < n ? t[j] * s->beta[j] : 0;
-        }
+        mul_rows(tw, t, s->beta_exp_gamma, 1.0f, n, simd);
+        mul_rows(t, t, s->beta, 1.0f, n, simd);
+        memset(tw + n, 0, sizeof(float) * (size_t)(C - n));
+        memset(t + n, 0, sizeof(float) * (size_t)(C - n));
     }
 
     /* U = T·diag(β)·V,  W = T·diag(β e^γ)·K,  V' = U − W·S */
@@ -182,7 +227,7 @@ static void run_chunk(const lm_gdn_problem *p, const chunk_scratch *s, int hv, i
     /* S = e^{γ_{n−1}}·S + (K·diag(e^{γ_{n−1}−γ}))ᵀ·V' */
     for (int i = 0; i < dk; i++) {
         float *r = s->kt + (size_t)i * C;
-        for (int j = 0; j < n; j++) r[j] *= s->exp_tail[j];
+        mul_rows(r, r, s->exp_tail, 1.0f, n, simd);
     }
     lm_gdn_gemm(dk, dv, n, s->kt, C, s->u, (size_t)dv, S, (size_t)dv, 1.0f, s->exp_gamma[n - 1],
                 NULL, LM_GDN_FULL, simd);

@@ -27,28 +27,43 @@ static void block_portable(int mr, int nc, int kend, const float *A, size_t lda,
 }
 
 #ifdef LM_GDN_AVX512
-/* mr is a literal at every call site, so the compiler keeps acc in registers. */
+/* A 4 x 16·nv tile of C in 4·nv registers (nv a literal at each call, so
+ * narrow tiles, common in the triangular products, skip the dead vectors).
+ * A block of fewer rows re-reads its last row for the missing ones and
+ * stores only its own rows, so one unrolled body serves every mr. */
 static inline __attribute__((always_inline)) void
-block_avx512(int mr, int nc, int kend, const float *A, size_t lda, const float *B, size_t ldb,
-             float *C, size_t ldc, float alpha, float c_scale, const float *row_scale) {
+block_avx512_nv(const int nv, int mr, int nc, int kend, const float *A, size_t lda, const float *B,
+                size_t ldb, float *C, size_t ldc, float alpha, float c_scale,
+                const float *row_scale) {
     const __mmask16 m[4] = {lm_gdn_mask(nc), lm_gdn_mask(nc - 16), lm_gdn_mask(nc - 32),
                             lm_gdn_mask(nc - 48)};
+    const float *a[MR];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) a[r] = A + (size_t)(r < mr ? r : mr - 1) * lda;
     __m512 acc[MR][4];
+#pragma GCC unroll 4
     for (int r = 0; r < MR; r++)
-        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
     for (int p = 0; p < kend; p++) {
         const float *b = B + (size_t)p * ldb;
         __m512 bv[4];
-        for (int v = 0; v < 4; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], b + 16 * v);
-        for (int r = 0; r < mr; r++) {
-            __m512 a = _mm512_set1_ps(A[(size_t)r * lda + (size_t)p]);
-            for (int v = 0; v < 4; v++) acc[r][v] = _mm512_fmadd_ps(a, bv[v], acc[r][v]);
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], b + 16 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            __m512 av = _mm512_set1_ps(a[r][p]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
         }
     }
-    for (int r = 0; r < mr; r++) {
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) {
+        if (r >= mr) break;
         __m512 s = _mm512_set1_ps(alpha * (row_scale ? row_scale[r] : 1.0f));
         float *crow = C + (size_t)r * ldc;
-        for (int v = 0; v < 4; v++) {
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
             __m512 res = _mm512_mul_ps(s, acc[r][v]);
             if (c_scale != 0)
                 res = _mm512_fmadd_ps(_mm512_set1_ps(c_scale),
@@ -58,14 +73,14 @@ block_avx512(int mr, int nc, int kend, const float *A, size_t lda, const float *
     }
 }
 
-static void block_avx512_any(int mr, int nc, int kend, const float *A, size_t lda, const float *B,
-                             size_t ldb, float *C, size_t ldc, float alpha, float c_scale,
-                             const float *row_scale) {
-    switch (mr) {
-    case 4: block_avx512(4, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
-    case 3: block_avx512(3, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
-    case 2: block_avx512(2, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
-    default: block_avx512(1, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
+static void block_avx512(int mr, int nc, int kend, const float *A, size_t lda, const float *B,
+                         size_t ldb, float *C, size_t ldc, float alpha, float c_scale,
+                         const float *row_scale) {
+    switch ((nc + 15) / 16) {
+    case 1: block_avx512_nv(1, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
+    case 2: block_avx512_nv(2, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
+    case 3: block_avx512_nv(3, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
+    default: block_avx512_nv(4, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
     }
 }
 #endif
@@ -85,7 +100,7 @@ void lm_gdn_gemm(int m, int n, int k, const float *A, size_t lda, const float *B
             float *c = C + (size_t)i0 * ldc + (size_t)j0;
 #ifdef LM_GDN_AVX512
             if (simd) {
-                block_avx512_any(mr, nc, k_end, a, lda, B + j0, ldb, c, ldc, alpha, c_scale, rs);
+                block_avx512(mr, nc, k_end, a, lda, B + j0, ldb, c, ldc, alpha, c_scale, rs);
                 continue;
             }
 #else

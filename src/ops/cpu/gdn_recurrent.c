@@ -9,7 +9,9 @@
  *   Sᵀk' and Sᵀq' for the NEXT token.
  * The output needs Sᵀq after the update, which we get without another pass:
  *   o = S_newᵀq = e^g·(Sᵀq) + (k·q)·d.
- * So T tokens cost T+1 passes over an L1-resident tile (the first only reads). */
+ * So T tokens cost T+1 passes over an L1-resident tile: the first reads the
+ * state, the last writes it back, the ones between work on a private copy
+ * (see WORK_LD below). */
 #include <math.h>
 #include <stddef.h>
 
@@ -18,9 +20,14 @@
 
 #define TILE 32 /* columns per tile: 128 rows × 32 floats = 16 KiB, half an L1 */
 
+/* A task is one value head (all its tiles), or a share of one head's tiles
+ * when there are fewer heads than threads.  Handing adjacent tiles of one
+ * head to different threads made them fight over the cache lines where the
+ * tiles meet (4x slower with 2 threads on a Xeon), so that is the exception. */
 typedef struct {
     const lm_gdn_problem *p;
-    int n_tiles;
+    int n_tiles;       /* tiles per head */
+    int parts_per_head; /* tasks per head */
     bool simd;
 } recurrent_job;
 
@@ -31,7 +38,36 @@ typedef struct {
     float decay, beta, kq;
 } token_view;
 
-static token_view token_at(const lm_gdn_problem *p, int t, int hv, int hk, int j0) {
+/* k·q, once per token and tile: vectorised, since a scalar chain of dk
+ * dependent FMAs costs as much as a third of the tile's own work. */
+static float dot(const float *a, const float *b, int n, bool simd) {
+#ifdef LM_GDN_AVX512
+    if (simd) {
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+        int i = 0;
+        for (; i + 32 <= n; i += 32) {
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+        }
+        for (; i < n; i += 16) {
+            __mmask16 m = lm_gdn_mask(n - i);
+            acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
+                                   acc0);
+        }
+        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    }
+#else
+    (void)simd;
+#endif
+    float acc[4] = {0, 0, 0, 0};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int u = 0; u < 4; u++) acc[u] += a[i + u] * b[i + u];
+    for (; i < n; i++) acc[0] += a[i] * b[i];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+static token_view token_at(const lm_gdn_problem *p, int t, int hv, int hk, int j0, bool simd) {
     token_view tv;
     size_t kq_off = ((size_t)t * (size_t)p->Hk + (size_t)hk) * (size_t)p->dk;
     size_t v_off = ((size_t)t * (size_t)p->Hv + (size_t)hv) * (size_t)p->dv + (size_t)j0;
@@ -42,9 +78,7 @@ static token_view token_at(const lm_gdn_problem *p, int t, int hv, int hk, int j
     tv.out = p->out + v_off;
     tv.decay = expf(p->g[gate]);
     tv.beta = p->beta[gate];
-    float kq = 0;
-    for (int i = 0; i < p->dk; i++) kq += tv.k[i] * tv.q[i];
-    tv.kq = kq;
+    tv.kq = dot(tv.k, tv.q, p->dk, simd);
     return tv;
 }
 
@@ -52,7 +86,7 @@ static void tile_portable(const lm_gdn_problem *p, int hv, int hk, int j0, int t
     const int dk = p->dk, dv = p->dv;
     float *S = p->state + (size_t)hv * (size_t)dk * (size_t)dv + (size_t)j0;
     float mk[TILE], mq[TILE], d[TILE];
-    token_view cur = token_at(p, 0, hv, hk, j0);
+    token_view cur = token_at(p, 0, hv, hk, j0, false);
     for (int c = 0; c < tw; c++) mk[c] = mq[c] = 0;
     for (int i = 0; i < dk; i++) {
         const float *row = S + (size_t)i * (size_t)dv;
@@ -67,7 +101,7 @@ static void tile_portable(const lm_gdn_problem *p, int hv, int hk, int j0, int t
             cur.out[c] = cur.decay * mq[c] + cur.kq * d[c];
         }
         if (t + 1 < p->T) {
-            token_view next = token_at(p, t + 1, hv, hk, j0);
+            token_view next = token_at(p, t + 1, hv, hk, j0, false);
             for (int c = 0; c < tw; c++) mk[c] = mq[c] = 0;
             for (int i = 0; i < dk; i++) {
                 float *row = S + (size_t)i * (size_t)dv;
@@ -89,59 +123,111 @@ static void tile_portable(const lm_gdn_problem *p, int hv, int hk, int j0, int t
 }
 
 #ifdef LM_GDN_AVX512
+/* Sᵀk and Sᵀq of a 32-column tile (two vectors each).  Even and odd rows
+ * go to separate partial sums (p = 0, 1): 8 independent FMA chains, enough
+ * to cover the FMA latency in a pass over 128 rows. */
+typedef struct {
+    __m512 k[2][2], q[2][2]; /* [row parity][vector] */
+} tile_dots;
+
+static inline void dots_zero(tile_dots *a) {
+    a->k[0][0] = a->k[0][1] = a->k[1][0] = a->k[1][1] = _mm512_setzero_ps();
+    a->q[0][0] = a->q[0][1] = a->q[1][0] = a->q[1][1] = _mm512_setzero_ps();
+}
+
+/* Adds row (s0, s1) of S times k_i and q_i into partial sum p. */
+#define DOTS_ADD(a, p, s0, s1, ki, qi)                                   \
+    do {                                                                 \
+        __m512 kb_ = _mm512_set1_ps(ki), qb_ = _mm512_set1_ps(qi);       \
+        (a).k[p][0] = _mm512_fmadd_ps((s0), kb_, (a).k[p][0]);           \
+        (a).k[p][1] = _mm512_fmadd_ps((s1), kb_, (a).k[p][1]);           \
+        (a).q[p][0] = _mm512_fmadd_ps((s0), qb_, (a).q[p][0]);           \
+        (a).q[p][1] = _mm512_fmadd_ps((s1), qb_, (a).q[p][1]);           \
+    } while (0)
+
+/* A tile row: (s0, s1) = decay·src + k_i·d, stored to dst (which may be
+ * src).  lm/sm: masks for loading src and storing dst; a full mask makes
+ * the compiler drop the masking. */
+#define ROW_UPDATE(dst, src, s0, s1, decay, ki, d0, d1, lm0, lm1, sm0, sm1)                       \
+    do {                                                                                         \
+        __m512 kb_ = _mm512_set1_ps(ki);                                                         \
+        s0 = _mm512_fmadd_ps(kb_, d0, _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(lm0, src)));      \
+        s1 = _mm512_fmadd_ps(kb_, d1, _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(lm1, (src) + 16))); \
+        _mm512_mask_storeu_ps(dst, sm0, s0);                                                     \
+        _mm512_mask_storeu_ps((dst) + 16, sm1, s1);                                              \
+    } while (0)
+
+/* Between the first and the last token a tile lives in a private copy with
+ * rows 48 floats apart.  In the state itself rows are dv floats apart (512
+ * bytes for dv = 128), so every 8th row shares its address bits modulo
+ * 4 KiB with a store still in flight, and on Intel cores those loads wait
+ * on the false match ("4K aliasing"). */
+#define WORK_LD 48
+#define WORK_MAX_DK 256 /* larger heads update the state in place */
+
 static void tile_avx512(const lm_gdn_problem *p, int hv, int hk, int j0, int tw) {
     const int dk = p->dk;
     const size_t dv = (size_t)p->dv;
     float *S = p->state + (size_t)hv * (size_t)dk * dv + (size_t)j0;
+    const __mmask16 all = (__mmask16)0xFFFF;
     const __mmask16 m0 = lm_gdn_mask(tw), m1 = lm_gdn_mask(tw - 16);
-    token_view cur = token_at(p, 0, hv, hk, j0);
-    __m512 mk0 = _mm512_setzero_ps(), mk1 = mk0, mq0 = mk0, mq1 = mk0;
-    for (int i = 0; i < dk; i++) {
-        const float *row = S + (size_t)i * dv;
-        __m512 s0 = _mm512_maskz_loadu_ps(m0, row), s1 = _mm512_maskz_loadu_ps(m1, row + 16);
-        __m512 kb = _mm512_set1_ps(cur.k[i]), qb = _mm512_set1_ps(cur.q[i]);
-        mk0 = _mm512_fmadd_ps(s0, kb, mk0);
-        mk1 = _mm512_fmadd_ps(s1, kb, mk1);
-        mq0 = _mm512_fmadd_ps(s0, qb, mq0);
-        mq1 = _mm512_fmadd_ps(s1, qb, mq1);
+    float work_rows[WORK_MAX_DK * WORK_LD] __attribute__((aligned(64)));
+    const bool use_work = p->T > 1 && dk <= WORK_MAX_DK;
+    float *W = use_work ? work_rows : S;
+    const size_t wld = use_work ? WORK_LD : dv;
+    const __mmask16 wm0 = use_work ? all : m0, wm1 = use_work ? all : m1;
+
+    /* first pass: Sᵀk and Sᵀq for token 0 (and the copy into W) */
+    token_view cur = token_at(p, 0, hv, hk, j0, true);
+    tile_dots acc;
+    dots_zero(&acc);
+    for (int i = 0; i < dk; i += 2) { /* two rows a step: parities 0 and 1 are literals */
+        __m512 s0 = _mm512_maskz_loadu_ps(m0, S + (size_t)i * dv);
+        __m512 s1 = _mm512_maskz_loadu_ps(m1, S + (size_t)i * dv + 16);
+        if (use_work) {
+            _mm512_store_ps(W + (size_t)i * wld, s0);
+            _mm512_store_ps(W + (size_t)i * wld + 16, s1);
+        }
+        DOTS_ADD(acc, 0, s0, s1, cur.k[i], cur.q[i]);
+        if (i + 1 == dk) break;
+        s0 = _mm512_maskz_loadu_ps(m0, S + (size_t)(i + 1) * dv);
+        s1 = _mm512_maskz_loadu_ps(m1, S + (size_t)(i + 1) * dv + 16);
+        if (use_work) {
+            _mm512_store_ps(W + (size_t)(i + 1) * wld, s0);
+            _mm512_store_ps(W + (size_t)(i + 1) * wld + 16, s1);
+        }
+        DOTS_ADD(acc, 1, s0, s1, cur.k[i + 1], cur.q[i + 1]);
     }
     for (int t = 0; t < p->T; t++) {
         const __m512 decay = _mm512_set1_ps(cur.decay), beta = _mm512_set1_ps(cur.beta);
         const __m512 kq = _mm512_set1_ps(cur.kq);
-        __m512 d0 = _mm512_mul_ps(
-            _mm512_fnmadd_ps(decay, mk0, _mm512_maskz_loadu_ps(m0, cur.v)), beta);
-        __m512 d1 = _mm512_mul_ps(
-            _mm512_fnmadd_ps(decay, mk1, _mm512_maskz_loadu_ps(m1, cur.v + 16)), beta);
+        __m512 mk0 = _mm512_add_ps(acc.k[0][0], acc.k[1][0]);
+        __m512 mk1 = _mm512_add_ps(acc.k[0][1], acc.k[1][1]);
+        __m512 mq0 = _mm512_add_ps(acc.q[0][0], acc.q[1][0]);
+        __m512 mq1 = _mm512_add_ps(acc.q[0][1], acc.q[1][1]);
+        __m512 d0 = _mm512_mul_ps(_mm512_fnmadd_ps(decay, mk0, _mm512_maskz_loadu_ps(m0, cur.v)), beta);
+        __m512 d1 =
+            _mm512_mul_ps(_mm512_fnmadd_ps(decay, mk1, _mm512_maskz_loadu_ps(m1, cur.v + 16)), beta);
         _mm512_mask_storeu_ps(cur.out, m0, _mm512_fmadd_ps(kq, d0, _mm512_mul_ps(decay, mq0)));
         _mm512_mask_storeu_ps(cur.out + 16, m1, _mm512_fmadd_ps(kq, d1, _mm512_mul_ps(decay, mq1)));
-        if (t + 1 < p->T) {
-            token_view next = token_at(p, t + 1, hv, hk, j0);
-            mk0 = mk1 = mq0 = mq1 = _mm512_setzero_ps();
-            for (int i = 0; i < dk; i++) {
-                float *row = S + (size_t)i * dv;
-                __m512 kb = _mm512_set1_ps(cur.k[i]);
-                __m512 s0 = _mm512_fmadd_ps(kb, d0, _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(m0, row)));
-                __m512 s1 = _mm512_fmadd_ps(kb, d1,
-                                            _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(m1, row + 16)));
-                _mm512_mask_storeu_ps(row, m0, s0);
-                _mm512_mask_storeu_ps(row + 16, m1, s1);
-                __m512 nk = _mm512_set1_ps(next.k[i]), nq = _mm512_set1_ps(next.q[i]);
-                mk0 = _mm512_fmadd_ps(s0, nk, mk0);
-                mk1 = _mm512_fmadd_ps(s1, nk, mk1);
-                mq0 = _mm512_fmadd_ps(s0, nq, mq0);
-                mq1 = _mm512_fmadd_ps(s1, nq, mq1);
+        __m512 s0, s1;
+        if (t + 1 < p->T) { /* update in W, dots for the next token */
+            token_view next = token_at(p, t + 1, hv, hk, j0, true);
+            dots_zero(&acc);
+            for (int i = 0; i < dk; i += 2) {
+                float *row = W + (size_t)i * wld;
+                ROW_UPDATE(row, row, s0, s1, decay, cur.k[i], d0, d1, wm0, wm1, wm0, wm1);
+                DOTS_ADD(acc, 0, s0, s1, next.k[i], next.q[i]);
+                if (i + 1 == dk) break;
+                row += wld;
+                ROW_UPDATE(row, row, s0, s1, decay, cur.k[i + 1], d0, d1, wm0, wm1, wm0, wm1);
+                DOTS_ADD(acc, 1, s0, s1, next.k[i + 1], next.q[i + 1]);
             }
             cur = next;
-        } else {
-            for (int i = 0; i < dk; i++) {
-                float *row = S + (size_t)i * dv;
-                __m512 kb = _mm512_set1_ps(cur.k[i]);
-                __m512 s0 = _mm512_fmadd_ps(kb, d0, _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(m0, row)));
-                __m512 s1 = _mm512_fmadd_ps(kb, d1,
-                                            _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(m1, row + 16)));
-                _mm512_mask_storeu_ps(row, m0, s0);
-                _mm512_mask_storeu_ps(row + 16, m1, s1);
-            }
+        } else { /* last token: from W back into the state */
+            for (int i = 0; i < dk; i++)
+                ROW_UPDATE(S + (size_t)i * dv, W + (size_t)i * wld, s0, s1, decay, cur.k[i], d0, d1,
+                           wm0, wm1, m0, m1);
         }
     }
 }
@@ -151,21 +237,32 @@ static void recurrent_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
     const recurrent_job *job = ctx;
     const lm_gdn_problem *p = job->p;
-    int hv = task / job->n_tiles;
-    int j0 = (task % job->n_tiles) * TILE;
-    int tw = p->dv - j0 < TILE ? p->dv - j0 : TILE;
+    int hv = task / job->parts_per_head;
     int hk = hv / (p->Hv / p->Hk); /* repeat-interleave, model-spec §H.4 */
+    long tile_begin, tile_end;
+    lm_split_range(job->n_tiles, job->parts_per_head, task % job->parts_per_head, &tile_begin,
+                   &tile_end);
+    for (long tile = tile_begin; tile < tile_end; tile++) {
+        int j0 = (int)tile * TILE;
+        int tw = p->dv - j0 < TILE ? p->dv - j0 : TILE;
 #ifdef LM_GDN_AVX512
-    if (job->simd) {
-        tile_avx512(p, hv, hk, j0, tw);
-        return;
-    }
+        if (job->simd) {
+            tile_avx512(p, hv, hk, j0, tw);
+            continue;
+        }
 #endif
-    tile_portable(p, hv, hk, j0, tw);
+        tile_portable(p, hv, hk, j0, tw);
+    }
 }
 
 void lm_gdn_recurrent(lm_pool *pool, const lm_gdn_problem *p, bool simd) {
     if (p->T <= 0 || p->Hv <= 0 || p->dv <= 0) return;
-    recurrent_job job = {.p = p, .n_tiles = (p->dv + TILE - 1) / TILE, .simd = simd};
-    lm_gdn_run(pool, p->Hv * job.n_tiles, recurrent_task, &job);
+    recurrent_job job = {.p = p, .n_tiles = (p->dv + TILE - 1) / TILE, .parts_per_head = 1,
+                         .simd = simd};
+    int threads = pool ? lm_pool_size(pool) : 1;
+    if (p->Hv < threads) {
+        int parts = (threads + p->Hv - 1) / p->Hv;
+        job.parts_per_head = parts < job.n_tiles ? parts : job.n_tiles;
+    }
+    lm_gdn_run(pool, p->Hv * job.parts_per_head, recurrent_task, &job);
 }
