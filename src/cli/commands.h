@@ -14,6 +14,8 @@ int cmd_run_main(int argc, char **argv);
 int cmd_logits_main(int argc, char **argv);
 int cmd_inspect_main(int argc, char **argv);
 int cmd_bench_main(int argc, char **argv);
+int cmd_tokenize_main(int argc, char **argv);
+int cmd_detokenize_main(int argc, char **argv);
 int cmd_render_main(int argc, char **argv);
 
 #endif

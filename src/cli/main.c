@@ -10,6 +10,8 @@ static const lm_command commands[] = {
     {"logits", "write the logits of every prompt position", cmd_logits_main},
     {"inspect", "describe a checkpoint folder", cmd_inspect_main},
     {"bench", "measure prefill and decode speed", cmd_bench_main},
+    {"tokenize", "text on stdin -> token ids", cmd_tokenize_main},
+    {"detokenize", "token ids on stdin -> text", cmd_detokenize_main},
     {"render", "render a chat template (JSON on stdin)", cmd_render_main},
 };
 
