@@ -29,6 +29,7 @@ static bool check(fctx *f, size_t max_pos, const char *const *names) {
 static bool arg_bool(jv *v, bool dflt) { return v ? jv_truthy(*v) : dflt; }
 
 static bool arg_int(fctx *f, jv *v, int64_t dflt, int64_t *out) {
+    *out = dflt;
     if (!v || v->kind == JV_NONE) {
         *out = dflt;
         return true;

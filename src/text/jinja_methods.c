@@ -18,6 +18,7 @@ static bool need_str(jrt *rt, jv v, const char *what) {
 }
 
 static bool opt_int(jrt *rt, jv *v, int64_t dflt, int64_t *out) {
+    *out = dflt;
     if (!v || v->kind == JV_NONE) return *out = dflt, true;
     if (v->kind == JV_INT || v->kind == JV_BOOL) return *out = v->kind == JV_INT ? v->u.i : v->u.b, true;
     return jfail(&rt->c, LM_ERR_INVALID, "expected an integer, got %s", jv_type_name(*v));

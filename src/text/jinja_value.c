@@ -217,8 +217,11 @@ void jctx_sweep(jctx *c) {
 /* ---- strings ---- */
 
 bool jstr_alloc(jctx *c, size_t len, jstr **out) {
-    if (len > c->max_string)
-        return jfail(c, LM_ERR_NOMEM, "string of %zu bytes exceeds the limit of %zu", len, c->max_string);
+    *out = NULL;
+    if (len > c->max_string) {
+        jfail(c, LM_ERR_NOMEM, "string of %zu bytes exceeds the limit of %zu", len, c->max_string);
+        return false;
+    }
     jstr *s = jobj_alloc(c, sizeof(jstr) + len + 1, JO_STR);
     if (!s) return false;
     s->len = len;
