@@ -397,7 +397,7 @@ static void cache_clear(lm_bpe_cache *c) {
  * caller then simply does not cache). */
 static bool cache_make_room(lm_bpe_cache *c, size_t key_len, size_t n_ids) {
     if (!c->slots) {
-        size_t size = 1024;
+        size_t size = 256; /* grows with the text: short texts stay cheap */
         c->slots = calloc(size, sizeof *c->slots);
         if (!c->slots) return false;
         c->mask = size - 1;
@@ -418,7 +418,7 @@ static bool cache_make_room(lm_bpe_cache *c, size_t key_len, size_t n_ids) {
         c->mask = size - 1;
     }
     if (c->keys_len + key_len > c->keys_cap) {
-        size_t cap = c->keys_cap ? c->keys_cap * 2 : 16384;
+        size_t cap = c->keys_cap ? c->keys_cap * 2 : 2048;
         while (cap < c->keys_len + key_len) cap *= 2;
         uint8_t *keys = realloc(c->keys, cap);
         if (!keys) return false;
@@ -426,7 +426,7 @@ static bool cache_make_room(lm_bpe_cache *c, size_t key_len, size_t n_ids) {
         c->keys_cap = cap;
     }
     if (c->ids_len + n_ids > c->ids_cap) {
-        size_t cap = c->ids_cap ? c->ids_cap * 2 : 8192;
+        size_t cap = c->ids_cap ? c->ids_cap * 2 : 1024;
         while (cap < c->ids_len + n_ids) cap *= 2;
         int32_t *ids = realloc(c->ids, cap * sizeof *ids);
         if (!ids) return false;
