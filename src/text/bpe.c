@@ -293,8 +293,9 @@ static heap_entry heap_pop(heap_entry *h, size_t *n) {
 /* The Rust library's algorithm: a heap of candidate merges over a linked
  * list of symbols; stale candidates are recognised by re-checking the pair. */
 static lm_status merge_large(const lm_bpe *bpe, lm_bpe_scratch *s, size_t m, size_t *out_m, lm_error *err) {
-    /* Each merge pushes at most two candidates: bound the heap by 3m. */
-    size_t need = 3 * m + 1;
+    /* m - 1 initial candidates; each merge pops one and pushes at most two,
+     * and there are at most m - 1 merges: the heap never holds more than 2m. */
+    size_t need = 2 * m + 1;
     if (need > s->heap_cap) {
         heap_entry *h = realloc(s->heap, need * sizeof *h);
         if (!h) return lm_fail(err, LM_ERR_NOMEM, "out of memory for a %zu-symbol piece", m);

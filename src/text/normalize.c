@@ -105,8 +105,8 @@ static bool all_ascii(const uint8_t *s, size_t n) {
 }
 
 /* NFC: copy inert stretches, send the rest (with the starter before it,
- * which may compose with it) through utf8proc.  Returns false in *changed
- * when the text needed no work at all. */
+ * which may compose with it) through utf8proc.  *changed is false when the
+ * text needed no work at all (dst is then unused). */
 static lm_status nfc(const uint8_t *s, size_t n, lm_normalize_scratch *sc, lm_text_buf *dst, bool *changed,
                      lm_error *err) {
     size_t i = 0, copied = 0; /* s[copied..i) is inert and not yet copied */
@@ -145,7 +145,6 @@ static lm_status nfc(const uint8_t *s, size_t n, lm_normalize_scratch *sc, lm_te
         lm_status st = utf8proc_append(s + run_start, j - run_start, options_of(LM_NORM_NFC), sc, dst, err);
         if (st != LM_OK) return st;
         copied = i = j;
-        prev_start = j; /* unused until another character is read */
     }
     if (*changed && !lm_text_buf_append(dst, s + copied, n - copied))
         return lm_fail(err, LM_ERR_NOMEM, "out of memory normalising text");

@@ -269,8 +269,6 @@ static int match_at(const run_ctx *r, const pcre2_code *re, const char *s, size_
     lm_pretok_scratch *sc = r->sc;
     int rc = pcre2_match(re, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, sc->match, sc->mctx);
     if (rc != PCRE2_ERROR_JIT_STACKLIMIT || sc->jit_stack) return rc;
-    if (!sc->mctx) sc->mctx = pcre2_match_context_create(NULL);
-    if (!sc->mctx) return PCRE2_ERROR_NOMEMORY;
     sc->jit_stack = pcre2_jit_stack_create(32 * 1024, JIT_STACK_MAX, NULL);
     if (!sc->jit_stack) return PCRE2_ERROR_NOMEMORY;
     pcre2_jit_stack_assign(sc->mctx, NULL, sc->jit_stack);
@@ -281,8 +279,13 @@ static lm_status split_level(const run_ctx *r, size_t level, const char *s, size
     const lm_pretok_step *step = &r->p->steps[level];
     lm_pretok_scratch *sc = r->sc;
     if (!sc->match) {
+        /* The default match limit (10 million steps) stops \s*[\r\n]+ on a
+         * whitespace run of some megabytes: the work is linear in the text,
+         * which is bounded, so lift it. */
         sc->match = pcre2_match_data_create(1, NULL);
-        if (!sc->match) return lm_fail(r->err, LM_ERR_NOMEM, "out of memory for regex match data");
+        sc->mctx = pcre2_match_context_create(NULL);
+        if (!sc->match || !sc->mctx) return lm_fail(r->err, LM_ERR_NOMEM, "out of memory for regex match data");
+        pcre2_set_match_limit(sc->mctx, UINT32_MAX);
     }
     splitter sp = {.r = r, .level = level, .s = s, .behavior = step->behavior};
     /* onig's find_iter: search from the end of the last match; an empty match
