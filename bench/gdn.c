@@ -111,6 +111,37 @@ int main(int argc, char **argv) {
         double tc = time_form(pool, FORM_CHUNKED, p, states, true, reps);
         printf("%5d %16.2f %16.2f %10.2f\n", p.T, 1e6 * tr / p.T, 1e6 * tc / p.T, tr / tc);
     }
+
+    /* causal conv1d + SiLU over conv_dim = 2·Hk·dk + Hv·dv channels, K = 4 */
+    enum { CONV_C = 2 * HK * DK + HV * DV, CONV_K = 4 };
+    float *conv_w = random_floats((size_t)CONV_C * CONV_K, &seed, -0.5f, 0.5f);
+    float *conv_state = random_floats((size_t)CONV_C * (CONV_K - 1), &seed, -1, 1);
+    float *conv_in = random_floats((size_t)MAX_T * CONV_C, &seed, -1, 1);
+    float *conv_out = malloc(sizeof(float) * (size_t)MAX_T * CONV_C);
+    if (conv_w && conv_state && conv_in && conv_out) {
+        static const int conv_T[] = {1, 512};
+        for (int i = 0; i < 2; i++) {
+            double best[2] = {1e9, 1e9};
+            for (int r = 0; r < 21; r++)
+                for (int ref = 0; ref < 2; ref++) {
+                    double t0 = now_s();
+                    if (ref)
+                        lm_ref_causal_conv1d_silu(conv_out, conv_in, conv_T[i], CONV_C, conv_state,
+                                                  conv_w, CONV_K);
+                    else
+                        lm_gdn_conv1d_silu(pool, conv_out, conv_in, conv_T[i], CONV_C, conv_state,
+                                           conv_w, CONV_K, true);
+                    double dt = now_s() - t0;
+                    if (dt < best[ref]) best[ref] = dt;
+                }
+            printf("conv1d+silu C=%d K=%d T=%d: %.2f us (reference %.2f us), best of 21\n", CONV_C,
+                   CONV_K, conv_T[i], 1e6 * best[0], 1e6 * best[1]);
+        }
+    }
+    free(conv_w);
+    free(conv_state);
+    free(conv_in);
+    free(conv_out);
     free(q);
     free(k);
     free(v);

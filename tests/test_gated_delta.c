@@ -486,10 +486,12 @@ static void test_conv1d_matches_reference(void) {
     lm_backend *be = make_backend();
     CHECK(be);
     static const int cases[][3] = {
-        /* T, C, K: T < K-1, T == K-1, T > K-1; a channel tail; the threaded
-         * path (T·C >= 32768); K = 1, 2; a kernel wider than the blocked path */
+        /* T, C, K: T < K-1, T == K-1, T > K-1 (T >= 8 takes the long-call
+         * layout); a channel tail; the threaded path (T·C >= 32768), with a
+         * tail; K = 1, 2; a kernel wider than the vector path */
         {1, 70, 4}, {2, 70, 4},  {3, 70, 4},   {10, 70, 4},  {10, 200, 4},
-        {10, 4000, 4}, {5, 17, 1}, {5, 33, 2}, {3, 20, 10}, {12, 20, 10},
+        {10, 4000, 4}, {10, 3300, 4}, {5, 17, 1}, {5, 33, 2}, {9, 33, 2}, {3, 20, 10},
+        {12, 20, 10},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !test_current_failed(); i++)
         check_conv_case(be, cases[i][0], cases[i][1], cases[i][2], 300 + i);

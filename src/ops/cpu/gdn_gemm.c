@@ -27,12 +27,18 @@ static void block_portable(int mr, int nc, int kend, const float *A, size_t lda,
 }
 
 #ifdef LM_GDN_AVX512
-/* A 4 x 16·nv tile of C in 4·nv registers (nv a literal at each call, so
- * narrow tiles, common in the triangular products, skip the dead vectors).
+static inline __attribute__((always_inline)) __m512 load_vec(const float *p, __mmask16 m,
+                                                            bool masked) {
+    return masked ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
+}
+
+/* A 4 x 16·nv tile of C in 4·nv registers.  nv and masked (nc < 16·nv) are
+ * literals at each call: narrow tiles, common in the triangular products,
+ * skip the dead vectors, and full ones avoid masked stores (slow on AMD).
  * A block of fewer rows re-reads its last row for the missing ones and
  * stores only its own rows, so one unrolled body serves every mr. */
 static inline __attribute__((always_inline)) void
-block_avx512_nv(const int nv, int mr, int nc, int kend, const float *A, size_t lda, const float *B,
+block_avx512_nv(const int nv, const bool masked, int mr, int nc, int kend, const float *A, size_t lda, const float *B,
                 size_t ldb, float *C, size_t ldc, float alpha, float c_scale,
                 const float *row_scale) {
     const __mmask16 m[4] = {lm_gdn_mask(nc), lm_gdn_mask(nc - 16), lm_gdn_mask(nc - 32),
@@ -49,7 +55,11 @@ block_avx512_nv(const int nv, int mr, int nc, int kend, const float *A, size_t l
         const float *b = B + (size_t)p * ldb;
         __m512 bv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], b + 16 * v);
+        for (int v = 0; v < nv; v++) {
+            bv[v] = load_vec(b + 16 * v, m[v], masked);
+            /* keep it in a register: folded into each FMA it was loaded MR times */
+            __asm__("" : "+v"(bv[v]));
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < MR; r++) {
             __m512 av = _mm512_set1_ps(a[r][p]);
@@ -67,8 +77,11 @@ block_avx512_nv(const int nv, int mr, int nc, int kend, const float *A, size_t l
             __m512 res = _mm512_mul_ps(s, acc[r][v]);
             if (c_scale != 0)
                 res = _mm512_fmadd_ps(_mm512_set1_ps(c_scale),
-                                      _mm512_maskz_loadu_ps(m[v], crow + 16 * v), res);
-            _mm512_mask_storeu_ps(crow + 16 * v, m[v], res);
+                                      load_vec(crow + 16 * v, m[v], masked), res);
+            if (masked)
+                _mm512_mask_storeu_ps(crow + 16 * v, m[v], res);
+            else
+                _mm512_storeu_ps(crow + 16 * v, res);
         }
     }
 }
@@ -76,12 +89,16 @@ block_avx512_nv(const int nv, int mr, int nc, int kend, const float *A, size_t l
 static void block_avx512(int mr, int nc, int kend, const float *A, size_t lda, const float *B,
                          size_t ldb, float *C, size_t ldc, float alpha, float c_scale,
                          const float *row_scale) {
+#define BLOCK(nv, masked) \
+    block_avx512_nv(nv, masked, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale)
+    const bool masked = nc % 16 != 0;
     switch ((nc + 15) / 16) {
-    case 1: block_avx512_nv(1, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
-    case 2: block_avx512_nv(2, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
-    case 3: block_avx512_nv(3, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
-    default: block_avx512_nv(4, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale); break;
+    case 1: if (masked) BLOCK(1, true); else BLOCK(1, false); break;
+    case 2: if (masked) BLOCK(2, true); else BLOCK(2, false); break;
+    case 3: if (masked) BLOCK(3, true); else BLOCK(3, false); break;
+    default: if (masked) BLOCK(4, true); else BLOCK(4, false); break;
     }
+#undef BLOCK
 }
 #endif
 

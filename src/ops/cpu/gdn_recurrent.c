@@ -145,16 +145,30 @@ static inline void dots_zero(tile_dots *a) {
         (a).q[p][1] = _mm512_fmadd_ps((s1), qb_, (a).q[p][1]);           \
     } while (0)
 
-/* A tile row: (s0, s1) = decay·src + k_i·d, stored to dst (which may be
- * src).  lm/sm: masks for loading src and storing dst; a full mask makes
- * the compiler drop the masking. */
-#define ROW_UPDATE(dst, src, s0, s1, decay, ki, d0, d1, lm0, lm1, sm0, sm1)                       \
-    do {                                                                                         \
-        __m512 kb_ = _mm512_set1_ps(ki);                                                         \
-        s0 = _mm512_fmadd_ps(kb_, d0, _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(lm0, src)));      \
-        s1 = _mm512_fmadd_ps(kb_, d1, _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(lm1, (src) + 16))); \
-        _mm512_mask_storeu_ps(dst, sm0, s0);                                                     \
-        _mm512_mask_storeu_ps((dst) + 16, sm1, s1);                                              \
+/* Loads and stores of a tile row half; `masked` is a literal at every call
+ * site.  Masked stores are slow on AMD cores (the conv kernel ran 1.5x
+ * faster without them), so full tiles use plain ones. */
+static inline __attribute__((always_inline)) __m512 load_half(const float *p, __mmask16 m,
+                                                             bool masked) {
+    return masked ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
+}
+static inline __attribute__((always_inline)) void store_half(float *p, __m512 x, __mmask16 m,
+                                                            bool masked) {
+    if (masked)
+        _mm512_mask_storeu_ps(p, m, x);
+    else
+        _mm512_storeu_ps(p, x);
+}
+
+/* A tile row: (s0, s1) = decay·src + k_i·d, stored to dst (which may be src). */
+#define ROW_UPDATE(dst, src, s0, s1, decay, ki, d0, d1, load_masked, store_masked)              \
+    do {                                                                                      \
+        __m512 kb_ = _mm512_set1_ps(ki);                                                      \
+        s0 = _mm512_fmadd_ps(kb_, d0, _mm512_mul_ps(decay, load_half(src, m0, load_masked)));  \
+        s1 = _mm512_fmadd_ps(kb_, d1,                                                         \
+                             _mm512_mul_ps(decay, load_half((src) + 16, m1, load_masked)));   \
+        store_half(dst, s0, m0, store_masked);                                                \
+        store_half((dst) + 16, s1, m1, store_masked);                                         \
     } while (0)
 
 /* Between the first and the last token a tile lives in a private copy with
@@ -165,33 +179,35 @@ static inline void dots_zero(tile_dots *a) {
 #define WORK_LD 48
 #define WORK_MAX_DK 256 /* larger heads update the state in place */
 
-static void tile_avx512(const lm_gdn_problem *p, int hv, int hk, int j0, int tw) {
+/* full: the tile is TILE columns wide (no masks on the state);
+ * use_work: T > 1 and the tile fits the private copy.  Both literals. */
+static inline __attribute__((always_inline)) void
+tile_avx512_body(const lm_gdn_problem *p, int hv, int hk, int j0, int tw, bool full,
+                 bool use_work) {
     const int dk = p->dk;
     const size_t dv = (size_t)p->dv;
     float *S = p->state + (size_t)hv * (size_t)dk * dv + (size_t)j0;
-    const __mmask16 all = (__mmask16)0xFFFF;
     const __mmask16 m0 = lm_gdn_mask(tw), m1 = lm_gdn_mask(tw - 16);
+    const bool s_masked = !full, w_masked = !use_work && !full;
     float work_rows[WORK_MAX_DK * WORK_LD] __attribute__((aligned(64)));
-    const bool use_work = p->T > 1 && dk <= WORK_MAX_DK;
     float *W = use_work ? work_rows : S;
     const size_t wld = use_work ? WORK_LD : dv;
-    const __mmask16 wm0 = use_work ? all : m0, wm1 = use_work ? all : m1;
 
     /* first pass: Sᵀk and Sᵀq for token 0 (and the copy into W) */
     token_view cur = token_at(p, 0, hv, hk, j0, true);
     tile_dots acc;
     dots_zero(&acc);
     for (int i = 0; i < dk; i += 2) { /* two rows a step: parities 0 and 1 are literals */
-        __m512 s0 = _mm512_maskz_loadu_ps(m0, S + (size_t)i * dv);
-        __m512 s1 = _mm512_maskz_loadu_ps(m1, S + (size_t)i * dv + 16);
+        __m512 s0 = load_half(S + (size_t)i * dv, m0, s_masked);
+        __m512 s1 = load_half(S + (size_t)i * dv + 16, m1, s_masked);
         if (use_work) {
             _mm512_store_ps(W + (size_t)i * wld, s0);
             _mm512_store_ps(W + (size_t)i * wld + 16, s1);
         }
         DOTS_ADD(acc, 0, s0, s1, cur.k[i], cur.q[i]);
         if (i + 1 == dk) break;
-        s0 = _mm512_maskz_loadu_ps(m0, S + (size_t)(i + 1) * dv);
-        s1 = _mm512_maskz_loadu_ps(m1, S + (size_t)(i + 1) * dv + 16);
+        s0 = load_half(S + (size_t)(i + 1) * dv, m0, s_masked);
+        s1 = load_half(S + (size_t)(i + 1) * dv + 16, m1, s_masked);
         if (use_work) {
             _mm512_store_ps(W + (size_t)(i + 1) * wld, s0);
             _mm512_store_ps(W + (size_t)(i + 1) * wld + 16, s1);
@@ -216,20 +232,28 @@ static void tile_avx512(const lm_gdn_problem *p, int hv, int hk, int j0, int tw)
             dots_zero(&acc);
             for (int i = 0; i < dk; i += 2) {
                 float *row = W + (size_t)i * wld;
-                ROW_UPDATE(row, row, s0, s1, decay, cur.k[i], d0, d1, wm0, wm1, wm0, wm1);
+                ROW_UPDATE(row, row, s0, s1, decay, cur.k[i], d0, d1, w_masked, w_masked);
                 DOTS_ADD(acc, 0, s0, s1, next.k[i], next.q[i]);
                 if (i + 1 == dk) break;
                 row += wld;
-                ROW_UPDATE(row, row, s0, s1, decay, cur.k[i + 1], d0, d1, wm0, wm1, wm0, wm1);
+                ROW_UPDATE(row, row, s0, s1, decay, cur.k[i + 1], d0, d1, w_masked, w_masked);
                 DOTS_ADD(acc, 1, s0, s1, next.k[i + 1], next.q[i + 1]);
             }
             cur = next;
         } else { /* last token: from W back into the state */
             for (int i = 0; i < dk; i++)
                 ROW_UPDATE(S + (size_t)i * dv, W + (size_t)i * wld, s0, s1, decay, cur.k[i], d0, d1,
-                           wm0, wm1, m0, m1);
+                           w_masked, s_masked);
         }
     }
+}
+
+static void tile_avx512(const lm_gdn_problem *p, int hv, int hk, int j0, int tw) {
+    const bool full = tw == TILE, use_work = p->T > 1 && p->dk <= WORK_MAX_DK;
+    if (full && use_work) tile_avx512_body(p, hv, hk, j0, tw, true, true);
+    else if (full) tile_avx512_body(p, hv, hk, j0, tw, true, false);
+    else if (use_work) tile_avx512_body(p, hv, hk, j0, tw, false, true);
+    else tile_avx512_body(p, hv, hk, j0, tw, false, false);
 }
 #endif
 
