@@ -454,9 +454,10 @@ static bool f_select(fctx *f, jv in, jv *out, bool by_attr, bool keep_when) {
         jv_release(&rt->c, subject);
         if (ok && r == keep_when) ok = push(rt, *out, jv_retain(l->items[i]));
     }
+    size_t count = l->len;
     if (!ok && out->kind == JV_LIST) jv_release(&rt->c, *out);
     jv_release(&rt->c, items);
-    return ok && jctx_charge(&rt->c, l->len);
+    return ok && jctx_charge(&rt->c, count);
 }
 
 static bool f_map(fctx *f, jv in, jv *out) {

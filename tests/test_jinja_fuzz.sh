@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A bounded libFuzzer run of fuzz/fuzz_jinja (ASan+UBSan) seeded with the
+# fixture chat templates and the feature templates of tests/jinja_diff.py,
+# with a dictionary of Jinja syntax.  Fails on any crash, sanitizer report,
+# timeout or broken invariant.  Skipped (0 passed, 0 failed) when the fuzz
+# build is absent (`make fuzzers` builds it; `make test` does).
+# LOOM_FUZZ_SECONDS sets the length (default 20).
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build=${LOOM_BUILD:-build}
+fixtures=${LOOM_FIXTURES:-$root/../shared/fixtures}
+name=test_jinja_fuzz.sh
+fuzzer=$build/fuzz/fuzz/fuzz_jinja
+if [ ! -x "$fuzzer" ]; then
+    echo "$name: $fuzzer not built (make fuzzers); skipped"
+    echo "$name: 0 passed, 0 failed"
+    exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/corpus"
+python3 - "$fixtures" "$work" <<'PY' || { echo "$name: cannot build the seed corpus"; echo "$name: 0 passed, 1 failed"; exit 1; }
+import json, os, sys
+sys.path.insert(0, "tests")
+import jinja_diff
+fixtures, work = sys.argv[1], sys.argv[2]
+n = 0
+for _, tpl, ctx in jinja_diff.FEATURES:
+    data = tpl.encode() + (b"\0" + json.dumps(ctx).encode() if ctx else b"")
+    open(f"{work}/corpus/feature{n}", "wb").write(data)
+    n += 1
+for name, tpl, _ in jinja_diff.fixture_templates(fixtures):
+    open(f"{work}/corpus/model_{name}", "wb").write(tpl.encode())
+words = ["{%", "%}", "{{", "}}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", "{%+", "+%}", "for ", " in ", "endfor", "if ",
+         "elif ", "else", "endif", "set ", "endset", "macro ", "endmacro", "call", "endcall", "filter ", "endfilter",
+         "with ", "endwith", "raw", "endraw", "break", "continue", "generation", "namespace(", "loop.index0", "loop.last",
+         "loop.previtem", "messages", "message.content", "tools", "|tojson", "|items", "|length", "|join(", "|trim",
+         " is defined", " is none", " is string", " is mapping", " not ", " and ", " or ", "~", "[::-1]", ".split(",
+         ".startswith(", "raise_exception(", "range(", "caller()", "'", "\"", "\\n", "\0{\"messages\": []}"]
+def dict_entry(word):  # libFuzzer dictionary syntax: "..." with \xNN escapes
+    return '"' + "".join(c if 32 <= ord(c) < 127 and c not in '\\"' else "\\x%02x" % ord(c) for c in word) + '"'
+with open(f"{work}/dict", "w") as f:
+    for w in words:
+        f.write(dict_entry(w) + "\n")
+PY
+export LOOM_FIXTURES=$fixtures
+if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-20}" -max_len=4096 -timeout=20 -rss_limit_mb=2048 \
+        -dict="$work/dict" -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
+    grep -E "^(stat::number_of_executed_units|Done)" "$work/log" | tail -n 2
+    echo "$name: 1 passed, 0 failed"
+else
+    tail -n 40 "$work/log"
+    for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
+        [ -f "$f" ] && { echo "input that failed ($f), hex:"; xxd "$f" | head -n 20; }
+    done
+    echo "$name: 0 passed, 1 failed"
+    exit 1
+fi
