@@ -36,7 +36,7 @@ static double now_seconds(void) {
 /* Bytes a decode step must read: every weight matrix once (the embedding
  * only a row, unless it doubles as lm_head) plus the recurrent state, read
  * and written. */
-static double decode_bytes_per_token(const lm_cli_model *m) {
+static double decode_bytes_per_token(const lm_loaded_model *m) {
     const lm_qwen35_model *model = &m->model;
     const lm_qwen35_config *c = &m->config;
     double bytes = (double)lm_weights_bytes_used(&model->weights);
@@ -91,10 +91,10 @@ int cmd_bench_main(int argc, char **argv) {
     }
 
     lm_error err = {0};
-    lm_cli_model m;
+    lm_loaded_model m;
     double t0 = now_seconds();
-    lm_status st = model_dir ? lm_cli_model_open(&m, model_dir, mode, (int)threads, &err)
-                             : lm_cli_model_random(&m, config_path, (uint64_t)seed, (int)threads, &err);
+    lm_status st = model_dir ? lm_loaded_model_open(&m, model_dir, mode, (int)threads, &err)
+                             : lm_loaded_model_random(&m, config_path, (uint64_t)seed, (int)threads, &err);
     if (st != LM_OK) {
         fprintf(stderr, "loom: %s\n", err.message);
         return 1;
@@ -156,6 +156,6 @@ done:
     lm_sequence_runner_free(&runner);
     free(prompt);
     free(logits);
-    lm_cli_model_close(&m);
+    lm_loaded_model_close(&m);
     return rc;
 }

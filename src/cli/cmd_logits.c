@@ -50,8 +50,8 @@ int cmd_logits_main(int argc, char **argv) {
     }
 
     lm_error err = {0};
-    lm_cli_model m;
-    if (lm_cli_model_open(&m, model_dir, mode, (int)threads, &err) != LM_OK) {
+    lm_loaded_model m;
+    if (lm_loaded_model_open(&m, model_dir, mode, (int)threads, &err) != LM_OK) {
         fprintf(stderr, "loom: %s\n", err.message);
         return 1;
     }
@@ -88,6 +88,6 @@ done:
     lm_sequence_runner_free(&runner);
     free(logits);
     free(ids);
-    lm_cli_model_close(&m);
+    lm_loaded_model_close(&m);
     return rc;
 }

@@ -74,8 +74,8 @@ int cmd_run_main(int argc, char **argv) {
         return 2;
     }
     lm_error err = {0};
-    lm_cli_model m;
-    if (lm_cli_model_open(&m, model_dir, mode, (int)threads, &err) != LM_OK) {
+    lm_loaded_model m;
+    if (lm_loaded_model_open(&m, model_dir, mode, (int)threads, &err) != LM_OK) {
         fprintf(stderr, "loom: %s\n", err.message);
         return 1;
     }
@@ -113,6 +113,6 @@ done:
     lm_sequence_runner_free(&runner);
     free(logits);
     free(ids);
-    lm_cli_model_close(&m);
+    lm_loaded_model_close(&m);
     return rc;
 }

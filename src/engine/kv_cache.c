@@ -63,3 +63,12 @@ void lm_kv_cache_release(lm_kv_cache *cache, const int32_t *blocks, int n) {
     for (int i = 0; i < n && cache->n_free < cache->n_blocks; i++)
         cache->free_blocks[cache->n_free++] = blocks[i];
 }
+
+void lm_kv_cache_copy_block(lm_kv_cache *cache, int32_t src, int32_t dst) {
+    size_t block = (size_t)cache->block_size * (size_t)cache->n_kv_heads * (size_t)cache->head_dim;
+    for (int l = 0; l < cache->n_layers; l++) {
+        lm_kv_layer *layer = &cache->layers[l];
+        memcpy(layer->k + block * (size_t)dst, layer->k + block * (size_t)src, block * sizeof(float));
+        memcpy(layer->v + block * (size_t)dst, layer->v + block * (size_t)src, block * sizeof(float));
+    }
+}

@@ -23,6 +23,8 @@ size_t lm_kv_cache_block_bytes(int n_layers, int n_kv_heads, int head_dim, int b
 /* Takes n blocks from the pool into out; fails (changing nothing) if fewer are free. */
 lm_status lm_kv_cache_alloc(lm_kv_cache *cache, int n, int32_t *out, lm_error *err);
 void lm_kv_cache_release(lm_kv_cache *cache, const int32_t *blocks, int n);
+/* Copies block src's keys and values (every layer) into block dst. */
+void lm_kv_cache_copy_block(lm_kv_cache *cache, int32_t src, int32_t dst);
 /* Blocks needed to hold n_tokens. */
 static inline int lm_kv_blocks_for(const lm_kv_cache *cache, int n_tokens) {
     return (n_tokens + cache->block_size - 1) / cache->block_size;

@@ -56,6 +56,12 @@ void lm_state_cache_zero(lm_state_cache *cache, int slot) {
     memset(cache->storage + per_slot * (size_t)slot, 0, per_slot * sizeof(float));
 }
 
+void lm_state_cache_copy(lm_state_cache *cache, int src, int dst) {
+    size_t per_slot = slot_floats(cache);
+    memcpy(cache->storage + per_slot * (size_t)dst, cache->storage + per_slot * (size_t)src,
+           per_slot * sizeof(float));
+}
+
 /* Layout: slot-major, then layer, then [conv | recurrent]. */
 float *lm_state_conv(const lm_state_cache *cache, int layer, int slot) {
     return cache->storage + slot_floats(cache) * (size_t)slot +

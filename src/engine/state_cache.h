@@ -24,6 +24,8 @@ void lm_state_cache_free(lm_state_cache *cache);
 lm_status lm_state_cache_acquire(lm_state_cache *cache, int *slot, lm_error *err);
 void lm_state_cache_release(lm_state_cache *cache, int slot);
 void lm_state_cache_zero(lm_state_cache *cache, int slot);
+/* Copies every layer's state of slot src into slot dst (forking a sequence). */
+void lm_state_cache_copy(lm_state_cache *cache, int src, int dst);
 float *lm_state_conv(const lm_state_cache *cache, int layer, int slot);
 float *lm_state_recurrent(const lm_state_cache *cache, int layer, int slot);
 

@@ -19,6 +19,7 @@ typedef struct {
     const int32_t *block_table; /* its KV blocks, enough for n_cached + n_new tokens */
     int n_blocks;
     bool all_logits;           /* logits for every new row (verify, `loom logits`), else the last only */
+    bool no_logits;            /* a prefill chunk that is not the prompt's last: no logits at all */
 } lm_step_seq;
 
 typedef struct {
@@ -32,7 +33,8 @@ typedef struct {
 /* Rows of logits a forward produces for this batch, in batch order. */
 static inline int lm_step_batch_logit_rows(const lm_step_batch *b) {
     int rows = 0;
-    for (int s = 0; s < b->n_seqs; s++) rows += b->seqs[s].all_logits ? b->seqs[s].n_new : 1;
+    for (int s = 0; s < b->n_seqs; s++)
+        rows += b->seqs[s].no_logits ? 0 : b->seqs[s].all_logits ? b->seqs[s].n_new : 1;
     return rows;
 }
 

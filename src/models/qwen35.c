@@ -470,11 +470,13 @@ lm_status lm_qwen35_forward(const lm_qwen35_model *m, lm_backend *be, lm_qwen35_
     int rows = 0;
     for (int q = 0; q < b->n_seqs; q++) {
         const lm_step_seq *seq = &b->seqs[q];
+        if (seq->no_logits) continue;
         int from = seq->all_logits ? seq->first : seq->first + seq->n_new - 1;
         int count = seq->all_logits ? seq->n_new : 1;
         memmove(s.h + (size_t)rows * H, s.h + (size_t)from * H, sizeof(float) * (size_t)count * H);
         rows += count;
     }
+    if (rows == 0) return LM_OK;
     lm_rmsnorm(be, s.x, s.h, m->final_norm, rows, H, c->rms_norm_eps);
     if (capture && capture->hidden && capture->hidden[c->num_hidden_layers])
         memcpy(capture->hidden[c->num_hidden_layers], s.x, sizeof(float) * (size_t)rows * H);

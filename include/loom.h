@@ -1,0 +1,157 @@
+/* loom: the public C API of the serving engine.
+ *
+ * An engine owns a model, its caches and one engine thread that batches all
+ * running requests into each forward step (continuous batching).  Any thread
+ * may submit requests and read their events; each request has its own event
+ * queue.  Functions that can fail return 0 on success or a loom_status code,
+ * and write a message into the caller's error buffer. */
+#ifndef LOOM_H
+#define LOOM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    LOOM_OK = 0,
+    LOOM_ERR_IO = 1,
+    LOOM_ERR_FORMAT = 2,
+    LOOM_ERR_INVALID = 3,     /* a bad parameter: HTTP 400 */
+    LOOM_ERR_NOMEM = 4,
+    LOOM_ERR_UNSUPPORTED = 5,
+    LOOM_ERR_INTERNAL = 6,
+    LOOM_ERR_BUSY = 100,      /* the waiting queue is full: HTTP 503, retry later */
+    LOOM_ERR_TOO_LONG = 101,  /* prompt + max_tokens exceed the context: HTTP 400 */
+    LOOM_ERR_SHUTDOWN = 102,  /* the engine is shutting down */
+} loom_status;
+
+typedef struct loom_engine loom_engine;
+typedef struct loom_request loom_request;
+
+typedef struct {
+    const char *model_dir;     /* Hugging Face checkpoint folder */
+    const char *config_path;   /* with random_weights: a config.json shape, no checkpoint */
+    bool random_weights;
+    uint64_t random_seed;
+    int threads;               /* CPU threads for kernels; 0 = one per core */
+    bool mmap_weights;         /* map the weights instead of reading them (slower decode) */
+    int kv_block_size;         /* tokens per KV-cache block (default 32) */
+    int64_t kv_cache_tokens;   /* KV pool size in tokens, all sequences together (0 = default) */
+    int max_running;           /* sequences decoding at once = recurrent-state slots (default 64) */
+    int max_batch_tokens;      /* token budget of one step; long prompts are chunked (default 512) */
+    int max_model_len;         /* prompt + output limit per sequence (0 = model's, capped at 32768) */
+    int max_waiting;           /* queued requests before submit answers LOOM_ERR_BUSY (default 1024) */
+} loom_engine_options;
+
+void loom_engine_options_default(loom_engine_options *options);
+int loom_engine_create(const loom_engine_options *options, loom_engine **out, char *error,
+                       size_t error_size);
+/* Cancels what is in flight, stops the engine thread and frees everything.
+ * Requests not yet freed stay valid for loom_next_event / loom_request_free. */
+void loom_engine_destroy(loom_engine *engine);
+
+/* Sampling, as OpenAI and vLLM define the fields. */
+typedef struct {
+    float temperature;         /* 0 = greedy */
+    int top_k;                 /* <= 0: off */
+    float top_p;               /* 1: off */
+    float min_p;               /* 0: off */
+    float repetition_penalty;  /* 1: off; applies to prompt and output tokens */
+    float presence_penalty;    /* 0: off; output tokens */
+    float frequency_penalty;   /* 0: off; output tokens */
+    const int32_t *logit_bias_ids;
+    const float *logit_bias_values;
+    int n_logit_bias;
+    bool has_seed;             /* seeded results do not depend on the rest of the batch */
+    uint64_t seed;
+    int logprobs;              /* -1: none; 0: the chosen token's; k > 0: and the top k */
+} loom_sampling;
+
+typedef struct {
+    const int32_t *prompt;
+    int n_prompt;
+    int max_tokens;            /* default 16 */
+    int min_tokens;            /* stop tokens are masked before this many */
+    bool ignore_eos;
+    const int32_t *stop_token_ids;
+    int n_stop_token_ids;
+    const char *const *stop;   /* stop strings, matched on the text, not emitted */
+    int n_stop;
+    bool skip_special_tokens;  /* for the text deltas (default true) */
+    int n;                     /* choices sharing one prefill (default 1) */
+    loom_sampling sampling;
+} loom_request_params;
+
+void loom_request_params_default(loom_request_params *params);
+
+typedef enum { LOOM_EVENT_TOKEN, LOOM_EVENT_FINISH, LOOM_EVENT_ERROR } loom_event_type;
+
+typedef enum {
+    LOOM_FINISH_NONE,
+    LOOM_FINISH_STOP,      /* eos, a stop token or a stop string */
+    LOOM_FINISH_LENGTH,    /* max_tokens or the context limit */
+    LOOM_FINISH_CANCELLED,
+    LOOM_FINISH_ERROR,
+} loom_finish_reason;
+
+typedef struct {
+    int32_t token;
+    float logprob;
+} loom_token_logprob;
+
+typedef struct {
+    loom_event_type type;
+    int choice;                     /* 0 .. n-1 */
+    /* TOKEN */
+    int32_t token;
+    const char *text;               /* the text this token completes (UTF-8, maybe empty);
+                                       NULL when the model has no tokenizer */
+    size_t text_len;
+    float logprob;                  /* when logprobs >= 0 */
+    int n_top;
+    const loom_token_logprob *top;  /* n_top entries, best first */
+    /* FINISH */
+    loom_finish_reason finish_reason;
+    int32_t stop_token;             /* the stop token that ended it, or -1 */
+    int stop_string;                /* index of the stop string that ended it, or -1 */
+    int prompt_tokens, completion_tokens;
+    /* ERROR (also ends the choice) */
+    const char *error;
+} loom_event;
+
+/* Queues a request.  Fails with LOOM_ERR_BUSY when the waiting queue is
+ * full, LOOM_ERR_TOO_LONG / LOOM_ERR_INVALID on bad parameters. */
+int loom_submit(loom_engine *engine, const loom_request_params *params, loom_request **out,
+                char *error, size_t error_size);
+/* Waits up to timeout_ms (< 0: forever) for the request's next event.
+ * Returns 1 with *event filled (valid until the next call), 0 on timeout,
+ * -1 once every choice has finished and all events were read. */
+int loom_next_event(loom_request *request, loom_event *event, int timeout_ms);
+/* Cancels from any thread; its KV blocks and state slot are freed at the
+ * engine's next step, and FINISH events with LOOM_FINISH_CANCELLED follow. */
+void loom_cancel(loom_request *request);
+/* Cancels if still running and releases the handle. */
+void loom_request_free(loom_request *request);
+
+typedef struct {
+    int running, waiting;
+    int kv_blocks_total, kv_blocks_free;
+    int state_slots_total, state_slots_free;
+    uint64_t prompt_tokens, generation_tokens, requests_finished, preemptions, steps;
+} loom_stats;
+
+void loom_engine_stats(loom_engine *engine, loom_stats *stats);
+
+/* The model's vocabulary size and end-of-sequence ids (for callers that
+ * validate token ids or logit_bias). */
+int loom_engine_vocab_size(const loom_engine *engine);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,129 @@
+"""End-to-end checks of the loom command line on the qwen35-dense fixture:
+output formats, greedy ids, --help, and clear errors (exit 1, file named,
+no sanitizer report) on corrupt checkpoints.  Run by tests/test_cli.sh."""
+import json, os, shutil, struct, subprocess, sys, tempfile
+
+build = os.environ.get("LOOM_BUILD", "build")
+fixtures = os.environ.get("LOOM_FIXTURES", "../shared/fixtures")
+model = os.path.join(fixtures, "models", "qwen35-dense")
+binaries = [os.path.join(build, "loom"), os.path.join(build, "asan", "loom")]
+binaries = [b for b in binaries if os.path.exists(b)]
+passed = failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print(f"  FAIL {name}: {detail}", file=sys.stderr)
+
+
+def safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        raw = blob[8 + n + b:8 + n + e]
+        fmt = {"F32": "f", "I32": "i"}[v["dtype"]]
+        out[k] = struct.unpack(f"<{len(raw) // 4}{fmt}", raw)
+    return out
+
+
+def run(args, **kw):
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, **kw)
+
+
+ref = safetensors(os.path.join(model, "reference.safetensors"))
+rerun = safetensors(os.path.join("tests", "data", "qwen35-dense-float32-rope.safetensors"))
+V = json.load(open(os.path.join(model, "config.json")))["text_config"]["vocab_size"]
+tmp = tempfile.mkdtemp(prefix="loom-cli-")
+
+for loom in binaries:
+    tag = os.path.relpath(loom, build)
+    # logits: raw float32 [T, V], equal to transformers' rerun within 1e-4 of its std
+    for p in ("p0", "p2"):
+        ids = ",".join(str(i) for i in ref[p + ".input_ids"])
+        out = os.path.join(tmp, f"{p}.bin")
+        r = run([loom, "logits", "--model", model, "--ids", ids, "--out", out])
+        check(f"{tag} logits {p} exit", r.returncode == 0, r.stderr)
+        if r.returncode == 0:
+            data = open(out, "rb").read()
+            T = len(ref[p + ".input_ids"])
+            check(f"{tag} logits {p} size", len(data) == 4 * T * V, len(data))
+            got = struct.unpack(f"<{T * V}f", data)
+            want = rerun[p + ".logits"]
+            mean = sum(want) / len(want)
+            std = (sum((w - mean) ** 2 for w in want) / len(want)) ** 0.5
+            err = max(abs(a - b) for a, b in zip(got, want)) / std
+            check(f"{tag} logits {p} values", err < 1e-4, f"normalized error {err:.3g}")
+    # run: greedy ids on one line, equal to the fixture's greedy continuation
+    ids = ",".join(str(i) for i in ref["p0.input_ids"])
+    G = len(ref["p0.greedy"])
+    r = run([loom, "run", "--model", model, "--ids", ids, "--max-tokens", str(G), "--temperature", "0",
+             "--ignore-eos", "--print-ids"])
+    want = ",".join(str(i) for i in ref["p0.greedy"])
+    check(f"{tag} run greedy", r.returncode == 0 and r.stdout.strip() == want, f"{r.stdout!r} vs {want!r} {r.stderr}")
+    # bad input: clear errors
+    r = run([loom, "logits", "--model", model, "--ids", "1,99999", "--out", os.path.join(tmp, "x")])
+    check(f"{tag} out-of-vocab id", r.returncode == 1 and "vocabulary" in r.stderr, r.stderr)
+    r = run([loom, "run", "--model", model, "--ids", "1,a"])
+    check(f"{tag} malformed ids", r.returncode == 1 and "bad token id" in r.stderr, r.stderr)
+    r = run([loom, "run", "--model", "/nonexistent", "--ids", "1"])
+    check(f"{tag} missing folder", r.returncode == 1 and "/nonexistent" in r.stderr, r.stderr)
+    for cmd in ("run", "logits", "inspect", "bench"):
+        r = run([loom, cmd, "--help"])
+        check(f"{tag} {cmd} --help", r.returncode == 0 and "usage" in r.stdout, r.stderr)
+    r = run([loom, "inspect", "--model", model])
+    check(f"{tag} inspect", r.returncode == 0 and "qwen3_5" in r.stdout and "mtp" in r.stdout, r.stdout + r.stderr)
+
+
+def corrupt_copy(name, mutate):
+    d = os.path.join(tmp, name)
+    shutil.copytree(model, d)
+    for root, _, files in os.walk(d):
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    mutate(d)
+    return d
+
+
+def truncate(path, size):
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
+def overwrite(path, offset, data):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+main = "model.safetensors"
+cases = {
+    "truncated-data": (lambda d: truncate(os.path.join(d, main), os.path.getsize(os.path.join(d, main)) - 1000), main),
+    "truncated-header": (lambda d: truncate(os.path.join(d, main), 100), main),
+    "tiny-file": (lambda d: truncate(os.path.join(d, main), 5), main),
+    "huge-header-length": (lambda d: overwrite(os.path.join(d, main), 0, struct.pack("<Q", 1 << 60)), main),
+    "garbage-header": (lambda d: overwrite(os.path.join(d, main), 8, b"{{{{not json"), main),
+    "missing-shard": (lambda d: os.remove(os.path.join(d, "model-mtp.safetensors")), "model-mtp.safetensors"),
+    "bad-config": (lambda d: open(os.path.join(d, "config.json"), "w").write('{"model_type": "qwen3_5", "text_config": {"hidden_size": "big"}}'), "config.json"),
+    "bad-index": (lambda d: open(os.path.join(d, "model.safetensors.index.json"), "w").write('{"weight_map": {"x": "../../etc/passwd"}}'), "index"),
+}
+for name, (mutate, must_name) in cases.items():
+    d = corrupt_copy(name, mutate)
+    for loom in binaries:
+        tag = os.path.relpath(loom, build)
+        r = run([loom, "logits", "--model", d, "--ids", "1,2,3", "--out", os.path.join(tmp, "y")])
+        ok = r.returncode == 1 and must_name in r.stderr and "Sanitizer" not in r.stderr and "runtime error" not in r.stderr
+        check(f"{tag} corrupt {name}", ok, f"exit {r.returncode}: {r.stderr.strip()[:300]}")
+
+shutil.rmtree(tmp, ignore_errors=True)
+print(f"test_cli.sh: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
