@@ -1,0 +1,495 @@
+#include "engine/sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cpu/simd.h"
+
+/* top_p: a prefix whose mass is within this of top_p counts as reaching it. */
+#define TOP_P_TOLERANCE 1e-6
+/* Histogram resolution: buckets per unit of (max - logit) / temperature, i.e.
+ * per factor e of probability; the last bucket takes everything further. */
+#define BUCKETS_PER_UNIT 32.0f
+#define N_BUCKETS LM_SAMPLER_HIST_BUCKETS
+/* Vectors summed in float before the sum moves to double (bounds rounding). */
+#define EXP_SUM_BLOCK 16
+
+/* ------------------------------------------------------------ scratch */
+
+lm_status lm_sampler_scratch_init(lm_sampler_scratch *scratch, int vocab, lm_error *err) {
+    memset(scratch, 0, sizeof *scratch);
+    if (vocab <= 0 || vocab > LM_SAMPLER_MAX_VOCAB)
+        return lm_fail(err, LM_ERR_INVALID, "sampler: vocabulary size %d is outside [1, %d]", vocab,
+                       LM_SAMPLER_MAX_VOCAB);
+    size_t n = (size_t)vocab;
+    scratch->weights = malloc(n * sizeof *scratch->weights);
+    scratch->raw_logits = malloc(n * sizeof *scratch->raw_logits);
+    scratch->candidates = malloc(n * sizeof *scratch->candidates);
+    if (!scratch->weights || !scratch->raw_logits || !scratch->candidates) {
+        lm_sampler_scratch_free(scratch);
+        return lm_fail(err, LM_ERR_NOMEM, "sampler: cannot allocate work buffers for %d tokens", vocab);
+    }
+    scratch->vocab = vocab;
+    return LM_OK;
+}
+
+void lm_sampler_scratch_free(lm_sampler_scratch *scratch) {
+    if (!scratch) return;
+    free(scratch->weights);
+    free(scratch->raw_logits);
+    free(scratch->candidates);
+    memset(scratch, 0, sizeof *scratch);
+}
+
+/* ------------------------------------------------------------ vector helpers */
+
+/* The largest element, ignoring NaN (-inf when there is none). */
+static float max_of(const float *x, int n) {
+    lm_vf acc = lm_vf_set1(-INFINITY);
+    int i = 0;
+    /* lm_vf_max returns its second operand when either is NaN: acc survives. */
+    for (; i + LM_VF_WIDTH <= n; i += LM_VF_WIDTH) acc = lm_vf_max(lm_vf_load(x + i), acc);
+    float m = lm_vf_reduce_max(acc);
+    for (; i < n; i++)
+        if (x[i] > m) m = x[i];
+    return m;
+}
+
+/* out[i] = exp((x[i] - shift) * scale). */
+static void exp_scaled(const float *x, int n, float shift, float scale, float *out) {
+    lm_vf vs = lm_vf_set1(shift), vk = lm_vf_set1(scale);
+    int i = 0;
+    for (; i + LM_VF_WIDTH <= n; i += LM_VF_WIDTH)
+        lm_vf_store(out + i, lm_vf_exp(lm_vf_mul(lm_vf_sub(lm_vf_load(x + i), vs), vk)));
+    if (i < n) {
+        int rest = n - i;
+        lm_vf_store_part(out + i, lm_vf_exp(lm_vf_mul(lm_vf_sub(lm_vf_load_part(x + i, rest), vs), vk)),
+                         rest);
+    }
+}
+
+/* sum of exp(x[i] - shift), float within short blocks, double across them. */
+static double exp_sum(const float *x, int n, float shift) {
+    lm_vf vs = lm_vf_set1(shift);
+    double total = 0;
+    int i = 0;
+    while (i + LM_VF_WIDTH <= n) {
+        lm_vf acc = lm_vf_zero();
+        for (int j = 0; j < EXP_SUM_BLOCK && i + LM_VF_WIDTH <= n; j++, i += LM_VF_WIDTH)
+            acc = lm_vf_add(acc, lm_vf_exp(lm_vf_sub(lm_vf_load(x + i), vs)));
+        total += lm_vf_reduce_add(acc);
+    }
+    for (; i < n; i++) total += lm_exp_scalar(x[i] - shift);
+    return total;
+}
+
+/* First index of the largest element (0 when none is a number above -inf). */
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    float best_value = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (x[i] > best_value) {
+            best_value = x[i];
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* ------------------------------------------------------------ steps 1-3 */
+
+static void apply_logit_bias(const loom_sampling *p, float *logits, int vocab) {
+    if (p->n_logit_bias <= 0 || !p->logit_bias_ids || !p->logit_bias_values) return;
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        int32_t id = p->logit_bias_ids[i];
+        if (id >= 0 && id < vocab) logits[id] += p->logit_bias_values[i];
+    }
+}
+
+static void mask_stop_ids(const lm_sample_context *ctx, float *logits, int vocab) {
+    if (!ctx || ctx->n_generated >= ctx->min_tokens || !ctx->stop_ids) return;
+    for (int i = 0; i < ctx->n_stop_ids; i++) {
+        int32_t id = ctx->stop_ids[i];
+        if (id >= 0 && id < vocab) logits[id] = -INFINITY;
+    }
+}
+
+static void apply_penalties(const loom_sampling *p, const lm_sample_context *ctx, float *logits,
+                            int vocab) {
+    if (!ctx || !ctx->counts || !ctx->counts->entries) return;
+    float rep = p->repetition_penalty, presence = p->presence_penalty, frequency = p->frequency_penalty;
+    bool rep_on = isfinite(rep) && rep > 0 && rep != 1.0f;
+    bool presence_on = isfinite(presence) && presence != 0;
+    bool frequency_on = isfinite(frequency) && frequency != 0;
+    if (!rep_on && !presence_on && !frequency_on) return;
+    const lm_token_counts *counts = ctx->counts;
+    for (int i = 0; i < counts->n_distinct; i++) {
+        const lm_token_count_entry *e = &counts->entries[i];
+        if (e->id < 0 || e->id >= vocab) continue;
+        bool in_output = e->output_count > 0;
+        if (!in_output && !e->in_prompt) continue;
+        float l = logits[e->id];
+        if (rep_on) l = l > 0 ? l / rep : l * rep;
+        if (frequency_on) l -= frequency * (float)e->output_count;
+        if (presence_on && in_output) l -= presence;
+        logits[e->id] = l;
+    }
+}
+
+/* ------------------------------------------------------------ steps 4-7 */
+
+typedef enum {
+    PLAN_ONE_TOKEN,  /* greedy, or nothing left to sample: plan.token */
+    PLAN_FULL,       /* every token, weighted by scratch->weights */
+    PLAN_CANDIDATES, /* scratch->candidates[0 .. n) */
+} plan_kind;
+
+typedef struct {
+    plan_kind kind;
+    int32_t token; /* PLAN_ONE_TOKEN */
+    int n;         /* PLAN_CANDIDATES */
+    double total;  /* sum of the kept weights */
+} sample_plan;
+
+static int bucket_of(float distance) {
+    float b = distance * BUCKETS_PER_UNIT;
+    return b < (float)(N_BUCKETS - 1) ? (int)b : N_BUCKETS - 1;
+}
+
+static int by_logit_desc(const void *a, const void *b) {
+    const lm_sampler_candidate *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static void sort_candidates(lm_sampler_candidate *c, int n) {
+    if (n > 1) qsort(c, (size_t)n, sizeof *c, by_logit_desc);
+}
+
+static double weight_sum(const lm_sampler_candidate *c, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += c[i].weight;
+    return s;
+}
+
+/* Copies the kept tokens of buckets 0..last into scratch->candidates,
+ * grouped by bucket (so in descending order of bucket), and returns how many. */
+static int collect_candidates(const float *logits, int vocab, float max, float inv_temp, int last,
+                              lm_sampler_scratch *s) {
+    int pos = 0;
+    for (int b = 0; b <= last; b++) {
+        s->bucket_start[b] = pos;
+        pos += s->hist_count[b];
+    }
+    s->bucket_start[last + 1] = pos;
+    /* hist_count is spent: reuse it as each bucket's write cursor. */
+    for (int b = 0; b <= last; b++) s->hist_count[b] = s->bucket_start[b];
+    for (int i = 0; i < vocab; i++) {
+        if (!(s->weights[i] > 0)) continue;
+        int b = bucket_of((max - logits[i]) * inv_temp);
+        if (b <= last) s->candidates[s->hist_count[b]++] = (lm_sampler_candidate){i, logits[i], s->weights[i]};
+    }
+    return pos;
+}
+
+/* top_k then top_p over the histogram of the kept tokens; only the bucket
+ * holding a boundary is sorted. */
+static sample_plan select_top(const loom_sampling *p, const float *logits, int vocab, float max,
+                              float inv_temp, int n_kept, double total, lm_sampler_scratch *s) {
+    bool top_k_on = p->top_k > 0 && p->top_k < n_kept;
+    bool top_p_on = p->top_p > 0 && p->top_p < 1;
+    int last = N_BUCKETS - 1;
+    if (top_k_on) {
+        int count = 0;
+        for (int b = 0; b < N_BUCKETS; b++) {
+            count += s->hist_count[b];
+            if (count >= p->top_k) {
+                last = b;
+                break;
+            }
+        }
+    } else {
+        double target = ((double)p->top_p - TOP_P_TOLERANCE) * total, cum = 0;
+        for (int b = 0; b < N_BUCKETS; b++) {
+            cum += s->hist_mass[b];
+            if (cum >= target) {
+                last = b;
+                break;
+            }
+        }
+    }
+    int n = collect_candidates(logits, vocab, max, inv_temp, last, s);
+    lm_sampler_candidate *c = s->candidates;
+    int sorted_bucket = -1;
+    if (top_k_on) {
+        sort_candidates(c + s->bucket_start[last], s->bucket_start[last + 1] - s->bucket_start[last]);
+        sorted_bucket = last;
+        int keep = p->top_k;
+        while (keep < n && c[keep].logit == c[keep - 1].logit) keep++;
+        n = keep;
+        total = weight_sum(c, n);
+    }
+    if (top_p_on) {
+        double target = ((double)p->top_p - TOP_P_TOLERANCE) * total, cum = 0;
+        for (int b = 0; b <= last; b++) {
+            int lo = s->bucket_start[b], hi = s->bucket_start[b + 1] < n ? s->bucket_start[b + 1] : n;
+            if (lo >= n) break;
+            double mass = weight_sum(c + lo, hi - lo);
+            if (cum + mass < target) {
+                cum += mass;
+                continue;
+            }
+            if (b != sorted_bucket) sort_candidates(c + lo, hi - lo);
+            n = hi; /* if rounding keeps the running sum short: the whole bucket */
+            for (int j = lo; j < hi; j++) {
+                cum += c[j].weight;
+                if (cum >= target) {
+                    n = j + 1;
+                    break;
+                }
+            }
+            break;
+        }
+    }
+    return (sample_plan){.kind = PLAN_CANDIDATES, .n = n, .total = weight_sum(c, n)};
+}
+
+/* Steps 1-7: what to draw from. */
+static sample_plan plan_sample(const loom_sampling *p, float *logits, int vocab,
+                               const lm_sample_context *ctx, lm_sampler_scratch *s) {
+    apply_logit_bias(p, logits, vocab);
+    mask_stop_ids(ctx, logits, vocab);
+    apply_penalties(p, ctx, logits, vocab);
+
+    sample_plan one = {.kind = PLAN_ONE_TOKEN};
+    if (!(p->temperature >= LM_SAMPLER_GREEDY_TEMPERATURE)) {
+        one.token = argmax(logits, vocab);
+        return one;
+    }
+    float max = max_of(logits, vocab);
+    if (!(max > -INFINITY && max < INFINITY)) {
+        one.token = argmax(logits, vocab);
+        return one;
+    }
+    float inv_temp = 1.0f / p->temperature;
+    exp_scaled(logits, vocab, max, inv_temp, s->weights);
+
+    bool min_p_on = p->min_p > 0 && p->min_p <= 1;
+    float min_weight = min_p_on ? p->min_p : 0; /* the max token's weight is exactly 1 */
+    bool narrowing = (p->top_k > 0 && p->top_k < vocab) || (p->top_p > 0 && p->top_p < 1);
+    if (narrowing) {
+        memset(s->hist_count, 0, sizeof s->hist_count);
+        memset(s->hist_mass, 0, sizeof s->hist_mass);
+    }
+    /* Masking pass: drop -inf / NaN logits, underflowed weights and min_p
+     * losers (weight 0 from here on), sum the rest, histogram if needed. */
+    double total = 0;
+    int n_kept = 0;
+    float *w = s->weights;
+    for (int i = 0; i < vocab; i++) {
+        float distance = (max - logits[i]) * inv_temp;
+        if (!(distance <= FLT_MAX) || !(w[i] > 0) || w[i] < min_weight) {
+            w[i] = 0;
+            continue;
+        }
+        total += w[i];
+        n_kept++;
+        if (narrowing) {
+            int b = bucket_of(distance);
+            s->hist_count[b]++;
+            s->hist_mass[b] += w[i];
+        }
+    }
+    if (n_kept == 0) {
+        one.token = argmax(logits, vocab);
+        return one;
+    }
+    bool top_k_on = p->top_k > 0 && p->top_k < n_kept;
+    bool top_p_on = p->top_p > 0 && p->top_p < 1;
+    if (!top_k_on && !top_p_on) return (sample_plan){.kind = PLAN_FULL, .total = total};
+    return select_top(p, logits, vocab, max, inv_temp, n_kept, total, s);
+}
+
+/* ------------------------------------------------------------ step 8 */
+
+static int32_t draw(const sample_plan *plan, const lm_sampler_scratch *s, int vocab, double u) {
+    double target = u * plan->total, cum = 0;
+    int32_t last = -1;
+    if (plan->kind == PLAN_FULL) {
+        for (int i = 0; i < vocab; i++) {
+            if (!(s->weights[i] > 0)) continue;
+            cum += s->weights[i];
+            last = i;
+            if (cum > target) return i;
+        }
+    } else {
+        for (int i = 0; i < plan->n; i++) {
+            cum += s->candidates[i].weight;
+            last = s->candidates[i].id;
+            if (cum > target) return last;
+        }
+    }
+    return last; /* rounding left target at the very top */
+}
+
+/* ------------------------------------------------------------ logprobs */
+
+/* log-sum-exp of the raw logits and their top k, best first (ties: lower id). */
+static double raw_log_normalizer(const float *x, int n) {
+    float max = max_of(x, n);
+    if (!(max > -INFINITY && max < INFINITY)) return max == INFINITY ? INFINITY : 0;
+    return (double)max + log(exp_sum(x, n, max));
+}
+
+static int raw_top(const float *x, int n, int k, loom_token_logprob *top) {
+    int count = 0;
+    for (int i = 0; i < n && k > 0; i++) {
+        float v = x[i];
+        if (v != v) continue;
+        int pos;
+        if (count == k) {
+            if (!(v > top[k - 1].logprob)) continue; /* equal: the lower id stays */
+            pos = k - 1;
+        } else {
+            pos = count++;
+        }
+        while (pos > 0 && top[pos - 1].logprob < v) {
+            top[pos] = top[pos - 1];
+            pos--;
+        }
+        top[pos] = (loom_token_logprob){.token = i, .logprob = v};
+    }
+    return count;
+}
+
+/* ------------------------------------------------------------ public */
+
+static lm_status check_call(const loom_sampling *p, const float *logits, int vocab,
+                            const lm_sampler_scratch *s, const void *out, lm_error *err) {
+    if (!p || !logits || !s || !out) return lm_fail(err, LM_ERR_INVALID, "sampler: NULL argument");
+    if (vocab <= 0 || vocab > s->vocab)
+        return lm_fail(err, LM_ERR_INVALID, "sampler: vocabulary size %d is outside the scratch's [1, %d]",
+                       vocab, s->vocab);
+    return LM_OK;
+}
+
+lm_status lm_sample(const loom_sampling *params, float *logits, int vocab,
+                    const lm_sample_context *ctx, lm_rng *rng, lm_sampler_scratch *scratch,
+                    lm_sample_result *result, lm_error *err) {
+    lm_status st = check_call(params, logits, vocab, scratch, result, err);
+    if (st != LM_OK) return st;
+    memset(result, 0, sizeof *result);
+    int n_logprobs = params->logprobs;
+    double log_normalizer = 0;
+    if (n_logprobs >= 0) {
+        if (n_logprobs > LM_SAMPLER_MAX_LOGPROBS) n_logprobs = LM_SAMPLER_MAX_LOGPROBS;
+        memcpy(scratch->raw_logits, logits, sizeof *logits * (size_t)vocab);
+        log_normalizer = raw_log_normalizer(logits, vocab);
+        result->n_top = raw_top(logits, vocab, n_logprobs, result->top);
+        for (int i = 0; i < result->n_top; i++)
+            result->top[i].logprob = (float)((double)result->top[i].logprob - log_normalizer);
+    }
+
+    sample_plan plan = plan_sample(params, logits, vocab, ctx, scratch);
+    if (plan.kind == PLAN_ONE_TOKEN) {
+        result->token = plan.token;
+    } else {
+        if (!rng) return lm_fail(err, LM_ERR_INVALID, "sampler: random sampling needs an rng");
+        int32_t token = draw(&plan, scratch, vocab, lm_rng_uniform(rng));
+        result->token = token >= 0 ? token : argmax(logits, vocab);
+    }
+    if (n_logprobs >= 0)
+        result->logprob = (float)((double)scratch->raw_logits[result->token] - log_normalizer);
+    return LM_OK;
+}
+
+lm_status lm_sampler_distribution(const loom_sampling *params, float *logits, int vocab,
+                                  const lm_sample_context *ctx, lm_sampler_scratch *scratch,
+                                  float *probs, lm_error *err) {
+    lm_status st = check_call(params, logits, vocab, scratch, probs, err);
+    if (st != LM_OK) return st;
+    sample_plan plan = plan_sample(params, logits, vocab, ctx, scratch);
+    memset(probs, 0, sizeof *probs * (size_t)vocab);
+    if (plan.kind == PLAN_ONE_TOKEN) {
+        probs[plan.token] = 1;
+    } else if (plan.kind == PLAN_FULL) {
+        for (int i = 0; i < vocab; i++) probs[i] = (float)(scratch->weights[i] / plan.total);
+    } else {
+        for (int i = 0; i < plan.n; i++)
+            probs[scratch->candidates[i].id] = (float)(scratch->candidates[i].weight / plan.total);
+    }
+    return LM_OK;
+}
+
+/* ------------------------------------------------------------ parameters */
+
+static bool invalid(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool invalid(char *err, size_t err_size, const char *fmt, ...) {
+    if (err && err_size > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_size, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+bool lm_sampling_validate(const loom_sampling *s, int vocab, char *err, size_t err_size) {
+    if (!(isfinite(s->temperature) && s->temperature >= 0))
+        return invalid(err, err_size, "temperature must be a finite number >= 0, got %g", (double)s->temperature);
+    if (!(s->top_p > 0 && s->top_p <= 1))
+        return invalid(err, err_size, "top_p must be in (0, 1], got %g", (double)s->top_p);
+    if (s->top_k < -1)
+        return invalid(err, err_size, "top_k must be -1 or 0 (off) or at least 1, got %d", s->top_k);
+    if (!(s->min_p >= 0 && s->min_p <= 1))
+        return invalid(err, err_size, "min_p must be in [0, 1], got %g", (double)s->min_p);
+    if (!(isfinite(s->repetition_penalty) && s->repetition_penalty > 0))
+        return invalid(err, err_size, "repetition_penalty must be a finite number > 0, got %g",
+                       (double)s->repetition_penalty);
+    if (!(s->presence_penalty >= -2 && s->presence_penalty <= 2))
+        return invalid(err, err_size, "presence_penalty must be in [-2, 2], got %g", (double)s->presence_penalty);
+    if (!(s->frequency_penalty >= -2 && s->frequency_penalty <= 2))
+        return invalid(err, err_size, "frequency_penalty must be in [-2, 2], got %g",
+                       (double)s->frequency_penalty);
+    if (s->n_logit_bias < 0)
+        return invalid(err, err_size, "logit_bias has a negative size %d", s->n_logit_bias);
+    if (s->n_logit_bias > 0 && (!s->logit_bias_ids || !s->logit_bias_values))
+        return invalid(err, err_size, "logit_bias has %d entries but no ids or values", s->n_logit_bias);
+    for (int i = 0; i < s->n_logit_bias; i++) {
+        int32_t id = s->logit_bias_ids[i];
+        float v = s->logit_bias_values[i];
+        if (id < 0 || (vocab > 0 && id >= vocab)) {
+            if (vocab > 0)
+                return invalid(err, err_size, "logit_bias token id %d is outside the vocabulary [0, %d)",
+                               (int)id, vocab);
+            return invalid(err, err_size, "logit_bias token id %d is negative", (int)id);
+        }
+        if (!(v >= -100 && v <= 100))
+            return invalid(err, err_size, "logit_bias value for token %d must be in [-100, 100], got %g",
+                           (int)id, (double)v);
+    }
+    if (s->logprobs > LM_SAMPLER_MAX_LOGPROBS)
+        return invalid(err, err_size, "logprobs must be at most %d, got %d", LM_SAMPLER_MAX_LOGPROBS,
+                       s->logprobs);
+    if (s->logprobs < -1)
+        return invalid(err, err_size, "logprobs must be -1 (none) or in [0, %d], got %d",
+                       LM_SAMPLER_MAX_LOGPROBS, s->logprobs);
+    return true;
+}
+
+void lm_sampling_defaults(loom_sampling *s) {
+    memset(s, 0, sizeof *s);
+    s->temperature = 1.0f;
+    s->top_k = -1;
+    s->top_p = 1.0f;
+    s->min_p = 0.0f;
+    s->repetition_penalty = 1.0f;
+    s->presence_penalty = 0.0f;
+    s->frequency_penalty = 0.0f;
+    s->has_seed = false;
+    s->logprobs = -1;
+}

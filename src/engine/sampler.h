@@ -1,0 +1,111 @@
+/* The token sampler: turns one sequence's logits into its next token,
+ * following vLLM V1.  Processing order on the float32 logits [V]:
+ *
+ *   1. logit_bias added (ids outside [0, V) are skipped; reject them first
+ *      with lm_sampling_validate);
+ *   2. min_tokens: while n_generated < min_tokens the stop ids (eos ids and
+ *      stop_token_ids, as the caller lists them) get -inf;
+ *   3. repetition penalty on tokens in the prompt or the output
+ *      (logit > 0 ? logit / p : logit * p), then frequency (minus p * output
+ *      count) and presence (minus p once if generated) penalties;
+ *   4. temperature < 1e-5: greedy argmax (lowest id on ties) and stop here;
+ *      otherwise logits / temperature;
+ *   5. min_p: tokens with prob < min_p * max_prob are dropped;
+ *   6. top_k (> 0): tokens below the k-th largest logit are dropped (ties
+ *      with the k-th are kept, as in vLLM);
+ *   7. top_p (< 1): the smallest set of most probable tokens (ties: lower id
+ *      first) whose renormalised mass reaches top_p, at least one token.  A
+ *      set within 1e-6 of top_p counts as reaching it, so that a boundary
+ *      exact in real arithmetic is not lost to float rounding;
+ *   8. one draw from the renormalised distribution with the sequence's rng.
+ *
+ * Logprobs (params->logprobs >= 0) are vLLM's default "raw" ones: the
+ * log_softmax of the logits as given, before step 1.
+ *
+ * Cost: steps 1-3 touch only the listed ids and the history's entries;
+ * greedy is one pass over V; sampling is a few linear passes (max, exp,
+ * mask + a histogram of the distance to the max), and top_k / top_p sort only
+ * the tokens of one histogram bucket, never the vocabulary.  Work memory
+ * comes from an lm_sampler_scratch made once per vocabulary size; nothing is
+ * allocated per token.  One scratch serves one thread. */
+#ifndef LOOM_ENGINE_SAMPLER_H
+#define LOOM_ENGINE_SAMPLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "engine/rng.h"
+#include "engine/token_counts.h"
+#include "loom.h"
+
+#define LM_SAMPLER_MAX_LOGPROBS 20
+#define LM_SAMPLER_GREEDY_TEMPERATURE 1e-5f /* below this, temperature means greedy */
+#define LM_SAMPLER_MAX_VOCAB (1 << 28)
+#define LM_SAMPLER_HIST_BUCKETS 1024
+
+typedef struct {
+    int32_t id;
+    float logit;  /* processed logit (before temperature) */
+    float weight; /* exp((logit - max) / temperature) */
+} lm_sampler_candidate;
+
+typedef struct {
+    int vocab;                       /* largest vocabulary it serves */
+    float *weights;                  /* [vocab] unnormalised probabilities */
+    float *raw_logits;               /* [vocab] copy for the chosen token's logprob */
+    lm_sampler_candidate *candidates; /* [vocab] top_k / top_p candidates */
+    int hist_count[LM_SAMPLER_HIST_BUCKETS];
+    double hist_mass[LM_SAMPLER_HIST_BUCKETS];
+    int bucket_start[LM_SAMPLER_HIST_BUCKETS + 1];
+} lm_sampler_scratch;
+
+lm_status lm_sampler_scratch_init(lm_sampler_scratch *scratch, int vocab, lm_error *err);
+void lm_sampler_scratch_free(lm_sampler_scratch *scratch);
+
+/* What one sequence brings to a draw besides its parameters and logits. */
+typedef struct {
+    const lm_token_counts *counts; /* prompt + output history; NULL: none */
+    int n_generated;               /* output tokens so far */
+    int min_tokens;                /* stop ids are masked while n_generated < min_tokens */
+    const int32_t *stop_ids;       /* eos ids + stop_token_ids (ids outside [0, V) skipped) */
+    int n_stop_ids;
+} lm_sample_context;
+
+typedef struct {
+    int32_t token;
+    float logprob; /* raw logprob of token, when params->logprobs >= 0 (else 0) */
+    int n_top;     /* min(params->logprobs, 20, V) when logprobs >= 0, else 0 */
+    loom_token_logprob top[LM_SAMPLER_MAX_LOGPROBS]; /* best first, ties: lower id first */
+} lm_sample_result;
+
+/* Draws the next token.  logits [vocab] are processed in place (steps 1-3
+ * change them).  Consumes exactly one lm_rng_uniform unless greedy (none).
+ * Parameters are used as given (run lm_sampling_validate first); values
+ * out of range never crash: a NaN or non-positive temperature means greedy,
+ * out-of-range top_p / min_p / penalties mean off.  If every token is masked
+ * (or not a number) the result is token 0.  Fails only on misuse (a scratch
+ * smaller than vocab, vocab <= 0, NULL pointers). */
+lm_status lm_sample(const loom_sampling *params, float *logits, int vocab,
+                    const lm_sample_context *ctx, lm_rng *rng, lm_sampler_scratch *scratch,
+                    lm_sample_result *result, lm_error *err);
+
+/* The distribution lm_sample draws from, as probs [vocab] (zeros for dropped
+ * tokens; one-hot for greedy).  For tests and for speculative acceptance.
+ * logits are processed in place as in lm_sample. */
+lm_status lm_sampler_distribution(const loom_sampling *params, float *logits, int vocab,
+                                  const lm_sample_context *ctx, lm_sampler_scratch *scratch,
+                                  float *probs, lm_error *err);
+
+/* Checks the parameters as vLLM does; on failure writes a message such as
+ * "top_p must be in (0, 1], got 1.5" into err (when err_size > 0) and
+ * returns false.  vocab <= 0 means unknown: logit_bias ids are then only
+ * checked to be >= 0. */
+bool lm_sampling_validate(const loom_sampling *s, int vocab, char *err, size_t err_size);
+
+/* temperature 1, top_k -1, top_p 1, min_p 0, repetition 1, presence and
+ * frequency 0, no logit_bias, no seed, logprobs -1. */
+void lm_sampling_defaults(loom_sampling *s);
+
+#endif
