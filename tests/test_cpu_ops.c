@@ -83,8 +83,10 @@ static void *random_weights(rng *r, lm_dtype dtype, int64_t n) {
     if (!w) return NULL;
     for (int64_t i = 0; i < n; i++) {
         float v = rng_float(r) * 0.5f;
-        if (dtype == LM_DTYPE_F32) ((float *)w)[i] = v;
-        else if (dtype == LM_DTYPE_BF16) ((uint16_t *)w)[i] = lm_f32_to_bf16(v);
+        if (dtype == LM_DTYPE_F32)
+            ((float *)w)[i] = v;
+        else if (dtype == LM_DTYPE_BF16)
+            ((uint16_t *)w)[i] = lm_f32_to_bf16(v);
         else { /* f16 by hand: v in (-0.5, 0.5); keep 10 mantissa bits, normal range */
             float a = fabsf(v);
             uint16_t h = 0;
@@ -124,8 +126,8 @@ static void check_matmul_shape(backends *b, rng *r, lm_dtype dtype, int n, int64
               lm_dtype_name(dtype), n, (long long)rows, (long long)cols, e1);
     CHECK_MSG(e2 < TOLERANCE, "%s n=%d rows=%lld cols=%lld: 2 threads error %g",
               lm_dtype_name(dtype), n, (long long)rows, (long long)cols, e2);
-    CHECK_MSG(same, "%s n=%d rows=%lld cols=%lld: 1 and 2 threads differ", lm_dtype_name(dtype),
-              n, (long long)rows, (long long)cols);
+    CHECK_MSG(same, "%s n=%d rows=%lld cols=%lld: 1 and 2 threads differ", lm_dtype_name(dtype), n,
+              (long long)rows, (long long)cols);
 }
 
 static void test_matmul_matches_reference(void) {
@@ -225,8 +227,8 @@ static void test_rmsnorm_matches_reference(void) {
             double e = rel_error(out, ref, n), ei = rel_error(inplace, ref, n);
             free(out);
             free(inplace);
-            CHECK_MSG(e < TOLERANCE && ei < TOLERANCE, "rmsnorm %dx%d: error %g, in place %g",
-                      rows, dim, e, ei);
+            CHECK_MSG(e < TOLERANCE && ei < TOLERANCE, "rmsnorm %dx%d: error %g, in place %g", rows,
+                      dim, e, ei);
         }
         free(x);
         free(w);
@@ -297,13 +299,16 @@ static void test_rope_matches_reference(void) {
     backends b;
     CHECK(backends_open(&b));
     rng r = {10};
-    static const float glm_inv_freq[32] = { /* a table passed in: need not follow theta */
-        1.0f, 0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f, 0.2f, 0.1f, 0.05f, 0.04f, 0.03f, 0.02f, 0.01f,
-        5e-3f, 4e-3f, 3e-3f, 2e-3f, 1e-3f, 5e-4f, 4e-4f, 3e-4f, 2e-4f, 1e-4f, 5e-5f, 4e-5f, 3e-5f,
-        2e-5f, 1e-5f, 5e-6f, 1e-6f};
-#define ROPE(R, TH, S0, S1, S2, INTERLEAVED_SECTIONS, PAIRS, TABLE)                               \
-    {.rot_dim = (R), .theta = (TH), .inv_freq = (TABLE), .sections = {(S0), (S1), (S2)},          \
-     .interleaved_sections = (INTERLEAVED_SECTIONS), .pair_interleaved = (PAIRS)}
+    static const float glm_inv_freq[32] = {/* a table passed in: need not follow theta */
+                                           1.0f,  0.9f,  0.8f,  0.7f,  0.6f,  0.5f,  0.4f,  0.3f,
+                                           0.2f,  0.1f,  0.05f, 0.04f, 0.03f, 0.02f, 0.01f, 5e-3f,
+                                           4e-3f, 3e-3f, 2e-3f, 1e-3f, 5e-4f, 4e-4f, 3e-4f, 2e-4f,
+                                           1e-4f, 5e-5f, 4e-5f, 3e-5f, 2e-5f, 1e-5f, 5e-6f, 1e-6f};
+#define ROPE(R, TH, S0, S1, S2, INTERLEAVED_SECTIONS, PAIRS, TABLE)                                \
+    {                                                                                              \
+        .rot_dim = (R), .theta = (TH), .inv_freq = (TABLE), .sections = {(S0), (S1), (S2)},        \
+        .interleaved_sections = (INTERLEAVED_SECTIONS), .pair_interleaved = (PAIRS)                \
+    }
     const rope_case cases[] = {
         /* Qwen3.5: partial rotary 64 of 256, interleaved M-RoPE sections, rotate-half */
         {5, 8, 256, ROPE(64, 1e7f, 11, 11, 10, true, false, NULL)},
@@ -385,7 +390,8 @@ static void test_sigmoid_mul_and_add_match_reference(void) {
     for (size_t s = 0; s < sizeof elementwise_sizes / sizeof *elementwise_sizes; s++) {
         int64_t n = elementwise_sizes[s];
         float *x = random_floats(&r, n, 3.0f), *g = random_floats(&r, n, 12.0f);
-        float *ref_sig = malloc(sizeof(float) * (size_t)n), *ref_add = malloc(sizeof(float) * (size_t)n);
+        float *ref_sig = malloc(sizeof(float) * (size_t)n),
+              *ref_add = malloc(sizeof(float) * (size_t)n);
         CHECK(x && g && ref_sig && ref_add);
         if (n > 2) g[1] = -100.0f, g[2] = 100.0f;
         memcpy(ref_sig, x, sizeof(float) * (size_t)n);
@@ -393,7 +399,8 @@ static void test_sigmoid_mul_and_add_match_reference(void) {
         lm_ref_sigmoid_mul(ref_sig, g, n);
         lm_ref_add(ref_add, g, n);
         for (int t = 0; t < 2; t++) {
-            float *sig = malloc(sizeof(float) * (size_t)n), *sum = malloc(sizeof(float) * (size_t)n);
+            float *sig = malloc(sizeof(float) * (size_t)n),
+                  *sum = malloc(sizeof(float) * (size_t)n);
             CHECK(sig && sum);
             memcpy(sig, x, sizeof(float) * (size_t)n);
             memcpy(sum, x, sizeof(float) * (size_t)n);
@@ -471,12 +478,13 @@ static void run_attention_case(backends *b, rng *r, const attention_case *ac) {
     memcpy(kpool_ref, kpool, sizeof(float) * (size_t)pool_len);
     memcpy(vpool_ref, vpool, sizeof(float) * (size_t)pool_len);
     lm_kv_layer kv_ref = {kpool_ref, vpool_ref, n_blocks, ac->block_size, ac->n_kv_heads, D};
-    lm_attention_batch batch = {total_new, token_seq, ctx_len, table_ptrs, ac->n_heads,
-                                ac->n_kv_heads, D, 1.0f / sqrtf((float)D)};
+    lm_attention_batch batch = {total_new,   token_seq,      ctx_len, table_ptrs,
+                                ac->n_heads, ac->n_kv_heads, D,       1.0f / sqrtf((float)D)};
     lm_ref_kv_write(&kv_ref, k, v, total_new, slots);
     lm_ref_attention(ref, q, &kv_ref, &batch);
     for (int t = 0; t < 2 && !test_current_failed(); t++) {
-        float *kp = malloc(sizeof(float) * (size_t)pool_len), *vp = malloc(sizeof(float) * (size_t)pool_len);
+        float *kp = malloc(sizeof(float) * (size_t)pool_len),
+              *vp = malloc(sizeof(float) * (size_t)pool_len);
         float *out = poisoned(out_len);
         CHECK(kp && vp && out);
         memcpy(kp, kpool, sizeof(float) * (size_t)pool_len);
@@ -528,7 +536,6 @@ static void test_attention_matches_reference(void) {
         run_attention_case(&b, &r, &cases[c]);
     backends_close(&b);
 }
-
 
 /* The kernels' thread pool: every task of every job runs exactly once and its
  * writes are visible when lm_pool_run returns, also with more threads than

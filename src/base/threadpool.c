@@ -58,8 +58,8 @@ static bool join_job(lm_pool *pool, unsigned gen) {
     uint64_t m = atomic_load_explicit(&pool->membership, memory_order_relaxed);
     for (;;) {
         if ((m >> 32) != gen || (m & MEMBER_CLOSED)) return false;
-        if (atomic_compare_exchange_weak_explicit(&pool->membership, &m, m + 1, memory_order_acquire,
-                                                  memory_order_relaxed))
+        if (atomic_compare_exchange_weak_explicit(&pool->membership, &m, m + 1,
+                                                  memory_order_acquire, memory_order_relaxed))
             return true;
     }
 }

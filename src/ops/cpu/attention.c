@@ -59,7 +59,8 @@ static void accumulate_values(float *acc, float corr, const float *p, const floa
         int count = D - d < LM_VF_WIDTH ? D - d : LM_VF_WIDTH;
         lm_vf a = lm_vf_mul(lm_vf_load_part(acc + d, count), vcorr);
         if (count == LM_VF_WIDTH) {
-            for (int j = 0; j < nkeys; j++) a = lm_vf_fma(lm_vf_set1(p[j]), lm_vf_load(vrows[j] + d), a);
+            for (int j = 0; j < nkeys; j++)
+                a = lm_vf_fma(lm_vf_set1(p[j]), lm_vf_load(vrows[j] + d), a);
             lm_vf_store(acc + d, a);
         } else {
             for (int j = 0; j < nkeys; j++)
@@ -94,7 +95,8 @@ static void attention_task(void *ctx, int task, int n_tasks) {
             const float *krows[KEY_BLOCK], *vrows[KEY_BLOCK];
             for (int j = 0; j < nkeys; j++) {
                 int pos = j0 + j;
-                int64_t slot = (int64_t)table[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
+                int64_t slot =
+                    (int64_t)table[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
                 krows[j] = kv->k + slot * kv_row + (int64_t)kvh * D;
                 vrows[j] = kv->v + slot * kv_row + (int64_t)kvh * D;
             }
@@ -111,7 +113,8 @@ static void attention_task(void *ctx, int task, int n_tasks) {
                 float sum = 0;
                 for (int j0v = 0; j0v < nkeys; j0v += LM_VF_WIDTH) {
                     int count = nkeys - j0v < LM_VF_WIDTH ? nkeys - j0v : LM_VF_WIDTH;
-                    lm_vf e = lm_vf_exp(lm_vf_sub(lm_vf_load_part(s + j0v, count), lm_vf_set1(new_m)));
+                    lm_vf e =
+                        lm_vf_exp(lm_vf_sub(lm_vf_load_part(s + j0v, count), lm_vf_set1(new_m)));
                     lm_vf_store_part(p + j0v, e, count);
                 }
                 for (int j = 0; j < nkeys; j++) sum += p[j];

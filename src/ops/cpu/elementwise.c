@@ -73,7 +73,8 @@ static LM_ALWAYS_INLINE void scale_row(float *out, const float *x, const float *
     }
     if (i < dim) {
         int count = dim - i;
-        lm_vf v = lm_vf_mul(lm_vf_mul(lm_vf_load_part(x + i, count), vinv), lm_vf_load_part(w + i, count));
+        lm_vf v = lm_vf_mul(lm_vf_mul(lm_vf_load_part(x + i, count), vinv),
+                            lm_vf_load_part(w + i, count));
         if (gated) v = lm_vf_mul(v, vf_silu(lm_vf_load_part(z + i, count)));
         lm_vf_store_part(out + i, v, count);
     }
@@ -85,12 +86,17 @@ static LM_ALWAYS_INLINE void rmsnorm_rows(const norm_job *j, int task, int n_tas
     for (long r = begin; r < end; r++) {
         int64_t off = (int64_t)r * j->dim;
         float inv = 1.0f / sqrtf(sum_squares(j->x + off, j->dim) / (float)j->dim + j->eps);
-        scale_row(j->out + off, j->x + off, gated ? j->z + off : NULL, j->weight, j->dim, inv, gated);
+        scale_row(j->out + off, j->x + off, gated ? j->z + off : NULL, j->weight, j->dim, inv,
+                  gated);
     }
 }
 
-static void rmsnorm_task(void *ctx, int task, int n_tasks) { rmsnorm_rows(ctx, task, n_tasks, false); }
-static void gated_rmsnorm_task(void *ctx, int task, int n_tasks) { rmsnorm_rows(ctx, task, n_tasks, true); }
+static void rmsnorm_task(void *ctx, int task, int n_tasks) {
+    rmsnorm_rows(ctx, task, n_tasks, false);
+}
+static void gated_rmsnorm_task(void *ctx, int task, int n_tasks) {
+    rmsnorm_rows(ctx, task, n_tasks, true);
+}
 
 void lm_cpu_rmsnorm(lm_backend *be, float *out, const float *x, const float *w, int rows, int dim,
                     float eps) {
@@ -112,8 +118,10 @@ static void l2norm_task(void *ctx, int task, int n_tasks) {
         float *xr = j->out + (int64_t)r * j->dim;
         lm_vf f = lm_vf_set1(1.0f / sqrtf(sum_squares(xr, j->dim) + j->eps) * j->scale);
         int i = 0;
-        for (; i + LM_VF_WIDTH <= j->dim; i += LM_VF_WIDTH) lm_vf_store(xr + i, lm_vf_mul(lm_vf_load(xr + i), f));
-        if (i < j->dim) lm_vf_store_part(xr + i, lm_vf_mul(lm_vf_load_part(xr + i, j->dim - i), f), j->dim - i);
+        for (; i + LM_VF_WIDTH <= j->dim; i += LM_VF_WIDTH)
+            lm_vf_store(xr + i, lm_vf_mul(lm_vf_load(xr + i), f));
+        if (i < j->dim)
+            lm_vf_store_part(xr + i, lm_vf_mul(lm_vf_load_part(xr + i, j->dim - i), f), j->dim - i);
     }
 }
 
@@ -172,8 +180,10 @@ static void rope_task(void *ctx, int task, int n_tasks) {
                     int count = nf - i < LM_VF_WIDTH ? nf - i : LM_VF_WIDTH;
                     lm_vf va = lm_vf_load_part(xa + i, count), vb = lm_vf_load_part(xb + i, count);
                     lm_vf vc = lm_vf_load_part(c + i, count), vs = lm_vf_load_part(s + i, count);
-                    lm_vf_store_part(xa + i, lm_vf_sub(lm_vf_mul(va, vc), lm_vf_mul(vb, vs)), count);
-                    lm_vf_store_part(xb + i, lm_vf_add(lm_vf_mul(vb, vc), lm_vf_mul(va, vs)), count);
+                    lm_vf_store_part(xa + i, lm_vf_sub(lm_vf_mul(va, vc), lm_vf_mul(vb, vs)),
+                                     count);
+                    lm_vf_store_part(xb + i, lm_vf_add(lm_vf_mul(vb, vc), lm_vf_mul(va, vs)),
+                                     count);
                 }
             }
         }
@@ -201,20 +211,25 @@ typedef struct {
 
 static LM_ALWAYS_INLINE lm_vf apply(binary_op op, lm_vf a, lm_vf b) {
     switch (op) {
-    case OP_SILU_MUL: return lm_vf_mul(vf_silu(a), b);        /* a = gate, b = up */
-    case OP_SIGMOID_MUL: return lm_vf_mul(b, vf_sigmoid(a));  /* a = gate, b = x */
-    default: return lm_vf_add(a, b);                          /* a = x, b = y */
+    case OP_SILU_MUL:
+        return lm_vf_mul(vf_silu(a), b); /* a = gate, b = up */
+    case OP_SIGMOID_MUL:
+        return lm_vf_mul(b, vf_sigmoid(a)); /* a = gate, b = x */
+    default:
+        return lm_vf_add(a, b); /* a = x, b = y */
     }
 }
 
-static LM_ALWAYS_INLINE void binary_range(const binary_job *j, binary_op op, int64_t begin, int64_t end) {
+static LM_ALWAYS_INLINE void binary_range(const binary_job *j, binary_op op, int64_t begin,
+                                          int64_t end) {
     int64_t i = begin;
     for (; i + LM_VF_WIDTH <= end; i += LM_VF_WIDTH)
         lm_vf_store(j->out + i, apply(op, lm_vf_load(j->a + i), lm_vf_load(j->b + i)));
     if (i < end) {
         int count = (int)(end - i);
-        lm_vf_store_part(j->out + i, apply(op, lm_vf_load_part(j->a + i, count), lm_vf_load_part(j->b + i, count)),
-                         count);
+        lm_vf_store_part(
+            j->out + i,
+            apply(op, lm_vf_load_part(j->a + i, count), lm_vf_load_part(j->b + i, count)), count);
     }
 }
 
@@ -225,9 +240,15 @@ static void binary_task(void *ctx, int task, int n_tasks) {
     lm_split_range(chunks, n_tasks, task, &begin, &end);
     int64_t b = begin * RANGE_ALIGN, e = end * RANGE_ALIGN < j->n ? end * RANGE_ALIGN : j->n;
     switch (j->op) { /* one instantiation per op, so the switch leaves the loop */
-    case OP_SILU_MUL: binary_range(j, OP_SILU_MUL, b, e); break;
-    case OP_SIGMOID_MUL: binary_range(j, OP_SIGMOID_MUL, b, e); break;
-    case OP_ADD: binary_range(j, OP_ADD, b, e); break;
+    case OP_SILU_MUL:
+        binary_range(j, OP_SILU_MUL, b, e);
+        break;
+    case OP_SIGMOID_MUL:
+        binary_range(j, OP_SIGMOID_MUL, b, e);
+        break;
+    case OP_ADD:
+        binary_range(j, OP_ADD, b, e);
+        break;
     }
 }
 
@@ -235,7 +256,8 @@ static void run_binary(lm_backend *be, float *out, const float *a, const float *
                        binary_op op) {
     if (n <= 0) return;
     binary_job j = {out, a, b, n, op};
-    lm_pool_run(lm_cpu_pool(be), task_count(be, n, (n + RANGE_ALIGN - 1) / RANGE_ALIGN), binary_task, &j);
+    lm_pool_run(lm_cpu_pool(be), task_count(be, n, (n + RANGE_ALIGN - 1) / RANGE_ALIGN),
+                binary_task, &j);
 }
 
 void lm_cpu_silu_mul(lm_backend *be, float *out, const float *gate, const float *up, int64_t n) {

@@ -71,8 +71,8 @@ static LM_ALWAYS_INLINE lm_vf load_weights_part(const void *w, lm_dtype dt, int6
  * T is a compile-time constant at every call site (always_inline), so the
  * accumulators live in registers.  A single token (decode) gets 4
  * accumulators along k instead, to hide the FMA latency. */
-static LM_ALWAYS_INLINE void dot_row(const matmul_job *job, lm_dtype dt, int T, int64_t row,
-                                     int t0, int64_t k0, int64_t k1) {
+static LM_ALWAYS_INLINE void dot_row(const matmul_job *job, lm_dtype dt, int T, int64_t row, int t0,
+                                     int64_t k0, int64_t k1) {
     const int64_t cols = job->cols;
     const int64_t wrow = row * cols;
     const float *xt[8];
@@ -109,7 +109,8 @@ static LM_ALWAYS_INLINE void dot_row(const matmul_job *job, lm_dtype dt, int T, 
             acc[a] = lm_vf_fma(wv, lm_vf_load_part(xt[0] + k, count), acc[a]);
         } else {
             LM_PRAGMA_UNROLL
-            for (int t = 0; t < T; t++) acc[t] = lm_vf_fma(wv, lm_vf_load_part(xt[t] + k, count), acc[t]);
+            for (int t = 0; t < T; t++)
+                acc[t] = lm_vf_fma(wv, lm_vf_load_part(xt[t] + k, count), acc[t]);
         }
     }
     if (T == 1) acc[0] = lm_vf_add(lm_vf_add(acc[0], acc[1]), lm_vf_add(acc[2], acc[3]));
@@ -124,22 +125,29 @@ static LM_ALWAYS_INLINE void dot_row(const matmul_job *job, lm_dtype dt, int T, 
 
 typedef void (*row_fn)(const matmul_job *job, int64_t row, int t0, int64_t k0, int64_t k1);
 
-#define DEFINE_ROW(SUFFIX, DT, T)                                                               \
-    static void row_##SUFFIX##_##T(const matmul_job *j, int64_t r, int t0, int64_t k0, int64_t k1) { \
-        dot_row(j, DT, T, r, t0, k0, k1);                                                       \
+#define DEFINE_ROW(SUFFIX, DT, T)                                                                  \
+    static void row_##SUFFIX##_##T(const matmul_job *j, int64_t r, int t0, int64_t k0,             \
+                                   int64_t k1) {                                                   \
+        dot_row(j, DT, T, r, t0, k0, k1);                                                          \
     }
-#define DEFINE_ROWS(SUFFIX, DT)                                                                 \
-    DEFINE_ROW(SUFFIX, DT, 1)                                                                   \
-    DEFINE_ROW(SUFFIX, DT, 2)                                                                   \
-    DEFINE_ROW(SUFFIX, DT, 3)                                                                   \
-    DEFINE_ROW(SUFFIX, DT, 4)                                                                   \
-    DEFINE_ROW(SUFFIX, DT, 5)                                                                   \
-    DEFINE_ROW(SUFFIX, DT, 6)                                                                   \
-    DEFINE_ROW(SUFFIX, DT, 7)                                                                   \
-    DEFINE_ROW(SUFFIX, DT, 8)                                                                   \
-    static const row_fn rows_##SUFFIX[9] = {NULL,              row_##SUFFIX##_1, row_##SUFFIX##_2, \
-                                           row_##SUFFIX##_3, row_##SUFFIX##_4, row_##SUFFIX##_5, \
-                                           row_##SUFFIX##_6, row_##SUFFIX##_7, row_##SUFFIX##_8};
+#define DEFINE_ROWS(SUFFIX, DT)                                                                    \
+    DEFINE_ROW(SUFFIX, DT, 1)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 2)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 3)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 4)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 5)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 6)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 7)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 8)                                                                      \
+    static const row_fn rows_##SUFFIX[9] = {NULL,                                                  \
+                                            row_##SUFFIX##_1,                                      \
+                                            row_##SUFFIX##_2,                                      \
+                                            row_##SUFFIX##_3,                                      \
+                                            row_##SUFFIX##_4,                                      \
+                                            row_##SUFFIX##_5,                                      \
+                                            row_##SUFFIX##_6,                                      \
+                                            row_##SUFFIX##_7,                                      \
+                                            row_##SUFFIX##_8};
 
 DEFINE_ROWS(bf16, LM_DTYPE_BF16)
 DEFINE_ROWS(f16, LM_DTYPE_F16)
@@ -178,7 +186,12 @@ void lm_cpu_matmul(lm_backend *be, float *y, const float *x, int n, const lm_mat
     lm_pool *pool = lm_cpu_pool(be);
     int threads = lm_pool_size(pool);
     matmul_job job = {
-        .y = y, .x = x, .w = w->data, .rows = w->rows, .cols = w->cols, .n = n,
+        .y = y,
+        .x = x,
+        .w = w->data,
+        .rows = w->rows,
+        .cols = w->cols,
+        .n = n,
         .dtype = w->dtype,
         .col_block = n == 1 || w->cols <= PREFILL_COL_BLOCK ? w->cols : PREFILL_COL_BLOCK,
     };
@@ -199,16 +212,20 @@ void lm_cpu_matmul(lm_backend *be, float *y, const float *x, int n, const lm_mat
 static void embed_row(float *out, const lm_matrix *table, int64_t row) {
     int64_t cols = table->cols, i = 0;
     switch (table->dtype) {
-    case LM_DTYPE_F32: memcpy(out, (const float *)table->data + row * cols, sizeof(float) * (size_t)cols); return;
+    case LM_DTYPE_F32:
+        memcpy(out, (const float *)table->data + row * cols, sizeof(float) * (size_t)cols);
+        return;
     case LM_DTYPE_BF16: {
         const uint16_t *src = (const uint16_t *)table->data + row * cols;
-        for (; i + LM_VF_WIDTH <= cols; i += LM_VF_WIDTH) lm_vf_store(out + i, lm_vf_load_bf16(src + i));
+        for (; i + LM_VF_WIDTH <= cols; i += LM_VF_WIDTH)
+            lm_vf_store(out + i, lm_vf_load_bf16(src + i));
         for (; i < cols; i++) out[i] = lm_bf16_to_f32(src[i]);
         return;
     }
     case LM_DTYPE_F16: {
         const uint16_t *src = (const uint16_t *)table->data + row * cols;
-        for (; i + LM_VF_WIDTH <= cols; i += LM_VF_WIDTH) lm_vf_store(out + i, lm_vf_load_f16(src + i));
+        for (; i + LM_VF_WIDTH <= cols; i += LM_VF_WIDTH)
+            lm_vf_store(out + i, lm_vf_load_f16(src + i));
         for (; i < cols; i++) out[i] = lm_f16_to_f32(src[i]);
         return;
     }

@@ -193,9 +193,10 @@ static inline lm_vf lm_vf_exp(lm_vf x) {
     /* 2^n split in two factors so n = 128 (x near the top) does not overflow the exponent. */
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i half = _mm256_srai_epi32(ni, 1);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
-    __m256 s2 = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), _mm256_set1_epi32(127)), 23));
+    __m256 s1 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_sub_epi32(ni, half), _mm256_set1_epi32(127)), 23));
     p = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
     p = _mm256_andnot_ps(underflow, p);
     return _mm256_blendv_ps(p, _mm256_set1_ps(INFINITY), overflow);
@@ -243,11 +244,11 @@ static inline lm_vf lm_vf_load_f16_part(const uint16_t *p, int count) {
     return r;
 }
 static inline lm_vf lm_vf_load_f16(const uint16_t *p) { return lm_vf_load_f16_part(p, 8); }
-#define LM_VF_GENERIC_BINARY(name, expr)             \
-    static inline lm_vf name(lm_vf a, lm_vf b) {      \
-        lm_vf r;                                      \
-        for (int i = 0; i < 8; i++) r.v[i] = (expr);  \
-        return r;                                     \
+#define LM_VF_GENERIC_BINARY(name, expr)                                                           \
+    static inline lm_vf name(lm_vf a, lm_vf b) {                                                   \
+        lm_vf r;                                                                                   \
+        for (int i = 0; i < 8; i++) r.v[i] = (expr);                                               \
+        return r;                                                                                  \
     }
 LM_VF_GENERIC_BINARY(lm_vf_add, a.v[i] + b.v[i])
 LM_VF_GENERIC_BINARY(lm_vf_sub, a.v[i] - b.v[i])
