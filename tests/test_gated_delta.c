@@ -297,35 +297,43 @@ static void test_chunked_and_recurrent_agree(void) {
 }
 
 /* T tokens in one call == T1 tokens then T2 tokens with the state carried:
- * what prefill-then-decode and chunked prefill rely on. */
+ * what prefill-then-decode and chunked prefill rely on.  Through the
+ * backend, through the chunked form alone, and chunked prefill followed by
+ * recurrent steps, all against one call of the backend. */
 static void test_split_sequence_equals_whole(void) {
     lm_backend *be = make_backend();
     CHECK(be);
     gdn_case c = make_case(140, 2, 4, 32, 32, 99);
     float *out_whole, *state_whole;
     run_all(be, RUN_BACKEND, &c, &out_whole, &state_whole);
-    /* splits that cross the chunked/recurrent threshold both ways */
+    /* chunk boundaries inside and across the parts */
     static const int splits[][4] = {{70, 70, 0, 0}, {1, 139, 0, 0}, {139, 1, 0, 0},
                                     {64, 3, 73, 0}, {10, 66, 1, 63}};
-    for (size_t s = 0; s < sizeof splits / sizeof splits[0]; s++) {
-        float *out = nan_filled(v_size(&c));
-        float *state = copy_floats(c.state0, state_size(&c));
-        int t0 = 0;
-        for (int part = 0; part < 4 && splits[s][part] > 0; part++) {
-            int n = splits[s][part];
-            run_part(be, RUN_BACKEND, &c, t0, n, out + (size_t)t0 * c.Hv * c.dv, state);
-            t0 += n;
+    static const char *const modes[] = {"backend", "chunked", "chunked then recurrent"};
+    for (size_t s = 0; s < sizeof splits / sizeof splits[0] && !test_current_failed(); s++)
+        for (int mode = 0; mode < 3; mode++) {
+            float *out = nan_filled(v_size(&c));
+            float *state = copy_floats(c.state0, state_size(&c));
+            int t0 = 0;
+            for (int part = 0; part < 4 && splits[s][part] > 0; part++) {
+                int n = splits[s][part];
+                run_kind kind = mode == 0 ? RUN_BACKEND
+                                : mode == 1 || part == 0 ? RUN_CHUNKED
+                                                         : RUN_RECURRENT;
+                run_part(be, kind, &c, t0, n, out + (size_t)t0 * c.Hv * c.dv, state);
+                t0 += n;
+            }
+            double eo = rel_error_f(out, out_whole, v_size(&c));
+            double es = rel_error_f(state, state_whole, state_size(&c));
+            free(out);
+            free(state);
+            if (t0 != c.T || !(eo < REL_TOL) || !(es < REL_TOL)) {
+                test_failed(__FILE__, __LINE__, "%s, split %d+%d+%d+%d: out %.3g state %.3g",
+                            modes[mode], splits[s][0], splits[s][1], splits[s][2], splits[s][3],
+                            eo, es);
+                break;
+            }
         }
-        double eo = rel_error_f(out, out_whole, v_size(&c));
-        double es = rel_error_f(state, state_whole, state_size(&c));
-        free(out);
-        free(state);
-        if (t0 != c.T || !(eo < REL_TOL) || !(es < REL_TOL)) {
-            test_failed(__FILE__, __LINE__, "split %d+%d+%d+%d: out %.3g state %.3g",
-                        splits[s][0], splits[s][1], splits[s][2], splits[s][3], eo, es);
-            break;
-        }
-    }
     free(out_whole);
     free(state_whole);
     free_case(&c);

@@ -2,13 +2,13 @@
  * lm_cpu_gated_delta_rule and lm_cpu_causal_conv1d_silu (linear_attention.c).
  *
  * Two forms of the same recurrence, both parallel over value heads:
- *   recurrent (gdn_recurrent.c): token by token; used for decode and short
- *     multi-token runs (speculative verify).  The state of a head is walked in
- *     column tiles that stay in L1 across all T tokens, so S is read and
- *     written once per call, whatever T is.
+ *   recurrent (gdn_recurrent.c): token by token.  The state of a head is
+ *     walked in column tiles that stay in L1 across all T tokens, so S is
+ *     read and written once per call, whatever T is.
  *   chunked (gdn_chunked.c): chunks of LM_GDN_CHUNK tokens as small
- *     matrix-matrix products (WY / UT form); used for prefill.
- * Exposed here so tests can run either form directly. */
+ *     matrix-matrix products (the UT form of model-spec §A.7).
+ * lm_cpu_gated_delta_rule picks one by LM_GDN_CHUNKED_MIN_T.  Exposed here
+ * so tests can run either form directly. */
 #ifndef LOOM_OPS_CPU_GDN_H
 #define LOOM_OPS_CPU_GDN_H
 
@@ -28,8 +28,9 @@ typedef struct {
 enum {
     LM_GDN_CHUNK = 64, /* tokens per chunk of the chunked form (as HF) */
     /* lm_cpu_gated_delta_rule takes the chunked form from this many tokens
-     * on.  See linear_attention.c for the measurement behind it. */
-    LM_GDN_CHUNKED_MIN_T = 64,
+     * on; 0 = never.  It is 0 because the recurrent form measured as fast
+     * or faster at every T (linear_attention.c has the numbers). */
+    LM_GDN_CHUNKED_MIN_T = 0,
 };
 
 /* `simd` false forces the portable C code even where AVX-512 was compiled
@@ -38,7 +39,7 @@ enum {
 void lm_gdn_recurrent(lm_pool *pool, const lm_gdn_problem *p, bool simd);
 
 /* Returns false, leaving out and state untouched, only when its scratch
- * memory (about 4·C·(dk+dv) + 3·C² floats per worker) cannot be allocated;
+ * memory (about C·(2·dk + dv) + 3·C² floats per worker) cannot be allocated;
  * the caller then falls back to the recurrent form. */
 bool lm_gdn_chunked(lm_pool *pool, const lm_gdn_problem *p, bool simd);
 

@@ -11,6 +11,7 @@
  *   hops a page per token and ran 5x slower, bound by cache misses. */
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "ops/cpu/gdn.h"
@@ -106,6 +107,46 @@ static void conv_range(const conv_job *job, int c0, int n, float *wt, float *old
     }
 }
 
+#ifdef LM_GDN_AVX512
+/* One token (decode) on channels [c0, c0+n): the taps are gathered straight
+ * from the channel-major weights and state (copying them tap-major first
+ * cost 7 scalar moves a channel, most of the call), and the state update
+ * is a shift of the flat [C, K-1] array by one float, with the new input
+ * then written into each channel's last slot. */
+static void conv_one_token_avx512(const conv_job *job, int c0, int n) {
+    const int K = job->K, hist = K - 1;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i w_index = _mm512_mullo_epi32(lane, _mm512_set1_epi32(K));
+    const __m512i s_index = _mm512_mullo_epi32(lane, _mm512_set1_epi32(hist));
+    for (int c = c0; c < c0 + n; c += 16) {
+        __mmask16 m = lm_gdn_mask(c0 + n - c);
+        const float *w = job->weight + (size_t)c * (size_t)K;
+        const float *st = job->state + (size_t)c * (size_t)hist;
+        __m512 acc = _mm512_setzero_ps(); /* same order as conv_range: bit-identical */
+        for (int j = 0; j < hist; j++)
+            acc = _mm512_fmadd_ps(
+                _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, w_index, w + j, 4),
+                _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, s_index, st + j, 4), acc);
+        acc = _mm512_fmadd_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, w_index, w + hist, 4),
+                              _mm512_maskz_loadu_ps(m, job->in + c), acc);
+        _mm512_mask_storeu_ps(job->out + c, m, lm_gdn_silu512(acc));
+    }
+    if (hist == 0) return;
+    float *flat = job->state + (size_t)c0 * (size_t)hist;
+    const size_t len = (size_t)n * (size_t)hist;
+    for (size_t i = 0; i < len; i += 16) { /* reads run ahead of writes: safe in place */
+        size_t left = len - i;
+        __m512 next = _mm512_maskz_loadu_ps(lm_gdn_mask((int)(left - 1 < 16 ? left - 1 : 16)),
+                                            flat + i + 1);
+        if (left >= 16)
+            _mm512_storeu_ps(flat + i, next);
+        else
+            _mm512_mask_storeu_ps(flat + i, lm_gdn_mask((int)left), next);
+    }
+    for (int c = 0; c < n; c++) flat[(size_t)c * (size_t)hist + (size_t)hist - 1] = job->in[c0 + c];
+}
+#endif
+
 static void conv_task(void *ctx, int task, int n_tasks) {
     const conv_job *job = ctx;
     long c_begin, c_end;
@@ -124,6 +165,12 @@ static void conv_task(void *ctx, int task, int n_tasks) {
         for (long c = c_begin; c < c_end; c++) channel_any_width(job, (int)c);
         return;
     }
+#ifdef LM_GDN_AVX512
+    if (job->simd && job->T == 1 && (long)job->C * job->K <= INT32_MAX) {
+        conv_one_token_avx512(job, (int)c_begin, (int)(c_end - c_begin));
+        return;
+    }
+#endif
     if (job->taps) {
         size_t ld = (size_t)job->C;
         float *wt = job->taps + (size_t)c_begin;
