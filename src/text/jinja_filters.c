@@ -48,11 +48,18 @@ static bool new_list(jrt *rt, jv *out) { return jv_new_list(&rt->c, JV_LIST, 0, 
 
 static bool push(jrt *rt, jv list, jv item) { return jlist_push(&rt->c, jv_list(list), item); }
 
-/* Jinja's make_attrgetter: "a.b.0" looks up a, then b, then index 0. */
-static bool attr_path(jrt *rt, jv item, jv attribute, jv *out) {
-    if (attribute.kind != JV_STR) return jgetitem(rt, item, attribute, out);
-    jstr *path = jv_str(attribute);
+/* Jinja's make_attrgetter: "a.b.0" looks up a, then b, then index 0; with a
+ * default, an undefined step is replaced by it.  Looking into an undefined
+ * value fails, as in Jinja2. */
+static bool attr_path_default(jrt *rt, jv item, jv attribute, const jv *dflt, jv *out) {
     jv cur = jv_retain(item);
+    if (attribute.kind != JV_STR) {
+        bool ok = jgetitem(rt, cur, attribute, out);
+        jv_release(&rt->c, cur);
+        if (ok && dflt && dflt->kind != JV_NONE && out->kind == JV_UNDEFINED) *out = jv_retain(*dflt);
+        return ok;
+    }
+    jstr *path = jv_str(attribute);
     size_t i = 0;
     for (;;) {
         const char *dot = memchr(path->data + i, '.', path->len - i);
@@ -67,10 +74,11 @@ static bool attr_path(jrt *rt, jv item, jv attribute, jv *out) {
             return false;
         }
         jv next;
-        bool ok = cur.kind == JV_UNDEFINED ? (next = cur, cur = jv_none(), true) : jgetitem(rt, cur, key, &next);
+        bool ok = jgetitem(rt, cur, key, &next);
         jv_release(&rt->c, key);
         jv_release(&rt->c, cur);
         if (!ok) return false;
+        if (dflt && dflt->kind != JV_NONE && next.kind == JV_UNDEFINED) next = jv_retain(*dflt);
         cur = next;
         if (!dot) break;
         i = end + 1;
@@ -78,6 +86,8 @@ static bool attr_path(jrt *rt, jv item, jv attribute, jv *out) {
     *out = cur;
     return true;
 }
+
+static bool attr_path(jrt *rt, jv item, jv attribute, jv *out) { return attr_path_default(rt, item, attribute, NULL, out); }
 
 /* Lower-cases strings for case-insensitive comparisons (Jinja's ignore_case). */
 static bool sort_key(jrt *rt, jv item, jv *attribute, bool case_sensitive, jv *out) {
@@ -293,10 +303,14 @@ static bool f_int(fctx *f, jv in, jv *out) {
     case JV_BOOL: *out = jv_int(in.u.b); return true;
     case JV_FLOAT:
         if (isfinite(in.u.f) && fabs(in.u.f) < 9.2e18) return *out = jv_int((int64_t)in.u.f), true;
+        if (isfinite(in.u.f)) return jfail(&f->rt->c, LM_ERR_INVALID, "int: %g does not fit in 64 bits", in.u.f);
         break;
     case JV_STR:
         if (base >= 2 && base <= 36 && parse_int_text(jv_str(in), (int)base, &i)) return *out = jv_int(i), true;
-        if (parse_float_text(jv_str(in), &d) && isfinite(d) && fabs(d) < 9.2e18) return *out = jv_int((int64_t)d), true;
+        if (parse_float_text(jv_str(in), &d) && isfinite(d)) {
+            if (fabs(d) < 9.2e18) return *out = jv_int((int64_t)d), true;
+            return jfail(&f->rt->c, LM_ERR_INVALID, "int: %g does not fit in 64 bits", d);
+        }
         break;
     default: break;
     }
@@ -474,9 +488,7 @@ static bool f_map(fctx *f, jv in, jv *out) {
     for (size_t i = 0; ok && i < l->len; i++) {
         jv v;
         if (attribute) {
-            ok = attr_path(rt, l->items[i], *attribute, &v);
-            jv *dflt = jargs_get(a, SIZE_MAX, "default");
-            if (ok && v.kind == JV_UNDEFINED && dflt) v = jv_retain(*dflt);
+            ok = attr_path_default(rt, l->items[i], *attribute, jargs_get(a, SIZE_MAX, "default"), &v);
         } else {
             ok = jfilter_by_name(rt, jv_str(a->pos[0])->data, l->items[i], a->pos + 1, a->npos - 1, &v);
         }

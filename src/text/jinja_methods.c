@@ -136,8 +136,8 @@ static bool pad_to(jrt *rt, jv self, int64_t width, jv *fill, char how, jv *out)
 
 typedef struct {
     uint32_t fill;
-    char align, sign, type;
-    bool zero, alt;
+    char align, sign, type, group;
+    bool zero, alt, fill_given;
     int width, precision;
 } fmt_spec;
 
@@ -150,6 +150,7 @@ static bool parse_spec(jrt *rt, const char *p, size_t n, fmt_spec *sp) {
     size_t k0 = n ? jutf8_decode((const unsigned char *)p, n, &cp0) : 0;
     if (n > k0 && strchr("<>=^", p[k0])) {
         sp->fill = cp0;
+        sp->fill_given = true;
         sp->align = p[k0];
         i = k0 + 1;
     } else if (n && strchr("<>=^", p[0])) {
@@ -160,6 +161,7 @@ static bool parse_spec(jrt *rt, const char *p, size_t n, fmt_spec *sp) {
     if (i < n && p[i] == '#') sp->alt = true, i++;
     if (i < n && p[i] == '0') sp->zero = true, i++;
     while (i < n && p[i] >= '0' && p[i] <= '9' && sp->width < 100000) sp->width = sp->width * 10 + (p[i++] - '0');
+    if (i < n && (p[i] == ',' || p[i] == '_')) sp->group = p[i++];
     if (i < n && p[i] == '.') {
         i++;
         sp->precision = 0;
@@ -218,15 +220,29 @@ static bool format_with_spec(jrt *rt, jbuf *b, jv v, const fmt_spec *sp) {
     } else {
         return jfail(&rt->c, LM_ERR_INVALID, "Unknown format code '%c'", t);
     }
+    if (ok && sp->group && numeric && text.data) { /* thousands separators in the integer digits */
+        size_t start = 0, end;
+        while (start < text.len && !(text.data[start] >= '0' && text.data[start] <= '9')) start++;
+        for (end = start; end < text.len && text.data[end] >= '0' && text.data[end] <= '9';) end++;
+        jbuf g = {0};
+        ok = jbuf_put(&rt->c, &g, text.data, start);
+        for (size_t k = start; ok && k < end; k++) {
+            ok = jbuf_put(&rt->c, &g, text.data + k, 1);
+            if (ok && k + 1 < end && (end - k - 1) % 3 == 0) ok = jbuf_put(&rt->c, &g, &sp->group, 1);
+        }
+        ok = ok && jbuf_put(&rt->c, &g, text.data + end, text.len - end);
+        jbuf_free(&text);
+        text = g;
+    }
     if (!ok) {
         jbuf_free(&text);
         return false;
     }
-    /* padding */
+    /* padding: a 0 before the width means fill '0' (and sign-aware for numbers) */
     const char *data = text.data ? text.data : "";
     size_t ncp = jutf8_count(data, text.len);
     char align = sp->align ? sp->align : (sp->zero && numeric ? '=' : numeric ? '>' : '<');
-    uint32_t fill = sp->align ? sp->fill : (sp->zero && numeric ? '0' : ' ');
+    uint32_t fill = sp->fill_given ? sp->fill : sp->zero ? '0' : ' ';
     size_t pad = sp->width > 0 && (size_t)sp->width > ncp ? (size_t)sp->width - ncp : 0;
     size_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad;
     char enc[4];

@@ -212,6 +212,8 @@ bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
         if (!any_float && as_int(b) >= 0) return int_pow(rt, as_int(a), as_int(b), out);
         if (as_double(a) == 0.0 && as_double(b) < 0)
             return jfail(&rt->c, LM_ERR_INVALID, "0.0 cannot be raised to a negative power");
+        if (as_double(a) < 0 && as_double(b) != floor(as_double(b)))
+            return jfail(&rt->c, LM_ERR_INVALID, "a negative number to a fractional power is complex: not supported");
         *out = jv_float(pow(as_double(a), as_double(b)));
         return true;
     }

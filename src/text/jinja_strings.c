@@ -13,14 +13,51 @@
 
 enum { CASE_JINJA_TITLE = 1000 };
 
+/* Python's full case mappings that are not one code point to one
+ * (SpecialCasing.txt, unconditional part; utf8proc only has the simple ones). */
+typedef struct {
+    uint32_t cp;
+    const char *upper, *title, *lower;
+} special_case;
+
+static const special_case special_cases[] = {
+    {0x00DF, "SS", "Ss", NULL},                    /* ß */
+    {0x0130, NULL, NULL, "i\xcc\x87"},             /* İ -> i + combining dot */
+    {0x0149, "\xca\xbcN", "\xca\xbcN", NULL},       /* ŉ */
+    {0x01F0, "J\xcc\x8c", "J\xcc\x8c", NULL},        /* ǰ */
+    {0x0587, "\xd4\xb5\xd5\x92", "\xd4\xb5\xd6\x82", NULL}, /* և */
+    {0x1E96, "H\xcc\xb1", "H\xcc\xb1", NULL},        /* ẖ */
+    {0x1E97, "T\xcc\x88", "T\xcc\x88", NULL},        /* ẗ */
+    {0x1E98, "W\xcc\x8a", "W\xcc\x8a", NULL},        /* ẘ */
+    {0x1E99, "Y\xcc\x8a", "Y\xcc\x8a", NULL},        /* ẙ */
+    {0x1E9A, "A\xca\xbe", "A\xca\xbe", NULL},        /* ẚ */
+    {0xFB00, "FF", "Ff", NULL},
+    {0xFB01, "FI", "Fi", NULL},
+    {0xFB02, "FL", "Fl", NULL},
+    {0xFB03, "FFI", "Ffi", NULL},
+    {0xFB04, "FFL", "Ffl", NULL},
+    {0xFB05, "ST", "St", NULL},
+    {0xFB06, "ST", "St", NULL},
+};
+
+/* The multi-character mapping of cp for a case mode, or NULL. */
+static const char *special_mapping(uint32_t cp, char which) {
+    if (cp < 0xDF) return NULL;
+    for (size_t i = 0; i < sizeof special_cases / sizeof special_cases[0]; i++)
+        if (special_cases[i].cp == cp)
+            return which == 'u' ? special_cases[i].upper : which == 't' ? special_cases[i].title : special_cases[i].lower;
+    return NULL;
+}
+
 static bool cp_cased(uint32_t cp) {
     utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
     return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
 }
 
-static uint32_t cp_upper(uint32_t cp) { return (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp); }
+/* ß has no simple upper case in Python (utf8proc maps it to ẞ) */
+static uint32_t cp_upper(uint32_t cp) { return cp == 0xDF ? cp : (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp); }
 static uint32_t cp_lower(uint32_t cp) { return (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp); }
-static uint32_t cp_title(uint32_t cp) { return (uint32_t)utf8proc_totitle((utf8proc_int32_t)cp); }
+static uint32_t cp_title(uint32_t cp) { return cp == 0xDF ? cp : (uint32_t)utf8proc_totitle((utf8proc_int32_t)cp); }
 
 /* Jinja's title filter splits words at runs of -, whitespace, (, {, [ and <. */
 static bool jinja_word_break(uint32_t cp) {
@@ -36,27 +73,44 @@ bool jstr_case(jrt *rt, jv sv, int mode, jv *out) {
         uint32_t cp, r;
         size_t k = jutf8_decode((const unsigned char *)s->data + i, s->len - i, &cp);
         bool valid = !(cp == 0xFFFD && k == 1);
+        char which = 0; /* which full mapping applies: u(pper), t(itle) or l(ower) */
         switch (mode) {
-        case JM_UPPER: r = cp_upper(cp); break;
+        case JM_UPPER: r = cp_upper(cp), which = 'u'; break;
         case JM_LOWER:
-        case JM_CASEFOLD: r = cp_lower(cp); break;
-        case JM_SWAPCASE: r = cp_upper(cp) != cp ? cp_upper(cp) : cp_lower(cp); break;
-        case JM_CAPITALIZE: r = first ? cp_title(cp) : cp_lower(cp); break;
+        case JM_CASEFOLD: r = cp_lower(cp), which = 'l'; break;
+        case JM_SWAPCASE: {
+            utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+            if (c == UTF8PROC_CATEGORY_LL) r = cp_upper(cp), which = 'u';
+            else if (c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LT) r = cp_lower(cp), which = 'l';
+            else r = cp;
+            break;
+        }
+        case JM_CAPITALIZE:
+            if (first) r = cp_title(cp), which = 't';
+            else r = cp_lower(cp), which = 'l';
+            break;
         case JM_TITLE: /* Python str.title: a cased letter after an uncased one starts a word */
-            r = cp_cased(cp) ? (prev_cased ? cp_lower(cp) : cp_title(cp)) : cp;
+            if (!cp_cased(cp)) r = cp;
+            else if (prev_cased) r = cp_lower(cp), which = 'l';
+            else r = cp_title(cp), which = 't';
             prev_cased = cp_cased(cp);
             break;
-        default: /* CASE_JINJA_TITLE */
-            r = first ? cp_upper(cp) : cp_lower(cp);
+        default: /* CASE_JINJA_TITLE: item[0].upper() + item[1:].lower() */
+            if (first) r = cp_upper(cp), which = 'u';
+            else r = cp_lower(cp), which = 'l';
             prev_cased = jinja_word_break(cp);
             break;
         }
+        const char *special = valid ? special_mapping(cp, which) : NULL;
+        if (mode == JM_CASEFOLD && cp == 0xDF) special = "ss";
         if (mode == CASE_JINJA_TITLE) {
             first = prev_cased; /* the next character starts a new piece after a break run */
         } else {
             first = false;
         }
-        if (!valid || r == cp) {
+        if (special) {
+            ok = jbuf_puts(&rt->c, &b, special);
+        } else if (!valid || r == cp) {
             ok = jbuf_put(&rt->c, &b, s->data + i, k);
         } else {
             char enc[4];
@@ -84,8 +138,8 @@ bool jstr_strip(jrt *rt, jv sv, jv chars, bool left, bool right, jv *out) {
     jstr *s = jv_str(sv);
     jstr *set = NULL;
     if (chars.kind == JV_STR) set = jv_str(chars);
-    else if (chars.kind != JV_NONE && chars.kind != JV_UNDEFINED)
-        return jfail(&rt->c, LM_ERR_INVALID, "strip arg must be None or str");
+    else if (chars.kind != JV_NONE)
+        return jfail(&rt->c, LM_ERR_INVALID, "strip arg must be None or str, not %s", jv_type_name(chars));
     size_t start = 0, end = s->len, i = 0;
     bool seen = false;
     while (i < s->len) { /* one forward pass: first and last kept code points */
@@ -176,7 +230,7 @@ bool jstr_split(jrt *rt, jv sv, jv sep, int64_t maxsplit, bool from_right, jv *o
     if (!jv_new_list(&rt->c, JV_LIST, 0, out)) return false;
     bool ok = true;
     int64_t splits = 0;
-    if (sep.kind == JV_NONE || sep.kind == JV_UNDEFINED) { /* runs of whitespace, no empty pieces */
+    if (sep.kind == JV_NONE) { /* runs of whitespace, no empty pieces */
         if (!from_right) {
             size_t i = 0;
             for (;;) {
