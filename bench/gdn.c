@@ -57,8 +57,10 @@ static double time_form(lm_pool *pool, form f, lm_gdn_problem p, float *states, 
     for (int r = -2; r < reps; r++) { /* two warm-up calls */
         p.state = states + (cold ? (size_t)((r + 2) % COLD_STATES) * state_floats : 0);
         double t0 = now_s();
-        if (f == FORM_RECURRENT) lm_gdn_recurrent(pool, &p, true);
-        else if (f == FORM_CHUNKED) lm_gdn_chunked(pool, &p, true);
+        if (f == FORM_RECURRENT)
+            lm_gdn_recurrent(pool, &p, true);
+        else if (f == FORM_CHUNKED)
+            lm_gdn_chunked(pool, &p, true);
         else
             lm_ref_gated_delta_rule(p.out, p.q, p.k, p.v, p.g, p.beta, p.state, p.T, p.Hk, p.Hv,
                                     p.dk, p.dv);
@@ -91,8 +93,18 @@ int main(int argc, char **argv) {
     }
     l2_rows(q, (size_t)MAX_T * HK, DK, 1.0f / sqrtf(DK));
     l2_rows(k, (size_t)MAX_T * HK, DK, 1.0f);
-    lm_gdn_problem p = {.out = out, .q = q, .k = k, .v = v, .g = g, .beta = beta,
-                        .state = states, .T = 1, .Hk = HK, .Hv = HV, .dk = DK, .dv = DV};
+    lm_gdn_problem p = {.out = out,
+                        .q = q,
+                        .k = k,
+                        .v = v,
+                        .g = g,
+                        .beta = beta,
+                        .state = states,
+                        .T = 1,
+                        .Hk = HK,
+                        .Hv = HV,
+                        .dk = DK,
+                        .dv = DV};
 
     printf("gated delta rule, Hk=%d Hv=%d dk=%d dv=%d, %d threads (median of repeats)\n", HK, HV,
            DK, DV, threads);

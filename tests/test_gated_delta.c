@@ -186,16 +186,16 @@ static double rel_error_f(const float *got, const float *want, size_t n) {
 }
 
 typedef enum {
-    RUN_REFERENCE,        /* lm_ref_gated_delta_rule */
-    RUN_BACKEND,          /* lm_cpu_gated_delta_rule through a 2-thread backend */
-    RUN_RECURRENT,        /* lm_gdn_recurrent, SIMD, 2 threads */
-    RUN_RECURRENT_PLAIN,  /* lm_gdn_recurrent, portable code, no pool */
-    RUN_CHUNKED,          /* lm_gdn_chunked, SIMD, 2 threads */
-    RUN_CHUNKED_PLAIN,    /* lm_gdn_chunked, portable code, no pool */
+    RUN_REFERENCE,       /* lm_ref_gated_delta_rule */
+    RUN_BACKEND,         /* lm_cpu_gated_delta_rule through a 2-thread backend */
+    RUN_RECURRENT,       /* lm_gdn_recurrent, SIMD, 2 threads */
+    RUN_RECURRENT_PLAIN, /* lm_gdn_recurrent, portable code, no pool */
+    RUN_CHUNKED,         /* lm_gdn_chunked, SIMD, 2 threads */
+    RUN_CHUNKED_PLAIN,   /* lm_gdn_chunked, portable code, no pool */
 } run_kind;
 
-static const char *const run_names[] = {"reference", "backend", "recurrent", "recurrent-portable",
-                                        "chunked", "chunked-portable"};
+static const char *const run_names[] = {"reference",          "backend", "recurrent",
+                                        "recurrent-portable", "chunked", "chunked-portable"};
 
 /* Runs tokens [t0, t0+n) of case c with `state` in place into out (rows of
  * those tokens only). */
@@ -203,9 +203,18 @@ static void run_part(lm_backend *be, run_kind kind, const gdn_case *c, int t0, i
                      float *state) {
     size_t qk = (size_t)t0 * c->Hk * c->dk, vv = (size_t)t0 * c->Hv * c->dv,
            gg = (size_t)t0 * c->Hv;
-    lm_gdn_problem p = {.out = out, .q = c->q + qk, .k = c->k + qk, .v = c->v + vv,
-                        .g = c->g + gg, .beta = c->beta + gg, .state = state,
-                        .T = n, .Hk = c->Hk, .Hv = c->Hv, .dk = c->dk, .dv = c->dv};
+    lm_gdn_problem p = {.out = out,
+                        .q = c->q + qk,
+                        .k = c->k + qk,
+                        .v = c->v + vv,
+                        .g = c->g + gg,
+                        .beta = c->beta + gg,
+                        .state = state,
+                        .T = n,
+                        .Hk = c->Hk,
+                        .Hv = c->Hv,
+                        .dk = c->dk,
+                        .dv = c->dv};
     lm_pool *pool = lm_cpu_pool(be);
     switch (kind) {
     case RUN_REFERENCE:
@@ -239,9 +248,17 @@ static lm_backend *make_backend(void) {
 
 static const int shapes[][5] = {
     /* T, Hk, Hv, dk, dv */
-    {1, 2, 4, 16, 16},  {7, 1, 1, 4, 3},     {5, 3, 6, 33, 40},  {17, 2, 2, 24, 20},
-    {63, 2, 4, 16, 16}, {64, 2, 4, 16, 16},  {65, 2, 4, 16, 16}, {130, 2, 4, 16, 16},
-    {3, 2, 4, 128, 128}, {200, 1, 2, 128, 128}, {150, 2, 4, 64, 96},
+    {1, 2, 4, 16, 16},
+    {7, 1, 1, 4, 3},
+    {5, 3, 6, 33, 40},
+    {17, 2, 2, 24, 20},
+    {63, 2, 4, 16, 16},
+    {64, 2, 4, 16, 16},
+    {65, 2, 4, 16, 16},
+    {130, 2, 4, 16, 16},
+    {3, 2, 4, 128, 128},
+    {200, 1, 2, 128, 128},
+    {150, 2, 4, 64, 96},
     {9, 1, 1, 16, 80}, /* fewer heads than threads: one head's tiles shared out */
 };
 
@@ -307,8 +324,8 @@ static void test_split_sequence_equals_whole(void) {
     float *out_whole, *state_whole;
     run_all(be, RUN_BACKEND, &c, &out_whole, &state_whole);
     /* chunk boundaries inside and across the parts */
-    static const int splits[][4] = {{70, 70, 0, 0}, {1, 139, 0, 0}, {139, 1, 0, 0},
-                                    {64, 3, 73, 0}, {10, 66, 1, 63}};
+    static const int splits[][4] = {
+        {70, 70, 0, 0}, {1, 139, 0, 0}, {139, 1, 0, 0}, {64, 3, 73, 0}, {10, 66, 1, 63}};
     static const char *const modes[] = {"backend", "chunked", "chunked then recurrent"};
     for (size_t s = 0; s < sizeof splits / sizeof splits[0] && !test_current_failed(); s++)
         for (int mode = 0; mode < 3; mode++) {
@@ -317,7 +334,7 @@ static void test_split_sequence_equals_whole(void) {
             int t0 = 0;
             for (int part = 0; part < 4 && splits[s][part] > 0; part++) {
                 int n = splits[s][part];
-                run_kind kind = mode == 0 ? RUN_BACKEND
+                run_kind kind = mode == 0                ? RUN_BACKEND
                                 : mode == 1 || part == 0 ? RUN_CHUNKED
                                                          : RUN_RECURRENT;
                 run_part(be, kind, &c, t0, n, out + (size_t)t0 * c.Hv * c.dv, state);
@@ -329,8 +346,8 @@ static void test_split_sequence_equals_whole(void) {
             free(state);
             if (t0 != c.T || !(eo < REL_TOL) || !(es < REL_TOL)) {
                 test_failed(__FILE__, __LINE__, "%s, split %d+%d+%d+%d: out %.3g state %.3g",
-                            modes[mode], splits[s][0], splits[s][1], splits[s][2], splits[s][3],
-                            eo, es);
+                            modes[mode], splits[s][0], splits[s][1], splits[s][2], splits[s][3], eo,
+                            es);
                 break;
             }
         }
@@ -384,8 +401,17 @@ static void test_full_decay_forgets_state(void) {
     for (int form = 0; form < 4; form++) {
         bool chunked = form >= 2, simd = form % 2 == 0;
         float *out = nan_filled(v_size(&c)), *state = copy_floats(c.state0, state_size(&c));
-        lm_gdn_problem p = {.out = out, .q = c.q, .k = c.k, .v = c.v, .g = c.g, .beta = c.beta,
-                            .state = state, .T = c.T, .Hk = c.Hk, .Hv = c.Hv, .dk = c.dk,
+        lm_gdn_problem p = {.out = out,
+                            .q = c.q,
+                            .k = c.k,
+                            .v = c.v,
+                            .g = c.g,
+                            .beta = c.beta,
+                            .state = state,
+                            .T = c.T,
+                            .Hk = c.Hk,
+                            .Hv = c.Hv,
+                            .dk = c.dk,
                             .dv = c.dv};
         if (chunked)
             lm_gdn_chunked(NULL, &p, simd);
@@ -430,8 +456,8 @@ static void free_conv(conv_case *c) {
 typedef enum { CONV_BACKEND, CONV_SIMD_SERIAL, CONV_PORTABLE } conv_kind;
 
 /* Runs tokens [t0, t0+n) of case c; out holds those rows only. */
-static void conv_part(lm_backend *be, conv_kind kind, const conv_case *c, int t0, int n,
-                      float *out, float *state) {
+static void conv_part(lm_backend *be, conv_kind kind, const conv_case *c, int t0, int n, float *out,
+                      float *state) {
     const float *in = c->in + (size_t)t0 * c->C;
     switch (kind) {
     case CONV_BACKEND: lm_causal_conv1d_silu(be, out, in, n, c->C, state, c->weight, c->K); break;
@@ -497,9 +523,8 @@ static void test_conv1d_matches_reference(void) {
         /* T, C, K: T < K-1, T == K-1, T > K-1 (T >= 8 takes the long-call
          * layout); a channel tail; the threaded path (T·C >= 32768), with a
          * tail; K = 1, 2; a kernel wider than the vector path */
-        {1, 70, 4}, {2, 70, 4},  {3, 70, 4},   {10, 70, 4},  {10, 200, 4},
-        {10, 4000, 4}, {10, 3300, 4}, {5, 17, 1}, {5, 33, 2}, {9, 33, 2}, {3, 20, 10},
-        {12, 20, 10},
+        {1, 70, 4},    {2, 70, 4}, {3, 70, 4}, {10, 70, 4}, {10, 200, 4}, {10, 4000, 4},
+        {10, 3300, 4}, {5, 17, 1}, {5, 33, 2}, {9, 33, 2},  {3, 20, 10},  {12, 20, 10},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !test_current_failed(); i++)
         check_conv_case(be, cases[i][0], cases[i][1], cases[i][2], 300 + i);

@@ -20,16 +20,16 @@
 
 /* One worker's scratch, carved from a single allocation. */
 typedef struct {
-    double *gamma;                    /* [C] cumulative log decay */
-    float *exp_gamma, *exp_tail;      /* [C] e^{γ_i}, e^{γ_{n−1}−γ_i} */
-    float *beta, *beta_exp_gamma;     /* [C] β_i, β_i e^{γ_i} */
-    float *row;                       /* [C] one row of work */
-    float *kt;                        /* [dk, C] chunk keys, transposed */
-    float *tri_a;                     /* [C, C] k·kᵀ -> A -> T -> T·diag(β) */
-    float *tri_q;                     /* [C, C] q·kᵀ -> decay-masked M */
-    float *tri_w;                     /* [C, C] T·diag(β e^γ) */
-    float *u;                         /* [C, dv] U, then V' */
-    float *w;                         /* [C, dk] W */
+    double *gamma;                /* [C] cumulative log decay */
+    float *exp_gamma, *exp_tail;  /* [C] e^{γ_i}, e^{γ_{n−1}−γ_i} */
+    float *beta, *beta_exp_gamma; /* [C] β_i, β_i e^{γ_i} */
+    float *row;                   /* [C] one row of work */
+    float *kt;                    /* [dk, C] chunk keys, transposed */
+    float *tri_a;                 /* [C, C] k·kᵀ -> A -> T -> T·diag(β) */
+    float *tri_q;                 /* [C, C] q·kᵀ -> decay-masked M */
+    float *tri_w;                 /* [C, C] T·diag(β e^γ) */
+    float *u;                     /* [C, dv] U, then V' */
+    float *w;                     /* [C, dk] W */
 } chunk_scratch;
 
 static size_t round_up16(size_t n) { return (n + 15) / 16 * 16; }
@@ -66,7 +66,8 @@ static void mul_rows(float *dst, const float *a, const float *b, float scale, in
         __m512 sv = _mm512_set1_ps(scale);
         for (int j = 0; j < n; j += 16) {
             __mmask16 m = lm_gdn_mask(n - j);
-            __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + j), _mm512_maskz_loadu_ps(m, b + j));
+            __m512 x =
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + j), _mm512_maskz_loadu_ps(m, b + j));
             _mm512_mask_storeu_ps(dst + j, m, _mm512_mul_ps(x, sv));
         }
         return;
@@ -89,9 +90,9 @@ static void transpose_keys(float *kt, const float *kc, size_t ldk, int n, int dk
             __mmask16 m = lm_gdn_mask(n - j);
             const float *base = kc + (size_t)j * ldk;
             for (int i = 0; i < dk; i++)
-                _mm512_mask_storeu_ps(kt + (size_t)i * C + (size_t)j, m,
-                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, offsets,
-                                                               base + i, 4));
+                _mm512_mask_storeu_ps(
+                    kt + (size_t)i * C + (size_t)j, m,
+                    _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, offsets, base + i, 4));
         }
         return;
     }
@@ -99,7 +100,8 @@ static void transpose_keys(float *kt, const float *kc, size_t ldk, int n, int dk
     (void)simd;
 #endif
     for (int j = 0; j < n; j++)
-        for (int i = 0; i < dk; i++) kt[(size_t)i * C + (size_t)j] = kc[(size_t)j * ldk + (size_t)i];
+        for (int i = 0; i < dk; i++)
+            kt[(size_t)i * C + (size_t)j] = kc[(size_t)j * ldk + (size_t)i];
 }
 
 static void exp_row(float *x, int n, bool simd) {
@@ -211,10 +213,10 @@ static void run_chunk(const lm_gdn_problem *p, const chunk_scratch *s, int hv, i
     }
 
     /* U = T·diag(β)·V,  W = T·diag(β e^γ)·K,  V' = U − W·S */
-    lm_gdn_gemm(n, dv, n, s->tri_a, C, vc, ldv, s->u, (size_t)dv, 1.0f, 0.0f, NULL,
-                LM_GDN_LOWER_A, simd);
-    lm_gdn_gemm(n, dk, n, s->tri_w, C, kc, ldk, s->w, (size_t)dk, 1.0f, 0.0f, NULL,
-                LM_GDN_LOWER_A, simd);
+    lm_gdn_gemm(n, dv, n, s->tri_a, C, vc, ldv, s->u, (size_t)dv, 1.0f, 0.0f, NULL, LM_GDN_LOWER_A,
+                simd);
+    lm_gdn_gemm(n, dk, n, s->tri_w, C, kc, ldk, s->w, (size_t)dk, 1.0f, 0.0f, NULL, LM_GDN_LOWER_A,
+                simd);
     lm_gdn_gemm(n, dv, dk, s->w, (size_t)dk, S, (size_t)dv, s->u, (size_t)dv, -1.0f, 1.0f, NULL,
                 LM_GDN_FULL, simd);
 
@@ -243,7 +245,8 @@ typedef struct {
 static void chunked_task(void *ctx, int task, int n_tasks) {
     const chunked_job *job = ctx;
     const lm_gdn_problem *p = job->p;
-    chunk_scratch s = carve_scratch(job->scratch + (size_t)task * job->scratch_stride, p->dk, p->dv);
+    chunk_scratch s =
+        carve_scratch(job->scratch + (size_t)task * job->scratch_stride, p->dk, p->dv);
     long h_begin, h_end;
     lm_split_range(p->Hv, n_tasks, task, &h_begin, &h_end);
     for (long hv = h_begin; hv < h_end; hv++)

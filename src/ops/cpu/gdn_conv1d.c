@@ -43,7 +43,8 @@ static void channel_any_width(const conv_job *job, int c) {
         float acc = 0;
         for (int j = 0; j < K; j++) {
             int src = t - hist + j;
-            acc += w[j] * (src >= 0 ? job->in[(size_t)src * (size_t)C + (size_t)c] : st[hist + src]);
+            acc +=
+                w[j] * (src >= 0 ? job->in[(size_t)src * (size_t)C + (size_t)c] : st[hist + src]);
         }
         job->out[(size_t)t * (size_t)C + (size_t)c] = silu(acc);
     }
@@ -64,13 +65,15 @@ static void conv_range(const conv_job *job, int c0, int n, float *wt, float *old
         for (int j = 0; j < K; j++)
             wt[(size_t)j * ld + (size_t)c] = job->weight[(size_t)(c0 + c) * (size_t)K + (size_t)j];
         for (int j = 0; j < hist; j++)
-            old[(size_t)j * ld + (size_t)c] = job->state[(size_t)(c0 + c) * (size_t)hist + (size_t)j];
+            old[(size_t)j * ld + (size_t)c] =
+                job->state[(size_t)(c0 + c) * (size_t)hist + (size_t)j];
     }
     for (int t = 0; t < job->T; t++) {
         const float *rows[MAX_TAPS]; /* the K inputs of token t, oldest first */
         for (int j = 0; j < K; j++) {
             int src = t - hist + j;
-            rows[j] = src >= 0 ? job->in + (size_t)src * C + (size_t)c0 : old + (size_t)(hist + src) * ld;
+            rows[j] =
+                src >= 0 ? job->in + (size_t)src * C + (size_t)c0 : old + (size_t)(hist + src) * ld;
         }
         float *o = job->out + (size_t)t * C + (size_t)c0;
 #ifdef LM_GDN_AVX512
@@ -102,8 +105,10 @@ static void conv_range(const conv_job *job, int c0, int n, float *wt, float *old
     }
     for (int j = 0; j < hist; j++) {
         int src = job->T + j; /* index into [old ; in] */
-        const float *from = src < hist ? old + (size_t)src * ld : job->in + (size_t)(src - hist) * C + (size_t)c0;
-        for (int c = 0; c < n; c++) job->state[(size_t)(c0 + c) * (size_t)hist + (size_t)j] = from[c];
+        const float *from =
+            src < hist ? old + (size_t)src * ld : job->in + (size_t)(src - hist) * C + (size_t)c0;
+        for (int c = 0; c < n; c++)
+            job->state[(size_t)(c0 + c) * (size_t)hist + (size_t)j] = from[c];
     }
 }
 
@@ -127,8 +132,9 @@ static void conv_one_token_avx512(const conv_job *job, int c0, int n) {
             acc = _mm512_fmadd_ps(
                 _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, w_index, w + j, 4),
                 _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, s_index, st + j, 4), acc);
-        acc = _mm512_fmadd_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, w_index, w + hist, 4),
-                              _mm512_maskz_loadu_ps(m, job->in + c), acc);
+        acc =
+            _mm512_fmadd_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, w_index, w + hist, 4),
+                            _mm512_maskz_loadu_ps(m, job->in + c), acc);
         _mm512_mask_storeu_ps(job->out + c, m, lm_gdn_silu512(acc));
     }
     if (hist == 0) return;
@@ -136,8 +142,8 @@ static void conv_one_token_avx512(const conv_job *job, int c0, int n) {
     const size_t len = (size_t)n * (size_t)hist;
     for (size_t i = 0; i < len; i += 16) { /* reads run ahead of writes: safe in place */
         size_t left = len - i;
-        __m512 next = _mm512_maskz_loadu_ps(lm_gdn_mask((int)(left - 1 < 16 ? left - 1 : 16)),
-                                            flat + i + 1);
+        __m512 next =
+            _mm512_maskz_loadu_ps(lm_gdn_mask((int)(left - 1 < 16 ? left - 1 : 16)), flat + i + 1);
         if (left >= 16)
             _mm512_storeu_ps(flat + i, next);
         else
@@ -184,8 +190,14 @@ static void conv_task(void *ctx, int task, int n_tasks) {
 void lm_gdn_conv1d_silu(lm_pool *pool, float *out, const float *in, int T, int C, float *state,
                         const float *weight, int K, bool simd) {
     if (T <= 0 || C <= 0 || K <= 0) return;
-    conv_job job = {.out = out, .in = in, .state = state, .weight = weight,
-                    .T = T, .C = C, .K = K, .simd = simd};
+    conv_job job = {.out = out,
+                    .in = in,
+                    .state = state,
+                    .weight = weight,
+                    .T = T,
+                    .C = C,
+                    .K = K,
+                    .simd = simd};
     if ((long)T * (long)C < PARALLEL_MIN_WORK) pool = NULL;
     if (T >= LONG_MIN_T && K <= MAX_TAPS) /* on failure: the short-call layout */
         job.taps = malloc(sizeof(float) * (size_t)(2 * K - 1) * (size_t)C);

@@ -28,7 +28,7 @@ static void block_portable(int mr, int nc, int kend, const float *A, size_t lda,
 
 #ifdef LM_GDN_AVX512
 static inline __attribute__((always_inline)) __m512 load_vec(const float *p, __mmask16 m,
-                                                            bool masked) {
+                                                             bool masked) {
     return masked ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
 }
 
@@ -38,9 +38,9 @@ static inline __attribute__((always_inline)) __m512 load_vec(const float *p, __m
  * A block of fewer rows re-reads its last row for the missing ones and
  * stores only its own rows, so one unrolled body serves every mr. */
 static inline __attribute__((always_inline)) void
-block_avx512_nv(const int nv, const bool masked, int mr, int nc, int kend, const float *A, size_t lda, const float *B,
-                size_t ldb, float *C, size_t ldc, float alpha, float c_scale,
-                const float *row_scale) {
+block_avx512_nv(const int nv, const bool masked, int mr, int nc, int kend, const float *A,
+                size_t lda, const float *B, size_t ldb, float *C, size_t ldc, float alpha,
+                float c_scale, const float *row_scale) {
     const __mmask16 m[4] = {lm_gdn_mask(nc), lm_gdn_mask(nc - 16), lm_gdn_mask(nc - 32),
                             lm_gdn_mask(nc - 48)};
     const float *a[MR];
@@ -89,14 +89,14 @@ block_avx512_nv(const int nv, const bool masked, int mr, int nc, int kend, const
 static void block_avx512(int mr, int nc, int kend, const float *A, size_t lda, const float *B,
                          size_t ldb, float *C, size_t ldc, float alpha, float c_scale,
                          const float *row_scale) {
-#define BLOCK(nv, masked) \
+#define BLOCK(nv, masked)                                                                          \
     block_avx512_nv(nv, masked, mr, nc, kend, A, lda, B, ldb, C, ldc, alpha, c_scale, row_scale)
     const bool masked = nc % 16 != 0;
     switch ((nc + 15) / 16) {
-    case 1: if (masked) BLOCK(1, true); else BLOCK(1, false); break;
-    case 2: if (masked) BLOCK(2, true); else BLOCK(2, false); break;
-    case 3: if (masked) BLOCK(3, true); else BLOCK(3, false); break;
-    default: if (masked) BLOCK(4, true); else BLOCK(4, false); break;
+    case 1: masked ? BLOCK(1, true) : BLOCK(1, false); break;
+    case 2: masked ? BLOCK(2, true) : BLOCK(2, false); break;
+    case 3: masked ? BLOCK(3, true) : BLOCK(3, false); break;
+    default: masked ? BLOCK(4, true) : BLOCK(4, false); break;
     }
 #undef BLOCK
 }

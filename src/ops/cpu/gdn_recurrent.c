@@ -26,7 +26,7 @@
  * tiles meet (4x slower with 2 threads on a Xeon), so that is the exception. */
 typedef struct {
     const lm_gdn_problem *p;
-    int n_tiles;       /* tiles per head */
+    int n_tiles;        /* tiles per head */
     int parts_per_head; /* tasks per head */
     bool simd;
 } recurrent_job;
@@ -136,24 +136,24 @@ static inline void dots_zero(tile_dots *a) {
 }
 
 /* Adds row (s0, s1) of S times k_i and q_i into partial sum p. */
-#define DOTS_ADD(a, p, s0, s1, ki, qi)                                   \
-    do {                                                                 \
-        __m512 kb_ = _mm512_set1_ps(ki), qb_ = _mm512_set1_ps(qi);       \
-        (a).k[p][0] = _mm512_fmadd_ps((s0), kb_, (a).k[p][0]);           \
-        (a).k[p][1] = _mm512_fmadd_ps((s1), kb_, (a).k[p][1]);           \
-        (a).q[p][0] = _mm512_fmadd_ps((s0), qb_, (a).q[p][0]);           \
-        (a).q[p][1] = _mm512_fmadd_ps((s1), qb_, (a).q[p][1]);           \
+#define DOTS_ADD(a, p, s0, s1, ki, qi)                                                             \
+    do {                                                                                           \
+        __m512 kb_ = _mm512_set1_ps(ki), qb_ = _mm512_set1_ps(qi);                                 \
+        (a).k[p][0] = _mm512_fmadd_ps((s0), kb_, (a).k[p][0]);                                     \
+        (a).k[p][1] = _mm512_fmadd_ps((s1), kb_, (a).k[p][1]);                                     \
+        (a).q[p][0] = _mm512_fmadd_ps((s0), qb_, (a).q[p][0]);                                     \
+        (a).q[p][1] = _mm512_fmadd_ps((s1), qb_, (a).q[p][1]);                                     \
     } while (0)
 
 /* Loads and stores of a tile row half; `masked` is a literal at every call
  * site.  Masked stores are slow on AMD cores (the conv kernel ran 1.5x
  * faster without them), so full tiles use plain ones. */
 static inline __attribute__((always_inline)) __m512 load_half(const float *p, __mmask16 m,
-                                                             bool masked) {
+                                                              bool masked) {
     return masked ? _mm512_maskz_loadu_ps(m, p) : _mm512_loadu_ps(p);
 }
 static inline __attribute__((always_inline)) void store_half(float *p, __m512 x, __mmask16 m,
-                                                            bool masked) {
+                                                             bool masked) {
     if (masked)
         _mm512_mask_storeu_ps(p, m, x);
     else
@@ -161,14 +161,14 @@ static inline __attribute__((always_inline)) void store_half(float *p, __m512 x,
 }
 
 /* A tile row: (s0, s1) = decay·src + k_i·d, stored to dst (which may be src). */
-#define ROW_UPDATE(dst, src, s0, s1, decay, ki, d0, d1, load_masked, store_masked)              \
-    do {                                                                                      \
-        __m512 kb_ = _mm512_set1_ps(ki);                                                      \
-        s0 = _mm512_fmadd_ps(kb_, d0, _mm512_mul_ps(decay, load_half(src, m0, load_masked)));  \
-        s1 = _mm512_fmadd_ps(kb_, d1,                                                         \
-                             _mm512_mul_ps(decay, load_half((src) + 16, m1, load_masked)));   \
-        store_half(dst, s0, m0, store_masked);                                                \
-        store_half((dst) + 16, s1, m1, store_masked);                                         \
+#define ROW_UPDATE(dst, src, s0, s1, decay, ki, d0, d1, load_masked, store_masked)                 \
+    do {                                                                                           \
+        __m512 kb_ = _mm512_set1_ps(ki);                                                           \
+        s0 = _mm512_fmadd_ps(kb_, d0, _mm512_mul_ps(decay, load_half(src, m0, load_masked)));      \
+        s1 = _mm512_fmadd_ps(kb_, d1,                                                              \
+                             _mm512_mul_ps(decay, load_half((src) + 16, m1, load_masked)));        \
+        store_half(dst, s0, m0, store_masked);                                                     \
+        store_half((dst) + 16, s1, m1, store_masked);                                              \
     } while (0)
 
 /* Between the first and the last token a tile lives in a private copy with
@@ -181,9 +181,9 @@ static inline __attribute__((always_inline)) void store_half(float *p, __m512 x,
 
 /* full: the tile is TILE columns wide (no masks on the state);
  * use_work: T > 1 and the tile fits the private copy.  Both literals. */
-static inline __attribute__((always_inline)) void
-tile_avx512_body(const lm_gdn_problem *p, int hv, int hk, int j0, int tw, bool full,
-                 bool use_work) {
+static inline __attribute__((always_inline)) void tile_avx512_body(const lm_gdn_problem *p, int hv,
+                                                                   int hk, int j0, int tw,
+                                                                   bool full, bool use_work) {
     const int dk = p->dk;
     const size_t dv = (size_t)p->dv;
     float *S = p->state + (size_t)hv * (size_t)dk * dv + (size_t)j0;
@@ -221,9 +221,10 @@ tile_avx512_body(const lm_gdn_problem *p, int hv, int hk, int j0, int tw, bool f
         __m512 mk1 = _mm512_add_ps(acc.k[0][1], acc.k[1][1]);
         __m512 mq0 = _mm512_add_ps(acc.q[0][0], acc.q[1][0]);
         __m512 mq1 = _mm512_add_ps(acc.q[0][1], acc.q[1][1]);
-        __m512 d0 = _mm512_mul_ps(_mm512_fnmadd_ps(decay, mk0, _mm512_maskz_loadu_ps(m0, cur.v)), beta);
-        __m512 d1 =
-            _mm512_mul_ps(_mm512_fnmadd_ps(decay, mk1, _mm512_maskz_loadu_ps(m1, cur.v + 16)), beta);
+        __m512 d0 =
+            _mm512_mul_ps(_mm512_fnmadd_ps(decay, mk0, _mm512_maskz_loadu_ps(m0, cur.v)), beta);
+        __m512 d1 = _mm512_mul_ps(
+            _mm512_fnmadd_ps(decay, mk1, _mm512_maskz_loadu_ps(m1, cur.v + 16)), beta);
         _mm512_mask_storeu_ps(cur.out, m0, _mm512_fmadd_ps(kq, d0, _mm512_mul_ps(decay, mq0)));
         _mm512_mask_storeu_ps(cur.out + 16, m1, _mm512_fmadd_ps(kq, d1, _mm512_mul_ps(decay, mq1)));
         __m512 s0, s1;
@@ -250,10 +251,14 @@ tile_avx512_body(const lm_gdn_problem *p, int hv, int hk, int j0, int tw, bool f
 
 static void tile_avx512(const lm_gdn_problem *p, int hv, int hk, int j0, int tw) {
     const bool full = tw == TILE, use_work = p->T > 1 && p->dk <= WORK_MAX_DK;
-    if (full && use_work) tile_avx512_body(p, hv, hk, j0, tw, true, true);
-    else if (full) tile_avx512_body(p, hv, hk, j0, tw, true, false);
-    else if (use_work) tile_avx512_body(p, hv, hk, j0, tw, false, true);
-    else tile_avx512_body(p, hv, hk, j0, tw, false, false);
+    if (full && use_work)
+        tile_avx512_body(p, hv, hk, j0, tw, true, true);
+    else if (full)
+        tile_avx512_body(p, hv, hk, j0, tw, true, false);
+    else if (use_work)
+        tile_avx512_body(p, hv, hk, j0, tw, false, true);
+    else
+        tile_avx512_body(p, hv, hk, j0, tw, false, false);
 }
 #endif
 
@@ -281,8 +286,8 @@ static void recurrent_task(void *ctx, int task, int n_tasks) {
 
 void lm_gdn_recurrent(lm_pool *pool, const lm_gdn_problem *p, bool simd) {
     if (p->T <= 0 || p->Hv <= 0 || p->dv <= 0) return;
-    recurrent_job job = {.p = p, .n_tiles = (p->dv + TILE - 1) / TILE, .parts_per_head = 1,
-                         .simd = simd};
+    recurrent_job job = {
+        .p = p, .n_tiles = (p->dv + TILE - 1) / TILE, .parts_per_head = 1, .simd = simd};
     int threads = pool ? lm_pool_size(pool) : 1;
     if (p->Hv < threads) {
         int parts = (threads + p->Hv - 1) / p->Hv;

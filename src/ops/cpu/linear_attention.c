@@ -27,10 +27,20 @@ void lm_cpu_causal_conv1d_silu(lm_backend *be, float *out, const float *in, int 
  * every T, decode, verify and prefill alike.  The chunked form stays,
  * tested against the same float64 reference, for hardware where it wins. */
 void lm_cpu_gated_delta_rule(lm_backend *be, float *out, const float *q, const float *k,
-                             const float *v, const float *g, const float *beta, float *state,
-                             int T, int Hk, int Hv, int dk, int dv) {
-    lm_gdn_problem p = {.out = out, .q = q, .k = k, .v = v, .g = g, .beta = beta,
-                        .state = state, .T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv};
+                             const float *v, const float *g, const float *beta, float *state, int T,
+                             int Hk, int Hv, int dk, int dv) {
+    lm_gdn_problem p = {.out = out,
+                        .q = q,
+                        .k = k,
+                        .v = v,
+                        .g = g,
+                        .beta = beta,
+                        .state = state,
+                        .T = T,
+                        .Hk = Hk,
+                        .Hv = Hv,
+                        .dk = dk,
+                        .dv = dv};
     lm_pool *pool = lm_cpu_pool(be);
     if (LM_GDN_CHUNKED_MIN_T > 0 && T >= LM_GDN_CHUNKED_MIN_T && lm_gdn_chunked(pool, &p, true))
         return;
