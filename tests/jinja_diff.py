@@ -644,6 +644,48 @@ def rand_expr(r, depth=0):
     return f"not {rand_expr(r, depth + 1)}"
 
 
+# Random layouts of text and tags with every whitespace-control form:
+# exercises the lexer's trim_blocks / lstrip_blocks / - / + handling.
+WS_TEXT = ["", " ", "  ", "\n", "\n  ", "a", " b ", "\t", "x\n", "\n\n", "  \n  ", "\n \t", "c  "]
+
+
+def ws_open(r, kind):
+    return "{" + kind + r.choice(["", "", "-", "+"]) + " "
+
+
+def ws_close(r, kind):
+    close = {"%": "%}", "{": "}}", "#": "#}"}[kind]
+    return " " + r.choice(["", "", "-"] + (["+"] if kind != "{" else [])) + close
+
+
+def rand_layout(r, depth=0):
+    out = []
+    for _ in range(r.randrange(1, 5)):
+        out.append(r.choice(WS_TEXT))
+        k = r.randrange(7 if depth < 2 else 4)
+        if k == 0:
+            out.append(ws_open(r, "{") + r.choice(["'v'", "1", "x", "'a\\nb'"]) + ws_close(r, "{"))
+        elif k == 1:
+            out.append(ws_open(r, "#") + r.choice(["c", "multi\nline"]) + ws_close(r, "#"))
+        elif k == 2:
+            out.append(ws_open(r, "%") + "set y = 2" + ws_close(r, "%"))
+        elif k == 3:
+            out.append(ws_open(r, "%") + "raw" + ws_close(r, "%") + r.choice(WS_TEXT) + "{{ raw }}" +
+                       r.choice(WS_TEXT) + ws_open(r, "%") + "endraw" + ws_close(r, "%"))
+        elif k == 4:
+            out.append(ws_open(r, "%") + r.choice(["if true", "if false", "if x"]) + ws_close(r, "%") +
+                       rand_layout(r, depth + 1) + (ws_open(r, "%") + "else" + ws_close(r, "%") + rand_layout(r, depth + 1)
+                                                    if r.random() < 0.4 else "") + ws_open(r, "%") + "endif" + ws_close(r, "%"))
+        elif k == 5:
+            out.append(ws_open(r, "%") + "for i in [1, 2]" + ws_close(r, "%") + rand_layout(r, depth + 1) +
+                       ws_open(r, "%") + "endfor" + ws_close(r, "%"))
+        else:
+            out.append(ws_open(r, "%") + "macro m()" + ws_close(r, "%") + rand_layout(r, depth + 1) +
+                       ws_open(r, "%") + "endmacro" + ws_close(r, "%") + r.choice(WS_TEXT) + "{{ m() }}")
+    out.append(r.choice(WS_TEXT))
+    return "".join(out)
+
+
 RANDOM_CTX = {"n": 3, "s": "Hello", "l": [1, "a", 2.5], "d": {"a": 1, "b": [1, 2]}, "f": 0.25, "e": "", "u_unused": None}
 
 
@@ -672,6 +714,8 @@ def main():
     r = random.Random(seed)
     for i in range(count):
         cases.append((f"random{i}", "{{ " + rand_expr(r) + " }}", RANDOM_CTX, None))
+    for i in range(count // 2):
+        cases.append((f"layout{i}", rand_layout(r), {"x": 1}, None))
 
     passed = failed = 0
     for name, tpl, ctx, model in cases:
