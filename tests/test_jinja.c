@@ -350,6 +350,13 @@ static void test_limits(void) {
                       &o, &out, &err) != LM_OK);
     CHECK_MSG(strstr(err.message, "too much work"), "%s", err.message);
 
+    /* the wall clock is a safety net for work the step count underrates */
+    lm_chat_template_options_default(&o);
+    o.max_steps = (uint64_t)1 << 40;
+    o.max_time_ms = 50;
+    CHECK(render_opts("{% for i in range(1000000) %}{% set x = 'ab' * 1000 %}{% endfor %}", "{}", &o, &out, &err) != LM_OK);
+    CHECK_MSG(strstr(err.message, "time limit"), "%s", err.message);
+
     lm_chat_template_options_default(&o);
     o.max_memory = 1 << 20;
     CHECK(render_opts("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}",

@@ -28,6 +28,7 @@ void lm_chat_template_options_default(lm_chat_template_options *o) {
     o->max_output = l.max_output;
     o->max_memory = l.max_memory;
     o->max_steps = l.max_steps;
+    o->max_time_ms = l.max_time_ms;
 }
 
 lm_status lm_chat_template_compile(const char *source, size_t len, lm_chat_template **out, lm_error *err) {
@@ -82,6 +83,7 @@ static void limits_from(const lm_chat_template_options *o, jrender_limits *l) {
     l->max_output = o->max_output;
     l->max_memory = o->max_memory;
     l->max_steps = o->max_steps;
+    l->max_time_ms = o->max_time_ms;
     l->has_now = o->has_now;
     l->now = o->now;
 }

@@ -26,6 +26,7 @@ typedef struct {
     size_t max_output;            /* bytes of output, and of any one string (default 16 MiB) */
     size_t max_memory;            /* bytes of live values (default 512 MiB) */
     uint64_t max_steps;           /* evaluation work (default 50,000,000) */
+    uint64_t max_time_ms;         /* wall-clock safety net (default 10,000; 0 = none) */
     bool has_now;                 /* strftime_now formats `now` (UTC) instead of the local clock */
     int64_t now;                  /* unix seconds */
 } lm_chat_template_options;

@@ -156,6 +156,10 @@ static bool index_of(int64_t i, size_t len, size_t *out) {
 
 bool jgetitem(jrt *rt, jv obj, jv key, jv *out) {
     if (!jcheck_defined(rt, obj)) return false;
+    /* indexing a non-ASCII string and hashing a string key both scan it */
+    if (obj.kind == JV_STR && !jctx_charge(&rt->c, jv_str(obj)->len / (jv_str(obj)->ncp == jv_str(obj)->len ? 256 : 32)))
+        return false;
+    if (key.kind == JV_STR && !jctx_charge(&rt->c, jv_str(key)->len / 256)) return false;
     bool int_key = key.kind == JV_INT || key.kind == JV_BOOL;
     int64_t ik = key.kind == JV_INT ? key.u.i : key.kind == JV_BOOL ? key.u.b : 0;
     size_t idx;
@@ -263,6 +267,7 @@ static bool eval_slice(jrt *rt, jscope *s, jv obj, const jnode *sl, jv *out) {
     }
     if (obj.kind == JV_STR) {
         jstr *str = jv_str(obj);
+        if (!jctx_charge(&rt->c, str->len / (str->ncp == str->len ? 256 : 16))) return false;
         int64_t start;
         size_t count = adjust_slice((int64_t)str->ncp, has[0], val[0], has[1], val[1], step, &start);
         if (step == 1) {

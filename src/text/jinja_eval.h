@@ -12,6 +12,7 @@ typedef struct {
     size_t max_output;            /* bytes of output (and of any one string) */
     size_t max_memory;            /* bytes held by values at one time */
     uint64_t max_steps;           /* evaluation work */
+    uint64_t max_time_ms;         /* wall clock, 0 = unlimited */
     bool has_now;                 /* strftime_now uses `now` (UTC) instead of the clock */
     int64_t now;                  /* unix seconds */
 } jrender_limits;

@@ -16,6 +16,7 @@ void jrender_limits_default(jrender_limits *l) {
     l->max_output = (size_t)16 << 20;
     l->max_memory = (size_t)512 << 20;
     l->max_steps = 50000000;
+    l->max_time_ms = 10000;
 }
 
 static bool exec_stmt(jrt *rt, jscope *s, const jnode *n);
@@ -332,6 +333,7 @@ bool jrt_init(jrt *rt, const jrender_limits *limits, lm_error *err) {
     rt->c.max_string = rt->limits.max_output;
     rt->c.max_bytes = rt->limits.max_memory;
     rt->c.max_steps = rt->limits.max_steps;
+    jctx_set_time_limit(&rt->c, rt->limits.max_time_ms);
     char *block = calloc(4, (sizeof(jstr) + 16 + 15) & ~(size_t)15);
     if (!block) return jfail_plain(&rt->c, LM_ERR_NOMEM, "out of memory");
     rt->names = (jstr *)block;

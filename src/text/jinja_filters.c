@@ -771,6 +771,7 @@ static bool f_sum(fctx *f, jv in, jv *out) {
 
 static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *out) {
     fctx f = {.rt = rt, .a = a, .name = name};
+    if (in.kind == JV_STR && !jctx_charge(&rt->c, jv_str(in)->len / 16)) return false; /* string filters scan */
     static const char *const none[] = {NULL};
     int64_t n;
     jv s;

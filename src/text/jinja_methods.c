@@ -330,6 +330,7 @@ static bool str_format(jrt *rt, jstr *fmt, jargs *a, jv *out) {
 
 static bool str_method(jrt *rt, jv self, int id, jargs *a, jv *out) {
     jstr *s = jv_str(self);
+    if (!jctx_charge(&rt->c, 1 + s->len / 16)) return false; /* every method may scan the string */
     jv *a0 = jargs_get(a, 0, NULL), *a1 = jargs_get(a, 1, NULL), *a2 = jargs_get(a, 2, NULL);
     int64_t n;
     size_t lo, hi;

@@ -263,6 +263,7 @@ static bool contains(jrt *rt, jv item, jv container, bool *result) {
         if (item.kind != JV_STR)
             return jfail(&rt->c, LM_ERR_INVALID, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
         jstr *h = jv_str(container), *n = jv_str(item);
+        if (!jctx_charge(&rt->c, 1 + h->len / 256)) return false;
         *result = n->len == 0 || (n->len <= h->len && memmem(h->data, h->len, n->data, n->len) != NULL);
         return true;
     }
@@ -285,6 +286,7 @@ static bool contains(jrt *rt, jv item, jv container, bool *result) {
 
 bool jcompare(jrt *rt, int op, jv a, jv b, bool *result) {
     int r;
+    if (a.kind == JV_STR && b.kind == JV_STR && !jctx_charge(&rt->c, jv_str(a)->len / 256)) return false;
     switch (op) {
     case JOP_EQ: *result = jv_equal(a, b); return true;
     case JOP_NE: *result = !jv_equal(a, b); return true;

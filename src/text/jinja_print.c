@@ -15,6 +15,7 @@
 
 bool jbuf_put(jctx *c, jbuf *b, const char *s, size_t n) {
     if (n == 0) return true;
+    if (n >= 256 && !jctx_charge(c, n / 256)) return false; /* copying is work too */
     if (n > c->max_string || b->len > c->max_string - n)
         return jfail(c, LM_ERR_NOMEM, "text longer than the limit of %zu bytes", c->max_string);
     if (b->len + n + 1 > b->cap) {

@@ -66,6 +66,25 @@ static bool jinja_word_break(uint32_t cp) {
 
 bool jstr_case(jrt *rt, jv sv, int mode, jv *out) {
     jstr *s = jv_str(sv);
+    if (s->ncp == s->len && mode != CASE_JINJA_TITLE && mode != JM_TITLE) { /* ASCII: a byte at a time */
+        if (!jctx_charge(&rt->c, 1 + s->len / 64)) return false;
+        jstr *r;
+        if (!jstr_alloc(&rt->c, s->len, &r)) return false;
+        for (size_t i = 0; i < s->len; i++) {
+            char c = s->data[i];
+            bool lower = c >= 'a' && c <= 'z', upper = c >= 'A' && c <= 'Z';
+            bool to_upper = mode == JM_UPPER || (mode == JM_SWAPCASE && lower) || (mode == JM_CAPITALIZE && i == 0);
+            bool to_lower = mode == JM_LOWER || mode == JM_CASEFOLD || (mode == JM_SWAPCASE && upper) ||
+                            (mode == JM_CAPITALIZE && i > 0);
+            if (to_upper && lower) c = (char)(c - 32);
+            else if (to_lower && upper) c = (char)(c + 32);
+            r->data[i] = c;
+        }
+        r->ncp = s->len;
+        *out = jv_obj(JV_STR, r);
+        return true;
+    }
+    if (!jctx_charge(&rt->c, 1 + s->ncp)) return false; /* a case table look-up per code point */
     jbuf b = {0};
     size_t i = 0;
     bool prev_cased = false, first = true, ok = true;
@@ -136,6 +155,7 @@ static bool in_chars(jstr *chars, uint32_t cp) {
 
 bool jstr_strip(jrt *rt, jv sv, jv chars, bool left, bool right, jv *out) {
     jstr *s = jv_str(sv);
+    if (!jctx_charge(&rt->c, 1 + s->len / 16)) return false;
     jstr *set = NULL;
     if (chars.kind == JV_STR) set = jv_str(chars);
     else if (chars.kind != JV_NONE)
@@ -167,6 +187,7 @@ bool jstr_replace(jrt *rt, jv sv, jv oldv, jv newv, int64_t count, jv *out) {
     if (oldv.kind != JV_STR || newv.kind != JV_STR)
         return jfail(&rt->c, LM_ERR_INVALID, "replace() arguments must be str");
     jstr *s = jv_str(sv), *old = jv_str(oldv), *rep = jv_str(newv);
+    if (!jctx_charge(&rt->c, 1 + s->len / 16)) return false;
     jbuf b = {0};
     bool ok = true;
     int64_t done = 0;
@@ -227,6 +248,7 @@ static size_t space_before(const char *s, size_t start, size_t end) {
 
 bool jstr_split(jrt *rt, jv sv, jv sep, int64_t maxsplit, bool from_right, jv *out) {
     jstr *s = jv_str(sv);
+    if (!jctx_charge(&rt->c, 1 + s->len / 16)) return false;
     if (!jv_new_list(&rt->c, JV_LIST, 0, out)) return false;
     bool ok = true;
     int64_t splits = 0;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void jctx_init(jctx *c, lm_error *err) {
     memset(c, 0, sizeof *c);
@@ -41,11 +42,26 @@ bool jfail_plain(jctx *c, lm_status code, const char *fmt, ...) {
     return false;
 }
 
+static int64_t monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void jctx_set_time_limit(jctx *c, uint64_t ms) {
+    c->deadline_ns = ms ? monotonic_ns() + (int64_t)(ms > 86400000 ? 86400000 : ms) * 1000000 : 0;
+    c->next_clock_check = c->steps + 65536;
+}
+
 bool jctx_charge(jctx *c, uint64_t n) {
     c->steps += n;
     if (c->steps > c->max_steps)
         return jfail(c, LM_ERR_INVALID, "the template did too much work (more than %llu steps)",
                      (unsigned long long)c->max_steps);
+    if (c->deadline_ns && c->steps >= c->next_clock_check) {
+        c->next_clock_check = c->steps + 65536;
+        if (monotonic_ns() > c->deadline_ns) return jfail(c, LM_ERR_INVALID, "the template ran past its time limit");
+    }
     return true;
 }
 
@@ -676,25 +692,28 @@ size_t jutf8_encode(uint32_t cp, char out[4]) {
 }
 
 size_t jutf8_count(const char *s, size_t n) {
-    size_t count = 0, i = 0;
-    while (i < n) {
-        if ((unsigned char)s[i] < 0x80) {
-            i++;
-        } else {
-            uint32_t cp;
-            i += jutf8_decode((const unsigned char *)s + i, n - i, &cp);
-        }
-        count++;
-    }
+    /* every byte but a continuation byte starts a code point (exact for
+     * valid UTF-8, which is all the engine lets in) */
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) count += ((unsigned char)s[i] & 0xC0) != 0x80;
     return count;
 }
 
 size_t jutf8_offset(const jstr *s, size_t index) {
     if (s->ncp == s->len) return index;
+    if (index >= s->ncp) return s->len;
+    if (index > s->ncp / 2) { /* nearer the end: walk back over code point starts */
+        size_t back = s->ncp - index, i = s->len;
+        while (back > 0 && i > 0) {
+            i--;
+            if (((unsigned char)s->data[i] & 0xC0) != 0x80) back--;
+        }
+        return i;
+    }
     size_t i = 0;
     while (index > 0 && i < s->len) {
-        uint32_t cp;
-        i += jutf8_decode((const unsigned char *)s->data + i, s->len - i, &cp);
+        i++;
+        while (i < s->len && ((unsigned char)s->data[i] & 0xC0) == 0x80) i++;
         index--;
     }
     return i;

@@ -127,8 +127,10 @@ typedef struct jctx {
     size_t max_string;  /* bound on any one string (the output bound) */
     size_t max_items;   /* bound on one list or dict */
     uint32_t line;      /* template line being evaluated, for messages */
-    uint64_t steps;     /* work done: evaluation steps plus allocated bytes / 256 */
+    uint64_t steps;     /* work done: evaluation steps plus bytes allocated or copied / 256 */
     uint64_t max_steps;
+    uint64_t next_clock_check; /* steps at which the wall clock is read next */
+    int64_t deadline_ns;       /* CLOCK_MONOTONIC deadline, 0 = none: a safety net for work the steps miss */
     lm_error *err;
     bool failed;
 } jctx;
@@ -197,7 +199,9 @@ bool jscope_set(jctx *c, jscope *s, jstr *name, jv val);
 bool jstr_alloc(jctx *c, size_t len, jstr **out);
 void jstr_finish(jstr *s);
 
-/* Charges n steps of work; fails once the budget is spent. */
+/* Arms a wall-clock limit (0 = none), checked every 65536 steps. */
+void jctx_set_time_limit(jctx *c, uint64_t ms);
+/* Charges n steps of work; fails once the budget or the time is spent. */
 bool jctx_charge(jctx *c, uint64_t n);
 /* The message Jinja2 gives when an undefined value is used:
  * "'x' is undefined", "'dict object' has no attribute 'x'". */
