@@ -9,12 +9,11 @@
 
 #include "ops/cpu/simd.h"
 
-/* top_p: a prefix whose mass is within this of top_p counts as reaching it. */
-#define TOP_P_TOLERANCE 1e-6
 /* Histogram resolution: buckets per unit of (max - logit) / temperature, i.e.
  * per factor e of probability; the last bucket takes everything further. */
 #define BUCKETS_PER_UNIT 32.0f
 #define N_BUCKETS LM_SAMPLER_HIST_BUCKETS
+#define DROPPED_BUCKET UINT16_MAX /* above every real bucket */
 /* Vectors summed in float before the sum moves to double (bounds rounding). */
 #define EXP_SUM_BLOCK 16
 
@@ -29,7 +28,10 @@ lm_status lm_sampler_scratch_init(lm_sampler_scratch *scratch, int vocab, lm_err
     scratch->weights = malloc(n * sizeof *scratch->weights);
     scratch->raw_logits = malloc(n * sizeof *scratch->raw_logits);
     scratch->candidates = malloc(n * sizeof *scratch->candidates);
-    if (!scratch->weights || !scratch->raw_logits || !scratch->candidates) {
+    scratch->buckets = malloc(n * sizeof *scratch->buckets);
+    scratch->block_mass = malloc((n + LM_SAMPLER_BLOCK - 1) / LM_SAMPLER_BLOCK * sizeof *scratch->block_mass);
+    if (!scratch->weights || !scratch->raw_logits || !scratch->candidates || !scratch->buckets ||
+        !scratch->block_mass) {
         lm_sampler_scratch_free(scratch);
         return lm_fail(err, LM_ERR_NOMEM, "sampler: cannot allocate work buffers for %d tokens", vocab);
     }
@@ -42,6 +44,8 @@ void lm_sampler_scratch_free(lm_sampler_scratch *scratch) {
     free(scratch->weights);
     free(scratch->raw_logits);
     free(scratch->candidates);
+    free(scratch->buckets);
+    free(scratch->block_mass);
     memset(scratch, 0, sizeof *scratch);
 }
 
@@ -87,14 +91,21 @@ static double exp_sum(const float *x, int n, float shift) {
     return total;
 }
 
-/* First index of the largest element (0 when none is a number above -inf). */
+/* First index of the largest element (0 when none is a number above -inf).
+ * One pass: a block's max is found with vectors and the block is rescanned
+ * (from L1) only when it beats the best so far. */
 static int32_t argmax(const float *x, int n) {
+    enum { BLOCK = 256 };
     int32_t best = 0;
     float best_value = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (x[i] > best_value) {
-            best_value = x[i];
+    for (int start = 0; start < n; start += BLOCK) {
+        int len = n - start < BLOCK ? n - start : BLOCK;
+        float m = max_of(x + start, len);
+        if (m > best_value) {
+            int i = start;
+            while (x[i] != m) i++;
             best = i;
+            best_value = m;
         }
     }
     return best;
@@ -178,8 +189,7 @@ static double weight_sum(const lm_sampler_candidate *c, int n) {
 
 /* Copies the kept tokens of buckets 0..last into scratch->candidates,
  * grouped by bucket (so in descending order of bucket), and returns how many. */
-static int collect_candidates(const float *logits, int vocab, float max, float inv_temp, int last,
-                              lm_sampler_scratch *s) {
+static int collect_candidates(const float *logits, int vocab, int last, lm_sampler_scratch *s) {
     int pos = 0;
     for (int b = 0; b <= last; b++) {
         s->bucket_start[b] = pos;
@@ -189,8 +199,7 @@ static int collect_candidates(const float *logits, int vocab, float max, float i
     /* hist_count is spent: reuse it as each bucket's write cursor. */
     for (int b = 0; b <= last; b++) s->hist_count[b] = s->bucket_start[b];
     for (int i = 0; i < vocab; i++) {
-        if (!(s->weights[i] > 0)) continue;
-        int b = bucket_of((max - logits[i]) * inv_temp);
+        int b = s->buckets[i];
         if (b <= last) s->candidates[s->hist_count[b]++] = (lm_sampler_candidate){i, logits[i], s->weights[i]};
     }
     return pos;
@@ -198,8 +207,8 @@ static int collect_candidates(const float *logits, int vocab, float max, float i
 
 /* top_k then top_p over the histogram of the kept tokens; only the bucket
  * holding a boundary is sorted. */
-static sample_plan select_top(const loom_sampling *p, const float *logits, int vocab, float max,
-                              float inv_temp, int n_kept, double total, lm_sampler_scratch *s) {
+static sample_plan select_top(const loom_sampling *p, const float *logits, int vocab, int n_kept,
+                              double total, lm_sampler_scratch *s) {
     bool top_k_on = p->top_k > 0 && p->top_k < n_kept;
     bool top_p_on = p->top_p > 0 && p->top_p < 1;
     int last = N_BUCKETS - 1;
@@ -213,7 +222,7 @@ static sample_plan select_top(const loom_sampling *p, const float *logits, int v
             }
         }
     } else {
-        double target = ((double)p->top_p - TOP_P_TOLERANCE) * total, cum = 0;
+        double target = ((double)p->top_p - LM_SAMPLER_TOP_P_TOLERANCE) * total, cum = 0;
         for (int b = 0; b < N_BUCKETS; b++) {
             cum += s->hist_mass[b];
             if (cum >= target) {
@@ -222,7 +231,7 @@ static sample_plan select_top(const loom_sampling *p, const float *logits, int v
             }
         }
     }
-    int n = collect_candidates(logits, vocab, max, inv_temp, last, s);
+    int n = collect_candidates(logits, vocab, last, s);
     lm_sampler_candidate *c = s->candidates;
     int sorted_bucket = -1;
     if (top_k_on) {
@@ -234,7 +243,7 @@ static sample_plan select_top(const loom_sampling *p, const float *logits, int v
         total = weight_sum(c, n);
     }
     if (top_p_on) {
-        double target = ((double)p->top_p - TOP_P_TOLERANCE) * total, cum = 0;
+        double target = ((double)p->top_p - LM_SAMPLER_TOP_P_TOLERANCE) * total, cum = 0;
         for (int b = 0; b <= last; b++) {
             int lo = s->bucket_start[b], hi = s->bucket_start[b + 1] < n ? s->bucket_start[b + 1] : n;
             if (lo >= n) break;
@@ -256,6 +265,41 @@ static sample_plan select_top(const loom_sampling *p, const float *logits, int v
         }
     }
     return (sample_plan){.kind = PLAN_CANDIDATES, .n = n, .total = weight_sum(c, n)};
+}
+
+/* The masking pass: drops -inf / NaN logits, underflowed weights and min_p
+ * losers (weight 0 from here on), records each block's kept mass (so a draw
+ * need not walk the whole vocabulary) and, when narrowing, the histogram.
+ * Returns the kept mass, the sum of the block masses in order. */
+static double mask_weights(const float *logits, int vocab, float max, float inv_temp, float min_weight,
+                           bool narrowing, lm_sampler_scratch *s, int *n_kept) {
+    float *w = s->weights;
+    double total = 0;
+    int kept = 0;
+    for (int start = 0, block = 0; start < vocab; start += LM_SAMPLER_BLOCK, block++) {
+        int end = vocab - start < LM_SAMPLER_BLOCK ? vocab : start + LM_SAMPLER_BLOCK;
+        double acc[4] = {0, 0, 0, 0}; /* four chains: double adds have latency */
+        for (int i = start; i < end; i++) {
+            float distance = (max - logits[i]) * inv_temp;
+            if (!(distance <= FLT_MAX) || !(w[i] > 0) || w[i] < min_weight) {
+                w[i] = 0;
+                if (narrowing) s->buckets[i] = DROPPED_BUCKET;
+                continue;
+            }
+            acc[i & 3] += w[i];
+            kept++;
+            if (narrowing) {
+                int b = bucket_of(distance);
+                s->buckets[i] = (uint16_t)b;
+                s->hist_count[b]++;
+                s->hist_mass[b] += w[i];
+            }
+        }
+        s->block_mass[block] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        total += s->block_mass[block];
+    }
+    *n_kept = kept;
+    return total;
 }
 
 /* Steps 1-7: what to draw from. */
@@ -285,25 +329,8 @@ static sample_plan plan_sample(const loom_sampling *p, float *logits, int vocab,
         memset(s->hist_count, 0, sizeof s->hist_count);
         memset(s->hist_mass, 0, sizeof s->hist_mass);
     }
-    /* Masking pass: drop -inf / NaN logits, underflowed weights and min_p
-     * losers (weight 0 from here on), sum the rest, histogram if needed. */
-    double total = 0;
     int n_kept = 0;
-    float *w = s->weights;
-    for (int i = 0; i < vocab; i++) {
-        float distance = (max - logits[i]) * inv_temp;
-        if (!(distance <= FLT_MAX) || !(w[i] > 0) || w[i] < min_weight) {
-            w[i] = 0;
-            continue;
-        }
-        total += w[i];
-        n_kept++;
-        if (narrowing) {
-            int b = bucket_of(distance);
-            s->hist_count[b]++;
-            s->hist_mass[b] += w[i];
-        }
-    }
+    double total = mask_weights(logits, vocab, max, inv_temp, min_weight, narrowing, s, &n_kept);
     if (n_kept == 0) {
         one.token = argmax(logits, vocab);
         return one;
@@ -311,7 +338,7 @@ static sample_plan plan_sample(const loom_sampling *p, float *logits, int vocab,
     bool top_k_on = p->top_k > 0 && p->top_k < n_kept;
     bool top_p_on = p->top_p > 0 && p->top_p < 1;
     if (!top_k_on && !top_p_on) return (sample_plan){.kind = PLAN_FULL, .total = total};
-    return select_top(p, logits, vocab, max, inv_temp, n_kept, total, s);
+    return select_top(p, logits, vocab, n_kept, total, s);
 }
 
 /* ------------------------------------------------------------ step 8 */
@@ -320,12 +347,24 @@ static int32_t draw(const sample_plan *plan, const lm_sampler_scratch *s, int vo
     double target = u * plan->total, cum = 0;
     int32_t last = -1;
     if (plan->kind == PLAN_FULL) {
-        for (int i = 0; i < vocab; i++) {
-            if (!(s->weights[i] > 0)) continue;
-            cum += s->weights[i];
-            last = i;
-            if (cum > target) return i;
+        /* Find the block by its mass, then the token inside it. */
+        for (int start = 0, block = 0; start < vocab; start += LM_SAMPLER_BLOCK, block++) {
+            double mass = s->block_mass[block];
+            if (!(cum + mass > target)) {
+                cum += mass;
+                continue;
+            }
+            int end = vocab - start < LM_SAMPLER_BLOCK ? vocab : start + LM_SAMPLER_BLOCK;
+            for (int i = start; i < end; i++) {
+                if (!(s->weights[i] > 0)) continue;
+                cum += s->weights[i];
+                last = i;
+                if (cum > target) return i;
+            }
+            return last; /* the block's own sum fell short of its mass by rounding */
         }
+        for (int i = vocab - 1; i >= 0 && last < 0; i--)
+            if (s->weights[i] > 0) last = i;
     } else {
         for (int i = 0; i < plan->n; i++) {
             cum += s->candidates[i].weight;
@@ -338,30 +377,38 @@ static int32_t draw(const sample_plan *plan, const lm_sampler_scratch *s, int vo
 
 /* ------------------------------------------------------------ logprobs */
 
-/* log-sum-exp of the raw logits and their top k, best first (ties: lower id). */
+/* log(sum(exp(x))): the raw logprob of token i is x[i] minus this. */
 static double raw_log_normalizer(const float *x, int n) {
     float max = max_of(x, n);
     if (!(max > -INFINITY && max < INFINITY)) return max == INFINITY ? INFINITY : 0;
     return (double)max + log(exp_sum(x, n, max));
 }
 
+/* The k largest raw logits into top (as values, not yet logprobs), best
+ * first, ties: lower id first; NaN skipped.  Returns how many (<= k). */
 static int raw_top(const float *x, int n, int k, loom_token_logprob *top) {
+    enum { BLOCK = 256 };
     int count = 0;
-    for (int i = 0; i < n && k > 0; i++) {
-        float v = x[i];
-        if (v != v) continue;
-        int pos;
-        if (count == k) {
-            if (!(v > top[k - 1].logprob)) continue; /* equal: the lower id stays */
-            pos = k - 1;
-        } else {
-            pos = count++;
+    for (int start = 0; start < n && k > 0; start += BLOCK) {
+        int end = n - start < BLOCK ? n : start + BLOCK;
+        /* Once the list is full, most blocks hold nothing better: skip them whole. */
+        if (count == k && !(max_of(x + start, end - start) > top[k - 1].logprob)) continue;
+        for (int i = start; i < end; i++) {
+            float v = x[i];
+            if (v != v) continue;
+            int pos;
+            if (count == k) {
+                if (!(v > top[k - 1].logprob)) continue; /* equal: the lower id stays */
+                pos = k - 1;
+            } else {
+                pos = count++;
+            }
+            while (pos > 0 && top[pos - 1].logprob < v) {
+                top[pos] = top[pos - 1];
+                pos--;
+            }
+            top[pos] = (loom_token_logprob){.token = i, .logprob = v};
         }
-        while (pos > 0 && top[pos - 1].logprob < v) {
-            top[pos] = top[pos - 1];
-            pos--;
-        }
-        top[pos] = (loom_token_logprob){.token = i, .logprob = v};
     }
     return count;
 }

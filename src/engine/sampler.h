@@ -15,18 +15,24 @@
  *      with the k-th are kept, as in vLLM);
  *   7. top_p (< 1): the smallest set of most probable tokens (ties: lower id
  *      first) whose renormalised mass reaches top_p, at least one token.  A
- *      set within 1e-6 of top_p counts as reaching it, so that a boundary
- *      exact in real arithmetic is not lost to float rounding;
+ *      set within 1e-7 of top_p counts as reaching it: top_p is a float
+ *      (0.3 is stored as 0.30000001), and a set of mass exactly 0.3 should
+ *      reach it;
  *   8. one draw from the renormalised distribution with the sequence's rng.
  *
  * Logprobs (params->logprobs >= 0) are vLLM's default "raw" ones: the
  * log_softmax of the logits as given, before step 1.
  *
  * Cost: steps 1-3 touch only the listed ids and the history's entries;
- * greedy is one pass over V; sampling is a few linear passes (max, exp,
- * mask + a histogram of the distance to the max), and top_k / top_p sort only
- * the tokens of one histogram bucket, never the vocabulary.  Work memory
- * comes from an lm_sampler_scratch made once per vocabulary size; nothing is
+ * greedy is one pass over V; sampling is a few linear passes (max, exp, a
+ * masking pass that also sums each block of LM_SAMPLER_BLOCK tokens, so the
+ * draw walks block sums and then one block).  top_k / top_p add a histogram
+ * of each token's distance to the max (32 buckets per unit of
+ * (max - logit) / temperature) and sort only the tokens of the bucket that
+ * holds a boundary, never the vocabulary (the last bucket gathers every
+ * token 32 units or more below the max, so only a top_k reaching that far
+ * sorts many).  Work memory comes from an lm_sampler_scratch made once per
+ * vocabulary size (about 22 bytes per token); nothing is
  * allocated per token.  One scratch serves one thread. */
 #ifndef LOOM_ENGINE_SAMPLER_H
 #define LOOM_ENGINE_SAMPLER_H
@@ -43,7 +49,9 @@
 #define LM_SAMPLER_MAX_LOGPROBS 20
 #define LM_SAMPLER_GREEDY_TEMPERATURE 1e-5f /* below this, temperature means greedy */
 #define LM_SAMPLER_MAX_VOCAB (1 << 28)
-#define LM_SAMPLER_HIST_BUCKETS 1024
+#define LM_SAMPLER_TOP_P_TOLERANCE 1e-7
+#define LM_SAMPLER_BLOCK 1024 /* tokens per block of the kept-mass index */
+#define LM_SAMPLER_HIST_BUCKETS 1024 /* < UINT16_MAX */
 
 typedef struct {
     int32_t id;
@@ -56,6 +64,8 @@ typedef struct {
     float *weights;                  /* [vocab] unnormalised probabilities */
     float *raw_logits;               /* [vocab] copy for the chosen token's logprob */
     lm_sampler_candidate *candidates; /* [vocab] top_k / top_p candidates */
+    uint16_t *buckets;               /* [vocab] histogram bucket of each token */
+    double *block_mass;              /* [vocab / LM_SAMPLER_BLOCK, rounded up] kept mass per block */
     int hist_count[LM_SAMPLER_HIST_BUCKETS];
     double hist_mass[LM_SAMPLER_HIST_BUCKETS];
     int bucket_start[LM_SAMPLER_HIST_BUCKETS + 1];
@@ -84,9 +94,11 @@ typedef struct {
  * change them).  Consumes exactly one lm_rng_uniform unless greedy (none).
  * Parameters are used as given (run lm_sampling_validate first); values
  * out of range never crash: a NaN or non-positive temperature means greedy,
- * out-of-range top_p / min_p / penalties mean off.  If every token is masked
- * (or not a number) the result is token 0.  Fails only on misuse (a scratch
- * smaller than vocab, vocab <= 0, NULL pointers). */
+ * out-of-range top_p / min_p / penalties mean off.  If no token is left to
+ * sample (all masked, NaN or infinite) the result is the argmax of the
+ * processed logits: token 0 when none is above -inf.  Fails only on misuse
+ * (a scratch smaller than vocab, vocab <= 0, NULL pointers, no rng when not
+ * greedy). */
 lm_status lm_sample(const loom_sampling *params, float *logits, int vocab,
                     const lm_sample_context *ctx, lm_rng *rng, lm_sampler_scratch *scratch,
                     lm_sample_result *result, lm_error *err);
