@@ -204,6 +204,8 @@ FEATURES = [
     ("filter_indent", "{{ 'a\\nb\\n\\nc'|indent }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent(1, blank=true) }}|{{ 'x\\ny'|indent('> ') }}", {}),
     ("filter_truncate_wordcount", "{{ 'hello world foo bar'|truncate(9) }}|{{ 'hello world foo bar'|truncate(11, true) }}|{{ 'abc'|truncate(10) }}|{{ 'a b  c'|wordcount }}", {}),
     ("filter_batch_center", "{{ [1, 2, 3, 4, 5]|batch(2)|list }} {{ [1, 2, 3]|batch(2, 'x')|list }} [{{ 'ab'|center(7) }}]", {}),
+    ("markup", "{{ ('<a>'|safe) + '<b>' }} {{ '<p>' + ('x'|safe) }} {{ ('<'|safe)|e }} {{ ['<'|e] }} {{ ('<'|safe)|string + '<' }} "
+     "{{ ('<'|safe) ~ '<' }} {{ ('a'|safe) * 2 + '<' }} {{ ('<'|safe)|upper + '<' }} {{ '<'|e + '<' }} {{ (('<'|safe) + '>')|length }}", {}),
     ("filter_escape_safe", "{{ '<a href=\"x\">&\\'</a>'|e }} {{ '<b>'|safe }} {{ '<i>'|escape }}", {}),
     ("filter_format", "{{ '%s=%s'|format('a', 1) }} {{ '%05.1f'|format(3.14159) }}", {}),
     ("filter_attr_pprint", "{{ d|attr('a') }} {{ [1, 'x']|pprint }}", {"d": {"a": 7}}),

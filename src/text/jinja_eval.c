@@ -86,7 +86,7 @@ static char receiver_of(jv obj) {
 
 static jv unsafe_undef(jv obj, const char *name) {
     jv v = jv_undef_attr(obj, name);
-    v.undef_obj |= JV_UNSAFE_ATTR;
+    v.aux |= JV_UNSAFE_ATTR;
     return v;
 }
 

@@ -109,6 +109,8 @@ bool jstr_strip(jrt *rt, jv s, jv chars, bool left, bool right, jv *out);
 bool jstr_replace(jrt *rt, jv s, jv old, jv rep, int64_t count, jv *out);
 bool jstr_split(jrt *rt, jv s, jv sep, int64_t maxsplit, bool from_right, jv *out);
 bool jstr_slice(jrt *rt, jv s, size_t byte_start, size_t byte_end, jv *out);
+/* Markup stays as it is; any other value becomes its HTML-escaped str(), as Markup. */
+bool jmarkup_escape(jrt *rt, jv v, jv *out);
 /* Python's printf-style `fmt % args`. */
 bool jstr_percent(jrt *rt, jv fmt, jv args, jv *out);
 

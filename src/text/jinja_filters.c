@@ -626,7 +626,11 @@ static bool f_center(jrt *rt, jv in, int64_t width, jv *out) {
     return ok;
 }
 
-static bool f_escape(jrt *rt, jv in, jv *out) {
+bool jmarkup_escape(jrt *rt, jv in, jv *out) {
+    if (jv_is_markup(in)) {
+        *out = jv_retain(in);
+        return true;
+    }
     jv s;
     if (!to_str(rt, in, &s)) return false;
     jstr *str = jv_str(s);
@@ -644,6 +648,7 @@ static bool f_escape(jrt *rt, jv in, jv *out) {
         ok = rep ? jbuf_puts(&rt->c, &b, rep) : jbuf_put(&rt->c, &b, str->data + i, 1);
     }
     ok = ok && jbuf_take_str(&rt->c, &b, out);
+    if (ok) *out = jv_as_markup(*out);
     jbuf_free(&b);
     jv_release(&rt->c, s);
     return ok;
@@ -777,8 +782,11 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
     jv s;
     bool ok;
     switch ((jfilter_id)id) {
-    case JF_SAFE: return check(&f, 0, none) && (*out = jv_retain(in), true);
-    case JF_STRING: return check(&f, 0, none) && to_str(rt, in, out);
+    case JF_SAFE:
+        if (!check(&f, 0, none) || !to_str(rt, in, out)) return false;
+        *out = jv_as_markup(*out);
+        return true;
+    case JF_STRING: return check(&f, 0, none) && to_str(rt, in, out); /* keeps Markup, as soft_str does */
     case JF_LENGTH:
     case JF_COUNT:
         if (!check(&f, 0, none) || !jlength(rt, in, &n)) return false;
@@ -791,6 +799,7 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
         if (!check(&f, 0, none) || !to_str(rt, in, &s)) return false;
         ok = id == JF_TITLE ? jstr_jinja_title(rt, s, out)
                             : jstr_case(rt, s, id == JF_UPPER ? JM_UPPER : id == JF_LOWER ? JM_LOWER : JM_CAPITALIZE, out);
+        if (ok && jv_is_markup(in)) *out = jv_as_markup(*out);
         jv_release(&rt->c, s);
         return ok;
     case JF_TRIM: {
@@ -798,6 +807,7 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
         if (!check(&f, 1, names) || !to_str(rt, in, &s)) return false;
         jv *chars = arg(&f, 0, "chars");
         ok = jstr_strip(rt, s, chars ? *chars : jv_none(), true, true, out);
+        if (ok && jv_is_markup(in)) *out = jv_as_markup(*out);
         jv_release(&rt->c, s);
         return ok;
     }
@@ -948,7 +958,7 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
         static const char *const names[] = {"width", NULL};
         return check(&f, 1, names) && arg_int(&f, arg(&f, 0, "width"), 80, &n) && f_center(rt, in, n, out);
     }
-    case JF_ESCAPE: return check(&f, 0, none) && f_escape(rt, in, out);
+    case JF_ESCAPE: return check(&f, 0, none) && jmarkup_escape(rt, in, out);
     case JF_WORDCOUNT: return check(&f, 0, none) && f_wordcount(rt, in, out);
     case JF_PPRINT: {
         if (!check(&f, 0, none)) return false;

@@ -146,6 +146,20 @@ bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
             *out = jv_int(r);
             return true;
         }
+        if (a.kind == JV_STR && b.kind == JV_STR && (jv_is_markup(a) || jv_is_markup(b))) {
+            /* Markup + str (either side) escapes the plain string */
+            jv ea, eb;
+            if (!jmarkup_escape(rt, a, &ea)) return false;
+            if (!jmarkup_escape(rt, b, &eb)) {
+                jv_release(&rt->c, ea);
+                return false;
+            }
+            bool ok = concat_seq(rt, ea, eb, out);
+            jv_release(&rt->c, ea);
+            jv_release(&rt->c, eb);
+            if (ok) *out = jv_as_markup(*out);
+            return ok;
+        }
         if (a.kind == b.kind && (a.kind == JV_STR || a.kind == JV_LIST || a.kind == JV_TUPLE))
             return concat_seq(rt, a, b, out);
         if (a.kind == JV_STR || a.kind == JV_LIST || a.kind == JV_TUPLE)
@@ -174,8 +188,16 @@ bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
             *out = jv_int(r);
             return true;
         }
-        if ((a.kind == JV_STR || jv_is_seq(a)) && (b.kind == JV_INT || b.kind == JV_BOOL)) return repeat(rt, a, as_int(b), out);
-        if ((b.kind == JV_STR || jv_is_seq(b)) && (a.kind == JV_INT || a.kind == JV_BOOL)) return repeat(rt, b, as_int(a), out);
+        if ((a.kind == JV_STR || jv_is_seq(a)) && (b.kind == JV_INT || b.kind == JV_BOOL)) {
+            if (!repeat(rt, a, as_int(b), out)) return false;
+            if (jv_is_markup(a)) *out = jv_as_markup(*out);
+            return true;
+        }
+        if ((b.kind == JV_STR || jv_is_seq(b)) && (a.kind == JV_INT || a.kind == JV_BOOL)) {
+            if (!repeat(rt, b, as_int(a), out)) return false;
+            if (jv_is_markup(b)) *out = jv_as_markup(*out);
+            return true;
+        }
         return type_error(rt, op, a, b);
     case JOP_DIV:
         if (!nums) return type_error(rt, op, a, b);

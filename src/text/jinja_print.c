@@ -189,7 +189,10 @@ static bool print_depth(jctx *c, jbuf *b, jv v, int depth, bool repr) {
     case JV_INT: return jbuf_printf(c, b, "%" PRId64, v.u.i);
     case JV_FLOAT: jfloat_repr(v.u.f, tmp, sizeof tmp); return jbuf_puts(c, b, tmp);
     case JV_STR:
-        return repr ? repr_str(c, b, jv_str(v)->data, jv_str(v)->len) : jbuf_put(c, b, jv_str(v)->data, jv_str(v)->len);
+        if (!repr) return jbuf_put(c, b, jv_str(v)->data, jv_str(v)->len);
+        if (jv_is_markup(v))
+            return jbuf_puts(c, b, "Markup(") && repr_str(c, b, jv_str(v)->data, jv_str(v)->len) && jbuf_puts(c, b, ")");
+        return repr_str(c, b, jv_str(v)->data, jv_str(v)->len);
     case JV_LIST:
     case JV_TUPLE: {
         jlist *l = jv_list(v);

@@ -72,17 +72,17 @@ static const char *python_type(int kind) {
 
 void jv_undefined_message(jv v, char *buf, size_t size) {
     const char *name = v.u.name ? v.u.name : "value";
-    if (v.undef_obj == 0) {
+    if (v.aux == 0) {
         snprintf(buf, size, "'%s' is undefined", name);
-    } else if (v.undef_obj & JV_UNSAFE_ATTR) {
+    } else if (v.aux & JV_UNSAFE_ATTR) {
         snprintf(buf, size, "access to attribute '%s' of '%s' object is unsafe", name,
-                 python_type((v.undef_obj & ~JV_UNSAFE_ATTR) - 1));
-    } else if (v.undef_obj - 1 == JV_NONE) {
+                 python_type((v.aux & ~JV_UNSAFE_ATTR) - 1));
+    } else if (v.aux - 1 == JV_NONE) {
         snprintf(buf, size, "'None' has no attribute '%s'", name);
     } else if (v.u.name) {
-        snprintf(buf, size, "'%s object' has no attribute '%s'", python_type(v.undef_obj - 1), name);
+        snprintf(buf, size, "'%s object' has no attribute '%s'", python_type(v.aux - 1), name);
     } else {
-        snprintf(buf, size, "'%s object' has no such element", python_type(v.undef_obj - 1));
+        snprintf(buf, size, "'%s object' has no such element", python_type(v.aux - 1));
     }
 }
 

@@ -42,6 +42,7 @@ typedef enum { JO_STR, JO_LIST, JO_DICT, JO_MACRO, JO_METHOD, JO_LOOP, JO_SCOPE 
 
 #define JOBJ_IMMORTAL UINT32_MAX
 #define JV_UNSAFE_ATTR 128
+#define JV_MARKUP 1
 
 typedef struct jobj {
     uint32_t refs;
@@ -52,10 +53,11 @@ typedef struct jobj {
 
 typedef struct {
     uint8_t kind;
-    /* JV_UNDEFINED only: 0 when a name is undefined, else 1 + the jv_kind of
-     * the object that lacks the attribute (+ JV_UNSAFE_ATTR when the sandbox
-     * refused it), for error messages. */
-    uint8_t undef_obj;
+    /* JV_UNDEFINED: 0 when a name is undefined, else 1 + the jv_kind of the
+     * object that lacks the attribute (+ JV_UNSAFE_ATTR when the sandbox
+     * refused it), for error messages.  JV_STR: JV_MARKUP for a string made
+     * by |safe or |escape (Jinja2's Markup: `+` escapes the other operand). */
+    uint8_t aux;
     union {
         bool b;
         int64_t i;
@@ -147,7 +149,7 @@ static inline jv jv_undef(const char *name) { jv v = {.kind = JV_UNDEFINED}; v.u
 /* The undefined result of obj.name when obj has no such attribute. */
 static inline jv jv_undef_attr(jv obj, const char *name) {
     jv v = jv_undef(name);
-    v.undef_obj = (uint8_t)(1 + obj.kind);
+    v.aux = (uint8_t)(1 + obj.kind);
     return v;
 }
 static inline jv jv_none(void) { jv v = {.kind = JV_NONE}; v.u.i = 0; return v; }
@@ -157,6 +159,11 @@ static inline jv jv_float(double f) { jv v = {.kind = JV_FLOAT}; v.u.f = f; retu
 static inline jv jv_obj(jv_kind k, void *o) { jv v = {.kind = (uint8_t)k}; v.u.o = (jobj *)o; return v; }
 static inline jv jv_builtin(int id) { jv v = {.kind = JV_BUILTIN}; v.u.i = 0; v.u.builtin = id; return v; }
 
+static inline bool jv_is_markup(jv v) { return v.kind == JV_STR && (v.aux & JV_MARKUP); }
+static inline jv jv_as_markup(jv v) {
+    if (v.kind == JV_STR) v.aux |= JV_MARKUP;
+    return v;
+}
 static inline bool jv_is_obj(jv v) { return v.kind >= JV_STR && v.kind != JV_BUILTIN; }
 static inline jstr *jv_str(jv v) { return (jstr *)v.u.o; }
 static inline jlist *jv_list(jv v) { return (jlist *)v.u.o; }
