@@ -4,7 +4,7 @@
 # with a dictionary of Jinja syntax.  Fails on any crash, sanitizer report,
 # timeout or broken invariant.  Skipped (0 passed, 0 failed) when the fuzz
 # build is absent (`make fuzzers` builds it; `make test` does).
-# LOOM_FUZZ_SECONDS sets the length (default 20).
+# LOOM_FUZZ_SECONDS sets the length (default 15).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -45,7 +45,7 @@ with open(f"{work}/dict", "w") as f:
         f.write(dict_entry(w) + "\n")
 PY
 export LOOM_FIXTURES=$fixtures
-if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-20}" -max_len=4096 -timeout=20 -rss_limit_mb=2048 \
+if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-15}" -max_len=4096 -timeout=20 -rss_limit_mb=2048 \
         -dict="$work/dict" -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
     grep -E "^(stat::number_of_executed_units|Done)" "$work/log" | tail -n 2
     echo "$name: 1 passed, 0 failed"

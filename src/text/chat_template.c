@@ -282,6 +282,9 @@ lm_status lm_chat_template_load_dir(const char *dir, lm_chat_template **out, cha
     char path[4096];
     cJSON *tok_cfg = NULL;
     bool missing;
+    struct stat dir_stat;
+    if (stat(dir, &dir_stat) != 0) return lm_fail(err, LM_ERR_IO, "cannot open model folder %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(dir_stat.st_mode)) return lm_fail(err, LM_ERR_IO, "%s is not a folder", dir);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     lm_status st = parse_json_file(path, &tok_cfg, &missing, err);
     if (st && !missing) return st;
@@ -296,6 +299,7 @@ lm_status lm_chat_template_load_dir(const char *dir, lm_chat_template **out, cha
         snprintf(path, sizeof path, "%s/chat_template.json", dir);
         st = parse_json_file(path, &cfg, &missing, err);
         if (st && !missing) goto done;
+        st = LM_OK;
         const cJSON *from = cfg ? cfg : tok_cfg;
         const char *text = NULL;
         if (from) {
