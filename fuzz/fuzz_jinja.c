@@ -15,11 +15,14 @@
 static const char default_context[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \" sys \"},"
     " {\"role\": \"user\", \"content\": \"Hi <b>\\u00e9\"},"
-    " {\"role\": \"assistant\", \"content\": \"<think>\\nr\\n</think>\\n\\nA\", \"tool_calls\": [{\"type\": \"function\","
+    " {\"role\": \"assistant\", \"content\": \"<think>\\nr\\n</think>\\n\\nA\", \"tool_calls\": "
+    "[{\"type\": \"function\","
     " \"function\": {\"name\": \"f\", \"arguments\": {\"x\": [1, 2.5, null], \"y\": \"s\"}}}]},"
     " {\"role\": \"tool\", \"content\": \"{\\\"ok\\\": true}\"},"
-    " {\"role\": \"user\", \"content\": [{\"type\": \"image\"}, {\"type\": \"text\", \"text\": \"t\"}]}],"
-    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}],"
+    " {\"role\": \"user\", \"content\": [{\"type\": \"image\"}, {\"type\": \"text\", \"text\": "
+    "\"t\"}]}],"
+    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+    "{\"type\": \"object\"}}}],"
     " \"add_generation_prompt\": true, \"enable_thinking\": false, \"n\": 3, \"f\": 0.5}";
 
 static void check(int ok, const char *what) {
@@ -59,7 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lm_status s2 = lm_chat_template_render_json(t, ctx, ctx_len, &o, &out2, &len2, &err2);
     check(s1 == s2, "two renders agree on success");
     if (s1 == LM_OK) {
-        check(out1 && out2 && len1 == len2 && memcmp(out1, out2, len1) == 0, "two renders give the same text");
+        check(out1 && out2 && len1 == len2 && memcmp(out1, out2, len1) == 0,
+              "two renders give the same text");
         check(len1 <= o.max_output, "output within its bound");
     } else {
         check(out1 == NULL && err.message[0] != 0, "a failed render gives a message and no text");

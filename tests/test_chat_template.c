@@ -44,7 +44,8 @@ static const char *fresh_dir(char *buf, size_t size, const char *name) {
     snprintf(buf, size, "%s/%s", test_scratch_dir(), name);
     mkdir(buf, 0755);
     char path[600];
-    static const char *const files[] = {"chat_template.jinja", "chat_template.json", "tokenizer_config.json"};
+    static const char *const files[] = {"chat_template.jinja", "chat_template.json",
+                                        "tokenizer_config.json"};
     for (size_t i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", buf, files[i]);
         remove(path);
@@ -58,12 +59,15 @@ static void test_qwen3_chat_cases(void) {
     lm_error err = {0};
     lm_chat_template *t;
     char *bos, *eos;
-    CHECK_OK(lm_chat_template_load_dir(test_fixture_path(path, sizeof path, "tokenizers/qwen3"), &t, &bos, &eos, &err), &err);
+    CHECK_OK(lm_chat_template_load_dir(test_fixture_path(path, sizeof path, "tokenizers/qwen3"), &t,
+                                       &bos, &eos, &err),
+             &err);
     CHECK_MSG(bos == NULL, "qwen3 has no bos_token, got %s", bos);
     CHECK_MSG(eos && strcmp(eos, "<|im_end|>") == 0, "eos %s", eos ? eos : "(null)");
     free(eos);
     size_t len;
-    char *text = slurp(test_fixture_path(path, sizeof path, "tokenizers/qwen3/chat_cases.json"), &len);
+    char *text =
+        slurp(test_fixture_path(path, sizeof path, "tokenizers/qwen3/chat_cases.json"), &len);
     CHECK_MSG(text, "cannot read %s", path);
     cJSON *cases = cJSON_ParseWithLength(text, len);
     free(text);
@@ -75,20 +79,28 @@ static void test_qwen3_chat_cases(void) {
         const char *want = cJSON_GetObjectItem(c, "rendered")->valuestring;
         cJSON *ctx = cJSON_Duplicate(cJSON_GetObjectItem(c, "kwargs"), 1);
         if (!ctx) ctx = cJSON_CreateObject();
-        cJSON_AddItemToObject(ctx, "messages", cJSON_Duplicate(cJSON_GetObjectItem(c, "messages"), 1));
-        if (cJSON_GetObjectItem(c, "tools")) cJSON_AddItemToObject(ctx, "tools", cJSON_Duplicate(cJSON_GetObjectItem(c, "tools"), 1));
+        cJSON_AddItemToObject(ctx, "messages",
+                              cJSON_Duplicate(cJSON_GetObjectItem(c, "messages"), 1));
+        if (cJSON_GetObjectItem(c, "tools"))
+            cJSON_AddItemToObject(ctx, "tools",
+                                  cJSON_Duplicate(cJSON_GetObjectItem(c, "tools"), 1));
         char *out = NULL, *out2 = NULL;
         size_t out_len, out2_len;
         lm_status st = lm_chat_template_render(t, ctx, &out, &out_len, &err);
         char *json = cJSON_PrintUnformatted(ctx);
-        lm_status st2 = st ? st : lm_chat_template_render_json(t, json, strlen(json), NULL, &out2, &out2_len, &err);
+        lm_status st2 =
+            st ? st
+               : lm_chat_template_render_json(t, json, strlen(json), NULL, &out2, &out2_len, &err);
         free(json);
         cJSON_Delete(ctx);
         if (st || st2) {
             test_failed(__FILE__, __LINE__, "case %s: %s", name, err.message);
         } else {
-            if (strcmp(out, want) != 0) test_failed(__FILE__, __LINE__, "case %s\n  got  [%s]\n  want [%s]", name, out, want);
-            if (strcmp(out2, want) != 0) test_failed(__FILE__, __LINE__, "case %s (JSON text)\n  got [%s]", name, out2);
+            if (strcmp(out, want) != 0)
+                test_failed(__FILE__, __LINE__, "case %s\n  got  [%s]\n  want [%s]", name, out,
+                            want);
+            if (strcmp(out2, want) != 0)
+                test_failed(__FILE__, __LINE__, "case %s (JSON text)\n  got [%s]", name, out2);
             checked++;
         }
         free(out);
@@ -106,27 +118,45 @@ typedef struct {
 /* Rendered by python3-jinja2 3.1 with transformers' environment. */
 static const golden goldens[] = {
     {"qwen35-dense",
-     "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}],"
+     "{\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+     "brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}],"
      "\"add_generation_prompt\":true,\"enable_thinking\":false}",
-     "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"},
+     "<|im_start|>system\nBe "
+     "brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</"
+     "think>\n\n"},
     {"qwen35-moe",
-     "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":"
-     "\"Need tool.\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":{\"city\":"
-     "\"Paris\",\"days\":2}}}]},{\"role\":\"tool\",\"content\":\"sunny\"}],\"tools\":[{\"type\":\"function\",\"function\":"
-     "{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}],\"add_generation_prompt\":true}",
-     "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
-     "function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
-     "\"get_weather\", \"parameters\": {\"type\": \"object\"}}}\n</tools>\n\nFor each function call, return a json object with "
-     "function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
-     "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n"
-     "<think>\nNeed tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}"
-     "\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n"},
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\","
+     "\"content\":\"\",\"reasoning_content\":"
+     "\"Need "
+     "tool.\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+     "\"arguments\":{\"city\":"
+     "\"Paris\",\"days\":2}}}]},{\"role\":\"tool\",\"content\":\"sunny\"}],\"tools\":[{\"type\":"
+     "\"function\",\"function\":"
+     "{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}],\"add_generation_prompt\":"
+     "true}",
+     "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user "
+     "query.\n\nYou are provided with "
+     "function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", "
+     "\"function\": {\"name\": "
+     "\"get_weather\", \"parameters\": {\"type\": \"object\"}}}\n</tools>\n\nFor each function "
+     "call, return a json object with "
+     "function name and arguments within <tool_call></tool_call> XML "
+     "tags:\n<tool_call>\n{\"name\": <function-name>, "
+     "\"arguments\": "
+     "<args-json-object>}\n</"
+     "tool_call><|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n"
+     "<think>\nNeed tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+     "{\"city\": \"Paris\", \"days\": 2}}"
+     "\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nsunny\n</"
+     "tool_response><|im_end|>\n<|im_start|>assistant\n"},
     {"glm46v-moe",
-     "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}],"
+     "{\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+     "brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}],"
      "\"add_generation_prompt\":true,\"enable_thinking\":false}",
      "[gMASK]<sop><|system|>\nBe brief.<|user|>\nHi<|assistant|><think></think>"},
     {"glm46v-moe",
-     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\",\"text\":\"Describe.\"}]}],"
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\","
+     "\"text\":\"Describe.\"}]}],"
      "\"add_generation_prompt\":true}",
      "[gMASK]<sop><|user|>\n<|begin_of_image|><|image|><|end_of_image|>Describe.<|assistant|>"},
 };
@@ -138,34 +168,45 @@ static void test_fixture_models(void) {
         lm_error err = {0};
         lm_chat_template *t;
         char *eos = NULL;
-        CHECK_OK(lm_chat_template_load_dir(test_fixture_path(dir, sizeof dir, rel), &t, NULL, &eos, &err), &err);
+        CHECK_OK(lm_chat_template_load_dir(test_fixture_path(dir, sizeof dir, rel), &t, NULL, &eos,
+                                           &err),
+                 &err);
         CHECK_MSG(eos != NULL, "%s: no eos_token", goldens[i].model);
         free(eos);
         char *out;
         size_t len;
-        lm_status st = lm_chat_template_render_json(t, goldens[i].ctx, strlen(goldens[i].ctx), NULL, &out, &len, &err);
+        lm_status st = lm_chat_template_render_json(t, goldens[i].ctx, strlen(goldens[i].ctx), NULL,
+                                                    &out, &len, &err);
         lm_chat_template_free(t);
         CHECK_OK(st, &err);
         bool same = strcmp(out, goldens[i].want) == 0;
-        if (!same) test_failed(__FILE__, __LINE__, "%s\n  got  [%s]\n  want [%s]", goldens[i].model, out, goldens[i].want);
+        if (!same)
+            test_failed(__FILE__, __LINE__, "%s\n  got  [%s]\n  want [%s]", goldens[i].model, out,
+                        goldens[i].want);
         free(out);
     }
 }
 
 /* Every fixture template renders a conversation with each message kind. */
 static void test_fixture_models_render_everything(void) {
-    static const char *const models[] = {"models/qwen35-dense", "models/qwen35-moe", "models/glm46v-moe", "tokenizers/qwen3"};
+    static const char *const models[] = {"models/qwen35-dense", "models/qwen35-moe",
+                                         "models/glm46v-moe", "tokenizers/qwen3"};
     const char *ctx =
-        "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"U\"},"
-        "{\"role\":\"assistant\",\"content\":\"A\",\"reasoning_content\":\"R\",\"tool_calls\":[{\"type\":\"function\","
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":"
+        "\"U\"},"
+        "{\"role\":\"assistant\",\"content\":\"A\",\"reasoning_content\":\"R\",\"tool_calls\":[{"
+        "\"type\":\"function\","
         "\"function\":{\"name\":\"f\",\"arguments\":{\"x\":[1,2.5,{\"y\":null}],\"b\":true}}}]},"
         "{\"role\":\"tool\",\"content\":\"T\"},{\"role\":\"user\",\"content\":\"U2\"}],"
-        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"add_generation_prompt\":true,\"enable_thinking\":true}";
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"add_generation_"
+        "prompt\":true,\"enable_thinking\":true}";
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         char dir[512];
         lm_error err = {0};
         lm_chat_template *t;
-        CHECK_OK(lm_chat_template_load_dir(test_fixture_path(dir, sizeof dir, models[i]), &t, NULL, NULL, &err), &err);
+        CHECK_OK(lm_chat_template_load_dir(test_fixture_path(dir, sizeof dir, models[i]), &t, NULL,
+                                           NULL, &err),
+                 &err);
         char *out;
         size_t len;
         lm_status st = lm_chat_template_render_json(t, ctx, strlen(ctx), NULL, &out, &len, &err);
@@ -195,9 +236,11 @@ static void test_load_dir_variants(void) {
 
     /* tokenizer files only: the template string and {"content": ...} tokens */
     fresh_dir(dir, sizeof dir, "tok_only");
-    CHECK(write_file(dir, "tokenizer_config.json",
-                     "{\"bos_token\": {\"content\": \"<s>\", \"lstrip\": false}, \"eos_token\": \"</s>\","
-                     " \"chat_template\": \"{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}{{ eos_token }}\"}"));
+    CHECK(write_file(
+        dir, "tokenizer_config.json",
+        "{\"bos_token\": {\"content\": \"<s>\", \"lstrip\": false}, \"eos_token\": \"</s>\","
+        " \"chat_template\": \"{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor "
+        "%}{{ eos_token }}\"}"));
     CHECK_OK(lm_chat_template_load_dir(dir, &t, &bos, &eos, &err), &err);
     CHECK(bos && !strcmp(bos, "<s>") && eos && !strcmp(eos, "</s>"));
     free(bos);
@@ -219,7 +262,8 @@ static void test_load_dir_variants(void) {
     CHECK_OK(render_dir(dir, "{}", &out, &err), &err);
     CHECK_MSG(!strcmp(out, "plain"), "got [%s]", out);
     free(out);
-    CHECK(write_file(dir, "tokenizer_config.json", "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"}]}"));
+    CHECK(write_file(dir, "tokenizer_config.json",
+                     "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"}]}"));
     CHECK(render_dir(dir, "{}", &out, &err) != LM_OK);
     CHECK_MSG(strstr(err.message, "no template named \"default\""), "%s", err.message);
 

@@ -13,16 +13,20 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: loom render --model DIR [--template FILE] [--date YYYY-MM-DD | --now UNIX_SECONDS] < request.json\n"
+            "usage: loom render --model DIR [--template FILE] [--date YYYY-MM-DD | --now "
+            "UNIX_SECONDS] < request.json\n"
             "\n"
-            "Renders the chat template of DIR (chat_template.jinja or tokenizer_config.json; the folder may\n"
+            "Renders the chat template of DIR (chat_template.jinja or tokenizer_config.json; the "
+            "folder may\n"
             "hold only tokenizer files) for the JSON object on stdin: messages, optional tools,\n"
             "add_generation_prompt, and any further template variables (e.g. enable_thinking).\n"
             "The prompt is printed as is, without a trailing newline.\n"
             "\n"
             "  --model DIR       model or tokenizer folder (template, bos_token, eos_token)\n"
-            "  --template FILE   use this template file instead (DIR then only gives the special tokens)\n"
-            "  --date DATE       the date strftime_now() sees (UTC midnight), for reproducible prompts\n"
+            "  --template FILE   use this template file instead (DIR then only gives the special "
+            "tokens)\n"
+            "  --date DATE       the date strftime_now() sees (UTC midnight), for reproducible "
+            "prompts\n"
             "  --now SECONDS     the same as a unix time\n");
 }
 
@@ -55,7 +59,8 @@ static char *read_stdin(size_t *len) {
 static bool parse_date(const char *s, int64_t *out) {
     int y, m, d;
     char extra;
-    if (sscanf(s, "%d-%d-%d%c", &y, &m, &d, &extra) != 3 || m < 1 || m > 12 || d < 1 || d > 31 || y < 1 || y > 9999)
+    if (sscanf(s, "%d-%d-%d%c", &y, &m, &d, &extra) != 3 || m < 1 || m > 12 || d < 1 || d > 31 ||
+        y < 1 || y > 9999)
         return false;
     struct tm tm = {.tm_year = y - 1900, .tm_mon = m - 1, .tm_mday = d};
     *out = (int64_t)timegm(&tm);
@@ -77,8 +82,10 @@ int cmd_render_main(int argc, char **argv) {
             return 2;
         }
         const char *v = argv[++i];
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--template")) template_file = v;
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--template"))
+            template_file = v;
         else if (!strcmp(a, "--date")) {
             if (!parse_date(v, &opts.now)) {
                 fprintf(stderr, "loom render: --date wants YYYY-MM-DD, got '%s'\n", v);
@@ -111,7 +118,8 @@ int cmd_render_main(int argc, char **argv) {
         FILE *f = fopen(template_file, "rb");
         char *src = NULL;
         size_t len = 0;
-        if (!f) st = lm_fail(&err, LM_ERR_IO, "cannot open %s", template_file);
+        if (!f)
+            st = lm_fail(&err, LM_ERR_IO, "cannot open %s", template_file);
         else {
             src = malloc((1 << 20) + 2);
             len = src ? fread(src, 1, (1 << 20) + 1, f) : 0;

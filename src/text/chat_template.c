@@ -31,7 +31,8 @@ void lm_chat_template_options_default(lm_chat_template_options *o) {
     o->max_time_ms = l.max_time_ms;
 }
 
-lm_status lm_chat_template_compile(const char *source, size_t len, lm_chat_template **out, lm_error *err) {
+lm_status lm_chat_template_compile(const char *source, size_t len, lm_chat_template **out,
+                                   lm_error *err) {
     *out = NULL;
     if (!source && len) return lm_fail(err, LM_ERR_INVALID, "chat template: no source");
     lm_chat_template *t = calloc(1, sizeof *t);
@@ -60,7 +61,8 @@ static lm_status dup_opt(const char *s, char **out, lm_error *err) {
     return *out ? LM_OK : lm_fail(err, LM_ERR_NOMEM, "out of memory");
 }
 
-lm_status lm_chat_template_set_special_tokens(lm_chat_template *t, const char *bos, const char *eos, lm_error *err) {
+lm_status lm_chat_template_set_special_tokens(lm_chat_template *t, const char *bos, const char *eos,
+                                              lm_error *err) {
     char *b, *e;
     lm_status st = dup_opt(bos, &b, err);
     if (st) return st;
@@ -110,11 +112,15 @@ static bool set_default_str(jrt *rt, jv ctx, const char *key, const char *s) {
 
 /* transformers' render call: render(messages=..., tools=tools or None,
  * documents=None, add_generation_prompt=False, **special_tokens, **kwargs). */
-static lm_status render_context(const lm_chat_template *t, jrt *rt, jv ctx, char **out, size_t *out_len) {
+static lm_status render_context(const lm_chat_template *t, jrt *rt, jv ctx, char **out,
+                                size_t *out_len) {
     bool ok = ctx.kind == JV_DICT ||
-              jfail_plain(&rt->c, LM_ERR_INVALID, "chat template context must be a JSON object, not %s", jv_type_name(ctx));
-    ok = ok && set_default(rt, ctx, "tools", jv_none()) && set_default(rt, ctx, "documents", jv_none()) &&
-         set_default(rt, ctx, "add_generation_prompt", jv_bool(false)) && set_default_str(rt, ctx, "bos_token", t->bos) &&
+              jfail_plain(&rt->c, LM_ERR_INVALID,
+                          "chat template context must be a JSON object, not %s", jv_type_name(ctx));
+    ok = ok && set_default(rt, ctx, "tools", jv_none()) &&
+         set_default(rt, ctx, "documents", jv_none()) &&
+         set_default(rt, ctx, "add_generation_prompt", jv_bool(false)) &&
+         set_default_str(rt, ctx, "bos_token", t->bos) &&
          set_default_str(rt, ctx, "eos_token", t->eos);
     ok = ok && jrt_render(rt, t->tpl, ctx, out, out_len);
     lm_status st = ok ? LM_OK : (rt->c.err ? rt->c.err->code : LM_ERR_INVALID);
@@ -124,8 +130,8 @@ static lm_status render_context(const lm_chat_template *t, jrt *rt, jv ctx, char
 }
 
 lm_status lm_chat_template_render_ex(const lm_chat_template *t, const cJSON *context,
-                                     const lm_chat_template_options *opts, char **out, size_t *out_len,
-                                     lm_error *err) {
+                                     const lm_chat_template_options *opts, char **out,
+                                     size_t *out_len, lm_error *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
     lm_error local;
@@ -153,14 +159,14 @@ lm_status lm_chat_template_render_ex(const lm_chat_template *t, const cJSON *con
     return st;
 }
 
-lm_status lm_chat_template_render(const lm_chat_template *t, const cJSON *context, char **out, size_t *out_len,
-                                  lm_error *err) {
+lm_status lm_chat_template_render(const lm_chat_template *t, const cJSON *context, char **out,
+                                  size_t *out_len, lm_error *err) {
     return lm_chat_template_render_ex(t, context, NULL, out, out_len, err);
 }
 
 lm_status lm_chat_template_render_json(const lm_chat_template *t, const char *json, size_t json_len,
-                                       const lm_chat_template_options *opts, char **out, size_t *out_len,
-                                       lm_error *err) {
+                                       const lm_chat_template_options *opts, char **out,
+                                       size_t *out_len, lm_error *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
     lm_error local;
@@ -187,7 +193,8 @@ lm_status lm_chat_template_render_json(const lm_chat_template *t, const char *js
 
 /* Reads a whole file (at most max bytes); LM_ERR_IO with errno ENOENT kept
  * in *missing when it does not exist. */
-static lm_status read_file(const char *path, size_t max, char **data, size_t *len, bool *missing, lm_error *err) {
+static lm_status read_file(const char *path, size_t max, char **data, size_t *len, bool *missing,
+                           lm_error *err) {
     *data = NULL;
     *len = 0;
     if (missing) *missing = false;
@@ -235,7 +242,8 @@ static const char *token_text(const cJSON *cfg, const char *key) {
 }
 
 /* The "chat_template" value of a config: a string or a list of named templates. */
-static lm_status template_from_config(const cJSON *cfg, const char *path, const char **out, lm_error *err) {
+static lm_status template_from_config(const cJSON *cfg, const char *path, const char **out,
+                                      lm_error *err) {
     *out = NULL;
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
     if (cJSON_IsString(ct)) {
@@ -247,14 +255,17 @@ static lm_status template_from_config(const cJSON *cfg, const char *path, const 
         cJSON_ArrayForEach(e, ct) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
             const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(e, "template");
-            if (cJSON_IsString(name) && cJSON_IsString(tmpl) && strcmp(name->valuestring, "default") == 0) {
+            if (cJSON_IsString(name) && cJSON_IsString(tmpl) &&
+                strcmp(name->valuestring, "default") == 0) {
                 *out = tmpl->valuestring;
                 return LM_OK;
             }
         }
-        return lm_fail(err, LM_ERR_FORMAT, "%s: chat_template lists no template named \"default\"", path);
+        return lm_fail(err, LM_ERR_FORMAT, "%s: chat_template lists no template named \"default\"",
+                       path);
     }
-    if (ct && !cJSON_IsNull(ct)) return lm_fail(err, LM_ERR_FORMAT, "%s: chat_template must be a string or a list", path);
+    if (ct && !cJSON_IsNull(ct))
+        return lm_fail(err, LM_ERR_FORMAT, "%s: chat_template must be a string or a list", path);
     return LM_OK;
 }
 
@@ -275,7 +286,8 @@ static lm_status parse_json_file(const char *path, cJSON **out, bool *missing, l
     return LM_OK;
 }
 
-lm_status lm_chat_template_load_dir(const char *dir, lm_chat_template **out, char **bos, char **eos, lm_error *err) {
+lm_status lm_chat_template_load_dir(const char *dir, lm_chat_template **out, char **bos, char **eos,
+                                    lm_error *err) {
     *out = NULL;
     if (bos) *bos = NULL;
     if (eos) *eos = NULL;
@@ -283,7 +295,8 @@ lm_status lm_chat_template_load_dir(const char *dir, lm_chat_template **out, cha
     cJSON *tok_cfg = NULL;
     bool missing;
     struct stat dir_stat;
-    if (stat(dir, &dir_stat) != 0) return lm_fail(err, LM_ERR_IO, "cannot open model folder %s: %s", dir, strerror(errno));
+    if (stat(dir, &dir_stat) != 0)
+        return lm_fail(err, LM_ERR_IO, "cannot open model folder %s: %s", dir, strerror(errno));
     if (!S_ISDIR(dir_stat.st_mode)) return lm_fail(err, LM_ERR_IO, "%s is not a folder", dir);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     lm_status st = parse_json_file(path, &tok_cfg, &missing, err);
@@ -303,15 +316,19 @@ lm_status lm_chat_template_load_dir(const char *dir, lm_chat_template **out, cha
         const cJSON *from = cfg ? cfg : tok_cfg;
         const char *text = NULL;
         if (from) {
-            snprintf(path, sizeof path, "%s/%s", dir, cfg ? "chat_template.json" : "tokenizer_config.json");
+            snprintf(path, sizeof path, "%s/%s", dir,
+                     cfg ? "chat_template.json" : "tokenizer_config.json");
             st = template_from_config(from, path, &text, err);
         }
-        if (!st && !text && cfg && tok_cfg) { /* chat_template.json without one: try the tokenizer's */
+        if (!st && !text && cfg &&
+            tok_cfg) { /* chat_template.json without one: try the tokenizer's */
             snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
             st = template_from_config(tok_cfg, path, &text, err);
         }
         if (!st && !text)
-            st = lm_fail(err, LM_ERR_FORMAT, "%s has no chat template (chat_template.jinja or tokenizer_config.json)", dir);
+            st = lm_fail(err, LM_ERR_FORMAT,
+                         "%s has no chat template (chat_template.jinja or tokenizer_config.json)",
+                         dir);
         if (!st) {
             source_len = strlen(text);
             source = strdup(text);

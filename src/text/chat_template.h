@@ -34,12 +34,14 @@ typedef struct {
 void lm_chat_template_options_default(lm_chat_template_options *o);
 
 /* Compiles template source (at most 1 MiB). */
-lm_status lm_chat_template_compile(const char *source, size_t len, lm_chat_template **out, lm_error *err);
+lm_status lm_chat_template_compile(const char *source, size_t len, lm_chat_template **out,
+                                   lm_error *err);
 void lm_chat_template_free(lm_chat_template *t);
 
 /* Strings the template sees as bos_token / eos_token (copied; NULL leaves
  * the variable undefined).  Call before rendering, not during. */
-lm_status lm_chat_template_set_special_tokens(lm_chat_template *t, const char *bos, const char *eos, lm_error *err);
+lm_status lm_chat_template_set_special_tokens(lm_chat_template *t, const char *bos, const char *eos,
+                                              lm_error *err);
 
 /* Renders with the variables of `context` (a JSON object: messages, tools,
  * add_generation_prompt and any extra keys such as enable_thinking).  As
@@ -49,16 +51,16 @@ lm_status lm_chat_template_set_special_tokens(lm_chat_template *t, const char *b
  * cJSON keeps no int/float distinction: an integral number is an int (a
  * cJSON_Raw item is parsed exactly, e.g. "1.0").  *out is malloc'd,
  * NUL-terminated, free()d by the caller. */
-lm_status lm_chat_template_render(const lm_chat_template *t, const cJSON *context, char **out, size_t *out_len,
-                                  lm_error *err);
+lm_status lm_chat_template_render(const lm_chat_template *t, const cJSON *context, char **out,
+                                  size_t *out_len, lm_error *err);
 lm_status lm_chat_template_render_ex(const lm_chat_template *t, const cJSON *context,
-                                     const lm_chat_template_options *opts, char **out, size_t *out_len,
-                                     lm_error *err);
+                                     const lm_chat_template_options *opts, char **out,
+                                     size_t *out_len, lm_error *err);
 /* The same with the context as JSON text, parsed exactly like Python's
  * json.loads (1 and 1.0 print differently, as in transformers). */
 lm_status lm_chat_template_render_json(const lm_chat_template *t, const char *json, size_t json_len,
-                                       const lm_chat_template_options *opts, char **out, size_t *out_len,
-                                       lm_error *err);
+                                       const lm_chat_template_options *opts, char **out,
+                                       size_t *out_len, lm_error *err);
 
 /* Loads a model folder's template: chat_template.jinja, else
  * chat_template.json's "chat_template", else tokenizer_config.json's
@@ -66,6 +68,7 @@ lm_status lm_chat_template_render_json(const lm_chat_template *t, const char *js
  * "default" is used).  bos/eos (may be NULL) receive tokenizer_config.json's
  * bos_token / eos_token (a string or {"content": ...}; NULL when absent),
  * malloc'd; the template is also given them for rendering. */
-lm_status lm_chat_template_load_dir(const char *dir, lm_chat_template **out, char **bos, char **eos, lm_error *err);
+lm_status lm_chat_template_load_dir(const char *dir, lm_chat_template **out, char **bos, char **eos,
+                                    lm_error *err);
 
 #endif

@@ -8,41 +8,41 @@
 
 typedef enum {
     /* expressions */
-    JN_CONST,     /* value */
-    JN_NAME,      /* value: the name */
-    JN_LIST,      /* list: items */
-    JN_TUPLE,     /* list: items */
-    JN_DICT,      /* list: keys, list2: values */
-    JN_GETATTR,   /* a.value */
-    JN_GETITEM,   /* a[b] */
-    JN_SLICE,     /* a:b:c, each may be NULL (only as a JN_GETITEM index) */
-    JN_CALL,      /* a(list..., list2...) */
-    JN_KWARG,     /* value=a */
-    JN_FILTER,    /* a|value(list..., list2...), op: filter id; a is NULL in filter blocks */
-    JN_TEST,      /* a is value(list...), op: test id */
-    JN_NOT,       /* not a */
-    JN_NEG,       /* -a */
-    JN_POS,       /* +a */
-    JN_BINOP,     /* a op b, op: JOP_ADD, SUB, MUL, DIV, FLOORDIV, MOD, POW */
-    JN_CONCAT,    /* list[0] ~ list[1] ~ ... */
-    JN_AND,       /* a and b */
-    JN_OR,        /* a or b */
-    JN_COMPARE,   /* a, then list: JN_OPERAND (op: JOP_EQ... or JCMP_IN/NOTIN, a: operand) */
+    JN_CONST,   /* value */
+    JN_NAME,    /* value: the name */
+    JN_LIST,    /* list: items */
+    JN_TUPLE,   /* list: items */
+    JN_DICT,    /* list: keys, list2: values */
+    JN_GETATTR, /* a.value */
+    JN_GETITEM, /* a[b] */
+    JN_SLICE,   /* a:b:c, each may be NULL (only as a JN_GETITEM index) */
+    JN_CALL,    /* a(list..., list2...) */
+    JN_KWARG,   /* value=a */
+    JN_FILTER,  /* a|value(list..., list2...), op: filter id; a is NULL in filter blocks */
+    JN_TEST,    /* a is value(list...), op: test id */
+    JN_NOT,     /* not a */
+    JN_NEG,     /* -a */
+    JN_POS,     /* +a */
+    JN_BINOP,   /* a op b, op: JOP_ADD, SUB, MUL, DIV, FLOORDIV, MOD, POW */
+    JN_CONCAT,  /* list[0] ~ list[1] ~ ... */
+    JN_AND,     /* a and b */
+    JN_OR,      /* a or b */
+    JN_COMPARE, /* a, then list: JN_OPERAND (op: JOP_EQ... or JCMP_IN/NOTIN, a: operand) */
     JN_OPERAND,
-    JN_CONDEXPR,  /* b if a else c (c may be NULL) */
+    JN_CONDEXPR, /* b if a else c (c may be NULL) */
     /* statements */
-    JN_BLOCK,     /* list: statements */
-    JN_TEXT,      /* value: template text */
-    JN_PRINT,     /* {{ a }} */
-    JN_IF,        /* list: conditions, list2: bodies (JN_BLOCK), c: else body or NULL */
-    JN_FOR,       /* for a in b [if c]: d [else e]; flag: recursive */
-    JN_SET,       /* set a = b; a: JN_NAME, JN_TUPLE of names, or JN_NSREF */
-    JN_SETBLOCK,  /* set a [| c]: d endset */
-    JN_NSREF,     /* a (JN_NAME).value */
-    JN_MACRO,     /* value: name, list: params (JN_NAME), list2: defaults of the last params, d: body */
-    JN_CALLBLOCK, /* call(list = params, list2 = defaults) a: d */
+    JN_BLOCK,    /* list: statements */
+    JN_TEXT,     /* value: template text */
+    JN_PRINT,    /* {{ a }} */
+    JN_IF,       /* list: conditions, list2: bodies (JN_BLOCK), c: else body or NULL */
+    JN_FOR,      /* for a in b [if c]: d [else e]; flag: recursive */
+    JN_SET,      /* set a = b; a: JN_NAME, JN_TUPLE of names, or JN_NSREF */
+    JN_SETBLOCK, /* set a [| c]: d endset */
+    JN_NSREF,    /* a (JN_NAME).value */
+    JN_MACRO, /* value: name, list: params (JN_NAME), list2: defaults of the last params, d: body */
+    JN_CALLBLOCK,   /* call(list = params, list2 = defaults) a: d */
     JN_FILTERBLOCK, /* filter c: d */
-    JN_WITH,      /* with list = targets, list2 = values: d */
+    JN_WITH,        /* with list = targets, list2 = values: d */
     JN_BREAK,
     JN_CONTINUE,
 } jnode_kind;

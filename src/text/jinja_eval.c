@@ -57,7 +57,8 @@ jv *jargs_get(jargs *a, size_t i, const char *name) {
 
 bool jargs_check(jrt *rt, jargs *a, size_t max_pos, const char *const *names, const char *what) {
     if (a->npos > max_pos)
-        return jfail(&rt->c, LM_ERR_INVALID, "%s takes at most %zu argument(s) (%zu given)", what, max_pos, a->npos);
+        return jfail(&rt->c, LM_ERR_INVALID, "%s takes at most %zu argument(s) (%zu given)", what,
+                     max_pos, a->npos);
     for (size_t k = 0; k < a->nkw; k++) {
         const char *kw = jv_str(a->kwnodes[k]->value)->data;
         bool known = false;
@@ -65,9 +66,12 @@ bool jargs_check(jrt *rt, jargs *a, size_t max_pos, const char *const *names, co
             if (strcmp(names[i], kw) == 0) {
                 known = true;
                 if (i < a->npos)
-                    return jfail(&rt->c, LM_ERR_INVALID, "%s got multiple values for argument '%s'", what, kw);
+                    return jfail(&rt->c, LM_ERR_INVALID, "%s got multiple values for argument '%s'",
+                                 what, kw);
             }
-        if (!known) return jfail(&rt->c, LM_ERR_INVALID, "%s got an unexpected keyword argument '%s'", what, kw);
+        if (!known)
+            return jfail(&rt->c, LM_ERR_INVALID, "%s got an unexpected keyword argument '%s'", what,
+                         kw);
     }
     return true;
 }
@@ -157,7 +161,8 @@ static bool index_of(int64_t i, size_t len, size_t *out) {
 bool jgetitem(jrt *rt, jv obj, jv key, jv *out) {
     if (!jcheck_defined(rt, obj)) return false;
     /* indexing a non-ASCII string and hashing a string key both scan it */
-    if (obj.kind == JV_STR && !jctx_charge(&rt->c, jv_str(obj)->len / (jv_str(obj)->ncp == jv_str(obj)->len ? 256 : 32)))
+    if (obj.kind == JV_STR &&
+        !jctx_charge(&rt->c, jv_str(obj)->len / (jv_str(obj)->ncp == jv_str(obj)->len ? 256 : 32)))
         return false;
     if (key.kind == JV_STR && !jctx_charge(&rt->c, jv_str(key)->len / 256)) return false;
     bool int_key = key.kind == JV_INT || key.kind == JV_BOOL;
@@ -181,7 +186,8 @@ bool jgetitem(jrt *rt, jv obj, jv key, jv *out) {
             if (index_of(ik, s->ncp, &idx)) {
                 size_t start = jutf8_offset(s, idx);
                 uint32_t cp;
-                size_t k = jutf8_decode((const unsigned char *)s->data + start, s->len - start, &cp);
+                size_t k =
+                    jutf8_decode((const unsigned char *)s->data + start, s->len - start, &cp);
                 return jv_new_str(&rt->c, s->data + start, k, out);
             }
             *out = jv_undef_attr(obj, NULL);
@@ -222,18 +228,22 @@ static bool slice_index(jrt *rt, jv v, bool *given, int64_t *out) {
 }
 
 /* Python's PySlice_AdjustIndices. */
-static size_t adjust_slice(int64_t len, bool has_start, int64_t start, bool has_stop, int64_t stop, int64_t step,
-                           int64_t *out_start) {
-    if (!has_start) start = step < 0 ? len - 1 : 0;
+static size_t adjust_slice(int64_t len, bool has_start, int64_t start, bool has_stop, int64_t stop,
+                           int64_t step, int64_t *out_start) {
+    if (!has_start)
+        start = step < 0 ? len - 1 : 0;
     else if (start < 0) {
         start += len;
         if (start < 0) start = step < 0 ? -1 : 0;
-    } else if (start >= len) start = step < 0 ? len - 1 : len;
-    if (!has_stop) stop = step < 0 ? -1 : len;
+    } else if (start >= len)
+        start = step < 0 ? len - 1 : len;
+    if (!has_stop)
+        stop = step < 0 ? -1 : len;
     else if (stop < 0) {
         stop += len;
         if (stop < 0) stop = step < 0 ? -1 : 0;
-    } else if (stop >= len) stop = step < 0 ? len - 1 : len;
+    } else if (stop >= len)
+        stop = step < 0 ? len - 1 : len;
     *out_start = start;
     if (step < 0) return stop < start ? (size_t)((start - stop - 1) / (-step) + 1) : 0;
     return start < stop ? (size_t)((stop - start - 1) / step + 1) : 0;
@@ -259,7 +269,8 @@ static bool eval_slice(jrt *rt, jscope *s, jv obj, const jnode *sl, jv *out) {
         size_t count = adjust_slice((int64_t)l->len, has[0], val[0], has[1], val[1], step, &start);
         if (!jv_new_list(&rt->c, (jv_kind)obj.kind, count, out)) return false;
         for (size_t i = 0; i < count; i++)
-            if (!jlist_push(&rt->c, jv_list(*out), jv_retain(l->items[start + (int64_t)i * step]))) {
+            if (!jlist_push(&rt->c, jv_list(*out),
+                            jv_retain(l->items[start + (int64_t)i * step]))) {
                 jv_release(&rt->c, *out);
                 return false;
             }
@@ -269,10 +280,12 @@ static bool eval_slice(jrt *rt, jscope *s, jv obj, const jnode *sl, jv *out) {
         jstr *str = jv_str(obj);
         if (!jctx_charge(&rt->c, str->len / (str->ncp == str->len ? 256 : 16))) return false;
         int64_t start;
-        size_t count = adjust_slice((int64_t)str->ncp, has[0], val[0], has[1], val[1], step, &start);
+        size_t count =
+            adjust_slice((int64_t)str->ncp, has[0], val[0], has[1], val[1], step, &start);
         if (step == 1) {
             size_t b0 = jutf8_offset(str, (size_t)start), b1 = b0;
-            if (str->ncp == str->len) b1 = b0 + count;
+            if (str->ncp == str->len)
+                b1 = b0 + count;
             else
                 for (size_t k = 0; k < count; k++) {
                     uint32_t cp;
@@ -319,7 +332,8 @@ static bool call_value(jrt *rt, jv callee, jargs *a, jv *out) {
     case JV_MACRO: return jcall_macro(rt, (jmacro *)callee.u.o, a, jv_none(), out);
     case JV_BUILTIN: return jbuiltin_call(rt, callee.u.builtin, a, out);
     case JV_UNDEFINED: return jcheck_defined(rt, callee);
-    default: return jfail(&rt->c, LM_ERR_INVALID, "'%s' object is not callable", jv_type_name(callee));
+    default:
+        return jfail(&rt->c, LM_ERR_INVALID, "'%s' object is not callable", jv_type_name(callee));
     }
 }
 
@@ -332,7 +346,9 @@ static bool eval_call(jrt *rt, jscope *s, const jnode *n, jv *out) {
         if (!jeval(rt, s, f->a, &obj)) return false;
         char r = receiver_of(obj);
         jstr *name = jv_str(f->value);
-        int id = r && !(name->data[0] == '_' && name->data[1] == '_') ? jmethod_lookup(r, name->data, name->len) : -1;
+        int id = r && !(name->data[0] == '_' && name->data[1] == '_')
+                     ? jmethod_lookup(r, name->data, name->len)
+                     : -1;
         if (id >= 0 && id != JM_UNSAFE) {
             jargs a;
             bool ok = jargs_eval(rt, s, n, &a);
@@ -496,14 +512,16 @@ static bool eval_node(jrt *rt, jscope *s, const jnode *n, jv *out) {
         if (!jeval(rt, s, n->a, &a)) return false;
         rt->c.line = n->line;
         if (!jcheck_defined(rt, a)) return false;
-        if (a.kind == JV_FLOAT) *out = jv_float(n->kind == JN_NEG ? -a.u.f : a.u.f);
+        if (a.kind == JV_FLOAT)
+            *out = jv_float(n->kind == JN_NEG ? -a.u.f : a.u.f);
         else if (a.kind == JV_INT || a.kind == JV_BOOL) {
             int64_t i = a.kind == JV_INT ? a.u.i : a.u.b;
-            if (n->kind == JN_NEG && i == INT64_MIN) return jfail(&rt->c, LM_ERR_INVALID, "integer overflow in -");
+            if (n->kind == JN_NEG && i == INT64_MIN)
+                return jfail(&rt->c, LM_ERR_INVALID, "integer overflow in -");
             *out = jv_int(n->kind == JN_NEG ? -i : i);
         } else {
-            ok = jfail(&rt->c, LM_ERR_INVALID, "bad operand type for unary %s: '%s'", n->kind == JN_NEG ? "-" : "+",
-                       jv_type_name(a));
+            ok = jfail(&rt->c, LM_ERR_INVALID, "bad operand type for unary %s: '%s'",
+                       n->kind == JN_NEG ? "-" : "+", jv_type_name(a));
             jv_release(&rt->c, a);
             return ok;
         }
@@ -543,7 +561,8 @@ static bool eval_node(jrt *rt, jscope *s, const jnode *n, jv *out) {
 }
 
 bool jeval(jrt *rt, jscope *s, const jnode *n, jv *out) {
-    if (rt->depth >= JINJA_EVAL_DEPTH_MAX) return jfail(&rt->c, LM_ERR_INVALID, "recursion too deep");
+    if (rt->depth >= JINJA_EVAL_DEPTH_MAX)
+        return jfail(&rt->c, LM_ERR_INVALID, "recursion too deep");
     if (!jctx_charge(&rt->c, 1)) return false;
     rt->c.line = n->line;
     rt->depth++;

@@ -21,13 +21,13 @@ void jrender_limits_default(jrender_limits *l);
 
 typedef struct jrt {
     jctx c;
-    jbuf *out;          /* where statements write */
+    jbuf *out; /* where statements write */
     uint64_t iterations;
-    int depth;          /* evaluator recursion */
+    int depth; /* evaluator recursion */
     int macro_depth;
-    int loop_ctl;       /* JCTL_BREAK / JCTL_CONTINUE pending */
+    int loop_ctl; /* JCTL_BREAK / JCTL_CONTINUE pending */
     jrender_limits limits;
-    jstr *names;        /* "loop", "caller", "varargs", "kwargs" (immortal, one allocation) */
+    jstr *names; /* "loop", "caller", "varargs", "kwargs" (immortal, one allocation) */
     jstr *name_loop, *name_caller, *name_varargs, *name_kwargs;
 } jrt;
 
@@ -100,7 +100,8 @@ bool jbuiltin_call(jrt *rt, int id, jargs *a, jv *out);
 bool jloop_attr(jrt *rt, jloop *l, const char *name, jv *out, bool *found);
 
 /* String helpers shared by filters and methods. */
-bool jstr_case(jrt *rt, jv s, int mode, jv *out); /* mode: JM_UPPER, JM_LOWER, JM_TITLE, JM_CAPITALIZE, JM_SWAPCASE */
+bool jstr_case(jrt *rt, jv s, int mode,
+               jv *out); /* mode: JM_UPPER, JM_LOWER, JM_TITLE, JM_CAPITALIZE, JM_SWAPCASE */
 /* Python's str.splitlines(keepends). */
 bool jstr_splitlines(jrt *rt, jv s, bool keepends, jv *out);
 /* Jinja's title filter (differs from Python's str.title). */

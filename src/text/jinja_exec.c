@@ -51,7 +51,8 @@ static bool assign(jrt *rt, jscope *s, const jnode *target, jv value) {
         jv *ns = jscope_lookup(s, ns_name->data, ns_name->len);
         if (!ns || ns->kind != JV_NAMESPACE) {
             jv_release(&rt->c, value);
-            return jfail(&rt->c, LM_ERR_INVALID, "cannot assign attribute on non-namespace object '%s'", ns_name->data);
+            return jfail(&rt->c, LM_ERR_INVALID,
+                         "cannot assign attribute on non-namespace object '%s'", ns_name->data);
         }
         return jdict_set(&rt->c, jv_dict(*ns), target->value, value);
     }
@@ -59,17 +60,21 @@ static bool assign(jrt *rt, jscope *s, const jnode *target, jv value) {
     jv items;
     bool ok = value.kind == JV_STR || jv_is_seq(value) || value.kind == JV_DICT
                   ? jiterate(rt, value, &items)
-                  : jfail(&rt->c, LM_ERR_INVALID, "cannot unpack non-iterable %s object", jv_type_name(value));
+                  : jfail(&rt->c, LM_ERR_INVALID, "cannot unpack non-iterable %s object",
+                          jv_type_name(value));
     jv_release(&rt->c, value);
     if (!ok) return false;
     jlist *l = jv_list(items);
     if (l->len != target->nlist) {
         ok = l->len > target->nlist
-                 ? jfail(&rt->c, LM_ERR_INVALID, "too many values to unpack (expected %u)", (unsigned)target->nlist)
-                 : jfail(&rt->c, LM_ERR_INVALID, "not enough values to unpack (expected %u, got %zu)",
+                 ? jfail(&rt->c, LM_ERR_INVALID, "too many values to unpack (expected %u)",
+                         (unsigned)target->nlist)
+                 : jfail(&rt->c, LM_ERR_INVALID,
+                         "not enough values to unpack (expected %u, got %zu)",
                          (unsigned)target->nlist, l->len);
     }
-    for (uint32_t i = 0; ok && i < target->nlist; i++) ok = assign(rt, s, target->list[i], jv_retain(l->items[i]));
+    for (uint32_t i = 0; ok && i < target->nlist; i++)
+        ok = assign(rt, s, target->list[i], jv_retain(l->items[i]));
     jv_release(&rt->c, items);
     return ok;
 }
@@ -120,8 +125,8 @@ static bool exec_for(jrt *rt, jscope *s, const jnode *n) {
             ok = false;
             break;
         }
-        ok = assign(rt, it, n->a, jv_retain(l->items[i])) && jscope_set(&rt->c, it, rt->name_loop, jv_retain(loop)) &&
-             jexec_block(rt, it, n->d);
+        ok = assign(rt, it, n->a, jv_retain(l->items[i])) &&
+             jscope_set(&rt->c, it, rt->name_loop, jv_retain(loop)) && jexec_block(rt, it, n->d);
         jobj_release(&rt->c, &it->h);
         if (!ok) break;
         if (rt->loop_ctl == JCTL_BREAK) {
@@ -143,7 +148,8 @@ fail_items:
 bool jcall_macro(jrt *rt, jmacro *m, jargs *a, jv caller, jv *out) {
     const jnode *def = m->node;
     if (rt->macro_depth >= rt->limits.max_macro_depth)
-        return jfail(&rt->c, LM_ERR_INVALID, "macro calls nested deeper than %d", rt->limits.max_macro_depth);
+        return jfail(&rt->c, LM_ERR_INVALID, "macro calls nested deeper than %d",
+                     rt->limits.max_macro_depth);
     jscope *s;
     if (!jscope_new(&rt->c, m->closure, &s)) return false;
     bool ok = true;
@@ -173,16 +179,21 @@ bool jcall_macro(jrt *rt, jmacro *m, jargs *a, jv caller, jv *out) {
     }
     jv extra;
     if (ok && (ok = jv_new_list(&rt->c, JV_TUPLE, 0, &extra))) {
-        for (size_t i = nparams; ok && i < a->npos; i++) ok = jlist_push(&rt->c, jv_list(extra), jv_retain(a->pos[i]));
-        ok = ok ? jscope_set(&rt->c, s, rt->name_varargs, extra) : (jv_release(&rt->c, extra), false);
+        for (size_t i = nparams; ok && i < a->npos; i++)
+            ok = jlist_push(&rt->c, jv_list(extra), jv_retain(a->pos[i]));
+        ok = ok ? jscope_set(&rt->c, s, rt->name_varargs, extra)
+                : (jv_release(&rt->c, extra), false);
     }
     if (ok && (ok = jv_new_dict(&rt->c, JV_DICT, &extra))) {
         for (size_t k = 0; ok && k < a->nkw; k++)
-            if (!kw_used[k]) ok = jdict_set(&rt->c, jv_dict(extra), a->kwnodes[k]->value, jv_retain(a->kw[k]));
-        ok = ok ? jscope_set(&rt->c, s, rt->name_kwargs, extra) : (jv_release(&rt->c, extra), false);
+            if (!kw_used[k])
+                ok = jdict_set(&rt->c, jv_dict(extra), a->kwnodes[k]->value, jv_retain(a->kw[k]));
+        ok =
+            ok ? jscope_set(&rt->c, s, rt->name_kwargs, extra) : (jv_release(&rt->c, extra), false);
     }
     free(kw_used);
-    if (ok && caller.kind == JV_MACRO) ok = jscope_set(&rt->c, s, rt->name_caller, jv_retain(caller));
+    if (ok && caller.kind == JV_MACRO)
+        ok = jscope_set(&rt->c, s, rt->name_caller, jv_retain(caller));
     if (ok) {
         rt->macro_depth++;
         ok = capture(rt, s, def->d, out);
@@ -199,9 +210,10 @@ static bool exec_call_block(jrt *rt, jscope *s, const jnode *n) {
     if (!jeval(rt, s, call->a, &callee)) return false;
     rt->c.line = n->line;
     if (callee.kind != JV_MACRO) {
-        bool ok = callee.kind == JV_UNDEFINED ? jcheck_defined(rt, callee)
-                                              : jfail(&rt->c, LM_ERR_INVALID, "{%% call %%} needs a macro, not %s",
-                                                      jv_type_name(callee));
+        bool ok = callee.kind == JV_UNDEFINED
+                      ? jcheck_defined(rt, callee)
+                      : jfail(&rt->c, LM_ERR_INVALID, "{%% call %%} needs a macro, not %s",
+                              jv_type_name(callee));
         jv_release(&rt->c, callee);
         return ok;
     }
@@ -288,8 +300,10 @@ static bool exec_node(jrt *rt, jscope *s, const jnode *n) {
             if (!jeval(rt, s, n->list2[done], &vals[done])) ok = false;
         if (!ok && done) done--;
         for (uint32_t i = 0; i < done; i++) {
-            if (ok) ok = assign(rt, inner, n->list[i], vals[i]);
-            else jv_release(&rt->c, vals[i]);
+            if (ok)
+                ok = assign(rt, inner, n->list[i], vals[i]);
+            else
+                jv_release(&rt->c, vals[i]);
         }
         free(vals);
         if (ok) ok = jexec_block(rt, inner, n->d);
@@ -303,7 +317,8 @@ static bool exec_node(jrt *rt, jscope *s, const jnode *n) {
 }
 
 static bool exec_stmt(jrt *rt, jscope *s, const jnode *n) {
-    if (rt->depth >= JINJA_EVAL_DEPTH_MAX) return jfail(&rt->c, LM_ERR_INVALID, "recursion too deep");
+    if (rt->depth >= JINJA_EVAL_DEPTH_MAX)
+        return jfail(&rt->c, LM_ERR_INVALID, "recursion too deep");
     if (!jctx_charge(&rt->c, 1)) return false;
     rt->c.line = n->line;
     rt->depth++;
@@ -328,8 +343,10 @@ static jstr *immortal_name(char **cursor, const char *name) {
 bool jrt_init(jrt *rt, const jrender_limits *limits, lm_error *err) {
     memset(rt, 0, sizeof *rt);
     jctx_init(&rt->c, err);
-    if (limits) rt->limits = *limits;
-    else jrender_limits_default(&rt->limits);
+    if (limits)
+        rt->limits = *limits;
+    else
+        jrender_limits_default(&rt->limits);
     rt->c.max_string = rt->limits.max_output;
     rt->c.max_bytes = rt->limits.max_memory;
     rt->c.max_steps = rt->limits.max_steps;
@@ -354,7 +371,8 @@ bool jrt_render(jrt *rt, const jtemplate *t, jv context, char **out, size_t *out
     if (context.kind == JV_DICT) {
         jdict *d = jv_dict(context);
         for (size_t i = 0; ok && i < d->len; i++)
-            if (d->keys[i].kind == JV_STR) ok = jscope_set(&rt->c, root, jv_str(d->keys[i]), jv_retain(d->vals[i]));
+            if (d->keys[i].kind == JV_STR)
+                ok = jscope_set(&rt->c, root, jv_str(d->keys[i]), jv_retain(d->vals[i]));
     }
     jbuf buf = {0};
     rt->out = &buf;

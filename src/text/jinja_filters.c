@@ -38,8 +38,8 @@ static bool arg_int(fctx *f, jv *v, int64_t dflt, int64_t *out) {
         *out = v->kind == JV_INT ? v->u.i : v->u.b;
         return true;
     }
-    return jfail(&f->rt->c, LM_ERR_INVALID, "filter '%s': expected an integer argument, got %s", f->name,
-                 jv_type_name(*v));
+    return jfail(&f->rt->c, LM_ERR_INVALID, "filter '%s': expected an integer argument, got %s",
+                 f->name, jv_type_name(*v));
 }
 
 static bool to_str(jrt *rt, jv v, jv *out) { return jv_to_string(&rt->c, v, out); }
@@ -56,7 +56,8 @@ static bool attr_path_default(jrt *rt, jv item, jv attribute, const jv *dflt, jv
     if (attribute.kind != JV_STR) {
         bool ok = jgetitem(rt, cur, attribute, out);
         jv_release(&rt->c, cur);
-        if (ok && dflt && dflt->kind != JV_NONE && out->kind == JV_UNDEFINED) *out = jv_retain(*dflt);
+        if (ok && dflt && dflt->kind != JV_NONE && out->kind == JV_UNDEFINED)
+            *out = jv_retain(*dflt);
         return ok;
     }
     jstr *path = jv_str(attribute);
@@ -68,7 +69,8 @@ static bool attr_path_default(jrt *rt, jv item, jv attribute, const jv *dflt, jv
         bool digits = end > i;
         for (size_t k = i; k < end; k++)
             if (path->data[k] < '0' || path->data[k] > '9') digits = false;
-        if (digits && end - i < 18) key = jv_int(strtoll(path->data + i, NULL, 10));
+        if (digits && end - i < 18)
+            key = jv_int(strtoll(path->data + i, NULL, 10));
         else if (!jv_new_str(&rt->c, path->data + i, end - i, &key)) {
             jv_release(&rt->c, cur);
             return false;
@@ -87,7 +89,9 @@ static bool attr_path_default(jrt *rt, jv item, jv attribute, const jv *dflt, jv
     return true;
 }
 
-static bool attr_path(jrt *rt, jv item, jv attribute, jv *out) { return attr_path_default(rt, item, attribute, NULL, out); }
+static bool attr_path(jrt *rt, jv item, jv attribute, jv *out) {
+    return attr_path_default(rt, item, attribute, NULL, out);
+}
 
 /* Lower-cases strings for case-insensitive comparisons (Jinja's ignore_case). */
 static bool sort_key(jrt *rt, jv item, jv *attribute, bool case_sensitive, jv *out) {
@@ -110,7 +114,9 @@ static bool sort_key(jrt *rt, jv item, jv *attribute, bool case_sensitive, jv *o
 static bool merge_sort(jrt *rt, size_t *idx, size_t *tmp, size_t n, const jv *keys, bool reverse) {
     if (n < 2) return true;
     size_t h = n / 2;
-    if (!merge_sort(rt, idx, tmp, h, keys, reverse) || !merge_sort(rt, idx + h, tmp, n - h, keys, reverse)) return false;
+    if (!merge_sort(rt, idx, tmp, h, keys, reverse) ||
+        !merge_sort(rt, idx + h, tmp, n - h, keys, reverse))
+        return false;
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
         int c;
@@ -126,7 +132,8 @@ static bool merge_sort(jrt *rt, size_t *idx, size_t *tmp, size_t n, const jv *ke
 }
 
 /* Sorts items (a list) into a new list, by keys computed per item. */
-static bool sorted_list(jrt *rt, jv items, jv *attribute, bool case_sensitive, bool reverse, jv *out) {
+static bool sorted_list(jrt *rt, jv items, jv *attribute, bool case_sensitive, bool reverse,
+                        jv *out) {
     jlist *l = jv_list(items);
     size_t n = l->len;
     jv *keys = calloc(n ? n : 1, sizeof(jv));
@@ -173,7 +180,8 @@ static bool split_lines(jrt *rt, jv sv, bool keepends, jv *out) {
             continue;
         }
         jv line;
-        if (!jv_new_str(&rt->c, s->data + start, (keepends ? i + k : i) - start, &line) || !push(rt, *out, line)) {
+        if (!jv_new_str(&rt->c, s->data + start, (keepends ? i + k : i) - start, &line) ||
+            !push(rt, *out, line)) {
             jv_release(&rt->c, *out);
             return false;
         }
@@ -190,7 +198,9 @@ static bool split_lines(jrt *rt, jv sv, bool keepends, jv *out) {
     return true;
 }
 
-bool jstr_splitlines(jrt *rt, jv s, bool keepends, jv *out) { return split_lines(rt, s, keepends, out); }
+bool jstr_splitlines(jrt *rt, jv s, bool keepends, jv *out) {
+    return split_lines(rt, s, keepends, out);
+}
 
 static bool f_indent(fctx *f, jv in, jv *out) {
     static const char *const names[] = {"width", "first", "blank", NULL};
@@ -199,7 +209,8 @@ static bool f_indent(fctx *f, jv in, jv *out) {
     jv *w = arg(f, 0, "width");
     jbuf ind = {0}, b = {0};
     bool ok = true;
-    if (w && w->kind == JV_STR) ok = jbuf_put(&rt->c, &ind, jv_str(*w)->data, jv_str(*w)->len);
+    if (w && w->kind == JV_STR)
+        ok = jbuf_put(&rt->c, &ind, jv_str(*w)->data, jv_str(*w)->len);
     else {
         int64_t width;
         ok = arg_int(f, w, 4, &width);
@@ -240,18 +251,22 @@ static bool f_indent(fctx *f, jv in, jv *out) {
 static bool parse_float_text(jstr *s, double *out) {
     char tmp[128];
     size_t i = 0, n = 0;
-    while (i < s->len && jutf8_space_len(s->data + i, s->len - i)) i += jutf8_space_len(s->data + i, s->len - i);
+    while (i < s->len && jutf8_space_len(s->data + i, s->len - i))
+        i += jutf8_space_len(s->data + i, s->len - i);
     size_t end = s->len;
     while (end > i) {
         size_t k = 1;
         while (k <= end - i && k <= 4 && !jutf8_space_len(s->data + end - k, k)) k++;
-        if (k <= end - i && k <= 4 && jutf8_space_len(s->data + end - k, k) == k) end -= k;
-        else break;
+        if (k <= end - i && k <= 4 && jutf8_space_len(s->data + end - k, k) == k)
+            end -= k;
+        else
+            break;
     }
     for (; i < end; i++) {
         char c = s->data[i];
         if (c == '_') {
-            if (!n || i + 1 >= end || !(s->data[i + 1] >= '0' && s->data[i + 1] <= '9') || !(tmp[n - 1] >= '0' && tmp[n - 1] <= '9'))
+            if (!n || i + 1 >= end || !(s->data[i + 1] >= '0' && s->data[i + 1] <= '9') ||
+                !(tmp[n - 1] >= '0' && tmp[n - 1] <= '9'))
                 return false;
             continue;
         }
@@ -273,7 +288,9 @@ static bool parse_int_text(jstr *s, int base, int64_t *out) {
     char tmp[128];
     size_t i = 0, n = 0, end = s->len;
     while (i < end && (s->data[i] == ' ' || (s->data[i] >= '\t' && s->data[i] <= '\r'))) i++;
-    while (end > i && (s->data[end - 1] == ' ' || (s->data[end - 1] >= '\t' && s->data[end - 1] <= '\r'))) end--;
+    while (end > i &&
+           (s->data[end - 1] == ' ' || (s->data[end - 1] >= '\t' && s->data[end - 1] <= '\r')))
+        end--;
     for (; i < end; i++) {
         if (s->data[i] == '_') continue;
         if (n >= sizeof tmp - 1) return false;
@@ -303,10 +320,12 @@ static bool f_int(fctx *f, jv in, jv *out) {
     case JV_BOOL: *out = jv_int(in.u.b); return true;
     case JV_FLOAT:
         if (isfinite(in.u.f) && fabs(in.u.f) < 9.2e18) return *out = jv_int((int64_t)in.u.f), true;
-        if (isfinite(in.u.f)) return jfail(&f->rt->c, LM_ERR_INVALID, "int: %g does not fit in 64 bits", in.u.f);
+        if (isfinite(in.u.f))
+            return jfail(&f->rt->c, LM_ERR_INVALID, "int: %g does not fit in 64 bits", in.u.f);
         break;
     case JV_STR:
-        if (base >= 2 && base <= 36 && parse_int_text(jv_str(in), (int)base, &i)) return *out = jv_int(i), true;
+        if (base >= 2 && base <= 36 && parse_int_text(jv_str(in), (int)base, &i))
+            return *out = jv_int(i), true;
         if (parse_float_text(jv_str(in), &d) && isfinite(d)) {
             if (fabs(d) < 9.2e18) return *out = jv_int((int64_t)d), true;
             return jfail(&f->rt->c, LM_ERR_INVALID, "int: %g does not fit in 64 bits", d);
@@ -325,7 +344,8 @@ static bool f_float(fctx *f, jv in, jv *out) {
     double d;
     if (!jcheck_defined(f->rt, in)) return false; /* float(Undefined) raises */
     if (in.kind == JV_FLOAT) return *out = in, true;
-    if (in.kind == JV_INT || in.kind == JV_BOOL) return *out = jv_float(in.kind == JV_INT ? (double)in.u.i : in.u.b), true;
+    if (in.kind == JV_INT || in.kind == JV_BOOL)
+        return *out = jv_float(in.kind == JV_INT ? (double)in.u.i : in.u.b), true;
     if (in.kind == JV_STR && parse_float_text(jv_str(in), &d)) return *out = jv_float(d), true;
     *out = dflt ? jv_retain(*dflt) : jv_float(0.0);
     return true;
@@ -340,7 +360,9 @@ static bool f_round(fctx *f, jv in, jv *out) {
     const char *m = method && method->kind == JV_STR ? jv_str(*method)->data : "common";
     if (strcmp(m, "common") && strcmp(m, "ceil") && strcmp(m, "floor"))
         return jfail(&f->rt->c, LM_ERR_INVALID, "method must be common, ceil or floor");
-    if (!jv_is_num(in)) return jfail(&f->rt->c, LM_ERR_INVALID, "type %s doesn't define __round__ method", jv_type_name(in));
+    if (!jv_is_num(in))
+        return jfail(&f->rt->c, LM_ERR_INVALID, "type %s doesn't define __round__ method",
+                     jv_type_name(in));
     if (prec > 300) prec = 300;
     if (prec < -300) prec = -300;
     if (!strcmp(m, "common")) {
@@ -352,8 +374,10 @@ static bool f_round(fctx *f, jv in, jv *out) {
             return *out = jv_int((int64_t)r), true;
         }
         double x = in.u.f, r;
-        if (!isfinite(x)) r = x;
-        else if (prec >= 0) { /* printf rounds the exact binary value, ties to even: Python's round() */
+        if (!isfinite(x))
+            r = x;
+        else if (prec >=
+                 0) { /* printf rounds the exact binary value, ties to even: Python's round() */
             char tmp[400];
             snprintf(tmp, sizeof tmp, "%.*f", (int)prec, x);
             r = strtod(tmp, NULL);
@@ -390,7 +414,8 @@ static bool f_tojson(fctx *f, jv in, jv *out) {
             int64_t n;
             if (!arg_int(f, indent, 0, &n)) return false;
             if (n < 0) n = 0;
-            if (n > (int64_t)sizeof spaces) return jfail(&rt->c, LM_ERR_INVALID, "tojson indent too large");
+            if (n > (int64_t)sizeof spaces)
+                return jfail(&rt->c, LM_ERR_INVALID, "tojson indent too large");
             memset(spaces, ' ', (size_t)n);
             o.indent = spaces;
             o.indent_len = (size_t)n;
@@ -398,8 +423,8 @@ static bool f_tojson(fctx *f, jv in, jv *out) {
     }
     jv *seps = arg(f, 2, "separators");
     if (seps && seps->kind != JV_NONE) {
-        if (!jv_is_seq(*seps) || jv_list(*seps)->len != 2 || jv_list(*seps)->items[0].kind != JV_STR ||
-            jv_list(*seps)->items[1].kind != JV_STR)
+        if (!jv_is_seq(*seps) || jv_list(*seps)->len != 2 ||
+            jv_list(*seps)->items[0].kind != JV_STR || jv_list(*seps)->items[1].kind != JV_STR)
             return jfail(&rt->c, LM_ERR_INVALID, "tojson separators must be a pair of strings");
         o.item_sep = jv_str(jv_list(*seps)->items[0])->data;
         o.key_sep = jv_str(jv_list(*seps)->items[1])->data;
@@ -444,12 +469,16 @@ static bool f_join(fctx *f, jv in, jv *out) {
 static bool f_select(fctx *f, jv in, jv *out, bool by_attr, bool keep_when) {
     jrt *rt = f->rt;
     jargs *a = f->a;
-    if (a->nkw) return jfail(&rt->c, LM_ERR_INVALID, "filter '%s' takes no keyword arguments", f->name);
+    if (a->nkw)
+        return jfail(&rt->c, LM_ERR_INVALID, "filter '%s' takes no keyword arguments", f->name);
     size_t first_test = by_attr ? 1 : 0;
-    if (by_attr && a->npos < 1) return jfail(&rt->c, LM_ERR_INVALID, "filter '%s' needs an attribute name", f->name);
+    if (by_attr && a->npos < 1)
+        return jfail(&rt->c, LM_ERR_INVALID, "filter '%s' needs an attribute name", f->name);
     const char *test = NULL;
     if (a->npos > first_test) {
-        if (a->pos[first_test].kind != JV_STR) return jfail(&rt->c, LM_ERR_INVALID, "filter '%s': test name must be a string", f->name);
+        if (a->pos[first_test].kind != JV_STR)
+            return jfail(&rt->c, LM_ERR_INVALID, "filter '%s': test name must be a string",
+                         f->name);
         test = jv_str(a->pos[first_test])->data;
     }
     jv items;
@@ -459,12 +488,17 @@ static bool f_select(fctx *f, jv in, jv *out, bool by_attr, bool keep_when) {
     jlist *l = jv_list(items);
     for (size_t i = 0; ok && i < l->len; i++) {
         jv subject;
-        if (by_attr) ok = attr_path(rt, l->items[i], a->pos[0], &subject);
-        else subject = jv_retain(l->items[i]);
+        if (by_attr)
+            ok = attr_path(rt, l->items[i], a->pos[0], &subject);
+        else
+            subject = jv_retain(l->items[i]);
         if (!ok) break;
         bool r;
-        if (test) ok = jtest_by_name(rt, test, subject, a->pos + first_test + 1, a->npos - first_test - 1, &r);
-        else r = jv_truthy(subject);
+        if (test)
+            ok = jtest_by_name(rt, test, subject, a->pos + first_test + 1, a->npos - first_test - 1,
+                               &r);
+        else
+            r = jv_truthy(subject);
         jv_release(&rt->c, subject);
         if (ok && r == keep_when) ok = push(rt, *out, jv_retain(l->items[i]));
     }
@@ -488,9 +522,11 @@ static bool f_map(fctx *f, jv in, jv *out) {
     for (size_t i = 0; ok && i < l->len; i++) {
         jv v;
         if (attribute) {
-            ok = attr_path_default(rt, l->items[i], *attribute, jargs_get(a, SIZE_MAX, "default"), &v);
+            ok = attr_path_default(rt, l->items[i], *attribute, jargs_get(a, SIZE_MAX, "default"),
+                                   &v);
         } else {
-            ok = jfilter_by_name(rt, jv_str(a->pos[0])->data, l->items[i], a->pos + 1, a->npos - 1, &v);
+            ok = jfilter_by_name(rt, jv_str(a->pos[0])->data, l->items[i], a->pos + 1, a->npos - 1,
+                                 &v);
         }
         if (ok) ok = push(rt, *out, v);
     }
@@ -553,7 +589,8 @@ static bool f_unique(fctx *f, jv in, jv *out) {
             jv_release(&rt->c, key);
             continue;
         }
-        ok = jdict_set(&rt->c, jv_dict(seen), key, jv_none()) && push(rt, *out, jv_retain(l->items[i]));
+        ok = jdict_set(&rt->c, jv_dict(seen), key, jv_none()) &&
+             push(rt, *out, jv_retain(l->items[i]));
     }
     if (ok) jv_release(&rt->c, seen);
     jv_release(&rt->c, items);
@@ -565,7 +602,9 @@ static bool f_truncate(fctx *f, jv in, jv *out) {
     if (!check(f, 4, names)) return false;
     jrt *rt = f->rt;
     int64_t length, leeway;
-    if (!arg_int(f, arg(f, 0, "length"), 255, &length) || !arg_int(f, arg(f, 3, "leeway"), 5, &leeway)) return false;
+    if (!arg_int(f, arg(f, 0, "length"), 255, &length) ||
+        !arg_int(f, arg(f, 3, "leeway"), 5, &leeway))
+        return false;
     bool killwords = arg_bool(arg(f, 1, "killwords"), false);
     jv *endp = arg(f, 2, "end");
     jv s, end;
@@ -576,8 +615,11 @@ static bool f_truncate(fctx *f, jv in, jv *out) {
     }
     jstr *str = jv_str(s);
     bool ok = true;
-    if (length < (int64_t)jv_str(end)->ncp) ok = jfail(&rt->c, LM_ERR_INVALID, "expected length >= %zu, got %" PRId64, jv_str(end)->ncp, length);
-    else if (leeway < 0) ok = jfail(&rt->c, LM_ERR_INVALID, "expected leeway >= 0, got %" PRId64, leeway);
+    if (length < (int64_t)jv_str(end)->ncp)
+        ok = jfail(&rt->c, LM_ERR_INVALID, "expected length >= %zu, got %" PRId64, jv_str(end)->ncp,
+                   length);
+    else if (leeway < 0)
+        ok = jfail(&rt->c, LM_ERR_INVALID, "expected leeway >= 0, got %" PRId64, leeway);
     else if ((int64_t)str->ncp <= length + leeway) {
         *out = s;
         jv_release(&rt->c, end);
@@ -592,7 +634,8 @@ static bool f_truncate(fctx *f, jv in, jv *out) {
                 }
         }
         jbuf b = {0};
-        ok = jbuf_put(&rt->c, &b, str->data, keep) && jbuf_put(&rt->c, &b, jv_str(end)->data, jv_str(end)->len) &&
+        ok = jbuf_put(&rt->c, &b, str->data, keep) &&
+             jbuf_put(&rt->c, &b, jv_str(end)->data, jv_str(end)->len) &&
              jbuf_take_str(&rt->c, &b, out);
         jbuf_free(&b);
     }
@@ -762,8 +805,10 @@ static bool f_sum(fctx *f, jv in, jv *out) {
     bool ok = true;
     for (size_t i = 0; ok && i < l->len; i++) {
         jv v, next;
-        if (attribute && attribute->kind != JV_NONE) ok = attr_path(rt, l->items[i], *attribute, &v);
-        else v = jv_retain(l->items[i]);
+        if (attribute && attribute->kind != JV_NONE)
+            ok = attr_path(rt, l->items[i], *attribute, &v);
+        else
+            v = jv_retain(l->items[i]);
         ok = ok && jbinop(rt, JOP_ADD, total, v, &next);
         if (ok) jv_release(&rt->c, v);
         jv_release(&rt->c, total);
@@ -776,7 +821,8 @@ static bool f_sum(fctx *f, jv in, jv *out) {
 
 static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *out) {
     fctx f = {.rt = rt, .a = a, .name = name};
-    if (in.kind == JV_STR && !jctx_charge(&rt->c, jv_str(in)->len / 16)) return false; /* string filters scan */
+    if (in.kind == JV_STR && !jctx_charge(&rt->c, jv_str(in)->len / 16))
+        return false; /* string filters scan */
     static const char *const none[] = {NULL};
     int64_t n;
     jv s;
@@ -786,7 +832,8 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
         if (!check(&f, 0, none) || !to_str(rt, in, out)) return false;
         *out = jv_as_markup(*out);
         return true;
-    case JF_STRING: return check(&f, 0, none) && to_str(rt, in, out); /* keeps Markup, as soft_str does */
+    case JF_STRING:
+        return check(&f, 0, none) && to_str(rt, in, out); /* keeps Markup, as soft_str does */
     case JF_LENGTH:
     case JF_COUNT:
         if (!check(&f, 0, none) || !jlength(rt, in, &n)) return false;
@@ -798,7 +845,11 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
     case JF_TITLE:
         if (!check(&f, 0, none) || !to_str(rt, in, &s)) return false;
         ok = id == JF_TITLE ? jstr_jinja_title(rt, s, out)
-                            : jstr_case(rt, s, id == JF_UPPER ? JM_UPPER : id == JF_LOWER ? JM_LOWER : JM_CAPITALIZE, out);
+                            : jstr_case(rt, s,
+                                        id == JF_UPPER   ? JM_UPPER
+                                        : id == JF_LOWER ? JM_LOWER
+                                                         : JM_CAPITALIZE,
+                                        out);
         if (ok && jv_is_markup(in)) *out = jv_as_markup(*out);
         jv_release(&rt->c, s);
         return ok;
@@ -844,13 +895,15 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
     case JF_ITEMS: {
         if (!check(&f, 0, none)) return false;
         if (in.kind == JV_UNDEFINED) return new_list(rt, out);
-        if (in.kind != JV_DICT) return jfail(&rt->c, LM_ERR_INVALID, "Can only get item pairs from a mapping.");
+        if (in.kind != JV_DICT)
+            return jfail(&rt->c, LM_ERR_INVALID, "Can only get item pairs from a mapping.");
         jdict *d = jv_dict(in);
         if (!jv_new_list(&rt->c, JV_LIST, d->len, out)) return false;
         for (size_t i = 0; i < d->len; i++) {
             jv pair;
-            if (!jv_new_list(&rt->c, JV_TUPLE, 2, &pair) || !push(rt, pair, jv_retain(d->keys[i])) ||
-                !push(rt, pair, jv_retain(d->vals[i])) || !push(rt, *out, pair)) {
+            if (!jv_new_list(&rt->c, JV_TUPLE, 2, &pair) ||
+                !push(rt, pair, jv_retain(d->keys[i])) || !push(rt, pair, jv_retain(d->vals[i])) ||
+                !push(rt, *out, pair)) {
                 jv_release(&rt->c, *out);
                 return false;
             }
@@ -864,7 +917,8 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
         jv *by = arg(&f, 1, "by");
         bool by_value = by && by->kind == JV_STR && !strcmp(jv_str(*by)->data, "value");
         if (by && !(by->kind == JV_STR && (by_value || !strcmp(jv_str(*by)->data, "key"))))
-            return jfail(&rt->c, LM_ERR_INVALID, "You can only sort by either \"key\" or \"value\"");
+            return jfail(&rt->c, LM_ERR_INVALID,
+                         "You can only sort by either \"key\" or \"value\"");
         jargs none_args = {0};
         jv pairs;
         if (!run_filter(rt, JF_ITEMS, "items", in, &none_args, &pairs)) return false;
@@ -872,12 +926,14 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
         jlist *l = jv_list(pairs);
         jv keyed;
         ok = jv_new_list(&rt->c, JV_LIST, l->len, &keyed);
-        for (size_t i = 0; ok && i < l->len; i++) ok = push(rt, keyed, jv_retain(jv_list(l->items[i])->items[by_value ? 1 : 0]));
+        for (size_t i = 0; ok && i < l->len; i++)
+            ok = push(rt, keyed, jv_retain(jv_list(l->items[i])->items[by_value ? 1 : 0]));
         if (ok) {
             /* sort indices by the chosen element, then gather the pairs */
             size_t cnt = l->len;
             jv *keys = calloc(cnt ? cnt : 1, sizeof(jv));
-            size_t *idx = malloc((cnt ? cnt : 1) * sizeof(size_t)), *tmp = malloc((cnt ? cnt : 1) * sizeof(size_t));
+            size_t *idx = malloc((cnt ? cnt : 1) * sizeof(size_t)),
+                   *tmp = malloc((cnt ? cnt : 1) * sizeof(size_t));
             ok = keys && idx && tmp;
             size_t made = 0;
             bool cs = arg_bool(arg(&f, 0, "case_sensitive"), false);
@@ -903,7 +959,8 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
         if (!check(&f, 3, names)) return false;
         jv items;
         if (!jiterate(rt, in, &items)) return false;
-        ok = sorted_list(rt, items, arg(&f, 2, "attribute"), arg_bool(arg(&f, 1, "case_sensitive"), false),
+        ok = sorted_list(rt, items, arg(&f, 2, "attribute"),
+                         arg_bool(arg(&f, 1, "case_sensitive"), false),
                          arg_bool(arg(&f, 0, "reverse"), false), out);
         jv_release(&rt->c, items);
         return ok;
@@ -939,7 +996,8 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
         static const char *const names[] = {"name", NULL};
         jv *nm = arg(&f, 0, "name");
         if (!check(&f, 1, names)) return false;
-        if (!nm || nm->kind != JV_STR) return jfail(&rt->c, LM_ERR_INVALID, "attr needs an attribute name");
+        if (!nm || nm->kind != JV_STR)
+            return jfail(&rt->c, LM_ERR_INVALID, "attr needs an attribute name");
         return jgetattr_strict(rt, in, jv_str(*nm), out);
     }
     case JF_MAP: return f_map(&f, in, out);
@@ -956,7 +1014,8 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
     case JF_SUM: return f_sum(&f, in, out);
     case JF_CENTER: {
         static const char *const names[] = {"width", NULL};
-        return check(&f, 1, names) && arg_int(&f, arg(&f, 0, "width"), 80, &n) && f_center(rt, in, n, out);
+        return check(&f, 1, names) && arg_int(&f, arg(&f, 0, "width"), 80, &n) &&
+               f_center(rt, in, n, out);
     }
     case JF_ESCAPE: return check(&f, 0, none) && jmarkup_escape(rt, in, out);
     case JF_WORDCOUNT: return check(&f, 0, none) && f_wordcount(rt, in, out);
@@ -972,7 +1031,8 @@ static bool run_filter(jrt *rt, int id, const char *name, jv in, jargs *a, jv *o
         jv args;
         if (a->nkw) { /* format(**kwargs): a mapping */
             ok = jv_new_dict(&rt->c, JV_DICT, &args);
-            for (size_t i = 0; ok && i < a->nkw; i++) ok = jdict_set(&rt->c, jv_dict(args), a->kwnodes[i]->value, jv_retain(a->kw[i]));
+            for (size_t i = 0; ok && i < a->nkw; i++)
+                ok = jdict_set(&rt->c, jv_dict(args), a->kwnodes[i]->value, jv_retain(a->kw[i]));
         } else {
             ok = jv_new_list(&rt->c, JV_TUPLE, a->npos, &args);
             for (size_t i = 0; ok && i < a->npos; i++) ok = push(rt, args, jv_retain(a->pos[i]));

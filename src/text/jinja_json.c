@@ -19,7 +19,8 @@ static bool perr(jparser *p, const char *what) {
 }
 
 static void skip_ws(jparser *p) {
-    while (p->pos < p->n && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' || p->s[p->pos] == '\n' || p->s[p->pos] == '\r'))
+    while (p->pos < p->n && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' || p->s[p->pos] == '\n' ||
+                             p->s[p->pos] == '\r'))
         p->pos++;
 }
 
@@ -58,7 +59,8 @@ static bool parse_string(jparser *p, jv *out) {
     bool ok = true;
     for (;;) {
         size_t start = p->pos;
-        while (p->pos < p->n && p->s[p->pos] != '"' && p->s[p->pos] != '\\' && (unsigned char)p->s[p->pos] >= 0x20)
+        while (p->pos < p->n && p->s[p->pos] != '"' && p->s[p->pos] != '\\' &&
+               (unsigned char)p->s[p->pos] >= 0x20)
             p->pos++;
         if (!jbuf_put(p->c, &b, p->s + start, p->pos - start)) goto fail;
         if (p->pos >= p->n) {
@@ -93,13 +95,16 @@ static bool parse_string(jparser *p, jv *out) {
         case 'u': {
             uint32_t cp;
             if (!read_hex4(p, &cp)) goto fail;
-            if (cp >= 0xD800 && cp < 0xDC00 && p->n - p->pos >= 6 && p->s[p->pos] == '\\' && p->s[p->pos + 1] == 'u') {
+            if (cp >= 0xD800 && cp < 0xDC00 && p->n - p->pos >= 6 && p->s[p->pos] == '\\' &&
+                p->s[p->pos + 1] == 'u') {
                 size_t save = p->pos;
                 p->pos += 2;
                 uint32_t lo;
                 if (!read_hex4(p, &lo)) goto fail;
-                if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                else p->pos = save;
+                if (lo >= 0xDC00 && lo < 0xE000)
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                else
+                    p->pos = save;
             }
             if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD; /* a lone surrogate has no UTF-8 form */
             char enc[4];
@@ -131,10 +136,12 @@ static bool parse_number(jparser *p, jv *out) {
         return true;
     }
     if (p->pos >= p->n || p->s[p->pos] < '0' || p->s[p->pos] > '9') return perr(p, "bad number");
-    if (p->s[p->pos] == '0') p->pos++;
+    if (p->s[p->pos] == '0')
+        p->pos++;
     else
         while (p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') p->pos++;
-    if (p->pos + 1 < p->n && p->s[p->pos] == '.' && p->s[p->pos + 1] >= '0' && p->s[p->pos + 1] <= '9') {
+    if (p->pos + 1 < p->n && p->s[p->pos] == '.' && p->s[p->pos + 1] >= '0' &&
+        p->s[p->pos + 1] <= '9') {
         is_float = true;
         p->pos++;
         while (p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') p->pos++;
@@ -263,20 +270,24 @@ bool jjson_parse(jctx *c, const char *text, size_t len, jv *out) {
 }
 
 static bool from_cjson(jctx *c, const cJSON *j, jv *out, int depth) {
-    if (depth > JJSON_DEPTH_MAX) return jfail_plain(c, LM_ERR_FORMAT, "JSON value nested too deeply");
+    if (depth > JJSON_DEPTH_MAX)
+        return jfail_plain(c, LM_ERR_FORMAT, "JSON value nested too deeply");
     if (cJSON_IsNull(j)) return *out = jv_none(), true;
     if (cJSON_IsTrue(j)) return *out = jv_bool(true), true;
     if (cJSON_IsFalse(j)) return *out = jv_bool(false), true;
     if (cJSON_IsNumber(j)) {
         double d = j->valuedouble;
-        if (isfinite(d) && d == floor(d) && fabs(d) < 9007199254740992.0) *out = jv_int((int64_t)d);
-        else *out = jv_float(d);
+        if (isfinite(d) && d == floor(d) && fabs(d) < 9007199254740992.0)
+            *out = jv_int((int64_t)d);
+        else
+            *out = jv_float(d);
         return true;
     }
     if (cJSON_IsString(j)) {
         const char *s = j->valuestring ? j->valuestring : "";
         size_t n = strlen(s);
-        if (!jutf8_valid(s, n)) return jfail_plain(c, LM_ERR_FORMAT, "a string in the context is not valid UTF-8");
+        if (!jutf8_valid(s, n))
+            return jfail_plain(c, LM_ERR_FORMAT, "a string in the context is not valid UTF-8");
         return jv_new_str(c, s, n, out);
     }
     if (cJSON_IsRaw(j)) {

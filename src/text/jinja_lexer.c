@@ -103,7 +103,9 @@ static lm_status emit_data(lexer *L, size_t start, size_t end, uint32_t line) {
 }
 
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-static bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static bool is_name_start(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
 static bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
 /* (\d+_)*\d+ from pos: end position, or 0 when there is no digit. */
@@ -149,7 +151,10 @@ static size_t scan_int(const lexer *L, size_t pos, int *base) {
     if (pos >= L->n || !is_digit(s[pos])) return 0;
     if (s[pos] == '0' && pos + 1 < L->n) {
         char p = s[pos + 1];
-        int b = (p == 'b' || p == 'B') ? 2 : (p == 'o' || p == 'O') ? 8 : (p == 'x' || p == 'X') ? 16 : 0;
+        int b = (p == 'b' || p == 'B')   ? 2
+                : (p == 'o' || p == 'O') ? 8
+                : (p == 'x' || p == 'X') ? 16
+                                         : 0;
         if (b) {
             size_t q = pos + 2, end = 0;
             for (;;) {
@@ -173,8 +178,10 @@ static size_t scan_int(const lexer *L, size_t pos, int *base) {
     for (;;) {
         size_t r = q;
         if (r < L->n && s[r] == '_') r++;
-        if (r < L->n && (zero ? s[r] == '0' : is_digit(s[r]))) q = r + 1;
-        else break;
+        if (r < L->n && (zero ? s[r] == '0' : is_digit(s[r])))
+            q = r + 1;
+        else
+            break;
     }
     return q;
 }
@@ -300,14 +307,15 @@ static lm_status decode_string(lexer *L, size_t start, size_t end, jtok *t) {
         default:
             if (e >= '0' && e <= '7') {
                 cp = 0;
-                for (int k = 0; k < 3 && i < end && s[i] >= '0' && s[i] <= '7'; k++) cp = cp * 8 + (uint32_t)(s[i++] - '0');
+                for (int k = 0; k < 3 && i < end && s[i] >= '0' && s[i] <= '7'; k++)
+                    cp = cp * 8 + (uint32_t)(s[i++] - '0');
                 ok = sb_cp(&b, cp);
             } else if ((unsigned char)e >= 0x80) {
                 /* backslashreplace turned the character into an escape that
                  * the backslash in front of it now quotes */
                 size_t k = jutf8_decode((const unsigned char *)s + i, end - i, &cp);
                 char esc[16];
-                int n = cp < 0x100 ? snprintf(esc, sizeof esc, "\\x%02x", cp)
+                int n = cp < 0x100     ? snprintf(esc, sizeof esc, "\\x%02x", cp)
                         : cp < 0x10000 ? snprintf(esc, sizeof esc, "\\u%04x", cp)
                                        : snprintf(esc, sizeof esc, "\\U%08x", cp);
                 ok = sb_put(&b, esc, (size_t)n);
@@ -349,12 +357,13 @@ static const struct {
     const char *text;
     jop op;
 } operators[] = {
-    {"//", JOP_FLOORDIV}, {"**", JOP_POW}, {"==", JOP_EQ},    {"!=", JOP_NE},       {">=", JOP_GTEQ},
-    {"<=", JOP_LTEQ},     {"+", JOP_ADD},  {"-", JOP_SUB},    {"/", JOP_DIV},       {"*", JOP_MUL},
-    {"%", JOP_MOD},       {"~", JOP_TILDE}, {"[", JOP_LBRACKET}, {"]", JOP_RBRACKET}, {"(", JOP_LPAREN},
-    {")", JOP_RPAREN},    {"{", JOP_LBRACE}, {"}", JOP_RBRACE}, {">", JOP_GT},        {"<", JOP_LT},
-    {"=", JOP_ASSIGN},    {".", JOP_DOT},  {":", JOP_COLON},  {"|", JOP_PIPE},      {",", JOP_COMMA},
-    {";", JOP_SEMICOLON},
+    {"//", JOP_FLOORDIV}, {"**", JOP_POW},      {"==", JOP_EQ},    {"!=", JOP_NE},
+    {">=", JOP_GTEQ},     {"<=", JOP_LTEQ},     {"+", JOP_ADD},    {"-", JOP_SUB},
+    {"/", JOP_DIV},       {"*", JOP_MUL},       {"%", JOP_MOD},    {"~", JOP_TILDE},
+    {"[", JOP_LBRACKET},  {"]", JOP_RBRACKET},  {"(", JOP_LPAREN}, {")", JOP_RPAREN},
+    {"{", JOP_LBRACE},    {"}", JOP_RBRACE},    {">", JOP_GT},     {"<", JOP_LT},
+    {"=", JOP_ASSIGN},    {".", JOP_DOT},       {":", JOP_COLON},  {"|", JOP_PIPE},
+    {",", JOP_COMMA},     {";", JOP_SEMICOLON},
 };
 
 static lm_status lex_operator(lexer *L, bool *matched) {
@@ -392,9 +401,12 @@ static lm_status lex_tag(lexer *L, bool block) {
             size_t start = L->pos, end = 0;
             bool eat_newline = false, eat_space = false;
             const char *close = block ? "%}" : "}}";
-            if (block && L->s[start] == '+' && at(L, start + 1, close)) end = start + 3;
-            else if (L->s[start] == '-' && at(L, start + 1, close)) end = start + 3, eat_space = true;
-            else if (at(L, start, close)) end = start + 2, eat_newline = block; /* trim_blocks */
+            if (block && L->s[start] == '+' && at(L, start + 1, close))
+                end = start + 3;
+            else if (L->s[start] == '-' && at(L, start + 1, close))
+                end = start + 3, eat_space = true;
+            else if (at(L, start, close))
+                end = start + 2, eat_newline = block; /* trim_blocks */
             if (end) {
                 uint32_t line = L->line;
                 if (eat_space) end = skip_space(L, end);
@@ -433,8 +445,10 @@ static lm_status lex_tag(lexer *L, bool block) {
         if ((st = lex_operator(L, &matched))) return st;
         if (matched) continue;
         char shown[8];
-        if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x7f) snprintf(shown, sizeof shown, "\\x%02x", (unsigned char)c);
-        else snprintf(shown, sizeof shown, "%c", c);
+        if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x7f)
+            snprintf(shown, sizeof shown, "\\x%02x", (unsigned char)c);
+        else
+            snprintf(shown, sizeof shown, "%c", c);
         return lex_fail(L, "unexpected char '%s'", shown);
     }
 }
@@ -451,10 +465,14 @@ static lm_status lex_raw(lexer *L) {
         if (!at(L, q, "endraw")) continue;
         q = skip_space(L, q + 6);
         size_t end;
-        if (at(L, q, "+%}")) end = q + 3;
-        else if (at(L, q, "-%}")) end = skip_space(L, q + 3);
-        else if (at(L, q, "%}")) end = q + 2 + (q + 2 < L->n && L->s[q + 2] == '\n');
-        else continue;
+        if (at(L, q, "+%}"))
+            end = q + 3;
+        else if (at(L, q, "-%}"))
+            end = skip_space(L, q + 3);
+        else if (at(L, q, "%}"))
+            end = q + 2 + (q + 2 < L->n && L->s[q + 2] == '\n');
+        else
+            continue;
         uint32_t line = L->line;
         lm_status st = emit_data(L, body, strip_text(L, body, p, sign, false), line);
         if (st) return st;
@@ -484,7 +502,8 @@ static lm_status lex_root(lexer *L) {
         size_t p = L->pos;
         bool found = false;
         for (; p + 1 < L->n; p++)
-            if (L->s[p] == '{' && (L->s[p + 1] == '%' || L->s[p + 1] == '{' || L->s[p + 1] == '#')) {
+            if (L->s[p] == '{' &&
+                (L->s[p + 1] == '%' || L->s[p + 1] == '{' || L->s[p + 1] == '#')) {
                 found = true;
                 break;
             }
@@ -544,7 +563,8 @@ void jtokens_free(jtokens *t) {
 
 lm_status jlex(const char *src, size_t len, jtokens *out, lm_error *err) {
     memset(out, 0, sizeof *out);
-    if (!jutf8_valid(src, len)) return lm_fail(err, LM_ERR_FORMAT, "chat template is not valid UTF-8");
+    if (!jutf8_valid(src, len))
+        return lm_fail(err, LM_ERR_FORMAT, "chat template is not valid UTF-8");
     /* \r\n and \r become \n; one final newline is dropped (keep_trailing_newline=False). */
     char *s = malloc(len + 1);
     if (!s) return lm_fail(err, LM_ERR_NOMEM, "out of memory lexing the chat template");

@@ -18,17 +18,39 @@ typedef enum {
     JT_VAR_BEGIN,   /* {{ */
     JT_VAR_END,     /* }} */
     JT_NAME,
-    JT_STRING,      /* value: the decoded literal */
-    JT_INT,         /* ival */
-    JT_FLOAT,       /* fval */
-    JT_OP,          /* op */
+    JT_STRING, /* value: the decoded literal */
+    JT_INT,    /* ival */
+    JT_FLOAT,  /* fval */
+    JT_OP,     /* op */
 } jtok_type;
 
 typedef enum {
-    JOP_ADD, JOP_SUB, JOP_DIV, JOP_FLOORDIV, JOP_MUL, JOP_MOD, JOP_POW, JOP_TILDE,
-    JOP_LBRACKET, JOP_RBRACKET, JOP_LPAREN, JOP_RPAREN, JOP_LBRACE, JOP_RBRACE,
-    JOP_EQ, JOP_NE, JOP_GT, JOP_GTEQ, JOP_LT, JOP_LTEQ, JOP_ASSIGN, JOP_DOT,
-    JOP_COLON, JOP_PIPE, JOP_COMMA, JOP_SEMICOLON,
+    JOP_ADD,
+    JOP_SUB,
+    JOP_DIV,
+    JOP_FLOORDIV,
+    JOP_MUL,
+    JOP_MOD,
+    JOP_POW,
+    JOP_TILDE,
+    JOP_LBRACKET,
+    JOP_RBRACKET,
+    JOP_LPAREN,
+    JOP_RPAREN,
+    JOP_LBRACE,
+    JOP_RBRACE,
+    JOP_EQ,
+    JOP_NE,
+    JOP_GT,
+    JOP_GTEQ,
+    JOP_LT,
+    JOP_LTEQ,
+    JOP_ASSIGN,
+    JOP_DOT,
+    JOP_COLON,
+    JOP_PIPE,
+    JOP_COMMA,
+    JOP_SEMICOLON,
 } jop;
 
 typedef struct {

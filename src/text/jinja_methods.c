@@ -20,12 +20,15 @@ static bool need_str(jrt *rt, jv v, const char *what) {
 static bool opt_int(jrt *rt, jv *v, int64_t dflt, int64_t *out) {
     *out = dflt;
     if (!v || v->kind == JV_NONE) return *out = dflt, true;
-    if (v->kind == JV_INT || v->kind == JV_BOOL) return *out = v->kind == JV_INT ? v->u.i : v->u.b, true;
+    if (v->kind == JV_INT || v->kind == JV_BOOL)
+        return *out = v->kind == JV_INT ? v->u.i : v->u.b, true;
     return jfail(&rt->c, LM_ERR_INVALID, "expected an integer, got %s", jv_type_name(*v));
 }
 
 /* Code point index of byte offset off in s. */
-static int64_t cp_index(jstr *s, size_t off) { return (int64_t)(s->ncp == s->len ? off : jutf8_count(s->data, off)); }
+static int64_t cp_index(jstr *s, size_t off) {
+    return (int64_t)(s->ncp == s->len ? off : jutf8_count(s->data, off));
+}
 
 /* Byte range [lo, hi) of s for Python's optional start/end code point arguments. */
 static bool byte_range(jrt *rt, jstr *s, jv *start, jv *end, size_t *lo, size_t *hi) {
@@ -41,7 +44,8 @@ static bool byte_range(jrt *rt, jstr *s, jv *start, jv *end, size_t *lo, size_t 
     return true;
 }
 
-static bool affix_match(jrt *rt, jstr *s, jv affix, size_t lo, size_t hi, bool suffix, bool *result) {
+static bool affix_match(jrt *rt, jstr *s, jv affix, size_t lo, size_t hi, bool suffix,
+                        bool *result) {
     if (affix.kind == JV_TUPLE || affix.kind == JV_LIST) {
         *result = false;
         for (size_t i = 0; i < jv_list(affix)->len && !*result; i++)
@@ -92,7 +96,8 @@ static bool make_tuple3(jrt *rt, jstr *s, size_t a, size_t b, size_t c, jv *out)
     size_t cuts[4] = {0, a, b, c};
     for (int i = 0; i < 3; i++) {
         jv piece;
-        if (!jv_new_str(&rt->c, s->data + cuts[i], cuts[i + 1] - cuts[i], &piece) || !jlist_push(&rt->c, jv_list(*out), piece))
+        if (!jv_new_str(&rt->c, s->data + cuts[i], cuts[i + 1] - cuts[i], &piece) ||
+            !jlist_push(&rt->c, jv_list(*out), piece))
             return false;
     }
     return true;
@@ -104,16 +109,20 @@ static bool pad_to(jrt *rt, jv self, int64_t width, jv *fill, char how, jv *out)
     size_t flen = 1;
     if (fill) {
         if (fill->kind != JV_STR || jv_str(*fill)->ncp != 1)
-            return jfail(&rt->c, LM_ERR_INVALID, "The fill character must be exactly one character long");
+            return jfail(&rt->c, LM_ERR_INVALID,
+                         "The fill character must be exactly one character long");
         f = jv_str(*fill)->data;
         flen = jv_str(*fill)->len;
     }
     if (width <= (int64_t)s->ncp) return *out = jv_retain(self), true;
     if (width > (int64_t)rt->c.max_string) return jfail(&rt->c, LM_ERR_NOMEM, "width too large");
     size_t marg = (size_t)width - s->ncp, left;
-    if (how == 'l') left = 0;
-    else if (how == 'r' || how == 'z') left = marg;
-    else left = marg / 2 + (marg & (size_t)width & 1);
+    if (how == 'l')
+        left = 0;
+    else if (how == 'r' || how == 'z')
+        left = marg;
+    else
+        left = marg / 2 + (marg & (size_t)width & 1);
     jbuf b = {0};
     bool ok = true;
     size_t sign = 0;
@@ -160,12 +169,14 @@ static bool parse_spec(jrt *rt, const char *p, size_t n, fmt_spec *sp) {
     if (i < n && strchr("+- ", p[i])) sp->sign = p[i++];
     if (i < n && p[i] == '#') sp->alt = true, i++;
     if (i < n && p[i] == '0') sp->zero = true, i++;
-    while (i < n && p[i] >= '0' && p[i] <= '9' && sp->width < 100000) sp->width = sp->width * 10 + (p[i++] - '0');
+    while (i < n && p[i] >= '0' && p[i] <= '9' && sp->width < 100000)
+        sp->width = sp->width * 10 + (p[i++] - '0');
     if (i < n && (p[i] == ',' || p[i] == '_')) sp->group = p[i++];
     if (i < n && p[i] == '.') {
         i++;
         sp->precision = 0;
-        while (i < n && p[i] >= '0' && p[i] <= '9' && sp->precision < 1000) sp->precision = sp->precision * 10 + (p[i++] - '0');
+        while (i < n && p[i] >= '0' && p[i] <= '9' && sp->precision < 1000)
+            sp->precision = sp->precision * 10 + (p[i++] - '0');
     }
     if (i < n) sp->type = p[i++];
     if (i != n) return jfail(&rt->c, LM_ERR_INVALID, "Invalid format specifier");
@@ -175,45 +186,76 @@ static bool parse_spec(jrt *rt, const char *p, size_t n, fmt_spec *sp) {
 static bool format_with_spec(jrt *rt, jbuf *b, jv v, const fmt_spec *sp) {
     char tmp[512];
     jbuf text = {0};
-    bool numeric = jv_is_num(v) && v.kind != JV_BOOL ? true : (v.kind == JV_BOOL && sp->type && sp->type != 's');
+    bool numeric = jv_is_num(v) && v.kind != JV_BOOL
+                       ? true
+                       : (v.kind == JV_BOOL && sp->type && sp->type != 's');
     bool ok = true;
     char t = sp->type;
     if (!t && v.kind == JV_FLOAT && sp->precision >= 0) t = 'g';
     if (t == 0 || t == 's') {
-        if (t == 's' && v.kind != JV_STR) return jfail(&rt->c, LM_ERR_INVALID, "Unknown format code 's' for object of type '%s'", jv_type_name(v));
+        if (t == 's' && v.kind != JV_STR)
+            return jfail(&rt->c, LM_ERR_INVALID, "Unknown format code 's' for object of type '%s'",
+                         jv_type_name(v));
         ok = jv_print(&rt->c, &text, v);
-        if (ok && sp->precision >= 0 && v.kind == JV_STR) text.len = jutf8_offset(jv_str(v), (size_t)sp->precision < jv_str(v)->ncp ? (size_t)sp->precision : jv_str(v)->ncp);
+        if (ok && sp->precision >= 0 && v.kind == JV_STR)
+            text.len = jutf8_offset(jv_str(v), (size_t)sp->precision < jv_str(v)->ncp
+                                                   ? (size_t)sp->precision
+                                                   : jv_str(v)->ncp);
         numeric = jv_is_num(v) && v.kind != JV_BOOL;
     } else if (strchr("dxXob", t)) {
-        if (v.kind != JV_INT && v.kind != JV_BOOL) return jfail(&rt->c, LM_ERR_INVALID, "Unknown format code '%c' for object of type '%s'", t, jv_type_name(v));
+        if (v.kind != JV_INT && v.kind != JV_BOOL)
+            return jfail(&rt->c, LM_ERR_INVALID, "Unknown format code '%c' for object of type '%s'",
+                         t, jv_type_name(v));
         int64_t i = v.kind == JV_INT ? v.u.i : v.u.b;
         uint64_t mag = i < 0 ? (uint64_t)0 - (uint64_t)i : (uint64_t)i;
         int n;
         if (t == 'b') {
             char bits[80];
             int k = 0;
-            do bits[k++] = (char)('0' + (mag & 1)); while ((mag >>= 1) && k < 70);
+            do bits[k++] = (char)('0' + (mag & 1));
+            while ((mag >>= 1) && k < 70);
             n = 0;
             if (i < 0) tmp[n++] = '-';
             if (sp->alt) tmp[n++] = '0', tmp[n++] = 'b';
             while (k) tmp[n++] = bits[--k];
             tmp[n] = 0;
         } else {
-            const char *pre = sp->alt ? (t == 'x' ? "0x" : t == 'X' ? "0X" : t == 'o' ? "0o" : "") : "";
-            n = snprintf(tmp, sizeof tmp, "%s%s%s", i < 0 ? "-" : (sp->sign == '+' ? "+" : sp->sign == ' ' ? " " : ""), pre, "");
-            n += snprintf(tmp + n, sizeof tmp - (size_t)n, t == 'x' ? "%" PRIx64 : t == 'X' ? "%" PRIX64 : t == 'o' ? "%" PRIo64 : "%" PRIu64, mag);
+            const char *pre = sp->alt ? (t == 'x'   ? "0x"
+                                         : t == 'X' ? "0X"
+                                         : t == 'o' ? "0o"
+                                                    : "")
+                                      : "";
+            n = snprintf(tmp, sizeof tmp, "%s%s%s",
+                         i < 0 ? "-"
+                               : (sp->sign == '+'   ? "+"
+                                  : sp->sign == ' ' ? " "
+                                                    : ""),
+                         pre, "");
+            n += snprintf(tmp + n, sizeof tmp - (size_t)n,
+                          t == 'x'   ? "%" PRIx64
+                          : t == 'X' ? "%" PRIX64
+                          : t == 'o' ? "%" PRIo64
+                                     : "%" PRIu64,
+                          mag);
         }
         ok = jbuf_put(&rt->c, &text, tmp, strlen(tmp));
         numeric = true;
     } else if (strchr("fFeEgG%", t)) {
-        if (!jv_is_num(v)) return jfail(&rt->c, LM_ERR_INVALID, "Unknown format code '%c' for object of type '%s'", t, jv_type_name(v));
+        if (!jv_is_num(v))
+            return jfail(&rt->c, LM_ERR_INVALID, "Unknown format code '%c' for object of type '%s'",
+                         t, jv_type_name(v));
         double d = v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b;
         int prec = sp->precision >= 0 ? sp->precision : 6;
         char conv = t == '%' ? 'f' : t;
         char spec[16];
-        snprintf(spec, sizeof spec, "%%%s.*%c", sp->sign == '+' ? "+" : sp->sign == ' ' ? " " : "", conv);
+        snprintf(spec, sizeof spec, "%%%s.*%c",
+                 sp->sign == '+'   ? "+"
+                 : sp->sign == ' ' ? " "
+                                   : "",
+                 conv);
         int n = snprintf(tmp, sizeof tmp, spec, prec, t == '%' ? d * 100 : d);
-        if (n < 0 || (size_t)n >= sizeof tmp - 2) return jfail(&rt->c, LM_ERR_INVALID, "formatted number too wide");
+        if (n < 0 || (size_t)n >= sizeof tmp - 2)
+            return jfail(&rt->c, LM_ERR_INVALID, "formatted number too wide");
         if (t == '%') tmp[n++] = '%', tmp[n] = 0;
         ok = jbuf_put(&rt->c, &text, tmp, (size_t)n);
         numeric = true;
@@ -228,7 +270,8 @@ static bool format_with_spec(jrt *rt, jbuf *b, jv v, const fmt_spec *sp) {
         ok = jbuf_put(&rt->c, &g, text.data, start);
         for (size_t k = start; ok && k < end; k++) {
             ok = jbuf_put(&rt->c, &g, text.data + k, 1);
-            if (ok && k + 1 < end && (end - k - 1) % 3 == 0) ok = jbuf_put(&rt->c, &g, &sp->group, 1);
+            if (ok && k + 1 < end && (end - k - 1) % 3 == 0)
+                ok = jbuf_put(&rt->c, &g, &sp->group, 1);
         }
         ok = ok && jbuf_put(&rt->c, &g, text.data + end, text.len - end);
         jbuf_free(&text);
@@ -262,9 +305,11 @@ static bool str_format(jrt *rt, jstr *fmt, jargs *a, jv *out) {
     size_t i = 0, auto_index = 0;
     while (ok && i < fmt->len) {
         char c = fmt->data[i];
-        if (c == '}' ) {
-            if (i + 1 < fmt->len && fmt->data[i + 1] == '}') ok = jbuf_put(&rt->c, &b, "}", 1), i += 2;
-            else ok = jfail(&rt->c, LM_ERR_INVALID, "Single '}' encountered in format string");
+        if (c == '}') {
+            if (i + 1 < fmt->len && fmt->data[i + 1] == '}')
+                ok = jbuf_put(&rt->c, &b, "}", 1), i += 2;
+            else
+                ok = jfail(&rt->c, LM_ERR_INVALID, "Single '}' encountered in format string");
             continue;
         }
         if (c != '{') {
@@ -285,7 +330,8 @@ static bool str_format(jrt *rt, jstr *fmt, jargs *a, jv *out) {
             break;
         }
         const char *f = fmt->data + i + 1, *end = close;
-        const char *colon = memchr(f, ':', (size_t)(end - f)), *bang = memchr(f, '!', (size_t)(end - f));
+        const char *colon = memchr(f, ':', (size_t)(end - f)),
+                   *bang = memchr(f, '!', (size_t)(end - f));
         if (bang && colon && bang > colon) bang = NULL;
         const char *field_end = bang ? bang : colon ? colon : end;
         jv *value = NULL;
@@ -309,14 +355,16 @@ static bool str_format(jrt *rt, jstr *fmt, jargs *a, jv *out) {
         jv v = *value, conv = jv_none();
         if (bang && bang + 1 < end && (bang[1] == 'r' || bang[1] == 's')) {
             jbuf t = {0};
-            ok = (bang[1] == 'r' ? jv_repr(&rt->c, &t, v) : jv_print(&rt->c, &t, v)) && jbuf_take_str(&rt->c, &t, &conv);
+            ok = (bang[1] == 'r' ? jv_repr(&rt->c, &t, v) : jv_print(&rt->c, &t, v)) &&
+                 jbuf_take_str(&rt->c, &t, &conv);
             jbuf_free(&t);
             v = conv;
         }
         fmt_spec sp;
         if (ok) {
             const char *sp_start = colon ? colon + 1 : end;
-            ok = parse_spec(rt, sp_start, (size_t)(end - sp_start), &sp) && format_with_spec(rt, &b, v, &sp);
+            ok = parse_spec(rt, sp_start, (size_t)(end - sp_start), &sp) &&
+                 format_with_spec(rt, &b, v, &sp);
         }
         jv_release(&rt->c, conv);
         i = (size_t)(close - fmt->data) + 1;
@@ -338,8 +386,12 @@ static bool str_method(jrt *rt, jv self, int id, jargs *a, jv *out) {
     switch (id) {
     case JM_STARTSWITH:
     case JM_ENDSWITH:
-        if (!a0) return jfail(&rt->c, LM_ERR_INVALID, "%s takes at least 1 argument", id == JM_STARTSWITH ? "startswith" : "endswith");
-        if (!byte_range(rt, s, a1, a2, &lo, &hi) || !affix_match(rt, s, *a0, lo, hi, id == JM_ENDSWITH, &r)) return false;
+        if (!a0)
+            return jfail(&rt->c, LM_ERR_INVALID, "%s takes at least 1 argument",
+                         id == JM_STARTSWITH ? "startswith" : "endswith");
+        if (!byte_range(rt, s, a1, a2, &lo, &hi) ||
+            !affix_match(rt, s, *a0, lo, hi, id == JM_ENDSWITH, &r))
+            return false;
         *out = jv_bool(r);
         return true;
     case JM_SPLIT:
@@ -352,7 +404,8 @@ static bool str_method(jrt *rt, jv self, int id, jargs *a, jv *out) {
     case JM_LSTRIP: return jstr_strip(rt, self, a0 ? *a0 : jv_none(), true, false, out);
     case JM_RSTRIP: return jstr_strip(rt, self, a0 ? *a0 : jv_none(), false, true, out);
     case JM_REPLACE:
-        if (!a0 || !a1) return jfail(&rt->c, LM_ERR_INVALID, "replace expected at least 2 arguments");
+        if (!a0 || !a1)
+            return jfail(&rt->c, LM_ERR_INVALID, "replace expected at least 2 arguments");
         if (!opt_int(rt, jargs_get(a, 2, "count"), -1, &n)) return false;
         return jstr_replace(rt, self, *a0, *a1, n, out);
     case JM_UPPER:
@@ -366,12 +419,14 @@ static bool str_method(jrt *rt, jv self, int id, jargs *a, jv *out) {
     case JM_INDEX:
     case JM_RINDEX:
     case JM_COUNT: {
-        if (!a0 || !need_str(rt, *a0, "find")) return a0 ? false : jfail(&rt->c, LM_ERR_INVALID, "missing argument");
+        if (!a0 || !need_str(rt, *a0, "find"))
+            return a0 ? false : jfail(&rt->c, LM_ERR_INVALID, "missing argument");
         if (!byte_range(rt, s, a1, a2, &lo, &hi)) return false;
         jstr *sub = jv_str(*a0);
         if (id == JM_COUNT) {
             int64_t count = 0;
-            if (sub->len == 0) count = cp_index(s, hi) - cp_index(s, lo) + 1;
+            if (sub->len == 0)
+                count = cp_index(s, hi) - cp_index(s, lo) + 1;
             else
                 for (size_t i = lo; i + sub->len <= hi;) {
                     const char *hit = memmem(s->data + i, hi - i, sub->data, sub->len);
@@ -383,7 +438,8 @@ static bool str_method(jrt *rt, jv self, int id, jargs *a, jv *out) {
         }
         int64_t found = -1;
         if (id == JM_FIND || id == JM_INDEX) {
-            const char *hit = sub->len <= hi - lo ? memmem(s->data + lo, hi - lo, sub->data, sub->len) : NULL;
+            const char *hit =
+                sub->len <= hi - lo ? memmem(s->data + lo, hi - lo, sub->data, sub->len) : NULL;
             if (hit) found = cp_index(s, (size_t)(hit - s->data));
         } else if (sub->len <= hi - lo) {
             for (size_t p = hi - sub->len + 1; p-- > lo;)
@@ -392,7 +448,8 @@ static bool str_method(jrt *rt, jv self, int id, jargs *a, jv *out) {
                     break;
                 }
         }
-        if (found < 0 && (id == JM_INDEX || id == JM_RINDEX)) return jfail(&rt->c, LM_ERR_INVALID, "substring not found");
+        if (found < 0 && (id == JM_INDEX || id == JM_RINDEX))
+            return jfail(&rt->c, LM_ERR_INVALID, "substring not found");
         return *out = jv_int(found), true;
     }
     case JM_JOIN: {
@@ -404,7 +461,9 @@ static bool str_method(jrt *rt, jv self, int id, jargs *a, jv *out) {
         bool ok = true;
         for (size_t i = 0; ok && i < l->len; i++) {
             if (l->items[i].kind != JV_STR) {
-                ok = jfail(&rt->c, LM_ERR_INVALID, "sequence item %zu: expected str instance, %s found", i, jv_type_name(l->items[i]));
+                ok = jfail(&rt->c, LM_ERR_INVALID,
+                           "sequence item %zu: expected str instance, %s found", i,
+                           jv_type_name(l->items[i]));
                 break;
             }
             if (i) ok = jbuf_put(&rt->c, &b, s->data, s->len);
@@ -429,11 +488,18 @@ static bool str_method(jrt *rt, jv self, int id, jargs *a, jv *out) {
     case JM_CENTER:
     case JM_LJUST:
     case JM_RJUST:
-        if (!a0 || !opt_int(rt, a0, 0, &n)) return a0 ? false : jfail(&rt->c, LM_ERR_INVALID, "missing width");
-        return pad_to(rt, self, n, id == JM_ZFILL ? NULL : a1, id == JM_ZFILL ? 'z' : id == JM_CENTER ? 'c' : id == JM_LJUST ? 'l' : 'r', out);
+        if (!a0 || !opt_int(rt, a0, 0, &n))
+            return a0 ? false : jfail(&rt->c, LM_ERR_INVALID, "missing width");
+        return pad_to(rt, self, n, id == JM_ZFILL ? NULL : a1,
+                      id == JM_ZFILL    ? 'z'
+                      : id == JM_CENTER ? 'c'
+                      : id == JM_LJUST  ? 'l'
+                                        : 'r',
+                      out);
     case JM_PARTITION:
     case JM_RPARTITION: {
-        if (!a0 || !need_str(rt, *a0, "partition")) return a0 ? false : jfail(&rt->c, LM_ERR_INVALID, "missing separator");
+        if (!a0 || !need_str(rt, *a0, "partition"))
+            return a0 ? false : jfail(&rt->c, LM_ERR_INVALID, "missing separator");
         jstr *sep = jv_str(*a0);
         if (!sep->len) return jfail(&rt->c, LM_ERR_INVALID, "empty separator");
         size_t at = SIZE_MAX;
@@ -447,16 +513,21 @@ static bool str_method(jrt *rt, jv self, int id, jargs *a, jv *out) {
                     break;
                 }
         }
-        if (at == SIZE_MAX) return id == JM_PARTITION ? make_tuple3(rt, s, s->len, s->len, s->len, out) : make_tuple3(rt, s, 0, 0, s->len, out);
+        if (at == SIZE_MAX)
+            return id == JM_PARTITION ? make_tuple3(rt, s, s->len, s->len, s->len, out)
+                                      : make_tuple3(rt, s, 0, 0, s->len, out);
         return make_tuple3(rt, s, at, at + sep->len, s->len, out);
     }
     case JM_REMOVEPREFIX:
     case JM_REMOVESUFFIX: {
-        if (!a0 || !need_str(rt, *a0, "removeprefix")) return a0 ? false : jfail(&rt->c, LM_ERR_INVALID, "missing argument");
+        if (!a0 || !need_str(rt, *a0, "removeprefix"))
+            return a0 ? false : jfail(&rt->c, LM_ERR_INVALID, "missing argument");
         jstr *p = jv_str(*a0);
         if (p->len > s->len) return *out = jv_retain(self), true;
-        if (id == JM_REMOVEPREFIX && memcmp(s->data, p->data, p->len) == 0) return jstr_slice(rt, self, p->len, s->len, out);
-        if (id == JM_REMOVESUFFIX && p->len && memcmp(s->data + s->len - p->len, p->data, p->len) == 0)
+        if (id == JM_REMOVEPREFIX && memcmp(s->data, p->data, p->len) == 0)
+            return jstr_slice(rt, self, p->len, s->len, out);
+        if (id == JM_REMOVESUFFIX && p->len &&
+            memcmp(s->data + s->len - p->len, p->data, p->len) == 0)
             return jstr_slice(rt, self, 0, s->len - p->len, out);
         return *out = jv_retain(self), true;
     }
@@ -468,9 +539,12 @@ static bool dict_view(jrt *rt, jdict *d, int id, jv *out) {
     if (!jv_new_list(&rt->c, JV_LIST, d->len, out)) return false;
     for (size_t i = 0; i < d->len; i++) {
         jv item;
-        if (id == JM_KEYS) item = jv_retain(d->keys[i]);
-        else if (id == JM_VALUES) item = jv_retain(d->vals[i]);
-        else if (!jv_new_list(&rt->c, JV_TUPLE, 2, &item) || !jlist_push(&rt->c, jv_list(item), jv_retain(d->keys[i])) ||
+        if (id == JM_KEYS)
+            item = jv_retain(d->keys[i]);
+        else if (id == JM_VALUES)
+            item = jv_retain(d->vals[i]);
+        else if (!jv_new_list(&rt->c, JV_TUPLE, 2, &item) ||
+                 !jlist_push(&rt->c, jv_list(item), jv_retain(d->keys[i])) ||
                  !jlist_push(&rt->c, jv_list(item), jv_retain(d->vals[i])))
             return false;
         if (!jlist_push(&rt->c, jv_list(*out), item)) return false;
@@ -485,7 +559,8 @@ bool jmethod_call(jrt *rt, jv self, int id, jargs *a, jv *out) {
         switch (id) {
         case JM_GET: {
             jv *key = jargs_get(a, 0, NULL), *dflt = jargs_get(a, 1, NULL);
-            if (!key) return jfail(&rt->c, LM_ERR_INVALID, "get expected at least 1 argument, got 0");
+            if (!key)
+                return jfail(&rt->c, LM_ERR_INVALID, "get expected at least 1 argument, got 0");
             jv *v = jv_hashable(*key) ? jdict_get(d, *key) : NULL;
             *out = v ? jv_retain(*v) : dflt ? jv_retain(*dflt) : jv_none();
             return true;
@@ -496,7 +571,8 @@ bool jmethod_call(jrt *rt, jv self, int id, jargs *a, jv *out) {
         case JM_COPY: {
             if (!jv_new_dict(&rt->c, JV_DICT, out)) return false;
             for (size_t i = 0; i < d->len; i++)
-                if (!jdict_set(&rt->c, jv_dict(*out), jv_retain(d->keys[i]), jv_retain(d->vals[i]))) return false;
+                if (!jdict_set(&rt->c, jv_dict(*out), jv_retain(d->keys[i]), jv_retain(d->vals[i])))
+                    return false;
             return true;
         }
         }
@@ -537,21 +613,33 @@ bool jloop_attr(jrt *rt, jloop *l, const char *name, jv *out, bool *found) {
     size_t len = jv_list(l->items)->len, i = l->index0;
     jv *items = jv_list(l->items)->items;
     *found = true;
-    if (!strcmp(name, "index")) *out = jv_int((int64_t)i + 1);
-    else if (!strcmp(name, "index0")) *out = jv_int((int64_t)i);
-    else if (!strcmp(name, "revindex")) *out = jv_int((int64_t)(len - i));
-    else if (!strcmp(name, "revindex0")) *out = jv_int((int64_t)(len - i - 1));
-    else if (!strcmp(name, "first")) *out = jv_bool(i == 0);
-    else if (!strcmp(name, "last")) *out = jv_bool(i + 1 == len);
-    else if (!strcmp(name, "length")) *out = jv_int((int64_t)len);
-    else if (!strcmp(name, "depth")) *out = jv_int(l->depth);
-    else if (!strcmp(name, "depth0")) *out = jv_int(l->depth - 1);
-    else if (!strcmp(name, "previtem")) *out = i > 0 ? jv_retain(items[i - 1]) : jv_undef("previtem");
-    else if (!strcmp(name, "nextitem")) *out = i + 1 < len ? jv_retain(items[i + 1]) : jv_undef("nextitem");
+    if (!strcmp(name, "index"))
+        *out = jv_int((int64_t)i + 1);
+    else if (!strcmp(name, "index0"))
+        *out = jv_int((int64_t)i);
+    else if (!strcmp(name, "revindex"))
+        *out = jv_int((int64_t)(len - i));
+    else if (!strcmp(name, "revindex0"))
+        *out = jv_int((int64_t)(len - i - 1));
+    else if (!strcmp(name, "first"))
+        *out = jv_bool(i == 0);
+    else if (!strcmp(name, "last"))
+        *out = jv_bool(i + 1 == len);
+    else if (!strcmp(name, "length"))
+        *out = jv_int((int64_t)len);
+    else if (!strcmp(name, "depth"))
+        *out = jv_int(l->depth);
+    else if (!strcmp(name, "depth0"))
+        *out = jv_int(l->depth - 1);
+    else if (!strcmp(name, "previtem"))
+        *out = i > 0 ? jv_retain(items[i - 1]) : jv_undef("previtem");
+    else if (!strcmp(name, "nextitem"))
+        *out = i + 1 < len ? jv_retain(items[i + 1]) : jv_undef("nextitem");
     else if (!strcmp(name, "cycle")) {
         jv self = jv_obj(JV_LOOP, l);
         return jv_new_method(&rt->c, self, JM_LOOP_CYCLE, out);
-    } else *found = false;
+    } else
+        *found = false;
     return true;
 }
 
@@ -559,16 +647,21 @@ bool jloop_attr(jrt *rt, jloop *l, const char *name, jv *out, bool *found) {
 
 static bool builtin_range(jrt *rt, jargs *a, jv *out) {
     if (a->nkw) return jfail(&rt->c, LM_ERR_INVALID, "range() takes no keyword arguments");
-    if (a->npos < 1 || a->npos > 3) return jfail(&rt->c, LM_ERR_INVALID, "range expected 1 to 3 arguments, got %zu", a->npos);
+    if (a->npos < 1 || a->npos > 3)
+        return jfail(&rt->c, LM_ERR_INVALID, "range expected 1 to 3 arguments, got %zu", a->npos);
     int64_t v[3] = {0, 0, 0};
     for (size_t i = 0; i < a->npos; i++)
         if (!opt_int(rt, &a->pos[i], 0, &v[i])) return false;
-    int64_t start = a->npos == 1 ? 0 : v[0], stop = a->npos == 1 ? v[0] : v[1], step = a->npos == 3 ? v[2] : 1;
+    int64_t start = a->npos == 1 ? 0 : v[0], stop = a->npos == 1 ? v[0] : v[1],
+            step = a->npos == 3 ? v[2] : 1;
     if (step == 0) return jfail(&rt->c, LM_ERR_INVALID, "range() arg 3 must not be zero");
     uint64_t count = 0;
-    if (step > 0 && start < stop) count = ((uint64_t)stop - (uint64_t)start - 1) / (uint64_t)step + 1;
-    if (step < 0 && start > stop) count = ((uint64_t)start - (uint64_t)stop - 1) / ((uint64_t)0 - (uint64_t)step) + 1;
-    if (count > rt->c.max_items) return jfail(&rt->c, LM_ERR_INVALID, "range of %" PRIu64 " items is too long", count);
+    if (step > 0 && start < stop)
+        count = ((uint64_t)stop - (uint64_t)start - 1) / (uint64_t)step + 1;
+    if (step < 0 && start > stop)
+        count = ((uint64_t)start - (uint64_t)stop - 1) / ((uint64_t)0 - (uint64_t)step) + 1;
+    if (count > rt->c.max_items)
+        return jfail(&rt->c, LM_ERR_INVALID, "range of %" PRIu64 " items is too long", count);
     if (!jv_new_list(&rt->c, JV_LIST, (size_t)count, out)) return false;
     for (uint64_t i = 0; i < count; i++)
         if (!jlist_push(&rt->c, jv_list(*out), jv_int(start + (int64_t)i * step))) return false;
@@ -577,8 +670,10 @@ static bool builtin_range(jrt *rt, jargs *a, jv *out) {
 
 static bool builtin_strftime(jrt *rt, jargs *a, jv *out) {
     jv *fmt = jargs_get(a, 0, "format");
-    if (!fmt || fmt->kind != JV_STR) return jfail(&rt->c, LM_ERR_INVALID, "strftime_now needs a format string");
-    if (jv_str(*fmt)->len > 256) return jfail(&rt->c, LM_ERR_INVALID, "strftime_now format too long");
+    if (!fmt || fmt->kind != JV_STR)
+        return jfail(&rt->c, LM_ERR_INVALID, "strftime_now needs a format string");
+    if (jv_str(*fmt)->len > 256)
+        return jfail(&rt->c, LM_ERR_INVALID, "strftime_now format too long");
     struct tm tm;
     if (rt->limits.has_now) { /* a fixed date makes prompts reproducible */
         time_t t = (time_t)rt->limits.now;
@@ -598,28 +693,36 @@ bool jbuiltin_call(jrt *rt, int id, jargs *a, jv *out) {
     case JB_NAMESPACE:
     case JB_DICT: {
         if (!jv_new_dict(&rt->c, id == JB_NAMESPACE ? JV_NAMESPACE : JV_DICT, out)) return false;
-        if (a->npos > 1) return jfail(&rt->c, LM_ERR_INVALID, "%s expected at most 1 positional argument", jbuiltin_name(id));
+        if (a->npos > 1)
+            return jfail(&rt->c, LM_ERR_INVALID, "%s expected at most 1 positional argument",
+                         jbuiltin_name(id));
         if (a->npos == 1) {
             jv init = a->pos[0];
             if (init.kind == JV_DICT || init.kind == JV_NAMESPACE) {
                 jdict *d = jv_dict(init);
                 for (size_t i = 0; i < d->len; i++)
-                    if (!jdict_set(&rt->c, jv_dict(*out), jv_retain(d->keys[i]), jv_retain(d->vals[i]))) return false;
+                    if (!jdict_set(&rt->c, jv_dict(*out), jv_retain(d->keys[i]),
+                                   jv_retain(d->vals[i])))
+                        return false;
             } else if (jv_is_seq(init)) { /* pairs */
                 jlist *l = jv_list(init);
                 for (size_t i = 0; i < l->len; i++) {
                     jv p = l->items[i];
                     if (!jv_is_seq(p) || jv_list(p)->len != 2)
-                        return jfail(&rt->c, LM_ERR_INVALID, "%s: sequence elements must be pairs", jbuiltin_name(id));
-                    if (!jdict_set(&rt->c, jv_dict(*out), jv_retain(jv_list(p)->items[0]), jv_retain(jv_list(p)->items[1])))
+                        return jfail(&rt->c, LM_ERR_INVALID, "%s: sequence elements must be pairs",
+                                     jbuiltin_name(id));
+                    if (!jdict_set(&rt->c, jv_dict(*out), jv_retain(jv_list(p)->items[0]),
+                                   jv_retain(jv_list(p)->items[1])))
                         return false;
                 }
             } else if (init.kind != JV_UNDEFINED && init.kind != JV_NONE) {
-                return jfail(&rt->c, LM_ERR_INVALID, "%s: cannot convert %s to a mapping", jbuiltin_name(id), jv_type_name(init));
+                return jfail(&rt->c, LM_ERR_INVALID, "%s: cannot convert %s to a mapping",
+                             jbuiltin_name(id), jv_type_name(init));
             }
         }
         for (size_t i = 0; i < a->nkw; i++)
-            if (!jdict_set(&rt->c, jv_dict(*out), a->kwnodes[i]->value, jv_retain(a->kw[i]))) return false;
+            if (!jdict_set(&rt->c, jv_dict(*out), a->kwnodes[i]->value, jv_retain(a->kw[i])))
+                return false;
         return true;
     }
     case JB_RAISE_EXCEPTION: {

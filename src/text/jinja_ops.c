@@ -37,8 +37,8 @@ static const char *op_symbol(int op) {
 }
 
 static bool type_error(jrt *rt, int op, jv a, jv b) {
-    return jfail(&rt->c, LM_ERR_INVALID, "unsupported operand type(s) for %s: '%s' and '%s'", op_symbol(op),
-                 jv_type_name(a), jv_type_name(b));
+    return jfail(&rt->c, LM_ERR_INVALID, "unsupported operand type(s) for %s: '%s' and '%s'",
+                 op_symbol(op), jv_type_name(a), jv_type_name(b));
 }
 
 /* Python's float divmod (Objects/floatobject.c). */
@@ -69,7 +69,8 @@ static bool repeat(jrt *rt, jv seq, int64_t times, jv *out) {
     if (seq.kind == JV_STR) {
         jstr *s = jv_str(seq);
         if (s->len && (uint64_t)times > rt->c.max_string / s->len)
-            return jfail(&rt->c, LM_ERR_NOMEM, "string repetition exceeds the limit of %zu bytes", rt->c.max_string);
+            return jfail(&rt->c, LM_ERR_NOMEM, "string repetition exceeds the limit of %zu bytes",
+                         rt->c.max_string);
         jstr *r;
         if (!jstr_alloc(&rt->c, s->len * (size_t)times, &r)) return false;
         for (int64_t i = 0; i < times; i++) memcpy(r->data + (size_t)i * s->len, s->data, s->len);
@@ -79,7 +80,8 @@ static bool repeat(jrt *rt, jv seq, int64_t times, jv *out) {
     }
     jlist *l = jv_list(seq);
     if (l->len && (uint64_t)times > rt->c.max_items / l->len)
-        return jfail(&rt->c, LM_ERR_NOMEM, "list repetition exceeds the limit of %zu items", rt->c.max_items);
+        return jfail(&rt->c, LM_ERR_NOMEM, "list repetition exceeds the limit of %zu items",
+                     rt->c.max_items);
     if (!jv_new_list(&rt->c, (jv_kind)seq.kind, l->len * (size_t)times, out)) return false;
     for (int64_t i = 0; i < times; i++)
         for (size_t k = 0; k < l->len; k++)
@@ -94,7 +96,8 @@ static bool concat_seq(jrt *rt, jv a, jv b, jv *out) {
     if (a.kind == JV_STR) {
         jstr *x = jv_str(a), *y = jv_str(b), *r;
         if (x->len > rt->c.max_string || y->len > rt->c.max_string - x->len)
-            return jfail(&rt->c, LM_ERR_NOMEM, "string longer than the limit of %zu bytes", rt->c.max_string);
+            return jfail(&rt->c, LM_ERR_NOMEM, "string longer than the limit of %zu bytes",
+                         rt->c.max_string);
         if (!jstr_alloc(&rt->c, x->len + y->len, &r)) return false;
         memcpy(r->data, x->data, x->len);
         memcpy(r->data + x->len, y->data, y->len);
@@ -130,7 +133,8 @@ overflow:
 }
 
 bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
-    if (op == JOP_MOD && a.kind == JV_STR) return jstr_percent(rt, a, b, out); /* str.__mod__ takes Undefined too */
+    if (op == JOP_MOD && a.kind == JV_STR)
+        return jstr_percent(rt, a, b, out); /* str.__mod__ takes Undefined too */
     if (!jcheck_defined(rt, a) || !jcheck_defined(rt, b)) return false;
     bool nums = jv_is_num(a) && jv_is_num(b);
     bool any_float = a.kind == JV_FLOAT || b.kind == JV_FLOAT;
@@ -142,7 +146,8 @@ bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
                 return true;
             }
             int64_t r;
-            if (__builtin_add_overflow(as_int(a), as_int(b), &r)) return jfail(&rt->c, LM_ERR_INVALID, "integer overflow in +");
+            if (__builtin_add_overflow(as_int(a), as_int(b), &r))
+                return jfail(&rt->c, LM_ERR_INVALID, "integer overflow in +");
             *out = jv_int(r);
             return true;
         }
@@ -163,8 +168,8 @@ bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
         if (a.kind == b.kind && (a.kind == JV_STR || a.kind == JV_LIST || a.kind == JV_TUPLE))
             return concat_seq(rt, a, b, out);
         if (a.kind == JV_STR || a.kind == JV_LIST || a.kind == JV_TUPLE)
-            return jfail(&rt->c, LM_ERR_INVALID, "can only concatenate %s (not \"%s\") to %s", jv_type_name(a),
-                         jv_type_name(b), jv_type_name(a));
+            return jfail(&rt->c, LM_ERR_INVALID, "can only concatenate %s (not \"%s\") to %s",
+                         jv_type_name(a), jv_type_name(b), jv_type_name(a));
         return type_error(rt, op, a, b);
     case JOP_SUB:
         if (!nums) return type_error(rt, op, a, b);
@@ -173,7 +178,8 @@ bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
             return true;
         } else {
             int64_t r;
-            if (__builtin_sub_overflow(as_int(a), as_int(b), &r)) return jfail(&rt->c, LM_ERR_INVALID, "integer overflow in -");
+            if (__builtin_sub_overflow(as_int(a), as_int(b), &r))
+                return jfail(&rt->c, LM_ERR_INVALID, "integer overflow in -");
             *out = jv_int(r);
             return true;
         }
@@ -184,7 +190,8 @@ bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
                 return true;
             }
             int64_t r;
-            if (__builtin_mul_overflow(as_int(a), as_int(b), &r)) return jfail(&rt->c, LM_ERR_INVALID, "integer overflow in *");
+            if (__builtin_mul_overflow(as_int(a), as_int(b), &r))
+                return jfail(&rt->c, LM_ERR_INVALID, "integer overflow in *");
             *out = jv_int(r);
             return true;
         }
@@ -209,7 +216,9 @@ bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
         if (!nums) return type_error(rt, op, a, b);
         if (any_float) {
             double y = as_double(b);
-            if (y == 0.0) return jfail(&rt->c, LM_ERR_INVALID, op == JOP_MOD ? "float modulo" : "float floor division by zero");
+            if (y == 0.0)
+                return jfail(&rt->c, LM_ERR_INVALID,
+                             op == JOP_MOD ? "float modulo" : "float floor division by zero");
             double fd, md;
             float_divmod(as_double(a), y, &fd, &md);
             *out = jv_float(op == JOP_MOD ? md : fd);
@@ -235,7 +244,8 @@ bool jbinop(jrt *rt, int op, jv a, jv b, jv *out) {
         if (as_double(a) == 0.0 && as_double(b) < 0)
             return jfail(&rt->c, LM_ERR_INVALID, "0.0 cannot be raised to a negative power");
         if (as_double(a) < 0 && as_double(b) != floor(as_double(b)))
-            return jfail(&rt->c, LM_ERR_INVALID, "a negative number to a fractional power is complex: not supported");
+            return jfail(&rt->c, LM_ERR_INVALID,
+                         "a negative number to a fractional power is complex: not supported");
         *out = jv_float(pow(as_double(a), as_double(b)));
         return true;
     }
@@ -252,7 +262,9 @@ static bool order_depth(jrt *rt, jv a, jv b, int *r, int depth, int op) {
             *r = x < y ? -1 : x > y;
         } else {
             double x = as_double(a), y = as_double(b);
-            *r = x < y ? -1 : x > y ? 1 : 0; /* NaN compares as equal here; Python's answers are all False */
+            *r = x < y   ? -1
+                 : x > y ? 1
+                         : 0; /* NaN compares as equal here; Python's answers are all False */
         }
         return true;
     }
@@ -272,8 +284,8 @@ static bool order_depth(jrt *rt, jv a, jv b, int *r, int depth, int op) {
         *r = x->len < y->len ? -1 : x->len > y->len;
         return true;
     }
-    return jfail(&rt->c, LM_ERR_INVALID, "'%s' not supported between instances of '%s' and '%s'", op_symbol(op),
-                 jv_type_name(a), jv_type_name(b));
+    return jfail(&rt->c, LM_ERR_INVALID, "'%s' not supported between instances of '%s' and '%s'",
+                 op_symbol(op), jv_type_name(a), jv_type_name(b));
 }
 
 bool jorder(jrt *rt, jv a, jv b, int *result) { return order_depth(rt, a, b, result, 0, JOP_LT); }
@@ -283,10 +295,13 @@ static bool contains(jrt *rt, jv item, jv container, bool *result) {
     case JV_UNDEFINED: *result = false; return true;
     case JV_STR: {
         if (item.kind != JV_STR)
-            return jfail(&rt->c, LM_ERR_INVALID, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
+            return jfail(&rt->c, LM_ERR_INVALID,
+                         "'in <string>' requires string as left operand, not %s",
+                         jv_type_name(item));
         jstr *h = jv_str(container), *n = jv_str(item);
         if (!jctx_charge(&rt->c, 1 + h->len / 256)) return false;
-        *result = n->len == 0 || (n->len <= h->len && memmem(h->data, h->len, n->data, n->len) != NULL);
+        *result =
+            n->len == 0 || (n->len <= h->len && memmem(h->data, h->len, n->data, n->len) != NULL);
         return true;
     }
     case JV_LIST:
@@ -298,17 +313,20 @@ static bool contains(jrt *rt, jv item, jv container, bool *result) {
         return true;
     }
     case JV_DICT:
-        if (!jv_hashable(item)) return jfail(&rt->c, LM_ERR_INVALID, "unhashable type: '%s'", jv_type_name(item));
+        if (!jv_hashable(item))
+            return jfail(&rt->c, LM_ERR_INVALID, "unhashable type: '%s'", jv_type_name(item));
         *result = jdict_get(jv_dict(container), item) != NULL;
         return true;
     default:
-        return jfail(&rt->c, LM_ERR_INVALID, "argument of type '%s' is not iterable", jv_type_name(container));
+        return jfail(&rt->c, LM_ERR_INVALID, "argument of type '%s' is not iterable",
+                     jv_type_name(container));
     }
 }
 
 bool jcompare(jrt *rt, int op, jv a, jv b, bool *result) {
     int r;
-    if (a.kind == JV_STR && b.kind == JV_STR && !jctx_charge(&rt->c, jv_str(a)->len / 256)) return false;
+    if (a.kind == JV_STR && b.kind == JV_STR && !jctx_charge(&rt->c, jv_str(a)->len / 256))
+        return false;
     switch (op) {
     case JOP_EQ: *result = jv_equal(a, b); return true;
     case JOP_NE: *result = !jv_equal(a, b); return true;
@@ -341,7 +359,8 @@ bool jlength(jrt *rt, jv v, int64_t *out) {
     case JV_TUPLE: *out = (int64_t)jv_list(v)->len; return true;
     case JV_DICT: *out = (int64_t)jv_dict(v)->len; return true;
     case JV_LOOP: *out = (int64_t)jv_list(((jloop *)v.u.o)->items)->len; return true;
-    default: return jfail(&rt->c, LM_ERR_INVALID, "object of type '%s' has no len()", jv_type_name(v));
+    default:
+        return jfail(&rt->c, LM_ERR_INVALID, "object of type '%s' has no len()", jv_type_name(v));
     }
 }
 
@@ -368,7 +387,8 @@ bool jiterate(jrt *rt, jv v, jv *out) {
             uint32_t cp;
             size_t k = jutf8_decode((const unsigned char *)s->data + i, s->len - i, &cp);
             jv ch;
-            if (!jv_new_str(&rt->c, s->data + i, k, &ch) || !jlist_push(&rt->c, jv_list(*out), ch)) {
+            if (!jv_new_str(&rt->c, s->data + i, k, &ch) ||
+                !jlist_push(&rt->c, jv_list(*out), ch)) {
                 jv_release(&rt->c, *out);
                 return false;
             }

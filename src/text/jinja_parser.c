@@ -85,8 +85,9 @@ static bool tok_is_name(const jtok *t, const char *name) {
 static bool tok_is_op(const jtok *t, jop op) { return t->type == JT_OP && t->op == op; }
 
 static const char *op_text(int op) {
-    static const char *const texts[] = {"+", "-", "/", "//", "*", "%", "**", "~", "[", "]", "(", ")", "{",
-                                        "}", "==", "!=", ">", ">=", "<", "<=", "=", ".", ":", "|", ",", ";"};
+    static const char *const texts[] = {
+        "+", "-",  "/",  "//", "*",  "%", "**", "~", "[", "]", "(", ")", "{",
+        "}", "==", "!=", ">",  ">=", "<", "<=", "=", ".", ":", "|", ",", ";"};
     return op >= 0 && op < (int)(sizeof texts / sizeof texts[0]) ? texts[op] : "?";
 }
 
@@ -106,7 +107,8 @@ static void describe(const jtok *t, char *buf, size_t size) {
     }
 }
 
-static void *pfail(parser *P, uint32_t line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void *pfail(parser *P, uint32_t line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void *pfail(parser *P, uint32_t line, const char *fmt, ...) {
     if (P->failed) return NULL;
     P->failed = true;
@@ -223,7 +225,8 @@ static bool vec_store(parser *P, nodevec *v, jnode ***list, uint32_t *count) {
 }
 
 static jnode *parse_expression(parser *P, bool with_condexpr);
-static jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, const char *extra_end, bool explicit_parens);
+static jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, const char *extra_end,
+                          bool explicit_parens);
 static jnode *parse_unary(parser *P, bool with_filter);
 static jnode *parse_primary(parser *P);
 static jnode *parse_postfix(parser *P, jnode *n);
@@ -315,7 +318,8 @@ static jnode *parse_filter(parser *P, jnode *in, bool start_inline) {
         if (!n || !parse_dotted_name(P, n)) return NULL;
         n->a = in;
         n->op = (int16_t)jfilter_lookup(jv_str(n->value)->data, jv_str(n->value)->len);
-        if (n->op < 0 && !P->soft) return pfail(P, n->line, "unknown filter '%s'", jv_str(n->value)->data);
+        if (n->op < 0 && !P->soft)
+            return pfail(P, n->line, "unknown filter '%s'", jv_str(n->value)->data);
         if (tok_is_op(cur(P), JOP_LPAREN) && !parse_call_args(P, n)) return NULL;
         in = finish(P, n);
         if (!in) return NULL;
@@ -339,10 +343,11 @@ static jnode *parse_test(parser *P, jnode *in) {
     const jtok *t = cur(P);
     if (tok_is_op(t, JOP_LPAREN)) {
         if (!parse_call_args(P, n)) return NULL;
-    } else if ((t->type == JT_NAME || t->type == JT_STRING || t->type == JT_INT || t->type == JT_FLOAT ||
-                tok_is_op(t, JOP_LBRACKET) || tok_is_op(t, JOP_LBRACE)) &&
+    } else if ((t->type == JT_NAME || t->type == JT_STRING || t->type == JT_INT ||
+                t->type == JT_FLOAT || tok_is_op(t, JOP_LBRACKET) || tok_is_op(t, JOP_LBRACE)) &&
                !tok_is_name(t, "else") && !tok_is_name(t, "or") && !tok_is_name(t, "and")) {
-        if (tok_is_name(t, "is")) return pfail(P, t->line, "you cannot chain multiple tests with is");
+        if (tok_is_name(t, "is"))
+            return pfail(P, t->line, "you cannot chain multiple tests with is");
         jnode *arg = parse_postfix(P, parse_primary(P));
         if (!arg) return NULL;
         n->list = jarena_alloc(P->tpl, sizeof(jnode *));
@@ -353,9 +358,9 @@ static jnode *parse_test(parser *P, jnode *in) {
     if (!finish(P, n)) return NULL;
     if (!negated) return n;
     jnode *not = node(P, JN_NOT, line);
-    if (!not) return NULL;
-    not->a = n;
-    return finish(P, not);
+    if (!not ) return NULL;
+    not ->a = n;
+    return finish(P, not );
 }
 
 static jnode *parse_subscribed(parser *P) {
@@ -370,7 +375,8 @@ static jnode *parse_subscribed(parser *P) {
     jnode *n = node(P, JN_SLICE, line);
     if (!n) return NULL;
     n->a = start;
-    if (!tok_is_op(cur(P), JOP_RBRACKET) && !tok_is_op(cur(P), JOP_COMMA) && !tok_is_op(cur(P), JOP_COLON)) {
+    if (!tok_is_op(cur(P), JOP_RBRACKET) && !tok_is_op(cur(P), JOP_COMMA) &&
+        !tok_is_op(cur(P), JOP_COLON)) {
         if (!(n->b = parse_expression(P, true))) return NULL;
     }
     if (tok_is_op(cur(P), JOP_COLON)) {
@@ -433,19 +439,26 @@ fail:
 
 static jnode *parse_postfix(parser *P, jnode *n) {
     while (n) {
-        if (tok_is_op(cur(P), JOP_DOT) || tok_is_op(cur(P), JOP_LBRACKET)) n = parse_subscript(P, n);
-        else if (tok_is_op(cur(P), JOP_LPAREN)) n = parse_call(P, n);
-        else break;
+        if (tok_is_op(cur(P), JOP_DOT) || tok_is_op(cur(P), JOP_LBRACKET))
+            n = parse_subscript(P, n);
+        else if (tok_is_op(cur(P), JOP_LPAREN))
+            n = parse_call(P, n);
+        else
+            break;
     }
     return n;
 }
 
 static jnode *parse_filter_expr(parser *P, jnode *n) {
     while (n) {
-        if (tok_is_op(cur(P), JOP_PIPE)) n = parse_filter(P, n, false);
-        else if (tok_is_name(cur(P), "is")) n = parse_test(P, n);
-        else if (tok_is_op(cur(P), JOP_LPAREN)) n = parse_call(P, n);
-        else break;
+        if (tok_is_op(cur(P), JOP_PIPE))
+            n = parse_filter(P, n, false);
+        else if (tok_is_name(cur(P), "is"))
+            n = parse_test(P, n);
+        else if (tok_is_op(cur(P), JOP_LPAREN))
+            n = parse_call(P, n);
+        else
+            break;
     }
     return n;
 }
@@ -466,7 +479,9 @@ static jnode *parse_list_or_dict(parser *P, bool dict) {
     }
     if (!expect_op(P, close)) goto fail;
     jnode *n = node(P, dict ? JN_DICT : JN_LIST, line);
-    if (!n || !vec_store(P, &keys, &n->list, &n->nlist) || !vec_store(P, &vals, &n->list2, &n->nlist2)) goto fail;
+    if (!n || !vec_store(P, &keys, &n->list, &n->nlist) ||
+        !vec_store(P, &vals, &n->list2, &n->nlist2))
+        goto fail;
     return finish(P, n);
 fail:
     free(keys.items);
@@ -480,9 +495,12 @@ static jnode *parse_primary(parser *P) {
     switch ((jtok_type)t->type) {
     case JT_NAME:
         if (!(n = node(P, JN_CONST, t->line))) return NULL;
-        if (tok_is_name(t, "true") || tok_is_name(t, "True")) n->value = jv_bool(true);
-        else if (tok_is_name(t, "false") || tok_is_name(t, "False")) n->value = jv_bool(false);
-        else if (tok_is_name(t, "none") || tok_is_name(t, "None")) n->value = jv_none();
+        if (tok_is_name(t, "true") || tok_is_name(t, "True"))
+            n->value = jv_bool(true);
+        else if (tok_is_name(t, "false") || tok_is_name(t, "False"))
+            n->value = jv_bool(false);
+        else if (tok_is_name(t, "none") || tok_is_name(t, "None"))
+            n->value = jv_none();
         else {
             n->kind = JN_NAME;
             if (!set_name(P, n, t->text, t->len)) return NULL;
@@ -538,7 +556,8 @@ static jnode *parse_unary_inner(parser *P, bool with_filter);
 /* Every nested expression passes through here: the guard keeps the parser's
  * own recursion bounded before any tree height can be measured. */
 static jnode *parse_unary(parser *P, bool with_filter) {
-    if (P->nesting >= JINJA_TREE_DEPTH_MAX) return pfail(P, cur(P)->line, "expression nested too deeply");
+    if (P->nesting >= JINJA_TREE_DEPTH_MAX)
+        return pfail(P, cur(P)->line, "expression nested too deeply");
     P->nesting++;
     jnode *n = parse_unary_inner(P, with_filter);
     P->nesting--;
@@ -583,8 +602,8 @@ static jnode *parse_pow(parser *P) {
 
 static jnode *parse_math2(parser *P) {
     jnode *left = parse_pow(P);
-    while (left && (tok_is_op(cur(P), JOP_MUL) || tok_is_op(cur(P), JOP_DIV) || tok_is_op(cur(P), JOP_FLOORDIV) ||
-                    tok_is_op(cur(P), JOP_MOD))) {
+    while (left && (tok_is_op(cur(P), JOP_MUL) || tok_is_op(cur(P), JOP_DIV) ||
+                    tok_is_op(cur(P), JOP_FLOORDIV) || tok_is_op(cur(P), JOP_MOD))) {
         int op = cur(P)->op;
         uint32_t line = cur(P)->line;
         advance(P);
@@ -633,8 +652,8 @@ static jnode *parse_compare(parser *P) {
     for (;;) {
         const jtok *t = cur(P);
         int op;
-        if (t->type == JT_OP && (t->op == JOP_EQ || t->op == JOP_NE || t->op == JOP_LT || t->op == JOP_LTEQ ||
-                                 t->op == JOP_GT || t->op == JOP_GTEQ)) {
+        if (t->type == JT_OP && (t->op == JOP_EQ || t->op == JOP_NE || t->op == JOP_LT ||
+                                 t->op == JOP_LTEQ || t->op == JOP_GT || t->op == JOP_GTEQ)) {
             op = t->op;
             advance(P);
         } else if (tok_is_name(t, "in")) {
@@ -668,7 +687,8 @@ static jnode *parse_compare(parser *P) {
 static jnode *parse_not(parser *P) {
     if (tok_is_name(cur(P), "not")) {
         uint32_t line = cur(P)->line;
-        if (P->nesting >= JINJA_TREE_DEPTH_MAX) return pfail(P, line, "expression nested too deeply");
+        if (P->nesting >= JINJA_TREE_DEPTH_MAX)
+            return pfail(P, line, "expression nested too deeply");
         advance(P);
         jnode *n = node(P, JN_NOT, line);
         P->nesting++;
@@ -734,7 +754,8 @@ static bool is_tuple_end(parser *P, const char *extra_end) {
     return extra_end && tok_is_name(t, extra_end);
 }
 
-static jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, const char *extra_end, bool explicit_parens) {
+static jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, const char *extra_end,
+                          bool explicit_parens) {
     uint32_t line = cur(P)->line;
     nodevec args = {0};
     bool is_tuple = false;
@@ -743,8 +764,10 @@ static jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, const 
         if (is_tuple_end(P, extra_end)) break;
         jnode *item = simplified ? parse_primary(P) : parse_expression(P, with_condexpr);
         if (!vec_push(P, &args, item)) goto fail;
-        if (tok_is_op(cur(P), JOP_COMMA)) is_tuple = true;
-        else break;
+        if (tok_is_op(cur(P), JOP_COMMA))
+            is_tuple = true;
+        else
+            break;
         line = cur(P)->line;
     }
     if (!is_tuple) {
@@ -777,7 +800,8 @@ static bool can_assign(const jnode *n) {
     return true;
 }
 
-static jnode *parse_assign_target(parser *P, bool with_namespace, bool name_only, const char *extra_end) {
+static jnode *parse_assign_target(parser *P, bool with_namespace, bool name_only,
+                                  const char *extra_end) {
     const jtok *t = cur(P);
     jnode *target;
     if (with_namespace && t->type == JT_NAME && tok_is_op(look(P), JOP_DOT)) {
@@ -836,7 +860,8 @@ static bool parse_signature(parser *P, jnode *n) {
         }
     }
     if (!expect_op(P, JOP_RPAREN)) goto fail;
-    return vec_store(P, &params, &n->list, &n->nlist) && vec_store(P, &defaults, &n->list2, &n->nlist2);
+    return vec_store(P, &params, &n->list, &n->nlist) &&
+           vec_store(P, &defaults, &n->list2, &n->nlist2);
 fail:
     free(params.items);
     free(defaults.items);
@@ -870,7 +895,8 @@ static jnode *parse_if(parser *P, uint32_t line) {
         break;
     }
     P->soft--;
-    if (!vec_store(P, &conds, &n->list, &n->nlist) || !vec_store(P, &bodies, &n->list2, &n->nlist2)) return NULL;
+    if (!vec_store(P, &conds, &n->list, &n->nlist) || !vec_store(P, &bodies, &n->list2, &n->nlist2))
+        return NULL;
     advance(P); /* endif */
     return finish(P, n);
 fail:
@@ -990,7 +1016,9 @@ static jnode *parse_with(parser *P, uint32_t line) {
         if (!expect_op(P, JOP_ASSIGN)) goto fail;
         if (!vec_push(P, &values, parse_expression(P, true))) goto fail;
     }
-    if (!vec_store(P, &targets, &n->list, &n->nlist) || !vec_store(P, &values, &n->list2, &n->nlist2)) return NULL;
+    if (!vec_store(P, &targets, &n->list, &n->nlist) ||
+        !vec_store(P, &values, &n->list2, &n->nlist2))
+        return NULL;
     static const char *const end[] = {"endwith", NULL};
     if (!(n->d = parse_body(P, end))) return NULL;
     advance(P);
@@ -1017,36 +1045,49 @@ static jnode *parse_statement(parser *P) {
     snprintf(name, sizeof name, "%.*s", (int)(t->len < 31 ? t->len : 31), t->text);
     advance(P);
     jnode *n = NULL;
-    if (!strcmp(name, "if")) n = parse_if(P, line);
-    else if (!strcmp(name, "for")) n = parse_for(P, line);
-    else if (!strcmp(name, "set")) n = parse_set(P, line);
-    else if (!strcmp(name, "macro")) n = parse_macro(P, line, false);
-    else if (!strcmp(name, "call")) n = parse_macro(P, line, true);
-    else if (!strcmp(name, "filter")) n = parse_filter_block(P, line);
-    else if (!strcmp(name, "with")) n = parse_with(P, line);
+    if (!strcmp(name, "if"))
+        n = parse_if(P, line);
+    else if (!strcmp(name, "for"))
+        n = parse_for(P, line);
+    else if (!strcmp(name, "set"))
+        n = parse_set(P, line);
+    else if (!strcmp(name, "macro"))
+        n = parse_macro(P, line, false);
+    else if (!strcmp(name, "call"))
+        n = parse_macro(P, line, true);
+    else if (!strcmp(name, "filter"))
+        n = parse_filter_block(P, line);
+    else if (!strcmp(name, "with"))
+        n = parse_with(P, line);
     else if (!strcmp(name, "print")) {
         nodevec items = {0};
         while (cur(P)->type != JT_BLOCK_END) {
             if (items.n && !expect_op(P, JOP_COMMA)) break;
             jnode *pr = node(P, JN_PRINT, cur(P)->line);
-            if (!pr || !(pr->a = parse_expression(P, true)) || !vec_push(P, &items, finish(P, pr))) break;
+            if (!pr || !(pr->a = parse_expression(P, true)) || !vec_push(P, &items, finish(P, pr)))
+                break;
         }
         if (!P->failed) {
             n = node(P, JN_BLOCK, line);
-            if (n && vec_store(P, &items, &n->list, &n->nlist)) n = finish(P, n);
-            else n = NULL;
+            if (n && vec_store(P, &items, &n->list, &n->nlist))
+                n = finish(P, n);
+            else
+                n = NULL;
         }
         free(items.items);
     } else if (!strcmp(name, "break") || !strcmp(name, "continue")) {
-        if (!P->loops) n = pfail(P, line, "'%s' outside of a loop", name);
-        else n = finish(P, node(P, name[0] == 'b' ? JN_BREAK : JN_CONTINUE, line));
+        if (!P->loops)
+            n = pfail(P, line, "'%s' outside of a loop", name);
+        else
+            n = finish(P, node(P, name[0] == 'b' ? JN_BREAK : JN_CONTINUE, line));
     } else if (!strcmp(name, "generation")) { /* transformers' AssistantTracker: renders its body */
         static const char *const end[] = {"endgeneration", NULL};
         n = parse_body(P, end);
         if (n) advance(P);
     } else if (!strcmp(name, "include") || !strcmp(name, "import") || !strcmp(name, "from") ||
                !strcmp(name, "extends") || !strcmp(name, "block")) {
-        n = pfail(P, line, "'%s' is not supported: a chat template cannot load other templates", name);
+        n = pfail(P, line, "'%s' is not supported: a chat template cannot load other templates",
+                  name);
     } else {
         n = pfail(P, line, "unknown tag '%s'", name);
     }
@@ -1110,8 +1151,8 @@ fail:
 lm_status jtemplate_compile(const char *src, size_t len, jtemplate **out, lm_error *err) {
     *out = NULL;
     if (len > JINJA_TEMPLATE_MAX_BYTES)
-        return lm_fail(err, LM_ERR_FORMAT, "chat template of %zu bytes exceeds the limit of %zu", len,
-                       JINJA_TEMPLATE_MAX_BYTES);
+        return lm_fail(err, LM_ERR_FORMAT, "chat template of %zu bytes exceeds the limit of %zu",
+                       len, JINJA_TEMPLATE_MAX_BYTES);
     jtokens tokens;
     lm_status st = jlex(src, len, &tokens, err);
     if (st) return st;
@@ -1125,7 +1166,8 @@ lm_status jtemplate_compile(const char *src, size_t len, jtemplate **out, lm_err
     jtokens_free(&tokens);
     if (!t->root) {
         jtemplate_free(t);
-        if (!P.failed) return lm_fail(err, LM_ERR_INTERNAL, "chat template: parser failed without a message");
+        if (!P.failed)
+            return lm_fail(err, LM_ERR_INTERNAL, "chat template: parser failed without a message");
         return err ? err->code : LM_ERR_FORMAT;
     }
     *out = t;

@@ -157,7 +157,9 @@ static bool repr_str(jctx *c, jbuf *b, const char *s, size_t n) {
     while (i < n) {
         size_t start = i;
         /* copy runs of plain bytes at once */
-        while (i < n && (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f && s[i] != '\\' && s[i] != quote) i++;
+        while (i < n && (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f && s[i] != '\\' &&
+               s[i] != quote)
+            i++;
         if (!jbuf_put(c, b, s + start, i - start)) return false;
         if (i >= n) break;
         uint32_t cp;
@@ -166,13 +168,20 @@ static bool repr_str(jctx *c, jbuf *b, const char *s, size_t n) {
         if (cp == '\\' || cp == (uint32_t)quote) {
             char esc[2] = {'\\', (char)cp};
             ok = jbuf_put(c, b, esc, 2);
-        } else if (cp == '\n') ok = jbuf_puts(c, b, "\\n");
-        else if (cp == '\r') ok = jbuf_puts(c, b, "\\r");
-        else if (cp == '\t') ok = jbuf_puts(c, b, "\\t");
-        else if (cp_printable(cp)) ok = jbuf_put(c, b, s + i, k);
-        else if (cp < 0x100) ok = jbuf_printf(c, b, "\\x%02x", cp);
-        else if (cp < 0x10000) ok = jbuf_printf(c, b, "\\u%04x", cp);
-        else ok = jbuf_printf(c, b, "\\U%08x", cp);
+        } else if (cp == '\n')
+            ok = jbuf_puts(c, b, "\\n");
+        else if (cp == '\r')
+            ok = jbuf_puts(c, b, "\\r");
+        else if (cp == '\t')
+            ok = jbuf_puts(c, b, "\\t");
+        else if (cp_printable(cp))
+            ok = jbuf_put(c, b, s + i, k);
+        else if (cp < 0x100)
+            ok = jbuf_printf(c, b, "\\x%02x", cp);
+        else if (cp < 0x10000)
+            ok = jbuf_printf(c, b, "\\u%04x", cp);
+        else
+            ok = jbuf_printf(c, b, "\\U%08x", cp);
         if (!ok) return false;
         i += k;
     }
@@ -191,7 +200,8 @@ static bool print_depth(jctx *c, jbuf *b, jv v, int depth, bool repr) {
     case JV_STR:
         if (!repr) return jbuf_put(c, b, jv_str(v)->data, jv_str(v)->len);
         if (jv_is_markup(v))
-            return jbuf_puts(c, b, "Markup(") && repr_str(c, b, jv_str(v)->data, jv_str(v)->len) && jbuf_puts(c, b, ")");
+            return jbuf_puts(c, b, "Markup(") && repr_str(c, b, jv_str(v)->data, jv_str(v)->len) &&
+                   jbuf_puts(c, b, ")");
         return repr_str(c, b, jv_str(v)->data, jv_str(v)->len);
     case JV_LIST:
     case JV_TUPLE: {
@@ -228,7 +238,9 @@ static bool print_depth(jctx *c, jbuf *b, jv v, int depth, bool repr) {
     return true;
 }
 
-static bool repr_depth(jctx *c, jbuf *b, jv v, int depth) { return print_depth(c, b, v, depth, true); }
+static bool repr_depth(jctx *c, jbuf *b, jv v, int depth) {
+    return print_depth(c, b, v, depth, true);
+}
 
 bool jv_print(jctx *c, jbuf *b, jv v) { return print_depth(c, b, v, 0, false); }
 bool jv_repr(jctx *c, jbuf *b, jv v) { return print_depth(c, b, v, 0, true); }
@@ -265,13 +277,34 @@ bool jjson_string(jctx *c, jbuf *b, const char *s, size_t n, bool ensure_ascii) 
         unsigned char ch = (unsigned char)s[i];
         bool ok;
         switch (ch) {
-        case '"': ok = jbuf_puts(c, b, "\\\""); i++; break;
-        case '\\': ok = jbuf_puts(c, b, "\\\\"); i++; break;
-        case '\n': ok = jbuf_puts(c, b, "\\n"); i++; break;
-        case '\r': ok = jbuf_puts(c, b, "\\r"); i++; break;
-        case '\t': ok = jbuf_puts(c, b, "\\t"); i++; break;
-        case '\b': ok = jbuf_puts(c, b, "\\b"); i++; break;
-        case '\f': ok = jbuf_puts(c, b, "\\f"); i++; break;
+        case '"':
+            ok = jbuf_puts(c, b, "\\\"");
+            i++;
+            break;
+        case '\\':
+            ok = jbuf_puts(c, b, "\\\\");
+            i++;
+            break;
+        case '\n':
+            ok = jbuf_puts(c, b, "\\n");
+            i++;
+            break;
+        case '\r':
+            ok = jbuf_puts(c, b, "\\r");
+            i++;
+            break;
+        case '\t':
+            ok = jbuf_puts(c, b, "\\t");
+            i++;
+            break;
+        case '\b':
+            ok = jbuf_puts(c, b, "\\b");
+            i++;
+            break;
+        case '\f':
+            ok = jbuf_puts(c, b, "\\f");
+            i++;
+            break;
         default:
             if (ch < 0x20) {
                 ok = jbuf_printf(c, b, "\\u%04x", ch);
@@ -281,7 +314,8 @@ bool jjson_string(jctx *c, jbuf *b, const char *s, size_t n, bool ensure_ascii) 
                 i += jutf8_decode((const unsigned char *)s + i, n - i, &cp);
                 if (cp >= 0x10000) {
                     uint32_t v = cp - 0x10000;
-                    ok = jbuf_printf(c, b, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+                    ok = jbuf_printf(c, b, "\\u%04x\\u%04x", 0xD800 + (v >> 10),
+                                     0xDC00 + (v & 0x3FF));
                 } else {
                     ok = jbuf_printf(c, b, "\\u%04x", cp);
                 }
@@ -314,9 +348,10 @@ static bool json_key(jctx *c, jbuf *b, jv k, const jjson_opts *o) {
     case JV_BOOL: return jbuf_puts(c, b, k.u.b ? "\"true\"" : "\"false\"");
     case JV_NONE: return jbuf_puts(c, b, "\"null\"");
     case JV_INT: return jbuf_printf(c, b, "\"%" PRId64 "\"", k.u.i);
-    case JV_FLOAT:
-        return jbuf_puts(c, b, "\"") && json_float(c, b, k.u.f) && jbuf_puts(c, b, "\"");
-    default: return jfail(c, LM_ERR_FORMAT, "keys must be str, int, float, bool or None, not %s", jv_type_name(k));
+    case JV_FLOAT: return jbuf_puts(c, b, "\"") && json_float(c, b, k.u.f) && jbuf_puts(c, b, "\"");
+    default:
+        return jfail(c, LM_ERR_FORMAT, "keys must be str, int, float, bool or None, not %s",
+                     jv_type_name(k));
     }
 }
 
@@ -338,7 +373,8 @@ static int cmp_keys(jv a, jv b, bool *bad) {
 }
 
 static bool json_value(jctx *c, jbuf *b, jv v, const jjson_opts *o, int level) {
-    if (level > PRINT_DEPTH_MAX) return jfail(c, LM_ERR_FORMAT, "value nested too deeply for tojson");
+    if (level > PRINT_DEPTH_MAX)
+        return jfail(c, LM_ERR_FORMAT, "value nested too deeply for tojson");
     switch ((jv_kind)v.kind) {
     case JV_NONE: return jbuf_puts(c, b, "null");
     case JV_BOOL: return jbuf_puts(c, b, v.u.b ? "true" : "false");
@@ -352,7 +388,8 @@ static bool json_value(jctx *c, jbuf *b, jv v, const jjson_opts *o, int level) {
         if (!jbuf_puts(c, b, "[")) return false;
         for (size_t i = 0; i < l->len; i++) {
             if (i && !jbuf_puts(c, b, o->item_sep)) return false;
-            if (!json_newline(c, b, o, level + 1) || !json_value(c, b, l->items[i], o, level + 1)) return false;
+            if (!json_newline(c, b, o, level + 1) || !json_value(c, b, l->items[i], o, level + 1))
+                return false;
         }
         return json_newline(c, b, o, level) && jbuf_puts(c, b, "]");
     }
@@ -374,7 +411,8 @@ static bool json_value(jctx *c, jbuf *b, jv v, const jjson_opts *o, int level) {
             }
             if (bad) {
                 free(order);
-                return jfail(c, LM_ERR_FORMAT, "tojson(sort_keys=true): keys of different types cannot be ordered");
+                return jfail(c, LM_ERR_FORMAT,
+                             "tojson(sort_keys=true): keys of different types cannot be ordered");
             }
         }
         bool ok = jbuf_puts(c, b, "{");
@@ -388,7 +426,8 @@ static bool json_value(jctx *c, jbuf *b, jv v, const jjson_opts *o, int level) {
         return ok && json_newline(c, b, o, level) && jbuf_puts(c, b, "}");
     }
     default:
-        return jfail(c, LM_ERR_FORMAT, "Object of type %s is not JSON serializable", jv_type_name(v));
+        return jfail(c, LM_ERR_FORMAT, "Object of type %s is not JSON serializable",
+                     jv_type_name(v));
     }
 }
 

@@ -30,11 +30,11 @@ void jfloat_repr(double x, char *buf, size_t size);
 typedef struct {
     bool ensure_ascii;
     bool sort_keys;
-    bool indent_set;           /* indent given (an int or a string) */
-    const char *indent;        /* indent text per level */
+    bool indent_set;    /* indent given (an int or a string) */
+    const char *indent; /* indent text per level */
     size_t indent_len;
-    const char *item_sep;      /* default ", " (or "," when indenting) */
-    const char *key_sep;       /* default ": " */
+    const char *item_sep; /* default ", " (or "," when indenting) */
+    const char *key_sep;  /* default ": " */
 } jjson_opts;
 
 void jjson_opts_default(jjson_opts *o);

@@ -21,16 +21,16 @@ typedef struct {
 } special_case;
 
 static const special_case special_cases[] = {
-    {0x00DF, "SS", "Ss", NULL},                    /* ß */
-    {0x0130, NULL, NULL, "i\xcc\x87"},             /* İ -> i + combining dot */
-    {0x0149, "\xca\xbcN", "\xca\xbcN", NULL},       /* ŉ */
-    {0x01F0, "J\xcc\x8c", "J\xcc\x8c", NULL},        /* ǰ */
+    {0x00DF, "SS", "Ss", NULL},                             /* ß */
+    {0x0130, NULL, NULL, "i\xcc\x87"},                      /* İ -> i + combining dot */
+    {0x0149, "\xca\xbcN", "\xca\xbcN", NULL},               /* ŉ */
+    {0x01F0, "J\xcc\x8c", "J\xcc\x8c", NULL},               /* ǰ */
     {0x0587, "\xd4\xb5\xd5\x92", "\xd4\xb5\xd6\x82", NULL}, /* և */
-    {0x1E96, "H\xcc\xb1", "H\xcc\xb1", NULL},        /* ẖ */
-    {0x1E97, "T\xcc\x88", "T\xcc\x88", NULL},        /* ẗ */
-    {0x1E98, "W\xcc\x8a", "W\xcc\x8a", NULL},        /* ẘ */
-    {0x1E99, "Y\xcc\x8a", "Y\xcc\x8a", NULL},        /* ẙ */
-    {0x1E9A, "A\xca\xbe", "A\xca\xbe", NULL},        /* ẚ */
+    {0x1E96, "H\xcc\xb1", "H\xcc\xb1", NULL},               /* ẖ */
+    {0x1E97, "T\xcc\x88", "T\xcc\x88", NULL},               /* ẗ */
+    {0x1E98, "W\xcc\x8a", "W\xcc\x8a", NULL},               /* ẘ */
+    {0x1E99, "Y\xcc\x8a", "Y\xcc\x8a", NULL},               /* ẙ */
+    {0x1E9A, "A\xca\xbe", "A\xca\xbe", NULL},               /* ẚ */
     {0xFB00, "FF", "Ff", NULL},
     {0xFB01, "FI", "Fi", NULL},
     {0xFB02, "FL", "Fl", NULL},
@@ -45,7 +45,9 @@ static const char *special_mapping(uint32_t cp, char which) {
     if (cp < 0xDF) return NULL;
     for (size_t i = 0; i < sizeof special_cases / sizeof special_cases[0]; i++)
         if (special_cases[i].cp == cp)
-            return which == 'u' ? special_cases[i].upper : which == 't' ? special_cases[i].title : special_cases[i].lower;
+            return which == 'u'   ? special_cases[i].upper
+                   : which == 't' ? special_cases[i].title
+                                  : special_cases[i].lower;
     return NULL;
 }
 
@@ -55,9 +57,13 @@ static bool cp_cased(uint32_t cp) {
 }
 
 /* ß has no simple upper case in Python (utf8proc maps it to ẞ) */
-static uint32_t cp_upper(uint32_t cp) { return cp == 0xDF ? cp : (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp); }
+static uint32_t cp_upper(uint32_t cp) {
+    return cp == 0xDF ? cp : (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp);
+}
 static uint32_t cp_lower(uint32_t cp) { return (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp); }
-static uint32_t cp_title(uint32_t cp) { return cp == 0xDF ? cp : (uint32_t)utf8proc_totitle((utf8proc_int32_t)cp); }
+static uint32_t cp_title(uint32_t cp) {
+    return cp == 0xDF ? cp : (uint32_t)utf8proc_totitle((utf8proc_int32_t)cp);
+}
 
 /* Jinja's title filter splits words at runs of -, whitespace, (, {, [ and <. */
 static bool jinja_word_break(uint32_t cp) {
@@ -66,18 +72,22 @@ static bool jinja_word_break(uint32_t cp) {
 
 bool jstr_case(jrt *rt, jv sv, int mode, jv *out) {
     jstr *s = jv_str(sv);
-    if (s->ncp == s->len && mode != CASE_JINJA_TITLE && mode != JM_TITLE) { /* ASCII: a byte at a time */
+    if (s->ncp == s->len && mode != CASE_JINJA_TITLE &&
+        mode != JM_TITLE) { /* ASCII: a byte at a time */
         if (!jctx_charge(&rt->c, 1 + s->len / 64)) return false;
         jstr *r;
         if (!jstr_alloc(&rt->c, s->len, &r)) return false;
         for (size_t i = 0; i < s->len; i++) {
             char c = s->data[i];
             bool lower = c >= 'a' && c <= 'z', upper = c >= 'A' && c <= 'Z';
-            bool to_upper = mode == JM_UPPER || (mode == JM_SWAPCASE && lower) || (mode == JM_CAPITALIZE && i == 0);
-            bool to_lower = mode == JM_LOWER || mode == JM_CASEFOLD || (mode == JM_SWAPCASE && upper) ||
-                            (mode == JM_CAPITALIZE && i > 0);
-            if (to_upper && lower) c = (char)(c - 32);
-            else if (to_lower && upper) c = (char)(c + 32);
+            bool to_upper = mode == JM_UPPER || (mode == JM_SWAPCASE && lower) ||
+                            (mode == JM_CAPITALIZE && i == 0);
+            bool to_lower = mode == JM_LOWER || mode == JM_CASEFOLD ||
+                            (mode == JM_SWAPCASE && upper) || (mode == JM_CAPITALIZE && i > 0);
+            if (to_upper && lower)
+                c = (char)(c - 32);
+            else if (to_lower && upper)
+                c = (char)(c + 32);
             r->data[i] = c;
         }
         r->ncp = s->len;
@@ -99,24 +109,34 @@ bool jstr_case(jrt *rt, jv sv, int mode, jv *out) {
         case JM_CASEFOLD: r = cp_lower(cp), which = 'l'; break;
         case JM_SWAPCASE: {
             utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
-            if (c == UTF8PROC_CATEGORY_LL) r = cp_upper(cp), which = 'u';
-            else if (c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LT) r = cp_lower(cp), which = 'l';
-            else r = cp;
+            if (c == UTF8PROC_CATEGORY_LL)
+                r = cp_upper(cp), which = 'u';
+            else if (c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LT)
+                r = cp_lower(cp), which = 'l';
+            else
+                r = cp;
             break;
         }
         case JM_CAPITALIZE:
-            if (first) r = cp_title(cp), which = 't';
-            else r = cp_lower(cp), which = 'l';
+            if (first)
+                r = cp_title(cp), which = 't';
+            else
+                r = cp_lower(cp), which = 'l';
             break;
         case JM_TITLE: /* Python str.title: a cased letter after an uncased one starts a word */
-            if (!cp_cased(cp)) r = cp;
-            else if (prev_cased) r = cp_lower(cp), which = 'l';
-            else r = cp_title(cp), which = 't';
+            if (!cp_cased(cp))
+                r = cp;
+            else if (prev_cased)
+                r = cp_lower(cp), which = 'l';
+            else
+                r = cp_title(cp), which = 't';
             prev_cased = cp_cased(cp);
             break;
         default: /* CASE_JINJA_TITLE: item[0].upper() + item[1:].lower() */
-            if (first) r = cp_upper(cp), which = 'u';
-            else r = cp_lower(cp), which = 'l';
+            if (first)
+                r = cp_upper(cp), which = 'u';
+            else
+                r = cp_lower(cp), which = 'l';
             prev_cased = jinja_word_break(cp);
             break;
         }
@@ -157,9 +177,11 @@ bool jstr_strip(jrt *rt, jv sv, jv chars, bool left, bool right, jv *out) {
     jstr *s = jv_str(sv);
     if (!jctx_charge(&rt->c, 1 + s->len / 16)) return false;
     jstr *set = NULL;
-    if (chars.kind == JV_STR) set = jv_str(chars);
+    if (chars.kind == JV_STR)
+        set = jv_str(chars);
     else if (chars.kind != JV_NONE)
-        return jfail(&rt->c, LM_ERR_INVALID, "strip arg must be None or str, not %s", jv_type_name(chars));
+        return jfail(&rt->c, LM_ERR_INVALID, "strip arg must be None or str, not %s",
+                     jv_type_name(chars));
     size_t start = 0, end = s->len, i = 0;
     bool seen = false;
     while (i < s->len) { /* one forward pass: first and last kept code points */
@@ -206,13 +228,16 @@ bool jstr_replace(jrt *rt, jv sv, jv oldv, jv newv, int64_t count, jv *out) {
     } else {
         size_t i = 0;
         while (ok && i <= s->len) {
-            const char *hit = (count < 0 || done < count) ? memmem(s->data + i, s->len - i, old->data, old->len) : NULL;
+            const char *hit = (count < 0 || done < count)
+                                  ? memmem(s->data + i, s->len - i, old->data, old->len)
+                                  : NULL;
             if (!hit) {
                 ok = jbuf_put(&rt->c, &b, s->data + i, s->len - i);
                 break;
             }
             size_t at = (size_t)(hit - s->data);
-            ok = jbuf_put(&rt->c, &b, s->data + i, at - i) && jbuf_put(&rt->c, &b, rep->data, rep->len);
+            ok = jbuf_put(&rt->c, &b, s->data + i, at - i) &&
+                 jbuf_put(&rt->c, &b, rep->data, rep->len);
             i = at + old->len;
             done++;
         }
@@ -301,7 +326,9 @@ bool jstr_split(jrt *rt, jv sv, jv sep, int64_t maxsplit, bool from_right, jv *o
         if (!from_right) {
             size_t i = 0;
             for (;;) {
-                const char *hit = (maxsplit < 0 || splits < maxsplit) ? memmem(s->data + i, s->len - i, d->data, d->len) : NULL;
+                const char *hit = (maxsplit < 0 || splits < maxsplit)
+                                      ? memmem(s->data + i, s->len - i, d->data, d->len)
+                                      : NULL;
                 if (!hit) {
                     ok = push_piece(rt, *out, s->data + i, s->len - i);
                     break;
@@ -360,7 +387,8 @@ static bool pad_text(jrt *rt, jbuf *b, const char *text, size_t len, int width, 
     return ok;
 }
 
-static bool format_percent_one(jrt *rt, jbuf *b, char conv, const char *flags, int width, int prec, jv v) {
+static bool format_percent_one(jrt *rt, jbuf *b, char conv, const char *flags, int width, int prec,
+                               jv v) {
     char spec[32], tmp[512];
     int n;
     bool left = strchr(flags, '-') != NULL;
@@ -389,16 +417,30 @@ static bool format_percent_one(jrt *rt, jbuf *b, char conv, const char *flags, i
     case 'X':
     case 'o': {
         int64_t i;
-        if (v.kind == JV_INT) i = v.u.i;
-        else if (v.kind == JV_BOOL) i = v.u.b;
-        else if (v.kind == JV_FLOAT && (conv == 'd' || conv == 'i') && isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) i = (int64_t)v.u.f;
-        else return jfail(&rt->c, LM_ERR_INVALID, "%%%c format: a real number is required, not %s", conv, jv_type_name(v));
-        snprintf(spec, sizeof spec, "%%%s%s%s%s", flags, width > 0 ? "*" : "", prec >= 0 ? ".*" : "",
-                 conv == 'x' ? PRIx64 : conv == 'X' ? PRIX64 : conv == 'o' ? PRIo64 : PRId64);
-        if (width > 0 && prec >= 0) n = snprintf(tmp, sizeof tmp, spec, width, prec, i);
-        else if (width > 0) n = snprintf(tmp, sizeof tmp, spec, width, i);
-        else if (prec >= 0) n = snprintf(tmp, sizeof tmp, spec, prec, i);
-        else n = snprintf(tmp, sizeof tmp, spec, i);
+        if (v.kind == JV_INT)
+            i = v.u.i;
+        else if (v.kind == JV_BOOL)
+            i = v.u.b;
+        else if (v.kind == JV_FLOAT && (conv == 'd' || conv == 'i') && isfinite(v.u.f) &&
+                 fabs(v.u.f) < 9.2e18)
+            i = (int64_t)v.u.f;
+        else
+            return jfail(&rt->c, LM_ERR_INVALID, "%%%c format: a real number is required, not %s",
+                         conv, jv_type_name(v));
+        snprintf(spec, sizeof spec, "%%%s%s%s%s", flags, width > 0 ? "*" : "",
+                 prec >= 0 ? ".*" : "",
+                 conv == 'x'   ? PRIx64
+                 : conv == 'X' ? PRIX64
+                 : conv == 'o' ? PRIo64
+                               : PRId64);
+        if (width > 0 && prec >= 0)
+            n = snprintf(tmp, sizeof tmp, spec, width, prec, i);
+        else if (width > 0)
+            n = snprintf(tmp, sizeof tmp, spec, width, i);
+        else if (prec >= 0)
+            n = snprintf(tmp, sizeof tmp, spec, prec, i);
+        else
+            n = snprintf(tmp, sizeof tmp, spec, i);
         break;
     }
     case 'f':
@@ -407,14 +449,16 @@ static bool format_percent_one(jrt *rt, jbuf *b, char conv, const char *flags, i
     case 'E':
     case 'g':
     case 'G': {
-        if (!jv_is_num(v)) return jfail(&rt->c, LM_ERR_INVALID, "must be real number, not %s", jv_type_name(v));
+        if (!jv_is_num(v))
+            return jfail(&rt->c, LM_ERR_INVALID, "must be real number, not %s", jv_type_name(v));
         double d = v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b;
         snprintf(spec, sizeof spec, "%%%s*.*%c", flags, conv);
         n = snprintf(tmp, sizeof tmp, spec, width > 0 ? width : 0, prec >= 0 ? prec : 6, d);
         break;
     }
     case 'c': {
-        if (v.kind == JV_STR && jv_str(v)->ncp == 1) return pad_text(rt, b, jv_str(v)->data, jv_str(v)->len, width, left);
+        if (v.kind == JV_STR && jv_str(v)->ncp == 1)
+            return pad_text(rt, b, jv_str(v)->data, jv_str(v)->len, width, left);
         if (v.kind != JV_INT || v.u.i < 0 || v.u.i > 0x10FFFF)
             return jfail(&rt->c, LM_ERR_INVALID, "%%c requires an int or a single character");
         char enc[4];
@@ -452,13 +496,15 @@ bool jstr_percent(jrt *rt, jv fmtv, jv args, jv *out) {
         if (i < fmt->len && fmt->data[i] == '(') { /* %(name)s */
             const char *close = memchr(fmt->data + i, ')', fmt->len - i);
             if (!close || args.kind != JV_DICT) {
-                ok = jfail(&rt->c, LM_ERR_INVALID, close ? "format requires a mapping" : "incomplete format key");
+                ok = jfail(&rt->c, LM_ERR_INVALID,
+                           close ? "format requires a mapping" : "incomplete format key");
                 break;
             }
-            jv *found = jdict_get_str(jv_dict(args), fmt->data + i + 1, (size_t)(close - fmt->data) - i - 1);
+            jv *found = jdict_get_str(jv_dict(args), fmt->data + i + 1,
+                                      (size_t)(close - fmt->data) - i - 1);
             if (!found) {
-                ok = jfail(&rt->c, LM_ERR_INVALID, "format key '%.*s' not found", (int)((size_t)(close - fmt->data) - i - 1),
-                           fmt->data + i + 1);
+                ok = jfail(&rt->c, LM_ERR_INVALID, "format key '%.*s' not found",
+                           (int)((size_t)(close - fmt->data) - i - 1), fmt->data + i + 1);
                 break;
             }
             value = *found;
@@ -467,14 +513,17 @@ bool jstr_percent(jrt *rt, jv fmtv, jv args, jv *out) {
         }
         char flags[8];
         size_t nf = 0;
-        while (i < fmt->len && strchr("-+ #0", fmt->data[i]) && nf < sizeof flags - 1) flags[nf++] = fmt->data[i++];
+        while (i < fmt->len && strchr("-+ #0", fmt->data[i]) && nf < sizeof flags - 1)
+            flags[nf++] = fmt->data[i++];
         flags[nf] = 0;
         int width = 0, prec = -1;
-        while (i < fmt->len && fmt->data[i] >= '0' && fmt->data[i] <= '9' && width < 10000) width = width * 10 + (fmt->data[i++] - '0');
+        while (i < fmt->len && fmt->data[i] >= '0' && fmt->data[i] <= '9' && width < 10000)
+            width = width * 10 + (fmt->data[i++] - '0');
         if (i < fmt->len && fmt->data[i] == '.') {
             i++;
             prec = 0;
-            while (i < fmt->len && fmt->data[i] >= '0' && fmt->data[i] <= '9' && prec < 10000) prec = prec * 10 + (fmt->data[i++] - '0');
+            while (i < fmt->len && fmt->data[i] >= '0' && fmt->data[i] <= '9' && prec < 10000)
+                prec = prec * 10 + (fmt->data[i++] - '0');
         }
         if (i >= fmt->len) {
             ok = jfail(&rt->c, LM_ERR_INVALID, "incomplete format");
@@ -489,7 +538,8 @@ bool jstr_percent(jrt *rt, jv fmtv, jv args, jv *out) {
             if (next >= nitems) {
                 ok = jfail(&rt->c, LM_ERR_INVALID, "not enough arguments for format string");
                 break;
-            } else value = items[next++];
+            } else
+                value = items[next++];
         }
         ok = format_percent_one(rt, &b, conv, flags, width, prec, value);
     }

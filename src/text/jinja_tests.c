@@ -53,7 +53,8 @@ static int test_arity(int id) {
 
 static bool run_test(jrt *rt, int id, const char *name, jv v, jv *args, size_t nargs, bool *r) {
     if (nargs > (size_t)test_arity(id))
-        return jfail(&rt->c, LM_ERR_INVALID, "test '%s' takes %d argument(s), %zu given", name, test_arity(id), nargs);
+        return jfail(&rt->c, LM_ERR_INVALID, "test '%s' takes %d argument(s), %zu given", name,
+                     test_arity(id), nargs);
     switch ((jtest_id)id) {
     case JTS_DEFINED: *r = v.kind != JV_UNDEFINED; return true;
     case JTS_UNDEFINED: *r = v.kind == JV_UNDEFINED; return true;
@@ -67,11 +68,15 @@ static bool run_test(jrt *rt, int id, const char *name, jv v, jv *args, size_t n
     case JTS_STRING: *r = v.kind == JV_STR; return true;
     case JTS_MAPPING: *r = v.kind == JV_DICT; return true;
     case JTS_ITERABLE:
-        *r = v.kind == JV_STR || jv_is_seq(v) || v.kind == JV_DICT || v.kind == JV_UNDEFINED || v.kind == JV_LOOP;
+        *r = v.kind == JV_STR || jv_is_seq(v) || v.kind == JV_DICT || v.kind == JV_UNDEFINED ||
+             v.kind == JV_LOOP;
         return true;
-    case JTS_SEQUENCE: *r = v.kind == JV_STR || jv_is_seq(v) || v.kind == JV_DICT || v.kind == JV_UNDEFINED; return true;
+    case JTS_SEQUENCE:
+        *r = v.kind == JV_STR || jv_is_seq(v) || v.kind == JV_DICT || v.kind == JV_UNDEFINED;
+        return true;
     case JTS_CALLABLE:
-        *r = v.kind == JV_MACRO || v.kind == JV_METHOD || v.kind == JV_BUILTIN || v.kind == JV_UNDEFINED;
+        *r = v.kind == JV_MACRO || v.kind == JV_METHOD || v.kind == JV_BUILTIN ||
+             v.kind == JV_UNDEFINED;
         return true;
     case JTS_ESCAPED: *r = false; return true;
     case JTS_LOWER: return case_test(rt, v, true, r);
@@ -79,12 +84,17 @@ static bool run_test(jrt *rt, int id, const char *name, jv v, jv *args, size_t n
     case JTS_EVEN:
     case JTS_ODD:
     case JTS_DIVISIBLEBY: {
-        jv divisor = id == JTS_DIVISIBLEBY ? (need_arg(rt, nargs, name) ? args[0] : jv_undef(NULL)) : jv_int(2);
+        jv divisor = id == JTS_DIVISIBLEBY ? (need_arg(rt, nargs, name) ? args[0] : jv_undef(NULL))
+                                           : jv_int(2);
         if (rt->c.failed) return false;
         jv rem;
         if (!jbinop(rt, JOP_MOD, v, divisor, &rem)) return false;
-        bool zero = rem.kind == JV_FLOAT ? rem.u.f == 0.0 : rem.kind == JV_INT ? rem.u.i == 0 : false;
-        bool one = rem.kind == JV_FLOAT ? rem.u.f == 1.0 : rem.kind == JV_INT ? rem.u.i == 1 : false;
+        bool zero = rem.kind == JV_FLOAT ? rem.u.f == 0.0
+                    : rem.kind == JV_INT ? rem.u.i == 0
+                                         : false;
+        bool one = rem.kind == JV_FLOAT ? rem.u.f == 1.0
+                   : rem.kind == JV_INT ? rem.u.i == 1
+                                        : false;
         jv_release(&rt->c, rem);
         *r = id == JTS_ODD ? one : zero;
         return true;
@@ -99,9 +109,12 @@ static bool run_test(jrt *rt, int id, const char *name, jv v, jv *args, size_t n
     case JTS_SAMEAS: {
         if (!need_arg(rt, nargs, name)) return false;
         jv o = args[0];
-        if (v.kind != o.kind) *r = false;
-        else if (jv_is_obj(v)) *r = v.u.o == o.u.o;
-        else *r = jv_equal(v, o);
+        if (v.kind != o.kind)
+            *r = false;
+        else if (jv_is_obj(v))
+            *r = v.u.o == o.u.o;
+        else
+            *r = jv_equal(v, o);
         return true;
     }
     case JTS_FILTER:

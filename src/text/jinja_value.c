@@ -60,7 +60,8 @@ bool jctx_charge(jctx *c, uint64_t n) {
                      (unsigned long long)c->max_steps);
     if (c->deadline_ns && c->steps >= c->next_clock_check) {
         c->next_clock_check = c->steps + 65536;
-        if (monotonic_ns() > c->deadline_ns) return jfail(c, LM_ERR_INVALID, "the template ran past its time limit");
+        if (monotonic_ns() > c->deadline_ns)
+            return jfail(c, LM_ERR_INVALID, "the template ran past its time limit");
     }
     return true;
 }
@@ -372,7 +373,8 @@ static void dict_index_insert(jdict *d, size_t entry) {
 }
 
 static bool dict_reindex(jctx *c, jdict *d, size_t nslots) {
-    if (!jobj_charge(c, &d->h, d->nslots * sizeof(uint32_t), nslots * sizeof(uint32_t))) return false;
+    if (!jobj_charge(c, &d->h, d->nslots * sizeof(uint32_t), nslots * sizeof(uint32_t)))
+        return false;
     uint32_t *slots = calloc(nslots, sizeof(uint32_t));
     if (!slots) {
         jobj_charge(c, &d->h, nslots * sizeof(uint32_t), d->nslots * sizeof(uint32_t));
@@ -460,7 +462,8 @@ bool jdict_set(jctx *c, jdict *d, jv key, jv val) {
         if (d->len * 2 > d->nslots) {
             size_t nslots = 32;
             while (nslots < d->len * 4) nslots *= 2;
-            if (!dict_reindex(c, d, nslots)) return false; /* entry stays, unindexed dict is still valid */
+            if (!dict_reindex(c, d, nslots))
+                return false; /* entry stays, unindexed dict is still valid */
         } else {
             dict_index_insert(d, d->len - 1);
         }
@@ -479,7 +482,8 @@ bool jv_new_method(jctx *c, jv self, int id, jv *out) {
     return true;
 }
 
-bool jv_new_macro(jctx *c, const struct jnode *node, const char *name, jscope *closure, jv caller, jv *out) {
+bool jv_new_macro(jctx *c, const struct jnode *node, const char *name, jscope *closure, jv caller,
+                  jv *out) {
     jmacro *m = jobj_alloc(c, sizeof(jmacro), JO_MACRO);
     if (!m) return false;
     m->node = node;
@@ -516,13 +520,15 @@ bool jscope_new(jctx *c, jscope *parent, jscope **out) {
 jv *jscope_lookup(jscope *s, const char *name, size_t len) {
     for (; s; s = s->parent)
         for (size_t i = s->len; i-- > 0;)
-            if (s->names[i]->len == len && memcmp(s->names[i]->data, name, len) == 0) return &s->vals[i];
+            if (s->names[i]->len == len && memcmp(s->names[i]->data, name, len) == 0)
+                return &s->vals[i];
     return NULL;
 }
 
 bool jscope_set(jctx *c, jscope *s, jstr *name, jv val) {
     for (size_t i = 0; i < s->len; i++)
-        if (s->names[i]->len == name->len && memcmp(s->names[i]->data, name->data, name->len) == 0) {
+        if (s->names[i]->len == name->len &&
+            memcmp(s->names[i]->data, name->data, name->len) == 0) {
             jv old = s->vals[i];
             s->vals[i] = val;
             jv_release(c, old);
@@ -534,7 +540,8 @@ bool jscope_set(jctx *c, jscope *s, jstr *name, jv val) {
             jv_release(c, val);
             return jfail(c, LM_ERR_NOMEM, "too many variables");
         }
-        if (!jobj_charge(c, &s->h, s->cap * (sizeof(jv) + sizeof(jstr *)), cap * (sizeof(jv) + sizeof(jstr *)))) {
+        if (!jobj_charge(c, &s->h, s->cap * (sizeof(jv) + sizeof(jstr *)),
+                         cap * (sizeof(jv) + sizeof(jstr *)))) {
             jv_release(c, val);
             return false;
         }
@@ -594,7 +601,8 @@ static bool equal_depth(jv a, jv b, int depth) {
     case JV_UNDEFINED:
     case JV_NONE: return true;
     case JV_STR:
-        return jv_str(a)->len == jv_str(b)->len && memcmp(jv_str(a)->data, jv_str(b)->data, jv_str(a)->len) == 0;
+        return jv_str(a)->len == jv_str(b)->len &&
+               memcmp(jv_str(a)->data, jv_str(b)->data, jv_str(a)->len) == 0;
     case JV_LIST:
     case JV_TUPLE: {
         jlist *x = jv_list(a), *y = jv_list(b);
@@ -649,10 +657,14 @@ size_t jutf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
     }
     size_t len;
     uint32_t v, min;
-    if ((c0 & 0xE0) == 0xC0) len = 2, v = c0 & 0x1F, min = 0x80;
-    else if ((c0 & 0xF0) == 0xE0) len = 3, v = c0 & 0x0F, min = 0x800;
-    else if ((c0 & 0xF8) == 0xF0) len = 4, v = c0 & 0x07, min = 0x10000;
-    else goto invalid;
+    if ((c0 & 0xE0) == 0xC0)
+        len = 2, v = c0 & 0x1F, min = 0x80;
+    else if ((c0 & 0xF0) == 0xE0)
+        len = 3, v = c0 & 0x0F, min = 0x800;
+    else if ((c0 & 0xF8) == 0xF0)
+        len = 4, v = c0 & 0x07, min = 0x10000;
+    else
+        goto invalid;
     if (len > n) goto invalid;
     for (size_t i = 1; i < len; i++) {
         if ((s[i] & 0xC0) != 0x80) goto invalid;
@@ -732,8 +744,8 @@ bool jutf8_valid(const char *s, size_t n) {
 
 bool jcp_isspace(uint32_t cp) {
     if (cp < 0x80) return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20);
-    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 size_t jutf8_space_len(const char *s, size_t n) {

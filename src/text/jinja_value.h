@@ -29,13 +29,13 @@ typedef enum {
     JV_FLOAT,
     JV_STR,
     JV_LIST,
-    JV_TUPLE,     /* a jlist that prints as (a, b) */
+    JV_TUPLE, /* a jlist that prints as (a, b) */
     JV_DICT,
     JV_NAMESPACE, /* a jdict of attributes made by namespace() */
     JV_MACRO,
-    JV_METHOD,    /* a bound method: "abc".upper, d.items, loop.cycle */
-    JV_BUILTIN,   /* a global function: range, namespace, raise_exception... */
-    JV_LOOP,      /* the `loop` variable of a for loop */
+    JV_METHOD,  /* a bound method: "abc".upper, d.items, loop.cycle */
+    JV_BUILTIN, /* a global function: range, namespace, raise_exception... */
+    JV_LOOP,    /* the `loop` variable of a for loop */
 } jv_kind;
 
 typedef enum { JO_STR, JO_LIST, JO_DICT, JO_MACRO, JO_METHOD, JO_LOOP, JO_SCOPE } jobj_type;
@@ -94,10 +94,10 @@ struct jscope;
 
 typedef struct jmacro {
     jobj h;
-    const struct jnode *node;  /* JN_MACRO or JN_CALLBLOCK */
-    const char *name;          /* immortal: "caller" for call blocks */
-    struct jscope *closure;    /* the scope it was defined in (retained) */
-    jv caller;                 /* for a macro invoked by {% call %}: none otherwise */
+    const struct jnode *node; /* JN_MACRO or JN_CALLBLOCK */
+    const char *name;         /* immortal: "caller" for call blocks */
+    struct jscope *closure;   /* the scope it was defined in (retained) */
+    jv caller;                /* for a macro invoked by {% call %}: none otherwise */
 } jmacro;
 
 typedef struct jmethod {
@@ -123,16 +123,17 @@ typedef struct jscope {
 
 /* Limits and error state shared by everything that runs during one render. */
 typedef struct jctx {
-    jobj live;          /* sentinel of the live-object list */
-    size_t bytes;       /* bytes held by live objects */
-    size_t max_bytes;   /* memory budget for values */
-    size_t max_string;  /* bound on any one string (the output bound) */
-    size_t max_items;   /* bound on one list or dict */
-    uint32_t line;      /* template line being evaluated, for messages */
-    uint64_t steps;     /* work done: evaluation steps plus bytes allocated or copied / 256 */
+    jobj live;         /* sentinel of the live-object list */
+    size_t bytes;      /* bytes held by live objects */
+    size_t max_bytes;  /* memory budget for values */
+    size_t max_string; /* bound on any one string (the output bound) */
+    size_t max_items;  /* bound on one list or dict */
+    uint32_t line;     /* template line being evaluated, for messages */
+    uint64_t steps;    /* work done: evaluation steps plus bytes allocated or copied / 256 */
     uint64_t max_steps;
     uint64_t next_clock_check; /* steps at which the wall clock is read next */
-    int64_t deadline_ns;       /* CLOCK_MONOTONIC deadline, 0 = none: a safety net for work the steps miss */
+    int64_t
+        deadline_ns; /* CLOCK_MONOTONIC deadline, 0 = none: a safety net for work the steps miss */
     lm_error *err;
     bool failed;
 } jctx;
@@ -143,21 +144,52 @@ void jctx_sweep(jctx *c);
 /* Fails with "chat template line N: ..." and returns false. */
 bool jfail(jctx *c, lm_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Fails with the message as given (no line: errors in the context data). */
-bool jfail_plain(jctx *c, lm_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+bool jfail_plain(jctx *c, lm_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static inline jv jv_undef(const char *name) { jv v = {.kind = JV_UNDEFINED}; v.u.name = name; return v; }
+static inline jv jv_undef(const char *name) {
+    jv v = {.kind = JV_UNDEFINED};
+    v.u.name = name;
+    return v;
+}
 /* The undefined result of obj.name when obj has no such attribute. */
 static inline jv jv_undef_attr(jv obj, const char *name) {
     jv v = jv_undef(name);
     v.aux = (uint8_t)(1 + obj.kind);
     return v;
 }
-static inline jv jv_none(void) { jv v = {.kind = JV_NONE}; v.u.i = 0; return v; }
-static inline jv jv_bool(bool b) { jv v = {.kind = JV_BOOL}; v.u.i = 0; v.u.b = b; return v; }
-static inline jv jv_int(int64_t i) { jv v = {.kind = JV_INT}; v.u.i = i; return v; }
-static inline jv jv_float(double f) { jv v = {.kind = JV_FLOAT}; v.u.f = f; return v; }
-static inline jv jv_obj(jv_kind k, void *o) { jv v = {.kind = (uint8_t)k}; v.u.o = (jobj *)o; return v; }
-static inline jv jv_builtin(int id) { jv v = {.kind = JV_BUILTIN}; v.u.i = 0; v.u.builtin = id; return v; }
+static inline jv jv_none(void) {
+    jv v = {.kind = JV_NONE};
+    v.u.i = 0;
+    return v;
+}
+static inline jv jv_bool(bool b) {
+    jv v = {.kind = JV_BOOL};
+    v.u.i = 0;
+    v.u.b = b;
+    return v;
+}
+static inline jv jv_int(int64_t i) {
+    jv v = {.kind = JV_INT};
+    v.u.i = i;
+    return v;
+}
+static inline jv jv_float(double f) {
+    jv v = {.kind = JV_FLOAT};
+    v.u.f = f;
+    return v;
+}
+static inline jv jv_obj(jv_kind k, void *o) {
+    jv v = {.kind = (uint8_t)k};
+    v.u.o = (jobj *)o;
+    return v;
+}
+static inline jv jv_builtin(int id) {
+    jv v = {.kind = JV_BUILTIN};
+    v.u.i = 0;
+    v.u.builtin = id;
+    return v;
+}
 
 static inline bool jv_is_markup(jv v) { return v.kind == JV_STR && (v.aux & JV_MARKUP); }
 static inline jv jv_as_markup(jv v) {
@@ -169,7 +201,9 @@ static inline jstr *jv_str(jv v) { return (jstr *)v.u.o; }
 static inline jlist *jv_list(jv v) { return (jlist *)v.u.o; }
 static inline jdict *jv_dict(jv v) { return (jdict *)v.u.o; }
 static inline bool jv_is_seq(jv v) { return v.kind == JV_LIST || v.kind == JV_TUPLE; }
-static inline bool jv_is_num(jv v) { return v.kind == JV_INT || v.kind == JV_FLOAT || v.kind == JV_BOOL; }
+static inline bool jv_is_num(jv v) {
+    return v.kind == JV_INT || v.kind == JV_FLOAT || v.kind == JV_BOOL;
+}
 
 static inline jv jv_retain(jv v) {
     if (jv_is_obj(v) && v.u.o->refs != JOBJ_IMMORTAL) v.u.o->refs++;
@@ -183,7 +217,8 @@ bool jv_new_str(jctx *c, const char *s, size_t len, jv *out);
 bool jv_new_list(jctx *c, jv_kind kind, size_t cap, jv *out);
 bool jv_new_dict(jctx *c, jv_kind kind, jv *out);
 bool jv_new_method(jctx *c, jv self, int id, jv *out);
-bool jv_new_macro(jctx *c, const struct jnode *node, const char *name, jscope *closure, jv caller, jv *out);
+bool jv_new_macro(jctx *c, const struct jnode *node, const char *name, jscope *closure, jv caller,
+                  jv *out);
 /* A loop object over items (a list, retained). */
 bool jv_new_loop(jctx *c, jv items, jv *out);
 /* Appends, taking ownership of item (released on failure). */
