@@ -225,6 +225,11 @@ FEATURES = [
     ("empty_containers", "{{ [] }}{{ {} }}{{ () }}{{ ''|length }}", {}),
     ("tuple_unpack_items", "{% for a, b in [[1, 2], (3, 4)] %}{{ a }}{{ b }}{% endfor %}{% for a, b in ['xy'] %}{{ a }}{{ b }}{% endfor %}", {}),
     ("tests_callable_sameas", "{{ range is callable }}{{ none is sameas none }}{{ 'x' is filter }}{{ 'upper' is filter }}{{ 'odd' is test }}", {}),
+    ("recursive_loop", "{% for x in tree recursive %}[{{ loop.depth }}{{ x.n }}{{ loop(x.c) }}]{% endfor %}|"
+     "{% for x in tree if x.c recursive %}{{ x.n }}{{ loop.length }}{% if x.c %}<{{ loop(x.c) }}>{% endif %}{% else %}E{% endfor %}",
+     {"tree": [{"n": "a", "c": [{"n": "b", "c": []}, {"n": "c", "c": [{"n": "d", "c": []}]}]}, {"n": "e", "c": []}]}),
+    ("loop_changed", "{% for x in [1, 1, 2, 3, 3, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}", {}),
+    ("err_loop_not_recursive", "{% for x in [1] %}{{ loop([2]) }}{% endfor %}", {}),
     ("loop_changed_depth", "{% for x in [1] %}{{ loop.depth }}{{ loop.depth0 }}{% endfor %}", {}),
     # errors: both sides must fail
     ("err_raise", "{{ raise_exception('bad input') }}", {}),

@@ -134,6 +134,7 @@ typedef enum {
     /* list (index and count share the str ids) */
     /* loop */
     JM_LOOP_CYCLE,
+    JM_LOOP_CHANGED,
     /* methods that would mutate a value: the immutable sandbox refuses them */
     JM_UNSAFE,
 } jmethod_id;

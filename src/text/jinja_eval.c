@@ -331,6 +331,7 @@ static bool call_value(jrt *rt, jv callee, jargs *a, jv *out) {
     }
     case JV_MACRO: return jcall_macro(rt, (jmacro *)callee.u.o, a, jv_none(), out);
     case JV_BUILTIN: return jbuiltin_call(rt, callee.u.builtin, a, out);
+    case JV_LOOP: return jloop_call(rt, (jloop *)callee.u.o, a, out);
     case JV_UNDEFINED: return jcheck_defined(rt, callee);
     default:
         return jfail(&rt->c, LM_ERR_INVALID, "'%s' object is not callable", jv_type_name(callee));

@@ -96,6 +96,8 @@ bool jtest_apply(jrt *rt, jscope *s, const jnode *t, jv input, bool *result);
 bool jtest_by_name(jrt *rt, const char *name, jv input, jv *extra, size_t nextra, bool *result);
 bool jmethod_call(jrt *rt, jv self, int id, jargs *a, jv *out);
 bool jbuiltin_call(jrt *rt, int id, jargs *a, jv *out);
+/* loop(items) in a recursive for loop: the body rendered for items, one level deeper. */
+bool jloop_call(jrt *rt, jloop *l, jargs *a, jv *out);
 /* The attribute of a loop object (index, first...); false when unknown. */
 bool jloop_attr(jrt *rt, jloop *l, const char *name, jv *out, bool *found);
 

@@ -79,13 +79,13 @@ static bool assign(jrt *rt, jscope *s, const jnode *target, jv value) {
     return ok;
 }
 
-static bool exec_for(jrt *rt, jscope *s, const jnode *n) {
-    jv iterable, items;
-    if (!jeval(rt, s, n->b, &iterable)) return false;
+/* Runs a for loop's body over an iterable (the loop's own iterable, or the
+ * argument of loop(...) in a recursive loop, at depth + 1). */
+static bool run_loop(jrt *rt, jscope *s, const jnode *n, jv iterable, int depth) {
+    jv items;
     rt->c.line = n->line;
-    bool ok = jiterate(rt, iterable, &items);
-    jv_release(&rt->c, iterable);
-    if (!ok) return false;
+    if (!jiterate(rt, iterable, &items)) return false;
+    bool ok = true;
     if (n->c) { /* `for x in xs if cond`: filter first, so loop.length counts what remains */
         jv kept;
         if (!jv_new_list(&rt->c, JV_LIST, 0, &kept)) goto fail_items;
@@ -109,9 +109,8 @@ static bool exec_for(jrt *rt, jscope *s, const jnode *n) {
         items = kept;
     }
     jv loop;
-    if (!jv_new_loop(&rt->c, items, &loop)) goto fail_items;
+    if (!jv_new_loop(&rt->c, items, n, s, depth, &loop)) goto fail_items;
     jlist *l = jv_list(items);
-    ok = true;
     for (size_t i = 0; i < l->len; i++) {
         if (++rt->iterations > rt->limits.max_loop_iterations) {
             rt->c.line = n->line;
@@ -143,6 +142,33 @@ static bool exec_for(jrt *rt, jscope *s, const jnode *n) {
 fail_items:
     jv_release(&rt->c, items);
     return false;
+}
+
+static bool exec_for(jrt *rt, jscope *s, const jnode *n) {
+    jv iterable;
+    if (!jeval(rt, s, n->b, &iterable)) return false;
+    bool ok = run_loop(rt, s, n, iterable, 1);
+    jv_release(&rt->c, iterable);
+    return ok;
+}
+
+bool jloop_call(jrt *rt, jloop *l, jargs *a, jv *out) {
+    if (!l->node || !l->node->flag)
+        return jfail(&rt->c, LM_ERR_INVALID, "the loop is not recursive: it cannot be called");
+    if (a->npos != 1 || a->nkw)
+        return jfail(&rt->c, LM_ERR_INVALID, "loop() takes exactly one iterable");
+    if (rt->macro_depth >= rt->limits.max_macro_depth)
+        return jfail(&rt->c, LM_ERR_INVALID, "recursive loop nested deeper than %d",
+                     rt->limits.max_macro_depth);
+    jbuf buf = {0}, *saved = rt->out;
+    rt->out = &buf;
+    rt->macro_depth++;
+    bool ok = run_loop(rt, l->scope, l->node, a->pos[0], l->depth + 1);
+    rt->macro_depth--;
+    rt->out = saved;
+    ok = ok && jbuf_take_str(&rt->c, &buf, out);
+    jbuf_free(&buf);
+    return ok;
 }
 
 bool jcall_macro(jrt *rt, jmacro *m, jargs *a, jv caller, jv *out) {

@@ -601,6 +601,18 @@ bool jmethod_call(jrt *rt, jv self, int id, jargs *a, jv *out) {
         }
         }
     }
+    if (self.kind == JV_LOOP && id == JM_LOOP_CHANGED) { /* true when the arguments differ from the last call */
+        jloop *l = (jloop *)self.u.o;
+        jv now;
+        if (!jv_new_list(&rt->c, JV_TUPLE, a->npos, &now)) return false;
+        for (size_t i = 0; i < a->npos; i++)
+            if (!jlist_push(&rt->c, jv_list(now), jv_retain(a->pos[i]))) return false;
+        bool changed = !jv_equal(now, l->last_changed);
+        jv_release(&rt->c, l->last_changed);
+        l->last_changed = now;
+        *out = jv_bool(changed);
+        return true;
+    }
     if (self.kind == JV_LOOP && id == JM_LOOP_CYCLE) {
         if (!a->npos) return jfail(&rt->c, LM_ERR_INVALID, "no items for cycling given");
         *out = jv_retain(a->pos[((jloop *)self.u.o)->index0 % a->npos]);
@@ -635,9 +647,9 @@ bool jloop_attr(jrt *rt, jloop *l, const char *name, jv *out, bool *found) {
         *out = i > 0 ? jv_retain(items[i - 1]) : jv_undef("previtem");
     else if (!strcmp(name, "nextitem"))
         *out = i + 1 < len ? jv_retain(items[i + 1]) : jv_undef("nextitem");
-    else if (!strcmp(name, "cycle")) {
+    else if (!strcmp(name, "cycle") || !strcmp(name, "changed")) {
         jv self = jv_obj(JV_LOOP, l);
-        return jv_new_method(&rt->c, self, JM_LOOP_CYCLE, out);
+        return jv_new_method(&rt->c, self, name[1] == 'y' ? JM_LOOP_CYCLE : JM_LOOP_CHANGED, out);
     } else
         *found = false;
     return true;

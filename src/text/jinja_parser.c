@@ -920,7 +920,8 @@ static jnode *parse_for(parser *P, uint32_t line) {
         if (!(n->c = parse_expression(P, true))) return NULL;
     }
     if (tok_is_name(cur(P), "recursive")) {
-        return pfail(P, line, "recursive for loops are not supported");
+        advance(P);
+        n->flag = 1;
     }
     P->loops++;
     n->d = parse_body(P, END_FOR);

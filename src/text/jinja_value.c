@@ -201,7 +201,13 @@ void jobj_release(jctx *c, jobj *o) {
             break;
         }
         case JO_METHOD: drop_value(c, ((jmethod *)cur)->self, &pending); break;
-        case JO_LOOP: drop_value(c, ((jloop *)cur)->items, &pending); break;
+        case JO_LOOP: {
+            jloop *l = (jloop *)cur;
+            drop_value(c, l->items, &pending);
+            drop_value(c, l->last_changed, &pending);
+            drop_child(c, (jobj *)l->scope, &pending);
+            break;
+        }
         case JO_SCOPE: {
             jscope *s = (jscope *)cur;
             drop_child(c, (jobj *)s->parent, &pending);
@@ -495,11 +501,15 @@ bool jv_new_macro(jctx *c, const struct jnode *node, const char *name, jscope *c
     return true;
 }
 
-bool jv_new_loop(jctx *c, jv items, jv *out) {
+bool jv_new_loop(jctx *c, jv items, const struct jnode *node, jscope *scope, int depth, jv *out) {
     jloop *l = jobj_alloc(c, sizeof(jloop), JO_LOOP);
     if (!l) return false;
     l->items = jv_retain(items);
-    l->depth = 1;
+    l->depth = depth;
+    l->node = node;
+    l->scope = scope;
+    if (scope && scope->h.refs != JOBJ_IMMORTAL) scope->h.refs++;
+    l->last_changed = jv_undef(NULL);
     *out = jv_obj(JV_LOOP, l);
     return true;
 }

@@ -111,6 +111,9 @@ typedef struct jloop {
     jv items; /* the list being iterated */
     size_t index0;
     int depth;
+    const struct jnode *node; /* the JN_FOR, for loop(...) in a recursive loop */
+    struct jscope *scope;     /* the scope the loop runs in (retained) */
+    jv last_changed;          /* loop.changed()'s previous arguments; undefined at first */
 } jloop;
 
 typedef struct jscope {
@@ -219,8 +222,9 @@ bool jv_new_dict(jctx *c, jv_kind kind, jv *out);
 bool jv_new_method(jctx *c, jv self, int id, jv *out);
 bool jv_new_macro(jctx *c, const struct jnode *node, const char *name, jscope *closure, jv caller,
                   jv *out);
-/* A loop object over items (a list, retained). */
-bool jv_new_loop(jctx *c, jv items, jv *out);
+/* A loop object over items (a list, retained) of the for loop node running
+ * in scope (retained) at depth (1 for the outermost call). */
+bool jv_new_loop(jctx *c, jv items, const struct jnode *node, jscope *scope, int depth, jv *out);
 /* Appends, taking ownership of item (released on failure). */
 bool jlist_push(jctx *c, jlist *l, jv item);
 /* Sets key to val, taking ownership of both (released on failure). */
