@@ -693,6 +693,21 @@ def rand_layout(r, depth=0):
     return "".join(out)
 
 
+# Random strings (spaces of several kinds, CJK, ß, İ, Σ) through every string
+# method and filter: Python's str semantics, code points and case mapping.
+STR_ALPHABET = ["a", "b", " ", "  ", "\t", "\n", "\u00e9", "\u65e5", "x", "ab", ",", "\u3000", "\xa0", "\u00df",
+                "\u0130", "A", "\u03a3", "'", "-"]
+STR_EXPRS = ["s.split()", "s.rsplit()", "s.split(None, 1)", "s.rsplit(None, 1)", "s.split(' ')", "s.rsplit(' ', 2)",
+             "s.split('a')", "s.strip()", "s.lstrip()", "s.rstrip()", "s.strip('a ')", "s.partition('a')",
+             "s.rpartition('a')", "s.find('a')", "s.rfind('b')", "s.count('a')", "s.replace('a', 'XY')",
+             "s.replace('', '.', 2)", "s.center(9)", "s.ljust(7, '*')", "s.upper()", "s.lower()", "s.title()",
+             "s.capitalize()", "s.swapcase()", "s.casefold()", "s|title", "s|capitalize", "s|wordcount", "s|length",
+             "s[::-1]", "s[1:-1]", "s[::3]", "s|reverse", "s.splitlines()", "s.isspace()", "s.isalpha()",
+             "s.startswith('a')", "s.endswith(' ')", "s|trim", "s|truncate(5, true, '', 0)", "s|center(8)", "s.zfill(6)",
+             "s|list", "s|tojson", "s|tojson(ensure_ascii=true)", "[s]", "s|indent(2, true)", "s|e|string"]
+STR_TEMPLATE = "{{ [" + ", ".join(STR_EXPRS) + "]|tojson }}"
+
+
 RANDOM_CTX = {"n": 3, "s": "Hello", "l": [1, "a", 2.5], "d": {"a": 1, "b": [1, 2]}, "f": 0.25, "e": "", "u_unused": None}
 
 
@@ -723,6 +738,9 @@ def main():
         cases.append((f"random{i}", "{{ " + rand_expr(r) + " }}", RANDOM_CTX, None))
     for i in range(count // 2):
         cases.append((f"layout{i}", rand_layout(r), {"x": 1}, None))
+    for i in range(count // 3):
+        text = "".join(r.choice(STR_ALPHABET) for _ in range(r.randrange(1, 10)))
+        cases.append((f"strings{i}", STR_TEMPLATE, {"s": text}, None))
 
     passed = failed = 0
     for name, tpl, ctx, model in cases:

@@ -206,8 +206,10 @@ static void test_statements(void) {
         {"{% filter upper %}abc {{ 'def' }}{% endfilter %}", NULL, "ABC DEF"},
         {"{% print 'x', 1 %}", NULL, "x1"},
         {"{% for x in t recursive %}[{{ loop.depth }}{{ x.n }}{{ loop(x.c) }}]{% endfor %}",
-         "{\"t\": [{\"n\": \"a\", \"c\": [{\"n\": \"b\", \"c\": []}]}, {\"n\": \"e\", \"c\": []}]}", "[1a[2b]][1e]"},
-        {"{% for x in [1, 1, 2, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}", NULL, "121"},
+         "{\"t\": [{\"n\": \"a\", \"c\": [{\"n\": \"b\", \"c\": []}]}, {\"n\": \"e\", \"c\": []}]}",
+         "[1a[2b]][1e]"},
+        {"{% for x in [1, 1, 2, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}", NULL,
+         "121"},
         {"{% generation %}gen{% endgeneration %}!", NULL, "gen!"},
     };
     RUN_CASES(cases);

@@ -601,7 +601,8 @@ bool jmethod_call(jrt *rt, jv self, int id, jargs *a, jv *out) {
         }
         }
     }
-    if (self.kind == JV_LOOP && id == JM_LOOP_CHANGED) { /* true when the arguments differ from the last call */
+    if (self.kind == JV_LOOP &&
+        id == JM_LOOP_CHANGED) { /* true when the arguments differ from the last call */
         jloop *l = (jloop *)self.u.o;
         jv now;
         if (!jv_new_list(&rt->c, JV_TUPLE, a->npos, &now)) return false;

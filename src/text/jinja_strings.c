@@ -51,6 +51,54 @@ static const char *special_mapping(uint32_t cp, char which) {
     return NULL;
 }
 
+/* Jinja's title filter splits words at runs of -, whitespace, (, {, [ and <. */
+static bool jinja_word_break(uint32_t cp) {
+    return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jcp_isspace(cp);
+}
+
+static bool cp_case_ignorable(uint32_t cp) {
+    if (cp == '\'' || cp == '.' || cp == ':' || cp == 0xB7 || cp == 0x2019) return true;
+    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+    return c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_ME || c == UTF8PROC_CATEGORY_CF ||
+           c == UTF8PROC_CATEGORY_LM || c == UTF8PROC_CATEGORY_SK;
+}
+
+static bool cp_cased(uint32_t cp);
+
+/* Python lowers a capital sigma ending a word to ς (Final_Sigma): a cased
+ * letter before it and none after it, skipping case-ignorable characters. */
+static bool final_sigma(const jstr *s, size_t lo, size_t hi, size_t at, size_t len) {
+    bool before = false;
+    for (size_t i = at; i > lo;) {
+        i--;
+        while (i > lo && ((unsigned char)s->data[i] & 0xC0) == 0x80) i--;
+        uint32_t cp;
+        jutf8_decode((const unsigned char *)s->data + i, s->len - i, &cp);
+        if (cp_case_ignorable(cp)) continue;
+        before = cp_cased(cp);
+        break;
+    }
+    if (!before) return false;
+    for (size_t i = at + len; i < hi;) {
+        uint32_t cp;
+        i += jutf8_decode((const unsigned char *)s->data + i, hi - i, &cp);
+        if (cp_case_ignorable(cp)) continue;
+        return !cp_cased(cp);
+    }
+    return true;
+}
+
+/* End of the Jinja title piece (a run of word or of break characters) at i. */
+static size_t piece_end(const jstr *s, size_t i, bool brk) {
+    while (i < s->len) {
+        uint32_t cp;
+        size_t k = jutf8_decode((const unsigned char *)s->data + i, s->len - i, &cp);
+        if (jinja_word_break(cp) != brk) break;
+        i += k;
+    }
+    return i;
+}
+
 static bool cp_cased(uint32_t cp) {
     utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
     return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
@@ -63,11 +111,6 @@ static uint32_t cp_upper(uint32_t cp) {
 static uint32_t cp_lower(uint32_t cp) { return (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp); }
 static uint32_t cp_title(uint32_t cp) {
     return cp == 0xDF ? cp : (uint32_t)utf8proc_totitle((utf8proc_int32_t)cp);
-}
-
-/* Jinja's title filter splits words at runs of -, whitespace, (, {, [ and <. */
-static bool jinja_word_break(uint32_t cp) {
-    return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jcp_isspace(cp);
 }
 
 bool jstr_case(jrt *rt, jv sv, int mode, jv *out) {
@@ -98,6 +141,8 @@ bool jstr_case(jrt *rt, jv sv, int mode, jv *out) {
     jbuf b = {0};
     size_t i = 0;
     bool prev_cased = false, first = true, ok = true;
+    size_t lo = 0,
+           hi = s->len; /* the context of final sigma: Jinja's title lowers each piece alone */
     while (ok && i < s->len) {
         uint32_t cp, r;
         size_t k = jutf8_decode((const unsigned char *)s->data + i, s->len - i, &cp);
@@ -142,6 +187,13 @@ bool jstr_case(jrt *rt, jv sv, int mode, jv *out) {
         }
         const char *special = valid ? special_mapping(cp, which) : NULL;
         if (mode == JM_CASEFOLD && cp == 0xDF) special = "ss";
+        if (mode == CASE_JINJA_TITLE &&
+            first) { /* item[1:].lower() sees only the rest of the piece */
+            lo = i + k;
+            hi = piece_end(s, i + k, jinja_word_break(cp));
+        }
+        if (cp == 0x3A3 && which == 'l' && mode != JM_CASEFOLD && final_sigma(s, lo, hi, i, k))
+            r = 0x3C2;
         if (mode == CASE_JINJA_TITLE) {
             first = prev_cased; /* the next character starts a new piece after a break run */
         } else {
