@@ -16,11 +16,13 @@ LIB_SRC  := $(sort $(wildcard src/base/*.c src/io/*.c src/text/*.c src/ops/*.c s
                               src/models/*.c src/engine/*.c src/server/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_HELPER_SRC := $(filter-out $(TEST_SRC),$(sort $(wildcard tests/*.c))) # harness.c, *_util.c
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 
+.SECONDARY:
 .PHONY: all test test-release run deps clean tests asan-tests benches fuzzers
 all: $(BUILD)/loom
 
@@ -36,7 +38,7 @@ $(1)/libloom.a: $$(call obj,$(1),$$(LIB_SRC))
 	ar rcs $$@ $$^
 $(1)/loom: $$(call obj,$(1),$$(CLI_SRC)) $(1)/libloom.a
 	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
-$(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/harness.o $(1)/libloom.a
+$(1)/tests/%: $(1)/obj/tests/%.o $$(call obj,$(1),$$(TEST_HELPER_SRC)) $(1)/libloom.a
 	@mkdir -p $$(dir $$@)
 	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
 $(1)/bench/%: $(1)/obj/bench/%.o $(1)/libloom.a
@@ -71,9 +73,11 @@ test-release: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) tests
 	@LOOM_SKIP_ASAN=1 tests/run.sh $(BUILD)
 
+FIXTURE_MODEL ?= ../shared/fixtures/models/qwen35-dense
 run: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all
-	$(BUILD)/loom serve
+	$(BUILD)/loom inspect --model $(FIXTURE_MODEL)
+	$(BUILD)/loom run --model $(FIXTURE_MODEL) --ids 1,2,3,4,5 --max-tokens 16 --print-ids
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,647 @@
+/* The continuous-batching engine: one engine thread owns the model, the
+ * caches and the scheduler.  Each step it gathers the running sequences'
+ * next tokens (a decode token each, or a chunk of a prompt) within a token
+ * budget, admits waiting sequences while KV blocks and state slots last,
+ * preempts (to recompute later) when blocks run out, runs one forward over
+ * the flattened StepBatch, samples, applies stop rules and posts events. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine_internal.h"
+
+/* ------------------------------------------------------------ small arrays */
+
+static bool seq_list_push(lm_seq_list *list, lm_sequence *seq) {
+    if (list->n == list->cap) {
+        int cap = list->cap ? list->cap * 2 : 16;
+        lm_sequence **bigger = realloc(list->items, sizeof *bigger * (size_t)cap);
+        if (!bigger) return false;
+        list->items = bigger;
+        list->cap = cap;
+    }
+    list->items[list->n++] = seq;
+    return true;
+}
+
+static bool seq_list_push_front(lm_seq_list *list, lm_sequence *seq) {
+    if (!seq_list_push(list, seq)) return false;
+    memmove(list->items + 1, list->items, sizeof *list->items * (size_t)(list->n - 1));
+    list->items[0] = seq;
+    return true;
+}
+
+static void seq_list_remove(lm_seq_list *list, lm_sequence *seq) {
+    for (int i = 0; i < list->n; i++)
+        if (list->items[i] == seq) {
+            memmove(list->items + i, list->items + i + 1, sizeof *list->items * (size_t)(list->n - i - 1));
+            list->n--;
+            return;
+        }
+}
+
+/* --------------------------------------------------------- resource moves */
+
+static void release_resources(loom_engine *e, lm_sequence *seq) {
+    lm_kv_cache_release(&e->caches.kv, seq->blocks, seq->n_blocks);
+    seq->n_blocks = 0;
+    if (seq->state_slot >= 0) lm_state_cache_release(&e->caches.state, seq->state_slot);
+    seq->state_slot = -1;
+    seq->n_cached = 0;
+}
+
+/* Grows seq's block table to hold n_tokens; false if the pool is short. */
+static bool ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens) {
+    int need = lm_kv_blocks_for(&e->caches.kv, n_tokens);
+    if (need <= seq->n_blocks) return true;
+    if (need > seq->cap_blocks) {
+        int32_t *bigger = realloc(seq->blocks, sizeof(int32_t) * (size_t)need);
+        if (!bigger) return false;
+        seq->blocks = bigger;
+        seq->cap_blocks = need;
+    }
+    if (lm_kv_cache_alloc(&e->caches.kv, need - seq->n_blocks, seq->blocks + seq->n_blocks, NULL) != LM_OK)
+        return false;
+    seq->n_blocks = need;
+    return true;
+}
+
+/* Preemption by recompute: drop the caches, keep the tokens; the sequence
+ * goes back to the front of the queue and re-prefills everything. */
+static void preempt(loom_engine *e, lm_sequence *seq) {
+    release_resources(e, seq);
+    seq->state = LM_SEQ_WAITING;
+    seq_list_remove(&e->running, seq);
+    if (!seq_list_push_front(&e->waiting, seq)) seq_list_push(&e->waiting, seq);
+    e->counters.preemptions++;
+}
+
+static void post(loom_engine *e, lm_sequence *seq, const loom_event *event) {
+    (void)e;
+    lm_request_push(seq->request, event);
+}
+
+static void finish(loom_engine *e, lm_sequence *seq, loom_finish_reason reason, int32_t stop_token,
+                   int stop_string, const char *error) {
+    loom_event ev = {.type = error ? LOOM_EVENT_ERROR : LOOM_EVENT_FINISH,
+                     .choice = seq->choice,
+                     .finish_reason = reason,
+                     .stop_token = stop_token,
+                     .stop_string = stop_string,
+                     .prompt_tokens = seq->n_prompt,
+                     .completion_tokens = lm_sequence_generated(seq),
+                     .error = error};
+    if (!error && seq->has_detokenizer && stop_string < 0)
+        lm_sequence_flush_text(seq, &ev.text, &ev.text_len);
+    post(e, seq, &ev);
+    release_resources(e, seq);
+    if (seq->state == LM_SEQ_RUNNING) seq_list_remove(&e->running, seq);
+    else seq_list_remove(&e->waiting, seq);
+    seq->state = LM_SEQ_FINISHED;
+    /* Choices still waiting to fork from this one now prefill on their own. */
+    for (int i = 0; i < e->waiting.n; i++)
+        if (e->waiting.items[i]->fork_parent == seq) e->waiting.items[i]->fork_parent = NULL;
+    e->counters.requests_finished++;
+    loom_request *r = seq->request;
+    lm_sequence_free(seq);
+    pthread_mutex_lock(&r->mutex);
+    bool last = r->choices_open <= 0;
+    pthread_mutex_unlock(&r->mutex);
+    (void)last;
+    lm_request_unref(r); /* each choice holds one engine reference */
+}
+
+/* ------------------------------------------------------------- scheduling */
+
+static void cancel_requested(loom_engine *e) {
+    lm_seq_list *lists[2] = {&e->running, &e->waiting};
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < lists[l]->n;) {
+            lm_sequence *seq = lists[l]->items[i];
+            if (atomic_load(&seq->request->cancelled))
+                finish(e, seq, LOOM_FINISH_CANCELLED, -1, -1, NULL); /* removes it */
+            else
+                i++;
+        }
+}
+
+/* Picks this step's work; returns the number of scheduled sequences. */
+static int schedule(loom_engine *e, lm_plan_entry *out) {
+    int budget = e->options.max_batch_tokens, n = 0;
+    /* Running sequences in admission order; decode tokens first so a long
+     * prompt never starves the streams already generating. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < e->running.n && budget > 0; i++) {
+            lm_sequence *seq = e->running.items[i];
+            int need = seq->n_tokens - seq->n_cached;
+            if ((pass == 0) != (need == 1)) continue;
+            int take = need < budget ? need : budget;
+            while (!ensure_blocks(e, seq, seq->n_cached + take)) {
+                /* Out of blocks: preempt the most recently admitted sequence
+                 * that is not already in this step. */
+                lm_sequence *victim = NULL;
+                for (int j = e->running.n - 1; j >= 0 && !victim; j--) {
+                    lm_sequence *cand = e->running.items[j];
+                    bool in_step = cand == seq;
+                    for (int k = 0; k < n && !in_step; k++) in_step = out[k].seq == cand;
+                    if (!in_step) victim = cand;
+                }
+                if (!victim) break;
+                preempt(e, victim);
+                if (victim->admit_order < seq->admit_order) i--; /* list shifted under us */
+            }
+            if (seq->n_blocks < lm_kv_blocks_for(&e->caches.kv, seq->n_cached + take)) {
+                if (n == 0 && e->running.n == 1) { /* cannot fit even alone */
+                    finish(e, seq, LOOM_FINISH_ERROR, -1, -1, "the KV cache is too small for this sequence");
+                    i--;
+                }
+                continue;
+            }
+            out[n++] = (lm_plan_entry){seq, take, seq->n_cached + take == seq->n_tokens};
+            budget -= take;
+        }
+    }
+    /* Admit waiting sequences while a slot, blocks and budget last. */
+    for (int i = 0; i < e->waiting.n && budget > 0;) {
+        lm_sequence *seq = e->waiting.items[i];
+        if (seq->fork_parent) { /* waits for choice 0's prompt */
+            i++;
+            continue;
+        }
+        if (e->caches.state.n_free == 0 && e->model.model.n_linear_layers > 0) break;
+        if (e->running.n >= e->options.max_running) break;
+        int need = seq->n_tokens - seq->n_cached;
+        int take = need < budget ? need : budget;
+        if (!ensure_blocks(e, seq, seq->n_cached + take)) {
+            lm_kv_cache_release(&e->caches.kv, seq->blocks, seq->n_blocks);
+            seq->n_blocks = 0;
+            break;
+        }
+        if (lm_state_cache_acquire(&e->caches.state, &seq->state_slot, NULL) != LM_OK) {
+            lm_kv_cache_release(&e->caches.kv, seq->blocks, seq->n_blocks);
+            seq->n_blocks = 0;
+            break;
+        }
+        seq->state = LM_SEQ_RUNNING;
+        seq->admit_order = ++e->admit_counter;
+        seq_list_remove(&e->waiting, seq);
+        seq_list_push(&e->running, seq);
+        out[n++] = (lm_plan_entry){seq, take, seq->n_cached + take == seq->n_tokens};
+        budget -= take;
+    }
+    return n;
+}
+
+/* Gives a waiting later choice the prompt state of its parent (choice 0),
+ * so n choices share one prefill.  False if resources are short (it will
+ * then prefill by itself). */
+static bool fork_from(loom_engine *e, lm_sequence *child, const lm_sequence *parent) {
+    if (e->running.n >= e->options.max_running) return false;
+    if (lm_state_cache_acquire(&e->caches.state, &child->state_slot, NULL) != LM_OK) return false;
+    if (!ensure_blocks(e, child, parent->n_cached)) {
+        release_resources(e, child);
+        return false;
+    }
+    lm_state_cache_copy(&e->caches.state, parent->state_slot, child->state_slot);
+    for (int b = 0; b < lm_kv_blocks_for(&e->caches.kv, parent->n_cached); b++)
+        lm_kv_cache_copy_block(&e->caches.kv, parent->blocks[b], child->blocks[b]);
+    child->n_cached = parent->n_cached;
+    child->fork_parent = NULL;
+    child->state = LM_SEQ_RUNNING;
+    child->admit_order = ++e->admit_counter;
+    seq_list_remove(&e->waiting, child);
+    seq_list_push(&e->running, child);
+    return true;
+}
+
+/* Samples the next token of seq from its logits row, applies the stop rules
+ * and posts the events.  Returns false if the sequence finished. */
+static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row) {
+    int V = e->model.config.vocab_size;
+    memcpy(e->sample_row, logits_row, sizeof(float) * (size_t)V);
+    const loom_request_params *p = &seq->request->params;
+    lm_sample_result result;
+    lm_sample_context ctx = {.counts = &seq->counts,
+                             .n_generated = lm_sequence_generated(seq),
+                             .min_tokens = p->min_tokens,
+                             .stop_ids = seq->stop_ids,
+                             .n_stop_ids = seq->n_stop_ids};
+    lm_error err = {0};
+    if (lm_sample(&p->sampling, e->sample_row, V, &ctx, &seq->rng, &e->scratch, &result, &err) != LM_OK) {
+        finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
+        return false;
+    }
+    int32_t token = result.token;
+    lm_token_outcome outcome;
+    if (lm_sequence_accept(seq, token, e->eos_ids, e->n_eos, e->max_model_len, &outcome, &err) != LM_OK) {
+        finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
+        return false;
+    }
+    e->counters.generation_tokens++;
+    if (outcome.stop_token < 0) { /* stop tokens are counted, not shown */
+        loom_event ev = {.type = LOOM_EVENT_TOKEN,
+                         .choice = seq->choice,
+                         .token = token,
+                         .text = seq->has_detokenizer ? outcome.text : NULL,
+                         .text_len = outcome.text_len,
+                         .logprob = result.logprob,
+                         .n_top = p->sampling.logprobs > 0 ? result.n_top : 0,
+                         .top = result.top};
+        if (seq->has_detokenizer && !ev.text) ev.text = "";
+        post(e, seq, &ev);
+    }
+    if (outcome.finished) {
+        finish(e, seq, outcome.reason, outcome.stop_token, outcome.stop_string, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* One scheduler step: returns false when there was nothing to run. */
+static bool step(loom_engine *e) {
+    cancel_requested(e);
+    int n = schedule(e, e->plan);
+    if (n == 0) return false;
+
+    int n_tokens = 0;
+    for (int i = 0; i < n; i++) {
+        lm_sequence *seq = e->plan[i].seq;
+        lm_step_seq *ss = &e->step_seqs[i];
+        *ss = (lm_step_seq){.first = n_tokens,
+                            .n_new = e->plan[i].n_new,
+                            .n_cached = seq->n_cached,
+                            .state_slot = seq->state_slot,
+                            .block_table = seq->blocks,
+                            .n_blocks = seq->n_blocks,
+                            .no_logits = !e->plan[i].wants_logits};
+        for (int j = 0; j < e->plan[i].n_new; j++) {
+            int pos = seq->n_cached + j; /* text: t = h = w = index */
+            e->step_tokens[n_tokens] = seq->tokens[pos];
+            e->step_positions[3 * n_tokens] = e->step_positions[3 * n_tokens + 1] =
+                e->step_positions[3 * n_tokens + 2] = pos;
+            n_tokens++;
+        }
+        if (seq->n_cached < seq->n_prompt)
+            e->counters.prompt_tokens += (uint64_t)(e->plan[i].n_new < seq->n_prompt - seq->n_cached
+                                                        ? e->plan[i].n_new
+                                                        : seq->n_prompt - seq->n_cached);
+    }
+    lm_step_batch batch = {.n_tokens = n_tokens, .tokens = e->step_tokens,
+                           .positions = e->step_positions, .n_seqs = n, .seqs = e->step_seqs};
+    lm_error err = {0};
+    lm_status st = lm_qwen35_forward(&e->model.model, e->model.backend, &e->caches, &e->workspace,
+                                     &batch, e->logits, NULL, NULL, &err);
+    e->counters.steps++;
+    if (st != LM_OK) {
+        for (int i = 0; i < n; i++) finish(e, e->plan[i].seq, LOOM_FINISH_ERROR, -1, -1, err.message);
+        return true;
+    }
+    size_t V = (size_t)e->model.config.vocab_size;
+    int row = 0;
+    for (int i = 0; i < n; i++) {
+        lm_sequence *seq = e->plan[i].seq;
+        seq->n_cached += e->plan[i].n_new;
+        if (!e->plan[i].wants_logits) continue;
+        const float *logits = e->logits + V * (size_t)row++;
+        bool prompt_done = seq->n_tokens == seq->n_prompt;
+        /* Later choices of the request copy this prompt state and sample
+         * from the same logits. */
+        if (prompt_done && seq->choice == 0)
+            for (int w = 0; w < e->waiting.n;) {
+                lm_sequence *child = e->waiting.items[w];
+                if (child->fork_parent == seq) {
+                    if (fork_from(e, child, seq)) {
+                        sample_and_accept(e, child, logits);
+                        continue; /* the child left the waiting list */
+                    }
+                    child->fork_parent = NULL; /* no room now: it will prefill by itself */
+                }
+                w++;
+            }
+        sample_and_accept(e, seq, logits);
+    }
+    return true;
+}
+
+/* --------------------------------------------------------------- thread */
+
+static void take_inbox(loom_engine *e) {
+    for (int i = 0; i < e->n_inbox; i++) {
+        loom_request *r = e->inbox[i];
+        lm_sequence *parent = NULL;
+        for (int c = 0; c < r->params.n; c++) {
+            lm_sequence *seq = NULL;
+            lm_error err = {0};
+            uint64_t entropy = lm_rng_derive(e->entropy_seed, e->entropy_counter++);
+            if (lm_sequence_create(r, c, e->tokenizer, e->eos_ids, e->n_eos, entropy, &seq, &err) != LM_OK ||
+                !seq_list_push(&e->waiting, seq)) {
+                loom_event ev = {.type = LOOM_EVENT_ERROR, .choice = c, .finish_reason = LOOM_FINISH_ERROR,
+                                 .error = seq ? "out of memory" : err.message};
+                lm_request_push(r, &ev);
+                lm_sequence_free(seq);
+                lm_request_unref(r);
+                continue;
+            }
+            if (c == 0) parent = seq;
+            else seq->fork_parent = parent;
+        }
+    }
+    e->n_inbox = 0;
+}
+
+static void publish_stats(loom_engine *e) {
+    e->stats.running = e->running.n;
+    e->stats.waiting = e->waiting.n + e->n_inbox;
+    e->stats.kv_blocks_total = e->caches.kv.n_blocks;
+    e->stats.kv_blocks_free = e->caches.kv.n_free;
+    e->stats.state_slots_total = e->caches.state.n_slots;
+    e->stats.state_slots_free = e->caches.state.n_free;
+    e->stats.prompt_tokens = e->counters.prompt_tokens;
+    e->stats.generation_tokens = e->counters.generation_tokens;
+    e->stats.requests_finished = e->counters.requests_finished;
+    e->stats.preemptions = e->counters.preemptions;
+    e->stats.steps = e->counters.steps;
+}
+
+static void *engine_main(void *arg) {
+    loom_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mutex);
+        take_inbox(e);
+        publish_stats(e);
+        while (!e->shutdown && e->n_inbox == 0 && e->running.n == 0 && e->waiting.n == 0 &&
+               !e->has_work) {
+            pthread_cond_wait(&e->wake, &e->mutex);
+            take_inbox(e);
+        }
+        e->has_work = false;
+        bool stopping = e->shutdown;
+        publish_stats(e);
+        pthread_mutex_unlock(&e->mutex);
+        if (stopping) break;
+        if (!step(e) && e->running.n == 0) {
+            /* Waiting sequences that cannot be admitted with nothing running
+             * would wait forever: they need more than the whole cache. */
+            for (int i = 0; i < e->waiting.n;) {
+                lm_sequence *seq = e->waiting.items[i];
+                if (seq->fork_parent) { i++; continue; }
+                finish(e, seq, LOOM_FINISH_ERROR, -1, -1,
+                       "the request needs more KV cache or state slots than the engine has");
+            }
+        }
+    }
+    while (e->running.n) finish(e, e->running.items[0], LOOM_FINISH_CANCELLED, -1, -1, NULL);
+    while (e->waiting.n) finish(e, e->waiting.items[0], LOOM_FINISH_CANCELLED, -1, -1, NULL);
+    pthread_mutex_lock(&e->mutex);
+    take_inbox(e);
+    pthread_mutex_unlock(&e->mutex);
+    while (e->waiting.n) finish(e, e->waiting.items[0], LOOM_FINISH_CANCELLED, -1, -1, NULL);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ public API */
+
+void loom_engine_options_default(loom_engine_options *o) {
+    memset(o, 0, sizeof *o);
+    o->kv_block_size = 32;
+    o->max_running = 64;
+    o->max_batch_tokens = 512;
+    o->max_waiting = 1024;
+}
+
+void loom_request_params_default(loom_request_params *p) {
+    memset(p, 0, sizeof *p);
+    p->max_tokens = 16;
+    p->skip_special_tokens = true;
+    p->n = 1;
+    lm_sampling_defaults(&p->sampling);
+}
+
+static int report(lm_status st, const char *message, char *error, size_t size) {
+    if (error && size) snprintf(error, size, "%s", message);
+    return (int)st;
+}
+
+int loom_engine_create(const loom_engine_options *options, loom_engine **out, char *error,
+                       size_t error_size) {
+    loom_engine_options o = *options;
+    loom_engine_options defaults;
+    loom_engine_options_default(&defaults);
+    if (o.kv_block_size <= 0) o.kv_block_size = defaults.kv_block_size;
+    if (o.max_running <= 0) o.max_running = defaults.max_running;
+    if (o.max_batch_tokens <= 0) o.max_batch_tokens = defaults.max_batch_tokens;
+    if (o.max_waiting <= 0) o.max_waiting = defaults.max_waiting;
+    if (o.kv_block_size > 4096 || o.max_running > 4096 || o.max_batch_tokens > (1 << 20))
+        return report(LM_ERR_INVALID, "engine options out of range", error, error_size);
+
+    loom_engine *e = calloc(1, sizeof *e);
+    if (!e) return report(LM_ERR_NOMEM, "out of memory", error, error_size);
+    e->options = o;
+    lm_error err = {0};
+    lm_status st;
+    if (o.random_weights)
+        st = o.config_path ? lm_loaded_model_random(&e->model, o.config_path, o.random_seed, o.threads, &err)
+                           : lm_fail(&err, LM_ERR_INVALID, "random weights need a config path");
+    else
+        st = o.model_dir ? lm_loaded_model_open(&e->model, o.model_dir,
+                                                o.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ, o.threads, &err)
+                         : lm_fail(&err, LM_ERR_INVALID, "no model folder given");
+    if (st != LM_OK) {
+        free(e);
+        return report(st, err.message, error, error_size);
+    }
+    e->model_open = true;
+    const lm_qwen35_config *c = &e->model.config;
+    if (!o.random_weights) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/tokenizer.json", o.model_dir);
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            fclose(f);
+            st = lm_tokenizer_load(o.model_dir, &e->tokenizer, &err);
+            if (st != LM_OK) goto fail;
+        }
+    }
+    for (int i = 0; i < c->n_eos && e->n_eos < LM_ENGINE_MAX_EOS; i++) e->eos_ids[e->n_eos++] = c->eos_token_ids[i];
+    if (e->tokenizer && lm_tokenizer_eos_id(e->tokenizer) >= 0 && e->n_eos < LM_ENGINE_MAX_EOS) {
+        int32_t id = lm_tokenizer_eos_id(e->tokenizer);
+        bool known = false;
+        for (int i = 0; i < e->n_eos; i++) known |= e->eos_ids[i] == id;
+        if (!known) e->eos_ids[e->n_eos++] = id;
+    }
+    e->max_model_len = o.max_model_len > 0 ? o.max_model_len : c->max_position_embeddings;
+    if (e->max_model_len > 32768 && o.max_model_len <= 0) e->max_model_len = 32768;
+    if (e->max_model_len <= 0) e->max_model_len = 4096;
+    int64_t kv_tokens = o.kv_cache_tokens > 0 ? o.kv_cache_tokens : (int64_t)e->max_model_len * 4;
+    if (kv_tokens < e->max_model_len) kv_tokens = e->max_model_len; /* one full sequence must fit */
+    int n_blocks = (int)((kv_tokens + o.kv_block_size - 1) / o.kv_block_size);
+    st = lm_qwen35_caches_init(&e->model.model, o.kv_block_size, n_blocks, o.max_running, &e->caches, &err);
+    if (st != LM_OK) goto fail;
+    e->caches_open = true;
+    int V = c->vocab_size, B = o.max_batch_tokens;
+    int max_seqs = o.max_running;
+    e->plan = calloc((size_t)max_seqs + (size_t)B, sizeof *e->plan);
+    e->step_seqs = calloc((size_t)max_seqs + (size_t)B, sizeof *e->step_seqs);
+    e->step_tokens = malloc(sizeof(int32_t) * (size_t)B);
+    e->step_positions = malloc(sizeof(int32_t) * 3 * (size_t)B);
+    e->logits = malloc(sizeof(float) * (size_t)V * (size_t)(max_seqs < B ? max_seqs : B));
+    e->sample_row = malloc(sizeof(float) * (size_t)V);
+    e->inbox = malloc(sizeof(*e->inbox) * (size_t)o.max_waiting);
+    if (!e->plan || !e->step_seqs || !e->step_tokens || !e->step_positions || !e->logits ||
+        !e->sample_row || !e->inbox) {
+        st = lm_fail(&err, LM_ERR_NOMEM, "out of memory for the engine's step buffers");
+        goto fail;
+    }
+    st = lm_sampler_scratch_init(&e->scratch, V, &err);
+    if (st != LM_OK) goto fail;
+    e->scratch_open = true;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    e->entropy_seed = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 32) ^ (uint64_t)(uintptr_t)e;
+    pthread_mutex_init(&e->mutex, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        pthread_mutex_destroy(&e->mutex);
+        pthread_cond_destroy(&e->wake);
+        st = lm_fail(&err, LM_ERR_INTERNAL, "cannot start the engine thread");
+        goto fail;
+    }
+    e->thread_started = true;
+    *out = e;
+    return LOOM_OK;
+fail:
+    loom_engine_destroy(e);
+    return report(st, err.message, error, error_size);
+}
+
+void loom_engine_destroy(loom_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mutex);
+        e->shutdown = true;
+        pthread_cond_signal(&e->wake);
+        pthread_mutex_unlock(&e->mutex);
+        pthread_join(e->thread, NULL);
+        pthread_mutex_destroy(&e->mutex);
+        pthread_cond_destroy(&e->wake);
+    }
+    if (e->scratch_open) lm_sampler_scratch_free(&e->scratch);
+    if (e->caches_open) lm_qwen35_caches_free(&e->caches);
+    lm_qwen35_workspace_free(&e->workspace);
+    if (e->tokenizer) lm_tokenizer_free(e->tokenizer);
+    if (e->model_open) lm_loaded_model_close(&e->model);
+    free(e->running.items);
+    free(e->waiting.items);
+    free(e->plan);
+    free(e->step_seqs);
+    free(e->step_tokens);
+    free(e->step_positions);
+    free(e->logits);
+    free(e->sample_row);
+    free(e->inbox);
+    free(e);
+}
+
+static bool valid_ids(const int32_t *ids, int n, int vocab) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) return false;
+    return true;
+}
+
+#define MAX_CHOICES 64
+#define MAX_STOP_STRINGS 16
+#define MAX_STOP_STRING_BYTES 1024
+#define MAX_STOP_TOKEN_IDS 256
+
+static lm_status validate(const loom_engine *e, const loom_request_params *p, lm_error *err) {
+    int V = e->model.config.vocab_size;
+    if (p->n_prompt <= 0 || !p->prompt) return lm_fail(err, LM_ERR_INVALID, "the prompt is empty");
+    if (!valid_ids(p->prompt, p->n_prompt, V))
+        return lm_fail(err, LM_ERR_INVALID, "the prompt holds a token id outside the vocabulary (size %d)", V);
+    if (p->max_tokens < 1) return lm_fail(err, LM_ERR_INVALID, "max_tokens must be at least 1");
+    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
+        return lm_fail(err, LM_ERR_INVALID, "min_tokens must be between 0 and max_tokens");
+    if (p->n < 1 || p->n > MAX_CHOICES || p->n > e->options.max_running)
+        return lm_fail(err, LM_ERR_INVALID, "n must be between 1 and %d",
+                       MAX_CHOICES < e->options.max_running ? MAX_CHOICES : e->options.max_running);
+    if (p->n_stop < 0 || p->n_stop > MAX_STOP_STRINGS)
+        return lm_fail(err, LM_ERR_INVALID, "at most %d stop strings", MAX_STOP_STRINGS);
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || strlen(p->stop[i]) > MAX_STOP_STRING_BYTES)
+            return lm_fail(err, LM_ERR_INVALID, "stop strings are at most %d bytes", MAX_STOP_STRING_BYTES);
+    if (p->n_stop > 0 && !e->tokenizer)
+        return lm_fail(err, LM_ERR_INVALID, "stop strings need a tokenizer, and this model has none");
+    if (p->n_stop_token_ids < 0 || p->n_stop_token_ids > MAX_STOP_TOKEN_IDS ||
+        (p->n_stop_token_ids && !valid_ids(p->stop_token_ids, p->n_stop_token_ids, V)))
+        return lm_fail(err, LM_ERR_INVALID, "stop_token_ids must be at most %d ids inside the vocabulary",
+                       MAX_STOP_TOKEN_IDS);
+    char message[256];
+    if (!lm_sampling_validate(&p->sampling, V, message, sizeof message))
+        return lm_fail(err, LM_ERR_INVALID, "%s", message);
+    if ((int64_t)p->n_prompt + p->max_tokens > e->max_model_len)
+        return lm_fail(err, (lm_status)LOOM_ERR_TOO_LONG,
+                       "this model's maximum context length is %d tokens; the request has %d prompt "
+                       "tokens and max_tokens %d",
+                       e->max_model_len, p->n_prompt, p->max_tokens);
+    return LM_OK;
+}
+
+int loom_submit(loom_engine *e, const loom_request_params *params, loom_request **out, char *error,
+                size_t error_size) {
+    lm_error err = {0};
+    lm_status st = validate(e, params, &err);
+    if (st != LM_OK) return report(st, err.message, error, error_size);
+    loom_request *r;
+    st = lm_request_create(params, &r, &err);
+    if (st != LM_OK) return report(st, err.message, error, error_size);
+    r->refs = 1 + params->n; /* the caller, and one per choice for the engine */
+    r->engine = e;
+    pthread_mutex_lock(&e->mutex);
+    int status = LOOM_OK;
+    if (e->shutdown) status = LOOM_ERR_SHUTDOWN;
+    else if (e->n_inbox + e->stats.waiting >= e->options.max_waiting) status = LOOM_ERR_BUSY;
+    if (status == LOOM_OK) {
+        e->inbox[e->n_inbox++] = r;
+        e->stats.waiting++;
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->mutex);
+    if (status != LOOM_OK) {
+        r->refs = 1;
+        lm_request_unref(r);
+        return report((lm_status)status,
+                      status == LOOM_ERR_BUSY ? "the server is busy: too many requests are waiting"
+                                              : "the engine is shutting down",
+                      error, error_size);
+    }
+    *out = r;
+    return LOOM_OK;
+}
+
+void loom_cancel(loom_request *r) {
+    if (!r || atomic_exchange(&r->cancelled, true)) return;
+    loom_engine *e = r->engine;
+    pthread_mutex_lock(&e->mutex);
+    e->has_work = true;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->mutex);
+}
+
+void loom_request_free(loom_request *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mutex);
+    bool open = r->choices_open > 0;
+    pthread_mutex_unlock(&r->mutex);
+    if (open) loom_cancel(r);
+    lm_request_unref(r);
+}
+
+void loom_engine_stats(loom_engine *e, loom_stats *stats) {
+    pthread_mutex_lock(&e->mutex);
+    *stats = e->stats;
+    pthread_mutex_unlock(&e->mutex);
+}
+
+int loom_engine_vocab_size(const loom_engine *e) { return e->model.config.vocab_size; }

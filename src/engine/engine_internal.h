@@ -1,0 +1,62 @@
+/* The engine's private state (engine.c).  Fields under "engine thread" are
+ * touched by the engine thread alone; the rest under `mutex`. */
+#ifndef LOOM_ENGINE_ENGINE_INTERNAL_H
+#define LOOM_ENGINE_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "engine/loaded_model.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/sequence.h"
+#include "loom.h"
+#include "text/tokenizer.h"
+
+#define LM_ENGINE_MAX_EOS 16
+
+typedef struct {
+    lm_sequence **items;
+    int n, cap;
+} lm_seq_list;
+
+/* One sequence's share of a step. */
+typedef struct {
+    lm_sequence *seq;
+    int n_new;
+    bool wants_logits; /* its chunk reaches its last token: sample after the step */
+} lm_plan_entry;
+
+struct loom_engine {
+    loom_engine_options options;
+    lm_loaded_model model;
+    lm_tokenizer *tokenizer; /* NULL when the model folder has none */
+    int32_t eos_ids[LM_ENGINE_MAX_EOS];
+    int n_eos;
+    int max_model_len;
+    bool model_open, caches_open, scratch_open, thread_started;
+
+    pthread_t thread;
+    pthread_mutex_t mutex;
+    pthread_cond_t wake;
+    loom_request **inbox; /* submitted, not yet taken by the engine thread */
+    int n_inbox;
+    bool shutdown, has_work;
+    loom_stats stats;     /* published by the engine thread every step */
+
+    /* engine thread */
+    lm_qwen35_caches caches;
+    lm_qwen35_workspace workspace;
+    lm_seq_list running, waiting;
+    uint64_t admit_counter, entropy_seed, entropy_counter;
+    struct {
+        uint64_t prompt_tokens, generation_tokens, requests_finished, preemptions, steps;
+    } counters;
+    lm_step_seq *step_seqs;
+    int32_t *step_tokens, *step_positions;
+    float *logits, *sample_row;
+    lm_sampler_scratch scratch;
+    lm_plan_entry *plan;
+};
+
+#endif

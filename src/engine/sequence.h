@@ -1,0 +1,65 @@
+/* One choice of a request inside the engine: its tokens, caches, sampler
+ * state and the text it has produced (for stop strings and streaming). */
+#ifndef LOOM_ENGINE_SEQUENCE_H
+#define LOOM_ENGINE_SEQUENCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "text/detokenizer.h"
+#include "text/tokenizer.h"
+
+typedef enum { LM_SEQ_WAITING, LM_SEQ_RUNNING, LM_SEQ_FINISHED } lm_seq_state;
+
+typedef struct lm_sequence {
+    loom_request *request;
+    int choice;
+    lm_seq_state state;
+    int32_t *tokens; /* prompt then generated tokens */
+    int n_tokens, cap_tokens, n_prompt;
+    int n_cached;    /* tokens held by the caches; < n_tokens while running */
+    int state_slot;  /* -1 when none */
+    int32_t *blocks;
+    int n_blocks, cap_blocks;
+    uint64_t admit_order;
+    struct lm_sequence *fork_parent; /* a later choice waiting to copy choice 0's prefill */
+
+    lm_rng rng;
+    lm_token_counts counts;
+    const lm_tokenizer *tokenizer;
+    bool has_detokenizer;
+    lm_detokenizer detokenizer;
+    char *text;                 /* generated text so far */
+    size_t text_len, text_cap, emitted; /* emitted: bytes already sent in events */
+    int max_stop_len;
+    int32_t *stop_ids; /* eos (unless ignore_eos) + stop_token_ids: masked before min_tokens */
+    int n_stop_ids;
+} lm_sequence;
+
+lm_status lm_sequence_create(loom_request *request, int choice, const lm_tokenizer *tokenizer,
+                             const int32_t *eos_ids, int n_eos, uint64_t unseeded_entropy,
+                             lm_sequence **out, lm_error *err);
+void lm_sequence_free(lm_sequence *seq);
+
+int lm_sequence_generated(const lm_sequence *seq);
+
+/* What accepting a sampled token led to. */
+typedef struct {
+    bool finished;
+    loom_finish_reason reason;
+    int32_t stop_token;   /* -1 unless a stop token / eos ended it */
+    int stop_string;      /* -1 unless a stop string ended it */
+    const char *text;     /* text released by this token (into seq->text) */
+    size_t text_len;
+} lm_token_outcome;
+
+/* Appends a sampled token and applies the stop rules (stop tokens, eos,
+ * stop strings, max_tokens, the context limit).  eos_ids are the model's. */
+lm_status lm_sequence_accept(lm_sequence *seq, int32_t token, const int32_t *eos_ids, int n_eos,
+                             int max_model_len, lm_token_outcome *outcome, lm_error *err);
+/* Text still held back (a possible stop-string prefix) when the sequence ends otherwise. */
+void lm_sequence_flush_text(lm_sequence *seq, const char **text, size_t *len);
+
+#endif

@@ -1,0 +1,35 @@
+/* Helpers for engine tests: run requests through include/loom.h and collect
+ * what comes back. */
+#ifndef LOOM_TESTS_ENGINE_UTIL_H
+#define LOOM_TESTS_ENGINE_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "loom.h"
+
+#define MAX_COLLECT 512
+
+typedef struct {
+    int32_t tokens[MAX_COLLECT];
+    float logprobs[MAX_COLLECT];
+    loom_token_logprob top[MAX_COLLECT][5];
+    int n_tokens;
+    char text[8192];
+    size_t text_len;
+    loom_finish_reason reason;
+    int stop_string;
+    int32_t stop_token;
+    int completion_tokens;
+    bool error;
+    char error_message[256];
+} collected;
+
+/* Waits (bounded) until the engine has nothing running or waiting, and
+ * returns its stats then. */
+loom_stats wait_idle(loom_engine *engine);
+
+/* Reads every event of a request; choices[c] gets choice c. */
+void collect_all(loom_request *r, collected *choices, int n_choices);
+
+#endif
