@@ -70,6 +70,29 @@ for loom in binaries:
              "--ignore-eos", "--print-ids"])
     want = ",".join(str(i) for i in ref["p0.greedy"])
     check(f"{tag} run greedy", r.returncode == 0 and r.stdout.strip() == want, f"{r.stdout!r} vs {want!r} {r.stderr}")
+    # --ids-file: one line per prompt, in input order, equal to each prompt run alone
+    prompts = [ref["p0.input_ids"], ref["p1.input_ids"], ref["p2.input_ids"][:33], ref["p3.input_ids"]]
+    ids_file = os.path.join(tmp, "prompts.txt")
+    with open(ids_file, "w") as f:
+        for pr in prompts:
+            f.write(",".join(str(i) for i in pr) + "\n")
+    r = run([loom, "run", "--model", model, "--ids-file", ids_file, "--max-tokens", "8", "--ignore-eos",
+             "--concurrency", "3", "--max-batch-tokens", "16"])
+    lines = r.stdout.strip().split("\n")
+    check(f"{tag} ids-file", r.returncode == 0 and len(lines) == 4, r.stdout + r.stderr)
+    for k, pr in enumerate(prompts):
+        alone = run([loom, "run", "--model", model, "--ids", ",".join(str(i) for i in pr), "--max-tokens", "8",
+                     "--ignore-eos", "--print-ids"])
+        check(f"{tag} ids-file line {k}", k < len(lines) and alone.stdout.strip() == lines[k],
+              f"{alone.stdout.strip()!r} vs {lines[k] if k < len(lines) else None!r}")
+    # --prompt: chat template + tokenizer, text out
+    r = run([loom, "run", "--model", model, "--prompt", "Hello there", "--max-tokens", "12"])
+    check(f"{tag} text prompt", r.returncode == 0 and len(r.stdout.strip()) > 0, r.stdout + r.stderr)
+    # seeded sampling is reproducible
+    args = [loom, "run", "--model", model, "--ids", "5,6,7", "--max-tokens", "10", "--temperature", "0.9",
+            "--seed", "11", "--print-ids", "--ignore-eos"]
+    a, b = run(args), run(args)
+    check(f"{tag} seeded run", a.returncode == 0 and a.stdout == b.stdout and a.stdout.count(",") == 9, a.stdout + a.stderr)
     # bad input: clear errors
     r = run([loom, "logits", "--model", model, "--ids", "1,99999", "--out", os.path.join(tmp, "x")])
     check(f"{tag} out-of-vocab id", r.returncode == 1 and "vocabulary" in r.stderr, r.stderr)

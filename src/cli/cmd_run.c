@@ -1,5 +1,10 @@
-/* loom run --model DIR --ids 1,2,3 --max-tokens N --temperature 0 --print-ids
- * Greedy generation from token ids, one sequence. */
+/* loom run: generation from the command line through the engine.
+ *   --ids 1,2,3            one prompt of token ids
+ *   --ids-file FILE        one comma-separated prompt per line, run together
+ *   --prompt TEXT          text, with the chat template unless --raw
+ * Ids prompts print the generated ids (one line per prompt, input order);
+ * a text prompt streams the generated text. */
+#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,112 +12,298 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "engine/sequence_runner.h"
+#include "engine/sampler.h"
+#include "loom.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+#define MAX_PROMPTS 100000
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: loom run --model DIR --ids 1,2,3 [options]\n"
-            "Generates a continuation of the prompt token ids.\n\n"
-            "  --model DIR        Hugging Face checkpoint folder\n"
-            "  --ids LIST         comma-separated prompt token ids\n"
-            "  --max-tokens N     tokens to generate (default 16)\n"
-            "  --temperature T    sampling temperature; only 0 (greedy) for now\n"
-            "  --ignore-eos       keep going after an end-of-sequence token\n"
-            "  --print-ids        print the generated ids, comma-separated, on one line\n"
-            "  --threads N        CPU threads (default: all cores)\n"
-            "  --mmap             map the weights instead of reading them into memory\n");
+            "usage: loom run --model DIR (--ids LIST | --ids-file FILE | --prompt TEXT) [options]\n"
+            "Generates continuations through the batching engine.\n\n"
+            "  --model DIR             Hugging Face checkpoint folder\n"
+            "  --ids LIST              comma-separated prompt token ids\n"
+            "  --ids-file FILE         one comma-separated prompt per line; prints one line of\n"
+            "                          generated ids per prompt, in input order\n"
+            "  --prompt TEXT           a text prompt (chat template applied unless --raw)\n"
+            "  --raw                   tokenize --prompt as is, no chat template\n"
+            "  --concurrency N         prompts in flight at once (default: all)\n"
+            "  --max-tokens N          tokens to generate per prompt (default 16)\n"
+            "  --temperature T         0 = greedy (default 0)\n"
+            "  --top-p P, --top-k K, --min-p P, --repetition-penalty R, --seed S\n"
+            "  --ignore-eos            keep going after an end-of-sequence token\n"
+            "  --print-ids             print generated ids (comma-separated) instead of text\n"
+            "  --threads N             CPU threads (default: all cores)\n"
+            "  --max-batch-tokens N    token budget of one engine step (default 512)\n"
+            "  --mmap                  map the weights instead of reading them into memory\n");
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+typedef struct {
+    int32_t *ids;
+    int n;
+} prompt;
+
+static void free_prompts(prompt *p, int n) {
+    for (int i = 0; i < n; i++) free(p[i].ids);
+    free(p);
 }
 
-static bool is_eos(const lm_qwen35_config *c, int id) {
-    for (int i = 0; i < c->n_eos; i++)
-        if (c->eos_token_ids[i] == id) return true;
-    return false;
+static lm_status read_ids_file(const char *path, int vocab, prompt **out, int *count, lm_error *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return lm_fail(err, LM_ERR_IO, "cannot open %s", path);
+    prompt *list = NULL;
+    int n = 0, cap = 0, line_no = 0;
+    char *line = NULL;
+    size_t line_cap = 0;
+    lm_status st = LM_OK;
+    while (getline(&line, &line_cap, f) > 0) {
+        line_no++;
+        if (strspn(line, " \t\r\n") == strlen(line)) continue; /* blank line */
+        if (n == MAX_PROMPTS) {
+            st = lm_fail(err, LM_ERR_INVALID, "%s: more than %d prompts", path, MAX_PROMPTS);
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            prompt *bigger = realloc(list, sizeof *list * (size_t)cap);
+            if (!bigger) {
+                st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
+                break;
+            }
+            list = bigger;
+        }
+        line[strcspn(line, "\r\n")] = '\0';
+        st = lm_cli_parse_ids(line, vocab, &list[n].ids, &list[n].n, err);
+        if (st != LM_OK) {
+            lm_fail_context(err, "%s line %d", path, line_no);
+            break;
+        }
+        n++;
+    }
+    free(line);
+    fclose(f);
+    if (st == LM_OK && n == 0) st = lm_fail(err, LM_ERR_INVALID, "%s holds no prompt", path);
+    if (st != LM_OK) {
+        free_prompts(list, n);
+        return st;
+    }
+    *out = list;
+    *count = n;
+    return LM_OK;
+}
+
+/* The token ids of a text prompt: chat template (one user message) unless raw. */
+static lm_status encode_text(const char *dir, const char *text, bool raw, prompt *out, lm_error *err) {
+    lm_tokenizer *tok = NULL;
+    lm_status st = lm_tokenizer_load(dir, &tok, err);
+    if (st != LM_OK) return st;
+    char *rendered = NULL;
+    size_t rendered_len = strlen(text);
+    const char *source = text;
+    if (!raw) {
+        lm_chat_template *tpl = NULL;
+        char *bos = NULL, *eos = NULL;
+        st = lm_chat_template_load_dir(dir, &tpl, &bos, &eos, err);
+        if (st == LM_OK) {
+            cJSON *ctx = cJSON_CreateObject(), *messages = cJSON_AddArrayToObject(ctx, "messages");
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(m, "role", "user");
+            cJSON_AddStringToObject(m, "content", text);
+            cJSON_AddItemToArray(messages, m);
+            cJSON_AddBoolToObject(ctx, "add_generation_prompt", 1);
+            st = lm_chat_template_render(tpl, ctx, &rendered, &rendered_len, err);
+            cJSON_Delete(ctx);
+            source = rendered;
+        }
+        lm_chat_template_free(tpl);
+        free(bos);
+        free(eos);
+    }
+    size_t n = 0;
+    if (st == LM_OK) st = lm_tokenizer_encode(tok, source, rendered_len, raw, &out->ids, &n, err);
+    if (st == LM_OK && n == 0) st = lm_fail(err, LM_ERR_INVALID, "the prompt encodes to no tokens");
+    out->n = (int)n;
+    free(rendered);
+    lm_tokenizer_free(tok);
+    return st;
 }
 
 int cmd_run_main(int argc, char **argv) {
     static const struct option options[] = {
-        {"model", required_argument, 0, 'm'},      {"ids", required_argument, 0, 'i'},
-        {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 'T'},
-        {"ignore-eos", no_argument, 0, 'e'},       {"print-ids", no_argument, 0, 'p'},
-        {"threads", required_argument, 0, 't'},    {"mmap", no_argument, 0, 'M'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},        {"ids", required_argument, 0, 'i'},
+        {"ids-file", required_argument, 0, 'f'},     {"prompt", required_argument, 0, 'P'},
+        {"raw", no_argument, 0, 'R'},                {"concurrency", required_argument, 0, 'c'},
+        {"max-tokens", required_argument, 0, 'n'},   {"temperature", required_argument, 0, 'T'},
+        {"top-p", required_argument, 0, 'p'},        {"top-k", required_argument, 0, 'k'},
+        {"min-p", required_argument, 0, 'q'},        {"repetition-penalty", required_argument, 0, 'r'},
+        {"seed", required_argument, 0, 's'},         {"ignore-eos", no_argument, 0, 'e'},
+        {"print-ids", no_argument, 0, 'I'},          {"threads", required_argument, 0, 't'},
+        {"max-batch-tokens", required_argument, 0, 'b'}, {"mmap", no_argument, 0, 'M'},
+        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
-    const char *model_dir = NULL, *ids_text = NULL;
-    long max_tokens = 16, threads = 0;
-    bool ignore_eos = false, print_ids = false;
-    lm_load_mode mode = LM_LOAD_READ;
+    const char *model_dir = NULL, *ids_text = NULL, *ids_file = NULL, *text = NULL;
+    bool raw = false, print_ids = false;
+    long concurrency = 0, threads = 0, batch_tokens = 0, seed = 0;
+    loom_request_params base;
+    loom_request_params_default(&base);
+    base.sampling.temperature = 0;
+    loom_engine_options eo;
+    loom_engine_options_default(&eo);
     int opt;
     optind = 1;
+    long v;
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
         switch (opt) {
         case 'm': model_dir = optarg; break;
         case 'i': ids_text = optarg; break;
-        case 'n': if (!lm_cli_parse_int("--max-tokens", optarg, 0, 1 << 20, &max_tokens)) return 2; break;
-        case 'T':
-            if (strtod(optarg, NULL) != 0.0) {
-                fprintf(stderr, "loom: only --temperature 0 (greedy) is supported by `loom run` so far\n");
-                return 2;
-            }
+        case 'f': ids_file = optarg; break;
+        case 'P': text = optarg; break;
+        case 'R': raw = true; break;
+        case 'c': if (!lm_cli_parse_int("--concurrency", optarg, 1, 1 << 20, &concurrency)) return 2; break;
+        case 'n': if (!lm_cli_parse_int("--max-tokens", optarg, 1, 1 << 20, &v)) return 2; base.max_tokens = (int)v; break;
+        case 'T': base.sampling.temperature = strtof(optarg, NULL); break;
+        case 'p': base.sampling.top_p = strtof(optarg, NULL); break;
+        case 'k': if (!lm_cli_parse_int("--top-k", optarg, -1, 1 << 24, &v)) return 2; base.sampling.top_k = (int)v; break;
+        case 'q': base.sampling.min_p = strtof(optarg, NULL); break;
+        case 'r': base.sampling.repetition_penalty = strtof(optarg, NULL); break;
+        case 's':
+            if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 62, &seed)) return 2;
+            base.sampling.has_seed = true;
+            base.sampling.seed = (uint64_t)seed;
             break;
-        case 'e': ignore_eos = true; break;
-        case 'p': print_ids = true; break;
+        case 'e': base.ignore_eos = true; break;
+        case 'I': print_ids = true; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
-        case 'M': mode = LM_LOAD_MMAP; break;
+        case 'b': if (!lm_cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &batch_tokens)) return 2; break;
+        case 'M': eo.mmap_weights = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (!model_dir || !ids_text || optind != argc) {
+    if (!model_dir || optind != argc || (!!ids_text + !!ids_file + !!text) != 1) {
         usage(stderr);
         return 2;
     }
-    lm_error err = {0};
-    lm_loaded_model m;
-    if (lm_loaded_model_open(&m, model_dir, mode, (int)threads, &err) != LM_OK) {
-        fprintf(stderr, "loom: %s\n", err.message);
+    char error[512];
+    if (!lm_sampling_validate(&base.sampling, 0, error, sizeof error)) {
+        fprintf(stderr, "loom: %s\n", error);
+        return 2;
+    }
+    eo.model_dir = model_dir;
+    eo.threads = (int)threads;
+    if (batch_tokens) eo.max_batch_tokens = (int)batch_tokens;
+    loom_engine *engine = NULL;
+    if (loom_engine_create(&eo, &engine, error, sizeof error) != LOOM_OK) {
+        fprintf(stderr, "loom: %s\n", error);
         return 1;
     }
-    int rc = 1, n = 0;
-    int32_t *ids = NULL;
-    float *logits = NULL;
-    lm_sequence_runner runner = {0};
-    int V = m.config.vocab_size;
-    if (lm_cli_parse_ids(ids_text, V, &ids, &n, &err) != LM_OK) goto done;
-    logits = malloc(sizeof(float) * (size_t)V);
-    if (!logits) {
-        lm_fail(&err, LM_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    if (lm_sequence_runner_init(&runner, &m.model, m.backend, n + (int)max_tokens, &err) != LM_OK)
-        goto done;
-    if (max_tokens > 0 && lm_sequence_runner_feed(&runner, ids, n, false, logits, NULL, NULL, &err) != LM_OK)
-        goto done;
-    for (long i = 0; i < max_tokens; i++) {
-        int32_t next = argmax(logits, V);
-        printf("%s%d", i ? "," : "", next);
-        fflush(stdout);
-        if (!ignore_eos && is_eos(&m.config, next)) break;
-        if (i + 1 < max_tokens &&
-            lm_sequence_runner_feed(&runner, &next, 1, false, logits, NULL, NULL, &err) != LM_OK) {
-            printf("\n");
+    lm_error err = {0};
+    prompt *prompts = NULL;
+    int n_prompts = 0, rc = 1;
+    int vocab = loom_engine_vocab_size(engine);
+    if (ids_text) {
+        prompts = calloc(1, sizeof *prompts);
+        n_prompts = 1;
+        if (!prompts || lm_cli_parse_ids(ids_text, vocab, &prompts[0].ids, &prompts[0].n, &err) != LM_OK) {
+            fprintf(stderr, "loom: %s\n", prompts ? err.message : "out of memory");
+            goto done;
+        }
+    } else if (ids_file) {
+        if (read_ids_file(ids_file, vocab, &prompts, &n_prompts, &err) != LM_OK) {
+            fprintf(stderr, "loom: %s\n", err.message);
+            goto done;
+        }
+    } else {
+        prompts = calloc(1, sizeof *prompts);
+        n_prompts = 1;
+        if (!prompts || encode_text(model_dir, text, raw, &prompts[0], &err) != LM_OK) {
+            fprintf(stderr, "loom: %s\n", prompts ? err.message : "out of memory");
             goto done;
         }
     }
-    printf("\n");
-    rc = 0;
+    bool show_text = text && !print_ids;
+    if (concurrency <= 0 || concurrency > n_prompts) concurrency = n_prompts;
+
+    /* Outputs are kept per prompt and printed in input order. */
+    char **lines = calloc((size_t)n_prompts, sizeof *lines);
+    loom_request **live = calloc((size_t)n_prompts, sizeof *live);
+    if (!lines || !live) {
+        fprintf(stderr, "loom: out of memory\n");
+        free(lines);
+        free(live);
+        goto done;
+    }
+    int next = 0, finished = 0;
+    bool failed = false;
+    while (finished < n_prompts && !failed) {
+        while (next < n_prompts && next - finished < concurrency) {
+            loom_request_params p = base;
+            p.prompt = prompts[next].ids;
+            p.n_prompt = prompts[next].n;
+            int st = loom_submit(engine, &p, &live[next], error, sizeof error);
+            if (st != LOOM_OK) {
+                fprintf(stderr, "loom: prompt %d: %s\n", next + 1, error);
+                failed = true;
+                break;
+            }
+            next++;
+        }
+        if (failed) break;
+        /* Drain the oldest unfinished request (others keep running meanwhile). */
+        loom_request *r = live[finished];
+        size_t cap = 256, len = 0;
+        char *out = malloc(cap);
+        loom_event ev;
+        int got;
+        while (out && (got = loom_next_event(r, &ev, -1)) == 1) {
+            char piece[32];
+            const char *add = NULL;
+            size_t add_len = 0;
+            if (ev.type == LOOM_EVENT_ERROR) {
+                fprintf(stderr, "loom: prompt %d: %s\n", finished + 1, ev.error);
+                failed = true;
+            } else if (show_text) {
+                if (ev.text) {
+                    fwrite(ev.text, 1, ev.text_len, stdout);
+                    fflush(stdout);
+                }
+            } else if (ev.type == LOOM_EVENT_TOKEN) {
+                snprintf(piece, sizeof piece, "%s%d", len ? "," : "", ev.token);
+                add = piece;
+                add_len = strlen(piece);
+            }
+            if (add && len + add_len + 1 > cap) {
+                while (len + add_len + 1 > cap) cap *= 2;
+                char *bigger = realloc(out, cap);
+                if (!bigger) break;
+                out = bigger;
+            }
+            if (add) {
+                memcpy(out + len, add, add_len);
+                len += add_len;
+            }
+        }
+        if (out) out[len] = '\0';
+        lines[finished] = out;
+        loom_request_free(r);
+        live[finished] = NULL;
+        /* Print every finished line in order as soon as it is complete. */
+        if (!show_text) printf("%s\n", out ? out : "");
+        else printf("\n");
+        fflush(stdout);
+        finished++;
+    }
+    for (int i = 0; i < n_prompts; i++) {
+        free(lines[i]);
+        if (live[i]) loom_request_free(live[i]);
+    }
+    free(lines);
+    free(live);
+    rc = failed ? 1 : 0;
 done:
-    if (rc) fprintf(stderr, "loom: %s\n", err.message);
-    (void)print_ids; /* ids are the only output form until the tokenizer is wired in */
-    lm_sequence_runner_free(&runner);
-    free(logits);
-    free(ids);
-    lm_loaded_model_close(&m);
+    free_prompts(prompts, n_prompts);
+    loom_engine_destroy(engine);
     return rc;
 }
