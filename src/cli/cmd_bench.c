@@ -11,6 +11,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "engine/sequence_runner.h"
+#include "loom.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -24,7 +25,11 @@ static void usage(FILE *f) {
             "  --threads N          CPU threads (default: all cores)\n"
             "  --mmap               map the checkpoint instead of reading it (with --model)\n"
             "  --bandwidth GBPS     skip the bandwidth measurement and use this figure\n"
-            "  --seed N             random weights / prompt seed (default 1)\n");
+            "  --seed N             random weights / prompt seed (default 1)\n"
+            "  --concurrency LIST   offline throughput through the engine instead: for each\n"
+            "                       level (e.g. 1,4,16,64) run --requests requests with that\n"
+            "                       many in flight; reports output tokens/s and time per token\n"
+            "  --requests N         requests per level (default: 2 x the level, at least 8)\n");
 }
 
 static double now_seconds(void) {
@@ -48,6 +53,142 @@ static double decode_bytes_per_token(const lm_loaded_model *m) {
     return bytes;
 }
 
+typedef struct {
+    double submitted, first_token, finished;
+    int tokens;
+} request_timing;
+
+/* Offline throughput at one concurrency level: `n_requests` requests of
+ * `prompt_tokens` random ids and `gen_tokens` outputs, `level` in flight. */
+static int throughput_level(loom_engine *engine, int level, int n_requests, int prompt_tokens,
+                            int gen_tokens, uint64_t seed) {
+    int V = loom_engine_vocab_size(engine);
+    int32_t *prompts = malloc(sizeof(int32_t) * (size_t)prompt_tokens * (size_t)n_requests);
+    request_timing *t = calloc((size_t)n_requests, sizeof *t);
+    loom_request **live = calloc((size_t)n_requests, sizeof *live);
+    if (!prompts || !t || !live) {
+        free(prompts);
+        free(t);
+        free(live);
+        fprintf(stderr, "loom: out of memory\n");
+        return 1;
+    }
+    uint64_t x = seed * 2654435761u + 7;
+    for (long i = 0; i < (long)prompt_tokens * n_requests; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        prompts[i] = (int32_t)((x >> 33) % (uint64_t)V);
+    }
+    char error[256];
+    int next = 0, done = 0, rc = 0;
+    double t0 = now_seconds();
+    /* One reader thread is enough: events queue per request, so draining the
+     * oldest request first does not slow the others down. */
+    while (done < n_requests && rc == 0) {
+        while (next < n_requests && next - done < level) {
+            loom_request_params p;
+            loom_request_params_default(&p);
+            p.prompt = prompts + (size_t)next * prompt_tokens;
+            p.n_prompt = prompt_tokens;
+            p.max_tokens = gen_tokens;
+            p.ignore_eos = true;
+            p.sampling.temperature = 0;
+            t[next].submitted = now_seconds();
+            if (loom_submit(engine, &p, &live[next], error, sizeof error) != LOOM_OK) {
+                fprintf(stderr, "loom: %s\n", error);
+                rc = 1;
+                break;
+            }
+            next++;
+        }
+        /* Poll every live request so first-token times are seen when they happen. */
+        for (int i = done; i < next; i++) {
+            loom_event ev;
+            int got;
+            while (live[i] && (got = loom_next_event(live[i], &ev, 0)) == 1) {
+                if (ev.type == LOOM_EVENT_TOKEN) {
+                    if (t[i].tokens++ == 0) t[i].first_token = now_seconds();
+                } else if (ev.type == LOOM_EVENT_ERROR) {
+                    fprintf(stderr, "loom: %s\n", ev.error);
+                    rc = 1;
+                }
+            }
+            if (live[i] && got == -1) {
+                t[i].finished = now_seconds();
+                loom_request_free(live[i]);
+                live[i] = NULL;
+            }
+        }
+        while (done < next && !live[done]) done++;
+        struct timespec pause = {0, 200 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    double wall = now_seconds() - t0;
+    long total = 0;
+    double tpot = 0, ttft = 0;
+    for (int i = 0; i < n_requests; i++) {
+        total += t[i].tokens;
+        if (t[i].tokens > 1) tpot += (t[i].finished - t[i].first_token) / (t[i].tokens - 1);
+        ttft += t[i].first_token - t[i].submitted;
+        if (live[i]) loom_request_free(live[i]);
+    }
+    if (rc == 0)
+        printf("concurrency %3d: %3d requests, %6ld output tokens in %7.2f s = %8.2f tokens/s; "
+               "time per output token %.1f ms; time to first token %.0f ms\n",
+               level, n_requests, total, wall, (double)total / wall, 1e3 * tpot / n_requests,
+               1e3 * ttft / n_requests);
+    fflush(stdout);
+    free(prompts);
+    free(t);
+    free(live);
+    return rc;
+}
+
+static int run_throughput(const char *model_dir, const char *config_path, bool mmap_weights,
+                          int threads, uint64_t seed, const char *levels, int requests,
+                          int prompt_tokens, int gen_tokens) {
+    int max_level = 0;
+    for (const char *p = levels; *p;) {
+        long level = strtol(p, (char **)&p, 10);
+        if (level > max_level) max_level = (int)level;
+        if (*p == ',') p++;
+        else if (*p) break;
+    }
+    if (max_level <= 0 || max_level > 4096) {
+        fprintf(stderr, "loom: --concurrency expects a list like 1,4,16,64\n");
+        return 2;
+    }
+    loom_engine_options o;
+    loom_engine_options_default(&o);
+    o.model_dir = model_dir;
+    o.config_path = config_path;
+    o.random_weights = config_path != NULL;
+    o.random_seed = seed;
+    o.threads = threads;
+    o.mmap_weights = mmap_weights;
+    o.max_running = max_level;
+    o.max_model_len = prompt_tokens + gen_tokens;
+    o.kv_cache_tokens = (int64_t)max_level * (prompt_tokens + gen_tokens);
+    loom_engine *engine;
+    char error[512];
+    double t0 = now_seconds();
+    if (loom_engine_create(&o, &engine, error, sizeof error) != LOOM_OK) {
+        fprintf(stderr, "loom: %s\n", error);
+        return 1;
+    }
+    printf("model: %s, %s, %d prompt + %d generated tokens per request, loaded in %.1f s\n",
+           model_dir ? model_dir : config_path, config_path ? "random bf16 weights" : "checkpoint",
+           prompt_tokens, gen_tokens, now_seconds() - t0);
+    int rc = 0;
+    for (const char *p = levels; *p && rc == 0;) {
+        long level = strtol(p, (char **)&p, 10);
+        if (*p == ',') p++;
+        int n = requests > 0 ? requests : (int)(2 * level > 8 ? 2 * level : 8);
+        rc = throughput_level(engine, (int)level, n, prompt_tokens, gen_tokens, seed);
+    }
+    loom_engine_destroy(engine);
+    return rc;
+}
+
 int cmd_bench_main(int argc, char **argv) {
     static const struct option options[] = {
         {"model", required_argument, 0, 'm'},        {"config", required_argument, 0, 'c'},
@@ -55,12 +196,15 @@ int cmd_bench_main(int argc, char **argv) {
         {"gen-tokens", required_argument, 0, 'g'},   {"threads", required_argument, 0, 't'},
         {"mmap", no_argument, 0, 'M'},               {"bandwidth", required_argument, 0, 'b'},
         {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
+        {"concurrency", required_argument, 0, 'C'},  {"requests", required_argument, 0, 'N'},
         {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *config_path = NULL;
     bool random_weights = false;
     long prompt_tokens = 256, gen_tokens = 32, threads = 0, seed = 1;
     double bandwidth = 0;
+    const char *levels = NULL;
+    long requests = 0;
     lm_load_mode mode = LM_LOAD_READ;
     int opt;
     optind = 1;
@@ -74,6 +218,8 @@ int cmd_bench_main(int argc, char **argv) {
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 's': if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 40, &seed)) return 2; break;
         case 'M': mode = LM_LOAD_MMAP; break;
+        case 'C': levels = optarg; break;
+        case 'N': if (!lm_cli_parse_int("--requests", optarg, 1, 1 << 20, &requests)) return 2; break;
         case 'b':
             bandwidth = strtod(optarg, NULL);
             if (bandwidth <= 0) {
@@ -89,6 +235,11 @@ int cmd_bench_main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+
+    if (levels)
+        return run_throughput(model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
+                              (int)threads, (uint64_t)seed, levels, (int)requests,
+                              (int)prompt_tokens, (int)gen_tokens);
 
     lm_error err = {0};
     lm_loaded_model m;
