@@ -1,0 +1,320 @@
+#include "server/tool_parser.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/marker.h"
+
+#define CALL_OPEN "<tool_call>"
+#define CALL_CLOSE "</tool_call>"
+#define MAX_CALLS 128
+
+void lm_tool_call_list_free(lm_tool_call_list *list) {
+    for (int i = 0; i < list->n; i++) {
+        free(list->items[i].name);
+        free(list->items[i].arguments);
+    }
+    free(list->items);
+    memset(list, 0, sizeof *list);
+}
+
+void lm_tool_parser_init(lm_tool_parser *p, const cJSON *tools, uint64_t id_seed) {
+    memset(p, 0, sizeof *p);
+    p->tools = tools;
+    p->id_state = id_seed;
+}
+
+void lm_tool_parser_free(lm_tool_parser *p) {
+    lm_sbuf_free(&p->pending);
+    lm_sbuf_free(&p->block);
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* A malloc'd copy of s[0..n) with surrounding whitespace removed. */
+static char *trimmed_copy(const char *s, size_t n) {
+    while (n && is_space(*s)) s++, n--;
+    while (n && is_space(s[n - 1])) n--;
+    char *out = malloc(n + 1);
+    if (!out) return NULL;
+    memcpy(out, s, n);
+    out[n] = 0;
+    return out;
+}
+
+/* The JSON-schema type of a tool's parameter, or NULL if unknown. */
+static const char *param_type(const cJSON *tools, const char *function, const char *param) {
+    const cJSON *tool;
+    cJSON_ArrayForEach(tool, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(name) || strcmp(name->valuestring, function) != 0) continue;
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        const cJSON *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
+        const cJSON *prop = cJSON_GetObjectItemCaseSensitive(props, param);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(prop, "type");
+        return cJSON_IsString(type) ? type->valuestring : NULL;
+    }
+    return NULL;
+}
+
+/* Adds key = value to args, typed by the schema: strings stay strings; other
+ * declared types are parsed as JSON when the text is valid JSON. */
+static bool add_param(cJSON *args, const cJSON *tools, const char *function, const char *key,
+                      const char *value) {
+    const char *type = param_type(tools, function, key);
+    cJSON *item = NULL;
+    if (type && strcmp(type, "string") != 0) item = cJSON_Parse(value);
+    if (!item) item = cJSON_CreateString(value);
+    if (!item) return false;
+    cJSON_DeleteItemFromObjectCaseSensitive(args, key);
+    cJSON_AddItemToObject(args, key, item);
+    return true;
+}
+
+/* Finds open..close after *pos in body; returns the inner text (malloc'd,
+ * trimmed of one surrounding newline each side) and advances *pos. */
+static char *take_between(const char *body, size_t len, size_t *pos, const char *open,
+                          const char *close, bool trim_all) {
+    size_t at = *pos + lm_marker_find(body + *pos, len - *pos, open);
+    if (at >= len) return NULL;
+    size_t start = at + strlen(open);
+    size_t end = start + lm_marker_find(body + start, len - start, close);
+    if (end >= len) return NULL;
+    *pos = end + strlen(close);
+    if (trim_all) return trimmed_copy(body + start, end - start);
+    const char *s = body + start;
+    size_t n = end - start;
+    if (n && s[0] == '\n') s++, n--;
+    if (n && s[n - 1] == '\n') n--;
+    char *out = malloc(n + 1);
+    if (!out) return NULL;
+    memcpy(out, s, n);
+    out[n] = 0;
+    return out;
+}
+
+static bool parse_json_form(const char *text, char **name, cJSON **args) {
+    cJSON *doc = cJSON_Parse(text);
+    if (!cJSON_IsObject(doc)) goto fail;
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(doc, "name");
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, "arguments");
+    if (!a) a = cJSON_GetObjectItemCaseSensitive(doc, "parameters");
+    if (!cJSON_IsString(n) || !n->valuestring[0]) goto fail;
+    if (cJSON_IsString(a)) {
+        cJSON *parsed = cJSON_Parse(a->valuestring);
+        if (!cJSON_IsObject(parsed)) {
+            cJSON_Delete(parsed);
+            goto fail;
+        }
+        *args = parsed;
+    } else if (cJSON_IsObject(a)) {
+        *args = cJSON_DetachItemViaPointer(doc, a);
+    } else if (!a) {
+        *args = cJSON_CreateObject();
+    } else {
+        goto fail;
+    }
+    *name = strdup(n->valuestring);
+    cJSON_Delete(doc);
+    return *name && *args;
+fail:
+    cJSON_Delete(doc);
+    return false;
+}
+
+static bool parse_xml_form(const char *text, const cJSON *tools, char **name, cJSON **args) {
+    size_t len = strlen(text), pos = 0;
+    char *fn = take_between(text, len, &pos, "<function=", ">", true);
+    if (!fn || !fn[0]) {
+        free(fn);
+        return false;
+    }
+    cJSON *obj = cJSON_CreateObject();
+    bool ok = obj != NULL;
+    while (ok) {
+        size_t at = pos + lm_marker_find(text + pos, len - pos, "<parameter=");
+        if (at >= len) break;
+        size_t key_start = at + strlen("<parameter=");
+        size_t key_end = key_start + lm_marker_find(text + key_start, len - key_start, ">");
+        if (key_end >= len) {
+            ok = false;
+            break;
+        }
+        char *key = trimmed_copy(text + key_start, key_end - key_start);
+        /* The value runs to </parameter> (or to the next parameter or the
+         * end of the function when the model forgot to close it). */
+        size_t vstart = key_end + 1;
+        size_t vend = vstart + lm_marker_find(text + vstart, len - vstart, "</parameter>");
+        size_t next = vend + strlen("</parameter>");
+        if (vend >= len) {
+            size_t alt = vstart + lm_marker_find(text + vstart, len - vstart, "<parameter=");
+            size_t fend = vstart + lm_marker_find(text + vstart, len - vstart, "</function>");
+            vend = alt < fend ? alt : fend;
+            next = vend;
+        }
+        const char *v = text + vstart;
+        size_t n = vend - vstart;
+        if (n && v[0] == '\n') v++, n--;
+        if (n && v[n - 1] == '\n') n--;
+        char *value = malloc(n + 1);
+        if (key && value) {
+            memcpy(value, v, n);
+            value[n] = 0;
+            ok = key[0] && add_param(obj, tools, fn, key, value);
+        } else {
+            ok = false;
+        }
+        free(key);
+        free(value);
+        pos = next;
+    }
+    if (!ok) {
+        cJSON_Delete(obj);
+        free(fn);
+        return false;
+    }
+    *name = fn;
+    *args = obj;
+    return true;
+}
+
+static bool parse_glm_form(const char *text, const cJSON *tools, char **name, cJSON **args) {
+    size_t len = strlen(text);
+    size_t name_end = lm_marker_find(text, len, "<arg_key>");
+    size_t nl = lm_marker_find(text, len, "\n");
+    if (nl < name_end) name_end = nl;
+    char *fn = trimmed_copy(text, name_end);
+    if (!fn || !fn[0] || strpbrk(fn, "<>{}\" ")) {
+        free(fn);
+        return false;
+    }
+    cJSON *obj = cJSON_CreateObject();
+    bool ok = obj != NULL;
+    size_t pos = name_end;
+    while (ok && pos < len) {
+        size_t probe = pos + lm_marker_find(text + pos, len - pos, "<arg_key>");
+        if (probe >= len) break;
+        char *key = take_between(text, len, &pos, "<arg_key>", "</arg_key>", true);
+        char *value = key ? take_between(text, len, &pos, "<arg_value>", "</arg_value>", false) : NULL;
+        ok = key && value && key[0] && add_param(obj, tools, fn, key, value);
+        free(key);
+        free(value);
+    }
+    if (!ok) {
+        cJSON_Delete(obj);
+        free(fn);
+        return false;
+    }
+    *name = fn;
+    *args = obj;
+    return true;
+}
+
+static bool push_call(lm_tool_parser *p, lm_tool_call_list *calls, char *name, cJSON *args) {
+    char *json = cJSON_PrintUnformatted(args);
+    cJSON_Delete(args);
+    if (!json || calls->n >= MAX_CALLS) goto fail;
+    if (calls->n == calls->cap) {
+        int cap = calls->cap ? calls->cap * 2 : 4;
+        lm_tool_call *items = realloc(calls->items, sizeof *items * (size_t)cap);
+        if (!items) goto fail;
+        calls->items = items;
+        calls->cap = cap;
+    }
+    lm_tool_call *c = &calls->items[calls->n++];
+    uint64_t a = splitmix64(&p->id_state), b = splitmix64(&p->id_state);
+    snprintf(c->id, sizeof c->id, "call_%016llx%08llx", (unsigned long long)a,
+             (unsigned long long)(b & 0xffffffffu));
+    c->name = name;
+    c->arguments = json;
+    return true;
+fail:
+    free(json);
+    free(name);
+    return false;
+}
+
+/* Parses one block body; false if it is in no known form. */
+static bool parse_block(lm_tool_parser *p, const char *body, size_t len, lm_tool_call_list *calls,
+                        bool *parsed) {
+    *parsed = false;
+    char *text = trimmed_copy(body, len);
+    if (!text) return false;
+    char *name = NULL;
+    cJSON *args = NULL;
+    bool ok;
+    if (text[0] == '{') ok = parse_json_form(text, &name, &args);
+    else if (strncmp(text, "<function=", 10) == 0) ok = parse_xml_form(text, p->tools, &name, &args);
+    else ok = parse_glm_form(text, p->tools, &name, &args);
+    free(text);
+    if (!ok) {
+        free(name);
+        cJSON_Delete(args);
+        return true;
+    }
+    *parsed = true;
+    return push_call(p, calls, name, args);
+}
+
+/* Passes an unparseable block on as the text the model wrote. */
+static bool block_as_content(lm_tool_parser *p, lm_sbuf *content, bool closed) {
+    bool ok = lm_sbuf_puts(content, CALL_OPEN) &&
+              lm_sbuf_append(content, lm_sbuf_str(&p->block), p->block.len) &&
+              (!closed || lm_sbuf_puts(content, CALL_CLOSE));
+    lm_sbuf_clear(&p->block);
+    return ok;
+}
+
+static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, bool final) {
+    for (;;) {
+        const char *s = lm_sbuf_str(&p->pending);
+        size_t len = p->pending.len;
+        if (len == 0) return true;
+        const char *marker = p->in_call ? CALL_CLOSE : CALL_OPEN;
+        size_t at = lm_marker_find(s, len, marker);
+        lm_sbuf *out = p->in_call ? &p->block : content;
+        if (at < len) {
+            if (!lm_sbuf_append(out, s, at)) return false;
+            lm_sbuf_consume(&p->pending, at + strlen(marker));
+            if (p->in_call) {
+                bool parsed;
+                if (!parse_block(p, lm_sbuf_str(&p->block), p->block.len, calls, &parsed))
+                    return false;
+                if (!parsed && !block_as_content(p, content, true)) return false;
+                lm_sbuf_clear(&p->block);
+            }
+            p->in_call = !p->in_call;
+            continue;
+        }
+        size_t n = final ? len : len - lm_marker_partial(s, len, marker);
+        bool ok = lm_sbuf_append(out, s, n);
+        lm_sbuf_consume(&p->pending, n);
+        return ok;
+    }
+}
+
+bool lm_tool_parser_feed(lm_tool_parser *p, const char *text, size_t len, lm_sbuf *content,
+                         lm_tool_call_list *calls) {
+    if (!lm_sbuf_append(&p->pending, text, len)) return false;
+    return step(p, content, calls, false);
+}
+
+bool lm_tool_parser_finish(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls) {
+    if (!step(p, content, calls, true)) return false;
+    if (!p->in_call) return true;
+    p->in_call = false;
+    bool parsed;
+    if (!parse_block(p, lm_sbuf_str(&p->block), p->block.len, calls, &parsed)) return false;
+    if (!parsed) return block_as_content(p, content, false);
+    lm_sbuf_clear(&p->block);
+    return true;
+}
