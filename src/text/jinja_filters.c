@@ -1,5 +1,7 @@
-/* Jinja2's built-in filters (jinja2/filters.py), plus transformers' tojson
- * (json.dumps with ensure_ascii=False by default). */
+/* Jinja2's built-in filters (jinja2/filters.py): the dispatch by filter id,
+ * the string, number and conversion filters, and transformers' tojson
+ * (json.dumps with ensure_ascii=False by default).  Filters over sequences
+ * and mappings are in jinja_filters_seq.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
