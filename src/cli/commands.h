@@ -10,6 +10,7 @@ typedef struct {
     int (*main)(int argc, char **argv);
 } lm_command;
 
+int cmd_serve_main(int argc, char **argv);
 int cmd_run_main(int argc, char **argv);
 int cmd_logits_main(int argc, char **argv);
 int cmd_inspect_main(int argc, char **argv);

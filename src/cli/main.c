@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 
 static const lm_command commands[] = {
-    {"serve", "run the OpenAI-compatible HTTP server", NULL},
+    {"serve", "run the OpenAI-compatible HTTP server", cmd_serve_main},
     {"run", "generate from token ids or a prompt", cmd_run_main},
     {"logits", "write the logits of every prompt position", cmd_logits_main},
     {"inspect", "describe a checkpoint folder", cmd_inspect_main},

@@ -1,0 +1,149 @@
+/* loom serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]
+ *            [--served-model-name NAME]
+ * The OpenAI-compatible HTTP server.  SIGINT / SIGTERM stop it gracefully:
+ * no new connections, in-flight requests get a grace period, exit 0. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "io/json_file.h"
+#include "loom.h"
+#include "server/server.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: loom serve --model DIR [options]\n"
+            "       loom serve --config FILE --random-weights [options]\n"
+            "Serves the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) and\n"
+            "/health, /metrics, /tokenize, /detokenize.\n\n"
+            "  --model DIR              Hugging Face checkpoint folder\n"
+            "  --config FILE            a config.json shape (with --random-weights)\n"
+            "  --random-weights         random weights, no tokenizer (token-id prompts only)\n"
+            "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
+            "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
+            "  --api-key KEY            require Authorization: Bearer KEY on /v1 routes\n"
+            "  --served-model-name NAME the model id clients use (default: the --model value)\n"
+            "  --max-model-len N        prompt + output tokens per sequence\n"
+            "  --max-num-seqs N         sequences decoding at once (default 64)\n"
+            "  --max-waiting N          queued requests before 503 (default 1024)\n"
+            "  --kv-cache-tokens N      KV-cache pool size in tokens\n"
+            "  --max-body-bytes N       largest request body (default 16 MiB)\n"
+            "  --shutdown-grace-ms N    time in-flight requests get at shutdown (default 5000)\n"
+            "  --threads N              CPU threads (default: all cores)\n");
+}
+
+/* The context limit as the engine computes it (so the server's default
+ * max_tokens agrees): max_position_embeddings, capped at 32768. */
+static int model_len_from_config(const char *path) {
+    cJSON *doc = NULL;
+    lm_error err = {0};
+    int len = 4096;
+    if (lm_json_read_file(path, 16u << 20, &doc, &err) == LM_OK) {
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(doc, "text_config");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(text ? text : doc, "max_position_embeddings");
+        if (!m) m = cJSON_GetObjectItemCaseSensitive(doc, "max_position_embeddings");
+        if (cJSON_IsNumber(m) && m->valuedouble >= 1) len = m->valuedouble > 32768 ? 32768 : (int)m->valuedouble;
+    }
+    cJSON_Delete(doc);
+    return len;
+}
+
+int cmd_serve_main(int argc, char **argv) {
+    static const struct option options[] = {
+        {"model", required_argument, 0, 'm'},          {"config", required_argument, 0, 'c'},
+        {"random-weights", no_argument, 0, 'r'},       {"host", required_argument, 0, 'H'},
+        {"port", required_argument, 0, 'p'},           {"api-key", required_argument, 0, 'k'},
+        {"served-model-name", required_argument, 0, 'n'}, {"max-model-len", required_argument, 0, 'L'},
+        {"max-num-seqs", required_argument, 0, 'S'},   {"max-waiting", required_argument, 0, 'W'},
+        {"kv-cache-tokens", required_argument, 0, 'K'}, {"max-body-bytes", required_argument, 0, 'B'},
+        {"shutdown-grace-ms", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
+    };
+    lm_server_options so = {.host = "127.0.0.1", .port = 8080, .max_body_bytes = 16u << 20};
+    loom_engine_options eo;
+    loom_engine_options_default(&eo);
+    long v, grace_ms = 5000;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        switch (opt) {
+        case 'm': eo.model_dir = optarg; break;
+        case 'c': eo.config_path = optarg; break;
+        case 'r': eo.random_weights = true; break;
+        case 'H': so.host = optarg; break;
+        case 'p': if (!lm_cli_parse_int("--port", optarg, 0, 65535, &v)) return 2; so.port = (int)v; break;
+        case 'k': so.api_key = optarg; break;
+        case 'n': so.served_model_name = optarg; break;
+        case 'L': if (!lm_cli_parse_int("--max-model-len", optarg, 2, 1 << 24, &v)) return 2; eo.max_model_len = (int)v; break;
+        case 'S': if (!lm_cli_parse_int("--max-num-seqs", optarg, 1, 4096, &v)) return 2; eo.max_running = (int)v; break;
+        case 'W': if (!lm_cli_parse_int("--max-waiting", optarg, 1, 1 << 20, &v)) return 2; eo.max_waiting = (int)v; break;
+        case 'K': if (!lm_cli_parse_int("--kv-cache-tokens", optarg, 1, 1L << 30, &v)) return 2; eo.kv_cache_tokens = v; break;
+        case 'B': if (!lm_cli_parse_int("--max-body-bytes", optarg, 1024, 1L << 30, &v)) return 2; so.max_body_bytes = (size_t)v; break;
+        case 'g': if (!lm_cli_parse_int("--shutdown-grace-ms", optarg, 0, 3600000, &v)) return 2; grace_ms = v; break;
+        case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &v)) return 2; eo.threads = (int)v; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc || (!eo.model_dir && !(eo.random_weights && eo.config_path))) {
+        usage(stderr);
+        return 2;
+    }
+    char config_path[4096];
+    if (eo.random_weights) snprintf(config_path, sizeof config_path, "%s", eo.config_path);
+    else snprintf(config_path, sizeof config_path, "%s/config.json", eo.model_dir);
+    if (eo.max_model_len <= 0) eo.max_model_len = model_len_from_config(config_path);
+    so.max_model_len = eo.max_model_len;
+    if (!so.served_model_name) so.served_model_name = eo.random_weights ? "loom-random" : eo.model_dir;
+
+    /* Signals are taken by sigwait below; every thread started from here on
+     * inherits the block. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char message[512];
+    loom_engine *engine = NULL;
+    if (loom_engine_create(&eo, &engine, message, sizeof message) != LOOM_OK) {
+        fprintf(stderr, "loom: %s\n", message);
+        return 1;
+    }
+    lm_error err = {0};
+    lm_tokenizer *tokenizer = NULL;
+    lm_chat_template *chat_template = NULL;
+    if (!eo.random_weights) {
+        if (lm_tokenizer_load(eo.model_dir, &tokenizer, &err) != LM_OK) {
+            fprintf(stderr, "loom: %s (serving without a tokenizer: token-id prompts only)\n", err.message);
+            tokenizer = NULL;
+        } else if (lm_chat_template_load_dir(eo.model_dir, &chat_template, NULL, NULL, &err) != LM_OK) {
+            fprintf(stderr, "loom: %s (chat completions are not available)\n", err.message);
+            chat_template = NULL;
+        }
+    }
+    lm_server *server = NULL;
+    if (lm_server_start(&so, engine, tokenizer, chat_template, &server, &err) != LM_OK) {
+        fprintf(stderr, "loom: %s\n", err.message);
+        lm_chat_template_free(chat_template);
+        if (tokenizer) lm_tokenizer_free(tokenizer);
+        loom_engine_destroy(engine);
+        return 1;
+    }
+    fprintf(stderr, "loom: serving %s on http://%s:%d\n", so.served_model_name, so.host, lm_server_port(server));
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "loom: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    lm_server_stop(server, (int)grace_ms);
+    loom_engine_destroy(engine);
+    lm_chat_template_free(chat_template);
+    if (tokenizer) lm_tokenizer_free(tokenizer);
+    fprintf(stderr, "loom: stopped\n");
+    return 0;
+}

@@ -1,0 +1,684 @@
+/* POST /v1/chat/completions and /v1/completions: prompt building, engine
+ * submission, and turning the engine's per-choice events into OpenAI JSON
+ * responses or Server-Sent Event chunks (with reasoning and tool calls split
+ * out of the text). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/reasoning_parser.h"
+#include "server/server_internal.h"
+#include "server/tool_parser.h"
+
+#define EVENT_POLL_MS 50
+
+typedef struct {
+    bool use_reasoning, use_tools;
+    lm_reasoning_parser reasoning_parser;
+    lm_tool_parser tool_parser;
+    lm_sbuf reasoning, content, middle; /* middle: reasoning parser's content, before tool parsing */
+    lm_tool_call_list calls;
+    int calls_sent;
+    cJSON *logprobs;        /* chat: [{token, logprob, bytes, top_logprobs}]; see add_logprob */
+    cJSON *token_ids;       /* completions without a tokenizer */
+    bool finished;
+    loom_finish_reason reason;
+    int stop_string;
+    int32_t stop_token;
+    int completion_tokens;
+    double last_token_time;
+    bool has_error;
+} choice_state;
+
+typedef struct {
+    lm_server *server;
+    struct MHD_Connection *connection;
+    lm_openai_request req;
+    loom_request *handle;
+    int n;
+    choice_state *choices;
+    char id[48];
+    long long created;
+    double arrival;
+    bool got_first_token;
+    int prompt_tokens;
+    int open_choices;
+    char *echo_text; /* completions with echo */
+    /* streaming */
+    lm_sbuf out;
+    size_t out_pos;
+    bool stream_done, final_sent;
+    char error_message[256];
+} gen_ctx;
+
+/* ------------------------------------------------------------ prompts */
+
+lm_status lm_render_chat_prompt(const lm_server *s, const lm_openai_request *r, char **text,
+                                size_t *len, lm_error *err) {
+    if (!s->chat_template) return lm_fail(err, LM_ERR_INVALID, "this model has no chat template");
+    cJSON *ctx = cJSON_CreateObject();
+    if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    const cJSON *kw;
+    cJSON_ArrayForEach(kw, r->template_kwargs) cJSON_AddItemToObject(ctx, kw->string, cJSON_Duplicate(kw, true));
+    cJSON_DeleteItemFromObjectCaseSensitive(ctx, "messages");
+    cJSON_DeleteItemFromObjectCaseSensitive(ctx, "add_generation_prompt");
+    cJSON_AddItemToObject(ctx, "messages", cJSON_Duplicate(r->messages, true));
+    if (r->tools) {
+        cJSON *tools = cJSON_CreateArray();
+        const cJSON *t;
+        cJSON_ArrayForEach(t, r->tools) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
+            /* A named tool_choice shows the model only that function. */
+            if (r->tool_choice != LM_TOOL_CHOICE_NAMED || strcmp(name->valuestring, r->tool_name) == 0)
+                cJSON_AddItemToArray(tools, cJSON_Duplicate(t, true));
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(ctx, "tools");
+        cJSON_AddItemToObject(ctx, "tools", tools);
+    }
+    cJSON_AddBoolToObject(ctx, "add_generation_prompt", r->add_generation_prompt);
+    lm_status st = lm_chat_template_render(s->chat_template, ctx, text, len, err);
+    cJSON_Delete(ctx);
+    if (st != LM_OK || !r->continue_final_message) return st;
+    /* continue_final_message: cut after the last message's content so the
+     * model continues it (the template closed it with an end marker). */
+    const cJSON *last = cJSON_GetArrayItem(r->messages, cJSON_GetArraySize(r->messages) - 1);
+    const char *content = cJSON_GetObjectItemCaseSensitive(last, "content")->valuestring;
+    size_t cl = strlen(content);
+    if (cl == 0) return LM_OK;
+    for (size_t i = *len >= cl ? *len - cl + 1 : 0; i-- > 0;)
+        if (memcmp(*text + i, content, cl) == 0) {
+            *len = i + cl;
+            (*text)[*len] = 0;
+            return LM_OK;
+        }
+    return LM_OK;
+}
+
+static unsigned status_of(int code) {
+    switch (code) {
+    case LOOM_ERR_BUSY: case LOOM_ERR_SHUTDOWN: return 503;
+    case LOOM_ERR_TOO_LONG: case LOOM_ERR_INVALID: return 400;
+    case LOOM_ERR_NOMEM: case LOOM_ERR_INTERNAL: default: return 500;
+    }
+}
+
+/* ------------------------------------------------------------ choices */
+
+static void choice_free(choice_state *ch) {
+    lm_reasoning_parser_free(&ch->reasoning_parser);
+    lm_tool_parser_free(&ch->tool_parser);
+    lm_sbuf_free(&ch->reasoning);
+    lm_sbuf_free(&ch->content);
+    lm_sbuf_free(&ch->middle);
+    lm_tool_call_list_free(&ch->calls);
+    cJSON_Delete(ch->logprobs);
+    cJSON_Delete(ch->token_ids);
+}
+
+static void gen_free(gen_ctx *g) {
+    if (!g) return;
+    if (g->handle) {
+        loom_request_free(g->handle);
+        atomic_fetch_sub(&g->server->active, 1);
+    }
+    for (int i = 0; g->choices && i < g->n; i++) choice_free(&g->choices[i]);
+    free(g->choices);
+    free(g->echo_text);
+    lm_sbuf_free(&g->out);
+    lm_openai_request_free(&g->req);
+    free(g);
+}
+
+/* Content text through the tool parser when tools are on. */
+static void route_content(choice_state *ch, const char *text, size_t len) {
+    if (ch->use_tools) lm_tool_parser_feed(&ch->tool_parser, text, len, &ch->content, &ch->calls);
+    else lm_sbuf_append(&ch->content, text, len);
+}
+
+static void feed_text(choice_state *ch, const char *text, size_t len) {
+    if (!len) return;
+    if (!ch->use_reasoning) {
+        route_content(ch, text, len);
+        return;
+    }
+    lm_reasoning_parser_feed(&ch->reasoning_parser, text, len, &ch->reasoning, &ch->middle);
+    route_content(ch, lm_sbuf_str(&ch->middle), ch->middle.len);
+    lm_sbuf_clear(&ch->middle);
+}
+
+static void finish_text(choice_state *ch) {
+    if (ch->use_reasoning) {
+        lm_reasoning_parser_finish(&ch->reasoning_parser, &ch->reasoning, &ch->middle);
+        route_content(ch, lm_sbuf_str(&ch->middle), ch->middle.len);
+        lm_sbuf_clear(&ch->middle);
+    }
+    if (ch->use_tools) lm_tool_parser_finish(&ch->tool_parser, &ch->content, &ch->calls);
+}
+
+static cJSON *bytes_array(const char *s, size_t n) {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)s[i]));
+    return a;
+}
+
+/* The text of one token for logprobs (its decoded bytes, lossy UTF-8). */
+static char *token_text(const gen_ctx *g, int32_t token) {
+    if (g->server->tokenizer) {
+        char *text = NULL;
+        size_t len = 0;
+        lm_error err = {0};
+        if (lm_tokenizer_decode(g->server->tokenizer, &token, 1, false, &text, &len, &err) == LM_OK) return text;
+    }
+    char *fallback = malloc(32);
+    if (fallback) snprintf(fallback, 32, "token_id:%d", (int)token);
+    return fallback;
+}
+
+/* Chat: an entry {token, logprob, bytes, top_logprobs}.  Completions: the
+ * entry is {token, logprob, top: {text: logprob}} and is reshaped later. */
+static cJSON *logprob_entry(const gen_ctx *g, const loom_event *ev) {
+    cJSON *e = cJSON_CreateObject();
+    char *t = token_text(g, ev->token);
+    cJSON_AddStringToObject(e, "token", t ? t : "");
+    cJSON_AddNumberToObject(e, "logprob", ev->logprob);
+    cJSON_AddItemToObject(e, "bytes", bytes_array(t ? t : "", t ? strlen(t) : 0));
+    free(t);
+    cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+    for (int i = 0; i < ev->n_top && i < g->req.top_logprobs; i++) {
+        cJSON *o = cJSON_CreateObject();
+        char *tt = token_text(g, ev->top[i].token);
+        cJSON_AddStringToObject(o, "token", tt ? tt : "");
+        cJSON_AddNumberToObject(o, "logprob", ev->top[i].logprob);
+        cJSON_AddItemToObject(o, "bytes", bytes_array(tt ? tt : "", tt ? strlen(tt) : 0));
+        free(tt);
+        cJSON_AddItemToArray(top, o);
+    }
+    return e;
+}
+
+/* Completions' logprobs object from chat-shaped entries. */
+static cJSON *completion_logprobs(const cJSON *entries, size_t text_offset) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offsets = cJSON_AddArrayToObject(o, "text_offset");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, entries) {
+        const char *tok = cJSON_GetObjectItemCaseSensitive(e, "token")->valuestring;
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(tok));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(cJSON_GetObjectItemCaseSensitive(e, "logprob")->valuedouble));
+        cJSON *top = cJSON_CreateObject();
+        const cJSON *t;
+        cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(e, "top_logprobs")) {
+            const char *tt = cJSON_GetObjectItemCaseSensitive(t, "token")->valuestring;
+            if (!cJSON_HasObjectItem(top, tt))
+                cJSON_AddNumberToObject(top, tt, cJSON_GetObjectItemCaseSensitive(t, "logprob")->valuedouble);
+        }
+        cJSON_AddItemToArray(tops, top);
+        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)text_offset));
+        text_offset += strlen(tok);
+    }
+    return o;
+}
+
+static bool is_markup_token(const char *s) {
+    return s && (!strcmp(s, "<think>") || !strcmp(s, "</think>") || !strcmp(s, "<tool_call>") ||
+                 !strcmp(s, "</tool_call>"));
+}
+
+static const char *finish_reason_name(const choice_state *ch) {
+    if (ch->calls.n > 0 && ch->reason == LOOM_FINISH_STOP) return "tool_calls";
+    switch (ch->reason) {
+    case LOOM_FINISH_STOP: return "stop";
+    case LOOM_FINISH_LENGTH: return "length";
+    case LOOM_FINISH_CANCELLED: return "abort";
+    case LOOM_FINISH_ERROR: return "error";
+    default: return "stop";
+    }
+}
+
+/* Applies one engine event to its choice; returns the choice index. */
+static int apply_event(gen_ctx *g, const loom_event *ev, cJSON **logprob_out) {
+    int i = ev->choice;
+    if (i < 0 || i >= g->n) return -1;
+    choice_state *ch = &g->choices[i];
+    double now = lm_now_seconds();
+    if (ev->type == LOOM_EVENT_TOKEN) {
+        if (!g->got_first_token) {
+            g->got_first_token = true;
+            lm_metrics_observe_ttft(&g->server->metrics, now - g->arrival);
+        } else if (ch->last_token_time > 0) {
+            lm_metrics_observe_itl(&g->server->metrics, now - ch->last_token_time);
+        }
+        ch->last_token_time = now;
+        ch->completion_tokens++;
+        if (g->req.logprobs) {
+            cJSON *e = logprob_entry(g, ev);
+            if (logprob_out) *logprob_out = e;
+            else cJSON_AddItemToArray(ch->logprobs, e);
+        }
+        if (ch->token_ids) cJSON_AddItemToArray(ch->token_ids, cJSON_CreateNumber(ev->token));
+        const char *text = ev->text;
+        size_t len = ev->text_len;
+        /* Chat asks the engine for special tokens so that <think> and
+         * <tool_call> reach the parsers; other special tokens are dropped
+         * here when the client asked to skip them. */
+        if (g->req.kind == LM_API_CHAT && g->req.params.skip_special_tokens && text && g->server->tokenizer &&
+            lm_tokenizer_is_special(g->server->tokenizer, ev->token)) {
+            const char *name = lm_tokenizer_id_to_token(g->server->tokenizer, ev->token);
+            if (!is_markup_token(name) && name && strlen(name) == len && memcmp(name, text, len) == 0) len = 0;
+        }
+        if (text) feed_text(ch, text, len);
+    } else {
+        if (ev->type == LOOM_EVENT_FINISH && ev->text) feed_text(ch, ev->text, ev->text_len);
+        finish_text(ch);
+        ch->finished = true;
+        ch->reason = ev->type == LOOM_EVENT_ERROR ? LOOM_FINISH_ERROR : ev->finish_reason;
+        ch->stop_string = ev->stop_string;
+        ch->stop_token = ev->stop_token;
+        ch->completion_tokens = ev->completion_tokens > 0 ? ev->completion_tokens : ch->completion_tokens;
+        if (ev->prompt_tokens > 0) g->prompt_tokens = ev->prompt_tokens;
+        if (ev->type == LOOM_EVENT_ERROR) {
+            ch->has_error = true;
+            snprintf(g->error_message, sizeof g->error_message, "%s", ev->error ? ev->error : "engine error");
+        }
+        g->open_choices--;
+    }
+    return i;
+}
+
+static cJSON *usage_json(const gen_ctx *g) {
+    int completion = 0;
+    for (int i = 0; i < g->n; i++) completion += g->choices[i].completion_tokens;
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", g->prompt_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", g->prompt_tokens + completion);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    return u;
+}
+
+static void add_stop_reason(cJSON *choice, const gen_ctx *g, const choice_state *ch) {
+    if (ch->stop_string >= 0 && ch->stop_string < g->req.params.n_stop)
+        cJSON_AddStringToObject(choice, "stop_reason", g->req.stop[ch->stop_string]);
+    else if (ch->stop_token >= 0)
+        cJSON_AddNumberToObject(choice, "stop_reason", ch->stop_token);
+    else
+        cJSON_AddNullToObject(choice, "stop_reason");
+}
+
+static cJSON *tool_call_json(const lm_tool_call *call, int index, bool with_index) {
+    cJSON *t = cJSON_CreateObject();
+    if (with_index) cJSON_AddNumberToObject(t, "index", index);
+    cJSON_AddStringToObject(t, "id", call->id);
+    cJSON_AddStringToObject(t, "type", "function");
+    cJSON *fn = cJSON_AddObjectToObject(t, "function");
+    cJSON_AddStringToObject(fn, "name", call->name);
+    cJSON_AddStringToObject(fn, "arguments", call->arguments);
+    return t;
+}
+
+static cJSON *envelope(const gen_ctx *g, const char *object) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "id", g->id);
+    cJSON_AddStringToObject(root, "object", object);
+    cJSON_AddNumberToObject(root, "created", (double)g->created);
+    cJSON_AddStringToObject(root, "model", g->server->options.served_model_name);
+    return root;
+}
+
+/* ------------------------------------------------------------ whole responses */
+
+static cJSON *full_response(gen_ctx *g) {
+    bool chat = g->req.kind == LM_API_CHAT;
+    cJSON *root = envelope(g, chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    for (int i = 0; i < g->n; i++) {
+        choice_state *ch = &g->choices[i];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", i);
+        if (chat) {
+            cJSON *m = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            if (ch->content.len || ch->calls.n == 0) cJSON_AddStringToObject(m, "content", lm_sbuf_str(&ch->content));
+            else cJSON_AddNullToObject(m, "content");
+            if (ch->use_reasoning && ch->reasoning.len) {
+                cJSON_AddStringToObject(m, "reasoning_content", lm_sbuf_str(&ch->reasoning));
+                cJSON_AddStringToObject(m, "reasoning", lm_sbuf_str(&ch->reasoning));
+            }
+            if (ch->calls.n) {
+                cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
+                for (int k = 0; k < ch->calls.n; k++)
+                    cJSON_AddItemToArray(calls, tool_call_json(&ch->calls.items[k], k, false));
+            }
+            if (ch->logprobs) {
+                cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
+                cJSON_AddItemReferenceToObject(lp, "content", ch->logprobs);
+            } else {
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+        } else {
+            lm_sbuf text = {0};
+            if (g->echo_text) lm_sbuf_puts(&text, g->echo_text);
+            lm_sbuf_append(&text, lm_sbuf_str(&ch->content), ch->content.len);
+            cJSON_AddStringToObject(c, "text", lm_sbuf_str(&text));
+            if (ch->logprobs) cJSON_AddItemToObject(c, "logprobs", completion_logprobs(ch->logprobs,
+                                                    g->echo_text ? strlen(g->echo_text) : 0));
+            else cJSON_AddNullToObject(c, "logprobs");
+            if (ch->token_ids) cJSON_AddItemReferenceToObject(c, "token_ids", ch->token_ids);
+            lm_sbuf_free(&text);
+        }
+        cJSON_AddStringToObject(c, "finish_reason", finish_reason_name(ch));
+        add_stop_reason(c, g, ch);
+        cJSON_AddItemToArray(choices, c);
+    }
+    cJSON_AddItemToObject(root, "usage", usage_json(g));
+    return root;
+}
+
+/* ------------------------------------------------------------ streaming */
+
+static void sse(gen_ctx *g, cJSON *chunk) {
+    char *text = cJSON_PrintUnformatted(chunk);
+    cJSON_Delete(chunk);
+    if (!text) {
+        g->out.failed = true;
+        return;
+    }
+    lm_sbuf_puts(&g->out, "data: ");
+    lm_sbuf_puts(&g->out, text);
+    lm_sbuf_puts(&g->out, "\n\n");
+    cJSON_free(text);
+}
+
+static cJSON *chunk_choice(gen_ctx *g, cJSON **root, int index) {
+    bool chat = g->req.kind == LM_API_CHAT;
+    *root = envelope(g, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(*root, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", index);
+    cJSON_AddItemToArray(choices, c);
+    return c;
+}
+
+static void stream_role_chunks(gen_ctx *g) {
+    for (int i = 0; i < g->n; i++) {
+        cJSON *root;
+        cJSON *c = chunk_choice(g, &root, i);
+        if (g->req.kind == LM_API_CHAT) {
+            cJSON *d = cJSON_AddObjectToObject(c, "delta");
+            cJSON_AddStringToObject(d, "role", "assistant");
+            cJSON_AddStringToObject(d, "content", "");
+        } else {
+            cJSON_AddStringToObject(c, "text", g->echo_text ? g->echo_text : "");
+        }
+        cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddNullToObject(c, "finish_reason");
+        if (g->req.kind == LM_API_CHAT || g->echo_text) sse(g, root);
+        else cJSON_Delete(root);
+    }
+}
+
+/* Emits what a choice gained from one event: a delta chunk, then a finish chunk. */
+static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
+    choice_state *ch = &g->choices[i];
+    bool chat = g->req.kind == LM_API_CHAT;
+    bool new_calls = ch->calls_sent < ch->calls.n;
+    if (ch->content.len || ch->reasoning.len || new_calls || logprob || (ch->token_ids && cJSON_GetArraySize(ch->token_ids))) {
+        cJSON *root;
+        cJSON *c = chunk_choice(g, &root, i);
+        if (chat) {
+            cJSON *d = cJSON_AddObjectToObject(c, "delta");
+            if (ch->reasoning.len) {
+                cJSON_AddStringToObject(d, "reasoning_content", lm_sbuf_str(&ch->reasoning));
+                cJSON_AddStringToObject(d, "reasoning", lm_sbuf_str(&ch->reasoning));
+            }
+            if (ch->content.len || (!ch->reasoning.len && !new_calls)) cJSON_AddStringToObject(d, "content", lm_sbuf_str(&ch->content));
+            if (new_calls) {
+                cJSON *calls = cJSON_AddArrayToObject(d, "tool_calls");
+                for (; ch->calls_sent < ch->calls.n; ch->calls_sent++)
+                    cJSON_AddItemToArray(calls, tool_call_json(&ch->calls.items[ch->calls_sent], ch->calls_sent, true));
+            }
+            if (logprob) {
+                cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
+                cJSON *content = cJSON_AddArrayToObject(lp, "content");
+                cJSON_AddItemToArray(content, logprob);
+            } else {
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+        } else {
+            cJSON_AddStringToObject(c, "text", lm_sbuf_str(&ch->content));
+            if (logprob) {
+                cJSON *entries = cJSON_CreateArray();
+                cJSON_AddItemToArray(entries, logprob);
+                cJSON_AddItemToObject(c, "logprobs", completion_logprobs(entries, 0));
+                cJSON_Delete(entries);
+            } else {
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+            if (ch->token_ids) {
+                cJSON_AddItemToObject(c, "token_ids", ch->token_ids);
+                ch->token_ids = cJSON_CreateArray();
+            }
+        }
+        cJSON_AddNullToObject(c, "finish_reason");
+        sse(g, root);
+        lm_sbuf_clear(&ch->content);
+        lm_sbuf_clear(&ch->reasoning);
+    } else if (logprob) {
+        cJSON_Delete(logprob);
+    }
+    if (ch->finished) {
+        cJSON *root;
+        cJSON *c = chunk_choice(g, &root, i);
+        if (chat) cJSON_AddObjectToObject(c, "delta");
+        else cJSON_AddStringToObject(c, "text", "");
+        cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddStringToObject(c, "finish_reason", finish_reason_name(ch));
+        add_stop_reason(c, g, ch);
+        sse(g, root);
+    }
+}
+
+static void stream_final(gen_ctx *g) {
+    if (g->req.include_usage) {
+        cJSON *root = envelope(g, g->req.kind == LM_API_CHAT ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddArrayToObject(root, "choices");
+        cJSON_AddItemToObject(root, "usage", usage_json(g));
+        sse(g, root);
+    }
+    lm_sbuf_puts(&g->out, "data: [DONE]\n\n");
+    g->final_sent = true;
+}
+
+static int outcome_of(const gen_ctx *g) {
+    int outcome = 0;
+    for (int i = 0; i < g->n; i++) {
+        if (g->choices[i].reason == LOOM_FINISH_CANCELLED) outcome = 2;
+        if (g->choices[i].has_error && outcome == 0) outcome = 1;
+    }
+    return outcome;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    gen_ctx *g = cls;
+    (void)pos;
+    while (g->out_pos >= g->out.len) {
+        lm_sbuf_clear(&g->out);
+        g->out_pos = 0;
+        if (g->final_sent) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (g->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
+        loom_event ev;
+        int got = loom_next_event(g->handle, &ev, EVENT_POLL_MS);
+        if (got == 0) {
+            if (lm_client_gone(g->connection)) {
+                loom_cancel(g->handle); /* blocks are freed at the engine's next step */
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            if (atomic_load(&g->server->cancel_all)) loom_cancel(g->handle);
+            continue;
+        }
+        if (got < 0) {
+            lm_metrics_observe_request(&g->server->metrics, lm_now_seconds() - g->arrival, outcome_of(g));
+            stream_final(g);
+            continue;
+        }
+        cJSON *logprob = NULL;
+        int i = apply_event(g, &ev, &logprob);
+        if (i >= 0) stream_choice_update(g, i, logprob);
+        else cJSON_Delete(logprob);
+    }
+    size_t n = g->out.len - g->out_pos;
+    if (n > max) n = max;
+    memcpy(buf, g->out.data + g->out_pos, n);
+    g->out_pos += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) { gen_free(cls); }
+
+/* ------------------------------------------------------------ the handler */
+
+static enum MHD_Result fail(gen_ctx *g, struct MHD_Connection *c, unsigned status, const char *message,
+                            const char *param) {
+    enum MHD_Result ret = lm_reply_error(c, status, message, param);
+    gen_free(g);
+    return ret;
+}
+
+enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind,
+                                     const char *body, size_t len, double arrival) {
+    gen_ctx *g = calloc(1, sizeof *g);
+    if (!g) return lm_reply_error(c, 500, "out of memory", NULL);
+    g->server = s;
+    g->connection = c;
+    g->arrival = arrival;
+    g->created = (long long)time(NULL);
+    char param[64] = "";
+    lm_error err = {0};
+    if (lm_openai_request_parse(kind, body, len, &g->req, param, sizeof param, &err) != LM_OK)
+        return fail(g, c, err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
+    lm_openai_request *r = &g->req;
+    if (r->model && strcmp(r->model, s->options.served_model_name) != 0) {
+        char message[400];
+        snprintf(message, sizeof message, "The model `%.300s` does not exist.", r->model);
+        return fail(g, c, 404, message, "model");
+    }
+    /* The prompt. */
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    lm_status st = LM_OK;
+    if (kind == LM_API_CHAT) {
+        if (!s->tokenizer) return fail(g, c, 400, "this model has no tokenizer, so chat is not available", NULL);
+        char *text = NULL;
+        size_t text_len = 0;
+        st = lm_render_chat_prompt(s, r, &text, &text_len, &err);
+        if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &ids, &n_ids, &err);
+        bool opens = st == LM_OK && s->template_has_think && lm_prompt_opens_reasoning(text, text_len);
+        free(text);
+        if (st != LM_OK) return fail(g, c, st == LM_ERR_NOMEM ? 500 : 400, err.message, "messages");
+        g->n = r->params.n;
+        g->choices = calloc((size_t)g->n, sizeof *g->choices);
+        if (!g->choices) {
+            free(ids);
+            return fail(g, c, 500, "out of memory", NULL);
+        }
+        for (int i = 0; i < g->n; i++) {
+            choice_state *ch = &g->choices[i];
+            ch->use_reasoning = s->template_has_think;
+            ch->use_tools = r->tools != NULL;
+            lm_reasoning_parser_init(&ch->reasoning_parser, opens);
+            lm_tool_parser_init(&ch->tool_parser, r->tools, atomic_fetch_add(&s->next_id, 1) * 0x9e3779b97f4a7c15ull + (uint64_t)i);
+        }
+        r->params.skip_special_tokens = false; /* filtered in apply_event */
+    } else {
+        if (r->prompt_text) {
+            if (!s->tokenizer) return fail(g, c, 400, "this model has no tokenizer: send the prompt as token ids", "prompt");
+            st = lm_tokenizer_encode(s->tokenizer, r->prompt_text, r->prompt_text_len, true, &ids, &n_ids, &err);
+            if (st != LM_OK) return fail(g, c, 400, err.message, "prompt");
+            if (r->echo) g->echo_text = strdup(r->prompt_text);
+        } else {
+            ids = r->prompt_ids;
+            r->prompt_ids = NULL;
+            n_ids = (size_t)r->n_prompt_ids;
+            if (r->echo && s->tokenizer && n_ids) {
+                size_t tl;
+                lm_tokenizer_decode(s->tokenizer, ids, n_ids, false, &g->echo_text, &tl, &err);
+            }
+        }
+        g->n = r->params.n;
+        g->choices = calloc((size_t)g->n, sizeof *g->choices);
+        if (!g->choices) {
+            free(ids);
+            return fail(g, c, 500, "out of memory", NULL);
+        }
+        for (int i = 0; i < g->n; i++)
+            if (!s->tokenizer) g->choices[i].token_ids = cJSON_CreateArray();
+    }
+    for (int i = 0; i < g->n; i++) {
+        g->choices[i].stop_string = -1;
+        g->choices[i].stop_token = -1;
+        if (r->logprobs) g->choices[i].logprobs = cJSON_CreateArray();
+    }
+    if (n_ids == 0) {
+        free(ids);
+        return fail(g, c, 400, "the prompt is empty", kind == LM_API_CHAT ? "messages" : "prompt");
+    }
+    if ((int64_t)n_ids >= s->options.max_model_len) {
+        char message[200];
+        snprintf(message, sizeof message,
+                 "This model's maximum context length is %d tokens. However, your request has %zu input tokens.",
+                 s->options.max_model_len, n_ids);
+        free(ids);
+        return fail(g, c, 400, message, "messages");
+    }
+    if (!r->max_tokens_given) r->params.max_tokens = s->options.max_model_len - (int)n_ids;
+    r->params.prompt = ids;
+    r->params.n_prompt = (int)n_ids;
+    char engine_error[512] = "";
+    int rc = loom_submit(s->engine, &r->params, &g->handle, engine_error, sizeof engine_error);
+    free(ids);
+    r->params.prompt = NULL;
+    if (rc != LOOM_OK) {
+        g->handle = NULL;
+        return fail(g, c, status_of(rc), engine_error, NULL);
+    }
+    atomic_fetch_add(&s->active, 1);
+    g->open_choices = g->n;
+    g->prompt_tokens = (int)n_ids;
+    snprintf(g->id, sizeof g->id, "%s-%016llx", kind == LM_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)(atomic_fetch_add(&s->next_id, 1) * 0x9e3779b97f4a7c15ull));
+
+    if (r->stream) {
+        stream_role_chunks(g);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g, stream_free);
+        if (!resp) return fail(g, c, 500, "out of memory", NULL);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp); /* frees g through stream_free when the connection is done */
+        return ret;
+    }
+    for (;;) {
+        loom_event ev;
+        int got = loom_next_event(g->handle, &ev, EVENT_POLL_MS);
+        if (got < 0) break;
+        if (got == 0) {
+            if (lm_client_gone(c) || atomic_load(&s->cancel_all)) loom_cancel(g->handle);
+            continue;
+        }
+        apply_event(g, &ev, NULL);
+    }
+    lm_metrics_observe_request(&s->metrics, lm_now_seconds() - g->arrival, outcome_of(g));
+    enum MHD_Result ret;
+    if (g->error_message[0]) {
+        ret = lm_reply_error(c, 500, g->error_message, NULL);
+    } else {
+        cJSON *resp = full_response(g);
+        ret = lm_reply_json(c, 200, resp);
+        cJSON_Delete(resp);
+    }
+    gen_free(g);
+    return ret;
+}

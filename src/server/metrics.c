@@ -1,0 +1,104 @@
+#include "server/metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Bucket bounds in seconds, shared by the three histograms. */
+static const double bounds[LM_HISTOGRAM_BUCKETS] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                                    0.25,  0.5,   1.0,  2.5,  5.0,  10.0, 30.0, 60.0};
+
+void lm_metrics_init(lm_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mutex, NULL);
+}
+
+void lm_metrics_destroy(lm_metrics *m) { pthread_mutex_destroy(&m->mutex); }
+
+static void observe(lm_metrics *m, lm_histogram *h, double v) {
+    int b = 0;
+    while (b < LM_HISTOGRAM_BUCKETS && v > bounds[b]) b++;
+    pthread_mutex_lock(&m->mutex);
+    h->counts[b]++;
+    h->sum += v;
+    h->count++;
+    pthread_mutex_unlock(&m->mutex);
+}
+
+void lm_metrics_observe_ttft(lm_metrics *m, double s) { observe(m, &m->ttft, s); }
+void lm_metrics_observe_itl(lm_metrics *m, double s) { observe(m, &m->itl, s); }
+
+void lm_metrics_observe_request(lm_metrics *m, double s, int outcome) {
+    observe(m, &m->e2e, s);
+    pthread_mutex_lock(&m->mutex);
+    if (outcome == 0) m->requests_ok++;
+    else if (outcome == 1) m->requests_error++;
+    else m->requests_aborted++;
+    pthread_mutex_unlock(&m->mutex);
+}
+
+static void render_histogram(lm_sbuf *out, const char *name, const char *help, const lm_histogram *h,
+                             const char *label) {
+    lm_sbuf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cumulative = 0;
+    for (int b = 0; b <= LM_HISTOGRAM_BUCKETS; b++) {
+        cumulative += h->counts[b];
+        if (b < LM_HISTOGRAM_BUCKETS)
+            lm_sbuf_printf(out, "%s_bucket{%s,le=\"%g\"} %llu\n", name, label, bounds[b],
+                           (unsigned long long)cumulative);
+        else
+            lm_sbuf_printf(out, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, label, (unsigned long long)cumulative);
+    }
+    lm_sbuf_printf(out, "%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name, label, h->sum, name, label,
+                   (unsigned long long)h->count);
+}
+
+void lm_metrics_render(lm_metrics *m, const loom_stats *s, const char *model_name, lm_sbuf *out) {
+    char label[300];
+    /* Model names are ours (a flag or a folder name); quotes and backslashes are dropped. */
+    size_t k = 0;
+    for (const char *p = model_name; *p && k < 200; p++)
+        if (*p != '"' && *p != '\\' && *p != '\n') label[k++] = *p;
+    label[k] = 0;
+    char lbl[320];
+    snprintf(lbl, sizeof lbl, "model_name=\"%s\"", label);
+    int used = s->kv_blocks_total - s->kv_blocks_free;
+    double usage = s->kv_blocks_total > 0 ? (double)used / s->kv_blocks_total : 0.0;
+    lm_sbuf_printf(out,
+                   "# HELP loom_num_requests_running Requests decoding or prefilling now.\n"
+                   "# TYPE loom_num_requests_running gauge\nloom_num_requests_running{%s} %d\n"
+                   "# HELP loom_num_requests_waiting Requests queued for the engine.\n"
+                   "# TYPE loom_num_requests_waiting gauge\nloom_num_requests_waiting{%s} %d\n"
+                   "# HELP loom_kv_cache_usage_perc Fraction of KV-cache blocks in use (1 = full).\n"
+                   "# TYPE loom_kv_cache_usage_perc gauge\nloom_kv_cache_usage_perc{%s} %.6f\n"
+                   "# HELP loom_kv_cache_blocks_used KV-cache blocks in use.\n"
+                   "# TYPE loom_kv_cache_blocks_used gauge\nloom_kv_cache_blocks_used{%s} %d\n"
+                   "# HELP loom_kv_cache_blocks_total KV-cache blocks in the pool.\n"
+                   "# TYPE loom_kv_cache_blocks_total gauge\nloom_kv_cache_blocks_total{%s} %d\n"
+                   "# HELP loom_prompt_tokens_total Prompt tokens processed.\n"
+                   "# TYPE loom_prompt_tokens_total counter\nloom_prompt_tokens_total{%s} %llu\n"
+                   "# HELP loom_generation_tokens_total Tokens generated.\n"
+                   "# TYPE loom_generation_tokens_total counter\nloom_generation_tokens_total{%s} %llu\n"
+                   "# HELP loom_num_preemptions_total Sequences preempted for KV space.\n"
+                   "# TYPE loom_num_preemptions_total counter\nloom_num_preemptions_total{%s} %llu\n",
+                   lbl, s->running, lbl, s->waiting, lbl, usage, lbl, used, lbl, s->kv_blocks_total, lbl,
+                   (unsigned long long)s->prompt_tokens, lbl, (unsigned long long)s->generation_tokens, lbl,
+                   (unsigned long long)s->preemptions);
+    pthread_mutex_lock(&m->mutex);
+    lm_metrics snapshot_counts = *m; /* copied under the lock; the mutex copy is unused */
+    pthread_mutex_unlock(&m->mutex);
+    lm_sbuf_printf(out,
+                   "# HELP loom_request_success_total Requests by how they ended.\n"
+                   "# TYPE loom_request_success_total counter\n"
+                   "loom_request_success_total{%s,finished_reason=\"finished\"} %llu\n"
+                   "loom_request_success_total{%s,finished_reason=\"error\"} %llu\n"
+                   "loom_request_success_total{%s,finished_reason=\"abort\"} %llu\n",
+                   lbl, (unsigned long long)snapshot_counts.requests_ok, lbl,
+                   (unsigned long long)snapshot_counts.requests_error, lbl,
+                   (unsigned long long)snapshot_counts.requests_aborted);
+    render_histogram(out, "loom_time_to_first_token_seconds", "Time to the first generated token.",
+                     &snapshot_counts.ttft, lbl);
+    render_histogram(out, "loom_inter_token_latency_seconds", "Time between consecutive tokens of a request.",
+                     &snapshot_counts.itl, lbl);
+    render_histogram(out, "loom_e2e_request_latency_seconds", "Time from arrival to the last event.",
+                     &snapshot_counts.e2e, lbl);
+}

@@ -1,0 +1,428 @@
+#include "server/openai_request.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_MESSAGES 4096
+#define MAX_PROMPT_IDS (1 << 20)
+#define MAX_STOP_TOKEN_IDS 256
+
+typedef struct {
+    char *param;
+    size_t param_size;
+    lm_error *err;
+} parse_ctx;
+
+static lm_status bad(parse_ctx *c, const char *param, const char *fmt, const char *detail) {
+    if (c->param && c->param_size) snprintf(c->param, c->param_size, "%s", param ? param : "");
+    char message[LM_ERROR_MESSAGE_MAX];
+    snprintf(message, sizeof message, fmt, param ? param : "", detail ? detail : "");
+    return lm_fail(c->err, LM_ERR_INVALID, "%s", message);
+}
+
+int lm_json_nesting_depth(const char *text, size_t len) {
+    int depth = 0, deepest = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (in_string) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_string = false;
+        } else if (ch == '"') {
+            in_string = true;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > deepest) deepest = depth;
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        }
+    }
+    return deepest;
+}
+
+/* A field that is absent or JSON null counts as not given. */
+static const cJSON *field(const cJSON *obj, const char *key) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsNull(f) ? NULL : f;
+}
+
+static lm_status get_bool(parse_ctx *c, const cJSON *obj, const char *key, bool *out) {
+    const cJSON *f = field(obj, key);
+    if (!f) return LM_OK;
+    if (!cJSON_IsBool(f)) return bad(c, key, "'%s' must be a boolean%s", NULL);
+    *out = cJSON_IsTrue(f);
+    return LM_OK;
+}
+
+static lm_status get_number(parse_ctx *c, const cJSON *obj, const char *key, double min, double max,
+                            float *out) {
+    const cJSON *f = field(obj, key);
+    if (!f) return LM_OK;
+    if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble)) return bad(c, key, "'%s' must be a number%s", NULL);
+    if (f->valuedouble < min || f->valuedouble > max) {
+        char range[96];
+        snprintf(range, sizeof range, " in [%g, %g], got %g", min, max, f->valuedouble);
+        return bad(c, key, "'%s' must be%s", range);
+    }
+    *out = (float)f->valuedouble;
+    return LM_OK;
+}
+
+static lm_status check_int(parse_ctx *c, const char *key, const cJSON *f, double min, double max,
+                           long long *out) {
+    if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble) || f->valuedouble != floor(f->valuedouble))
+        return bad(c, key, "'%s' must be an integer%s", NULL);
+    if (f->valuedouble < min || f->valuedouble > max) {
+        char range[96];
+        snprintf(range, sizeof range, " between %.0f and %.0f, got %.0f", min, max, f->valuedouble);
+        return bad(c, key, "'%s' must be%s", range);
+    }
+    *out = (long long)f->valuedouble;
+    return LM_OK;
+}
+
+static lm_status get_int(parse_ctx *c, const cJSON *obj, const char *key, double min, double max,
+                         int *out, bool *given) {
+    const cJSON *f = field(obj, key);
+    if (!f) return LM_OK;
+    long long v;
+    lm_status st = check_int(c, key, f, min, max, &v);
+    if (st != LM_OK) return st;
+    *out = (int)v;
+    if (given) *given = true;
+    return LM_OK;
+}
+
+static lm_status get_string(parse_ctx *c, const cJSON *obj, const char *key, const char **out) {
+    const cJSON *f = field(obj, key);
+    if (!f) return LM_OK;
+    if (!cJSON_IsString(f)) return bad(c, key, "'%s' must be a string%s", NULL);
+    *out = f->valuestring;
+    return LM_OK;
+}
+
+#define TRY(call)                          \
+    do {                                   \
+        lm_status try_st_ = (call);        \
+        if (try_st_ != LM_OK) return try_st_; \
+    } while (0)
+
+static lm_status parse_token_ids(parse_ctx *c, const char *key, const cJSON *arr, int max,
+                                 int32_t **out, int *n) {
+    int count = cJSON_GetArraySize(arr);
+    if (count > max) return bad(c, key, "'%s' holds too many token ids%s", NULL);
+    *n = 0;
+    if (count == 0) return LM_OK;
+    *out = malloc(sizeof(int32_t) * (size_t)count);
+    if (!*out) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+    const cJSON *item;
+    cJSON_ArrayForEach(item, arr) {
+        long long v;
+        TRY(check_int(c, key, item, 0, 2147483647.0, &v));
+        (*out)[(*n)++] = (int32_t)v;
+    }
+    return LM_OK;
+}
+
+static lm_status parse_sampling(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
+    loom_request_params *p = &r->params;
+    loom_sampling *s = &p->sampling;
+    bool given = false;
+    TRY(get_int(c, b, "max_tokens", 1, 1 << 30, &p->max_tokens, &given));
+    r->max_tokens_given |= given;
+    given = false;
+    TRY(get_int(c, b, "max_completion_tokens", 1, 1 << 30, &p->max_tokens, &given));
+    r->max_tokens_given |= given;
+    TRY(get_number(c, b, "temperature", 0, 100, &s->temperature));
+    TRY(get_number(c, b, "top_p", 1e-9, 1, &s->top_p));
+    TRY(get_int(c, b, "top_k", -1, 1 << 30, &s->top_k, NULL));
+    TRY(get_number(c, b, "min_p", 0, 1, &s->min_p));
+    TRY(get_number(c, b, "presence_penalty", -2, 2, &s->presence_penalty));
+    TRY(get_number(c, b, "frequency_penalty", -2, 2, &s->frequency_penalty));
+    TRY(get_number(c, b, "repetition_penalty", 1e-6, 100, &s->repetition_penalty));
+    TRY(get_int(c, b, "n", 1, 64, &p->n, NULL));
+    TRY(get_int(c, b, "min_tokens", 0, 1 << 30, &p->min_tokens, NULL));
+    TRY(get_bool(c, b, "ignore_eos", &p->ignore_eos));
+    TRY(get_bool(c, b, "skip_special_tokens", &p->skip_special_tokens));
+    const cJSON *seed = field(b, "seed");
+    if (seed) {
+        long long v;
+        TRY(check_int(c, "seed", seed, -9.2e18, 9.2e18, &v));
+        s->has_seed = true;
+        s->seed = (uint64_t)v;
+    }
+    const cJSON *stop = field(b, "stop");
+    if (cJSON_IsString(stop)) {
+        if (stop->valuestring[0]) r->stop[p->n_stop++] = stop->valuestring;
+    } else if (cJSON_IsArray(stop)) {
+        if (cJSON_GetArraySize(stop) > LM_REQUEST_MAX_STOP)
+            return bad(c, "stop", "'%s' holds more than 16 strings%s", NULL);
+        const cJSON *item;
+        cJSON_ArrayForEach(item, stop) {
+            if (!cJSON_IsString(item)) return bad(c, "stop", "'%s' must be a string or a list of strings%s", NULL);
+            if (item->valuestring[0]) r->stop[p->n_stop++] = item->valuestring;
+        }
+    } else if (stop) {
+        return bad(c, "stop", "'%s' must be a string or a list of strings%s", NULL);
+    }
+    p->stop = r->stop;
+    const cJSON *stop_ids = field(b, "stop_token_ids");
+    if (stop_ids) {
+        if (!cJSON_IsArray(stop_ids)) return bad(c, "stop_token_ids", "'%s' must be a list of integers%s", NULL);
+        TRY(parse_token_ids(c, "stop_token_ids", stop_ids, MAX_STOP_TOKEN_IDS, &r->stop_token_ids,
+                            &p->n_stop_token_ids));
+        p->stop_token_ids = r->stop_token_ids;
+    }
+    const cJSON *bias = field(b, "logit_bias");
+    if (bias) {
+        if (!cJSON_IsObject(bias)) return bad(c, "logit_bias", "'%s' must be an object of token id -> bias%s", NULL);
+        int count = cJSON_GetArraySize(bias);
+        if (count > LM_REQUEST_MAX_LOGIT_BIAS) return bad(c, "logit_bias", "'%s' has too many entries%s", NULL);
+        if (count > 0) {
+            r->bias_ids = malloc(sizeof(int32_t) * (size_t)count);
+            r->bias_values = malloc(sizeof(float) * (size_t)count);
+            if (!r->bias_ids || !r->bias_values) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+        }
+        const cJSON *item;
+        cJSON_ArrayForEach(item, bias) {
+            char *end = NULL;
+            long id = strtol(item->string, &end, 10);
+            if (!item->string[0] || *end || id < 0 || id > 2147483647L)
+                return bad(c, "logit_bias", "'%s' keys must be token ids%s", NULL);
+            if (!cJSON_IsNumber(item) || !(item->valuedouble >= -100 && item->valuedouble <= 100))
+                return bad(c, "logit_bias", "'%s' values must be numbers in [-100, 100]%s", NULL);
+            r->bias_ids[s->n_logit_bias] = (int32_t)id;
+            r->bias_values[s->n_logit_bias++] = (float)item->valuedouble;
+        }
+        s->logit_bias_ids = r->bias_ids;
+        s->logit_bias_values = r->bias_values;
+    }
+    const cJSON *so = field(b, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) return bad(c, "stream_options", "'%s' must be an object%s", NULL);
+        TRY(get_bool(c, so, "include_usage", &r->include_usage));
+    }
+    TRY(get_bool(c, b, "stream", &r->stream));
+    const char *user = NULL;
+    TRY(get_string(c, b, "user", &user)); /* accepted and ignored */
+    return LM_OK;
+}
+
+/* Text of a message's content: a string, null, or a list of text parts. */
+static lm_status content_text(parse_ctx *c, const cJSON *content, cJSON **out) {
+    if (!content || cJSON_IsNull(content)) {
+        *out = cJSON_CreateString("");
+    } else if (cJSON_IsString(content)) {
+        *out = cJSON_CreateString(content->valuestring);
+    } else if (cJSON_IsArray(content)) {
+        size_t total = 0;
+        const cJSON *part;
+        cJSON_ArrayForEach(part, content) {
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+            const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+            if (!cJSON_IsObject(part) || !cJSON_IsString(type))
+                return bad(c, "messages", "'%s' content parts must be objects with a type%s", NULL);
+            if (strcmp(type->valuestring, "text") != 0)
+                return bad(c, "messages", "'%s': content parts of type '%s' are not supported (text only)",
+                           type->valuestring);
+            if (!cJSON_IsString(text)) return bad(c, "messages", "'%s' text parts need a string 'text'%s", NULL);
+            total += strlen(text->valuestring);
+        }
+        char *joined = malloc(total + 1);
+        if (!joined) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+        size_t at = 0;
+        cJSON_ArrayForEach(part, content) {
+            const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+            size_t n = strlen(t);
+            memcpy(joined + at, t, n);
+            at += n;
+        }
+        joined[at] = 0;
+        *out = cJSON_CreateString(joined);
+        free(joined);
+    } else {
+        return bad(c, "messages", "'%s' content must be a string or a list of parts%s", NULL);
+    }
+    return *out ? LM_OK : lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+}
+
+static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON **out) {
+    if (!cJSON_IsArray(messages)) return bad(c, "messages", "'%s' must be a list of messages%s", NULL);
+    int count = cJSON_GetArraySize(messages);
+    if (count == 0) return bad(c, "messages", "'%s' must not be empty%s", NULL);
+    if (count > MAX_MESSAGES) return bad(c, "messages", "'%s' holds too many messages%s", NULL);
+    cJSON *list = cJSON_CreateArray();
+    if (!list) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+    *out = list;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+            return bad(c, "messages", "'%s' entries must be objects with a string 'role'%s", NULL);
+        const char *r = role->valuestring;
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool") &&
+            strcmp(r, "developer"))
+            return bad(c, "messages", "'%s': unknown role '%s'", r);
+        cJSON *copy = cJSON_Duplicate(m, true);
+        if (!copy) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+        cJSON_AddItemToArray(list, copy);
+        if (strcmp(r, "developer") == 0) cJSON_ReplaceItemInObjectCaseSensitive(copy, "role", cJSON_CreateString("system"));
+        cJSON *text;
+        TRY(content_text(c, cJSON_GetObjectItemCaseSensitive(m, "content"), &text));
+        if (cJSON_HasObjectItem(copy, "content")) cJSON_ReplaceItemInObjectCaseSensitive(copy, "content", text);
+        else cJSON_AddItemToObject(copy, "content", text);
+        const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(copy, "reasoning_content");
+        if (reasoning && !cJSON_IsString(reasoning) && !cJSON_IsNull(reasoning))
+            return bad(c, "messages", "'%s' reasoning_content must be a string%s", NULL);
+        cJSON *calls = cJSON_GetObjectItemCaseSensitive(copy, "tool_calls");
+        if (cJSON_IsNull(calls)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(copy, "tool_calls");
+        } else if (calls) {
+            if (!cJSON_IsArray(calls)) return bad(c, "messages", "'%s' tool_calls must be a list%s", NULL);
+            cJSON *call;
+            cJSON_ArrayForEach(call, calls) {
+                cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+                const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+                if (!cJSON_IsObject(fn) || !cJSON_IsString(name))
+                    return bad(c, "messages", "'%s' tool calls need a function with a name%s", NULL);
+                cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+                /* Templates iterate over arguments (Qwen3.5's XML form), so
+                 * give them the object the JSON string describes. */
+                if (cJSON_IsString(args)) {
+                    cJSON *parsed = cJSON_Parse(args->valuestring);
+                    if (cJSON_IsObject(parsed)) cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", parsed);
+                    else cJSON_Delete(parsed);
+                }
+            }
+        }
+    }
+    return LM_OK;
+}
+
+static lm_status parse_tools(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
+    const cJSON *tools = field(b, "tools");
+    if (tools) {
+        if (!cJSON_IsArray(tools)) return bad(c, "tools", "'%s' must be a list%s", NULL);
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            if (!cJSON_IsObject(t) || !cJSON_IsObject(fn) ||
+                !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
+                return bad(c, "tools", "'%s' entries need a function with a string name%s", NULL);
+        }
+        if (cJSON_GetArraySize(tools) > 0) r->tools = tools;
+    }
+    const cJSON *choice = field(b, "tool_choice");
+    if (cJSON_IsString(choice)) {
+        const char *v = choice->valuestring;
+        if (strcmp(v, "none") == 0) r->tool_choice = LM_TOOL_CHOICE_NONE;
+        else if (strcmp(v, "auto") == 0) r->tool_choice = LM_TOOL_CHOICE_AUTO;
+        else if (strcmp(v, "required") == 0) r->tool_choice = LM_TOOL_CHOICE_REQUIRED;
+        else return bad(c, "tool_choice", "'%s' must be none, auto, required or a named function%s", NULL);
+    } else if (cJSON_IsObject(choice)) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(name)) return bad(c, "tool_choice", "'%s' needs function.name%s", NULL);
+        r->tool_choice = LM_TOOL_CHOICE_NAMED;
+        r->tool_name = name->valuestring;
+        bool found = false;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, r->tools) {
+            const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
+            found |= strcmp(n->valuestring, r->tool_name) == 0;
+        }
+        if (!found) return bad(c, "tool_choice", "'%s' names the function '%s', which is not in tools", r->tool_name);
+    } else if (choice) {
+        return bad(c, "tool_choice", "'%s' must be a string or an object%s", NULL);
+    }
+    if ((r->tool_choice == LM_TOOL_CHOICE_REQUIRED) && !r->tools)
+        return bad(c, "tool_choice", "'%s' is required but no tools were given%s", NULL);
+    if (r->tool_choice == LM_TOOL_CHOICE_NONE) r->tools = NULL;
+    return LM_OK;
+}
+
+static lm_status parse_chat(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
+    TRY(normalise_messages(c, field(b, "messages"), &r->messages));
+    TRY(parse_tools(c, b, r));
+    TRY(get_bool(c, b, "logprobs", &r->logprobs));
+    TRY(get_int(c, b, "top_logprobs", 0, LM_REQUEST_MAX_TOP_LOGPROBS, &r->top_logprobs, NULL));
+    if (r->top_logprobs > 0 && !r->logprobs)
+        return bad(c, "top_logprobs", "'%s' needs logprobs to be true%s", NULL);
+    const cJSON *kwargs = field(b, "chat_template_kwargs");
+    if (kwargs && !cJSON_IsObject(kwargs)) return bad(c, "chat_template_kwargs", "'%s' must be an object%s", NULL);
+    r->template_kwargs = kwargs;
+    r->add_generation_prompt = true;
+    TRY(get_bool(c, b, "add_generation_prompt", &r->add_generation_prompt));
+    TRY(get_bool(c, b, "continue_final_message", &r->continue_final_message));
+    if (r->continue_final_message && r->add_generation_prompt && field(b, "add_generation_prompt"))
+        return bad(c, "continue_final_message",
+                   "'%s' and add_generation_prompt cannot both be true%s", NULL);
+    if (r->continue_final_message) r->add_generation_prompt = false;
+    return LM_OK;
+}
+
+static lm_status parse_completion(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
+    const cJSON *prompt = field(b, "prompt");
+    if (!prompt) return bad(c, "prompt", "'%s' is required%s", NULL);
+    if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) == 1 && !cJSON_IsNumber(prompt->child))
+        prompt = prompt->child; /* a list of one prompt */
+    if (cJSON_IsString(prompt)) {
+        r->prompt_text = prompt->valuestring;
+        r->prompt_text_len = strlen(prompt->valuestring);
+    } else if (cJSON_IsArray(prompt) && (cJSON_GetArraySize(prompt) == 0 || cJSON_IsNumber(prompt->child))) {
+        TRY(parse_token_ids(c, "prompt", prompt, MAX_PROMPT_IDS, &r->prompt_ids, &r->n_prompt_ids));
+    } else if (cJSON_IsArray(prompt)) {
+        return bad(c, "prompt", "'%s': one prompt per request (a string or a list of token ids)%s", NULL);
+    } else {
+        return bad(c, "prompt", "'%s' must be a string or a list of token ids%s", NULL);
+    }
+    const cJSON *lp = field(b, "logprobs");
+    if (lp) {
+        long long k;
+        TRY(check_int(c, "logprobs", lp, 0, LM_REQUEST_MAX_TOP_LOGPROBS, &k));
+        r->logprobs = true;
+        r->top_logprobs = (int)k;
+    }
+    TRY(get_bool(c, b, "echo", &r->echo));
+    const char *suffix = NULL;
+    TRY(get_string(c, b, "suffix", &suffix));
+    if (suffix && suffix[0]) return bad(c, "suffix", "'%s' is not supported%s", NULL);
+    const cJSON *best_of = field(b, "best_of");
+    if (best_of) {
+        long long v;
+        TRY(check_int(c, "best_of", best_of, 1, 1, &v)); /* only the default */
+    }
+    return LM_OK;
+}
+
+lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len,
+                                  lm_openai_request *out, char *param, size_t param_size,
+                                  lm_error *err) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    loom_request_params_default(&out->params);
+    parse_ctx c = {param, param_size, err};
+    if (param && param_size) param[0] = 0;
+    if (lm_json_nesting_depth(body, len) > LM_REQUEST_MAX_DEPTH)
+        return bad(&c, NULL, "the request body is nested too deeply%s%s", NULL);
+    out->doc = cJSON_ParseWithLength(body, len);
+    if (!out->doc) return bad(&c, NULL, "the request body is not valid JSON%s%s", NULL);
+    if (!cJSON_IsObject(out->doc)) return bad(&c, NULL, "the request body must be a JSON object%s%s", NULL);
+    lm_status st = get_string(&c, out->doc, "model", &out->model);
+    if (st == LM_OK) st = parse_sampling(&c, out->doc, out);
+    if (st == LM_OK) st = kind == LM_API_CHAT ? parse_chat(&c, out->doc, out) : parse_completion(&c, out->doc, out);
+    if (st != LM_OK) return st;
+    out->params.sampling.logprobs = out->logprobs ? out->top_logprobs : -1;
+    return LM_OK;
+}
+
+void lm_openai_request_free(lm_openai_request *r) {
+    cJSON_Delete(r->doc);
+    cJSON_Delete(r->messages);
+    free(r->prompt_ids);
+    free(r->stop_token_ids);
+    free(r->bias_ids);
+    free(r->bias_values);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,69 @@
+/* OpenAI / vLLM request bodies -> validated generation parameters.  This is
+ * the parser exposed to untrusted bytes (and fuzzed by fuzz/fuzz_request.c):
+ * bodies are bounded in size and nesting depth, unknown fields are ignored,
+ * a known field of the wrong type is an error naming the field. */
+#ifndef LOOM_SERVER_OPENAI_REQUEST_H
+#define LOOM_SERVER_OPENAI_REQUEST_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "loom.h"
+
+#define LM_REQUEST_MAX_DEPTH 64
+#define LM_REQUEST_MAX_STOP 16
+#define LM_REQUEST_MAX_LOGIT_BIAS 1024
+#define LM_REQUEST_MAX_TOP_LOGPROBS 20
+
+typedef enum { LM_API_CHAT, LM_API_COMPLETION } lm_api_kind;
+
+typedef enum {
+    LM_TOOL_CHOICE_AUTO,
+    LM_TOOL_CHOICE_NONE,
+    LM_TOOL_CHOICE_REQUIRED,
+    LM_TOOL_CHOICE_NAMED,
+} lm_tool_choice;
+
+typedef struct {
+    lm_api_kind kind;
+    cJSON *doc;            /* the parsed body; the pointers below borrow from it */
+    const char *model;     /* NULL when absent */
+    bool stream, include_usage;
+    bool logprobs;         /* chat: logprobs=true; completions: logprobs=k given */
+    int top_logprobs;
+    bool echo;             /* completions */
+    /* chat */
+    cJSON *messages;       /* normalised copy: content is a string, tool-call arguments objects */
+    const cJSON *tools;    /* NULL when absent or tool_choice is none */
+    lm_tool_choice tool_choice;
+    const char *tool_name; /* for LM_TOOL_CHOICE_NAMED */
+    const cJSON *template_kwargs; /* chat_template_kwargs object, or NULL */
+    bool add_generation_prompt, continue_final_message;
+    /* completions: a text prompt or token ids */
+    const char *prompt_text;
+    size_t prompt_text_len;
+    int32_t *prompt_ids;
+    int n_prompt_ids;
+    bool max_tokens_given;
+    /* engine parameters; prompt is filled in by the caller */
+    loom_request_params params;
+    const char *stop[LM_REQUEST_MAX_STOP];
+    int32_t *stop_token_ids;
+    int32_t *bias_ids;
+    float *bias_values;
+} lm_openai_request;
+
+/* Parses body[0..len).  On failure returns LM_ERR_INVALID (or NOMEM) with a
+ * message, and writes the offending field's name to param (empty if none). */
+lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len,
+                                  lm_openai_request *out, char *param, size_t param_size,
+                                  lm_error *err);
+void lm_openai_request_free(lm_openai_request *r);
+
+/* Depth of the deepest [ / { nesting in JSON text (strings skipped). */
+int lm_json_nesting_depth(const char *text, size_t len);
+
+#endif

@@ -1,0 +1,37 @@
+/* loom's OpenAI-compatible HTTP server (libmicrohttpd, one thread per
+ * connection) in front of an engine from include/loom.h. */
+#ifndef LOOM_SERVER_SERVER_H
+#define LOOM_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/error.h"
+#include "loom.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+typedef struct {
+    const char *host;              /* default 127.0.0.1 */
+    int port;                      /* 0: any free port (see lm_server_port) */
+    const char *api_key;           /* NULL: no authentication */
+    const char *served_model_name; /* the id /v1/models lists and requests must name */
+    size_t max_body_bytes;         /* larger bodies get 413 (default 16 MiB) */
+    int max_model_len;             /* the engine's context limit (for the default max_tokens) */
+    int max_connections;           /* default 1024 */
+} lm_server_options;
+
+typedef struct lm_server lm_server;
+
+/* Starts serving.  The engine, tokenizer and template stay owned by the
+ * caller and must outlive the server; tokenizer and template may be NULL
+ * (then chat is refused and completions take token ids only). */
+lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
+                          const lm_tokenizer *tokenizer, const lm_chat_template *chat_template,
+                          lm_server **out, lm_error *err);
+int lm_server_port(const lm_server *server);
+/* Graceful stop: stops accepting connections, lets in-flight requests
+ * finish for up to grace_ms, cancels the rest, and frees the server. */
+void lm_server_stop(lm_server *server, int grace_ms);
+
+#endif

@@ -1,0 +1,51 @@
+/* Shared between the server's files: the server object and reply helpers. */
+#ifndef LOOM_SERVER_SERVER_INTERNAL_H
+#define LOOM_SERVER_SERVER_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+
+#include "server/metrics.h"
+#include "server/openai_request.h"
+#include "server/server.h"
+
+struct lm_server {
+    lm_server_options options;
+    loom_engine *engine;
+    const lm_tokenizer *tokenizer;
+    const lm_chat_template *chat_template;
+    bool template_has_think; /* the template writes <think>: split reasoning */
+    struct MHD_Daemon *daemon;
+    int port;
+    lm_metrics metrics;
+    atomic_uint_fast64_t next_id;
+    atomic_int active;       /* generation requests in flight */
+    atomic_bool cancel_all;  /* shutdown: cancel what is still running */
+};
+
+typedef enum { LM_ROUTE_NONE, LM_ROUTE_CHAT, LM_ROUTE_COMPLETIONS, LM_ROUTE_MODELS, LM_ROUTE_HEALTH,
+               LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE } lm_route;
+
+/* Replies; all return MHD's result of queueing the response. */
+enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,
+                              const char *body, size_t len);
+enum MHD_Result lm_reply_json(struct MHD_Connection *c, unsigned status, const cJSON *json);
+/* {"error": {"message", "type", "param", "code"}} */
+enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const char *message,
+                               const char *param);
+
+/* Seconds on a monotonic clock. */
+double lm_now_seconds(void);
+/* True when the client closed the connection (a peek at its socket). */
+bool lm_client_gone(struct MHD_Connection *c);
+
+/* POST /v1/chat/completions and /v1/completions. */
+enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind,
+                                     const char *body, size_t len, double arrival);
+
+
+/* Renders the chat prompt of a parsed chat request (malloc'd text). */
+lm_status lm_render_chat_prompt(const lm_server *s, const lm_openai_request *r, char **text,
+                                size_t *len, lm_error *err);
+#endif
