@@ -103,7 +103,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, int 
         /* Poll every live request so first-token times are seen when they happen. */
         for (int i = done; i < next; i++) {
             loom_event ev;
-            int got;
+            int got = 0;
             while (live[i] && (got = loom_next_event(live[i], &ev, 0)) == 1) {
                 if (ev.type == LOOM_EVENT_TOKEN) {
                     if (t[i].tokens++ == 0) t[i].first_token = now_seconds();
