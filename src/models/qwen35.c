@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "models/qwen35_mtp.h"
 
 /* ------------------------------------------------------------------ loading */
 
@@ -54,7 +55,8 @@ static lm_status load_linear_attention(lm_qwen35_model *m, const char *prefix, i
 }
 
 static lm_status load_full_attention(lm_qwen35_model *m, const char *prefix, int i,
-                                     lm_qwen35_full_attention *fa, lm_error *err) {
+                                     float norm_offset, lm_qwen35_full_attention *fa,
+                                     lm_error *err) {
     const lm_qwen35_config *c = &m->config;
     lm_weights *w = &m->weights;
     int H = c->hidden_size, D = c->head_dim, nH = c->num_attention_heads, nKV = c->num_key_value_heads;
@@ -63,8 +65,8 @@ static lm_status load_full_attention(lm_qwen35_model *m, const char *prefix, int
     TRY(matrix_at(w, prefix, i, "self_attn.k_proj.weight", (int64_t)nKV * D, H, &fa->k_proj, err));
     TRY(matrix_at(w, prefix, i, "self_attn.v_proj.weight", (int64_t)nKV * D, H, &fa->v_proj, err));
     TRY(matrix_at(w, prefix, i, "self_attn.o_proj.weight", H, (int64_t)nH * D, &fa->o_proj, err));
-    TRY(vector_at(w, prefix, i, "self_attn.q_norm.weight", D, 1.0f, false, &fa->q_norm, err));
-    TRY(vector_at(w, prefix, i, "self_attn.k_norm.weight", D, 1.0f, false, &fa->k_norm, err));
+    TRY(vector_at(w, prefix, i, "self_attn.q_norm.weight", D, norm_offset, false, &fa->q_norm, err));
+    TRY(vector_at(w, prefix, i, "self_attn.k_norm.weight", D, norm_offset, false, &fa->k_norm, err));
     return LM_OK;
 }
 
@@ -79,32 +81,39 @@ static lm_status load_mlp(lm_qwen35_model *m, const char *prefix, int i, lm_qwen
     return LM_OK;
 }
 
+lm_status lm_qwen35_load_layer(lm_qwen35_model *m, const char *prefix, int i, lm_layer_type type,
+                               float norm_offset, lm_qwen35_layer *layer, lm_error *err) {
+    const lm_qwen35_config *c = &m->config;
+    layer->type = type;
+    TRY(vector_at(&m->weights, prefix, i, "input_layernorm.weight", c->hidden_size, norm_offset,
+                  false, &layer->input_norm, err));
+    TRY(vector_at(&m->weights, prefix, i, "post_attention_layernorm.weight", c->hidden_size,
+                  norm_offset, false, &layer->post_attention_norm, err));
+    if (type == LM_LAYER_FULL_ATTENTION)
+        TRY(load_full_attention(m, prefix, i, norm_offset, &layer->full, err));
+    else
+        TRY(load_linear_attention(m, prefix, i, &layer->linear, err));
+    if (c->is_moe)
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "%s: mixture-of-experts layers are not supported yet (%slayers.%d.mlp)",
+                       c->model_type, prefix, i);
+    return load_mlp(m, prefix, i, &layer->mlp, err);
+}
+
 static lm_status load_layers(lm_qwen35_model *m, const char *prefix, lm_error *err) {
     const lm_qwen35_config *c = &m->config;
     for (int i = 0; i < c->num_hidden_layers; i++) {
         lm_qwen35_layer *layer = &m->layers[i];
-        layer->type = c->layer_types[i];
-        TRY(vector_at(&m->weights, prefix, i, "input_layernorm.weight", c->hidden_size, 1.0f, false,
-                      &layer->input_norm, err));
-        TRY(vector_at(&m->weights, prefix, i, "post_attention_layernorm.weight", c->hidden_size, 1.0f,
-                      false, &layer->post_attention_norm, err));
-        if (layer->type == LM_LAYER_FULL_ATTENTION) {
-            layer->cache_index = m->n_full_layers++;
-            TRY(load_full_attention(m, prefix, i, &layer->full, err));
-        } else {
-            layer->cache_index = m->n_linear_layers++;
-            TRY(load_linear_attention(m, prefix, i, &layer->linear, err));
-        }
-        if (c->is_moe)
-            return lm_fail(err, LM_ERR_UNSUPPORTED,
-                           "%s: mixture-of-experts layers are not supported yet", c->model_type);
-        TRY(load_mlp(m, prefix, i, &layer->mlp, err));
+        bool full = c->layer_types[i] == LM_LAYER_FULL_ATTENTION;
+        layer->cache_index = full ? m->n_full_layers++ : m->n_linear_layers++;
+        TRY(lm_qwen35_load_layer(m, prefix, i, c->layer_types[i], 1.0f, layer, err));
     }
     return LM_OK;
 }
 
 /* Loads from m->weights, already initialised (checkpoint or random). */
-static lm_status load_model(lm_qwen35_model *m, lm_error *err) {
+static lm_status load_model(lm_qwen35_model *m, const lm_qwen35_load_options *options,
+                            lm_error *err) {
     const lm_qwen35_config *c = &m->config;
     m->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
     m->value_dim = c->linear_num_value_heads * c->linear_value_head_dim;
@@ -150,16 +159,31 @@ static lm_status load_model(lm_qwen35_model *m, lm_error *err) {
         st = m->layers ? load_layers(m, prefix, err)
                        : lm_fail(err, LM_ERR_NOMEM, "out of memory loading layers");
     }
+    if (st == LM_OK) {
+        /* A head that is absent, incomplete or unsupported only turns
+         * speculation off (m->mtp_missing says why); running out of memory
+         * fails the load. */
+        lm_error mtp_err = {0};
+        if (lm_qwen35_mtp_load(m, options ? options->mtp_norms : LM_MTP_NORMS_AUTO, &mtp_err) ==
+            LM_ERR_NOMEM)
+            st = lm_fail(err, LM_ERR_NOMEM, "%s", mtp_err.message);
+    }
     if (st != LM_OK) lm_qwen35_free(m);
     return st;
 }
 
-lm_status lm_qwen35_load(const lm_checkpoint *checkpoint, const lm_qwen35_config *config,
-                         lm_qwen35_model *m, lm_error *err) {
+lm_status lm_qwen35_load_with(const lm_checkpoint *checkpoint, const lm_qwen35_config *config,
+                              const lm_qwen35_load_options *options, lm_qwen35_model *m,
+                              lm_error *err) {
     memset(m, 0, sizeof *m);
     m->config = *config;
     lm_weights_init(&m->weights, checkpoint);
-    return load_model(m, err);
+    return load_model(m, options, err);
+}
+
+lm_status lm_qwen35_load(const lm_checkpoint *checkpoint, const lm_qwen35_config *config,
+                         lm_qwen35_model *m, lm_error *err) {
+    return lm_qwen35_load_with(checkpoint, config, NULL, m, err);
 }
 
 lm_status lm_qwen35_load_random(const lm_qwen35_config *config, uint64_t seed, lm_qwen35_model *m,
@@ -167,7 +191,7 @@ lm_status lm_qwen35_load_random(const lm_qwen35_config *config, uint64_t seed, l
     memset(m, 0, sizeof *m);
     m->config = *config;
     lm_weights_init_random(&m->weights, seed, !config->tie_word_embeddings);
-    return load_model(m, err);
+    return load_model(m, NULL, err);
 }
 
 void lm_qwen35_round_rope_to_bf16(lm_qwen35_model *m) {
@@ -176,6 +200,7 @@ void lm_qwen35_round_rope_to_bf16(lm_qwen35_model *m) {
 }
 
 void lm_qwen35_free(lm_qwen35_model *m) {
+    lm_qwen35_mtp_free(m);
     free(m->rope_inv_freq);
     m->rope_inv_freq = NULL;
     lm_weights_free(&m->weights);
@@ -211,6 +236,7 @@ void lm_qwen35_workspace_free(lm_qwen35_workspace *ws) {
     free(ws->seq_of);
     free(ws->ctx_len);
     free(ws->tables);
+    free(ws->mtp_buffer);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -278,9 +304,9 @@ static lm_status workspace_reserve(const lm_qwen35_model *m, lm_qwen35_workspace
     return LM_OK;
 }
 
-/* Checks that the batch is self-consistent and fits the caches. */
-static lm_status validate_batch(const lm_qwen35_model *m, const lm_qwen35_caches *caches,
-                                const lm_step_batch *b, lm_error *err) {
+lm_status lm_qwen35_validate_batch(const lm_qwen35_model *m, const lm_kv_cache *kv,
+                                   const lm_state_cache *state, const lm_step_batch *b,
+                                   lm_error *err) {
     if (b->n_tokens <= 0 || b->n_seqs <= 0)
         return lm_fail(err, LM_ERR_INVALID, "empty step batch");
     int expected_first = 0;
@@ -289,15 +315,15 @@ static lm_status validate_batch(const lm_qwen35_model *m, const lm_qwen35_caches
         if (q->first != expected_first || q->n_new <= 0 || q->n_cached < 0)
             return lm_fail(err, LM_ERR_INVALID, "step batch: sequence %d is not contiguous", s);
         expected_first += q->n_new;
-        if (m->n_linear_layers > 0 && (q->state_slot < 0 || q->state_slot >= caches->state.n_slots))
+        if (state && m->n_linear_layers > 0 && (q->state_slot < 0 || q->state_slot >= state->n_slots))
             return lm_fail(err, LM_ERR_INVALID, "step batch: bad state slot %d", q->state_slot);
-        if (m->n_full_layers > 0) {
-            int need = lm_kv_blocks_for(&caches->kv, q->n_cached + q->n_new);
+        if (kv->n_layers > 0) {
+            int need = lm_kv_blocks_for(kv, q->n_cached + q->n_new);
             if (q->n_blocks < need)
                 return lm_fail(err, LM_ERR_INVALID, "step batch: sequence %d has %d blocks, needs %d",
                                s, q->n_blocks, need);
             for (int j = 0; j < need; j++)
-                if (q->block_table[j] < 0 || q->block_table[j] >= caches->kv.n_blocks)
+                if (q->block_table[j] < 0 || q->block_table[j] >= kv->n_blocks)
                     return lm_fail(err, LM_ERR_INVALID, "step batch: bad block id %d",
                                    q->block_table[j]);
         }
@@ -317,7 +343,7 @@ static lm_status validate_batch(const lm_qwen35_model *m, const lm_qwen35_caches
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* Gated DeltaNet (model-spec §A.7), x [N, H] -> out added into h. */
-static void linear_attention(const lm_qwen35_model *m, lm_backend *be, lm_qwen35_caches *caches,
+static void linear_attention(const lm_qwen35_model *m, lm_backend *be, lm_state_cache *state_cache,
                              const lm_step_batch *b, const lm_qwen35_layer *layer, scratch *s) {
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_linear_attention *la = &layer->linear;
@@ -342,7 +368,7 @@ static void linear_attention(const lm_qwen35_model *m, lm_backend *be, lm_qwen35
     /* Causal conv + SiLU per sequence, carrying each sequence's window. */
     for (int q = 0; q < b->n_seqs; q++) {
         const lm_step_seq *seq = &b->seqs[q];
-        float *state = lm_state_conv(&caches->state, layer->cache_index, seq->state_slot);
+        float *state = lm_state_conv(state_cache, layer->cache_index, seq->state_slot);
         lm_causal_conv1d_silu(be, conv_out + (size_t)seq->first * m->conv_dim,
                               mixed + (size_t)seq->first * m->conv_dim, seq->n_new, m->conv_dim,
                               state, la->conv_weight, K);
@@ -363,7 +389,7 @@ static void linear_attention(const lm_qwen35_model *m, lm_backend *be, lm_qwen35
     for (int q = 0; q < b->n_seqs; q++) {
         const lm_step_seq *seq = &b->seqs[q];
         size_t f = (size_t)seq->first;
-        float *state = lm_state_recurrent(&caches->state, layer->cache_index, seq->state_slot);
+        float *state = lm_state_recurrent(state_cache, layer->cache_index, seq->state_slot);
         lm_gated_delta_rule(be, core + f * m->value_dim, s->q + f * m->key_dim, s->k + f * m->key_dim,
                             s->v + f * m->value_dim, g + f * Hv, beta + f * Hv, state, seq->n_new,
                             Hk, Hv, dk, dv);
@@ -373,8 +399,8 @@ static void linear_attention(const lm_qwen35_model *m, lm_backend *be, lm_qwen35
     lm_add(be, s->h, s->x, (int64_t)N * H);
 }
 
-/* Gated full attention (model-spec §A.5) over the paged KV cache. */
-static void full_attention(const lm_qwen35_model *m, lm_backend *be, lm_qwen35_caches *caches,
+/* Gated full attention (model-spec §A.5) over the layer's paged KV cache. */
+static void full_attention(const lm_qwen35_model *m, lm_backend *be, const lm_kv_layer *kv,
                            lm_qwen35_workspace *ws, const lm_step_batch *b,
                            const lm_qwen35_layer *layer, scratch *s) {
     const lm_qwen35_config *c = &m->config;
@@ -397,7 +423,6 @@ static void full_attention(const lm_qwen35_model *m, lm_backend *be, lm_qwen35_c
     lm_rope(be, s->q, N, nH, D, b->positions, &m->rope);
     lm_rope(be, s->k, N, nKV, D, b->positions, &m->rope);
 
-    const lm_kv_layer *kv = &caches->kv.layers[layer->cache_index];
     lm_kv_write(be, kv, s->k, s->v, N, ws->slots);
     lm_attention_batch ab = {
         .n_tokens = N,
@@ -425,9 +450,7 @@ static void mlp(const lm_qwen35_model *m, lm_backend *be, int N, const lm_qwen35
 }
 
 /* Per-token cache bookkeeping shared by every full-attention layer. */
-static void prepare_attention_rows(const lm_qwen35_caches *caches, lm_qwen35_workspace *ws,
-                                   const lm_step_batch *b) {
-    int bs = caches->kv.block_size;
+static void prepare_attention_rows(int bs, lm_qwen35_workspace *ws, const lm_step_batch *b) {
     for (int q = 0; q < b->n_seqs; q++) {
         const lm_step_seq *seq = &b->seqs[q];
         ws->tables[q] = seq->block_table;
@@ -440,42 +463,76 @@ static void prepare_attention_rows(const lm_qwen35_caches *caches, lm_qwen35_wor
     }
 }
 
-lm_status lm_qwen35_forward(const lm_qwen35_model *m, lm_backend *be, lm_qwen35_caches *caches,
-                            lm_qwen35_workspace *ws, const lm_step_batch *b, float *logits,
-                            float *hidden, const lm_qwen35_capture *capture, lm_error *err) {
-    const lm_qwen35_config *c = &m->config;
-    lm_status st = validate_batch(m, caches, b, err);
-    if (st != LM_OK) return st;
-    scratch s = {0};
-    st = workspace_reserve(m, ws, b, &s, err);
-    if (st != LM_OK) return st;
-    int N = b->n_tokens, H = c->hidden_size;
-    size_t row_bytes = sizeof(float) * (size_t)N * (size_t)H;
-    prepare_attention_rows(caches, ws, b);
-
-    lm_embed(be, s.h, b->tokens, N, &m->embed_tokens);
-    for (int i = 0; i < c->num_hidden_layers; i++) {
-        const lm_qwen35_layer *layer = &m->layers[i];
-        if (capture && capture->hidden && capture->hidden[i]) memcpy(capture->hidden[i], s.h, row_bytes);
-        lm_rmsnorm(be, s.x, s.h, layer->input_norm, N, H, c->rms_norm_eps);
-        if (layer->type == LM_LAYER_FULL_ATTENTION)
-            full_attention(m, be, caches, ws, b, layer, &s);
-        else
-            linear_attention(m, be, caches, b, layer, &s);
-        lm_rmsnorm(be, s.x, s.h, layer->post_attention_norm, N, H, c->rms_norm_eps);
-        mlp(m, be, N, &layer->mlp, &s);
-    }
-
-    /* Final norm and lm_head only on the rows that need logits. */
+int lm_qwen35_gather_logit_rows(const lm_step_batch *b, float *x, int width) {
     int rows = 0;
     for (int q = 0; q < b->n_seqs; q++) {
         const lm_step_seq *seq = &b->seqs[q];
         if (seq->no_logits) continue;
         int from = seq->all_logits ? seq->first : seq->first + seq->n_new - 1;
         int count = seq->all_logits ? seq->n_new : 1;
-        memmove(s.h + (size_t)rows * H, s.h + (size_t)from * H, sizeof(float) * (size_t)count * H);
+        memmove(x + (size_t)rows * width, x + (size_t)from * width,
+                sizeof(float) * (size_t)count * width);
         rows += count;
     }
+    return rows;
+}
+
+/* One decoder layer (model-spec §A.4) on the residual stream s->h. */
+static void decoder_layer(const lm_qwen35_model *m, lm_backend *be, lm_kv_cache *kv,
+                          lm_state_cache *state, lm_qwen35_workspace *ws, const lm_step_batch *b,
+                          const lm_qwen35_layer *layer, scratch *s) {
+    const lm_qwen35_config *c = &m->config;
+    int N = b->n_tokens, H = c->hidden_size;
+    lm_rmsnorm(be, s->x, s->h, layer->input_norm, N, H, c->rms_norm_eps);
+    if (layer->type == LM_LAYER_FULL_ATTENTION)
+        full_attention(m, be, &kv->layers[layer->cache_index], ws, b, layer, s);
+    else
+        linear_attention(m, be, state, b, layer, s);
+    lm_rmsnorm(be, s->x, s->h, layer->post_attention_norm, N, H, c->rms_norm_eps);
+    mlp(m, be, N, &layer->mlp, s);
+}
+
+lm_status lm_qwen35_attention_layer_forward(const lm_qwen35_model *m, lm_backend *be,
+                                            const lm_qwen35_layer *layer, lm_kv_cache *kv,
+                                            lm_qwen35_workspace *ws, const lm_step_batch *b,
+                                            float *h, lm_error *err) {
+    if (layer->type != LM_LAYER_FULL_ATTENTION || layer->cache_index < 0 ||
+        layer->cache_index >= kv->n_layers)
+        return lm_fail(err, LM_ERR_INVALID, "attention layer: no kv cache layer %d",
+                       layer->cache_index);
+    lm_status st = lm_qwen35_validate_batch(m, kv, NULL, b, err);
+    if (st != LM_OK) return st;
+    scratch s = {0};
+    st = workspace_reserve(m, ws, b, &s, err);
+    if (st != LM_OK) return st;
+    s.h = h; /* the caller's residual stream instead of the workspace's */
+    prepare_attention_rows(kv->block_size, ws, b);
+    decoder_layer(m, be, kv, NULL, ws, b, layer, &s);
+    return LM_OK;
+}
+
+lm_status lm_qwen35_forward(const lm_qwen35_model *m, lm_backend *be, lm_qwen35_caches *caches,
+                            lm_qwen35_workspace *ws, const lm_step_batch *b, float *logits,
+                            float *hidden, const lm_qwen35_capture *capture, lm_error *err) {
+    const lm_qwen35_config *c = &m->config;
+    lm_status st = lm_qwen35_validate_batch(m, &caches->kv, &caches->state, b, err);
+    if (st != LM_OK) return st;
+    scratch s = {0};
+    st = workspace_reserve(m, ws, b, &s, err);
+    if (st != LM_OK) return st;
+    int N = b->n_tokens, H = c->hidden_size;
+    size_t row_bytes = sizeof(float) * (size_t)N * (size_t)H;
+    prepare_attention_rows(caches->kv.block_size, ws, b);
+
+    lm_embed(be, s.h, b->tokens, N, &m->embed_tokens);
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        const lm_qwen35_layer *layer = &m->layers[i];
+        if (capture && capture->hidden && capture->hidden[i]) memcpy(capture->hidden[i], s.h, row_bytes);
+        decoder_layer(m, be, &caches->kv, &caches->state, ws, b, layer, &s);
+    }
+
+    /* Final norm and lm_head only on the rows that need logits. */
+    int rows = lm_qwen35_gather_logit_rows(b, s.h, H);
     if (rows == 0) return LM_OK;
     lm_rmsnorm(be, s.x, s.h, m->final_norm, rows, H, c->rms_norm_eps);
     if (capture && capture->hidden && capture->hidden[c->num_hidden_layers])

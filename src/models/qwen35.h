@@ -37,6 +37,20 @@ typedef struct {
     lm_qwen35_mlp mlp;
 } lm_qwen35_layer;
 
+/* How the checkpoint stores the MTP head's RMSNorm weights (model-spec
+ * §C.1: all zero-centred).  Some converters (mlx) add the 1 at conversion. */
+typedef enum {
+    LM_MTP_NORMS_AUTO,         /* detect: a mean above 0.5 means the 1 is already in (vllm-mlx) */
+    LM_MTP_NORMS_ZERO_CENTRED, /* stored w, the scale is 1 + w (Hugging Face checkpoints) */
+    LM_MTP_NORMS_SHIFTED,      /* stored 1 + w (converted checkpoints) */
+} lm_mtp_norms;
+
+typedef struct {
+    lm_mtp_norms mtp_norms;
+} lm_qwen35_load_options;
+
+struct lm_qwen35_mtp; /* models/qwen35_mtp.h */
+
 typedef struct {
     lm_qwen35_config config;
     lm_weights weights;
@@ -49,6 +63,13 @@ typedef struct {
     float *rope_inv_freq; /* [rot_dim/2], rope.inv_freq points here */
     /* derived sizes */
     int key_dim, value_dim, conv_dim;
+    /* The Multi-Token-Prediction head (models/qwen35_mtp.h), loaded with the
+     * model when the config declares one.  A head that is absent, incomplete
+     * or unsupported leaves has_mtp false (the engine then runs without
+     * speculation) and mtp_missing says why. */
+    struct lm_qwen35_mtp *mtp;
+    bool has_mtp;
+    char mtp_missing[LM_ERROR_MESSAGE_MAX];
 } lm_qwen35_model;
 
 /* Caches for one model: KV blocks for full-attention layers and state slots
@@ -65,6 +86,8 @@ typedef struct {
     int32_t *slots, *seq_of, *ctx_len;
     const int32_t **tables;
     int token_capacity, seq_capacity;
+    float *mtp_buffer; /* the MTP head's own rows (models/qwen35_mtp.c) */
+    size_t mtp_capacity; /* floats */
 } lm_qwen35_workspace;
 
 /* Optional capture of intermediate states for tests: hidden[l] receives the
@@ -73,8 +96,14 @@ typedef struct {
     float **hidden;
 } lm_qwen35_capture;
 
+/* Loads the text model and, when the config declares one, the MTP head
+ * (a head that cannot be used does not fail the load: see has_mtp). */
 lm_status lm_qwen35_load(const lm_checkpoint *checkpoint, const lm_qwen35_config *config,
                          lm_qwen35_model *model, lm_error *err);
+/* The same with options (NULL: the defaults, as lm_qwen35_load). */
+lm_status lm_qwen35_load_with(const lm_checkpoint *checkpoint, const lm_qwen35_config *config,
+                              const lm_qwen35_load_options *options, lm_qwen35_model *model,
+                              lm_error *err);
 /* A model of the config's shape with random bf16 weights (benchmarks). */
 lm_status lm_qwen35_load_random(const lm_qwen35_config *config, uint64_t seed,
                                 lm_qwen35_model *model, lm_error *err);
@@ -90,6 +119,34 @@ lm_status lm_qwen35_caches_init(const lm_qwen35_model *model, int block_size, in
 void lm_qwen35_caches_free(lm_qwen35_caches *caches);
 
 void lm_qwen35_workspace_free(lm_qwen35_workspace *ws);
+
+/* Loads decoder layer `index`, tensors `<prefix>layers.<index>.*`, as a layer
+ * of the given type with the model's MLP.  norm_offset is added to its
+ * zero-centred norm weights: 1 for weights stored as offsets, 0 when a
+ * converter already added it.  The caller sets layer->cache_index. */
+lm_status lm_qwen35_load_layer(lm_qwen35_model *model, const char *prefix, int index,
+                               lm_layer_type type, float norm_offset, lm_qwen35_layer *layer,
+                               lm_error *err);
+
+/* Checks a batch against the model (token ids) and the caches it will use:
+ * kv blocks when kv has layers, state slots when state is non-NULL and the
+ * model has Gated DeltaNet layers. */
+lm_status lm_qwen35_validate_batch(const lm_qwen35_model *model, const lm_kv_cache *kv,
+                                   const lm_state_cache *state, const lm_step_batch *batch,
+                                   lm_error *err);
+
+/* Moves the rows of x [n_tokens, width] that the batch wants logits of (see
+ * lm_qwen35_forward) to its front, in batch order; returns their count. */
+int lm_qwen35_gather_logit_rows(const lm_step_batch *batch, float *x, int width);
+
+/* One gated full-attention decoder layer (model-spec §A.4, §A.5) over the
+ * batch: h [n_tokens, H], a residual stream, is updated in place; keys and
+ * values go to kv->layers[layer->cache_index] at the batch's positions.  The
+ * MTP head runs its layer through this. */
+lm_status lm_qwen35_attention_layer_forward(const lm_qwen35_model *model, lm_backend *be,
+                                            const lm_qwen35_layer *layer, lm_kv_cache *kv,
+                                            lm_qwen35_workspace *ws, const lm_step_batch *batch,
+                                            float *h, lm_error *err);
 
 /* Runs the batch through the model, appending its tokens to the caches.
  * logits: [lm_step_batch_logit_rows(batch), vocab]; hidden (optional): the
