@@ -1,0 +1,60 @@
+/* libFuzzer target for the request-body parser (src/server/openai_request.c).
+ * The first byte picks chat or completions; the rest is the body.  Any body
+ * must parse or fail with a message (never crash, leak or read out of
+ * bounds); a parsed request must satisfy the bounds the server relies on,
+ * and the reasoning and tool-call parsers, given the body as model output,
+ * must not crash and must produce only JSON-object arguments. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/openai_request.h"
+#include "server/reasoning_parser.h"
+#include "server/tool_parser.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    lm_api_kind kind = data[0] & 1 ? LM_API_CHAT : LM_API_COMPLETION;
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    lm_openai_request r;
+    char param[64];
+    lm_error err = {0};
+    lm_status st = lm_openai_request_parse(kind, body, len, &r, param, sizeof param, &err);
+    if (st != LM_OK) {
+        if (!err.message[0]) abort(); /* every failure explains itself */
+    } else {
+        if (r.params.n < 1 || r.params.n > 64 || r.params.n_stop > LM_REQUEST_MAX_STOP ||
+            r.params.sampling.n_logit_bias > LM_REQUEST_MAX_LOGIT_BIAS || r.top_logprobs < 0 ||
+            r.top_logprobs > LM_REQUEST_MAX_TOP_LOGPROBS || r.params.max_tokens < 1)
+            abort();
+        if (kind == LM_API_CHAT && !cJSON_IsArray(r.messages)) abort();
+        if (kind == LM_API_COMPLETION && !r.prompt_text && r.n_prompt_ids > 0 && !r.prompt_ids) abort();
+    }
+    /* The body as model output, fed in two pieces, through both output parsers. */
+    size_t cut = len ? data[0] % (len + 1) : 0;
+    lm_reasoning_parser rp;
+    lm_reasoning_parser_init(&rp, data[0] & 2);
+    lm_tool_parser tp;
+    lm_tool_parser_init(&tp, st == LM_OK ? r.tools : NULL, 1);
+    lm_sbuf reasoning = {0}, content = {0}, final_content = {0};
+    lm_tool_call_list calls = {0};
+    lm_reasoning_parser_feed(&rp, body, cut, &reasoning, &content);
+    lm_reasoning_parser_feed(&rp, body + cut, len - cut, &reasoning, &content);
+    lm_reasoning_parser_finish(&rp, &reasoning, &content);
+    lm_tool_parser_feed(&tp, lm_sbuf_str(&content), content.len, &final_content, &calls);
+    lm_tool_parser_finish(&tp, &final_content, &calls);
+    for (int i = 0; i < calls.n; i++) {
+        cJSON *args = cJSON_Parse(calls.items[i].arguments);
+        if (!cJSON_IsObject(args)) abort(); /* arguments are always a JSON object */
+        cJSON_Delete(args);
+    }
+    lm_tool_call_list_free(&calls);
+    lm_sbuf_free(&reasoning);
+    lm_sbuf_free(&content);
+    lm_sbuf_free(&final_content);
+    lm_reasoning_parser_free(&rp);
+    lm_tool_parser_free(&tp);
+    lm_openai_request_free(&r); /* also after a failure: frees what was parsed */
+    return 0;
+}
