@@ -38,15 +38,31 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Bytes a decode step must read: every weight matrix once (the embedding
- * only a row, unless it doubles as lm_head) plus the recurrent state, read
- * and written. */
+static double matrix_bytes(const lm_matrix *w) {
+    return (double)w->rows * (double)w->cols * (double)lm_dtype_size(w->dtype);
+}
+
+/* Bytes a decode step must read: every weight matrix of the text model once
+ * (lm_head included; the embedding only a row; the MTP head not at all) plus
+ * the recurrent state, read and written.  Norm vectors are left out (well
+ * under 0.1%). */
 static double decode_bytes_per_token(const lm_loaded_model *m) {
     const lm_qwen35_model *model = &m->model;
     const lm_qwen35_config *c = &m->config;
-    double bytes = (double)lm_weights_bytes_used(&model->weights);
-    if (!model->lm_head_tied)
-        bytes -= (double)model->embed_tokens.rows * (double)model->embed_tokens.cols * 2.0;
+    double bytes = matrix_bytes(&model->lm_head);
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        const lm_qwen35_layer *l = &model->layers[i];
+        if (l->type == LM_LAYER_FULL_ATTENTION) {
+            bytes += matrix_bytes(&l->full.q_proj) + matrix_bytes(&l->full.k_proj) +
+                     matrix_bytes(&l->full.v_proj) + matrix_bytes(&l->full.o_proj);
+        } else {
+            bytes += matrix_bytes(&l->linear.in_proj_qkv) + matrix_bytes(&l->linear.in_proj_z) +
+                     matrix_bytes(&l->linear.in_proj_b) + matrix_bytes(&l->linear.in_proj_a) +
+                     matrix_bytes(&l->linear.out_proj);
+        }
+        bytes += matrix_bytes(&l->mlp.gate_proj) + matrix_bytes(&l->mlp.up_proj) +
+                 matrix_bytes(&l->mlp.down_proj);
+    }
     double state = (double)c->linear_num_value_heads * c->linear_key_head_dim *
                    c->linear_value_head_dim * sizeof(float);
     bytes += 2.0 * state * model->n_linear_layers;
