@@ -76,8 +76,7 @@ test-release: deps
 FIXTURE_MODEL ?= ../shared/fixtures/models/qwen35-dense
 run: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all
-	$(BUILD)/loom inspect --model $(FIXTURE_MODEL)
-	$(BUILD)/loom run --model $(FIXTURE_MODEL) --ids 1,2,3,4,5 --max-tokens 16 --print-ids
+	$(BUILD)/loom serve --model $(FIXTURE_MODEL) --served-model-name loom
 
 clean:
 	rm -rf $(BUILD)
