@@ -8,6 +8,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "models/qwen35_mtp.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: loom inspect --model DIR [--mmap]\n"
@@ -69,6 +70,19 @@ static void print_groups(const lm_checkpoint *ck, const lm_weights *used, bool w
     }
 }
 
+/* Whether the Multi-Token-Prediction head loaded, and its norm convention. */
+static void print_mtp(const lm_qwen35_model *m) {
+    if (!m->has_mtp) {
+        printf("%s\n", m->mtp_missing);
+        return;
+    }
+    const lm_qwen35_mtp *h = m->mtp;
+    printf("mtp head: loaded (%s*: fc, one full-attention layer, dense MLP)\n", h->prefix);
+    printf("  norms stored %s, %s (mean of the stored pre-fc and final norm weights %.3f)\n",
+           h->norms_were_shifted ? "with the 1 already added" : "zero-centred (scale 1 + w)",
+           h->norms_forced ? "as forced" : "detected", (double)h->stored_norm_mean);
+}
+
 int cmd_inspect_main(int argc, char **argv) {
     static const struct option options[] = {
         {"model", required_argument, 0, 'm'}, {"mmap", no_argument, 0, 'M'},
@@ -128,9 +142,10 @@ int cmd_inspect_main(int argc, char **argv) {
         printf("text model: complete (%zu tensors used, %.1f MB, lm_head %s)\n",
                model.weights.n_used, (double)lm_weights_bytes_used(&model.weights) / 1e6,
                model.lm_head_tied ? "tied to embed_tokens" : "separate");
-        printf("  used by the text model:\n");
+        print_mtp(&model);
+        printf("  used (text model and mtp head):\n");
         print_groups(ck, &model.weights, true);
-        printf("  not used (vision tower and MTP head are loaded by later features):\n");
+        printf("  not used (the vision tower is loaded by a later feature):\n");
         print_groups(ck, &model.weights, false);
         lm_qwen35_free(&model);
     }

@@ -1,6 +1,6 @@
-/* loom logits --model DIR --ids 1,2,3 --out FILE
+/* loom logits --model DIR --ids 1,2,3 --out FILE [--mtp]
  * Writes the logits of every prompt position as raw little-endian float32,
- * row-major [T, V]. */
+ * row-major [T, V]; with --mtp those of the MTP head, [T-1, V]. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +8,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "engine/sequence_runner.h"
+#include "models/qwen35_mtp.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -17,6 +18,9 @@ static void usage(FILE *f) {
             "  --model DIR     Hugging Face checkpoint folder (config.json + safetensors)\n"
             "  --ids LIST      comma-separated prompt token ids\n"
             "  --out FILE      output file\n"
+            "  --mtp           write the MTP head's logits instead, [T-1, V]: row t predicts\n"
+            "                  token t+2 from the final hidden state at t and token t+1\n"
+            "                  (position t, causal over rows 0..t of the head's own cache)\n"
             "  --threads N     CPU threads (default: all cores)\n"
             "  --mmap          map the weights instead of reading them into memory\n");
 }
@@ -26,11 +30,12 @@ int cmd_logits_main(int argc, char **argv) {
         {"model", required_argument, 0, 'm'}, {"ids", required_argument, 0, 'i'},
         {"out", required_argument, 0, 'o'},   {"threads", required_argument, 0, 't'},
         {"mmap", no_argument, 0, 'M'},        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"mtp", no_argument, 0, 'P'},         {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *ids_text = NULL, *out_path = NULL;
     long threads = 0;
     lm_load_mode mode = LM_LOAD_READ;
+    bool mtp = false;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -40,6 +45,7 @@ int cmd_logits_main(int argc, char **argv) {
         case 'o': out_path = optarg; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 'M': mode = LM_LOAD_MMAP; break;
+        case 'P': mtp = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -57,25 +63,40 @@ int cmd_logits_main(int argc, char **argv) {
     }
     int rc = 1;
     int32_t *ids = NULL;
-    float *logits = NULL;
+    float *logits = NULL, *hidden = NULL;
     int n = 0;
     lm_sequence_runner runner = {0};
     FILE *out = NULL;
     size_t V = (size_t)m.config.vocab_size;
     if (lm_cli_parse_ids(ids_text, m.config.vocab_size, &ids, &n, &err) != LM_OK) goto done;
+    if (mtp && !m.model.has_mtp) {
+        lm_fail(&err, LM_ERR_UNSUPPORTED, "%s", m.model.mtp_missing);
+        goto done;
+    }
+    if (mtp && n < 2) {
+        lm_fail(&err, LM_ERR_INVALID, "--mtp needs at least 2 ids");
+        goto done;
+    }
     logits = malloc(sizeof(float) * V * (size_t)n);
-    if (!logits) {
+    hidden = mtp ? malloc(sizeof(float) * (size_t)m.config.hidden_size * (size_t)n) : NULL;
+    if (!logits || (mtp && !hidden)) {
         lm_fail(&err, LM_ERR_NOMEM, "out of memory for %d x %zu logits", n, V);
         goto done;
     }
     if (lm_sequence_runner_init(&runner, &m.model, m.backend, n, &err) != LM_OK) goto done;
-    if (lm_sequence_runner_feed(&runner, ids, n, true, logits, NULL, NULL, &err) != LM_OK) goto done;
+    if (lm_sequence_runner_feed(&runner, ids, n, true, logits, hidden, NULL, &err) != LM_OK)
+        goto done;
+    /* The head's rows 0..T-2: hidden state at t, token t+1. */
+    if (mtp && lm_qwen35_mtp_sequence_logits(&m.model, m.backend, hidden, ids + 1, n - 1, logits,
+                                             &err) != LM_OK)
+        goto done;
+    size_t rows = mtp ? (size_t)n - 1 : (size_t)n;
     out = fopen(out_path, "wb");
     if (!out) {
         lm_fail(&err, LM_ERR_IO, "cannot write %s", out_path);
         goto done;
     }
-    if (fwrite(logits, sizeof(float), V * (size_t)n, out) != V * (size_t)n || fclose(out) != 0) {
+    if (fwrite(logits, sizeof(float), V * rows, out) != V * rows || fclose(out) != 0) {
         out = NULL;
         lm_fail(&err, LM_ERR_IO, "error writing %s", out_path);
         goto done;
@@ -87,6 +108,7 @@ done:
     if (rc) fprintf(stderr, "loom: %s\n", err.message);
     lm_sequence_runner_free(&runner);
     free(logits);
+    free(hidden);
     free(ids);
     lm_loaded_model_close(&m);
     return rc;

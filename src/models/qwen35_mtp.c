@@ -38,8 +38,8 @@ static const char *find_prefix(const lm_weights *w) {
     return prefixes[0]; /* none there: the error then names mtp.fc.weight */
 }
 
-static lm_status load_vector(lm_qwen35_model *m, const char *prefix, const char *name,
-                             float **out, lm_error *err) {
+static lm_status load_vector(lm_qwen35_model *m, const char *prefix, const char *name, float **out,
+                             lm_error *err) {
     char full[128];
     snprintf(full, sizeof full, "%s%s", prefix, name);
     return lm_weights_vector(&m->weights, full, m->config.hidden_size, 0.0f, false, out, err);
@@ -52,10 +52,12 @@ static lm_status load_tensors(lm_qwen35_model *m, lm_qwen35_mtp *mtp, lm_mtp_nor
     char name[128];
     snprintf(name, sizeof name, "%sfc.weight", mtp->prefix);
     lm_status st = lm_weights_matrix(&m->weights, name, H, 2 * (int64_t)H, &mtp->fc, err);
-    if (st == LM_OK) st = load_vector(m, mtp->prefix, "pre_fc_norm_embedding.weight",
-                                      &mtp->pre_fc_norm_embedding, err);
     if (st == LM_OK)
-        st = load_vector(m, mtp->prefix, "pre_fc_norm_hidden.weight", &mtp->pre_fc_norm_hidden, err);
+        st = load_vector(m, mtp->prefix, "pre_fc_norm_embedding.weight",
+                         &mtp->pre_fc_norm_embedding, err);
+    if (st == LM_OK)
+        st =
+            load_vector(m, mtp->prefix, "pre_fc_norm_hidden.weight", &mtp->pre_fc_norm_hidden, err);
     if (st == LM_OK) st = load_vector(m, mtp->prefix, "norm.weight", &mtp->norm, err);
     if (st != LM_OK) return st;
 
@@ -82,20 +84,22 @@ lm_status lm_qwen35_mtp_load(lm_qwen35_model *m, lm_mtp_norms norms, lm_error *e
     const lm_qwen35_config *c = &m->config;
     lm_qwen35_mtp_free(m);
     if (c->mtp_num_hidden_layers == 0)
-        return no_head(m, err, LM_OK, "the config declares no MTP head (mtp_num_hidden_layers 0)");
+        return no_head(m, err, LM_OK,
+                       "no MTP head: the config declares none (mtp_num_hidden_layers 0)");
     if (c->mtp_num_hidden_layers > 1)
         return no_head(m, err, LM_ERR_UNSUPPORTED,
-                       "MTP head: mtp_num_hidden_layers %d is not supported (only 1, as in every "
-                       "release)", c->mtp_num_hidden_layers);
+                       "MTP head not used: mtp_num_hidden_layers %d is not supported (only 1, as "
+                       "in every release)",
+                       c->mtp_num_hidden_layers);
     if (c->mtp_use_dedicated_embeddings)
         return no_head(m, err, LM_ERR_UNSUPPORTED,
-                       "MTP head: mtp_use_dedicated_embeddings is not supported");
+                       "MTP head not used: mtp_use_dedicated_embeddings is not supported");
     if (c->is_moe)
         return no_head(m, err, LM_ERR_UNSUPPORTED,
-                       "MTP head: its mixture-of-experts layer is not supported yet");
+                       "MTP head not used: its mixture-of-experts layer is not supported yet");
 
     lm_qwen35_mtp *mtp = calloc(1, sizeof *mtp);
-    if (!mtp) return no_head(m, err, LM_ERR_NOMEM, "MTP head: out of memory");
+    if (!mtp) return no_head(m, err, LM_ERR_NOMEM, "MTP head not loaded: out of memory");
     snprintf(mtp->prefix, sizeof mtp->prefix, "%s", find_prefix(&m->weights));
     size_t used_before = m->weights.n_used;
     lm_error why = {0};
@@ -122,7 +126,7 @@ void lm_qwen35_mtp_free(lm_qwen35_model *m) {
 lm_status lm_qwen35_mtp_cache_init(const lm_qwen35_model *m, int block_size, int n_blocks,
                                    lm_kv_cache *mtp_kv, lm_error *err) {
     memset(mtp_kv, 0, sizeof *mtp_kv);
-    if (!m->has_mtp) return lm_fail(err, LM_ERR_INVALID, "the model has no MTP head: %s", m->mtp_missing);
+    if (!m->has_mtp) return lm_fail(err, LM_ERR_INVALID, "%s", m->mtp_missing);
     return lm_kv_cache_init(mtp_kv, 1, m->config.num_key_value_heads, m->config.head_dim,
                             block_size, n_blocks, err);
 }
@@ -135,8 +139,7 @@ lm_status lm_qwen35_mtp_forward(const lm_qwen35_model *m, lm_backend *be, lm_kv_
                                 lm_error *err) {
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_mtp *mtp = m->mtp;
-    if (!m->has_mtp || !mtp)
-        return lm_fail(err, LM_ERR_INVALID, "the model has no MTP head: %s", m->mtp_missing);
+    if (!m->has_mtp || !mtp) return lm_fail(err, LM_ERR_INVALID, "%s", m->mtp_missing);
     if (mtp_kv->n_layers != 1 || mtp_kv->n_kv_heads != c->num_key_value_heads ||
         mtp_kv->head_dim != c->head_dim)
         return lm_fail(err, LM_ERR_INVALID, "MTP forward: the kv cache was not made for this head");
@@ -152,16 +155,15 @@ lm_status lm_qwen35_mtp_forward(const lm_qwen35_model *m, lm_backend *be, lm_kv_
         ws->mtp_buffer = bigger;
         ws->mtp_capacity = 4 * N * H;
     }
-    float *normed = ws->mtp_buffer;   /* [N, H] */
-    float *concat = normed + N * H;   /* [N, 2H] */
-    float *u = concat + 2 * N * H;    /* [N, H], the head's residual stream */
+    float *normed = ws->mtp_buffer; /* [N, H] */
+    float *concat = normed + N * H; /* [N, 2H] */
+    float *u = concat + 2 * N * H;  /* [N, H], the head's residual stream */
     float eps = c->rms_norm_eps;
 
     /* u = fc([B1(embed(t_{p+1})) | B1(h_p)]): embedding first (trap 17). */
     lm_embed(be, normed, b->tokens, (int)N, &m->embed_tokens);
     lm_rmsnorm(be, normed, normed, mtp->pre_fc_norm_embedding, (int)N, (int)H, eps);
-    for (size_t t = 0; t < N; t++)
-        memcpy(concat + t * 2 * H, normed + t * H, sizeof(float) * H);
+    for (size_t t = 0; t < N; t++) memcpy(concat + t * 2 * H, normed + t * H, sizeof(float) * H);
     lm_rmsnorm(be, normed, hidden, mtp->pre_fc_norm_hidden, (int)N, (int)H, eps);
     for (size_t t = 0; t < N; t++)
         memcpy(concat + t * 2 * H + H, normed + t * H, sizeof(float) * H);
@@ -198,10 +200,15 @@ lm_status lm_qwen35_mtp_sequence_logits(const lm_qwen35_model *m, lm_backend *be
     if (st == LM_OK) {
         for (int p = 0; p < n; p++) /* text: t = h = w = p */
             positions[3 * p] = positions[3 * p + 1] = positions[3 * p + 2] = p;
-        lm_step_seq seq = {.first = 0, .n_new = n, .n_cached = 0, .state_slot = -1,
-                           .block_table = blocks, .n_blocks = n_blocks, .all_logits = true};
-        lm_step_batch batch = {.n_tokens = n, .tokens = next_ids, .positions = positions,
-                               .n_seqs = 1, .seqs = &seq};
+        lm_step_seq seq = {.first = 0,
+                           .n_new = n,
+                           .n_cached = 0,
+                           .state_slot = -1,
+                           .block_table = blocks,
+                           .n_blocks = n_blocks,
+                           .all_logits = true};
+        lm_step_batch batch = {
+            .n_tokens = n, .tokens = next_ids, .positions = positions, .n_seqs = 1, .seqs = &seq};
         st = lm_qwen35_mtp_forward(m, be, &kv, &ws, &batch, hidden, logits, NULL, err);
     }
     free(blocks);

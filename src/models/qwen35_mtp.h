@@ -9,8 +9,8 @@
 #include "models/qwen35.h"
 
 typedef struct lm_qwen35_mtp {
-    char prefix[32];   /* where the tensors live: "mtp.", "model.mtp." or "language_model.mtp." */
-    lm_matrix fc;      /* [H, 2H]; input = [normed embedding | normed hidden] */
+    char prefix[32]; /* where the tensors live: "mtp.", "model.mtp." or "language_model.mtp." */
+    lm_matrix fc;    /* [H, 2H]; input = [normed embedding | normed hidden] */
     float *pre_fc_norm_embedding, *pre_fc_norm_hidden, *norm; /* scales (1 + w) */
     lm_qwen35_layer layer; /* full attention, the model's MLP; cache_index 0 */
     /* The stored norm convention and what AUTO looked at: the mean of the
@@ -21,8 +21,9 @@ typedef struct lm_qwen35_mtp {
 } lm_qwen35_mtp;
 
 /* Loads the head of m (whose text model is loaded) from m->weights: sets
- * m->mtp and m->has_mtp, or m->mtp_missing and a failing status when the
- * config declares none (LM_OK), a tensor is missing or malformed
+ * m->mtp and m->has_mtp, or m->mtp_missing (a sentence that starts "no MTP
+ * head" or "MTP head not ...") and a status when the config declares none
+ * (LM_OK), a tensor is missing or malformed
  * (LM_ERR_FORMAT, naming the first one), the head is of a kind loom does not
  * run yet (LM_ERR_UNSUPPORTED: mixture-of-experts MLP, dedicated embeddings,
  * more than one MTP layer) or memory ran out (LM_ERR_NOMEM).  lm_qwen35_load
