@@ -45,6 +45,8 @@ typedef struct {
     int max_batch_tokens;      /* token budget of one step; long prompts are chunked (default 512) */
     int max_model_len;         /* prompt + output limit per sequence (0 = model's, capped at 32768) */
     int max_waiting;           /* queued requests before submit answers LOOM_ERR_BUSY (default 1024) */
+    int speculative_tokens;    /* K draft tokens per step from the model's MTP head (0 = off, max 8);
+                                  ignored when the checkpoint has no usable head */
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);
@@ -83,6 +85,7 @@ typedef struct {
     int n_stop;
     bool skip_special_tokens;  /* for the text deltas (default true) */
     int n;                     /* choices sharing one prefill (default 1) */
+    bool no_speculation;       /* opt out of MTP speculation (requests with n > 1 never speculate) */
     loom_sampling sampling;
 } loom_request_params;
 
@@ -119,6 +122,7 @@ typedef struct {
     int32_t stop_token;             /* the stop token that ended it, or -1 */
     int stop_string;                /* index of the stop string that ended it, or -1 */
     int prompt_tokens, completion_tokens;
+    int drafted_tokens, accepted_tokens; /* speculative decoding: drafts verified / accepted */
     /* ERROR (also ends the choice) */
     const char *error;
 } loom_event;
@@ -142,6 +146,8 @@ typedef struct {
     int kv_blocks_total, kv_blocks_free;
     int state_slots_total, state_slots_free;
     uint64_t prompt_tokens, generation_tokens, requests_finished, preemptions, steps;
+    uint64_t spec_drafted_tokens, spec_accepted_tokens, spec_verify_steps;
+    int speculative_tokens;    /* K in use (0 when speculation is off or the model has no head) */
 } loom_stats;
 
 void loom_engine_stats(loom_engine *engine, loom_stats *stats);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "engine/engine_internal.h"
+#include "models/qwen35_mtp.h"
 
 /* ------------------------------------------------------------ small arrays */
 
@@ -68,10 +69,15 @@ static bool ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens) {
     return true;
 }
 
+bool lm_engine_ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens) {
+    return ensure_blocks(e, seq, n_tokens);
+}
+
 /* Preemption by recompute: drop the caches, keep the tokens; the sequence
  * goes back to the front of the queue and re-prefills everything. */
 static void preempt(loom_engine *e, lm_sequence *seq) {
     release_resources(e, seq);
+    seq->n_drafts = 0;
     seq->state = LM_SEQ_WAITING;
     seq_list_remove(&e->running, seq);
     if (!seq_list_push_front(&e->waiting, seq)) seq_list_push(&e->waiting, seq);
@@ -92,6 +98,8 @@ static void finish(loom_engine *e, lm_sequence *seq, loom_finish_reason reason, 
                      .stop_string = stop_string,
                      .prompt_tokens = seq->n_prompt,
                      .completion_tokens = lm_sequence_generated(seq),
+                     .drafted_tokens = seq->drafted,
+                     .accepted_tokens = seq->accepted,
                      .error = error};
     if (!error && seq->has_detokenizer && stop_string < 0)
         lm_sequence_flush_text(seq, &ev.text, &ev.text_len);
@@ -137,6 +145,17 @@ static int schedule(loom_engine *e, lm_plan_entry *out) {
             lm_sequence *seq = e->running.items[i];
             int need = seq->n_tokens - seq->n_cached;
             if ((pass == 0) != (need == 1)) continue;
+            /* A speculating sequence verifies its pending token and drafts
+             * in one go, when the budget and blocks allow. */
+            int drafts = need == 1 ? seq->n_drafts : 0;
+            if (drafts > 0 && (1 + drafts > budget || !ensure_blocks(e, seq, seq->n_cached + 1 + drafts)))
+                drafts = 0;
+            if (drafts > 0 && !seq->has_record) {
+                seq->has_record = lm_gdn_record_init(&e->model.model, e->spec_k + 1, &seq->record, NULL) == LM_OK;
+                if (!seq->has_record) seq->speculate = false, drafts = 0;
+            }
+            seq->n_drafts = drafts;
+            need += drafts;
             int take = need < budget ? need : budget;
             while (!ensure_blocks(e, seq, seq->n_cached + take)) {
                 /* Out of blocks: preempt the most recently admitted sequence
@@ -159,7 +178,7 @@ static int schedule(loom_engine *e, lm_plan_entry *out) {
                 }
                 continue;
             }
-            out[n++] = (lm_plan_entry){seq, take, seq->n_cached + take == seq->n_tokens};
+            out[n++] = (lm_plan_entry){seq, take, seq->n_cached + take >= seq->n_tokens, drafts};
             budget -= take;
         }
     }
@@ -188,7 +207,7 @@ static int schedule(loom_engine *e, lm_plan_entry *out) {
         seq->admit_order = ++e->admit_counter;
         seq_list_remove(&e->waiting, seq);
         seq_list_push(&e->running, seq);
-        out[n++] = (lm_plan_entry){seq, take, seq->n_cached + take == seq->n_tokens};
+        out[n++] = (lm_plan_entry){seq, take, seq->n_cached + take == seq->n_tokens, 0};
         budget -= take;
     }
     return n;
@@ -259,6 +278,47 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *log
     return true;
 }
 
+/* A verify step fed [pending, d_1..d_k]: sample row by row with the
+ * sequence's own sampler and keep going while the sample equals the next
+ * draft.  Every emitted token is drawn from the target distribution exactly
+ * as plain decoding would draw it (one draw per token, same RNG stream), so
+ * greedy output is plain greedy output and seeded sampling reproduces plain
+ * seeded sampling.  Returns the rows kept (1..k+1), or 0 if the sequence
+ * finished (it is freed then). */
+static int verify_drafts(loom_engine *e, lm_sequence *seq, const float *logits, int k) {
+    size_t V = (size_t)e->model.config.vocab_size;
+    int n_before = seq->n_cached, kept = 0;
+    e->spec_counters.verify_steps++;
+    seq->drafted += k;
+    for (int i = 0; i <= k; i++) {
+        int32_t draft = i < k ? seq->drafts[i] : -1;
+        int at = seq->n_tokens;
+        if (!sample_and_accept(e, seq, logits + V * (size_t)i)) return 0;
+        kept = i + 1;
+        if (seq->tokens[at] != draft) break;
+        seq->accepted++;
+        e->spec_counters.accepted++;
+    }
+    seq->n_cached = n_before + kept;
+    seq->n_drafts = 0;
+    /* Rejected rows left the recurrent state ahead of the accepted prefix:
+     * replay it from the recorded inputs (KV entries past n_cached are
+     * simply overwritten later). */
+    if (kept < k + 1)
+        lm_qwen35_rollback_linear_state(&e->model.model, e->model.backend, &e->caches.state,
+                                        seq->state_slot, &seq->record, kept);
+    return kept;
+}
+
+/* Remembers that seq committed positions [from, from+count) in this step,
+ * with hidden rows from step row `row`, for the MTP head to catch up on. */
+static void queue_catch_up(loom_engine *e, lm_sequence *seq, int from, int count, int row) {
+    if (!seq->speculate || e->spec_k == 0) return;
+    e->catch_up[e->n_catch_up++] = (lm_mtp_catch_up){
+        .seq = seq, .from = from, .count = count, .hidden_row = row,
+        .draft = seq->n_cached == seq->n_tokens - 1};
+}
+
 /* One scheduler step: returns false when there was nothing to run. */
 static bool step(loom_engine *e) {
     cancel_requested(e);
@@ -269,16 +329,20 @@ static bool step(loom_engine *e) {
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->plan[i].seq;
         lm_step_seq *ss = &e->step_seqs[i];
+        bool verify = e->plan[i].n_drafts > 0;
         *ss = (lm_step_seq){.first = n_tokens,
                             .n_new = e->plan[i].n_new,
                             .n_cached = seq->n_cached,
                             .state_slot = seq->state_slot,
                             .block_table = seq->blocks,
                             .n_blocks = seq->n_blocks,
-                            .no_logits = !e->plan[i].wants_logits};
+                            .all_logits = verify,
+                            .no_logits = !e->plan[i].wants_logits,
+                            .gdn_record = verify ? &seq->record : NULL};
         for (int j = 0; j < e->plan[i].n_new; j++) {
             int pos = seq->n_cached + j; /* text: t = h = w = index */
-            e->step_tokens[n_tokens] = seq->tokens[pos];
+            /* verify rows: the pending token, then the drafts */
+            e->step_tokens[n_tokens] = j == 0 || !verify ? seq->tokens[pos] : seq->drafts[j - 1];
             e->step_positions[3 * n_tokens] = e->step_positions[3 * n_tokens + 1] =
                 e->step_positions[3 * n_tokens + 2] = pos;
             n_tokens++;
@@ -291,8 +355,9 @@ static bool step(loom_engine *e) {
     lm_step_batch batch = {.n_tokens = n_tokens, .tokens = e->step_tokens,
                            .positions = e->step_positions, .n_seqs = n, .seqs = e->step_seqs};
     lm_error err = {0};
+    lm_qwen35_capture capture = {.final_hidden_all = e->hidden_all};
     lm_status st = lm_qwen35_forward(&e->model.model, e->model.backend, &e->caches, &e->workspace,
-                                     &batch, e->logits, NULL, NULL, &err);
+                                     &batch, e->logits, NULL, e->spec_k > 0 ? &capture : NULL, &err);
     e->counters.steps++;
     if (st != LM_OK) {
         for (int i = 0; i < n; i++) finish(e, e->plan[i].seq, LOOM_FINISH_ERROR, -1, -1, err.message);
@@ -300,10 +365,22 @@ static bool step(loom_engine *e) {
     }
     size_t V = (size_t)e->model.config.vocab_size;
     int row = 0;
+    e->n_catch_up = 0;
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->plan[i].seq;
+        int n_before = seq->n_cached;
+        int first_row = e->step_seqs[i].first;
+        if (e->plan[i].n_drafts > 0) {
+            int kept = verify_drafts(e, seq, e->logits + V * (size_t)row, e->plan[i].n_drafts);
+            row += e->plan[i].n_drafts + 1;
+            if (kept > 0) queue_catch_up(e, seq, n_before, kept, first_row);
+            continue;
+        }
         seq->n_cached += e->plan[i].n_new;
-        if (!e->plan[i].wants_logits) continue;
+        if (!e->plan[i].wants_logits) {
+            queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
+            continue;
+        }
         const float *logits = e->logits + V * (size_t)row++;
         bool prompt_done = seq->n_tokens == seq->n_prompt;
         /* Later choices of the request copy this prompt state and sample
@@ -320,8 +397,9 @@ static bool step(loom_engine *e) {
                 }
                 w++;
             }
-        sample_and_accept(e, seq, logits);
+        if (sample_and_accept(e, seq, logits)) queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
     }
+    lm_engine_catch_up_and_draft(e);
     return true;
 }
 
@@ -346,6 +424,7 @@ static void take_inbox(loom_engine *e) {
             }
             if (c == 0) parent = seq;
             else seq->fork_parent = parent;
+            seq->speculate = e->spec_k > 0 && r->params.n == 1 && !r->params.no_speculation;
         }
     }
     e->n_inbox = 0;
@@ -363,6 +442,10 @@ static void publish_stats(loom_engine *e) {
     e->stats.requests_finished = e->counters.requests_finished;
     e->stats.preemptions = e->counters.preemptions;
     e->stats.steps = e->counters.steps;
+    e->stats.spec_drafted_tokens = e->spec_counters.drafted;
+    e->stats.spec_accepted_tokens = e->spec_counters.accepted;
+    e->stats.spec_verify_steps = e->spec_counters.verify_steps;
+    e->stats.speculative_tokens = e->spec_k;
 }
 
 static void *engine_main(void *arg) {
@@ -433,7 +516,8 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     if (o.max_running <= 0) o.max_running = defaults.max_running;
     if (o.max_batch_tokens <= 0) o.max_batch_tokens = defaults.max_batch_tokens;
     if (o.max_waiting <= 0) o.max_waiting = defaults.max_waiting;
-    if (o.kv_block_size > 4096 || o.max_running > 4096 || o.max_batch_tokens > (1 << 20))
+    if (o.kv_block_size > 4096 || o.max_running > 4096 || o.max_batch_tokens > (1 << 20) ||
+        o.speculative_tokens < 0 || o.speculative_tokens > LM_MAX_SPECULATIVE)
         return report(LM_ERR_INVALID, "engine options out of range", error, error_size);
 
     loom_engine *e = calloc(1, sizeof *e);
@@ -486,7 +570,9 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     e->step_seqs = calloc((size_t)max_seqs + (size_t)B, sizeof *e->step_seqs);
     e->step_tokens = malloc(sizeof(int32_t) * (size_t)B);
     e->step_positions = malloc(sizeof(int32_t) * 3 * (size_t)B);
-    e->logits = malloc(sizeof(float) * (size_t)V * (size_t)(max_seqs < B ? max_seqs : B));
+    /* Logit rows: one per sequence, or k+1 for a speculative verify. */
+    int spec_rows = max_seqs * (1 + (o.speculative_tokens > 0 ? LM_MAX_SPECULATIVE : 0));
+    e->logits = malloc(sizeof(float) * (size_t)V * (size_t)(spec_rows < B ? spec_rows : B));
     e->sample_row = malloc(sizeof(float) * (size_t)V);
     e->inbox = malloc(sizeof(*e->inbox) * (size_t)o.max_waiting);
     if (!e->plan || !e->step_seqs || !e->step_tokens || !e->step_positions || !e->logits ||
@@ -497,6 +583,28 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     st = lm_sampler_scratch_init(&e->scratch, V, &err);
     if (st != LM_OK) goto fail;
     e->scratch_open = true;
+    if (o.speculative_tokens > 0 && e->model.model.has_mtp) {
+        e->spec_k = o.speculative_tokens < LM_MAX_SPECULATIVE ? o.speculative_tokens : LM_MAX_SPECULATIVE;
+        st = lm_qwen35_mtp_cache_init(&e->model.model, o.kv_block_size, n_blocks, &e->mtp_kv, &err);
+        if (st != LM_OK) goto fail;
+        e->mtp_kv_open = true;
+        size_t H = (size_t)c->hidden_size;
+        e->hidden_all = malloc(sizeof(float) * (size_t)B * H);
+        e->mtp_hidden = malloc(sizeof(float) * (size_t)B * H);
+        e->mtp_logits = malloc(sizeof(float) * (size_t)V * (size_t)max_seqs);
+        e->mtp_tokens = malloc(sizeof(int32_t) * (size_t)B);
+        e->mtp_positions = malloc(sizeof(int32_t) * 3 * (size_t)B);
+        e->mtp_seqs = calloc((size_t)B, sizeof *e->mtp_seqs);
+        e->catch_up = calloc((size_t)max_seqs + (size_t)B, sizeof *e->catch_up);
+        if (!e->hidden_all || !e->mtp_hidden || !e->mtp_logits || !e->mtp_tokens || !e->mtp_positions ||
+            !e->mtp_seqs || !e->catch_up) {
+            st = lm_fail(&err, LM_ERR_NOMEM, "out of memory for speculative decoding buffers");
+            goto fail;
+        }
+    } else if (o.speculative_tokens > 0) {
+        fprintf(stderr, "loom: speculative decoding is off: %s\n",
+                e->model.model.mtp_missing[0] ? e->model.model.mtp_missing : "the model has no MTP head");
+    }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     e->entropy_seed = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 32) ^ (uint64_t)(uintptr_t)e;
@@ -528,6 +636,14 @@ void loom_engine_destroy(loom_engine *e) {
         pthread_cond_destroy(&e->wake);
     }
     if (e->scratch_open) lm_sampler_scratch_free(&e->scratch);
+    if (e->mtp_kv_open) lm_kv_cache_free(&e->mtp_kv);
+    free(e->hidden_all);
+    free(e->mtp_hidden);
+    free(e->mtp_logits);
+    free(e->mtp_tokens);
+    free(e->mtp_positions);
+    free(e->mtp_seqs);
+    free(e->catch_up);
     if (e->caches_open) lm_qwen35_caches_free(&e->caches);
     lm_qwen35_workspace_free(&e->workspace);
     if (e->tokenizer) lm_tokenizer_free(e->tokenizer);

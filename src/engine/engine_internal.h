@@ -25,7 +25,18 @@ typedef struct {
     lm_sequence *seq;
     int n_new;
     bool wants_logits; /* its chunk reaches its last token: sample after the step */
+    int n_drafts;      /* > 0: a speculative verify of the pending token + this many drafts */
 } lm_plan_entry;
+
+/* MTP rows to run after a step for one sequence: positions [from, from+count)
+ * with the target's hidden rows starting at hidden_row of the step. */
+typedef struct {
+    lm_sequence *seq;
+    int from, count, hidden_row;
+    bool draft; /* the sequence has a pending token: draft after catching up */
+} lm_mtp_catch_up;
+
+#define LM_MAX_SPECULATIVE 8
 
 struct loom_engine {
     loom_engine_options options;
@@ -57,6 +68,27 @@ struct loom_engine {
     float *logits, *sample_row;
     lm_sampler_scratch scratch;
     lm_plan_entry *plan;
+
+    /* speculative decoding (engine thread) */
+    int spec_k;                 /* drafts per step, 0 = off */
+    lm_kv_cache mtp_kv;         /* the MTP layer's KV cache: same blocks as the main one */
+    bool mtp_kv_open;
+    float *hidden_all;          /* [max_batch_tokens, H] post-final-norm rows of the step */
+    float *mtp_hidden;          /* [max_batch_tokens, H] MTP input / output rows */
+    float *mtp_logits;          /* [max_running, V] */
+    int32_t *mtp_tokens, *mtp_positions;
+    lm_step_seq *mtp_seqs;
+    lm_mtp_catch_up *catch_up;
+    int n_catch_up;
+    struct {
+        uint64_t drafted, accepted, verify_steps;
+    } spec_counters;
 };
+
+/* speculative.c: after a step, run the MTP head over the rows each
+ * speculating sequence committed and draft its next spec_k tokens. */
+void lm_engine_catch_up_and_draft(loom_engine *e);
+/* Blocks for n_tokens (engine.c). */
+bool lm_engine_ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "models/qwen35.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
@@ -25,6 +26,14 @@ typedef struct lm_sequence {
     int n_blocks, cap_blocks;
     uint64_t admit_order;
     struct lm_sequence *fork_parent; /* a later choice waiting to copy choice 0's prefill */
+
+    /* speculative decoding (MTP drafts) */
+    bool speculate;
+    lm_gdn_record record;       /* rollback data of the last verify */
+    bool has_record;
+    int32_t drafts[8];
+    int n_drafts;               /* drafts waiting to be verified next step */
+    int drafted, accepted;      /* totals for the usage report */
 
     lm_rng rng;
     lm_token_counts counts;

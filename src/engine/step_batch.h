@@ -20,6 +20,7 @@ typedef struct {
     int n_blocks;
     bool all_logits;           /* logits for every new row (verify, `loom logits`), else the last only */
     bool no_logits;            /* a prefill chunk that is not the prompt's last: no logits at all */
+    struct lm_gdn_record *gdn_record; /* speculative verify: record what a rollback needs (or NULL) */
 } lm_step_seq;
 
 typedef struct {

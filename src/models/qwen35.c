@@ -315,6 +315,9 @@ lm_status lm_qwen35_validate_batch(const lm_qwen35_model *m, const lm_kv_cache *
         if (q->first != expected_first || q->n_new <= 0 || q->n_cached < 0)
             return lm_fail(err, LM_ERR_INVALID, "step batch: sequence %d is not contiguous", s);
         expected_first += q->n_new;
+        if (q->gdn_record && q->n_new > q->gdn_record->capacity)
+            return lm_fail(err, LM_ERR_INVALID, "step batch: sequence %d records %d rows, room for %d", s,
+                           q->n_new, q->gdn_record->capacity);
         if (state && m->n_linear_layers > 0 && (q->state_slot < 0 || q->state_slot >= state->n_slots))
             return lm_fail(err, LM_ERR_INVALID, "step batch: bad state slot %d", q->state_slot);
         if (kv->n_layers > 0) {
@@ -343,6 +346,107 @@ lm_status lm_qwen35_validate_batch(const lm_qwen35_model *m, const lm_kv_cache *
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* Gated DeltaNet (model-spec §A.7), x [N, H] -> out added into h. */
+/* ------------------------------------------------ speculative rollback */
+
+lm_status lm_gdn_record_init(const lm_qwen35_model *m, int capacity, lm_gdn_record *r, lm_error *err) {
+    memset(r, 0, sizeof *r);
+    const lm_qwen35_config *c = &m->config;
+    size_t L = (size_t)m->n_linear_layers, cap = (size_t)capacity;
+    size_t Hv = (size_t)c->linear_num_value_heads;
+    r->capacity = capacity;
+    r->conv_floats = (size_t)m->conv_dim * (size_t)(c->linear_conv_kernel_dim - 1);
+    r->recurrent_floats = Hv * (size_t)c->linear_key_head_dim * (size_t)c->linear_value_head_dim;
+    size_t widest = (size_t)(m->conv_dim > m->value_dim ? m->conv_dim : m->value_dim);
+    r->conv_before = malloc(sizeof(float) * (L * r->conv_floats + 1));
+    r->state_before = malloc(sizeof(float) * (L * r->recurrent_floats + 1));
+    r->mixed = malloc(sizeof(float) * (L * cap * (size_t)m->conv_dim + 1));
+    r->k = malloc(sizeof(float) * (L * cap * (size_t)m->key_dim + 1));
+    r->v = malloc(sizeof(float) * (L * cap * (size_t)m->value_dim + 1));
+    r->g = malloc(sizeof(float) * (L * cap * Hv + 1));
+    r->beta = malloc(sizeof(float) * (L * cap * Hv + 1));
+    r->scratch = malloc(sizeof(float) * (cap * widest + 1));
+    if (!r->conv_before || !r->state_before || !r->mixed || !r->k || !r->v || !r->g || !r->beta ||
+        !r->scratch) {
+        lm_gdn_record_free(r);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory for speculative rollback buffers");
+    }
+    return LM_OK;
+}
+
+void lm_gdn_record_free(lm_gdn_record *r) {
+    free(r->conv_before);
+    free(r->state_before);
+    free(r->mixed);
+    free(r->k);
+    free(r->v);
+    free(r->g);
+    free(r->beta);
+    free(r->scratch);
+    memset(r, 0, sizeof *r);
+}
+
+/* Before a layer's conv: the states as they were, and the pre-conv rows. */
+static void record_before(const lm_qwen35_model *m, lm_state_cache *state_cache,
+                          const lm_step_batch *b, const lm_qwen35_layer *layer, const float *mixed) {
+    for (int q = 0; q < b->n_seqs; q++) {
+        const lm_step_seq *seq = &b->seqs[q];
+        lm_gdn_record *r = seq->gdn_record;
+        if (!r) continue;
+        size_t li = (size_t)layer->cache_index;
+        r->n_rows = seq->n_new;
+        memcpy(r->conv_before + li * r->conv_floats,
+               lm_state_conv(state_cache, layer->cache_index, seq->state_slot),
+               sizeof(float) * r->conv_floats);
+        memcpy(r->state_before + li * r->recurrent_floats,
+               lm_state_recurrent(state_cache, layer->cache_index, seq->state_slot),
+               sizeof(float) * r->recurrent_floats);
+        memcpy(r->mixed + li * (size_t)r->capacity * m->conv_dim, mixed + (size_t)seq->first * m->conv_dim,
+               sizeof(float) * (size_t)seq->n_new * m->conv_dim);
+    }
+}
+
+/* After the l2 norms: the delta-rule inputs a replay needs (q is not). */
+static void record_inputs(const lm_qwen35_model *m, const lm_step_batch *b,
+                          const lm_qwen35_layer *layer, const float *k, const float *v,
+                          const float *g, const float *beta) {
+    size_t Hv = (size_t)m->config.linear_num_value_heads;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const lm_step_seq *seq = &b->seqs[q];
+        lm_gdn_record *r = seq->gdn_record;
+        if (!r) continue;
+        size_t base = (size_t)layer->cache_index * (size_t)r->capacity, f = (size_t)seq->first;
+        size_t rows = (size_t)seq->n_new;
+        memcpy(r->k + base * m->key_dim, k + f * m->key_dim, sizeof(float) * rows * m->key_dim);
+        memcpy(r->v + base * m->value_dim, v + f * m->value_dim, sizeof(float) * rows * m->value_dim);
+        memcpy(r->g + base * Hv, g + f * Hv, sizeof(float) * rows * Hv);
+        memcpy(r->beta + base * Hv, beta + f * Hv, sizeof(float) * rows * Hv);
+    }
+}
+
+void lm_qwen35_rollback_linear_state(const lm_qwen35_model *m, lm_backend *be,
+                                     lm_state_cache *state_cache, int slot, const lm_gdn_record *r,
+                                     int n_keep) {
+    const lm_qwen35_config *c = &m->config;
+    int Hk = c->linear_num_key_heads, Hv = c->linear_num_value_heads;
+    int dk = c->linear_key_head_dim, dv = c->linear_value_head_dim;
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        const lm_qwen35_layer *layer = &m->layers[i];
+        if (layer->type != LM_LAYER_LINEAR_ATTENTION) continue;
+        size_t li = (size_t)layer->cache_index, base = li * (size_t)r->capacity;
+        float *conv = lm_state_conv(state_cache, layer->cache_index, slot);
+        float *state = lm_state_recurrent(state_cache, layer->cache_index, slot);
+        /* Replay the accepted rows from the saved states; the outputs were
+         * already right (causality), only the states need redoing. */
+        memcpy(conv, r->conv_before + li * r->conv_floats, sizeof(float) * r->conv_floats);
+        lm_causal_conv1d_silu(be, r->scratch, r->mixed + base * m->conv_dim, n_keep, m->conv_dim, conv,
+                              layer->linear.conv_weight, c->linear_conv_kernel_dim);
+        memcpy(state, r->state_before + li * r->recurrent_floats, sizeof(float) * r->recurrent_floats);
+        const float *k = r->k + base * m->key_dim;
+        lm_gated_delta_rule(be, r->scratch, k, k, r->v + base * m->value_dim, r->g + base * Hv,
+                            r->beta + base * Hv, state, n_keep, Hk, Hv, dk, dv);
+    }
+}
+
 static void linear_attention(const lm_qwen35_model *m, lm_backend *be, lm_state_cache *state_cache,
                              const lm_step_batch *b, const lm_qwen35_layer *layer, scratch *s) {
     const lm_qwen35_config *c = &m->config;
@@ -365,6 +469,8 @@ static void linear_attention(const lm_qwen35_model *m, lm_backend *be, lm_state_
             *gt = la->neg_exp_A[h] * softplus(*gt + la->dt_bias[h]);
         }
 
+    record_before(m, state_cache, b, layer, mixed);
+
     /* Causal conv + SiLU per sequence, carrying each sequence's window. */
     for (int q = 0; q < b->n_seqs; q++) {
         const lm_step_seq *seq = &b->seqs[q];
@@ -384,6 +490,8 @@ static void linear_attention(const lm_qwen35_model *m, lm_backend *be, lm_state_
     }
     lm_l2norm_scale(be, s->q, N * Hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
     lm_l2norm_scale(be, s->k, N * Hk, dk, 1e-6f, 1.0f);
+
+    record_inputs(m, b, layer, s->k, s->v, g, beta);
 
     float *core = mixed; /* reuse: [N, Hv, dv] */
     for (int q = 0; q < b->n_seqs; q++) {
@@ -531,6 +639,8 @@ lm_status lm_qwen35_forward(const lm_qwen35_model *m, lm_backend *be, lm_qwen35_
         decoder_layer(m, be, &caches->kv, &caches->state, ws, b, layer, &s);
     }
 
+    if (capture && capture->final_hidden_all)
+        lm_rmsnorm(be, capture->final_hidden_all, s.h, m->final_norm, N, H, c->rms_norm_eps);
     /* Final norm and lm_head only on the rows that need logits. */
     int rows = lm_qwen35_gather_logit_rows(b, s.h, H);
     if (rows == 0) return LM_OK;

@@ -94,7 +94,25 @@ typedef struct {
  * [n_tokens, H] hidden state entering layer l, hidden[L] the final normed one. */
 typedef struct {
     float **hidden;
+    float *final_hidden_all; /* [n_tokens, H]: post-final-norm state of every row (MTP input) */
 } lm_qwen35_capture;
+
+/* What one step keeps of a sequence's Gated DeltaNet layers so a speculative
+ * verify can be rolled back to any accepted prefix without another forward
+ * (model-spec §C.5, "replay"): the states before the step and, per row, the
+ * pre-conv inputs and the delta-rule inputs. */
+typedef struct lm_gdn_record {
+    int capacity;        /* rows one step may record */
+    int n_rows;          /* rows recorded by the last step */
+    size_t conv_floats, recurrent_floats;
+    float *conv_before;  /* [n_linear][conv_floats] */
+    float *state_before; /* [n_linear][recurrent_floats] */
+    float *mixed;        /* [n_linear][capacity][conv_dim] */
+    float *k;            /* [n_linear][capacity][key_dim], l2-normalised */
+    float *v;            /* [n_linear][capacity][value_dim] */
+    float *g, *beta;     /* [n_linear][capacity][Hv] */
+    float *scratch;      /* [capacity][max(conv_dim, value_dim)] */
+} lm_gdn_record;
 
 /* Loads the text model and, when the config declares one, the MTP head
  * (a head that cannot be used does not fail the load: see has_mtp). */
@@ -151,6 +169,15 @@ lm_status lm_qwen35_attention_layer_forward(const lm_qwen35_model *model, lm_bac
 /* Runs the batch through the model, appending its tokens to the caches.
  * logits: [lm_step_batch_logit_rows(batch), vocab]; hidden (optional): the
  * post-final-norm hidden state of the same rows [rows, H] (the MTP input). */
+lm_status lm_gdn_record_init(const lm_qwen35_model *model, int capacity, lm_gdn_record *record,
+                             lm_error *err);
+void lm_gdn_record_free(lm_gdn_record *record);
+/* Rewinds the Gated DeltaNet conv and recurrent states of `slot` to the state
+ * after the first n_keep rows of the recorded step (n_keep >= 1). */
+void lm_qwen35_rollback_linear_state(const lm_qwen35_model *model, lm_backend *be,
+                                     lm_state_cache *state, int slot, const lm_gdn_record *record,
+                                     int n_keep);
+
 lm_status lm_qwen35_forward(const lm_qwen35_model *model, lm_backend *be, lm_qwen35_caches *caches,
                             lm_qwen35_workspace *ws, const lm_step_batch *batch, float *logits,
                             float *hidden, const lm_qwen35_capture *capture, lm_error *err);

@@ -1,0 +1,238 @@
+/* Speculative decoding with the MTP head: greedy output equals plain greedy
+ * for K = 1..4, alone and in a batch mixing speculating and plain requests;
+ * seeded sampling equals plain seeded sampling draw for draw; after a
+ * rejected draft the recurrent state equals a plain run's. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/sequence_runner.h"
+#include "engine_util.h"
+#include "harness.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "loom.h"
+#include "models/qwen35.h"
+
+static char model_dir[1024];
+static lm_safetensors *reference;
+
+static const int32_t *prompt_of(const char *name, int *n) {
+    char key[64];
+    snprintf(key, sizeof key, "%s.input_ids", name);
+    const lm_tensor *t = lm_safetensors_find(reference, key);
+    *n = t ? (int)t->n_elements : 0;
+    return t ? t->data : NULL;
+}
+
+static loom_engine *engine_with(int k, int budget) {
+    loom_engine_options o;
+    loom_engine_options_default(&o);
+    o.model_dir = model_dir;
+    o.threads = 2;
+    o.max_batch_tokens = budget;
+    o.kv_block_size = 16;
+    o.max_model_len = 256;
+    o.max_running = 8;
+    o.speculative_tokens = k;
+    loom_engine *e = NULL;
+    char error[256];
+    if (loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK) fprintf(stderr, "engine: %s\n", error);
+    return e;
+}
+
+typedef struct {
+    const int32_t *ids;
+    int n;
+} prompt;
+
+static void params_for(loom_request_params *p, prompt pr, int max_tokens, bool sampled, uint64_t seed) {
+    loom_request_params_default(p);
+    p->prompt = pr.ids;
+    p->n_prompt = pr.n;
+    p->max_tokens = max_tokens;
+    p->ignore_eos = true;
+    p->sampling.temperature = sampled ? 0.8f : 0;
+    p->sampling.top_k = sampled ? 40 : -1;
+    p->sampling.has_seed = sampled;
+    p->sampling.seed = seed;
+}
+
+/* Runs the prompts together on an engine with K drafts; speculate[i] false
+ * opts request i out. */
+static bool run_all(int k, int budget, const prompt *prompts, int n, const bool *speculate, int max_tokens,
+                    bool sampled, collected *out, loom_stats *stats) {
+    loom_engine *e = engine_with(k, budget);
+    if (!e) return false;
+    loom_request *reqs[16];
+    char error[256];
+    for (int i = 0; i < n; i++) {
+        loom_request_params p;
+        params_for(&p, prompts[i], max_tokens, sampled, 1000 + (uint64_t)i);
+        p.no_speculation = speculate && !speculate[i];
+        if (loom_submit(e, &p, &reqs[i], error, sizeof error) != LOOM_OK) {
+            fprintf(stderr, "submit: %s\n", error);
+            return false;
+        }
+    }
+    for (int i = 0; i < n; i++) collect_all(reqs[i], &out[i], 1);
+    for (int i = 0; i < n; i++) loom_request_free(reqs[i]);
+    if (stats) *stats = wait_idle(e);
+    loom_engine_destroy(e);
+    return true;
+}
+
+static void make_prompts(prompt *p) {
+    int n;
+    const int32_t *p3 = prompt_of("p3", &n);
+    const int32_t *p2 = prompt_of("p2", &n);
+    const int32_t *p0 = prompt_of("p0", &n);
+    p[0] = (prompt){p3, 130}; /* crosses the 64-token chunk */
+    p[1] = (prompt){p2, 70};
+    p[2] = (prompt){p0, 9};
+    p[3] = (prompt){p3 + 7, 1};
+    p[4] = (prompt){p3 + 40, 65};
+    p[5] = (prompt){p2 + 3, 33};
+    p[6] = (prompt){p3 + 11, 17};
+    p[7] = (prompt){p2 + 1, 64};
+}
+
+static void test_greedy_equals_plain_for_k_1_to_4(void) {
+    prompt prompts[8];
+    make_prompts(prompts);
+    collected plain[2], spec[2];
+    CHECK(run_all(0, 512, prompts, 2, NULL, 30, false, plain, NULL));
+    for (int k = 1; k <= 4; k++) {
+        loom_stats stats;
+        CHECK(run_all(k, 512, prompts, 1, NULL, 30, false, spec, &stats));
+        CHECK(run_all(k, 512, prompts + 1, 1, NULL, 30, false, spec + 1, NULL));
+        for (int i = 0; i < 2; i++) {
+            CHECK_MSG(spec[i].n_tokens == 30, "K=%d prompt %d: %d tokens", k, i, spec[i].n_tokens);
+            CHECK_MSG(memcmp(spec[i].tokens, plain[i].tokens, sizeof(int32_t) * 30) == 0,
+                      "K=%d prompt %d: speculative greedy differs from plain greedy", k, i);
+        }
+        CHECK_MSG(stats.speculative_tokens == k && stats.spec_drafted_tokens > 0,
+                  "K=%d: nothing was drafted (%llu)", k, (unsigned long long)stats.spec_drafted_tokens);
+        CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
+    }
+}
+
+static void test_mixed_batch_equals_plain(void) {
+    prompt prompts[8];
+    make_prompts(prompts);
+    collected plain[8], spec[8];
+    bool speculate[8] = {true, false, true, true, false, true, false, true};
+    CHECK(run_all(0, 512, prompts, 8, NULL, 24, false, plain, NULL));
+    for (int k = 2; k <= 4; k += 2) {
+        loom_stats stats;
+        CHECK(run_all(k, 24, prompts, 8, speculate, 24, false, spec, &stats)); /* small budget: chunked */
+        for (int i = 0; i < 8; i++)
+            CHECK_MSG(spec[i].n_tokens == 24 && memcmp(spec[i].tokens, plain[i].tokens, sizeof(int32_t) * 24) == 0,
+                      "K=%d request %d differs in the mixed batch", k, i);
+        CHECK(stats.spec_drafted_tokens > 0);
+        CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
+    }
+}
+
+/* The verify step samples each row with the request's own sampler and RNG,
+ * one draw per emitted token, so seeded sampling is unchanged draw for draw. */
+static void test_seeded_sampling_equals_plain(void) {
+    prompt prompts[8];
+    make_prompts(prompts);
+    collected plain[4], spec[4];
+    CHECK(run_all(0, 512, prompts, 4, NULL, 24, true, plain, NULL));
+    loom_stats stats;
+    CHECK(run_all(3, 64, prompts, 4, NULL, 24, true, spec, &stats));
+    for (int i = 0; i < 4; i++)
+        CHECK_MSG(memcmp(spec[i].tokens, plain[i].tokens, sizeof(int32_t) * 24) == 0,
+                  "seeded request %d differs with speculation", i);
+    CHECK(stats.spec_drafted_tokens > 0);
+}
+
+/* Model level: a verify of [t, d1, d2, d3] where only d1 is kept must leave
+ * the Gated DeltaNet states exactly as a plain run over [t, d1]. */
+static void test_rollback_restores_the_recurrent_state(void) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    lm_error err = {0};
+    lm_qwen35_config config;
+    lm_checkpoint *ck = NULL;
+    lm_qwen35_model model;
+    lm_backend *be = NULL;
+    CHECK_OK(lm_qwen35_config_load(path, &config, &err), &err);
+    CHECK_OK(lm_checkpoint_open(model_dir, LM_LOAD_READ, &ck, &err), &err);
+    CHECK_OK(lm_qwen35_load(ck, &config, &model, &err), &err);
+    CHECK_OK(lm_backend_cpu_create(2, &be, &err), &err);
+    int n;
+    const int32_t *ids = prompt_of("p2", &n);
+    int V = config.vocab_size;
+    float *logits = malloc(sizeof(float) * 8 * (size_t)V);
+    /* a: prompt 40, then verify [ids40, ids41, 7, 9] and keep 2 rows.
+     * b: prompt 40, then plain [ids40, ids41]. */
+    lm_sequence_runner a, b;
+    CHECK_OK(lm_sequence_runner_init(&a, &model, be, 64, &err), &err);
+    CHECK_OK(lm_sequence_runner_init(&b, &model, be, 64, &err), &err);
+    CHECK_OK(lm_sequence_runner_feed(&a, ids, 40, false, logits, NULL, NULL, &err), &err);
+    CHECK_OK(lm_sequence_runner_feed(&b, ids, 40, false, logits, NULL, NULL, &err), &err);
+    lm_gdn_record record;
+    CHECK_OK(lm_gdn_record_init(&model, 4, &record, &err), &err);
+    int32_t verify[4] = {ids[40], ids[41], 7, 9};
+    int32_t positions[12];
+    for (int i = 0; i < 4; i++) positions[3 * i] = positions[3 * i + 1] = positions[3 * i + 2] = 40 + i;
+    lm_step_seq seq = {.first = 0, .n_new = 4, .n_cached = 40, .state_slot = a.state_slot,
+                       .block_table = a.block_table, .n_blocks = a.caches.kv.n_blocks,
+                       .all_logits = true, .gdn_record = &record};
+    lm_step_batch batch = {.n_tokens = 4, .tokens = verify, .positions = positions, .n_seqs = 1, .seqs = &seq};
+    CHECK_OK(lm_qwen35_forward(&model, be, &a.caches, &a.workspace, &batch, logits, NULL, NULL, &err), &err);
+    lm_qwen35_rollback_linear_state(&model, be, &a.caches.state, a.state_slot, &record, 2);
+    a.n_cached = 42;
+    CHECK_OK(lm_sequence_runner_feed(&b, ids + 40, 2, false, logits, NULL, NULL, &err), &err);
+    double worst = 0, scale = 0;
+    for (int l = 0; l < model.n_linear_layers; l++) {
+        const float *sa = lm_state_recurrent(&a.caches.state, l, a.state_slot);
+        const float *sb = lm_state_recurrent(&b.caches.state, l, b.state_slot);
+        for (size_t i = 0; i < a.caches.state.recurrent_floats; i++) {
+            worst = fmax(worst, fabs((double)sa[i] - sb[i]));
+            scale = fmax(scale, fabs((double)sb[i]));
+        }
+        const float *ca = lm_state_conv(&a.caches.state, l, a.state_slot);
+        const float *cb = lm_state_conv(&b.caches.state, l, b.state_slot);
+        CHECK_MSG(memcmp(ca, cb, sizeof(float) * a.caches.state.conv_floats) == 0, "conv state %d differs", l);
+    }
+    CHECK_MSG(worst <= 1e-6 * scale, "recurrent state differs by %.3g (scale %.3g)", worst, scale);
+    /* and the next token's logits agree too */
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+    CHECK_OK(lm_sequence_runner_feed(&a, ids + 42, 1, false, la, NULL, NULL, &err), &err);
+    CHECK_OK(lm_sequence_runner_feed(&b, ids + 42, 1, false, lb, NULL, NULL, &err), &err);
+    double d = 0;
+    for (int v = 0; v < V; v++) d = fmax(d, fabs((double)la[v] - lb[v]));
+    CHECK_MSG(d < 1e-4, "logits after the rollback differ by %.3g", d);
+    free(la);
+    free(lb);
+    free(logits);
+    lm_gdn_record_free(&record);
+    lm_sequence_runner_free(&a);
+    lm_sequence_runner_free(&b);
+    lm_backend_destroy(be);
+    lm_qwen35_free(&model);
+    lm_checkpoint_close(ck);
+}
+
+int main(void) {
+    test_fixture_path(model_dir, sizeof model_dir, "models/qwen35-dense");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/reference.safetensors", model_dir);
+    lm_error err = {0};
+    if (lm_safetensors_open(path, LM_LOAD_READ, &reference, &err) != LM_OK) {
+        fprintf(stderr, "%s\n", err.message);
+        printf("test_speculative: 0 passed, 1 failed\n");
+        return 1;
+    }
+    RUN_TEST(test_rollback_restores_the_recurrent_state);
+    RUN_TEST(test_greedy_equals_plain_for_k_1_to_4);
+    RUN_TEST(test_mixed_batch_equals_plain);
+    RUN_TEST(test_seeded_sampling_equals_plain);
+    lm_safetensors_close(reference);
+    return test_summary("test_speculative");
+}
