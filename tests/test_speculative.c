@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_internal.h"
 #include "engine/sequence_runner.h"
 #include "engine_util.h"
 #include "harness.h"
@@ -150,6 +151,58 @@ static void test_seeded_sampling_equals_plain(void) {
     CHECK(stats.spec_drafted_tokens > 0);
 }
 
+/* Drafts from an oracle that knows the plain greedy continuation, with
+ * every third call's second draft wrong: exercises full, partial and no
+ * acceptance of multi-token drafts. */
+typedef struct {
+    prompt prompts[8];
+    collected *plain;
+    int n, calls;
+} oracle;
+
+static int oracle_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt, int32_t *drafts, int k) {
+    oracle *o = ctx;
+    for (int i = 0; i < o->n; i++) {
+        if (o->prompts[i].n != n_prompt || memcmp(o->prompts[i].ids, tokens, sizeof(int32_t) * (size_t)n_prompt))
+            continue;
+        int g = n_tokens - n_prompt, made = 0;
+        for (int j = 0; j < k && g + j < o->plain[i].n_tokens; j++) drafts[made++] = o->plain[i].tokens[g + j];
+        if (++o->calls % 3 == 0 && made > 1) drafts[1] = (drafts[1] + 1) % 1000;
+        return made;
+    }
+    return 0;
+}
+
+static void test_accepted_drafts_keep_greedy(void) {
+    prompt prompts[8];
+    make_prompts(prompts);
+    collected plain[4], spec[4];
+    CHECK(run_all(0, 512, prompts, 4, NULL, 30, false, plain, NULL));
+    oracle o = {.plain = plain, .n = 4};
+    memcpy(o.prompts, prompts, sizeof(prompt) * 4);
+    loom_engine *e = engine_with(3, 32);
+    CHECK(e);
+    lm_engine_set_draft_override(e, oracle_drafts, &o);
+    loom_request *reqs[4];
+    char error[256];
+    for (int i = 0; i < 4; i++) {
+        loom_request_params p;
+        params_for(&p, prompts[i], 30, false, 0);
+        CHECK(loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK);
+    }
+    for (int i = 0; i < 4; i++) collect_all(reqs[i], &spec[i], 1);
+    for (int i = 0; i < 4; i++) loom_request_free(reqs[i]);
+    loom_stats stats = wait_idle(e);
+    loom_engine_destroy(e);
+    for (int i = 0; i < 4; i++)
+        CHECK_MSG(spec[i].n_tokens == 30 && memcmp(spec[i].tokens, plain[i].tokens, sizeof(int32_t) * 30) == 0,
+                  "request %d differs when drafts are accepted", i);
+    double mean = stats.spec_verify_steps ? 1.0 + (double)stats.spec_accepted_tokens / stats.spec_verify_steps : 0;
+    CHECK_MSG(mean > 2.0, "mean accepted length %.2f: the oracle's drafts were not accepted", mean);
+    CHECK_MSG(stats.spec_accepted_tokens < stats.spec_drafted_tokens, "no draft was ever rejected");
+    CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
+}
+
 /* Model level: a verify of [t, d1, d2, d3] where only d1 is kept must leave
  * the Gated DeltaNet states exactly as a plain run over [t, d1]. */
 static void test_rollback_restores_the_recurrent_state(void) {
@@ -231,6 +284,7 @@ int main(void) {
     }
     RUN_TEST(test_rollback_restores_the_recurrent_state);
     RUN_TEST(test_greedy_equals_plain_for_k_1_to_4);
+    RUN_TEST(test_accepted_drafts_keep_greedy);
     RUN_TEST(test_mixed_batch_equals_plain);
     RUN_TEST(test_seeded_sampling_equals_plain);
     lm_safetensors_close(reference);

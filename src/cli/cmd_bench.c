@@ -29,7 +29,9 @@ static void usage(FILE *f) {
             "  --concurrency LIST   offline throughput through the engine instead: for each\n"
             "                       level (e.g. 1,4,16,64) run --requests requests with that\n"
             "                       many in flight; reports output tokens/s and time per token\n"
-            "  --requests N         requests per level (default: 2 x the level, at least 8)\n");
+            "  --requests N         requests per level (default: 2 x the level, at least 8)\n"
+            "  --speculative-tokens K  with --concurrency: each level without and with K MTP\n"
+            "                       drafts; reports acceptance, mean accepted length, speedup\n");
 }
 
 static double now_seconds(void) {
@@ -77,7 +79,7 @@ typedef struct {
 /* Offline throughput at one concurrency level: `n_requests` requests of
  * `prompt_tokens` random ids and `gen_tokens` outputs, `level` in flight. */
 static int throughput_level(loom_engine *engine, int level, int n_requests, int prompt_tokens,
-                            int gen_tokens, uint64_t seed) {
+                            int gen_tokens, uint64_t seed, double *tokens_per_s) {
     int V = loom_engine_vocab_size(engine);
     int32_t *prompts = malloc(sizeof(int32_t) * (size_t)prompt_tokens * (size_t)n_requests);
     request_timing *t = calloc((size_t)n_requests, sizeof *t);
@@ -147,6 +149,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, int 
         ttft += t[i].first_token - t[i].submitted;
         if (live[i]) loom_request_free(live[i]);
     }
+    *tokens_per_s = (double)total / wall;
     if (rc == 0)
         printf("concurrency %3d: %3d requests, %6ld output tokens in %7.2f s = %8.2f tokens/s; "
                "time per output token %.1f ms; time to first token %.0f ms\n",
@@ -159,9 +162,40 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, int 
     return rc;
 }
 
+static loom_engine *bench_engine(const char *model_dir, const char *config_path, bool mmap_weights,
+                                 int threads, uint64_t seed, int max_level, int prompt_tokens,
+                                 int gen_tokens, int speculative_tokens) {
+    loom_engine_options o;
+    loom_engine_options_default(&o);
+    o.model_dir = model_dir;
+    o.config_path = config_path;
+    o.random_weights = config_path != NULL;
+    o.random_seed = seed;
+    o.threads = threads;
+    o.mmap_weights = mmap_weights;
+    o.max_running = max_level;
+    o.max_model_len = prompt_tokens + gen_tokens;
+    o.kv_cache_tokens = (int64_t)max_level * (prompt_tokens + gen_tokens + 16);
+    o.speculative_tokens = speculative_tokens;
+    loom_engine *engine;
+    char error[512];
+    double t0 = now_seconds();
+    if (loom_engine_create(&o, &engine, error, sizeof error) != LOOM_OK) {
+        fprintf(stderr, "loom: %s\n", error);
+        return NULL;
+    }
+    printf("model: %s, %s, %d prompt + %d generated tokens per request, speculative tokens %d, "
+           "loaded in %.1f s\n",
+           model_dir ? model_dir : config_path, config_path ? "random bf16 weights" : "checkpoint",
+           prompt_tokens, gen_tokens, speculative_tokens, now_seconds() - t0);
+    return engine;
+}
+
+/* Offline throughput at each level; with K > 0 each level runs without and
+ * with speculation and reports the acceptance and the speedup. */
 static int run_throughput(const char *model_dir, const char *config_path, bool mmap_weights,
                           int threads, uint64_t seed, const char *levels, int requests,
-                          int prompt_tokens, int gen_tokens) {
+                          int prompt_tokens, int gen_tokens, int speculative_tokens) {
     int max_level = 0;
     for (const char *p = levels; *p;) {
         long level = strtol(p, (char **)&p, 10);
@@ -173,35 +207,38 @@ static int run_throughput(const char *model_dir, const char *config_path, bool m
         fprintf(stderr, "loom: --concurrency expects a list like 1,4,16,64\n");
         return 2;
     }
-    loom_engine_options o;
-    loom_engine_options_default(&o);
-    o.model_dir = model_dir;
-    o.config_path = config_path;
-    o.random_weights = config_path != NULL;
-    o.random_seed = seed;
-    o.threads = threads;
-    o.mmap_weights = mmap_weights;
-    o.max_running = max_level;
-    o.max_model_len = prompt_tokens + gen_tokens;
-    o.kv_cache_tokens = (int64_t)max_level * (prompt_tokens + gen_tokens);
-    loom_engine *engine;
-    char error[512];
-    double t0 = now_seconds();
-    if (loom_engine_create(&o, &engine, error, sizeof error) != LOOM_OK) {
-        fprintf(stderr, "loom: %s\n", error);
-        return 1;
-    }
-    printf("model: %s, %s, %d prompt + %d generated tokens per request, loaded in %.1f s\n",
-           model_dir ? model_dir : config_path, config_path ? "random bf16 weights" : "checkpoint",
-           prompt_tokens, gen_tokens, now_seconds() - t0);
+    double plain[64] = {0};
     int rc = 0;
-    for (const char *p = levels; *p && rc == 0;) {
-        long level = strtol(p, (char **)&p, 10);
-        if (*p == ',') p++;
-        int n = requests > 0 ? requests : (int)(2 * level > 8 ? 2 * level : 8);
-        rc = throughput_level(engine, (int)level, n, prompt_tokens, gen_tokens, seed);
+    for (int pass = 0; pass < (speculative_tokens > 0 ? 2 : 1) && rc == 0; pass++) {
+        int k = pass == 0 ? 0 : speculative_tokens;
+        loom_engine *engine = bench_engine(model_dir, config_path, mmap_weights, threads, seed, max_level,
+                                           prompt_tokens, gen_tokens, k);
+        if (!engine) return 1;
+        int index = 0;
+        for (const char *p = levels; *p && rc == 0; index++) {
+            long level = strtol(p, (char **)&p, 10);
+            if (*p == ',') p++;
+            int n = requests > 0 ? requests : (int)(2 * level > 8 ? 2 * level : 8);
+            loom_stats before, after;
+            loom_engine_stats(engine, &before);
+            double tps = 0;
+            rc = throughput_level(engine, (int)level, n, prompt_tokens, gen_tokens, seed, &tps);
+            loom_engine_stats(engine, &after);
+            if (index < 64 && k == 0) plain[index] = tps;
+            if (k > 0 && rc == 0) {
+                uint64_t drafted = after.spec_drafted_tokens - before.spec_drafted_tokens;
+                uint64_t accepted = after.spec_accepted_tokens - before.spec_accepted_tokens;
+                uint64_t verifies = after.spec_verify_steps - before.spec_verify_steps;
+                printf("  K=%d: acceptance %.1f%% (%llu of %llu drafts), mean accepted length %.2f "
+                       "tokens per step, speedup over K=0 %.2fx\n",
+                       k, drafted ? 100.0 * (double)accepted / (double)drafted : 0.0,
+                       (unsigned long long)accepted, (unsigned long long)drafted,
+                       verifies ? 1.0 + (double)accepted / (double)verifies : 1.0,
+                       index < 64 && plain[index] > 0 ? tps / plain[index] : 0.0);
+            }
+        }
+        loom_engine_destroy(engine);
     }
-    loom_engine_destroy(engine);
     return rc;
 }
 
@@ -213,6 +250,7 @@ int cmd_bench_main(int argc, char **argv) {
         {"mmap", no_argument, 0, 'M'},               {"bandwidth", required_argument, 0, 'b'},
         {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
         {"concurrency", required_argument, 0, 'C'},  {"requests", required_argument, 0, 'N'},
+        {"speculative-tokens", required_argument, 0, 'D'},
         {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *config_path = NULL;
@@ -220,7 +258,7 @@ int cmd_bench_main(int argc, char **argv) {
     long prompt_tokens = 256, gen_tokens = 32, threads = 0, seed = 1;
     double bandwidth = 0;
     const char *levels = NULL;
-    long requests = 0;
+    long requests = 0, speculative = 0;
     lm_load_mode mode = LM_LOAD_READ;
     int opt;
     optind = 1;
@@ -235,6 +273,7 @@ int cmd_bench_main(int argc, char **argv) {
         case 's': if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 40, &seed)) return 2; break;
         case 'M': mode = LM_LOAD_MMAP; break;
         case 'C': levels = optarg; break;
+        case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &speculative)) return 2; break;
         case 'N': if (!lm_cli_parse_int("--requests", optarg, 1, 1 << 20, &requests)) return 2; break;
         case 'b':
             bandwidth = strtod(optarg, NULL);
@@ -255,7 +294,11 @@ int cmd_bench_main(int argc, char **argv) {
     if (levels)
         return run_throughput(model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
-                              (int)prompt_tokens, (int)gen_tokens);
+                              (int)prompt_tokens, (int)gen_tokens, (int)speculative);
+    if (speculative > 0) {
+        fprintf(stderr, "loom: --speculative-tokens needs --concurrency (it runs through the engine)\n");
+        return 2;
+    }
 
     lm_error err = {0};
     lm_loaded_model m;

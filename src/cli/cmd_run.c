@@ -37,7 +37,9 @@ static void usage(FILE *f) {
             "  --print-ids             print generated ids (comma-separated) instead of text\n"
             "  --threads N             CPU threads (default: all cores)\n"
             "  --max-batch-tokens N    token budget of one engine step (default 512)\n"
-            "  --mmap                  map the weights instead of reading them into memory\n");
+            "  --mmap                  map the weights instead of reading them into memory\n"
+            "  --speculative-tokens K  draft K tokens per step with the MTP head (0-8, default 0);\n"
+            "                          acceptance statistics go to stderr\n");
 }
 
 typedef struct {
@@ -141,6 +143,7 @@ int cmd_run_main(int argc, char **argv) {
         {"seed", required_argument, 0, 's'},         {"ignore-eos", no_argument, 0, 'e'},
         {"print-ids", no_argument, 0, 'I'},          {"threads", required_argument, 0, 't'},
         {"max-batch-tokens", required_argument, 0, 'b'}, {"mmap", no_argument, 0, 'M'},
+        {"speculative-tokens", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *ids_text = NULL, *ids_file = NULL, *text = NULL;
@@ -178,6 +181,7 @@ int cmd_run_main(int argc, char **argv) {
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 'b': if (!lm_cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &batch_tokens)) return 2; break;
         case 'M': eo.mmap_weights = true; break;
+        case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2; eo.speculative_tokens = (int)v; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -302,6 +306,16 @@ int cmd_run_main(int argc, char **argv) {
     free(lines);
     free(live);
     rc = failed ? 1 : 0;
+    if (eo.speculative_tokens > 0) {
+        loom_stats stats;
+        loom_engine_stats(engine, &stats);
+        if (stats.spec_verify_steps > 0)
+            fprintf(stderr, "speculative: K=%d, %llu drafted, %llu accepted (%.1f%%), %.2f tokens per verify step\n",
+                    stats.speculative_tokens, (unsigned long long)stats.spec_drafted_tokens,
+                    (unsigned long long)stats.spec_accepted_tokens,
+                    100.0 * (double)stats.spec_accepted_tokens / (double)stats.spec_drafted_tokens,
+                    1.0 + (double)stats.spec_accepted_tokens / (double)stats.spec_verify_steps);
+    }
 done:
     free_prompts(prompts, n_prompts);
     loom_engine_destroy(engine);

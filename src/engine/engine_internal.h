@@ -38,6 +38,12 @@ typedef struct {
 
 #define LM_MAX_SPECULATIVE 8
 
+/* A test hook: given a sequence's tokens so far (prompt + generated), fills
+ * up to k drafts and returns how many. */
+typedef int (*lm_draft_override)(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt,
+                                 int32_t *drafts, int k);
+void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ctx);
+
 struct loom_engine {
     loom_engine_options options;
     lm_loaded_model model;
@@ -83,6 +89,9 @@ struct loom_engine {
     struct {
         uint64_t drafted, accepted, verify_steps;
     } spec_counters;
+    /* Tests only: replaces the MTP's drafts (set before any request). */
+    lm_draft_override draft_override;
+    void *draft_override_ctx;
 };
 
 /* speculative.c: after a step, run the MTP head over the rows each

@@ -124,6 +124,17 @@ void lm_engine_catch_up_and_draft(loom_engine *e) {
                 memmove(e->mtp_hidden + (size_t)map[r] * H, e->mtp_hidden + (size_t)r * H,
                         sizeof(float) * (size_t)H);
     }
-    for (int d = 0; d < n_drafting; d++) e->spec_counters.drafted += (uint64_t)seqs[d]->n_drafts;
+    for (int d = 0; d < n_drafting; d++) {
+        lm_sequence *seq = seqs[d];
+        if (e->draft_override)
+            seq->n_drafts = e->draft_override(e->draft_override_ctx, seq->tokens, seq->n_tokens, seq->n_prompt,
+                                              seq->drafts, seq->n_drafts);
+        e->spec_counters.drafted += (uint64_t)seq->n_drafts;
+    }
     e->n_catch_up = 0;
+}
+
+void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ctx) {
+    e->draft_override = fn;
+    e->draft_override_ctx = ctx;
 }

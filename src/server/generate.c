@@ -27,6 +27,7 @@ typedef struct {
     int stop_string;
     int32_t stop_token;
     int completion_tokens;
+    int drafted_tokens, accepted_tokens;
     double last_token_time;
     bool has_error;
 } choice_state;
@@ -279,6 +280,8 @@ static int apply_event(gen_ctx *g, const loom_event *ev, cJSON **logprob_out) {
         ch->stop_string = ev->stop_string;
         ch->stop_token = ev->stop_token;
         ch->completion_tokens = ev->completion_tokens > 0 ? ev->completion_tokens : ch->completion_tokens;
+        ch->drafted_tokens = ev->drafted_tokens;
+        ch->accepted_tokens = ev->accepted_tokens;
         if (ev->prompt_tokens > 0) g->prompt_tokens = ev->prompt_tokens;
         if (ev->type == LOOM_EVENT_ERROR) {
             ch->has_error = true;
@@ -296,6 +299,17 @@ static cJSON *usage_json(const gen_ctx *g) {
     cJSON_AddNumberToObject(u, "prompt_tokens", g->prompt_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", g->prompt_tokens + completion);
     cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    int drafted = 0, accepted = 0;
+    for (int i = 0; i < g->n; i++) {
+        drafted += g->choices[i].drafted_tokens;
+        accepted += g->choices[i].accepted_tokens;
+    }
+    if (drafted > 0) { /* speculative decoding: MTP drafts verified and accepted */
+        cJSON *spec = cJSON_AddObjectToObject(u, "speculative");
+        cJSON_AddNumberToObject(spec, "drafted_tokens", drafted);
+        cJSON_AddNumberToObject(spec, "accepted_tokens", accepted);
+        cJSON_AddNumberToObject(spec, "acceptance_rate", (double)accepted / drafted);
+    }
     return u;
 }
 

@@ -83,6 +83,21 @@ void lm_metrics_render(lm_metrics *m, const loom_stats *s, const char *model_nam
                    lbl, s->running, lbl, s->waiting, lbl, usage, lbl, used, lbl, s->kv_blocks_total, lbl,
                    (unsigned long long)s->prompt_tokens, lbl, (unsigned long long)s->generation_tokens, lbl,
                    (unsigned long long)s->preemptions);
+    double mean_accepted = s->spec_verify_steps
+                               ? 1.0 + (double)s->spec_accepted_tokens / (double)s->spec_verify_steps
+                               : 0.0;
+    lm_sbuf_printf(out,
+                   "# HELP loom_spec_decode_num_draft_tokens_total MTP draft tokens verified.\n"
+                   "# TYPE loom_spec_decode_num_draft_tokens_total counter\n"
+                   "loom_spec_decode_num_draft_tokens_total{%s} %llu\n"
+                   "# HELP loom_spec_decode_num_accepted_tokens_total MTP draft tokens accepted.\n"
+                   "# TYPE loom_spec_decode_num_accepted_tokens_total counter\n"
+                   "loom_spec_decode_num_accepted_tokens_total{%s} %llu\n"
+                   "# HELP loom_spec_decode_mean_accepted_length Tokens emitted per verify step.\n"
+                   "# TYPE loom_spec_decode_mean_accepted_length gauge\n"
+                   "loom_spec_decode_mean_accepted_length{%s} %.4f\n",
+                   lbl, (unsigned long long)s->spec_drafted_tokens, lbl,
+                   (unsigned long long)s->spec_accepted_tokens, lbl, mean_accepted);
     pthread_mutex_lock(&m->mutex);
     lm_metrics snapshot_counts = *m; /* copied under the lock; the mutex copy is unused */
     pthread_mutex_unlock(&m->mutex);

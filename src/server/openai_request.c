@@ -145,6 +145,9 @@ static lm_status parse_sampling(parse_ctx *c, const cJSON *b, lm_openai_request 
     TRY(get_int(c, b, "min_tokens", 0, 1 << 30, &p->min_tokens, NULL));
     TRY(get_bool(c, b, "ignore_eos", &p->ignore_eos));
     TRY(get_bool(c, b, "skip_special_tokens", &p->skip_special_tokens));
+    bool speculative = true; /* loom extra: "speculative": false opts out of MTP drafting */
+    TRY(get_bool(c, b, "speculative", &speculative));
+    p->no_speculation = !speculative;
     const cJSON *seed = field(b, "seed");
     if (seed) {
         long long v;
