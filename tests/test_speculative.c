@@ -203,6 +203,152 @@ static void test_accepted_drafts_keep_greedy(void) {
     CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
 }
 
+/* Chi-square: with exact target distributions from the model, the first
+ * three sampled tokens of many seeded requests (temperature 1, top_k 5) under
+ * speculation (K = 2, drafts proposing the likeliest continuation, so rows
+ * are both accepted and rejected) follow those distributions. x1 comes from
+ * the prefill row, x2 from verify row 0, x3 from verify row 1 (after an
+ * accepted draft). */
+typedef struct {
+    int32_t draft;
+} fixed_draft;
+
+static int propose_fixed(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt, int32_t *drafts, int k) {
+    (void)tokens;
+    (void)n_prompt;
+    fixed_draft *f = ctx;
+    if (n_tokens - n_prompt != 1) return 0; /* draft after the first token only */
+    for (int j = 0; j < k; j++) drafts[j] = f->draft;
+    return k;
+}
+
+static void distribution_after(const lm_qwen35_model *model, lm_backend *be, const int32_t *ids, int n,
+                               const loom_sampling *sp, float *probs) {
+    int V = model->config.vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    lm_sequence_runner r;
+    lm_error err = {0};
+    lm_sampler_scratch scratch;
+    if (lm_sequence_runner_init(&r, model, be, n + 1, &err) != LM_OK ||
+        lm_sequence_runner_feed(&r, ids, n, false, logits, NULL, NULL, &err) != LM_OK ||
+        lm_sampler_scratch_init(&scratch, V, &err) != LM_OK ||
+        lm_sampler_distribution(sp, logits, V, NULL, &scratch, probs, &err) != LM_OK)
+        fprintf(stderr, "distribution: %s\n", err.message);
+    lm_sampler_scratch_free(&scratch);
+    lm_sequence_runner_free(&r);
+    free(logits);
+}
+
+static int argmax_f(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Pearson chi-square of counts against probs (cells with p > 0). */
+static double chi_square(const int *counts, const float *probs, int V, int total, int *cells) {
+    double chi = 0;
+    *cells = 0;
+    for (int v = 0; v < V; v++) {
+        if (probs[v] <= 0) {
+            if (counts[v]) return INFINITY; /* a token the target never gives */
+            continue;
+        }
+        double expected = probs[v] * (double)total;
+        chi += (counts[v] - expected) * (counts[v] - expected) / expected;
+        (*cells)++;
+    }
+    return chi;
+}
+
+static void test_speculative_sampling_keeps_the_distribution(void) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    lm_error err = {0};
+    lm_qwen35_config config;
+    lm_checkpoint *ck = NULL;
+    lm_qwen35_model model;
+    lm_backend *be = NULL;
+    CHECK_OK(lm_qwen35_config_load(path, &config, &err), &err);
+    CHECK_OK(lm_checkpoint_open(model_dir, LM_LOAD_READ, &ck, &err), &err);
+    CHECK_OK(lm_qwen35_load(ck, &config, &model, &err), &err);
+    CHECK_OK(lm_backend_cpu_create(1, &be, &err), &err);
+    int V = config.vocab_size, n;
+    const int32_t *p0 = prompt_of("p0", &n);
+    int32_t ids[16];
+    memcpy(ids, p0, sizeof(int32_t) * (size_t)n);
+    loom_sampling sp;
+    lm_sampling_defaults(&sp);
+    sp.temperature = 1.0f;
+    sp.top_k = 5;
+    float *p1 = calloc((size_t)V, sizeof(float)), *p2 = calloc((size_t)V, sizeof(float)),
+          *p3 = calloc((size_t)V, sizeof(float));
+    distribution_after(&model, be, ids, n, &sp, p1);
+    ids[n] = argmax_f(p1, V);
+    distribution_after(&model, be, ids, n + 1, &sp, p2);
+    ids[n + 1] = argmax_f(p2, V);
+    distribution_after(&model, be, ids, n + 2, &sp, p3);
+
+    enum { N = 6000 };
+    loom_engine *e = engine_with(2, 512);
+    CHECK(e);
+    fixed_draft f = {.draft = ids[n + 1]};
+    lm_engine_set_draft_override(e, propose_fixed, &f);
+    int *c1 = calloc((size_t)V, sizeof(int)), *c2 = calloc((size_t)V, sizeof(int)), *c3 = calloc((size_t)V, sizeof(int));
+    int n2 = 0, n3 = 0;
+    char error[256];
+    for (int base = 0; base < N; base += 64) {
+        loom_request *reqs[64];
+        int m = N - base < 64 ? N - base : 64;
+        for (int i = 0; i < m; i++) {
+            loom_request_params p;
+            loom_request_params_default(&p);
+            p.prompt = p0;
+            p.n_prompt = n;
+            p.max_tokens = 3;
+            p.ignore_eos = true;
+            p.sampling = sp;
+            p.sampling.has_seed = true;
+            p.sampling.seed = 7919u * (uint64_t)(base + i) + 1;
+            CHECK(loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK);
+        }
+        for (int i = 0; i < m; i++) {
+            collected c;
+            collect_all(reqs[i], &c, 1);
+            loom_request_free(reqs[i]);
+            CHECK(c.n_tokens == 3);
+            c1[c.tokens[0]]++;
+            if (c.tokens[0] != ids[n]) continue;
+            c2[c.tokens[1]]++;
+            n2++;
+            if (c.tokens[1] != ids[n + 1]) continue;
+            c3[c.tokens[2]]++;
+            n3++;
+        }
+    }
+    loom_stats stats = wait_idle(e);
+    loom_engine_destroy(e);
+    int cells1, cells2, cells3;
+    double x1 = chi_square(c1, p1, V, N, &cells1), x2 = chi_square(c2, p2, V, n2, &cells2),
+           x3 = chi_square(c3, p3, V, n3, &cells3);
+    if (getenv("LOOM_TEST_VERBOSE"))
+        fprintf(stderr, "    chi2 %.2f (%d cells, n %d), %.2f (%d, %d), %.2f (%d, %d); accepted %llu of %llu\n", x1,
+                cells1, N, x2, cells2, n2, x3, cells3, n3, (unsigned long long)stats.spec_accepted_tokens,
+                (unsigned long long)stats.spec_drafted_tokens);
+    /* 20.5 is the 0.9996 quantile of chi-square with 4 degrees of freedom
+     * (top_k 5): with these fixed seeds the test is deterministic. */
+    CHECK_MSG(cells1 == 5 && x1 < 20.5, "first token: chi2 %.2f over %d cells", x1, cells1);
+    CHECK_MSG(n2 > 300 && x2 < 20.5, "token after the prefill-sampled one (verify row 0): chi2 %.2f, n %d", x2, n2);
+    CHECK_MSG(n3 > 100 && x3 < 20.5, "token after an accepted draft (verify row 1): chi2 %.2f, n %d", x3, n3);
+    CHECK(stats.spec_accepted_tokens > 0 && stats.spec_accepted_tokens < stats.spec_drafted_tokens);
+    free(c1); free(c2); free(c3);
+    free(p1); free(p2); free(p3);
+    lm_backend_destroy(be);
+    lm_qwen35_free(&model);
+    lm_checkpoint_close(ck);
+}
+
 /* Model level: a verify of [t, d1, d2, d3] where only d1 is kept must leave
  * the Gated DeltaNet states exactly as a plain run over [t, d1]. */
 static void test_rollback_restores_the_recurrent_state(void) {
@@ -287,6 +433,7 @@ int main(void) {
     RUN_TEST(test_accepted_drafts_keep_greedy);
     RUN_TEST(test_mixed_batch_equals_plain);
     RUN_TEST(test_seeded_sampling_equals_plain);
+    RUN_TEST(test_speculative_sampling_keeps_the_distribution);
     lm_safetensors_close(reference);
     return test_summary("test_speculative");
 }
