@@ -23,7 +23,7 @@ FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 
 .SECONDARY:
-.PHONY: all test test-release run deps clean tests asan-tests benches fuzzers
+.PHONY: all test test-release run deps test-deps clean tests asan-tests benches fuzzers
 all: $(BUILD)/loom
 
 deps:
@@ -65,11 +65,14 @@ FUZZERS    := $(patsubst fuzz/%.c,$(BUILD)/fuzz/fuzz/%,$(FUZZ_SRC))
 benches: $(BENCHES)
 fuzzers: $(FUZZERS)
 
-test: deps
+test-deps:
+	@tools/install-deps.sh --test
+
+test: test-deps
 	@$(MAKE) --no-print-directory -j$$(nproc) tests asan-tests fuzzers
 	@tests/run.sh $(BUILD)
 
-test-release: deps
+test-release: test-deps
 	@$(MAKE) --no-print-directory -j$$(nproc) tests
 	@LOOM_SKIP_ASAN=1 tests/run.sh $(BUILD)
 

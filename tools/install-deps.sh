@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
-# Installs the Debian packages loom builds and tests with, when missing.
+# Installs the Debian packages loom builds and tests with, when missing;
+# with --test also the npm packages of the test suite (tests/node).
 # Safe to run repeatedly: it does nothing when everything is present.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+install_test_npm() {
+    [ -f tests/node/package.json ] || return 0
+    if [ -d tests/node/node_modules/openai ] && [ -d tests/node/node_modules/@anush008/tokenizers ]; then
+        return 0
+    fi
+    echo "loom: installing the test suite's npm packages into tests/node" >&2
+    npm ci --prefix tests/node --no-audit --no-fund --silent >/dev/null 2>&1 ||
+        npm install --prefix tests/node --no-audit --no-fund --silent >/dev/null
+}
 
 packages=(build-essential pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
           libmicrohttpd-dev python3-jinja2 clang libclang-rt-14-dev)
@@ -11,7 +23,10 @@ missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+    [ "${1:-}" = --test ] && install_test_npm
+    exit 0
+fi
 
 echo "loom: installing missing packages: ${missing[*]}" >&2
 if [ "$(id -u)" -ne 0 ]; then
@@ -23,3 +38,5 @@ else
 fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+[ "${1:-}" = --test ] && install_test_npm
+exit 0
