@@ -32,6 +32,10 @@ typedef enum {
 typedef struct loom_engine loom_engine;
 typedef struct loom_request loom_request;
 
+/* How the MTP head's RMSNorm weights are stored: zero-centred (the scale is
+ * 1 + w, as released) or already shifted by a converter (the scale is w). */
+typedef enum { LOOM_MTP_NORMS_AUTO, LOOM_MTP_NORMS_ZERO_CENTRED, LOOM_MTP_NORMS_SHIFTED } loom_mtp_norms;
+
 typedef struct {
     const char *model_dir;     /* Hugging Face checkpoint folder */
     const char *config_path;   /* with random_weights: a config.json shape, no checkpoint */
@@ -47,6 +51,7 @@ typedef struct {
     int max_waiting;           /* queued requests before submit answers LOOM_ERR_BUSY (default 1024) */
     int speculative_tokens;    /* K draft tokens per step from the model's MTP head (0 = off, max 8);
                                   ignored when the checkpoint has no usable head */
+    loom_mtp_norms mtp_norms;  /* default AUTO: detected from the stored weights */
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);

@@ -93,6 +93,18 @@ for loom in binaries:
             "--seed", "11", "--print-ids", "--ignore-eos"]
     a, b = run(args), run(args)
     check(f"{tag} seeded run", a.returncode == 0 and a.stdout == b.stdout and a.stdout.count(",") == 9, a.stdout + a.stderr)
+    # --mtp-norms forces the MTP norm convention (the wrong one changes the MTP logits)
+    r = run([loom, "inspect", "--model", model, "--mtp-norms", "shifted"])
+    check(f"{tag} inspect --mtp-norms", r.returncode == 0 and "as forced" in r.stdout, r.stdout + r.stderr)
+    outs = []
+    for norms in ("auto", "zero-centred", "shifted"):
+        out = os.path.join(tmp, f"mtp-{norms}.bin")
+        r = run([loom, "logits", "--mtp", "--model", model, "--ids", "1,2,3,4", "--mtp-norms", norms, "--out", out])
+        check(f"{tag} logits --mtp --mtp-norms {norms}", r.returncode == 0, r.stderr)
+        outs.append(open(out, "rb").read() if r.returncode == 0 else b"")
+    check(f"{tag} mtp norms auto == zero-centred != shifted", outs[0] == outs[1] and outs[0] != outs[2], "")
+    r = run([loom, "run", "--model", model, "--ids", "1", "--mtp-norms", "bogus"])
+    check(f"{tag} bad --mtp-norms", r.returncode == 2 and "--mtp-norms" in r.stderr, r.stderr)
     # bad input: clear errors
     r = run([loom, "logits", "--model", model, "--ids", "1,99999", "--out", os.path.join(tmp, "x")])
     check(f"{tag} out-of-vocab id", r.returncode == 1 and "vocabulary" in r.stderr, r.stderr)

@@ -61,3 +61,15 @@ bool lm_cli_parse_int(const char *option, const char *value, long min, long max,
     *out = v;
     return true;
 }
+
+bool lm_cli_parse_mtp_norms(const char *value, lm_mtp_norms *out) {
+    if (strcmp(value, "auto") == 0) *out = LM_MTP_NORMS_AUTO;
+    else if (strcmp(value, "zero-centred") == 0 || strcmp(value, "zero-centered") == 0)
+        *out = LM_MTP_NORMS_ZERO_CENTRED;
+    else if (strcmp(value, "shifted") == 0) *out = LM_MTP_NORMS_SHIFTED;
+    else {
+        fprintf(stderr, "loom: --mtp-norms expects auto, zero-centred or shifted, got '%s'\n", value);
+        return false;
+    }
+    return true;
+}

@@ -13,4 +13,7 @@ lm_status lm_cli_parse_ids(const char *text, int vocab, int32_t **ids, int *n, l
 /* Parses a positive integer option value; prints an error and returns false if bad. */
 bool lm_cli_parse_int(const char *option, const char *value, long min, long max, long *out);
 
+/* Parses --mtp-norms auto|zero-centred|shifted; prints an error and returns false if bad. */
+bool lm_cli_parse_mtp_norms(const char *value, lm_mtp_norms *out);
+
 #endif

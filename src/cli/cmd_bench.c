@@ -303,7 +303,7 @@ int cmd_bench_main(int argc, char **argv) {
     lm_error err = {0};
     lm_loaded_model m;
     double t0 = now_seconds();
-    lm_status st = model_dir ? lm_loaded_model_open(&m, model_dir, mode, (int)threads, &err)
+    lm_status st = model_dir ? lm_loaded_model_open(&m, model_dir, mode, (int)threads, NULL, &err)
                              : lm_loaded_model_random(&m, config_path, (uint64_t)seed, (int)threads, &err);
     if (st != LM_OK) {
         fprintf(stderr, "loom: %s\n", err.message);

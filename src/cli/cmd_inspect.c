@@ -11,7 +11,7 @@
 #include "models/qwen35_mtp.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: loom inspect --model DIR [--mmap]\n"
+    fprintf(f, "usage: loom inspect --model DIR [--mmap] [--mtp-norms auto|zero-centred|shifted]\n"
                "Describes a Hugging Face checkpoint folder: architecture, shapes, dtypes,\n"
                "parameter count, and which tensors are missing or unused.\n");
 }
@@ -86,16 +86,19 @@ static void print_mtp(const lm_qwen35_model *m) {
 int cmd_inspect_main(int argc, char **argv) {
     static const struct option options[] = {
         {"model", required_argument, 0, 'm'}, {"mmap", no_argument, 0, 'M'},
+        {"mtp-norms", required_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
     };
     const char *dir = NULL;
     lm_load_mode mode = LM_LOAD_READ;
+    lm_qwen35_load_options load_options = {.mtp_norms = LM_MTP_NORMS_AUTO};
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
         switch (opt) {
         case 'm': dir = optarg; break;
         case 'M': mode = LM_LOAD_MMAP; break;
+        case 'N': if (!lm_cli_parse_mtp_norms(optarg, &load_options.mtp_norms)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -135,7 +138,7 @@ int cmd_inspect_main(int argc, char **argv) {
 
     lm_qwen35_model model;
     int rc = 0;
-    if (lm_qwen35_load(ck, &config, &model, &err) != LM_OK) {
+    if (lm_qwen35_load_with(ck, &config, &load_options, &model, &err) != LM_OK) {
         printf("text model: cannot be built: %s\n", err.message);
         rc = 1;
     } else {

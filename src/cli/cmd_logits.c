@@ -22,7 +22,8 @@ static void usage(FILE *f) {
             "                  token t+2 from the final hidden state at t and token t+1\n"
             "                  (position t, causal over rows 0..t of the head's own cache)\n"
             "  --threads N     CPU threads (default: all cores)\n"
-            "  --mmap          map the weights instead of reading them into memory\n");
+            "  --mmap          map the weights instead of reading them into memory\n"
+            "  --mtp-norms M   MTP head norm weights: auto (detect), zero-centred, shifted\n");
 }
 
 int cmd_logits_main(int argc, char **argv) {
@@ -30,11 +31,13 @@ int cmd_logits_main(int argc, char **argv) {
         {"model", required_argument, 0, 'm'}, {"ids", required_argument, 0, 'i'},
         {"out", required_argument, 0, 'o'},   {"threads", required_argument, 0, 't'},
         {"mmap", no_argument, 0, 'M'},        {"help", no_argument, 0, 'h'},
+        {"mtp-norms", required_argument, 0, 'N'},
         {"mtp", no_argument, 0, 'P'},         {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *ids_text = NULL, *out_path = NULL;
     long threads = 0;
     lm_load_mode mode = LM_LOAD_READ;
+    lm_qwen35_load_options load_options = {.mtp_norms = LM_MTP_NORMS_AUTO};
     bool mtp = false;
     int opt;
     optind = 1;
@@ -45,6 +48,7 @@ int cmd_logits_main(int argc, char **argv) {
         case 'o': out_path = optarg; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 'M': mode = LM_LOAD_MMAP; break;
+        case 'N': if (!lm_cli_parse_mtp_norms(optarg, &load_options.mtp_norms)) return 2; break;
         case 'P': mtp = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -57,7 +61,7 @@ int cmd_logits_main(int argc, char **argv) {
 
     lm_error err = {0};
     lm_loaded_model m;
-    if (lm_loaded_model_open(&m, model_dir, mode, (int)threads, &err) != LM_OK) {
+    if (lm_loaded_model_open(&m, model_dir, mode, (int)threads, &load_options, &err) != LM_OK) {
         fprintf(stderr, "loom: %s\n", err.message);
         return 1;
     }

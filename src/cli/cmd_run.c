@@ -39,7 +39,8 @@ static void usage(FILE *f) {
             "  --max-batch-tokens N    token budget of one engine step (default 512)\n"
             "  --mmap                  map the weights instead of reading them into memory\n"
             "  --speculative-tokens K  draft K tokens per step with the MTP head (0-8, default 0);\n"
-            "                          acceptance statistics go to stderr\n");
+            "                          acceptance statistics go to stderr\n"
+            "  --mtp-norms MODE        MTP head norm weights: auto (detect), zero-centred, shifted\n");
 }
 
 typedef struct {
@@ -143,7 +144,7 @@ int cmd_run_main(int argc, char **argv) {
         {"seed", required_argument, 0, 's'},         {"ignore-eos", no_argument, 0, 'e'},
         {"print-ids", no_argument, 0, 'I'},          {"threads", required_argument, 0, 't'},
         {"max-batch-tokens", required_argument, 0, 'b'}, {"mmap", no_argument, 0, 'M'},
-        {"speculative-tokens", required_argument, 0, 'D'},
+        {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *ids_text = NULL, *ids_file = NULL, *text = NULL;
@@ -181,6 +182,12 @@ int cmd_run_main(int argc, char **argv) {
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 'b': if (!lm_cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &batch_tokens)) return 2; break;
         case 'M': eo.mmap_weights = true; break;
+        case 'N': {
+            lm_mtp_norms norms;
+            if (!lm_cli_parse_mtp_norms(optarg, &norms)) return 2;
+            eo.mtp_norms = (loom_mtp_norms)norms;
+            break;
+        }
         case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2; eo.speculative_tokens = (int)v; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -35,7 +35,8 @@ static void usage(FILE *f) {
             "  --shutdown-grace-ms N    time in-flight requests get at shutdown (default 5000)\n"
             "  --threads N              CPU threads (default: all cores)\n"
             "  --speculative-tokens K   draft K tokens per step with the model's MTP head (0-8,\n"
-            "                           default 0); requests may opt out with \"speculative\": false\n");
+            "                           default 0); requests may opt out with \"speculative\": false\n"
+            "  --mtp-norms MODE         MTP head norm weights: auto (detect), zero-centred, shifted\n");
 }
 
 /* The context limit as the engine computes it (so the server's default
@@ -63,7 +64,7 @@ int cmd_serve_main(int argc, char **argv) {
         {"max-num-seqs", required_argument, 0, 'S'},   {"max-waiting", required_argument, 0, 'W'},
         {"kv-cache-tokens", required_argument, 0, 'K'}, {"max-body-bytes", required_argument, 0, 'B'},
         {"shutdown-grace-ms", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
-        {"speculative-tokens", required_argument, 0, 'D'},
+        {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
     };
     lm_server_options so = {.host = "127.0.0.1", .port = 8080, .max_body_bytes = 16u << 20};
@@ -89,6 +90,12 @@ int cmd_serve_main(int argc, char **argv) {
         case 'g': if (!lm_cli_parse_int("--shutdown-grace-ms", optarg, 0, 3600000, &v)) return 2; grace_ms = v; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &v)) return 2; eo.threads = (int)v; break;
         case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2; eo.speculative_tokens = (int)v; break;
+        case 'N': {
+            lm_mtp_norms norms;
+            if (!lm_cli_parse_mtp_norms(optarg, &norms)) return 2;
+            eo.mtp_norms = (loom_mtp_norms)norms;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -525,12 +525,19 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     e->options = o;
     lm_error err = {0};
     lm_status st;
+    /* loom_mtp_norms and lm_mtp_norms list the conventions in the same order. */
+    lm_qwen35_load_options load_options = {.mtp_norms = (lm_mtp_norms)o.mtp_norms};
+    if ((unsigned)o.mtp_norms > LOOM_MTP_NORMS_SHIFTED) {
+        free(e);
+        return report(LM_ERR_INVALID, "unknown MTP norm convention", error, error_size);
+    }
     if (o.random_weights)
         st = o.config_path ? lm_loaded_model_random(&e->model, o.config_path, o.random_seed, o.threads, &err)
                            : lm_fail(&err, LM_ERR_INVALID, "random weights need a config path");
     else
         st = o.model_dir ? lm_loaded_model_open(&e->model, o.model_dir,
-                                                o.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ, o.threads, &err)
+                                                o.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ, o.threads,
+                                                &load_options, &err)
                          : lm_fail(&err, LM_ERR_INVALID, "no model folder given");
     if (st != LM_OK) {
         free(e);

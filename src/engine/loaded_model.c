@@ -10,14 +10,14 @@ static lm_status finish_open(lm_loaded_model *m, int threads, lm_error *err) {
 }
 
 lm_status lm_loaded_model_open(lm_loaded_model *m, const char *dir, lm_load_mode mode, int threads,
-                            lm_error *err) {
+                               const lm_qwen35_load_options *options, lm_error *err) {
     memset(m, 0, sizeof *m);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     lm_status st = lm_qwen35_config_load(path, &m->config, err);
     if (st == LM_OK) st = lm_checkpoint_open(dir, mode, &m->checkpoint, err);
     if (st == LM_OK) {
-        st = lm_qwen35_load(m->checkpoint, &m->config, &m->model, err);
+        st = lm_qwen35_load_with(m->checkpoint, &m->config, options, &m->model, err);
         m->model_loaded = st == LM_OK;
     }
     if (st != LM_OK) {

@@ -19,8 +19,9 @@ typedef struct {
 } lm_loaded_model;
 
 /* Loads config.json and the checkpoint of dir and builds the model. */
+/* options: NULL for the defaults (MTP norm convention detected). */
 lm_status lm_loaded_model_open(lm_loaded_model *m, const char *dir, lm_load_mode mode, int threads,
-                               lm_error *err);
+                               const lm_qwen35_load_options *options, lm_error *err);
 /* A model of a config.json's shape with random bf16 weights. */
 lm_status lm_loaded_model_random(lm_loaded_model *m, const char *config_path, uint64_t seed,
                                  int threads, lm_error *err);
