@@ -42,3 +42,24 @@ loom_stats wait_idle(loom_engine *engine) {
     }
     return stats;
 }
+
+loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,
+                              int max_model_len, int max_running, int speculative_tokens) {
+    loom_engine_options o;
+    loom_engine_options_default(&o);
+    o.model_dir = model_dir;
+    o.threads = 2;
+    o.max_batch_tokens = max_batch_tokens;
+    o.kv_block_size = 16;
+    o.kv_cache_tokens = kv_tokens;
+    o.max_model_len = max_model_len;
+    o.max_running = max_running;
+    o.speculative_tokens = speculative_tokens;
+    loom_engine *e = NULL;
+    char error[256];
+    if (loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK) {
+        fprintf(stderr, "engine: %s\n", error);
+        return NULL;
+    }
+    return e;
+}

@@ -25,6 +25,12 @@ typedef struct {
     char error_message[256];
 } collected;
 
+/* An engine on a model folder for tests: 2 threads, 16-token KV blocks,
+ * the given budget, pool, context limit, running limit and drafts per step
+ * (0 = no speculation).  Prints the error and returns NULL on failure. */
+loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,
+                              int max_model_len, int max_running, int speculative_tokens);
+
 /* Waits (bounded) until the engine has nothing running or waiting, and
  * returns its stats then. */
 loom_stats wait_idle(loom_engine *engine);

@@ -11,6 +11,7 @@
 #include "engine/sequence_runner.h"
 #include "engine_util.h"
 #include "harness.h"
+#include "model_util.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "loom.h"
@@ -19,45 +20,19 @@
 static char model_dir[1024];
 static lm_safetensors *reference;
 
-static const int32_t *prompt_of(const char *name, int *n) {
-    char key[64];
-    snprintf(key, sizeof key, "%s.input_ids", name);
-    const lm_tensor *t = lm_safetensors_find(reference, key);
-    *n = t ? (int)t->n_elements : 0;
-    return t ? t->data : NULL;
-}
+static const int32_t *prompt_of(const char *name, int *n) { return test_reference_ids(reference, name, n); }
 
 /* --------------------------------------------- model-level batch invariance */
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static double stddev(const float *x, size_t n) {
-    double mean = 0, var = 0;
-    for (size_t i = 0; i < n; i++) mean += x[i];
-    mean /= (double)n;
-    for (size_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
-    return sqrt(var / (double)n);
-}
 
 /* Four prompts fed in uneven chunks, several sequences per step, every row's
  * logits requested: each row must equal the same sequence run alone. */
 static void test_mixed_steps_match_single_sequences(void) {
     lm_error err = {0};
-    char path[1200];
-    snprintf(path, sizeof path, "%s/config.json", model_dir);
-    lm_qwen35_config config;
-    lm_checkpoint *ck = NULL;
-    lm_qwen35_model model;
-    lm_backend *be = NULL;
-    CHECK_OK(lm_qwen35_config_load(path, &config, &err), &err);
-    CHECK_OK(lm_checkpoint_open(model_dir, LM_LOAD_READ, &ck, &err), &err);
-    CHECK_OK(lm_qwen35_load(ck, &config, &model, &err), &err);
-    CHECK_OK(lm_backend_cpu_create(2, &be, &err), &err);
+    test_model tm;
+    CHECK(test_model_open(&tm, model_dir, 2));
+    const lm_qwen35_config config = tm.config;
+    const lm_qwen35_model *model = &tm.model;
+    lm_backend *be = tm.backend;
     const char *names[4] = {"p3", "p2", "p0", "p1"};
     const int32_t *ids[4];
     int len[4];
@@ -67,13 +42,13 @@ static void test_mixed_steps_match_single_sequences(void) {
         ids[s] = prompt_of(names[s], &len[s]);
         alone[s] = malloc(sizeof(float) * (size_t)len[s] * V);
         lm_sequence_runner r;
-        CHECK_OK(lm_sequence_runner_init(&r, &model, be, len[s], &err), &err);
+        CHECK_OK(lm_sequence_runner_init(&r, model, be, len[s], &err), &err);
         CHECK_OK(lm_sequence_runner_feed(&r, ids[s], len[s], true, alone[s], NULL, NULL, &err), &err);
         lm_sequence_runner_free(&r);
     }
     lm_qwen35_caches caches;
     lm_qwen35_workspace ws = {0};
-    CHECK_OK(lm_qwen35_caches_init(&model, 16, 64, 4, &caches, &err), &err);
+    CHECK_OK(lm_qwen35_caches_init(model, 16, 64, 4, &caches, &err), &err);
     int32_t tables[4][16];
     int slots[4], done[4] = {0};
     for (int s = 0; s < 4; s++) {
@@ -110,7 +85,7 @@ static void test_mixed_steps_match_single_sequences(void) {
         }
         lm_step_batch batch = {.n_tokens = n_tok, .tokens = tokens, .positions = positions,
                                .n_seqs = n_seqs, .seqs = seqs};
-        CHECK_OK(lm_qwen35_forward(&model, be, &caches, &ws, &batch, logits, NULL, NULL, &err), &err);
+        CHECK_OK(lm_qwen35_forward(model, be, &caches, &ws, &batch, logits, NULL, NULL, &err), &err);
         int row = 0;
         for (int q = 0; q < n_seqs; q++) {
             int s = 0;
@@ -118,10 +93,10 @@ static void test_mixed_steps_match_single_sequences(void) {
             for (int j = 0; j < seqs[q].n_new; j++, row++) {
                 const float *want = alone[s] + (size_t)(done[s] + j) * V;
                 const float *got = logits + (size_t)row * V;
-                double scale = stddev(want, (size_t)V), e = 0;
+                double scale = test_stddev(want, (size_t)V), e = 0;
                 for (int v = 0; v < V; v++) e = fmax(e, fabs((double)got[v] - want[v]) / scale);
                 worst = fmax(worst, e);
-                CHECK_MSG(argmax(got, V) == argmax(want, V), "%s row %d: argmax differs", names[s], done[s] + j);
+                CHECK_MSG(test_argmax(got, V) == test_argmax(want, V), "%s row %d: argmax differs", names[s], done[s] + j);
             }
             done[s] += seqs[q].n_new;
         }
@@ -132,31 +107,14 @@ static void test_mixed_steps_match_single_sequences(void) {
     for (int s = 0; s < 4; s++) free(alone[s]);
     lm_qwen35_workspace_free(&ws);
     lm_qwen35_caches_free(&caches);
-    lm_backend_destroy(be);
-    lm_qwen35_free(&model);
-    lm_checkpoint_close(ck);
+    test_model_close(&tm);
 }
 
 /* ------------------------------------------------------ through loom.h */
 
 static loom_engine *make_engine(int max_batch_tokens, int64_t kv_tokens, int max_model_len,
                                 int max_running) {
-    loom_engine_options o;
-    loom_engine_options_default(&o);
-    o.model_dir = model_dir;
-    o.threads = 2;
-    o.max_batch_tokens = max_batch_tokens;
-    o.kv_block_size = 16;
-    o.kv_cache_tokens = kv_tokens;
-    o.max_model_len = max_model_len;
-    o.max_running = max_running;
-    loom_engine *e = NULL;
-    char error[256];
-    if (loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK) {
-        fprintf(stderr, "engine: %s\n", error);
-        return NULL;
-    }
-    return e;
+    return test_engine_open(model_dir, max_batch_tokens, kv_tokens, max_model_len, max_running, 0);
 }
 
 /* The prompts of the batch-invariance tests: 1 to 130 tokens. */

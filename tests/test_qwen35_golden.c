@@ -10,6 +10,7 @@
 
 #include "engine/sequence_runner.h"
 #include "harness.h"
+#include "model_util.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "models/qwen35.h"
@@ -64,14 +65,6 @@ static const lm_tensor *ref(const char *prompt, const char *what) {
     return lm_safetensors_find(fx.reference, name);
 }
 
-static double stddev(const float *x, size_t n) {
-    double mean = 0, var = 0;
-    for (size_t i = 0; i < n; i++) mean += x[i];
-    mean /= (double)n;
-    for (size_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
-    return sqrt(var / (double)n);
-}
-
 /* max |a - b| / std(b) */
 static double normalized_error(const float *got, const float *want, size_t n, double scale) {
     double worst = 0;
@@ -114,7 +107,7 @@ static void check_prefill_logits(const lm_qwen35_model *model,
         CHECK_OK(lm_sequence_runner_init(&r, model, fx.backend, n, &err), &err);
         lm_status st = lm_sequence_runner_feed(&r, ids, n, true, logits, NULL, NULL, &err);
         lm_sequence_runner_free(&r);
-        double scale = stddev(want->data, (size_t)want->n_elements);
+        double scale = test_stddev(want->data, (size_t)want->n_elements);
         double e = normalized_error(logits, want->data, (size_t)n * V, scale);
         free(logits);
         CHECK_OK(st, &err);
@@ -129,13 +122,6 @@ static void test_prefill_logits_match_reference(void) { check_prefill_logits(&fx
 
 static void test_default_rope_matches_transformers_rerun(void) {
     check_prefill_logits(&fx.model_default, rerun_logits);
-}
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
 }
 
 static void test_greedy_continuations_match_reference(void) {
@@ -157,7 +143,7 @@ static void test_greedy_continuations_match_reference(void) {
         lm_status st = lm_sequence_runner_feed(&r, ids, n, false, logits, NULL, NULL, &err);
         int compared = 0, mismatch_at = -1;
         for (int g = 0; g < G && st == LM_OK; g++) {
-            int32_t next = argmax(logits, V);
+            int32_t next = test_argmax(logits, V);
             if (next != want[g]) {
                 mismatch_at = g;
                 break;
@@ -202,7 +188,7 @@ static void test_hidden_states_match_reference(void) {
             break;
         }
         double e = normalized_error(hidden[l], want->data, (size_t)n * H,
-                                    stddev(want->data, (size_t)n * H));
+                                    test_stddev(want->data, (size_t)n * H));
         if (!(e <= worst)) {
             worst = e;
             worst_layer = l;
@@ -235,7 +221,7 @@ static double incremental_error(const char *prompt, int split, int step, lm_erro
     }
     lm_sequence_runner_free(&r);
     double e = *st == LM_OK ? normalized_error(logits, want->data, (size_t)n * V,
-                                               stddev(want->data, (size_t)n * V))
+                                               test_stddev(want->data, (size_t)n * V))
                             : INFINITY;
     free(logits);
     return e;

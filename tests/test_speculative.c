@@ -11,6 +11,7 @@
 #include "engine/sequence_runner.h"
 #include "engine_util.h"
 #include "harness.h"
+#include "model_util.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "loom.h"
@@ -19,28 +20,10 @@
 static char model_dir[1024];
 static lm_safetensors *reference;
 
-static const int32_t *prompt_of(const char *name, int *n) {
-    char key[64];
-    snprintf(key, sizeof key, "%s.input_ids", name);
-    const lm_tensor *t = lm_safetensors_find(reference, key);
-    *n = t ? (int)t->n_elements : 0;
-    return t ? t->data : NULL;
-}
+static const int32_t *prompt_of(const char *name, int *n) { return test_reference_ids(reference, name, n); }
 
 static loom_engine *engine_with(int k, int budget) {
-    loom_engine_options o;
-    loom_engine_options_default(&o);
-    o.model_dir = model_dir;
-    o.threads = 2;
-    o.max_batch_tokens = budget;
-    o.kv_block_size = 16;
-    o.max_model_len = 256;
-    o.max_running = 8;
-    o.speculative_tokens = k;
-    loom_engine *e = NULL;
-    char error[256];
-    if (loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK) fprintf(stderr, "engine: %s\n", error);
-    return e;
+    return test_engine_open(model_dir, budget, 0, 256, 8, k);
 }
 
 typedef struct {
@@ -239,13 +222,6 @@ static void distribution_after(const lm_qwen35_model *model, lm_backend *be, con
     free(logits);
 }
 
-static int argmax_f(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* Pearson chi-square of counts against probs (cells with p > 0). */
 static double chi_square(const int *counts, const float *probs, int V, int total, int *cells) {
     double chi = 0;
@@ -263,18 +239,11 @@ static double chi_square(const int *counts, const float *probs, int V, int total
 }
 
 static void test_speculative_sampling_keeps_the_distribution(void) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/config.json", model_dir);
-    lm_error err = {0};
-    lm_qwen35_config config;
-    lm_checkpoint *ck = NULL;
-    lm_qwen35_model model;
-    lm_backend *be = NULL;
-    CHECK_OK(lm_qwen35_config_load(path, &config, &err), &err);
-    CHECK_OK(lm_checkpoint_open(model_dir, LM_LOAD_READ, &ck, &err), &err);
-    CHECK_OK(lm_qwen35_load(ck, &config, &model, &err), &err);
-    CHECK_OK(lm_backend_cpu_create(1, &be, &err), &err);
-    int V = config.vocab_size, n;
+    test_model tm;
+    CHECK(test_model_open(&tm, model_dir, 1));
+    const lm_qwen35_model *model = &tm.model;
+    lm_backend *be = tm.backend;
+    int V = tm.config.vocab_size, n;
     const int32_t *p0 = prompt_of("p0", &n);
     int32_t ids[16];
     memcpy(ids, p0, sizeof(int32_t) * (size_t)n);
@@ -284,11 +253,11 @@ static void test_speculative_sampling_keeps_the_distribution(void) {
     sp.top_k = 5;
     float *p1 = calloc((size_t)V, sizeof(float)), *p2 = calloc((size_t)V, sizeof(float)),
           *p3 = calloc((size_t)V, sizeof(float));
-    distribution_after(&model, be, ids, n, &sp, p1);
-    ids[n] = argmax_f(p1, V);
-    distribution_after(&model, be, ids, n + 1, &sp, p2);
-    ids[n + 1] = argmax_f(p2, V);
-    distribution_after(&model, be, ids, n + 2, &sp, p3);
+    distribution_after(model, be, ids, n, &sp, p1);
+    ids[n] = test_argmax(p1, V);
+    distribution_after(model, be, ids, n + 1, &sp, p2);
+    ids[n + 1] = test_argmax(p2, V);
+    distribution_after(model, be, ids, n + 2, &sp, p3);
 
     enum { N = 6000 };
     loom_engine *e = engine_with(2, 512);
@@ -344,25 +313,18 @@ static void test_speculative_sampling_keeps_the_distribution(void) {
     CHECK(stats.spec_accepted_tokens > 0 && stats.spec_accepted_tokens < stats.spec_drafted_tokens);
     free(c1); free(c2); free(c3);
     free(p1); free(p2); free(p3);
-    lm_backend_destroy(be);
-    lm_qwen35_free(&model);
-    lm_checkpoint_close(ck);
+    test_model_close(&tm);
 }
 
 /* Model level: a verify of [t, d1, d2, d3] where only d1 is kept must leave
  * the Gated DeltaNet states exactly as a plain run over [t, d1]. */
 static void test_rollback_restores_the_recurrent_state(void) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/config.json", model_dir);
     lm_error err = {0};
-    lm_qwen35_config config;
-    lm_checkpoint *ck = NULL;
-    lm_qwen35_model model;
-    lm_backend *be = NULL;
-    CHECK_OK(lm_qwen35_config_load(path, &config, &err), &err);
-    CHECK_OK(lm_checkpoint_open(model_dir, LM_LOAD_READ, &ck, &err), &err);
-    CHECK_OK(lm_qwen35_load(ck, &config, &model, &err), &err);
-    CHECK_OK(lm_backend_cpu_create(2, &be, &err), &err);
+    test_model tm;
+    CHECK(test_model_open(&tm, model_dir, 2));
+    const lm_qwen35_config config = tm.config;
+    const lm_qwen35_model *model = &tm.model;
+    lm_backend *be = tm.backend;
     int n;
     const int32_t *ids = prompt_of("p2", &n);
     int V = config.vocab_size;
@@ -370,12 +332,12 @@ static void test_rollback_restores_the_recurrent_state(void) {
     /* a: prompt 40, then verify [ids40, ids41, 7, 9] and keep 2 rows.
      * b: prompt 40, then plain [ids40, ids41]. */
     lm_sequence_runner a, b;
-    CHECK_OK(lm_sequence_runner_init(&a, &model, be, 64, &err), &err);
-    CHECK_OK(lm_sequence_runner_init(&b, &model, be, 64, &err), &err);
+    CHECK_OK(lm_sequence_runner_init(&a, model, be, 64, &err), &err);
+    CHECK_OK(lm_sequence_runner_init(&b, model, be, 64, &err), &err);
     CHECK_OK(lm_sequence_runner_feed(&a, ids, 40, false, logits, NULL, NULL, &err), &err);
     CHECK_OK(lm_sequence_runner_feed(&b, ids, 40, false, logits, NULL, NULL, &err), &err);
     lm_gdn_record record;
-    CHECK_OK(lm_gdn_record_init(&model, 4, &record, &err), &err);
+    CHECK_OK(lm_gdn_record_init(model, 4, &record, &err), &err);
     int32_t verify[4] = {ids[40], ids[41], 7, 9};
     int32_t positions[12];
     for (int i = 0; i < 4; i++) positions[3 * i] = positions[3 * i + 1] = positions[3 * i + 2] = 40 + i;
@@ -383,12 +345,12 @@ static void test_rollback_restores_the_recurrent_state(void) {
                        .block_table = a.block_table, .n_blocks = a.caches.kv.n_blocks,
                        .all_logits = true, .gdn_record = &record};
     lm_step_batch batch = {.n_tokens = 4, .tokens = verify, .positions = positions, .n_seqs = 1, .seqs = &seq};
-    CHECK_OK(lm_qwen35_forward(&model, be, &a.caches, &a.workspace, &batch, logits, NULL, NULL, &err), &err);
-    lm_qwen35_rollback_linear_state(&model, be, &a.caches.state, a.state_slot, &record, 2);
+    CHECK_OK(lm_qwen35_forward(model, be, &a.caches, &a.workspace, &batch, logits, NULL, NULL, &err), &err);
+    lm_qwen35_rollback_linear_state(model, be, &a.caches.state, a.state_slot, &record, 2);
     a.n_cached = 42;
     CHECK_OK(lm_sequence_runner_feed(&b, ids + 40, 2, false, logits, NULL, NULL, &err), &err);
     double worst = 0, scale = 0;
-    for (int l = 0; l < model.n_linear_layers; l++) {
+    for (int l = 0; l < model->n_linear_layers; l++) {
         const float *sa = lm_state_recurrent(&a.caches.state, l, a.state_slot);
         const float *sb = lm_state_recurrent(&b.caches.state, l, b.state_slot);
         for (size_t i = 0; i < a.caches.state.recurrent_floats; i++) {
@@ -413,9 +375,7 @@ static void test_rollback_restores_the_recurrent_state(void) {
     lm_gdn_record_free(&record);
     lm_sequence_runner_free(&a);
     lm_sequence_runner_free(&b);
-    lm_backend_destroy(be);
-    lm_qwen35_free(&model);
-    lm_checkpoint_close(ck);
+    test_model_close(&tm);
 }
 
 int main(void) {

@@ -1,0 +1,50 @@
+#include "model_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+bool test_model_open(test_model *m, const char *dir, int threads) {
+    memset(m, 0, sizeof *m);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    lm_error err = {0};
+    if (lm_qwen35_config_load(path, &m->config, &err) == LM_OK &&
+        lm_checkpoint_open(dir, LM_LOAD_READ, &m->checkpoint, &err) == LM_OK &&
+        (m->model_loaded = lm_qwen35_load(m->checkpoint, &m->config, &m->model, &err) == LM_OK) &&
+        lm_backend_cpu_create(threads, &m->backend, &err) == LM_OK)
+        return true;
+    fprintf(stderr, "cannot load %s: %s\n", dir, err.message);
+    test_model_close(m);
+    return false;
+}
+
+void test_model_close(test_model *m) {
+    lm_backend_destroy(m->backend);
+    if (m->model_loaded) lm_qwen35_free(&m->model);
+    lm_checkpoint_close(m->checkpoint);
+    memset(m, 0, sizeof *m);
+}
+
+const int32_t *test_reference_ids(const lm_safetensors *reference, const char *name, int *n) {
+    char key[64];
+    snprintf(key, sizeof key, "%s.input_ids", name);
+    const lm_tensor *t = lm_safetensors_find(reference, key);
+    *n = t ? (int)t->n_elements : 0;
+    return t ? t->data : NULL;
+}
+
+double test_stddev(const float *x, size_t n) {
+    double mean = 0, var = 0;
+    for (size_t i = 0; i < n; i++) mean += x[i];
+    mean /= (double)n;
+    for (size_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    return sqrt(var / (double)n);
+}
+
+int test_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
