@@ -84,11 +84,6 @@ static void preempt(loom_engine *e, lm_sequence *seq) {
     e->counters.preemptions++;
 }
 
-static void post(loom_engine *e, lm_sequence *seq, const loom_event *event) {
-    (void)e;
-    lm_request_push(seq->request, event);
-}
-
 static void finish(loom_engine *e, lm_sequence *seq, loom_finish_reason reason, int32_t stop_token,
                    int stop_string, const char *error) {
     loom_event ev = {.type = error ? LOOM_EVENT_ERROR : LOOM_EVENT_FINISH,
@@ -103,7 +98,7 @@ static void finish(loom_engine *e, lm_sequence *seq, loom_finish_reason reason, 
                      .error = error};
     if (!error && seq->has_detokenizer && stop_string < 0)
         lm_sequence_flush_text(seq, &ev.text, &ev.text_len);
-    post(e, seq, &ev);
+    lm_request_push(seq->request, &ev);
     release_resources(e, seq);
     if (seq->state == LM_SEQ_RUNNING) seq_list_remove(&e->running, seq);
     else seq_list_remove(&e->waiting, seq);
@@ -114,10 +109,6 @@ static void finish(loom_engine *e, lm_sequence *seq, loom_finish_reason reason, 
     e->counters.requests_finished++;
     loom_request *r = seq->request;
     lm_sequence_free(seq);
-    pthread_mutex_lock(&r->mutex);
-    bool last = r->choices_open <= 0;
-    pthread_mutex_unlock(&r->mutex);
-    (void)last;
     lm_request_unref(r); /* each choice holds one engine reference */
 }
 
@@ -269,7 +260,7 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *log
                          .n_top = p->sampling.logprobs > 0 ? result.n_top : 0,
                          .top = result.top};
         if (seq->has_detokenizer && !ev.text) ev.text = "";
-        post(e, seq, &ev);
+        lm_request_push(seq->request, &ev);
     }
     if (outcome.finished) {
         finish(e, seq, outcome.reason, outcome.stop_token, outcome.stop_string, NULL);
