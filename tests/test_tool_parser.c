@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "server/tool_choice.h"
 #include "server/tool_parser.h"
 
 static const char *tools_json =
@@ -116,9 +117,185 @@ static void test_streaming_holds_only_markers(void) {
     lm_tool_parser_free(&p);
 }
 
+/* tool_choice forcing: the prompt ends with a call's opening, the parser
+ * starts inside that call and sees only what the model writes after it. */
+typedef struct {
+    lm_tool_form form;
+    const char *name;
+    const char *output; /* what the model writes after the opening */
+    const char *content;
+    int n_calls;
+    const char *arguments[2];
+} forced_case;
+
+static const forced_case forced_cases[] = {
+    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Paris\", \"days\": 3}}\n</tool_call>", "", 1,
+     {"{\"city\":\"Paris\",\"days\":3}"}},
+    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Rome\"}}\n</tool_call>\nDone.", "\nDone.", 1,
+     {"{\"city\":\"Rome\"}"}},
+    /* a second call after the forced one is parsed as usual */
+    {LM_TOOL_FORM_JSON, "get_weather", "{}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": {\"x\": 1}}\n</tool_call>",
+     "\n", 2, {"{}", "{\"x\":1}"}},
+    /* cut by max_tokens: the first JSON object written, else the raw text */
+    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Paris\"}", "", 1, {"{\"city\":\"Paris\"}"}},
+    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Par", "", 1, {"{\"city\": \"Par"}},
+    {LM_TOOL_FORM_JSON, "get_weather", "", "", 1, {"{}"}},
+    {LM_TOOL_FORM_JSON, "get_weather", " gibberish <b> ", "", 1, {"gibberish <b>"}},
+    {LM_TOOL_FORM_JSON, "get_weather", "noise</tool_call>after", "after", 1, {"noise"}},
+    {LM_TOOL_FORM_JSON, "we\"ird", "{}}</tool_call>", "", 1, {"{}"}},
+    {LM_TOOL_FORM_XML, "get_weather",
+     "<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>", "", 1,
+     {"{\"city\":\"Oslo\",\"days\":2}"}},
+    {LM_TOOL_FORM_XML, "get_weather", "<parameter=city>\nOs", "", 1, {"{\"city\":\"Os\"}"}},
+    {LM_TOOL_FORM_XML, "get_weather", "", "", 1, {"{}"}},
+    {LM_TOOL_FORM_XML, "get_weather", "<parameter=>x</tool_call>", "", 1, {"<parameter=>x"}},
+    {LM_TOOL_FORM_GLM, "get_weather", "<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>\n</tool_call>", "", 1,
+     {"{\"city\":\"Rome\"}"}},
+    {LM_TOOL_FORM_GLM, "get_weather", "<arg_key>city</arg_key>\n<arg_value>Ro", "", 1,
+     {"<arg_key>city</arg_key>\n<arg_value>Ro"}},
+    {LM_TOOL_FORM_GLM, "get_weather", "", "", 1, {"{}"}},
+};
+
+/* Feeds c->output cut at `cut` (piece 0) or in pieces of `piece` bytes. */
+static void run_forced_case(const forced_case *c, const cJSON *tools, size_t cut, size_t piece) {
+    lm_tool_parser p;
+    lm_tool_parser_init(&p, tools, 42);
+    lm_sbuf content = {0};
+    lm_tool_call_list calls = {0};
+    bool ok = lm_tool_parser_start_forced(&p, c->form, c->name);
+    size_t len = strlen(c->output);
+    if (piece) {
+        for (size_t i = 0; i < len; i += piece)
+            ok &= lm_tool_parser_feed(&p, c->output + i, len - i < piece ? len - i : piece, &content, &calls);
+    } else {
+        ok &= lm_tool_parser_feed(&p, c->output, cut, &content, &calls);
+        /* nothing of the forced call reaches the content while it is open */
+        const char *close = strstr(c->output, "</tool_call>");
+        ok &= content.len == 0 || (close && close + strlen("</tool_call>") <= c->output + cut);
+        ok &= lm_tool_parser_feed(&p, c->output + cut, len - cut, &content, &calls);
+    }
+    ok &= lm_tool_parser_finish(&p, &content, &calls);
+    ok &= strcmp(lm_sbuf_str(&content), c->content) == 0 && calls.n == c->n_calls;
+    for (int i = 0; ok && i < calls.n; i++)
+        ok = strcmp(calls.items[i].arguments, c->arguments[i]) == 0 && strncmp(calls.items[i].id, "call_", 5) == 0;
+    ok = ok && strcmp(calls.items[0].name, c->name) == 0;
+    if (!ok)
+        test_failed(__FILE__, __LINE__, "forced %d '%s' + '%s' cut %zu piece %zu: content '%s', %d calls%s%s %s",
+                    (int)c->form, c->name, c->output, cut, piece, lm_sbuf_str(&content), calls.n,
+                    calls.n ? ": " : "", calls.n ? calls.items[0].name : "", calls.n ? calls.items[0].arguments : "");
+    lm_sbuf_free(&content);
+    lm_tool_call_list_free(&calls);
+    lm_tool_parser_free(&p);
+}
+
+static void test_forced_call_split_everywhere(void) {
+    cJSON *tools = cJSON_Parse(tools_json);
+    CHECK(tools);
+    for (size_t i = 0; i < sizeof forced_cases / sizeof forced_cases[0] && !test_current_failed(); i++) {
+        size_t len = strlen(forced_cases[i].output);
+        for (size_t cut = 0; cut <= len; cut++) run_forced_case(&forced_cases[i], tools, cut, 0);
+        run_forced_case(&forced_cases[i], tools, 0, 1);
+        run_forced_case(&forced_cases[i], tools, 0, 3);
+    }
+    cJSON_Delete(tools);
+}
+
+/* A forced opening followed by a complete call parses exactly like the model
+ * having written the whole call itself. */
+static void test_forced_equals_written(void) {
+    const lm_tool_form forms[] = {LM_TOOL_FORM_JSON, LM_TOOL_FORM_XML, LM_TOOL_FORM_GLM};
+    const char *rests[] = {"{\"city\": \"Lima\", \"days\": 1}}\n</tool_call>",
+                           "<parameter=city>\nLima\n</parameter>\n<parameter=days>\n1\n</parameter>\n</function>\n</tool_call>",
+                           "<arg_key>city</arg_key>\n<arg_value>Lima</arg_value>\n<arg_key>days</arg_key>\n<arg_value>1</arg_value>\n</tool_call>"};
+    cJSON *tools = cJSON_Parse(tools_json);
+    for (int f = 0; f < 3; f++) {
+        lm_sbuf whole = {0}, content = {0};
+        lm_tool_call_list calls = {0};
+        CHECK(lm_tool_call_opening(forms[f], "get_weather", &whole));
+        lm_sbuf_puts(&whole, rests[f]);
+        lm_tool_parser p;
+        lm_tool_parser_init(&p, tools, 7);
+        lm_tool_parser_feed(&p, lm_sbuf_str(&whole), whole.len, &content, &calls);
+        lm_tool_parser_finish(&p, &content, &calls);
+        CHECK_MSG(calls.n == 1 && content.len == 0, "form %d: %d calls, content '%s'", f, calls.n, lm_sbuf_str(&content));
+        CHECK(calls.n == 1 && strcmp(calls.items[0].arguments, "{\"city\":\"Lima\",\"days\":1}") == 0);
+        lm_tool_parser_free(&p);
+        lm_tool_call_list_free(&calls);
+        lm_sbuf_free(&whole);
+        lm_sbuf_free(&content);
+    }
+    cJSON_Delete(tools);
+}
+
+static void test_openings_and_forms(void) {
+    static const struct {
+        lm_tool_form form;
+        const char *name, *opening;
+    } openings[] = {
+        {LM_TOOL_FORM_JSON, "f", "<tool_call>\n{\"name\": \"f\", \"arguments\": "},
+        {LM_TOOL_FORM_JSON, NULL, "<tool_call>\n{\"name\": \""},
+        {LM_TOOL_FORM_JSON, "a\"b\\c", "<tool_call>\n{\"name\": \"a\\\"b\\\\c\", \"arguments\": "},
+        {LM_TOOL_FORM_XML, "f", "<tool_call>\n<function=f>\n"},
+        {LM_TOOL_FORM_XML, NULL, "<tool_call>\n<function="},
+        {LM_TOOL_FORM_GLM, "f", "<tool_call>f\n"},
+        {LM_TOOL_FORM_GLM, NULL, "<tool_call>"},
+    };
+    for (size_t i = 0; i < sizeof openings / sizeof openings[0]; i++) {
+        lm_sbuf b = {0};
+        CHECK(lm_tool_call_opening(openings[i].form, openings[i].name, &b));
+        CHECK_MSG(strcmp(lm_sbuf_str(&b), openings[i].opening) == 0, "opening %zu: '%s'", i, lm_sbuf_str(&b));
+        lm_sbuf_free(&b);
+    }
+    CHECK(lm_tool_form_of_template(NULL) == LM_TOOL_FORM_JSON);
+    CHECK(lm_tool_form_of_template("{{ '<tool_call>\\n<function=' + name + '>' }}") == LM_TOOL_FORM_XML);
+    CHECK(lm_tool_form_of_template("<tool_call>{{ name }}<arg_key>k</arg_key>") == LM_TOOL_FORM_GLM);
+    CHECK(lm_tool_form_of_template("<tool_call>\n{\"name\": <function-name>}") == LM_TOOL_FORM_JSON);
+    /* the fixture's Qwen3-style template teaches the JSON form */
+    char path[1024];
+    FILE *f = fopen(test_fixture_path(path, sizeof path, "models/qwen35-dense/chat_template.jinja"), "rb");
+    CHECK(f);
+    if (f) {
+        static char source[65536];
+        size_t n = fread(source, 1, sizeof source - 1, f);
+        fclose(f);
+        source[n] = 0;
+        CHECK(n > 0 && lm_tool_form_of_template(source) == LM_TOOL_FORM_JSON);
+    }
+}
+
+/* Qwen3.5's generation prompt leaves <think> open when thinking is on: a
+ * forced call first closes it (an empty thinking block, as the template
+ * writes when thinking is off). */
+static void test_think_closed_before_forced_call(void) {
+    const char *open = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n";
+    const char *closed = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    const char *plain = "<|im_start|>assistant\n";
+    CHECK(strcmp(lm_forced_call_think_close(open, strlen(open), true), "\n</think>\n\n") == 0);
+    CHECK(strcmp(lm_forced_call_think_close(open, strlen(open), false), "") == 0);
+    CHECK(strcmp(lm_forced_call_think_close(closed, strlen(closed), true), "") == 0);
+    CHECK(strcmp(lm_forced_call_think_close(plain, strlen(plain), true), "") == 0);
+    lm_openai_request r = {0};
+    cJSON *tools = cJSON_Parse(tools_json);
+    r.tools = tools;
+    r.add_generation_prompt = true;
+    r.tool_choice = LM_TOOL_CHOICE_AUTO;
+    CHECK(!lm_tool_choice_forces_call(&r));
+    r.tool_choice = LM_TOOL_CHOICE_REQUIRED;
+    CHECK(lm_tool_choice_forces_call(&r));
+    r.tool_choice = LM_TOOL_CHOICE_NAMED;
+    CHECK(lm_tool_choice_forces_call(&r));
+    r.continue_final_message = true;
+    CHECK(!lm_tool_choice_forces_call(&r));
+    cJSON_Delete(tools);
+}
+
 int main(void) {
     RUN_TEST(test_whole_and_split);
     RUN_TEST(test_untyped_values_stay_strings);
     RUN_TEST(test_streaming_holds_only_markers);
+    RUN_TEST(test_forced_call_split_everywhere);
+    RUN_TEST(test_forced_equals_written);
+    RUN_TEST(test_openings_and_forms);
+    RUN_TEST(test_think_closed_before_forced_call);
     return test_summary("test_tool_parser");
 }

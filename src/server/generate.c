@@ -9,6 +9,7 @@
 
 #include "server/reasoning_parser.h"
 #include "server/server_internal.h"
+#include "server/tool_choice.h"
 #include "server/tool_parser.h"
 
 #define EVENT_POLL_MS 50
@@ -588,10 +589,35 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         char *text = NULL;
         size_t text_len = 0;
         st = lm_render_chat_prompt(s, r, &text, &text_len, &err);
+        /* tool_choice required / named: the prompt ends with the opening of
+         * the call (after closing a thinking block the template opened). */
+        bool forced = lm_tool_choice_forces_call(r);
+        lm_tool_form form = lm_tool_form_of_template(lm_tokenizer_chat_template(s->tokenizer));
+        const char *think_close = st == LM_OK && forced ? lm_forced_call_think_close(text, text_len, s->template_has_think) : "";
+        if (*think_close) {
+            size_t extra = strlen(think_close);
+            char *grown = realloc(text, text_len + extra + 1);
+            if (grown) {
+                memcpy(grown + text_len, think_close, extra + 1);
+                text = grown;
+                text_len += extra;
+            } else {
+                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory");
+            }
+        }
         if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &ids, &n_ids, &err);
         bool opens = st == LM_OK && s->template_has_think && lm_prompt_opens_reasoning(text, text_len);
         free(text);
         if (st != LM_OK) return fail(g, c, st == LM_ERR_NOMEM ? 500 : 400, err.message, "messages");
+        const char *forced_name = NULL;
+        if (forced) {
+            int32_t *with_call = NULL;
+            unsigned status = 400;
+            st = lm_forced_call_prompt(s, c, r, form, ids, n_ids, &with_call, &n_ids, &forced_name, &status, &err);
+            free(ids);
+            ids = with_call;
+            if (st != LM_OK) return fail(g, c, status, err.message, "tool_choice");
+        }
         g->n = r->params.n;
         g->choices = calloc((size_t)g->n, sizeof *g->choices);
         if (!g->choices) {
@@ -600,10 +626,15 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         }
         for (int i = 0; i < g->n; i++) {
             choice_state *ch = &g->choices[i];
-            ch->use_reasoning = s->template_has_think;
+            /* A forced call's output is its arguments: no reasoning to split. */
+            ch->use_reasoning = s->template_has_think && !forced;
             ch->use_tools = r->tools != NULL;
             lm_reasoning_parser_init(&ch->reasoning_parser, opens);
             lm_tool_parser_init(&ch->tool_parser, r->tools, atomic_fetch_add(&s->next_id, 1) * 0x9e3779b97f4a7c15ull + (uint64_t)i);
+            if (forced && !lm_tool_parser_start_forced(&ch->tool_parser, form, forced_name)) {
+                free(ids);
+                return fail(g, c, 500, "out of memory", NULL);
+            }
         }
         r->params.skip_special_tokens = false; /* filtered in apply_event */
     } else {

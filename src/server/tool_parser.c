@@ -28,6 +28,36 @@ void lm_tool_parser_init(lm_tool_parser *p, const cJSON *tools, uint64_t id_seed
 void lm_tool_parser_free(lm_tool_parser *p) {
     lm_sbuf_free(&p->pending);
     lm_sbuf_free(&p->block);
+    free(p->forced_name);
+    p->forced_name = NULL;
+}
+
+lm_tool_form lm_tool_form_of_template(const char *template_source) {
+    if (!template_source) return LM_TOOL_FORM_JSON;
+    if (strstr(template_source, "<function=")) return LM_TOOL_FORM_XML;
+    if (strstr(template_source, "<arg_key>")) return LM_TOOL_FORM_GLM;
+    return LM_TOOL_FORM_JSON;
+}
+
+bool lm_tool_call_opening(lm_tool_form form, const char *name, lm_sbuf *out) {
+    switch (form) {
+    case LM_TOOL_FORM_XML:
+        return lm_sbuf_puts(out, CALL_OPEN "\n<function=") && (!name || lm_sbuf_printf(out, "%s>\n", name));
+    case LM_TOOL_FORM_GLM:
+        return lm_sbuf_puts(out, CALL_OPEN) && (!name || lm_sbuf_printf(out, "%s\n", name));
+    case LM_TOOL_FORM_JSON:
+    default:
+        if (!lm_sbuf_puts(out, CALL_OPEN "\n{\"name\": \"")) return false;
+        if (!name) return true;
+        /* The name as a JSON string's body: cJSON's quoted form less its quotes. */
+        cJSON *str = cJSON_CreateString(name);
+        char *quoted = str ? cJSON_PrintUnformatted(str) : NULL;
+        cJSON_Delete(str);
+        if (!quoted) return false;
+        bool ok = lm_sbuf_append(out, quoted + 1, strlen(quoted) - 2) && lm_sbuf_puts(out, "\", \"arguments\": ");
+        cJSON_free(quoted);
+        return ok;
+    }
 }
 
 static uint64_t splitmix64(uint64_t *state) {
@@ -219,10 +249,9 @@ static bool parse_glm_form(const char *text, const cJSON *tools, char **name, cJ
     return true;
 }
 
-static bool push_call(lm_tool_parser *p, lm_tool_call_list *calls, char *name, cJSON *args) {
-    char *json = cJSON_PrintUnformatted(args);
-    cJSON_Delete(args);
-    if (!json || calls->n >= MAX_CALLS) goto fail;
+/* Appends a call; takes ownership of name and arguments (JSON text). */
+static bool push_call_text(lm_tool_parser *p, lm_tool_call_list *calls, char *name, char *arguments) {
+    if (!name || !arguments || calls->n >= MAX_CALLS) goto fail;
     if (calls->n == calls->cap) {
         int cap = calls->cap ? calls->cap * 2 : 4;
         lm_tool_call *items = realloc(calls->items, sizeof *items * (size_t)cap);
@@ -235,12 +264,42 @@ static bool push_call(lm_tool_parser *p, lm_tool_call_list *calls, char *name, c
     snprintf(c->id, sizeof c->id, "call_%016llx%08llx", (unsigned long long)a,
              (unsigned long long)(b & 0xffffffffu));
     c->name = name;
-    c->arguments = json;
+    c->arguments = arguments;
     return true;
 fail:
-    free(json);
+    free(arguments);
     free(name);
     return false;
+}
+
+static bool push_call(lm_tool_parser *p, lm_tool_call_list *calls, char *name, cJSON *args) {
+    char *json = cJSON_PrintUnformatted(args);
+    cJSON_Delete(args);
+    return push_call_text(p, calls, name, json);
+}
+
+/* The forced call when its block did not parse: the first JSON object the
+ * model wrote, else its raw text ("{}" when empty). */
+static bool push_forced_call(lm_tool_parser *p, lm_tool_call_list *calls) {
+    size_t skip = p->forced_skip < p->block.len ? p->forced_skip : p->block.len;
+    char *raw = trimmed_copy(lm_sbuf_str(&p->block) + skip, p->block.len - skip);
+    char *name = strdup(p->forced_name);
+    if (!raw || !name) {
+        free(raw);
+        free(name);
+        return false;
+    }
+    if (!raw[0]) {
+        free(raw);
+        return push_call_text(p, calls, name, strdup("{}"));
+    }
+    cJSON *first = cJSON_ParseWithOpts(raw, NULL, false);
+    if (cJSON_IsObject(first)) {
+        free(raw);
+        return push_call(p, calls, name, first);
+    }
+    cJSON_Delete(first);
+    return push_call_text(p, calls, name, raw);
 }
 
 /* Parses one block body; false if it is in no known form. */
@@ -274,6 +333,19 @@ static bool block_as_content(lm_tool_parser *p, lm_sbuf *content, bool closed) {
     return ok;
 }
 
+/* The open block ends (closed: its </tool_call> was seen; else the output
+ * ended): a call, or content when it is in no known form and not forced. */
+static bool end_block(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, bool closed) {
+    p->in_call = false;
+    bool parsed;
+    bool ok = parse_block(p, lm_sbuf_str(&p->block), p->block.len, calls, &parsed);
+    if (ok && !parsed) ok = p->forced_name ? push_forced_call(p, calls) : block_as_content(p, content, closed);
+    free(p->forced_name);
+    p->forced_name = NULL;
+    lm_sbuf_clear(&p->block);
+    return ok;
+}
+
 static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, bool final) {
     for (;;) {
         const char *s = lm_sbuf_str(&p->pending);
@@ -286,13 +358,10 @@ static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, 
             if (!lm_sbuf_append(out, s, at)) return false;
             lm_sbuf_consume(&p->pending, at + strlen(marker));
             if (p->in_call) {
-                bool parsed;
-                if (!parse_block(p, lm_sbuf_str(&p->block), p->block.len, calls, &parsed))
-                    return false;
-                if (!parsed && !block_as_content(p, content, true)) return false;
-                lm_sbuf_clear(&p->block);
+                if (!end_block(p, content, calls, true)) return false;
+            } else {
+                p->in_call = true;
             }
-            p->in_call = !p->in_call;
             continue;
         }
         size_t n = final ? len : len - lm_marker_partial(s, len, marker);
@@ -300,6 +369,24 @@ static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, 
         lm_sbuf_consume(&p->pending, n);
         return ok;
     }
+}
+
+bool lm_tool_parser_start_forced(lm_tool_parser *p, lm_tool_form form, const char *name) {
+    lm_sbuf opening = {0}, content = {0};
+    lm_tool_call_list calls = {0};
+    bool ok = name && lm_tool_call_opening(form, name, &opening) &&
+              lm_tool_parser_feed(p, lm_sbuf_str(&opening), opening.len, &content, &calls);
+    /* The opening only opens a call: nothing of it is content or a call. */
+    ok = ok && p->in_call && content.len == 0 && calls.n == 0;
+    if (ok) {
+        p->forced_skip = opening.len - strlen(CALL_OPEN);
+        p->forced_name = strdup(name);
+        ok = p->forced_name != NULL;
+    }
+    lm_sbuf_free(&opening);
+    lm_sbuf_free(&content);
+    lm_tool_call_list_free(&calls);
+    return ok;
 }
 
 bool lm_tool_parser_feed(lm_tool_parser *p, const char *text, size_t len, lm_sbuf *content,
@@ -311,10 +398,5 @@ bool lm_tool_parser_feed(lm_tool_parser *p, const char *text, size_t len, lm_sbu
 bool lm_tool_parser_finish(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls) {
     if (!step(p, content, calls, true)) return false;
     if (!p->in_call) return true;
-    p->in_call = false;
-    bool parsed;
-    if (!parse_block(p, lm_sbuf_str(&p->block), p->block.len, calls, &parsed)) return false;
-    if (!parsed) return block_as_content(p, content, false);
-    lm_sbuf_clear(&p->block);
-    return true;
+    return end_block(p, content, calls, false);
 }

@@ -6,7 +6,11 @@
  * Incremental like the reasoning parser: pieces cut anywhere give the same
  * result as the whole text.  Parameter values of the XML and GLM forms are
  * typed by the tools' JSON schemas (a non-string property is parsed as JSON
- * when it can be); a block that cannot be parsed is passed on as content. */
+ * when it can be); a block that cannot be parsed is passed on as content.
+ *
+ * tool_choice "required" or a named function is enforced by ending the prompt
+ * with the opening of a call (lm_tool_call_opening); the parser then starts
+ * inside that call (lm_tool_parser_start_forced). */
 #ifndef LOOM_SERVER_TOOL_PARSER_H
 #define LOOM_SERVER_TOOL_PARSER_H
 
@@ -30,16 +34,46 @@ typedef struct {
 
 void lm_tool_call_list_free(lm_tool_call_list *list);
 
+/* The three forms; which one a model writes is read from its chat template. */
+typedef enum { LM_TOOL_FORM_JSON, LM_TOOL_FORM_XML, LM_TOOL_FORM_GLM } lm_tool_form;
+
+/* Qwen3.5's XML form when the template writes "<function=", GLM-4.6V's when
+ * it writes "<arg_key>", else Qwen3's JSON form (also when the template shows
+ * no tool calls at all: it is the most widely trained one).  NULL: JSON. */
+lm_tool_form lm_tool_form_of_template(const char *template_source);
+
+/* Appends the opening of a call in that form.  With a name, up to where the
+ * arguments start (as C strings):
+ *   JSON  "<tool_call>\n{\"name\": \"NAME\", \"arguments\": "
+ *   XML   "<tool_call>\n<function=NAME>\n"
+ *   GLM   "<tool_call>NAME\n"
+ * with NULL, up to where the name starts: "<tool_call>\n{\"name\": \"",
+ * "<tool_call>\n<function=", "<tool_call>".  In the JSON form the name is
+ * escaped as in a JSON string.  False when out of memory. */
+bool lm_tool_call_opening(lm_tool_form form, const char *name, lm_sbuf *out);
+
 typedef struct {
     bool in_call;
     lm_sbuf pending;      /* content that may start a <tool_call> */
     lm_sbuf block;        /* the body of the open <tool_call> */
     const cJSON *tools;   /* the request's tools (borrowed; may be NULL) */
     uint64_t id_state;    /* for call ids */
+    char *forced_name;    /* the forced call's function (malloc'd) until that call ends */
+    size_t forced_skip;   /* bytes at the start of block that came from the forced opening */
 } lm_tool_parser;
 
 /* tools: the request's "tools" array (may be NULL); id_seed makes call ids. */
 void lm_tool_parser_init(lm_tool_parser *p, const cJSON *tools, uint64_t id_seed);
+/* After init: starts inside a call whose opening (lm_tool_call_opening of
+ * form and name) ended the prompt, so the model writes only its arguments
+ * and the close.  That first call is always returned as a call, never as
+ * content, also when the output ends before the call is closed (max_tokens,
+ * a stop string, eos).  Its arguments: the block parsed as usual when that
+ * works (an XML parameter cut short keeps what was written), else the first
+ * JSON object the model wrote, else the model's raw text after the opening
+ * (then not JSON, as the model did not write JSON), "{}" when it wrote
+ * nothing.  False when out of memory. */
+bool lm_tool_parser_start_forced(lm_tool_parser *p, lm_tool_form form, const char *name);
 /* Appends plain content to *content and finished calls to *calls.  False
  * when out of memory (or a size bound was hit). */
 bool lm_tool_parser_feed(lm_tool_parser *p, const char *text, size_t len, lm_sbuf *content,

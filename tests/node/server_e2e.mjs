@@ -3,6 +3,7 @@
 // Starts the server on a free port, runs the checks, stops it with SIGTERM and
 // expects exit status 0.  Prints "server_e2e[...]: N passed, N failed".
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 
 const [binary, model, ...rest] = process.argv.slice(2);
@@ -46,7 +47,7 @@ async function metric(name) {
   return m ? Number(m[1]) : NaN;
 }
 async function collect(stream) {
-  const out = { chunks: [], text: {}, finish: {}, usage: null, roleFirst: true };
+  const out = { chunks: [], text: {}, finish: {}, calls: {}, usage: null, roleFirst: true };
   for await (const chunk of stream) {
     out.chunks.push(chunk);
     if (chunk.usage) out.usage = chunk.usage;
@@ -54,6 +55,11 @@ async function collect(stream) {
       if (out.text[c.index] === undefined && c.delta && c.delta.role !== 'assistant') out.roleFirst = false;
       out.text[c.index] = (out.text[c.index] ?? '') + (c.delta ? (c.delta.content ?? '') : c.text);
       if (c.finish_reason) out.finish[c.index] = c.finish_reason;
+      for (const t of c.delta?.tool_calls ?? []) { // OpenAI's streaming: a call's first delta names it
+        const calls = (out.calls[c.index] ??= []);
+        if (!calls[t.index]) calls[t.index] = { id: t.id, name: t.function?.name ?? '', arguments: '' };
+        calls[t.index].arguments += t.function?.arguments ?? '';
+      }
     }
   }
   return out;
@@ -117,6 +123,69 @@ try {
   const nothink = await client.chat.completions.create({ model: 'fixture', messages, max_tokens: 4, temperature: 0,
     chat_template_kwargs: { enable_thinking: false } });
   check('chat_template_kwargs accepted', nothink.choices[0].message.content !== undefined, nothink);
+
+  // tool_choice: a named function or "required" is forced by ending the prompt
+  // with the opening of a call (the fixture's template teaches the Qwen3 JSON
+  // form).  The random model never closes the call: the partial call comes
+  // back with finish_reason "length"; when the output ends otherwise (a stop
+  // string, eos) finish_reason is "tool_calls".
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } },
+    { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } },
+  ];
+  const toolNames = tools.map((t) => t.function.name);
+  const eos = JSON.parse(readFileSync(`${model}/generation_config.json`, 'utf8')).eos_token_id;
+  const named = { type: 'function', function: { name: 'get_time' } };
+  const forced = await client.chat.completions.create({ model: 'fixture', messages, max_tokens: 6, temperature: 0, tools,
+    tool_choice: named });
+  const fc = forced.choices[0];
+  const fcall = fc.message.tool_calls?.[0];
+  check('named tool_choice: the call', fc.message.tool_calls?.length === 1 && fcall.type === 'function' &&
+    fcall.function.name === 'get_time' && /^call_/.test(fcall.id) && typeof fcall.function.arguments === 'string', fc);
+  check('named tool_choice: no content', !fc.message.content, fc.message);
+  check('named tool_choice: cut by max_tokens', fc.finish_reason === 'length' && forced.usage.completion_tokens === 6, fc);
+  const fs = await collect(await client.chat.completions.create({ model: 'fixture', messages, max_tokens: 6, temperature: 0,
+    tools, tool_choice: named, stream: true }));
+  check('named tool_choice stream = non-stream', fs.calls[0]?.length === 1 && fs.calls[0][0].name === 'get_time' &&
+    fs.calls[0][0].arguments === fcall.function.arguments && fs.text[0] === '' && fs.finish[0] === 'length',
+    [fs.calls, fs.text, fs.finish]);
+  // a stop string inside the (gibberish) arguments ends the output: the call so far, "tool_calls"
+  const fargs = fcall.function.arguments;
+  const at = fargs.slice(2).search(/[A-Za-z]{2}/) + 2;
+  const fstop = fargs.slice(at, at + 2);
+  check('named tool_choice: a stop string to use', at >= 2, fargs);
+  const fstopped = await client.chat.completions.create({ model: 'fixture', messages, max_tokens: 6, temperature: 0, tools,
+    tool_choice: named, stop: [fstop] });
+  const sc = fstopped.choices[0];
+  check('named tool_choice + stop: tool_calls', sc.finish_reason === 'tool_calls' && sc.message.tool_calls?.length === 1 &&
+    sc.message.tool_calls[0].function.name === 'get_time' &&
+    sc.message.tool_calls[0].function.arguments === fargs.slice(0, at).trim() && !sc.message.content, [sc, fstop]);
+  const fss = await collect(await client.chat.completions.create({ model: 'fixture', messages, max_tokens: 6, temperature: 0,
+    tools, tool_choice: named, stop: [fstop], stream: true }));
+  check('named tool_choice + stop stream', fss.finish[0] === 'tool_calls' && fss.calls[0]?.[0]?.name === 'get_time' &&
+    fss.calls[0][0].arguments === fargs.slice(0, at).trim(), [fss.calls, fss.finish]);
+  // "required": the model picks among the tools' names only
+  for (const seed of [1, 2, 3]) {
+    const req = await client.chat.completions.create({ model: 'fixture', messages, max_tokens: 3, temperature: 1, seed,
+      tools, tool_choice: 'required' });
+    const rc = req.choices[0];
+    check(`required tool_choice (seed ${seed})`, rc.message.tool_calls?.length === 1 &&
+      toolNames.includes(rc.message.tool_calls[0].function.name) && !rc.message.content && rc.finish_reason === 'length', rc);
+  }
+  const reos = await client.chat.completions.create({ model: 'fixture', messages, max_tokens: 6, temperature: 0, tools,
+    tool_choice: 'required', logit_bias: { [eos]: 100 } });
+  const re = reos.choices[0];
+  check('required tool_choice + eos: tool_calls', re.finish_reason === 'tool_calls' && re.message.tool_calls?.length === 1 &&
+    toolNames.includes(re.message.tool_calls[0].function.name) && re.message.tool_calls[0].function.arguments === '{}', re);
+  const rs = await collect(await client.chat.completions.create({ model: 'fixture', messages, max_tokens: 6, temperature: 0,
+    tools, tool_choice: 'required', logit_bias: { [eos]: 100 }, stream: true }));
+  check('required tool_choice + eos stream', rs.finish[0] === 'tool_calls' && rs.calls[0]?.length === 1 &&
+    rs.calls[0][0].name === re.message.tool_calls[0].function.name && rs.calls[0][0].arguments === '{}' && rs.text[0] === '',
+    [rs.calls, rs.finish]);
+  const rn = await collect(await client.chat.completions.create({ model: 'fixture', messages, max_tokens: 4, n: 2,
+    temperature: 1, seed: 9, tools, tool_choice: 'required', stream: true }));
+  check('required tool_choice n=2 stream', [0, 1].every((i) => rn.calls[i]?.length === 1 &&
+    toolNames.includes(rn.calls[i][0].name) && rn.finish[i] === 'length'), [rn.calls, rn.finish]);
 
   // an aborted stream frees its KV blocks at once
   const controller = new AbortController();
