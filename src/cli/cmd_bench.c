@@ -118,11 +118,16 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, int 
             }
             next++;
         }
-        /* Poll every live request so first-token times are seen when they happen. */
+        /* Wait on the oldest live request (events come at the end of an
+         * engine step, for all running requests at once), then poll the
+         * others, so first-token times are seen when they happen.  Blocking
+         * rather than a sleep-and-poll loop keeps this thread off the cores
+         * the kernels run on: polling every 200 us cost ~15% of the
+         * throughput at concurrency 8 on 2 cores. */
         for (int i = done; i < next; i++) {
             loom_event ev;
             int got = 0;
-            while (live[i] && (got = loom_next_event(live[i], &ev, 0)) == 1) {
+            while (live[i] && (got = loom_next_event(live[i], &ev, i == done ? 5 : 0)) == 1) {
                 if (ev.type == LOOM_EVENT_TOKEN) {
                     if (t[i].tokens++ == 0) t[i].first_token = now_seconds();
                 } else if (ev.type == LOOM_EVENT_ERROR) {
@@ -137,8 +142,6 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, int 
             }
         }
         while (done < next && !live[done]) done++;
-        struct timespec pause = {0, 200 * 1000};
-        nanosleep(&pause, NULL);
     }
     double wall = now_seconds() - t0;
     long total = 0;
