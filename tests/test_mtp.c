@@ -22,6 +22,7 @@
 #include "base/bf16.h"
 #include "engine/sequence_runner.h"
 #include "harness.h"
+#include "model_util.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "models/qwen35.h"
@@ -69,14 +70,6 @@ static const lm_tensor *ref(const char *prompt, const char *what) {
     return lm_safetensors_find(fx.reference, name);
 }
 
-static double stddev(const float *x, size_t n) {
-    double mean = 0, var = 0;
-    for (size_t i = 0; i < n; i++) mean += x[i];
-    mean /= (double)n;
-    for (size_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
-    return sqrt(var / (double)n);
-}
-
 /* max |got - want| / std(want) over n values; NaN gives infinity */
 static double normalized_error(const float *got, const float *want, size_t n) {
     double worst = 0;
@@ -84,7 +77,7 @@ static double normalized_error(const float *got, const float *want, size_t n) {
         double d = fabs((double)got[i] - want[i]);
         if (!(d <= worst)) worst = d;
     }
-    return isnan(worst) ? INFINITY : worst / stddev(want, n);
+    return isnan(worst) ? INFINITY : worst / test_stddev(want, n);
 }
 
 /* Prompts with an mtp_logits reference (p1 has one token: none). */
@@ -287,8 +280,8 @@ static void check_incremental(const char *prompt, int chunk1, int chunk2) {
         compared++;
         double e = normalized_error(got + (size_t)p * V, (const float *)want->data + (size_t)p * V,
                                     (size_t)V) *
-                   stddev((const float *)want->data + (size_t)p * V, (size_t)V) /
-                   stddev(want->data, (size_t)want->n_elements);
+                   test_stddev((const float *)want->data + (size_t)p * V, (size_t)V) /
+                   test_stddev(want->data, (size_t)want->n_elements);
         if (!(e <= worst)) {
             worst = e;
             worst_row = p;
