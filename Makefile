@@ -76,10 +76,11 @@ test-release: test-deps
 	@$(MAKE) --no-print-directory -j$$(nproc) tests
 	@LOOM_SKIP_ASAN=1 tests/run.sh $(BUILD)
 
-FIXTURE_MODEL ?= ../shared/fixtures/models/qwen35-dense
+# Serves the bundled default model (models/loom-tiny) on port 8080; MODEL=DIR
+# serves another checkpoint folder instead.
 run: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all
-	$(BUILD)/loom serve --model $(FIXTURE_MODEL) --served-model-name loom
+	$(BUILD)/loom serve $(if $(MODEL),--model $(MODEL))
 
 clean:
 	rm -rf $(BUILD)

@@ -8,16 +8,19 @@
 #include <time.h>
 
 #include "base/membw.h"
+#include "cli/bench_prompts.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "engine/sequence_runner.h"
 #include "loom.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: loom bench (--model DIR | --config FILE --random-weights) [options]\n"
+            "usage: loom bench [--model DIR | --config FILE --random-weights] [options]\n"
             "Measures prefill and decode speed of one sequence (batch 1).\n\n"
-            "  --model DIR          a checkpoint folder\n"
+            "  --model DIR          a checkpoint folder (default: the bundled models/loom-tiny,\n"
+            "                       or $LOOM_MODEL)\n"
             "  --config FILE        a config.json shape (with --random-weights)\n"
             "  --random-weights     random bf16 weights in memory, no checkpoint needed\n"
             "  --prompt-tokens N    prompt length for prefill (default 256)\n"
@@ -31,7 +34,13 @@ static void usage(FILE *f) {
             "                       many in flight; reports output tokens/s and time per token\n"
             "  --requests N         requests per level (default: 2 x the level, at least 8)\n"
             "  --speculative-tokens K  with --concurrency: each level without and with K MTP\n"
-            "                       drafts; reports acceptance, mean accepted length, speedup\n");
+            "                       drafts; reports acceptance, mean accepted length, speedup\n"
+            "  --prompt-file FILE   with --concurrency: text prompts, one per line (\\n for a\n"
+            "                       newline), cycled through, instead of random ids\n"
+            "  --chat               with --prompt-file: each line is a user message sent\n"
+            "                       through the chat template\n"
+            "  --temperature T      with --concurrency: sample at T, seeded per request\n"
+            "                       (default 0, greedy)\n");
 }
 
 static double now_seconds(void) {
@@ -76,25 +85,17 @@ typedef struct {
     int tokens;
 } request_timing;
 
-/* Offline throughput at one concurrency level: `n_requests` requests of
- * `prompt_tokens` random ids and `gen_tokens` outputs, `level` in flight. */
-static int throughput_level(loom_engine *engine, int level, int n_requests, int prompt_tokens,
-                            int gen_tokens, uint64_t seed, double *tokens_per_s) {
-    int V = loom_engine_vocab_size(engine);
-    int32_t *prompts = malloc(sizeof(int32_t) * (size_t)prompt_tokens * (size_t)n_requests);
+/* Offline throughput at one concurrency level: `n_requests` requests (request
+ * i sends prompt i modulo the set) of `gen_tokens` outputs, `level` in flight. */
+static int throughput_level(loom_engine *engine, int level, int n_requests, const lm_bench_prompts *prompts,
+                            int gen_tokens, float temperature, uint64_t seed, double *tokens_per_s) {
     request_timing *t = calloc((size_t)n_requests, sizeof *t);
     loom_request **live = calloc((size_t)n_requests, sizeof *live);
-    if (!prompts || !t || !live) {
-        free(prompts);
+    if (!t || !live) {
         free(t);
         free(live);
         fprintf(stderr, "loom: out of memory\n");
         return 1;
-    }
-    uint64_t x = seed * 2654435761u + 7;
-    for (long i = 0; i < (long)prompt_tokens * n_requests; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        prompts[i] = (int32_t)((x >> 33) % (uint64_t)V);
     }
     char error[256];
     int next = 0, done = 0, rc = 0;
@@ -105,11 +106,13 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, int 
         while (next < n_requests && next - done < level) {
             loom_request_params p;
             loom_request_params_default(&p);
-            p.prompt = prompts + (size_t)next * prompt_tokens;
-            p.n_prompt = prompt_tokens;
+            p.prompt = prompts->ids[next % prompts->count];
+            p.n_prompt = prompts->lengths[next % prompts->count];
             p.max_tokens = gen_tokens;
             p.ignore_eos = true;
-            p.sampling.temperature = 0;
+            p.sampling.temperature = temperature;
+            p.sampling.has_seed = temperature > 0;
+            p.sampling.seed = seed + (uint64_t)next;
             t[next].submitted = now_seconds();
             if (loom_submit(engine, &p, &live[next], error, sizeof error) != LOOM_OK) {
                 fprintf(stderr, "loom: %s\n", error);
@@ -159,7 +162,6 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, int 
                level, n_requests, total, wall, (double)total / wall, 1e3 * tpot / n_requests,
                1e3 * ttft / n_requests);
     fflush(stdout);
-    free(prompts);
     free(t);
     free(live);
     return rc;
@@ -198,7 +200,8 @@ static loom_engine *bench_engine(const char *model_dir, const char *config_path,
  * with speculation and reports the acceptance and the speedup. */
 static int run_throughput(const char *model_dir, const char *config_path, bool mmap_weights,
                           int threads, uint64_t seed, const char *levels, int requests,
-                          int prompt_tokens, int gen_tokens, int speculative_tokens) {
+                          int prompt_tokens, int gen_tokens, int speculative_tokens,
+                          const char *prompt_file, bool chat, float temperature) {
     int max_level = 0;
     for (const char *p = levels; *p;) {
         long level = strtol(p, (char **)&p, 10);
@@ -210,13 +213,40 @@ static int run_throughput(const char *model_dir, const char *config_path, bool m
         fprintf(stderr, "loom: --concurrency expects a list like 1,4,16,64\n");
         return 2;
     }
+    lm_bench_prompts prompts = {0};
+    if (prompt_file) {
+        lm_error err = {0};
+        if (lm_bench_prompts_file(&prompts, prompt_file, model_dir, chat, &err) != LM_OK) {
+            fprintf(stderr, "loom: %s\n", err.message);
+            return 1;
+        }
+        long total = 0;
+        for (int i = 0; i < prompts.count; i++) total += prompts.lengths[i];
+        printf("prompts: %d from %s%s, %.1f tokens on average, %d at most\n", prompts.count, prompt_file,
+               chat ? " (chat template)" : "", (double)total / prompts.count, prompts.max_length);
+        prompt_tokens = prompts.max_length;
+    }
     double plain[64] = {0};
     int rc = 0;
     for (int pass = 0; pass < (speculative_tokens > 0 ? 2 : 1) && rc == 0; pass++) {
         int k = pass == 0 ? 0 : speculative_tokens;
         loom_engine *engine = bench_engine(model_dir, config_path, mmap_weights, threads, seed, max_level,
                                            prompt_tokens, gen_tokens, k);
-        if (!engine) return 1;
+        if (!engine) {
+            rc = 1;
+            break;
+        }
+        if (!prompts.count) {
+            int most = requests > 0 ? requests : (2 * max_level > 8 ? 2 * max_level : 8);
+            lm_error err = {0};
+            if (lm_bench_prompts_random(&prompts, most, prompt_tokens, loom_engine_vocab_size(engine), seed,
+                                        &err) != LM_OK) {
+                fprintf(stderr, "loom: %s\n", err.message);
+                loom_engine_destroy(engine);
+                rc = 1;
+                break;
+            }
+        }
         int index = 0;
         for (const char *p = levels; *p && rc == 0; index++) {
             long level = strtol(p, (char **)&p, 10);
@@ -225,7 +255,7 @@ static int run_throughput(const char *model_dir, const char *config_path, bool m
             loom_stats before, after;
             loom_engine_stats(engine, &before);
             double tps = 0;
-            rc = throughput_level(engine, (int)level, n, prompt_tokens, gen_tokens, seed, &tps);
+            rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, temperature, (uint64_t)seed, &tps);
             loom_engine_stats(engine, &after);
             if (index < 64 && k == 0) plain[index] = tps;
             if (k > 0 && rc == 0) {
@@ -242,6 +272,7 @@ static int run_throughput(const char *model_dir, const char *config_path, bool m
         }
         loom_engine_destroy(engine);
     }
+    lm_bench_prompts_free(&prompts);
     return rc;
 }
 
@@ -254,13 +285,17 @@ int cmd_bench_main(int argc, char **argv) {
         {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
         {"concurrency", required_argument, 0, 'C'},  {"requests", required_argument, 0, 'N'},
         {"speculative-tokens", required_argument, 0, 'D'},
+        {"prompt-file", required_argument, 0, 'F'},  {"chat", no_argument, 0, 'H'},
+        {"temperature", required_argument, 0, 'T'},
         {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *config_path = NULL;
     bool random_weights = false;
     long prompt_tokens = 256, gen_tokens = 32, threads = 0, seed = 1;
     double bandwidth = 0;
-    const char *levels = NULL;
+    const char *levels = NULL, *prompt_file = NULL;
+    bool chat = false;
+    double temperature = 0;
     long requests = 0, speculative = 0;
     lm_load_mode mode = LM_LOAD_READ;
     int opt;
@@ -278,6 +313,17 @@ int cmd_bench_main(int argc, char **argv) {
         case 'C': levels = optarg; break;
         case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &speculative)) return 2; break;
         case 'N': if (!lm_cli_parse_int("--requests", optarg, 1, 1 << 20, &requests)) return 2; break;
+        case 'F': prompt_file = optarg; break;
+        case 'H': chat = true; break;
+        case 'T': {
+            char *end;
+            temperature = strtod(optarg, &end);
+            if (end == optarg || *end || !(temperature >= 0 && temperature <= 100)) {
+                fprintf(stderr, "loom: --temperature expects a number in [0, 100]\n");
+                return 2;
+            }
+            break;
+        }
         case 'b':
             bandwidth = strtod(optarg, NULL);
             if (bandwidth <= 0) {
@@ -289,15 +335,37 @@ int cmd_bench_main(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (optind != argc || (model_dir && config_path) || (!model_dir && !(config_path && random_weights))) {
+    if (optind != argc || (model_dir && config_path) || (config_path && !random_weights) ||
+        (random_weights && !config_path)) {
         usage(stderr);
         return 2;
+    }
+    if ((prompt_file || chat || temperature > 0) && !levels) {
+        fprintf(stderr, "loom: --prompt-file, --chat and --temperature need --concurrency\n");
+        return 2;
+    }
+    if (chat && !prompt_file) {
+        fprintf(stderr, "loom: --chat needs --prompt-file\n");
+        return 2;
+    }
+    if (prompt_file && config_path) {
+        fprintf(stderr, "loom: --prompt-file needs a checkpoint with a tokenizer (--model)\n");
+        return 2;
+    }
+    char model_buf[4096];
+    if (!config_path) {
+        lm_error derr = {0};
+        if (lm_cli_model_dir(model_dir, model_buf, sizeof model_buf, &model_dir, &derr) != LM_OK) {
+            fprintf(stderr, "loom: %s\n", derr.message);
+            return 1;
+        }
     }
 
     if (levels)
         return run_throughput(model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
-                              (int)prompt_tokens, (int)gen_tokens, (int)speculative);
+                              (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
+                              (float)temperature);
     if (speculative > 0) {
         fprintf(stderr, "loom: --speculative-tokens needs --concurrency (it runs through the engine)\n");
         return 2;

@@ -12,18 +12,19 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
+#include "cli/prompt_encoder.h"
 #include "engine/sampler.h"
 #include "loom.h"
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
 
 #define MAX_PROMPTS 100000
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: loom run --model DIR (--ids LIST | --ids-file FILE | --prompt TEXT) [options]\n"
+            "usage: loom run [--model DIR] (--ids LIST | --ids-file FILE | --prompt TEXT) [options]\n"
             "Generates continuations through the batching engine.\n\n"
-            "  --model DIR             Hugging Face checkpoint folder\n"
+            "  --model DIR             Hugging Face checkpoint folder (default: the bundled\n"
+            "                          models/loom-tiny, or $LOOM_MODEL)\n"
             "  --ids LIST              comma-separated prompt token ids\n"
             "  --ids-file FILE         one comma-separated prompt per line; prints one line of\n"
             "                          generated ids per prompt, in input order\n"
@@ -99,37 +100,24 @@ static lm_status read_ids_file(const char *path, int vocab, prompt **out, int *c
 
 /* The token ids of a text prompt: chat template (one user message) unless raw. */
 static lm_status encode_text(const char *dir, const char *text, bool raw, prompt *out, lm_error *err) {
-    lm_tokenizer *tok = NULL;
-    lm_status st = lm_tokenizer_load(dir, &tok, err);
+    lm_prompt_encoder pe;
+    lm_status st = lm_prompt_encoder_open(dir, !raw, &pe, err);
     if (st != LM_OK) return st;
-    char *rendered = NULL;
-    size_t rendered_len = strlen(text);
-    const char *source = text;
-    if (!raw) {
-        lm_chat_template *tpl = NULL;
-        char *bos = NULL, *eos = NULL;
-        st = lm_chat_template_load_dir(dir, &tpl, &bos, &eos, err);
-        if (st == LM_OK) {
-            cJSON *ctx = cJSON_CreateObject(), *messages = cJSON_AddArrayToObject(ctx, "messages");
-            cJSON *m = cJSON_CreateObject();
-            cJSON_AddStringToObject(m, "role", "user");
-            cJSON_AddStringToObject(m, "content", text);
-            cJSON_AddItemToArray(messages, m);
-            cJSON_AddBoolToObject(ctx, "add_generation_prompt", 1);
-            st = lm_chat_template_render(tpl, ctx, &rendered, &rendered_len, err);
-            cJSON_Delete(ctx);
-            source = rendered;
+    if (raw) {
+        st = lm_prompt_encoder_raw(&pe, text, &out->ids, &out->n, err);
+    } else {
+        cJSON *messages = cJSON_CreateArray(), *m = cJSON_CreateObject();
+        if (m && !cJSON_AddItemToArray(messages, m)) { /* false when messages is NULL */
+            cJSON_Delete(m);
+            m = NULL;
         }
-        lm_chat_template_free(tpl);
-        free(bos);
-        free(eos);
+        if (m && cJSON_AddStringToObject(m, "role", "user") && cJSON_AddStringToObject(m, "content", text))
+            st = lm_prompt_encoder_chat(&pe, messages, &out->ids, &out->n, NULL, err);
+        else
+            st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
+        cJSON_Delete(messages);
     }
-    size_t n = 0;
-    if (st == LM_OK) st = lm_tokenizer_encode(tok, source, rendered_len, raw, &out->ids, &n, err);
-    if (st == LM_OK && n == 0) st = lm_fail(err, LM_ERR_INVALID, "the prompt encodes to no tokens");
-    out->n = (int)n;
-    free(rendered);
-    lm_tokenizer_free(tok);
+    lm_prompt_encoder_close(&pe);
     return st;
 }
 
@@ -193,11 +181,16 @@ int cmd_run_main(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (!model_dir || optind != argc || (!!ids_text + !!ids_file + !!text) != 1) {
+    if (optind != argc || (!!ids_text + !!ids_file + !!text) != 1) {
         usage(stderr);
         return 2;
     }
-    char error[512];
+    char error[512], model_buf[4096];
+    lm_error derr = {0};
+    if (lm_cli_model_dir(model_dir, model_buf, sizeof model_buf, &model_dir, &derr) != LM_OK) {
+        fprintf(stderr, "loom: %s\n", derr.message);
+        return 1;
+    }
     if (!lm_sampling_validate(&base.sampling, 0, error, sizeof error)) {
         fprintf(stderr, "loom: %s\n", error);
         return 2;

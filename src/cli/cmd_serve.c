@@ -1,4 +1,4 @@
-/* loom serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]
+/* loom serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
  *            [--served-model-name NAME]
  * The OpenAI-compatible HTTP server.  SIGINT / SIGTERM stop it gracefully:
  * no new connections, in-flight requests get a grace period, exit 0. */
@@ -10,23 +10,26 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "io/json_file.h"
 #include "loom.h"
 #include "server/server.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: loom serve --model DIR [options]\n"
+            "usage: loom serve [--model DIR] [options]\n"
             "       loom serve --config FILE --random-weights [options]\n"
             "Serves the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) and\n"
             "/health, /metrics, /tokenize, /detokenize.\n\n"
-            "  --model DIR              Hugging Face checkpoint folder\n"
+            "  --model DIR              Hugging Face checkpoint folder (default: the bundled\n"
+            "                           models/loom-tiny, or $LOOM_MODEL)\n"
             "  --config FILE            a config.json shape (with --random-weights)\n"
             "  --random-weights         random weights, no tokenizer (token-id prompts only)\n"
             "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
             "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
             "  --api-key KEY            require Authorization: Bearer KEY on /v1 routes\n"
-            "  --served-model-name NAME the model id clients use (default: the --model value)\n"
+            "  --served-model-name NAME the model id clients use (default: the --model value,\n"
+            "                           loom-tiny for the bundled model)\n"
             "  --max-model-len N        prompt + output tokens per sequence\n"
             "  --max-num-seqs N         sequences decoding at once (default 64)\n"
             "  --max-waiting N          queued requests before 503 (default 1024)\n"
@@ -100,16 +103,26 @@ int cmd_serve_main(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (optind != argc || (!eo.model_dir && !(eo.random_weights && eo.config_path))) {
+    if (optind != argc || (eo.random_weights != !!eo.config_path) || (eo.model_dir && eo.config_path)) {
         usage(stderr);
         return 2;
+    }
+    char model_buf[4096];
+    bool default_model = !eo.model_dir && !eo.random_weights;
+    if (default_model) {
+        lm_error derr = {0};
+        if (lm_cli_model_dir(NULL, model_buf, sizeof model_buf, &eo.model_dir, &derr) != LM_OK) {
+            fprintf(stderr, "loom: %s\n", derr.message);
+            return 1;
+        }
     }
     char config_path[4096];
     if (eo.random_weights) snprintf(config_path, sizeof config_path, "%s", eo.config_path);
     else snprintf(config_path, sizeof config_path, "%s/config.json", eo.model_dir);
     if (eo.max_model_len <= 0) eo.max_model_len = model_len_from_config(config_path);
     so.max_model_len = eo.max_model_len;
-    if (!so.served_model_name) so.served_model_name = eo.random_weights ? "loom-random" : eo.model_dir;
+    if (!so.served_model_name)
+        so.served_model_name = eo.random_weights ? "loom-random" : default_model ? LM_DEFAULT_MODEL_NAME : eo.model_dir;
 
     /* Signals are taken by sigwait below; every thread started from here on
      * inherits the block. */

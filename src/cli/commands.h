@@ -12,6 +12,7 @@ typedef struct {
 
 int cmd_serve_main(int argc, char **argv);
 int cmd_run_main(int argc, char **argv);
+int cmd_chat_main(int argc, char **argv);
 int cmd_logits_main(int argc, char **argv);
 int cmd_inspect_main(int argc, char **argv);
 int cmd_bench_main(int argc, char **argv);

@@ -7,6 +7,7 @@
 static const lm_command commands[] = {
     {"serve", "run the OpenAI-compatible HTTP server", cmd_serve_main},
     {"run", "generate from token ids or a prompt", cmd_run_main},
+    {"chat", "chat with the model in the terminal", cmd_chat_main},
     {"logits", "write the logits of every prompt position", cmd_logits_main},
     {"inspect", "describe a checkpoint folder", cmd_inspect_main},
     {"bench", "measure prefill and decode speed", cmd_bench_main},

@@ -1,0 +1,460 @@
+/* loom chat [--model DIR] [options]
+ * An interactive chat in the terminal: the conversation is kept and sent
+ * whole (through the chat template) every turn, the answer streams as it is
+ * generated, /reset starts over, Ctrl-C stops the current answer (at the
+ * prompt it only says how to leave), /exit or Ctrl-D quits.
+ *
+ * SIGINT is blocked in every thread and read from a signalfd, so no signal
+ * handler and no global flag are needed: the main thread polls the input and
+ * the signalfd together, and checks the signalfd between streamed tokens. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/default_model.h"
+#include "cli/prompt_encoder.h"
+#include "engine/sampler.h"
+#include "loom.h"
+
+#define LINE_MAX_BYTES (64 * 1024)
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: loom chat [--model DIR] [options]\n"
+            "An interactive chat with the model in the terminal.  Type a message and press\n"
+            "Enter; the answer streams back.  /reset forgets the conversation, /exit (or\n"
+            "Ctrl-D) quits, Ctrl-C stops the answer being written.\n\n"
+            "  --model DIR             Hugging Face checkpoint folder (default: the bundled\n"
+            "                          models/loom-tiny, or $LOOM_MODEL)\n"
+            "  --system TEXT           a system message at the start of the conversation\n"
+            "  --max-tokens N          longest answer in tokens (default 512)\n"
+            "  --temperature T         0 = greedy (default 0.7)\n"
+            "  --top-p P               nucleus sampling (default 0.9)\n"
+            "  --top-k K               (default 40; 0 = off)\n"
+            "  --repetition-penalty R  (default 1.1; 1 = off)\n"
+            "  --seed S                reproducible sampling\n"
+            "  --threads N             CPU threads (default: all cores)\n"
+            "  --speculative-tokens K  draft K tokens per step with the MTP head (default 0)\n"
+            "  --stats                 print tokens, speed and speculation after each answer\n"
+            "  --show-prompt           print the rendered prompt before each answer (stderr)\n");
+}
+
+/* ------------------------------------------------------------ input */
+
+typedef struct {
+    int fd, signal_fd;
+    char buf[LINE_MAX_BYTES + 1];
+    size_t len;
+    bool eof;
+} line_reader;
+
+typedef enum { INPUT_LINE, INPUT_EOF, INPUT_INTERRUPT, INPUT_TOO_LONG, INPUT_ERROR } input_result;
+
+/* True if a SIGINT is pending on the signalfd (and consumes it). */
+static bool take_interrupt(int signal_fd) {
+    struct pollfd p = {.fd = signal_fd, .events = POLLIN};
+    if (poll(&p, 1, 0) != 1) return false;
+    struct signalfd_siginfo info;
+    return read(signal_fd, &info, sizeof info) == (ssize_t)sizeof info;
+}
+
+/* Reads one line (without its newline) into lr->buf's front, returned in
+ * *line (valid until the next call).  Lines longer than LINE_MAX_BYTES are
+ * skipped whole and reported as INPUT_TOO_LONG. */
+static input_result read_line(line_reader *lr, char **line, size_t *consumed) {
+    bool skipping = false;
+    memmove(lr->buf, lr->buf + *consumed, lr->len - *consumed);
+    lr->len -= *consumed;
+    *consumed = 0;
+    for (;;) {
+        char *nl = memchr(lr->buf, '\n', lr->len);
+        if (nl) {
+            size_t n = (size_t)(nl - lr->buf);
+            if (skipping) {
+                memmove(lr->buf, nl + 1, lr->len - n - 1);
+                lr->len -= n + 1;
+                return INPUT_TOO_LONG;
+            }
+            *nl = '\0';
+            if (n && lr->buf[n - 1] == '\r') lr->buf[n - 1] = '\0';
+            *line = lr->buf;
+            *consumed = n + 1;
+            return INPUT_LINE;
+        }
+        if (lr->eof) {
+            if (lr->len == 0 || skipping) return INPUT_EOF;
+            lr->buf[lr->len] = '\0';
+            *line = lr->buf;
+            *consumed = lr->len;
+            return INPUT_LINE;
+        }
+        if (lr->len == LINE_MAX_BYTES) { /* drop what we have, keep skipping to the newline */
+            lr->len = 0;
+            skipping = true;
+        }
+        struct pollfd p[2] = {{.fd = lr->fd, .events = POLLIN}, {.fd = lr->signal_fd, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            return INPUT_ERROR;
+        }
+        if (p[1].revents & POLLIN) {
+            take_interrupt(lr->signal_fd);
+            lr->len = 0; /* the line being typed is abandoned, as in a shell */
+            return INPUT_INTERRUPT;
+        }
+        if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t got = read(lr->fd, lr->buf + lr->len, LINE_MAX_BYTES - lr->len);
+            if (got < 0 && errno == EINTR) continue;
+            if (got < 0) return INPUT_ERROR;
+            if (got == 0) lr->eof = true;
+            lr->len += (size_t)got;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ conversation */
+
+typedef struct {
+    loom_engine *engine;
+    lm_prompt_encoder encoder;
+    cJSON *messages;
+    loom_request_params params;
+    int signal_fd;
+    bool stats, show_prompt;
+} chat;
+
+static bool add_message(cJSON *messages, const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    if (!m) return false;
+    if (!cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", content) ||
+        !cJSON_AddItemToArray(messages, m)) {
+        cJSON_Delete(m);
+        return false;
+    }
+    return true;
+}
+
+/* Forgets everything but a leading system message. */
+static void reset(cJSON *messages) {
+    int keep = 0;
+    const cJSON *first = cJSON_GetArrayItem(messages, 0);
+    const cJSON *role = first ? cJSON_GetObjectItemCaseSensitive(first, "role") : NULL;
+    if (cJSON_IsString(role) && strcmp(role->valuestring, "system") == 0) keep = 1;
+    while (cJSON_GetArraySize(messages) > keep) cJSON_DeleteItemFromArray(messages, keep);
+}
+
+/* Drops the oldest user message and the answers after it (never the last
+ * user message).  Returns false when there is nothing left to drop. */
+static bool drop_oldest_exchange(cJSON *messages) {
+    int n = cJSON_GetArraySize(messages), first = 0;
+    const cJSON *m0 = cJSON_GetArrayItem(messages, 0);
+    const cJSON *r0 = m0 ? cJSON_GetObjectItemCaseSensitive(m0, "role") : NULL;
+    if (cJSON_IsString(r0) && strcmp(r0->valuestring, "system") == 0) first = 1;
+    if (n - first < 3) return false; /* only the current user message is left */
+    do {
+        cJSON_DeleteItemFromArray(messages, first);
+        n--;
+        const cJSON *m = cJSON_GetArrayItem(messages, first);
+        const cJSON *r = m ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
+        if (cJSON_IsString(r) && strcmp(r->valuestring, "user") == 0) break;
+    } while (n - first > 1);
+    return true;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Submits the conversation, dropping the oldest exchanges while it does not
+ * fit the context.  Returns the request or NULL (error printed). */
+static loom_request *submit_conversation(chat *c) {
+    for (;;) {
+        lm_error err = {0};
+        int32_t *ids = NULL;
+        int n = 0;
+        char *text = NULL;
+        if (lm_prompt_encoder_chat(&c->encoder, c->messages, &ids, &n, c->show_prompt ? &text : NULL, &err) !=
+            LM_OK) {
+            fprintf(stderr, "loom: %s\n", err.message);
+            return NULL;
+        }
+        if (text) fprintf(stderr, "--- prompt (%d tokens) ---\n%s\n--- end of prompt ---\n", n, text);
+        free(text);
+        loom_request_params p = c->params;
+        p.prompt = ids;
+        p.n_prompt = n;
+        loom_request *r = NULL;
+        char error[512];
+        int st = loom_submit(c->engine, &p, &r, error, sizeof error);
+        free(ids); /* the engine copies the prompt */
+        if (st == LOOM_OK) return r;
+        if (st == LOOM_ERR_TOO_LONG && drop_oldest_exchange(c->messages)) {
+            fprintf(stderr, "[the conversation is too long: the oldest exchange was dropped]\n");
+            continue;
+        }
+        fprintf(stderr, "loom: %s\n", error);
+        return NULL;
+    }
+}
+
+/* Streams one answer to stdout and appends it to the conversation (also when
+ * stopped early: it is what the user saw).  Returns false on an engine error. */
+static bool answer(chat *c) {
+    loom_request *r = submit_conversation(c);
+    if (!r) return false;
+    size_t cap = 1024, len = 0;
+    char *text = malloc(cap);
+    bool ok = text != NULL, stopped = false;
+    loom_event ev;
+    loom_finish_reason reason = LOOM_FINISH_NONE;
+    int completion = 0, drafted = 0, accepted = 0;
+    double t0 = now_s(), t_first = 0;
+    int got;
+    while ((got = loom_next_event(r, &ev, 50)) != -1) {
+        if (!stopped && take_interrupt(c->signal_fd)) {
+            loom_cancel(r);
+            stopped = true;
+        }
+        if (got == 0) continue;
+        if (ev.type == LOOM_EVENT_TOKEN && ev.text && ev.text_len) {
+            if (!t_first) t_first = now_s();
+            fwrite(ev.text, 1, ev.text_len, stdout);
+            fflush(stdout);
+            if (ok && len + ev.text_len + 1 > cap) {
+                while (len + ev.text_len + 1 > cap) cap *= 2;
+                char *bigger = realloc(text, cap);
+                if (!bigger) ok = false;
+                else text = bigger;
+            }
+            if (ok) {
+                memcpy(text + len, ev.text, ev.text_len);
+                len += ev.text_len;
+            }
+        } else if (ev.type == LOOM_EVENT_FINISH) {
+            reason = ev.finish_reason;
+            completion = ev.completion_tokens;
+            drafted = ev.drafted_tokens;
+            accepted = ev.accepted_tokens;
+        } else if (ev.type == LOOM_EVENT_ERROR) {
+            fprintf(stderr, "\nloom: %s\n", ev.error);
+            ok = false;
+        }
+    }
+    double t1 = now_s();
+    loom_request_free(r);
+    printf("\n");
+    fflush(stdout);
+    if (reason == LOOM_FINISH_CANCELLED || stopped) fprintf(stderr, "[stopped]\n");
+    else if (reason == LOOM_FINISH_LENGTH) fprintf(stderr, "[the answer reached --max-tokens]\n");
+    if (c->stats) {
+        double gen_s = t_first ? t1 - t_first : 0;
+        fprintf(stderr, "[%d tokens, first after %.2f s, %.1f tokens/s", completion,
+                t_first ? t_first - t0 : t1 - t0, gen_s > 0 && completion > 1 ? (completion - 1) / gen_s : 0.0);
+        if (drafted) fprintf(stderr, ", %d of %d drafts accepted", accepted, drafted);
+        fprintf(stderr, "]\n");
+    }
+    if (text && ok) {
+        text[len] = '\0';
+        if (!add_message(c->messages, "assistant", text)) ok = false;
+    }
+    free(text);
+    return ok;
+}
+
+/* ------------------------------------------------------------ main */
+
+static int parse_float(const char *option, const char *value, double min, double max, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno || end == value || *end || !(v >= min && v <= max)) {
+        fprintf(stderr, "loom: %s must be a number in [%g, %g], got '%s'\n", option, min, max, value);
+        return 0;
+    }
+    *out = (float)v;
+    return 1;
+}
+
+int cmd_chat_main(int argc, char **argv) {
+    static const struct option options[] = {
+        {"model", required_argument, 0, 'm'},          {"system", required_argument, 0, 'y'},
+        {"max-tokens", required_argument, 0, 'n'},     {"temperature", required_argument, 0, 'T'},
+        {"top-p", required_argument, 0, 'p'},          {"top-k", required_argument, 0, 'k'},
+        {"repetition-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
+        {"threads", required_argument, 0, 't'},        {"speculative-tokens", required_argument, 0, 'D'},
+        {"stats", no_argument, 0, 'S'},                {"show-prompt", no_argument, 0, 'P'},
+        {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
+    };
+    const char *model_dir = NULL, *system = NULL;
+    chat c = {.signal_fd = -1};
+    loom_request_params_default(&c.params);
+    c.params.max_tokens = 512;
+    c.params.sampling.temperature = 0.7f;
+    c.params.sampling.top_p = 0.9f;
+    c.params.sampling.top_k = 40;
+    c.params.sampling.repetition_penalty = 1.1f;
+    loom_engine_options eo;
+    loom_engine_options_default(&eo);
+    long v, threads = 0;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        switch (opt) {
+        case 'm': model_dir = optarg; break;
+        case 'y': system = optarg; break;
+        case 'n':
+            if (!lm_cli_parse_int("--max-tokens", optarg, 1, 1 << 20, &v)) return 2;
+            c.params.max_tokens = (int)v;
+            break;
+        case 'T': if (!parse_float("--temperature", optarg, 0, 100, &c.params.sampling.temperature)) return 2; break;
+        case 'p': if (!parse_float("--top-p", optarg, 0, 1, &c.params.sampling.top_p)) return 2; break;
+        case 'k':
+            if (!lm_cli_parse_int("--top-k", optarg, 0, 1 << 20, &v)) return 2;
+            c.params.sampling.top_k = (int)v;
+            break;
+        case 'r':
+            if (!parse_float("--repetition-penalty", optarg, 0.01, 100, &c.params.sampling.repetition_penalty))
+                return 2;
+            break;
+        case 's': {
+            char *end;
+            errno = 0;
+            unsigned long long seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-') {
+                fprintf(stderr, "loom: --seed must be a non-negative integer, got '%s'\n", optarg);
+                return 2;
+            }
+            c.params.sampling.has_seed = true;
+            c.params.sampling.seed = seed;
+            break;
+        }
+        case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'D':
+            if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2;
+            eo.speculative_tokens = (int)v;
+            break;
+        case 'S': c.stats = true; break;
+        case 'P': c.show_prompt = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    char error[512], model_buf[4096];
+    if (!lm_sampling_validate(&c.params.sampling, 0, error, sizeof error)) {
+        fprintf(stderr, "loom: %s\n", error);
+        return 2;
+    }
+    lm_error err = {0};
+    if (lm_cli_model_dir(model_dir, model_buf, sizeof model_buf, &model_dir, &err) != LM_OK) {
+        fprintf(stderr, "loom: %s\n", err.message);
+        return 1;
+    }
+    /* Block SIGINT before the engine starts its threads so they inherit the mask. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    if (pthread_sigmask(SIG_BLOCK, &mask, NULL) != 0 || (c.signal_fd = signalfd(-1, &mask, SFD_CLOEXEC)) < 0) {
+        fprintf(stderr, "loom: cannot set up Ctrl-C handling: %s\n", strerror(errno));
+        return 1;
+    }
+    int rc = 1;
+    line_reader *lr = NULL;
+    if (lm_prompt_encoder_open(model_dir, true, &c.encoder, &err) != LM_OK) {
+        fprintf(stderr, "loom: %s\n", err.message);
+        goto done;
+    }
+    eo.model_dir = model_dir;
+    eo.threads = (int)threads;
+    if (loom_engine_create(&eo, &c.engine, error, sizeof error) != LOOM_OK) {
+        fprintf(stderr, "loom: %s\n", error);
+        goto done;
+    }
+    c.messages = cJSON_CreateArray();
+    lr = calloc(1, sizeof *lr);
+    if (!c.messages || !lr || (system && !add_message(c.messages, "system", system))) {
+        fprintf(stderr, "loom: out of memory\n");
+        goto done;
+    }
+    lr->fd = STDIN_FILENO;
+    lr->signal_fd = c.signal_fd;
+    bool interactive = isatty(STDIN_FILENO);
+    if (interactive)
+        fprintf(stderr, "loom chat: %s. /reset forgets the conversation, /exit quits, Ctrl-C stops an answer.\n",
+                model_dir);
+    size_t consumed = 0;
+    rc = 0;
+    for (;;) {
+        if (interactive) {
+            fputs("> ", stdout);
+            fflush(stdout);
+        }
+        char *line = NULL;
+        input_result in = read_line(lr, &line, &consumed);
+        if (in == INPUT_EOF) {
+            if (interactive) printf("\n");
+            break;
+        }
+        if (in == INPUT_ERROR) {
+            fprintf(stderr, "loom: reading input: %s\n", strerror(errno));
+            rc = 1;
+            break;
+        }
+        if (in == INPUT_INTERRUPT) {
+            fprintf(stderr, "\n[type /exit or press Ctrl-D to quit]\n");
+            continue;
+        }
+        if (in == INPUT_TOO_LONG) {
+            fprintf(stderr, "loom: that line is longer than %d bytes; it was ignored\n", LINE_MAX_BYTES);
+            continue;
+        }
+        line += strspn(line, " \t");
+        if (!*line) continue;
+        if (strcmp(line, "/exit") == 0 || strcmp(line, "/quit") == 0) break;
+        if (strcmp(line, "/reset") == 0) {
+            reset(c.messages);
+            fprintf(stderr, "[conversation cleared]\n");
+            continue;
+        }
+        if (strcmp(line, "/help") == 0) {
+            fprintf(stderr, "/reset forgets the conversation, /exit quits, Ctrl-C stops an answer.\n");
+            continue;
+        }
+        if (!add_message(c.messages, "user", line)) {
+            fprintf(stderr, "loom: out of memory\n");
+            rc = 1;
+            break;
+        }
+        if (!answer(&c)) {
+            /* Nothing was answered: forget the question so the next turn is clean. */
+            int n = cJSON_GetArraySize(c.messages);
+            const cJSON *last = cJSON_GetArrayItem(c.messages, n - 1);
+            const cJSON *role = last ? cJSON_GetObjectItemCaseSensitive(last, "role") : NULL;
+            if (cJSON_IsString(role) && strcmp(role->valuestring, "user") == 0)
+                cJSON_DeleteItemFromArray(c.messages, n - 1);
+            rc = 1;
+        }
+    }
+done:
+    free(lr);
+    cJSON_Delete(c.messages);
+    loom_engine_destroy(c.engine);
+    lm_prompt_encoder_close(&c.encoder);
+    if (c.signal_fd >= 0) close(c.signal_fd);
+    return rc;
+}
