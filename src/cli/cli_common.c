@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/json_file.h"
+
 lm_status lm_cli_parse_ids(const char *text, int vocab, int32_t **ids, int *n, lm_error *err) {
     size_t cap = 1;
     for (const char *p = text; *p; p++) cap += *p == ',';
@@ -72,4 +74,20 @@ bool lm_cli_parse_mtp_norms(const char *value, lm_mtp_norms *out) {
         return false;
     }
     return true;
+}
+
+/* The context limit as the engine computes it (so the server's default
+ * max_tokens agrees): max_position_embeddings, capped at 32768. */
+int lm_cli_model_len(const char *config_path) {
+    cJSON *doc = NULL;
+    lm_error err = {0};
+    int len = 4096;
+    if (lm_json_read_file(config_path, 16u << 20, &doc, &err) == LM_OK) {
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(doc, "text_config");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(text ? text : doc, "max_position_embeddings");
+        if (!m) m = cJSON_GetObjectItemCaseSensitive(doc, "max_position_embeddings");
+        if (cJSON_IsNumber(m) && m->valuedouble >= 1) len = m->valuedouble > 32768 ? 32768 : (int)m->valuedouble;
+    }
+    cJSON_Delete(doc);
+    return len;
 }

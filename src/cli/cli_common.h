@@ -16,4 +16,9 @@ bool lm_cli_parse_int(const char *option, const char *value, long min, long max,
 /* Parses --mtp-norms auto|zero-centred|shifted; prints an error and returns false if bad. */
 bool lm_cli_parse_mtp_norms(const char *value, lm_mtp_norms *out);
 
+/* The context limit the engine uses by default for config.json at
+ * `config_path`: max_position_embeddings (top level or text_config), capped
+ * at 32768; 4096 if it cannot be read. */
+int lm_cli_model_len(const char *config_path);
+
 #endif

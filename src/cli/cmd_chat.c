@@ -45,6 +45,9 @@ static void usage(FILE *f) {
             "  --seed S                reproducible sampling\n"
             "  --threads N             CPU threads (default: all cores)\n"
             "  --speculative-tokens K  draft K tokens per step with the MTP head (default 0)\n"
+            "  --max-model-len N       context limit in tokens (default: the model's); the\n"
+            "                          oldest exchanges are dropped to stay under it\n"
+            "  --ignore-eos            keep writing past the end of the turn (for testing)\n"
             "  --stats                 print tokens, speed and speculation after each answer\n"
             "  --show-prompt           print the rendered prompt before each answer (stderr)\n");
 }
@@ -130,6 +133,7 @@ typedef struct {
     cJSON *messages;
     loom_request_params params;
     int signal_fd;
+    int context_len; /* prompt + answer limit in tokens */
     bool stats, show_prompt;
 } chat;
 
@@ -177,8 +181,10 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Submits the conversation, dropping the oldest exchanges while it does not
- * fit the context.  Returns the request or NULL (error printed). */
+/* Submits the conversation, dropping the oldest exchanges while it leaves no
+ * room for an answer of --max-tokens (at most half the context: a huge
+ * --max-tokens must not erase the history); the answer is then limited to
+ * what is left.  Returns the request or NULL (error printed). */
 static loom_request *submit_conversation(chat *c) {
     for (;;) {
         lm_error err = {0};
@@ -190,9 +196,22 @@ static loom_request *submit_conversation(chat *c) {
             fprintf(stderr, "loom: %s\n", err.message);
             return NULL;
         }
+        int room = c->params.max_tokens < c->context_len / 2 ? c->params.max_tokens : c->context_len / 2;
+        if (n + room > c->context_len && drop_oldest_exchange(c->messages)) {
+            fprintf(stderr, "[the conversation is too long: the oldest exchange was dropped]\n");
+            free(ids);
+            free(text);
+            continue;
+        }
         if (text) fprintf(stderr, "--- prompt (%d tokens) ---\n%s\n--- end of prompt ---\n", n, text);
         free(text);
         loom_request_params p = c->params;
+        if (n + p.max_tokens > c->context_len) p.max_tokens = c->context_len - n;
+        if (p.max_tokens < 1) {
+            fprintf(stderr, "loom: the message is too long: %d tokens, the context holds %d\n", n, c->context_len);
+            free(ids);
+            return NULL;
+        }
         p.prompt = ids;
         p.n_prompt = n;
         loom_request *r = NULL;
@@ -295,6 +314,7 @@ int cmd_chat_main(int argc, char **argv) {
         {"repetition-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
         {"threads", required_argument, 0, 't'},        {"speculative-tokens", required_argument, 0, 'D'},
         {"stats", no_argument, 0, 'S'},                {"show-prompt", no_argument, 0, 'P'},
+        {"max-model-len", required_argument, 0, 'L'},  {"ignore-eos", no_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *system = NULL;
@@ -345,6 +365,11 @@ int cmd_chat_main(int argc, char **argv) {
             if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2;
             eo.speculative_tokens = (int)v;
             break;
+        case 'L':
+            if (!lm_cli_parse_int("--max-model-len", optarg, 2, 1 << 24, &v)) return 2;
+            eo.max_model_len = (int)v;
+            break;
+        case 'e': c.params.ignore_eos = true; break;
         case 'S': c.stats = true; break;
         case 'P': c.show_prompt = true; break;
         case 'h': usage(stdout); return 0;
@@ -381,6 +406,9 @@ int cmd_chat_main(int argc, char **argv) {
     }
     eo.model_dir = model_dir;
     eo.threads = (int)threads;
+    char config_path[4200];
+    snprintf(config_path, sizeof config_path, "%s/config.json", model_dir);
+    c.context_len = eo.max_model_len > 0 ? eo.max_model_len : lm_cli_model_len(config_path);
     if (loom_engine_create(&eo, &c.engine, error, sizeof error) != LOOM_OK) {
         fprintf(stderr, "loom: %s\n", error);
         goto done;

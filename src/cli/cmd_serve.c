@@ -11,7 +11,6 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
-#include "io/json_file.h"
 #include "loom.h"
 #include "server/server.h"
 
@@ -42,21 +41,6 @@ static void usage(FILE *f) {
             "  --mtp-norms MODE         MTP head norm weights: auto (detect), zero-centred, shifted\n");
 }
 
-/* The context limit as the engine computes it (so the server's default
- * max_tokens agrees): max_position_embeddings, capped at 32768. */
-static int model_len_from_config(const char *path) {
-    cJSON *doc = NULL;
-    lm_error err = {0};
-    int len = 4096;
-    if (lm_json_read_file(path, 16u << 20, &doc, &err) == LM_OK) {
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(doc, "text_config");
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(text ? text : doc, "max_position_embeddings");
-        if (!m) m = cJSON_GetObjectItemCaseSensitive(doc, "max_position_embeddings");
-        if (cJSON_IsNumber(m) && m->valuedouble >= 1) len = m->valuedouble > 32768 ? 32768 : (int)m->valuedouble;
-    }
-    cJSON_Delete(doc);
-    return len;
-}
 
 int cmd_serve_main(int argc, char **argv) {
     static const struct option options[] = {
@@ -119,7 +103,7 @@ int cmd_serve_main(int argc, char **argv) {
     char config_path[4096];
     if (eo.random_weights) snprintf(config_path, sizeof config_path, "%s", eo.config_path);
     else snprintf(config_path, sizeof config_path, "%s/config.json", eo.model_dir);
-    if (eo.max_model_len <= 0) eo.max_model_len = model_len_from_config(config_path);
+    if (eo.max_model_len <= 0) eo.max_model_len = lm_cli_model_len(config_path);
     so.max_model_len = eo.max_model_len;
     if (!so.served_model_name)
         so.served_model_name = eo.random_weights ? "loom-random" : default_model ? LM_DEFAULT_MODEL_NAME : eo.model_dir;
