@@ -1,7 +1,6 @@
 /* Prompt sets for loom bench (see bench_prompts.h). */
 #include "cli/bench_prompts.h"
 
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,22 +51,6 @@ static void unescape_newlines(char *s) {
     *w = '\0';
 }
 
-static lm_status encode_line(const lm_prompt_encoder *pe, char *line, bool chat, int32_t **ids, int *n,
-                             lm_error *err) {
-    if (!chat) return lm_prompt_encoder_raw(pe, line, ids, n, err);
-    cJSON *messages = cJSON_CreateArray(), *m = cJSON_CreateObject();
-    if (m && !cJSON_AddItemToArray(messages, m)) {
-        cJSON_Delete(m);
-        m = NULL;
-    }
-    lm_status st;
-    if (m && cJSON_AddStringToObject(m, "role", "user") && cJSON_AddStringToObject(m, "content", line))
-        st = lm_prompt_encoder_chat(pe, messages, ids, n, NULL, err);
-    else
-        st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
-    cJSON_Delete(messages);
-    return st;
-}
 
 lm_status lm_bench_prompts_file(lm_bench_prompts *p, const char *path, const char *model_dir, bool chat,
                                 lm_error *err) {
@@ -93,7 +76,7 @@ lm_status lm_bench_prompts_file(lm_bench_prompts *p, const char *path, const cha
         }
         unescape_newlines(line);
         st = reserve(p, p->count + 1, err);
-        if (st == LM_OK) st = encode_line(&pe, line, chat, &p->ids[p->count], &p->lengths[p->count], err);
+        if (st == LM_OK) st = (chat ? lm_prompt_encoder_user : lm_prompt_encoder_raw)(&pe, line, &p->ids[p->count], &p->lengths[p->count], err);
         if (st != LM_OK) {
             lm_fail_context(err, "%s line %d", path, line_no);
             break;

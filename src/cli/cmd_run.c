@@ -4,7 +4,6 @@
  *   --prompt TEXT          text, with the chat template unless --raw
  * Ids prompts print the generated ids (one line per prompt, input order);
  * a text prompt streams the generated text. */
-#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,20 +102,7 @@ static lm_status encode_text(const char *dir, const char *text, bool raw, prompt
     lm_prompt_encoder pe;
     lm_status st = lm_prompt_encoder_open(dir, !raw, &pe, err);
     if (st != LM_OK) return st;
-    if (raw) {
-        st = lm_prompt_encoder_raw(&pe, text, &out->ids, &out->n, err);
-    } else {
-        cJSON *messages = cJSON_CreateArray(), *m = cJSON_CreateObject();
-        if (m && !cJSON_AddItemToArray(messages, m)) { /* false when messages is NULL */
-            cJSON_Delete(m);
-            m = NULL;
-        }
-        if (m && cJSON_AddStringToObject(m, "role", "user") && cJSON_AddStringToObject(m, "content", text))
-            st = lm_prompt_encoder_chat(&pe, messages, &out->ids, &out->n, NULL, err);
-        else
-            st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
-        cJSON_Delete(messages);
-    }
+    st = (raw ? lm_prompt_encoder_raw : lm_prompt_encoder_user)(&pe, text, &out->ids, &out->n, err);
     lm_prompt_encoder_close(&pe);
     return st;
 }

@@ -58,6 +58,22 @@ lm_status lm_prompt_encoder_chat(const lm_prompt_encoder *pe, const cJSON *messa
     return st;
 }
 
+lm_status lm_prompt_encoder_user(const lm_prompt_encoder *pe, const char *text, int32_t **ids, int *n,
+                                 lm_error *err) {
+    cJSON *messages = cJSON_CreateArray(), *m = cJSON_CreateObject();
+    if (m && !cJSON_AddItemToArray(messages, m)) { /* false when messages is NULL */
+        cJSON_Delete(m);
+        m = NULL;
+    }
+    lm_status st;
+    if (m && cJSON_AddStringToObject(m, "role", "user") && cJSON_AddStringToObject(m, "content", text))
+        st = lm_prompt_encoder_chat(pe, messages, ids, n, NULL, err);
+    else
+        st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    cJSON_Delete(messages);
+    return st;
+}
+
 lm_status lm_prompt_encoder_raw(const lm_prompt_encoder *pe, const char *text, int32_t **ids, int *n,
                                 lm_error *err) {
     return encode(pe, text, strlen(text), true, ids, n, err);

@@ -26,6 +26,10 @@ lm_status lm_prompt_encoder_open(const char *dir, bool chat, lm_prompt_encoder *
 lm_status lm_prompt_encoder_chat(const lm_prompt_encoder *pe, const cJSON *messages, int32_t **ids, int *n,
                                  char **text, lm_error *err);
 
+/* The same for a conversation of one user message holding `text`. */
+lm_status lm_prompt_encoder_user(const lm_prompt_encoder *pe, const char *text, int32_t **ids, int *n,
+                                 lm_error *err);
+
 /* Encodes text as is, with what the tokenizer adds around a sequence (BOS). */
 lm_status lm_prompt_encoder_raw(const lm_prompt_encoder *pe, const char *text, int32_t **ids, int *n,
                                 lm_error *err);

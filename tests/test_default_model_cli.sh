@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `loom chat` and the default-model lookup, on the bundled models/loom-tiny,
+# `loom chat`, `loom serve` and the default-model lookup, on the bundled models/loom-tiny,
 # with the release and the ASan binaries:
 #  - the conversation is kept (the second prompt holds the first exchange),
 #    /reset forgets it but keeps --system, EOF ends with exit 0;
@@ -9,7 +9,9 @@
 #  - a full context drops the oldest exchange;
 #  - without --model, run/chat/bench find the bundled model from any working
 #    directory, LOOM_MODEL overrides it, a bad LOOM_MODEL is a clear error;
-#  - bench --prompt-file errors.
+#  - bench --prompt-file errors;
+#  - `loom serve` with no flags serves it as "loom-tiny" and completes
+#    "Once upon a time" with English (what `make run` does).
 cd "$(dirname "$0")/.." || exit 1
 export LOOM_BUILD=${LOOM_BUILD:-build}
 exec python3 - <<'EOF'
@@ -182,6 +184,32 @@ r = subprocess.run([binary, "bench", "--concurrency", "1", "--prompt-file", prom
 check("bench: missing prompt file", r.returncode == 1 and "cannot open" in r.stderr, r.stderr)
 r = subprocess.run([binary, "bench", "--concurrency", "1", "--chat"], capture_output=True, text=True, timeout=60)
 check("bench: --chat needs --prompt-file", r.returncode == 2, r.stderr)
+
+# loom serve with no flags (make run): the bundled model, English out
+import json, urllib.request
+srv = subprocess.Popen([binary, "serve", "--port", "0"], stderr=subprocess.PIPE, text=True, cwd=elsewhere)
+port = None
+for _ in range(200):
+    line = srv.stderr.readline()
+    m = re.search(r"serving (\S+) on http://127.0.0.1:(\d+)", line)
+    if m:
+        name, port = m.group(1), int(m.group(2))
+        break
+check("serve starts with no flags", port is not None and name == "loom-tiny", line)
+if port:
+    models = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30))
+    check("/v1/models lists loom-tiny", [m["id"] for m in models["data"]] == ["loom-tiny"], models)
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(
+        {"model": "loom-tiny", "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0}).encode(),
+        headers={"Content-Type": "application/json"})
+    text = json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["text"]
+    words = re.findall(r"[A-Za-z]+", text)
+    common = {"the", "a", "and", "of", "to", "was", "in", "is", "it", "that", "he", "she", "i", "had", "were"}
+    english = len(words) >= 12 and sum(w.lower() in common for w in words) >= 4 \
+        and sum(w.isalpha() for w in text.split()) >= len(text.split()) // 2
+    check("'Once upon a time' continues in English", english, text)
+srv.send_signal(signal.SIGINT)
+check("serve stops on SIGINT with exit 0", srv.wait(timeout=30) == 0)
 shutil.rmtree(elsewhere)
-print(f"test_chat_cli: {passed} passed, {failed} failed")
+print(f"test_default_model_cli: {passed} passed, {failed} failed")
 EOF
