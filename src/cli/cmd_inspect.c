@@ -1,4 +1,4 @@
-/* loom inspect --model DIR: what a checkpoint folder holds and what loom
+/* loom inspect [--model DIR] (default: the bundled model): what a checkpoint folder holds and what loom
  * makes of it (architecture, shapes, dtypes, parameters, missing or unused
  * tensors). */
 #include <getopt.h>
@@ -8,10 +8,11 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "models/qwen35_mtp.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: loom inspect --model DIR [--mmap] [--mtp-norms auto|zero-centred|shifted]\n"
+    fprintf(f, "usage: loom inspect [--model DIR] [--mmap] [--mtp-norms auto|zero-centred|shifted]\n"
                "Describes a Hugging Face checkpoint folder: architecture, shapes, dtypes,\n"
                "parameter count, and which tensors are missing or unused.\n");
 }
@@ -103,12 +104,16 @@ int cmd_inspect_main(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (!dir || optind != argc) {
+    if (optind != argc) {
         usage(stderr);
         return 2;
     }
     lm_error err = {0};
-    char path[4096];
+    char path[4096], model_buf[4096];
+    if (lm_cli_model_dir(dir, model_buf, sizeof model_buf, &dir, &err) != LM_OK) {
+        fprintf(stderr, "loom: %s\n", err.message);
+        return 1;
+    }
     snprintf(path, sizeof path, "%s/config.json", dir);
     lm_qwen35_config config;
     if (lm_qwen35_config_load(path, &config, &err) != LM_OK) {
