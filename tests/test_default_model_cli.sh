@@ -185,6 +185,14 @@ check("bench: missing prompt file", r.returncode == 1 and "cannot open" in r.std
 r = subprocess.run([binary, "bench", "--concurrency", "1", "--chat"], capture_output=True, text=True, timeout=60)
 check("bench: --chat needs --prompt-file", r.returncode == 2, r.stderr)
 
+# malformed numbers are refused with exit 2 and the option named
+for args in (["run", "--prompt", "hi", "--temperature", "abc"], ["run", "--prompt", "hi", "--top-p", "1.5"],
+             ["run", "--prompt", "hi", "--repetition-penalty", "0"], ["chat", "--top-p", "x"],
+             ["chat", "--temperature", "-1"], ["chat", "--seed", "-3"],
+             ["bench", "--concurrency", "1", "--temperature", "hot"]):
+    r = subprocess.run([binary, *args], input="", capture_output=True, text=True, timeout=60)
+    check(f"refused: {' '.join(args)}", r.returncode == 2 and args[-2] in r.stderr, r.stderr)
+
 # loom serve with no flags (make run): the bundled model, English out
 import json, urllib.request
 srv = subprocess.Popen([binary, "serve", "--port", "0"], stderr=subprocess.PIPE, text=True, cwd=elsewhere)

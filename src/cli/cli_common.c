@@ -91,3 +91,15 @@ int lm_cli_model_len(const char *config_path) {
     cJSON_Delete(doc);
     return len;
 }
+
+bool lm_cli_parse_float(const char *option, const char *value, double min, double max, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno || end == value || *end || !(v >= min && v <= max)) {
+        fprintf(stderr, "loom: %s must be a number in [%g, %g], got '%s'\n", option, min, max, value);
+        return false;
+    }
+    *out = (float)v;
+    return true;
+}

@@ -13,6 +13,9 @@ lm_status lm_cli_parse_ids(const char *text, int vocab, int32_t **ids, int *n, l
 /* Parses a positive integer option value; prints an error and returns false if bad. */
 bool lm_cli_parse_int(const char *option, const char *value, long min, long max, long *out);
 
+/* Parses a number in [min, max]; prints an error and returns false if bad. */
+bool lm_cli_parse_float(const char *option, const char *value, double min, double max, float *out);
+
 /* Parses --mtp-norms auto|zero-centred|shifted; prints an error and returns false if bad. */
 bool lm_cli_parse_mtp_norms(const char *value, lm_mtp_norms *out);
 

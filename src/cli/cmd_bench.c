@@ -299,7 +299,7 @@ int cmd_bench_main(int argc, char **argv) {
     double bandwidth = 0;
     const char *levels = NULL, *prompt_file = NULL;
     bool chat = false;
-    double temperature = 0;
+    float temperature = 0;
     long requests = 0, speculative = 0;
     lm_load_mode mode = LM_LOAD_READ;
     int opt;
@@ -319,15 +319,7 @@ int cmd_bench_main(int argc, char **argv) {
         case 'N': if (!lm_cli_parse_int("--requests", optarg, 1, 1 << 20, &requests)) return 2; break;
         case 'F': prompt_file = optarg; break;
         case 'H': chat = true; break;
-        case 'T': {
-            char *end;
-            temperature = strtod(optarg, &end);
-            if (end == optarg || *end || !(temperature >= 0 && temperature <= 100)) {
-                fprintf(stderr, "loom: --temperature expects a number in [0, 100]\n");
-                return 2;
-            }
-            break;
-        }
+        case 'T': if (!lm_cli_parse_float("--temperature", optarg, 0, 100, &temperature)) return 2; break;
         case 'b':
             bandwidth = strtod(optarg, NULL);
             if (bandwidth <= 0) {
@@ -369,7 +361,7 @@ int cmd_bench_main(int argc, char **argv) {
         return run_throughput(model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
                               (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
-                              (float)temperature);
+                              temperature);
     if (speculative > 0) {
         fprintf(stderr, "loom: --speculative-tokens needs --concurrency (it runs through the engine)\n");
         return 2;

@@ -294,17 +294,6 @@ static bool answer(chat *c) {
 
 /* ------------------------------------------------------------ main */
 
-static int parse_float(const char *option, const char *value, double min, double max, float *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(value, &end);
-    if (errno || end == value || *end || !(v >= min && v <= max)) {
-        fprintf(stderr, "loom: %s must be a number in [%g, %g], got '%s'\n", option, min, max, value);
-        return 0;
-    }
-    *out = (float)v;
-    return 1;
-}
 
 int cmd_chat_main(int argc, char **argv) {
     static const struct option options[] = {
@@ -338,28 +327,21 @@ int cmd_chat_main(int argc, char **argv) {
             if (!lm_cli_parse_int("--max-tokens", optarg, 1, 1 << 20, &v)) return 2;
             c.params.max_tokens = (int)v;
             break;
-        case 'T': if (!parse_float("--temperature", optarg, 0, 100, &c.params.sampling.temperature)) return 2; break;
-        case 'p': if (!parse_float("--top-p", optarg, 0, 1, &c.params.sampling.top_p)) return 2; break;
+        case 'T': if (!lm_cli_parse_float("--temperature", optarg, 0, 100, &c.params.sampling.temperature)) return 2; break;
+        case 'p': if (!lm_cli_parse_float("--top-p", optarg, 0, 1, &c.params.sampling.top_p)) return 2; break;
         case 'k':
             if (!lm_cli_parse_int("--top-k", optarg, 0, 1 << 20, &v)) return 2;
             c.params.sampling.top_k = (int)v;
             break;
         case 'r':
-            if (!parse_float("--repetition-penalty", optarg, 0.01, 100, &c.params.sampling.repetition_penalty))
+            if (!lm_cli_parse_float("--repetition-penalty", optarg, 0.01, 100, &c.params.sampling.repetition_penalty))
                 return 2;
             break;
-        case 's': {
-            char *end;
-            errno = 0;
-            unsigned long long seed = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-') {
-                fprintf(stderr, "loom: --seed must be a non-negative integer, got '%s'\n", optarg);
-                return 2;
-            }
+        case 's':
+            if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 62, &v)) return 2;
             c.params.sampling.has_seed = true;
-            c.params.sampling.seed = seed;
+            c.params.sampling.seed = (uint64_t)v;
             break;
-        }
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 'D':
             if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2;

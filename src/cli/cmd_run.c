@@ -141,11 +141,14 @@ int cmd_run_main(int argc, char **argv) {
         case 'R': raw = true; break;
         case 'c': if (!lm_cli_parse_int("--concurrency", optarg, 1, 1 << 20, &concurrency)) return 2; break;
         case 'n': if (!lm_cli_parse_int("--max-tokens", optarg, 1, 1 << 20, &v)) return 2; base.max_tokens = (int)v; break;
-        case 'T': base.sampling.temperature = strtof(optarg, NULL); break;
-        case 'p': base.sampling.top_p = strtof(optarg, NULL); break;
+        case 'T': if (!lm_cli_parse_float("--temperature", optarg, 0, 100, &base.sampling.temperature)) return 2; break;
+        case 'p': if (!lm_cli_parse_float("--top-p", optarg, 0, 1, &base.sampling.top_p)) return 2; break;
         case 'k': if (!lm_cli_parse_int("--top-k", optarg, -1, 1 << 24, &v)) return 2; base.sampling.top_k = (int)v; break;
-        case 'q': base.sampling.min_p = strtof(optarg, NULL); break;
-        case 'r': base.sampling.repetition_penalty = strtof(optarg, NULL); break;
+        case 'q': if (!lm_cli_parse_float("--min-p", optarg, 0, 1, &base.sampling.min_p)) return 2; break;
+        case 'r':
+            if (!lm_cli_parse_float("--repetition-penalty", optarg, 0.01, 100, &base.sampling.repetition_penalty))
+                return 2;
+            break;
         case 's':
             if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 62, &seed)) return 2;
             base.sampling.has_seed = true;
