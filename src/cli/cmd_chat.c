@@ -148,29 +148,28 @@ static bool add_message(cJSON *messages, const char *role, const char *content) 
     return true;
 }
 
+/* True if message i exists and has this role. */
+static bool has_role(const cJSON *messages, int i, const char *role) {
+    const cJSON *m = cJSON_GetArrayItem(messages, i);
+    const cJSON *r = m ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
+    return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
+}
+
 /* Forgets everything but a leading system message. */
 static void reset(cJSON *messages) {
-    int keep = 0;
-    const cJSON *first = cJSON_GetArrayItem(messages, 0);
-    const cJSON *role = first ? cJSON_GetObjectItemCaseSensitive(first, "role") : NULL;
-    if (cJSON_IsString(role) && strcmp(role->valuestring, "system") == 0) keep = 1;
+    int keep = has_role(messages, 0, "system");
     while (cJSON_GetArraySize(messages) > keep) cJSON_DeleteItemFromArray(messages, keep);
 }
 
 /* Drops the oldest user message and the answers after it (never the last
  * user message).  Returns false when there is nothing left to drop. */
 static bool drop_oldest_exchange(cJSON *messages) {
-    int n = cJSON_GetArraySize(messages), first = 0;
-    const cJSON *m0 = cJSON_GetArrayItem(messages, 0);
-    const cJSON *r0 = m0 ? cJSON_GetObjectItemCaseSensitive(m0, "role") : NULL;
-    if (cJSON_IsString(r0) && strcmp(r0->valuestring, "system") == 0) first = 1;
+    int n = cJSON_GetArraySize(messages), first = has_role(messages, 0, "system");
     if (n - first < 3) return false; /* only the current user message is left */
     do {
         cJSON_DeleteItemFromArray(messages, first);
         n--;
-        const cJSON *m = cJSON_GetArrayItem(messages, first);
-        const cJSON *r = m ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
-        if (cJSON_IsString(r) && strcmp(r->valuestring, "user") == 0) break;
+        if (has_role(messages, first, "user")) break;
     } while (n - first > 1);
     return true;
 }
@@ -452,11 +451,8 @@ int cmd_chat_main(int argc, char **argv) {
         }
         if (!answer(&c)) {
             /* Nothing was answered: forget the question so the next turn is clean. */
-            int n = cJSON_GetArraySize(c.messages);
-            const cJSON *last = cJSON_GetArrayItem(c.messages, n - 1);
-            const cJSON *role = last ? cJSON_GetObjectItemCaseSensitive(last, "role") : NULL;
-            if (cJSON_IsString(role) && strcmp(role->valuestring, "user") == 0)
-                cJSON_DeleteItemFromArray(c.messages, n - 1);
+            int last = cJSON_GetArraySize(c.messages) - 1;
+            if (has_role(c.messages, last, "user")) cJSON_DeleteItemFromArray(c.messages, last);
             rc = 1;
         }
     }
