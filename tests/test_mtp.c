@@ -3,13 +3,7 @@
  * and batched feeding, rolling drafts back, loading from doctored checkpoint
  * copies (a missing tensor, other prefixes, norms already shifted), and the
  * unsupported mixture-of-experts head of fixtures/models/qwen35-moe.
- *
- * Rope: the fixture's MAIN-model oracle rounded its inv_freq to bf16
- * (tests/data/README.md), but the MTP oracle (make_fixtures.py, class
- * MTPHead) kept its own rotary embedding in float32.  So the hidden states
- * come from a model with lm_qwen35_round_rope_to_bf16 and the head runs on a
- * model with loom's default float32 frequencies (test_rope_of_the_mtp_oracle
- * shows the other choice fails). */
+ */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
@@ -34,8 +28,7 @@ typedef struct {
     char dir[1024];
     lm_qwen35_config config;
     lm_checkpoint *checkpoint;
-    lm_qwen35_model main_model; /* rope rounded like the main oracle: the hidden states */
-    lm_qwen35_model mtp_model;  /* float32 rope like the MTP oracle: the head */
+    lm_qwen35_model model;
     lm_backend *backend;
     lm_safetensors *reference;
 } fixture;
@@ -49,13 +42,11 @@ static bool load_fixture(void) {
     snprintf(path, sizeof path, "%s/config.json", fx.dir);
     if (lm_qwen35_config_load(path, &fx.config, &err) != LM_OK ||
         lm_checkpoint_open(fx.dir, LM_LOAD_READ, &fx.checkpoint, &err) != LM_OK ||
-        lm_qwen35_load(fx.checkpoint, &fx.config, &fx.main_model, &err) != LM_OK ||
-        lm_qwen35_load(fx.checkpoint, &fx.config, &fx.mtp_model, &err) != LM_OK ||
+        lm_qwen35_load(fx.checkpoint, &fx.config, &fx.model, &err) != LM_OK ||
         lm_backend_cpu_create(2, &fx.backend, &err) != LM_OK) {
         fprintf(stderr, "cannot load the qwen35-dense fixture: %s\n", err.message);
         return false;
     }
-    lm_qwen35_round_rope_to_bf16(&fx.main_model);
     snprintf(path, sizeof path, "%s/reference.safetensors", fx.dir);
     if (lm_safetensors_open(path, LM_LOAD_READ, &fx.reference, &err) != LM_OK) {
         fprintf(stderr, "cannot load %s: %s\n", path, err.message);
@@ -107,9 +98,8 @@ static float *main_hidden(const lm_qwen35_model *model, const int32_t *ids, int 
 }
 
 /* Normalized error of the head of `head_model` over a whole prompt, with
- * hidden states from `hidden_model`; INFINITY and err set on failure. */
-static double prompt_error(const lm_qwen35_model *hidden_model, const lm_qwen35_model *head_model,
-                           const char *prompt, lm_error *err) {
+ * hidden states from fx.model; INFINITY and err set on failure. */
+static double prompt_error(const lm_qwen35_model *head_model, const char *prompt, lm_error *err) {
     const int32_t *ids;
     int n;
     prompt_ids(prompt, &ids, &n);
@@ -119,7 +109,7 @@ static double prompt_error(const lm_qwen35_model *hidden_model, const lm_qwen35_
         lm_fail(err, LM_ERR_FORMAT, "reference for %s missing or of the wrong size", prompt);
         return INFINITY;
     }
-    float *hidden = main_hidden(hidden_model, ids, n, err);
+    float *hidden = main_hidden(&fx.model, ids, n, err);
     if (!hidden) return INFINITY;
     float *logits = malloc(sizeof(float) * (size_t)(n - 1) * V);
     lm_status st =
@@ -131,7 +121,7 @@ static double prompt_error(const lm_qwen35_model *hidden_model, const lm_qwen35_
 }
 
 static void test_head_is_loaded(void) {
-    const lm_qwen35_model *m = &fx.mtp_model;
+    const lm_qwen35_model *m = &fx.model;
     CHECK_MSG(m->has_mtp && m->mtp, "no head: %s", m->mtp_missing);
     CHECK(strcmp(m->mtp->prefix, "mtp.") == 0);
     CHECK(!m->mtp->norms_were_shifted && !m->mtp->norms_forced);
@@ -156,20 +146,10 @@ static void test_head_is_loaded(void) {
 static void test_mtp_logits_match_reference(void) {
     for (size_t p = 0; p < N_PROMPTS; p++) {
         lm_error err = {0};
-        double e = prompt_error(&fx.main_model, &fx.mtp_model, mtp_prompts[p], &err);
+        double e = prompt_error(&fx.model, mtp_prompts[p], &err);
         CHECK_MSG(e < LOGIT_TOLERANCE, "%s: normalized MTP logit error %.3g %s", mtp_prompts[p], e,
                   err.message);
     }
-}
-
-/* Documents the oracle's rope: rounding the head's frequencies to bf16 (as
- * the main oracle did) misses the reference of the longest prompt. */
-static void test_rope_of_the_mtp_oracle(void) {
-    lm_error err = {0};
-    double e = prompt_error(&fx.main_model, &fx.main_model, "p3", &err);
-    CHECK_MSG(e > 10 * LOGIT_TOLERANCE, "bf16 rope for the head: error %.3g %s", e, err.message);
-    printf("  MTP p3 error with the head's rope rounded to bf16: %.3g; float32: %.3g\n", e,
-           prompt_error(&fx.main_model, &fx.mtp_model, "p3", &err));
 }
 
 /* ------------------------------------------------- incremental and batched */
@@ -186,7 +166,7 @@ typedef struct {
 static lm_status mtp_state_init(mtp_state *ms, int block_size, int n_blocks, lm_error *err) {
     memset(ms, 0, sizeof *ms);
     ms->n_blocks = n_blocks;
-    lm_status st = lm_qwen35_mtp_cache_init(&fx.mtp_model, block_size, n_blocks, &ms->kv, err);
+    lm_status st = lm_qwen35_mtp_cache_init(&fx.model, block_size, n_blocks, &ms->kv, err);
     if (st == LM_OK) st = lm_kv_cache_alloc(&ms->kv, n_blocks, ms->blocks, err);
     return st;
 }
@@ -216,7 +196,7 @@ static lm_status mtp_step(mtp_state *ms, const float *hidden, const int32_t *nex
                        .no_logits = no_logits};
     lm_step_batch batch = {
         .n_tokens = n, .tokens = next, .positions = ms->positions, .n_seqs = 1, .seqs = &seq};
-    return lm_qwen35_mtp_forward(&fx.mtp_model, fx.backend, &ms->kv, &ms->ws, &batch, hidden,
+    return lm_qwen35_mtp_forward(&fx.model, fx.backend, &ms->kv, &ms->ws, &batch, hidden,
                                  logits, hidden_out, err);
 }
 
@@ -242,7 +222,7 @@ static void check_incremental(const char *prompt, int chunk1, int chunk2) {
     lm_sequence_runner r;
     mtp_state ms;
     lm_error err = {0};
-    lm_status st = lm_sequence_runner_init(&r, &fx.main_model, fx.backend, n, &err);
+    lm_status st = lm_sequence_runner_init(&r, &fx.model, fx.backend, n, &err);
     if (st == LM_OK) st = mtp_state_init(&ms, 16, (n + 15) / 16, &err);
     double hidden_err = 0;
     int fed = 0, mtp_done = 0, steps = 0;
@@ -263,7 +243,7 @@ static void check_incremental(const char *prompt, int chunk1, int chunk2) {
         int out_rows = no_logits ? 0 : all ? rows : 1;
         int first_out = all ? mtp_done : mtp_done + rows - 1;
         if (st == LM_OK && out_rows > 0) {
-            const lm_matrix *lm_head = &fx.mtp_model.lm_head;
+            const lm_matrix *lm_head = &fx.model.lm_head;
             lm_matmul(fx.backend, check, hidden_out, out_rows, lm_head);
             double e = normalized_error(check, logits, (size_t)out_rows * V);
             if (e > hidden_err) hidden_err = e;
@@ -320,9 +300,9 @@ static void test_sequences_batched_in_one_step(void) {
     int V = fx.config.vocab_size, H = fx.config.hidden_size;
     int r2 = n2 - 1, r0 = n0 - 1, r3 = 20, N = r2 + r0 + r3;
     lm_error err = {0};
-    float *h0 = main_hidden(&fx.main_model, ids0, n0, &err);
-    float *h2 = main_hidden(&fx.main_model, ids2, n2, &err);
-    float *h3 = main_hidden(&fx.main_model, ids3, n3, &err);
+    float *h0 = main_hidden(&fx.model, ids0, n0, &err);
+    float *h2 = main_hidden(&fx.model, ids2, n2, &err);
+    float *h3 = main_hidden(&fx.model, ids3, n3, &err);
     float *hidden = malloc(sizeof(float) * (size_t)N * H);
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)N);
     int32_t *positions = malloc(sizeof(int32_t) * 3 * (size_t)N);
@@ -331,7 +311,7 @@ static void test_sequences_batched_in_one_step(void) {
     lm_qwen35_workspace ws = {0};
     int32_t blocks[32];
     lm_status st = h0 && h2 && h3 ? LM_OK : LM_ERR_INTERNAL;
-    if (st == LM_OK) st = lm_qwen35_mtp_cache_init(&fx.mtp_model, 8, 32, &kv, &err);
+    if (st == LM_OK) st = lm_qwen35_mtp_cache_init(&fx.model, 8, 32, &kv, &err);
     /* interleaved block ids: p3 gets 0, p2 gets 1..9, p0 gets 10, p3 also 11..12 */
     if (st == LM_OK) st = lm_kv_cache_alloc(&kv, 13, blocks, &err);
     int32_t table3[3] = {blocks[0], blocks[11], blocks[12]}, table2[9], table0[1] = {blocks[10]};
@@ -358,7 +338,7 @@ static void test_sequences_batched_in_one_step(void) {
         lm_step_batch batch = {
             .n_tokens = N, .tokens = tokens, .positions = positions, .n_seqs = 3, .seqs = seqs};
         CHECK(lm_step_batch_logit_rows(&batch) == r2 + 1);
-        st = lm_qwen35_mtp_forward(&fx.mtp_model, fx.backend, &kv, &ws, &batch, hidden, logits,
+        st = lm_qwen35_mtp_forward(&fx.model, fx.backend, &kv, &ws, &batch, hidden, logits,
                                    NULL, &err);
     }
     double e2 = INFINITY, e0 = INFINITY;
@@ -390,7 +370,7 @@ static void test_rolled_back_rows_are_overwritten(void) {
     prompt_ids("p2", &ids, &n);
     int V = fx.config.vocab_size, H = fx.config.hidden_size, split = 40;
     lm_error err = {0};
-    float *hidden = main_hidden(&fx.main_model, ids, n, &err);
+    float *hidden = main_hidden(&fx.model, ids, n, &err);
     CHECK_OK(hidden ? LM_OK : err.code, &err);
     float *logits = malloc(sizeof(float) * (size_t)n * V);
     float *draft_hidden = malloc(sizeof(float) * (size_t)H);
@@ -437,7 +417,7 @@ static void test_bad_batches_are_refused(void) {
     lm_step_seq seq = {.n_new = 1, .block_table = ms.blocks, .n_blocks = 1};
     lm_step_batch batch = {
         .n_tokens = 1, .tokens = tokens, .positions = ms.positions, .n_seqs = 1, .seqs = &seq};
-    st = lm_qwen35_mtp_forward(&fx.mtp_model, fx.backend, &other, &ms.ws, &batch, hidden, logits,
+    st = lm_qwen35_mtp_forward(&fx.model, fx.backend, &other, &ms.ws, &batch, hidden, logits,
                                NULL, &err);
     bool wrong_cache = st == LM_ERR_INVALID;
     if (made == LM_OK) lm_kv_cache_free(&other);
@@ -625,7 +605,7 @@ static void test_other_prefixes(void) {
         lm_status st = load_copy(dir, LM_MTP_NORMS_AUTO, &c, &err);
         bool right =
             st == LM_OK && c.model.has_mtp && strcmp(c.model.mtp->prefix, prefixes[i]) == 0;
-        double e = right ? prompt_error(&fx.main_model, &c.model, "p0", &err) : INFINITY;
+        double e = right ? prompt_error(&c.model, "p0", &err) : INFINITY;
         free_copy(&c);
         CHECK_OK(st, &err);
         CHECK_MSG(right, "%s: %s", prefixes[i], err.message);
@@ -655,7 +635,7 @@ static void test_shifted_norms_are_detected(void) {
         bool has = st == LM_OK && c.model.has_mtp;
         bool shifted = has && c.model.mtp->norms_were_shifted;
         float mean = has ? c.model.mtp->stored_norm_mean : NAN;
-        double e = has ? prompt_error(&fx.main_model, &c.model, "p2", &err) : INFINITY;
+        double e = has ? prompt_error(&c.model, "p2", &err) : INFINITY;
         free_copy(&c);
         CHECK_OK(st, &err);
         CHECK_MSG(has, "case %zu: %s", i, err.message);
@@ -723,7 +703,6 @@ int main(void) {
     }
     RUN_TEST(test_head_is_loaded);
     RUN_TEST(test_mtp_logits_match_reference);
-    RUN_TEST(test_rope_of_the_mtp_oracle);
     RUN_TEST(test_incremental_matches_reference);
     RUN_TEST(test_sequences_batched_in_one_step);
     RUN_TEST(test_rolled_back_rows_are_overwritten);
@@ -735,8 +714,7 @@ int main(void) {
     RUN_TEST(test_moe_head_is_unsupported);
     lm_safetensors_close(fx.reference);
     lm_backend_destroy(fx.backend);
-    lm_qwen35_free(&fx.main_model);
-    lm_qwen35_free(&fx.mtp_model);
+    lm_qwen35_free(&fx.model);
     lm_checkpoint_close(fx.checkpoint);
     return test_summary("test_mtp");
 }

@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # `loom logits --mtp` on the qwen35-dense fixture: [T-1, V] float32 equal to
-# the fixture's p0.mtp_logits within 1e-4 of their std (loom's float32 rope
-# everywhere; on p0 that is 3.6e-5 from the oracle, whose main model rounded
-# its rope to bf16: see tests/test_mtp.c), clear errors, and a checkpoint
-# copy lacking one MTP tensor: the model runs, --mtp says which tensor.
+# the fixture's p0.mtp_logits within 1e-4 of their std, clear errors, and a
+# checkpoint copy lacking one MTP tensor: the model runs, --mtp says which tensor.
 cd "$(dirname "$0")/.." || exit 1
 export LOOM_BUILD=${LOOM_BUILD:-build}
 export LOOM_FIXTURES=${LOOM_FIXTURES:-../shared/fixtures}

@@ -21,9 +21,7 @@
 typedef struct {
     lm_qwen35_config config;
     lm_checkpoint *checkpoint;
-    lm_qwen35_model model;        /* rope frequencies rounded like the fixture's oracle */
-    lm_qwen35_model model_default; /* loom's own float32 rope frequencies */
-    lm_safetensors *rerun;        /* tests/data: transformers' float64 rerun, float32 rope */
+    lm_qwen35_model model;
     lm_backend *backend;
     lm_safetensors *reference;
 } fixture;
@@ -38,21 +36,12 @@ static bool load_fixture(void) {
     if (lm_qwen35_config_load(path, &fx.config, &err) != LM_OK ||
         lm_checkpoint_open(dir, LM_LOAD_READ, &fx.checkpoint, &err) != LM_OK ||
         lm_qwen35_load(fx.checkpoint, &fx.config, &fx.model, &err) != LM_OK ||
-        lm_qwen35_load(fx.checkpoint, &fx.config, &fx.model_default, &err) != LM_OK ||
         lm_backend_cpu_create(2, &fx.backend, &err) != LM_OK) {
         fprintf(stderr, "cannot load the qwen35-dense fixture: %s\n", err.message);
         return false;
     }
-    /* See tests/data/README.md: the fixture's oracle rounded inv_freq to bf16. */
-    lm_qwen35_round_rope_to_bf16(&fx.model);
     snprintf(path, sizeof path, "%s/reference.safetensors", dir);
     if (lm_safetensors_open(path, LM_LOAD_READ, &fx.reference, &err) != LM_OK) {
-        fprintf(stderr, "cannot load %s: %s\n", path, err.message);
-        return false;
-    }
-    const char *data = getenv("LOOM_TEST_DATA");
-    snprintf(path, sizeof path, "%s/qwen35-dense-float32-rope.safetensors", data ? data : "tests/data");
-    if (lm_safetensors_open(path, LM_LOAD_READ, &fx.rerun, &err) != LM_OK) {
         fprintf(stderr, "cannot load %s: %s\n", path, err.message);
         return false;
     }
@@ -84,12 +73,6 @@ static void prompt_ids(const char *p, const int32_t **ids, int *n) {
     *n = t ? (int)t->n_elements : 0;
 }
 
-static const lm_tensor *rerun_logits(const char *prompt) {
-    char name[64];
-    snprintf(name, sizeof name, "%s.logits", prompt);
-    return lm_safetensors_find(fx.rerun, name);
-}
-
 /* Full-prefill logits of every text prompt against an oracle. */
 static void check_prefill_logits(const lm_qwen35_model *model,
                                  const lm_tensor *(*oracle)(const char *prompt)) {
@@ -119,10 +102,6 @@ static void check_prefill_logits(const lm_qwen35_model *model,
 static const lm_tensor *fixture_logits(const char *prompt) { return ref(prompt, "logits"); }
 
 static void test_prefill_logits_match_reference(void) { check_prefill_logits(&fx.model, fixture_logits); }
-
-static void test_default_rope_matches_transformers_rerun(void) {
-    check_prefill_logits(&fx.model_default, rerun_logits);
-}
 
 static void test_greedy_continuations_match_reference(void) {
     int V = fx.config.vocab_size;
@@ -249,15 +228,12 @@ int main(void) {
         return 1;
     }
     RUN_TEST(test_prefill_logits_match_reference);
-    RUN_TEST(test_default_rope_matches_transformers_rerun);
     RUN_TEST(test_greedy_continuations_match_reference);
     RUN_TEST(test_hidden_states_match_reference);
     RUN_TEST(test_decode_after_prefill_matches_full_prefill);
     lm_safetensors_close(fx.reference);
     lm_backend_destroy(fx.backend);
     lm_qwen35_free(&fx.model);
-    lm_qwen35_free(&fx.model_default);
-    lm_safetensors_close(fx.rerun);
     lm_checkpoint_close(fx.checkpoint);
     return test_summary("test_qwen35_golden");
 }

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/bf16.h"
 #include "models/qwen35_mtp.h"
 
 /* ------------------------------------------------------------------ loading */
@@ -192,11 +191,6 @@ lm_status lm_qwen35_load_random(const lm_qwen35_config *config, uint64_t seed, l
     m->config = *config;
     lm_weights_init_random(&m->weights, seed, !config->tie_word_embeddings);
     return load_model(m, NULL, err);
-}
-
-void lm_qwen35_round_rope_to_bf16(lm_qwen35_model *m) {
-    for (int i = 0; i < m->config.rot_dim / 2; i++)
-        m->rope_inv_freq[i] = lm_bf16_to_f32(lm_f32_to_bf16(m->rope_inv_freq[i]));
 }
 
 void lm_qwen35_free(lm_qwen35_model *m) {

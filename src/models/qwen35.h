@@ -127,11 +127,6 @@ lm_status lm_qwen35_load_random(const lm_qwen35_config *config, uint64_t seed,
                                 lm_qwen35_model *model, lm_error *err);
 void lm_qwen35_free(lm_qwen35_model *model);
 
-/* Rounds the rotary frequencies to bf16, as a model whose inv_freq buffer
- * was cast to bf16 computes them (the transformers oracle of the fixtures
- * did this: it cast the whole model to bf16 before computing in float64). */
-void lm_qwen35_round_rope_to_bf16(lm_qwen35_model *model);
-
 lm_status lm_qwen35_caches_init(const lm_qwen35_model *model, int block_size, int n_blocks,
                                 int n_state_slots, lm_qwen35_caches *caches, lm_error *err);
 void lm_qwen35_caches_free(lm_qwen35_caches *caches);
