@@ -16,7 +16,7 @@
 
 #include "base/bf16.h"
 #include "base/threadpool.h"
-#include "ops/cpu/simd.h"
+#include "base/simd.h"
 #include "ops/ops.h"
 
 typedef struct {

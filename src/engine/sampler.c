@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/cpu/simd.h"
+#include "base/simd.h"
 
 /* Histogram resolution: buckets per unit of (max - logit) / temperature, i.e.
  * per factor e of probability; the last bucket takes everything further. */

@@ -14,7 +14,7 @@
 
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
-#include "ops/cpu/simd.h"
+#include "base/simd.h"
 
 #define KEY_BLOCK 16
 #define MAX_GROUP 64 /* query heads per kv head handled in one pass */

@@ -11,7 +11,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/reference.h"
-#include "ops/cpu/simd.h"
+#include "base/simd.h"
 
 #define PARALLEL_MIN_ELEMS 32768
 /* Elementwise ranges are cut at multiples of this (a whole number of vectors). */

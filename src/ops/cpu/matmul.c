@@ -25,7 +25,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/reference.h"
-#include "ops/cpu/simd.h"
+#include "base/simd.h"
 
 #ifndef TILE_MAX_T
 #define TILE_MAX_T 4 /* tokens per row pass, at most 8 */

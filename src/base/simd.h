@@ -1,4 +1,4 @@
-/* A small float-vector layer for the CPU kernels, so each kernel is written
+/* A small float-vector layer for host code (the CPU kernels, the sampler), so each loop is written
  * once and compiles to AVX-512 (-march with avx512f/bw/vl), AVX2+FMA, or
  * plain C (8 lanes in an array: anything else).
  *
@@ -12,8 +12,8 @@
  *                    below the float range, +inf above it
  *
  * Everything is static inline: no state, no dispatch at run time. */
-#ifndef LOOM_OPS_CPU_SIMD_H
-#define LOOM_OPS_CPU_SIMD_H
+#ifndef LOOM_BASE_SIMD_H
+#define LOOM_BASE_SIMD_H
 
 #include <math.h>
 #include <stdint.h>
