@@ -1,33 +1,65 @@
-/* The backend seam: every numeric kernel the models use.
+/* The backend seam: the memory and every numeric kernel the models use.
  *
- * Model code calls only these functions.  Each backend (ops/cpu, later
- * ops/cuda) fills an lm_backend_ops table; the inline wrappers below dispatch
- * through it.  All activations are float32, row-major.  Pointers refer to the
- * backend's memory (host memory for cpu).  Unless stated otherwise an output
- * may not alias an input.  Kernels do not fail: callers validate shapes when
- * the model is loaded, so a kernel only ever sees consistent sizes. */
+ * A backend (ops/cpu: tuned kernels and a thread pool; ops/ref: the plain
+ * reference kernels, one thread; ops/cuda later) fills an lm_backend_ops
+ * table; the inline wrappers below dispatch through it.
+ *
+ * Memory belongs to the backend.  Code outside a backend holds lm_buffer
+ * handles (an incomplete type: it cannot be dereferenced) and lm_mem views
+ * (buffer + byte offset); it moves bytes in and out only through upload,
+ * download and copy.  So the compiler, not review, keeps models and the
+ * engine off device memory.
+ *
+ * Ops are queued in order on the backend's one stream: a backend may run
+ * them asynchronously (cuda) or at once (cpu, ref).  The host waits only in
+ * download and synchronize.  Kernels do not fail: callers validate shapes
+ * when the model is loaded and when a step is built, so a kernel only ever
+ * sees consistent sizes; a device error is reported by the next
+ * synchronize/download.  All activations are float32, row-major.  Index
+ * arrays (token ids, positions, slots, block tables, row lists) are int32
+ * in backend memory.  Unless stated otherwise an output may not alias an
+ * input. */
 #ifndef LOOM_OPS_OPS_H
 #define LOOM_OPS_OPS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/dtype.h"
 #include "base/error.h"
 
 typedef struct lm_backend lm_backend;
+typedef struct lm_buffer lm_buffer; /* defined by each backend, privately */
+
+/* A place in backend memory: `offset` bytes into `buffer`. */
+typedef struct {
+    lm_buffer *buffer;
+    size_t offset;
+} lm_mem;
+
+static inline lm_mem lm_mem_bytes(lm_mem m, size_t bytes) {
+    m.offset += bytes;
+    return m;
+}
+/* Element `index` of a float32 / int32 array at m. */
+static inline lm_mem lm_mem_f32(lm_mem m, size_t index) { return lm_mem_bytes(m, index * 4); }
+static inline lm_mem lm_mem_i32(lm_mem m, size_t index) { return lm_mem_bytes(m, index * 4); }
+static inline lm_mem lm_mem_of(lm_buffer *buffer) { return (lm_mem){buffer, 0}; }
 
 /* A weight matrix [rows, cols] row-major, as checkpoints store Linear weights
- * ([out, in]).  dtype is LM_DTYPE_BF16 or LM_DTYPE_F32 (F16 accepted too). */
+ * ([out, in]).  dtype is LM_DTYPE_BF16, LM_DTYPE_F16 or LM_DTYPE_F32. */
 typedef struct {
-    const void *data;
+    lm_mem data;
     lm_dtype dtype;
     int64_t rows, cols;
 } lm_matrix;
 
-/* Rotary embedding on the first rot_dim dims of each head (rot_dim/2
- * frequencies inv_freq[i] = theta^(-2i/rot_dim)).  Frequency i takes its
- * position from component section_of(i) of the token's (t, h, w) position:
+/* Rotary embedding on the first rot_dim dims of each head, rot_dim/2
+ * frequencies inv_freq[i] = 1 / theta^(2i/rot_dim), computed in float32 as
+ * transformers does (1.0f / powf(theta, (float)(2 * i) / (float)rot_dim)).
+ * Frequency i takes its position from component section_of(i) of the
+ * token's (t, h, w) position:
  *   interleaved sections (Qwen3.5): H if i%3==1 && i<3*sections[1],
  *                                   W if i%3==2 && i<3*sections[2], else T;
  *   contiguous sections (GLM): i < s0 -> T, i < s0+s1 -> H, else W.
@@ -35,9 +67,6 @@ typedef struct {
 typedef struct {
     int rot_dim;
     float theta;
-    /* Optional [rot_dim/2] table overriding theta^(-2i/rot_dim): models
-     * precompute it once, and can reproduce a checkpoint's rounding of it. */
-    const float *inv_freq;
     int sections[3];
     bool interleaved_sections;
     bool pair_interleaved; /* false = rotate-half (NeoX) */
@@ -47,67 +76,131 @@ typedef struct {
  * [n_blocks, block_size, n_kv_heads, head_dim] float32.  Token slot s lives at
  * block s / block_size, offset s % block_size. */
 typedef struct {
-    float *k, *v;
+    lm_mem k, v;
     int n_blocks, block_size, n_kv_heads, head_dim;
 } lm_kv_layer;
 
-/* The tokens of one attention call.  Token i belongs to sequence token_seq[i]
- * and attends to the first ctx_len[i] cached entries of that sequence (its
- * own entry included: causal).  block_tables[s] maps a sequence's logical
- * block to a pool block. */
+/* The tokens of one attention call.  Token i belongs to sequence
+ * token_seq[i] and attends to the first ctx_len[i] cached entries of that
+ * sequence (its own entry included: causal).  Row s of block_tables
+ * (table_stride entries) maps sequence s's logical blocks to pool blocks.
+ * max_ctx_len bounds every ctx_len[i] (a backend may size its launch by it). */
 typedef struct {
     int n_tokens;
-    const int32_t *token_seq;
-    const int32_t *ctx_len;
-    const int32_t *const *block_tables;
+    lm_mem token_seq;    /* int32 [n_tokens] */
+    lm_mem ctx_len;      /* int32 [n_tokens] */
+    lm_mem block_tables; /* int32 [n_seqs][table_stride] */
+    int table_stride;
+    int max_ctx_len;
     int n_heads, n_kv_heads, head_dim;
     float scale;
 } lm_attention_batch;
 
+/* The sequences of one call of an op that carries per-sequence state
+ * (conv1d, gated delta rule).  Sequence s has rows [first[s], first[s] +
+ * length[s]) of the op's row arrays and its state at `slot[s]` of the state
+ * array (slot * slot_stride floats in).  Rows of different sequences do not
+ * overlap; they need not be contiguous or in order.  max_length bounds
+ * every length[s]. */
+typedef struct {
+    int n_seqs;
+    lm_mem first;  /* int32 [n_seqs] */
+    lm_mem length; /* int32 [n_seqs] */
+    lm_mem slot;   /* int32 [n_seqs] */
+    int max_length;
+} lm_seq_batch;
+
 typedef struct {
     const char *name;
+
+    /* ---- memory ---- */
+    /* A buffer of `bytes` (what: for the error message).  Contents undefined. */
+    lm_status (*alloc)(lm_backend *be, size_t bytes, const char *what, lm_buffer **out,
+                       lm_error *err);
+    /* A buffer holding a copy of host bytes, made once (weights at load).
+     * A backend whose memory is the host's may use `data` in place instead:
+     * the caller keeps it alive and unchanged for the buffer's lifetime. */
+    lm_status (*import_host)(lm_backend *be, const void *data, size_t bytes, const char *what,
+                             lm_buffer **out, lm_error *err);
+    void (*free)(lm_backend *be, lm_buffer *buffer); /* NULL is fine */
+    size_t (*buffer_size)(const lm_buffer *buffer);
+    /* Host to backend; the host bytes may be reused as soon as it returns. */
+    void (*upload)(lm_backend *be, lm_mem dst, const void *src, size_t bytes);
+    /* Backend to host: waits for the queued ops, then copies. */
+    lm_status (*download)(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err);
+    void (*copy)(lm_backend *be, lm_mem dst, lm_mem src, size_t bytes); /* no overlap */
+    void (*fill)(lm_backend *be, lm_mem dst, uint8_t byte, size_t bytes);
+    /* Waits for every queued op; reports a device error since the last call. */
+    lm_status (*synchronize)(lm_backend *be, lm_error *err);
+
+    /* ---- dense ---- */
     /* y[n, w.rows] = x[n, w.cols] · wᵀ */
-    void (*matmul)(lm_backend *be, float *y, const float *x, int n, const lm_matrix *w);
-    /* out[i] = table row ids[i] as float32 (table [vocab, dim]) */
-    void (*embed)(lm_backend *be, float *out, const int32_t *ids, int n, const lm_matrix *table);
+    void (*matmul)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
+    /* out[i] = table row ids[i] as float32 (table [vocab, dim]; ids int32 [n]) */
+    void (*embed)(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
+
+    /* ---- norms and elementwise ---- */
     /* out = x / sqrt(mean(x²) + eps) * weight, per row of dim; out may alias x.
      * Zero-centred (1 + w) norms pass weights with the 1 already added. */
-    void (*rmsnorm)(lm_backend *be, float *out, const float *x, const float *weight, int rows,
-                    int dim, float eps);
-    /* out = rmsnorm(x) * weight * silu(z), per row of dim (Qwen3.5 GDN output norm). */
-    void (*gated_rmsnorm)(lm_backend *be, float *out, const float *x, const float *z,
-                          const float *weight, int rows, int dim, float eps);
+    void (*rmsnorm)(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim,
+                    float eps);
+    /* out = rmsnorm(x) * weight * silu(z), per row of dim (Qwen3.5 GDN output
+     * norm); out may alias x. */
+    void (*gated_rmsnorm)(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows,
+                          int dim, float eps);
     /* x /= sqrt(sum(x²) + eps) per row of dim, then x *= scale; in place. */
-    void (*l2norm_scale)(lm_backend *be, float *x, int rows, int dim, float eps, float scale);
-    /* In-place rotary embedding of x [n, n_heads, head_dim]; positions [n][3]. */
-    void (*rope)(lm_backend *be, float *x, int n, int n_heads, int head_dim,
-                 const int32_t *positions, const lm_rope_params *rope);
+    void (*l2norm_scale)(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale);
+    /* In-place rotary embedding of x [n, n_heads, head_dim]; positions int32 [n][3]. */
+    void (*rope)(lm_backend *be, lm_mem x, int n, int n_heads, int head_dim, lm_mem positions,
+                 const lm_rope_params *rope);
     /* out = silu(gate) * up, elementwise; out may alias gate or up. */
-    void (*silu_mul)(lm_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    void (*silu_mul)(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n);
     /* x *= sigmoid(gate), elementwise. */
-    void (*sigmoid_mul)(lm_backend *be, float *x, const float *gate, int64_t n);
+    void (*sigmoid_mul)(lm_backend *be, lm_mem x, lm_mem gate, int64_t n);
     /* x += y, elementwise. */
-    void (*add)(lm_backend *be, float *x, const float *y, int64_t n);
-    /* Writes k, v rows [n, n_kv_heads*head_dim] into the pool at token slots. */
-    void (*kv_write)(lm_backend *be, const lm_kv_layer *kv, const float *k, const float *v, int n,
-                     const int32_t *slots);
+    void (*add)(lm_backend *be, lm_mem x, lm_mem y, int64_t n);
+
+    /* ---- moving rows ---- */
+    /* dst row r (dst_stride floats apart) = src row r (src_stride apart),
+     * `width` floats each, r < rows: splits and concatenations of columns. */
+    void (*copy_rows)(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src,
+                      int64_t src_stride, int rows, int width);
+    /* dst row i = src row row_ids[i], i < n, rows of `width` floats
+     * (row_ids int32 [n]); dst may not overlap src. */
+    void (*gather_rows)(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n, int width);
+    /* ids[r] = the index of the largest of x row r ([rows, n]); the lowest
+     * index among equal maxima; NaN never wins over a number. */
+    void (*argmax_rows)(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n);
+
+    /* ---- attention ---- */
+    /* Writes k, v rows [n, n_kv_heads*head_dim] into the pool at token slots (int32 [n]). */
+    void (*kv_write)(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n,
+                     lm_mem slots);
     /* out [n, n_heads*head_dim] = softmax(q·Kᵀ·scale) · V over the paged cache, GQA
      * (query head h reads kv head h / (n_heads / n_kv_heads)). */
-    void (*attention)(lm_backend *be, float *out, const float *q, const lm_kv_layer *kv,
+    void (*attention)(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                       const lm_attention_batch *batch);
-    /* Causal depthwise conv of one sequence, then SiLU.  in [T, C] (pre-conv),
-     * weight [C, K] (tap K-1 hits the current token), state [C, K-1] holding
-     * the previous K-1 inputs (oldest first), updated to the last K-1 inputs.
-     * out [T, C]. */
-    void (*causal_conv1d_silu)(lm_backend *be, float *out, const float *in, int T, int C,
-                               float *state, const float *weight, int K);
-    /* Gated delta rule of one sequence (model-spec §A.7 steps 5-6):
-     * q, k [T, Hk, dk] (already l2-normalised, q scaled), v [T, Hv, dv],
-     * g (log decay) and beta [T, Hv]; state [Hv, dk, dv] updated in place;
-     * out [T, Hv, dv].  Value head hv uses key head hv / (Hv / Hk). */
-    void (*gated_delta_rule)(lm_backend *be, float *out, const float *q, const float *k,
-                             const float *v, const float *g, const float *beta, float *state,
-                             int T, int Hk, int Hv, int dk, int dv);
+
+    /* ---- Gated DeltaNet (model-spec §A.7) ---- */
+    /* The gates, in place over [n, H] rows: beta = sigmoid(beta);
+     * g = neg_exp_A[h] * softplus(g + dt_bias[h]) (neg_exp_A = -exp(A_log)). */
+    void (*gdn_gates)(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias,
+                      int n, int H);
+    /* Causal depthwise conv, then SiLU, of every sequence of `seqs`: in and
+     * out rows of C floats (pre-conv input, output), weight [C, K] (tap K-1
+     * hits the current token), each sequence's window [C, K-1] (its previous
+     * K-1 inputs, oldest first) at states + slot * slot_stride floats, updated
+     * to its last K-1 inputs.  out may not alias in. */
+    void (*causal_conv1d_silu)(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
+                               lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs);
+    /* Gated delta rule of every sequence of `seqs` (model-spec §A.7 steps
+     * 5-6): rows of q, k [Hk, dk] (already l2-normalised, q scaled), v and
+     * out [Hv, dv], g (log decay) and beta [Hv]; each sequence's state
+     * [Hv, dk, dv] at states + slot * slot_stride floats, updated in place.
+     * Value head hv uses key head hv / (Hv / Hk). */
+    void (*gated_delta_rule)(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g,
+                             lm_mem beta, lm_mem states, int64_t slot_stride,
+                             const lm_seq_batch *seqs, int Hk, int Hv, int dk, int dv);
 } lm_backend_ops;
 
 struct lm_backend {
@@ -115,61 +208,114 @@ struct lm_backend {
     void *impl; /* backend-private: the cpu backend keeps its thread pool here */
 };
 
+/* The backends this build has, by name: "cpu" (tuned kernels, n_threads
+ * workers; 0 = all cores) and "ref" (the plain reference kernels, one
+ * thread, for checking the others).  An unknown name is LM_ERR_INVALID
+ * naming the ones there are. */
+lm_status lm_backend_create(const char *name, int n_threads, lm_backend **out, lm_error *err);
 lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err);
+lm_status lm_backend_ref_create(lm_backend **out, lm_error *err);
 void lm_backend_destroy(lm_backend *be);
+/* Names of the backends of this build, for --help and errors ("cpu, ref"). */
+const char *lm_backend_names(void);
+/* Worker threads of the backend (1 for ref). */
 int lm_backend_threads(const lm_backend *be);
-/* The cpu backend's worker pool (NULL for other backends). */
-struct lm_pool *lm_cpu_pool_of(lm_backend *be);
 
-static inline void lm_matmul(lm_backend *be, float *y, const float *x, int n, const lm_matrix *w) {
+/* ---- wrappers ---- */
+
+static inline lm_status lm_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out,
+                                 lm_error *err) {
+    return be->ops->alloc(be, bytes, what, out, err);
+}
+static inline lm_status lm_import_host(lm_backend *be, const void *data, size_t bytes,
+                                       const char *what, lm_buffer **out, lm_error *err) {
+    return be->ops->import_host(be, data, bytes, what, out, err);
+}
+static inline void lm_buffer_free(lm_backend *be, lm_buffer *buffer) {
+    if (buffer) be->ops->free(be, buffer);
+}
+static inline size_t lm_buffer_size(const lm_backend *be, const lm_buffer *buffer) {
+    return buffer ? be->ops->buffer_size(buffer) : 0;
+}
+static inline void lm_upload(lm_backend *be, lm_mem dst, const void *src, size_t bytes) {
+    be->ops->upload(be, dst, src, bytes);
+}
+static inline lm_status lm_download(lm_backend *be, void *dst, lm_mem src, size_t bytes,
+                                    lm_error *err) {
+    return be->ops->download(be, dst, src, bytes, err);
+}
+static inline void lm_copy(lm_backend *be, lm_mem dst, lm_mem src, size_t bytes) {
+    be->ops->copy(be, dst, src, bytes);
+}
+static inline void lm_fill(lm_backend *be, lm_mem dst, uint8_t byte, size_t bytes) {
+    be->ops->fill(be, dst, byte, bytes);
+}
+static inline lm_status lm_synchronize(lm_backend *be, lm_error *err) {
+    return be->ops->synchronize(be, err);
+}
+static inline void lm_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     be->ops->matmul(be, y, x, n, w);
 }
-static inline void lm_embed(lm_backend *be, float *out, const int32_t *ids, int n,
-                            const lm_matrix *table) {
+static inline void lm_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table) {
     be->ops->embed(be, out, ids, n, table);
 }
-static inline void lm_rmsnorm(lm_backend *be, float *out, const float *x, const float *weight,
-                              int rows, int dim, float eps) {
+static inline void lm_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows,
+                              int dim, float eps) {
     be->ops->rmsnorm(be, out, x, weight, rows, dim, eps);
 }
-static inline void lm_gated_rmsnorm(lm_backend *be, float *out, const float *x, const float *z,
-                                    const float *weight, int rows, int dim, float eps) {
+static inline void lm_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight,
+                                    int rows, int dim, float eps) {
     be->ops->gated_rmsnorm(be, out, x, z, weight, rows, dim, eps);
 }
-static inline void lm_l2norm_scale(lm_backend *be, float *x, int rows, int dim, float eps,
+static inline void lm_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps,
                                    float scale) {
     be->ops->l2norm_scale(be, x, rows, dim, eps, scale);
 }
-static inline void lm_rope(lm_backend *be, float *x, int n, int n_heads, int head_dim,
-                           const int32_t *positions, const lm_rope_params *rope) {
+static inline void lm_rope(lm_backend *be, lm_mem x, int n, int n_heads, int head_dim,
+                           lm_mem positions, const lm_rope_params *rope) {
     be->ops->rope(be, x, n, n_heads, head_dim, positions, rope);
 }
-static inline void lm_silu_mul(lm_backend *be, float *out, const float *gate, const float *up,
-                               int64_t n) {
+static inline void lm_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
     be->ops->silu_mul(be, out, gate, up, n);
 }
-static inline void lm_sigmoid_mul(lm_backend *be, float *x, const float *gate, int64_t n) {
+static inline void lm_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
     be->ops->sigmoid_mul(be, x, gate, n);
 }
-static inline void lm_add(lm_backend *be, float *x, const float *y, int64_t n) {
+static inline void lm_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n) {
     be->ops->add(be, x, y, n);
 }
-static inline void lm_kv_write(lm_backend *be, const lm_kv_layer *kv, const float *k,
-                               const float *v, int n, const int32_t *slots) {
+static inline void lm_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src,
+                                int64_t src_stride, int rows, int width) {
+    be->ops->copy_rows(be, dst, dst_stride, src, src_stride, rows, width);
+}
+static inline void lm_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n,
+                                  int width) {
+    be->ops->gather_rows(be, dst, src, row_ids, n, width);
+}
+static inline void lm_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) {
+    be->ops->argmax_rows(be, ids, x, rows, n);
+}
+static inline void lm_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n,
+                               lm_mem slots) {
     be->ops->kv_write(be, kv, k, v, n, slots);
 }
-static inline void lm_attention(lm_backend *be, float *out, const float *q, const lm_kv_layer *kv,
+static inline void lm_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                                 const lm_attention_batch *batch) {
     be->ops->attention(be, out, q, kv, batch);
 }
-static inline void lm_causal_conv1d_silu(lm_backend *be, float *out, const float *in, int T, int C,
-                                         float *state, const float *weight, int K) {
-    be->ops->causal_conv1d_silu(be, out, in, T, C, state, weight, K);
+static inline void lm_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A,
+                                lm_mem dt_bias, int n, int H) {
+    be->ops->gdn_gates(be, beta, g, neg_exp_A, dt_bias, n, H);
 }
-static inline void lm_gated_delta_rule(lm_backend *be, float *out, const float *q, const float *k,
-                                       const float *v, const float *g, const float *beta,
-                                       float *state, int T, int Hk, int Hv, int dk, int dv) {
-    be->ops->gated_delta_rule(be, out, q, k, v, g, beta, state, T, Hk, Hv, dk, dv);
+static inline void lm_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C,
+                                         lm_mem weight, int K, lm_mem states, int64_t slot_stride,
+                                         const lm_seq_batch *seqs) {
+    be->ops->causal_conv1d_silu(be, out, in, C, weight, K, states, slot_stride, seqs);
+}
+static inline void lm_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v,
+                                       lm_mem g, lm_mem beta, lm_mem states, int64_t slot_stride,
+                                       const lm_seq_batch *seqs, int Hk, int Hv, int dk, int dv) {
+    be->ops->gated_delta_rule(be, out, q, k, v, g, beta, states, slot_stride, seqs, Hk, Hv, dk, dv);
 }
 
 #endif
