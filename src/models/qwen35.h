@@ -7,7 +7,7 @@
 #include "engine/state_cache.h"
 #include "engine/step_batch.h"
 #include "io/checkpoint.h"
-#include "io/qwen35_config.h"
+#include "models/qwen35_config.h"
 #include "models/weights.h"
 #include "ops/ops.h"
 

@@ -2,8 +2,8 @@
  * "qwen3_5" / "qwen3_5_moe" with the text settings in "text_config", or a bare
  * text config ("qwen3_5_text" / "qwen3_5_moe_text").  Absent fields take the
  * Hugging Face defaults; present fields are type- and range-checked. */
-#ifndef LOOM_IO_QWEN35_CONFIG_H
-#define LOOM_IO_QWEN35_CONFIG_H
+#ifndef LOOM_MODELS_QWEN35_CONFIG_H
+#define LOOM_MODELS_QWEN35_CONFIG_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-#include "io/qwen35_config.h"
+#include "models/qwen35_config.h"
 
 #include <limits.h>
 #include <stddef.h>
