@@ -9,99 +9,9 @@
 #include <cjson/cJSON.h>
 
 #include "io/json_file.h"
+#include "io/json_fields.h"
 
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)
-
-/* Reads fields of one JSON object; `path` ("text_config." or "") prefixes
- * field names in errors. */
-typedef struct {
-    const char *source;
-    char path[64];
-    const cJSON *object;
-    lm_error *err;
-} field_reader;
-
-static field_reader reader_for(const char *source, const char *path, const cJSON *object,
-                               lm_error *err) {
-    field_reader r = {.source = source, .object = object, .err = err};
-    snprintf(r.path, sizeof r.path, "%s", path);
-    return r;
-}
-
-/* The field, or NULL when absent or null (both mean "use the default"). */
-static const cJSON *field(const field_reader *r, const char *key) {
-    const cJSON *v = r->object ? cJSON_GetObjectItemCaseSensitive(r->object, key) : NULL;
-    return cJSON_IsNull(v) ? NULL : v;
-}
-
-static lm_status type_error(const field_reader *r, const char *key, const char *what) {
-    return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s%s must be %s", r->source, r->path, key, what);
-}
-
-static bool json_int(const cJSON *v, int *out) {
-    if (!cJSON_IsNumber(v)) return false;
-    double d = v->valuedouble;
-    if (!(d >= INT_MIN && d <= INT_MAX) || d != (double)(int)d) return false;
-    *out = (int)d;
-    return true;
-}
-
-static lm_status read_int(const field_reader *r, const char *key, int min, int max, int *out) {
-    const cJSON *v = field(r, key);
-    if (!v) return LM_OK;
-    int value;
-    if (!json_int(v, &value)) return type_error(r, key, "an integer");
-    if (value < min || value > max)
-        return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s%s is %d; it must be between %d and %d",
-                       r->source, r->path, key, value, min, max);
-    *out = value;
-    return LM_OK;
-}
-
-/* min is exclusive, max inclusive. */
-static lm_status read_float(const field_reader *r, const char *key, double above, double max,
-                            float *out) {
-    const cJSON *v = field(r, key);
-    if (!v) return LM_OK;
-    if (!cJSON_IsNumber(v)) return type_error(r, key, "a number");
-    double d = v->valuedouble;
-    if (!(d > above && d <= max))
-        return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s%s is %g; it must be above %g and at most %g",
-                       r->source, r->path, key, d, above, max);
-    *out = (float)d;
-    return LM_OK;
-}
-
-static lm_status read_bool(const field_reader *r, const char *key, bool *out) {
-    const cJSON *v = field(r, key);
-    if (!v) return LM_OK;
-    if (!cJSON_IsBool(v)) return type_error(r, key, "true or false");
-    *out = cJSON_IsTrue(v);
-    return LM_OK;
-}
-
-static lm_status read_string(const field_reader *r, const char *key, char *out, size_t size) {
-    const cJSON *v = field(r, key);
-    if (!v) return LM_OK;
-    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size) {
-        char what[64];
-        snprintf(what, sizeof what, "a string of at most %zu characters", size - 1);
-        return type_error(r, key, what);
-    }
-    memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
-    return LM_OK;
-}
-
-/* An object field as a reader of its own (absent: a reader of nothing). */
-static lm_status sub_reader(const field_reader *r, const char *key, field_reader *sub) {
-    const cJSON *v = field(r, key);
-    if (v && !cJSON_IsObject(v)) return type_error(r, key, "an object");
-    char path[sizeof r->path];
-    if (snprintf(path, sizeof path, "%s%s.", r->path, key) >= (int)sizeof path)
-        return lm_fail(r->err, LM_ERR_INTERNAL, "%s: field path too long", r->source);
-    *sub = reader_for(r->source, path, v, r->err);
-    return LM_OK;
-}
 
 /* ---- defaults (transformers' Qwen3_5TextConfig / Qwen3_5MoeTextConfig) ---- */
 
@@ -176,74 +86,73 @@ static const int_field moe_int_fields[] = {
     INT_FIELD(shared_expert_intermediate_size, 0, 1 << 20),
 };
 
-static lm_status read_int_fields(const field_reader *r, const int_field *fields, size_t n,
+static lm_status read_int_fields(const lm_json_fields *r, const int_field *fields, size_t n,
                                  lm_qwen35_config *cfg) {
     for (size_t i = 0; i < n; i++) {
         int *slot = (int *)((char *)cfg + fields[i].offset);
-        lm_status s = read_int(r, fields[i].key, fields[i].min, fields[i].max, slot);
+        lm_status s = lm_json_read_int(r, fields[i].key, fields[i].min, fields[i].max, slot);
         if (s != LM_OK) return s;
     }
     return LM_OK;
 }
 
-static lm_status read_text_scalars(const field_reader *r, lm_qwen35_config *cfg) {
+static lm_status read_text_scalars(const lm_json_fields *r, lm_qwen35_config *cfg) {
     /* Qwen3-Next spelled the MTP depth num_nextn_predict_layers. */
-    lm_status s = read_int(r, "num_nextn_predict_layers", 0, 16, &cfg->mtp_num_hidden_layers);
+    lm_status s =
+        lm_json_read_int(r, "num_nextn_predict_layers", 0, 16, &cfg->mtp_num_hidden_layers);
     if (s == LM_OK)
         s = read_int_fields(r, text_int_fields, sizeof text_int_fields / sizeof *text_int_fields,
                             cfg);
     if (s == LM_OK && cfg->is_moe)
         s = read_int_fields(r, moe_int_fields, sizeof moe_int_fields / sizeof *moe_int_fields, cfg);
     /* MoE models have no dense MLP, but a config may still carry the field. */
-    if (s == LM_OK) s = read_int(r, "intermediate_size", cfg->is_moe ? 0 : 1, 1 << 20,
+    if (s == LM_OK) s = lm_json_read_int(r, "intermediate_size", cfg->is_moe ? 0 : 1, 1 << 20,
                                  &cfg->intermediate_size);
-    if (s == LM_OK) s = read_float(r, "rms_norm_eps", 0.0, 1.0, &cfg->rms_norm_eps);
-    if (s == LM_OK) s = read_bool(r, "attention_bias", &cfg->attention_bias);
-    if (s == LM_OK) s = read_bool(r, "mtp_use_dedicated_embeddings", &cfg->mtp_use_dedicated_embeddings);
-    if (s == LM_OK) s = read_string(r, "hidden_act", cfg->hidden_act, sizeof cfg->hidden_act);
+    if (s == LM_OK) s = lm_json_read_float(r, "rms_norm_eps", 0.0, 1.0, &cfg->rms_norm_eps);
+    if (s == LM_OK) s = lm_json_read_bool(r, "attention_bias", &cfg->attention_bias);
+    if (s == LM_OK)
+        s = lm_json_read_bool(r, "mtp_use_dedicated_embeddings",
+                              &cfg->mtp_use_dedicated_embeddings);
+    if (s == LM_OK)
+        s = lm_json_read_string(r, "hidden_act", cfg->hidden_act, sizeof cfg->hidden_act);
     return s;
 }
 
 /* ---- rotary settings: rope_parameters, or the older top-level spellings ---- */
 
-static lm_status read_mrope_section(const field_reader *r, int section[3]) {
-    const cJSON *v = field(r, "mrope_section");
-    if (!v) return LM_OK;
-    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3)
-        return type_error(r, "mrope_section", "a list of 3 integers");
-    int values[3], i = 0;
-    for (const cJSON *e = v->child; e; e = e->next, i++)
-        if (!json_int(e, &values[i]) || values[i] < 0 || values[i] > 1024)
-            return type_error(r, "mrope_section", "a list of 3 integers between 0 and 1024");
-    memcpy(section, values, sizeof values);
-    return LM_OK;
+static lm_status read_mrope_section(const lm_json_fields *r, int section[3]) {
+    size_t n = 3;
+    return lm_json_read_int_array(r, "mrope_section", 0, 1024, 3, 3, false, section, &n);
 }
 
-static lm_status check_rope_type(const field_reader *r, const char *key) {
+static lm_status check_rope_type(const lm_json_fields *r, const char *key) {
     char type[32] = "default";
-    lm_status s = read_string(r, key, type, sizeof type);
+    lm_status s = lm_json_read_string(r, key, type, sizeof type);
     if (s != LM_OK) return s;
     /* "mrope" is how older configs named the same default frequencies. */
     if (strcmp(type, "default") != 0 && strcmp(type, "mrope") != 0)
-        return lm_fail(r->err, LM_ERR_UNSUPPORTED, "%s: %s%s '%s' is not supported (only 'default')",
-                       r->source, r->path, key, type);
+        return lm_json_field_error(r, LM_ERR_UNSUPPORTED, key,
+                                   "'%s' is not supported (only 'default')", type);
     return LM_OK;
 }
 
 /* Read from the oldest spelling to the newest, each overriding the one before. */
-static lm_status read_rope(const field_reader *text, lm_qwen35_config *cfg) {
-    field_reader scaling, params;
-    lm_status s = sub_reader(text, "rope_scaling", &scaling);
-    if (s == LM_OK) s = sub_reader(text, "rope_parameters", &params);
-    if (s == LM_OK) s = read_float(text, "rope_theta", 0.0, 1e12, &cfg->rope_theta);
-    if (s == LM_OK) s = read_float(text, "partial_rotary_factor", 0.0, 1.0, &cfg->partial_rotary_factor);
+static lm_status read_rope(const lm_json_fields *text, lm_qwen35_config *cfg) {
+    lm_json_fields scaling, params;
+    lm_status s = lm_json_fields_sub(text, "rope_scaling", &scaling);
+    if (s == LM_OK) s = lm_json_fields_sub(text, "rope_parameters", &params);
+    if (s == LM_OK) s = lm_json_read_float(text, "rope_theta", 0.0, 1e12, &cfg->rope_theta);
+    if (s == LM_OK)
+        s = lm_json_read_float(text, "partial_rotary_factor", 0.0, 1.0,
+                               &cfg->partial_rotary_factor);
     if (s == LM_OK) s = check_rope_type(&scaling, "type");
     if (s == LM_OK) s = check_rope_type(&scaling, "rope_type");
     if (s == LM_OK) s = read_mrope_section(&scaling, cfg->mrope_section);
     if (s == LM_OK) s = check_rope_type(&params, "rope_type");
-    if (s == LM_OK) s = read_float(&params, "rope_theta", 0.0, 1e12, &cfg->rope_theta);
+    if (s == LM_OK) s = lm_json_read_float(&params, "rope_theta", 0.0, 1e12, &cfg->rope_theta);
     if (s == LM_OK)
-        s = read_float(&params, "partial_rotary_factor", 0.0, 1.0, &cfg->partial_rotary_factor);
+        s = lm_json_read_float(&params, "partial_rotary_factor", 0.0, 1.0,
+                               &cfg->partial_rotary_factor);
     if (s == LM_OK) s = read_mrope_section(&params, cfg->mrope_section);
     /* Python's int(head_dim * factor), in double like Python. */
     cfg->rot_dim = (int)((double)cfg->head_dim * (double)cfg->partial_rotary_factor);
@@ -264,9 +173,12 @@ static bool parse_layer_type(const char *name, lm_layer_type *out) {
     return true;
 }
 
-static lm_status read_layer_types(const field_reader *r, lm_qwen35_config *cfg) {
+static lm_status read_layer_types(const lm_json_fields *r, lm_qwen35_config *cfg) {
     int n = cfg->num_hidden_layers; /* already bounded by LM_QWEN35_MAX_LAYERS */
-    const cJSON *v = field(r, "layer_types");
+    const cJSON *v;
+    size_t count;
+    lm_status s = lm_json_read_array(r, "layer_types", LM_QWEN35_MAX_LAYERS, "strings", &v, &count);
+    if (s != LM_OK) return s;
     if (!v) {
         for (int i = 0; i < n; i++)
             cfg->layer_types[i] = (i + 1) % cfg->full_attention_interval == 0
@@ -274,14 +186,12 @@ static lm_status read_layer_types(const field_reader *r, lm_qwen35_config *cfg) 
                                       : LM_LAYER_LINEAR_ATTENTION;
         return LM_OK;
     }
-    if (!cJSON_IsArray(v)) return type_error(r, "layer_types", "a list of strings");
-    if (cJSON_GetArraySize(v) != n)
-        return lm_fail(r->err, LM_ERR_FORMAT,
-                       "%s: %slayer_types has %d entries but num_hidden_layers is %d", r->source,
-                       r->path, cJSON_GetArraySize(v), n);
+    if (count != (size_t)n)
+        return lm_json_field_error(r, LM_ERR_FORMAT, "layer_types",
+                                   "has %zu entries but num_hidden_layers is %d", count, n);
     int i = 0;
     for (const cJSON *e = v->child; e; e = e->next, i++) {
-        if (!cJSON_IsString(e)) return type_error(r, "layer_types", "a list of strings");
+        if (!cJSON_IsString(e)) return lm_json_type_error(r, "layer_types", "a list of strings");
         if (!parse_layer_type(e->valuestring, &cfg->layer_types[i]))
             return lm_fail(r->err, LM_ERR_FORMAT,
                            "%s: %slayer_types[%d] is '%.40s'; expected 'linear_attention' or "
@@ -293,53 +203,45 @@ static lm_status read_layer_types(const field_reader *r, lm_qwen35_config *cfg) 
 
 /* ---- token ids ---- */
 
-static lm_status read_eos(const field_reader *r, lm_qwen35_config *cfg) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->object, "eos_token_id");
-    if (!v) return LM_OK;
-    const char *what = "an integer or a list of at most 8 non-negative integers";
-    if (cJSON_IsNull(v)) {
+static lm_status read_eos(const lm_json_fields *r, lm_qwen35_config *cfg) {
+    /* An explicit null says "no eos" and overrides the top level. */
+    if (r->object && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r->object, "eos_token_id"))) {
         cfg->n_eos = 0;
-    } else if (cJSON_IsNumber(v)) {
-        if (!json_int(v, &cfg->eos_token_ids[0]) || cfg->eos_token_ids[0] < 0)
-            return type_error(r, "eos_token_id", what);
-        cfg->n_eos = 1;
-    } else if (cJSON_IsArray(v) && cJSON_GetArraySize(v) <= LM_QWEN35_MAX_EOS) {
-        cfg->n_eos = 0;
-        for (const cJSON *e = v->child; e; e = e->next) {
-            int id;
-            if (!json_int(e, &id) || id < 0) return type_error(r, "eos_token_id", what);
-            cfg->eos_token_ids[cfg->n_eos++] = id;
-        }
-    } else {
-        return type_error(r, "eos_token_id", what);
+        return LM_OK;
     }
-    return LM_OK;
-}
-
-static lm_status read_special_ids(const field_reader *r, lm_qwen35_config *cfg) {
-    lm_status s = read_eos(r, cfg);
-    if (s == LM_OK) s = read_int(r, "pad_token_id", 0, INT_MAX, &cfg->pad_token_id);
-    if (s == LM_OK) s = read_int(r, "bos_token_id", 0, INT_MAX, &cfg->bos_token_id);
+    size_t n = (size_t)cfg->n_eos;
+    lm_status s = lm_json_read_int_array(r, "eos_token_id", 0, INT_MAX, 0, LM_QWEN35_MAX_EOS, true,
+                                         cfg->eos_token_ids, &n);
+    cfg->n_eos = (int)n;
     return s;
 }
 
-static lm_status read_multimodal_ids(const field_reader *r, lm_qwen35_config *cfg) {
-    lm_status s = read_int(r, "image_token_id", 0, INT_MAX, &cfg->image_token_id);
-    if (s == LM_OK) s = read_int(r, "video_token_id", 0, INT_MAX, &cfg->video_token_id);
-    if (s == LM_OK) s = read_int(r, "vision_start_token_id", 0, INT_MAX, &cfg->vision_start_token_id);
-    if (s == LM_OK) s = read_int(r, "vision_end_token_id", 0, INT_MAX, &cfg->vision_end_token_id);
+static lm_status read_special_ids(const lm_json_fields *r, lm_qwen35_config *cfg) {
+    lm_status s = read_eos(r, cfg);
+    if (s == LM_OK) s = lm_json_read_int(r, "pad_token_id", 0, INT_MAX, &cfg->pad_token_id);
+    if (s == LM_OK) s = lm_json_read_int(r, "bos_token_id", 0, INT_MAX, &cfg->bos_token_id);
+    return s;
+}
+
+static lm_status read_multimodal_ids(const lm_json_fields *r, lm_qwen35_config *cfg) {
+    lm_status s = lm_json_read_int(r, "image_token_id", 0, INT_MAX, &cfg->image_token_id);
+    if (s == LM_OK) s = lm_json_read_int(r, "video_token_id", 0, INT_MAX, &cfg->video_token_id);
+    if (s == LM_OK)
+        s = lm_json_read_int(r, "vision_start_token_id", 0, INT_MAX, &cfg->vision_start_token_id);
+    if (s == LM_OK)
+        s = lm_json_read_int(r, "vision_end_token_id", 0, INT_MAX, &cfg->vision_end_token_id);
     return s;
 }
 
 /* ---- checks across fields ---- */
 
-static lm_status check_id(const field_reader *r, const char *key, int id, int vocab) {
+static lm_status check_id(const lm_json_fields *r, const char *key, int id, int vocab) {
     if (id < vocab) return LM_OK;
     return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s is %d, outside the vocabulary of %d tokens",
                    r->source, key, id, vocab);
 }
 
-static lm_status check_token_ids(const field_reader *r, const lm_qwen35_config *cfg) {
+static lm_status check_token_ids(const lm_json_fields *r, const lm_qwen35_config *cfg) {
     int v = cfg->vocab_size;
     lm_status s = LM_OK;
     for (int i = 0; s == LM_OK && i < cfg->n_eos; i++)
@@ -353,14 +255,14 @@ static lm_status check_token_ids(const field_reader *r, const lm_qwen35_config *
     return s;
 }
 
-static lm_status check_multiple(const field_reader *r, const char *what, int value,
+static lm_status check_multiple(const lm_json_fields *r, const char *what, int value,
                                 const char *of_what, int of) {
     if (value % of == 0) return LM_OK;
     return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s%s (%d) must be a multiple of %s%s (%d)",
                    r->source, r->path, what, value, r->path, of_what, of);
 }
 
-static lm_status check_shapes(const field_reader *r, const lm_qwen35_config *cfg) {
+static lm_status check_shapes(const lm_json_fields *r, const lm_qwen35_config *cfg) {
     lm_status s = check_multiple(r, "num_attention_heads", cfg->num_attention_heads,
                                  "num_key_value_heads", cfg->num_key_value_heads);
     if (s == LM_OK)
@@ -376,7 +278,7 @@ static lm_status check_shapes(const field_reader *r, const lm_qwen35_config *cfg
     return s;
 }
 
-static lm_status check_rope(const field_reader *r, const lm_qwen35_config *cfg) {
+static lm_status check_rope(const lm_json_fields *r, const lm_qwen35_config *cfg) {
     if (cfg->rot_dim < 2 || cfg->rot_dim % 2 != 0 || cfg->rot_dim > cfg->head_dim)
         return lm_fail(r->err, LM_ERR_FORMAT,
                        "%s: the rotary dimension int(head_dim %d * partial_rotary_factor %g) = %d "
@@ -406,10 +308,10 @@ static const model_kind model_kinds[] = {
     {"qwen3_5_moe_text", "qwen3_5_moe_text", true, false},
 };
 
-static lm_status find_kind(const field_reader *top, const model_kind **kind) {
-    const cJSON *v = field(top, "model_type");
+static lm_status find_kind(const lm_json_fields *top, const model_kind **kind) {
+    const cJSON *v = lm_json_field(top, "model_type");
     if (!v) return lm_fail(top->err, LM_ERR_FORMAT, "%s: model_type is missing", top->source);
-    if (!cJSON_IsString(v)) return type_error(top, "model_type", "a string");
+    if (!cJSON_IsString(v)) return lm_json_type_error(top, "model_type", "a string");
     for (size_t i = 0; i < sizeof model_kinds / sizeof *model_kinds; i++)
         if (strcmp(v->valuestring, model_kinds[i].model_type) == 0) {
             *kind = &model_kinds[i];
@@ -421,23 +323,23 @@ static lm_status find_kind(const field_reader *top, const model_kind **kind) {
                    top->source, v->valuestring);
 }
 
-static lm_status check_text_model_type(const field_reader *text, const model_kind *kind) {
+static lm_status check_text_model_type(const lm_json_fields *text, const model_kind *kind) {
     char type[32] = "";
-    lm_status s = read_string(text, "model_type", type, sizeof type);
+    lm_status s = lm_json_read_string(text, "model_type", type, sizeof type);
     if (s == LM_OK && type[0] && strcmp(type, kind->text_model_type) != 0)
         s = lm_fail(text->err, LM_ERR_FORMAT, "%s: %smodel_type is '%s' but %s expects '%s'",
                     text->source, text->path, type, kind->model_type, kind->text_model_type);
     return s;
 }
 
-static lm_status read_config(const field_reader *top, lm_qwen35_config *cfg) {
+static lm_status read_config(const lm_json_fields *top, lm_qwen35_config *cfg) {
     const model_kind *kind = NULL;
     lm_status s = find_kind(top, &kind);
     if (s != LM_OK) return s;
     set_defaults(cfg, kind->is_moe, kind->nested);
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", kind->model_type);
-    field_reader text = *top;
-    if (kind->nested) s = sub_reader(top, "text_config", &text);
+    lm_json_fields text = *top;
+    if (kind->nested) s = lm_json_fields_sub(top, "text_config", &text);
     if (s == LM_OK && kind->nested) s = check_text_model_type(&text, kind);
     if (s == LM_OK) s = read_text_scalars(&text, cfg);
     if (s == LM_OK) s = read_rope(&text, cfg);
@@ -447,10 +349,10 @@ static lm_status read_config(const field_reader *top, lm_qwen35_config *cfg) {
     if (s == LM_OK) s = read_special_ids(&text, cfg);
     if (s == LM_OK) s = read_multimodal_ids(top, cfg);
     bool tie_top = false, tie_text = false;
-    if (s == LM_OK && kind->nested) s = read_bool(top, "tie_word_embeddings", &tie_top);
-    if (s == LM_OK) s = read_bool(&text, "tie_word_embeddings", &tie_text);
+    if (s == LM_OK && kind->nested) s = lm_json_read_bool(top, "tie_word_embeddings", &tie_top);
+    if (s == LM_OK) s = lm_json_read_bool(&text, "tie_word_embeddings", &tie_text);
     cfg->tie_word_embeddings = tie_top || tie_text;
-    cfg->has_vision_config = cJSON_IsObject(field(top, "vision_config"));
+    cfg->has_vision_config = cJSON_IsObject(lm_json_field(top, "vision_config"));
     if (s == LM_OK) s = check_shapes(&text, cfg);
     if (s == LM_OK) s = check_rope(&text, cfg);
     if (s == LM_OK) s = check_token_ids(top, cfg);
@@ -466,7 +368,7 @@ lm_status lm_qwen35_config_parse(const char *json, size_t len, const char *sourc
         cJSON_Delete(root);
         return lm_fail(err, LM_ERR_FORMAT, "%s: not a JSON object", source_name);
     }
-    field_reader top = reader_for(source_name, "", root, err);
+    lm_json_fields top = lm_json_fields_of(source_name, root, err);
     s = read_config(&top, cfg);
     cJSON_Delete(root);
     return s;
