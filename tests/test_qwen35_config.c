@@ -165,6 +165,24 @@ static void test_legacy_spellings(void) {
     CHECK(c.n_eos == 1 && c.eos_token_ids[0] == 4); /* top-level eos when text has none */
 }
 
+/* The implemented values of the settings refused otherwise still load. */
+static void test_implemented_settings(void) {
+    lm_qwen35_config c;
+    lm_error err;
+    CHECK_OK(parse("{\"model_type\":\"qwen3_5\",\"text_config\":{\"attention_bias\":false,"
+                   "\"hidden_act\":\"silu\",\"attn_output_gate\":true,\"use_sliding_window\":false,"
+                   "\"sliding_window\":4096,\"rope_parameters\":{\"rope_type\":\"default\","
+                   "\"mrope_interleaved\":true}}}",
+                   &c, &err),
+             &err);
+    CHECK_OK(parse("{\"model_type\":\"qwen3_5_text\",\"sliding_window\":null,"
+                   "\"use_sliding_window\":null,\"rope_scaling\":{\"type\":\"mrope\","
+                   "\"mrope_interleaved\":true}}",
+                   &c, &err),
+             &err);
+    CHECK(!c.attention_bias && strcmp(c.hidden_act, "silu") == 0);
+}
+
 typedef struct {
     const char *json;
     lm_status status;
@@ -207,7 +225,7 @@ static const bad_config bad_configs[] = {
     {TEXT("\"linear_conv_kernel_dim\":0"), LM_ERR_FORMAT, "text_config.linear_conv_kernel_dim is 0; it must be between 1 and 64"},
     {TEXT("\"linear_conv_kernel_dim\":65"), LM_ERR_FORMAT, "text_config.linear_conv_kernel_dim is 65"},
     {TEXT("\"num_hidden_layers\":2,\"layer_types\":[\"full_attention\"]"), LM_ERR_FORMAT, "text_config.layer_types has 1 entries but num_hidden_layers is 2"},
-    {TEXT("\"num_hidden_layers\":2,\"layer_types\":[\"full_attention\",\"sliding_attention\"]"), LM_ERR_FORMAT, "text_config.layer_types[1] is 'sliding_attention'; expected 'linear_attention' or 'full_attention'"},
+    {TEXT("\"num_hidden_layers\":2,\"layer_types\":[\"full_attention\",\"sliding_attention\"]"), LM_ERR_UNSUPPORTED, "text_config.layer_types[1] is 'sliding_attention'; expected 'linear_attention' or 'full_attention'"},
     {TEXT("\"num_hidden_layers\":1,\"layer_types\":[1]"), LM_ERR_FORMAT, "text_config.layer_types must be a list of strings"},
     {TEXT("\"layer_types\":\"full_attention\""), LM_ERR_FORMAT, "text_config.layer_types must be a list of strings"},
     {TEXT("\"full_attention_interval\":0"), LM_ERR_FORMAT, "text_config.full_attention_interval is 0"},
@@ -227,6 +245,22 @@ static const bad_config bad_configs[] = {
     {"{\"model_type\":\"qwen3_5_moe\",\"text_config\":{\"num_experts\":4,\"num_experts_per_tok\":5}}", LM_ERR_FORMAT, "text_config.num_experts_per_tok (5) is more than num_experts (4)"},
     {"{\"model_type\":\"qwen3_5_moe\",\"text_config\":{\"num_experts\":0}}", LM_ERR_FORMAT, "text_config.num_experts is 0"},
     {"{\"model_type\":\"qwen3_5_moe\",\"text_config\":{\"moe_intermediate_size\":[1]}}", LM_ERR_FORMAT, "text_config.moe_intermediate_size must be an integer"},
+    /* valid settings loom does not implement: refused, naming the field and value */
+    {TEXT("\"attention_bias\":true"), LM_ERR_UNSUPPORTED, "config.json: text_config.attention_bias is true; biases on q/k/v/o are not supported"},
+    {"{\"model_type\":\"qwen3_5_text\",\"attention_bias\":true}", LM_ERR_UNSUPPORTED, "config.json: attention_bias is true"},
+    {TEXT("\"hidden_act\":\"gelu\""), LM_ERR_UNSUPPORTED, "config.json: text_config.hidden_act is 'gelu'; only 'silu' is supported"},
+    {TEXT("\"hidden_act\":\"\""), LM_ERR_UNSUPPORTED, "text_config.hidden_act is ''"},
+    {TEXT("\"attn_output_gate\":false"), LM_ERR_UNSUPPORTED, "config.json: text_config.attn_output_gate is false"},
+    {TEXT("\"attn_output_gate\":\"no\""), LM_ERR_FORMAT, "text_config.attn_output_gate must be true or false"},
+    {TEXT("\"use_sliding_window\":true"), LM_ERR_UNSUPPORTED, "config.json: text_config.use_sliding_window is true; sliding-window attention is not supported"},
+    {TEXT("\"sliding_window\":4096"), LM_ERR_UNSUPPORTED, "config.json: text_config.sliding_window is 4096; sliding-window attention is not supported"},
+    {TEXT("\"use_sliding_window\":true,\"sliding_window\":4096"), LM_ERR_UNSUPPORTED, "text_config.use_sliding_window is true"},
+    {TEXT("\"rope_parameters\":{\"mrope_interleaved\":false}"), LM_ERR_UNSUPPORTED, "config.json: text_config.rope_parameters.mrope_interleaved is false; only interleaved M-RoPE is supported"},
+    {TEXT("\"rope_scaling\":{\"type\":\"mrope\",\"mrope_interleaved\":false}"), LM_ERR_UNSUPPORTED, "text_config.rope_scaling.mrope_interleaved is false"},
+    {TEXT("\"rope_parameters\":{\"rope_type\":\"dynamic\",\"factor\":2.0}"), LM_ERR_UNSUPPORTED, "text_config.rope_parameters.rope_type 'dynamic' is not supported (only 'default')"},
+    {TEXT("\"rope_scaling\":{\"rope_type\":\"yarn\"}"), LM_ERR_UNSUPPORTED, "text_config.rope_scaling.rope_type 'yarn' is not supported"},
+    {TEXT("\"num_hidden_layers\":1,\"layer_types\":[\"chunked_attention\"]"), LM_ERR_UNSUPPORTED, "text_config.layer_types[0] is 'chunked_attention'"},
+    {TEXT("\"linear_conv_kernel_dim\":-3"), LM_ERR_FORMAT, "text_config.linear_conv_kernel_dim is -3; it must be between 1 and 64"},
     {"{\"model_type\":\"qwen3_5_text\",\"hidden_size\":true}", LM_ERR_FORMAT, "config.json: hidden_size must be an integer"},
 };
 #undef TEXT
@@ -257,6 +291,7 @@ int main(void) {
     RUN_TEST(test_bench_configs);
     RUN_TEST(test_defaults);
     RUN_TEST(test_legacy_spellings);
+    RUN_TEST(test_implemented_settings);
     RUN_TEST(test_validation_errors);
     RUN_TEST(test_missing_file);
     return test_summary("test_qwen35_config");

@@ -118,6 +118,36 @@ static lm_status read_text_scalars(const lm_json_fields *r, lm_qwen35_config *cf
     return s;
 }
 
+/* ---- settings loom parses but does not implement: refuse, never run another model ---- */
+
+static lm_status refuse_unimplemented(const lm_json_fields *r, const lm_qwen35_config *cfg) {
+    if (cfg->attention_bias)
+        return lm_json_field_error(r, LM_ERR_UNSUPPORTED, "attention_bias",
+                                   "is true; biases on q/k/v/o are not supported (only false)");
+    if (strcmp(cfg->hidden_act, "silu") != 0)
+        return lm_json_field_error(r, LM_ERR_UNSUPPORTED, "hidden_act",
+                                   "is '%s'; only 'silu' is supported", cfg->hidden_act);
+    /* Not read by transformers (the output gate is always there), but a config
+     * that says it has none describes another model. */
+    bool gate = true;
+    lm_status s = lm_json_read_bool(r, "attn_output_gate", &gate);
+    if (s == LM_OK && !gate)
+        s = lm_json_field_error(r, LM_ERR_UNSUPPORTED, "attn_output_gate",
+                                "is false; attention without the output gate is not supported");
+    /* Qwen2-style sliding-window attention: off unless use_sliding_window. */
+    bool sliding = false, sliding_given = lm_json_field(r, "use_sliding_window") != NULL;
+    if (s == LM_OK) s = lm_json_read_bool(r, "use_sliding_window", &sliding);
+    if (s == LM_OK && sliding)
+        s = lm_json_field_error(r, LM_ERR_UNSUPPORTED, "use_sliding_window",
+                                "is true; sliding-window attention is not supported");
+    int window = 0;
+    if (s == LM_OK) s = lm_json_read_int(r, "sliding_window", 0, INT_MAX, &window);
+    if (s == LM_OK && lm_json_field(r, "sliding_window") && !sliding_given)
+        s = lm_json_field_error(r, LM_ERR_UNSUPPORTED, "sliding_window",
+                                "is %d; sliding-window attention is not supported", window);
+    return s;
+}
+
 /* ---- rotary settings: rope_parameters, or the older top-level spellings ---- */
 
 static lm_status read_mrope_section(const lm_json_fields *r, int section[3]) {
@@ -136,6 +166,17 @@ static lm_status check_rope_type(const lm_json_fields *r, const char *key) {
     return LM_OK;
 }
 
+/* Qwen3.5's M-RoPE is always interleaved (§A.6); transformers ignores the
+ * flag, but false asks for the contiguous split loom does not implement here. */
+static lm_status check_mrope_interleaved(const lm_json_fields *r) {
+    bool interleaved = true;
+    lm_status s = lm_json_read_bool(r, "mrope_interleaved", &interleaved);
+    if (s == LM_OK && !interleaved)
+        s = lm_json_field_error(r, LM_ERR_UNSUPPORTED, "mrope_interleaved",
+                                "is false; only interleaved M-RoPE is supported");
+    return s;
+}
+
 /* Read from the oldest spelling to the newest, each overriding the one before. */
 static lm_status read_rope(const lm_json_fields *text, lm_qwen35_config *cfg) {
     lm_json_fields scaling, params;
@@ -147,8 +188,10 @@ static lm_status read_rope(const lm_json_fields *text, lm_qwen35_config *cfg) {
                                &cfg->partial_rotary_factor);
     if (s == LM_OK) s = check_rope_type(&scaling, "type");
     if (s == LM_OK) s = check_rope_type(&scaling, "rope_type");
+    if (s == LM_OK) s = check_mrope_interleaved(&scaling);
     if (s == LM_OK) s = read_mrope_section(&scaling, cfg->mrope_section);
     if (s == LM_OK) s = check_rope_type(&params, "rope_type");
+    if (s == LM_OK) s = check_mrope_interleaved(&params);
     if (s == LM_OK) s = lm_json_read_float(&params, "rope_theta", 0.0, 1e12, &cfg->rope_theta);
     if (s == LM_OK)
         s = lm_json_read_float(&params, "partial_rotary_factor", 0.0, 1.0,
@@ -192,8 +235,9 @@ static lm_status read_layer_types(const lm_json_fields *r, lm_qwen35_config *cfg
     int i = 0;
     for (const cJSON *e = v->child; e; e = e->next, i++) {
         if (!cJSON_IsString(e)) return lm_json_type_error(r, "layer_types", "a list of strings");
+        /* a layer kind loom does not run (sliding_attention, ...) */
         if (!parse_layer_type(e->valuestring, &cfg->layer_types[i]))
-            return lm_fail(r->err, LM_ERR_FORMAT,
+            return lm_fail(r->err, LM_ERR_UNSUPPORTED,
                            "%s: %slayer_types[%d] is '%.40s'; expected 'linear_attention' or "
                            "'full_attention'",
                            r->source, r->path, i, e->valuestring);
@@ -342,6 +386,7 @@ static lm_status read_config(const lm_json_fields *top, lm_qwen35_config *cfg) {
     if (kind->nested) s = lm_json_fields_sub(top, "text_config", &text);
     if (s == LM_OK && kind->nested) s = check_text_model_type(&text, kind);
     if (s == LM_OK) s = read_text_scalars(&text, cfg);
+    if (s == LM_OK) s = refuse_unimplemented(&text, cfg);
     if (s == LM_OK) s = read_rope(&text, cfg);
     if (s == LM_OK) s = read_layer_types(&text, cfg);
     /* Token ids and tying may sit at either level; the text level wins. */

@@ -1,7 +1,12 @@
 /* config.json of Qwen3.5 checkpoints (model-spec §A.1, §B.1): model_type
  * "qwen3_5" / "qwen3_5_moe" with the text settings in "text_config", or a bare
  * text config ("qwen3_5_text" / "qwen3_5_moe_text").  Absent fields take the
- * Hugging Face defaults; present fields are type- and range-checked. */
+ * Hugging Face defaults; present fields are type- and range-checked.  Valid
+ * settings loom does not implement (attention_bias true, hidden_act other
+ * than silu, attn_output_gate false, sliding-window attention, a rope_type
+ * other than default, mrope_interleaved false, a layer type other than
+ * linear/full attention) fail with LM_ERR_UNSUPPORTED naming the field, so
+ * loom never runs a model other than the one the config describes. */
 #ifndef LOOM_MODELS_QWEN35_CONFIG_H
 #define LOOM_MODELS_QWEN35_CONFIG_H
 
@@ -22,10 +27,10 @@ typedef struct {
     int intermediate_size; /* dense MLP width; 0 for MoE unless the config gives one */
     int num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim;
     float rms_norm_eps;
-    bool attention_bias;
+    bool attention_bias; /* false after a successful parse (true is refused) */
     bool tie_word_embeddings; /* true when either config level says true */
     int max_position_embeddings;
-    char hidden_act[16];
+    char hidden_act[16]; /* "silu" after a successful parse (others are refused) */
     float rope_theta, partial_rotary_factor;
     int rot_dim;          /* int(head_dim * partial_rotary_factor) */
     int mrope_section[3]; /* sums to rot_dim / 2 */
