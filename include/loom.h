@@ -41,6 +41,7 @@ typedef struct {
     const char *config_path;   /* with random_weights: a config.json shape, no checkpoint */
     bool random_weights;
     uint64_t random_seed;
+    const char *backend;       /* where the model runs: "cpu" (default) or "ref" (plain reference kernels) */
     int threads;               /* CPU threads for kernels; 0 = one per core */
     bool mmap_weights;         /* map the weights instead of reading them (slower decode) */
     int kv_block_size;         /* tokens per KV-cache block (default 32) */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/json_file.h"
+#include "models/registry.h"
 
 lm_status lm_cli_parse_ids(const char *text, int vocab, int32_t **ids, int *n, lm_error *err) {
     size_t cap = 1;
@@ -74,6 +75,38 @@ bool lm_cli_parse_mtp_norms(const char *value, lm_mtp_norms *out) {
         return false;
     }
     return true;
+}
+
+bool lm_cli_parse_backend(const char *value, const char **out) {
+    lm_backend *probe;
+    lm_error err = {0};
+    if (lm_backend_create(value, 1, &probe, &err) != LM_OK) {
+        fprintf(stderr, "loom: --backend: %s\n", err.message);
+        return false;
+    }
+    lm_backend_destroy(probe);
+    *out = value;
+    return true;
+}
+
+lm_status lm_cli_open_model(const lm_cli_model_spec *spec, lm_backend **backend, lm_model **model,
+                            lm_error *err) {
+    *backend = NULL;
+    *model = NULL;
+    lm_status st = lm_backend_create(spec->backend ? spec->backend : "cpu", spec->threads, backend, err);
+    if (st == LM_OK)
+        st = spec->dir ? lm_model_open(spec->dir, &spec->load, *backend, model, err)
+                       : lm_model_open_random(spec->random_config, spec->seed, *backend, model, err);
+    if (st != LM_OK) {
+        lm_backend_destroy(*backend);
+        *backend = NULL;
+    }
+    return st;
+}
+
+void lm_cli_close_model(lm_backend *backend, lm_model *model) {
+    lm_model_free(model);
+    lm_backend_destroy(backend);
 }
 
 /* The context limit as the engine computes it (so the server's default

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  --prompt-tokens N    prompt length for prefill (default 256)\n"
             "  --gen-tokens N       tokens to decode (default 32)\n"
             "  --threads N          CPU threads (default: all cores)\n"
+            "  --backend NAME       cpu (default) or ref (the plain reference kernels)\n"
             "  --mmap               map the checkpoint instead of reading it (with --model)\n"
             "  --bandwidth GBPS     skip the bandwidth measurement and use this figure\n"
             "  --seed N             random weights / prompt seed (default 1)\n"
@@ -49,36 +50,6 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static double matrix_bytes(const lm_matrix *w) {
-    return (double)w->rows * (double)w->cols * (double)lm_dtype_size(w->dtype);
-}
-
-/* Bytes a decode step must read: every weight matrix of the text model once
- * (lm_head included; the embedding only a row; the MTP head not at all) plus
- * the recurrent state, read and written.  Norm vectors are left out (well
- * under 0.1%). */
-static double decode_bytes_per_token(const lm_loaded_model *m) {
-    const lm_qwen35_model *model = &m->model;
-    const lm_qwen35_config *c = &m->config;
-    double bytes = matrix_bytes(&model->lm_head);
-    for (int i = 0; i < c->num_hidden_layers; i++) {
-        const lm_qwen35_layer *l = &model->layers[i];
-        if (l->type == LM_LAYER_FULL_ATTENTION) {
-            bytes += matrix_bytes(&l->full.q_proj) + matrix_bytes(&l->full.k_proj) +
-                     matrix_bytes(&l->full.v_proj) + matrix_bytes(&l->full.o_proj);
-        } else {
-            bytes += matrix_bytes(&l->linear.in_proj_qkv) + matrix_bytes(&l->linear.in_proj_z) +
-                     matrix_bytes(&l->linear.in_proj_b) + matrix_bytes(&l->linear.in_proj_a) +
-                     matrix_bytes(&l->linear.out_proj);
-        }
-        bytes += matrix_bytes(&l->mlp.gate_proj) + matrix_bytes(&l->mlp.up_proj) +
-                 matrix_bytes(&l->mlp.down_proj);
-    }
-    double state = (double)c->linear_num_value_heads * c->linear_key_head_dim *
-                   c->linear_value_head_dim * sizeof(float);
-    bytes += 2.0 * state * model->n_linear_layers;
-    return bytes;
-}
 
 typedef struct {
     double submitted, first_token, finished;
@@ -171,7 +142,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
     return rc;
 }
 
-static loom_engine *bench_engine(const char *model_dir, const char *config_path, bool mmap_weights,
+static loom_engine *bench_engine(const char *backend, const char *model_dir, const char *config_path, bool mmap_weights,
                                  int threads, uint64_t seed, int max_level, int prompt_tokens,
                                  int gen_tokens, int speculative_tokens) {
     loom_engine_options o;
@@ -181,6 +152,7 @@ static loom_engine *bench_engine(const char *model_dir, const char *config_path,
     o.random_weights = config_path != NULL;
     o.random_seed = seed;
     o.threads = threads;
+    o.backend = backend;
     o.mmap_weights = mmap_weights;
     o.max_running = max_level;
     o.max_model_len = prompt_tokens + gen_tokens;
@@ -202,7 +174,7 @@ static loom_engine *bench_engine(const char *model_dir, const char *config_path,
 
 /* Offline throughput at each level; with K > 0 each level runs without and
  * with speculation and reports the acceptance and the speedup. */
-static int run_throughput(const char *model_dir, const char *config_path, bool mmap_weights,
+static int run_throughput(const char *backend, const char *model_dir, const char *config_path, bool mmap_weights,
                           int threads, uint64_t seed, const char *levels, int requests,
                           int prompt_tokens, int gen_tokens, int speculative_tokens,
                           const char *prompt_file, bool chat, float temperature) {
@@ -234,7 +206,7 @@ static int run_throughput(const char *model_dir, const char *config_path, bool m
     int rc = 0;
     for (int pass = 0; pass < (speculative_tokens > 0 ? 2 : 1) && rc == 0; pass++) {
         int k = pass == 0 ? 0 : speculative_tokens;
-        loom_engine *engine = bench_engine(model_dir, config_path, mmap_weights, threads, seed, max_level,
+        loom_engine *engine = bench_engine(backend, model_dir, config_path, mmap_weights, threads, seed, max_level,
                                            prompt_tokens, gen_tokens, k);
         if (!engine) {
             rc = 1;
@@ -285,6 +257,7 @@ int cmd_bench_main(int argc, char **argv) {
         {"model", required_argument, 0, 'm'},        {"config", required_argument, 0, 'c'},
         {"random-weights", no_argument, 0, 'r'},     {"prompt-tokens", required_argument, 0, 'p'},
         {"gen-tokens", required_argument, 0, 'g'},   {"threads", required_argument, 0, 't'},
+        {"backend", required_argument, 0, 'B'},
         {"mmap", no_argument, 0, 'M'},               {"bandwidth", required_argument, 0, 'b'},
         {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
         {"concurrency", required_argument, 0, 'C'},  {"requests", required_argument, 0, 'N'},
@@ -296,6 +269,7 @@ int cmd_bench_main(int argc, char **argv) {
     const char *model_dir = NULL, *config_path = NULL;
     bool random_weights = false;
     long prompt_tokens = 256, gen_tokens = 32, threads = 0, seed = 1;
+    const char *backend_name = NULL;
     double bandwidth = 0;
     const char *levels = NULL, *prompt_file = NULL;
     bool chat = false;
@@ -312,6 +286,7 @@ int cmd_bench_main(int argc, char **argv) {
         case 'p': if (!lm_cli_parse_int("--prompt-tokens", optarg, 1, 1 << 20, &prompt_tokens)) return 2; break;
         case 'g': if (!lm_cli_parse_int("--gen-tokens", optarg, 1, 1 << 20, &gen_tokens)) return 2; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'B': if (!lm_cli_parse_backend(optarg, &backend_name)) return 2; break;
         case 's': if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 40, &seed)) return 2; break;
         case 'M': mode = LM_LOAD_MMAP; break;
         case 'C': levels = optarg; break;
@@ -358,7 +333,7 @@ int cmd_bench_main(int argc, char **argv) {
     }
 
     if (levels)
-        return run_throughput(model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
+        return run_throughput(backend_name, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
                               (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
                               temperature);
@@ -368,16 +343,20 @@ int cmd_bench_main(int argc, char **argv) {
     }
 
     lm_error err = {0};
-    lm_loaded_model m;
+    lm_backend *backend;
+    lm_model *model;
     double t0 = now_seconds();
-    lm_status st = model_dir ? lm_loaded_model_open(&m, model_dir, mode, (int)threads, NULL, &err)
-                             : lm_loaded_model_random(&m, config_path, (uint64_t)seed, (int)threads, &err);
+    lm_cli_model_spec spec = {.dir = model_dir, .random_config = config_path, .seed = (uint64_t)seed,
+                              .backend = backend_name, .threads = (int)threads,
+                              .load = {.mode = mode}};
+    lm_status st = lm_cli_open_model(&spec, &backend, &model, &err);
     if (st != LM_OK) {
         fprintf(stderr, "loom: %s\n", err.message);
         return 1;
     }
     double load_s = now_seconds() - t0;
-    int V = m.config.vocab_size;
+    const lm_model_info *info = lm_model_describe(model);
+    int V = info->vocab_size;
     int rc = 1;
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)prompt_tokens);
     float *logits = malloc(sizeof(float) * (size_t)V);
@@ -391,13 +370,13 @@ int cmd_bench_main(int argc, char **argv) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((x >> 33) % (uint64_t)V);
     }
-    if (lm_sequence_runner_init(&runner, &m.model, m.backend, (int)(prompt_tokens + gen_tokens), &err) != LM_OK)
+    if (lm_sequence_runner_init(&runner, model, (int)(prompt_tokens + gen_tokens), &err) != LM_OK)
         goto done;
 
-    printf("model: %s, %s weights, %d threads, loaded in %.1f s\n",
+    printf("model: %s, %s weights, %s backend, %d threads, loaded in %.1f s\n",
            model_dir ? model_dir : config_path, model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read")
                                                           : "random bf16",
-           lm_backend_threads(m.backend), load_s);
+           backend->ops->name, lm_backend_threads(backend), load_s);
     fflush(stdout);
     double t1 = now_seconds();
     if (lm_sequence_runner_feed(&runner, prompt, (int)prompt_tokens, false, logits, NULL, NULL, &err) != LM_OK)
@@ -417,8 +396,14 @@ int cmd_bench_main(int argc, char **argv) {
     }
     double decode_s = gen_tokens > 1 ? now_seconds() - t2 : 0;
     double decode_tps = gen_tokens > 1 ? (double)(gen_tokens - 1) / decode_s : 0;
-    double bytes = decode_bytes_per_token(&m);
-    if (bandwidth <= 0) bandwidth = lm_measure_read_bandwidth(lm_cpu_pool_of(m.backend)) / 1e9;
+    double bytes = (double)info->decode_bytes_per_token;
+    if (bandwidth <= 0) {
+        /* The bandwidth the kernels can draw: measured with as many threads. */
+        lm_pool *pool = NULL;
+        if (lm_pool_create(lm_backend_threads(backend), &pool, &err) != LM_OK) goto done;
+        bandwidth = lm_measure_read_bandwidth(pool) / 1e9;
+        lm_pool_destroy(pool);
+    }
     double roofline = bandwidth * 1e9 / bytes;
 
     printf("prefill: %ld tokens in %.3f s = %.1f tokens/s\n", prompt_tokens, prefill_s,
@@ -433,6 +418,6 @@ done:
     lm_sequence_runner_free(&runner);
     free(prompt);
     free(logits);
-    lm_loaded_model_close(&m);
+    lm_cli_close_model(backend, model);
     return rc;
 }

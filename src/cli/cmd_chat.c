@@ -44,6 +44,7 @@ static void usage(FILE *f) {
             "  --repetition-penalty R  (default 1.1; 1 = off)\n"
             "  --seed S                reproducible sampling\n"
             "  --threads N             CPU threads (default: all cores)\n"
+            "  --backend NAME          cpu (default) or ref (plain reference kernels)\n"
             "  --speculative-tokens K  draft K tokens per step with the MTP head (default 0)\n"
             "  --max-model-len N       context limit in tokens (default: the model's); the\n"
             "                          oldest exchanges are dropped to stay under it\n"
@@ -300,7 +301,8 @@ int cmd_chat_main(int argc, char **argv) {
         {"max-tokens", required_argument, 0, 'n'},     {"temperature", required_argument, 0, 'T'},
         {"top-p", required_argument, 0, 'p'},          {"top-k", required_argument, 0, 'k'},
         {"repetition-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 't'},        {"speculative-tokens", required_argument, 0, 'D'},
+        {"threads", required_argument, 0, 't'},
+        {"backend", required_argument, 0, 'B'},        {"speculative-tokens", required_argument, 0, 'D'},
         {"stats", no_argument, 0, 'S'},                {"show-prompt", no_argument, 0, 'P'},
         {"max-model-len", required_argument, 0, 'L'},  {"ignore-eos", no_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
@@ -316,6 +318,7 @@ int cmd_chat_main(int argc, char **argv) {
     loom_engine_options eo;
     loom_engine_options_default(&eo);
     long v, threads = 0;
+    const char *backend = NULL;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -342,6 +345,7 @@ int cmd_chat_main(int argc, char **argv) {
             c.params.sampling.seed = (uint64_t)v;
             break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'B': if (!lm_cli_parse_backend(optarg, &backend)) return 2; break;
         case 'D':
             if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2;
             eo.speculative_tokens = (int)v;
@@ -387,6 +391,7 @@ int cmd_chat_main(int argc, char **argv) {
     }
     eo.model_dir = model_dir;
     eo.threads = (int)threads;
+    eo.backend = backend;
     char config_path[4200];
     snprintf(config_path, sizeof config_path, "%s/config.json", model_dir);
     c.context_len = eo.max_model_len > 0 ? eo.max_model_len : lm_cli_model_len(config_path);

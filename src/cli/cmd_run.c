@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "  --ignore-eos            keep going after an end-of-sequence token\n"
             "  --print-ids             print generated ids (comma-separated) instead of text\n"
             "  --threads N             CPU threads (default: all cores)\n"
+            "  --backend NAME          cpu (default) or ref (plain reference kernels)\n"
             "  --max-batch-tokens N    token budget of one engine step (default 512)\n"
             "  --mmap                  map the weights instead of reading them into memory\n"
             "  --speculative-tokens K  draft K tokens per step with the MTP head (0-8, default 0);\n"
@@ -117,6 +118,7 @@ int cmd_run_main(int argc, char **argv) {
         {"min-p", required_argument, 0, 'q'},        {"repetition-penalty", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'},         {"ignore-eos", no_argument, 0, 'e'},
         {"print-ids", no_argument, 0, 'I'},          {"threads", required_argument, 0, 't'},
+        {"backend", required_argument, 0, 'B'},
         {"max-batch-tokens", required_argument, 0, 'b'}, {"mmap", no_argument, 0, 'M'},
         {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
@@ -124,6 +126,7 @@ int cmd_run_main(int argc, char **argv) {
     const char *model_dir = NULL, *ids_text = NULL, *ids_file = NULL, *text = NULL;
     bool raw = false, print_ids = false;
     long concurrency = 0, threads = 0, batch_tokens = 0, seed = 0;
+    const char *backend = NULL;
     loom_request_params base;
     loom_request_params_default(&base);
     base.sampling.temperature = 0;
@@ -157,6 +160,7 @@ int cmd_run_main(int argc, char **argv) {
         case 'e': base.ignore_eos = true; break;
         case 'I': print_ids = true; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'B': if (!lm_cli_parse_backend(optarg, &backend)) return 2; break;
         case 'b': if (!lm_cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &batch_tokens)) return 2; break;
         case 'M': eo.mmap_weights = true; break;
         case 'N': {
@@ -186,6 +190,7 @@ int cmd_run_main(int argc, char **argv) {
     }
     eo.model_dir = model_dir;
     eo.threads = (int)threads;
+    eo.backend = backend;
     if (batch_tokens) eo.max_batch_tokens = (int)batch_tokens;
     loom_engine *engine = NULL;
     if (loom_engine_create(&eo, &engine, error, sizeof error) != LOOM_OK) {

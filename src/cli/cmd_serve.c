@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "  --max-body-bytes N       largest request body (default 16 MiB)\n"
             "  --shutdown-grace-ms N    time in-flight requests get at shutdown (default 5000)\n"
             "  --threads N              CPU threads (default: all cores)\n"
+            "  --backend NAME           cpu (default) or ref (plain reference kernels)\n"
             "  --speculative-tokens K   draft K tokens per step with the model's MTP head (0-8,\n"
             "                           default 0); requests may opt out with \"speculative\": false\n"
             "  --mtp-norms MODE         MTP head norm weights: auto (detect), zero-centred, shifted\n");
@@ -51,6 +52,7 @@ int cmd_serve_main(int argc, char **argv) {
         {"max-num-seqs", required_argument, 0, 'S'},   {"max-waiting", required_argument, 0, 'W'},
         {"kv-cache-tokens", required_argument, 0, 'K'}, {"max-body-bytes", required_argument, 0, 'B'},
         {"shutdown-grace-ms", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
+        {"backend", required_argument, 0, 'E'},
         {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
     };
@@ -76,6 +78,7 @@ int cmd_serve_main(int argc, char **argv) {
         case 'B': if (!lm_cli_parse_int("--max-body-bytes", optarg, 1024, 1L << 30, &v)) return 2; so.max_body_bytes = (size_t)v; break;
         case 'g': if (!lm_cli_parse_int("--shutdown-grace-ms", optarg, 0, 3600000, &v)) return 2; grace_ms = v; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &v)) return 2; eo.threads = (int)v; break;
+        case 'E': if (!lm_cli_parse_backend(optarg, &eo.backend)) return 2; break;
         case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2; eo.speculative_tokens = (int)v; break;
         case 'N': {
             lm_mtp_norms norms;

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "engine/engine_internal.h"
-#include "models/qwen35_mtp.h"
+#include "models/registry.h"
 
 /* ------------------------------------------------------------ small arrays */
 
@@ -45,17 +45,21 @@ static void seq_list_remove(lm_seq_list *list, lm_sequence *seq) {
 
 /* --------------------------------------------------------- resource moves */
 
+static int blocks_for(const loom_engine *e, int n_tokens) {
+    return (n_tokens + e->kv_block_size - 1) / e->kv_block_size;
+}
+
 static void release_resources(loom_engine *e, lm_sequence *seq) {
-    lm_kv_cache_release(&e->caches.kv, seq->blocks, seq->n_blocks);
+    lm_id_pool_give_back(&e->kv_blocks, seq->blocks, seq->n_blocks);
     seq->n_blocks = 0;
-    if (seq->state_slot >= 0) lm_state_cache_release(&e->caches.state, seq->state_slot);
+    if (seq->state_slot >= 0) lm_id_pool_give_back(&e->state_slots, &seq->state_slot, 1);
     seq->state_slot = -1;
     seq->n_cached = 0;
 }
 
 /* Grows seq's block table to hold n_tokens; false if the pool is short. */
 static bool ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens) {
-    int need = lm_kv_blocks_for(&e->caches.kv, n_tokens);
+    int need = blocks_for(e, n_tokens);
     if (need <= seq->n_blocks) return true;
     if (need > seq->cap_blocks) {
         int32_t *bigger = realloc(seq->blocks, sizeof(int32_t) * (size_t)need);
@@ -63,7 +67,7 @@ static bool ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens) {
         seq->blocks = bigger;
         seq->cap_blocks = need;
     }
-    if (lm_kv_cache_alloc(&e->caches.kv, need - seq->n_blocks, seq->blocks + seq->n_blocks, NULL) != LM_OK)
+    if (lm_id_pool_take(&e->kv_blocks, need - seq->n_blocks, seq->blocks + seq->n_blocks, NULL) != LM_OK)
         return false;
     seq->n_blocks = need;
     return true;
@@ -73,15 +77,11 @@ bool lm_engine_ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens) {
     return ensure_blocks(e, seq, n_tokens);
 }
 
-/* Preemption by recompute: drop the caches, keep the tokens; the sequence
- * goes back to the front of the queue and re-prefills everything. */
-static void preempt(loom_engine *e, lm_sequence *seq) {
-    release_resources(e, seq);
-    seq->n_drafts = 0;
-    seq->state = LM_SEQ_WAITING;
-    seq_list_remove(&e->running, seq);
-    if (!seq_list_push_front(&e->waiting, seq)) seq_list_push(&e->waiting, seq);
-    e->counters.preemptions++;
+/* A fresh state slot, zeroed (a new sequence starts from zero state). */
+static bool take_state_slot(loom_engine *e, lm_sequence *seq) {
+    if (lm_id_pool_take(&e->state_slots, 1, &seq->state_slot, NULL) != LM_OK) return false;
+    lm_model_reset_state(e->context, seq->state_slot);
+    return true;
 }
 
 static void finish(loom_engine *e, lm_sequence *seq, loom_finish_reason reason, int32_t stop_token,
@@ -112,6 +112,10 @@ static void finish(loom_engine *e, lm_sequence *seq, loom_finish_reason reason, 
     lm_request_unref(r); /* each choice holds one engine reference */
 }
 
+void lm_engine_finish_error(loom_engine *e, lm_sequence *seq, const char *message) {
+    finish(e, seq, LOOM_FINISH_ERROR, -1, -1, message);
+}
+
 /* ------------------------------------------------------------- scheduling */
 
 static void cancel_requested(loom_engine *e) {
@@ -126,82 +130,126 @@ static void cancel_requested(loom_engine *e) {
         }
 }
 
-/* Picks this step's work; returns the number of scheduled sequences. */
-static int schedule(loom_engine *e, lm_plan_entry *out) {
-    int budget = e->options.max_batch_tokens, n = 0;
-    /* Running sequences in admission order; decode tokens first so a long
-     * prompt never starves the streams already generating. */
+static bool in_plan(const lm_plan_entry *plan, int n, const lm_sequence *seq) {
+    for (int k = 0; k < n; k++)
+        if (plan[k].seq == seq) return true;
+    return false;
+}
+
+/* Preemption by recompute: the caches go back to the pools now, the tokens
+ * stay; the sequence moves to the front of the queue when the scheduling
+ * pass ends (settle_preempted) and re-prefills everything later. */
+static void preempt(loom_engine *e, lm_sequence *seq) {
+    release_resources(e, seq);
+    seq->n_drafts = 0;
+    seq->state = LM_SEQ_PREEMPTED;
+    e->preempted[e->n_preempted++] = seq;
+    e->counters.preemptions++;
+}
+
+/* The newest running sequence that is neither `seq` nor planned already. */
+static lm_sequence *preemption_victim(loom_engine *e, const lm_plan_entry *plan, int n,
+                                      const lm_sequence *seq) {
+    for (int j = e->running.n - 1; j >= 0; j--) {
+        lm_sequence *cand = e->running.items[j];
+        if (cand != seq && cand->state == LM_SEQ_RUNNING && !in_plan(plan, n, cand)) return cand;
+    }
+    return NULL;
+}
+
+/* The running list is only read while a pass plans; preemptions and the
+ * sequences too large to run are applied here, after it. */
+static void settle_preempted(loom_engine *e) {
+    for (int i = 0; i < e->n_preempted; i++) {
+        lm_sequence *seq = e->preempted[i];
+        seq_list_remove(&e->running, seq);
+        seq->state = LM_SEQ_WAITING;
+        if (!seq_list_push_front(&e->waiting, seq)) seq_list_push(&e->waiting, seq);
+    }
+    e->n_preempted = 0;
+    for (int i = 0; i < e->n_too_large; i++) {
+        e->too_large[i]->state = LM_SEQ_RUNNING; /* it is still in the running list */
+        finish(e, e->too_large[i], LOOM_FINISH_ERROR, -1, -1,
+               "the KV cache is too small for this sequence");
+    }
+    e->n_too_large = 0;
+}
+
+/* Plans the running sequences: decode tokens first (pass 0) so a long
+ * prompt never starves the streams already generating, then prompt chunks
+ * (pass 1), in admission order, within the token budget. */
+static int plan_running(loom_engine *e, lm_plan_entry *out, int *budget) {
+    int n = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < e->running.n && budget > 0; i++) {
+        for (int i = 0; i < e->running.n && *budget > 0; i++) {
             lm_sequence *seq = e->running.items[i];
+            if (seq->state != LM_SEQ_RUNNING) continue; /* preempted in this pass */
             int need = seq->n_tokens - seq->n_cached;
             if ((pass == 0) != (need == 1)) continue;
-            /* A speculating sequence verifies its pending token and drafts
-             * in one go, when the budget and blocks allow. */
+            /* A speculating sequence verifies its pending token and its
+             * drafts in one go, when the budget and blocks allow; else the
+             * drafts are dropped. */
             int drafts = need == 1 ? seq->n_drafts : 0;
-            if (drafts > 0 && (1 + drafts > budget || !ensure_blocks(e, seq, seq->n_cached + 1 + drafts)))
+            if (drafts > 0 && (1 + drafts > *budget || !ensure_blocks(e, seq, seq->n_cached + 1 + drafts)))
                 drafts = 0;
-            if (drafts > 0 && !seq->has_record) {
-                seq->has_record = lm_gdn_record_init(&e->model.model, e->spec_k + 1, &seq->record, NULL) == LM_OK;
-                if (!seq->has_record) seq->speculate = false, drafts = 0;
-            }
             seq->n_drafts = drafts;
             need += drafts;
-            int take = need < budget ? need : budget;
+            int take = need < *budget ? need : *budget;
             while (!ensure_blocks(e, seq, seq->n_cached + take)) {
-                /* Out of blocks: preempt the most recently admitted sequence
-                 * that is not already in this step. */
-                lm_sequence *victim = NULL;
-                for (int j = e->running.n - 1; j >= 0 && !victim; j--) {
-                    lm_sequence *cand = e->running.items[j];
-                    bool in_step = cand == seq;
-                    for (int k = 0; k < n && !in_step; k++) in_step = out[k].seq == cand;
-                    if (!in_step) victim = cand;
-                }
+                lm_sequence *victim = preemption_victim(e, out, n, seq);
                 if (!victim) break;
                 preempt(e, victim);
-                if (victim->admit_order < seq->admit_order) i--; /* list shifted under us */
             }
-            if (seq->n_blocks < lm_kv_blocks_for(&e->caches.kv, seq->n_cached + take)) {
-                if (n == 0 && e->running.n == 1) { /* cannot fit even alone */
-                    finish(e, seq, LOOM_FINISH_ERROR, -1, -1, "the KV cache is too small for this sequence");
-                    i--;
+            if (seq->n_blocks < blocks_for(e, seq->n_cached + take)) {
+                /* Nothing left to preempt: with nothing planned either, it
+                 * cannot fit even alone. */
+                if (n == 0) {
+                    release_resources(e, seq);
+                    seq->state = LM_SEQ_PREEMPTED; /* out of this pass */
+                    e->too_large[e->n_too_large++] = seq;
                 }
                 continue;
             }
             out[n++] = (lm_plan_entry){seq, take, seq->n_cached + take >= seq->n_tokens, drafts};
-            budget -= take;
+            *budget -= take;
         }
     }
-    /* Admit waiting sequences while a slot, blocks and budget last. */
-    for (int i = 0; i < e->waiting.n && budget > 0;) {
+    return n;
+}
+
+/* Admits waiting sequences (in queue order) while a slot, blocks and budget
+ * last; the admitted move to the running list after the loop. */
+static int plan_admissions(loom_engine *e, lm_plan_entry *out, int n, int *budget) {
+    int first_admitted = n;
+    for (int i = 0; i < e->waiting.n && *budget > 0; i++) {
         lm_sequence *seq = e->waiting.items[i];
-        if (seq->fork_parent) { /* waits for choice 0's prompt */
-            i++;
-            continue;
-        }
-        if (e->caches.state.n_free == 0 && e->model.model.n_linear_layers > 0) break;
-        if (e->running.n >= e->options.max_running) break;
+        if (seq->fork_parent) continue; /* waits for choice 0's prompt */
+        if (e->state_slots.n_free == 0) break;
+        if (e->running.n + (n - first_admitted) >= e->options.max_running) break;
         int need = seq->n_tokens - seq->n_cached;
-        int take = need < budget ? need : budget;
-        if (!ensure_blocks(e, seq, seq->n_cached + take)) {
-            lm_kv_cache_release(&e->caches.kv, seq->blocks, seq->n_blocks);
-            seq->n_blocks = 0;
-            break;
-        }
-        if (lm_state_cache_acquire(&e->caches.state, &seq->state_slot, NULL) != LM_OK) {
-            lm_kv_cache_release(&e->caches.kv, seq->blocks, seq->n_blocks);
-            seq->n_blocks = 0;
+        int take = need < *budget ? need : *budget;
+        if (!ensure_blocks(e, seq, seq->n_cached + take) || !take_state_slot(e, seq)) {
+            release_resources(e, seq);
             break;
         }
         seq->state = LM_SEQ_RUNNING;
         seq->admit_order = ++e->admit_counter;
-        seq_list_remove(&e->waiting, seq);
-        seq_list_push(&e->running, seq);
         out[n++] = (lm_plan_entry){seq, take, seq->n_cached + take == seq->n_tokens, 0};
-        budget -= take;
+        *budget -= take;
+    }
+    for (int k = first_admitted; k < n; k++) {
+        seq_list_remove(&e->waiting, out[k].seq);
+        seq_list_push(&e->running, out[k].seq);
     }
     return n;
+}
+
+/* Picks this step's work; returns the number of scheduled sequences. */
+static int schedule(loom_engine *e, lm_plan_entry *out) {
+    int budget = e->options.max_batch_tokens;
+    int n = plan_running(e, out, &budget);
+    settle_preempted(e);
+    return plan_admissions(e, out, n, &budget);
 }
 
 /* Gives a waiting later choice the prompt state of its parent (choice 0),
@@ -209,14 +257,14 @@ static int schedule(loom_engine *e, lm_plan_entry *out) {
  * then prefill by itself). */
 static bool fork_from(loom_engine *e, lm_sequence *child, const lm_sequence *parent) {
     if (e->running.n >= e->options.max_running) return false;
-    if (lm_state_cache_acquire(&e->caches.state, &child->state_slot, NULL) != LM_OK) return false;
+    if (lm_id_pool_take(&e->state_slots, 1, &child->state_slot, NULL) != LM_OK) return false;
     if (!ensure_blocks(e, child, parent->n_cached)) {
         release_resources(e, child);
         return false;
     }
-    lm_state_cache_copy(&e->caches.state, parent->state_slot, child->state_slot);
-    for (int b = 0; b < lm_kv_blocks_for(&e->caches.kv, parent->n_cached); b++)
-        lm_kv_cache_copy_block(&e->caches.kv, parent->blocks[b], child->blocks[b]);
+    lm_model_copy_state(e->context, parent->state_slot, child->state_slot);
+    for (int b = 0; b < blocks_for(e, parent->n_cached); b++)
+        lm_model_copy_block(e->context, parent->blocks[b], child->blocks[b]);
     child->n_cached = parent->n_cached;
     child->fork_parent = NULL;
     child->state = LM_SEQ_RUNNING;
@@ -229,7 +277,7 @@ static bool fork_from(loom_engine *e, lm_sequence *child, const lm_sequence *par
 /* Samples the next token of seq from its logits row, applies the stop rules
  * and posts the events.  Returns false if the sequence finished. */
 static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row) {
-    int V = e->model.config.vocab_size;
+    int V = e->vocab_size;
     memcpy(e->sample_row, logits_row, sizeof(float) * (size_t)V);
     const loom_request_params *p = &seq->request->params;
     lm_sample_result result;
@@ -269,67 +317,25 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *log
     return true;
 }
 
-/* A verify step fed [pending, d_1..d_k]: sample row by row with the
- * sequence's own sampler and keep going while the sample equals the next
- * draft.  Every emitted token is drawn from the target distribution exactly
- * as plain decoding would draw it (one draw per token, same RNG stream), so
- * greedy output is plain greedy output and seeded sampling reproduces plain
- * seeded sampling.  Returns the rows kept (1..k+1), or 0 if the sequence
- * finished (it is freed then). */
-static int verify_drafts(loom_engine *e, lm_sequence *seq, const float *logits, int k) {
-    size_t V = (size_t)e->model.config.vocab_size;
-    int n_before = seq->n_cached, kept = 0;
-    e->spec_counters.verify_steps++;
-    seq->drafted += k;
-    for (int i = 0; i <= k; i++) {
-        int32_t draft = i < k ? seq->drafts[i] : -1;
-        int at = seq->n_tokens;
-        if (!sample_and_accept(e, seq, logits + V * (size_t)i)) return 0;
-        kept = i + 1;
-        if (seq->tokens[at] != draft) break;
-        seq->accepted++;
-        e->spec_counters.accepted++;
-    }
-    seq->n_cached = n_before + kept;
-    seq->n_drafts = 0;
-    /* Rejected rows left the recurrent state ahead of the accepted prefix:
-     * replay it from the recorded inputs (KV entries past n_cached are
-     * simply overwritten later). */
-    if (kept < k + 1)
-        lm_qwen35_rollback_linear_state(&e->model.model, e->model.backend, &e->caches.state,
-                                        seq->state_slot, &seq->record, kept);
-    return kept;
+bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row) {
+    return sample_and_accept(e, seq, logits_row);
 }
 
-/* Remembers that seq committed positions [from, from+count) in this step,
- * with hidden rows from step row `row`, for the MTP head to catch up on. */
-static void queue_catch_up(loom_engine *e, lm_sequence *seq, int from, int count, int row) {
-    if (!seq->speculate || e->spec_k == 0) return;
-    e->catch_up[e->n_catch_up++] = (lm_mtp_catch_up){
-        .seq = seq, .from = from, .count = count, .hidden_row = row,
-        .draft = seq->n_cached == seq->n_tokens - 1};
-}
-
-/* One scheduler step: returns false when there was nothing to run. */
-static bool step(loom_engine *e) {
-    cancel_requested(e);
-    int n = schedule(e, e->plan);
-    if (n == 0) return false;
-
+/* The StepBatch of a plan (host memory; the model uploads it). */
+static lm_step_batch build_batch(loom_engine *e, int n) {
     int n_tokens = 0;
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->plan[i].seq;
-        lm_step_seq *ss = &e->step_seqs[i];
         bool verify = e->plan[i].n_drafts > 0;
-        *ss = (lm_step_seq){.first = n_tokens,
-                            .n_new = e->plan[i].n_new,
-                            .n_cached = seq->n_cached,
-                            .state_slot = seq->state_slot,
-                            .block_table = seq->blocks,
-                            .n_blocks = seq->n_blocks,
-                            .all_logits = verify,
-                            .no_logits = !e->plan[i].wants_logits,
-                            .gdn_record = verify ? &seq->record : NULL};
+        e->step_seqs[i] = (lm_step_seq){.first = n_tokens,
+                                        .n_new = e->plan[i].n_new,
+                                        .n_cached = seq->n_cached,
+                                        .state_slot = seq->state_slot,
+                                        .block_table = seq->blocks,
+                                        .n_blocks = seq->n_blocks,
+                                        .all_logits = verify,
+                                        .no_logits = !e->plan[i].wants_logits,
+                                        .record_for_rollback = verify};
         for (int j = 0; j < e->plan[i].n_new; j++) {
             int pos = seq->n_cached + j; /* text: t = h = w = index */
             /* verify rows: the pending token, then the drafts */
@@ -343,33 +349,42 @@ static bool step(loom_engine *e) {
                                                         ? e->plan[i].n_new
                                                         : seq->n_prompt - seq->n_cached);
     }
-    lm_step_batch batch = {.n_tokens = n_tokens, .tokens = e->step_tokens,
+    return (lm_step_batch){.n_tokens = n_tokens, .tokens = e->step_tokens,
                            .positions = e->step_positions, .n_seqs = n, .seqs = e->step_seqs};
+}
+
+/* One scheduler step: returns false when there was nothing to run. */
+static bool step(loom_engine *e) {
+    cancel_requested(e);
+    int n = schedule(e, e->plan);
+    if (n == 0) return false;
+
+    lm_step_batch batch = build_batch(e, n);
     lm_error err = {0};
-    lm_qwen35_capture capture = {.final_hidden_all = e->hidden_all};
-    lm_status st = lm_qwen35_forward(&e->model.model, e->model.backend, &e->caches, &e->workspace,
-                                     &batch, e->logits, NULL, e->spec_k > 0 ? &capture : NULL, &err);
+    lm_forward_out out = {.logits = e->logits};
+    lm_status st = lm_model_forward(e->context, &batch, &out, &err);
     e->counters.steps++;
     if (st != LM_OK) {
         for (int i = 0; i < n; i++) finish(e, e->plan[i].seq, LOOM_FINISH_ERROR, -1, -1, err.message);
         return true;
     }
-    size_t V = (size_t)e->model.config.vocab_size;
+    size_t V = (size_t)e->vocab_size;
     int row = 0;
     e->n_catch_up = 0;
+    e->n_rollbacks = 0;
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->plan[i].seq;
         int n_before = seq->n_cached;
         int first_row = e->step_seqs[i].first;
         if (e->plan[i].n_drafts > 0) {
-            int kept = verify_drafts(e, seq, e->logits + V * (size_t)row, e->plan[i].n_drafts);
+            int kept = lm_engine_verify_drafts(e, seq, e->logits + V * (size_t)row, e->plan[i].n_drafts);
             row += e->plan[i].n_drafts + 1;
-            if (kept > 0) queue_catch_up(e, seq, n_before, kept, first_row);
+            if (kept > 0) lm_engine_queue_catch_up(e, seq, n_before, kept, first_row);
             continue;
         }
         seq->n_cached += e->plan[i].n_new;
         if (!e->plan[i].wants_logits) {
-            queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
+            lm_engine_queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
             continue;
         }
         const float *logits = e->logits + V * (size_t)row++;
@@ -388,8 +403,10 @@ static bool step(loom_engine *e) {
                 }
                 w++;
             }
-        if (sample_and_accept(e, seq, logits)) queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
+        if (sample_and_accept(e, seq, logits))
+            lm_engine_queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
     }
+    lm_engine_apply_rollbacks(e);
     lm_engine_catch_up_and_draft(e);
     return true;
 }
@@ -424,10 +441,10 @@ static void take_inbox(loom_engine *e) {
 static void publish_stats(loom_engine *e) {
     e->stats.running = e->running.n;
     e->stats.waiting = e->waiting.n + e->n_inbox;
-    e->stats.kv_blocks_total = e->caches.kv.n_blocks;
-    e->stats.kv_blocks_free = e->caches.kv.n_free;
-    e->stats.state_slots_total = e->caches.state.n_slots;
-    e->stats.state_slots_free = e->caches.state.n_free;
+    e->stats.kv_blocks_total = e->kv_blocks.n_ids;
+    e->stats.kv_blocks_free = e->kv_blocks.n_free;
+    e->stats.state_slots_total = e->state_slots.n_ids;
+    e->stats.state_slots_free = e->state_slots.n_free;
     e->stats.prompt_tokens = e->counters.prompt_tokens;
     e->stats.generation_tokens = e->counters.generation_tokens;
     e->stats.requests_finished = e->counters.requests_finished;
@@ -516,26 +533,25 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     e->options = o;
     lm_error err = {0};
     lm_status st;
-    /* loom_mtp_norms and lm_mtp_norms list the conventions in the same order. */
-    lm_qwen35_load_options load_options = {.mtp_norms = (lm_mtp_norms)o.mtp_norms};
     if ((unsigned)o.mtp_norms > LOOM_MTP_NORMS_SHIFTED) {
         free(e);
         return report(LM_ERR_INVALID, "unknown MTP norm convention", error, error_size);
     }
-    if (o.random_weights)
-        st = o.config_path ? lm_loaded_model_random(&e->model, o.config_path, o.random_seed, o.threads, &err)
-                           : lm_fail(&err, LM_ERR_INVALID, "random weights need a config path");
-    else
-        st = o.model_dir ? lm_loaded_model_open(&e->model, o.model_dir,
-                                                o.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ, o.threads,
-                                                &load_options, &err)
-                         : lm_fail(&err, LM_ERR_INVALID, "no model folder given");
-    if (st != LM_OK) {
-        free(e);
-        return report(st, err.message, error, error_size);
+    st = lm_backend_create(o.backend ? o.backend : "cpu", o.threads, &e->backend, &err);
+    if (st == LM_OK) {
+        /* loom_mtp_norms and lm_mtp_norms list the conventions in the same order. */
+        lm_model_load_options load = {.mode = o.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
+                                      .mtp_norms = (lm_mtp_norms)o.mtp_norms};
+        if (o.random_weights)
+            st = o.config_path ? lm_model_open_random(o.config_path, o.random_seed, e->backend, &e->model, &err)
+                               : lm_fail(&err, LM_ERR_INVALID, "random weights need a config path");
+        else
+            st = o.model_dir ? lm_model_open(o.model_dir, &load, e->backend, &e->model, &err)
+                             : lm_fail(&err, LM_ERR_INVALID, "no model folder given");
     }
-    e->model_open = true;
-    const lm_qwen35_config *c = &e->model.config;
+    if (st != LM_OK) goto fail;
+    const lm_model_info *info = lm_model_describe(e->model);
+    e->vocab_size = info->vocab_size;
     if (!o.random_weights) {
         char path[4096];
         snprintf(path, sizeof path, "%s/tokenizer.json", o.model_dir);
@@ -546,63 +562,64 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
             if (st != LM_OK) goto fail;
         }
     }
-    for (int i = 0; i < c->n_eos && e->n_eos < LM_ENGINE_MAX_EOS; i++) e->eos_ids[e->n_eos++] = c->eos_token_ids[i];
+    for (int i = 0; i < info->n_eos && e->n_eos < LM_ENGINE_MAX_EOS; i++) e->eos_ids[e->n_eos++] = info->eos_ids[i];
     if (e->tokenizer && lm_tokenizer_eos_id(e->tokenizer) >= 0 && e->n_eos < LM_ENGINE_MAX_EOS) {
         int32_t id = lm_tokenizer_eos_id(e->tokenizer);
         bool known = false;
         for (int i = 0; i < e->n_eos; i++) known |= e->eos_ids[i] == id;
         if (!known) e->eos_ids[e->n_eos++] = id;
     }
-    e->max_model_len = o.max_model_len > 0 ? o.max_model_len : c->max_position_embeddings;
+    e->max_model_len = o.max_model_len > 0 ? o.max_model_len : info->max_position_embeddings;
     if (e->max_model_len > 32768 && o.max_model_len <= 0) e->max_model_len = 32768;
     if (e->max_model_len <= 0) e->max_model_len = 4096;
     int64_t kv_tokens = o.kv_cache_tokens > 0 ? o.kv_cache_tokens : (int64_t)e->max_model_len * 4;
     if (kv_tokens < e->max_model_len) kv_tokens = e->max_model_len; /* one full sequence must fit */
     int n_blocks = (int)((kv_tokens + o.kv_block_size - 1) / o.kv_block_size);
-    st = lm_qwen35_caches_init(&e->model.model, o.kv_block_size, n_blocks, o.max_running, &e->caches, &err);
+    int V = info->vocab_size, B = o.max_batch_tokens;
+    int max_seqs = o.max_running < B ? o.max_running : B; /* sequences of one step */
+    if (o.speculative_tokens > 0 && lm_model_can_draft(e->model))
+        e->spec_k = o.speculative_tokens < LM_MAX_SPECULATIVE ? o.speculative_tokens : LM_MAX_SPECULATIVE;
+    else if (o.speculative_tokens > 0)
+        fprintf(stderr, "loom: speculative decoding is off: %s\n",
+                info->mtp_status[0] ? info->mtp_status : "the model has no MTP head");
+    /* Logit rows: one per sequence, or k+1 for a speculative verify. */
+    int logit_rows = max_seqs * (1 + e->spec_k);
+    if (logit_rows > B) logit_rows = B;
+    e->kv_block_size = o.kv_block_size;
+    lm_context_options context = {.kv_block_size = o.kv_block_size,
+                                  .kv_blocks = n_blocks,
+                                  .state_slots = o.max_running,
+                                  .max_step_tokens = B,
+                                  .max_step_seqs = max_seqs,
+                                  .max_blocks_per_seq = blocks_for(e, e->max_model_len + LM_MAX_SPECULATIVE + 1),
+                                  .max_logit_rows = logit_rows,
+                                  .speculative_tokens = e->spec_k};
+    if (context.max_blocks_per_seq > n_blocks) context.max_blocks_per_seq = n_blocks;
+    st = lm_model_context_create(e->model, &context, &e->context, &err);
+    if (st == LM_OK) st = lm_id_pool_init(&e->kv_blocks, n_blocks, "KV blocks", &err);
+    if (st == LM_OK) st = lm_id_pool_init(&e->state_slots, o.max_running, "state slots", &err);
     if (st != LM_OK) goto fail;
-    e->caches_open = true;
-    int V = c->vocab_size, B = o.max_batch_tokens;
-    int max_seqs = o.max_running;
-    e->plan = calloc((size_t)max_seqs + (size_t)B, sizeof *e->plan);
-    e->step_seqs = calloc((size_t)max_seqs + (size_t)B, sizeof *e->step_seqs);
+    e->plan = calloc((size_t)max_seqs, sizeof *e->plan);
+    e->step_seqs = calloc((size_t)max_seqs, sizeof *e->step_seqs);
     e->step_tokens = malloc(sizeof(int32_t) * (size_t)B);
     e->step_positions = malloc(sizeof(int32_t) * 3 * (size_t)B);
-    /* Logit rows: one per sequence, or k+1 for a speculative verify. */
-    int spec_rows = max_seqs * (1 + (o.speculative_tokens > 0 ? LM_MAX_SPECULATIVE : 0));
-    e->logits = malloc(sizeof(float) * (size_t)V * (size_t)(spec_rows < B ? spec_rows : B));
+    e->logits = malloc(sizeof(float) * (size_t)V * (size_t)logit_rows);
     e->sample_row = malloc(sizeof(float) * (size_t)V);
     e->inbox = malloc(sizeof(*e->inbox) * (size_t)o.max_waiting);
+    e->preempted = malloc(sizeof(*e->preempted) * (size_t)o.max_running);
+    e->too_large = malloc(sizeof(*e->too_large) * (size_t)o.max_running);
+    e->catch_up = calloc((size_t)max_seqs, sizeof *e->catch_up);
+    e->catch_up_seq = calloc((size_t)max_seqs, sizeof *e->catch_up_seq);
+    e->rollbacks = calloc((size_t)max_seqs, sizeof *e->rollbacks);
     if (!e->plan || !e->step_seqs || !e->step_tokens || !e->step_positions || !e->logits ||
-        !e->sample_row || !e->inbox) {
+        !e->sample_row || !e->inbox || !e->preempted || !e->too_large || !e->catch_up ||
+        !e->catch_up_seq || !e->rollbacks) {
         st = lm_fail(&err, LM_ERR_NOMEM, "out of memory for the engine's step buffers");
         goto fail;
     }
     st = lm_sampler_scratch_init(&e->scratch, V, &err);
     if (st != LM_OK) goto fail;
     e->scratch_open = true;
-    if (o.speculative_tokens > 0 && e->model.model.has_mtp) {
-        e->spec_k = o.speculative_tokens < LM_MAX_SPECULATIVE ? o.speculative_tokens : LM_MAX_SPECULATIVE;
-        st = lm_qwen35_mtp_cache_init(&e->model.model, o.kv_block_size, n_blocks, &e->mtp_kv, &err);
-        if (st != LM_OK) goto fail;
-        e->mtp_kv_open = true;
-        size_t H = (size_t)c->hidden_size;
-        e->hidden_all = malloc(sizeof(float) * (size_t)B * H);
-        e->mtp_hidden = malloc(sizeof(float) * (size_t)B * H);
-        e->mtp_logits = malloc(sizeof(float) * (size_t)V * (size_t)max_seqs);
-        e->mtp_tokens = malloc(sizeof(int32_t) * (size_t)B);
-        e->mtp_positions = malloc(sizeof(int32_t) * 3 * (size_t)B);
-        e->mtp_seqs = calloc((size_t)B, sizeof *e->mtp_seqs);
-        e->catch_up = calloc((size_t)max_seqs + (size_t)B, sizeof *e->catch_up);
-        if (!e->hidden_all || !e->mtp_hidden || !e->mtp_logits || !e->mtp_tokens || !e->mtp_positions ||
-            !e->mtp_seqs || !e->catch_up) {
-            st = lm_fail(&err, LM_ERR_NOMEM, "out of memory for speculative decoding buffers");
-            goto fail;
-        }
-    } else if (o.speculative_tokens > 0) {
-        fprintf(stderr, "loom: speculative decoding is off: %s\n",
-                e->model.model.mtp_missing[0] ? e->model.model.mtp_missing : "the model has no MTP head");
-    }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     e->entropy_seed = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 32) ^ (uint64_t)(uintptr_t)e;
@@ -634,18 +651,12 @@ void loom_engine_destroy(loom_engine *e) {
         pthread_cond_destroy(&e->wake);
     }
     if (e->scratch_open) lm_sampler_scratch_free(&e->scratch);
-    if (e->mtp_kv_open) lm_kv_cache_free(&e->mtp_kv);
-    free(e->hidden_all);
-    free(e->mtp_hidden);
-    free(e->mtp_logits);
-    free(e->mtp_tokens);
-    free(e->mtp_positions);
-    free(e->mtp_seqs);
-    free(e->catch_up);
-    if (e->caches_open) lm_qwen35_caches_free(&e->caches);
-    lm_qwen35_workspace_free(&e->workspace);
+    lm_model_context_destroy(e->context);
+    lm_id_pool_free(&e->kv_blocks);
+    lm_id_pool_free(&e->state_slots);
     if (e->tokenizer) lm_tokenizer_free(e->tokenizer);
-    if (e->model_open) lm_loaded_model_close(&e->model);
+    lm_model_free(e->model);
+    lm_backend_destroy(e->backend);
     free(e->running.items);
     free(e->waiting.items);
     free(e->plan);
@@ -655,6 +666,11 @@ void loom_engine_destroy(loom_engine *e) {
     free(e->logits);
     free(e->sample_row);
     free(e->inbox);
+    free(e->preempted);
+    free(e->too_large);
+    free(e->catch_up);
+    free(e->catch_up_seq);
+    free(e->rollbacks);
     free(e);
 }
 
@@ -670,7 +686,7 @@ static bool valid_ids(const int32_t *ids, int n, int vocab) {
 #define MAX_STOP_TOKEN_IDS 256
 
 static lm_status validate(const loom_engine *e, const loom_request_params *p, lm_error *err) {
-    int V = e->model.config.vocab_size;
+    int V = e->vocab_size;
     if (p->n_prompt <= 0 || !p->prompt) return lm_fail(err, LM_ERR_INVALID, "the prompt is empty");
     if (!valid_ids(p->prompt, p->n_prompt, V))
         return lm_fail(err, LM_ERR_INVALID, "the prompt holds a token id outside the vocabulary (size %d)", V);
@@ -758,4 +774,4 @@ void loom_engine_stats(loom_engine *e, loom_stats *stats) {
     pthread_mutex_unlock(&e->mutex);
 }
 
-int loom_engine_vocab_size(const loom_engine *e) { return e->model.config.vocab_size; }
+int loom_engine_vocab_size(const loom_engine *e) { return e->vocab_size; }

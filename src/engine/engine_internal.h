@@ -6,11 +6,12 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "engine/loaded_model.h"
+#include "engine/id_pool.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"
 #include "loom.h"
+#include "models/model.h"
 #include "text/tokenizer.h"
 
 #define LM_ENGINE_MAX_EOS 16
@@ -28,15 +29,7 @@ typedef struct {
     int n_drafts;      /* > 0: a speculative verify of the pending token + this many drafts */
 } lm_plan_entry;
 
-/* MTP rows to run after a step for one sequence: positions [from, from+count)
- * with the target's hidden rows starting at hidden_row of the step. */
-typedef struct {
-    lm_sequence *seq;
-    int from, count, hidden_row;
-    bool draft; /* the sequence has a pending token: draft after catching up */
-} lm_mtp_catch_up;
-
-#define LM_MAX_SPECULATIVE 8
+#define LM_MAX_SPECULATIVE LM_SEQUENCE_MAX_DRAFTS
 
 /* A test hook: given a sequence's tokens so far (prompt + generated), fills
  * up to k drafts and returns how many. */
@@ -46,12 +39,15 @@ void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ct
 
 struct loom_engine {
     loom_engine_options options;
-    lm_loaded_model model;
+    lm_backend *backend;
+    lm_model *model;
+    lm_model_context *context; /* the model's caches and workspace */
+    int vocab_size;
     lm_tokenizer *tokenizer; /* NULL when the model folder has none */
     int32_t eos_ids[LM_ENGINE_MAX_EOS];
     int n_eos;
     int max_model_len;
-    bool model_open, caches_open, scratch_open, thread_started;
+    bool scratch_open, thread_started;
 
     pthread_t thread;
     pthread_mutex_t mutex;
@@ -62,9 +58,13 @@ struct loom_engine {
     loom_stats stats;     /* published by the engine thread every step */
 
     /* engine thread */
-    lm_qwen35_caches caches;
-    lm_qwen35_workspace workspace;
+    lm_id_pool kv_blocks;   /* ids of the context's KV blocks */
+    lm_id_pool state_slots; /* ids of its recurrent-state slots */
+    int kv_block_size;
     lm_seq_list running, waiting;
+    lm_sequence **preempted; /* [max_running]: preempted in this scheduling pass, in order */
+    lm_sequence **too_large; /* [max_running]: cannot run even alone (finished after the pass) */
+    int n_preempted, n_too_large;
     uint64_t admit_counter, entropy_seed, entropy_counter;
     struct {
         uint64_t prompt_tokens, generation_tokens, requests_finished, preemptions, steps;
@@ -75,17 +75,13 @@ struct loom_engine {
     lm_sampler_scratch scratch;
     lm_plan_entry *plan;
 
-    /* speculative decoding (engine thread) */
+    /* speculative decoding (engine thread; speculative.c) */
     int spec_k;                 /* drafts per step, 0 = off */
-    lm_kv_cache mtp_kv;         /* the MTP layer's KV cache: same blocks as the main one */
-    bool mtp_kv_open;
-    float *hidden_all;          /* [max_batch_tokens, H] post-final-norm rows of the step */
-    float *mtp_hidden;          /* [max_batch_tokens, H] MTP input / output rows */
-    float *mtp_logits;          /* [max_running, V] */
-    int32_t *mtp_tokens, *mtp_positions;
-    lm_step_seq *mtp_seqs;
-    lm_mtp_catch_up *catch_up;
+    lm_draft_seq *catch_up;     /* [max step sequences]: after a step, for the MTP head */
+    lm_sequence **catch_up_seq; /* whose each entry is */
     int n_catch_up;
+    lm_rollback_seq *rollbacks; /* [max step sequences]: verifies that rejected rows */
+    int n_rollbacks;
     struct {
         uint64_t drafted, accepted, verify_steps;
     } spec_counters;
@@ -94,10 +90,21 @@ struct loom_engine {
     void *draft_override_ctx;
 };
 
-/* speculative.c: after a step, run the MTP head over the rows each
- * speculating sequence committed and draft its next spec_k tokens. */
+/* speculative.c: remembers that seq committed positions [from, from+count)
+ * in this step, from step row `row`, for the MTP head to catch up on. */
+void lm_engine_queue_catch_up(loom_engine *e, lm_sequence *seq, int from, int count, int row);
+/* speculative.c: after a step, run the MTP head over the queued rows and
+ * draft each sequence's next tokens (its n_drafts and drafts). */
 void lm_engine_catch_up_and_draft(loom_engine *e);
-/* Blocks for n_tokens (engine.c). */
+/* speculative.c: a verify step fed [pending, d_1..d_k]: accepts the rows
+ * that match and queues the rollback of the rest.  Returns the rows kept
+ * (1..k+1), or 0 if the sequence finished (it is freed then). */
+int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, const float *logits, int k);
+/* speculative.c: rolls back every verify of the step that rejected rows. */
+void lm_engine_apply_rollbacks(loom_engine *e);
+/* engine.c, for speculative.c */
 bool lm_engine_ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens);
+bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row);
+void lm_engine_finish_error(loom_engine *e, lm_sequence *seq, const char *message);
 
 #endif

@@ -52,7 +52,6 @@ void lm_sequence_free(lm_sequence *seq) {
     if (!seq) return;
     lm_token_counts_free(&seq->counts);
     free(seq->stop_ids);
-    if (seq->has_record) lm_gdn_record_free(&seq->record);
     if (seq->has_detokenizer) lm_detokenizer_free(&seq->detokenizer);
     free(seq->tokens);
     free(seq->blocks);

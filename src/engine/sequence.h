@@ -8,11 +8,14 @@
 
 #include "engine/request.h"
 #include "engine/sampler.h"
-#include "models/qwen35.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
-typedef enum { LM_SEQ_WAITING, LM_SEQ_RUNNING, LM_SEQ_FINISHED } lm_seq_state;
+#define LM_SEQUENCE_MAX_DRAFTS 8
+
+/* PREEMPTED only inside one scheduling pass: it gave its caches back and
+ * joins the waiting queue when the pass ends. */
+typedef enum { LM_SEQ_WAITING, LM_SEQ_RUNNING, LM_SEQ_PREEMPTED, LM_SEQ_FINISHED } lm_seq_state;
 
 typedef struct lm_sequence {
     loom_request *request;
@@ -29,10 +32,8 @@ typedef struct lm_sequence {
 
     /* speculative decoding (MTP drafts) */
     bool speculate;
-    lm_gdn_record record;       /* rollback data of the last verify */
-    bool has_record;
-    int32_t drafts[8];
-    int n_drafts;               /* drafts waiting to be verified next step */
+    int32_t drafts[LM_SEQUENCE_MAX_DRAFTS];
+    int n_drafts;               /* drafts waiting to be verified in the next step */
     int drafted, accepted;      /* totals for the usage report */
 
     lm_rng rng;

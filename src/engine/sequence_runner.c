@@ -4,49 +4,55 @@
 #include <string.h>
 
 #define KV_BLOCK_SIZE 32
-#define PREFILL_CHUNK 512
+/* Rows per forward; with all_logits every row is a logit row, so this also
+ * bounds the context's logits buffer (rows x vocab floats). */
+#define PREFILL_CHUNK 128
 
-lm_status lm_sequence_runner_init(lm_sequence_runner *r, const lm_qwen35_model *model,
-                                  lm_backend *backend, int max_tokens, lm_error *err) {
+lm_status lm_sequence_runner_init(lm_sequence_runner *r, lm_model *model, int max_tokens,
+                                  lm_error *err) {
     memset(r, 0, sizeof *r);
     if (max_tokens <= 0 || max_tokens > (1 << 24))
         return lm_fail(err, LM_ERR_INVALID, "sequence length %d out of range", max_tokens);
     r->model = model;
-    r->backend = backend;
     r->max_tokens = max_tokens;
-    r->prefill_chunk = PREFILL_CHUNK;
-    int n_blocks = (max_tokens + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
-    lm_status st = lm_qwen35_caches_init(model, KV_BLOCK_SIZE, n_blocks, 1, &r->caches, err);
+    r->prefill_chunk = max_tokens < PREFILL_CHUNK ? max_tokens : PREFILL_CHUNK;
+    r->n_blocks = (max_tokens + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
+    lm_context_options o = {.kv_block_size = KV_BLOCK_SIZE,
+                            .kv_blocks = r->n_blocks,
+                            .state_slots = 1,
+                            .max_step_tokens = r->prefill_chunk,
+                            .max_step_seqs = 1,
+                            .max_blocks_per_seq = r->n_blocks,
+                            .max_logit_rows = r->prefill_chunk};
+    lm_status st = lm_model_context_create(model, &o, &r->context, err);
     if (st != LM_OK) return st;
-    r->block_table = malloc(sizeof(int32_t) * (size_t)n_blocks);
-    r->positions = malloc(sizeof(int32_t) * 3 * PREFILL_CHUNK);
+    r->block_table = malloc(sizeof(int32_t) * (size_t)r->n_blocks);
+    r->positions = malloc(sizeof(int32_t) * 3 * (size_t)r->prefill_chunk);
     if (!r->block_table || !r->positions) {
         lm_sequence_runner_free(r);
         return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     }
-    st = lm_kv_cache_alloc(&r->caches.kv, n_blocks, r->block_table, err);
-    if (st == LM_OK) st = lm_state_cache_acquire(&r->caches.state, &r->state_slot, err);
-    if (st != LM_OK) lm_sequence_runner_free(r);
-    return st;
+    for (int b = 0; b < r->n_blocks; b++) r->block_table[b] = b; /* the whole pool is ours */
+    lm_model_reset_state(r->context, 0);
+    return LM_OK;
 }
 
 void lm_sequence_runner_free(lm_sequence_runner *r) {
-    lm_qwen35_caches_free(&r->caches);
-    lm_qwen35_workspace_free(&r->workspace);
+    lm_model_context_destroy(r->context);
     free(r->block_table);
     free(r->positions);
     memset(r, 0, sizeof *r);
 }
 
 lm_status lm_sequence_runner_feed(lm_sequence_runner *r, const int32_t *ids, int n, bool all_logits,
-                                  float *logits, float *hidden, const lm_qwen35_capture *capture,
+                                  float *logits, float *hidden, float **layer_hidden,
                                   lm_error *err) {
     if (n <= 0) return lm_fail(err, LM_ERR_INVALID, "nothing to feed");
     if (n > r->max_tokens - r->n_cached)
         return lm_fail(err, LM_ERR_INVALID, "sequence would exceed %d tokens", r->max_tokens);
-    if (capture && n > r->prefill_chunk)
-        return lm_fail(err, LM_ERR_INVALID, "capture needs the whole input in one step");
-    const lm_qwen35_config *c = &r->model->config;
+    if (layer_hidden && n > r->prefill_chunk)
+        return lm_fail(err, LM_ERR_INVALID, "capturing layers needs the whole input in one step");
+    const lm_model_info *info = lm_model_describe(r->model);
     for (int done = 0; done < n;) {
         int chunk = n - done < r->prefill_chunk ? n - done : r->prefill_chunk;
         bool last = done + chunk == n;
@@ -56,20 +62,21 @@ lm_status lm_sequence_runner_feed(lm_sequence_runner *r, const int32_t *ids, int
             .first = 0,
             .n_new = chunk,
             .n_cached = r->n_cached,
-            .state_slot = r->state_slot,
+            .state_slot = 0,
             .block_table = r->block_table,
-            .n_blocks = r->caches.kv.n_blocks,
+            .n_blocks = r->n_blocks,
             .all_logits = all_logits,
+            .no_logits = !all_logits && !last,
         };
         lm_step_batch batch = {.n_tokens = chunk, .tokens = ids + done, .positions = r->positions,
                                .n_seqs = 1, .seqs = &seq};
-        /* Intermediate chunks without all_logits still produce one row: keep
-         * it out of the caller's buffer unless it is the last. */
-        float *out = all_logits ? logits + (size_t)done * c->vocab_size : logits;
-        float *hid = hidden && all_logits ? hidden + (size_t)done * c->hidden_size : hidden;
-        if (!all_logits && !last) hid = NULL;
-        lm_status st = lm_qwen35_forward(r->model, r->backend, &r->caches, &r->workspace, &batch,
-                                         out, hid, capture, err);
+        lm_forward_out out = {
+            .logits = all_logits ? logits + (size_t)done * info->vocab_size : logits,
+            .hidden = hidden && all_logits ? hidden + (size_t)done * info->hidden_size
+                      : last ? hidden : NULL,
+            .layer_hidden = layer_hidden,
+        };
+        lm_status st = lm_model_forward(r->context, &batch, &out, err);
         if (st != LM_OK) return st;
         r->n_cached += chunk;
         done += chunk;

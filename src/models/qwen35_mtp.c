@@ -1,7 +1,8 @@
 /* The Qwen3.5 MTP head.  Reads like model-spec §C.2: embed the next token,
  * normalise it and the target's hidden state, fc over their concatenation
  * (embedding first), one full-attention decoder layer (the main model's, run
- * on the head's own KV cache), mtp.norm, the shared lm_head. */
+ * on the head's own KV cache), mtp.norm, the shared lm_head.  Drafting with
+ * it inside the engine is models/qwen35_speculative.c. */
 #include "models/qwen35_mtp.h"
 
 #include <stdarg.h>
@@ -38,11 +39,12 @@ static const char *find_prefix(const lm_weights *w) {
     return prefixes[0]; /* none there: the error then names mtp.fc.weight */
 }
 
+/* A norm weight of the head, as stored: its offset is decided later. */
 static lm_status load_vector(lm_qwen35_model *m, const char *prefix, const char *name, float **out,
                              lm_error *err) {
     char full[128];
     snprintf(full, sizeof full, "%s%s", prefix, name);
-    return lm_weights_vector(&m->weights, full, m->config.hidden_size, 0.0f, false, out, err);
+    return lm_weights_host_vector(&m->weights, full, m->config.hidden_size, 0.0f, false, out, err);
 }
 
 /* Loads everything; the norms' offset is decided from the stored values. */
@@ -51,20 +53,16 @@ static lm_status load_tensors(lm_qwen35_model *m, lm_qwen35_mtp *mtp, lm_mtp_nor
     int H = m->config.hidden_size;
     char name[128];
     snprintf(name, sizeof name, "%sfc.weight", mtp->prefix);
+    float *top[3];
     lm_status st = lm_weights_matrix(&m->weights, name, H, 2 * (int64_t)H, &mtp->fc, err);
-    if (st == LM_OK)
-        st = load_vector(m, mtp->prefix, "pre_fc_norm_embedding.weight",
-                         &mtp->pre_fc_norm_embedding, err);
-    if (st == LM_OK)
-        st =
-            load_vector(m, mtp->prefix, "pre_fc_norm_hidden.weight", &mtp->pre_fc_norm_hidden, err);
-    if (st == LM_OK) st = load_vector(m, mtp->prefix, "norm.weight", &mtp->norm, err);
+    if (st == LM_OK) st = load_vector(m, mtp->prefix, "pre_fc_norm_embedding.weight", &top[0], err);
+    if (st == LM_OK) st = load_vector(m, mtp->prefix, "pre_fc_norm_hidden.weight", &top[1], err);
+    if (st == LM_OK) st = load_vector(m, mtp->prefix, "norm.weight", &top[2], err);
     if (st != LM_OK) return st;
 
     /* Zero-centred weights sit near 0; a converter that folded the 1 in
      * leaves them near 1.  The threshold 0.5 is vllm-mlx's. */
     double sum = 0;
-    float *top[3] = {mtp->pre_fc_norm_embedding, mtp->pre_fc_norm_hidden, mtp->norm};
     for (int v = 0; v < 3; v++)
         for (int i = 0; i < H; i++) sum += top[v][i];
     mtp->stored_norm_mean = (float)(sum / (3.0 * H));
@@ -74,6 +72,11 @@ static lm_status load_tensors(lm_qwen35_model *m, lm_qwen35_mtp *mtp, lm_mtp_nor
     float offset = mtp->norms_were_shifted ? 0.0f : 1.0f;
     for (int v = 0; v < 3; v++)
         for (int i = 0; i < H; i++) top[v][i] += offset;
+    lm_mem *scales[3] = {&mtp->pre_fc_norm_embedding, &mtp->pre_fc_norm_hidden, &mtp->norm};
+    for (int v = 0; v < 3; v++) {
+        st = lm_weights_import(&m->weights, top[v], H, "mtp norm", scales[v], err);
+        if (st != LM_OK) return st;
+    }
 
     mtp->layer.cache_index = 0;
     return lm_qwen35_load_layer(m, mtp->prefix, 0, LM_LAYER_FULL_ATTENTION, offset, &mtp->layer,
@@ -123,97 +126,110 @@ void lm_qwen35_mtp_free(lm_qwen35_model *m) {
     m->has_mtp = false;
 }
 
-lm_status lm_qwen35_mtp_cache_init(const lm_qwen35_model *m, int block_size, int n_blocks,
-                                   lm_kv_cache *mtp_kv, lm_error *err) {
-    memset(mtp_kv, 0, sizeof *mtp_kv);
-    if (!m->has_mtp) return lm_fail(err, LM_ERR_INVALID, "%s", m->mtp_missing);
-    return lm_kv_cache_init(mtp_kv, 1, m->config.num_key_value_heads, m->config.head_dim,
-                            block_size, n_blocks, err);
+void lm_qwen35_mtp_describe(const lm_qwen35_model *m, FILE *f) {
+    if (!m->has_mtp) {
+        fprintf(f, "%s\n", m->mtp_missing);
+        return;
+    }
+    const lm_qwen35_mtp *h = m->mtp;
+    fprintf(f, "mtp head: loaded (%s*: fc, one full-attention layer, dense MLP)\n", h->prefix);
+    fprintf(f, "  norms stored %s, %s (mean of the stored pre-fc and final norm weights %.3f)\n",
+            h->norms_were_shifted ? "with the 1 already added" : "zero-centred (scale 1 + w)",
+            h->norms_forced ? "as forced" : "detected", (double)h->stored_norm_mean);
 }
 
 /* ------------------------------------------------------------------ forward */
 
-lm_status lm_qwen35_mtp_forward(const lm_qwen35_model *m, lm_backend *be, lm_kv_cache *mtp_kv,
-                                lm_qwen35_workspace *ws, const lm_step_batch *b,
-                                const float *hidden, float *logits, float *hidden_out,
-                                lm_error *err) {
-    const lm_qwen35_config *c = &m->config;
+void lm_qwen35_mtp_run(lm_qwen35_context *ctx, const lm_qwen35_step *step, lm_mem tokens,
+                       lm_mem hidden, lm_mem logits, lm_mem h_out) {
+    const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_mtp *mtp = m->mtp;
-    if (!m->has_mtp || !mtp) return lm_fail(err, LM_ERR_INVALID, "%s", m->mtp_missing);
-    if (mtp_kv->n_layers != 1 || mtp_kv->n_kv_heads != c->num_key_value_heads ||
-        mtp_kv->head_dim != c->head_dim)
-        return lm_fail(err, LM_ERR_INVALID, "MTP forward: the kv cache was not made for this head");
-    lm_status st = lm_qwen35_validate_batch(m, mtp_kv, NULL, b, err);
-    if (st != LM_OK) return st;
-
-    size_t N = (size_t)b->n_tokens, H = (size_t)c->hidden_size;
-    if (N > SIZE_MAX / sizeof(float) / (4 * H))
-        return lm_fail(err, LM_ERR_NOMEM, "MTP forward: %zu tokens are too many", N);
-    if (4 * N * H > ws->mtp_capacity) {
-        float *bigger = realloc(ws->mtp_buffer, sizeof(float) * 4 * N * H);
-        if (!bigger) return lm_fail(err, LM_ERR_NOMEM, "out of memory for a %zu-row MTP step", N);
-        ws->mtp_buffer = bigger;
-        ws->mtp_capacity = 4 * N * H;
-    }
-    float *normed = ws->mtp_buffer; /* [N, H] */
-    float *concat = normed + N * H; /* [N, 2H] */
-    float *u = concat + 2 * N * H;  /* [N, H], the head's residual stream */
-    float eps = c->rms_norm_eps;
+    lm_backend *be = ctx->be;
+    int N = step->n_tokens, H = m->config.hidden_size;
+    float eps = m->config.rms_norm_eps;
 
     /* u = fc([B1(embed(t_{p+1})) | B1(h_p)]): embedding first (trap 17). */
-    lm_embed(be, normed, b->tokens, (int)N, &m->embed_tokens);
-    lm_rmsnorm(be, normed, normed, mtp->pre_fc_norm_embedding, (int)N, (int)H, eps);
-    for (size_t t = 0; t < N; t++) memcpy(concat + t * 2 * H, normed + t * H, sizeof(float) * H);
-    lm_rmsnorm(be, normed, hidden, mtp->pre_fc_norm_hidden, (int)N, (int)H, eps);
-    for (size_t t = 0; t < N; t++)
-        memcpy(concat + t * 2 * H + H, normed + t * H, sizeof(float) * H);
-    lm_matmul(be, u, concat, (int)N, &mtp->fc);
+    lm_embed(be, ctx->mtp_normed, tokens, N, &m->embed_tokens);
+    lm_rmsnorm(be, ctx->mtp_normed, ctx->mtp_normed, mtp->pre_fc_norm_embedding, N, H, eps);
+    lm_copy_rows(be, ctx->mtp_concat, 2 * H, ctx->mtp_normed, H, N, H);
+    lm_rmsnorm(be, ctx->mtp_normed, hidden, mtp->pre_fc_norm_hidden, N, H, eps);
+    lm_copy_rows(be, lm_mem_f32(ctx->mtp_concat, (size_t)H), 2 * H, ctx->mtp_normed, H, N, H);
+    lm_matmul(be, ctx->mtp_u, ctx->mtp_concat, N, &mtp->fc);
 
-    st = lm_qwen35_attention_layer_forward(m, be, &mtp->layer, mtp_kv, ws, b, u, err);
-    if (st != LM_OK) return st;
+    lm_qwen35_attention_layer(ctx, step, &mtp->layer, &ctx->mtp_kv, ctx->mtp_u);
 
     /* h' = B1(u; mtp.norm) and the shared lm_head, on the rows asked for. */
-    int rows = lm_qwen35_gather_logit_rows(b, u, (int)H);
-    if (rows == 0) return LM_OK;
-    float *h_out = hidden_out ? hidden_out : normed;
-    lm_rmsnorm(be, h_out, u, mtp->norm, rows, (int)H, eps);
-    if (logits) lm_matmul(be, logits, h_out, rows, &m->lm_head);
+    int rows = step->n_logit_rows;
+    if (rows == 0) return;
+    lm_gather_rows(be, h_out, ctx->mtp_u, step->logit_rows, rows, H);
+    lm_rmsnorm(be, h_out, h_out, mtp->norm, rows, H, eps);
+    lm_matmul(be, logits, h_out, rows, &m->lm_head);
+}
+
+static lm_status check_head(const lm_qwen35_context *ctx, lm_error *err) {
+    if (!ctx->model->has_mtp) return lm_fail(err, LM_ERR_INVALID, "%s", ctx->model->mtp_missing);
+    if (ctx->options.speculative_tokens <= 0)
+        return lm_fail(err, LM_ERR_INVALID, "the context was made without speculation");
     return LM_OK;
+}
+
+lm_status lm_qwen35_mtp_forward(lm_qwen35_context *ctx, const lm_step_batch *b,
+                                const float *hidden, float *logits, float *h_out, lm_error *err) {
+    lm_status st = check_head(ctx, err);
+    lm_qwen35_step step;
+    if (st == LM_OK) st = lm_qwen35_step_upload(ctx, b, true, NULL, &step, err);
+    if (st != LM_OK) return st;
+    const lm_qwen35_config *c = &ctx->model->config;
+    size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size, rows = (size_t)step.n_logit_rows;
+    lm_upload(ctx->be, ctx->mtp_hidden, hidden, sizeof(float) * (size_t)step.n_tokens * H);
+    lm_qwen35_mtp_run(ctx, &step, step.tokens, ctx->mtp_hidden, ctx->mtp_logits, ctx->mtp_hidden);
+    if (rows == 0) return lm_synchronize(ctx->be, err);
+    if (h_out) st = lm_download(ctx->be, h_out, ctx->mtp_hidden, sizeof(float) * rows * H, err);
+    if (st == LM_OK) st = lm_download(ctx->be, logits, ctx->mtp_logits, sizeof(float) * rows * V, err);
+    return st;
 }
 
 #define SEQUENCE_BLOCK_SIZE 32
 
-lm_status lm_qwen35_mtp_sequence_logits(const lm_qwen35_model *m, lm_backend *be,
-                                        const float *hidden, const int32_t *next_ids, int n,
-                                        float *logits, lm_error *err) {
-    if (n <= 0 || n > (1 << 24))
+lm_status lm_qwen35_mtp_sequence_logits(lm_model *base, const float *hidden,
+                                        const int32_t *next_ids, int n, float *logits,
+                                        lm_error *err) {
+    lm_qwen35_model *m = (lm_qwen35_model *)base;
+    if (!m->has_mtp) return lm_fail(err, LM_ERR_INVALID, "%s", m->mtp_missing);
+    if (n <= 0 || n > (1 << 20))
         return lm_fail(err, LM_ERR_INVALID, "MTP: %d rows is out of range", n);
     int n_blocks = (n + SEQUENCE_BLOCK_SIZE - 1) / SEQUENCE_BLOCK_SIZE;
-    lm_kv_cache kv;
-    lm_status st = lm_qwen35_mtp_cache_init(m, SEQUENCE_BLOCK_SIZE, n_blocks, &kv, err);
+    lm_context_options o = {.kv_block_size = SEQUENCE_BLOCK_SIZE,
+                            .kv_blocks = n_blocks,
+                            .state_slots = 1,
+                            .max_step_tokens = n,
+                            .max_step_seqs = 1,
+                            .max_logit_rows = n,
+                            .max_blocks_per_seq = n_blocks,
+                            .speculative_tokens = 1};
+    lm_model_context *base_ctx;
+    lm_status st = lm_qwen35_context_create(base, &o, &base_ctx, err);
     if (st != LM_OK) return st;
-    lm_qwen35_workspace ws = {0};
     int32_t *blocks = malloc(sizeof(int32_t) * (size_t)n_blocks);
     int32_t *positions = malloc(sizeof(int32_t) * 3 * (size_t)n);
     if (!blocks || !positions) st = lm_fail(err, LM_ERR_NOMEM, "out of memory for %d MTP rows", n);
-    if (st == LM_OK) st = lm_kv_cache_alloc(&kv, n_blocks, blocks, err);
     if (st == LM_OK) {
+        for (int b = 0; b < n_blocks; b++) blocks[b] = b;
         for (int p = 0; p < n; p++) /* text: t = h = w = p */
             positions[3 * p] = positions[3 * p + 1] = positions[3 * p + 2] = p;
         lm_step_seq seq = {.first = 0,
                            .n_new = n,
                            .n_cached = 0,
-                           .state_slot = -1,
+                           .state_slot = 0,
                            .block_table = blocks,
                            .n_blocks = n_blocks,
                            .all_logits = true};
         lm_step_batch batch = {
             .n_tokens = n, .tokens = next_ids, .positions = positions, .n_seqs = 1, .seqs = &seq};
-        st = lm_qwen35_mtp_forward(m, be, &kv, &ws, &batch, hidden, logits, NULL, err);
+        st = lm_qwen35_mtp_forward((lm_qwen35_context *)base_ctx, &batch, hidden, logits, NULL, err);
     }
     free(blocks);
     free(positions);
-    lm_qwen35_workspace_free(&ws);
-    lm_kv_cache_free(&kv);
+    lm_qwen35_context_destroy(base_ctx);
     return st;
 }

@@ -1,18 +1,21 @@
 #include "models/weights.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/bf16.h"
 
-void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint) {
+void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend *backend) {
     memset(w, 0, sizeof *w);
     w->checkpoint = checkpoint;
+    w->backend = backend;
 }
 
-void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head) {
+void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head, lm_backend *backend) {
     memset(w, 0, sizeof *w);
+    w->backend = backend;
     w->random = true;
     w->random_has_lm_head = has_lm_head;
     w->random_state = seed ? seed : 0x9e3779b97f4a7c15ull;
@@ -33,6 +36,8 @@ static float random_unit(uint64_t *state) {
 }
 
 void lm_weights_free(lm_weights *w) {
+    for (size_t i = 0; i < w->n_buffers; i++) lm_buffer_free(w->backend, w->buffers[i]);
+    free(w->buffers);
     for (size_t i = 0; i < w->n_random_owned; i++) free(w->random_owned[i]);
     free(w->random_owned);
     for (size_t i = 0; i < w->n_owned; i++) free(w->owned[i]);
@@ -117,6 +122,21 @@ static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dim
     return t;
 }
 
+/* The bytes on the backend, remembered for lm_weights_free. */
+static lm_status import(lm_weights *w, const void *data, size_t bytes, const char *what,
+                        lm_buffer **out, lm_error *err) {
+    if (w->n_buffers == w->cap_buffers) {
+        size_t grown = w->cap_buffers ? w->cap_buffers * 2 : 64;
+        lm_buffer **bigger = realloc(w->buffers, grown * sizeof *bigger);
+        if (!bigger) return lm_fail(err, LM_ERR_NOMEM, "out of memory importing '%s'", what);
+        w->buffers = bigger;
+        w->cap_buffers = grown;
+    }
+    lm_status st = lm_import_host(w->backend, data, bytes, what, out, err);
+    if (st == LM_OK) w->buffers[w->n_buffers++] = *out;
+    return st;
+}
+
 static bool is_float_dtype(lm_dtype d) {
     return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32;
 }
@@ -147,12 +167,15 @@ lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64
                        name, t->n_dims, (long long)t->shape[0],
                        (long long)(t->n_dims > 1 ? t->shape[1] : 0), (long long)rows,
                        (long long)cols);
-    *out = (lm_matrix){.data = t->data, .dtype = t->dtype, .rows = rows, .cols = cols};
+    lm_buffer *buffer;
+    lm_status st = import(w, t->data, t->n_bytes, name, &buffer, err);
+    if (st != LM_OK) return st;
+    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = rows, .cols = cols};
     return LM_OK;
 }
 
-lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float offset,
-                            bool any_shape, float **out, lm_error *err) {
+lm_status lm_weights_host_vector(lm_weights *w, const char *name, int64_t n, float offset,
+                                 bool any_shape, float **out, lm_error *err) {
     const lm_tensor *t = require(w, name, 1, &n, err);
     if (!t) return err->code;
     if (t->n_elements != n || (!any_shape && t->n_dims != 1))
@@ -174,4 +197,50 @@ lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float of
     }
     *out = v;
     return LM_OK;
+}
+
+lm_status lm_weights_import(lm_weights *w, const float *values, int64_t n, const char *what,
+                            lm_mem *out, lm_error *err) {
+    lm_buffer *buffer;
+    lm_status st = import(w, values, sizeof(float) * (size_t)(n > 0 ? n : 1), what, &buffer, err);
+    if (st == LM_OK) *out = lm_mem_of(buffer);
+    return st;
+}
+
+lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float offset,
+                            bool any_shape, lm_mem *out, lm_error *err) {
+    float *host;
+    lm_status st = lm_weights_host_vector(w, name, n, offset, any_shape, &host, err);
+    return st == LM_OK ? lm_weights_import(w, host, n, name, out, err) : st;
+}
+
+void lm_weights_print_groups(const lm_weights *w, bool want_used, FILE *f) {
+    const lm_checkpoint *ck = w->checkpoint;
+    size_t n = ck ? lm_checkpoint_count(ck) : 0;
+    char last[128] = "";
+    size_t count = 0;
+    int64_t params = 0;
+    for (size_t i = 0; i <= n; i++) {
+        const lm_tensor *t = i < n ? lm_checkpoint_at(ck, i) : NULL;
+        if (t && lm_weights_was_used(w, t) != want_used) continue;
+        char group[128] = "";
+        if (t) { /* "model.visual.blocks.3.x" -> "model.visual" ; "mtp.fc.weight" -> "mtp" */
+            const char *name = t->name;
+            const char *cut = strchr(name, '.');
+            if (cut && strncmp(name, "model.", 6) == 0) cut = strchr(cut + 1, '.');
+            size_t len = cut ? (size_t)(cut - name) : strlen(name);
+            if (len >= sizeof group) len = sizeof group - 1;
+            memcpy(group, name, len);
+        }
+        if (strcmp(group, last) != 0) {
+            if (count) fprintf(f, "    %-40s %6zu tensors, %lld parameters\n", last, count, (long long)params);
+            snprintf(last, sizeof last, "%s", group);
+            count = 0;
+            params = 0;
+        }
+        if (t) {
+            count++;
+            params += t->n_elements;
+        }
+    }
 }

@@ -1,17 +1,22 @@
 /* Fetching a model's tensors from a checkpoint by name, checking each shape,
- * and remembering which were used (so `loom inspect` can list the rest). */
+ * preparing them on the model's backend (imported once at load), and
+ * remembering which were used (so `loom inspect` can list the rest). */
 #ifndef LOOM_MODELS_WEIGHTS_H
 #define LOOM_MODELS_WEIGHTS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "io/checkpoint.h"
 #include "ops/ops.h"
 
 typedef struct {
     const lm_checkpoint *checkpoint; /* NULL in random mode */
+    lm_backend *backend;             /* where the weights go */
+    lm_buffer **buffers;             /* one per imported tensor, freed with lm_weights_free */
+    size_t n_buffers, cap_buffers;
     /* Random mode (benchmarks on a config shape, no checkpoint): every tensor
      * asked for is made up on the spot from this seed, bf16 matrices scaled
      * by 1/sqrt(cols) so activations stay in range. */
@@ -26,9 +31,9 @@ typedef struct {
     size_t n_owned, cap_owned;
 } lm_weights;
 
-void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint);
+void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend *backend);
 /* Random mode; has_lm_head says whether "lm_head.weight" exists (untied). */
-void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head);
+void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head, lm_backend *backend);
 /* Bytes of weight data handed out so far (matrices and vectors as stored). */
 size_t lm_weights_bytes_used(const lm_weights *w);
 void lm_weights_free(lm_weights *w);
@@ -37,16 +42,28 @@ void lm_weights_free(lm_weights *w);
 const lm_tensor *lm_weights_find(lm_weights *w, const char *name);
 bool lm_weights_has(const lm_weights *w, const char *name);
 
-/* A 2-D float weight [rows, cols] used in place (no copy). */
+/* A 2-D float weight [rows, cols] as stored, on the backend (the cpu
+ * backend uses the checkpoint's memory in place). */
 lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                             lm_matrix *out, lm_error *err);
 /* Any float tensor with exactly n elements, converted to float32 and plus
- * `offset` (1.0 turns a zero-centred norm weight into its scale).  Shape must
- * be [n] unless `any_shape`. */
+ * `offset` (1.0 turns a zero-centred norm weight into its scale), in host
+ * memory owned by w, for transforms made once before import.  Shape must be
+ * [n] unless `any_shape`. */
+lm_status lm_weights_host_vector(lm_weights *w, const char *name, int64_t n, float offset,
+                                 bool any_shape, float **out, lm_error *err);
+/* n float32 values of host memory owned by w (from lm_weights_host_vector)
+ * onto the backend. */
+lm_status lm_weights_import(lm_weights *w, const float *values, int64_t n, const char *what,
+                            lm_mem *out, lm_error *err);
+/* lm_weights_host_vector, then lm_weights_import. */
 lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float offset,
-                            bool any_shape, float **out, lm_error *err);
+                            bool any_shape, lm_mem *out, lm_error *err);
 
 /* Whether a checkpoint tensor was used by the model. */
 bool lm_weights_was_used(const lm_weights *w, const lm_tensor *t);
+/* Prints the checkpoint's used (or unused) tensors grouped by the first
+ * components of their names, with counts and parameters (`loom inspect`). */
+void lm_weights_print_groups(const lm_weights *w, bool want_used, FILE *f);
 
 #endif

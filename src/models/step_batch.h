@@ -1,26 +1,30 @@
 /* StepBatch: the one contract between the scheduler and a model forward.
+ * The engine builds it (host memory, ids only); the model uploads what its
+ * ops need into its own step buffers and runs.
  *
  * A step carries the new tokens of every scheduled sequence flattened into one
  * array — no padding, no batch-wide offset.  The tokens of one sequence are
  * contiguous ([first, first + n_new)), each with its own 3-component
  * position (t, h, w; equal for text).  Prefill chunks and single decode
  * tokens of different sequences mix freely. */
-#ifndef LOOM_ENGINE_STEP_BATCH_H
-#define LOOM_ENGINE_STEP_BATCH_H
+#ifndef LOOM_MODELS_STEP_BATCH_H
+#define LOOM_MODELS_STEP_BATCH_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef struct {
-    int first;                 /* index of the sequence's first token in the batch */
-    int n_new;                 /* its tokens in this step */
-    int n_cached;              /* tokens already in its caches (= position index of the first new token) */
-    int state_slot;            /* its recurrent-state slot (Gated DeltaNet layers) */
+    int first;                  /* index of the sequence's first token in the batch */
+    int n_new;                  /* its tokens in this step */
+    int n_cached;               /* tokens already in its caches (= position index of the first new token) */
+    int state_slot;             /* its recurrent-state slot (-1 when the model has no recurrent layers) */
     const int32_t *block_table; /* its KV blocks, enough for n_cached + n_new tokens */
     int n_blocks;
-    bool all_logits;           /* logits for every new row (verify, `loom logits`), else the last only */
-    bool no_logits;            /* a prefill chunk that is not the prompt's last: no logits at all */
-    struct lm_gdn_record *gdn_record; /* speculative verify: record what a rollback needs (or NULL) */
+    bool all_logits;            /* logits for every new row (verify, `loom logits`), else the last only */
+    bool no_logits;             /* a prefill chunk that is not the prompt's last: no logits at all */
+    /* Speculative verify: keep, in the model's record for state_slot, what
+     * rolling this step back to any accepted prefix needs. */
+    bool record_for_rollback;
 } lm_step_seq;
 
 typedef struct {

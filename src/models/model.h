@@ -1,0 +1,195 @@
+/* The model interface: the one contract the engine calls, whatever the
+ * family (models/registry.c picks it from config.json) and the backend.
+ *
+ * A model is loaded once onto a backend (its weights prepared there).  A
+ * context holds what one engine needs to run it: the KV pool, the
+ * recurrent-state slots, the speculative rollback records and the step
+ * workspace, all allocated through the backend when the context is made,
+ * sized for the largest step; nothing is allocated per step.  The engine
+ * keeps only ids: which KV blocks and which state slot a sequence holds.
+ *
+ * One step: forward(context, StepBatch) uploads the step's descriptor
+ * (tokens, positions, slots, block tables, rows that need logits) into
+ * fixed buffers, runs the layers, and downloads the logit rows: the one
+ * place the host waits (docs/ARCHITECTURE.md, "Where the host waits"). */
+#ifndef LOOM_MODELS_MODEL_H
+#define LOOM_MODELS_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/error.h"
+#include "io/safetensors.h"
+#include "models/step_batch.h"
+#include "ops/ops.h"
+
+#define LM_MODEL_MAX_EOS 8
+
+typedef struct lm_model lm_model;
+typedef struct lm_model_context lm_model_context;
+
+/* What a model is, for the engine and for people. */
+typedef struct {
+    char family[32];       /* "qwen3_5" */
+    char architecture[64]; /* config.json's architectures[0], else its model_type */
+    int vocab_size, hidden_size, n_layers;
+    /* Full-attention layers: one KV pool entry per token and layer. */
+    int n_kv_layers, n_kv_heads, head_dim;
+    /* Recurrent layers (Gated DeltaNet): a fixed state per sequence. */
+    int n_state_layers;
+    size_t state_bytes_per_slot;
+    int max_position_embeddings;
+    int n_eos;
+    int32_t eos_ids[LM_MODEL_MAX_EOS];
+    /* Speculation: whether the Multi-Token-Prediction head can draft, and
+     * if not, a sentence saying why. */
+    bool has_mtp;
+    char mtp_status[LM_ERROR_MESSAGE_MAX];
+    int64_t n_parameters;        /* text model, MTP head excluded */
+    size_t weight_bytes;         /* bytes of weights used, as stored */
+    size_t decode_bytes_per_token; /* weight bytes one plain decode step reads */
+} lm_model_info;
+
+/* How the checkpoint stores the MTP head's RMSNorm weights (model-spec
+ * §C.1: all zero-centred).  Some converters (mlx) add the 1 at conversion. */
+typedef enum {
+    LM_MTP_NORMS_AUTO,         /* detect: a mean above 0.5 means the 1 is already in (vllm-mlx) */
+    LM_MTP_NORMS_ZERO_CENTRED, /* stored w, the scale is 1 + w (Hugging Face checkpoints) */
+    LM_MTP_NORMS_SHIFTED,      /* stored 1 + w (converted checkpoints) */
+} lm_mtp_norms;
+
+typedef struct {
+    lm_load_mode mode;      /* read the weights (default) or map them */
+    lm_mtp_norms mtp_norms;
+    /* Random weights of the config's shape instead of a checkpoint
+     * (benchmarks): the folder then needs only config.json. */
+    bool random_weights;
+    uint64_t random_seed;
+} lm_model_load_options;
+
+/* Sizes a context is made for. */
+typedef struct {
+    int kv_block_size, kv_blocks; /* the KV pool: kv_blocks blocks of kv_block_size tokens */
+    int state_slots;              /* recurrent-state slots (sequences running at once) */
+    int max_step_tokens;          /* rows of one forward */
+    int max_step_seqs;            /* sequences of one forward */
+    int max_blocks_per_seq;       /* the longest block table */
+    int max_logit_rows;           /* logit rows of one forward (0: one per sequence) */
+    /* > 0: the MTP head's KV pool (same blocks as the main one), the step's
+     * hidden rows and a rollback record per state slot for verifying this
+     * many drafts.  0: no speculation. */
+    int speculative_tokens;
+} lm_context_options;
+
+/* Where one forward leaves its results (host memory). */
+typedef struct {
+    float *logits; /* [lm_step_batch_logit_rows, vocab] */
+    float *hidden; /* optional: the post-final-norm state of the same rows [rows, H] */
+    /* optional (tests): layer_hidden[l] receives the [n_tokens, H] state
+     * entering layer l, layer_hidden[n_layers] the final normed one. */
+    float **layer_hidden;
+} lm_forward_out;
+
+/* After a forward: one speculating sequence's catch-up rows for the MTP
+ * head and the drafts it wants (model-spec §C.4). */
+typedef struct {
+    int hidden_row;           /* the forward's row of the first committed position */
+    int from, count;          /* committed positions [from, from + count) */
+    const int32_t *next_tokens; /* [count]: the token at position from + 1 + i */
+    const int32_t *block_table; /* its KV blocks, enough for from + count + n_drafts */
+    int n_blocks;
+    int n_drafts;             /* drafts wanted after catching up (0: catch up only) */
+    int32_t *drafts;          /* out: n_drafts token ids */
+} lm_draft_seq;
+
+/* After a verify step that recorded state_slot: keep the first n_keep rows. */
+typedef struct {
+    int state_slot;
+    int n_keep;
+} lm_rollback_seq;
+
+typedef struct {
+    void (*destroy)(lm_model *m);
+    lm_status (*context_create)(lm_model *m, const lm_context_options *options,
+                                lm_model_context **out, lm_error *err);
+    void (*context_destroy)(lm_model_context *ctx);
+    lm_status (*forward)(lm_model_context *ctx, const lm_step_batch *batch,
+                         const lm_forward_out *out, lm_error *err);
+    /* Cache moves for forking a sequence and admitting a new one. */
+    void (*copy_block)(lm_model_context *ctx, int src, int dst);
+    void (*copy_state)(lm_model_context *ctx, int src_slot, int dst_slot);
+    void (*reset_state)(lm_model_context *ctx, int slot);
+    /* Optional (NULL when the family has no such part). */
+    lm_status (*draft)(lm_model_context *ctx, lm_draft_seq *seqs, int n, lm_error *err);
+    lm_status (*rollback)(lm_model_context *ctx, const lm_rollback_seq *seqs, int n,
+                          lm_error *err);
+    /* The MTP head's logits over one sequence from scratch, as the
+     * fixtures' mtp_logits: row p from hidden[p] and next_ids[p] ([n, V]). */
+    lm_status (*mtp_sequence_logits)(lm_model *m, const float *hidden, const int32_t *next_ids,
+                                     int n, float *logits, lm_error *err);
+    /* What `loom inspect` prints beyond lm_model_info (config, MTP head). */
+    void (*describe)(const lm_model *m, FILE *out);
+} lm_model_ops;
+
+/* Families embed this as their first member. */
+struct lm_model {
+    const lm_model_ops *ops;
+    lm_model_info info;
+    lm_backend *backend; /* not owned: outlives the model */
+};
+
+/* Families embed this as their first member too. */
+struct lm_model_context {
+    lm_model *model;
+};
+
+static inline const lm_model_info *lm_model_describe(const lm_model *m) { return &m->info; }
+static inline lm_status lm_model_context_create(lm_model *m, const lm_context_options *o,
+                                                lm_model_context **out, lm_error *err) {
+    return m->ops->context_create(m, o, out, err);
+}
+static inline void lm_model_context_destroy(lm_model_context *ctx) {
+    if (ctx) ctx->model->ops->context_destroy(ctx);
+}
+static inline lm_status lm_model_forward(lm_model_context *ctx, const lm_step_batch *b,
+                                         const lm_forward_out *out, lm_error *err) {
+    return ctx->model->ops->forward(ctx, b, out, err);
+}
+static inline void lm_model_copy_block(lm_model_context *ctx, int src, int dst) {
+    ctx->model->ops->copy_block(ctx, src, dst);
+}
+static inline void lm_model_copy_state(lm_model_context *ctx, int src, int dst) {
+    ctx->model->ops->copy_state(ctx, src, dst);
+}
+static inline void lm_model_reset_state(lm_model_context *ctx, int slot) {
+    ctx->model->ops->reset_state(ctx, slot);
+}
+static inline bool lm_model_can_draft(const lm_model *m) {
+    return m->info.has_mtp && m->ops->draft && m->ops->rollback;
+}
+static inline lm_status lm_model_draft(lm_model_context *ctx, lm_draft_seq *seqs, int n,
+                                       lm_error *err) {
+    return ctx->model->ops->draft(ctx, seqs, n, err);
+}
+static inline lm_status lm_model_rollback(lm_model_context *ctx, const lm_rollback_seq *seqs,
+                                          int n, lm_error *err) {
+    return ctx->model->ops->rollback(ctx, seqs, n, err);
+}
+static inline bool lm_model_has_mtp_logits(const lm_model *m) {
+    return m->info.has_mtp && m->ops->mtp_sequence_logits;
+}
+static inline lm_status lm_model_mtp_sequence_logits(lm_model *m, const float *hidden,
+                                                     const int32_t *next_ids, int n, float *logits,
+                                                     lm_error *err) {
+    return m->ops->mtp_sequence_logits(m, hidden, next_ids, n, logits, err);
+}
+static inline void lm_model_print_description(const lm_model *m, FILE *out) {
+    if (m->ops->describe) m->ops->describe(m, out);
+}
+static inline void lm_model_free(lm_model *m) {
+    if (m) m->ops->destroy(m);
+}
+
+#endif

@@ -1,0 +1,353 @@
+/* The Qwen3.5 context: every cache and scratch array of the family carved
+ * from one backend allocation made when the engine starts, and the step
+ * descriptor each forward uploads in one piece. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/qwen35_context.h"
+
+/* Carves arrays out of one allocation: first pass counts, second assigns. */
+typedef struct {
+    lm_buffer *buffer; /* NULL while counting */
+    size_t used;       /* bytes */
+} carver;
+
+static void carve(carver *c, lm_mem *out, size_t count) { /* count 4-byte elements */
+    size_t bytes = (count * 4 + 63) / 64 * 64; /* every array 64-byte aligned */
+    *out = (lm_mem){c->buffer, c->used};
+    c->used += bytes;
+}
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Lays out every array; with c->buffer NULL it only adds up the size. */
+static void layout(lm_qwen35_context *ctx, carver *c) {
+    const lm_qwen35_model *m = ctx->model;
+    const lm_qwen35_config *cfg = &m->config;
+    const lm_context_options *o = &ctx->options;
+    size_t H = (size_t)cfg->hidden_size, V = (size_t)cfg->vocab_size;
+    size_t N = (size_t)o->max_step_tokens, S = (size_t)o->max_step_seqs;
+    size_t R = (size_t)ctx->max_logit_rows, K = (size_t)o->speculative_tokens;
+    size_t slots = (size_t)o->state_slots, L = (size_t)m->n_linear_layers;
+    size_t Hv = (size_t)cfg->linear_num_value_heads;
+    size_t kd = (size_t)m->key_dim, vd = (size_t)m->value_dim, cd = (size_t)m->conv_dim;
+    bool mtp = K > 0 && m->has_mtp;
+
+    size_t pool = (size_t)o->kv_blocks * (size_t)o->kv_block_size *
+                  (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim;
+    for (int l = 0; l < m->n_full_layers; l++) {
+        carve(c, &ctx->kv[l].k, pool);
+        carve(c, &ctx->kv[l].v, pool);
+    }
+    if (mtp) {
+        carve(c, &ctx->mtp_kv.k, pool);
+        carve(c, &ctx->mtp_kv.v, pool);
+    }
+    carve(c, &ctx->conv_states, L * slots * ctx->conv_floats);
+    carve(c, &ctx->recurrent_states, L * slots * ctx->recurrent_floats);
+    if (K > 0 && L > 0) {
+        lm_qwen35_records *r = &ctx->records;
+        size_t rows = slots * (size_t)r->rows_per_slot;
+        carve(c, &r->conv_before, L * slots * ctx->conv_floats);
+        carve(c, &r->state_before, L * slots * ctx->recurrent_floats);
+        carve(c, &r->mixed, L * rows * cd);
+        carve(c, &r->k, L * rows * kd);
+        carve(c, &r->v, L * rows * vd);
+        carve(c, &r->g, L * rows * Hv);
+        carve(c, &r->beta, L * rows * Hv);
+        carve(c, &r->scratch, rows * max_size(cd, vd));
+    }
+    size_t attn_q = (size_t)cfg->num_attention_heads * (size_t)cfg->head_dim;
+    size_t attn_kv = (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim;
+    size_t wide = max_size(max_size(2 * attn_q, cd), (size_t)cfg->intermediate_size);
+    lm_qwen35_scratch *s = &ctx->scratch;
+    carve(c, &s->h, N * H);
+    carve(c, &s->x, N * H);
+    carve(c, &s->proj, N * wide);
+    carve(c, &s->proj2, N * wide);
+    carve(c, &s->q, N * max_size(attn_q, kd));
+    carve(c, &s->k, N * max_size(attn_kv, kd));
+    carve(c, &s->v, N * max_size(attn_kv, vd));
+    carve(c, &s->gates, N * max_size(attn_q, vd));
+    carve(c, &s->beta, N * max_size(Hv, 1));
+    carve(c, &s->g, N * max_size(Hv, 1));
+    if (K > 0) carve(c, &ctx->hidden_all, N * H);
+    carve(c, &ctx->logit_x, R * H);
+    carve(c, &ctx->logits, R * V);
+    carve(c, &ctx->descriptor, ctx->descriptor_ints);
+    if (mtp) {
+        carve(c, &ctx->mtp_normed, N * H);
+        carve(c, &ctx->mtp_concat, N * 2 * H);
+        carve(c, &ctx->mtp_u, N * H);
+        carve(c, &ctx->mtp_hidden, N * H);
+        carve(c, &ctx->mtp_logits, S * V);
+        carve(c, &ctx->draft_ids, K * S);
+    }
+}
+
+static lm_status check_options(const lm_qwen35_model *m, const lm_context_options *o,
+                               lm_error *err) {
+    if (o->kv_block_size <= 0 || o->kv_block_size > 4096 || o->kv_blocks <= 0 ||
+        o->kv_blocks > (1 << 24))
+        return lm_fail(err, LM_ERR_INVALID, "context: KV pool of %d blocks of %d tokens is out of range",
+                       o->kv_blocks, o->kv_block_size);
+    if (o->state_slots <= 0 || o->state_slots > 4096)
+        return lm_fail(err, LM_ERR_INVALID, "context: %d state slots is out of range", o->state_slots);
+    if (o->max_step_tokens <= 0 || o->max_step_tokens > (1 << 20) || o->max_step_seqs <= 0 ||
+        o->max_step_seqs > o->max_step_tokens || o->max_blocks_per_seq <= 0 ||
+        o->max_blocks_per_seq > o->kv_blocks || o->max_logit_rows < 0)
+        return lm_fail(err, LM_ERR_INVALID,
+                       "context: step of %d tokens, %d sequences, %d blocks per sequence is out "
+                       "of range",
+                       o->max_step_tokens, o->max_step_seqs, o->max_blocks_per_seq);
+    if (o->speculative_tokens < 0 || o->speculative_tokens > 16)
+        return lm_fail(err, LM_ERR_INVALID, "context: %d speculative tokens is out of range",
+                       o->speculative_tokens);
+    if (o->speculative_tokens > 0 && !m->has_mtp)
+        return lm_fail(err, LM_ERR_INVALID, "context: no speculation: %s", m->mtp_missing);
+    return LM_OK;
+}
+
+lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
+                                   lm_model_context **out, lm_error *err) {
+    lm_qwen35_model *m = (lm_qwen35_model *)base;
+    const lm_qwen35_config *cfg = &m->config;
+    lm_status st = check_options(m, o, err);
+    if (st != LM_OK) return st;
+    lm_qwen35_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory for the model context");
+    ctx->base.model = base;
+    ctx->model = m;
+    ctx->be = base->backend;
+    ctx->options = *o;
+    /* Logit rows: the last row of each sequence, all rows of a verify. */
+    int R = o->max_logit_rows > 0 ? o->max_logit_rows : o->max_step_seqs;
+    ctx->max_logit_rows = R < o->max_step_tokens ? R : o->max_step_tokens;
+    ctx->conv_floats = (size_t)m->conv_dim * (size_t)(cfg->linear_conv_kernel_dim - 1);
+    ctx->recurrent_floats = (size_t)cfg->linear_num_value_heads *
+                            (size_t)cfg->linear_key_head_dim * (size_t)cfg->linear_value_head_dim;
+    ctx->records.rows_per_slot = o->speculative_tokens + 1;
+    size_t N = (size_t)o->max_step_tokens, S = (size_t)o->max_step_seqs;
+    ctx->descriptor_ints = 8 * N + 3 * S + S * (size_t)o->max_blocks_per_seq + N;
+    ctx->kv = calloc((size_t)(m->n_full_layers > 0 ? m->n_full_layers : 1), sizeof *ctx->kv);
+    ctx->host_descriptor = malloc(sizeof(int32_t) * ctx->descriptor_ints);
+    ctx->host_draft_ids = malloc(sizeof(int32_t) * (size_t)(o->speculative_tokens + 1) * S);
+    bool spec = o->speculative_tokens > 0;
+    if (spec && m->n_linear_layers > 0)
+        ctx->records.recorded_rows = calloc((size_t)o->state_slots, sizeof(int));
+    lm_qwen35_draft_host *dh = &ctx->draft_host;
+    if (spec) {
+        dh->seqs = calloc(S, sizeof *dh->seqs);
+        dh->tokens = malloc(sizeof(int32_t) * N);
+        dh->positions = malloc(sizeof(int32_t) * 3 * N);
+        dh->gather = malloc(sizeof(int32_t) * N);
+        dh->order = malloc(sizeof(int32_t) * S);
+    }
+    bool draft_host_ok = !spec || (dh->seqs && dh->tokens && dh->positions && dh->gather && dh->order);
+    if (!ctx->kv || !ctx->host_descriptor || !ctx->host_draft_ids || !draft_host_ok ||
+        (spec && m->n_linear_layers > 0 && !ctx->records.recorded_rows)) {
+        lm_qwen35_context_destroy(&ctx->base);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory for the model context");
+    }
+    carver count = {0};
+    layout(ctx, &count);
+    st = lm_alloc(ctx->be, count.used, "the KV cache, state slots and step workspace",
+                  &ctx->buffer, err);
+    if (st != LM_OK) {
+        lm_qwen35_context_destroy(&ctx->base);
+        return st;
+    }
+    carver assign = {.buffer = ctx->buffer};
+    layout(ctx, &assign);
+    lm_kv_layer geometry = {.n_blocks = o->kv_blocks,
+                            .block_size = o->kv_block_size,
+                            .n_kv_heads = cfg->num_key_value_heads,
+                            .head_dim = cfg->head_dim};
+    for (int l = 0; l < m->n_full_layers; l++) {
+        lm_kv_layer *kv = &ctx->kv[l];
+        lm_mem k = kv->k, v = kv->v;
+        *kv = geometry;
+        kv->k = k;
+        kv->v = v;
+    }
+    lm_mem mk = ctx->mtp_kv.k, mv = ctx->mtp_kv.v;
+    ctx->mtp_kv = geometry;
+    ctx->mtp_kv.k = mk;
+    ctx->mtp_kv.v = mv;
+    *out = &ctx->base;
+    return LM_OK;
+}
+
+void lm_qwen35_context_destroy(lm_model_context *base) {
+    lm_qwen35_context *ctx = (lm_qwen35_context *)base;
+    if (!ctx) return;
+    lm_buffer_free(ctx->be, ctx->buffer);
+    free(ctx->kv);
+    free(ctx->host_descriptor);
+    free(ctx->host_draft_ids);
+    free(ctx->records.recorded_rows);
+    free(ctx->draft_host.seqs);
+    free(ctx->draft_host.tokens);
+    free(ctx->draft_host.positions);
+    free(ctx->draft_host.gather);
+    free(ctx->draft_host.order);
+    free(ctx);
+}
+
+/* ------------------------------------------------------------ cache moves */
+
+void lm_qwen35_copy_block(lm_model_context *base, int src, int dst) {
+    lm_qwen35_context *ctx = (lm_qwen35_context *)base;
+    const lm_qwen35_config *c = &ctx->model->config;
+    size_t block = (size_t)ctx->options.kv_block_size * (size_t)c->num_key_value_heads *
+                   (size_t)c->head_dim;
+    int n = ctx->model->n_full_layers;
+    bool mtp = ctx->options.speculative_tokens > 0 && ctx->model->has_mtp;
+    for (int l = 0; l < n + (mtp ? 1 : 0); l++) {
+        const lm_kv_layer *kv = l < n ? &ctx->kv[l] : &ctx->mtp_kv;
+        lm_copy(ctx->be, lm_mem_f32(kv->k, block * (size_t)dst), lm_mem_f32(kv->k, block * (size_t)src),
+                sizeof(float) * block);
+        lm_copy(ctx->be, lm_mem_f32(kv->v, block * (size_t)dst), lm_mem_f32(kv->v, block * (size_t)src),
+                sizeof(float) * block);
+    }
+}
+
+void lm_qwen35_copy_state(lm_model_context *base, int src, int dst) {
+    lm_qwen35_context *ctx = (lm_qwen35_context *)base;
+    for (int l = 0; l < ctx->model->n_linear_layers; l++) {
+        lm_mem conv = lm_qwen35_conv_states(ctx, l), rec = lm_qwen35_recurrent_states(ctx, l);
+        lm_copy(ctx->be, lm_mem_f32(conv, (size_t)dst * ctx->conv_floats),
+                lm_mem_f32(conv, (size_t)src * ctx->conv_floats), sizeof(float) * ctx->conv_floats);
+        lm_copy(ctx->be, lm_mem_f32(rec, (size_t)dst * ctx->recurrent_floats),
+                lm_mem_f32(rec, (size_t)src * ctx->recurrent_floats),
+                sizeof(float) * ctx->recurrent_floats);
+    }
+}
+
+void lm_qwen35_reset_state(lm_model_context *base, int slot) {
+    lm_qwen35_context *ctx = (lm_qwen35_context *)base;
+    for (int l = 0; l < ctx->model->n_linear_layers; l++) {
+        lm_fill(ctx->be, lm_mem_f32(lm_qwen35_conv_states(ctx, l), (size_t)slot * ctx->conv_floats),
+                0, sizeof(float) * ctx->conv_floats);
+        lm_fill(ctx->be,
+                lm_mem_f32(lm_qwen35_recurrent_states(ctx, l), (size_t)slot * ctx->recurrent_floats),
+                0, sizeof(float) * ctx->recurrent_floats);
+    }
+    if (ctx->records.recorded_rows) ctx->records.recorded_rows[slot] = 0;
+}
+
+/* -------------------------------------------------------- step descriptor */
+
+static lm_status check_batch(const lm_qwen35_context *ctx, const lm_step_batch *b, bool mtp,
+                             lm_error *err) {
+    const lm_qwen35_model *m = ctx->model;
+    const lm_context_options *o = &ctx->options;
+    if (b->n_tokens <= 0 || b->n_seqs <= 0) return lm_fail(err, LM_ERR_INVALID, "empty step batch");
+    if (b->n_tokens > o->max_step_tokens || b->n_seqs > o->max_step_seqs)
+        return lm_fail(err, LM_ERR_INVALID,
+                       "step batch of %d tokens in %d sequences; the context holds %d in %d",
+                       b->n_tokens, b->n_seqs, o->max_step_tokens, o->max_step_seqs);
+    if (lm_step_batch_logit_rows(b) > ctx->max_logit_rows)
+        return lm_fail(err, LM_ERR_INVALID, "step batch wants %d logit rows; the context has %d",
+                       lm_step_batch_logit_rows(b), ctx->max_logit_rows);
+    bool has_kv = mtp || m->n_full_layers > 0;
+    int expected_first = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const lm_step_seq *q = &b->seqs[s];
+        if (q->first != expected_first || q->n_new <= 0 || q->n_cached < 0)
+            return lm_fail(err, LM_ERR_INVALID, "step batch: sequence %d is not contiguous", s);
+        expected_first += q->n_new;
+        if (!mtp && m->n_linear_layers > 0 && (q->state_slot < 0 || q->state_slot >= o->state_slots))
+            return lm_fail(err, LM_ERR_INVALID, "step batch: bad state slot %d", q->state_slot);
+        if (q->record_for_rollback &&
+            (mtp || !ctx->records.recorded_rows || q->n_new > ctx->records.rows_per_slot))
+            return lm_fail(err, LM_ERR_INVALID,
+                           "step batch: sequence %d records %d rows, room for %d", s, q->n_new,
+                           ctx->records.recorded_rows ? ctx->records.rows_per_slot : 0);
+        if (has_kv) {
+            int need = (q->n_cached + q->n_new + o->kv_block_size - 1) / o->kv_block_size;
+            if (!q->block_table || q->n_blocks < need || need > o->max_blocks_per_seq)
+                return lm_fail(err, LM_ERR_INVALID, "step batch: sequence %d has %d blocks, needs %d",
+                               s, q->n_blocks, need);
+            for (int j = 0; j < need; j++)
+                if (q->block_table[j] < 0 || q->block_table[j] >= o->kv_blocks)
+                    return lm_fail(err, LM_ERR_INVALID, "step batch: bad block id %d",
+                                   q->block_table[j]);
+        }
+    }
+    if (expected_first != b->n_tokens)
+        return lm_fail(err, LM_ERR_INVALID, "step batch: sequences cover %d of %d tokens",
+                       expected_first, b->n_tokens);
+    for (int t = 0; b->tokens && t < b->n_tokens; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= m->config.vocab_size)
+            return lm_fail(err, LM_ERR_INVALID, "token id %d is outside the vocabulary (size %d)",
+                           b->tokens[t], m->config.vocab_size);
+    return LM_OK;
+}
+
+lm_status lm_qwen35_step_upload(lm_qwen35_context *ctx, const lm_step_batch *b, bool mtp,
+                                const int32_t *gather, lm_qwen35_step *step, lm_error *err) {
+    lm_status st = check_batch(ctx, b, mtp, err);
+    if (st != LM_OK) return st;
+    int N = b->n_tokens, S = b->n_seqs, bs = ctx->options.kv_block_size;
+    int stride = 1;
+    for (int q = 0; q < S; q++) {
+        int need = (b->seqs[q].n_cached + b->seqs[q].n_new + bs - 1) / bs;
+        if (need > stride) stride = need;
+    }
+    /* Packed in this order; every array starts at an int offset. */
+    int32_t *host = ctx->host_descriptor;
+    size_t at = 0;
+    int32_t *tokens = host + at;        at += (size_t)N;
+    int32_t *positions = host + at;     at += 3 * (size_t)N;
+    int32_t *token_seq = host + at;     at += (size_t)N;
+    int32_t *ctx_len = host + at;       at += (size_t)N;
+    int32_t *kv_slots = host + at;      at += (size_t)N;
+    int32_t *gather_rows = host + at;   at += (size_t)N;
+    int32_t *seq_first = host + at;     at += (size_t)S;
+    int32_t *seq_len = host + at;       at += (size_t)S;
+    int32_t *seq_slot = host + at;      at += (size_t)S;
+    int32_t *tables = host + at;        at += (size_t)S * (size_t)stride;
+    int32_t *logit_rows = host + at;
+    if (b->tokens) memcpy(tokens, b->tokens, sizeof(int32_t) * (size_t)N);
+    memcpy(positions, b->positions, sizeof(int32_t) * 3 * (size_t)N);
+    if (gather) memcpy(gather_rows, gather, sizeof(int32_t) * (size_t)N);
+    int rows = 0, max_ctx = 0, max_len = 0;
+    for (int q = 0; q < S; q++) {
+        const lm_step_seq *seq = &b->seqs[q];
+        int need = (seq->n_cached + seq->n_new + bs - 1) / bs;
+        seq_first[q] = seq->first;
+        seq_len[q] = seq->n_new;
+        seq_slot[q] = seq->state_slot < 0 ? 0 : seq->state_slot;
+        if (seq->block_table) memcpy(tables + (size_t)q * stride, seq->block_table, sizeof(int32_t) * need);
+        for (int i = 0; i < seq->n_new; i++) {
+            int t = seq->first + i, pos = seq->n_cached + i;
+            token_seq[t] = q;
+            ctx_len[t] = pos + 1;
+            kv_slots[t] = seq->block_table ? seq->block_table[pos / bs] * bs + pos % bs : 0;
+        }
+        if (seq->n_cached + seq->n_new > max_ctx) max_ctx = seq->n_cached + seq->n_new;
+        if (seq->n_new > max_len) max_len = seq->n_new;
+        if (seq->no_logits) continue;
+        int from = seq->all_logits ? seq->first : seq->first + seq->n_new - 1;
+        for (int i = from; i < seq->first + seq->n_new; i++) logit_rows[rows++] = i;
+    }
+    at += (size_t)rows;
+    lm_mem d = ctx->descriptor;
+    lm_upload(ctx->be, d, host, sizeof(int32_t) * at);
+    size_t o = 0;
+    *step = (lm_qwen35_step){.n_tokens = N, .n_seqs = S, .n_logit_rows = rows,
+                             .max_ctx_len = max_ctx, .max_seq_len = max_len, .table_stride = stride};
+    step->tokens = lm_mem_i32(d, o);       o += (size_t)N;
+    step->positions = lm_mem_i32(d, o);    o += 3 * (size_t)N;
+    step->token_seq = lm_mem_i32(d, o);    o += (size_t)N;
+    step->ctx_len = lm_mem_i32(d, o);      o += (size_t)N;
+    step->kv_slots = lm_mem_i32(d, o);     o += (size_t)N;
+    step->gather_rows = lm_mem_i32(d, o);  o += (size_t)N;
+    step->seq_first = lm_mem_i32(d, o);    o += (size_t)S;
+    step->seq_len = lm_mem_i32(d, o);      o += (size_t)S;
+    step->seq_slot = lm_mem_i32(d, o);     o += (size_t)S;
+    step->block_tables = lm_mem_i32(d, o); o += (size_t)S * (size_t)stride;
+    step->logit_rows = lm_mem_i32(d, o);
+    return LM_OK;
+}

@@ -1,0 +1,72 @@
+#include "models/registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "io/json_file.h"
+#include "models/qwen35.h"
+
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+
+/* One line per family. */
+static const lm_model_family *const families[] = {
+    &lm_qwen35_family,
+};
+
+const lm_model_family *lm_model_family_for(const char *model_type) {
+    for (size_t f = 0; f < sizeof families / sizeof *families; f++)
+        for (const char *const *t = families[f]->model_types; *t; t++)
+            if (strcmp(*t, model_type) == 0) return families[f];
+    return NULL;
+}
+
+/* "qwen3_5, qwen3_5_moe, ..." for the error of an unknown model_type. */
+static void known_types(char *out, size_t size) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t f = 0; f < sizeof families / sizeof *families; f++)
+        for (const char *const *t = families[f]->model_types; *t && used < size; t++) {
+            int n = snprintf(out + used, size - used, "%s%s", used ? ", " : "", *t);
+            if (n < 0) break;
+            used += (size_t)n;
+        }
+}
+
+static lm_status open_family(const char *config_path, const char *dir,
+                             const lm_model_load_options *options, lm_backend *backend,
+                             lm_model **out, lm_error *err) {
+    cJSON *config = NULL;
+    lm_status st = lm_json_read_file(config_path, MAX_CONFIG_BYTES, &config, err);
+    if (st != LM_OK) return st;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(config, "model_type");
+    char model_type[64] = "";
+    if (cJSON_IsString(type)) snprintf(model_type, sizeof model_type, "%s", type->valuestring);
+    cJSON_Delete(config);
+    if (!model_type[0])
+        return lm_fail(err, LM_ERR_FORMAT, "%s: model_type is missing or not a string", config_path);
+    const lm_model_family *family = lm_model_family_for(model_type);
+    if (!family) {
+        char known[256];
+        known_types(known, sizeof known);
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "%s: model_type '%.40s' is not a model family loom runs (it runs %s)",
+                       config_path, model_type, known);
+    }
+    return family->open(config_path, dir, options, backend, out, err);
+}
+
+lm_status lm_model_open(const char *dir, const lm_model_load_options *options, lm_backend *backend,
+                        lm_model **out, lm_error *err) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
+        return lm_fail(err, LM_ERR_INVALID, "the model folder path is too long");
+    lm_model_load_options o = options ? *options : (lm_model_load_options){0};
+    o.random_weights = false;
+    return open_family(path, dir, &o, backend, out, err);
+}
+
+lm_status lm_model_open_random(const char *config_path, uint64_t seed, lm_backend *backend,
+                               lm_model **out, lm_error *err) {
+    lm_model_load_options o = {.random_weights = true, .random_seed = seed};
+    return open_family(config_path, NULL, &o, backend, out, err);
+}

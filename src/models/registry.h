@@ -1,0 +1,29 @@
+/* Which family a checkpoint is, and opening it: the registry reads
+ * config.json's model_type (and architectures), finds the family that
+ * claims it, and lets the family parse its own config and load its weights.
+ * Adding a family = its files in models/ and one line in registry.c. */
+#ifndef LOOM_MODELS_REGISTRY_H
+#define LOOM_MODELS_REGISTRY_H
+
+#include "models/model.h"
+
+typedef struct {
+    const char *name; /* "qwen3_5" */
+    /* config.json model_type values it loads, NULL-terminated */
+    const char *const *model_types;
+    /* Opens the model of `config_path` (`dir`'s checkpoint, or random
+     * weights when options->random_weights; dir is then NULL). */
+    lm_status (*open)(const char *config_path, const char *dir, const lm_model_load_options *options,
+                      lm_backend *backend, lm_model **out, lm_error *err);
+} lm_model_family;
+
+/* The checkpoint folder dir (config.json + safetensors). */
+lm_status lm_model_open(const char *dir, const lm_model_load_options *options, lm_backend *backend,
+                        lm_model **out, lm_error *err);
+/* Random weights of the shape of a config.json (benchmarks). */
+lm_status lm_model_open_random(const char *config_path, uint64_t seed, lm_backend *backend,
+                               lm_model **out, lm_error *err);
+/* The family that loads model_type, or NULL. */
+const lm_model_family *lm_model_family_for(const char *model_type);
+
+#endif
