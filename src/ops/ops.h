@@ -169,7 +169,8 @@ typedef struct {
      * (row_ids int32 [n]); dst may not overlap src. */
     void (*gather_rows)(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n, int width);
     /* ids[r] = the index of the largest of x row r ([rows, n]); the lowest
-     * index among equal maxima; NaN never wins over a number. */
+     * index among equal maxima; NaN never wins over a number (a row of
+     * only NaN gives 0). */
     void (*argmax_rows)(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n);
 
     /* ---- attention ---- */

@@ -12,16 +12,15 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/kernels.h"
 #include "base/simd.h"
+#include "ops/cpu/kernels.h"
 
 #define KEY_BLOCK 16
 #define MAX_GROUP 64 /* query heads per kv head handled in one pass */
 
-void lm_cpu_kv_write(lm_backend *be, const lm_kv_layer *kv, const float *k, const float *v, int n,
+void lm_cpu_kv_write(const lm_host_kv_layer *kv, const float *k, const float *v, int n,
                      const int32_t *slots) {
-    (void)be; /* a few KB per token: plain copies */
+    /* a few KB per token: plain copies */
     int64_t row = (int64_t)kv->n_kv_heads * kv->head_dim;
     for (int t = 0; t < n; t++) {
         memcpy(kv->k + (int64_t)slots[t] * row, k + (int64_t)t * row, (size_t)row * sizeof(float));
@@ -32,8 +31,8 @@ void lm_cpu_kv_write(lm_backend *be, const lm_kv_layer *kv, const float *k, cons
 typedef struct {
     float *out;
     const float *q;
-    const lm_kv_layer *kv;
-    const lm_attention_batch *b;
+    const lm_host_kv_layer *kv;
+    const lm_host_attention_batch *b;
 } attention_job;
 
 /* s[j] = (q · k_j) · scale for the keys of one block.  Four keys share each
@@ -114,7 +113,7 @@ static void accumulate_values(float *acc, float corr, const float *p, const floa
 /* The k and v rows of kv head kvh for context positions [j0, j0 + nkeys). */
 static void key_rows(const attention_job *job, const int32_t *table, int kvh, int j0, int nkeys,
                      const float **krows, const float **vrows) {
-    const lm_kv_layer *kv = job->kv;
+    const lm_host_kv_layer *kv = job->kv;
     int64_t kv_row = (int64_t)kv->n_kv_heads * kv->head_dim;
     for (int j = 0; j < nkeys; j++) {
         int pos = j0 + j;
@@ -138,10 +137,10 @@ static void prefetch_row(const float *row, int D) {
 static void attention_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
     const attention_job *job = ctx;
-    const lm_attention_batch *b = job->b;
+    const lm_host_attention_batch *b = job->b;
     int D = b->head_dim, group = b->n_heads / b->n_kv_heads;
     int t = task / b->n_kv_heads, kvh = task % b->n_kv_heads;
-    const int32_t *table = b->block_tables[b->token_seq[t]];
+    const int32_t *table = b->block_tables + (int64_t)b->token_seq[t] * b->table_stride;
     int len = b->ctx_len[t];
 
     for (int g0 = 0; g0 < group; g0 += MAX_GROUP) {
@@ -196,9 +195,9 @@ static void attention_task(void *ctx, int task, int n_tasks) {
     }
 }
 
-void lm_cpu_attention(lm_backend *be, float *out, const float *q, const lm_kv_layer *kv,
-                      const lm_attention_batch *batch) {
+void lm_cpu_attention(lm_pool *pool, float *out, const float *q, const lm_host_kv_layer *kv,
+                      const lm_host_attention_batch *batch) {
     if (batch->n_tokens <= 0) return;
     attention_job job = {out, q, kv, batch};
-    lm_pool_run(lm_cpu_pool(be), batch->n_tokens * batch->n_kv_heads, attention_task, &job);
+    lm_pool_run(pool, batch->n_tokens * batch->n_kv_heads, attention_task, &job);
 }

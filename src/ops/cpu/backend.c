@@ -1,28 +1,130 @@
-/* The CPU backend: its op table (kernels in matmul.c, elementwise.c,
- * attention.c, linear_attention.c) and its thread pool. */
+/* The cpu backend: host memory (ops/host) and its op table, whose entries
+ * resolve the lm_mem views to host pointers and call the tuned kernels
+ * (matmul.c, elementwise.c, rows.c, attention.c, linear_attention.c) on
+ * the backend's thread pool.  Resolving is pointer arithmetic: nothing is
+ * copied on the way in or out. */
 #include <stdlib.h>
 
+#include "ops/backend_kinds.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
 
-static const lm_backend_ops cpu_ops = {
+#define F32 lm_host_f32
+#define I32 lm_host_i32
+
+static void cpu_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    lm_host_matrix hw = lm_host_matrix_of(w);
+    lm_cpu_matmul(lm_cpu_pool(be), F32(y), F32(x), n, &hw);
+}
+static void cpu_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table) {
+    (void)be;
+    lm_host_matrix ht = lm_host_matrix_of(table);
+    lm_cpu_embed(F32(out), I32(ids), n, &ht);
+}
+static void cpu_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim,
+                        float eps) {
+    lm_cpu_rmsnorm(lm_cpu_pool(be), F32(out), F32(x), F32(weight), rows, dim, eps);
+}
+static void cpu_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight,
+                              int rows, int dim, float eps) {
+    lm_cpu_gated_rmsnorm(lm_cpu_pool(be), F32(out), F32(x), F32(z), F32(weight), rows, dim, eps);
+}
+static void cpu_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale) {
+    lm_cpu_l2norm_scale(lm_cpu_pool(be), F32(x), rows, dim, eps, scale);
+}
+static void cpu_rope(lm_backend *be, lm_mem x, int n, int n_heads, int head_dim, lm_mem positions,
+                     const lm_rope_params *rope) {
+    lm_cpu_rope(lm_cpu_pool(be), F32(x), n, n_heads, head_dim, I32(positions), rope);
+}
+static void cpu_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
+    lm_cpu_silu_mul(lm_cpu_pool(be), F32(out), F32(gate), F32(up), n);
+}
+static void cpu_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
+    lm_cpu_sigmoid_mul(lm_cpu_pool(be), F32(x), F32(gate), n);
+}
+static void cpu_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n) {
+    lm_cpu_add(lm_cpu_pool(be), F32(x), F32(y), n);
+}
+static void cpu_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src,
+                          int64_t src_stride, int rows, int width) {
+    (void)be;
+    lm_cpu_copy_rows(F32(dst), dst_stride, F32(src), src_stride, rows, width);
+}
+static void cpu_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n,
+                            int width) {
+    (void)be;
+    lm_cpu_gather_rows(F32(dst), F32(src), I32(row_ids), n, width);
+}
+static void cpu_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) {
+    lm_cpu_argmax_rows(lm_cpu_pool(be), I32(ids), F32(x), rows, n);
+}
+static void cpu_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n,
+                         lm_mem slots) {
+    (void)be;
+    lm_host_kv_layer hkv = lm_host_kv_layer_of(kv);
+    lm_cpu_kv_write(&hkv, F32(k), F32(v), n, I32(slots));
+}
+static void cpu_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
+                          const lm_attention_batch *batch) {
+    lm_host_kv_layer hkv = lm_host_kv_layer_of(kv);
+    lm_host_attention_batch hb = lm_host_attention_batch_of(batch);
+    lm_cpu_attention(lm_cpu_pool(be), F32(out), F32(q), &hkv, &hb);
+}
+static void cpu_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias,
+                          int n, int H) {
+    (void)be;
+    lm_cpu_gdn_gates(F32(beta), F32(g), F32(neg_exp_A), F32(dt_bias), n, H);
+}
+static void cpu_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight,
+                                   int K, lm_mem states, int64_t slot_stride,
+                                   const lm_seq_batch *seqs) {
+    lm_host_seq_batch hs = lm_host_seq_batch_of(seqs);
+    lm_cpu_causal_conv1d_silu(lm_cpu_pool(be), F32(out), F32(in), C, F32(weight), K, F32(states),
+                              slot_stride, &hs);
+}
+static void cpu_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v,
+                                 lm_mem g, lm_mem beta, lm_mem states, int64_t slot_stride,
+                                 const lm_seq_batch *seqs, int Hk, int Hv, int dk, int dv) {
+    lm_gdn_batch b = {.out = F32(out),
+                      .q = F32(q),
+                      .k = F32(k),
+                      .v = F32(v),
+                      .g = F32(g),
+                      .beta = F32(beta),
+                      .states = F32(states),
+                      .slot_stride = slot_stride,
+                      .seqs = lm_host_seq_batch_of(seqs),
+                      .Hk = Hk,
+                      .Hv = Hv,
+                      .dk = dk,
+                      .dv = dv};
+    lm_cpu_gated_delta_rule(lm_cpu_pool(be), &b);
+}
+
+const lm_backend_ops lm_cpu_backend_ops = {
     .name = "cpu",
-    .matmul = lm_cpu_matmul,
-    .embed = lm_cpu_embed,
-    .rmsnorm = lm_cpu_rmsnorm,
-    .gated_rmsnorm = lm_cpu_gated_rmsnorm,
-    .l2norm_scale = lm_cpu_l2norm_scale,
-    .rope = lm_cpu_rope,
-    .silu_mul = lm_cpu_silu_mul,
-    .sigmoid_mul = lm_cpu_sigmoid_mul,
-    .add = lm_cpu_add,
-    .kv_write = lm_cpu_kv_write,
-    .attention = lm_cpu_attention,
-    .causal_conv1d_silu = lm_cpu_causal_conv1d_silu,
-    .gated_delta_rule = lm_cpu_gated_delta_rule,
+    LM_HOST_MEMORY_OPS,
+    .matmul = cpu_matmul,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .gated_rmsnorm = cpu_gated_rmsnorm,
+    .l2norm_scale = cpu_l2norm_scale,
+    .rope = cpu_rope,
+    .silu_mul = cpu_silu_mul,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .add = cpu_add,
+    .copy_rows = cpu_copy_rows,
+    .gather_rows = cpu_gather_rows,
+    .argmax_rows = cpu_argmax_rows,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+    .gdn_gates = cpu_gdn_gates,
+    .causal_conv1d_silu = cpu_causal_conv1d_silu,
+    .gated_delta_rule = cpu_gated_delta_rule,
 };
 
 lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err) {
+    *out = NULL;
     lm_backend *be = calloc(1, sizeof *be);
     lm_cpu_backend *cpu = calloc(1, sizeof *cpu);
     if (!be || !cpu) {
@@ -36,24 +138,19 @@ lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err) 
         free(cpu);
         return st;
     }
-    be->ops = &cpu_ops;
+    be->ops = &lm_cpu_backend_ops;
     be->impl = cpu;
     *out = be;
     return LM_OK;
 }
 
-void lm_backend_destroy(lm_backend *be) {
-    if (!be) return;
+void lm_cpu_backend_destroy(lm_backend *be) {
     lm_cpu_backend *cpu = be->impl;
     if (cpu) lm_pool_destroy(cpu->pool);
     free(cpu);
     free(be);
 }
 
-int lm_backend_threads(const lm_backend *be) {
+int lm_cpu_backend_threads(const lm_backend *be) {
     return lm_pool_size(((const lm_cpu_backend *)be->impl)->pool);
-}
-
-struct lm_pool *lm_cpu_pool_of(lm_backend *be) {
-    return be && be->ops == &cpu_ops ? ((lm_cpu_backend *)be->impl)->pool : NULL;
 }

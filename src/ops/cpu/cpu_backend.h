@@ -1,4 +1,4 @@
-/* Internals shared by the CPU kernels: the thread pool of the backend. */
+/* What the cpu backend keeps in lm_backend.impl: its thread pool. */
 #ifndef LOOM_OPS_CPU_BACKEND_H
 #define LOOM_OPS_CPU_BACKEND_H
 

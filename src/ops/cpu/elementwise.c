@@ -8,10 +8,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/kernels.h"
-#include "ops/cpu/reference.h"
 #include "base/simd.h"
+#include "ops/cpu/kernels.h"
+#include "ops/ref/reference.h"
 
 #define PARALLEL_MIN_ELEMS 32768
 /* Elementwise ranges are cut at multiples of this (a whole number of vectors). */
@@ -20,8 +19,8 @@
 #define ROPE_CHUNK 128
 
 /* Tasks for `elems` elements of work spread over `units` independent units. */
-static int task_count(lm_backend *be, int64_t elems, int64_t units) {
-    int threads = lm_pool_size(lm_cpu_pool(be));
+static int task_count(lm_pool *pool, int64_t elems, int64_t units) {
+    int threads = lm_pool_size(pool);
     if (threads <= 1 || elems < PARALLEL_MIN_ELEMS || units < 2) return 1;
     int64_t tasks = (int64_t)threads * 4;
     return (int)(tasks < units ? tasks : units);
@@ -98,16 +97,16 @@ static void gated_rmsnorm_task(void *ctx, int task, int n_tasks) {
     rmsnorm_rows(ctx, task, n_tasks, true);
 }
 
-void lm_cpu_rmsnorm(lm_backend *be, float *out, const float *x, const float *w, int rows, int dim,
+void lm_cpu_rmsnorm(lm_pool *pool, float *out, const float *x, const float *w, int rows, int dim,
                     float eps) {
     norm_job j = {.out = out, .x = x, .weight = w, .rows = rows, .dim = dim, .eps = eps};
-    lm_pool_run(lm_cpu_pool(be), task_count(be, (int64_t)rows * dim, rows), rmsnorm_task, &j);
+    lm_pool_run(pool, task_count(pool, (int64_t)rows * dim, rows), rmsnorm_task, &j);
 }
 
-void lm_cpu_gated_rmsnorm(lm_backend *be, float *out, const float *x, const float *z,
+void lm_cpu_gated_rmsnorm(lm_pool *pool, float *out, const float *x, const float *z,
                           const float *w, int rows, int dim, float eps) {
     norm_job j = {.out = out, .x = x, .z = z, .weight = w, .rows = rows, .dim = dim, .eps = eps};
-    lm_pool_run(lm_cpu_pool(be), task_count(be, (int64_t)rows * dim, rows), gated_rmsnorm_task, &j);
+    lm_pool_run(pool, task_count(pool, (int64_t)rows * dim, rows), gated_rmsnorm_task, &j);
 }
 
 static void l2norm_task(void *ctx, int task, int n_tasks) {
@@ -125,9 +124,9 @@ static void l2norm_task(void *ctx, int task, int n_tasks) {
     }
 }
 
-void lm_cpu_l2norm_scale(lm_backend *be, float *x, int rows, int dim, float eps, float scale) {
+void lm_cpu_l2norm_scale(lm_pool *pool, float *x, int rows, int dim, float eps, float scale) {
     norm_job j = {.out = x, .rows = rows, .dim = dim, .eps = eps, .scale = scale};
-    lm_pool_run(lm_cpu_pool(be), task_count(be, (int64_t)rows * dim, rows), l2norm_task, &j);
+    lm_pool_run(pool, task_count(pool, (int64_t)rows * dim, rows), l2norm_task, &j);
 }
 
 /* ---- rotary embedding ---- */
@@ -152,8 +151,7 @@ static void rope_task(void *ctx, int task, int n_tasks) {
         /* once per call (per chunk): the frequencies and their position component */
         for (int i = 0; i < nf; i++) {
             int f = f0 + i;
-            inv_freq[i] = rp->inv_freq ? rp->inv_freq[f]
-                                       : powf(rp->theta, -2.0f * (float)f / (float)rp->rot_dim);
+            inv_freq[i] = lm_rope_inv_freq(rp, f);
             section[i] = lm_rope_section_of(rp, f);
         }
         for (long t = begin; t < end; t++) {
@@ -190,12 +188,12 @@ static void rope_task(void *ctx, int task, int n_tasks) {
     }
 }
 
-void lm_cpu_rope(lm_backend *be, float *x, int n, int n_heads, int head_dim,
+void lm_cpu_rope(lm_pool *pool, float *x, int n, int n_heads, int head_dim,
                  const int32_t *positions, const lm_rope_params *rope) {
     if (rope->rot_dim < 2) return;
     rope_job j = {x, n, n_heads, head_dim, positions, rope};
     int64_t work = (int64_t)n * n_heads * rope->rot_dim;
-    lm_pool_run(lm_cpu_pool(be), task_count(be, work, n), rope_task, &j);
+    lm_pool_run(pool, task_count(pool, work, n), rope_task, &j);
 }
 
 /* ---- elementwise ---- */
@@ -252,22 +250,22 @@ static void binary_task(void *ctx, int task, int n_tasks) {
     }
 }
 
-static void run_binary(lm_backend *be, float *out, const float *a, const float *b, int64_t n,
+static void run_binary(lm_pool *pool, float *out, const float *a, const float *b, int64_t n,
                        binary_op op) {
     if (n <= 0) return;
     binary_job j = {out, a, b, n, op};
-    lm_pool_run(lm_cpu_pool(be), task_count(be, n, (n + RANGE_ALIGN - 1) / RANGE_ALIGN),
+    lm_pool_run(pool, task_count(pool, n, (n + RANGE_ALIGN - 1) / RANGE_ALIGN),
                 binary_task, &j);
 }
 
-void lm_cpu_silu_mul(lm_backend *be, float *out, const float *gate, const float *up, int64_t n) {
-    run_binary(be, out, gate, up, n, OP_SILU_MUL);
+void lm_cpu_silu_mul(lm_pool *pool, float *out, const float *gate, const float *up, int64_t n) {
+    run_binary(pool, out, gate, up, n, OP_SILU_MUL);
 }
 
-void lm_cpu_sigmoid_mul(lm_backend *be, float *x, const float *gate, int64_t n) {
-    run_binary(be, x, gate, x, n, OP_SIGMOID_MUL);
+void lm_cpu_sigmoid_mul(lm_pool *pool, float *x, const float *gate, int64_t n) {
+    run_binary(pool, x, gate, x, n, OP_SIGMOID_MUL);
 }
 
-void lm_cpu_add(lm_backend *be, float *x, const float *y, int64_t n) {
-    run_binary(be, x, x, y, n, OP_ADD);
+void lm_cpu_add(lm_pool *pool, float *x, const float *y, int64_t n) {
+    run_binary(pool, x, x, y, n, OP_ADD);
 }

@@ -153,19 +153,8 @@ static void conv_one_token_avx512(const conv_job *job, int c0, int n) {
 }
 #endif
 
-static void conv_task(void *ctx, int task, int n_tasks) {
-    const conv_job *job = ctx;
-    long c_begin, c_end;
-    if (job->taps) {
-        /* a multiple of 16 channels per range, so ranges meet on vector bounds */
-        long groups = (job->C + 15) / 16, g0, g1;
-        lm_split_range(groups, n_tasks, task, &g0, &g1);
-        c_begin = 16 * g0;
-        c_end = 16 * g1 < job->C ? 16 * g1 : job->C;
-    } else {
-        c_begin = (long)task * SMALL_RANGE;
-        c_end = c_begin + SMALL_RANGE < job->C ? c_begin + SMALL_RANGE : job->C;
-    }
+/* Channels [c_begin, c_end) of one call. */
+static void conv_channels(const conv_job *job, long c_begin, long c_end) {
     if (c_begin >= c_end) return;
     if (job->K > MAX_TAPS) {
         for (long c = c_begin; c < c_end; c++) channel_any_width(job, (int)c);
@@ -187,6 +176,28 @@ static void conv_task(void *ctx, int task, int n_tasks) {
     }
 }
 
+/* Channel range `chunk` of SMALL_RANGE channels of a short call. */
+static void conv_small_chunk(const conv_job *job, int chunk) {
+    long c_begin = (long)chunk * SMALL_RANGE;
+    conv_channels(job, c_begin, c_begin + SMALL_RANGE < job->C ? c_begin + SMALL_RANGE : job->C);
+}
+
+static void conv_task(void *ctx, int task, int n_tasks) {
+    const conv_job *job = ctx;
+    if (!job->taps) {
+        conv_small_chunk(job, task);
+        return;
+    }
+    /* a multiple of 16 channels per range, so ranges meet on vector bounds */
+    long groups = (job->C + 15) / 16, g0, g1;
+    lm_split_range(groups, n_tasks, task, &g0, &g1);
+    conv_channels(job, 16 * g0, 16 * g1 < job->C ? 16 * g1 : job->C);
+}
+
+/* Whether a call of T tokens takes the long-call layout (per-thread
+ * channel ranges and a heap copy of the taps). */
+static bool is_long_call(int T, int K) { return T >= LONG_MIN_T && K <= MAX_TAPS; }
+
 void lm_gdn_conv1d_silu(lm_pool *pool, float *out, const float *in, int T, int C, float *state,
                         const float *weight, int K, bool simd) {
     if (T <= 0 || C <= 0 || K <= 0) return;
@@ -199,9 +210,64 @@ void lm_gdn_conv1d_silu(lm_pool *pool, float *out, const float *in, int T, int C
                     .K = K,
                     .simd = simd};
     if ((long)T * (long)C < PARALLEL_MIN_WORK) pool = NULL;
-    if (T >= LONG_MIN_T && K <= MAX_TAPS) /* on failure: the short-call layout */
+    if (is_long_call(T, K)) /* on failure: the short-call layout */
         job.taps = malloc(sizeof(float) * (size_t)(2 * K - 1) * (size_t)C);
     int n_tasks = job.taps ? (pool ? lm_pool_size(pool) : 1) : (C + SMALL_RANGE - 1) / SMALL_RANGE;
     lm_gdn_run(pool, n_tasks, conv_task, &job);
     free(job.taps);
+}
+
+/* Short sequences of a batch, up to SHORT_GROUP per pool run, as
+ * (sequence, channel chunk) tasks.  A chunk is computed exactly as in a
+ * call of that sequence alone (the same conv_small_chunk), so batching does
+ * not change a bit. */
+#define SHORT_GROUP 64
+
+typedef struct {
+    conv_job seq[SHORT_GROUP];
+    int chunks; /* per sequence */
+} short_batch_job;
+
+static void short_batch_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const short_batch_job *job = ctx;
+    conv_small_chunk(&job->seq[task / job->chunks], task % job->chunks);
+}
+
+void lm_gdn_conv1d_silu_batch(lm_pool *pool, float *out, const float *in, int C,
+                              const float *weight, int K, float *states, int64_t slot_stride,
+                              const lm_host_seq_batch *seqs, bool simd) {
+    if (C <= 0 || K <= 0) return;
+    short_batch_job job;
+    job.chunks = (C + SMALL_RANGE - 1) / SMALL_RANGE;
+    int n = 0;
+    long work = 0;
+    for (int s = 0; s < seqs->n_seqs; s++) {
+        int T = seqs->length[s];
+        if (T <= 0) continue;
+        size_t f = (size_t)seqs->first[s];
+        float *state = states + (size_t)seqs->slot[s] * (size_t)slot_stride;
+        if (is_long_call(T, K)) { /* prefill: enough work for a pool run of its own */
+            lm_gdn_conv1d_silu(pool, out + f * (size_t)C, in + f * (size_t)C, T, C, state, weight,
+                               K, simd);
+            continue;
+        }
+        job.seq[n++] = (conv_job){.out = out + f * (size_t)C,
+                                  .in = in + f * (size_t)C,
+                                  .state = state,
+                                  .weight = weight,
+                                  .T = T,
+                                  .C = C,
+                                  .K = K,
+                                  .simd = simd};
+        work += (long)T * C;
+        if (n == SHORT_GROUP) {
+            lm_gdn_run(work < PARALLEL_MIN_WORK ? NULL : pool, n * job.chunks, short_batch_task,
+                       &job);
+            n = 0;
+            work = 0;
+        }
+    }
+    if (n > 0)
+        lm_gdn_run(work < PARALLEL_MIN_WORK ? NULL : pool, n * job.chunks, short_batch_task, &job);
 }

@@ -262,36 +262,84 @@ static void tile_avx512(const lm_gdn_problem *p, int hv, int hk, int j0, int tw)
 }
 #endif
 
-static void recurrent_task(void *ctx, int task, int n_tasks) {
-    (void)n_tasks;
-    const recurrent_job *job = ctx;
-    const lm_gdn_problem *p = job->p;
-    int hv = task / job->parts_per_head;
+/* Tiles [part's share] of value head hv of problem p. */
+static void run_head_part(const lm_gdn_problem *p, int hv, int part, int parts, int n_tiles,
+                          bool simd) {
     int hk = hv / (p->Hv / p->Hk); /* repeat-interleave, model-spec §H.4 */
     long tile_begin, tile_end;
-    lm_split_range(job->n_tiles, job->parts_per_head, task % job->parts_per_head, &tile_begin,
-                   &tile_end);
+    lm_split_range(n_tiles, parts, part, &tile_begin, &tile_end);
     for (long tile = tile_begin; tile < tile_end; tile++) {
         int j0 = (int)tile * TILE;
         int tw = p->dv - j0 < TILE ? p->dv - j0 : TILE;
 #ifdef LM_GDN_AVX512
-        if (job->simd) {
+        if (simd) {
             tile_avx512(p, hv, hk, j0, tw);
             continue;
         }
+#else
+        (void)simd;
 #endif
         tile_portable(p, hv, hk, j0, tw);
     }
 }
 
+static void recurrent_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const recurrent_job *job = ctx;
+    run_head_part(job->p, task / job->parts_per_head, task % job->parts_per_head,
+                  job->parts_per_head, job->n_tiles, job->simd);
+}
+
+/* Tasks per head when `heads` heads are shared out over the pool: one,
+ * unless there are fewer heads than threads. */
+static int parts_per_head(lm_pool *pool, long heads, int n_tiles) {
+    int threads = pool ? lm_pool_size(pool) : 1;
+    if (heads >= threads) return 1;
+    int parts = (int)((threads + heads - 1) / heads);
+    return parts < n_tiles ? parts : n_tiles;
+}
+
 void lm_gdn_recurrent(lm_pool *pool, const lm_gdn_problem *p, bool simd) {
     if (p->T <= 0 || p->Hv <= 0 || p->dv <= 0) return;
-    recurrent_job job = {
-        .p = p, .n_tiles = (p->dv + TILE - 1) / TILE, .parts_per_head = 1, .simd = simd};
-    int threads = pool ? lm_pool_size(pool) : 1;
-    if (p->Hv < threads) {
-        int parts = (threads + p->Hv - 1) / p->Hv;
-        job.parts_per_head = parts < job.n_tiles ? parts : job.n_tiles;
-    }
+    recurrent_job job = {.p = p, .n_tiles = (p->dv + TILE - 1) / TILE, .simd = simd};
+    job.parts_per_head = parts_per_head(pool, p->Hv, job.n_tiles);
     lm_gdn_run(pool, p->Hv * job.parts_per_head, recurrent_task, &job);
+}
+
+/* The batch's sequences in groups of up to BATCH_GROUP per pool run (a
+ * stack list of their indices: kernels do not allocate to run). */
+#define BATCH_GROUP 256
+
+typedef struct {
+    const lm_gdn_batch *b;
+    int seq[BATCH_GROUP]; /* indices into b->seqs of this run's sequences */
+    int n_tiles, parts_per_head;
+    bool simd;
+} batch_job;
+
+/* Task = (sequence, value head, part): each sequence's heads are computed
+ * exactly as lm_gdn_recurrent computes them (the split into parts only
+ * decides which thread takes which tile), so a sequence's results do not
+ * depend on the batch around it. */
+static void batch_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const batch_job *job = ctx;
+    int per_seq = job->b->Hv * job->parts_per_head;
+    lm_gdn_problem p = lm_gdn_problem_of(job->b, job->seq[task / per_seq]);
+    int rest = task % per_seq;
+    run_head_part(&p, rest / job->parts_per_head, rest % job->parts_per_head, job->parts_per_head,
+                  job->n_tiles, job->simd);
+}
+
+void lm_gdn_recurrent_batch(lm_pool *pool, const lm_gdn_batch *b, int max_T, bool simd) {
+    if (b->Hv <= 0 || b->dv <= 0) return;
+    batch_job job = {.b = b, .n_tiles = (b->dv + TILE - 1) / TILE, .simd = simd};
+    for (int s = 0; s < b->seqs.n_seqs;) {
+        int n = 0;
+        for (; s < b->seqs.n_seqs && n < BATCH_GROUP; s++)
+            if (b->seqs.length[s] > 0 && b->seqs.length[s] < max_T) job.seq[n++] = s;
+        if (n == 0) continue;
+        job.parts_per_head = parts_per_head(pool, (long)n * b->Hv, job.n_tiles);
+        lm_gdn_run(pool, n * b->Hv * job.parts_per_head, batch_task, &job);
+    }
 }

@@ -1,37 +1,47 @@
-/* The tuned CPU kernels behind the cpu backend's op table (backend.c).
- * Same contracts as lm_backend_ops in ops/ops.h. */
+/* The tuned CPU kernels behind the cpu backend's op table (backend.c), on
+ * host pointers: backend.c resolves the lm_mem views and hands over the
+ * backend's thread pool.  Same contracts as lm_backend_ops in ops/ops.h. */
 #ifndef LOOM_OPS_CPU_KERNELS_H
 #define LOOM_OPS_CPU_KERNELS_H
 
-#include "ops/ops.h"
+#include "base/threadpool.h"
+#include "ops/cpu/gdn.h"
+#include "ops/host/host_memory.h"
 
 /* matmul.c */
-void lm_cpu_matmul(lm_backend *be, float *y, const float *x, int n, const lm_matrix *w);
-void lm_cpu_embed(lm_backend *be, float *out, const int32_t *ids, int n, const lm_matrix *table);
+void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host_matrix *w);
+void lm_cpu_embed(float *out, const int32_t *ids, int n, const lm_host_matrix *table);
 
 /* elementwise.c */
-void lm_cpu_rmsnorm(lm_backend *be, float *out, const float *x, const float *weight, int rows,
+void lm_cpu_rmsnorm(lm_pool *pool, float *out, const float *x, const float *weight, int rows,
                     int dim, float eps);
-void lm_cpu_gated_rmsnorm(lm_backend *be, float *out, const float *x, const float *z,
+void lm_cpu_gated_rmsnorm(lm_pool *pool, float *out, const float *x, const float *z,
                           const float *weight, int rows, int dim, float eps);
-void lm_cpu_l2norm_scale(lm_backend *be, float *x, int rows, int dim, float eps, float scale);
-void lm_cpu_rope(lm_backend *be, float *x, int n, int n_heads, int head_dim,
+void lm_cpu_l2norm_scale(lm_pool *pool, float *x, int rows, int dim, float eps, float scale);
+void lm_cpu_rope(lm_pool *pool, float *x, int n, int n_heads, int head_dim,
                  const int32_t *positions, const lm_rope_params *rope);
-void lm_cpu_silu_mul(lm_backend *be, float *out, const float *gate, const float *up, int64_t n);
-void lm_cpu_sigmoid_mul(lm_backend *be, float *x, const float *gate, int64_t n);
-void lm_cpu_add(lm_backend *be, float *x, const float *y, int64_t n);
+void lm_cpu_silu_mul(lm_pool *pool, float *out, const float *gate, const float *up, int64_t n);
+void lm_cpu_sigmoid_mul(lm_pool *pool, float *x, const float *gate, int64_t n);
+void lm_cpu_add(lm_pool *pool, float *x, const float *y, int64_t n);
+
+/* rows.c */
+void lm_cpu_copy_rows(float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                      int rows, int width);
+void lm_cpu_gather_rows(float *dst, const float *src, const int32_t *row_ids, int n, int width);
+void lm_cpu_argmax_rows(lm_pool *pool, int32_t *ids, const float *x, int rows, int n);
 
 /* attention.c */
-void lm_cpu_kv_write(lm_backend *be, const lm_kv_layer *kv, const float *k, const float *v, int n,
+void lm_cpu_kv_write(const lm_host_kv_layer *kv, const float *k, const float *v, int n,
                      const int32_t *slots);
-void lm_cpu_attention(lm_backend *be, float *out, const float *q, const lm_kv_layer *kv,
-                      const lm_attention_batch *batch);
+void lm_cpu_attention(lm_pool *pool, float *out, const float *q, const lm_host_kv_layer *kv,
+                      const lm_host_attention_batch *batch);
 
 /* linear_attention.c */
-void lm_cpu_causal_conv1d_silu(lm_backend *be, float *out, const float *in, int T, int C,
-                               float *state, const float *weight, int K);
-void lm_cpu_gated_delta_rule(lm_backend *be, float *out, const float *q, const float *k,
-                             const float *v, const float *g, const float *beta, float *state,
-                             int T, int Hk, int Hv, int dk, int dv);
+void lm_cpu_gdn_gates(float *beta, float *g, const float *neg_exp_A, const float *dt_bias, int n,
+                      int H);
+void lm_cpu_causal_conv1d_silu(lm_pool *pool, float *out, const float *in, int C,
+                               const float *weight, int K, float *states, int64_t slot_stride,
+                               const lm_host_seq_batch *seqs);
+void lm_cpu_gated_delta_rule(lm_pool *pool, const lm_gdn_batch *b);
 
 #endif

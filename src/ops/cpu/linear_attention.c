@@ -1,13 +1,25 @@
-/* The cpu backend's Gated DeltaNet ops: picks the recurrent or the chunked
- * form of the delta rule (gdn_recurrent.c, gdn_chunked.c) and runs the conv
- * (gdn_conv1d.c), all on the backend's thread pool. */
-#include "ops/cpu/cpu_backend.h"
+/* The cpu backend's Gated DeltaNet ops: the gates, the conv (gdn_conv1d.c)
+ * and the delta rule in its recurrent or chunked form (gdn_recurrent.c,
+ * gdn_chunked.c), all on the backend's thread pool, over every sequence of
+ * a step at once. */
+#include <stdint.h>
+
 #include "ops/cpu/gdn.h"
 #include "ops/cpu/kernels.h"
+#include "ops/ref/reference.h"
 
-void lm_cpu_causal_conv1d_silu(lm_backend *be, float *out, const float *in, int T, int C,
-                               float *state, const float *weight, int K) {
-    lm_gdn_conv1d_silu(lm_cpu_pool(be), out, in, T, C, state, weight, K, true);
+/* A few floats per token and head: scalar, on the calling thread, with
+ * the reference's formulas, so every host backend (and the model code
+ * this replaced) gets the same bits. */
+void lm_cpu_gdn_gates(float *beta, float *g, const float *neg_exp_A, const float *dt_bias, int n,
+                      int H) {
+    lm_ref_gdn_gates(beta, g, neg_exp_A, dt_bias, n, H);
+}
+
+void lm_cpu_causal_conv1d_silu(lm_pool *pool, float *out, const float *in, int C,
+                               const float *weight, int K, float *states, int64_t slot_stride,
+                               const lm_host_seq_batch *seqs) {
+    lm_gdn_conv1d_silu_batch(pool, out, in, C, weight, K, states, slot_stride, seqs, true);
 }
 
 /* Recurrent or chunked, measured with bench/gdn.c at the Qwen3.5 shape
@@ -26,23 +38,14 @@ void lm_cpu_causal_conv1d_silu(lm_backend *be, float *out, const float *in, int 
  * T tokens).  So LM_GDN_CHUNKED_MIN_T is 0: the recurrent form runs for
  * every T, decode, verify and prefill alike.  The chunked form stays,
  * tested against the same float64 reference, for hardware where it wins. */
-void lm_cpu_gated_delta_rule(lm_backend *be, float *out, const float *q, const float *k,
-                             const float *v, const float *g, const float *beta, float *state, int T,
-                             int Hk, int Hv, int dk, int dv) {
-    lm_gdn_problem p = {.out = out,
-                        .q = q,
-                        .k = k,
-                        .v = v,
-                        .g = g,
-                        .beta = beta,
-                        .state = state,
-                        .T = T,
-                        .Hk = Hk,
-                        .Hv = Hv,
-                        .dk = dk,
-                        .dv = dv};
-    lm_pool *pool = lm_cpu_pool(be);
-    if (LM_GDN_CHUNKED_MIN_T > 0 && T >= LM_GDN_CHUNKED_MIN_T && lm_gdn_chunked(pool, &p, true))
-        return;
-    lm_gdn_recurrent(pool, &p, true);
+void lm_cpu_gated_delta_rule(lm_pool *pool, const lm_gdn_batch *b) {
+    /* Which form a sequence takes depends on its own length only, so a
+     * sequence gets the same arithmetic batched or alone. */
+    int chunked_from = LM_GDN_CHUNKED_MIN_T > 0 ? LM_GDN_CHUNKED_MIN_T : INT32_MAX;
+    for (int s = 0; s < b->seqs.n_seqs && chunked_from < INT32_MAX; s++) {
+        if (b->seqs.length[s] < chunked_from) continue;
+        lm_gdn_problem p = lm_gdn_problem_of(b, s);
+        if (!lm_gdn_chunked(pool, &p, true)) lm_gdn_recurrent(pool, &p, true);
+    }
+    lm_gdn_recurrent_batch(pool, b, chunked_from, true);
 }

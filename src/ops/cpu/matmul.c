@@ -22,10 +22,9 @@
 #include <string.h>
 
 #include "base/bf16.h"
-#include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/kernels.h"
-#include "ops/cpu/reference.h"
 #include "base/simd.h"
+#include "ops/cpu/kernels.h"
+#include "ops/ref/reference.h"
 
 #ifndef TILE_MAX_T
 #define TILE_MAX_T 4 /* tokens per row pass, at most 8 */
@@ -177,13 +176,12 @@ static void matmul_task(void *ctx, int task, int n_tasks) {
     }
 }
 
-void lm_cpu_matmul(lm_backend *be, float *y, const float *x, int n, const lm_matrix *w) {
+void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host_matrix *w) {
     if (n <= 0 || w->rows <= 0) return;
     if (w->dtype != LM_DTYPE_BF16 && w->dtype != LM_DTYPE_F16 && w->dtype != LM_DTYPE_F32) {
         lm_ref_matmul(y, x, n, w); /* loaders only hand float matrices to kernels */
         return;
     }
-    lm_pool *pool = lm_cpu_pool(be);
     int threads = lm_pool_size(pool);
     matmul_job job = {
         .y = y,
@@ -209,7 +207,7 @@ void lm_cpu_matmul(lm_backend *be, float *y, const float *x, int n, const lm_mat
     lm_pool_run(pool, (int)n_tasks, matmul_task, &job);
 }
 
-static void embed_row(float *out, const lm_matrix *table, int64_t row) {
+static void embed_row(float *out, const lm_host_matrix *table, int64_t row) {
     int64_t cols = table->cols, i = 0;
     switch (table->dtype) {
     case LM_DTYPE_F32:
@@ -235,7 +233,6 @@ static void embed_row(float *out, const lm_matrix *table, int64_t row) {
     }
 }
 
-void lm_cpu_embed(lm_backend *be, float *out, const int32_t *ids, int n, const lm_matrix *table) {
-    (void)be; /* a few rows per step: not worth waking the pool */
+void lm_cpu_embed(float *out, const int32_t *ids, int n, const lm_host_matrix *table) { /* a few rows per step: not worth waking the pool */
     for (int t = 0; t < n; t++) embed_row(out + (int64_t)t * table->cols, table, ids[t]);
 }

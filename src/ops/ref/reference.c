@@ -1,4 +1,4 @@
-#include "ops/cpu/reference.h"
+#include "ops/ref/reference.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 
 #include "base/bf16.h"
 
-float lm_ref_weight_at(const lm_matrix *w, int64_t row, int64_t col) {
+float lm_ref_weight_at(const lm_host_matrix *w, int64_t row, int64_t col) {
     int64_t i = row * w->cols + col;
     switch (w->dtype) {
     case LM_DTYPE_BF16: return lm_bf16_to_f32(((const uint16_t *)w->data)[i]);
@@ -16,7 +16,7 @@ float lm_ref_weight_at(const lm_matrix *w, int64_t row, int64_t col) {
     }
 }
 
-void lm_ref_matmul(float *y, const float *x, int n, const lm_matrix *w) {
+void lm_ref_matmul(float *y, const float *x, int n, const lm_host_matrix *w) {
     for (int t = 0; t < n; t++) {
         const float *xt = x + (int64_t)t * w->cols;
         for (int64_t o = 0; o < w->rows; o++) {
@@ -27,7 +27,7 @@ void lm_ref_matmul(float *y, const float *x, int n, const lm_matrix *w) {
     }
 }
 
-void lm_ref_embed(float *out, const int32_t *ids, int n, const lm_matrix *table) {
+void lm_ref_embed(float *out, const int32_t *ids, int n, const lm_host_matrix *table) {
     for (int t = 0; t < n; t++)
         for (int64_t i = 0; i < table->cols; i++)
             out[(int64_t)t * table->cols + i] = lm_ref_weight_at(table, ids[t], i);
@@ -45,7 +45,6 @@ void lm_ref_rmsnorm(float *out, const float *x, const float *weight, int rows, i
 }
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
-static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 void lm_ref_gated_rmsnorm(float *out, const float *x, const float *z, const float *weight, int rows,
                           int dim, float eps) {
@@ -81,13 +80,16 @@ int lm_rope_section_of(const lm_rope_params *rope, int i) {
     return 2;
 }
 
+float lm_rope_inv_freq(const lm_rope_params *rope, int i) {
+    return 1.0f / powf(rope->theta, (float)(2 * i) / (float)rope->rot_dim);
+}
+
 void lm_ref_rope(float *x, int n, int n_heads, int head_dim, const int32_t *positions,
                  const lm_rope_params *rope) {
     int half = rope->rot_dim / 2;
     for (int t = 0; t < n; t++) {
         for (int i = 0; i < half; i++) {
-            float inv_freq = rope->inv_freq ? rope->inv_freq[i]
-                                            : powf(rope->theta, -2.0f * (float)i / (float)rope->rot_dim);
+            float inv_freq = lm_rope_inv_freq(rope, i);
             float angle = (float)positions[t * 3 + lm_rope_section_of(rope, i)] * inv_freq;
             float c = cosf(angle), s = sinf(angle);
             for (int h = 0; h < n_heads; h++) {
@@ -107,14 +109,46 @@ void lm_ref_silu_mul(float *out, const float *gate, const float *up, int64_t n) 
 }
 
 void lm_ref_sigmoid_mul(float *x, const float *gate, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] *= sigmoid(gate[i]);
+    for (int64_t i = 0; i < n; i++) x[i] *= lm_ref_sigmoid(gate[i]);
 }
 
 void lm_ref_add(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-void lm_ref_kv_write(const lm_kv_layer *kv, const float *k, const float *v, int n,
+void lm_ref_copy_rows(float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                      int rows, int width) {
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < width; i++) dst[r * dst_stride + i] = src[r * src_stride + i];
+}
+
+void lm_ref_gather_rows(float *dst, const float *src, const int32_t *row_ids, int n, int width) {
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < width; i++)
+            dst[(int64_t)r * width + i] = src[(int64_t)row_ids[r] * width + i];
+}
+
+void lm_ref_argmax_rows(int32_t *ids, const float *x, int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (int64_t)r * n;
+        int best = -1; /* NaN never wins; a row of only NaN (or n = 0) gives 0 */
+        for (int i = 0; i < n; i++)
+            if (!isnan(xr[i]) && (best < 0 || xr[i] > xr[best])) best = i;
+        ids[r] = best < 0 ? 0 : best;
+    }
+}
+
+void lm_ref_gdn_gates(float *beta, float *g, const float *neg_exp_A, const float *dt_bias, int n,
+                      int H) {
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++) {
+            int64_t i = (int64_t)t * H + h;
+            beta[i] = lm_ref_sigmoid(beta[i]);
+            g[i] = neg_exp_A[h] * lm_ref_softplus(g[i] + dt_bias[h]);
+        }
+}
+
+void lm_ref_kv_write(const lm_host_kv_layer *kv, const float *k, const float *v, int n,
                      const int32_t *slots) {
     int64_t row = (int64_t)kv->n_kv_heads * kv->head_dim;
     for (int t = 0; t < n; t++) {
@@ -123,15 +157,19 @@ void lm_ref_kv_write(const lm_kv_layer *kv, const float *k, const float *v, int 
     }
 }
 
-void lm_ref_attention(float *out, const float *q, const lm_kv_layer *kv,
-                      const lm_attention_batch *b) {
+void lm_ref_attention(float *out, const float *q, const lm_host_kv_layer *kv,
+                      const lm_host_attention_batch *b) {
     int D = b->head_dim, group = b->n_heads / b->n_kv_heads;
     int64_t kv_row = (int64_t)b->n_kv_heads * D;
     for (int t = 0; t < b->n_tokens; t++) {
-        const int32_t *table = b->block_tables[b->token_seq[t]];
+        const int32_t *table = b->block_tables + (int64_t)b->token_seq[t] * b->table_stride;
         int len = b->ctx_len[t];
         double *scores = malloc(sizeof(double) * (size_t)(len > 0 ? len : 1));
-        if (!scores) return;
+        if (!scores) { /* a checking backend: wrong loudly rather than quietly */
+            for (int64_t i = 0; i < (int64_t)b->n_heads * D; i++)
+                out[(int64_t)t * b->n_heads * D + i] = NAN;
+            continue;
+        }
         for (int h = 0; h < b->n_heads; h++) {
             const float *qh = q + ((int64_t)t * b->n_heads + h) * D;
             int kvh = h / group;
@@ -176,14 +214,13 @@ void lm_ref_causal_conv1d_silu(float *out, const float *in, int T, int C, float 
             }
             out[(int64_t)t * C + c] = silu((float)acc);
         }
-        /* new state: the last K-1 inputs of [state ; in] */
-        float tmp[64];
-        int total = hist + T;
-        for (int j = 0; j < hist && j < 64; j++) {
-            int src = total - hist + j; /* index into the concatenation */
-            tmp[j] = src < hist ? st[src] : in[(int64_t)(src - hist) * C + c];
+        /* new state: the last K-1 inputs of [state ; in]; entry j comes from
+         * index T + j >= j of the concatenation, so walking j upwards reads
+         * every old entry before overwriting it */
+        for (int j = 0; j < hist; j++) {
+            int src = T + j;
+            st[j] = src < hist ? st[src] : in[(int64_t)(src - hist) * C + c];
         }
-        memcpy(st, tmp, sizeof(float) * (size_t)hist);
     }
 }
 
@@ -191,8 +228,6 @@ void lm_ref_gated_delta_rule(float *out, const float *q, const float *k, const f
                              const float *g, const float *beta, float *state, int T, int Hk,
                              int Hv, int dk, int dv) {
     int group = Hv / Hk;
-    double *mem = malloc(sizeof(double) * (size_t)dv);
-    if (!mem) return;
     for (int t = 0; t < T; t++) {
         for (int hv = 0; hv < Hv; hv++) {
             int hk = hv / group;
@@ -200,23 +235,49 @@ void lm_ref_gated_delta_rule(float *out, const float *q, const float *k, const f
             const float *kt = k + ((int64_t)t * Hk + hk) * dk;
             const float *vt = v + ((int64_t)t * Hv + hv) * dv;
             float *S = state + (int64_t)hv * dk * dv;
+            float *ot = out + ((int64_t)t * Hv + hv) * dv;
             float decay = expf(g[(int64_t)t * Hv + hv]);
             float b = beta[(int64_t)t * Hv + hv];
-            for (int64_t i = 0; i < (int64_t)dk * dv; i++) S[i] *= decay;
+            /* Column j of S evolves on its own (Sᵀk and Sᵀq read column j
+             * only), so each column runs the whole token step in turn. */
             for (int j = 0; j < dv; j++) {
                 double m = 0;
-                for (int i = 0; i < dk; i++) m += (double)S[(int64_t)i * dv + j] * kt[i];
-                mem[j] = ((double)vt[j] - m) * b;
-            }
-            for (int i = 0; i < dk; i++)
-                for (int j = 0; j < dv; j++) S[(int64_t)i * dv + j] += (float)(kt[i] * mem[j]);
-            float *ot = out + ((int64_t)t * Hv + hv) * dv;
-            for (int j = 0; j < dv; j++) {
+                for (int i = 0; i < dk; i++) {
+                    S[(int64_t)i * dv + j] *= decay;
+                    m += (double)S[(int64_t)i * dv + j] * kt[i];
+                }
+                double mem = ((double)vt[j] - m) * b;
                 double o = 0;
-                for (int i = 0; i < dk; i++) o += (double)S[(int64_t)i * dv + j] * qt[i];
+                for (int i = 0; i < dk; i++) {
+                    S[(int64_t)i * dv + j] += (float)(kt[i] * mem);
+                    o += (double)S[(int64_t)i * dv + j] * qt[i];
+                }
                 ot[j] = (float)o;
             }
         }
     }
-    free(mem);
+}
+
+void lm_ref_causal_conv1d_silu_batch(float *out, const float *in, int C, const float *weight, int K,
+                                     float *states, int64_t slot_stride,
+                                     const lm_host_seq_batch *seqs) {
+    for (int s = 0; s < seqs->n_seqs; s++) {
+        int64_t first = seqs->first[s];
+        lm_ref_causal_conv1d_silu(out + first * C, in + first * C, seqs->length[s], C,
+                                  states + (int64_t)seqs->slot[s] * slot_stride, weight, K);
+    }
+}
+
+void lm_ref_gated_delta_rule_batch(float *out, const float *q, const float *k, const float *v,
+                                   const float *g, const float *beta, float *states,
+                                   int64_t slot_stride, const lm_host_seq_batch *seqs, int Hk,
+                                   int Hv, int dk, int dv) {
+    int64_t qk_row = (int64_t)Hk * dk, v_row = (int64_t)Hv * dv;
+    for (int s = 0; s < seqs->n_seqs; s++) {
+        int64_t f = seqs->first[s];
+        lm_ref_gated_delta_rule(out + f * v_row, q + f * qk_row, k + f * qk_row, v + f * v_row,
+                                g + f * Hv, beta + f * Hv,
+                                states + (int64_t)seqs->slot[s] * slot_stride, seqs->length[s], Hk,
+                                Hv, dk, dv);
+    }
 }

@@ -1,0 +1,15 @@
+/* What ops/backend.c needs of each backend to create, destroy and describe
+ * it by name.  Private to src/ops. */
+#ifndef LOOM_OPS_BACKEND_KINDS_H
+#define LOOM_OPS_BACKEND_KINDS_H
+
+#include "ops/ops.h"
+
+extern const lm_backend_ops lm_cpu_backend_ops;
+void lm_cpu_backend_destroy(lm_backend *be);
+int lm_cpu_backend_threads(const lm_backend *be);
+
+extern const lm_backend_ops lm_ref_backend_ops;
+void lm_ref_backend_destroy(lm_backend *be);
+
+#endif
