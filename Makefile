@@ -20,7 +20,7 @@ LIB_SRC  := $(sort $(wildcard src/base/*.c src/io/*.c src/text/*.c src/ops/*.c s
 # new ops.h.
 OPS_LIB_SRC := $(sort $(wildcard src/base/*.c src/ops/*.c src/ops/host/*.c src/ops/cpu/*.c \
                                  src/ops/ref/*.c))
-OPS_TEST_NAMES := test_backend_ops test_cpu_ops test_gated_delta
+OPS_TEST_NAMES := test_backend_ops test_gated_delta test_threadpool
 OPS_BENCH_NAMES := gdn matvec
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))

@@ -3,7 +3,9 @@
  *                    (a max over the same bytes, same threads) timed just
  *                    before it, so the ratio holds up on a noisy machine;
  *   prefill (n = 64 by default): GFLOP/s (2·n·rows·cols per call).
- * Best and median of several timed calls after a warm-up, on the loom pool.
+ * Best and median of several timed calls after a warm-up, on the cpu
+ * backend's pool (the read pass borrows it through the backend's private
+ * header).  Weights are imported as checkpoints are (used in place).
  * Each matrix gets its own buffer, and decode cycles through copies so the
  * weights are not served from cache (the 32 MB L3 would hold a small one).
  *
@@ -17,6 +19,7 @@
 #include "base/bf16.h"
 #include "base/threadpool.h"
 #include "base/simd.h"
+#include "ops/cpu/cpu_backend.h"
 #include "ops/ops.h"
 
 typedef struct {
@@ -94,12 +97,17 @@ int main(int argc, char **argv) {
         if (shapes[s].cols > max_cols) max_cols = shapes[s].cols;
         if (shapes[s].rows > max_rows) max_rows = shapes[s].rows;
     }
-    float *x = malloc(sizeof(float) * (size_t)(max_cols * n_prefill));
-    float *y = malloc(sizeof(float) * (size_t)(max_rows * n_prefill));
-    if (!x || !y) return 1;
-    for (int64_t i = 0; i < max_cols * n_prefill; i++) x[i] = rng_float(&seed);
+    float *x_host = malloc(sizeof(float) * (size_t)(max_cols * n_prefill));
+    lm_buffer *x_buf = NULL, *y_buf = NULL;
+    if (!x_host ||
+        lm_alloc(be, sizeof(float) * (size_t)(max_cols * n_prefill), "x", &x_buf, &err) != LM_OK ||
+        lm_alloc(be, sizeof(float) * (size_t)(max_rows * n_prefill), "y", &y_buf, &err) != LM_OK)
+        return 1;
+    for (int64_t i = 0; i < max_cols * n_prefill; i++) x_host[i] = rng_float(&seed);
+    lm_mem x = lm_mem_of(x_buf), y = lm_mem_of(y_buf);
+    lm_upload(be, x, x_host, sizeof(float) * (size_t)(max_cols * n_prefill));
 
-    lm_pool *pool = lm_cpu_pool_of(be);
+    lm_pool *pool = lm_cpu_pool(be);
     int read_tasks = lm_pool_size(pool) < 64 ? lm_pool_size(pool) : 64;
     double total_bytes = 0, total_seconds = 0, total_read_seconds = 0, sink = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -113,6 +121,11 @@ int main(int argc, char **argv) {
         if (!w) return 1;
         for (int64_t i = 0; i < elems; i++) w[i] = lm_f32_to_bf16(rng_float(&seed) * 0.1f);
         for (int c = 1; c < copies; c++) memcpy(w + (int64_t)c * elems, w, (size_t)elems * 2);
+        lm_buffer *w_buf = NULL;
+        if (lm_import_host(be, w, (size_t)elems * 2 * (size_t)copies, "weights", &w_buf, &err) !=
+            LM_OK)
+            return 1;
+        lm_mem w_mem = lm_mem_of(w_buf);
 
         double dec[99], pre[99], rd[99];
         for (int r = -1; r < runs; r++) {
@@ -127,11 +140,12 @@ int main(int argc, char **argv) {
             double rt = (now_seconds() - tr) / copies;
             double t0 = now_seconds();
             for (int c = 0; c < copies; c++) {
-                lm_matrix m = {w + (int64_t)c * elems, LM_DTYPE_BF16, sh->rows, sh->cols};
+                lm_matrix m = {lm_mem_bytes(w_mem, (size_t)(c * elems) * 2), LM_DTYPE_BF16, sh->rows,
+                               sh->cols};
                 lm_matmul(be, y, x, 1, &m);
             }
             double dt = (now_seconds() - t0) / copies;
-            lm_matrix m = {w, LM_DTYPE_BF16, sh->rows, sh->cols};
+            lm_matrix m = {w_mem, LM_DTYPE_BF16, sh->rows, sh->cols};
             double t1 = now_seconds();
             lm_matmul(be, y, x, n_prefill, &m);
             double pt = now_seconds() - t1;
@@ -151,6 +165,7 @@ int main(int argc, char **argv) {
         total_bytes += bytes;
         total_seconds += bytes / (dec[runs / 2] * 1e9);
         total_read_seconds += bytes / (rd[runs / 2] * 1e9);
+        lm_buffer_free(be, w_buf);
         free(w);
     }
     printf("all shapes: %.1f MB decoded in %.3f ms at median speeds = %.2f GB/s; read pass "
@@ -158,8 +173,9 @@ int main(int argc, char **argv) {
            total_bytes / 1e6, total_seconds * 1e3, total_bytes / total_seconds / 1e9,
            total_bytes / total_read_seconds / 1e9, 100 * total_read_seconds / total_seconds,
            sink > 0 ? 1.0 : 0.0);
-    free(x);
-    free(y);
+    free(x_host);
+    lm_buffer_free(be, x_buf);
+    lm_buffer_free(be, y_buf);
     lm_backend_destroy(be);
     return 0;
 }

@@ -14,8 +14,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/gdn.h"
 #include "ops/cpu/kernels.h"
-#include "ops/cpu/reference.h"
-#include "ops/ops.h"
+#include "ops/ref/reference.h"
 
 #define REL_TOL 1e-5
 
@@ -187,7 +186,7 @@ static double rel_error_f(const float *got, const float *want, size_t n) {
 
 typedef enum {
     RUN_REFERENCE,       /* lm_ref_gated_delta_rule */
-    RUN_BACKEND,         /* lm_cpu_gated_delta_rule through a 2-thread backend */
+    RUN_BACKEND,         /* lm_cpu_gated_delta_rule (the op) on a 2-thread pool */
     RUN_RECURRENT,       /* lm_gdn_recurrent, SIMD, 2 threads */
     RUN_RECURRENT_PLAIN, /* lm_gdn_recurrent, portable code, no pool */
     RUN_CHUNKED,         /* lm_gdn_chunked, SIMD, 2 threads */
@@ -221,10 +220,25 @@ static void run_part(lm_backend *be, run_kind kind, const gdn_case *c, int t0, i
         lm_ref_gated_delta_rule(out, p.q, p.k, p.v, p.g, p.beta, state, n, c->Hk, c->Hv, c->dk,
                                 c->dv);
         break;
-    case RUN_BACKEND:
-        lm_gated_delta_rule(be, out, p.q, p.k, p.v, p.g, p.beta, state, n, c->Hk, c->Hv, c->dk,
-                            c->dv);
+    case RUN_BACKEND: {
+        /* a batch of this one sequence: rows from 0, state at slot 0 */
+        int32_t first = 0, length = n, slot = 0;
+        lm_gdn_batch b = {.out = out,
+                          .q = p.q,
+                          .k = p.k,
+                          .v = p.v,
+                          .g = p.g,
+                          .beta = p.beta,
+                          .states = state,
+                          .slot_stride = 0,
+                          .seqs = {1, &first, &length, &slot, n},
+                          .Hk = c->Hk,
+                          .Hv = c->Hv,
+                          .dk = c->dk,
+                          .dv = c->dv};
+        lm_cpu_gated_delta_rule(pool, &b);
         break;
+    }
     case RUN_RECURRENT: lm_gdn_recurrent(pool, &p, true); break;
     case RUN_RECURRENT_PLAIN: lm_gdn_recurrent(NULL, &p, false); break;
     case RUN_CHUNKED: lm_gdn_chunked(pool, &p, true); break;
@@ -460,7 +474,12 @@ static void conv_part(lm_backend *be, conv_kind kind, const conv_case *c, int t0
                       float *state) {
     const float *in = c->in + (size_t)t0 * c->C;
     switch (kind) {
-    case CONV_BACKEND: lm_causal_conv1d_silu(be, out, in, n, c->C, state, c->weight, c->K); break;
+    case CONV_BACKEND: {
+        int32_t first = 0, length = n, slot = 0;
+        lm_host_seq_batch seqs = {1, &first, &length, &slot, n};
+        lm_cpu_causal_conv1d_silu(lm_cpu_pool(be), out, in, c->C, c->weight, c->K, state, 0, &seqs);
+        break;
+    }
     case CONV_SIMD_SERIAL:
         lm_gdn_conv1d_silu(NULL, out, in, n, c->C, state, c->weight, c->K, true);
         break;

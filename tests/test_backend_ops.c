@@ -1,0 +1,1604 @@
+/* Every op of the backend table (ops/ops.h), memory ops included, on every
+ * backend of the build, in the spirit of ggml's test-backend-ops.
+ *
+ * Each check makes random inputs on the host, computes the expected result
+ * here (float64 where the op reduces, plain C where it moves data), then on
+ * each backend: uploads the inputs, poisons the outputs with NaN (bytes
+ * 0xFF), runs the op, downloads and compares by normalized error
+ * max |got - want| / max |want|.  A NaN left in an output (an element the
+ * op skipped) counts as an infinite error; test_poison_catches_broken_ops
+ * makes sure of that with deliberately broken ops.  Backends of one family
+ * (cpu with 1 and 2 threads) must also agree bit for bit.
+ *
+ * Shapes: one token and 130 tokens; the test fixture's widths (hidden 64,
+ * head_dim 32, linear heads 2 key / 4 value of 16); the released models'
+ * widths (hidden 1024-4096, head_dim 256 and 128, linear heads 16 key /
+ * 32 value of 128) with a few rows each; odd sizes around vector widths.
+ *
+ * Adding a backend is one line of `backend_list`. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/bf16.h"
+#include "harness.h"
+#include "ops/backend_kinds.h"
+#include "ops/ops.h"
+
+#define TOLERANCE 1e-5
+
+/* ------------------------------------------------------------ backends */
+
+static const struct {
+    const char *name; /* for lm_backend_create; also the bitwise family */
+    int threads;
+} backend_list[] = {
+    {"cpu", 1},
+    {"cpu", 2},
+    {"ref", 1},
+};
+#define N_BACKENDS (int)(sizeof backend_list / sizeof backend_list[0])
+
+typedef struct {
+    lm_backend *be[N_BACKENDS];
+    char label[N_BACKENDS][32];
+    int n;
+} backends;
+
+static bool backends_open(backends *b) {
+    memset(b, 0, sizeof *b);
+    for (int i = 0; i < N_BACKENDS; i++) {
+        lm_error err = {0};
+        if (lm_backend_create(backend_list[i].name, backend_list[i].threads, &b->be[i], &err) !=
+            LM_OK) {
+            fprintf(stderr, "cannot create backend %s: %s\n", backend_list[i].name, err.message);
+            return false;
+        }
+        snprintf(b->label[i], sizeof b->label[i], "%s/%dt", backend_list[i].name,
+                 lm_backend_threads(b->be[i]));
+        b->n++;
+    }
+    return true;
+}
+
+static void backends_close(backends *b) {
+    for (int i = 0; i < b->n; i++) lm_backend_destroy(b->be[i]);
+}
+
+/* ------------------------------------------------------------ verdicts */
+
+/* The first failure of a check, so a check can also be expected to fail. */
+typedef struct {
+    bool failed;
+    char msg[600];
+} verdict;
+
+static void fail(verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(verdict *v, const char *fmt, ...) {
+    if (v->failed) return;
+    v->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    va_end(ap);
+}
+
+#define CHECK_VERDICT(v) CHECK_MSG(!(v).failed, "%s", (v).msg)
+
+/* max |got - want| / max |want|; +inf when got has a non-finite value
+ * where want is finite (an unwritten, NaN-poisoned element). */
+static double rel_error(const float *got, const double *want, size_t n) {
+    double max_want = 0, max_diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        double d = fabs((double)got[i] - want[i]);
+        if (d > max_diff) max_diff = d;
+        if (fabs(want[i]) > max_want) max_want = fabs(want[i]);
+    }
+    return max_want > 0 ? max_diff / max_want : max_diff;
+}
+
+/* Bitwise agreement inside a family: the first backend of each family
+ * keeps its output, later ones must match it. */
+typedef struct {
+    const char *family[N_BACKENDS];
+    void *data[N_BACKENDS];
+    size_t bytes[N_BACKENDS];
+    int n;
+} same_bits;
+
+static void same_bits_check(same_bits *s, verdict *v, int backend, const char *what,
+                            const void *data, size_t bytes, const char *label) {
+    const char *family = backend_list[backend].name;
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->family[i], family) == 0) {
+            if (s->bytes[i] != bytes || memcmp(s->data[i], data, bytes) != 0)
+                fail(v, "%s: %s differs bitwise from the first %s backend", what, label, family);
+            return;
+        }
+    if (s->n == N_BACKENDS) return;
+    s->family[s->n] = family;
+    s->data[s->n] = malloc(bytes ? bytes : 1);
+    if (s->data[s->n]) memcpy(s->data[s->n], data, bytes);
+    s->bytes[s->n] = bytes;
+    s->n++;
+}
+
+static void same_bits_free(same_bits *s) {
+    for (int i = 0; i < s->n; i++) free(s->data[i]);
+    s->n = 0;
+}
+
+/* ------------------------------------------------- backend memory helpers */
+
+/* The buffers of one op run on one backend, freed together. */
+typedef struct {
+    lm_backend *be;
+    lm_buffer *bufs[48];
+    int n;
+    bool ok;
+} arena;
+
+static arena arena_on(lm_backend *be) { return (arena){.be = be, .ok = true}; }
+
+static lm_mem arena_alloc(arena *a, size_t bytes) {
+    lm_error err = {0};
+    lm_buffer *b = NULL;
+    if (!a->ok || a->n == 48 || lm_alloc(a->be, bytes, "test", &b, &err) != LM_OK) {
+        a->ok = false;
+        return (lm_mem){0};
+    }
+    a->bufs[a->n++] = b;
+    return lm_mem_of(b);
+}
+
+static lm_mem arena_upload(arena *a, const void *host, size_t bytes) {
+    lm_mem m = arena_alloc(a, bytes);
+    if (a->ok) lm_upload(a->be, m, host, bytes);
+    return m;
+}
+static lm_mem up_f32(arena *a, const float *host, size_t n) {
+    return arena_upload(a, host, n * sizeof(float));
+}
+static lm_mem up_i32(arena *a, const int32_t *host, size_t n) {
+    return arena_upload(a, host, n * sizeof(int32_t));
+}
+/* n floats of NaN (every byte 0xFF is a quiet NaN). */
+static lm_mem poisoned(arena *a, size_t n) {
+    lm_mem m = arena_alloc(a, n * sizeof(float));
+    if (a->ok) lm_fill(a->be, m, 0xFF, n * sizeof(float));
+    return m;
+}
+
+/* Downloads n floats into a fresh host array (NULL on failure). */
+static float *down_f32(arena *a, lm_mem m, size_t n) {
+    float *host = malloc(sizeof(float) * (n ? n : 1));
+    lm_error err = {0};
+    if (!host || !a->ok || lm_download(a->be, host, m, n * sizeof(float), &err) != LM_OK) {
+        free(host);
+        a->ok = false;
+        return NULL;
+    }
+    return host;
+}
+static int32_t *down_i32(arena *a, lm_mem m, size_t n) {
+    return (int32_t *)down_f32(a, m, n); /* same size, same bytes */
+}
+
+/* A weight matrix imported from host memory, as loaders bring weights in. */
+static lm_matrix import_matrix(arena *a, const void *data, lm_dtype dtype, int64_t rows,
+                               int64_t cols) {
+    lm_error err = {0};
+    lm_buffer *b = NULL;
+    size_t bytes = (size_t)(rows * cols) * (dtype == LM_DTYPE_F32 ? 4 : 2);
+    if (!a->ok || a->n == 48 || lm_import_host(a->be, data, bytes, "weights", &b, &err) != LM_OK)
+        a->ok = false;
+    else
+        a->bufs[a->n++] = b;
+    return (lm_matrix){lm_mem_of(b), dtype, rows, cols};
+}
+
+static void arena_free(arena *a) {
+    for (int i = 0; i < a->n; i++) lm_buffer_free(a->be, a->bufs[i]);
+    a->n = 0;
+}
+
+/* ------------------------------------------------------------ host data */
+
+typedef struct {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r) { /* xorshift64: the same data everywhere */
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+static float rng_float(rng *r) { /* uniform in [-1, 1) */
+    return (float)(rng_next(r) >> 40) / (float)(1 << 23) - 1.0f;
+}
+static float *random_floats(rng *r, size_t n, float scale) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    if (p)
+        for (size_t i = 0; i < n; i++) p[i] = rng_float(r) * scale;
+    return p;
+}
+static double *doubles(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+static float *floats_copy(const float *x, size_t n) {
+    float *y = malloc(sizeof(float) * (n ? n : 1));
+    if (y) memcpy(y, x, sizeof(float) * n);
+    return y;
+}
+
+static uint16_t f32_to_f16(float v) { /* |v| < 1, normal range: enough for test weights */
+    float a = fabsf(v);
+    uint16_t h = 0;
+    if (a >= 1.0f / 16384) {
+        int e;
+        float m = frexpf(a, &e);
+        h = (uint16_t)(((e - 1 + 15) << 10) | (uint16_t)((m * 2 - 1) * 1024));
+    }
+    return (uint16_t)(h | (v < 0 ? 0x8000 : 0));
+}
+
+/* Random weights of `dtype`; `values` gets them widened (exact). */
+static void *random_weights(rng *r, lm_dtype dtype, size_t n, float *values) {
+    size_t elem = dtype == LM_DTYPE_F32 ? 4 : 2;
+    void *w = malloc(elem * (n ? n : 1));
+    if (!w) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        float v = rng_float(r) * 0.5f;
+        if (dtype == LM_DTYPE_F32) {
+            ((float *)w)[i] = v;
+        } else if (dtype == LM_DTYPE_BF16) {
+            ((uint16_t *)w)[i] = lm_f32_to_bf16(v);
+            v = lm_bf16_to_f32(((uint16_t *)w)[i]);
+        } else {
+            ((uint16_t *)w)[i] = f32_to_f16(v);
+            v = lm_f16_to_f32(((uint16_t *)w)[i]);
+        }
+        values[i] = v;
+    }
+    return w;
+}
+
+static const lm_dtype weight_dtypes[] = {LM_DTYPE_BF16, LM_DTYPE_F32, LM_DTYPE_F16};
+
+/* ------------------------------------------------------------ memory ops */
+
+static void test_backend_create_by_name(void) {
+    lm_error err = {0};
+    lm_backend *be = NULL;
+    CHECK(lm_backend_create("tpu", 1, &be, &err) == LM_ERR_INVALID && be == NULL);
+    CHECK_MSG(strstr(err.message, lm_backend_names()) != NULL, "message: %s", err.message);
+    CHECK(strcmp(lm_backend_names(), "cpu, ref") == 0);
+    CHECK_OK(lm_backend_create("cpu", 2, &be, &err), &err);
+    int cpu_threads = lm_backend_threads(be);
+    lm_backend_destroy(be);
+    CHECK_OK(lm_backend_create("ref", 4, &be, &err), &err);
+    int ref_threads = lm_backend_threads(be);
+    lm_backend_destroy(be);
+    lm_backend_destroy(NULL);
+    CHECK(cpu_threads == 2 && ref_threads == 1);
+}
+
+/* alloc (0 bytes too), buffer_size, upload at offsets, download, copy
+ * between buffers, fill of a middle span, synchronize, free of NULL. */
+static void check_memory_round_trips(lm_backend *be, const char *label, verdict *v) {
+    lm_error err = {0};
+    enum { N = 4099 };
+    uint8_t src[N], back[N], want[N];
+    for (int i = 0; i < N; i++) src[i] = (uint8_t)(i * 7 + 3);
+    lm_buffer *a = NULL, *b = NULL, *empty = NULL;
+    if (lm_alloc(be, N, "a", &a, &err) != LM_OK || lm_alloc(be, N, "b", &b, &err) != LM_OK ||
+        lm_alloc(be, 0, "empty", &empty, &err) != LM_OK) {
+        fail(v, "%s: alloc failed: %s", label, err.message);
+        goto done;
+    }
+    if (lm_buffer_size(be, a) != N || lm_buffer_size(be, empty) != 0 ||
+        lm_buffer_size(be, NULL) != 0)
+        fail(v, "%s: buffer_size wrong", label);
+    lm_upload(be, lm_mem_of(a), src, N);
+    lm_upload(be, lm_mem_of(empty), src, 0);
+    lm_fill(be, lm_mem_of(b), 0x5A, N);
+    /* b[100, 100+3000) = a[7, 3007) */
+    lm_copy(be, lm_mem_bytes(lm_mem_of(b), 100), lm_mem_bytes(lm_mem_of(a), 7), 3000);
+    lm_fill(be, lm_mem_bytes(lm_mem_of(b), 4000), 0xC3, 50);
+    if (lm_synchronize(be, &err) != LM_OK) fail(v, "%s: synchronize: %s", label, err.message);
+    if (lm_download(be, back, lm_mem_of(a), N, &err) != LM_OK || memcmp(back, src, N) != 0)
+        fail(v, "%s: upload/download round trip differs", label);
+    for (int i = 0; i < N; i++)
+        want[i] = i >= 100 && i < 3100 ? src[i - 100 + 7] : i >= 4000 && i < 4050 ? 0xC3 : 0x5A;
+    if (lm_download(be, back, lm_mem_of(b), N, &err) != LM_OK || memcmp(back, want, N) != 0)
+        fail(v, "%s: copy/fill result differs", label);
+    /* a partial download at an offset */
+    if (lm_download(be, back, lm_mem_bytes(lm_mem_of(a), 1000), 10, &err) != LM_OK ||
+        memcmp(back, src + 1000, 10) != 0)
+        fail(v, "%s: download at an offset differs", label);
+    /* the f32 / i32 view helpers step by elements */
+    float f[4] = {1.5f, -2, 3, 4};
+    lm_upload(be, lm_mem_f32(lm_mem_of(b), 2), f, sizeof f);
+    int32_t i32[2] = {0};
+    float f_back[1] = {0};
+    if (lm_download(be, f_back, lm_mem_bytes(lm_mem_of(b), 12), 4, &err) != LM_OK ||
+        f_back[0] != -2.0f)
+        fail(v, "%s: lm_mem_f32 offset wrong", label);
+    lm_upload(be, lm_mem_i32(lm_mem_of(b), 1), (int32_t[]){77}, 4);
+    if (lm_download(be, i32, lm_mem_of(b), 8, &err) != LM_OK || i32[1] != 77)
+        fail(v, "%s: lm_mem_i32 offset wrong", label);
+done:
+    lm_buffer_free(be, a);
+    lm_buffer_free(be, b);
+    lm_buffer_free(be, empty);
+    lm_buffer_free(be, NULL);
+}
+
+static void check_import_host(lm_backend *be, const char *label, verdict *v) {
+    lm_error err = {0};
+    float data[37];
+    for (int i = 0; i < 37; i++) data[i] = (float)i * 0.25f - 3;
+    lm_buffer *b = NULL, *empty = NULL;
+    if (lm_import_host(be, data, sizeof data, "imported", &b, &err) != LM_OK ||
+        lm_import_host(be, NULL, 0, "nothing", &empty, &err) != LM_OK) {
+        fail(v, "%s: import_host failed: %s", label, err.message);
+        goto done;
+    }
+    float back[37];
+    if (lm_buffer_size(be, b) != sizeof data || lm_buffer_size(be, empty) != 0)
+        fail(v, "%s: imported buffer_size wrong", label);
+    if (lm_download(be, back, lm_mem_of(b), sizeof back, &err) != LM_OK ||
+        memcmp(back, data, sizeof data) != 0)
+        fail(v, "%s: imported bytes differ", label);
+    /* an op reads imported memory: y = x · wᵀ with w [1, 37] = data */
+    arena a = arena_on(be);
+    float x[37];
+    double want = 0;
+    for (int i = 0; i < 37; i++) x[i] = 1.0f / (float)(i + 1), want += (double)x[i] * data[i];
+    lm_matrix w = {lm_mem_of(b), LM_DTYPE_F32, 1, 37};
+    lm_mem y = poisoned(&a, 1);
+    lm_matmul(be, y, up_f32(&a, x, 37), 1, &w);
+    float *got = down_f32(&a, y, 1);
+    if (!got || rel_error(got, &want, 1) > TOLERANCE)
+        fail(v, "%s: matmul over an imported matrix wrong", label);
+    free(got);
+    arena_free(&a);
+done:
+    lm_buffer_free(be, b);
+    lm_buffer_free(be, empty);
+}
+
+static void test_memory_ops(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    for (int i = 0; i < bs.n; i++) {
+        check_memory_round_trips(bs.be[i], bs.label[i], &v);
+        check_import_host(bs.be[i], bs.label[i], &v);
+    }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ------------------------------------------------------------ dense */
+
+static void check_matmul(const backends *bs, verdict *v, rng *r, lm_dtype dtype, int n,
+                         int64_t rows, int64_t cols) {
+    size_t nw = (size_t)(rows * cols), ny = (size_t)n * (size_t)rows;
+    float *wv = malloc(sizeof(float) * (nw ? nw : 1));
+    void *w = wv ? random_weights(r, dtype, nw, wv) : NULL;
+    float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
+    double *want = doubles(ny);
+    if (!wv || !w || !x || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < n; t++)
+        for (int64_t o = 0; o < rows; o++) {
+            double acc = 0;
+            for (int64_t i = 0; i < cols; i++)
+                acc += (double)wv[o * cols + i] * x[(int64_t)t * cols + i];
+            want[(size_t)t * rows + o] = acc;
+        }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix m = import_matrix(&a, w, dtype, rows, cols);
+        lm_mem y = poisoned(&a, ny);
+        lm_matmul(a.be, y, up_f32(&a, x, (size_t)n * cols), n, &m);
+        float *got = down_f32(&a, y, ny);
+        if (!got) fail(v, "%s: backend memory failed", bs->label[b]);
+        double e = got ? rel_error(got, want, ny) : INFINITY;
+        if (!(e < TOLERANCE))
+            fail(v, "matmul %s n=%d rows=%lld cols=%lld on %s: error %g", lm_dtype_name(dtype), n,
+                 (long long)rows, (long long)cols, bs->label[b], e);
+        if (got) same_bits_check(&same, v, b, "matmul", got, ny * 4, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(wv);
+    free(w);
+    free(x);
+    free(want);
+}
+
+static void test_matmul(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {0x1234567ull};
+    /* odd shapes, every dtype, one token to 130 */
+    static const int ns[] = {1, 3, 9, 130};
+    static const int64_t odd[][2] = {{1, 1}, {13, 17}, {70, 1000}};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t i = 0; i < 4; i++)
+            for (size_t j = 0; j < 3; j++)
+                check_matmul(&bs, &v, &r, weight_dtypes[d], ns[i], odd[j][0], odd[j][1]);
+    /* the fixture's projections (hidden 64): qkv 64->160, out 64->64, mlp 64->128->64 */
+    static const int64_t fixture[][2] = {{160, 64}, {64, 64}, {256, 64}, {64, 128}};
+    for (size_t j = 0; j < 4; j++) {
+        check_matmul(&bs, &v, &r, LM_DTYPE_BF16, 1, fixture[j][0], fixture[j][1]);
+        check_matmul(&bs, &v, &r, LM_DTYPE_BF16, 130, fixture[j][0], fixture[j][1]);
+    }
+    /* released widths, a few output rows: hidden 1024 / 2048 / 4096 / 5120 in,
+     * intermediate 3584 and 17408 in */
+    static const int64_t released[][2] = {
+        {96, 1024}, {64, 2048}, {48, 4096}, {32, 5120}, {64, 3584}, {16, 17408}};
+    for (size_t j = 0; j < 6; j++)
+        check_matmul(&bs, &v, &r, LM_DTYPE_BF16, 1 + (int)j % 4, released[j][0], released[j][1]);
+    /* internal blocks of the cpu kernel: more rows than one task, cols past
+     * a prefill column block, every token-tile remainder */
+    check_matmul(&bs, &v, &r, LM_DTYPE_BF16, 1, 1000, 1024);
+    check_matmul(&bs, &v, &r, LM_DTYPE_BF16, 1, 257, 2047);
+    for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, LM_DTYPE_BF16, n, 53, 1100);
+    check_matmul(&bs, &v, &r, LM_DTYPE_F32, 17, 300, 1537);
+    check_matmul(&bs, &v, &r, LM_DTYPE_F16, 7, 100, 600);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* cols = 0 is an empty sum: every output is 0. */
+static void test_matmul_zero_cols(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    for (int b = 0; b < bs.n; b++) {
+        arena a = arena_on(bs.be[b]);
+        lm_matrix m = {arena_alloc(&a, 0), LM_DTYPE_BF16, 5, 0};
+        lm_mem y = poisoned(&a, 10);
+        lm_matmul(a.be, y, arena_alloc(&a, 0), 2, &m);
+        float *got = down_f32(&a, y, 10);
+        bool zero = got != NULL;
+        for (int i = 0; got && i < 10; i++) zero = zero && got[i] == 0;
+        if (!zero) fail(&v, "matmul with 0 cols on %s: not all zero", bs.label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+static void test_embed(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {99};
+    static const int64_t dims[] = {1, 17, 64, 1000, 4096};
+    int32_t ids[6] = {0, 36, 5, 5, 20, 0}; /* repeats and both ends */
+    for (size_t d = 0; d < 3; d++)
+        for (size_t k = 0; k < 5; k++) {
+            int64_t vocab = 37, dim = dims[k];
+            size_t n_out = 6 * (size_t)dim;
+            float *values = malloc(sizeof(float) * (size_t)(vocab * dim));
+            void *table = values ? random_weights(&r, weight_dtypes[d], (size_t)(vocab * dim), values)
+                                 : NULL;
+            float *want = malloc(sizeof(float) * n_out);
+            CHECK(values && table && want);
+            for (int t = 0; t < 6; t++)
+                memcpy(want + t * dim, values + ids[t] * dim, sizeof(float) * (size_t)dim);
+            for (int b = 0; b < bs.n; b++) {
+                arena a = arena_on(bs.be[b]);
+                lm_matrix m = import_matrix(&a, table, weight_dtypes[d], vocab, dim);
+                lm_mem out = poisoned(&a, n_out);
+                lm_embed(a.be, out, up_i32(&a, ids, 6), 6, &m);
+                float *got = down_f32(&a, out, n_out);
+                if (!got || memcmp(got, want, sizeof(float) * n_out) != 0)
+                    fail(&v, "embed %s dim=%lld on %s differs", lm_dtype_name(weight_dtypes[d]),
+                         (long long)dim, bs.label[b]);
+                free(got);
+                arena_free(&a);
+            }
+            free(values);
+            free(table);
+            free(want);
+        }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ------------------------------------------------------------ norms */
+
+/* (rows, dim): odd, fixture (hidden 64, heads of 16 and 32), released
+ * (hidden 1024-4096, heads of 128 and 256), 1 and 130 tokens. */
+static const int norm_shapes[][2] = {{1, 1},    {3, 17},   {2, 1000}, {130, 64}, {520, 16},
+                                     {130, 32}, {1, 1024}, {4, 2048}, {1, 4096}, {64, 128},
+                                     {16, 256}, {64, 1024}};
+#define N_NORM_SHAPES (sizeof norm_shapes / sizeof norm_shapes[0])
+
+typedef enum { NORM_RMS, NORM_GATED, NORM_L2 } norm_kind;
+static const char *const norm_names[] = {"rmsnorm", "gated_rmsnorm", "l2norm_scale"};
+
+static double silu64(double x) { return x / (1.0 + exp(-x)); }
+
+static void check_norm(const backends *bs, verdict *v, rng *r, norm_kind kind, int rows, int dim,
+                       bool in_place) {
+    size_t n = (size_t)rows * (size_t)dim;
+    float eps = 1e-6f, scale = 0.0625f;
+    float *x = random_floats(r, n, 3.0f), *z = random_floats(r, n, 8.0f);
+    float *w = random_floats(r, (size_t)dim, 1.5f);
+    double *want = doubles(n);
+    if (!x || !z || !w || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int row = 0; row < rows; row++) {
+        const float *xr = x + (size_t)row * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        double f = kind == NORM_L2 ? scale / sqrt(ss + eps) : 1.0 / sqrt(ss / dim + eps);
+        for (int i = 0; i < dim; i++) {
+            double y = xr[i] * f;
+            if (kind != NORM_L2) y *= w[i];
+            if (kind == NORM_GATED) y *= silu64(z[(size_t)row * dim + i]);
+            want[(size_t)row * dim + i] = y;
+        }
+    }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem xm = up_f32(&a, x, n), zm = up_f32(&a, z, n), wm = up_f32(&a, w, (size_t)dim);
+        lm_mem out = kind == NORM_L2 || in_place ? xm : poisoned(&a, n);
+        if (kind == NORM_RMS) lm_rmsnorm(a.be, out, xm, wm, rows, dim, eps);
+        if (kind == NORM_GATED) lm_gated_rmsnorm(a.be, out, xm, zm, wm, rows, dim, eps);
+        if (kind == NORM_L2) lm_l2norm_scale(a.be, xm, rows, dim, eps, scale);
+        float *got = down_f32(&a, out, n);
+        double e = got ? rel_error(got, want, n) : INFINITY;
+        if (!(e < TOLERANCE))
+            fail(v, "%s%s %dx%d on %s: error %g", norm_names[kind], in_place ? " in place" : "",
+                 rows, dim, bs->label[b], e);
+        if (got) same_bits_check(&same, v, b, norm_names[kind], got, n * 4, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(x);
+    free(z);
+    free(w);
+    free(want);
+}
+
+static void test_norms(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {7};
+    for (size_t s = 0; s < N_NORM_SHAPES; s++) {
+        int rows = norm_shapes[s][0], dim = norm_shapes[s][1];
+        check_norm(&bs, &v, &r, NORM_RMS, rows, dim, false);
+        check_norm(&bs, &v, &r, NORM_RMS, rows, dim, true); /* out may alias x */
+        check_norm(&bs, &v, &r, NORM_GATED, rows, dim, false);
+        check_norm(&bs, &v, &r, NORM_GATED, rows, dim, true);
+        check_norm(&bs, &v, &r, NORM_L2, rows, dim, true);
+    }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ------------------------------------------------------------ rope */
+
+typedef struct {
+    int n, n_heads, head_dim;
+    lm_rope_params p;
+} rope_case;
+
+static int section_of(const lm_rope_params *rope, int i) {
+    const int *s = rope->sections;
+    if (rope->interleaved_sections) {
+        if (i % 3 == 1 && i < 3 * s[1]) return 1;
+        if (i % 3 == 2 && i < 3 * s[2]) return 2;
+        return 0;
+    }
+    return i < s[0] ? 0 : i < s[0] + s[1] ? 1 : 2;
+}
+
+static void check_rope(const backends *bs, verdict *v, rng *r, const rope_case *rc) {
+    const lm_rope_params *p = &rc->p;
+    size_t len = (size_t)rc->n * rc->n_heads * rc->head_dim;
+    float *x = random_floats(r, len, 2.0f);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)rc->n * 3);
+    double *want = doubles(len);
+    if (!x || !pos || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < rc->n; t++) { /* distinct t/h/w, large enough to test the angles */
+        pos[t * 3] = 100 + 37 * t;
+        pos[t * 3 + 1] = (int32_t)(rng_next(r) % 50);
+        pos[t * 3 + 2] = (int32_t)(rng_next(r) % 4000);
+    }
+    for (size_t i = 0; i < len; i++) want[i] = x[i];
+    int half = p->rot_dim / 2;
+    for (int t = 0; t < rc->n; t++)
+        for (int i = 0; i < half; i++) {
+            /* ops.h: inv_freq and the angle in float32, as transformers */
+            float inv_freq = 1.0f / powf(p->theta, (float)(2 * i) / (float)p->rot_dim);
+            float angle = (float)pos[t * 3 + section_of(p, i)] * inv_freq;
+            double c = cos((double)angle), s = sin((double)angle);
+            for (int h = 0; h < rc->n_heads; h++) {
+                double *xh = want + ((size_t)t * rc->n_heads + h) * rc->head_dim;
+                int ia = p->pair_interleaved ? 2 * i : i, ib = p->pair_interleaved ? 2 * i + 1 : i + half;
+                double xa = xh[ia], xb = xh[ib];
+                xh[ia] = xa * c - xb * s;
+                xh[ib] = xb * c + xa * s;
+            }
+        }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem xm = up_f32(&a, x, len);
+        lm_rope(a.be, xm, rc->n, rc->n_heads, rc->head_dim, up_i32(&a, pos, (size_t)rc->n * 3), p);
+        float *got = down_f32(&a, xm, len);
+        double e = got ? rel_error(got, want, len) : INFINITY;
+        if (!(e < TOLERANCE))
+            fail(v, "rope n=%d heads=%d head_dim=%d rot_dim=%d on %s: error %g", rc->n,
+                 rc->n_heads, rc->head_dim, p->rot_dim, bs->label[b], e);
+        if (got) same_bits_check(&same, v, b, "rope", got, len * 4, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(x);
+    free(pos);
+    free(want);
+}
+
+static void test_rope(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {10};
+#define ROPE(R, TH, S0, S1, S2, INTERLEAVED_SECTIONS, PAIRS)                                       \
+    {                                                                                              \
+        .rot_dim = (R), .theta = (TH), .sections = {(S0), (S1), (S2)},                             \
+        .interleaved_sections = (INTERLEAVED_SECTIONS), .pair_interleaved = (PAIRS)                \
+    }
+    const rope_case cases[] = {
+        /* the fixture: head_dim 32, partial rotary 0.25, sections 2/1/1 */
+        {1, 4, 32, ROPE(8, 1e6f, 2, 1, 1, true, false)},
+        {130, 4, 32, ROPE(8, 1e6f, 2, 1, 1, true, false)},
+        /* Qwen3.5 released: 64 of 256 rotated, interleaved sections 11/11/10 */
+        {5, 8, 256, ROPE(64, 1e7f, 11, 11, 10, true, false)},
+        {1, 2, 256, ROPE(64, 1e7f, 11, 11, 10, true, false)},
+        /* GLM: contiguous sections, interleaved pairs, half of 128 rotated */
+        {7, 3, 128, ROPE(64, 10000.0f, 8, 12, 12, false, true)},
+        /* full rotary, odd head count, plain 1-D */
+        {3, 5, 72, ROPE(72, 10000.0f, 36, 0, 0, false, false)},
+        {2, 1, 6, ROPE(2, 10000.0f, 1, 0, 0, true, true)},
+        {64, 4, 128, ROPE(32, 1e6f, 6, 5, 5, true, false)},
+        /* more frequencies than the cpu kernel's stack chunk (128) */
+        {2, 2, 512, ROPE(512, 10000.0f, 256, 0, 0, false, false)},
+    };
+#undef ROPE
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) check_rope(&bs, &v, &r, &cases[c]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ------------------------------------------------------------ elementwise */
+
+typedef enum { EW_SILU_MUL, EW_SILU_MUL_ALIASED, EW_SIGMOID_MUL, EW_ADD } ew_kind;
+static const char *const ew_names[] = {"silu_mul", "silu_mul (out = gate)", "sigmoid_mul", "add"};
+
+static void check_elementwise(const backends *bs, verdict *v, rng *r, ew_kind kind, size_t n) {
+    float *a_host = random_floats(r, n, 12.0f), *b_host = random_floats(r, n, 3.0f);
+    double *want = doubles(n);
+    if (!a_host || !b_host || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    if (n > 2) a_host[1] = -100.0f, a_host[2] = 100.0f; /* exp under/overflow */
+    for (size_t i = 0; i < n; i++) {
+        double a = a_host[i], b = b_host[i];
+        want[i] = kind == EW_ADD           ? b + a /* x = b, y = a */
+                  : kind == EW_SIGMOID_MUL ? b / (1.0 + exp(-a))
+                                           : silu64(a) * b;
+    }
+    same_bits same = {0};
+    for (int k = 0; k < bs->n && !v->failed; k++) {
+        arena ar = arena_on(bs->be[k]);
+        lm_mem am = up_f32(&ar, a_host, n), bm = up_f32(&ar, b_host, n), out = bm;
+        switch (kind) {
+        case EW_SILU_MUL:
+            out = poisoned(&ar, n);
+            lm_silu_mul(ar.be, out, am, bm, (int64_t)n);
+            break;
+        case EW_SILU_MUL_ALIASED:
+            out = am;
+            lm_silu_mul(ar.be, am, am, bm, (int64_t)n);
+            break;
+        case EW_SIGMOID_MUL: lm_sigmoid_mul(ar.be, bm, am, (int64_t)n); break;
+        case EW_ADD: lm_add(ar.be, bm, am, (int64_t)n); break;
+        }
+        float *got = down_f32(&ar, out, n);
+        double e = got ? rel_error(got, want, n) : INFINITY;
+        if (!(e < TOLERANCE))
+            fail(v, "%s n=%zu on %s: error %g", ew_names[kind], n, bs->label[k], e);
+        if (got) same_bits_check(&same, v, k, ew_names[kind], got, n * 4, bs->label[k]);
+        free(got);
+        arena_free(&ar);
+    }
+    same_bits_free(&same);
+done:
+    free(a_host);
+    free(b_host);
+    free(want);
+}
+
+static void test_elementwise(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {11};
+    static const size_t sizes[] = {1, 7, 16, 17, 64, 1000, 3584, 100003, 300000};
+    for (int kind = EW_SILU_MUL; kind <= EW_ADD; kind++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            check_elementwise(&bs, &v, &r, (ew_kind)kind, sizes[s]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ------------------------------------------------------------ moving rows */
+
+static void check_copy_rows(const backends *bs, verdict *v, rng *r, int rows, int width,
+                            int64_t src_stride, int64_t src_col, int64_t dst_stride,
+                            int64_t dst_col) {
+    size_t src_n = (size_t)(rows * src_stride), dst_n = (size_t)(rows * dst_stride);
+    float *src = random_floats(r, src_n, 1.0f);
+    float *want = malloc(sizeof(float) * (dst_n ? dst_n : 1));
+    if (!src || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    memset(want, 0xFF, sizeof(float) * dst_n); /* the poison stays outside the rows */
+    for (int row = 0; row < rows; row++)
+        memcpy(want + row * dst_stride + dst_col, src + row * src_stride + src_col,
+               sizeof(float) * (size_t)width);
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem dst = poisoned(&a, dst_n), srcm = up_f32(&a, src, src_n);
+        lm_copy_rows(a.be, lm_mem_f32(dst, (size_t)dst_col), dst_stride,
+                     lm_mem_f32(srcm, (size_t)src_col), src_stride, rows, width);
+        float *got = down_f32(&a, dst, dst_n);
+        if (!got || memcmp(got, want, sizeof(float) * dst_n) != 0)
+            fail(v, "copy_rows rows=%d width=%d strides %lld->%lld on %s differs", rows, width,
+                 (long long)src_stride, (long long)dst_stride, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+done:
+    free(src);
+    free(want);
+}
+
+static void check_gather_rows(const backends *bs, verdict *v, rng *r, const int32_t *ids, int n,
+                              int src_rows, int width) {
+    size_t src_n = (size_t)src_rows * width, dst_n = (size_t)n * width;
+    float *src = random_floats(r, src_n, 1.0f);
+    float *want = malloc(sizeof(float) * (dst_n ? dst_n : 1));
+    if (!src || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(want + (size_t)i * width, src + (size_t)ids[i] * width, sizeof(float) * width);
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem dst = poisoned(&a, dst_n);
+        lm_gather_rows(a.be, dst, up_f32(&a, src, src_n), up_i32(&a, ids, (size_t)n), n, width);
+        float *got = down_f32(&a, dst, dst_n);
+        if (!got || memcmp(got, want, sizeof(float) * dst_n) != 0)
+            fail(v, "gather_rows n=%d width=%d on %s differs", n, width, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+done:
+    free(src);
+    free(want);
+}
+
+static void test_copy_and_gather_rows(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {21};
+    /* the fixture's q | k | v split of conv rows (32 | 32 | 64 of 128),
+     * released (2048 | 2048 | 4096 of 8192), a concatenation back into a
+     * wider row, one row and 130 rows */
+    check_copy_rows(&bs, &v, &r, 130, 32, 128, 0, 32, 0);
+    check_copy_rows(&bs, &v, &r, 130, 32, 128, 32, 32, 0);
+    check_copy_rows(&bs, &v, &r, 130, 64, 128, 64, 64, 0);
+    check_copy_rows(&bs, &v, &r, 1, 2048, 8192, 2048, 2048, 0);
+    check_copy_rows(&bs, &v, &r, 3, 4096, 8192, 4096, 4096, 0);
+    check_copy_rows(&bs, &v, &r, 130, 17, 17, 0, 40, 23);
+    check_copy_rows(&bs, &v, &r, 5, 1, 3, 2, 7, 6);
+    check_copy_rows(&bs, &v, &r, 0, 16, 16, 0, 16, 0);
+    /* repeated and out-of-order ids */
+    static const int32_t ids[] = {5, 0, 5, 2, 9, 9, 1, 9};
+    static const int widths[] = {1, 17, 64, 1024, 4096};
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++)
+        check_gather_rows(&bs, &v, &r, ids, 8, 10, widths[w]);
+    check_gather_rows(&bs, &v, &r, ids, 1, 10, 64);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+static void check_argmax(const backends *bs, verdict *v, const float *x, int rows, int n,
+                         const int32_t *want_or_null, const char *what) {
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1));
+    if (!want) {
+        fail(v, "out of memory");
+        return;
+    }
+    for (int row = 0; row < rows; row++) { /* the plain definition */
+        const float *xr = x + (size_t)row * n;
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (!isnan(xr[i]) && (best < 0 || xr[i] > xr[best])) best = i;
+        want[row] = best < 0 ? 0 : best;
+        if (want_or_null && want_or_null[row] != want[row])
+            fail(v, "argmax %s: the test's own oracle says %d, expected %d", what, want[row],
+                 want_or_null[row]);
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem ids = arena_alloc(&a, sizeof(int32_t) * (size_t)rows);
+        if (a.ok) lm_fill(a.be, ids, 0xFF, sizeof(int32_t) * (size_t)rows); /* -1 everywhere */
+        lm_argmax_rows(a.be, ids, up_f32(&a, x, (size_t)rows * n), rows, n);
+        int32_t *got = down_i32(&a, ids, (size_t)rows);
+        for (int row = 0; got && row < rows; row++)
+            if (got[row] != want[row]) {
+                fail(v, "argmax %s row %d on %s: %d, want %d", what, row, bs->label[b], got[row],
+                     want[row]);
+                break;
+            }
+        if (!got) fail(v, "argmax %s on %s: backend memory failed", what, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    free(want);
+}
+
+static void test_argmax_rows(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {31};
+    const float nan = NAN, inf = INFINITY;
+    /* ties -> lowest index; NaN never wins; all NaN -> 0; -inf rows -> 0 */
+    const float special[6][5] = {
+        {1, 3, 2, 3, 3},          {nan, 1, nan, 1, 0},    {nan, nan, nan, nan, nan},
+        {-inf, -inf, -inf, -inf, -inf}, {2, nan, 5, nan, 5}, {-1, -2, inf, inf, nan},
+    };
+    const int32_t special_want[6] = {1, 1, 0, 0, 2, 2};
+    check_argmax(&bs, &v, &special[0][0], 6, 5, special_want, "special rows");
+    const float one[1] = {nan};
+    check_argmax(&bs, &v, one, 1, 1, (const int32_t[]){0}, "one NaN");
+    /* the fixture's vocabulary (2048) for 130 rows, the released one (248320) for 3 */
+    static const int shapes[][2] = {{130, 2048}, {3, 248320}, {1, 17}};
+    for (size_t s = 0; s < 3; s++) {
+        int rows = shapes[s][0], n = shapes[s][1];
+        float *x = random_floats(&r, (size_t)rows * n, 10.0f);
+        CHECK(x);
+        /* a tie at the maximum far apart, and a NaN in front of it */
+        for (int row = 0; row < rows; row++) {
+            float *xr = x + (size_t)row * n;
+            int at = (int)(rng_next(&r) % (uint64_t)n);
+            xr[at] = 11.0f;
+            xr[n - 1] = 11.0f;
+            xr[0] = nan;
+        }
+        check_argmax(&bs, &v, x, rows, n, NULL, "random rows");
+        free(x);
+    }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ------------------------------------------------------------ attention */
+
+typedef struct {
+    int n_heads, n_kv_heads, head_dim, block_size;
+    int n_seqs;
+    int cached[3];   /* entries already in the cache per sequence */
+    int new_toks[3]; /* tokens of this step per sequence */
+} attention_case;
+
+static void check_attention(const backends *bs, verdict *v, rng *r, const attention_case *ac) {
+    int D = ac->head_dim, stride = 0, total = 0, max_ctx = 0;
+    for (int s = 0; s < ac->n_seqs; s++) {
+        int blocks = (ac->cached[s] + ac->new_toks[s] + ac->block_size - 1) / ac->block_size;
+        if (blocks > stride) stride = blocks;
+        total += ac->new_toks[s];
+        if (ac->cached[s] + ac->new_toks[s] > max_ctx) max_ctx = ac->cached[s] + ac->new_toks[s];
+    }
+    stride += 1; /* a spare entry: rows are table_stride apart, not block-count apart */
+    int n_blocks = stride * ac->n_seqs + 3;
+    size_t kv_row = (size_t)ac->n_kv_heads * D, pool_n = (size_t)n_blocks * ac->block_size * kv_row;
+    size_t q_n = (size_t)total * ac->n_heads * D;
+    float *kpool = random_floats(r, pool_n, 1.0f), *vpool = random_floats(r, pool_n, 1.0f);
+    float *q = random_floats(r, q_n, 2.0f);
+    float *k = random_floats(r, (size_t)total * kv_row, 1.0f);
+    float *vv = random_floats(r, (size_t)total * kv_row, 1.0f);
+    int32_t *tables = calloc((size_t)(stride * ac->n_seqs), sizeof(int32_t));
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_blocks);
+    int32_t *token_seq = malloc(sizeof(int32_t) * (size_t)total);
+    int32_t *ctx_len = malloc(sizeof(int32_t) * (size_t)total);
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)total);
+    double *want = doubles(q_n), *scores = doubles((size_t)max_ctx);
+    if (!kpool || !vpool || !q || !k || !vv || !tables || !perm || !token_seq || !ctx_len ||
+        !slots || !want || !scores) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) { /* shuffle: blocks land anywhere in the pool */
+        int j = (int)(rng_next(r) % (uint64_t)(i + 1));
+        int32_t tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    for (int s = 0; s < ac->n_seqs; s++)
+        for (int j = 0; j < stride; j++) tables[s * stride + j] = perm[s * stride + j];
+    for (int s = 0, i = 0; s < ac->n_seqs; s++)
+        for (int j = 0; j < ac->new_toks[s]; j++, i++) {
+            int p = ac->cached[s] + j;
+            token_seq[i] = s;
+            ctx_len[i] = p + 1;
+            slots[i] = tables[s * stride + p / ac->block_size] * ac->block_size + p % ac->block_size;
+        }
+    /* the expected pools after kv_write, then attention over them in float64 */
+    float *kwant = floats_copy(kpool, pool_n), *vwant = floats_copy(vpool, pool_n);
+    if (!kwant || !vwant) {
+        free(kwant);
+        free(vwant);
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < total; i++) {
+        memcpy(kwant + (size_t)slots[i] * kv_row, k + (size_t)i * kv_row, sizeof(float) * kv_row);
+        memcpy(vwant + (size_t)slots[i] * kv_row, vv + (size_t)i * kv_row, sizeof(float) * kv_row);
+    }
+    float scale = 1.0f / sqrtf((float)D);
+    int group = ac->n_heads / ac->n_kv_heads;
+    for (int t = 0; t < total; t++) {
+        const int32_t *table = tables + token_seq[t] * stride;
+        for (int h = 0; h < ac->n_heads; h++) {
+            const float *qh = q + ((size_t)t * ac->n_heads + h) * D;
+            size_t head_off = (size_t)(h / group) * D;
+            double max = -INFINITY, sum = 0;
+            for (int j = 0; j < ctx_len[t]; j++) {
+                size_t slot = (size_t)table[j / ac->block_size] * ac->block_size + j % ac->block_size;
+                double dot = 0;
+                for (int d = 0; d < D; d++) dot += (double)qh[d] * kwant[slot * kv_row + head_off + d];
+                scores[j] = dot * scale;
+                if (scores[j] > max) max = scores[j];
+            }
+            for (int j = 0; j < ctx_len[t]; j++) sum += scores[j] = exp(scores[j] - max);
+            double *oh = want + ((size_t)t * ac->n_heads + h) * D;
+            for (int j = 0; j < ctx_len[t]; j++) {
+                size_t slot = (size_t)table[j / ac->block_size] * ac->block_size + j % ac->block_size;
+                for (int d = 0; d < D; d++) oh[d] += scores[j] / sum * vwant[slot * kv_row + head_off + d];
+            }
+        }
+    }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_kv_layer kv = {up_f32(&a, kpool, pool_n), up_f32(&a, vpool, pool_n), n_blocks,
+                          ac->block_size, ac->n_kv_heads, D};
+        lm_kv_write(a.be, &kv, up_f32(&a, k, (size_t)total * kv_row),
+                    up_f32(&a, vv, (size_t)total * kv_row), total, up_i32(&a, slots, (size_t)total));
+        lm_attention_batch batch = {.n_tokens = total,
+                                    .token_seq = up_i32(&a, token_seq, (size_t)total),
+                                    .ctx_len = up_i32(&a, ctx_len, (size_t)total),
+                                    .block_tables = up_i32(&a, tables, (size_t)(stride * ac->n_seqs)),
+                                    .table_stride = stride,
+                                    .max_ctx_len = max_ctx,
+                                    .n_heads = ac->n_heads,
+                                    .n_kv_heads = ac->n_kv_heads,
+                                    .head_dim = D,
+                                    .scale = scale};
+        lm_mem out = poisoned(&a, q_n);
+        lm_attention(a.be, out, up_f32(&a, q, q_n), &kv, &batch);
+        float *kgot = down_f32(&a, kv.k, pool_n), *vgot = down_f32(&a, kv.v, pool_n);
+        float *got = down_f32(&a, out, q_n);
+        if (!kgot || !vgot || memcmp(kgot, kwant, pool_n * 4) != 0 ||
+            memcmp(vgot, vwant, pool_n * 4) != 0)
+            fail(v, "kv_write on %s: the pools differ", bs->label[b]);
+        double e = got ? rel_error(got, want, q_n) : INFINITY;
+        if (!(e < TOLERANCE))
+            fail(v, "attention H=%d KV=%d D=%d bs=%d on %s: error %g", ac->n_heads,
+                 ac->n_kv_heads, D, ac->block_size, bs->label[b], e);
+        if (got) same_bits_check(&same, v, b, "attention", got, q_n * 4, bs->label[b]);
+        free(kgot);
+        free(vgot);
+        free(got);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+    free(kwant);
+    free(vwant);
+done:
+    free(kpool);
+    free(vpool);
+    free(q);
+    free(k);
+    free(vv);
+    free(tables);
+    free(perm);
+    free(token_seq);
+    free(ctx_len);
+    free(slots);
+    free(want);
+    free(scores);
+}
+
+static void test_kv_write_and_attention(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {13};
+    static const attention_case cases[] = {
+        /* the fixture: 4 heads over 2 kv heads of 32; one token, 130 tokens */
+        {4, 2, 32, 16, 1, {0, 0, 0}, {1, 0, 0}},
+        {4, 2, 32, 16, 2, {9, 0, 0}, {1, 130, 0}},
+        /* Qwen3.5 0.8B shape: a decode token and a prefill chunk */
+        {8, 2, 256, 16, 2, {40, 0, 0}, {1, 21, 0}},
+        /* released GQA groups: 16 over 2 (35B-A3B), 96 over 8 of 128 (GLM) */
+        {16, 2, 256, 32, 2, {70, 5, 0}, {1, 2, 0}},
+        {96, 8, 128, 32, 1, {33, 0, 0}, {2, 0, 0}},
+        /* GLM-like: 12 heads over 4 kv heads, D 128, block 32, three sequences */
+        {12, 4, 128, 32, 3, {70, 3, 0}, {2, 5, 9}},
+        /* odd sizes: D 17, no GQA, block 1 and 3 */
+        {3, 3, 17, 1, 1, {5, 0, 0}, {4, 0, 0}},
+        {4, 1, 33, 3, 2, {0, 100, 0}, {7, 1, 0}},
+        /* a long decode context */
+        {2, 1, 64, 16, 1, {1500, 0, 0}, {1, 0, 0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        check_attention(&bs, &v, &r, &cases[c]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ------------------------------------------------------------ Gated DeltaNet */
+
+/* The model code's float32 formulas (src/models/qwen35.c before the op
+ * existed): every backend must give these exact bits. */
+static float model_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+static void check_gdn_gates(const backends *bs, verdict *v, rng *r, int n, int H) {
+    size_t len = (size_t)n * H;
+    float *b_in = random_floats(r, len, 20.0f), *a_in = random_floats(r, len, 30.0f);
+    float *A_log = random_floats(r, (size_t)H, 2.0f), *dt_bias = random_floats(r, (size_t)H, 2.0f);
+    float *neg_exp_A = malloc(sizeof(float) * (size_t)H);
+    float *beta_want = malloc(sizeof(float) * len), *g_want = malloc(sizeof(float) * len);
+    if (!b_in || !a_in || !A_log || !dt_bias || !neg_exp_A || !beta_want || !g_want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int h = 0; h < H; h++) neg_exp_A[h] = -expf(A_log[h]);
+    /* the softplus threshold exactly, and just around it */
+    if (len >= 3) {
+        a_in[0] = 20.0f - dt_bias[0];
+        a_in[1] = nextafterf(20.0f, 0) - dt_bias[1 % H];
+        a_in[2] = nextafterf(20.0f, 100) - dt_bias[2 % H];
+    }
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++) {
+            size_t i = (size_t)t * H + h;
+            beta_want[i] = 1.0f / (1.0f + expf(-b_in[i]));
+            g_want[i] = neg_exp_A[h] * model_softplus(a_in[i] + dt_bias[h]);
+        }
+    for (int k = 0; k < bs->n && !v->failed; k++) {
+        arena a = arena_on(bs->be[k]);
+        lm_mem beta = up_f32(&a, b_in, len), g = up_f32(&a, a_in, len);
+        lm_gdn_gates(a.be, beta, g, up_f32(&a, neg_exp_A, (size_t)H), up_f32(&a, dt_bias, (size_t)H),
+                     n, H);
+        float *beta_got = down_f32(&a, beta, len), *g_got = down_f32(&a, g, len);
+        if (!beta_got || !g_got || memcmp(beta_got, beta_want, len * 4) != 0 ||
+            memcmp(g_got, g_want, len * 4) != 0)
+            fail(v, "gdn_gates n=%d H=%d on %s: not bit-identical to the model's formula", n, H,
+                 bs->label[k]);
+        free(beta_got);
+        free(g_got);
+        arena_free(&a);
+    }
+done:
+    free(b_in);
+    free(a_in);
+    free(A_log);
+    free(dt_bias);
+    free(neg_exp_A);
+    free(beta_want);
+    free(g_want);
+}
+
+static void test_gdn_gates(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {41};
+    static const int shapes[][2] = {{1, 4}, {130, 4}, {1, 32}, {130, 32}, {7, 48}, {3, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        check_gdn_gates(&bs, &v, &r, shapes[s][0], shapes[s][1]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* A batch of sequences for the stateful ops: lengths given, rows placed
+ * out of order with gaps (first[]), states at scattered slots of a state
+ * array with padding between slots, some slots unused. */
+typedef struct {
+    int n_seqs;
+    int32_t first[24], length[24], slot[24];
+    int rows;  /* of the row arrays, gaps included */
+    int slots; /* of the state array */
+    int max_length;
+} seq_layout;
+
+static seq_layout make_layout(rng *r, const int *lengths, int n_seqs) {
+    seq_layout l = {.n_seqs = n_seqs};
+    int order[24];
+    for (int s = 0; s < n_seqs; s++) order[s] = s;
+    for (int s = n_seqs - 1; s > 0; s--) { /* rows in a shuffled order */
+        int j = (int)(rng_next(r) % (uint64_t)(s + 1)), t = order[s];
+        order[s] = order[j];
+        order[j] = t;
+    }
+    int row = 2; /* a gap before the first sequence too */
+    for (int i = 0; i < n_seqs; i++) {
+        int s = order[i];
+        l.length[s] = lengths[s];
+        l.first[s] = row;
+        row += lengths[s] + 1 + (int)(rng_next(r) % 3); /* gaps of 1-3 rows */
+        if (lengths[s] > l.max_length) l.max_length = lengths[s];
+    }
+    l.rows = row;
+    /* slots: every other slot from the top down, so neither consecutive nor
+     * in sequence order; slot 0.. stay partly unused */
+    l.slots = 2 * n_seqs + 2;
+    for (int s = 0; s < n_seqs; s++) l.slot[s] = l.slots - 1 - 2 * s;
+    return l;
+}
+
+static lm_seq_batch upload_layout(arena *a, const seq_layout *l) {
+    return (lm_seq_batch){.n_seqs = l->n_seqs,
+                          .first = up_i32(a, l->first, (size_t)l->n_seqs),
+                          .length = up_i32(a, l->length, (size_t)l->n_seqs),
+                          .slot = up_i32(a, l->slot, (size_t)l->n_seqs),
+                          .max_length = l->max_length};
+}
+
+/* One sequence alone: rows from 0, state at slot 0. */
+static seq_layout alone_layout(int length) {
+    seq_layout l = {.n_seqs = 1, .rows = length, .slots = 1, .max_length = length};
+    l.length[0] = length;
+    return l;
+}
+
+/* Whether rows outside the sequences kept their poison (all bytes 0xFF). */
+static bool gaps_untouched(const float *rows, const seq_layout *l, size_t row_floats) {
+    for (int row = 0; row < l->rows; row++) {
+        bool inside = false;
+        for (int s = 0; s < l->n_seqs; s++)
+            inside = inside || (row >= l->first[s] && row < l->first[s] + l->length[s]);
+        if (inside) continue;
+        const uint32_t *bits = (const uint32_t *)(rows + (size_t)row * row_floats);
+        for (size_t i = 0; i < row_floats; i++)
+            if (bits[i] != 0xFFFFFFFFu) return false;
+    }
+    return true;
+}
+
+static bool slot_unused(const seq_layout *l, int slot) {
+    for (int s = 0; s < l->n_seqs; s++)
+        if (l->slot[s] == slot) return false;
+    return true;
+}
+
+/* ---- causal conv1d + SiLU ---- */
+
+typedef struct {
+    int C, K;
+    const seq_layout *l;
+    const float *in, *weight, *states; /* rows [l->rows, C]; states [slots][stride] */
+    int64_t stride;
+} conv_call;
+
+/* Runs one conv call on a backend; out rows and states come back. */
+static bool run_conv(lm_backend *be, const conv_call *c, float **out, float **states) {
+    arena a = arena_on(be);
+    size_t rows_n = (size_t)c->l->rows * c->C, states_n = (size_t)c->l->slots * c->stride;
+    lm_mem outm = poisoned(&a, rows_n), st = up_f32(&a, c->states, states_n);
+    lm_seq_batch seqs = upload_layout(&a, c->l);
+    lm_causal_conv1d_silu(be, outm, up_f32(&a, c->in, rows_n), c->C,
+                          up_f32(&a, c->weight, (size_t)c->C * c->K), c->K, st, c->stride, &seqs);
+    *out = down_f32(&a, outm, rows_n);
+    *states = down_f32(&a, st, states_n);
+    arena_free(&a);
+    return *out && *states;
+}
+
+static void check_conv_batch(const backends *bs, verdict *v, rng *r, int C, int K,
+                             const int *lengths, int n_seqs) {
+    seq_layout l = make_layout(r, lengths, n_seqs);
+    int hist = K - 1;
+    int64_t stride = (int64_t)C * hist + 5; /* padding between slots */
+    size_t rows_n = (size_t)l.rows * C, states_n = (size_t)l.slots * stride;
+    float *in = random_floats(r, rows_n, 1.0f), *weight = random_floats(r, (size_t)C * K, 0.5f);
+    float *states = random_floats(r, states_n, 1.0f);
+    double *want = doubles(rows_n);
+    float *want_states = floats_copy(states, states_n);
+    if (!in || !weight || !states || !want || !want_states) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    /* float64 oracle per sequence; the new window is the last K-1 inputs */
+    for (int s = 0; s < n_seqs; s++) {
+        const float *st0 = states + l.slot[s] * stride;
+        float *st = want_states + l.slot[s] * stride;
+        for (int c = 0; c < C; c++) {
+            for (int t = 0; t < l.length[s]; t++) {
+                double acc = 0;
+                for (int j = 0; j < K; j++) {
+                    int src = t - hist + j;
+                    acc += (double)weight[c * K + j] *
+                           (src >= 0 ? in[(size_t)(l.first[s] + src) * C + c] : st0[c * hist + hist + src]);
+                }
+                want[(size_t)(l.first[s] + t) * C + c] = silu64(acc);
+            }
+            for (int j = 0; j < hist; j++) {
+                int src = l.length[s] + j; /* index into [window ; in] */
+                st[c * hist + j] = src < hist ? st0[c * hist + src]
+                                              : in[(size_t)(l.first[s] + src - hist) * C + c];
+            }
+        }
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        conv_call call = {C, K, &l, in, weight, states, stride};
+        float *out = NULL, *got_states = NULL;
+        if (!run_conv(bs->be[b], &call, &out, &got_states)) {
+            fail(v, "conv on %s: backend memory failed", bs->label[b]);
+            free(out);
+            free(got_states);
+            break;
+        }
+        /* the sequences' rows against the oracle (gaps hold NaN in both) */
+        double worst = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            size_t off = (size_t)l.first[s] * C, n = (size_t)l.length[s] * C;
+            double e = rel_error(out + off, want + off, n);
+            if (!(e <= worst)) worst = e;
+        }
+        if (!(worst < TOLERANCE))
+            fail(v, "conv C=%d K=%d on %s: error %g", C, K, bs->label[b], worst);
+        if (!gaps_untouched(out, &l, (size_t)C))
+            fail(v, "conv C=%d K=%d on %s: wrote rows between sequences", C, K, bs->label[b]);
+        /* windows: exactly the last K-1 inputs; unused slots (padding too) untouched */
+        if (memcmp(got_states, want_states, states_n * 4) != 0)
+            fail(v, "conv C=%d K=%d on %s: states wrong or an unused slot touched", C, K,
+                 bs->label[b]);
+        /* each sequence alone gives the same bits as in the batch */
+        for (int s = 0; s < n_seqs && !v->failed; s++) {
+            seq_layout one = alone_layout(l.length[s]);
+            conv_call alone = {C, K, &one, in + (size_t)l.first[s] * C, weight,
+                               states + l.slot[s] * stride, stride};
+            float *out1 = NULL, *st1 = NULL;
+            if (!run_conv(bs->be[b], &alone, &out1, &st1) ||
+                memcmp(out1, out + (size_t)l.first[s] * C, (size_t)l.length[s] * C * 4) != 0 ||
+                memcmp(st1, got_states + l.slot[s] * stride, (size_t)C * hist * 4) != 0)
+                fail(v, "conv C=%d K=%d on %s: sequence %d (length %d) alone differs from batched",
+                     C, K, bs->label[b], s, l.length[s]);
+            free(out1);
+            free(st1);
+        }
+        free(out);
+        free(got_states);
+    }
+done:
+    free(in);
+    free(weight);
+    free(states);
+    free(want);
+    free(want_states);
+}
+
+static void test_causal_conv1d_silu_batched(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {51};
+    static const int mixed[] = {1, 7, 64, 65, 130};
+    static const int decode16[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const int one[] = {130};
+    /* the fixture (conv_dim 2·2·16 + 4·16 = 128, K 4) */
+    check_conv_batch(&bs, &v, &r, 128, 4, mixed, 5);
+    check_conv_batch(&bs, &v, &r, 128, 4, one, 1);
+    /* released: 0.8B (6144) and 9B/35B (8192) channels; decode of many
+     * sequences, a mixed step */
+    check_conv_batch(&bs, &v, &r, 8192, 4, decode16, 16);
+    check_conv_batch(&bs, &v, &r, 6144, 4, (const int[]){1, 7, 9, 1}, 4);
+    /* odd: a channel tail, K = 1, 2, a kernel wider than the vector path,
+     * and a zero-length sequence in the batch */
+    check_conv_batch(&bs, &v, &r, 70, 4, (const int[]){2, 3, 10, 0}, 4);
+    check_conv_batch(&bs, &v, &r, 17, 1, (const int[]){5, 9}, 2);
+    check_conv_batch(&bs, &v, &r, 33, 2, (const int[]){5, 9, 1}, 3);
+    check_conv_batch(&bs, &v, &r, 20, 10, (const int[]){3, 12, 1}, 3);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ---- gated delta rule ---- */
+
+typedef struct {
+    int Hk, Hv, dk, dv;
+    const seq_layout *l;
+    const float *q, *k, *v, *g, *beta, *states;
+    int64_t stride;
+} gdn_call;
+
+static bool run_gdn(lm_backend *be, const gdn_call *c, float **out, float **states) {
+    arena a = arena_on(be);
+    size_t rows = (size_t)c->l->rows, qk_n = rows * c->Hk * c->dk, v_n = rows * c->Hv * c->dv;
+    size_t gate_n = rows * c->Hv, states_n = (size_t)c->l->slots * c->stride;
+    lm_mem outm = poisoned(&a, v_n), st = up_f32(&a, c->states, states_n);
+    lm_seq_batch seqs = upload_layout(&a, c->l);
+    lm_gated_delta_rule(be, outm, up_f32(&a, c->q, qk_n), up_f32(&a, c->k, qk_n),
+                        up_f32(&a, c->v, v_n), up_f32(&a, c->g, gate_n),
+                        up_f32(&a, c->beta, gate_n), st, c->stride, &seqs, c->Hk, c->Hv, c->dk,
+                        c->dv);
+    *out = down_f32(&a, outm, v_n);
+    *states = down_f32(&a, st, states_n);
+    arena_free(&a);
+    return *out && *states;
+}
+
+static void l2_rows(float *x, size_t rows, int dim, float scale) {
+    for (size_t row = 0; row < rows; row++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)x[row * dim + i] * x[row * dim + i];
+        for (int i = 0; i < dim; i++) x[row * dim + i] = (float)(x[row * dim + i] / sqrt(ss + 1e-6) * scale);
+    }
+}
+
+/* The §A.7 recurrence of one sequence in float64. */
+static void delta_rule64(const gdn_call *c, int s, double *out, double *S_all) {
+    const seq_layout *l = c->l;
+    int group = c->Hv / c->Hk;
+    for (int t = 0; t < l->length[s]; t++) {
+        size_t row = (size_t)(l->first[s] + t);
+        for (int hv = 0; hv < c->Hv; hv++) {
+            int hk = hv / group;
+            const float *q = c->q + (row * c->Hk + hk) * c->dk, *k = c->k + (row * c->Hk + hk) * c->dk;
+            const float *vv = c->v + (row * c->Hv + hv) * c->dv;
+            double *S = S_all + (size_t)hv * c->dk * c->dv;
+            double decay = exp((double)c->g[row * c->Hv + hv]), beta = c->beta[row * c->Hv + hv];
+            for (int j = 0; j < c->dv; j++) {
+                double m = 0;
+                for (int i = 0; i < c->dk; i++) m += (S[i * c->dv + j] *= decay) * k[i];
+                double d = (vv[j] - m) * beta, o = 0;
+                for (int i = 0; i < c->dk; i++) o += (S[i * c->dv + j] += k[i] * d) * q[i];
+                out[(row * c->Hv + hv) * c->dv + j] = o;
+            }
+        }
+    }
+}
+
+static void check_gdn_batch(const backends *bs, verdict *v, rng *r, int Hk, int Hv, int dk, int dv,
+                            const int *lengths, int n_seqs) {
+    seq_layout l = make_layout(r, lengths, n_seqs);
+    int64_t state_n = (int64_t)Hv * dk * dv, stride = state_n + 3;
+    size_t rows = (size_t)l.rows, qk_n = rows * Hk * dk, v_n = rows * Hv * dv, gate_n = rows * Hv;
+    size_t states_n = (size_t)l.slots * stride;
+    float *q = random_floats(r, qk_n, 1.0f), *k = random_floats(r, qk_n, 1.0f);
+    float *vv = random_floats(r, v_n, 1.0f), *g = random_floats(r, gate_n, 1.0f);
+    float *beta = random_floats(r, gate_n, 1.0f), *states = random_floats(r, states_n, 0.5f);
+    double *want = doubles(v_n), *S = doubles((size_t)state_n);
+    if (!q || !k || !vv || !g || !beta || !states || !want || !S) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    l2_rows(q, rows * Hk, dk, 1.0f / sqrtf((float)dk));
+    l2_rows(k, rows * Hk, dk, 1.0f);
+    for (size_t i = 0; i < gate_n; i++) {
+        g[i] = -0.05f - 1.5f * (g[i] + 1.0f);   /* log decay in (-3, -0.05] */
+        beta[i] = 0.5f + 0.45f * beta[i];       /* in (0.05, 0.95) */
+    }
+    gdn_call call = {Hk, Hv, dk, dv, &l, q, k, vv, g, beta, states, stride};
+    double *want_states = doubles(states_n);
+    if (!want_states) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < states_n; i++) want_states[i] = states[i];
+    for (int s = 0; s < n_seqs; s++) {
+        double *St = want_states + l.slot[s] * stride;
+        for (int64_t i = 0; i < state_n; i++) S[i] = St[i];
+        delta_rule64(&call, s, want, S);
+        for (int64_t i = 0; i < state_n; i++) St[i] = S[i];
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        float *out = NULL, *got_states = NULL;
+        if (!run_gdn(bs->be[b], &call, &out, &got_states)) {
+            fail(v, "delta rule on %s: backend memory failed", bs->label[b]);
+            free(out);
+            free(got_states);
+            break;
+        }
+        double worst_out = 0, worst_state = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            size_t off = (size_t)l.first[s] * Hv * dv, n = (size_t)l.length[s] * Hv * dv;
+            double eo = rel_error(out + off, want + off, n);
+            double es = rel_error(got_states + l.slot[s] * stride, want_states + l.slot[s] * stride,
+                                  (size_t)state_n);
+            if (!(eo <= worst_out)) worst_out = eo;
+            if (!(es <= worst_state)) worst_state = es;
+        }
+        if (!(worst_out < TOLERANCE) || !(worst_state < TOLERANCE))
+            fail(v, "delta rule Hk=%d Hv=%d dk=%d dv=%d on %s: error out %g state %g", Hk, Hv, dk,
+                 dv, bs->label[b], worst_out, worst_state);
+        if (!gaps_untouched(out, &l, (size_t)Hv * dv))
+            fail(v, "delta rule on %s: wrote rows between sequences", bs->label[b]);
+        for (int slot = 0; slot < l.slots; slot++) /* unused slots keep their exact bits */
+            if (slot_unused(&l, slot) &&
+                memcmp(got_states + slot * stride, states + slot * stride, stride * 4) != 0)
+                fail(v, "delta rule on %s: unused slot %d touched", bs->label[b], slot);
+        for (int s = 0; s < n_seqs; s++) /* the padding after a used slot too */
+            if (memcmp(got_states + l.slot[s] * stride + state_n,
+                       states + l.slot[s] * stride + state_n, (size_t)(stride - state_n) * 4) != 0)
+                fail(v, "delta rule on %s: wrote past a state", bs->label[b]);
+        for (int s = 0; s < n_seqs && !v->failed; s++) {
+            seq_layout one = alone_layout(l.length[s]);
+            size_t f = (size_t)l.first[s];
+            gdn_call alone = {Hk,          Hv,           dk,
+                              dv,          &one,         q + f * Hk * dk,
+                              k + f * Hk * dk, vv + f * Hv * dv, g + f * Hv,
+                              beta + f * Hv, states + l.slot[s] * stride, stride};
+            float *out1 = NULL, *st1 = NULL;
+            if (!run_gdn(bs->be[b], &alone, &out1, &st1) ||
+                memcmp(out1, out + f * Hv * dv, (size_t)l.length[s] * Hv * dv * 4) != 0 ||
+                memcmp(st1, got_states + l.slot[s] * stride, (size_t)state_n * 4) != 0)
+                fail(v, "delta rule on %s: sequence %d (length %d) alone differs from batched",
+                     bs->label[b], s, l.length[s]);
+            free(out1);
+            free(st1);
+        }
+        free(out);
+        free(got_states);
+    }
+    free(want_states);
+done:
+    free(q);
+    free(k);
+    free(vv);
+    free(g);
+    free(beta);
+    free(states);
+    free(want);
+    free(S);
+}
+
+static void test_gated_delta_rule_batched(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {61};
+    static const int mixed[] = {1, 7, 64, 65, 130};
+    static const int decode16[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    /* the fixture: 2 key heads, 4 value heads of 16 */
+    check_gdn_batch(&bs, &v, &r, 2, 4, 16, 16, mixed, 5);
+    check_gdn_batch(&bs, &v, &r, 2, 4, 16, 16, (const int[]){130}, 1);
+    check_gdn_batch(&bs, &v, &r, 2, 4, 16, 16, decode16, 16);
+    /* released: 16 key / 32 value heads of 128 (9B, 35B-A3B), decode of many
+     * sequences and a short mixed step; 16 / 16 (0.8B) */
+    check_gdn_batch(&bs, &v, &r, 16, 32, 128, 128, decode16, 16);
+    check_gdn_batch(&bs, &v, &r, 16, 32, 128, 128, (const int[]){1, 3, 1}, 3);
+    check_gdn_batch(&bs, &v, &r, 16, 16, 128, 128, (const int[]){2, 1}, 2);
+    /* odd: dv not a multiple of the tile, fewer heads than threads, a
+     * zero-length sequence */
+    check_gdn_batch(&bs, &v, &r, 3, 6, 33, 40, (const int[]){5, 1, 0}, 3);
+    check_gdn_batch(&bs, &v, &r, 1, 1, 16, 80, (const int[]){9, 2}, 2);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ------------------------------------------------------------ the checks themselves */
+
+/* A cpu backend with one op broken on purpose: the checks must catch each. */
+static void skip_last_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
+    lm_cpu_backend_ops.silu_mul(be, out, gate, up, n - 1);
+}
+static void skip_last_gather(lm_backend *be, lm_mem dst, lm_mem src, lm_mem ids, int n, int w) {
+    lm_cpu_backend_ops.gather_rows(be, dst, src, ids, n - 1, w);
+}
+static void drop_last_sequence(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g,
+                               lm_mem beta, lm_mem states, int64_t slot_stride,
+                               const lm_seq_batch *seqs, int Hk, int Hv, int dk, int dv) {
+    lm_seq_batch fewer = *seqs;
+    fewer.n_seqs--;
+    lm_cpu_backend_ops.gated_delta_rule(be, out, q, k, v, g, beta, states, slot_stride, &fewer, Hk,
+                                        Hv, dk, dv);
+}
+static void conv_ignoring_first(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
+                                lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs) {
+    /* runs the sequences as if their rows were packed from 0 (first[] ignored) */
+    int32_t first[24], length[24];
+    lm_error err = {0};
+    lm_download(be, length, seqs->length, sizeof(int32_t) * (size_t)seqs->n_seqs, &err);
+    for (int s = 0, row = 0; s < seqs->n_seqs; s++) first[s] = row, row += length[s];
+    lm_seq_batch packed = *seqs;
+    lm_upload(be, packed.first, first, sizeof(int32_t) * (size_t)seqs->n_seqs);
+    lm_cpu_backend_ops.causal_conv1d_silu(be, out, in, C, weight, K, states, slot_stride, &packed);
+}
+
+static void test_poison_catches_broken_ops(void) {
+    backends real;
+    CHECK(backends_open(&real));
+    lm_backend_ops broken_ops = lm_cpu_backend_ops;
+    broken_ops.silu_mul = skip_last_silu_mul;
+    broken_ops.gather_rows = skip_last_gather;
+    broken_ops.gated_delta_rule = drop_last_sequence;
+    broken_ops.causal_conv1d_silu = conv_ignoring_first;
+    lm_backend broken = {&broken_ops, real.be[0]->impl}; /* cpu/1t's pool */
+    backends bs = {.be = {&broken}, .label = {"broken cpu"}, .n = 1};
+    rng r = {71};
+    verdict v1 = {0}, v2 = {0}, v3 = {0}, v4 = {0}, ok = {0};
+    check_elementwise(&bs, &v1, &r, EW_SILU_MUL, 1000);
+    check_gather_rows(&bs, &v2, &r, (const int32_t[]){3, 1, 3}, 3, 4, 16);
+    check_gdn_batch(&bs, &v3, &r, 2, 4, 16, 16, (const int[]){3, 1, 2}, 3);
+    check_conv_batch(&bs, &v4, &r, 128, 4, (const int[]){3, 1, 2}, 3);
+    check_elementwise(&bs, &ok, &r, EW_ADD, 1000); /* an op left alone still passes */
+    backends_close(&real);
+    CHECK_MSG(v1.failed, "a silu_mul that skips the last element passed");
+    CHECK_MSG(v2.failed, "a gather_rows that skips the last row passed");
+    CHECK_MSG(v3.failed, "a delta rule that drops a sequence passed");
+    CHECK_MSG(v4.failed, "a conv that ignores first[] passed");
+    CHECK_VERDICT(ok);
+}
+
+int main(void) {
+    RUN_TEST(test_backend_create_by_name);
+    RUN_TEST(test_memory_ops);
+    RUN_TEST(test_matmul);
+    RUN_TEST(test_matmul_zero_cols);
+    RUN_TEST(test_embed);
+    RUN_TEST(test_norms);
+    RUN_TEST(test_rope);
+    RUN_TEST(test_elementwise);
+    RUN_TEST(test_copy_and_gather_rows);
+    RUN_TEST(test_argmax_rows);
+    RUN_TEST(test_kv_write_and_attention);
+    RUN_TEST(test_gdn_gates);
+    RUN_TEST(test_causal_conv1d_silu_batched);
+    RUN_TEST(test_gated_delta_rule_batched);
+    RUN_TEST(test_poison_catches_broken_ops);
+    return test_summary("test_backend_ops");
+}
