@@ -1,4 +1,5 @@
 #include "engine_util.h"
+#include "model_util.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -49,6 +50,7 @@ loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64
     loom_engine_options_default(&o);
     o.model_dir = model_dir;
     o.threads = 2;
+    o.backend = test_backend_name();
     o.max_batch_tokens = max_batch_tokens;
     o.kv_block_size = 16;
     o.kv_cache_tokens = kv_tokens;

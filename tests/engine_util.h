@@ -25,7 +25,7 @@ typedef struct {
     char error_message[256];
 } collected;
 
-/* An engine on a model folder for tests: 2 threads, 16-token KV blocks,
+/* An engine on a model folder for tests: the backend under test (test_backend_name), 2 threads, 16-token KV blocks,
  * the given budget, pool, context limit, running limit and drafts per step
  * (0 = no speculation).  Prints the error and returns NULL on failure. */
 loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,

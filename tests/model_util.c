@@ -2,27 +2,36 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-bool test_model_open(test_model *m, const char *dir, int threads) {
+const char *test_backend_name(void) {
+    const char *name = getenv("LOOM_TEST_BACKEND");
+    return name && *name ? name : "cpu";
+}
+
+bool test_model_open_with(test_model *m, const char *dir, int threads,
+                          const lm_model_load_options *options) {
     memset(m, 0, sizeof *m);
-    char path[1200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
     lm_error err = {0};
-    if (lm_qwen35_config_load(path, &m->config, &err) == LM_OK &&
-        lm_checkpoint_open(dir, LM_LOAD_READ, &m->checkpoint, &err) == LM_OK &&
-        (m->model_loaded = lm_qwen35_load(m->checkpoint, &m->config, &m->model, &err) == LM_OK) &&
-        lm_backend_cpu_create(threads, &m->backend, &err) == LM_OK)
+    if (lm_backend_create(test_backend_name(), threads, &m->backend, &err) == LM_OK &&
+        lm_model_open(dir, options, m->backend, &m->model, &err) == LM_OK) {
+        m->qwen = (lm_qwen35_model *)m->model;
+        m->config = &m->qwen->config;
         return true;
+    }
     fprintf(stderr, "cannot load %s: %s\n", dir, err.message);
     test_model_close(m);
     return false;
 }
 
+bool test_model_open(test_model *m, const char *dir, int threads) {
+    return test_model_open_with(m, dir, threads, NULL);
+}
+
 void test_model_close(test_model *m) {
+    lm_model_free(m->model);
     lm_backend_destroy(m->backend);
-    if (m->model_loaded) lm_qwen35_free(&m->model);
-    lm_checkpoint_close(m->checkpoint);
     memset(m, 0, sizeof *m);
 }
 

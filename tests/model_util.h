@@ -1,5 +1,6 @@
 /* Helpers shared by the model and engine tests: a checkpoint folder loaded
- * in one call, reference prompt ids, and small array statistics. */
+ * in one call on the backend under test, reference prompt ids, and small
+ * array statistics. */
 #ifndef LOOM_TESTS_MODEL_UTIL_H
 #define LOOM_TESTS_MODEL_UTIL_H
 
@@ -13,16 +14,22 @@
 #include "ops/ops.h"
 
 typedef struct {
-    lm_qwen35_config config;
-    lm_checkpoint *checkpoint;
-    lm_qwen35_model model;
     lm_backend *backend;
-    bool model_loaded;
+    lm_model *model;        /* through the model interface */
+    lm_qwen35_model *qwen;  /* the same model, for tests that look inside */
+    const lm_qwen35_config *config;
 } test_model;
 
-/* Loads dir's config, checkpoint and model and a cpu backend; on failure
- * prints why, releases what was made and returns false. */
+/* The backend the tests run on: $LOOM_TEST_BACKEND, default "cpu"
+ * (tests/run.sh runs the model and engine tests on "ref" too). */
+const char *test_backend_name(void);
+
+/* Loads dir's checkpoint (options NULL: the defaults) on a new backend
+ * (test_backend_name(), `threads` threads); on failure prints why,
+ * releases what was made and returns false. */
 bool test_model_open(test_model *m, const char *dir, int threads);
+bool test_model_open_with(test_model *m, const char *dir, int threads,
+                          const lm_model_load_options *options);
 void test_model_close(test_model *m);
 
 /* The ids of reference prompt `name` ("p0", ...) in a fixture's reference

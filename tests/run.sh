@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test binary of a build (and of its ASan+UBSan twin unless
 # LOOM_SKIP_ASAN=1) plus tests/test_*.sh, and prints one closing line
-# "N passed, N failed" adding up the per-suite lines.
+# "N passed, N failed" adding up the per-suite lines.  The tests that run a
+# model run a second time on the "ref" backend (the plain reference
+# kernels), so every backend passes the same golden and engine tests.
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,14 +32,19 @@ run_suite() { # $1 = label, rest = command
     passed=$((passed + p)); failed=$((failed + f))
 }
 
-for t in "$build"/tests/test_*; do
-    [ -x "$t" ] && run_suite "$(basename "$t")" "$t"
-done
-if [ "${LOOM_SKIP_ASAN:-0}" != 1 ]; then
-    for t in "$build"/asan/tests/test_*; do
-        [ -x "$t" ] && run_suite "asan/$(basename "$t")" "$t"
+model_tests="test_qwen35_golden test_mtp test_engine test_speculative test_default_model"
+trees=("$build")
+[ "${LOOM_SKIP_ASAN:-0}" != 1 ] && trees+=("$build/asan")
+for tree in "${trees[@]}"; do
+    prefix=${tree#"$build"}; prefix=${prefix#/}; prefix=${prefix:+$prefix/}
+    for t in "$tree"/tests/test_*; do
+        [ -x "$t" ] && run_suite "$prefix$(basename "$t")" "$t"
     done
-fi
+    for name in $model_tests; do
+        t="$tree/tests/$name"
+        [ -x "$t" ] && run_suite "${prefix}ref/$name" env LOOM_TEST_BACKEND=ref "$t"
+    done
+done
 for t in "$root"/tests/test_*.sh; do
     [ -f "$t" ] && run_suite "$(basename "$t")" bash "$t"
 done

@@ -76,12 +76,12 @@ static double row_error(const float *got, const float *want, int V) {
 }
 
 static void test_shape(void) {
-    const lm_qwen35_config *c = &fx.m.config;
+    const lm_qwen35_config *c = fx.m.config;
     CHECK(strcmp(c->model_type, "qwen3_5_text") == 0);
-    CHECK(c->tie_word_embeddings && fx.m.model.lm_head_tied);
+    CHECK(c->tie_word_embeddings && fx.m.qwen->lm_head_tied);
     /* three Gated DeltaNet layers per gated full-attention layer */
-    CHECK(fx.m.model.n_linear_layers == 3 * fx.m.model.n_full_layers && fx.m.model.n_full_layers >= 2);
-    CHECK_MSG(fx.m.model.has_mtp, "the default model must ship its MTP head");
+    CHECK(fx.m.qwen->n_linear_layers == 3 * fx.m.qwen->n_full_layers && fx.m.qwen->n_full_layers >= 2);
+    CHECK_MSG(fx.m.qwen->has_mtp, "the default model must ship its MTP head");
     CHECK(n_prompts() >= 4);
 }
 
@@ -124,7 +124,7 @@ static void test_tokenizer_and_template(void) {
 
 /* Logits of the selected rows and MTP logits of the selected rows. */
 static void test_logits_and_mtp(void) {
-    int V = fx.m.config.vocab_size, H = fx.m.config.hidden_size;
+    int V = fx.m.config->vocab_size, H = fx.m.config->hidden_size;
     for (int p = 0; p < n_prompts(); p++) {
         const lm_tensor *ids_t = ref(p, "input_ids"), *rows = ref(p, "rows"), *want = ref(p, "logits");
         CHECK(ids_t && rows && want && want->n_elements == rows->n_elements * V);
@@ -133,7 +133,7 @@ static void test_logits_and_mtp(void) {
         float *logits = malloc(sizeof(float) * (size_t)n * V), *hidden = malloc(sizeof(float) * (size_t)n * H);
         lm_sequence_runner r;
         lm_error err = {0};
-        CHECK_OK(lm_sequence_runner_init(&r, &fx.m.model, fx.m.backend, n, &err), &err);
+        CHECK_OK(lm_sequence_runner_init(&r, fx.m.model, n, &err), &err);
         lm_status st = lm_sequence_runner_feed(&r, ids, n, true, logits, hidden, NULL, &err);
         lm_sequence_runner_free(&r);
         CHECK_OK(st, &err);
@@ -146,7 +146,7 @@ static void test_logits_and_mtp(void) {
         if (n >= 2) {
             CHECK(mrows && mwant && mwant->n_elements == mrows->n_elements * V);
             float *mlogits = malloc(sizeof(float) * (size_t)(n - 1) * V);
-            CHECK_OK(lm_qwen35_mtp_sequence_logits(&fx.m.model, fx.m.backend, hidden, ids + 1, n - 1, mlogits,
+            CHECK_OK(lm_model_mtp_sequence_logits(fx.m.model, hidden, ids + 1, n - 1, mlogits,
                                                    &err),
                      &err);
             for (int64_t k = 0; k < mrows->n_elements; k++) {
@@ -163,7 +163,7 @@ static void test_logits_and_mtp(void) {
 
 /* Greedy continuations (prefill, then one token at a time) under the margin rule. */
 static void test_greedy(void) {
-    int V = fx.m.config.vocab_size;
+    int V = fx.m.config->vocab_size;
     for (int p = 0; p < n_prompts(); p++) {
         const lm_tensor *ids_t = ref(p, "input_ids"), *greedy = ref(p, "greedy"), *margin = ref(p, "greedy_margin");
         CHECK(ids_t && greedy && margin);
@@ -171,7 +171,7 @@ static void test_greedy(void) {
         float *logits = malloc(sizeof(float) * (size_t)V);
         lm_sequence_runner r;
         lm_error err = {0};
-        CHECK_OK(lm_sequence_runner_init(&r, &fx.m.model, fx.m.backend, n + G, &err), &err);
+        CHECK_OK(lm_sequence_runner_init(&r, fx.m.model, n + G, &err), &err);
         lm_status st = lm_sequence_runner_feed(&r, ids_t->data, n, false, logits, NULL, NULL, &err);
         int compared = 0;
         for (int g = 0; g < G && st == LM_OK; g++) {

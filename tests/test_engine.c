@@ -30,9 +30,8 @@ static void test_mixed_steps_match_single_sequences(void) {
     lm_error err = {0};
     test_model tm;
     CHECK(test_model_open(&tm, model_dir, 2));
-    const lm_qwen35_config config = tm.config;
-    const lm_qwen35_model *model = &tm.model;
-    lm_backend *be = tm.backend;
+    const lm_qwen35_config config = *tm.config;
+    lm_model *model = tm.model;
     const char *names[4] = {"p3", "p2", "p0", "p1"};
     const int32_t *ids[4];
     int len[4];
@@ -42,19 +41,28 @@ static void test_mixed_steps_match_single_sequences(void) {
         ids[s] = prompt_of(names[s], &len[s]);
         alone[s] = malloc(sizeof(float) * (size_t)len[s] * V);
         lm_sequence_runner r;
-        CHECK_OK(lm_sequence_runner_init(&r, model, be, len[s], &err), &err);
+        CHECK_OK(lm_sequence_runner_init(&r, model, len[s], &err), &err);
         CHECK_OK(lm_sequence_runner_feed(&r, ids[s], len[s], true, alone[s], NULL, NULL, &err), &err);
         lm_sequence_runner_free(&r);
     }
-    lm_qwen35_caches caches;
-    lm_qwen35_workspace ws = {0};
-    CHECK_OK(lm_qwen35_caches_init(model, 16, 64, 4, &caches, &err), &err);
+    /* 64 blocks of 16 tokens and 4 slots; the sequences take blocks and
+     * slots out of order, as a long-running engine hands them out. */
+    lm_model_context *ctx;
+    CHECK_OK(lm_model_context_create(model,
+                                     &(lm_context_options){.kv_block_size = 16,
+                                                           .kv_blocks = 64,
+                                                           .state_slots = 4,
+                                                           .max_step_tokens = 256,
+                                                           .max_step_seqs = 4,
+                                                           .max_blocks_per_seq = 16,
+                                                           .max_logit_rows = 256},
+                                     &ctx, &err),
+             &err);
     int32_t tables[4][16];
-    int slots[4], done[4] = {0};
+    int slots[4] = {2, 0, 3, 1}, done[4] = {0};
     for (int s = 0; s < 4; s++) {
-        int nb = (len[s] + 15) / 16;
-        CHECK_OK(lm_kv_cache_alloc(&caches.kv, nb, tables[s], &err), &err);
-        CHECK_OK(lm_state_cache_acquire(&caches.state, &slots[s], &err), &err);
+        for (int b = 0; b < 16; b++) tables[s][b] = 63 - (b * 4 + s); /* interleaved, descending */
+        lm_model_reset_state(ctx, slots[s]);
     }
     static const int chunk_pattern[] = {7, 1, 33, 2, 64, 1, 5, 65, 3};
     float *logits = malloc(sizeof(float) * 256 * (size_t)V);
@@ -85,7 +93,7 @@ static void test_mixed_steps_match_single_sequences(void) {
         }
         lm_step_batch batch = {.n_tokens = n_tok, .tokens = tokens, .positions = positions,
                                .n_seqs = n_seqs, .seqs = seqs};
-        CHECK_OK(lm_qwen35_forward(model, be, &caches, &ws, &batch, logits, NULL, NULL, &err), &err);
+        CHECK_OK(lm_model_forward(ctx, &batch, &(lm_forward_out){.logits = logits}, &err), &err);
         int row = 0;
         for (int q = 0; q < n_seqs; q++) {
             int s = 0;
@@ -105,8 +113,7 @@ static void test_mixed_steps_match_single_sequences(void) {
     CHECK_MSG(worst < 1e-5, "batched logits differ from single runs by %.3g (normalized)", worst);
     free(logits);
     for (int s = 0; s < 4; s++) free(alone[s]);
-    lm_qwen35_workspace_free(&ws);
-    lm_qwen35_caches_free(&caches);
+    lm_model_context_destroy(ctx);
     test_model_close(&tm);
 }
 

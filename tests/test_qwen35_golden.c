@@ -19,10 +19,7 @@
 #define MARGIN_RULE 1e-3
 
 typedef struct {
-    lm_qwen35_config config;
-    lm_checkpoint *checkpoint;
-    lm_qwen35_model model;
-    lm_backend *backend;
+    test_model tm;
     lm_safetensors *reference;
 } fixture;
 
@@ -32,14 +29,7 @@ static bool load_fixture(void) {
     char dir[1024], path[1200];
     test_fixture_path(dir, sizeof dir, "models/qwen35-dense");
     lm_error err = {0};
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (lm_qwen35_config_load(path, &fx.config, &err) != LM_OK ||
-        lm_checkpoint_open(dir, LM_LOAD_READ, &fx.checkpoint, &err) != LM_OK ||
-        lm_qwen35_load(fx.checkpoint, &fx.config, &fx.model, &err) != LM_OK ||
-        lm_backend_cpu_create(2, &fx.backend, &err) != LM_OK) {
-        fprintf(stderr, "cannot load the qwen35-dense fixture: %s\n", err.message);
-        return false;
-    }
+    if (!test_model_open(&fx.tm, dir, 2)) return false;
     snprintf(path, sizeof path, "%s/reference.safetensors", dir);
     if (lm_safetensors_open(path, LM_LOAD_READ, &fx.reference, &err) != LM_OK) {
         fprintf(stderr, "cannot load %s: %s\n", path, err.message);
@@ -74,9 +64,9 @@ static void prompt_ids(const char *p, const int32_t **ids, int *n) {
 }
 
 /* Full-prefill logits of every text prompt against an oracle. */
-static void check_prefill_logits(const lm_qwen35_model *model,
+static void check_prefill_logits(lm_model *model,
                                  const lm_tensor *(*oracle)(const char *prompt)) {
-    int V = fx.config.vocab_size;
+    int V = fx.tm.config->vocab_size;
     for (size_t p = 0; p < N_PROMPTS; p++) {
         const int32_t *ids;
         int n;
@@ -87,7 +77,7 @@ static void check_prefill_logits(const lm_qwen35_model *model,
         float *logits = malloc(sizeof(float) * (size_t)n * V);
         lm_sequence_runner r;
         lm_error err = {0};
-        CHECK_OK(lm_sequence_runner_init(&r, model, fx.backend, n, &err), &err);
+        CHECK_OK(lm_sequence_runner_init(&r, model, n, &err), &err);
         lm_status st = lm_sequence_runner_feed(&r, ids, n, true, logits, NULL, NULL, &err);
         lm_sequence_runner_free(&r);
         double scale = test_stddev(want->data, (size_t)want->n_elements);
@@ -101,10 +91,10 @@ static void check_prefill_logits(const lm_qwen35_model *model,
 
 static const lm_tensor *fixture_logits(const char *prompt) { return ref(prompt, "logits"); }
 
-static void test_prefill_logits_match_reference(void) { check_prefill_logits(&fx.model, fixture_logits); }
+static void test_prefill_logits_match_reference(void) { check_prefill_logits(fx.tm.model, fixture_logits); }
 
 static void test_greedy_continuations_match_reference(void) {
-    int V = fx.config.vocab_size;
+    int V = fx.tm.config->vocab_size;
     for (size_t p = 0; p < N_PROMPTS; p++) {
         const int32_t *ids;
         int n;
@@ -118,7 +108,7 @@ static void test_greedy_continuations_match_reference(void) {
         float *logits = malloc(sizeof(float) * (size_t)V);
         lm_sequence_runner r;
         lm_error err = {0};
-        CHECK_OK(lm_sequence_runner_init(&r, &fx.model, fx.backend, n + G, &err), &err);
+        CHECK_OK(lm_sequence_runner_init(&r, fx.tm.model, n + G, &err), &err);
         lm_status st = lm_sequence_runner_feed(&r, ids, n, false, logits, NULL, NULL, &err);
         int compared = 0, mismatch_at = -1;
         for (int g = 0; g < G && st == LM_OK; g++) {
@@ -145,15 +135,14 @@ static void test_hidden_states_match_reference(void) {
     const int32_t *ids;
     int n;
     prompt_ids("p0", &ids, &n);
-    int L = fx.config.num_hidden_layers, H = fx.config.hidden_size;
+    int L = fx.tm.config->num_hidden_layers, H = fx.tm.config->hidden_size;
     float **hidden = calloc((size_t)L + 1, sizeof *hidden);
     for (int l = 0; l <= L; l++) hidden[l] = malloc(sizeof(float) * (size_t)n * H);
-    float *logits = malloc(sizeof(float) * (size_t)n * fx.config.vocab_size);
-    lm_qwen35_capture capture = {.hidden = hidden};
+    float *logits = malloc(sizeof(float) * (size_t)n * fx.tm.config->vocab_size);
     lm_sequence_runner r;
     lm_error err = {0};
-    lm_status st = lm_sequence_runner_init(&r, &fx.model, fx.backend, n, &err);
-    if (st == LM_OK) st = lm_sequence_runner_feed(&r, ids, n, true, logits, NULL, &capture, &err);
+    lm_status st = lm_sequence_runner_init(&r, fx.tm.model, n, &err);
+    if (st == LM_OK) st = lm_sequence_runner_feed(&r, ids, n, true, logits, NULL, hidden, &err);
     lm_sequence_runner_free(&r);
     double worst = 0;
     int worst_layer = -1;
@@ -189,10 +178,10 @@ static double incremental_error(const char *prompt, int split, int step, lm_erro
     int n;
     prompt_ids(prompt, &ids, &n);
     const lm_tensor *want = ref(prompt, "logits");
-    int V = fx.config.vocab_size;
+    int V = fx.tm.config->vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)n * V);
     lm_sequence_runner r;
-    *st = lm_sequence_runner_init(&r, &fx.model, fx.backend, n, err);
+    *st = lm_sequence_runner_init(&r, fx.tm.model, n, err);
     if (*st == LM_OK) *st = lm_sequence_runner_feed(&r, ids, split, true, logits, NULL, NULL, err);
     for (int pos = split; pos < n && *st == LM_OK; pos += step) {
         int k = n - pos < step ? n - pos : step;
@@ -232,8 +221,6 @@ int main(void) {
     RUN_TEST(test_hidden_states_match_reference);
     RUN_TEST(test_decode_after_prefill_matches_full_prefill);
     lm_safetensors_close(fx.reference);
-    lm_backend_destroy(fx.backend);
-    lm_qwen35_free(&fx.model);
-    lm_checkpoint_close(fx.checkpoint);
+    test_model_close(&fx.tm);
     return test_summary("test_qwen35_golden");
 }

@@ -15,15 +15,36 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "loom.h"
+#include "models/model.h"
 #include "models/qwen35.h"
+#include "models/qwen35_context.h"
 
 static char model_dir[1024];
 static lm_safetensors *reference;
 
 static const int32_t *prompt_of(const char *name, int *n) { return test_reference_ids(reference, name, n); }
 
+/* test_engine_open's engine (2 threads, 16-token blocks, default pool,
+ * context 256, 8 running), on the backend under test. */
 static loom_engine *engine_with(int k, int budget) {
-    return test_engine_open(model_dir, budget, 0, 256, 8, k);
+    loom_engine_options o;
+    loom_engine_options_default(&o);
+    o.model_dir = model_dir;
+    o.backend = test_backend_name();
+    o.threads = 2;
+    o.max_batch_tokens = budget;
+    o.kv_block_size = 16;
+    o.kv_cache_tokens = 0;
+    o.max_model_len = 256;
+    o.max_running = 8;
+    o.speculative_tokens = k;
+    loom_engine *e = NULL;
+    char error[256];
+    if (loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK) {
+        fprintf(stderr, "engine: %s\n", error);
+        return NULL;
+    }
+    return e;
 }
 
 typedef struct {
@@ -205,14 +226,14 @@ static int propose_fixed(void *ctx, const int32_t *tokens, int n_tokens, int n_p
     return k;
 }
 
-static void distribution_after(const lm_qwen35_model *model, lm_backend *be, const int32_t *ids, int n,
-                               const loom_sampling *sp, float *probs) {
-    int V = model->config.vocab_size;
+static void distribution_after(lm_model *model, const int32_t *ids, int n, const loom_sampling *sp,
+                               float *probs) {
+    int V = lm_model_describe(model)->vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)V);
     lm_sequence_runner r;
     lm_error err = {0};
     lm_sampler_scratch scratch;
-    if (lm_sequence_runner_init(&r, model, be, n + 1, &err) != LM_OK ||
+    if (lm_sequence_runner_init(&r, model, n + 1, &err) != LM_OK ||
         lm_sequence_runner_feed(&r, ids, n, false, logits, NULL, NULL, &err) != LM_OK ||
         lm_sampler_scratch_init(&scratch, V, &err) != LM_OK ||
         lm_sampler_distribution(sp, logits, V, NULL, &scratch, probs, &err) != LM_OK)
@@ -241,9 +262,9 @@ static double chi_square(const int *counts, const float *probs, int V, int total
 static void test_speculative_sampling_keeps_the_distribution(void) {
     test_model tm;
     CHECK(test_model_open(&tm, model_dir, 1));
-    const lm_qwen35_model *model = &tm.model;
-    lm_backend *be = tm.backend;
-    int V = tm.config.vocab_size, n;
+    if (!tm.model) return;
+    lm_model *model = tm.model;
+    int V = tm.config->vocab_size, n;
     const int32_t *p0 = prompt_of("p0", &n);
     int32_t ids[16];
     memcpy(ids, p0, sizeof(int32_t) * (size_t)n);
@@ -253,11 +274,11 @@ static void test_speculative_sampling_keeps_the_distribution(void) {
     sp.top_k = 5;
     float *p1 = calloc((size_t)V, sizeof(float)), *p2 = calloc((size_t)V, sizeof(float)),
           *p3 = calloc((size_t)V, sizeof(float));
-    distribution_after(model, be, ids, n, &sp, p1);
+    distribution_after(model, ids, n, &sp, p1);
     ids[n] = test_argmax(p1, V);
-    distribution_after(model, be, ids, n + 1, &sp, p2);
+    distribution_after(model, ids, n + 1, &sp, p2);
     ids[n + 1] = test_argmax(p2, V);
-    distribution_after(model, be, ids, n + 2, &sp, p3);
+    distribution_after(model, ids, n + 2, &sp, p3);
 
     enum { N = 6000 };
     loom_engine *e = engine_with(2, 512);
@@ -318,63 +339,120 @@ static void test_speculative_sampling_keeps_the_distribution(void) {
 
 /* Model level: a verify of [t, d1, d2, d3] where only d1 is kept must leave
  * the Gated DeltaNet states exactly as a plain run over [t, d1]. */
+
+/* One context with two sequences: a in state slot 0 and KV blocks 0..3,
+ * b in slot 1 and blocks 4..7 (64 tokens each). */
+#define RB_BLOCK 16
+#define RB_BLOCKS_PER_SEQ 4
+
+typedef struct {
+    int slot;
+    int32_t blocks[RB_BLOCKS_PER_SEQ];
+    int n_cached;
+} rb_seq;
+
+/* Feeds n tokens to s in one step; logits get the last row, or every row
+ * with all_logits; record: a speculative verify (kept for rollback). */
+static lm_status rb_feed(lm_model_context *ctx, rb_seq *s, const int32_t *ids, int n,
+                         bool all_logits, bool record, float *logits, lm_error *err) {
+    int32_t positions[3 * 64];
+    for (int i = 0; i < n; i++)
+        positions[3 * i] = positions[3 * i + 1] = positions[3 * i + 2] = s->n_cached + i;
+    lm_step_seq seq = {.first = 0, .n_new = n, .n_cached = s->n_cached, .state_slot = s->slot,
+                       .block_table = s->blocks, .n_blocks = RB_BLOCKS_PER_SEQ,
+                       .all_logits = all_logits, .record_for_rollback = record};
+    lm_step_batch batch = {.n_tokens = n, .tokens = ids, .positions = positions, .n_seqs = 1,
+                           .seqs = &seq};
+    lm_status st = lm_model_forward(ctx, &batch, &(lm_forward_out){.logits = logits}, err);
+    if (st == LM_OK) s->n_cached += n;
+    return st;
+}
+
 static void test_rollback_restores_the_recurrent_state(void) {
     lm_error err = {0};
     test_model tm;
     CHECK(test_model_open(&tm, model_dir, 2));
-    const lm_qwen35_config config = tm.config;
-    const lm_qwen35_model *model = &tm.model;
+    if (!tm.model) return;
+    const lm_qwen35_config config = *tm.config;
+    lm_model *model = tm.model;
     lm_backend *be = tm.backend;
+    CHECK(lm_model_can_draft(model));
     int n;
     const int32_t *ids = prompt_of("p2", &n);
     int V = config.vocab_size;
-    float *logits = malloc(sizeof(float) * 8 * (size_t)V);
+    float *logits = malloc(sizeof(float) * 64 * (size_t)V);
+    lm_model_context *ctx = NULL;
+    lm_context_options o = {.kv_block_size = RB_BLOCK,
+                            .kv_blocks = 2 * RB_BLOCKS_PER_SEQ,
+                            .state_slots = 2,
+                            .max_step_tokens = 64,
+                            .max_step_seqs = 2,
+                            .max_blocks_per_seq = RB_BLOCKS_PER_SEQ,
+                            .max_logit_rows = 64,
+                            .speculative_tokens = 3};
+    CHECK_OK(lm_model_context_create(model, &o, &ctx, &err), &err);
+    if (!ctx) {
+        free(logits);
+        test_model_close(&tm);
+        return;
+    }
+    rb_seq a = {.slot = 0}, b = {.slot = 1};
+    for (int i = 0; i < RB_BLOCKS_PER_SEQ; i++) {
+        a.blocks[i] = i;
+        b.blocks[i] = RB_BLOCKS_PER_SEQ + i;
+    }
+    lm_model_reset_state(ctx, a.slot);
+    lm_model_reset_state(ctx, b.slot);
     /* a: prompt 40, then verify [ids40, ids41, 7, 9] and keep 2 rows.
      * b: prompt 40, then plain [ids40, ids41]. */
-    lm_sequence_runner a, b;
-    CHECK_OK(lm_sequence_runner_init(&a, model, be, 64, &err), &err);
-    CHECK_OK(lm_sequence_runner_init(&b, model, be, 64, &err), &err);
-    CHECK_OK(lm_sequence_runner_feed(&a, ids, 40, false, logits, NULL, NULL, &err), &err);
-    CHECK_OK(lm_sequence_runner_feed(&b, ids, 40, false, logits, NULL, NULL, &err), &err);
-    lm_gdn_record record;
-    CHECK_OK(lm_gdn_record_init(model, 4, &record, &err), &err);
+    CHECK_OK(rb_feed(ctx, &a, ids, 40, false, false, logits, &err), &err);
+    CHECK_OK(rb_feed(ctx, &b, ids, 40, false, false, logits, &err), &err);
     int32_t verify[4] = {ids[40], ids[41], 7, 9};
-    int32_t positions[12];
-    for (int i = 0; i < 4; i++) positions[3 * i] = positions[3 * i + 1] = positions[3 * i + 2] = 40 + i;
-    lm_step_seq seq = {.first = 0, .n_new = 4, .n_cached = 40, .state_slot = a.state_slot,
-                       .block_table = a.block_table, .n_blocks = a.caches.kv.n_blocks,
-                       .all_logits = true, .gdn_record = &record};
-    lm_step_batch batch = {.n_tokens = 4, .tokens = verify, .positions = positions, .n_seqs = 1, .seqs = &seq};
-    CHECK_OK(lm_qwen35_forward(model, be, &a.caches, &a.workspace, &batch, logits, NULL, NULL, &err), &err);
-    lm_qwen35_rollback_linear_state(model, be, &a.caches.state, a.state_slot, &record, 2);
+    CHECK_OK(rb_feed(ctx, &a, verify, 4, true, true, logits, &err), &err);
+    CHECK_OK(lm_model_rollback(ctx, &(lm_rollback_seq){.state_slot = a.slot, .n_keep = 2}, 1, &err),
+             &err);
     a.n_cached = 42;
-    CHECK_OK(lm_sequence_runner_feed(&b, ids + 40, 2, false, logits, NULL, NULL, &err), &err);
+    CHECK_OK(rb_feed(ctx, &b, ids + 40, 2, false, false, logits, &err), &err);
+    /* the states, read back through the backend */
+    lm_qwen35_context *qc = (lm_qwen35_context *)ctx;
+    size_t conv_floats = qc->conv_floats, rec_floats = qc->recurrent_floats;
+    float *sa = malloc(sizeof(float) * rec_floats), *sb = malloc(sizeof(float) * rec_floats);
+    float *ca = malloc(sizeof(float) * conv_floats), *cb = malloc(sizeof(float) * conv_floats);
     double worst = 0, scale = 0;
-    for (int l = 0; l < model->n_linear_layers; l++) {
-        const float *sa = lm_state_recurrent(&a.caches.state, l, a.state_slot);
-        const float *sb = lm_state_recurrent(&b.caches.state, l, b.state_slot);
-        for (size_t i = 0; i < a.caches.state.recurrent_floats; i++) {
+    int n_layers = tm.qwen->n_linear_layers;
+    CHECK(n_layers > 0);
+    for (int l = 0; l < n_layers; l++) {
+        lm_mem rec = lm_qwen35_recurrent_states(qc, l), conv = lm_qwen35_conv_states(qc, l);
+        CHECK_OK(lm_download(be, sa, lm_mem_f32(rec, (size_t)a.slot * rec_floats),
+                             sizeof(float) * rec_floats, &err), &err);
+        CHECK_OK(lm_download(be, sb, lm_mem_f32(rec, (size_t)b.slot * rec_floats),
+                             sizeof(float) * rec_floats, &err), &err);
+        for (size_t i = 0; i < rec_floats; i++) {
             worst = fmax(worst, fabs((double)sa[i] - sb[i]));
             scale = fmax(scale, fabs((double)sb[i]));
         }
-        const float *ca = lm_state_conv(&a.caches.state, l, a.state_slot);
-        const float *cb = lm_state_conv(&b.caches.state, l, b.state_slot);
-        CHECK_MSG(memcmp(ca, cb, sizeof(float) * a.caches.state.conv_floats) == 0, "conv state %d differs", l);
+        CHECK_OK(lm_download(be, ca, lm_mem_f32(conv, (size_t)a.slot * conv_floats),
+                             sizeof(float) * conv_floats, &err), &err);
+        CHECK_OK(lm_download(be, cb, lm_mem_f32(conv, (size_t)b.slot * conv_floats),
+                             sizeof(float) * conv_floats, &err), &err);
+        CHECK_MSG(memcmp(ca, cb, sizeof(float) * conv_floats) == 0, "conv state %d differs", l);
     }
     CHECK_MSG(worst <= 1e-6 * scale, "recurrent state differs by %.3g (scale %.3g)", worst, scale);
     /* and the next token's logits agree too */
     float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
-    CHECK_OK(lm_sequence_runner_feed(&a, ids + 42, 1, false, la, NULL, NULL, &err), &err);
-    CHECK_OK(lm_sequence_runner_feed(&b, ids + 42, 1, false, lb, NULL, NULL, &err), &err);
+    CHECK_OK(rb_feed(ctx, &a, ids + 42, 1, false, false, la, &err), &err);
+    CHECK_OK(rb_feed(ctx, &b, ids + 42, 1, false, false, lb, &err), &err);
     double d = 0;
     for (int v = 0; v < V; v++) d = fmax(d, fabs((double)la[v] - lb[v]));
     CHECK_MSG(d < 1e-4, "logits after the rollback differ by %.3g", d);
     free(la);
     free(lb);
+    free(sa);
+    free(sb);
+    free(ca);
+    free(cb);
     free(logits);
-    lm_gdn_record_free(&record);
-    lm_sequence_runner_free(&a);
-    lm_sequence_runner_free(&b);
+    lm_model_context_destroy(ctx);
     test_model_close(&tm);
 }
 

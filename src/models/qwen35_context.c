@@ -80,7 +80,8 @@ static void layout(lm_qwen35_context *ctx, carver *c) {
         carve(c, &ctx->mtp_concat, N * 2 * H);
         carve(c, &ctx->mtp_u, N * H);
         carve(c, &ctx->mtp_hidden, N * H);
-        carve(c, &ctx->mtp_logits, S * V);
+        /* drafting: one row per sequence; lm_qwen35_mtp_forward: the step's logit rows */
+        carve(c, &ctx->mtp_logits, max_size(S, R) * V);
         carve(c, &ctx->draft_ids, K * S);
     }
 }

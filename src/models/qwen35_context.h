@@ -76,7 +76,7 @@ typedef struct {
     size_t descriptor_ints;
     /* MTP workspace */
     lm_mem mtp_normed, mtp_concat, mtp_u, mtp_hidden; /* [N, H], [N, 2H], [N, H], [N, H] */
-    lm_mem mtp_logits;  /* [S, V] */
+    lm_mem mtp_logits;  /* [max(S, max_logit_rows), V] */
     lm_mem draft_ids;   /* [K][S] int32 */
 
     int32_t *host_descriptor; /* staging, descriptor_ints */

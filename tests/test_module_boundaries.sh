@@ -4,10 +4,8 @@
 # file's folder, else a path below src/ or include/) and tested against the
 # rules below, and src/engine/ must name no model family.  Prints one line per
 # violation ("file:line: what") and closes with
-# "check_module_boundaries.sh: N passed, M failed" (one check per rule), the
+# "test_module_boundaries.sh: N passed, M failed" (one check per rule), the
 # summary line tests/run.sh adds up; exits non-zero when a rule is violated.
-#
-# To move to tests/test_module_boundaries.sh once the tree obeys every rule.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 2
