@@ -46,18 +46,21 @@ tmp = tempfile.mkdtemp(prefix="loom-cli-")
 
 for loom in binaries:
     tag = os.path.relpath(loom, build)
-    # logits: raw float32 [T, V], equal to the fixture's reference within 1e-4 of its std
-    for p in ("p0", "p2"):
+    # logits: raw float32 [T, V], equal to the fixture's reference within 1e-4 of its std,
+    # on the default (cpu) backend and on the reference kernels
+    for p, backend in (("p0", None), ("p2", None), ("p2", "ref")):
         ids = ",".join(str(i) for i in ref[p + ".input_ids"])
         out = os.path.join(tmp, f"{p}.bin")
-        r = run([loom, "logits", "--model", model, "--ids", ids, "--out", out])
+        r = run([loom, "logits", "--model", model, "--ids", ids, "--out", out] +
+                (["--backend", backend] if backend else []))
+        p = p + (f" --backend {backend}" if backend else "")
         check(f"{tag} logits {p} exit", r.returncode == 0, r.stderr)
         if r.returncode == 0:
             data = open(out, "rb").read()
-            T = len(ref[p + ".input_ids"])
+            T = len(ref[p.split()[0] + ".input_ids"])
             check(f"{tag} logits {p} size", len(data) == 4 * T * V, len(data))
             got = struct.unpack(f"<{T * V}f", data)
-            want = ref[p + ".logits"]
+            want = ref[p.split()[0] + ".logits"]
             mean = sum(want) / len(want)
             std = (sum((w - mean) ** 2 for w in want) / len(want)) ** 0.5
             err = max(abs(a - b) for a, b in zip(got, want)) / std
@@ -102,6 +105,9 @@ for loom in binaries:
         check(f"{tag} logits --mtp --mtp-norms {norms}", r.returncode == 0, r.stderr)
         outs.append(open(out, "rb").read() if r.returncode == 0 else b"")
     check(f"{tag} mtp norms auto == zero-centred != shifted", outs[0] == outs[1] and outs[0] != outs[2], "")
+    for cmd in ("run", "logits", "inspect", "bench", "serve", "chat"):
+        r = run([loom, cmd, "--model", model, "--backend", "bogus", "--ids", "1", "--out", os.path.join(tmp, "z")])
+        check(f"{tag} {cmd} --backend bogus", r.returncode == 2 and "cpu, ref" in r.stderr and "bogus" in r.stderr, r.stderr)
     r = run([loom, "run", "--model", model, "--ids", "1", "--mtp-norms", "bogus"])
     check(f"{tag} bad --mtp-norms", r.returncode == 2 and "--mtp-norms" in r.stderr, r.stderr)
     # bad input: clear errors
