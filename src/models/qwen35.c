@@ -450,29 +450,26 @@ static void mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w, lm_mem h)
     lm_add(be, h, s->x, (int64_t)N * c->hidden_size);
 }
 
-void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
-                               const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h) {
+/* One decoder layer (model-spec §A.4) on the residual stream h: full
+ * attention over kv, or Gated DeltaNet (b: the step's sequences, for the
+ * rollback records), then the MLP. */
+static void decoder_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
+                          const lm_step_batch *b, const lm_qwen35_layer *layer,
+                          const lm_kv_layer *kv, lm_mem h) {
     const lm_qwen35_config *c = &ctx->model->config;
     int N = step->n_tokens, H = c->hidden_size;
     lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->input_norm, N, H, c->rms_norm_eps);
-    full_attention(ctx, step, layer, kv, h);
+    if (layer->type == LM_LAYER_FULL_ATTENTION)
+        full_attention(ctx, step, layer, kv, h);
+    else
+        linear_attention(ctx, step, b, layer, h);
     lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->post_attention_norm, N, H, c->rms_norm_eps);
     mlp(ctx, N, &layer->mlp, h);
 }
 
-/* One decoder layer (model-spec §A.4) on the residual stream h. */
-static void decoder_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
-                          const lm_step_batch *b, const lm_qwen35_layer *layer, lm_mem h) {
-    if (layer->type == LM_LAYER_FULL_ATTENTION) {
-        lm_qwen35_attention_layer(ctx, step, layer, &ctx->kv[layer->cache_index], h);
-        return;
-    }
-    const lm_qwen35_config *c = &ctx->model->config;
-    int N = step->n_tokens, H = c->hidden_size;
-    lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->input_norm, N, H, c->rms_norm_eps);
-    linear_attention(ctx, step, b, layer, h);
-    lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->post_attention_norm, N, H, c->rms_norm_eps);
-    mlp(ctx, N, &layer->mlp, h);
+void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
+                               const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h) {
+    decoder_layer(ctx, step, NULL, layer, kv, h);
 }
 
 lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
@@ -497,7 +494,9 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
             st = lm_download(be, out->layer_hidden[i], h, rows_bytes, err);
             if (st != LM_OK) return st;
         }
-        decoder_layer(ctx, &step, b, &m->layers[i], h);
+        const lm_qwen35_layer *layer = &m->layers[i];
+        decoder_layer(ctx, &step, b, layer,
+                      layer->type == LM_LAYER_FULL_ATTENTION ? &ctx->kv[layer->cache_index] : NULL, h);
     }
     /* The MTP head drafts from the post-norm state of every committed row. */
     if (ctx->options.speculative_tokens > 0)
