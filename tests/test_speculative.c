@@ -24,27 +24,8 @@ static lm_safetensors *reference;
 
 static const int32_t *prompt_of(const char *name, int *n) { return test_reference_ids(reference, name, n); }
 
-/* test_engine_open's engine (2 threads, 16-token blocks, default pool,
- * context 256, 8 running), on the backend under test. */
 static loom_engine *engine_with(int k, int budget) {
-    loom_engine_options o;
-    loom_engine_options_default(&o);
-    o.model_dir = model_dir;
-    o.backend = test_backend_name();
-    o.threads = 2;
-    o.max_batch_tokens = budget;
-    o.kv_block_size = 16;
-    o.kv_cache_tokens = 0;
-    o.max_model_len = 256;
-    o.max_running = 8;
-    o.speculative_tokens = k;
-    loom_engine *e = NULL;
-    char error[256];
-    if (loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK) {
-        fprintf(stderr, "engine: %s\n", error);
-        return NULL;
-    }
-    return e;
+    return test_engine_open(model_dir, budget, 0, 256, 8, k); /* on test_backend_name() */
 }
 
 typedef struct {
