@@ -88,7 +88,8 @@ typedef struct {
     float *logits; /* [lm_step_batch_logit_rows, vocab] */
     float *hidden; /* optional: the post-final-norm state of the same rows [rows, H] */
     /* optional (tests): layer_hidden[l] receives the [n_tokens, H] state
-     * entering layer l, layer_hidden[n_layers] the final normed one. */
+     * entering layer l, layer_hidden[n_layers] the final normed state of the
+     * logit rows (every row with all_logits). */
     float **layer_hidden;
 } lm_forward_out;
 

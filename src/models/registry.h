@@ -12,7 +12,8 @@ typedef struct {
     /* config.json model_type values it loads, NULL-terminated */
     const char *const *model_types;
     /* Opens the model of `config_path` (`dir`'s checkpoint, or random
-     * weights when options->random_weights; dir is then NULL). */
+     * weights when options->random_weights; dir is then NULL).  options is
+     * never NULL: the registry passes its defaults. */
     lm_status (*open)(const char *config_path, const char *dir, const lm_model_load_options *options,
                       lm_backend *backend, lm_model **out, lm_error *err);
 } lm_model_family;
