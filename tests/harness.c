@@ -28,12 +28,20 @@ void test_failed(const char *file, int line, const char *fmt, ...) {
 
 bool test_current_failed(void) { return state.current_failed; }
 
-void test_run(const char *name, void (*fn)(void)) {
+typedef struct {
+    void (*fn)(void *);
+    void *arg;
+} call_with;
+
+static void run_one(const char *name, void (*fn)(void), const call_with *with) {
     state.current = name;
     state.current_failed = false;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    fn();
+    if (with)
+        with->fn(with->arg);
+    else
+        fn();
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (state.current_failed) {
@@ -44,6 +52,13 @@ void test_run(const char *name, void (*fn)(void)) {
         if (getenv("LOOM_TEST_VERBOSE")) fprintf(stderr, "  ok %s (%.0f ms)\n", name, ms);
     }
     state.current = NULL;
+}
+
+void test_run(const char *name, void (*fn)(void)) { run_one(name, fn, NULL); }
+
+void test_run_with(const char *name, void (*fn)(void *), void *arg) {
+    call_with with = {fn, arg};
+    run_one(name, NULL, &with);
 }
 
 int test_summary(const char *suite) {

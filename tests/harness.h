@@ -12,6 +12,8 @@
 void test_failed(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 bool test_current_failed(void);
 void test_run(const char *name, void (*fn)(void));
+/* test_run for a test that takes an argument (one fixture of several, say). */
+void test_run_with(const char *name, void (*fn)(void *), void *arg);
 int test_summary(const char *suite);
 
 /* The fixtures folder: $LOOM_FIXTURES, default ../shared/fixtures. */

@@ -51,6 +51,15 @@ double test_stddev(const float *x, size_t n) {
     return sqrt(var / (double)n);
 }
 
+double test_normalized_error(const float *got, const float *want, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= worst)) worst = d; /* NaN sticks */
+    }
+    return isnan(worst) ? INFINITY : worst / test_stddev(want, n);
+}
+
 int test_argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)

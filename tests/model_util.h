@@ -37,6 +37,8 @@ void test_model_close(test_model *m);
 const int32_t *test_reference_ids(const lm_safetensors *reference, const char *name, int *n);
 
 double test_stddev(const float *x, size_t n);
+/* max |got - want| / std(want) over n values (fixtures/README.md); NaN gives infinity. */
+double test_normalized_error(const float *got, const float *want, size_t n);
 int test_argmax(const float *x, int n); /* lowest index on ties */
 
 #endif
