@@ -91,7 +91,7 @@ test-deps:
 	@tools/install-deps.sh --test
 
 test: test-deps
-	@$(MAKE) --no-print-directory -j$$(nproc) tests asan-tests fuzzers
+	@$(MAKE) --no-print-directory -j$$(nproc) tests asan-tests fuzzers benches
 	@tests/run.sh $(BUILD)
 
 test-release: test-deps

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "models/qwen35.h"
+#include "models/registry.h"
 
 static int copy_file(const char *from, const char *to) {
     FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
@@ -30,11 +31,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     lm_error err = {0};
-    lm_qwen35_config config;
-    lm_qwen35_model model;
-    if (lm_qwen35_config_load(argv[1], &config, &err) != LM_OK ||
-        lm_qwen35_load_random(&config, argc > 3 ? strtoull(argv[3], NULL, 10) : 1, &model, &err) != LM_OK) {
+    lm_backend *backend = NULL;
+    lm_model *model = NULL;
+    if (lm_backend_create("cpu", 1, &backend, &err) != LM_OK ||
+        lm_model_open_random(argv[1], argc > 3 ? strtoull(argv[3], NULL, 10) : 1, backend, &model,
+                             &err) != LM_OK) {
         fprintf(stderr, "error: %s\n", err.message);
+        lm_backend_destroy(backend);
+        return 1;
+    }
+    if (strcmp(lm_model_describe(model)->family, lm_qwen35_family.name) != 0) {
+        fprintf(stderr, "error: only Qwen3.5 shapes are written so far\n");
         return 1;
     }
     mkdir(argv[2], 0755);
@@ -47,7 +54,7 @@ int main(int argc, char **argv) {
     /* Header: every tensor handed out, data laid out in that order. */
     cJSON *header = cJSON_CreateObject();
     size_t offset = 0;
-    const lm_weights *w = &model.weights;
+    const lm_weights *w = &((const lm_qwen35_model *)model)->weights;
     for (size_t i = 0; i < w->n_used; i++) {
         const lm_tensor *t = w->used[i];
         cJSON *entry = cJSON_AddObjectToObject(header, t->name);
@@ -81,6 +88,7 @@ int main(int argc, char **argv) {
     printf("wrote %s: %zu tensors, %.1f MB\n", path, w->n_used, (double)offset / 1e6);
     free(text);
     cJSON_Delete(header);
-    lm_qwen35_free(&model);
+    lm_model_free(model);
+    lm_backend_destroy(backend);
     return 0;
 }
