@@ -1,8 +1,8 @@
 /* Tests of the Qwen3.5 MTP head against fixtures/models/qwen35-dense
  * (`pK.mtp_logits`, fixtures/README.md): full-sequence logits, incremental
  * and batched feeding, rolling drafts back, loading from doctored checkpoint
- * copies (a missing tensor, other prefixes, norms already shifted), and the
- * unsupported mixture-of-experts head of fixtures/models/qwen35-moe.
+ * copies (a missing tensor, other prefixes, norms already shifted).  The
+ * mixture-of-experts head is tested by tests/test_qwen35_moe.c.
  */
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -731,37 +731,6 @@ static void test_config_without_head(void) {
     CHECK(!has && said && !used);
 }
 
-static void test_moe_head_is_unsupported(void) {
-    char dir[1024], path[1200];
-    test_fixture_path(dir, sizeof dir, "models/qwen35-moe");
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    lm_qwen35_config config;
-    lm_checkpoint *ck = NULL;
-    lm_error err = {0};
-    CHECK_OK(lm_qwen35_config_load(path, &config, &err), &err);
-    CHECK(config.is_moe && config.mtp_num_hidden_layers == 1);
-    /* the whole model: refused (its main layers are MoE too) */
-    lm_model *model = NULL;
-    lm_status st = lm_model_open(dir, NULL, fx.backend, &model, &err);
-    bool model_refused = st == LM_ERR_UNSUPPORTED && strstr(err.message, "mixture-of-experts");
-    if (st == LM_OK) lm_model_free(model);
-    /* the head alone, on the MoE checkpoint's weights */
-    CHECK_OK(lm_checkpoint_open(dir, LM_LOAD_READ, &ck, &err), &err);
-    lm_qwen35_model stub;
-    memset(&stub, 0, sizeof stub);
-    stub.config = config;
-    lm_weights_init(&stub.weights, ck, fx.backend);
-    lm_error head_err = {0};
-    st = lm_qwen35_mtp_load(&stub, LM_MTP_NORMS_AUTO, &head_err);
-    bool head_refused = st == LM_ERR_UNSUPPORTED && !stub.has_mtp && !stub.mtp &&
-                        strstr(stub.mtp_missing, "mixture-of-experts") &&
-                        strstr(head_err.message, "MTP");
-    lm_qwen35_mtp_free(&stub);
-    lm_weights_free(&stub.weights);
-    lm_checkpoint_close(ck);
-    CHECK_MSG(model_refused, "model: %s", err.message);
-    CHECK_MSG(head_refused, "head: %s", head_err.message);
-}
 
 int main(void) {
     if (!load_fixture()) {
@@ -778,7 +747,6 @@ int main(void) {
     RUN_TEST(test_other_prefixes);
     RUN_TEST(test_shifted_norms_are_detected);
     RUN_TEST(test_config_without_head);
-    RUN_TEST(test_moe_head_is_unsupported);
     lm_safetensors_close(fx.reference);
     test_model_close(&fx.tm);
     return test_summary("test_mtp");

@@ -93,6 +93,76 @@ static lm_status load_mlp(lm_qwen35_model *m, const char *prefix, int i, lm_qwen
     return LM_OK;
 }
 
+static lm_status load_swiglu(lm_qwen35_model *m, const char *name_prefix, int64_t width,
+                             lm_qwen35_mlp *mlp, lm_error *err) {
+    int64_t H = m->config.hidden_size;
+    char name[256];
+    snprintf(name, sizeof name, "%sgate_proj.weight", name_prefix);
+    TRY(lm_weights_matrix(&m->weights, name, width, H, &mlp->gate_proj, err));
+    snprintf(name, sizeof name, "%sup_proj.weight", name_prefix);
+    TRY(lm_weights_matrix(&m->weights, name, width, H, &mlp->up_proj, err));
+    snprintf(name, sizeof name, "%sdown_proj.weight", name_prefix);
+    TRY(lm_weights_matrix(&m->weights, name, H, width, &mlp->down_proj, err));
+    return LM_OK;
+}
+
+/* The routed experts in either layout (model-spec §B.3): fused
+ * experts.gate_up_proj [E, 2I, H] (gate rows first) + experts.down_proj
+ * [E, H, I], cut into per-expert views without copying; or
+ * experts.<e>.{gate,up,down}_proj.weight. */
+static lm_status load_experts(lm_qwen35_model *m, const char *layer_prefix, lm_qwen35_moe *moe,
+                              lm_error *err) {
+    const lm_qwen35_config *c = &m->config;
+    int E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
+    moe->expert_matrices = calloc(3 * (size_t)E, sizeof *moe->expert_matrices);
+    if (!moe->expert_matrices) return lm_fail(err, LM_ERR_NOMEM, "out of memory for %d experts", E);
+    lm_matrix *gate = moe->expert_matrices, *up = gate + E, *down = up + E;
+    moe->experts = (lm_moe_experts){.n_experts = E, .hidden = H, .inter = I,
+                                    .gate = gate, .up = up, .down = down};
+    char name[256];
+    snprintf(name, sizeof name, "%smlp.experts.gate_up_proj", layer_prefix);
+    if (lm_weights_has(&m->weights, name)) {
+        lm_matrix gate_up, downs;
+        TRY(lm_weights_stacked(&m->weights, name, E, 2 * (int64_t)I, H, &gate_up, err));
+        snprintf(name, sizeof name, "%smlp.experts.down_proj", layer_prefix);
+        TRY(lm_weights_stacked(&m->weights, name, E, H, I, &downs, err));
+        for (int e = 0; e < E; e++) {
+            gate[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e, I);
+            up[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e + I, I);
+            down[e] = lm_matrix_rows(&downs, (int64_t)H * e, H);
+        }
+        return LM_OK;
+    }
+    for (int e = 0; e < E; e++) {
+        lm_qwen35_mlp expert;
+        snprintf(name, sizeof name, "%smlp.experts.%d.", layer_prefix, e);
+        TRY(load_swiglu(m, name, I, &expert, err));
+        gate[e] = expert.gate_proj;
+        up[e] = expert.up_proj;
+        down[e] = expert.down_proj;
+    }
+    return LM_OK;
+}
+
+static lm_status load_moe(lm_qwen35_model *m, const char *prefix, int i, lm_qwen35_moe *moe,
+                          lm_error *err) {
+    const lm_qwen35_config *c = &m->config;
+    char layer_prefix[128], name[256];
+    snprintf(layer_prefix, sizeof layer_prefix, "%slayers.%d.", prefix, i);
+    snprintf(name, sizeof name, "%smlp.gate.weight", layer_prefix);
+    TRY(lm_weights_matrix(&m->weights, name, c->num_experts, c->hidden_size, &moe->router, err));
+    TRY(load_experts(m, layer_prefix, moe, err));
+    snprintf(name, sizeof name, "%smlp.shared_expert.", layer_prefix);
+    TRY(load_swiglu(m, name, c->shared_expert_intermediate_size, &moe->shared, err));
+    snprintf(name, sizeof name, "%smlp.shared_expert_gate.weight", layer_prefix);
+    return lm_weights_matrix(&m->weights, name, 1, c->hidden_size, &moe->shared_gate, err);
+}
+
+void lm_qwen35_layer_free(lm_qwen35_layer *layer) {
+    free(layer->moe.expert_matrices);
+    layer->moe.expert_matrices = NULL;
+}
+
 lm_status lm_qwen35_load_layer(lm_qwen35_model *m, const char *prefix, int i, lm_layer_type type,
                                float norm_offset, lm_qwen35_layer *layer, lm_error *err) {
     const lm_qwen35_config *c = &m->config;
@@ -105,10 +175,8 @@ lm_status lm_qwen35_load_layer(lm_qwen35_model *m, const char *prefix, int i, lm
         TRY(load_full_attention(m, prefix, i, norm_offset, &layer->full, err));
     else
         TRY(load_linear_attention(m, prefix, i, &layer->linear, err));
-    if (c->is_moe)
-        return lm_fail(err, LM_ERR_UNSUPPORTED,
-                       "%s: mixture-of-experts layers are not supported yet (%slayers.%d.mlp)",
-                       c->model_type, prefix, i);
+    layer->is_moe = c->is_moe; /* every Qwen3.5-MoE layer is sparse (model-spec §B.1) */
+    if (layer->is_moe) return load_moe(m, prefix, i, &layer->moe, err);
     return load_mlp(m, prefix, i, &layer->mlp, err);
 }
 
@@ -143,8 +211,16 @@ static size_t decode_bytes_per_token(const lm_qwen35_model *m) {
             bytes += matrix_bytes(&l->linear.in_proj_qkv) + matrix_bytes(&l->linear.in_proj_z) +
                      matrix_bytes(&l->linear.in_proj_b) + matrix_bytes(&l->linear.in_proj_a) +
                      matrix_bytes(&l->linear.out_proj);
-        bytes += matrix_bytes(&l->mlp.gate_proj) + matrix_bytes(&l->mlp.up_proj) +
-                 matrix_bytes(&l->mlp.down_proj);
+        if (l->is_moe) /* the router, the shared expert and top_k routed experts */
+            bytes += matrix_bytes(&l->moe.router) + matrix_bytes(&l->moe.shared_gate) +
+                     matrix_bytes(&l->moe.shared.gate_proj) + matrix_bytes(&l->moe.shared.up_proj) +
+                     matrix_bytes(&l->moe.shared.down_proj) +
+                     c->num_experts_per_tok *
+                         (matrix_bytes(&l->moe.experts.gate[0]) + matrix_bytes(&l->moe.experts.up[0]) +
+                          matrix_bytes(&l->moe.experts.down[0]));
+        else
+            bytes += matrix_bytes(&l->mlp.gate_proj) + matrix_bytes(&l->mlp.up_proj) +
+                     matrix_bytes(&l->mlp.down_proj);
     }
     double state = (double)c->linear_num_value_heads * c->linear_key_head_dim *
                    c->linear_value_head_dim * sizeof(float);
@@ -191,6 +267,7 @@ static void qwen35_free(lm_qwen35_model *m) {
     if (!m) return;
     lm_qwen35_mtp_free(m);
     lm_weights_free(&m->weights);
+    for (int i = 0; m->layers && i < m->config.num_hidden_layers; i++) lm_qwen35_layer_free(&m->layers[i]);
     free(m->layers);
     lm_checkpoint_close(m->checkpoint);
     free(m);
@@ -226,6 +303,13 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
         .interleaved_sections = true, /* Qwen3.5 is always interleaved (model-spec §A.6) */
         .pair_interleaved = false,    /* rotate-half */
     };
+    m->routing = (lm_moe_routing){.n_experts = c->num_experts,
+                                  .top_k = c->num_experts_per_tok,
+                                  .scoring = LM_MOE_SOFTMAX,
+                                  .n_group = 1,
+                                  .topk_group = 1,
+                                  .renormalize = true, /* always, in HF's Qwen3.5-MoE */
+                                  .scale = 1.0f};
 
     /* Multimodal checkpoints nest the text model under model.language_model. */
     const char *prefix = lm_weights_has(&m->weights, "model.language_model.embed_tokens.weight")
@@ -450,6 +534,29 @@ static void mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w, lm_mem h)
     lm_add(be, h, s->x, (int64_t)N * c->hidden_size);
 }
 
+/* The sparse MoE block (model-spec §B.2): the routed experts, plus the
+ * shared expert scaled by sigmoid(x·shared_gateᵀ), added into h. */
+static void moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, lm_mem h) {
+    const lm_qwen35_model *m = ctx->model;
+    const lm_qwen35_config *c = &m->config;
+    const lm_qwen35_scratch *s = &ctx->scratch;
+    const lm_qwen35_moe_scratch *ms = &ctx->moe;
+    lm_backend *be = ctx->be;
+    int H = c->hidden_size, k = c->num_experts_per_tok, Is = c->shared_expert_intermediate_size;
+    lm_matmul(be, ms->logits, s->x, N, &moe->router);
+    lm_moe_route(be, ms->ids, ms->weights, ms->logits, N, &m->routing);
+    lm_moe_apply_experts(be, ms->routed, s->x, N, ms->ids, ms->weights, k, &moe->experts,
+                         ms->expert_scratch);
+    lm_matmul(be, s->proj, s->x, N, &moe->shared.gate_proj);
+    lm_matmul(be, s->proj2, s->x, N, &moe->shared.up_proj);
+    lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * Is);
+    lm_matmul(be, ms->shared, s->proj, N, &moe->shared.down_proj);
+    lm_matmul(be, ms->shared_gate, s->x, N, &moe->shared_gate); /* [N, 1] */
+    lm_sigmoid_scale_rows(be, ms->shared, ms->shared_gate, N, H);
+    lm_add(be, ms->routed, ms->shared, (int64_t)N * H);
+    lm_add(be, h, ms->routed, (int64_t)N * H);
+}
+
 /* One decoder layer (model-spec §A.4) on the residual stream h: full
  * attention over kv, or Gated DeltaNet (b: the step's sequences, for the
  * rollback records), then the MLP. */
@@ -464,7 +571,10 @@ static void decoder_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
     else
         linear_attention(ctx, step, b, layer, h);
     lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->post_attention_norm, N, H, c->rms_norm_eps);
-    mlp(ctx, N, &layer->mlp, h);
+    if (layer->is_moe)
+        moe_mlp(ctx, N, &layer->moe, h);
+    else
+        mlp(ctx, N, &layer->mlp, h);
 }
 
 void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
@@ -559,6 +669,9 @@ static void qwen35_describe(const lm_model *base, FILE *f) {
     for (int i = 0; i < c->num_hidden_layers; i++)
         fputc(c->layer_types[i] == LM_LAYER_FULL_ATTENTION ? 'F' : 'L', f);
     fprintf(f, "  (L = gated deltanet, F = full attention)\n");
+    if (c->is_moe)
+        fprintf(f, "  experts: %d, %d per token, width %d, shared expert width %d\n", c->num_experts,
+                c->num_experts_per_tok, c->moe_intermediate_size, c->shared_expert_intermediate_size);
     fprintf(f, "  mtp head layers: %d, vision tower: %s, tied embeddings: %s\n",
             c->mtp_num_hidden_layers, c->has_vision_config ? "yes" : "no",
             c->tie_word_embeddings ? "yes" : "no");

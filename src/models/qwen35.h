@@ -30,13 +30,26 @@ typedef struct {
     lm_matrix gate_proj, up_proj, down_proj;
 } lm_qwen35_mlp;
 
+/* The sparse MoE block of a Qwen3.5-MoE layer (model-spec §B.2): routed
+ * SwiGLU experts (per-expert tensors or slices of fused ones) and a shared
+ * expert scaled by a per-token sigmoid gate. */
+typedef struct {
+    lm_matrix router;            /* mlp.gate [E, H] */
+    lm_matrix *expert_matrices;  /* [3][E]: gate, up, down of every expert (owned) */
+    lm_moe_experts experts;      /* the op's view of them */
+    lm_qwen35_mlp shared;        /* mlp.shared_expert, width shared_expert_intermediate_size */
+    lm_matrix shared_gate;       /* mlp.shared_expert_gate [1, H] */
+} lm_qwen35_moe;
+
 typedef struct {
     lm_layer_type type;
     int cache_index; /* index among layers of its type: KV layer or state layer */
     lm_mem input_norm, post_attention_norm; /* 1 + w */
     lm_qwen35_linear_attention linear;
     lm_qwen35_full_attention full;
+    bool is_moe;     /* the MLP is mlp (dense) or moe */
     lm_qwen35_mlp mlp;
+    lm_qwen35_moe moe;
 } lm_qwen35_layer;
 
 struct lm_qwen35_mtp; /* models/qwen35_mtp.h */
@@ -52,6 +65,7 @@ typedef struct {
     lm_qwen35_layer *layers;
     int n_full_layers, n_linear_layers;
     lm_rope_params rope;
+    lm_moe_routing routing; /* MoE models: softmax, top-k, renormalised */
     /* derived sizes */
     int key_dim, value_dim, conv_dim;
     /* The Multi-Token-Prediction head (models/qwen35_mtp.h), loaded with the
@@ -71,8 +85,11 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
                          const lm_model_load_options *options, lm_backend *backend,
                          lm_qwen35_model **out, lm_error *err);
 
+/* Frees what a layer owns beyond the weights (its experts' descriptors). */
+void lm_qwen35_layer_free(lm_qwen35_layer *layer);
+
 /* Loads decoder layer `index`, tensors `<prefix>layers.<index>.*`, as a layer
- * of the given type with the model's MLP.  norm_offset is added to its
+ * of the given type with the model's MLP (dense or MoE).  norm_offset is added to its
  * zero-centred norm weights: 1 for weights stored as offsets, 0 when a
  * converter already added it.  The caller sets layer->cache_index. */
 lm_status lm_qwen35_load_layer(lm_qwen35_model *model, const char *prefix, int index,

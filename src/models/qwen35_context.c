@@ -60,6 +60,7 @@ static void layout(lm_qwen35_context *ctx, carver *c) {
     size_t attn_q = (size_t)cfg->num_attention_heads * (size_t)cfg->head_dim;
     size_t attn_kv = (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim;
     size_t wide = max_size(max_size(2 * attn_q, cd), (size_t)cfg->intermediate_size);
+    if (cfg->is_moe) wide = max_size(wide, (size_t)cfg->shared_expert_intermediate_size);
     lm_qwen35_scratch *s = &ctx->scratch;
     carve(c, &s->h, N * H);
     carve(c, &s->x, N * H);
@@ -71,6 +72,19 @@ static void layout(lm_qwen35_context *ctx, carver *c) {
     carve(c, &s->gates, N * max_size(attn_q, vd));
     carve(c, &s->beta, N * max_size(Hv, 1));
     carve(c, &s->g, N * max_size(Hv, 1));
+    if (cfg->is_moe) {
+        lm_qwen35_moe_scratch *ms = &ctx->moe;
+        size_t E = (size_t)cfg->num_experts, k = (size_t)cfg->num_experts_per_tok;
+        lm_moe_experts shape = {.n_experts = cfg->num_experts, .hidden = cfg->hidden_size,
+                                .inter = cfg->moe_intermediate_size};
+        carve(c, &ms->logits, N * E);
+        carve(c, &ms->ids, N * k);
+        carve(c, &ms->weights, N * k);
+        carve(c, &ms->routed, N * H);
+        carve(c, &ms->shared, N * H);
+        carve(c, &ms->shared_gate, N);
+        carve(c, &ms->expert_scratch, (lm_moe_scratch_bytes((int)N, (int)k, &shape) + 3) / 4);
+    }
     if (K > 0) carve(c, &ctx->hidden_all, N * H);
     carve(c, &ctx->logit_x, R * H);
     carve(c, &ctx->logits, R * V);

@@ -33,6 +33,15 @@ typedef struct {
     lm_mem beta, g;    /* [N, Hv] */
 } lm_qwen35_scratch;
 
+/* The MoE block's scratch (MoE models only), [N, ...] each. */
+typedef struct {
+    lm_mem logits;         /* [N, E] router logits */
+    lm_mem ids, weights;   /* [N, top_k] int32 / float32 */
+    lm_mem routed, shared; /* [N, H] */
+    lm_mem shared_gate;    /* [N] */
+    lm_mem expert_scratch; /* lm_moe_scratch_bytes(N, top_k, experts) */
+} lm_qwen35_moe_scratch;
+
 /* What a speculative verify keeps per state slot so it can be rolled back
  * to any accepted prefix without another forward (model-spec §C.5,
  * "replay"): the states before the step and, per row, the pre-conv inputs
@@ -69,6 +78,7 @@ typedef struct {
     size_t conv_floats, recurrent_floats;
     lm_qwen35_records records;
     lm_qwen35_scratch scratch;
+    lm_qwen35_moe_scratch moe;
     lm_mem hidden_all;  /* [N, H] post-final-norm rows of the last step (MTP input) */
     lm_mem logit_x;     /* [rows, H] the normed logit rows */
     lm_mem logits;      /* [rows, V] */

@@ -97,9 +97,6 @@ lm_status lm_qwen35_mtp_load(lm_qwen35_model *m, lm_mtp_norms norms, lm_error *e
     if (c->mtp_use_dedicated_embeddings)
         return no_head(m, err, LM_ERR_UNSUPPORTED,
                        "MTP head not used: mtp_use_dedicated_embeddings is not supported");
-    if (c->is_moe)
-        return no_head(m, err, LM_ERR_UNSUPPORTED,
-                       "MTP head not used: its mixture-of-experts layer is not supported yet");
 
     lm_qwen35_mtp *mtp = calloc(1, sizeof *mtp);
     if (!mtp) return no_head(m, err, LM_ERR_NOMEM, "MTP head not loaded: out of memory");
@@ -111,6 +108,7 @@ lm_status lm_qwen35_mtp_load(lm_qwen35_model *m, lm_mtp_norms norms, lm_error *e
         /* The head's tensors count as unused again (loom inspect lists them);
          * float copies already made stay owned by m->weights until it is freed. */
         m->weights.n_used = used_before;
+        lm_qwen35_layer_free(&mtp->layer);
         free(mtp);
         return no_head(m, err, st, "MTP head not loaded: %s", why.message);
     }
@@ -121,6 +119,7 @@ lm_status lm_qwen35_mtp_load(lm_qwen35_model *m, lm_mtp_norms norms, lm_error *e
 }
 
 void lm_qwen35_mtp_free(lm_qwen35_model *m) {
+    if (m->mtp) lm_qwen35_layer_free(&m->mtp->layer);
     free(m->mtp); /* its vectors belong to m->weights */
     m->mtp = NULL;
     m->has_mtp = false;
@@ -132,7 +131,8 @@ void lm_qwen35_mtp_describe(const lm_qwen35_model *m, FILE *f) {
         return;
     }
     const lm_qwen35_mtp *h = m->mtp;
-    fprintf(f, "mtp head: loaded (%s*: fc, one full-attention layer, dense MLP)\n", h->prefix);
+    fprintf(f, "mtp head: loaded (%s*: fc, one full-attention layer, %s)\n", h->prefix,
+            h->layer.is_moe ? "mixture-of-experts MLP" : "dense MLP");
     fprintf(f, "  norms stored %s, %s (mean of the stored pre-fc and final norm weights %.3f)\n",
             h->norms_were_shifted ? "with the 1 already added" : "zero-centred (scale 1 + w)",
             h->norms_forced ? "as forced" : "detected", (double)h->stored_norm_mean);

@@ -143,7 +143,7 @@ static bool is_float_dtype(lm_dtype d) {
 
 static const lm_tensor *require(lm_weights *w, const char *name, int n_dims, const int64_t *shape,
                                 lm_error *err) {
-    if (w->random) return random_tensor(w, name, n_dims, shape, n_dims == 2 ? LM_DTYPE_BF16 : LM_DTYPE_F32, err);
+    if (w->random) return random_tensor(w, name, n_dims, shape, n_dims >= 2 ? LM_DTYPE_BF16 : LM_DTYPE_F32, err);
     const lm_tensor *t = lm_weights_find(w, name);
     if (!t)
         lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' is missing", lm_checkpoint_dir(w->checkpoint),
@@ -243,4 +243,31 @@ void lm_weights_print_groups(const lm_weights *w, bool want_used, FILE *f) {
             params += t->n_elements;
         }
     }
+}
+
+lm_status lm_weights_stacked(lm_weights *w, const char *name, int64_t n, int64_t rows, int64_t cols,
+                             lm_matrix *out, lm_error *err) {
+    const int64_t shape[3] = {n, rows, cols};
+    const lm_tensor *t = require(w, name, 3, shape, err);
+    if (!t) return err->code;
+    if (t->n_dims != 3 || t->shape[0] != n || t->shape[1] != rows || t->shape[2] != cols)
+        return lm_fail(err, LM_ERR_FORMAT,
+                       "%s: tensor '%s' has %d dims [%lld, %lld, %lld...]; expected [%lld, %lld, %lld]",
+                       t->file, name, t->n_dims, (long long)t->shape[0],
+                       (long long)(t->n_dims > 1 ? t->shape[1] : 0),
+                       (long long)(t->n_dims > 2 ? t->shape[2] : 0), (long long)n, (long long)rows,
+                       (long long)cols);
+    lm_buffer *buffer;
+    lm_status st = import(w, t->data, t->n_bytes, name, &buffer, err);
+    if (st != LM_OK) return st;
+    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = n * rows, .cols = cols};
+    return LM_OK;
+}
+
+lm_matrix lm_matrix_rows(const lm_matrix *m, int64_t first, int64_t rows) {
+    return (lm_matrix){.data = lm_mem_bytes(m->data, (size_t)first * (size_t)m->cols *
+                                                         lm_dtype_size(m->dtype)),
+                       .dtype = m->dtype,
+                       .rows = rows,
+                       .cols = m->cols};
 }

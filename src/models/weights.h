@@ -46,6 +46,13 @@ bool lm_weights_has(const lm_weights *w, const char *name);
  * backend uses the checkpoint's memory in place). */
 lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                             lm_matrix *out, lm_error *err);
+/* A 3-D float tensor [n, rows, cols] as stored (fused experts), on the
+ * backend, as one [n * rows, cols] matrix: lm_matrix_rows cuts its slices
+ * without copying. */
+lm_status lm_weights_stacked(lm_weights *w, const char *name, int64_t n, int64_t rows, int64_t cols,
+                             lm_matrix *out, lm_error *err);
+/* Rows [first, first + rows) of m, a view of the same memory. */
+lm_matrix lm_matrix_rows(const lm_matrix *m, int64_t first, int64_t rows);
 /* Any float tensor with exactly n elements, converted to float32 and plus
  * `offset` (1.0 turns a zero-centred norm weight into its scale), in host
  * memory owned by w, for transforms made once before import.  Shape must be

@@ -110,6 +110,43 @@ typedef struct {
     int max_length;
 } lm_seq_batch;
 
+/* Mixture-of-experts routing (model-spec §B.2 Qwen3.5, §E.2.4 GLM-4.6V):
+ * from a token's router logits [n_experts], its top_k experts and weights.
+ *   scores  s = softmax(logits) (SOFTMAX) or sigmoid(logits) (SIGMOID);
+ *   choice  c = s + correction_bias (bias: selection only; none if its
+ *           buffer is NULL); with n_group > 1, groups of n_experts/n_group
+ *           consecutive experts are scored by the sum of their 2 largest c,
+ *           only the topk_group best groups stay (the rest -inf);
+ *   ids     = the top_k largest c, largest first, the lower index on ties;
+ *   weights = s[ids], / (Σ + 1e-20) if renormalize, then · scale. */
+typedef enum { LM_MOE_SOFTMAX, LM_MOE_SIGMOID } lm_moe_scoring;
+
+typedef struct {
+    int n_experts, top_k;
+    lm_moe_scoring scoring;
+    lm_mem correction_bias; /* float32 [n_experts], or buffer NULL */
+    int n_group, topk_group; /* 1, 1: no group limit */
+    bool renormalize;
+    float scale;             /* routed_scaling_factor; 1 for Qwen3.5 */
+} lm_moe_routing;
+
+/* The routed experts of one MoE layer: expert e is the SwiGLU
+ * (silu(x·gate[e]ᵀ) ⊙ x·up[e]ᵀ)·down[e]ᵀ with gate/up [inter, hidden] and
+ * down [hidden, inter].  The arrays are host descriptors of backend memory:
+ * slices of one fused tensor or separate tensors, alike. */
+typedef struct {
+    int n_experts, hidden, inter;
+    const lm_matrix *gate, *up, *down; /* [n_experts] each */
+} lm_moe_experts;
+
+/* Scratch bytes moe_experts needs for n tokens of top_k experts each. */
+static inline size_t lm_moe_scratch_bytes(int n, int top_k, const lm_moe_experts *e) {
+    size_t pairs = (size_t)n * (size_t)top_k;
+    return sizeof(float) * ((size_t)n * (2 * (size_t)e->inter + (size_t)e->hidden) +
+                            pairs * (size_t)e->hidden) +
+           sizeof(int32_t) * (pairs + (size_t)e->n_experts + 1) + 64;
+}
+
 typedef struct {
     const char *name;
 
@@ -172,6 +209,20 @@ typedef struct {
      * index among equal maxima; NaN never wins over a number (a row of
      * only NaN gives 0). */
     void (*argmax_rows)(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n);
+
+    /* x[r, :] *= sigmoid(gate[r]) for each of rows rows of width floats. */
+    void (*sigmoid_scale_rows)(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width);
+
+    /* ---- mixture of experts ---- */
+    /* ids int32 [n, top_k], weights float32 [n, top_k] from logits [n, n_experts]. */
+    void (*moe_route)(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
+                      const lm_moe_routing *routing);
+    /* out [n, hidden] = Σ_j weights[t, j] · Expert_{ids[t, j]}(x_t), the sum
+     * in j order.  Tokens are grouped by expert, so a touched expert's
+     * matrices are read once per call and an untouched one not at all.
+     * scratch: lm_moe_scratch_bytes(n, top_k, experts) bytes. */
+    void (*moe_experts)(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights,
+                        int top_k, const lm_moe_experts *experts, lm_mem scratch);
 
     /* ---- attention ---- */
     /* Writes k, v rows [n, n_kv_heads*head_dim] into the pool at token slots (int32 [n]). */
@@ -295,6 +346,19 @@ static inline void lm_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem
 }
 static inline void lm_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) {
     be->ops->argmax_rows(be, ids, x, rows, n);
+}
+static inline void lm_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows,
+                                         int width) {
+    be->ops->sigmoid_scale_rows(be, x, gate, rows, width);
+}
+static inline void lm_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
+                                const lm_moe_routing *routing) {
+    be->ops->moe_route(be, ids, weights, logits, n, routing);
+}
+static inline void lm_moe_apply_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids,
+                                  lm_mem weights, int top_k, const lm_moe_experts *experts,
+                                  lm_mem scratch) {
+    be->ops->moe_experts(be, out, x, n, ids, weights, top_k, experts, scratch);
 }
 static inline void lm_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n,
                                lm_mem slots) {

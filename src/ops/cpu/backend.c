@@ -8,6 +8,7 @@
 #include "ops/backend_kinds.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
+#include "ops/ref/reference.h"
 
 #define F32 lm_host_f32
 #define I32 lm_host_i32
@@ -101,6 +102,22 @@ static void cpu_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k,
     lm_cpu_gated_delta_rule(lm_cpu_pool(be), &b);
 }
 
+static void cpu_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width) {
+    (void)be;
+    lm_ref_sigmoid_scale_rows(F32(x), F32(gate), rows, width);
+}
+static void cpu_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
+                          const lm_moe_routing *routing) {
+    (void)be;
+    const float *bias = routing->correction_bias.buffer ? F32(routing->correction_bias) : NULL;
+    lm_ref_moe_route(I32(ids), F32(weights), F32(logits), n, routing, bias);
+}
+static void cpu_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights,
+                            int top_k, const lm_moe_experts *experts, lm_mem scratch) {
+    lm_cpu_moe_experts(lm_cpu_pool(be), F32(out), F32(x), n, I32(ids), F32(weights), top_k, experts,
+                       lm_host_ptr(scratch));
+}
+
 const lm_backend_ops lm_cpu_backend_ops = {
     .name = "cpu",
     LM_HOST_MEMORY_OPS,
@@ -121,6 +138,9 @@ const lm_backend_ops lm_cpu_backend_ops = {
     .gdn_gates = cpu_gdn_gates,
     .causal_conv1d_silu = cpu_causal_conv1d_silu,
     .gated_delta_rule = cpu_gated_delta_rule,
+    .sigmoid_scale_rows = cpu_sigmoid_scale_rows,
+    .moe_route = cpu_moe_route,
+    .moe_experts = cpu_moe_experts,
 };
 
 lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err) {

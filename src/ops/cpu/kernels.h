@@ -24,6 +24,10 @@ void lm_cpu_silu_mul(lm_pool *pool, float *out, const float *gate, const float *
 void lm_cpu_sigmoid_mul(lm_pool *pool, float *x, const float *gate, int64_t n);
 void lm_cpu_add(lm_pool *pool, float *x, const float *y, int64_t n);
 
+/* moe.c */
+void lm_cpu_moe_experts(lm_pool *pool, float *out, const float *x, int n, const int32_t *ids,
+                        const float *weights, int k, const lm_moe_experts *experts, void *scratch);
+
 /* rows.c */
 void lm_cpu_copy_rows(float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
                       int rows, int width);

@@ -100,6 +100,22 @@ static void ref_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k,
                                   slot_stride, &hs, Hk, Hv, dk, dv);
 }
 
+static void ref_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width) {
+    (void)be;
+    lm_ref_sigmoid_scale_rows(F32(x), F32(gate), rows, width);
+}
+static void ref_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
+                          const lm_moe_routing *routing) {
+    (void)be;
+    const float *bias = routing->correction_bias.buffer ? F32(routing->correction_bias) : NULL;
+    lm_ref_moe_route(I32(ids), F32(weights), F32(logits), n, routing, bias);
+}
+static void ref_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights,
+                            int top_k, const lm_moe_experts *experts, lm_mem scratch) {
+    (void)be;
+    lm_ref_moe_experts(F32(out), F32(x), n, I32(ids), F32(weights), top_k, experts, lm_host_ptr(scratch));
+}
+
 const lm_backend_ops lm_ref_backend_ops = {
     .name = "ref",
     LM_HOST_MEMORY_OPS,
@@ -120,6 +136,9 @@ const lm_backend_ops lm_ref_backend_ops = {
     .gdn_gates = ref_gdn_gates,
     .causal_conv1d_silu = ref_causal_conv1d_silu,
     .gated_delta_rule = ref_gated_delta_rule,
+    .sigmoid_scale_rows = ref_sigmoid_scale_rows,
+    .moe_route = ref_moe_route,
+    .moe_experts = ref_moe_experts,
 };
 
 lm_status lm_backend_ref_create(lm_backend **out, lm_error *err) {

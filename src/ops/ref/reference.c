@@ -302,3 +302,104 @@ void lm_ref_gated_delta_rule_batch(float *out, const float *q, const float *k, c
                                 Hv, dk, dv);
     }
 }
+
+/* ------------------------------------------------------ mixture of experts */
+
+void lm_ref_sigmoid_scale_rows(float *x, const float *gate, int rows, int width) {
+    for (int r = 0; r < rows; r++) {
+        float s = lm_ref_sigmoid(gate[r]);
+        for (int i = 0; i < width; i++) x[(int64_t)r * width + i] *= s;
+    }
+}
+
+/* The index of the largest c[i] not yet taken (lower index on ties; -inf
+ * counts, NaN never wins), or -1 when every candidate is taken or NaN. */
+static int best_untaken(const float *c, const bool *taken, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!taken[i] && !isnan(c[i]) && (best < 0 || c[i] > c[best])) best = i;
+    return best;
+}
+
+void lm_ref_moe_route(int32_t *ids, float *weights, const float *logits, int n,
+                      const lm_moe_routing *r, const float *correction_bias) {
+    int E = r->n_experts, k = r->top_k;
+    int groups = r->n_group > 1 ? r->n_group : 1, per_group = E / groups;
+    for (int t = 0; t < n; t++) {
+        const float *l = logits + (int64_t)t * E;
+        float s[LM_MOE_MAX_EXPERTS], c[LM_MOE_MAX_EXPERTS];
+        bool taken[LM_MOE_MAX_EXPERTS] = {false};
+        if (r->scoring == LM_MOE_SOFTMAX) {
+            float top = -INFINITY;
+            for (int e = 0; e < E; e++) top = l[e] > top ? l[e] : top;
+            double sum = 0;
+            for (int e = 0; e < E; e++) sum += (s[e] = expf(l[e] - top));
+            for (int e = 0; e < E; e++) s[e] = (float)(s[e] / sum);
+        } else {
+            for (int e = 0; e < E; e++) s[e] = lm_ref_sigmoid(l[e]);
+        }
+        for (int e = 0; e < E; e++) c[e] = s[e] + (correction_bias ? correction_bias[e] : 0.0f);
+        if (groups > 1) {
+            /* Score each group by its two largest choices; keep the best
+             * topk_group groups, mask the rest out of the selection. */
+            float group_score[LM_MOE_MAX_EXPERTS];
+            bool group_taken[LM_MOE_MAX_EXPERTS] = {false}, keep[LM_MOE_MAX_EXPERTS] = {false};
+            for (int g = 0; g < groups; g++) {
+                bool in_group[LM_MOE_MAX_EXPERTS] = {false};
+                const float *cg = c + g * per_group;
+                int a = best_untaken(cg, in_group, per_group);
+                if (a >= 0) in_group[a] = true;
+                int b = best_untaken(cg, in_group, per_group);
+                group_score[g] = (a >= 0 ? cg[a] : -INFINITY) + (b >= 0 ? cg[b] : 0.0f);
+            }
+            for (int kept = 0; kept < r->topk_group && kept < groups; kept++) {
+                int g = best_untaken(group_score, group_taken, groups);
+                if (g < 0) break;
+                group_taken[g] = keep[g] = true;
+            }
+            for (int e = 0; e < E; e++)
+                if (!keep[e / per_group]) c[e] = -INFINITY;
+        }
+        double sum = 0;
+        for (int j = 0; j < k; j++) {
+            int e = best_untaken(c, taken, E);
+            if (e < 0) e = 0; /* only NaN left: any valid id */
+            taken[e] = true;
+            ids[(int64_t)t * k + j] = e;
+            weights[(int64_t)t * k + j] = s[e];
+            sum += s[e];
+        }
+        for (int j = 0; j < k; j++) {
+            float *w = &weights[(int64_t)t * k + j];
+            if (r->renormalize) *w = (float)(*w / (sum + 1e-20));
+            *w *= r->scale;
+        }
+    }
+}
+
+/* One expert on one row: y [H] = (silu(x·gateᵀ) ⊙ x·upᵀ)·downᵀ, with the
+ * two [I] intermediates in tmp. */
+static void expert_row(float *y, const float *x, const lm_moe_experts *ex, int e, float *tmp) {
+    lm_host_matrix gate = lm_host_matrix_of(&ex->gate[e]), up = lm_host_matrix_of(&ex->up[e]);
+    lm_host_matrix down = lm_host_matrix_of(&ex->down[e]);
+    float *g = tmp, *u = tmp + ex->inter;
+    lm_ref_matmul(g, x, 1, &gate);
+    lm_ref_matmul(u, x, 1, &up);
+    lm_ref_silu_mul(g, g, u, ex->inter);
+    lm_ref_matmul(y, g, 1, &down);
+}
+
+void lm_ref_moe_experts(float *out, const float *x, int n, const int32_t *ids,
+                        const float *weights, int k, const lm_moe_experts *ex, void *scratch) {
+    int H = ex->hidden;
+    float *tmp = scratch, *y = tmp + 2 * (size_t)ex->inter;
+    for (int t = 0; t < n; t++) {
+        float *o = out + (int64_t)t * H;
+        for (int i = 0; i < H; i++) o[i] = 0.0f;
+        for (int j = 0; j < k; j++) {
+            int64_t p = (int64_t)t * k + j;
+            expert_row(y, x + (int64_t)t * H, ex, ids[p], tmp);
+            for (int i = 0; i < H; i++) o[i] += weights[p] * y[i];
+        }
+    }
+}

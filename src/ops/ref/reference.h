@@ -57,6 +57,15 @@ void lm_ref_gated_delta_rule_batch(float *out, const float *q, const float *k, c
 /* The scalar float32 gate formulas shared by every host backend, so the
  * results are bit-identical across them (and with the model code they
  * replace): beta = sigmoid(b), g = neg_exp_A * softplus(a + dt_bias). */
+/* Mixture of experts (ops.h): routing with the correction bias resolved
+ * (NULL: none); expert SwiGLUs one row at a time, scratch as ops.h sizes it. */
+#define LM_MOE_MAX_EXPERTS 1024
+void lm_ref_sigmoid_scale_rows(float *x, const float *gate, int rows, int width);
+void lm_ref_moe_route(int32_t *ids, float *weights, const float *logits, int n,
+                      const lm_moe_routing *routing, const float *correction_bias);
+void lm_ref_moe_experts(float *out, const float *x, int n, const int32_t *ids,
+                        const float *weights, int k, const lm_moe_experts *experts, void *scratch);
+
 static inline float lm_ref_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 static inline float lm_ref_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
