@@ -52,6 +52,7 @@ typedef struct {
     size_t out_pos;
     bool stream_done, final_sent;
     char error_message[256];
+    int32_t keep_special[4]; /* chat: the markers the output parsers read, kept by the detokenizer */
 } gen_ctx;
 
 /* ------------------------------------------------------------ prompts */
@@ -225,11 +226,6 @@ static cJSON *completion_logprobs(const cJSON *entries, size_t text_offset) {
     return o;
 }
 
-static bool is_markup_token(const char *s) {
-    return s && (!strcmp(s, "<think>") || !strcmp(s, "</think>") || !strcmp(s, "<tool_call>") ||
-                 !strcmp(s, "</tool_call>"));
-}
-
 static const char *finish_reason_name(const choice_state *ch) {
     if (ch->calls.n > 0 && ch->reason == LOOM_FINISH_STOP) return "tool_calls";
     switch (ch->reason) {
@@ -262,17 +258,7 @@ static int apply_event(gen_ctx *g, const loom_event *ev, cJSON **logprob_out) {
             else cJSON_AddItemToArray(ch->logprobs, e);
         }
         if (ch->token_ids) cJSON_AddItemToArray(ch->token_ids, cJSON_CreateNumber(ev->token));
-        const char *text = ev->text;
-        size_t len = ev->text_len;
-        /* Chat asks the engine for special tokens so that <think> and
-         * <tool_call> reach the parsers; other special tokens are dropped
-         * here when the client asked to skip them. */
-        if (g->req.kind == LM_API_CHAT && g->req.params.skip_special_tokens && text && g->server->tokenizer &&
-            lm_tokenizer_is_special(g->server->tokenizer, ev->token)) {
-            const char *name = lm_tokenizer_id_to_token(g->server->tokenizer, ev->token);
-            if (!is_markup_token(name) && name && strlen(name) == len && memcmp(name, text, len) == 0) len = 0;
-        }
-        if (text) feed_text(ch, text, len);
+        if (ev->text) feed_text(ch, ev->text, ev->text_len);
     } else {
         if (ev->type == LOOM_EVENT_FINISH && ev->text) feed_text(ch, ev->text, ev->text_len);
         finish_text(ch);
@@ -636,7 +622,27 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
                 return fail(g, c, 500, "out of memory", NULL);
             }
         }
-        r->params.skip_special_tokens = false; /* filtered in apply_event */
+        /* skip_special_tokens (default true) drops special tokens from the
+         * text, except the markers the output parsers consume: <think> and
+         * </think> when reasoning is split, <tool_call> and </tool_call>
+         * when tools are on (tokenizers may mark them special).  Those the
+         * parsers do not consume (a stray </tool_call>) are dropped there. */
+        const char *markers[4] = {NULL, NULL, NULL, NULL};
+        if (s->template_has_think && !forced) markers[0] = "<think>", markers[1] = "</think>";
+        if (r->tools) markers[2] = "<tool_call>", markers[3] = "</tool_call>";
+        int n_keep = 0;
+        bool special[4] = {false, false, false, false};
+        for (int k = 0; k < 4 && r->params.skip_special_tokens; k++) {
+            int32_t id = markers[k] ? lm_tokenizer_token_to_id(s->tokenizer, markers[k]) : -1;
+            special[k] = id >= 0 && lm_tokenizer_is_special(s->tokenizer, id);
+            if (special[k]) g->keep_special[n_keep++] = id;
+        }
+        for (int i = 0; i < g->n; i++) {
+            g->choices[i].reasoning_parser.drop_stray = special[0] || special[1];
+            g->choices[i].tool_parser.drop_stray = special[2] || special[3];
+        }
+        r->params.keep_special_token_ids = g->keep_special;
+        r->params.n_keep_special_token_ids = n_keep;
     } else {
         if (r->prompt_text) {
             if (!s->tokenizer) return fail(g, c, 400, "this model has no tokenizer: send the prompt as token ids", "prompt");

@@ -352,8 +352,15 @@ static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, 
         size_t len = p->pending.len;
         if (len == 0) return true;
         const char *marker = p->in_call ? CALL_CLOSE : CALL_OPEN;
+        const char *stray = p->drop_stray ? (p->in_call ? CALL_OPEN : CALL_CLOSE) : NULL;
         size_t at = lm_marker_find(s, len, marker);
+        size_t stray_at = stray ? lm_marker_find(s, len, stray) : len;
         lm_sbuf *out = p->in_call ? &p->block : content;
+        if (stray_at < at) { /* dropped: what comes before it stays where it is */
+            if (!lm_sbuf_append(out, s, stray_at)) return false;
+            lm_sbuf_consume(&p->pending, stray_at + strlen(stray));
+            continue;
+        }
         if (at < len) {
             if (!lm_sbuf_append(out, s, at)) return false;
             lm_sbuf_consume(&p->pending, at + strlen(marker));
@@ -364,7 +371,9 @@ static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, 
             }
             continue;
         }
-        size_t n = final ? len : len - lm_marker_partial(s, len, marker);
+        size_t hold = lm_marker_partial(s, len, marker);
+        if (stray && lm_marker_partial(s, len, stray) > hold) hold = lm_marker_partial(s, len, stray);
+        size_t n = final ? len : len - hold;
         bool ok = lm_sbuf_append(out, s, n);
         lm_sbuf_consume(&p->pending, n);
         return ok;

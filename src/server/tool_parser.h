@@ -60,6 +60,8 @@ typedef struct {
     uint64_t id_state;    /* for call ids */
     char *forced_name;    /* the forced call's function (malloc'd) until that call ends */
     size_t forced_skip;   /* bytes at the start of block that came from the forced opening */
+    bool drop_stray;      /* a </tool_call> outside a call, or a <tool_call> inside one, is dropped
+                           * (set after init: the markers are special tokens the client asked to skip) */
 } lm_tool_parser;
 
 /* tools: the request's "tools" array (may be NULL); id_seed makes call ids. */
