@@ -198,7 +198,8 @@ static void run_forced_case(const forced_case *c, const cJSON *tools, size_t cut
     lm_tool_parser_init(&p, tools, 42);
     lm_sbuf content = {0};
     lm_tool_call_list calls = {0};
-    bool ok = lm_tool_parser_start_forced(&p, c->form, c->name);
+    lm_error err = {0};
+    bool ok = lm_tool_parser_start_forced(&p, c->form, c->name, &err) == LM_OK;
     size_t len = strlen(c->output);
     if (piece) {
         for (size_t i = 0; i < len; i += piece)

@@ -61,7 +61,7 @@ lm_status lm_render_chat_prompt(const lm_server *s, const lm_openai_request *r, 
                                 size_t *len, lm_error *err) {
     if (!s->chat_template) return lm_fail(err, LM_ERR_INVALID, "this model has no chat template");
     cJSON *ctx = cJSON_CreateObject();
-    if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory building the chat template's context");
     const cJSON *kw;
     cJSON_ArrayForEach(kw, r->template_kwargs) cJSON_AddItemToObject(ctx, kw->string, cJSON_Duplicate(kw, true));
     cJSON_DeleteItemFromObjectCaseSensitive(ctx, "messages");
@@ -551,7 +551,7 @@ static enum MHD_Result fail(gen_ctx *g, struct MHD_Connection *c, unsigned statu
 enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind,
                                      const char *body, size_t len, double arrival) {
     gen_ctx *g = calloc(1, sizeof *g);
-    if (!g) return lm_reply_error(c, 500, "out of memory", NULL);
+    if (!g) return lm_reply_error(c, 500, "out of memory allocating the request's state", NULL);
     g->server = s;
     g->connection = c;
     g->arrival = arrival;
@@ -588,7 +588,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
                 text = grown;
                 text_len += extra;
             } else {
-                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory");
+                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory closing the thinking block before a forced call");
             }
         }
         if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &ids, &n_ids, &err);
@@ -608,7 +608,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         g->choices = calloc((size_t)g->n, sizeof *g->choices);
         if (!g->choices) {
             free(ids);
-            return fail(g, c, 500, "out of memory", NULL);
+            return fail(g, c, 500, "out of memory allocating the choices", NULL);
         }
         for (int i = 0; i < g->n; i++) {
             choice_state *ch = &g->choices[i];
@@ -617,9 +617,9 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
             ch->use_tools = r->tools != NULL;
             lm_reasoning_parser_init(&ch->reasoning_parser, opens);
             lm_tool_parser_init(&ch->tool_parser, r->tools, atomic_fetch_add(&s->next_id, 1) * 0x9e3779b97f4a7c15ull + (uint64_t)i);
-            if (forced && !lm_tool_parser_start_forced(&ch->tool_parser, form, forced_name)) {
+            if (forced && (st = lm_tool_parser_start_forced(&ch->tool_parser, form, forced_name, &err)) != LM_OK) {
                 free(ids);
-                return fail(g, c, 500, "out of memory", NULL);
+                return fail(g, c, st == LM_ERR_NOMEM ? 500 : 400, err.message, "tool_choice");
             }
         }
         /* skip_special_tokens (default true) drops special tokens from the
@@ -662,7 +662,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         g->choices = calloc((size_t)g->n, sizeof *g->choices);
         if (!g->choices) {
             free(ids);
-            return fail(g, c, 500, "out of memory", NULL);
+            return fail(g, c, 500, "out of memory allocating the choices", NULL);
         }
         for (int i = 0; i < g->n; i++)
             if (!s->tokenizer) g->choices[i].token_ids = cJSON_CreateArray();
@@ -704,7 +704,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     if (r->stream) {
         stream_role_chunks(g);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g, stream_free);
-        if (!resp) return fail(g, c, 500, "out of memory", NULL);
+        if (!resp) return fail(g, c, 500, "cannot create the streaming response", NULL);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);

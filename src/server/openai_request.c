@@ -115,7 +115,7 @@ static lm_status parse_token_ids(parse_ctx *c, const char *key, const cJSON *arr
     *n = 0;
     if (count == 0) return LM_OK;
     *out = malloc(sizeof(int32_t) * (size_t)count);
-    if (!*out) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+    if (!*out) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory reading %d token ids of '%s'", count, key);
     const cJSON *item;
     cJSON_ArrayForEach(item, arr) {
         long long v;
@@ -185,7 +185,8 @@ static lm_status parse_sampling(parse_ctx *c, const cJSON *b, lm_openai_request 
         if (count > 0) {
             r->bias_ids = malloc(sizeof(int32_t) * (size_t)count);
             r->bias_values = malloc(sizeof(float) * (size_t)count);
-            if (!r->bias_ids || !r->bias_values) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+            if (!r->bias_ids || !r->bias_values)
+                return lm_fail(c->err, LM_ERR_NOMEM, "out of memory reading %d logit_bias entries", count);
         }
         const cJSON *item;
         cJSON_ArrayForEach(item, bias) {
@@ -233,7 +234,7 @@ static lm_status content_text(parse_ctx *c, const cJSON *content, cJSON **out) {
             total += strlen(text->valuestring);
         }
         char *joined = malloc(total + 1);
-        if (!joined) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+        if (!joined) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory joining %zu bytes of text parts", total);
         size_t at = 0;
         cJSON_ArrayForEach(part, content) {
             const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
@@ -247,7 +248,7 @@ static lm_status content_text(parse_ctx *c, const cJSON *content, cJSON **out) {
     } else {
         return bad(c, "messages", "'%s' content must be a string or a list of parts%s", NULL);
     }
-    return *out ? LM_OK : lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+    return *out ? LM_OK : lm_fail(c->err, LM_ERR_NOMEM, "out of memory copying a message's content");
 }
 
 static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON **out) {
@@ -256,7 +257,7 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
     if (count == 0) return bad(c, "messages", "'%s' must not be empty%s", NULL);
     if (count > MAX_MESSAGES) return bad(c, "messages", "'%s' holds too many messages%s", NULL);
     cJSON *list = cJSON_CreateArray();
-    if (!list) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+    if (!list) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory copying the messages");
     *out = list;
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {
@@ -268,7 +269,7 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
             strcmp(r, "developer"))
             return bad(c, "messages", "'%s': unknown role '%s'", r);
         cJSON *copy = cJSON_Duplicate(m, true);
-        if (!copy) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+        if (!copy) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory copying a message");
         cJSON_AddItemToArray(list, copy);
         if (strcmp(r, "developer") == 0) cJSON_ReplaceItemInObjectCaseSensitive(copy, "role", cJSON_CreateString("system"));
         cJSON *text;
@@ -303,16 +304,47 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
     return LM_OK;
 }
 
+/* OpenAI's rule for function names: ^[a-zA-Z0-9_-]{1,64}$.  It also keeps
+ * names from writing markup into the prompt (a forced call's opening holds
+ * the name). */
+static bool valid_function_name(const char *name) {
+    size_t n = 0;
+    for (const char *p = name; *p; p++, n++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+              *p == '-'))
+            return false;
+    return n >= 1 && n <= LM_REQUEST_MAX_TOOL_NAME;
+}
+
+/* A name for an error message: printable ASCII, cut at 64 bytes. */
+static void printable_name(const char *name, char *out, size_t size) {
+    size_t k = 0;
+    for (const char *p = name; *p && k + 4 < size && p - name < 64; p++)
+        out[k++] = *p >= 0x20 && *p < 0x7f ? *p : '?';
+    if (strlen(name) > 64 && k + 4 < size) out[k++] = '.', out[k++] = '.', out[k++] = '.';
+    out[k] = 0;
+}
+
 static lm_status parse_tools(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
     const cJSON *tools = field(b, "tools");
     if (tools) {
         if (!cJSON_IsArray(tools)) return bad(c, "tools", "'%s' must be a list%s", NULL);
+        if (cJSON_GetArraySize(tools) > LM_REQUEST_MAX_TOOLS) return bad(c, "tools", "'%s' holds more than 128 tools%s", NULL);
         const cJSON *t;
+        int index = 0;
         cJSON_ArrayForEach(t, tools) {
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-            if (!cJSON_IsObject(t) || !cJSON_IsObject(fn) ||
-                !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            if (!cJSON_IsObject(t) || !cJSON_IsObject(fn) || !cJSON_IsString(name))
                 return bad(c, "tools", "'%s' entries need a function with a string name%s", NULL);
+            if (!valid_function_name(name->valuestring)) {
+                char shown[80], detail[200];
+                printable_name(name->valuestring, shown, sizeof shown);
+                snprintf(detail, sizeof detail, "[%d].function.name' ('%s') is not a valid function name: use 1 to 64 of "
+                         "a-z, A-Z, 0-9, _ and -", index, shown);
+                return bad(c, "tools", "'%s%s", detail);
+            }
+            index++;
         }
         if (cJSON_GetArraySize(tools) > 0) r->tools = tools;
     }

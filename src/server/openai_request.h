@@ -17,6 +17,8 @@
 #define LM_REQUEST_MAX_STOP 16
 #define LM_REQUEST_MAX_LOGIT_BIAS 1024
 #define LM_REQUEST_MAX_TOP_LOGPROBS 20
+#define LM_REQUEST_MAX_TOOLS 128     /* as OpenAI */
+#define LM_REQUEST_MAX_TOOL_NAME 64  /* function names: ^[a-zA-Z0-9_-]{1,64}$, as OpenAI */
 
 typedef enum { LM_API_CHAT, LM_API_COMPLETION } lm_api_kind;
 

@@ -380,22 +380,27 @@ static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, 
     }
 }
 
-bool lm_tool_parser_start_forced(lm_tool_parser *p, lm_tool_form form, const char *name) {
+lm_status lm_tool_parser_start_forced(lm_tool_parser *p, lm_tool_form form, const char *name, lm_error *err) {
+    if (!name) return lm_fail(err, LM_ERR_INVALID, "a forced tool call needs a function name");
     lm_sbuf opening = {0}, content = {0};
     lm_tool_call_list calls = {0};
-    bool ok = name && lm_tool_call_opening(form, name, &opening) &&
-              lm_tool_parser_feed(p, lm_sbuf_str(&opening), opening.len, &content, &calls);
+    lm_status st = LM_OK;
+    if (!lm_tool_call_opening(form, name, &opening) ||
+        !lm_tool_parser_feed(p, lm_sbuf_str(&opening), opening.len, &content, &calls))
+        st = lm_fail(err, LM_ERR_NOMEM, "out of memory writing the opening of the forced call to '%.64s'", name);
     /* The opening only opens a call: nothing of it is content or a call. */
-    ok = ok && p->in_call && content.len == 0 && calls.n == 0;
-    if (ok) {
+    else if (!p->in_call || content.len != 0 || calls.n != 0)
+        st = lm_fail(err, LM_ERR_INVALID, "the opening of the forced call to '%.64s' does not open one call "
+                     "(the name holds tool-call markup)", name);
+    if (st == LM_OK) {
         p->forced_skip = opening.len - strlen(CALL_OPEN);
         p->forced_name = strdup(name);
-        ok = p->forced_name != NULL;
+        if (!p->forced_name) st = lm_fail(err, LM_ERR_NOMEM, "out of memory copying the forced call's name");
     }
     lm_sbuf_free(&opening);
     lm_sbuf_free(&content);
     lm_tool_call_list_free(&calls);
-    return ok;
+    return st;
 }
 
 bool lm_tool_parser_feed(lm_tool_parser *p, const char *text, size_t len, lm_sbuf *content,
