@@ -51,6 +51,7 @@ typedef struct {
     lm_sbuf out;
     size_t out_pos;
     bool stream_done, final_sent;
+    bool observed; /* counted in /metrics (outcome and end-to-end latency) */
     char error_message[256];
     int32_t keep_special[4]; /* chat: the markers the output parsers read, kept by the detokenizer */
 } gen_ctx;
@@ -502,6 +503,13 @@ static int outcome_of(const gen_ctx *g) {
     return outcome;
 }
 
+/* Counts the request in /metrics once, however it ends. */
+static void observe_end(gen_ctx *g, int outcome) {
+    if (g->observed) return;
+    g->observed = true;
+    lm_metrics_observe_request(&g->server->metrics, lm_now_seconds() - g->arrival, outcome);
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     gen_ctx *g = cls;
     (void)pos;
@@ -515,13 +523,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (got == 0) {
             if (lm_client_gone(g->connection)) {
                 loom_cancel(g->handle); /* blocks are freed at the engine's next step */
+                observe_end(g, 2);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
             if (atomic_load(&g->server->cancel_all)) loom_cancel(g->handle);
             continue;
         }
         if (got < 0) {
-            lm_metrics_observe_request(&g->server->metrics, lm_now_seconds() - g->arrival, outcome_of(g));
+            observe_end(g, outcome_of(g));
             stream_final(g);
             continue;
         }
@@ -537,7 +546,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     return (ssize_t)n;
 }
 
-static void stream_free(void *cls) { gen_free(cls); }
+/* MHD is done with the stream: normally after its end, but also when the
+ * client went away while a chunk was being sent (then no reader call saw it):
+ * such a stream counts as aborted, one that could not be written as an error. */
+static void stream_free(void *cls) {
+    gen_ctx *g = cls;
+    if (g->handle) observe_end(g, g->out.failed ? 1 : 2);
+    gen_free(g);
+}
 
 /* ------------------------------------------------------------ the handler */
 
@@ -721,7 +737,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         }
         apply_event(g, &ev, NULL);
     }
-    lm_metrics_observe_request(&s->metrics, lm_now_seconds() - g->arrival, outcome_of(g));
+    observe_end(g, outcome_of(g));
     enum MHD_Result ret;
     if (g->error_message[0]) {
         ret = lm_reply_error(c, 500, g->error_message, NULL);
