@@ -2,6 +2,7 @@
  * submission, and turning the engine's per-choice events into OpenAI JSON
  * responses or Server-Sent Event chunks (with reasoning and tool calls split
  * out of the text). */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,9 @@
 #include "server/tool_parser.h"
 
 #define EVENT_POLL_MS 50
+/* After a request whose body was at least this large, free heap pages go
+ * back to the system (glibc keeps them in the connection thread's arena). */
+#define TRIM_AFTER_BODY_BYTES ((size_t)1 << 20)
 
 typedef struct {
     bool use_reasoning, use_tools;
@@ -43,6 +47,7 @@ typedef struct {
     char id[48];
     long long created;
     double arrival;
+    size_t body_len;
     bool got_first_token;
     int prompt_tokens;
     int open_choices;
@@ -131,7 +136,9 @@ static void gen_free(gen_ctx *g) {
     free(g->echo_text);
     lm_sbuf_free(&g->out);
     lm_openai_request_free(&g->req);
+    bool trim = g->body_len >= TRIM_AFTER_BODY_BYTES;
     free(g);
+    if (trim) malloc_trim(0);
 }
 
 /* Content text through the tool parser when tools are on. */
@@ -571,11 +578,12 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     g->server = s;
     g->connection = c;
     g->arrival = arrival;
+    g->body_len = len;
     g->created = (long long)time(NULL);
     char param[64] = "";
     lm_error err = {0};
     if (lm_openai_request_parse(kind, body, len, &g->req, param, sizeof param, &err) != LM_OK)
-        return fail(g, c, err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
+        return fail(g, c, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
     lm_openai_request *r = &g->req;
     if (r->model && strcmp(r->model, s->options.served_model_name) != 0) {
         char message[400];

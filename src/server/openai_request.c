@@ -41,6 +41,77 @@ int lm_json_nesting_depth(const char *text, size_t len) {
     return deepest;
 }
 
+/* The top-level fields the parser reads; others are ignored (and dropped
+ * from the parsed document at once). */
+static const char *const known_fields[] = {
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "min_tokens", "ignore_eos",
+    "skip_special_tokens", "speculative", "seed", "stop", "stop_token_ids", "logit_bias", "stream_options",
+    "stream", "user", "messages", "tools", "tool_choice", "logprobs", "top_logprobs", "chat_template_kwargs",
+    "add_generation_prompt", "continue_final_message", "prompt", "echo", "suffix", "best_of",
+};
+#define N_KNOWN_FIELDS ((int)(sizeof known_fields / sizeof known_fields[0]))
+
+static bool is_hex4_zero(const char *s, size_t left) {
+    return left >= 4 && s[0] == '0' && s[1] == '0' && s[2] == '0' && s[3] == '0';
+}
+
+void lm_json_prescan(const char *text, size_t len, int max_depth, size_t max_values,
+                     const char *const *fields, int n_fields, lm_json_scan *out) {
+    memset(out, 0, sizeof *out);
+    int depth = 0;
+    bool opened = false;      /* the last structural byte was [ or {: the next byte may start its first value */
+    bool expect_key = false;  /* at depth 1 of an object, the next string is a key */
+    bool top_object = false;
+    char key[64] = "";        /* the top-level field being read (raw bytes, cut at 63) */
+    bool key_known = fields == NULL;
+    out->values = 1;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t') continue;
+        if (opened) {
+            opened = false;
+            if (ch != ']' && ch != '}') out->values++; /* a non-empty container's first value */
+        }
+        if (ch == '"') {
+            bool is_key = depth == 1 && top_object && expect_key;
+            size_t start = i + 1;
+            for (i++; i < len && text[i] != '"'; i++) {
+                if (text[i] != '\\') continue;
+                if (i + 1 < len && text[i + 1] == 'u' && is_hex4_zero(text + i + 2, len - i - 2) && !out->nul) {
+                    if (is_key) {
+                        out->nul = true;
+                        out->nul_field[0] = 0;
+                    } else if (depth >= 1 && top_object && key_known) {
+                        out->nul = true;
+                        snprintf(out->nul_field, sizeof out->nul_field, "%s", key);
+                    }
+                }
+                i++;
+            }
+            if (is_key) {
+                size_t n = (i < len ? i : len) - start;
+                if (n > sizeof key - 1) n = sizeof key - 1;
+                memcpy(key, text + start, n);
+                key[n] = 0;
+                key_known = fields == NULL;
+                for (int f = 0; !key_known && f < n_fields; f++) key_known = strcmp(key, fields[f]) == 0;
+                expect_key = false;
+            }
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > out->depth) out->depth = depth;
+            if (depth > max_depth) return;
+            if (depth == 1) top_object = ch == '{', expect_key = ch == '{';
+            opened = true;
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        } else if (ch == ',') {
+            if (++out->values > max_values) return;
+            if (depth == 1) expect_key = true;
+        }
+    }
+}
+
 /* A field that is absent or JSON null counts as not given. */
 static const cJSON *field(const cJSON *obj, const char *key) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -439,11 +510,31 @@ lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len
     loom_request_params_default(&out->params);
     parse_ctx c = {param, param_size, err};
     if (param && param_size) param[0] = 0;
-    if (lm_json_nesting_depth(body, len) > LM_REQUEST_MAX_DEPTH)
-        return bad(&c, NULL, "the request body is nested too deeply%s%s", NULL);
+    /* The bounds, on the bytes, before cJSON builds anything. */
+    lm_json_scan scan;
+    lm_json_prescan(body, len, LM_REQUEST_MAX_DEPTH, LM_REQUEST_MAX_VALUES, known_fields, N_KNOWN_FIELDS, &scan);
+    if (scan.depth > LM_REQUEST_MAX_DEPTH)
+        return bad(&c, NULL, "the request body is nested deeper than the server accepts (64 levels)%s%s", NULL);
+    if (scan.values > LM_REQUEST_MAX_VALUES) {
+        out->too_large = true;
+        return bad(&c, NULL, "the request body holds more JSON values than the server accepts (524288)%s%s", NULL);
+    }
+    /* cJSON strings end at a NUL: a \u0000 would silently cut the prompt,
+     * a message or the model name, so it is refused. */
+    if (scan.nul && scan.nul_field[0])
+        return bad(&c, scan.nul_field, "'%s' holds a NUL character (\\u0000), which is not accepted%s", NULL);
+    if (scan.nul) return bad(&c, NULL, "a field name holds a NUL character (\\u0000)%s%s", NULL);
     out->doc = cJSON_ParseWithLength(body, len);
     if (!out->doc) return bad(&c, NULL, "the request body is not valid JSON%s%s", NULL);
     if (!cJSON_IsObject(out->doc)) return bad(&c, NULL, "the request body must be a JSON object%s%s", NULL);
+    /* Unknown fields are ignored: drop them now rather than hold them for
+     * the whole generation. */
+    for (cJSON *f = out->doc->child, *next; f; f = next) {
+        next = f->next;
+        bool known = false;
+        for (int k = 0; !known && k < N_KNOWN_FIELDS; k++) known = f->string && strcmp(f->string, known_fields[k]) == 0;
+        if (!known) cJSON_Delete(cJSON_DetachItemViaPointer(out->doc, f));
+    }
     lm_status st = get_string(&c, out->doc, "model", &out->model);
     if (st == LM_OK) st = parse_sampling(&c, out->doc, out);
     if (st == LM_OK) st = kind == LM_API_CHAT ? parse_chat(&c, out->doc, out) : parse_completion(&c, out->doc, out);
