@@ -468,20 +468,37 @@ static lm_status parse_chat(parse_ctx *c, const cJSON *b, lm_openai_request *r) 
     return LM_OK;
 }
 
+/* One prompt: a string or a list of token ids. */
+static lm_status parse_one_prompt(parse_ctx *c, const cJSON *prompt, lm_prompt_input *out) {
+    if (cJSON_IsString(prompt)) {
+        out->text = prompt->valuestring;
+        out->text_len = strlen(prompt->valuestring);
+        return LM_OK;
+    }
+    if (cJSON_IsArray(prompt) && (cJSON_GetArraySize(prompt) == 0 || cJSON_IsNumber(prompt->child)))
+        return parse_token_ids(c, "prompt", prompt, MAX_PROMPT_IDS, &out->ids, &out->n_ids);
+    return bad(c, "prompt", "'%s' must be a string, a list of token ids, or a list of either%s", NULL);
+}
+
 static lm_status parse_completion(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
     const cJSON *prompt = field(b, "prompt");
     if (!prompt) return bad(c, "prompt", "'%s' is required%s", NULL);
-    if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) == 1 && !cJSON_IsNumber(prompt->child))
-        prompt = prompt->child; /* a list of one prompt */
-    if (cJSON_IsString(prompt)) {
-        r->prompt_text = prompt->valuestring;
-        r->prompt_text_len = strlen(prompt->valuestring);
-    } else if (cJSON_IsArray(prompt) && (cJSON_GetArraySize(prompt) == 0 || cJSON_IsNumber(prompt->child))) {
-        TRY(parse_token_ids(c, "prompt", prompt, MAX_PROMPT_IDS, &r->prompt_ids, &r->n_prompt_ids));
-    } else if (cJSON_IsArray(prompt)) {
-        return bad(c, "prompt", "'%s': one prompt per request (a string or a list of token ids)%s", NULL);
+    /* A list of prompts (strings or lists of token ids), as OpenAI's batch
+     * form; a list of numbers is one prompt of token ids. */
+    bool list = cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) > 0 && !cJSON_IsNumber(prompt->child);
+    int count = list ? cJSON_GetArraySize(prompt) : 1;
+    if (count > LM_REQUEST_MAX_PROMPTS) return bad(c, "prompt", "'%s' holds more than 128 prompts%s", NULL);
+    if (count * r->params.n > LM_REQUEST_MAX_PROMPTS)
+        return bad(c, "prompt", "'%s': prompts x n must be at most 128%s", NULL);
+    r->prompts = calloc((size_t)count, sizeof *r->prompts);
+    if (!r->prompts) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory listing %d prompts", count);
+    r->n_prompts = count;
+    if (!list) {
+        TRY(parse_one_prompt(c, prompt, &r->prompts[0]));
     } else {
-        return bad(c, "prompt", "'%s' must be a string or a list of token ids%s", NULL);
+        int i = 0;
+        const cJSON *item;
+        cJSON_ArrayForEach(item, prompt) TRY(parse_one_prompt(c, item, &r->prompts[i++]));
     }
     const cJSON *lp = field(b, "logprobs");
     if (lp) {
@@ -546,7 +563,8 @@ lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len
 void lm_openai_request_free(lm_openai_request *r) {
     cJSON_Delete(r->doc);
     cJSON_Delete(r->messages);
-    free(r->prompt_ids);
+    for (int i = 0; r->prompts && i < r->n_prompts; i++) free(r->prompts[i].ids);
+    free(r->prompts);
     free(r->stop_token_ids);
     free(r->bias_ids);
     free(r->bias_values);

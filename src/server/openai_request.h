@@ -23,6 +23,7 @@
 #define LM_REQUEST_MAX_STOP 16
 #define LM_REQUEST_MAX_LOGIT_BIAS 1024
 #define LM_REQUEST_MAX_TOP_LOGPROBS 20
+#define LM_REQUEST_MAX_PROMPTS 128  /* completions' list of prompts; prompts x n at most 128 too */
 #define LM_REQUEST_MAX_TOOLS 128     /* as OpenAI */
 #define LM_REQUEST_MAX_TOOL_NAME 64  /* function names: ^[a-zA-Z0-9_-]{1,64}$, as OpenAI */
 
@@ -34,6 +35,13 @@ typedef enum {
     LM_TOOL_CHOICE_REQUIRED,
     LM_TOOL_CHOICE_NAMED,
 } lm_tool_choice;
+
+typedef struct {
+    const char *text; /* a text prompt (borrowed from doc), or NULL: ids */
+    size_t text_len;
+    int32_t *ids;     /* malloc'd (may be NULL when n_ids is 0) */
+    int n_ids;
+} lm_prompt_input;
 
 typedef struct {
     lm_api_kind kind;
@@ -50,11 +58,10 @@ typedef struct {
     const char *tool_name; /* for LM_TOOL_CHOICE_NAMED */
     const cJSON *template_kwargs; /* chat_template_kwargs object, or NULL */
     bool add_generation_prompt, continue_final_message;
-    /* completions: a text prompt or token ids */
-    const char *prompt_text;
-    size_t prompt_text_len;
-    int32_t *prompt_ids;
-    int n_prompt_ids;
+    /* completions: one or more prompts (a list of prompts answers one
+     * choice group per prompt), each a text or token ids */
+    lm_prompt_input *prompts;
+    int n_prompts;
     bool max_tokens_given;
     bool too_large;        /* the failure was a size bound (HTTP 413), not a malformed field */
     /* engine parameters; prompt is filled in by the caller */
