@@ -178,7 +178,8 @@ await section('memory per request is bounded: values, depth, memory given back',
     r = await post('/v1/completions', '{"prompt":"hi","max_tokens":1,"junk":[' + '1,'.repeat(400000) + '1]}');
     const rss2 = rssKiB(main.proc.pid);
     check('400 k unknown values accepted', r.status === 200, [r.status, r.text.slice(0, 300)]);
-    check('memory given back after a large body', rss2 - rss0 < 64 * 1024, { rss0, rss2 });
+    // (ASan's allocator keeps freed memory in quarantine: not measurable there)
+    if (!asan) check('memory given back after a large body', rss2 - rss0 < 64 * 1024, { rss0, rss2 });
     r = await post('/v1/completions', '{"prompt":"hi","junk":' + '['.repeat(65) + ']'.repeat(65) + '}');
     check('depth 65 refused (400, naming the bound)', r.status === 400 && shape(r) && /64/.test(r.json.error.message), r.json);
     r = await post('/v1/completions', '{"prompt":"hi","max_tokens":1,"junk":' + '['.repeat(60) + ']'.repeat(60) + '}');
