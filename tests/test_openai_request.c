@@ -156,11 +156,25 @@ static void test_prompt_lists(void) {
     CHECK(st == LM_ERR_INVALID && strcmp(param, "prompt") == 0);
 }
 
+/* A message whose content key differs in case: the content is "", nothing
+ * leaks (found by fuzz_request; ASan checks the leak). */
+static void test_content_key_case(void) {
+    char param[64];
+    lm_error err = {0};
+    lm_openai_request r;
+    CHECK_OK(parse(LM_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"Content\":\"a\"}]}", &r, param, &err), &err);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(r.messages, 0), "content");
+    bool ok = cJSON_IsString(content) && content->valuestring[0] == 0;
+    lm_openai_request_free(&r);
+    CHECK(ok);
+}
+
 int main(void) {
     RUN_TEST(test_prescan_counts);
     RUN_TEST(test_bounds);
     RUN_TEST(test_nul);
     RUN_TEST(test_tool_names);
     RUN_TEST(test_prompt_lists);
+    RUN_TEST(test_content_key_case);
     return test_summary("test_openai_request");
 }

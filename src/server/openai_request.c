@@ -345,7 +345,8 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
         if (strcmp(r, "developer") == 0) cJSON_ReplaceItemInObjectCaseSensitive(copy, "role", cJSON_CreateString("system"));
         cJSON *text;
         TRY(content_text(c, cJSON_GetObjectItemCaseSensitive(m, "content"), &text));
-        if (cJSON_HasObjectItem(copy, "content")) cJSON_ReplaceItemInObjectCaseSensitive(copy, "content", text);
+        /* (case-sensitive: cJSON_HasObjectItem would find "Content" and the replace would then leak text) */
+        if (cJSON_GetObjectItemCaseSensitive(copy, "content")) cJSON_ReplaceItemInObjectCaseSensitive(copy, "content", text);
         else cJSON_AddItemToObject(copy, "content", text);
         const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(copy, "reasoning_content");
         if (reasoning && !cJSON_IsString(reasoning) && !cJSON_IsNull(reasoning))
