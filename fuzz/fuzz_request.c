@@ -29,7 +29,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             r.top_logprobs > LM_REQUEST_MAX_TOP_LOGPROBS || r.params.max_tokens < 1)
             abort();
         if (kind == LM_API_CHAT && !cJSON_IsArray(r.messages)) abort();
-        if (kind == LM_API_COMPLETION && !r.prompt_text && r.n_prompt_ids > 0 && !r.prompt_ids) abort();
+        if (kind == LM_API_COMPLETION && (r.n_prompts < 1 || r.n_prompts > LM_REQUEST_MAX_PROMPTS)) abort();
+        for (int i = 0; kind == LM_API_COMPLETION && i < r.n_prompts; i++)
+            if (!r.prompts[i].text && r.prompts[i].n_ids > 0 && !r.prompts[i].ids) abort();
     }
     /* The body as model output, fed in two pieces, through both output parsers. */
     size_t cut = len ? data[0] % (len + 1) : 0;

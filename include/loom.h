@@ -90,6 +90,11 @@ typedef struct {
     const char *const *stop;   /* stop strings, matched on the text, not emitted */
     int n_stop;
     bool skip_special_tokens;  /* for the text deltas (default true) */
+    /* Special tokens whose text is kept even when skip_special_tokens is set
+     * (a server's reasoning and tool-call markers, e.g. <think>, <tool_call>);
+     * at most 64 ids inside the vocabulary, copied at submit. */
+    const int32_t *keep_special_token_ids;
+    int n_keep_special_token_ids;
     int n;                     /* choices sharing one prefill (default 1) */
     bool no_speculation;       /* opt out of MTP speculation (requests with n > 1 never speculate) */
     loom_sampling sampling;

@@ -83,6 +83,27 @@ static void test_no_marker_leaks_while_streaming(void) {
     lm_reasoning_parser_free(&p);
 }
 
+/* drop_stray: a <think> inside or after the reasoning and a </think> before
+ * it or after it are dropped, wherever the text is cut. */
+static void test_stray_markers_dropped(void) {
+    const char *out = "x</think>y<think>a<think>b</think>c<think>d</think>e";
+    size_t len = strlen(out);
+    for (size_t cut = 0; cut <= len; cut++) {
+        lm_reasoning_parser p;
+        lm_reasoning_parser_init(&p, false);
+        p.drop_stray = true;
+        lm_sbuf r = {0}, c = {0};
+        lm_reasoning_parser_feed(&p, out, cut, &r, &c);
+        lm_reasoning_parser_feed(&p, out + cut, len - cut, &r, &c);
+        lm_reasoning_parser_finish(&p, &r, &c);
+        bool ok = strcmp(lm_sbuf_str(&r), "ab") == 0 && strcmp(lm_sbuf_str(&c), "xycde") == 0;
+        lm_sbuf_free(&r);
+        lm_sbuf_free(&c);
+        lm_reasoning_parser_free(&p);
+        CHECK_MSG(ok, "cut at %zu", cut);
+    }
+}
+
 static void test_prompt_detection(void) {
     const char *open = "<|im_start|>assistant\n<think>\n";
     const char *closed = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
@@ -97,6 +118,7 @@ static void test_prompt_detection(void) {
 int main(void) {
     RUN_TEST(test_whole_and_split);
     RUN_TEST(test_no_marker_leaks_while_streaming);
+    RUN_TEST(test_stray_markers_dropped);
     RUN_TEST(test_prompt_detection);
     return test_summary("test_reasoning_parser");
 }

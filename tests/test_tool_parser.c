@@ -117,6 +117,42 @@ static void test_streaming_holds_only_markers(void) {
     lm_tool_parser_free(&p);
 }
 
+/* drop_stray (the markers are special tokens the client asked to skip): a
+ * </tool_call> outside a call and a <tool_call> inside one are dropped,
+ * wherever the text is cut; without it they are content as written. */
+static void test_stray_markers_dropped(void) {
+    const char *out = "a</tool_call>b<tool_call>{\"name\":\"f\",<tool_call>\"arguments\":{}}</tool_call>c</tool_call>";
+    size_t len = strlen(out);
+    for (size_t cut = 0; cut <= len; cut++) {
+        lm_tool_parser p;
+        lm_tool_parser_init(&p, NULL, 1);
+        p.drop_stray = true;
+        lm_sbuf content = {0};
+        lm_tool_call_list calls = {0};
+        lm_tool_parser_feed(&p, out, cut, &content, &calls);
+        lm_tool_parser_feed(&p, out + cut, len - cut, &content, &calls);
+        lm_tool_parser_finish(&p, &content, &calls);
+        bool ok = strcmp(lm_sbuf_str(&content), "abc") == 0 && calls.n == 1 &&
+                  strcmp(calls.items[0].name, "f") == 0 && strcmp(calls.items[0].arguments, "{}") == 0;
+        lm_sbuf_free(&content);
+        lm_tool_call_list_free(&calls);
+        lm_tool_parser_free(&p);
+        CHECK_MSG(ok, "cut at %zu", cut);
+    }
+    const char *plain = "a</tool_call>b";
+    lm_tool_parser p;
+    lm_tool_parser_init(&p, NULL, 1);
+    lm_sbuf content = {0};
+    lm_tool_call_list calls = {0};
+    lm_tool_parser_feed(&p, plain, strlen(plain), &content, &calls);
+    lm_tool_parser_finish(&p, &content, &calls);
+    bool same = strcmp(lm_sbuf_str(&content), plain) == 0;
+    lm_sbuf_free(&content);
+    lm_tool_call_list_free(&calls);
+    lm_tool_parser_free(&p);
+    CHECK(same);
+}
+
 /* tool_choice forcing: the prompt ends with a call's opening, the parser
  * starts inside that call and sees only what the model writes after it. */
 typedef struct {
@@ -162,7 +198,8 @@ static void run_forced_case(const forced_case *c, const cJSON *tools, size_t cut
     lm_tool_parser_init(&p, tools, 42);
     lm_sbuf content = {0};
     lm_tool_call_list calls = {0};
-    bool ok = lm_tool_parser_start_forced(&p, c->form, c->name);
+    lm_error err = {0};
+    bool ok = lm_tool_parser_start_forced(&p, c->form, c->name, &err) == LM_OK;
     size_t len = strlen(c->output);
     if (piece) {
         for (size_t i = 0; i < len; i += piece)
@@ -293,6 +330,7 @@ int main(void) {
     RUN_TEST(test_whole_and_split);
     RUN_TEST(test_untyped_values_stay_strings);
     RUN_TEST(test_streaming_holds_only_markers);
+    RUN_TEST(test_stray_markers_dropped);
     RUN_TEST(test_forced_call_split_everywhere);
     RUN_TEST(test_forced_equals_written);
     RUN_TEST(test_openings_and_forms);

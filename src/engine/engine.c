@@ -684,6 +684,7 @@ static bool valid_ids(const int32_t *ids, int n, int vocab) {
 #define MAX_STOP_STRINGS 16
 #define MAX_STOP_STRING_BYTES 1024
 #define MAX_STOP_TOKEN_IDS 256
+#define MAX_KEEP_SPECIAL_IDS 64
 
 static lm_status validate(const loom_engine *e, const loom_request_params *p, lm_error *err) {
     int V = e->vocab_size;
@@ -707,6 +708,10 @@ static lm_status validate(const loom_engine *e, const loom_request_params *p, lm
         (p->n_stop_token_ids && !valid_ids(p->stop_token_ids, p->n_stop_token_ids, V)))
         return lm_fail(err, LM_ERR_INVALID, "stop_token_ids must be at most %d ids inside the vocabulary",
                        MAX_STOP_TOKEN_IDS);
+    if (p->n_keep_special_token_ids < 0 || p->n_keep_special_token_ids > MAX_KEEP_SPECIAL_IDS ||
+        (p->n_keep_special_token_ids && !valid_ids(p->keep_special_token_ids, p->n_keep_special_token_ids, V)))
+        return lm_fail(err, LM_ERR_INVALID, "keep_special_token_ids must be at most %d ids inside the vocabulary",
+                       MAX_KEEP_SPECIAL_IDS);
     char message[256];
     if (!lm_sampling_validate(&p->sampling, V, message, sizeof message))
         return lm_fail(err, LM_ERR_INVALID, "%s", message);

@@ -31,6 +31,7 @@ static void request_free(loom_request *r) {
     free(r->stop_token_ids);
     free(r->logit_bias_ids);
     free(r->logit_bias_values);
+    free(r->keep_special_token_ids);
     for (int i = 0; r->stop && i < r->params.n_stop; i++) free(r->stop[i]);
     free(r->stop);
     pthread_mutex_destroy(&r->mutex);
@@ -51,6 +52,8 @@ lm_status lm_request_create(const loom_request_params *p, loom_request **out, lm
                                    sizeof(int32_t), &ok);
     r->logit_bias_values = copy_array(p->sampling.logit_bias_values, (size_t)p->sampling.n_logit_bias,
                                       sizeof(float), &ok);
+    r->keep_special_token_ids = copy_array(p->keep_special_token_ids, (size_t)p->n_keep_special_token_ids,
+                                           sizeof(int32_t), &ok);
     if (p->n_stop > 0) {
         r->stop = calloc((size_t)p->n_stop, sizeof *r->stop);
         ok = ok && r->stop;
@@ -61,6 +64,8 @@ lm_status lm_request_create(const loom_request_params *p, loom_request **out, lm
     r->params.sampling.logit_bias_ids = r->logit_bias_ids;
     r->params.sampling.logit_bias_values = r->logit_bias_values;
     r->params.stop = (const char *const *)r->stop;
+    r->params.keep_special_token_ids = r->keep_special_token_ids;
+    if (!r->keep_special_token_ids) r->params.n_keep_special_token_ids = 0;
     r->choices_open = p->n;
     r->refs = 2;
     atomic_init(&r->cancelled, false);

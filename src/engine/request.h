@@ -20,7 +20,7 @@ typedef struct {
 
 struct loom_request {
     loom_request_params params; /* pointers refer to the owned copies below */
-    int32_t *prompt, *stop_token_ids, *logit_bias_ids;
+    int32_t *prompt, *stop_token_ids, *logit_bias_ids, *keep_special_token_ids;
     float *logit_bias_values;
     char **stop;
 

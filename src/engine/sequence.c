@@ -37,6 +37,7 @@ lm_status lm_sequence_create(loom_request *request, int choice, const lm_tokeniz
     }
     if (tokenizer) {
         lm_detokenizer_init(&seq->detokenizer, tokenizer, p->skip_special_tokens);
+        lm_detokenizer_keep_special(&seq->detokenizer, p->keep_special_token_ids, p->n_keep_special_token_ids);
         seq->tokenizer = tokenizer;
         seq->has_detokenizer = true;
     }

@@ -2,10 +2,13 @@
  * submission, and turning the engine's per-choice events into OpenAI JSON
  * responses or Server-Sent Event chunks (with reasoning and tool calls split
  * out of the text). */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/reasoning_parser.h"
 #include "server/server_internal.h"
@@ -13,6 +16,10 @@
 #include "server/tool_parser.h"
 
 #define EVENT_POLL_MS 50
+#define MULTI_POLL_MS 2 /* a list of prompts: the wait on one request while the others may have events */
+/* After a request whose body was at least this large, free heap pages go
+ * back to the system (glibc keeps them in the connection thread's arena). */
+#define TRIM_AFTER_BODY_BYTES ((size_t)1 << 20)
 
 typedef struct {
     bool use_reasoning, use_tools;
@@ -34,24 +41,36 @@ typedef struct {
 } choice_state;
 
 typedef struct {
+    loom_request *handle; /* NULL until submitted */
+    bool done;            /* every event read */
+    int prompt_tokens;
+    char *echo_text;      /* completions with echo */
+} prompt_state;
+
+typedef struct {
     lm_server *server;
     struct MHD_Connection *connection;
     lm_openai_request req;
-    loom_request *handle;
-    int n;
+    /* One engine request per prompt (completions may list several); choice
+     * i belongs to prompt i / n_per and is that request's choice i % n_per. */
+    prompt_state *prompts;
+    int n_prompts, n_per, next_poll;
+    bool submitted;        /* counted in server->active */
+    int n;                 /* n_prompts * n_per */
     choice_state *choices;
     char id[48];
     long long created;
     double arrival;
+    size_t body_len;
     bool got_first_token;
-    int prompt_tokens;
     int open_choices;
-    char *echo_text; /* completions with echo */
     /* streaming */
     lm_sbuf out;
     size_t out_pos;
     bool stream_done, final_sent;
+    bool observed; /* counted in /metrics (outcome and end-to-end latency) */
     char error_message[256];
+    int32_t keep_special[4]; /* chat: the markers the output parsers read, kept by the detokenizer */
 } gen_ctx;
 
 /* ------------------------------------------------------------ prompts */
@@ -60,7 +79,7 @@ lm_status lm_render_chat_prompt(const lm_server *s, const lm_openai_request *r, 
                                 size_t *len, lm_error *err) {
     if (!s->chat_template) return lm_fail(err, LM_ERR_INVALID, "this model has no chat template");
     cJSON *ctx = cJSON_CreateObject();
-    if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory building the chat template's context");
     const cJSON *kw;
     cJSON_ArrayForEach(kw, r->template_kwargs) cJSON_AddItemToObject(ctx, kw->string, cJSON_Duplicate(kw, true));
     cJSON_DeleteItemFromObjectCaseSensitive(ctx, "messages");
@@ -120,16 +139,19 @@ static void choice_free(choice_state *ch) {
 
 static void gen_free(gen_ctx *g) {
     if (!g) return;
-    if (g->handle) {
-        loom_request_free(g->handle);
-        atomic_fetch_sub(&g->server->active, 1);
+    for (int p = 0; g->prompts && p < g->n_prompts; p++) {
+        loom_request_free(g->prompts[p].handle); /* cancels what still runs */
+        free(g->prompts[p].echo_text);
     }
+    if (g->submitted) atomic_fetch_sub(&g->server->active, 1);
+    free(g->prompts);
     for (int i = 0; g->choices && i < g->n; i++) choice_free(&g->choices[i]);
     free(g->choices);
-    free(g->echo_text);
     lm_sbuf_free(&g->out);
     lm_openai_request_free(&g->req);
+    bool trim = g->body_len >= TRIM_AFTER_BODY_BYTES;
     free(g);
+    if (trim) malloc_trim(0);
 }
 
 /* Content text through the tool parser when tools are on. */
@@ -225,11 +247,6 @@ static cJSON *completion_logprobs(const cJSON *entries, size_t text_offset) {
     return o;
 }
 
-static bool is_markup_token(const char *s) {
-    return s && (!strcmp(s, "<think>") || !strcmp(s, "</think>") || !strcmp(s, "<tool_call>") ||
-                 !strcmp(s, "</tool_call>"));
-}
-
 static const char *finish_reason_name(const choice_state *ch) {
     if (ch->calls.n > 0 && ch->reason == LOOM_FINISH_STOP) return "tool_calls";
     switch (ch->reason) {
@@ -242,9 +259,9 @@ static const char *finish_reason_name(const choice_state *ch) {
 }
 
 /* Applies one engine event to its choice; returns the choice index. */
-static int apply_event(gen_ctx *g, const loom_event *ev, cJSON **logprob_out) {
-    int i = ev->choice;
-    if (i < 0 || i >= g->n) return -1;
+static int apply_event(gen_ctx *g, int prompt, const loom_event *ev, cJSON **logprob_out) {
+    if (ev->choice < 0 || ev->choice >= g->n_per) return -1;
+    int i = prompt * g->n_per + ev->choice;
     choice_state *ch = &g->choices[i];
     double now = lm_now_seconds();
     if (ev->type == LOOM_EVENT_TOKEN) {
@@ -262,17 +279,7 @@ static int apply_event(gen_ctx *g, const loom_event *ev, cJSON **logprob_out) {
             else cJSON_AddItemToArray(ch->logprobs, e);
         }
         if (ch->token_ids) cJSON_AddItemToArray(ch->token_ids, cJSON_CreateNumber(ev->token));
-        const char *text = ev->text;
-        size_t len = ev->text_len;
-        /* Chat asks the engine for special tokens so that <think> and
-         * <tool_call> reach the parsers; other special tokens are dropped
-         * here when the client asked to skip them. */
-        if (g->req.kind == LM_API_CHAT && g->req.params.skip_special_tokens && text && g->server->tokenizer &&
-            lm_tokenizer_is_special(g->server->tokenizer, ev->token)) {
-            const char *name = lm_tokenizer_id_to_token(g->server->tokenizer, ev->token);
-            if (!is_markup_token(name) && name && strlen(name) == len && memcmp(name, text, len) == 0) len = 0;
-        }
-        if (text) feed_text(ch, text, len);
+        if (ev->text) feed_text(ch, ev->text, ev->text_len);
     } else {
         if (ev->type == LOOM_EVENT_FINISH && ev->text) feed_text(ch, ev->text, ev->text_len);
         finish_text(ch);
@@ -283,7 +290,7 @@ static int apply_event(gen_ctx *g, const loom_event *ev, cJSON **logprob_out) {
         ch->completion_tokens = ev->completion_tokens > 0 ? ev->completion_tokens : ch->completion_tokens;
         ch->drafted_tokens = ev->drafted_tokens;
         ch->accepted_tokens = ev->accepted_tokens;
-        if (ev->prompt_tokens > 0) g->prompt_tokens = ev->prompt_tokens;
+        if (ev->prompt_tokens > 0) g->prompts[prompt].prompt_tokens = ev->prompt_tokens;
         if (ev->type == LOOM_EVENT_ERROR) {
             ch->has_error = true;
             snprintf(g->error_message, sizeof g->error_message, "%s", ev->error ? ev->error : "engine error");
@@ -294,11 +301,12 @@ static int apply_event(gen_ctx *g, const loom_event *ev, cJSON **logprob_out) {
 }
 
 static cJSON *usage_json(const gen_ctx *g) {
-    int completion = 0;
+    int completion = 0, prompt_tokens = 0;
     for (int i = 0; i < g->n; i++) completion += g->choices[i].completion_tokens;
+    for (int p = 0; p < g->n_prompts; p++) prompt_tokens += g->prompts[p].prompt_tokens;
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", g->prompt_tokens);
-    cJSON_AddNumberToObject(u, "total_tokens", g->prompt_tokens + completion);
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens + completion);
     cJSON_AddNumberToObject(u, "completion_tokens", completion);
     int drafted = 0, accepted = 0;
     for (int i = 0; i < g->n; i++) {
@@ -314,12 +322,24 @@ static cJSON *usage_json(const gen_ctx *g) {
     return u;
 }
 
+/* As vLLM: stop_reason names a stop token the request listed in
+ * stop_token_ids; an end of turn (the model's eos ids, the tokenizer's eos
+ * token) is a normal end and gives null. */
+static bool stopped_by_request_token(const gen_ctx *g, int32_t token) {
+    const lm_tokenizer *tok = g->server->tokenizer;
+    const char *eos = tok ? lm_tokenizer_eos_token(tok) : NULL;
+    if (eos && lm_tokenizer_token_to_id(tok, eos) == token) return false;
+    for (int i = 0; i < g->req.params.n_stop_token_ids; i++)
+        if (g->req.stop_token_ids[i] == token) return true;
+    return false;
+}
+
 static void add_stop_reason(cJSON *choice, const gen_ctx *g, const choice_state *ch) {
     if (ch->stop_string >= 0 && ch->stop_string < g->req.params.n_stop)
         cJSON_AddStringToObject(choice, "stop_reason", g->req.stop[ch->stop_string]);
-    else if (ch->stop_token >= 0)
+    else if (ch->stop_token >= 0 && stopped_by_request_token(g, ch->stop_token))
         cJSON_AddNumberToObject(choice, "stop_reason", ch->stop_token);
-    else
+    else /* eos, the end of the turn, or not stopped */
         cJSON_AddNullToObject(choice, "stop_reason");
 }
 
@@ -375,11 +395,12 @@ static cJSON *full_response(gen_ctx *g) {
             }
         } else {
             lm_sbuf text = {0};
-            if (g->echo_text) lm_sbuf_puts(&text, g->echo_text);
+            const char *echo = g->prompts[i / g->n_per].echo_text;
+            if (echo) lm_sbuf_puts(&text, echo);
             lm_sbuf_append(&text, lm_sbuf_str(&ch->content), ch->content.len);
             cJSON_AddStringToObject(c, "text", lm_sbuf_str(&text));
             if (ch->logprobs) cJSON_AddItemToObject(c, "logprobs", completion_logprobs(ch->logprobs,
-                                                    g->echo_text ? strlen(g->echo_text) : 0));
+                                                    echo ? strlen(echo) : 0));
             else cJSON_AddNullToObject(c, "logprobs");
             if (ch->token_ids) cJSON_AddItemReferenceToObject(c, "token_ids", ch->token_ids);
             lm_sbuf_free(&text);
@@ -421,16 +442,18 @@ static void stream_role_chunks(gen_ctx *g) {
     for (int i = 0; i < g->n; i++) {
         cJSON *root;
         cJSON *c = chunk_choice(g, &root, i);
+        const char *echo = NULL;
         if (g->req.kind == LM_API_CHAT) {
             cJSON *d = cJSON_AddObjectToObject(c, "delta");
             cJSON_AddStringToObject(d, "role", "assistant");
             cJSON_AddStringToObject(d, "content", "");
         } else {
-            cJSON_AddStringToObject(c, "text", g->echo_text ? g->echo_text : "");
+            echo = g->prompts[i / g->n_per].echo_text;
+            cJSON_AddStringToObject(c, "text", echo ? echo : "");
         }
         cJSON_AddNullToObject(c, "logprobs");
         cJSON_AddNullToObject(c, "finish_reason");
-        if (g->req.kind == LM_API_CHAT || g->echo_text) sse(g, root);
+        if (g->req.kind == LM_API_CHAT || echo) sse(g, root);
         else cJSON_Delete(root);
     }
 }
@@ -516,6 +539,48 @@ static int outcome_of(const gen_ctx *g) {
     return outcome;
 }
 
+/* The next event of any prompt's request: 1 (*prompt says whose), 0 when
+ * none came within the poll interval, -1 when all were read. */
+static int next_event(gen_ctx *g, loom_event *ev, int *prompt) {
+    if (g->n_prompts == 1) {
+        *prompt = 0;
+        if (g->prompts[0].done) return -1;
+        int got = loom_next_event(g->prompts[0].handle, ev, EVENT_POLL_MS);
+        if (got < 0) g->prompts[0].done = true;
+        return got;
+    }
+    /* Several: a look at each (round robin), then a short wait on one. */
+    int first_open = -1;
+    for (int k = 0; k < g->n_prompts; k++) {
+        int p = (g->next_poll + k) % g->n_prompts;
+        if (g->prompts[p].done) continue;
+        int got = loom_next_event(g->prompts[p].handle, ev, 0);
+        if (got > 0) {
+            *prompt = p;
+            g->next_poll = p + 1;
+            return 1;
+        }
+        if (got < 0) g->prompts[p].done = true;
+        else if (first_open < 0) first_open = p;
+    }
+    if (first_open < 0) return -1;
+    int got = loom_next_event(g->prompts[first_open].handle, ev, MULTI_POLL_MS);
+    if (got < 0) g->prompts[first_open].done = true;
+    *prompt = first_open;
+    return got > 0 ? 1 : 0;
+}
+
+static void cancel_all(gen_ctx *g) {
+    for (int p = 0; p < g->n_prompts; p++) loom_cancel(g->prompts[p].handle);
+}
+
+/* Counts the request in /metrics once, however it ends. */
+static void observe_end(gen_ctx *g, int outcome) {
+    if (g->observed) return;
+    g->observed = true;
+    lm_metrics_observe_request(&g->server->metrics, lm_now_seconds() - g->arrival, outcome);
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     gen_ctx *g = cls;
     (void)pos;
@@ -525,22 +590,24 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (g->final_sent) return MHD_CONTENT_READER_END_OF_STREAM;
         if (g->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
         loom_event ev;
-        int got = loom_next_event(g->handle, &ev, EVENT_POLL_MS);
+        int prompt;
+        int got = next_event(g, &ev, &prompt);
         if (got == 0) {
             if (lm_client_gone(g->connection)) {
-                loom_cancel(g->handle); /* blocks are freed at the engine's next step */
+                cancel_all(g); /* blocks are freed at the engine's next step */
+                observe_end(g, 2);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
-            if (atomic_load(&g->server->cancel_all)) loom_cancel(g->handle);
+            if (atomic_load(&g->server->cancel_all)) cancel_all(g);
             continue;
         }
         if (got < 0) {
-            lm_metrics_observe_request(&g->server->metrics, lm_now_seconds() - g->arrival, outcome_of(g));
+            observe_end(g, outcome_of(g));
             stream_final(g);
             continue;
         }
         cJSON *logprob = NULL;
-        int i = apply_event(g, &ev, &logprob);
+        int i = apply_event(g, prompt, &ev, &logprob);
         if (i >= 0) stream_choice_update(g, i, logprob);
         else cJSON_Delete(logprob);
     }
@@ -551,9 +618,30 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     return (ssize_t)n;
 }
 
-static void stream_free(void *cls) { gen_free(cls); }
+/* MHD is done with the stream: normally after its end, but also when the
+ * client went away while a chunk was being sent (then no reader call saw it):
+ * such a stream counts as aborted, one that could not be written as an error. */
+static void stream_free(void *cls) {
+    gen_ctx *g = cls;
+    if (g->submitted) observe_end(g, g->out.failed ? 1 : 2);
+    gen_free(g);
+}
 
 /* ------------------------------------------------------------ the handler */
+
+/* 64 random bits from the kernel; should that fail, the clock, the pid and
+ * the server's counter, mixed (still unique across starts). */
+static uint64_t random_u64(lm_server *s) {
+    uint64_t v;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v) return v;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t z = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec + ((uint64_t)getpid() << 40) +
+                 atomic_fetch_add(&s->next_id, 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 static enum MHD_Result fail(gen_ctx *g, struct MHD_Connection *c, unsigned status, const char *message,
                             const char *param) {
@@ -565,27 +653,46 @@ static enum MHD_Result fail(gen_ctx *g, struct MHD_Connection *c, unsigned statu
 enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind,
                                      const char *body, size_t len, double arrival) {
     gen_ctx *g = calloc(1, sizeof *g);
-    if (!g) return lm_reply_error(c, 500, "out of memory", NULL);
+    if (!g) return lm_reply_error(c, 500, "out of memory allocating the request's state", NULL);
     g->server = s;
     g->connection = c;
     g->arrival = arrival;
+    g->body_len = len;
     g->created = (long long)time(NULL);
     char param[64] = "";
     lm_error err = {0};
     if (lm_openai_request_parse(kind, body, len, &g->req, param, sizeof param, &err) != LM_OK)
-        return fail(g, c, err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
+        return fail(g, c, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
     lm_openai_request *r = &g->req;
     if (r->model && strcmp(r->model, s->options.served_model_name) != 0) {
         char message[400];
         snprintf(message, sizeof message, "The model `%.300s` does not exist.", r->model);
         return fail(g, c, 404, message, "model");
     }
-    /* The prompt. */
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
+    /* One prompt for chat, one or more for completions; choices for all. */
+    g->n_per = r->params.n;
+    g->n_prompts = kind == LM_API_CHAT ? 1 : r->n_prompts;
+    g->n = g->n_prompts * g->n_per;
+    g->prompts = calloc((size_t)g->n_prompts, sizeof *g->prompts);
+    g->choices = calloc((size_t)g->n, sizeof *g->choices);
+    int32_t **ids = calloc((size_t)g->n_prompts, sizeof *ids);
+    size_t *n_ids = calloc((size_t)g->n_prompts, sizeof *n_ids);
+    if (!g->prompts || !g->choices || !ids || !n_ids) {
+        free(ids);
+        free(n_ids);
+        return fail(g, c, 500, "out of memory allocating the prompts and choices", NULL);
+    }
+#define FAIL_PROMPTS(status, message, param)                         \
+    do {                                                             \
+        for (int p_ = 0; p_ < g->n_prompts; p_++) free(ids[p_]);     \
+        free(ids);                                                   \
+        free(n_ids);                                                 \
+        return fail(g, c, (status), (message), (param));             \
+    } while (0)
     lm_status st = LM_OK;
+    const char *prompt_param = kind == LM_API_CHAT ? "messages" : "prompt";
     if (kind == LM_API_CHAT) {
-        if (!s->tokenizer) return fail(g, c, 400, "this model has no tokenizer, so chat is not available", NULL);
+        if (!s->tokenizer) FAIL_PROMPTS(400, "this model has no tokenizer, so chat is not available", NULL);
         char *text = NULL;
         size_t text_len = 0;
         st = lm_render_chat_prompt(s, r, &text, &text_len, &err);
@@ -602,61 +709,74 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
                 text = grown;
                 text_len += extra;
             } else {
-                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory");
+                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory closing the thinking block before a forced call");
             }
         }
-        if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &ids, &n_ids, &err);
+        if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &ids[0], &n_ids[0], &err);
         bool opens = st == LM_OK && s->template_has_think && lm_prompt_opens_reasoning(text, text_len);
         free(text);
-        if (st != LM_OK) return fail(g, c, st == LM_ERR_NOMEM ? 500 : 400, err.message, "messages");
+        if (st != LM_OK) FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "messages");
         const char *forced_name = NULL;
         if (forced) {
             int32_t *with_call = NULL;
             unsigned status = 400;
-            st = lm_forced_call_prompt(s, c, r, form, ids, n_ids, &with_call, &n_ids, &forced_name, &status, &err);
-            free(ids);
-            ids = with_call;
-            if (st != LM_OK) return fail(g, c, status, err.message, "tool_choice");
+            st = lm_forced_call_prompt(s, c, r, form, ids[0], n_ids[0], &with_call, &n_ids[0], &forced_name, &status,
+                                       &err);
+            free(ids[0]);
+            ids[0] = with_call;
+            if (st != LM_OK) FAIL_PROMPTS(status, err.message, "tool_choice");
         }
-        g->n = r->params.n;
-        g->choices = calloc((size_t)g->n, sizeof *g->choices);
-        if (!g->choices) {
-            free(ids);
-            return fail(g, c, 500, "out of memory", NULL);
-        }
+        uint64_t seed = random_u64(s);
         for (int i = 0; i < g->n; i++) {
             choice_state *ch = &g->choices[i];
             /* A forced call's output is its arguments: no reasoning to split. */
             ch->use_reasoning = s->template_has_think && !forced;
             ch->use_tools = r->tools != NULL;
             lm_reasoning_parser_init(&ch->reasoning_parser, opens);
-            lm_tool_parser_init(&ch->tool_parser, r->tools, atomic_fetch_add(&s->next_id, 1) * 0x9e3779b97f4a7c15ull + (uint64_t)i);
-            if (forced && !lm_tool_parser_start_forced(&ch->tool_parser, form, forced_name)) {
-                free(ids);
-                return fail(g, c, 500, "out of memory", NULL);
-            }
+            lm_tool_parser_init(&ch->tool_parser, r->tools, seed + (uint64_t)i * 0x9e3779b97f4a7c15ull);
+            if (forced && (st = lm_tool_parser_start_forced(&ch->tool_parser, form, forced_name, &err)) != LM_OK)
+                FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "tool_choice");
         }
-        r->params.skip_special_tokens = false; /* filtered in apply_event */
+        /* skip_special_tokens (default true) drops special tokens from the
+         * text, except the markers the output parsers consume: <think> and
+         * </think> when reasoning is split, <tool_call> and </tool_call>
+         * when tools are on (tokenizers may mark them special).  Those the
+         * parsers do not consume (a stray </tool_call>) are dropped there. */
+        const char *markers[4] = {NULL, NULL, NULL, NULL};
+        if (s->template_has_think && !forced) markers[0] = "<think>", markers[1] = "</think>";
+        if (r->tools) markers[2] = "<tool_call>", markers[3] = "</tool_call>";
+        int n_keep = 0;
+        bool special[4] = {false, false, false, false};
+        for (int k = 0; k < 4 && r->params.skip_special_tokens; k++) {
+            int32_t id = markers[k] ? lm_tokenizer_token_to_id(s->tokenizer, markers[k]) : -1;
+            special[k] = id >= 0 && lm_tokenizer_is_special(s->tokenizer, id);
+            if (special[k]) g->keep_special[n_keep++] = id;
+        }
+        for (int i = 0; i < g->n; i++) {
+            g->choices[i].reasoning_parser.drop_stray = special[0] || special[1];
+            g->choices[i].tool_parser.drop_stray = special[2] || special[3];
+        }
+        r->params.keep_special_token_ids = g->keep_special;
+        r->params.n_keep_special_token_ids = n_keep;
     } else {
-        if (r->prompt_text) {
-            if (!s->tokenizer) return fail(g, c, 400, "this model has no tokenizer: send the prompt as token ids", "prompt");
-            st = lm_tokenizer_encode(s->tokenizer, r->prompt_text, r->prompt_text_len, true, &ids, &n_ids, &err);
-            if (st != LM_OK) return fail(g, c, 400, err.message, "prompt");
-            if (r->echo) g->echo_text = strdup(r->prompt_text);
-        } else {
-            ids = r->prompt_ids;
-            r->prompt_ids = NULL;
-            n_ids = (size_t)r->n_prompt_ids;
-            if (r->echo && s->tokenizer && n_ids) {
-                size_t tl;
-                lm_tokenizer_decode(s->tokenizer, ids, n_ids, false, &g->echo_text, &tl, &err);
+        for (int p = 0; p < g->n_prompts; p++) {
+            lm_prompt_input *in = &r->prompts[p];
+            if (in->text) {
+                if (!s->tokenizer) FAIL_PROMPTS(400, "this model has no tokenizer: send the prompt as token ids", "prompt");
+                st = lm_tokenizer_encode(s->tokenizer, in->text, in->text_len, true, &ids[p], &n_ids[p], &err);
+                if (st != LM_OK) FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "prompt");
+                if (r->echo && !(g->prompts[p].echo_text = strdup(in->text)))
+                    FAIL_PROMPTS(500, "out of memory copying the prompt to echo", NULL);
+            } else {
+                ids[p] = in->ids;
+                in->ids = NULL;
+                n_ids[p] = (size_t)in->n_ids;
+                if (r->echo && s->tokenizer && n_ids[p]) {
+                    size_t tl;
+                    st = lm_tokenizer_decode(s->tokenizer, ids[p], n_ids[p], false, &g->prompts[p].echo_text, &tl, &err);
+                    if (st != LM_OK) FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "prompt");
+                }
             }
-        }
-        g->n = r->params.n;
-        g->choices = calloc((size_t)g->n, sizeof *g->choices);
-        if (!g->choices) {
-            free(ids);
-            return fail(g, c, 500, "out of memory", NULL);
         }
         for (int i = 0; i < g->n; i++)
             if (!s->tokenizer) g->choices[i].token_ids = cJSON_CreateArray();
@@ -666,39 +786,52 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         g->choices[i].stop_token = -1;
         if (r->logprobs) g->choices[i].logprobs = cJSON_CreateArray();
     }
-    if (n_ids == 0) {
-        free(ids);
-        return fail(g, c, 400, "the prompt is empty", kind == LM_API_CHAT ? "messages" : "prompt");
+    for (int p = 0; p < g->n_prompts; p++) {
+        char message[240];
+        if (n_ids[p] == 0) {
+            if (g->n_prompts == 1) snprintf(message, sizeof message, "the prompt is empty");
+            else snprintf(message, sizeof message, "prompt %d of the list is empty", p);
+            FAIL_PROMPTS(400, message, prompt_param);
+        }
+        if ((int64_t)n_ids[p] >= s->options.max_model_len) {
+            snprintf(message, sizeof message,
+                     "This model's maximum context length is %d tokens. However, your request has %zu input tokens%s.",
+                     s->options.max_model_len, n_ids[p], g->n_prompts > 1 ? " in one of its prompts" : "");
+            FAIL_PROMPTS(400, message, prompt_param);
+        }
     }
-    if ((int64_t)n_ids >= s->options.max_model_len) {
-        char message[200];
-        snprintf(message, sizeof message,
-                 "This model's maximum context length is %d tokens. However, your request has %zu input tokens.",
-                 s->options.max_model_len, n_ids);
-        free(ids);
-        return fail(g, c, 400, message, "messages");
+    bool max_tokens_given = r->max_tokens_given;
+    for (int p = 0; p < g->n_prompts; p++) {
+        if (!max_tokens_given) r->params.max_tokens = s->options.max_model_len - (int)n_ids[p];
+        r->params.prompt = ids[p];
+        r->params.n_prompt = (int)n_ids[p];
+        char engine_error[512] = "";
+        int rc = loom_submit(s->engine, &r->params, &g->prompts[p].handle, engine_error, sizeof engine_error);
+        r->params.prompt = NULL;
+        if (rc != LOOM_OK) {
+            g->prompts[p].handle = NULL;
+            /* the ones submitted are cancelled by gen_free */
+            FAIL_PROMPTS(status_of(rc), engine_error,
+                         rc == LOOM_ERR_TOO_LONG ? (max_tokens_given ? "max_tokens" : prompt_param) : NULL);
+        }
+        g->prompts[p].prompt_tokens = (int)n_ids[p];
+        if (!g->submitted) atomic_fetch_add(&s->active, 1);
+        g->submitted = true;
     }
-    if (!r->max_tokens_given) r->params.max_tokens = s->options.max_model_len - (int)n_ids;
-    r->params.prompt = ids;
-    r->params.n_prompt = (int)n_ids;
-    char engine_error[512] = "";
-    int rc = loom_submit(s->engine, &r->params, &g->handle, engine_error, sizeof engine_error);
+    for (int p = 0; p < g->n_prompts; p++) free(ids[p]);
     free(ids);
-    r->params.prompt = NULL;
-    if (rc != LOOM_OK) {
-        g->handle = NULL;
-        return fail(g, c, status_of(rc), engine_error, NULL);
-    }
-    atomic_fetch_add(&s->active, 1);
+    free(n_ids);
+#undef FAIL_PROMPTS
     g->open_choices = g->n;
-    g->prompt_tokens = (int)n_ids;
-    snprintf(g->id, sizeof g->id, "%s-%016llx", kind == LM_API_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)(atomic_fetch_add(&s->next_id, 1) * 0x9e3779b97f4a7c15ull));
+    /* Ids unique across server starts: 128 random bits. */
+    uint64_t a = random_u64(s), b = random_u64(s);
+    snprintf(g->id, sizeof g->id, "%s-%016llx%016llx", kind == LM_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)a, (unsigned long long)b);
 
     if (r->stream) {
         stream_role_chunks(g);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g, stream_free);
-        if (!resp) return fail(g, c, 500, "out of memory", NULL);
+        if (!resp) return fail(g, c, 500, "cannot create the streaming response", NULL);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
@@ -707,15 +840,16 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     }
     for (;;) {
         loom_event ev;
-        int got = loom_next_event(g->handle, &ev, EVENT_POLL_MS);
+        int prompt;
+        int got = next_event(g, &ev, &prompt);
         if (got < 0) break;
         if (got == 0) {
-            if (lm_client_gone(c) || atomic_load(&s->cancel_all)) loom_cancel(g->handle);
+            if (lm_client_gone(c) || atomic_load(&s->cancel_all)) cancel_all(g);
             continue;
         }
-        apply_event(g, &ev, NULL);
+        apply_event(g, prompt, &ev, NULL);
     }
-    lm_metrics_observe_request(&s->metrics, lm_now_seconds() - g->arrival, outcome_of(g));
+    observe_end(g, outcome_of(g));
     enum MHD_Result ret;
     if (g->error_message[0]) {
         ret = lm_reply_error(c, 500, g->error_message, NULL);

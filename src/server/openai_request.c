@@ -41,6 +41,77 @@ int lm_json_nesting_depth(const char *text, size_t len) {
     return deepest;
 }
 
+/* The top-level fields the parser reads; others are ignored (and dropped
+ * from the parsed document at once). */
+static const char *const known_fields[] = {
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "min_tokens", "ignore_eos",
+    "skip_special_tokens", "speculative", "seed", "stop", "stop_token_ids", "logit_bias", "stream_options",
+    "stream", "user", "messages", "tools", "tool_choice", "logprobs", "top_logprobs", "chat_template_kwargs",
+    "add_generation_prompt", "continue_final_message", "prompt", "echo", "suffix", "best_of",
+};
+#define N_KNOWN_FIELDS ((int)(sizeof known_fields / sizeof known_fields[0]))
+
+static bool is_hex4_zero(const char *s, size_t left) {
+    return left >= 4 && s[0] == '0' && s[1] == '0' && s[2] == '0' && s[3] == '0';
+}
+
+void lm_json_prescan(const char *text, size_t len, int max_depth, size_t max_values,
+                     const char *const *fields, int n_fields, lm_json_scan *out) {
+    memset(out, 0, sizeof *out);
+    int depth = 0;
+    bool opened = false;      /* the last structural byte was [ or {: the next byte may start its first value */
+    bool expect_key = false;  /* at depth 1 of an object, the next string is a key */
+    bool top_object = false;
+    char key[64] = "";        /* the top-level field being read (raw bytes, cut at 63) */
+    bool key_known = fields == NULL;
+    out->values = 1;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t') continue;
+        if (opened) {
+            opened = false;
+            if (ch != ']' && ch != '}') out->values++; /* a non-empty container's first value */
+        }
+        if (ch == '"') {
+            bool is_key = depth == 1 && top_object && expect_key;
+            size_t start = i + 1;
+            for (i++; i < len && text[i] != '"'; i++) {
+                if (text[i] != '\\') continue;
+                if (i + 1 < len && text[i + 1] == 'u' && is_hex4_zero(text + i + 2, len - i - 2) && !out->nul) {
+                    if (is_key) {
+                        out->nul = true;
+                        out->nul_field[0] = 0;
+                    } else if (depth >= 1 && top_object && key_known) {
+                        out->nul = true;
+                        snprintf(out->nul_field, sizeof out->nul_field, "%s", key);
+                    }
+                }
+                i++;
+            }
+            if (is_key) {
+                size_t n = (i < len ? i : len) - start;
+                if (n > sizeof key - 1) n = sizeof key - 1;
+                memcpy(key, text + start, n);
+                key[n] = 0;
+                key_known = fields == NULL;
+                for (int f = 0; !key_known && f < n_fields; f++) key_known = strcmp(key, fields[f]) == 0;
+                expect_key = false;
+            }
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > out->depth) out->depth = depth;
+            if (depth > max_depth) return;
+            if (depth == 1) top_object = ch == '{', expect_key = ch == '{';
+            opened = true;
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        } else if (ch == ',') {
+            if (++out->values > max_values) return;
+            if (depth == 1) expect_key = true;
+        }
+    }
+}
+
 /* A field that is absent or JSON null counts as not given. */
 static const cJSON *field(const cJSON *obj, const char *key) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -115,7 +186,7 @@ static lm_status parse_token_ids(parse_ctx *c, const char *key, const cJSON *arr
     *n = 0;
     if (count == 0) return LM_OK;
     *out = malloc(sizeof(int32_t) * (size_t)count);
-    if (!*out) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+    if (!*out) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory reading %d token ids of '%s'", count, key);
     const cJSON *item;
     cJSON_ArrayForEach(item, arr) {
         long long v;
@@ -185,7 +256,8 @@ static lm_status parse_sampling(parse_ctx *c, const cJSON *b, lm_openai_request 
         if (count > 0) {
             r->bias_ids = malloc(sizeof(int32_t) * (size_t)count);
             r->bias_values = malloc(sizeof(float) * (size_t)count);
-            if (!r->bias_ids || !r->bias_values) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+            if (!r->bias_ids || !r->bias_values)
+                return lm_fail(c->err, LM_ERR_NOMEM, "out of memory reading %d logit_bias entries", count);
         }
         const cJSON *item;
         cJSON_ArrayForEach(item, bias) {
@@ -233,7 +305,7 @@ static lm_status content_text(parse_ctx *c, const cJSON *content, cJSON **out) {
             total += strlen(text->valuestring);
         }
         char *joined = malloc(total + 1);
-        if (!joined) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+        if (!joined) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory joining %zu bytes of text parts", total);
         size_t at = 0;
         cJSON_ArrayForEach(part, content) {
             const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
@@ -247,7 +319,7 @@ static lm_status content_text(parse_ctx *c, const cJSON *content, cJSON **out) {
     } else {
         return bad(c, "messages", "'%s' content must be a string or a list of parts%s", NULL);
     }
-    return *out ? LM_OK : lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+    return *out ? LM_OK : lm_fail(c->err, LM_ERR_NOMEM, "out of memory copying a message's content");
 }
 
 static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON **out) {
@@ -256,7 +328,7 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
     if (count == 0) return bad(c, "messages", "'%s' must not be empty%s", NULL);
     if (count > MAX_MESSAGES) return bad(c, "messages", "'%s' holds too many messages%s", NULL);
     cJSON *list = cJSON_CreateArray();
-    if (!list) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+    if (!list) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory copying the messages");
     *out = list;
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {
@@ -268,12 +340,13 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
             strcmp(r, "developer"))
             return bad(c, "messages", "'%s': unknown role '%s'", r);
         cJSON *copy = cJSON_Duplicate(m, true);
-        if (!copy) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory");
+        if (!copy) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory copying a message");
         cJSON_AddItemToArray(list, copy);
         if (strcmp(r, "developer") == 0) cJSON_ReplaceItemInObjectCaseSensitive(copy, "role", cJSON_CreateString("system"));
         cJSON *text;
         TRY(content_text(c, cJSON_GetObjectItemCaseSensitive(m, "content"), &text));
-        if (cJSON_HasObjectItem(copy, "content")) cJSON_ReplaceItemInObjectCaseSensitive(copy, "content", text);
+        /* (case-sensitive: cJSON_HasObjectItem would find "Content" and the replace would then leak text) */
+        if (cJSON_GetObjectItemCaseSensitive(copy, "content")) cJSON_ReplaceItemInObjectCaseSensitive(copy, "content", text);
         else cJSON_AddItemToObject(copy, "content", text);
         const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(copy, "reasoning_content");
         if (reasoning && !cJSON_IsString(reasoning) && !cJSON_IsNull(reasoning))
@@ -303,16 +376,47 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
     return LM_OK;
 }
 
+/* OpenAI's rule for function names: ^[a-zA-Z0-9_-]{1,64}$.  It also keeps
+ * names from writing markup into the prompt (a forced call's opening holds
+ * the name). */
+static bool valid_function_name(const char *name) {
+    size_t n = 0;
+    for (const char *p = name; *p; p++, n++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+              *p == '-'))
+            return false;
+    return n >= 1 && n <= LM_REQUEST_MAX_TOOL_NAME;
+}
+
+/* A name for an error message: printable ASCII, cut at 64 bytes. */
+static void printable_name(const char *name, char *out, size_t size) {
+    size_t k = 0;
+    for (const char *p = name; *p && k + 4 < size && p - name < 64; p++)
+        out[k++] = *p >= 0x20 && *p < 0x7f ? *p : '?';
+    if (strlen(name) > 64 && k + 4 < size) out[k++] = '.', out[k++] = '.', out[k++] = '.';
+    out[k] = 0;
+}
+
 static lm_status parse_tools(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
     const cJSON *tools = field(b, "tools");
     if (tools) {
         if (!cJSON_IsArray(tools)) return bad(c, "tools", "'%s' must be a list%s", NULL);
+        if (cJSON_GetArraySize(tools) > LM_REQUEST_MAX_TOOLS) return bad(c, "tools", "'%s' holds more than 128 tools%s", NULL);
         const cJSON *t;
+        int index = 0;
         cJSON_ArrayForEach(t, tools) {
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-            if (!cJSON_IsObject(t) || !cJSON_IsObject(fn) ||
-                !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            if (!cJSON_IsObject(t) || !cJSON_IsObject(fn) || !cJSON_IsString(name))
                 return bad(c, "tools", "'%s' entries need a function with a string name%s", NULL);
+            if (!valid_function_name(name->valuestring)) {
+                char shown[80], detail[200];
+                printable_name(name->valuestring, shown, sizeof shown);
+                snprintf(detail, sizeof detail, "[%d].function.name' ('%s') is not a valid function name: use 1 to 64 of "
+                         "a-z, A-Z, 0-9, _ and -", index, shown);
+                return bad(c, "tools", "'%s%s", detail);
+            }
+            index++;
         }
         if (cJSON_GetArraySize(tools) > 0) r->tools = tools;
     }
@@ -365,20 +469,37 @@ static lm_status parse_chat(parse_ctx *c, const cJSON *b, lm_openai_request *r) 
     return LM_OK;
 }
 
+/* One prompt: a string or a list of token ids. */
+static lm_status parse_one_prompt(parse_ctx *c, const cJSON *prompt, lm_prompt_input *out) {
+    if (cJSON_IsString(prompt)) {
+        out->text = prompt->valuestring;
+        out->text_len = strlen(prompt->valuestring);
+        return LM_OK;
+    }
+    if (cJSON_IsArray(prompt) && (cJSON_GetArraySize(prompt) == 0 || cJSON_IsNumber(prompt->child)))
+        return parse_token_ids(c, "prompt", prompt, MAX_PROMPT_IDS, &out->ids, &out->n_ids);
+    return bad(c, "prompt", "'%s' must be a string, a list of token ids, or a list of either%s", NULL);
+}
+
 static lm_status parse_completion(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
     const cJSON *prompt = field(b, "prompt");
     if (!prompt) return bad(c, "prompt", "'%s' is required%s", NULL);
-    if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) == 1 && !cJSON_IsNumber(prompt->child))
-        prompt = prompt->child; /* a list of one prompt */
-    if (cJSON_IsString(prompt)) {
-        r->prompt_text = prompt->valuestring;
-        r->prompt_text_len = strlen(prompt->valuestring);
-    } else if (cJSON_IsArray(prompt) && (cJSON_GetArraySize(prompt) == 0 || cJSON_IsNumber(prompt->child))) {
-        TRY(parse_token_ids(c, "prompt", prompt, MAX_PROMPT_IDS, &r->prompt_ids, &r->n_prompt_ids));
-    } else if (cJSON_IsArray(prompt)) {
-        return bad(c, "prompt", "'%s': one prompt per request (a string or a list of token ids)%s", NULL);
+    /* A list of prompts (strings or lists of token ids), as OpenAI's batch
+     * form; a list of numbers is one prompt of token ids. */
+    bool list = cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) > 0 && !cJSON_IsNumber(prompt->child);
+    int count = list ? cJSON_GetArraySize(prompt) : 1;
+    if (count > LM_REQUEST_MAX_PROMPTS) return bad(c, "prompt", "'%s' holds more than 128 prompts%s", NULL);
+    if (count * r->params.n > LM_REQUEST_MAX_PROMPTS)
+        return bad(c, "prompt", "'%s': prompts x n must be at most 128%s", NULL);
+    r->prompts = calloc((size_t)count, sizeof *r->prompts);
+    if (!r->prompts) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory listing %d prompts", count);
+    r->n_prompts = count;
+    if (!list) {
+        TRY(parse_one_prompt(c, prompt, &r->prompts[0]));
     } else {
-        return bad(c, "prompt", "'%s' must be a string or a list of token ids%s", NULL);
+        int i = 0;
+        const cJSON *item;
+        cJSON_ArrayForEach(item, prompt) TRY(parse_one_prompt(c, item, &r->prompts[i++]));
     }
     const cJSON *lp = field(b, "logprobs");
     if (lp) {
@@ -407,11 +528,31 @@ lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len
     loom_request_params_default(&out->params);
     parse_ctx c = {param, param_size, err};
     if (param && param_size) param[0] = 0;
-    if (lm_json_nesting_depth(body, len) > LM_REQUEST_MAX_DEPTH)
-        return bad(&c, NULL, "the request body is nested too deeply%s%s", NULL);
+    /* The bounds, on the bytes, before cJSON builds anything. */
+    lm_json_scan scan;
+    lm_json_prescan(body, len, LM_REQUEST_MAX_DEPTH, LM_REQUEST_MAX_VALUES, known_fields, N_KNOWN_FIELDS, &scan);
+    if (scan.depth > LM_REQUEST_MAX_DEPTH)
+        return bad(&c, NULL, "the request body is nested deeper than the server accepts (64 levels)%s%s", NULL);
+    if (scan.values > LM_REQUEST_MAX_VALUES) {
+        out->too_large = true;
+        return bad(&c, NULL, "the request body holds more JSON values than the server accepts (524288)%s%s", NULL);
+    }
+    /* cJSON strings end at a NUL: a \u0000 would silently cut the prompt,
+     * a message or the model name, so it is refused. */
+    if (scan.nul && scan.nul_field[0])
+        return bad(&c, scan.nul_field, "'%s' holds a NUL character (\\u0000), which is not accepted%s", NULL);
+    if (scan.nul) return bad(&c, NULL, "a field name holds a NUL character (\\u0000)%s%s", NULL);
     out->doc = cJSON_ParseWithLength(body, len);
     if (!out->doc) return bad(&c, NULL, "the request body is not valid JSON%s%s", NULL);
     if (!cJSON_IsObject(out->doc)) return bad(&c, NULL, "the request body must be a JSON object%s%s", NULL);
+    /* Unknown fields are ignored: drop them now rather than hold them for
+     * the whole generation. */
+    for (cJSON *f = out->doc->child, *next; f; f = next) {
+        next = f->next;
+        bool known = false;
+        for (int k = 0; !known && k < N_KNOWN_FIELDS; k++) known = f->string && strcmp(f->string, known_fields[k]) == 0;
+        if (!known) cJSON_Delete(cJSON_DetachItemViaPointer(out->doc, f));
+    }
     lm_status st = get_string(&c, out->doc, "model", &out->model);
     if (st == LM_OK) st = parse_sampling(&c, out->doc, out);
     if (st == LM_OK) st = kind == LM_API_CHAT ? parse_chat(&c, out->doc, out) : parse_completion(&c, out->doc, out);
@@ -423,7 +564,8 @@ lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len
 void lm_openai_request_free(lm_openai_request *r) {
     cJSON_Delete(r->doc);
     cJSON_Delete(r->messages);
-    free(r->prompt_ids);
+    for (int i = 0; r->prompts && i < r->n_prompts; i++) free(r->prompts[i].ids);
+    free(r->prompts);
     free(r->stop_token_ids);
     free(r->bias_ids);
     free(r->bias_values);

@@ -13,10 +13,19 @@
 #include "base/error.h"
 #include "loom.h"
 
+/* Bounds on a body's JSON, checked on the bytes before anything is built
+ * (a parsed value costs ~80 bytes of heap, so a 16 MiB body of "1," would
+ * become ~640 MB): nesting depth, and values (numbers, strings, literals,
+ * arrays and objects; keys not counted).  524288 values make at most ~40 MiB
+ * of parsed tree; they hold a prompt of the longest context as token ids. */
 #define LM_REQUEST_MAX_DEPTH 64
+#define LM_REQUEST_MAX_VALUES (1 << 19)
 #define LM_REQUEST_MAX_STOP 16
 #define LM_REQUEST_MAX_LOGIT_BIAS 1024
 #define LM_REQUEST_MAX_TOP_LOGPROBS 20
+#define LM_REQUEST_MAX_PROMPTS 128  /* completions' list of prompts; prompts x n at most 128 too */
+#define LM_REQUEST_MAX_TOOLS 128     /* as OpenAI */
+#define LM_REQUEST_MAX_TOOL_NAME 64  /* function names: ^[a-zA-Z0-9_-]{1,64}$, as OpenAI */
 
 typedef enum { LM_API_CHAT, LM_API_COMPLETION } lm_api_kind;
 
@@ -26,6 +35,13 @@ typedef enum {
     LM_TOOL_CHOICE_REQUIRED,
     LM_TOOL_CHOICE_NAMED,
 } lm_tool_choice;
+
+typedef struct {
+    const char *text; /* a text prompt (borrowed from doc), or NULL: ids */
+    size_t text_len;
+    int32_t *ids;     /* malloc'd (may be NULL when n_ids is 0) */
+    int n_ids;
+} lm_prompt_input;
 
 typedef struct {
     lm_api_kind kind;
@@ -42,12 +58,12 @@ typedef struct {
     const char *tool_name; /* for LM_TOOL_CHOICE_NAMED */
     const cJSON *template_kwargs; /* chat_template_kwargs object, or NULL */
     bool add_generation_prompt, continue_final_message;
-    /* completions: a text prompt or token ids */
-    const char *prompt_text;
-    size_t prompt_text_len;
-    int32_t *prompt_ids;
-    int n_prompt_ids;
+    /* completions: one or more prompts (a list of prompts answers one
+     * choice group per prompt), each a text or token ids */
+    lm_prompt_input *prompts;
+    int n_prompts;
     bool max_tokens_given;
+    bool too_large;        /* the failure was a size bound (HTTP 413), not a malformed field */
     /* engine parameters; prompt is filled in by the caller */
     loom_request_params params;
     const char *stop[LM_REQUEST_MAX_STOP];
@@ -65,5 +81,19 @@ void lm_openai_request_free(lm_openai_request *r);
 
 /* Depth of the deepest [ / { nesting in JSON text (strings skipped). */
 int lm_json_nesting_depth(const char *text, size_t len);
+
+/* What lm_json_prescan finds in JSON text, in one pass over its bytes. */
+typedef struct {
+    int depth;            /* deepest nesting seen (the scan stops past max_depth) */
+    size_t values;        /* values seen (the scan stops past max_values) */
+    bool nul;             /* a \u0000 escape inside a string ... */
+    char nul_field[64];   /* ... under this top-level field ("" for a top-level key itself) */
+} lm_json_scan;
+
+/* Scans text[0..len) (any bytes: invalid JSON is the parser's to refuse).
+ * A NUL is reported only under a top-level field named in fields[0..n)
+ * (the ones read; NULL: any), or in a top-level key. */
+void lm_json_prescan(const char *text, size_t len, int max_depth, size_t max_values,
+                     const char *const *fields, int n_fields, lm_json_scan *out);
 
 #endif

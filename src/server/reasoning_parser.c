@@ -28,15 +28,48 @@ static bool emit(lm_reasoning_parser *p, size_t n, lm_sbuf *out) {
     return ok;
 }
 
+/* The earliest stray marker in s[0..len) (see drop_stray): its offset, or
+ * len; *stray_len its length, *hold the bytes that may start one. */
+static size_t find_stray(const lm_reasoning_parser *p, const char *s, size_t len, size_t *stray_len,
+                         size_t *hold) {
+    *hold = 0;
+    *stray_len = 0;
+    if (!p->drop_stray) return len;
+    const char *strays[2] = {p->state == LM_REASONING_BEFORE ? THINK_CLOSE : THINK_OPEN,
+                             p->state == LM_REASONING_AFTER ? THINK_CLOSE : NULL};
+    size_t best = len;
+    for (int i = 0; i < 2 && strays[i]; i++) {
+        size_t at = lm_marker_find(s, len, strays[i]);
+        if (at < best) best = at, *stray_len = strlen(strays[i]);
+        size_t h = lm_marker_partial(s, len, strays[i]);
+        if (h > *hold) *hold = h;
+    }
+    return best;
+}
+
 static bool step(lm_reasoning_parser *p, lm_sbuf *reasoning, lm_sbuf *content, bool final) {
     for (;;) {
         const char *s = lm_sbuf_str(&p->pending);
         size_t len = p->pending.len;
         if (len == 0) return true;
-        if (p->state == LM_REASONING_AFTER) return emit(p, len, content);
+        size_t stray_len, stray_hold;
+        size_t stray_at = find_stray(p, s, len, &stray_len, &stray_hold);
+        if (p->state == LM_REASONING_AFTER) {
+            if (stray_at < len) {
+                if (!emit(p, stray_at, content)) return false;
+                lm_sbuf_consume(&p->pending, stray_len);
+                continue;
+            }
+            return emit(p, final ? len : len - stray_hold, content);
+        }
         const char *marker = p->state == LM_REASONING_BEFORE ? THINK_OPEN : THINK_CLOSE;
         lm_sbuf *out = p->state == LM_REASONING_BEFORE ? content : reasoning;
         size_t at = lm_marker_find(s, len, marker);
+        if (stray_at < at) { /* dropped: what comes before it stays where it is */
+            if (!emit(p, stray_at, out)) return false;
+            lm_sbuf_consume(&p->pending, stray_len);
+            continue;
+        }
         if (at < len) {
             size_t keep = at;
             /* Newlines before </think> are layout, not reasoning. */
@@ -49,7 +82,9 @@ static bool step(lm_reasoning_parser *p, lm_sbuf *reasoning, lm_sbuf *content, b
             continue;
         }
         if (final) return emit(p, len, out);
-        size_t n = len - lm_marker_partial(s, len, marker);
+        size_t hold = lm_marker_partial(s, len, marker);
+        if (stray_hold > hold) hold = stray_hold;
+        size_t n = len - hold;
         if (p->state == LM_REASONING_INSIDE)
             while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r')) n--;
         return emit(p, n, out);

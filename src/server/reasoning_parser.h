@@ -21,6 +21,9 @@ typedef struct {
     lm_reasoning_state state;
     bool skip_newlines; /* drop newlines right after <think> or </think> */
     lm_sbuf pending;    /* text not yet classified (a possible partial marker) */
+    bool drop_stray;    /* a <think> inside the reasoning or after it, or a </think> outside it, is
+                         * dropped (set after init: the markers are special tokens the client
+                         * asked to skip) */
 } lm_reasoning_parser;
 
 void lm_reasoning_parser_init(lm_reasoning_parser *p, bool starts_in_reasoning);

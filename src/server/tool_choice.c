@@ -40,7 +40,7 @@ static lm_status sample_one_of(lm_server *s, struct MHD_Connection *c, const lm_
                                unsigned *http_status, lm_error *err) {
     size_t n = n_prompt + n_prefix;
     int32_t *ids = malloc(sizeof *ids * n);
-    if (!ids) return *http_status = 500, lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    if (!ids) return *http_status = 500, lm_fail(err, LM_ERR_NOMEM, "out of memory building a prompt to choose a tool");
     memcpy(ids, prompt, sizeof *ids * n_prompt);
     memcpy(ids + n_prompt, prefix, sizeof *ids * n_prefix);
     for (int i = 0; i < n_allowed; i++) bias[i] = PICK_BIAS;
@@ -95,7 +95,7 @@ static lm_status pick(lm_server *s, struct MHD_Connection *c, const lm_openai_re
     int32_t *allowed = malloc(sizeof *allowed * (size_t)count);
     float *bias = malloc(sizeof *bias * (size_t)count);
     lm_status st = LM_OK;
-    if (!allowed || !bias) st = (*http_status = 500, lm_fail(err, LM_ERR_NOMEM, "out of memory"));
+    if (!allowed || !bias) st = (*http_status = 500, lm_fail(err, LM_ERR_NOMEM, "out of memory choosing among %d tools", count));
     /* Every pass removes at least one candidate, so count passes suffice. */
     for (int pass = 0; st == LM_OK && pass <= count; pass++) {
         int first = -1, n_active = 0;
@@ -153,7 +153,7 @@ lm_status lm_forced_call_prompt(lm_server *s, struct MHD_Connection *c, const lm
     int count = r->tool_choice == LM_TOOL_CHOICE_NAMED ? 1 : cJSON_GetArraySize(r->tools);
     if (count <= 0) return lm_fail(err, LM_ERR_INVALID, "tool_choice needs tools");
     candidate *cands = calloc((size_t)count, sizeof *cands);
-    if (!cands) return *http_status = 500, lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    if (!cands) return *http_status = 500, lm_fail(err, LM_ERR_NOMEM, "out of memory listing %d tools", count);
     lm_status st = LM_OK;
     if (r->tool_choice == LM_TOOL_CHOICE_NAMED) {
         cands[0].name = r->tool_name;
@@ -167,7 +167,8 @@ lm_status lm_forced_call_prompt(lm_server *s, struct MHD_Connection *c, const lm
     }
     for (int i = 0; st == LM_OK && i < count; i++) {
         lm_sbuf opening = {0};
-        if (!lm_tool_call_opening(form, cands[i].name, &opening)) st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
+        if (!lm_tool_call_opening(form, cands[i].name, &opening))
+            st = lm_fail(err, LM_ERR_NOMEM, "out of memory writing the opening of a call to '%.64s'", cands[i].name);
         else st = lm_tokenizer_encode(s->tokenizer, lm_sbuf_str(&opening), opening.len, false, &cands[i].ids,
                                       &cands[i].n, err);
         lm_sbuf_free(&opening);
@@ -180,7 +181,7 @@ lm_status lm_forced_call_prompt(lm_server *s, struct MHD_Connection *c, const lm
         const candidate *w = &cands[chosen];
         *ids = malloc(sizeof **ids * (n_prompt + w->n));
         if (!*ids) {
-            st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
+            st = lm_fail(err, LM_ERR_NOMEM, "out of memory appending the forced call's opening to the prompt");
             *http_status = 500;
         } else {
             memcpy(*ids, prompt, sizeof **ids * n_prompt);

@@ -352,8 +352,15 @@ static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, 
         size_t len = p->pending.len;
         if (len == 0) return true;
         const char *marker = p->in_call ? CALL_CLOSE : CALL_OPEN;
+        const char *stray = p->drop_stray ? (p->in_call ? CALL_OPEN : CALL_CLOSE) : NULL;
         size_t at = lm_marker_find(s, len, marker);
+        size_t stray_at = stray ? lm_marker_find(s, len, stray) : len;
         lm_sbuf *out = p->in_call ? &p->block : content;
+        if (stray_at < at) { /* dropped: what comes before it stays where it is */
+            if (!lm_sbuf_append(out, s, stray_at)) return false;
+            lm_sbuf_consume(&p->pending, stray_at + strlen(stray));
+            continue;
+        }
         if (at < len) {
             if (!lm_sbuf_append(out, s, at)) return false;
             lm_sbuf_consume(&p->pending, at + strlen(marker));
@@ -364,29 +371,36 @@ static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, 
             }
             continue;
         }
-        size_t n = final ? len : len - lm_marker_partial(s, len, marker);
+        size_t hold = lm_marker_partial(s, len, marker);
+        if (stray && lm_marker_partial(s, len, stray) > hold) hold = lm_marker_partial(s, len, stray);
+        size_t n = final ? len : len - hold;
         bool ok = lm_sbuf_append(out, s, n);
         lm_sbuf_consume(&p->pending, n);
         return ok;
     }
 }
 
-bool lm_tool_parser_start_forced(lm_tool_parser *p, lm_tool_form form, const char *name) {
+lm_status lm_tool_parser_start_forced(lm_tool_parser *p, lm_tool_form form, const char *name, lm_error *err) {
+    if (!name) return lm_fail(err, LM_ERR_INVALID, "a forced tool call needs a function name");
     lm_sbuf opening = {0}, content = {0};
     lm_tool_call_list calls = {0};
-    bool ok = name && lm_tool_call_opening(form, name, &opening) &&
-              lm_tool_parser_feed(p, lm_sbuf_str(&opening), opening.len, &content, &calls);
+    lm_status st = LM_OK;
+    if (!lm_tool_call_opening(form, name, &opening) ||
+        !lm_tool_parser_feed(p, lm_sbuf_str(&opening), opening.len, &content, &calls))
+        st = lm_fail(err, LM_ERR_NOMEM, "out of memory writing the opening of the forced call to '%.64s'", name);
     /* The opening only opens a call: nothing of it is content or a call. */
-    ok = ok && p->in_call && content.len == 0 && calls.n == 0;
-    if (ok) {
+    else if (!p->in_call || content.len != 0 || calls.n != 0)
+        st = lm_fail(err, LM_ERR_INVALID, "the opening of the forced call to '%.64s' does not open one call "
+                     "(the name holds tool-call markup)", name);
+    if (st == LM_OK) {
         p->forced_skip = opening.len - strlen(CALL_OPEN);
         p->forced_name = strdup(name);
-        ok = p->forced_name != NULL;
+        if (!p->forced_name) st = lm_fail(err, LM_ERR_NOMEM, "out of memory copying the forced call's name");
     }
     lm_sbuf_free(&opening);
     lm_sbuf_free(&content);
     lm_tool_call_list_free(&calls);
-    return ok;
+    return st;
 }
 
 bool lm_tool_parser_feed(lm_tool_parser *p, const char *text, size_t len, lm_sbuf *content,

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/error.h"
 #include "server/sbuf.h"
 
 typedef struct {
@@ -60,6 +61,8 @@ typedef struct {
     uint64_t id_state;    /* for call ids */
     char *forced_name;    /* the forced call's function (malloc'd) until that call ends */
     size_t forced_skip;   /* bytes at the start of block that came from the forced opening */
+    bool drop_stray;      /* a </tool_call> outside a call, or a <tool_call> inside one, is dropped
+                           * (set after init: the markers are special tokens the client asked to skip) */
 } lm_tool_parser;
 
 /* tools: the request's "tools" array (may be NULL); id_seed makes call ids. */
@@ -72,8 +75,9 @@ void lm_tool_parser_init(lm_tool_parser *p, const cJSON *tools, uint64_t id_seed
  * works (an XML parameter cut short keeps what was written), else the first
  * JSON object the model wrote, else the model's raw text after the opening
  * (then not JSON, as the model did not write JSON), "{}" when it wrote
- * nothing.  False when out of memory. */
-bool lm_tool_parser_start_forced(lm_tool_parser *p, lm_tool_form form, const char *name);
+ * nothing.  Fails with LM_ERR_NOMEM, or LM_ERR_INVALID when the opening does
+ * not leave the parser inside one call (a name holding a </tool_call>). */
+lm_status lm_tool_parser_start_forced(lm_tool_parser *p, lm_tool_form form, const char *name, lm_error *err);
 /* Appends plain content to *content and finished calls to *calls.  False
  * when out of memory (or a size bound was hit). */
 bool lm_tool_parser_feed(lm_tool_parser *p, const char *text, size_t len, lm_sbuf *content,

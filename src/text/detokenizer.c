@@ -132,6 +132,17 @@ void lm_detokenizer_init(lm_detokenizer *d, const lm_tokenizer *tok, bool skip_s
     d->skip_special = skip_special;
 }
 
+void lm_detokenizer_keep_special(lm_detokenizer *d, const int32_t *ids, int n) {
+    d->keep = ids;
+    d->n_keep = ids ? n : 0;
+}
+
+static bool kept(const lm_detokenizer *d, int32_t id) {
+    for (int i = 0; i < d->n_keep; i++)
+        if (d->keep[i] == id) return true;
+    return false;
+}
+
 void lm_detokenizer_free(lm_detokenizer *d) {
     lm_text_buf_free(&d->out);
     d->n_pending = 0;
@@ -179,7 +190,7 @@ lm_status lm_detokenizer_push(lm_detokenizer *d, int32_t id, const char **text, 
     *text = "";
     *len = 0;
     if (!token_bytes(d->tok, id, &b, &bl)) return lm_fail(err, LM_ERR_INVALID, "token id %d names no token", id);
-    if (d->skip_special && (d->tok->flags[id] & LM_TOKEN_SPECIAL)) return LM_OK;
+    if (d->skip_special && (d->tok->flags[id] & LM_TOKEN_SPECIAL) && !kept(d, id)) return LM_OK;
     lm_status st = feed(d, (const uint8_t *)b, bl, false, err);
     if (st != LM_OK) return st;
     *text = d->out.p ? d->out.p : "";

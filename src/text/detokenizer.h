@@ -18,6 +18,8 @@
 typedef struct {
     const lm_tokenizer *tok;
     bool skip_special;
+    const int32_t *keep; /* special ids kept despite skip_special (borrowed) */
+    int n_keep;
     uint8_t pending[4]; /* the start of a character still waiting for bytes */
     size_t n_pending;
     lm_text_buf out; /* what the last call returned */
@@ -25,6 +27,9 @@ typedef struct {
 
 /* tok must outlive the detokenizer. */
 void lm_detokenizer_init(lm_detokenizer *d, const lm_tokenizer *tok, bool skip_special);
+/* With skip_special: the special tokens ids[0..n) are still decoded (ids
+ * must outlive the detokenizer). */
+void lm_detokenizer_keep_special(lm_detokenizer *d, const int32_t *ids, int n);
 /* Adds one id.  *text / *len: the text it completes (possibly empty); valid
  * until the next call on d.  An id that names no token: LM_ERR_INVALID (the
  * detokenizer is unchanged). */

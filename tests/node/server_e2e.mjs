@@ -230,8 +230,8 @@ try {
   check('deeply nested 400', r.status === 400 && shape(r), r.status);
   r = await post('/v1/completions', JSON.stringify({ prompt: 'hi', max_tokens: 5000 }));
   check('context length 400', r.status === 400 && /context length/.test(r.json.error.message), r.json);
-  r = await post('/v1/completions', JSON.stringify({ prompt: ['a', 'b'] }));
-  check('list of prompts 400', r.status === 400 && r.json.error.param === 'prompt', r.json);
+  r = await post('/v1/completions', JSON.stringify({ prompt: ['a', { b: 1 }] }));
+  check('bad list of prompts 400', r.status === 400 && r.json.error.param === 'prompt', r.json);
   if (apiKey) {
     r = await post('/v1/completions', JSON.stringify({ prompt: 'hi' }), {});
     check('no key 401', r.status === 401 && shape(r), r.status);
