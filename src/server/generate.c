@@ -525,14 +525,16 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (g->final_sent) return MHD_CONTENT_READER_END_OF_STREAM;
         if (g->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
         loom_event ev;
-        int got = loom_next_event(g->handle, &ev, EVENT_POLL_MS);
+        if (atomic_load(&g->server->cancel_all)) loom_cancel(g->handle);
+        int got = loom_next_event(g->handle, &ev, 0);
         if (got == 0) {
             if (lm_client_gone(g->connection)) {
                 loom_cancel(g->handle); /* blocks are freed at the engine's next step */
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
-            if (atomic_load(&g->server->cancel_all)) loom_cancel(g->handle);
-            continue;
+            /* Nothing yet: free the I/O thread until the server resumes us. */
+            lm_stream_wait(g->server, g->connection);
+            return 0;
         }
         if (got < 0) {
             lm_metrics_observe_request(&g->server->metrics, lm_now_seconds() - g->arrival, outcome_of(g));
@@ -701,23 +703,24 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         if (!resp) return fail(g, c, 500, "out of memory", NULL);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp); /* frees g through stream_free when the connection is done */
-        return ret;
+        return lm_queue_response(c, 200, resp); /* frees g through stream_free when the connection is done */
     }
     for (;;) {
         loom_event ev;
         int got = loom_next_event(g->handle, &ev, EVENT_POLL_MS);
         if (got < 0) break;
+        if (atomic_load(&s->cancel_all)) loom_cancel(g->handle);
         if (got == 0) {
-            if (lm_client_gone(c) || atomic_load(&s->cancel_all)) loom_cancel(g->handle);
+            if (lm_client_gone(c)) loom_cancel(g->handle);
             continue;
         }
         apply_event(g, &ev, NULL);
     }
     lm_metrics_observe_request(&s->metrics, lm_now_seconds() - g->arrival, outcome_of(g));
     enum MHD_Result ret;
-    if (g->error_message[0]) {
+    if (atomic_load(&s->cancel_all) && outcome_of(g) == 2) {
+        ret = lm_reply_error(c, 503, "the server is shutting down: the request was cancelled", NULL);
+    } else if (g->error_message[0]) {
         ret = lm_reply_error(c, 500, g->error_message, NULL);
     } else {
         cJSON *resp = full_response(g);
