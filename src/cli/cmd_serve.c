@@ -79,7 +79,8 @@ static bool read_key_file(const char *path, char *buf, size_t size) {
 /* Each connection is a descriptor: raise the soft limit toward the hard one
  * so that --max-connections fits, or lower the connection limit to what does. */
 static bool raise_fd_limit(lm_server_options *so) {
-    long want = (so->max_connections > 0 ? so->max_connections : 4096) + 256L;
+    long conns = so->max_connections > 0 ? so->max_connections : 4096;
+    long want = conns + conns / 8 + 64 + 256; /* the server's refusal margin and its own files */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return true;
     if ((long)rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
@@ -88,7 +89,7 @@ static bool raise_fd_limit(lm_server_options *so) {
         if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl.rlim_cur = target;
     }
     if (rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < want) {
-        long fit = (long)rl.rlim_cur - 256;
+        long fit = ((long)rl.rlim_cur - 256 - 64) * 8 / 9;
         if (fit < 4) {
             fprintf(stderr, "loom: the descriptor limit (%ld) is too low to serve\n", (long)rl.rlim_cur);
             return false;

@@ -444,6 +444,28 @@ static void set_phase(lm_server *s, conn_slot *slot, conn_phase phase, double de
     pthread_mutex_unlock(&s->http->mutex);
 }
 
+/* Sends a whole error response straight to a socket MHD is not writing to
+ * (a new connection, or one only reading a body), then shuts it down; MHD
+ * sees the end and closes it. */
+static void answer_and_cut(MHD_socket fd, unsigned status, const char *reason, const char *message) {
+    char *body = error_body(status, message, NULL);
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n%sConnection: close\r\n"
+                     "Content-Length: %zu\r\n\r\n", status, reason, status == 503 ? "Retry-After: 1\r\n" : "",
+                     body ? strlen(body) : 0);
+    if (n > 0 && send(fd, head, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) == n && body)
+        (void)!send(fd, body, strlen(body), MSG_DONTWAIT | MSG_NOSIGNAL);
+    cJSON_free(body);
+    shutdown(fd, SHUT_RDWR);
+}
+
+/* Over --max-connections: MHD's own limit is set a little higher so that
+ * the excess is accepted and told so, instead of waiting in the backlog. */
+static void refuse_connection(MHD_socket fd) {
+    answer_and_cut(fd, 503, "Service Unavailable", "too many connections; retry later");
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
     lm_server *s = cls;
@@ -463,6 +485,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         }
         pthread_mutex_unlock(&h->mutex);
         *socket_context = slot;
+        if (!slot && info) refuse_connection(info->connect_fd);
         return;
     }
     conn_slot *slot = *socket_context;
@@ -487,18 +510,10 @@ static void sweep(lm_server *s) {
         conn_slot *slot = &h->slots[i];
         if (!slot->used || slot->cut || slot->phase == PHASE_BUSY || now < slot->deadline) continue;
         slot->cut = true;
-        if (slot->phase == PHASE_BODY) {
-            /* MHD is only reading here: answer before closing. */
-            char *body = error_body(408, "the request body did not arrive in time", NULL);
-            char head[256];
-            int n = snprintf(head, sizeof head,
-                             "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
-                             "Connection: close\r\nContent-Length: %zu\r\n\r\n", body ? strlen(body) : 0);
-            if (n > 0 && send(slot->fd, head, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) == n && body)
-                (void)!send(slot->fd, body, strlen(body), MSG_DONTWAIT | MSG_NOSIGNAL);
-            cJSON_free(body);
-        }
-        shutdown(slot->fd, SHUT_RDWR);
+        /* MHD is only reading in the body phase: answer before closing. */
+        if (slot->phase == PHASE_BODY)
+            answer_and_cut(slot->fd, 408, "Request Timeout", "the request body did not arrive in time");
+        else shutdown(slot->fd, SHUT_RDWR);
     }
     pthread_mutex_unlock(&h->mutex);
 }
@@ -618,6 +633,11 @@ static enum MHD_Result first_call(lm_server *s, struct MHD_Connection *c, conn_c
         return lm_queue_response(c, 204, resp);
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    /* RFC 9112 6.1: only chunked is understood; with a Content-Length too the
+     * framing is ambiguous (request smuggling). */
+    if (te && (strcasecmp(te, "chunked") != 0 || cl))
+        return lm_reply_error(c, 400, "unsupported Transfer-Encoding (only chunked, without Content-Length)", NULL);
     if (cl && strtoull(cl, NULL, 10) > s->options.max_body_bytes) ctx->too_large = true;
     /* Refuse early what will be refused anyway, without reading the body. */
     if (ctx->too_large) return lm_reply_error(c, 413, "the request body is larger than the server accepts", NULL);
@@ -645,6 +665,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     lm_server *s = cls;
     conn_ctx *ctx = *con_cls;
     conn_slot *slot = slot_of(c);
+    if (!slot) return MHD_NO; /* refused at accept */
     if (!ctx) {
         ctx = calloc(1, sizeof *ctx);
         if (!ctx) return MHD_NO;
@@ -756,6 +777,12 @@ static lm_status http_create(lm_server *s, lm_error *err) {
     return LM_OK;
 }
 
+/* Connections MHD accepts beyond ours, to refuse them with a 503. */
+static int refuse_margin(const lm_server_options *o) {
+    int m = o->max_connections / 8;
+    return m < 64 ? 64 : m > 1024 ? 1024 : m;
+}
+
 static void fail_start(lm_server *s) {
     if (s->http && s->http->waker_started) {
         pthread_mutex_lock(&s->http->mutex);
@@ -827,7 +854,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
                                  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)o->http_threads,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections + refuse_margin(o)),
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_keep_alive_s,
                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)LM_MHD_MEMORY_LIMIT,
                                  MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
