@@ -43,6 +43,7 @@ struct lm_http {
     pthread_mutex_t mutex;
     conn_slot *slots;
     int *free_slots, n_free, n_slots;
+    pthread_mutex_t wait_mutex; /* waiters, waker_stop, no_suspend (never held into MHD callbacks) */
     struct MHD_Connection **waiters; /* suspended streams to resume */
     int n_waiters;
     pthread_t waker;
@@ -523,7 +524,7 @@ static void *waker_main(void *arg) {
     struct lm_http *h = s->http;
     struct MHD_Connection **batch = malloc(sizeof *batch * (size_t)h->n_slots);
     for (int tick = 0;; tick++) {
-        pthread_mutex_lock(&h->mutex);
+        pthread_mutex_lock(&h->wait_mutex);
         if (!h->waker_stop) {
             struct timespec t;
             clock_gettime(CLOCK_REALTIME, &t);
@@ -532,7 +533,7 @@ static void *waker_main(void *arg) {
                 t.tv_sec++;
                 t.tv_nsec -= 1000000000L;
             }
-            pthread_cond_timedwait(&h->wake, &h->mutex, &t);
+            pthread_cond_timedwait(&h->wake, &h->wait_mutex, &t);
         }
         bool stop = h->waker_stop;
         int n = 0;
@@ -541,7 +542,7 @@ static void *waker_main(void *arg) {
             memcpy(batch, h->waiters, sizeof *batch * (size_t)n);
             h->n_waiters = 0;
         }
-        pthread_mutex_unlock(&h->mutex);
+        pthread_mutex_unlock(&h->wait_mutex);
         for (int i = 0; i < n; i++) MHD_resume_connection(batch[i]);
         if (stop && n == 0) break;
         if (tick % SWEEP_EVERY == 0) sweep(s);
@@ -552,13 +553,13 @@ static void *waker_main(void *arg) {
 
 void lm_stream_wait(lm_server *s, struct MHD_Connection *c) {
     struct lm_http *h = s->http;
-    pthread_mutex_lock(&h->mutex);
+    pthread_mutex_lock(&h->wait_mutex);
     /* At the very end (no waker) the reader just polls again. */
     if (!h->no_suspend && h->n_waiters < h->n_slots) {
         MHD_suspend_connection(c);
         h->waiters[h->n_waiters++] = c;
     }
-    pthread_mutex_unlock(&h->mutex);
+    pthread_mutex_unlock(&h->wait_mutex);
 }
 
 /* ------------------------------------------------------------ requests */
@@ -746,6 +747,7 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 static void http_free(struct lm_http *h) {
     if (!h) return;
     pthread_mutex_destroy(&h->mutex);
+    pthread_mutex_destroy(&h->wait_mutex);
     pthread_cond_destroy(&h->wake);
     free(h->slots);
     free(h->free_slots);
@@ -757,6 +759,7 @@ static lm_status http_create(lm_server *s, lm_error *err) {
     struct lm_http *h = calloc(1, sizeof *h);
     if (!h) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&h->mutex, NULL);
+    pthread_mutex_init(&h->wait_mutex, NULL);
     pthread_cond_init(&h->wake, NULL);
     h->n_slots = s->options.max_connections;
     h->slots = calloc((size_t)h->n_slots, sizeof *h->slots);
@@ -785,10 +788,10 @@ static int refuse_margin(const lm_server_options *o) {
 
 static void fail_start(lm_server *s) {
     if (s->http && s->http->waker_started) {
-        pthread_mutex_lock(&s->http->mutex);
+        pthread_mutex_lock(&s->http->wait_mutex);
         s->http->waker_stop = true;
         pthread_cond_signal(&s->http->wake);
-        pthread_mutex_unlock(&s->http->mutex);
+        pthread_mutex_unlock(&s->http->wait_mutex);
         pthread_join(s->http->waker, NULL);
     }
     http_free(s->http);
@@ -896,11 +899,11 @@ void lm_server_stop(lm_server *s, int grace_ms) {
     atomic_store(&s->cancel_all, true);
     bool drained = wait_zero(&h->inflight, FINAL_WAIT_MS);
     /* 4. Stop the waker; readers still waiting from here on poll. */
-    pthread_mutex_lock(&h->mutex);
+    pthread_mutex_lock(&h->wait_mutex);
     h->no_suspend = true;
     h->waker_stop = true;
     pthread_cond_signal(&h->wake);
-    pthread_mutex_unlock(&h->mutex);
+    pthread_mutex_unlock(&h->wait_mutex);
     pthread_join(h->waker, NULL);
     bool workers_done = wait_zero(&h->workers, FINAL_WAIT_MS);
     if (!drained) fprintf(stderr, "loom: %d requests did not finish after the cancel\n", atomic_load(&h->inflight));
