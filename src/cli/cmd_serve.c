@@ -1,12 +1,16 @@
 /* loom serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
  *            [--served-model-name NAME]
  * The OpenAI-compatible HTTP server.  SIGINT / SIGTERM stop it gracefully:
- * no new connections, in-flight requests get a grace period, exit 0. */
+ * the listening socket closes at once, in-flight requests get a grace
+ * period, the rest are cancelled with a final event, exit 0. */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
@@ -26,7 +30,9 @@ static void usage(FILE *f) {
             "  --random-weights         random weights, no tokenizer (token-id prompts only)\n"
             "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
             "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
-            "  --api-key KEY            require Authorization: Bearer KEY on /v1 routes\n"
+            "  --api-key KEY            require Authorization: Bearer KEY on /v1 and tokenize routes\n"
+            "  --api-key-file FILE      the same, the key read from FILE (first line); without\n"
+            "                           either, the LOOM_API_KEY environment variable if set\n"
             "  --served-model-name NAME the model id clients use (default: the --model value,\n"
             "                           loom-tiny for the bundled model)\n"
             "  --max-model-len N        prompt + output tokens per sequence\n"
@@ -34,7 +40,14 @@ static void usage(FILE *f) {
             "  --max-waiting N          queued requests before 503 (default 1024)\n"
             "  --kv-cache-tokens N      KV-cache pool size in tokens\n"
             "  --max-body-bytes N       largest request body (default 16 MiB)\n"
-            "  --shutdown-grace-ms N    time in-flight requests get at shutdown (default 5000)\n"
+            "  --shutdown-grace-ms N    time in-flight requests get at shutdown (default 5000);\n"
+            "                           then streams end with finish_reason \"abort\", others get 503\n"
+            "  --max-connections N      open connections at once; more are closed (default 4096)\n"
+            "  --timeout-keep-alive S   close a connection idle for S seconds (default 5)\n"
+            "  --timeout-header S       a request's headers must arrive within S seconds (default 10)\n"
+            "  --timeout-body S         a request's body must arrive within S seconds (default 60)\n"
+            "  --allowed-origins LIST   CORS: \"*\" or comma-separated origins allowed to call the\n"
+            "                           API from a browser (default: none; OPTIONS gets 405)\n"
             "  --threads N              CPU threads (default: all cores)\n"
             "  --backend NAME           cpu (default) or ref (plain reference kernels)\n"
             "  --speculative-tokens K   draft K tokens per step with the model's MTP head (0-8,\n"
@@ -42,6 +55,50 @@ static void usage(FILE *f) {
             "  --mtp-norms MODE         MTP head norm weights: auto (detect), zero-centred, shifted\n");
 }
 
+/* The key: the file's first line without surrounding whitespace. */
+static bool read_key_file(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "loom: --api-key-file %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    bool ok = fgets(buf, (int)size, f) != NULL;
+    fclose(f);
+    size_t n = ok ? strlen(buf) : 0;
+    while (n > 0 && isspace((unsigned char)buf[n - 1])) buf[--n] = 0;
+    size_t skip = 0;
+    while (skip < n && isspace((unsigned char)buf[skip])) skip++;
+    memmove(buf, buf + skip, n - skip + 1);
+    if (!buf[0] || !ok) {
+        fprintf(stderr, "loom: --api-key-file %s: no key on its first line\n", path);
+        return false;
+    }
+    return true;
+}
+
+/* Each connection is a descriptor: raise the soft limit toward the hard one
+ * so that --max-connections fits, or lower the connection limit to what does. */
+static bool raise_fd_limit(lm_server_options *so) {
+    long conns = so->max_connections > 0 ? so->max_connections : 4096;
+    long want = conns + conns / 8 + 64 + 256; /* the server's refusal margin and its own files */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return true;
+    if ((long)rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
+        rlim_t target = rl.rlim_max == RLIM_INFINITY || (long)rl.rlim_max > want ? (rlim_t)want : rl.rlim_max;
+        struct rlimit raised = {target, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl.rlim_cur = target;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < want) {
+        long fit = ((long)rl.rlim_cur - 256 - 64) * 8 / 9;
+        if (fit < 4) {
+            fprintf(stderr, "loom: the descriptor limit (%ld) is too low to serve\n", (long)rl.rlim_cur);
+            return false;
+        }
+        fprintf(stderr, "loom: descriptor limit %ld: serving at most %ld connections\n", (long)rl.rlim_cur, fit);
+        so->max_connections = (int)fit;
+    }
+    return true;
+}
 
 int cmd_serve_main(int argc, char **argv) {
     static const struct option options[] = {
@@ -53,6 +110,9 @@ int cmd_serve_main(int argc, char **argv) {
         {"kv-cache-tokens", required_argument, 0, 'K'}, {"max-body-bytes", required_argument, 0, 'B'},
         {"shutdown-grace-ms", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
         {"backend", required_argument, 0, 'E'},
+        {"api-key-file", required_argument, 0, 'F'},   {"max-connections", required_argument, 0, 'C'},
+        {"timeout-keep-alive", required_argument, 0, 'A'}, {"timeout-header", required_argument, 0, 'T'},
+        {"timeout-body", required_argument, 0, 'Y'},   {"allowed-origins", required_argument, 0, 'O'},
         {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
     };
@@ -60,6 +120,7 @@ int cmd_serve_main(int argc, char **argv) {
     loom_engine_options eo;
     loom_engine_options_default(&eo);
     long v, grace_ms = 5000;
+    const char *api_key_file = NULL;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -79,6 +140,12 @@ int cmd_serve_main(int argc, char **argv) {
         case 'g': if (!lm_cli_parse_int("--shutdown-grace-ms", optarg, 0, 3600000, &v)) return 2; grace_ms = v; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &v)) return 2; eo.threads = (int)v; break;
         case 'E': if (!lm_cli_parse_backend(optarg, &eo.backend)) return 2; break;
+        case 'F': api_key_file = optarg; break;
+        case 'C': if (!lm_cli_parse_int("--max-connections", optarg, 4, 1 << 20, &v)) return 2; so.max_connections = (int)v; break;
+        case 'A': if (!lm_cli_parse_int("--timeout-keep-alive", optarg, 1, 86400, &v)) return 2; so.timeout_keep_alive_s = (int)v; break;
+        case 'T': if (!lm_cli_parse_int("--timeout-header", optarg, 1, 86400, &v)) return 2; so.timeout_header_s = (int)v; break;
+        case 'Y': if (!lm_cli_parse_int("--timeout-body", optarg, 1, 86400, &v)) return 2; so.timeout_body_s = (int)v; break;
+        case 'O': so.allowed_origins = optarg; break;
         case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2; eo.speculative_tokens = (int)v; break;
         case 'N': {
             lm_mtp_norms norms;
@@ -94,6 +161,19 @@ int cmd_serve_main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    char key_buf[4096];
+    if (so.api_key && api_key_file) {
+        fprintf(stderr, "loom: give --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    if (api_key_file) {
+        if (!read_key_file(api_key_file, key_buf, sizeof key_buf)) return 2;
+        so.api_key = key_buf;
+    } else if (!so.api_key) {
+        const char *env = getenv("LOOM_API_KEY");
+        if (env && env[0]) so.api_key = env;
+    }
+    if (!raise_fd_limit(&so)) return 1;
     char model_buf[4096];
     bool default_model = !eo.model_dir && !eo.random_weights;
     if (default_model) {

@@ -541,11 +541,11 @@ static int outcome_of(const gen_ctx *g) {
 
 /* The next event of any prompt's request: 1 (*prompt says whose), 0 when
  * none came within the poll interval, -1 when all were read. */
-static int next_event(gen_ctx *g, loom_event *ev, int *prompt) {
+static int next_event(gen_ctx *g, loom_event *ev, int *prompt, int wait_ms) {
     if (g->n_prompts == 1) {
         *prompt = 0;
         if (g->prompts[0].done) return -1;
-        int got = loom_next_event(g->prompts[0].handle, ev, EVENT_POLL_MS);
+        int got = loom_next_event(g->prompts[0].handle, ev, wait_ms);
         if (got < 0) g->prompts[0].done = true;
         return got;
     }
@@ -564,7 +564,8 @@ static int next_event(gen_ctx *g, loom_event *ev, int *prompt) {
         else if (first_open < 0) first_open = p;
     }
     if (first_open < 0) return -1;
-    int got = loom_next_event(g->prompts[first_open].handle, ev, MULTI_POLL_MS);
+    int got = loom_next_event(g->prompts[first_open].handle, ev,
+                              wait_ms < MULTI_POLL_MS ? wait_ms : MULTI_POLL_MS);
     if (got < 0) g->prompts[first_open].done = true;
     *prompt = first_open;
     return got > 0 ? 1 : 0;
@@ -590,16 +591,18 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (g->final_sent) return MHD_CONTENT_READER_END_OF_STREAM;
         if (g->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
         loom_event ev;
+        if (atomic_load(&g->server->cancel_all)) cancel_all(g);
         int prompt;
-        int got = next_event(g, &ev, &prompt);
+        int got = next_event(g, &ev, &prompt, 0);
         if (got == 0) {
             if (lm_client_gone(g->connection)) {
                 cancel_all(g); /* blocks are freed at the engine's next step */
                 observe_end(g, 2);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
-            if (atomic_load(&g->server->cancel_all)) cancel_all(g);
-            continue;
+            /* Nothing yet: free the I/O thread until the server resumes us. */
+            lm_stream_wait(g->server, g->connection);
+            return 0;
         }
         if (got < 0) {
             observe_end(g, outcome_of(g));
@@ -834,24 +837,25 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         if (!resp) return fail(g, c, 500, "cannot create the streaming response", NULL);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp); /* frees g through stream_free when the connection is done */
-        return ret;
+        return lm_queue_response(c, 200, resp); /* frees g through stream_free when the connection is done */
     }
     for (;;) {
         loom_event ev;
         int prompt;
-        int got = next_event(g, &ev, &prompt);
+        int got = next_event(g, &ev, &prompt, EVENT_POLL_MS);
         if (got < 0) break;
+        if (atomic_load(&s->cancel_all)) cancel_all(g);
         if (got == 0) {
-            if (lm_client_gone(c) || atomic_load(&s->cancel_all)) cancel_all(g);
+            if (lm_client_gone(c)) cancel_all(g);
             continue;
         }
         apply_event(g, prompt, &ev, NULL);
     }
     observe_end(g, outcome_of(g));
     enum MHD_Result ret;
-    if (g->error_message[0]) {
+    if (atomic_load(&s->cancel_all) && outcome_of(g) == 2) {
+        ret = lm_reply_error(c, 503, "the server is shutting down: the request was cancelled", NULL);
+    } else if (g->error_message[0]) {
         ret = lm_reply_error(c, 500, g->error_message, NULL);
     } else {
         cJSON *resp = full_response(g);

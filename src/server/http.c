@@ -2,20 +2,64 @@
  * and the small routes (models, health, metrics, tokenize, detokenize). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "server/server_internal.h"
 
+#define LM_MAX_URL_BYTES 8192          /* longer request targets get 414 */
+#define LM_MAX_HEADER_BYTES 32768      /* larger request heads get 431 */
+#define LM_MHD_MEMORY_LIMIT (128u << 10) /* MHD's per-connection pool: above our limits, so that
+                                            they answer (in JSON) before MHD's own (HTML) */
+#define WAKE_MS 4                      /* how soon a waiting stream is resumed */
+#define SWEEP_EVERY 25                 /* waker ticks between timeout sweeps (100 ms) */
+#define FINAL_WAIT_MS 5000             /* after the grace: time for the cancelled to answer */
+
+typedef enum { PHASE_HEADER, PHASE_BODY, PHASE_BUSY } conn_phase;
+
+/* One per open connection (MHD's socket context), from a fixed table. */
+typedef struct {
+    lm_server *server;
+    MHD_socket fd;
+    bool used, cut;
+    conn_phase phase;
+    double deadline; /* PHASE_HEADER / PHASE_BODY: when the connection is cut */
+    /* A request on a generation thread: its reply, queued on resume. */
+    bool deferred;
+    struct MHD_Response *pending;
+    unsigned pending_status;
+    enum MHD_Result result;
+} conn_slot;
+
+struct lm_http {
+    pthread_mutex_t mutex;
+    conn_slot *slots;
+    int *free_slots, n_free, n_slots;
+    pthread_mutex_t wait_mutex; /* waiters, waker_stop, no_suspend (never held into MHD callbacks) */
+    struct MHD_Connection **waiters; /* suspended streams to resume */
+    int n_waiters;
+    pthread_t waker;
+    bool waker_started, waker_stop, no_suspend;
+    pthread_cond_t wake;
+    atomic_int workers;  /* generation threads running */
+    atomic_int inflight; /* requests on worker routes, dispatch to completion */
+    atomic_bool stopping;
+    atomic_int_fast64_t log_second, log_count;
+};
+
 typedef struct {
     lm_route route;
     bool method_ok, authorized;
-    bool too_large;
+    bool too_large, dispatched, counted;
+    const char *url; /* MHD's, valid for the request */
     lm_sbuf body;
     double arrival;
 } conn_ctx;
@@ -34,16 +78,67 @@ bool lm_client_gone(struct MHD_Connection *c) {
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,
-                              const char *body, size_t len) {
+static conn_slot *slot_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? (conn_slot *)info->socket_context : NULL;
+}
+
+/* The Access-Control-Allow-Origin value for this request's Origin, or NULL. */
+static const char *cors_origin(const lm_server *s, struct MHD_Connection *c) {
+    const char *allowed = s->options.allowed_origins;
+    if (!allowed || !allowed[0]) return NULL;
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!origin || !origin[0]) return NULL;
+    size_t ol = strlen(origin);
+    for (const char *p = allowed; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',') e++;
+        const char *t = e;
+        while (t > p && t[-1] == ' ') t--;
+        if (t - p == 1 && *p == '*') return "*";
+        if ((size_t)(t - p) == ol && strncasecmp(p, origin, ol) == 0) return origin;
+        p = e;
+    }
+    return NULL;
+}
+
+enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, struct MHD_Response *r) {
+    conn_slot *slot = slot_of(c);
+    if (slot) {
+        lm_server *s = slot->server;
+        const char *origin = cors_origin(s, c);
+        if (origin) {
+            MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+            if (strcmp(origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
+        }
+        if (atomic_load(&s->http->stopping)) MHD_add_response_header(r, "Connection", "close");
+        if (slot->deferred) {
+            if (slot->pending) MHD_destroy_response(slot->pending);
+            slot->pending = r;
+            slot->pending_status = status;
+            return MHD_YES;
+        }
+    }
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result reply_with_allow(struct MHD_Connection *c, unsigned status, const char *content_type,
+                                        const char *body, size_t len, const char *allow) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", content_type);
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
+    if (allow) MHD_add_response_header(r, "Allow", allow);
+    return lm_queue_response(c, status, r);
+}
+
+enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,
+                              const char *body, size_t len) {
+    return reply_with_allow(c, status, content_type, body, len, NULL);
 }
 
 enum MHD_Result lm_reply_json(struct MHD_Connection *c, unsigned status, const cJSON *json) {
@@ -64,14 +159,16 @@ static const char *error_type(unsigned status) {
     case 401: return "AuthenticationError";
     case 404: return "NotFoundError";
     case 405: return "MethodNotAllowed";
+    case 408: return "RequestTimeout";
     case 413: return "RequestTooLarge";
+    case 414: return "URITooLong";
+    case 431: return "RequestHeaderFieldsTooLarge";
     case 503: return "ServiceUnavailableError";
     default: return "InternalServerError";
     }
 }
 
-enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const char *message,
-                               const char *param) {
+static char *error_body(unsigned status, const char *message, const char *param) {
     cJSON *root = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(e, "message", message);
@@ -79,47 +176,98 @@ enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const 
     if (param && param[0]) cJSON_AddStringToObject(e, "param", param);
     else cJSON_AddNullToObject(e, "param");
     cJSON_AddNumberToObject(e, "code", status);
-    enum MHD_Result ret = lm_reply_json(c, status, root);
+    char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
+    return text;
+}
+
+static enum MHD_Result reply_error_allow(struct MHD_Connection *c, unsigned status, const char *message,
+                                         const char *param, const char *allow) {
+    char *text = error_body(status, message, param);
+    if (!text) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                  "\"InternalServerError\",\"param\":null,\"code\":500}}";
+        return lm_reply_text(c, 500, "application/json", oom, sizeof oom - 1);
+    }
+    enum MHD_Result ret = reply_with_allow(c, status, "application/json", text, strlen(text), allow);
+    cJSON_free(text);
     return ret;
 }
 
-static lm_route route_of(const char *url, const char *method, bool *method_ok) {
-    static const struct {
-        const char *url, *method;
-        lm_route route;
-    } table[] = {
-        {"/v1/chat/completions", "POST", LM_ROUTE_CHAT}, {"/v1/completions", "POST", LM_ROUTE_COMPLETIONS},
-        {"/v1/models", "GET", LM_ROUTE_MODELS},          {"/health", "GET", LM_ROUTE_HEALTH},
-        {"/metrics", "GET", LM_ROUTE_METRICS},           {"/tokenize", "POST", LM_ROUTE_TOKENIZE},
-        {"/detokenize", "POST", LM_ROUTE_DETOKENIZE},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (strcmp(url, table[i].url) == 0) {
-            *method_ok = strcmp(method, table[i].method) == 0;
-            return table[i].route;
-        }
-    *method_ok = false;
-    return LM_ROUTE_NONE;
+enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const char *message,
+                               const char *param) {
+    return reply_error_allow(c, status, message, param, NULL);
+}
+
+typedef struct {
+    const char *path, *method; /* method: "GET" also answers HEAD */
+    lm_route route;
+    bool prefix;
+} route_entry;
+
+static const route_entry routes[] = {
+    {"/v1/chat/completions", "POST", LM_ROUTE_CHAT, false},
+    {"/v1/completions", "POST", LM_ROUTE_COMPLETIONS, false},
+    {"/v1/models", "GET", LM_ROUTE_MODELS, false},
+    {"/v1/models/", "GET", LM_ROUTE_MODEL, true},
+    {"/health", "GET", LM_ROUTE_HEALTH, false},
+    {"/metrics", "GET", LM_ROUTE_METRICS, false},
+    {"/tokenize", "POST", LM_ROUTE_TOKENIZE, false},
+    {"/detokenize", "POST", LM_ROUTE_DETOKENIZE, false},
+};
+
+static const route_entry *route_of(const char *url) {
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        const route_entry *r = &routes[i];
+        size_t n = strlen(r->path);
+        if (r->prefix ? strncmp(url, r->path, n) == 0 && url[n] : strcmp(url, r->path) == 0) return r;
+    }
+    return NULL;
+}
+
+static bool method_allowed(const route_entry *r, const char *method) {
+    if (strcmp(method, r->method) == 0) return true;
+    return strcmp(r->method, "GET") == 0 && strcmp(method, "HEAD") == 0;
+}
+
+static const char *allow_of(const lm_server *s, const route_entry *r) {
+    bool cors = s->options.allowed_origins && s->options.allowed_origins[0];
+    if (strcmp(r->method, "GET") == 0) return cors ? "GET, HEAD, OPTIONS" : "GET, HEAD";
+    return cors ? "POST, OPTIONS" : "POST";
+}
+
+static bool is_worker_route(lm_route r) {
+    return r == LM_ROUTE_CHAT || r == LM_ROUTE_COMPLETIONS || r == LM_ROUTE_TOKENIZE || r == LM_ROUTE_DETOKENIZE;
 }
 
 static bool authorized(const lm_server *s, struct MHD_Connection *c, lm_route route) {
     if (!s->options.api_key) return true;
     if (route == LM_ROUTE_HEALTH || route == LM_ROUTE_METRICS) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    /* RFC 7235: the scheme is case-insensitive, then one or more spaces. */
+    if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return false;
+    const char *got = h + 6;
+    while (*got == ' ' || *got == '\t') got++;
     /* Compare in time independent of where the strings differ. */
-    const char *got = h + 7, *want = s->options.api_key;
+    const char *want = s->options.api_key;
     size_t gl = strlen(got), wl = strlen(want);
     unsigned diff = (unsigned)(gl != wl);
     for (size_t i = 0; i < wl; i++) diff |= (unsigned)(want[i] ^ (i < gl ? got[i] : 0));
     return diff == 0;
 }
 
-static enum MHD_Result handle_models(lm_server *s, struct MHD_Connection *c) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(root, "data");
+/* RFC 9110 5.5: field values are visible characters, spaces and tabs. */
+static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    bool *bad = cls;
+    for (const unsigned char *p = (const unsigned char *)key; p && *p; p++)
+        if (*p <= 0x20 || *p == 0x7f || *p == ':') *bad = true;
+    for (const unsigned char *p = (const unsigned char *)value; p && *p; p++)
+        if ((*p < 0x20 && *p != '\t') || *p == 0x7f) *bad = true;
+    return *bad ? MHD_NO : MHD_YES;
+}
+
+static cJSON *model_object(const lm_server *s) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->options.served_model_name);
     cJSON_AddStringToObject(m, "object", "model");
@@ -128,9 +276,28 @@ static enum MHD_Result handle_models(lm_server *s, struct MHD_Connection *c) {
     cJSON_AddStringToObject(m, "root", s->options.served_model_name);
     cJSON_AddNullToObject(m, "parent");
     cJSON_AddNumberToObject(m, "max_model_len", s->options.max_model_len);
-    cJSON_AddItemToArray(data, m);
+    return m;
+}
+
+static enum MHD_Result handle_models(lm_server *s, struct MHD_Connection *c) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, model_object(s));
     enum MHD_Result ret = lm_reply_json(c, 200, root);
     cJSON_Delete(root);
+    return ret;
+}
+
+static enum MHD_Result model_not_found(struct MHD_Connection *c, const char *model);
+
+/* GET /v1/models/{id}: the served model, or 404. */
+static enum MHD_Result handle_model(lm_server *s, struct MHD_Connection *c, const char *url) {
+    const char *id = url + strlen("/v1/models/");
+    if (strcmp(id, s->options.served_model_name) != 0) return model_not_found(c, id);
+    cJSON *m = model_object(s);
+    enum MHD_Result ret = lm_reply_json(c, 200, m);
+    cJSON_Delete(m);
     return ret;
 }
 
@@ -257,7 +424,10 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
     case LM_ROUTE_CHAT: return lm_handle_generation(s, c, LM_API_CHAT, body, len, ctx->arrival);
     case LM_ROUTE_COMPLETIONS: return lm_handle_generation(s, c, LM_API_COMPLETION, body, len, ctx->arrival);
     case LM_ROUTE_MODELS: return handle_models(s, c);
-    case LM_ROUTE_HEALTH: return lm_reply_text(c, 200, "text/plain", "", 0);
+    case LM_ROUTE_MODEL: return handle_model(s, c, ctx->url);
+    case LM_ROUTE_HEALTH:
+        if (atomic_load(&s->http->stopping)) return lm_reply_error(c, 503, "the server is shutting down", NULL);
+        return lm_reply_text(c, 200, "text/plain", "", 0);
     case LM_ROUTE_METRICS: return handle_metrics(s, c);
     case LM_ROUTE_TOKENIZE: return handle_tokenize(s, c, body, len);
     case LM_ROUTE_DETOKENIZE: return handle_detokenize(s, c, body, len);
@@ -265,26 +435,259 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
     }
 }
 
+/* ------------------------------------------------------------ connections */
+
+static void set_phase(lm_server *s, conn_slot *slot, conn_phase phase, double deadline) {
+    if (!slot) return;
+    pthread_mutex_lock(&s->http->mutex);
+    slot->phase = phase;
+    slot->deadline = deadline;
+    pthread_mutex_unlock(&s->http->mutex);
+}
+
+/* Sends a whole error response straight to a socket MHD is not writing to
+ * (a new connection, or one only reading a body), then shuts it down; MHD
+ * sees the end and closes it. */
+static void answer_and_cut(MHD_socket fd, unsigned status, const char *reason, const char *message) {
+    char *body = error_body(status, message, NULL);
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n%sConnection: close\r\n"
+                     "Content-Length: %zu\r\n\r\n", status, reason, status == 503 ? "Retry-After: 1\r\n" : "",
+                     body ? strlen(body) : 0);
+    if (n > 0 && send(fd, head, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) == n && body)
+        (void)!send(fd, body, strlen(body), MSG_DONTWAIT | MSG_NOSIGNAL);
+    cJSON_free(body);
+    shutdown(fd, SHUT_RDWR);
+}
+
+/* Over --max-connections: MHD's own limit is set a little higher so that
+ * the excess is accepted and told so, instead of waiting in the backlog. */
+static void refuse_connection(MHD_socket fd) {
+    answer_and_cut(fd, 503, "Service Unavailable", "too many connections; retry later");
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    lm_server *s = cls;
+    struct lm_http *h = s->http;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        pthread_mutex_lock(&h->mutex);
+        conn_slot *slot = NULL;
+        if (h->n_free > 0 && info) {
+            slot = &h->slots[h->free_slots[--h->n_free]];
+            memset(slot, 0, sizeof *slot);
+            slot->server = s;
+            slot->fd = info->connect_fd;
+            slot->used = true;
+            slot->phase = PHASE_HEADER;
+            slot->deadline = lm_now_seconds() + s->options.timeout_header_s;
+        }
+        pthread_mutex_unlock(&h->mutex);
+        *socket_context = slot;
+        if (!slot && info) refuse_connection(info->connect_fd);
+        return;
+    }
+    conn_slot *slot = *socket_context;
+    if (!slot) return;
+    /* Closed: MHD closes the socket after this returns, so the sweeper
+     * (which shuts sockets down under the same mutex) never sees a reused fd. */
+    pthread_mutex_lock(&h->mutex);
+    if (slot->pending) MHD_destroy_response(slot->pending);
+    slot->pending = NULL;
+    slot->used = false;
+    h->free_slots[h->n_free++] = (int)(slot - h->slots);
+    pthread_mutex_unlock(&h->mutex);
+    *socket_context = NULL;
+}
+
+/* Cuts connections past their header or body deadline. */
+static void sweep(lm_server *s) {
+    struct lm_http *h = s->http;
+    double now = lm_now_seconds();
+    pthread_mutex_lock(&h->mutex);
+    for (int i = 0; i < h->n_slots; i++) {
+        conn_slot *slot = &h->slots[i];
+        if (!slot->used || slot->cut || slot->phase == PHASE_BUSY || now < slot->deadline) continue;
+        slot->cut = true;
+        /* MHD is only reading in the body phase: answer before closing. */
+        if (slot->phase == PHASE_BODY)
+            answer_and_cut(slot->fd, 408, "Request Timeout", "the request body did not arrive in time");
+        else shutdown(slot->fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&h->mutex);
+}
+
+static void *waker_main(void *arg) {
+    lm_server *s = arg;
+    struct lm_http *h = s->http;
+    struct MHD_Connection **batch = malloc(sizeof *batch * (size_t)h->n_slots);
+    for (int tick = 0;; tick++) {
+        pthread_mutex_lock(&h->wait_mutex);
+        if (!h->waker_stop) {
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            t.tv_nsec += WAKE_MS * 1000000L;
+            if (t.tv_nsec >= 1000000000L) {
+                t.tv_sec++;
+                t.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&h->wake, &h->wait_mutex, &t);
+        }
+        bool stop = h->waker_stop;
+        int n = 0;
+        if (batch) {
+            n = h->n_waiters;
+            memcpy(batch, h->waiters, sizeof *batch * (size_t)n);
+            h->n_waiters = 0;
+        }
+        pthread_mutex_unlock(&h->wait_mutex);
+        for (int i = 0; i < n; i++) MHD_resume_connection(batch[i]);
+        if (stop && n == 0) break;
+        if (tick % SWEEP_EVERY == 0) sweep(s);
+    }
+    free(batch);
+    return NULL;
+}
+
+void lm_stream_wait(lm_server *s, struct MHD_Connection *c) {
+    struct lm_http *h = s->http;
+    pthread_mutex_lock(&h->wait_mutex);
+    /* At the very end (no waker) the reader just polls again. */
+    if (!h->no_suspend && h->n_waiters < h->n_slots) {
+        MHD_suspend_connection(c);
+        h->waiters[h->n_waiters++] = c;
+    }
+    pthread_mutex_unlock(&h->wait_mutex);
+}
+
+/* ------------------------------------------------------------ requests */
+
+typedef struct {
+    lm_server *server;
+    struct MHD_Connection *connection;
+    conn_ctx *ctx;
+    conn_slot *slot;
+} work_item;
+
+/* A generation thread: runs the request (its reply is held in the slot)
+ * while the connection is suspended, then resumes it. */
+static void *worker_main(void *arg) {
+    work_item *w = arg;
+    w->slot->result = dispatch(w->server, w->connection, w->ctx);
+    atomic_fetch_sub(&w->server->http->workers, 1);
+    MHD_resume_connection(w->connection);
+    free(w);
+    return NULL;
+}
+
+static bool start_worker(lm_server *s, struct MHD_Connection *c, conn_ctx *ctx, conn_slot *slot) {
+    work_item *w = malloc(sizeof *w);
+    if (!w) return false;
+    *w = (work_item){s, c, ctx, slot};
+    slot->deferred = true;
+    slot->pending = NULL;
+    slot->result = MHD_NO;
+    MHD_suspend_connection(c);
+    atomic_fetch_add(&s->http->workers, 1);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, worker_main, w);
+    pthread_attr_destroy(&attr);
+    if (rc == 0) return true;
+    atomic_fetch_sub(&s->http->workers, 1);
+    MHD_resume_connection(c);
+    slot->deferred = false;
+    free(w);
+    return false;
+}
+
+static enum MHD_Result first_call(lm_server *s, struct MHD_Connection *c, conn_ctx *ctx, const char *url,
+                                  const char *method, const char *version) {
+    (void)version;
+    bool bad = false;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, check_header, &bad);
+    if (bad) return lm_reply_error(c, 400, "a request header has a control character or a bad name", NULL);
+    if (strlen(url) > LM_MAX_URL_BYTES) return lm_reply_error(c, 414, "the request target is too long", NULL);
+    const union MHD_ConnectionInfo *hs = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (hs && hs->header_size > LM_MAX_HEADER_BYTES)
+        return lm_reply_error(c, 431, "the request headers are too large", NULL);
+    const route_entry *r = route_of(url);
+    ctx->route = r ? r->route : LM_ROUTE_NONE;
+    ctx->method_ok = r && method_allowed(r, method);
+    bool cors = s->options.allowed_origins && s->options.allowed_origins[0];
+    if (r && cors && strcmp(method, "OPTIONS") == 0) {
+        /* A CORS preflight: no credentials are sent with it. */
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, "Allow", allow_of(s, r));
+        if (cors_origin(s, c)) {
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow_of(s, r));
+            const char *req_headers = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                    req_headers && req_headers[0] ? req_headers : "Authorization, Content-Type");
+            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        }
+        return lm_queue_response(c, 204, resp);
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    /* RFC 9112 6.1: only chunked is understood; with a Content-Length too the
+     * framing is ambiguous (request smuggling). */
+    if (te && (strcasecmp(te, "chunked") != 0 || cl))
+        return lm_reply_error(c, 400, "unsupported Transfer-Encoding (only chunked, without Content-Length)", NULL);
+    if (cl && strtoull(cl, NULL, 10) > s->options.max_body_bytes) ctx->too_large = true;
+    /* Refuse early what will be refused anyway, without reading the body. */
+    if (ctx->too_large) return lm_reply_error(c, 413, "the request body is larger than the server accepts", NULL);
+    if (!r) {
+        char message[300];
+        snprintf(message, sizeof message, "no route %.8s %.200s", method, url);
+        return lm_reply_error(c, 404, message, NULL);
+    }
+    if (!ctx->method_ok) {
+        char message[100];
+        snprintf(message, sizeof message, "method %.16s not allowed (allowed: %s)", method, allow_of(s, r));
+        return reply_error_allow(c, 405, message, NULL, allow_of(s, r));
+    }
+    ctx->authorized = authorized(s, c, ctx->route);
+    if (!ctx->authorized)
+        return lm_reply_error(c, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
+    if (is_worker_route(ctx->route) && atomic_load(&s->http->stopping))
+        return lm_reply_error(c, 503, "the server is shutting down", NULL);
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
     lm_server *s = cls;
     conn_ctx *ctx = *con_cls;
+    conn_slot *slot = slot_of(c);
+    if (!slot) return MHD_NO; /* refused at accept */
     if (!ctx) {
         ctx = calloc(1, sizeof *ctx);
         if (!ctx) return MHD_NO;
         *con_cls = ctx;
         ctx->arrival = lm_now_seconds();
-        ctx->route = route_of(url, method, &ctx->method_ok);
-        ctx->authorized = authorized(s, c, ctx->route);
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->options.max_body_bytes) ctx->too_large = true;
-        /* Refuse early what will be refused anyway, without reading the body. */
-        if (ctx->too_large)
-            return lm_reply_error(c, 413, "the request body is larger than the server accepts", NULL);
-        if (!ctx->authorized)
-            return lm_reply_error(c, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
-        return MHD_YES;
+        ctx->url = url;
+        set_phase(s, slot, PHASE_BODY, ctx->arrival + s->options.timeout_body_s);
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->options.timeout_body_s);
+        return first_call(s, c, ctx, url, method, version);
+    }
+    if (ctx->dispatched) {
+        /* Resumed after a generation thread: queue the reply it left. */
+        if (slot && slot->pending) {
+            struct MHD_Response *r = slot->pending;
+            slot->pending = NULL;
+            slot->deferred = false;
+            enum MHD_Result ret = MHD_queue_response(c, slot->pending_status, r);
+            MHD_destroy_response(r);
+            return ret;
+        }
+        return MHD_NO;
     }
     if (*upload_data_size) {
         if (!ctx->too_large && ctx->body.len + *upload_data_size > s->options.max_body_bytes) {
@@ -297,22 +700,103 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (ctx->too_large) return lm_reply_error(c, 413, "the request body is larger than the server accepts", NULL);
     if (ctx->body.failed) return lm_reply_error(c, 500, "out of memory reading the request body", NULL);
-    if (ctx->route == LM_ROUTE_NONE) {
-        char message[300];
-        snprintf(message, sizeof message, "no route %.8s %.200s", method, url);
-        return lm_reply_error(c, 404, message, NULL);
+    set_phase(s, slot, PHASE_BUSY, 0);
+    if (slot && is_worker_route(ctx->route)) {
+        ctx->dispatched = true;
+        ctx->counted = true;
+        atomic_fetch_add(&s->http->inflight, 1);
+        if (start_worker(s, c, ctx, slot)) return MHD_YES;
+        ctx->dispatched = false; /* no thread: run it here */
     }
-    if (!ctx->method_ok) return lm_reply_error(c, 405, "method not allowed", NULL);
     return dispatch(s, c, ctx);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
+    lm_server *s = cls;
     conn_ctx *ctx = *con_cls;
     if (!ctx) return;
+    if (ctx->counted) atomic_fetch_sub(&s->http->inflight, 1);
     lm_sbuf_free(&ctx->body);
     free(ctx);
     *con_cls = NULL;
+    conn_slot *slot = slot_of(c);
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && slot) {
+        /* Keep-alive: the next request has the idle and header timeouts. */
+        set_phase(s, slot, PHASE_HEADER,
+                  lm_now_seconds() + s->options.timeout_keep_alive_s + s->options.timeout_header_s);
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->options.timeout_keep_alive_s);
+    }
+}
+
+/* MHD's messages, at most a few a second (a flood of refused connections
+ * would otherwise flood the log). */
+static void on_log(void *cls, const char *fmt, va_list ap) {
+    lm_server *s = cls;
+    struct lm_http *h = s->http;
+    int_fast64_t now = (int_fast64_t)lm_now_seconds();
+    if (atomic_exchange(&h->log_second, now) != now) {
+        int_fast64_t dropped = atomic_exchange(&h->log_count, 0) - 5;
+        if (dropped > 0) fprintf(stderr, "loom: http: (%lld similar messages dropped)\n", (long long)dropped);
+    }
+    if (atomic_fetch_add(&h->log_count, 1) >= 5) return;
+    fprintf(stderr, "loom: http: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+static void http_free(struct lm_http *h) {
+    if (!h) return;
+    pthread_mutex_destroy(&h->mutex);
+    pthread_mutex_destroy(&h->wait_mutex);
+    pthread_cond_destroy(&h->wake);
+    free(h->slots);
+    free(h->free_slots);
+    free(h->waiters);
+    free(h);
+}
+
+static lm_status http_create(lm_server *s, lm_error *err) {
+    struct lm_http *h = calloc(1, sizeof *h);
+    if (!h) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&h->mutex, NULL);
+    pthread_mutex_init(&h->wait_mutex, NULL);
+    pthread_cond_init(&h->wake, NULL);
+    h->n_slots = s->options.max_connections;
+    h->slots = calloc((size_t)h->n_slots, sizeof *h->slots);
+    h->free_slots = malloc(sizeof *h->free_slots * (size_t)h->n_slots);
+    h->waiters = malloc(sizeof *h->waiters * (size_t)h->n_slots);
+    if (!h->slots || !h->free_slots || !h->waiters) {
+        http_free(h);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory for %d connections", s->options.max_connections);
+    }
+    for (int i = 0; i < h->n_slots; i++) h->free_slots[i] = h->n_slots - 1 - i;
+    h->n_free = h->n_slots;
+    atomic_init(&h->workers, 0);
+    atomic_init(&h->inflight, 0);
+    atomic_init(&h->stopping, false);
+    atomic_init(&h->log_second, 0);
+    atomic_init(&h->log_count, 0);
+    s->http = h;
+    return LM_OK;
+}
+
+/* Connections MHD accepts beyond ours, to refuse them with a 503. */
+static int refuse_margin(const lm_server_options *o) {
+    int m = o->max_connections / 8;
+    return m < 64 ? 64 : m > 1024 ? 1024 : m;
+}
+
+static void fail_start(lm_server *s) {
+    if (s->http && s->http->waker_started) {
+        pthread_mutex_lock(&s->http->wait_mutex);
+        s->http->waker_stop = true;
+        pthread_cond_signal(&s->http->wake);
+        pthread_mutex_unlock(&s->http->wait_mutex);
+        pthread_join(s->http->waker, NULL);
+    }
+    http_free(s->http);
+    lm_metrics_destroy(&s->metrics);
+    free(s);
 }
 
 lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
@@ -321,10 +805,20 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     lm_server *s = calloc(1, sizeof *s);
     if (!s) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     s->options = *options;
-    if (!s->options.host) s->options.host = "127.0.0.1";
-    if (!s->options.served_model_name) s->options.served_model_name = "loom";
-    if (!s->options.max_body_bytes) s->options.max_body_bytes = 16u << 20;
-    if (s->options.max_connections <= 0) s->options.max_connections = 1024;
+    lm_server_options *o = &s->options;
+    if (!o->host) o->host = "127.0.0.1";
+    if (!o->served_model_name) o->served_model_name = "loom";
+    if (!o->max_body_bytes) o->max_body_bytes = 16u << 20;
+    if (o->max_connections <= 0) o->max_connections = 4096;
+    if (o->timeout_keep_alive_s <= 0) o->timeout_keep_alive_s = 5;
+    if (o->timeout_header_s <= 0) o->timeout_header_s = 10;
+    if (o->timeout_body_s <= 0) o->timeout_body_s = 60;
+    if (o->http_threads <= 0) o->http_threads = 4;
+    if (o->max_connections > 1 << 20 || o->http_threads > 256 || o->timeout_keep_alive_s > 86400 ||
+        o->timeout_header_s > 86400 || o->timeout_body_s > 86400) {
+        free(s);
+        return lm_fail(err, LM_ERR_INVALID, "server limits out of range");
+    }
     s->engine = engine;
     s->tokenizer = tokenizer;
     s->chat_template = chat_template;
@@ -338,41 +832,90 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)s->options.port);
-    if (inet_pton(AF_INET, s->options.host, &addr.sin_addr) != 1) {
-        lm_metrics_destroy(&s->metrics);
-        free(s);
+    addr.sin_port = htons((uint16_t)o->port);
+    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
+        fail_start(s);
         return lm_fail(err, LM_ERR_INVALID, "--host %s is not an IPv4 address", options->host);
     }
-    s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                                     MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                                 (uint16_t)s->options.port, NULL, NULL, on_request, s,
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->options.max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
-                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
-    if (!s->daemon) {
+    if (http_create(s, err) != LM_OK) {
         lm_metrics_destroy(&s->metrics);
         free(s);
+        return err->code;
+    }
+    if (pthread_create(&s->http->waker, NULL, waker_main, s) != 0) {
+        fail_start(s);
+        return lm_fail(err, LM_ERR_INTERNAL, "cannot start the server's waker thread");
+    }
+    s->http->waker_started = true;
+    /* epoll with a fixed pool of I/O threads: no FD_SETSIZE ceiling and no
+     * thread per idle connection; generation runs on its own threads. */
+    s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                                     MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                                 (uint16_t)o->port, NULL, NULL, on_request, s,
+                                 MHD_OPTION_EXTERNAL_LOGGER, on_log, s, /* first, to catch all */
+                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                 MHD_OPTION_THREAD_POOL_SIZE, (unsigned)o->http_threads,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections + refuse_margin(o)),
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_keep_alive_s,
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)LM_MHD_MEMORY_LIMIT,
+                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
+    if (!s->daemon) {
+        int e = errno;
+        fail_start(s);
         return lm_fail(err, LM_ERR_IO, "cannot listen on %s:%d (%s)", options->host ? options->host : "127.0.0.1",
-                       options->port, strerror(errno));
+                       options->port, strerror(e));
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : s->options.port;
+    s->port = info ? info->port : o->port;
     *out = s;
     return LM_OK;
 }
 
 int lm_server_port(const lm_server *s) { return s->port; }
 
+/* Waits up to ms for the counter to reach zero; true if it did. */
+static bool wait_zero(atomic_int *counter, int ms) {
+    for (int waited = 0; atomic_load(counter) > 0; waited += 10) {
+        if (waited >= ms) return false;
+        usleep(10000);
+    }
+    return true;
+}
+
 void lm_server_stop(lm_server *s, int grace_ms) {
     if (!s) return;
+    struct lm_http *h = s->http;
+    /* 1. No new connections: the listening socket is closed at once (MHD
+     * keeps serving the connections it has). */
+    atomic_store(&h->stopping, true);
     MHD_socket listen = MHD_quiesce_daemon(s->daemon);
-    for (int waited = 0; atomic_load(&s->active) > 0 && waited < grace_ms; waited += 20) usleep(20000);
-    atomic_store(&s->cancel_all, true);
-    MHD_stop_daemon(s->daemon);
     if (listen != MHD_INVALID_SOCKET) close(listen);
+    /* 2. The grace period for what is running. */
+    wait_zero(&h->inflight, grace_ms);
+    /* 3. Cancel the rest: streams end with "abort" and [DONE], blocking
+     * requests get a 503; then wait for those replies to go out. */
+    atomic_store(&s->cancel_all, true);
+    bool drained = wait_zero(&h->inflight, FINAL_WAIT_MS);
+    /* 4. Stop the waker; readers still waiting from here on poll. */
+    pthread_mutex_lock(&h->wait_mutex);
+    h->no_suspend = true;
+    h->waker_stop = true;
+    pthread_cond_signal(&h->wake);
+    pthread_mutex_unlock(&h->wait_mutex);
+    pthread_join(h->waker, NULL);
+    bool workers_done = wait_zero(&h->workers, FINAL_WAIT_MS);
+    if (!drained) fprintf(stderr, "loom: %d requests did not finish after the cancel\n", atomic_load(&h->inflight));
+    if (!workers_done) {
+        /* A generation thread still holds a suspended connection: stopping
+         * the daemon now is undefined, so leave it to the process exit. */
+        fprintf(stderr, "loom: %d generation threads still running; not freeing the server\n",
+                atomic_load(&h->workers));
+        return;
+    }
+    MHD_stop_daemon(s->daemon);
+    http_free(h);
     lm_metrics_destroy(&s->metrics);
     free(s);
 }

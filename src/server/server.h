@@ -1,5 +1,6 @@
-/* loom's OpenAI-compatible HTTP server (libmicrohttpd, one thread per
- * connection) in front of an engine from include/loom.h. */
+/* loom's OpenAI-compatible HTTP server (libmicrohttpd: epoll and a small
+ * pool of I/O threads; generation runs on its own threads while the
+ * connection is suspended) in front of an engine from include/loom.h. */
 #ifndef LOOM_SERVER_SERVER_H
 #define LOOM_SERVER_SERVER_H
 
@@ -18,7 +19,16 @@ typedef struct {
     const char *served_model_name; /* the id /v1/models lists and requests must name */
     size_t max_body_bytes;         /* larger bodies get 413 (default 16 MiB) */
     int max_model_len;             /* the engine's context limit (for the default max_tokens) */
-    int max_connections;           /* default 1024 */
+    int max_connections;           /* open connections at once; more are closed at accept (default 4096) */
+    int timeout_keep_alive_s;      /* an idle connection (no request under way) is closed after this
+                                      many seconds of silence (default 5) */
+    int timeout_header_s;          /* a request's headers must be complete this many seconds after the
+                                      connection opened or the previous response ended (default 10) */
+    int timeout_body_s;            /* a request's body must be complete this many seconds after its
+                                      headers; also the silence allowed while a request is under way
+                                      (default 60) */
+    int http_threads;              /* I/O threads (default 4) */
+    const char *allowed_origins;   /* CORS: NULL (off), "*" or a comma-separated list of origins */
 } lm_server_options;
 
 typedef struct lm_server lm_server;
@@ -30,8 +40,11 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
                           const lm_tokenizer *tokenizer, const lm_chat_template *chat_template,
                           lm_server **out, lm_error *err);
 int lm_server_port(const lm_server *server);
-/* Graceful stop: stops accepting connections, lets in-flight requests
- * finish for up to grace_ms, cancels the rest, and frees the server. */
+/* Graceful stop: closes the listening socket at once (new connections are
+ * refused), lets in-flight requests finish for up to grace_ms, then cancels
+ * the rest (streams end with finish_reason "abort" and [DONE], blocking
+ * requests get a 503), waits for those last replies to go out, and frees
+ * the server. */
 void lm_server_stop(lm_server *server, int grace_ms);
 
 #endif

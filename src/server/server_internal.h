@@ -22,10 +22,11 @@ struct lm_server {
     atomic_uint_fast64_t next_id;
     atomic_int active;       /* generation requests in flight */
     atomic_bool cancel_all;  /* shutdown: cancel what is still running */
+    struct lm_http *http;    /* http.c's connection table, worker count and waker */
 };
 
 typedef enum { LM_ROUTE_NONE, LM_ROUTE_CHAT, LM_ROUTE_COMPLETIONS, LM_ROUTE_MODELS, LM_ROUTE_HEALTH,
-               LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE } lm_route;
+               LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE, LM_ROUTE_MODEL } lm_route;
 
 /* Replies; all return MHD's result of queueing the response. */
 enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,
@@ -34,6 +35,16 @@ enum MHD_Result lm_reply_json(struct MHD_Connection *c, unsigned status, const c
 /* {"error": {"message", "type", "param", "code"}} */
 enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const char *message,
                                const char *param);
+
+/* Queues a response and releases the caller's reference to it (use it in
+ * place of MHD_queue_response + MHD_destroy_response).  Requests handled on
+ * a generation thread have their response held here and queued by the
+ * connection's I/O thread when it resumes. */
+enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, struct MHD_Response *response);
+/* For a streaming content reader with nothing to send yet: suspends the
+ * connection (its I/O thread is free for others) and has it resumed within
+ * a few milliseconds; the reader then returns 0 and is called again. */
+void lm_stream_wait(lm_server *s, struct MHD_Connection *c);
 
 /* Seconds on a monotonic clock. */
 double lm_now_seconds(void);

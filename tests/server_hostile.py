@@ -1,0 +1,774 @@
+#!/usr/bin/env python3
+"""`loom serve` under hostile clients and shutdowns (issue 12), stdlib only,
+loopback only, bounded in count and time.
+
+usage: server_hostile.py LOOM MODEL [--asan LOOM_ASAN] [--only NAME,...]
+
+  shutdown  SIGTERM with 50 streams and 4 blocking requests in flight: the
+            listener refuses at once, every stream ends with a finish chunk
+            then [DONE] and the chunked terminator (finish_reason "abort" for
+            those cut off), blocking ones get a 503 JSON error, exit 0.
+  idle      1,500 idle connections, slow-header and slow-body clients while
+            normal requests are each served within a second; the idle ones
+            are closed after --timeout-keep-alive, the slow ones after
+            --timeout-header / --timeout-body.
+  limit     --max-connections: the excess is closed at accept, admitted
+            connections are still served.
+  memory    8 concurrent 16 MiB bodies: accepted and parsed under a stated RSS
+            bound, or refused with 413 before being read.
+  http      routing and header rules: JSON error bodies, Allow, HEAD, CORS,
+            /v1/models/{id}, Bearer case, --api-key-file, LOOM_API_KEY.
+  corpus    ~250 malformed requests against the ASan build: never a 5xx,
+            never a non-JSON error body, the server alive after each.
+Prints "server_hostile.py: N passed, M failed"."""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+PASSED = 0
+FAILED = 0
+
+
+def check(ok, what):
+    global PASSED, FAILED
+    if ok:
+        PASSED += 1
+    else:
+        FAILED += 1
+        print("FAIL: " + what, flush=True)
+    return ok
+
+
+class Server:
+    def __init__(self, binary, model, *args, env=None):
+        e = dict(os.environ)
+        e.pop("LOOM_API_KEY", None)
+        if env:
+            e.update(env)
+        self.stderr = []
+        self.proc = subprocess.Popen([binary, "serve", "--model", model, "--port", "0",
+                                      "--served-model-name", "m", *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=e)
+        self.port = None
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            line = self.proc.stderr.readline().decode("utf-8", "replace")
+            if not line:
+                break
+            self.stderr.append(line)
+            m = re.search(r"on http://[0-9.]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            raise RuntimeError("server did not start: " + "".join(self.stderr))
+        self.reader = threading.Thread(target=self._drain, daemon=True)
+        self.reader.start()
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line.decode("utf-8", "replace"))
+
+    def rss_mib(self):
+        try:
+            with open("/proc/%d/status" % self.proc.pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024.0
+        except OSError:
+            pass
+        return 0.0
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+
+
+def request(port, method, path, body=None, headers=None, timeout=10):
+    """(status, headers dict lower-cased, body bytes) or (None, {}, error)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        h = {"Content-Type": "application/json"} if data is not None else {}
+        h.update(headers or {})
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    except Exception as e:  # noqa: BLE001 - reported by the caller
+        return None, {}, repr(e).encode()
+    finally:
+        c.close()
+
+
+def raw(port, data, timeout=5, close_write=False):
+    """Sends raw bytes, returns everything read until EOF or timeout."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    out = b""
+    try:
+        s.sendall(data)
+        if close_write:
+            s.shutdown(socket.SHUT_WR)
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+            if parse_raw(out)[0] is not None and b"\r\n\r\n" in out:
+                status, hdrs, body = parse_raw(out)
+                cl = hdrs.get("content-length")
+                if cl is not None and len(body) >= int(cl):
+                    break
+    except (socket.timeout, ConnectionResetError, BrokenPipeError):
+        pass
+    finally:
+        s.close()
+    return out
+
+
+def parse_raw(resp):
+    while re.match(rb"HTTP/1\.[01] 1\d\d ", resp) and b"\r\n\r\n" in resp:
+        resp = resp.partition(b"\r\n\r\n")[2]  # interim (100 Continue)
+    head, _, body = resp.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    m = re.match(rb"HTTP/1\.[01] (\d{3})", lines[0]) if lines else None
+    if not m:
+        return None, {}, b""
+    hdrs = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(b":")
+        hdrs[k.strip().lower().decode("latin-1")] = v.strip().decode("latin-1")
+    return int(m.group(1)), hdrs, body
+
+
+def is_json_error(body, status):
+    try:
+        j = json.loads(body)
+        e = j["error"]
+        return isinstance(e["message"], str) and e["code"] == status and isinstance(e["type"], str)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# ---------------------------------------------------------------- shutdown
+
+def read_stream(port, payload, out, key, started):
+    """Reads one SSE stream to the end; records events and how it ended."""
+    rec = {"events": [], "complete": False, "error": None, "status": None}
+    out[key] = rec
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        c.request("POST", "/v1/completions", body=json.dumps(payload),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        rec["status"] = r.status
+        buf = b""
+        while True:
+            chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n\n" in buf:
+                ev, buf = buf.split(b"\n\n", 1)
+                if ev.startswith(b"data: "):
+                    rec["events"].append(ev[6:])
+                    started.set()
+        # http.client raises IncompleteRead above when the chunked terminator
+        # is missing; reaching here means the body ended properly.
+        rec["complete"] = r.isclosed() or True
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = repr(e)
+    finally:
+        c.close()
+
+
+def blocking(port, payload, out, key):
+    out[key] = request(port, "POST", "/v1/completions", payload, timeout=60)
+
+
+def test_shutdown(binary, model):
+    grace_ms = 1500
+    srv = Server(binary, model, "--shutdown-grace-ms", str(grace_ms))
+    port = srv.port
+    streams, blocks = {}, {}
+    threads = []
+    first = []
+    for i in range(50):
+        long = i % 2 == 1
+        payload = {"prompt": "hello %d" % i, "stream": True, "ignore_eos": True,
+                   "max_tokens": 3900 if long else 8}
+        ev = threading.Event()
+        first.append(ev)
+        t = threading.Thread(target=read_stream, args=(port, payload, streams, i, ev), daemon=True)
+        t.start()
+        threads.append(t)
+    for i in range(4):
+        payload = {"prompt": "block %d" % i, "ignore_eos": True, "max_tokens": 3900}
+        t = threading.Thread(target=blocking, args=(port, payload, blocks, i), daemon=True)
+        t.start()
+        threads.append(t)
+    for ev in first:
+        ev.wait(20)
+    time.sleep(0.3)
+    t0 = time.time()
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.25)
+    # The listener is closed during the grace period.
+    refused = False
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        try:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.settimeout(2)
+            s.recv(100)
+        except OSError:
+            pass
+        s.close()
+    except ConnectionRefusedError:
+        refused = True
+    except OSError:
+        refused = False
+    check(refused, "shutdown: a new connection during the grace period is refused")
+    code = None
+    try:
+        code = srv.proc.wait(grace_ms / 1000 + 15)
+    except subprocess.TimeoutExpired:
+        srv.proc.kill()
+    elapsed = time.time() - t0
+    for t in threads:
+        t.join(10)
+    check(code == 0, "shutdown: exit status 0 (got %r)" % code)
+    check(elapsed < grace_ms / 1000 + 8, "shutdown: exits soon after the grace (%.1f s)" % elapsed)
+    aborted = normal = 0
+    bad = []
+    for i in range(50):
+        rec = streams.get(i, {})
+        evs = rec.get("events", [])
+        ok = rec.get("status") == 200 and rec.get("error") is None and len(evs) >= 2 and evs[-1] == b"[DONE]"
+        reason = None
+        if ok:
+            try:
+                last = json.loads(evs[-2])
+                reason = last["choices"][0]["finish_reason"]
+            except Exception:  # noqa: BLE001
+                ok = False
+        if ok and reason == "abort":
+            aborted += 1
+        elif ok and reason in ("length", "stop"):
+            normal += 1
+        else:
+            bad.append((i, rec.get("status"), rec.get("error"), evs[-2:] if evs else None))
+    check(not bad, "shutdown: every stream ends with a finish chunk, [DONE] and the chunked terminator "
+          "(%d bad, e.g. %r)" % (len(bad), bad[:2]))
+    check(aborted >= 20, "shutdown: the long streams end with finish_reason abort (%d)" % aborted)
+    check(normal >= 20, "shutdown: the short streams end normally (%d)" % normal)
+    ok503 = sum(1 for k in range(4) if blocks.get(k, (None,))[0] == 503 and is_json_error(blocks[k][2], 503))
+    check(ok503 == 4, "shutdown: cut blocking requests get a 503 JSON error (%d of 4: %r)"
+          % (ok503, [blocks.get(k, (None,))[:1] + (blocks.get(k, (None, {}, b""))[2][:80],) for k in range(4)]))
+    print("shutdown: %d streams aborted, %d finished, exit in %.2f s after SIGTERM" % (aborted, normal, elapsed))
+
+
+# ---------------------------------------------------------------- hostile connections
+
+def test_idle(binary, model):
+    helptext = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True).stdout
+    # (A binary without these flags, e.g. one from before them, runs with its
+    # defaults so that the denial of service itself is what fails.)
+    flags = ["--timeout-keep-alive", "6", "--timeout-header", "3", "--timeout-body", "4"]
+    srv = Server(binary, model, *(flags if "--timeout-keep-alive" in helptext else []))
+    port = srv.port
+    base_rss = srv.rss_mib()
+    idle = []
+    t0 = time.time()
+    for _ in range(1500):
+        try:
+            s = socket.socket()
+            s.settimeout(5)
+            s.connect(("127.0.0.1", port))
+            idle.append(s)
+        except OSError:
+            break
+    check(len(idle) == 1500, "idle: 1500 connections opened (%d)" % len(idle))
+    # Slow-header and slow-body clients trickle a byte every 0.4 s.
+    slow_h, slow_b = [], []
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        slow_h.append(s)
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{")
+        slow_b.append(s)
+    stop = threading.Event()
+    ended = {"h": {}, "b": {}}
+
+    def trickle():
+        while not stop.is_set():
+            for kind, socks in (("h", slow_h), ("b", slow_b)):
+                for i, s in enumerate(socks):
+                    if i in ended[kind]:
+                        continue
+                    try:
+                        s.sendall(b"a")
+                    except OSError:
+                        ended[kind][i] = time.time()
+            stop.wait(0.4)
+
+    tr = threading.Thread(target=trickle, daemon=True)
+    tr.start()
+    # Normal requests, each within a second, while all that is open.
+    worst = 0.0
+    fails = 0
+    for i in range(20):
+        t = time.time()
+        if i % 2 == 0:
+            st, _, _ = request(port, "GET", "/health", timeout=5)
+        else:
+            st, _, body = request(port, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 8}, timeout=5)
+        dt = time.time() - t
+        worst = max(worst, dt)
+        if st != 200 or dt > 1.0:
+            fails += 1
+    check(fails == 0, "idle: 20 normal requests each served within 1 s with 1540 hostile connections "
+          "(%d failed, worst %.3f s)" % (fails, worst))
+    streamed = request(port, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 16, "stream": True})
+    check(streamed[0] == 200 and streamed[2].rstrip().endswith(b"data: [DONE]"),
+          "idle: a stream is served while they are open")
+    rss = srv.rss_mib()
+    print("idle: 1500 idle + 40 slow connections; normal requests worst %.3f s; RSS %.0f MiB (base %.0f)"
+          % (worst, rss, base_rss))
+    check(rss - base_rss < 150, "idle: 1540 connections cost under 150 MiB RSS (%.0f)" % (rss - base_rss))
+    # Slow clients are cut by the header (3 s) and body (4 s) deadlines even
+    # though they never go silent.
+    deadline = time.time() + 8
+    while time.time() < deadline and (len(ended["h"]) < 20 or len(ended["b"]) < 20):
+        for kind, socks in (("h", slow_h), ("b", slow_b)):
+            for i, s in enumerate(socks):
+                if i in ended[kind]:
+                    continue
+                s.setblocking(False)
+                try:
+                    got = s.recv(4096)
+                    if got == b"" or got:
+                        if kind == "b" and got:
+                            ended.setdefault("b408", []).append(got)
+                        if got == b"":
+                            ended[kind][i] = time.time()
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    ended[kind][i] = time.time()
+                s.setblocking(True)
+        time.sleep(0.1)
+    stop.set()
+    tr.join(2)
+    h_times = [v - t0 for v in ended["h"].values()]
+    check(len(ended["h"]) == 20, "idle: slow-header clients are cut (%d of 20)" % len(ended["h"]))
+    check(len(ended["b"]) == 20, "idle: slow-body clients are cut (%d of 20)" % len(ended["b"]))
+    b408 = b"".join(ended.get("b408", []))
+    check(b" 408 " in b408 and b'"code":408' in b408, "idle: a slow body gets a 408 JSON error")
+    # The idle ones are closed after the keep-alive timeout (6 s from open).
+    time.sleep(max(0.0, t0 + 7.5 - time.time()))
+    closed = 0
+    for s in idle:
+        s.setblocking(False)
+        try:
+            if s.recv(1) == b"":
+                closed += 1
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+        s.close()
+    for s in slow_h + slow_b:
+        s.close()
+    check(closed >= 1490, "idle: idle connections are closed after --timeout-keep-alive (%d of 1500)" % closed)
+    st, _, _ = request(port, "GET", "/health")
+    check(st == 200, "idle: still serving afterwards")
+    print("idle: slow-header cut after %.1f-%.1f s; %d idle closed by keep-alive"
+          % (min(h_times or [0]), max(h_times or [0]), closed))
+    check(srv.stop() == 0, "idle: clean exit")
+
+
+def test_limit(binary, model):
+    srv = Server(binary, model, "--max-connections", "64", "--max-body-bytes", str(1 << 20))
+    port = srv.port
+    socks = []
+    for _ in range(100):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        socks.append(s)
+    time.sleep(0.5)
+    refused = told = 0
+    admitted = []
+    for s in socks:
+        s.setblocking(False)
+        try:
+            got = s.recv(4096)
+            refused += 1
+            st, _, body = parse_raw(got)
+            if st == 503 and is_json_error(body, 503):
+                told += 1
+        except BlockingIOError:
+            admitted.append(s)
+        except OSError:
+            refused += 1
+        s.setblocking(True)
+    check(refused == 36, "limit: the 36 connections over --max-connections 64 are refused at once (%d)" % refused)
+    check(told == refused, "limit: each refused connection is told with a 503 JSON error (%d)" % told)
+    served = 0
+    for s in admitted[:20]:
+        try:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.settimeout(3)
+            if s.recv(4096).startswith(b"HTTP/1.1 200"):
+                served += 1
+        except OSError:
+            pass
+    check(served == 20, "limit: admitted connections are still served (%d of 20)" % served)
+    for s in socks:
+        s.close()
+    time.sleep(0.3)
+    st, _, _ = request(port, "GET", "/health")
+    check(st == 200, "limit: a new connection is served once they close")
+    # Bodies over --max-body-bytes are refused before they are read.
+    base = srv.rss_mib()
+    peak = [base]
+    results = []
+    body = b'{"prompt": "' + b"a" * (16 << 20) + b'"}'
+
+    def send_big():
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body))
+            sent = 0
+            try:
+                while sent < len(body):
+                    sent += s.send(body[sent:sent + (1 << 20)])
+            except OSError:
+                pass
+            out = b""
+            try:
+                while True:
+                    b = s.recv(65536)
+                    if not b:
+                        break
+                    out += b
+            except OSError:
+                pass
+            results.append((parse_raw(out), sent))
+        finally:
+            s.close()
+
+    ts = [threading.Thread(target=send_big) for _ in range(8)]
+    for t in ts:
+        t.start()
+    while any(t.is_alive() for t in ts):
+        peak.append(srv.rss_mib())
+        time.sleep(0.02)
+    ok = sum(1 for (st, h, b), _ in results if st == 413 and is_json_error(b, 413))
+    check(ok == 8, "limit: 8 bodies of 16 MiB over a 1 MiB limit get 413 JSON (%d)" % ok)
+    grow = max(peak) - base
+    check(grow < 16, "limit: refused bodies are not read into memory (RSS +%.1f MiB)" % grow)
+    print("limit: %d of 100 refused at --max-connections 64; 8 x 16 MiB over the limit: RSS +%.1f MiB"
+          % (refused, grow))
+    check(srv.stop() == 0, "limit: clean exit")
+
+
+def test_memory(binary, model):
+    srv = Server(binary, model, "--max-body-bytes", str(20 << 20))
+    port = srv.port
+    base = srv.rss_mib()
+    peak = [base]
+    results = []
+    body = json.dumps({"model": "not-served", "prompt": "a" * (16 << 20)}).encode()
+
+    def send():
+        results.append(request(port, "POST", "/v1/completions", body, timeout=60))
+
+    ts = [threading.Thread(target=send) for _ in range(8)]
+    for t in ts:
+        t.start()
+    while any(t.is_alive() for t in ts):
+        peak.append(srv.rss_mib())
+        time.sleep(0.02)
+    ok = sum(1 for st, _, b in results if st == 404 and is_json_error(b, 404))
+    check(ok == 8, "memory: 8 concurrent 16 MiB bodies are accepted and parsed (404 model) (%d)" % ok)
+    grow = max(peak) - base
+    # Each body: its buffer (< 32 MiB with doubling) and the parsed string.
+    bound = 8 * 64
+    check(grow < bound, "memory: RSS grows under %d MiB for 8 x 16 MiB bodies (+%.0f)" % (bound, grow))
+    time.sleep(0.5)
+    st, _, _ = request(port, "GET", "/health")
+    check(st == 200, "memory: serving afterwards")
+    print("memory: 8 x 16 MiB accepted: RSS peak +%.0f MiB over %.0f MiB (bound %d)" % (grow, base, bound))
+    check(srv.stop() == 0, "memory: clean exit")
+
+
+# ---------------------------------------------------------------- HTTP rules
+
+def test_http(binary, model):
+    keyfile = "/tmp/loom-hostile-key-%d" % os.getpid()
+    with open(keyfile, "w") as f:
+        f.write("  file-key \n")
+    try:
+        srv = Server(binary, model, "--api-key-file", keyfile, "--allowed-origins", "https://a.example, https://b.example")
+        port = srv.port
+        st, _, _ = request(port, "GET", "/v1/models", headers={"Authorization": "Bearer file-key"})
+        check(st == 200, "http: --api-key-file key accepted")
+        st, _, b = request(port, "GET", "/v1/models", headers={"Authorization": "bearer   file-key"})
+        check(st == 200, "http: the Bearer scheme is case-insensitive (RFC 7235)")
+        st, h, b = request(port, "GET", "/v1/models", headers={"Authorization": "Bearer wrong"})
+        check(st == 401 and is_json_error(b, 401), "http: a wrong key gets 401 JSON")
+        st, _, b = request(port, "GET", "/v1/models/m", headers={"Authorization": "Bearer file-key"})
+        check(st == 200 and json.loads(b).get("id") == "m" and json.loads(b).get("object") == "model",
+              "http: GET /v1/models/{id} returns the model object")
+        st, _, b = request(port, "GET", "/v1/models/other", headers={"Authorization": "Bearer file-key"})
+        check(st == 404 and is_json_error(b, 404), "http: GET /v1/models/{other} is a 404 JSON error")
+        st, h, b = request(port, "OPTIONS", "/v1/chat/completions",
+                           headers={"Origin": "https://b.example", "Access-Control-Request-Method": "POST",
+                                    "Access-Control-Request-Headers": "authorization, content-type"})
+        check(st == 204 and h.get("access-control-allow-origin") == "https://b.example"
+              and "POST" in h.get("access-control-allow-methods", "")
+              and "authorization" in h.get("access-control-allow-headers", "").lower(),
+              "http: a CORS preflight from an allowed origin gets 204 with the CORS headers (%r %r)" % (st, h))
+        st, h, b = request(port, "GET", "/v1/models", headers={"Origin": "https://a.example",
+                                                                "Authorization": "Bearer file-key"})
+        check(h.get("access-control-allow-origin") == "https://a.example", "http: CORS header on responses")
+        st, h, b = request(port, "GET", "/v1/models", headers={"Origin": "https://evil.example",
+                                                                "Authorization": "Bearer file-key"})
+        check("access-control-allow-origin" not in h, "http: no CORS header for another origin")
+        check(srv.stop() == 0, "http: clean exit")
+    finally:
+        os.unlink(keyfile)
+    srv = Server(binary, model, env={"LOOM_API_KEY": "env-key"})
+    port = srv.port
+    st, _, _ = request(port, "GET", "/v1/models", headers={"Authorization": "Bearer env-key"})
+    st2, _, _ = request(port, "GET", "/v1/models")
+    check(st == 200 and st2 == 401, "http: LOOM_API_KEY is the key when no flag gives one")
+    st, h, b = request(port, "DELETE", "/v1/models")
+    check(st == 405 and h.get("allow") == "GET, HEAD" and is_json_error(b, 405), "http: 405 carries Allow")
+    st, h, b = request(port, "GET", "/v1/chat/completions")
+    check(st == 405 and h.get("allow") == "POST", "http: 405 Allow: POST")
+    st, h, b = request(port, "OPTIONS", "/v1/chat/completions")
+    check(st == 405, "http: OPTIONS without --allowed-origins is 405")
+    st, h, b = request(port, "HEAD", "/health")
+    check(st == 200 and b == b"", "http: HEAD /health works")
+    resp = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01b\r\n\r\n")
+    st, h, b = parse_raw(resp)
+    check(st == 400 and is_json_error(b, 400), "http: a header with a control byte gets 400 JSON (%r)" % resp[:60])
+    resp = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Bad: a\x7fb\r\n\r\n")
+    st, h, b = parse_raw(resp)
+    check(st == 400 and is_json_error(b, 400), "http: a header with DEL gets 400 JSON")
+    resp = raw(port, b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    st, h, b = parse_raw(resp)
+    check(st == 414 and is_json_error(b, 414), "http: a long target gets 414 JSON (%r)" % resp[:40])
+    resp = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-F%d: %s\r\n" % (i, b"v" * 1000) for i in range(40)) + b"\r\n")
+    st, h, b = parse_raw(resp)
+    check(st == 431 and is_json_error(b, 431), "http: 40 KB of headers get 431 JSON (%r)" % resp[:40])
+    resp = raw(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n")
+    st, h, b = parse_raw(resp)
+    check(st == 413 and is_json_error(b, 413), "http: a Content-Length over the limit gets 413 JSON at once")
+    check(srv.stop() == 0, "http: clean exit")
+
+
+# ---------------------------------------------------------------- malformed corpus
+
+def corpus():
+    """(name, raw request bytes, owner): owner "mhd" marks requests that
+    libmicrohttpd refuses itself before loom sees them (its body is not ours
+    to shape; it must still be a 4xx and the server must live)."""
+    def req(method, path, body=b"", headers=None, version=b"HTTP/1.1", cl=True):
+        h = {"Host": "127.0.0.1", "Content-Type": "application/json"}
+        h.update(headers or {})
+        lines = [method + b" " + path + b" " + version]
+        for k, v in h.items():
+            lines.append(k.encode() + b": " + (v if isinstance(v, bytes) else str(v).encode()))
+        if cl and body is not None:
+            lines.append(b"Content-Length: %d" % len(body))
+        return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
+
+    out = []
+    chat, comp = b"/v1/chat/completions", b"/v1/completions"
+    good_chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    good_comp = {"prompt": "hi", "max_tokens": 2}
+    # Bad JSON.
+    for i, b in enumerate([b"", b"{", b"}", b"[", b"null", b"1", b'"x"', b"[]", b"{]", b'{"a":}', b'{"a" 1}',
+                           b'{"messages": [}', b"{'a': 1}", b'{"a":1,}', b'{"a":1} trailing', b"\x00\x01\x02",
+                           b"\xff\xfe{}", b'{"prompt": "\xff\xfe"}', b'{"prompt": "a\x00b"}', b"[" * 5000,
+                           b'{"a":' * 5000, b'{"prompt": "\\ud800"}', b'{"prompt": "\\u00"}', b"NaN",
+                           b'{"max_tokens": NaN}', b'{"max_tokens": Infinity}', b"   ", b"{\"" + b"k" * 100000 + b"\":1}"]):
+        for path in (chat, comp, b"/tokenize", b"/detokenize"):
+            out.append(("badjson%d%s" % (i, path.decode()), req(b"POST", path, b), "loom"))
+    # Wrong types and out-of-range values.
+    fields = {
+        "model": [1, None, [], {}, "x" * 5000],
+        "messages": ["x", 1, [1], [{}], [{"role": 1}], [{"role": "user"}], [{"role": "user", "content": 5}],
+                     [{"role": "nope", "content": "x"}], [{"role": "user", "content": [{"type": "image"}]}], []],
+        "prompt": [1.5, None, {}, [[-1]], [1e30], [[]], [2 ** 40], "", [[1, "a"]]],
+        "max_tokens": [-1, 0, 1e20, 18446744073709551616, "10", 1.5, True, None, 10 ** 400],
+        "n": [0, -5, 1000, "2", 1e9],
+        "temperature": ["hot", -1, 1e308, [], float("1e309") if False else 1e300],
+        "top_p": [-0.5, 2, "x"],
+        "top_k": [-100, 1e12, "x"],
+        "stop": [1, [1], ["x"] * 100, {"a": 1}, ["x" * 100000]],
+        "logit_bias": ["x", {"a": 1}, {"1": "x"}, {"999999999": 1}, {str(i): 1 for i in range(2000)}],
+        "stream": ["yes", 1, {}],
+        "stream_options": ["x", {"include_usage": "x"}],
+        "logprobs": ["x", 100],
+        "top_logprobs": [-1, 100, "x"],
+        "tools": ["x", [1], [{"type": "function"}], [{"type": "function", "function": {"name": 1}}]],
+        "tool_choice": [1, "sometimes", {"type": "function", "function": {"name": "missing"}}],
+        "seed": ["x", 1e40, -1],
+        "response_format": ["x", {"type": "nope"}],
+        "presence_penalty": [100, "x"],
+        "echo": ["x"],
+        "chat_template_kwargs": ["x", 1],
+    }
+    for name, values in fields.items():
+        for j, v in enumerate(values):
+            for path, base in ((chat, good_chat), (comp, good_comp)):
+                body = dict(base)
+                body[name] = v
+                try:
+                    data = json.dumps(body).encode()
+                except ValueError:
+                    continue
+                out.append(("type-%s-%d%s" % (name, j, path.decode()), req(b"POST", path, data), "loom"))
+    # Methods and paths.
+    for m in (b"GET", b"PUT", b"DELETE", b"PATCH", b"TRACE", b"FOO", b"OPTIONS"):
+        for p in (chat, comp, b"/tokenize"):
+            out.append(("method-%s%s" % (m.decode(), p.decode()), req(m, p, b"{}"), "loom"))
+    for p in (b"/", b"/v1", b"/v1/", b"/v1/chat", b"/v1/models/", b"//v1/models", b"/v1/models/%00",
+              b"/v1/models/..%2f..%2fetc", b"/%zz", b"/health?x=%zz", b"/v1/chat/completions/extra", b"*",
+              b"/" + b"%41" * 3000, b"/v1/models/" + b"a" * 5000):
+        out.append(("path-%r" % p[:30], req(b"GET", p, None, cl=False), "loom"))
+    for m in (b"POST", b"PUT"):
+        for p in (b"/health", b"/metrics", b"/v1/models"):
+            out.append(("method-%s%s" % (m.decode(), p.decode()), req(m, p, b"{}"), "loom"))
+    # Headers.
+    for i, (k, v) in enumerate([("X-A", b"a\x01b"), ("X-A", b"\x1b[31m"), ("Authorization", b"Bearer \x00x"),
+                                 ("Content-Type", b"text/plain"), ("Content-Type", b"application/json; charset=latin-1"),
+                                 ("X-Long", b"v" * 20000), ("Accept", b"*/*" * 3000), ("Origin", b"null"),
+                                 ("Transfer-Encoding", b"gzip"), ("Expect", b"100-continue"),
+                                 ("Expect", b"nonsense"), ("Connection", b"upgrade"), ("Upgrade", b"h2c")]):
+        out.append(("header%d" % i, req(b"POST", comp, json.dumps(good_comp).encode(), {k: v}), "loom"))
+    out.append(("many-headers", req(b"GET", b"/health", None, {"X-H%d" % i: "v" * 900 for i in range(45)}, cl=False), "loom"))
+    # Truncated bodies: the Content-Length promises more than arrives.
+    for i, n in enumerate((10, 1000, 100000)):
+        data = json.dumps(good_comp).encode()
+        out.append(("truncated%d" % i, req(b"POST", comp, data, {"Content-Length": str(len(data) + n)}, cl=False),
+                    "truncated"))
+    # Framing errors libmicrohttpd answers itself.
+    for name, data in [
+            ("no-colon", b"GET /health HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n"),
+            ("bad-version", b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n"),
+            ("bad-version2", b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n"),
+            ("cl-abc", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}"),
+            ("cl-huge", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n{}"),
+            ("cl-neg", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}"),
+            ("chunk-bad", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"),
+            ("chunk-huge", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n{}\r\n"),
+            ("huge-head", b"GET /health HTTP/1.1\r\nHost: x\r\nX: " + b"v" * 200000 + b"\r\n\r\n"),
+            ("garbage", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 50 + b"\r\n\r\n"),
+            ("space-line", b"GET /health HTTP/1.1\r\n Host: x\r\n\r\n")]:
+        out.append((name, data, "mhd"))
+    # Chunked bodies that are fine framing but bad JSON, and a good one.
+    out.append(("chunked-ok", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"pro\r\n0\r\n\r\n", "loom"))
+    return out
+
+
+def test_corpus(binary, model):
+    srv = Server(binary, model, "--max-model-len", "64", "--max-body-bytes", str(1 << 20))
+    port = srv.port
+    cases = corpus()
+    five = nonjson = dead = mhd5 = 0
+    mhd_html = 0
+    statuses = {}
+    for name, data, owner in cases:
+        resp = raw(port, data, timeout=1.5 if owner == "truncated" else 8)
+        st, h, body = parse_raw(resp)
+        statuses[st] = statuses.get(st, 0) + 1
+        if owner == "truncated":
+            # The server waits for the rest; the client gives up (no reply is right).
+            pass
+        elif st is None:
+            if owner != "mhd":
+                nonjson += 1
+                print("  no response: %s -> %r" % (name, resp[:80]))
+        elif st == 505 and owner == "mhd" and name.startswith("bad-version"):
+            mhd_html += 1  # HTTP Version Not Supported: the right answer, from libmicrohttpd
+        elif st >= 500:
+            five += 1
+            print("  5xx: %s -> %r" % (name, resp[:200]))
+        elif st >= 400 and owner == "loom" and not is_json_error(body, st):
+            nonjson += 1
+            print("  non-JSON error: %s -> %r" % (name, resp[:200]))
+        elif st >= 400 and owner == "mhd" and not is_json_error(body, st):
+            mhd_html += 1
+        if not srv.alive():
+            dead += 1
+            print("  server died after %s" % name)
+            break
+        if st is not None and st >= 500 and owner == "mhd":
+            mhd5 += 1
+    st, _, _ = request(port, "GET", "/health")
+    check(five == 0, "corpus: no 5xx over %d malformed requests (%d)" % (len(cases), five))
+    check(nonjson == 0, "corpus: every error loom answers has the OpenAI JSON shape (%d not)" % nonjson)
+    check(dead == 0 and st == 200, "corpus: the server is alive after each and at the end")
+    code = srv.stop()
+    err = "".join(srv.stderr)
+    check("AddressSanitizer" not in err and "runtime error" not in err and "LeakSanitizer" not in err,
+          "corpus: no sanitizer report" + (": " + err[-2000:] if "Sanitizer" in err or "runtime error" in err else ""))
+    check(code == 0, "corpus: clean exit (%r)" % code)
+    print("corpus: %d requests, statuses %s; %d framing errors answered by libmicrohttpd itself (not JSON)"
+          % (len(cases), dict(sorted((k or 0, v) for k, v in statuses.items())), mhd_html))
+
+
+def main():
+    args = sys.argv[1:]
+    asan = None
+    only = None
+    if "--asan" in args:
+        i = args.index("--asan")
+        asan = args[i + 1]
+        del args[i:i + 2]
+    if "--only" in args:
+        i = args.index("--only")
+        only = set(args[i + 1].split(","))
+        del args[i:i + 2]
+    binary, model = args[0], args[1]
+    tests = [("shutdown", test_shutdown, binary), ("idle", test_idle, binary), ("limit", test_limit, binary),
+             ("memory", test_memory, binary), ("http", test_http, binary),
+             ("corpus", test_corpus, asan or binary)]
+    for name, fn, b in tests:
+        if only and name not in only:
+            continue
+        t = time.time()
+        try:
+            fn(b, model)
+        except Exception as e:  # noqa: BLE001
+            check(False, "%s: raised %r" % (name, e))
+        print("%s: %.1f s" % (name, time.time() - t), flush=True)
+    print("server_hostile.py: %d passed, %d failed" % (PASSED, FAILED))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
