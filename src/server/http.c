@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -306,7 +307,7 @@ static enum MHD_Result handle_metrics(lm_server *s, struct MHD_Connection *c) {
     loom_engine_stats(s->engine, &stats);
     lm_sbuf out = {0};
     lm_metrics_render(&s->metrics, &stats, s->options.served_model_name, &out);
-    enum MHD_Result ret = out.failed ? lm_reply_error(c, 500, "out of memory", NULL)
+    enum MHD_Result ret = out.failed ? lm_reply_error(c, 500, "out of memory rendering /metrics", NULL)
                                      : lm_reply_text(c, 200, "text/plain; version=0.0.4", lm_sbuf_str(&out), out.len);
     lm_sbuf_free(&out);
     return ret;
@@ -322,11 +323,22 @@ static enum MHD_Result model_not_found(struct MHD_Connection *c, const char *mod
     return lm_reply_error(c, 404, message, "model");
 }
 
+#define LM_LARGE_BODY_BYTES ((size_t)1 << 20)
+
+/* A /tokenize or /detokenize body within the request parser's bounds
+ * (depth, values, no \u0000 anywhere), parsed; NULL otherwise. */
+static cJSON *parse_small_body(const char *body, size_t len) {
+    lm_json_scan scan;
+    lm_json_prescan(body, len, LM_REQUEST_MAX_DEPTH, LM_REQUEST_MAX_VALUES, NULL, 0, &scan);
+    if (scan.depth > LM_REQUEST_MAX_DEPTH || scan.values > LM_REQUEST_MAX_VALUES || scan.nul) return NULL;
+    return cJSON_ParseWithLength(body, len);
+}
+
 /* POST /tokenize: {"prompt": text, "add_special_tokens": true} or a chat
  * {"messages": [...]} -> {"count", "max_model_len", "tokens"}. */
 static enum MHD_Result handle_tokenize(lm_server *s, struct MHD_Connection *c, const char *body, size_t len) {
     if (!s->tokenizer) return lm_reply_error(c, 400, "this model has no tokenizer", NULL);
-    cJSON *doc = lm_json_nesting_depth(body, len) <= LM_REQUEST_MAX_DEPTH ? cJSON_ParseWithLength(body, len) : NULL;
+    cJSON *doc = parse_small_body(body, len);
     if (!cJSON_IsObject(doc)) {
         cJSON_Delete(doc);
         return lm_reply_error(c, 400, "the request body must be a JSON object", NULL);
@@ -381,7 +393,7 @@ static enum MHD_Result handle_tokenize(lm_server *s, struct MHD_Connection *c, c
 /* POST /detokenize: {"tokens": [ids]} -> {"prompt": text}. */
 static enum MHD_Result handle_detokenize(lm_server *s, struct MHD_Connection *c, const char *body, size_t len) {
     if (!s->tokenizer) return lm_reply_error(c, 400, "this model has no tokenizer", NULL);
-    cJSON *doc = lm_json_nesting_depth(body, len) <= LM_REQUEST_MAX_DEPTH ? cJSON_ParseWithLength(body, len) : NULL;
+    cJSON *doc = parse_small_body(body, len);
     const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(doc, "tokens");
     int count = cJSON_GetArraySize(tokens);
     if (!cJSON_IsObject(doc) || !cJSON_IsArray(tokens) || count > (1 << 20)) {
@@ -717,7 +729,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     conn_ctx *ctx = *con_cls;
     if (!ctx) return;
     if (ctx->counted) atomic_fetch_sub(&s->http->inflight, 1);
+    bool large = ctx->body.cap >= LM_LARGE_BODY_BYTES;
     lm_sbuf_free(&ctx->body);
+    if (large) malloc_trim(0); /* give a large body's pages back to the system */
     free(ctx);
     *con_cls = NULL;
     conn_slot *slot = slot_of(c);
