@@ -134,10 +134,12 @@ static void same_bits_free(same_bits *s) {
 
 /* ------------------------------------------------- backend memory helpers */
 
-/* The buffers of one op run on one backend, freed together. */
+/* The buffers of one op run on one backend, freed together (enough for
+ * the three matrices of each of 64 separately imported experts). */
+#define ARENA_BUFS 256
 typedef struct {
     lm_backend *be;
-    lm_buffer *bufs[48];
+    lm_buffer *bufs[ARENA_BUFS];
     int n;
     bool ok;
 } arena;
@@ -147,7 +149,7 @@ static arena arena_on(lm_backend *be) { return (arena){.be = be, .ok = true}; }
 static lm_mem arena_alloc(arena *a, size_t bytes) {
     lm_error err = {0};
     lm_buffer *b = NULL;
-    if (!a->ok || a->n == 48 || lm_alloc(a->be, bytes, "test", &b, &err) != LM_OK) {
+    if (!a->ok || a->n == ARENA_BUFS || lm_alloc(a->be, bytes, "test", &b, &err) != LM_OK) {
         a->ok = false;
         return (lm_mem){0};
     }
@@ -194,7 +196,8 @@ static lm_matrix import_matrix(arena *a, const void *data, lm_dtype dtype, int64
     lm_error err = {0};
     lm_buffer *b = NULL;
     size_t bytes = (size_t)(rows * cols) * (dtype == LM_DTYPE_F32 ? 4 : 2);
-    if (!a->ok || a->n == 48 || lm_import_host(a->be, data, bytes, "weights", &b, &err) != LM_OK)
+    if (!a->ok || a->n == ARENA_BUFS ||
+        lm_import_host(a->be, data, bytes, "weights", &b, &err) != LM_OK)
         a->ok = false;
     else
         a->bufs[a->n++] = b;
@@ -1530,6 +1533,541 @@ static void test_gated_delta_rule_batched(void) {
     CHECK_VERDICT(v);
 }
 
+/* ------------------------------------------------------------ mixture of experts */
+
+/* ---- sigmoid_scale_rows (Qwen3.5's shared-expert gate) ---- */
+
+static void check_sigmoid_scale_rows(const backends *bs, verdict *v, rng *r, int rows, int width) {
+    size_t n = (size_t)rows * (size_t)width;
+    float *x = random_floats(r, n, 3.0f), *gate = random_floats(r, (size_t)rows, 8.0f);
+    double *want = doubles(n);
+    if (!x || !gate || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    if (rows > 3) gate[1] = -100.0f, gate[2] = 100.0f; /* exp under/overflow */
+    for (int row = 0; row < rows; row++) {
+        double s = 1.0 / (1.0 + exp(-(double)gate[row]));
+        for (int i = 0; i < width; i++)
+            want[(size_t)row * width + i] = x[(size_t)row * width + i] * s;
+    }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem xm = up_f32(&a, x, n);
+        lm_sigmoid_scale_rows(a.be, xm, up_f32(&a, gate, (size_t)rows), rows, width);
+        float *got = down_f32(&a, xm, n);
+        double e = got ? rel_error(got, want, n) : INFINITY;
+        if (!(e < TOLERANCE))
+            fail(v, "sigmoid_scale_rows %dx%d on %s: error %g", rows, width, bs->label[b], e);
+        if (got) same_bits_check(&same, v, b, "sigmoid_scale_rows", got, n * 4, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(x);
+    free(gate);
+    free(want);
+}
+
+static void test_sigmoid_scale_rows(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {81};
+    /* odd, the fixture (hidden 64), released hidden widths, 1 and 130 tokens */
+    static const int shapes[][2] = {{1, 1},    {3, 17},    {5, 1000}, {1, 64},
+                                    {130, 64}, {1, 2048},  {7, 2048}, {130, 2048},
+                                    {2, 4096}, {130, 4097}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        check_sigmoid_scale_rows(&bs, &v, &r, shapes[s][0], shapes[s][1]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ---- moe_route ---- */
+
+enum { ROUTE_MAX_E = 256 };
+
+/* What the routing oracle applies: the whole definition, or with one part
+ * left out or changed, to show that the test data tells them apart. */
+typedef struct {
+    bool bias, groups;
+    int group_top; /* a group's score: the sum of its group_top largest choices */
+} route_variant;
+static const route_variant route_full = {true, true, 2};
+
+/* Two choices that float32 rounding could put in either order: close but
+ * not equal (softmax scores are small: their gap counts relative to them). */
+static bool too_close(double a, double b, bool relative) {
+    return a != b && fabs(a - b) < 1e-5 * (relative ? fabs(a) : 1.0);
+}
+
+/* One token's routing in float64, by the definition in ops.h.  ids and
+ * weights [top_k].  Returns false when float32 rounding could change the
+ * result: two of the top_k + 1 best choices too close (equal ones, of equal
+ * logits and biases, stay, and must go to the lower index: *tied says there
+ * was such a pair), or a kept group's score near a dropped one's. */
+static bool route_row64(const float *l, const float *bias, const lm_moe_routing *r,
+                        route_variant var, int32_t *ids, double *w, bool *tied) {
+    int E = r->n_experts, k = r->top_k;
+    bool softmax = r->scoring == LM_MOE_SOFTMAX, separated = true;
+    double s[ROUTE_MAX_E], c[ROUTE_MAX_E];
+    bool taken[ROUTE_MAX_E] = {false};
+    if (softmax) {
+        double top = -INFINITY, sum = 0;
+        for (int e = 0; e < E; e++) top = l[e] > top ? l[e] : top;
+        for (int e = 0; e < E; e++) sum += s[e] = exp((double)l[e] - top);
+        for (int e = 0; e < E; e++) s[e] /= sum;
+    } else {
+        for (int e = 0; e < E; e++) s[e] = 1.0 / (1.0 + exp(-(double)l[e]));
+    }
+    for (int e = 0; e < E; e++) c[e] = s[e] + (var.bias && bias ? (double)bias[e] : 0.0);
+    if (var.groups && r->n_group > 1) {
+        int G = r->n_group, per = E / G;
+        double score[ROUTE_MAX_E], last_kept = 0;
+        bool keep[ROUTE_MAX_E] = {false};
+        for (int g = 0; g < G; g++) {
+            double first = -INFINITY, second = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                if (c[e] > first)
+                    second = first, first = c[e];
+                else if (c[e] > second)
+                    second = c[e];
+            }
+            score[g] = first + (var.group_top == 2 ? second : 0.0);
+        }
+        for (int kept = 0; kept < r->topk_group && kept < G; kept++) {
+            int best = -1;
+            for (int g = 0; g < G; g++)
+                if (!keep[g] && (best < 0 || score[g] > score[best])) best = g;
+            keep[best] = true;
+            last_kept = score[best];
+        }
+        for (int g = 0; g < G; g++) /* a clear boundary, without ties */
+            if (!keep[g] && fabs(score[g] - last_kept) < 1e-5) separated = false;
+        for (int e = 0; e < E; e++)
+            if (!keep[e / per]) c[e] = -INFINITY;
+    }
+    double sum = 0;
+    for (int j = 0; j < k; j++) { /* largest first, the lower index on ties */
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || c[e] > c[best])) best = e;
+        taken[best] = true;
+        ids[j] = best;
+        w[j] = s[best];
+        sum += s[best];
+    }
+    int next = -1; /* the best one left out */
+    for (int e = 0; e < E; e++)
+        if (!taken[e] && (next < 0 || c[e] > c[next])) next = e;
+    for (int j = 0; j < k; j++) {
+        double a = c[ids[j]], b = j + 1 < k ? c[ids[j + 1]] : next >= 0 ? c[next] : -INFINITY;
+        if (a == b)
+            *tied = true;
+        else if (too_close(a, b, softmax))
+            separated = false;
+    }
+    for (int j = 0; j < k; j++) {
+        if (r->renormalize) w[j] /= sum + 1e-20;
+        w[j] *= r->scale;
+    }
+    return separated;
+}
+
+typedef struct {
+    int E, k, n;
+    lm_moe_scoring scoring;
+    bool bias;
+    int n_group, topk_group;
+    bool renormalize;
+    float scale;
+} route_case;
+
+static void check_moe_route(const backends *bs, verdict *v, rng *r, const route_case *rc) {
+    int E = rc->E, k = rc->k, n = rc->n;
+    size_t nl = (size_t)n * E, nk = (size_t)n * k;
+    bool softmax = rc->scoring == LM_MOE_SOFTMAX;
+    lm_moe_routing routing = {.n_experts = E,
+                              .top_k = k,
+                              .scoring = rc->scoring,
+                              .n_group = rc->n_group,
+                              .topk_group = rc->topk_group,
+                              .renormalize = rc->renormalize,
+                              .scale = rc->scale};
+    char what[128];
+    snprintf(what, sizeof what, "moe_route %s%s E=%d top_k=%d n=%d groups %d/%d%s scale %g",
+             softmax ? "softmax" : "sigmoid", rc->bias ? " biased" : "", E, k, n, rc->n_group,
+             rc->topk_group, rc->renormalize ? " renormalized" : "", (double)rc->scale);
+    float *logits = malloc(sizeof(float) * nl), *bias = malloc(sizeof(float) * ((size_t)E + 4));
+    int32_t *want_ids = malloc(sizeof(int32_t) * nk);
+    double *want_w = doubles(nk);
+    if (!logits || !bias || !want_ids || !want_w) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    /* The bias is passed 4 floats (NaN) into its buffer.  Experts 2m and
+     * 2m+1 share a bias, so equal logits of the two are equal choices. */
+    for (int i = 0; i < 4; i++) bias[i] = NAN;
+    for (int e = 0; e < E; e += 2) bias[4 + e] = bias[4 + e + 1] = 1.0f + 0.25f * rng_float(r);
+    const float *bias_e = rc->bias ? bias + 4 : NULL;
+    int tied_rows = 0, bias_matters = 0, groups_matter = 0, top2_matters = 0;
+    for (int t = 0; t < n; t++) {
+        float *l = logits + (size_t)t * E;
+        int32_t *ids = want_ids + (size_t)t * k, alt[ROUTE_MAX_E];
+        double *w = want_w + (size_t)t * k, alt_w[ROUTE_MAX_E];
+        bool tied = false, ignored = false;
+        for (int attempt = 0;; attempt++) {
+            if (attempt == 1000) {
+                fail(v, "%s: cannot make a well separated row", what);
+                goto done;
+            }
+            for (int e = 0; e < E; e++) l[e] = rng_float(r) * (softmax ? 4.0f : 3.0f);
+            route_row64(l, bias_e, &routing, route_full, ids, w, &ignored);
+            /* every 5 tokens: a plain row; the top pick tied with another
+             * expert (softmax: any; sigmoid: its bias partner); the last
+             * pick tied so; a row of equal logits (its first try); a row
+             * far from 0, whose softmax must subtract the maximum */
+            int kind = t % 5;
+            if (kind == 1 || kind == 2) {
+                int i = ids[kind == 1 ? 0 : k - 1];
+                int j = softmax ? (int)(rng_next(r) % (uint64_t)E) : i ^ 1;
+                l[j] = l[i];
+            } else if (kind == 3 && attempt == 0) {
+                for (int e = 0; e < E; e++) l[e] = 0.5f;
+            } else if (kind == 4 && softmax) {
+                for (int e = 0; e < E; e++) l[e] += 100.0f;
+            }
+            tied = false;
+            if (route_row64(l, bias_e, &routing, route_full, ids, w, &tied)) break;
+        }
+        tied_rows += tied;
+        if (rc->bias) {
+            route_row64(l, bias_e, &routing, (route_variant){false, true, 2}, alt, alt_w, &ignored);
+            bias_matters += memcmp(alt, ids, sizeof(int32_t) * (size_t)k) != 0;
+        }
+        if (rc->n_group > 1) {
+            route_row64(l, bias_e, &routing, (route_variant){true, false, 2}, alt, alt_w, &ignored);
+            groups_matter += memcmp(alt, ids, sizeof(int32_t) * (size_t)k) != 0;
+            route_row64(l, bias_e, &routing, (route_variant){true, true, 1}, alt, alt_w, &ignored);
+            top2_matters += memcmp(alt, ids, sizeof(int32_t) * (size_t)k) != 0;
+        }
+    }
+    /* the data must tell a wrong routing from the right one */
+    if (n >= 7 && tied_rows == 0) fail(v, "%s: the test data has no tied rows", what);
+    if (n >= 7 && rc->bias && bias_matters == 0)
+        fail(v, "%s: the test data routes alike without the bias", what);
+    if (n >= 7 && rc->n_group > 1 && (groups_matter == 0 || top2_matters == 0))
+        fail(v, "%s: the test data routes alike without groups (%d) or by the best of a group (%d)",
+             what, groups_matter, top2_matters);
+    same_bits same_ids = {0}, same_w = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem ids_m = arena_alloc(&a, nk * sizeof(int32_t));
+        if (a.ok) lm_fill(a.be, ids_m, 0xFF, nk * sizeof(int32_t)); /* -1 everywhere */
+        lm_mem w_m = poisoned(&a, nk);
+        lm_moe_routing rt = routing;
+        if (rc->bias) rt.correction_bias = lm_mem_f32(up_f32(&a, bias, (size_t)E + 4), 4);
+        lm_mem lm = up_f32(&a, logits, nl);
+        if (a.ok) lm_moe_route(a.be, ids_m, w_m, lm, n, &rt);
+        int32_t *got_ids = down_i32(&a, ids_m, nk);
+        float *got_w = down_f32(&a, w_m, nk);
+        if (!got_ids || !got_w) fail(v, "%s on %s: backend memory failed", what, bs->label[b]);
+        for (size_t p = 0; got_ids && p < nk; p++)
+            if (got_ids[p] != want_ids[p]) {
+                fail(v, "%s on %s: token %zu pick %zu is expert %d, want %d", what, bs->label[b],
+                     p / (size_t)k, p % (size_t)k, got_ids[p], want_ids[p]);
+                break;
+            }
+        double e = got_w ? 0 : INFINITY; /* weights: absolute error, NaN fails */
+        for (size_t p = 0; got_w && p < nk; p++) {
+            double d = fabs((double)got_w[p] - want_w[p]);
+            e = d > e || isnan(d) ? d : e;
+        }
+        if (!(e <= 1e-6)) fail(v, "%s on %s: weights off by %g", what, bs->label[b], e);
+        if (got_ids)
+            same_bits_check(&same_ids, v, b, "moe_route ids", got_ids, nk * 4, bs->label[b]);
+        if (got_w)
+            same_bits_check(&same_w, v, b, "moe_route weights", got_w, nk * 4, bs->label[b]);
+        free(got_ids);
+        free(got_w);
+        arena_free(&a);
+    }
+    same_bits_free(&same_ids);
+    same_bits_free(&same_w);
+done:
+    free(logits);
+    free(bias);
+    free(want_ids);
+    free(want_w);
+}
+
+static void test_moe_route(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {83};
+    static const int ns[] = {1, 7, 130};
+    /* Qwen3.5-MoE (§B.2): softmax over all experts, top_k renormalised;
+     * 256 experts top 8 is the released 35B-A3B */
+    static const int Es[] = {8, 64, 256}, ks[] = {1, 2, 8};
+    for (size_t e = 0; e < 3; e++)
+        for (size_t k = 0; k < 3; k++)
+            for (size_t i = 0; i < 3; i++) {
+                route_case rc = {Es[e], ks[k], ns[i], LM_MOE_SOFTMAX, false, 1, 1, true, 1.0f};
+                check_moe_route(&bs, &v, &r, &rc);
+            }
+    /* GLM-4.6V (§E.2.4): sigmoid, the correction bias for the choice only,
+     * 128 experts (and 64) in 8 groups of which 4 stay, top 8, scale 2.5 */
+    for (int E = 64; E <= 128; E *= 2)
+        for (int g = 1; g <= 8; g *= 8)
+            for (int renorm = 1; renorm >= 0; renorm--)
+                for (size_t i = 0; i < 3; i++) {
+                    route_case rc = {E,  8, ns[i], LM_MOE_SIGMOID, true, g, g == 1 ? 1 : 4,
+                                     renorm, 2.5f};
+                    check_moe_route(&bs, &v, &r, &rc);
+                }
+    /* sigmoid without a bias; softmax without renormalising */
+    static const route_case others[] = {{64, 8, 130, LM_MOE_SIGMOID, false, 1, 1, true, 1.0f},
+                                        {64, 4, 7, LM_MOE_SOFTMAX, false, 1, 1, false, 1.0f}};
+    for (size_t i = 0; i < 2; i++) check_moe_route(&bs, &v, &r, &others[i]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ---- moe_experts ---- */
+
+/* One layer's experts on the host in the fused layout: gate_up [E, 2I, H]
+ * (expert e's gate rows, then its up rows) and down [E, H, I]. */
+typedef struct {
+    int E, H, I;
+    lm_dtype dtype;
+    void *gate_up, *down;
+    float *gate_up_v, *down_v; /* the same, widened */
+} expert_set;
+
+static size_t dtype_bytes(lm_dtype dtype) { return dtype == LM_DTYPE_F32 ? 4 : 2; }
+
+static bool expert_set_make(expert_set *s, rng *r, int E, int H, int I, lm_dtype dtype) {
+    size_t gu = (size_t)E * 2 * I * H, dn = (size_t)E * H * I;
+    *s = (expert_set){E, H, I, dtype, NULL, NULL, malloc(sizeof(float) * gu),
+                      malloc(sizeof(float) * dn)};
+    if (!s->gate_up_v || !s->down_v) return false;
+    s->gate_up = random_weights(r, dtype, gu, s->gate_up_v);
+    s->down = random_weights(r, dtype, dn, s->down_v);
+    return s->gate_up && s->down;
+}
+
+static void expert_set_free(expert_set *s) {
+    free(s->gate_up);
+    free(s->down);
+    free(s->gate_up_v);
+    free(s->down_v);
+}
+
+static void fill_nan(void *w, lm_dtype dtype, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (dtype == LM_DTYPE_F32)
+            memcpy((uint8_t *)w + 4 * i, &(uint32_t){0x7FC00000u}, 4);
+        else
+            ((uint16_t *)w)[i] = dtype == LM_DTYPE_BF16 ? 0x7FC0 : 0x7E00;
+}
+
+/* y [H] = expert e of x in float64. */
+static void expert64(const expert_set *s, int e, const float *x, double *y, double *act) {
+    int H = s->H, I = s->I;
+    const float *gate = s->gate_up_v + (size_t)e * 2 * I * H, *up = gate + (size_t)I * H;
+    const float *down = s->down_v + (size_t)e * H * I;
+    for (int i = 0; i < I; i++) {
+        double g = 0, u = 0;
+        for (int h = 0; h < H; h++) {
+            g += (double)gate[(size_t)i * H + h] * x[h];
+            u += (double)up[(size_t)i * H + h] * x[h];
+        }
+        act[i] = silu64(g) * u;
+    }
+    for (int o = 0; o < H; o++) {
+        double acc = 0;
+        for (int i = 0; i < I; i++) acc += (double)down[(size_t)o * I + i] * act[i];
+        y[o] = acc;
+    }
+}
+
+static bool bytes_all(const uint8_t *p, size_t n, uint8_t byte) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != byte) return false;
+    return true;
+}
+
+/* n tokens of k experts each over the experts of s, imported as slices of
+ * the two fused tensors or as 3E separate ones.  Experts e % 4 == 1 stay
+ * unused (while the others are enough) and hold NaN: an untouched expert
+ * is not read.  Token 1 has token 0's experts in reverse order. */
+static void check_moe_experts(const backends *bs, verdict *v, rng *r, const expert_set *s, int k,
+                              int n, bool fused) {
+    enum { FRONT = 256, GUARD = 4096 }; /* guard bytes around the scratch */
+    int E = s->E, H = s->H, I = s->I;
+    size_t elem = dtype_bytes(s->dtype), nk = (size_t)n * k, nx = (size_t)n * H;
+    size_t gu_n = (size_t)E * 2 * I * H, dn_n = (size_t)E * H * I;
+    char what[128];
+    snprintf(what, sizeof what, "moe_experts %s E=%d I=%d H=%d top_k=%d n=%d %s",
+             lm_dtype_name(s->dtype), E, I, H, k, n, fused ? "fused" : "per-expert");
+    int32_t *ids = malloc(sizeof(int32_t) * nk), *allowed = malloc(sizeof(int32_t) * (size_t)E);
+    float *w = malloc(sizeof(float) * nk), *x = random_floats(r, nx, 2.0f);
+    uint8_t *gate_up = malloc(gu_n * elem), *down = malloc(dn_n * elem);
+    bool *used = calloc((size_t)E, sizeof(bool));
+    double *want = doubles(nx), *y = doubles((size_t)H), *act = doubles((size_t)I);
+    if (!ids || !allowed || !w || !x || !gate_up || !down || !used || !want || !y || !act) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    int n_allowed = 0, n_unused = 0;
+    for (int e = 0; e < E; e++)
+        if (e % 4 != 1) allowed[n_allowed++] = e;
+    if (n_allowed < k)
+        for (n_allowed = 0; n_allowed < E; n_allowed++) allowed[n_allowed] = n_allowed;
+    for (int t = 0; t < n; t++) {
+        int32_t *it = ids + (size_t)t * k;
+        for (int j = 0; j < k; j++) {
+            if (t == 1) {
+                it[j] = ids[k - 1 - j];
+            } else { /* a partial shuffle: k distinct experts */
+                int pick = j + (int)(rng_next(r) % (uint64_t)(n_allowed - j));
+                int32_t tmp = allowed[j];
+                allowed[j] = allowed[pick];
+                allowed[pick] = tmp;
+                it[j] = allowed[j];
+            }
+            w[(size_t)t * k + j] = 0.05f + 0.475f * (rng_float(r) + 1.0f);
+            used[it[j]] = true;
+        }
+    }
+    memcpy(gate_up, s->gate_up, gu_n * elem);
+    memcpy(down, s->down, dn_n * elem);
+    for (int e = 0; e < E; e++)
+        if (!used[e]) {
+            n_unused++;
+            fill_nan(gate_up + (size_t)e * 2 * I * H * elem, s->dtype, (size_t)2 * I * H);
+            fill_nan(down + (size_t)e * H * I * elem, s->dtype, (size_t)H * I);
+        }
+    if (k < E && n_unused == 0) fail(v, "%s: the test data uses every expert", what);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            size_t p = (size_t)t * k + j;
+            expert64(s, ids[p], x + (size_t)t * H, y, act);
+            for (int o = 0; o < H; o++) want[(size_t)t * H + o] += (double)w[p] * y[o];
+        }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix *mats = malloc(sizeof(lm_matrix) * 3 * (size_t)E);
+        if (!mats) {
+            fail(v, "out of memory");
+            break;
+        }
+        if (fused) {
+            lm_matrix gu = import_matrix(&a, gate_up, s->dtype, (int64_t)E * 2 * I, H);
+            lm_matrix dn = import_matrix(&a, down, s->dtype, (int64_t)E * H, I);
+            for (int e = 0; e < E; e++) {
+                size_t g_off = (size_t)e * 2 * I * H * elem, u_off = g_off + (size_t)I * H * elem;
+                mats[e] = (lm_matrix){lm_mem_bytes(gu.data, g_off), s->dtype, I, H};
+                mats[E + e] = (lm_matrix){lm_mem_bytes(gu.data, u_off), s->dtype, I, H};
+                mats[2 * E + e] =
+                    (lm_matrix){lm_mem_bytes(dn.data, (size_t)e * H * I * elem), s->dtype, H, I};
+            }
+        } else {
+            for (int e = 0; e < E; e++) {
+                const uint8_t *g = gate_up + (size_t)e * 2 * I * H * elem;
+                mats[e] = import_matrix(&a, g, s->dtype, I, H);
+                mats[E + e] = import_matrix(&a, g + (size_t)I * H * elem, s->dtype, I, H);
+                mats[2 * E + e] =
+                    import_matrix(&a, down + (size_t)e * H * I * elem, s->dtype, H, I);
+            }
+        }
+        lm_moe_experts ex = {E, H, I, mats, mats + E, mats + 2 * E};
+        size_t scratch_bytes = lm_moe_scratch_bytes(n, k, &ex);
+        size_t total = FRONT + scratch_bytes + GUARD;
+        lm_mem sbuf = arena_alloc(&a, total), scratch = lm_mem_bytes(sbuf, FRONT);
+        if (a.ok) {
+            lm_fill(a.be, sbuf, 0xA5, total);
+            lm_fill(a.be, scratch, 0xFF, scratch_bytes); /* poisoned too */
+        }
+        lm_mem xm = up_f32(&a, x, nx), idm = up_i32(&a, ids, nk), wm = up_f32(&a, w, nk);
+        lm_mem out = poisoned(&a, nx);
+        if (a.ok) lm_moe_apply_experts(a.be, out, xm, n, idm, wm, k, &ex, scratch);
+        float *got = down_f32(&a, out, nx), *x_after = down_f32(&a, xm, nx);
+        float *w_after = down_f32(&a, wm, nk);
+        int32_t *ids_after = down_i32(&a, idm, nk);
+        uint8_t *guard = malloc(total);
+        lm_error err = {0};
+        bool guard_ok = guard && a.ok && lm_download(a.be, guard, sbuf, total, &err) == LM_OK;
+        if (!got || !x_after || !w_after || !ids_after || !guard_ok) {
+            fail(v, "%s on %s: backend memory failed", what, bs->label[b]);
+        } else {
+            double e = rel_error(got, want, nx);
+            if (!(e < TOLERANCE)) fail(v, "%s on %s: error %g", what, bs->label[b], e);
+            if (!bytes_all(guard, FRONT, 0xA5) ||
+                !bytes_all(guard + FRONT + scratch_bytes, GUARD, 0xA5))
+                fail(v, "%s on %s: wrote outside its %zu scratch bytes", what, bs->label[b],
+                     scratch_bytes);
+            if (memcmp(x_after, x, nx * 4) != 0 || memcmp(w_after, w, nk * 4) != 0 ||
+                memcmp(ids_after, ids, nk * 4) != 0)
+                fail(v, "%s on %s: changed its inputs", what, bs->label[b]);
+            same_bits_check(&same, v, b, "moe_experts", got, nx * 4, bs->label[b]);
+        }
+        free(got);
+        free(x_after);
+        free(w_after);
+        free(ids_after);
+        free(guard);
+        free(mats);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(ids);
+    free(allowed);
+    free(w);
+    free(x);
+    free(gate_up);
+    free(down);
+    free(used);
+    free(want);
+    free(y);
+    free(act);
+}
+
+static void test_moe_experts(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {87};
+    /* small experts in both weight dtypes; 64 experts of a quarter of the
+     * released widths (35B-A3B: 256 of I 512, H 2048) */
+    static const struct {
+        int E, I, H;
+        lm_dtype dtype;
+    } sets[] = {{8, 32, 64, LM_DTYPE_BF16},
+                {8, 32, 64, LM_DTYPE_F32},
+                {64, 128, 256, LM_DTYPE_BF16}};
+    static const int ks[] = {2, 8}, ns[] = {1, 5, 130};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !v.failed; i++) {
+        expert_set s;
+        if (!expert_set_make(&s, &r, sets[i].E, sets[i].H, sets[i].I, sets[i].dtype))
+            fail(&v, "out of memory");
+        for (size_t k = 0; k < 2 && !v.failed; k++)
+            for (size_t j = 0; j < 3; j++) {
+                check_moe_experts(&bs, &v, &r, &s, ks[k], ns[j], false);
+                check_moe_experts(&bs, &v, &r, &s, ks[k], ns[j], true);
+            }
+        expert_set_free(&s);
+    }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* ------------------------------------------------------------ the checks themselves */
 
 /* A cpu backend with one op broken on purpose: the checks must catch each. */
@@ -1559,6 +2097,55 @@ static void conv_ignoring_first(lm_backend *be, lm_mem out, lm_mem in, int C, lm
     lm_cpu_backend_ops.causal_conv1d_silu(be, out, in, C, weight, K, states, slot_stride, &packed);
 }
 
+static void sigmoid_scale_skipping_last_row(lm_backend *be, lm_mem x, lm_mem gate, int rows,
+                                            int width) {
+    lm_cpu_backend_ops.sigmoid_scale_rows(be, x, gate, rows - 1, width);
+}
+static void route_ignoring_bias(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
+                                const lm_moe_routing *routing) {
+    lm_moe_routing r = *routing;
+    r.correction_bias = (lm_mem){0};
+    lm_cpu_backend_ops.moe_route(be, ids, weights, logits, n, &r);
+}
+static void route_ignoring_groups(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
+                                  const lm_moe_routing *routing) {
+    lm_moe_routing r = *routing;
+    r.n_group = r.topk_group = 1;
+    lm_cpu_backend_ops.moe_route(be, ids, weights, logits, n, &r);
+}
+/* Weights from the biased choices s + bias instead of s (without
+ * renormalising: then that is the right weight plus bias · scale). */
+static void route_weighting_by_choice(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits,
+                                      int n, const lm_moe_routing *routing) {
+    lm_cpu_backend_ops.moe_route(be, ids, weights, logits, n, routing);
+    size_t nk = (size_t)n * (size_t)routing->top_k;
+    int32_t *id = malloc(sizeof(int32_t) * nk);
+    float *w = malloc(sizeof(float) * nk);
+    float *bias = malloc(sizeof(float) * (size_t)routing->n_experts);
+    lm_error err = {0};
+    if (id && w && bias && lm_download(be, id, ids, sizeof(int32_t) * nk, &err) == LM_OK &&
+        lm_download(be, w, weights, sizeof(float) * nk, &err) == LM_OK &&
+        lm_download(be, bias, routing->correction_bias,
+                    sizeof(float) * (size_t)routing->n_experts, &err) == LM_OK) {
+        for (size_t p = 0; p < nk; p++) w[p] += bias[id[p]] * routing->scale;
+        lm_upload(be, weights, w, sizeof(float) * nk);
+    }
+    free(id);
+    free(w);
+    free(bias);
+}
+static void experts_skipping_last_token(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids,
+                                        lm_mem weights, int top_k, const lm_moe_experts *experts,
+                                        lm_mem scratch) {
+    lm_cpu_backend_ops.moe_experts(be, out, x, n - 1, ids, weights, top_k, experts, scratch);
+}
+static void experts_writing_past_scratch(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids,
+                                         lm_mem weights, int top_k, const lm_moe_experts *experts,
+                                         lm_mem scratch) {
+    lm_cpu_backend_ops.moe_experts(be, out, x, n, ids, weights, top_k, experts, scratch);
+    lm_fill(be, lm_mem_bytes(scratch, lm_moe_scratch_bytes(n, top_k, experts)), 0, 1);
+}
+
 static void test_poison_catches_broken_ops(void) {
     backends real;
     CHECK(backends_open(&real));
@@ -1576,11 +2163,42 @@ static void test_poison_catches_broken_ops(void) {
     check_gdn_batch(&bs, &v3, &r, 2, 4, 16, 16, (const int[]){3, 1, 2}, 3);
     check_conv_batch(&bs, &v4, &r, 128, 4, (const int[]){3, 1, 2}, 3);
     check_elementwise(&bs, &ok, &r, EW_ADD, 1000); /* an op left alone still passes */
+    /* mixture of experts: GLM-like routing, 7 tokens; small experts */
+    const route_case glm = {64, 8, 7, LM_MOE_SIGMOID, true, 8, 4, false, 2.5f};
+    expert_set ex;
+    verdict m1 = {0}, m2 = {0}, m3 = {0}, m4 = {0}, m5 = {0}, m6 = {0};
+    bool have_experts = expert_set_make(&ex, &r, 8, 64, 32, LM_DTYPE_BF16);
+    broken_ops.sigmoid_scale_rows = sigmoid_scale_skipping_last_row;
+    check_sigmoid_scale_rows(&bs, &m1, &r, 5, 64);
+    broken_ops.moe_route = route_ignoring_bias;
+    check_moe_route(&bs, &m2, &r, &glm);
+    broken_ops.moe_route = route_ignoring_groups;
+    check_moe_route(&bs, &m3, &r, &glm);
+    broken_ops.moe_route = route_weighting_by_choice;
+    check_moe_route(&bs, &m4, &r, &glm);
+    broken_ops.moe_route = lm_cpu_backend_ops.moe_route; /* the real one passes */
+    check_moe_route(&bs, &ok, &r, &glm);
+    if (have_experts) {
+        broken_ops.moe_experts = experts_skipping_last_token;
+        check_moe_experts(&bs, &m5, &r, &ex, 2, 5, true);
+        broken_ops.moe_experts = experts_writing_past_scratch;
+        check_moe_experts(&bs, &m6, &r, &ex, 2, 5, false);
+        broken_ops.moe_experts = lm_cpu_backend_ops.moe_experts;
+        check_moe_experts(&bs, &ok, &r, &ex, 2, 5, true);
+    }
+    expert_set_free(&ex);
     backends_close(&real);
     CHECK_MSG(v1.failed, "a silu_mul that skips the last element passed");
     CHECK_MSG(v2.failed, "a gather_rows that skips the last row passed");
     CHECK_MSG(v3.failed, "a delta rule that drops a sequence passed");
     CHECK_MSG(v4.failed, "a conv that ignores first[] passed");
+    CHECK_MSG(m1.failed, "a sigmoid_scale_rows that skips the last row passed");
+    CHECK_MSG(m2.failed, "a moe_route that ignores the correction bias passed");
+    CHECK_MSG(m3.failed, "a moe_route that ignores the expert groups passed");
+    CHECK_MSG(m4.failed, "a moe_route that weights by the biased scores passed");
+    CHECK(have_experts);
+    CHECK_MSG(m5.failed, "a moe_experts that skips the last token passed");
+    CHECK_MSG(m6.failed, "a moe_experts that writes past its scratch passed");
     CHECK_VERDICT(ok);
 }
 
@@ -1599,6 +2217,9 @@ int main(void) {
     RUN_TEST(test_gdn_gates);
     RUN_TEST(test_causal_conv1d_silu_batched);
     RUN_TEST(test_gated_delta_rule_batched);
+    RUN_TEST(test_sigmoid_scale_rows);
+    RUN_TEST(test_moe_route);
+    RUN_TEST(test_moe_experts);
     RUN_TEST(test_poison_catches_broken_ops);
     return test_summary("test_backend_ops");
 }
