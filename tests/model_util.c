@@ -1,5 +1,7 @@
 #include "model_util.h"
 
+#include "engine/sequence_runner.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,4 +67,31 @@ int test_argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
     return best;
+}
+
+lm_status test_greedy_run(lm_model *model, const int32_t *ids, int n, const int32_t *want, int G,
+                          test_greedy_result *out, lm_error *err) {
+    *out = (test_greedy_result){.mismatch_at = -1};
+    int V = lm_model_describe(model)->vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    if (!logits) return lm_fail(err, LM_ERR_NOMEM, "out of memory for a row of logits");
+    lm_sequence_runner r;
+    lm_status st = lm_sequence_runner_init(&r, model, n + G, err);
+    if (st != LM_OK) {
+        free(logits);
+        return st;
+    }
+    st = lm_sequence_runner_feed(&r, ids, n, false, logits, NULL, NULL, err);
+    for (int g = 0; g < G && st == LM_OK; g++) {
+        int32_t next = test_argmax(logits, V);
+        if (next != want[g]) {
+            out->mismatch_at = g;
+            break;
+        }
+        out->compared++;
+        st = lm_sequence_runner_feed(&r, &next, 1, false, logits, NULL, NULL, err);
+    }
+    lm_sequence_runner_free(&r);
+    free(logits);
+    return st;
 }

@@ -41,4 +41,14 @@ double test_stddev(const float *x, size_t n);
 double test_normalized_error(const float *got, const float *want, size_t n);
 int test_argmax(const float *x, int n); /* lowest index on ties */
 
+/* Greedy decoding after the prompt ids, compared with a reference
+ * continuation want[0..G): compared counts the steps that agreed before the
+ * first that differs (mismatch_at, -1 if none).  The caller applies the
+ * fixtures' margin rule to mismatch_at. */
+typedef struct {
+    int compared, mismatch_at;
+} test_greedy_result;
+lm_status test_greedy_run(lm_model *model, const int32_t *ids, int n, const int32_t *want, int G,
+                          test_greedy_result *out, lm_error *err);
+
 #endif

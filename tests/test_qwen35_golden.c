@@ -94,7 +94,6 @@ static const lm_tensor *fixture_logits(const char *prompt) { return ref(prompt, 
 static void test_prefill_logits_match_reference(void) { check_prefill_logits(fx.tm.model, fixture_logits); }
 
 static void test_greedy_continuations_match_reference(void) {
-    int V = fx.tm.config->vocab_size;
     for (size_t p = 0; p < N_PROMPTS; p++) {
         const int32_t *ids;
         int n;
@@ -105,24 +104,10 @@ static void test_greedy_continuations_match_reference(void) {
         int G = (int)greedy->n_elements;
         const int32_t *want = greedy->data;
         const float *margins = margin->data;
-        float *logits = malloc(sizeof(float) * (size_t)V);
-        lm_sequence_runner r;
+        test_greedy_result res;
         lm_error err = {0};
-        CHECK_OK(lm_sequence_runner_init(&r, fx.tm.model, n + G, &err), &err);
-        lm_status st = lm_sequence_runner_feed(&r, ids, n, false, logits, NULL, NULL, &err);
-        int compared = 0, mismatch_at = -1;
-        for (int g = 0; g < G && st == LM_OK; g++) {
-            int32_t next = test_argmax(logits, V);
-            if (next != want[g]) {
-                mismatch_at = g;
-                break;
-            }
-            compared++;
-            st = lm_sequence_runner_feed(&r, &next, 1, false, logits, NULL, NULL, &err);
-        }
-        lm_sequence_runner_free(&r);
-        free(logits);
-        CHECK_OK(st, &err);
+        CHECK_OK(test_greedy_run(fx.tm.model, ids, n, want, G, &res, &err), &err);
+        int compared = res.compared, mismatch_at = res.mismatch_at;
         if (mismatch_at >= 0)
             CHECK_MSG(margins[mismatch_at] < MARGIN_RULE,
                       "%s: greedy token %d differs with reference margin %.3g", text_prompts[p],

@@ -195,7 +195,6 @@ static void test_hidden_states(void *arg) {
 
 static void test_greedy_continuations(void *arg) {
     const shape_fixture *f = arg;
-    int V = f->m.config->vocab_size;
     for (int p = 0; p < f->n_prompts; p++) {
         int n;
         const int32_t *ids = test_reference_ids(f->reference, f->prompts[p], &n);
@@ -206,27 +205,10 @@ static void test_greedy_continuations(void *arg) {
         int G = (int)greedy->n_elements;
         const int32_t *want = greedy->data;
         const float *margins = margin->data;
-        float *logits = malloc(sizeof(float) * (size_t)V);
-        CHECK(logits);
-        lm_sequence_runner r;
+        test_greedy_result res;
         lm_error err = {0};
-        lm_status st = lm_sequence_runner_init(&r, f->m.model, n + G, &err);
-        if (st != LM_OK) free(logits);
-        CHECK_OK(st, &err);
-        st = lm_sequence_runner_feed(&r, ids, n, false, logits, NULL, NULL, &err);
-        int compared = 0, mismatch_at = -1;
-        for (int g = 0; g < G && st == LM_OK; g++) {
-            int32_t next = test_argmax(logits, V);
-            if (next != want[g]) {
-                mismatch_at = g;
-                break;
-            }
-            compared++;
-            st = lm_sequence_runner_feed(&r, &next, 1, false, logits, NULL, NULL, &err);
-        }
-        lm_sequence_runner_free(&r);
-        free(logits);
-        CHECK_OK(st, &err);
+        CHECK_OK(test_greedy_run(f->m.model, ids, n, want, G, &res, &err), &err);
+        int compared = res.compared, mismatch_at = res.mismatch_at;
         /* after the first allowed difference later steps are not comparable */
         if (mismatch_at >= 0)
             CHECK_MSG(margins[mismatch_at] < MARGIN_RULE,
