@@ -1586,6 +1586,52 @@ static void test_sigmoid_scale_rows(void) {
     CHECK_VERDICT(v);
 }
 
+/* ---- add_rows (the biases of GLM's q/k/v projections) ---- */
+
+static void check_add_rows(const backends *bs, verdict *v, rng *r, int rows, int width) {
+    size_t n = (size_t)rows * (size_t)width;
+    float *x = random_floats(r, n, 3.0f), *bias = random_floats(r, (size_t)width, 2.0f);
+    double *want = doubles(n);
+    if (!x || !bias || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int row = 0; row < rows; row++)
+        for (int i = 0; i < width; i++)
+            want[(size_t)row * width + i] = (double)x[(size_t)row * width + i] + bias[i];
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem xm = up_f32(&a, x, n);
+        lm_add_rows(a.be, xm, up_f32(&a, bias, (size_t)width), rows, width);
+        float *got = down_f32(&a, xm, n);
+        double e = got ? rel_error(got, want, n) : INFINITY;
+        if (!(e < TOLERANCE)) fail(v, "add_rows %dx%d on %s: error %g", rows, width, bs->label[b], e);
+        if (got) same_bits_check(&same, v, b, "add_rows", got, n * 4, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(x);
+    free(bias);
+    free(want);
+}
+
+static void test_add_rows(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {83};
+    /* odd, the fixture's q/k widths, released GLM-4.6V widths (12288 q, 1024 k/v), 130 tokens */
+    static const int shapes[][2] = {{1, 1}, {3, 17}, {9, 64}, {9, 32}, {130, 64},
+                                    {1, 12288}, {5, 1024}, {130, 1027}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        check_add_rows(&bs, &v, &r, shapes[s][0], shapes[s][1]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* ---- moe_route ---- */
 
 enum { ROUTE_MAX_E = 256 };
@@ -2101,6 +2147,9 @@ static void sigmoid_scale_skipping_last_row(lm_backend *be, lm_mem x, lm_mem gat
                                             int width) {
     lm_cpu_backend_ops.sigmoid_scale_rows(be, x, gate, rows - 1, width);
 }
+static void add_rows_skipping_last_row(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width) {
+    lm_cpu_backend_ops.add_rows(be, x, bias, rows - 1, width);
+}
 static void route_ignoring_bias(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
                                 const lm_moe_routing *routing) {
     lm_moe_routing r = *routing;
@@ -2170,6 +2219,9 @@ static void test_poison_catches_broken_ops(void) {
     bool have_experts = expert_set_make(&ex, &r, 8, 64, 32, LM_DTYPE_BF16);
     broken_ops.sigmoid_scale_rows = sigmoid_scale_skipping_last_row;
     check_sigmoid_scale_rows(&bs, &m1, &r, 5, 64);
+    verdict m0 = {0};
+    broken_ops.add_rows = add_rows_skipping_last_row;
+    check_add_rows(&bs, &m0, &r, 5, 64);
     broken_ops.moe_route = route_ignoring_bias;
     check_moe_route(&bs, &m2, &r, &glm);
     broken_ops.moe_route = route_ignoring_groups;
@@ -2192,6 +2244,7 @@ static void test_poison_catches_broken_ops(void) {
     CHECK_MSG(v2.failed, "a gather_rows that skips the last row passed");
     CHECK_MSG(v3.failed, "a delta rule that drops a sequence passed");
     CHECK_MSG(v4.failed, "a conv that ignores first[] passed");
+    CHECK_MSG(m0.failed, "an add_rows that skips the last row passed");
     CHECK_MSG(m1.failed, "a sigmoid_scale_rows that skips the last row passed");
     CHECK_MSG(m2.failed, "a moe_route that ignores the correction bias passed");
     CHECK_MSG(m3.failed, "a moe_route that ignores the expert groups passed");
@@ -2218,6 +2271,7 @@ int main(void) {
     RUN_TEST(test_causal_conv1d_silu_batched);
     RUN_TEST(test_gated_delta_rule_batched);
     RUN_TEST(test_sigmoid_scale_rows);
+    RUN_TEST(test_add_rows);
     RUN_TEST(test_moe_route);
     RUN_TEST(test_moe_experts);
     RUN_TEST(test_poison_catches_broken_ops);

@@ -84,64 +84,10 @@ static lm_status load_full_attention(lm_qwen35_model *m, const char *prefix, int
 
 static lm_status load_mlp(lm_qwen35_model *m, const char *prefix, int i, lm_qwen35_mlp *mlp,
                           lm_error *err) {
-    const lm_qwen35_config *c = &m->config;
-    lm_weights *w = &m->weights;
-    int H = c->hidden_size, I = c->intermediate_size;
-    TRY(matrix_at(w, prefix, i, "mlp.gate_proj.weight", I, H, &mlp->gate_proj, err));
-    TRY(matrix_at(w, prefix, i, "mlp.up_proj.weight", I, H, &mlp->up_proj, err));
-    TRY(matrix_at(w, prefix, i, "mlp.down_proj.weight", H, I, &mlp->down_proj, err));
-    return LM_OK;
-}
-
-static lm_status load_swiglu(lm_qwen35_model *m, const char *name_prefix, int64_t width,
-                             lm_qwen35_mlp *mlp, lm_error *err) {
-    int64_t H = m->config.hidden_size;
-    char name[256];
-    snprintf(name, sizeof name, "%sgate_proj.weight", name_prefix);
-    TRY(lm_weights_matrix(&m->weights, name, width, H, &mlp->gate_proj, err));
-    snprintf(name, sizeof name, "%sup_proj.weight", name_prefix);
-    TRY(lm_weights_matrix(&m->weights, name, width, H, &mlp->up_proj, err));
-    snprintf(name, sizeof name, "%sdown_proj.weight", name_prefix);
-    TRY(lm_weights_matrix(&m->weights, name, H, width, &mlp->down_proj, err));
-    return LM_OK;
-}
-
-/* The routed experts in either layout (model-spec §B.3): fused
- * experts.gate_up_proj [E, 2I, H] (gate rows first) + experts.down_proj
- * [E, H, I], cut into per-expert views without copying; or
- * experts.<e>.{gate,up,down}_proj.weight. */
-static lm_status load_experts(lm_qwen35_model *m, const char *layer_prefix, lm_qwen35_moe *moe,
-                              lm_error *err) {
-    const lm_qwen35_config *c = &m->config;
-    int E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
-    moe->expert_matrices = calloc(3 * (size_t)E, sizeof *moe->expert_matrices);
-    if (!moe->expert_matrices) return lm_fail(err, LM_ERR_NOMEM, "out of memory for %d experts", E);
-    lm_matrix *gate = moe->expert_matrices, *up = gate + E, *down = up + E;
-    moe->experts = (lm_moe_experts){.n_experts = E, .hidden = H, .inter = I,
-                                    .gate = gate, .up = up, .down = down};
-    char name[256];
-    snprintf(name, sizeof name, "%smlp.experts.gate_up_proj", layer_prefix);
-    if (lm_weights_has(&m->weights, name)) {
-        lm_matrix gate_up, downs;
-        TRY(lm_weights_stacked(&m->weights, name, E, 2 * (int64_t)I, H, &gate_up, err));
-        snprintf(name, sizeof name, "%smlp.experts.down_proj", layer_prefix);
-        TRY(lm_weights_stacked(&m->weights, name, E, H, I, &downs, err));
-        for (int e = 0; e < E; e++) {
-            gate[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e, I);
-            up[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e + I, I);
-            down[e] = lm_matrix_rows(&downs, (int64_t)H * e, H);
-        }
-        return LM_OK;
-    }
-    for (int e = 0; e < E; e++) {
-        lm_qwen35_mlp expert;
-        snprintf(name, sizeof name, "%smlp.experts.%d.", layer_prefix, e);
-        TRY(load_swiglu(m, name, I, &expert, err));
-        gate[e] = expert.gate_proj;
-        up[e] = expert.up_proj;
-        down[e] = expert.down_proj;
-    }
-    return LM_OK;
+    char name[160];
+    snprintf(name, sizeof name, "%slayers.%d.mlp.", prefix, i);
+    return lm_swiglu_load(&m->weights, name, m->config.intermediate_size, m->config.hidden_size,
+                          mlp, err);
 }
 
 static lm_status load_moe(lm_qwen35_model *m, const char *prefix, int i, lm_qwen35_moe *moe,
@@ -151,16 +97,18 @@ static lm_status load_moe(lm_qwen35_model *m, const char *prefix, int i, lm_qwen
     snprintf(layer_prefix, sizeof layer_prefix, "%slayers.%d.", prefix, i);
     snprintf(name, sizeof name, "%smlp.gate.weight", layer_prefix);
     TRY(lm_weights_matrix(&m->weights, name, c->num_experts, c->hidden_size, &moe->router, err));
-    TRY(load_experts(m, layer_prefix, moe, err));
+    snprintf(name, sizeof name, "%smlp.", layer_prefix);
+    TRY(lm_expert_weights_load(&m->weights, name, c->num_experts, c->moe_intermediate_size,
+                               c->hidden_size, &moe->experts, err));
     snprintf(name, sizeof name, "%smlp.shared_expert.", layer_prefix);
-    TRY(load_swiglu(m, name, c->shared_expert_intermediate_size, &moe->shared, err));
+    TRY(lm_swiglu_load(&m->weights, name, c->shared_expert_intermediate_size, c->hidden_size,
+                       &moe->shared, err));
     snprintf(name, sizeof name, "%smlp.shared_expert_gate.weight", layer_prefix);
     return lm_weights_matrix(&m->weights, name, 1, c->hidden_size, &moe->shared_gate, err);
 }
 
 void lm_qwen35_layer_free(lm_qwen35_layer *layer) {
-    free(layer->moe.expert_matrices);
-    layer->moe.expert_matrices = NULL;
+    lm_expert_weights_free(&layer->moe.experts);
 }
 
 lm_status lm_qwen35_load_layer(lm_qwen35_model *m, const char *prefix, int i, lm_layer_type type,
@@ -191,36 +139,30 @@ static lm_status load_layers(lm_qwen35_model *m, const char *prefix, lm_error *e
     return LM_OK;
 }
 
-static double matrix_bytes(const lm_matrix *w) {
-    return (double)w->rows * (double)w->cols * (double)lm_dtype_size(w->dtype);
-}
-
 /* Bytes a decode step must read: every weight matrix of the text model once
  * (lm_head included; the embedding only a row; the MTP head not at all) plus
  * the recurrent state, read and written.  Norm vectors are left out (well
  * under 0.1%). */
 static size_t decode_bytes_per_token(const lm_qwen35_model *m) {
     const lm_qwen35_config *c = &m->config;
-    double bytes = matrix_bytes(&m->lm_head);
+    double bytes = lm_matrix_bytes(&m->lm_head);
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const lm_qwen35_layer *l = &m->layers[i];
         if (l->type == LM_LAYER_FULL_ATTENTION)
-            bytes += matrix_bytes(&l->full.q_proj) + matrix_bytes(&l->full.k_proj) +
-                     matrix_bytes(&l->full.v_proj) + matrix_bytes(&l->full.o_proj);
+            bytes += lm_matrix_bytes(&l->full.q_proj) + lm_matrix_bytes(&l->full.k_proj) +
+                     lm_matrix_bytes(&l->full.v_proj) + lm_matrix_bytes(&l->full.o_proj);
         else
-            bytes += matrix_bytes(&l->linear.in_proj_qkv) + matrix_bytes(&l->linear.in_proj_z) +
-                     matrix_bytes(&l->linear.in_proj_b) + matrix_bytes(&l->linear.in_proj_a) +
-                     matrix_bytes(&l->linear.out_proj);
+            bytes += lm_matrix_bytes(&l->linear.in_proj_qkv) + lm_matrix_bytes(&l->linear.in_proj_z) +
+                     lm_matrix_bytes(&l->linear.in_proj_b) + lm_matrix_bytes(&l->linear.in_proj_a) +
+                     lm_matrix_bytes(&l->linear.out_proj);
         if (l->is_moe) /* the router, the shared expert and top_k routed experts */
-            bytes += matrix_bytes(&l->moe.router) + matrix_bytes(&l->moe.shared_gate) +
-                     matrix_bytes(&l->moe.shared.gate_proj) + matrix_bytes(&l->moe.shared.up_proj) +
-                     matrix_bytes(&l->moe.shared.down_proj) +
-                     c->num_experts_per_tok *
-                         (matrix_bytes(&l->moe.experts.gate[0]) + matrix_bytes(&l->moe.experts.up[0]) +
-                          matrix_bytes(&l->moe.experts.down[0]));
+            bytes += lm_matrix_bytes(&l->moe.router) + lm_matrix_bytes(&l->moe.shared_gate) +
+                     lm_matrix_bytes(&l->moe.shared.gate_proj) + lm_matrix_bytes(&l->moe.shared.up_proj) +
+                     lm_matrix_bytes(&l->moe.shared.down_proj) +
+                     lm_expert_bytes_per_token(&l->moe.experts, c->num_experts_per_tok);
         else
-            bytes += matrix_bytes(&l->mlp.gate_proj) + matrix_bytes(&l->mlp.up_proj) +
-                     matrix_bytes(&l->mlp.down_proj);
+            bytes += lm_matrix_bytes(&l->mlp.gate_proj) + lm_matrix_bytes(&l->mlp.up_proj) +
+                     lm_matrix_bytes(&l->mlp.down_proj);
     }
     double state = (double)c->linear_num_value_heads * c->linear_key_head_dim *
                    c->linear_value_head_dim * sizeof(float);
@@ -382,15 +324,6 @@ const lm_model_family lm_qwen35_family = {
 
 /* ------------------------------------------------------------------ forward */
 
-/* The step's sequences as the recurrent ops take them. */
-static lm_seq_batch step_sequences(const lm_qwen35_step *step) {
-    return (lm_seq_batch){.n_seqs = step->n_seqs,
-                          .first = step->seq_first,
-                          .length = step->seq_len,
-                          .slot = step->seq_slot,
-                          .max_length = step->max_seq_len};
-}
-
 /* Before a layer's conv, for every sequence that records: the states as
  * they were and the pre-conv rows (copies queued on the backend). */
 static void record_before(lm_qwen35_context *ctx, const lm_step_batch *b,
@@ -439,7 +372,7 @@ static void record_inputs(lm_qwen35_context *ctx, const lm_step_batch *b,
 }
 
 /* Gated DeltaNet (model-spec §A.7): s->x [N, H] -> out added into h. */
-static void linear_attention(lm_qwen35_context *ctx, const lm_qwen35_step *step,
+static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
                              const lm_step_batch *b, const lm_qwen35_layer *layer, lm_mem h) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
@@ -451,7 +384,7 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_qwen35_step *step,
     int dk = c->linear_key_head_dim, dv = c->linear_value_head_dim;
     int kd = m->key_dim, vd = m->value_dim, cd = m->conv_dim;
     lm_mem mixed = s->proj, conv_out = s->proj2, z = s->gates;
-    lm_seq_batch seqs = step_sequences(step);
+    lm_seq_batch seqs = lm_step_sequences(step);
 
     lm_matmul(be, mixed, s->x, N, &la->in_proj_qkv); /* [N, conv_dim]: q | k | v */
     lm_matmul(be, z, s->x, N, &la->in_proj_z);       /* [N, value_dim] output gate */
@@ -483,7 +416,7 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_qwen35_step *step,
 }
 
 /* Gated full attention (model-spec §A.5) over a paged KV cache layer. */
-static void full_attention(lm_qwen35_context *ctx, const lm_qwen35_step *step,
+static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
                            const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
@@ -545,7 +478,7 @@ static void moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, lm_
     int H = c->hidden_size, k = c->num_experts_per_tok, Is = c->shared_expert_intermediate_size;
     lm_matmul(be, ms->logits, s->x, N, &moe->router);
     lm_moe_route(be, ms->ids, ms->weights, ms->logits, N, &m->routing);
-    lm_moe_apply_experts(be, ms->routed, s->x, N, ms->ids, ms->weights, k, &moe->experts,
+    lm_moe_apply_experts(be, ms->routed, s->x, N, ms->ids, ms->weights, k, &moe->experts.view,
                          ms->expert_scratch);
     lm_matmul(be, s->proj, s->x, N, &moe->shared.gate_proj);
     lm_matmul(be, s->proj2, s->x, N, &moe->shared.up_proj);
@@ -560,7 +493,7 @@ static void moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, lm_
 /* One decoder layer (model-spec §A.4) on the residual stream h: full
  * attention over kv, or Gated DeltaNet (b: the step's sequences, for the
  * rollback records), then the MLP. */
-static void decoder_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
+static void decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step,
                           const lm_step_batch *b, const lm_qwen35_layer *layer,
                           const lm_kv_layer *kv, lm_mem h) {
     const lm_qwen35_config *c = &ctx->model->config;
@@ -577,7 +510,7 @@ static void decoder_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
         mlp(ctx, N, &layer->mlp, h);
 }
 
-void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
+void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_step_view *step,
                                const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h) {
     decoder_layer(ctx, step, NULL, layer, kv, h);
 }
@@ -588,7 +521,7 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
     lm_backend *be = ctx->be;
-    lm_qwen35_step step;
+    lm_step_view step;
     lm_status st = lm_qwen35_step_upload(ctx, b, false, NULL, &step, err);
     if (st != LM_OK) return st;
     int N = step.n_tokens, H = c->hidden_size, L = c->num_hidden_layers;

@@ -6,6 +6,7 @@
 
 #include "io/checkpoint.h"
 #include "models/qwen35_config.h"
+#include "models/expert_weights.h"
 #include "models/model.h"
 #include "models/registry.h"
 #include "models/weights.h"
@@ -26,17 +27,14 @@ typedef struct {
     lm_mem q_norm, k_norm; /* 1 + w */
 } lm_qwen35_full_attention;
 
-typedef struct {
-    lm_matrix gate_proj, up_proj, down_proj;
-} lm_qwen35_mlp;
+typedef lm_swiglu lm_qwen35_mlp;
 
 /* The sparse MoE block of a Qwen3.5-MoE layer (model-spec §B.2): routed
  * SwiGLU experts (per-expert tensors or slices of fused ones) and a shared
  * expert scaled by a per-token sigmoid gate. */
 typedef struct {
     lm_matrix router;            /* mlp.gate [E, H] */
-    lm_matrix *expert_matrices;  /* [3][E]: gate, up, down of every expert (owned) */
-    lm_moe_experts experts;      /* the op's view of them */
+    lm_expert_weights experts;   /* per-expert tensors or slices of fused ones */
     lm_qwen35_mlp shared;        /* mlp.shared_expert, width shared_expert_intermediate_size */
     lm_matrix shared_gate;       /* mlp.shared_expert_gate [1, H] */
 } lm_qwen35_moe;

@@ -6,22 +6,10 @@
 
 #include "models/qwen35_context.h"
 
-/* Carves arrays out of one allocation: first pass counts, second assigns. */
-typedef struct {
-    lm_buffer *buffer; /* NULL while counting */
-    size_t used;       /* bytes */
-} carver;
-
-static void carve(carver *c, lm_mem *out, size_t count) { /* count 4-byte elements */
-    size_t bytes = (count * 4 + 63) / 64 * 64; /* every array 64-byte aligned */
-    *out = (lm_mem){c->buffer, c->used};
-    c->used += bytes;
-}
-
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Lays out every array; with c->buffer NULL it only adds up the size. */
-static void layout(lm_qwen35_context *ctx, carver *c) {
+static void layout(lm_qwen35_context *ctx, lm_carver *c) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *cfg = &m->config;
     const lm_context_options *o = &ctx->options;
@@ -36,67 +24,67 @@ static void layout(lm_qwen35_context *ctx, carver *c) {
     size_t pool = (size_t)o->kv_blocks * (size_t)o->kv_block_size *
                   (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim;
     for (int l = 0; l < m->n_full_layers; l++) {
-        carve(c, &ctx->kv[l].k, pool);
-        carve(c, &ctx->kv[l].v, pool);
+        lm_carve(c, &ctx->kv[l].k, pool);
+        lm_carve(c, &ctx->kv[l].v, pool);
     }
     if (mtp) {
-        carve(c, &ctx->mtp_kv.k, pool);
-        carve(c, &ctx->mtp_kv.v, pool);
+        lm_carve(c, &ctx->mtp_kv.k, pool);
+        lm_carve(c, &ctx->mtp_kv.v, pool);
     }
-    carve(c, &ctx->conv_states, L * slots * ctx->conv_floats);
-    carve(c, &ctx->recurrent_states, L * slots * ctx->recurrent_floats);
+    lm_carve(c, &ctx->conv_states, L * slots * ctx->conv_floats);
+    lm_carve(c, &ctx->recurrent_states, L * slots * ctx->recurrent_floats);
     if (K > 0 && L > 0) {
         lm_qwen35_records *r = &ctx->records;
         size_t rows = slots * (size_t)r->rows_per_slot;
-        carve(c, &r->conv_before, L * slots * ctx->conv_floats);
-        carve(c, &r->state_before, L * slots * ctx->recurrent_floats);
-        carve(c, &r->mixed, L * rows * cd);
-        carve(c, &r->k, L * rows * kd);
-        carve(c, &r->v, L * rows * vd);
-        carve(c, &r->g, L * rows * Hv);
-        carve(c, &r->beta, L * rows * Hv);
-        carve(c, &r->scratch, rows * max_size(cd, vd));
+        lm_carve(c, &r->conv_before, L * slots * ctx->conv_floats);
+        lm_carve(c, &r->state_before, L * slots * ctx->recurrent_floats);
+        lm_carve(c, &r->mixed, L * rows * cd);
+        lm_carve(c, &r->k, L * rows * kd);
+        lm_carve(c, &r->v, L * rows * vd);
+        lm_carve(c, &r->g, L * rows * Hv);
+        lm_carve(c, &r->beta, L * rows * Hv);
+        lm_carve(c, &r->scratch, rows * max_size(cd, vd));
     }
     size_t attn_q = (size_t)cfg->num_attention_heads * (size_t)cfg->head_dim;
     size_t attn_kv = (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim;
     size_t wide = max_size(max_size(2 * attn_q, cd), (size_t)cfg->intermediate_size);
     if (cfg->is_moe) wide = max_size(wide, (size_t)cfg->shared_expert_intermediate_size);
     lm_qwen35_scratch *s = &ctx->scratch;
-    carve(c, &s->h, N * H);
-    carve(c, &s->x, N * H);
-    carve(c, &s->proj, N * wide);
-    carve(c, &s->proj2, N * wide);
-    carve(c, &s->q, N * max_size(attn_q, kd));
-    carve(c, &s->k, N * max_size(attn_kv, kd));
-    carve(c, &s->v, N * max_size(attn_kv, vd));
-    carve(c, &s->gates, N * max_size(attn_q, vd));
-    carve(c, &s->beta, N * max_size(Hv, 1));
-    carve(c, &s->g, N * max_size(Hv, 1));
+    lm_carve(c, &s->h, N * H);
+    lm_carve(c, &s->x, N * H);
+    lm_carve(c, &s->proj, N * wide);
+    lm_carve(c, &s->proj2, N * wide);
+    lm_carve(c, &s->q, N * max_size(attn_q, kd));
+    lm_carve(c, &s->k, N * max_size(attn_kv, kd));
+    lm_carve(c, &s->v, N * max_size(attn_kv, vd));
+    lm_carve(c, &s->gates, N * max_size(attn_q, vd));
+    lm_carve(c, &s->beta, N * max_size(Hv, 1));
+    lm_carve(c, &s->g, N * max_size(Hv, 1));
     if (cfg->is_moe) {
         lm_qwen35_moe_scratch *ms = &ctx->moe;
         size_t E = (size_t)cfg->num_experts, k = (size_t)cfg->num_experts_per_tok;
         lm_moe_experts shape = {.n_experts = cfg->num_experts, .hidden = cfg->hidden_size,
                                 .inter = cfg->moe_intermediate_size};
-        carve(c, &ms->logits, N * E);
-        carve(c, &ms->ids, N * k);
-        carve(c, &ms->weights, N * k);
-        carve(c, &ms->routed, N * H);
-        carve(c, &ms->shared, N * H);
-        carve(c, &ms->shared_gate, N);
-        carve(c, &ms->expert_scratch, (lm_moe_scratch_bytes((int)N, (int)k, &shape) + 3) / 4);
+        lm_carve(c, &ms->logits, N * E);
+        lm_carve(c, &ms->ids, N * k);
+        lm_carve(c, &ms->weights, N * k);
+        lm_carve(c, &ms->routed, N * H);
+        lm_carve(c, &ms->shared, N * H);
+        lm_carve(c, &ms->shared_gate, N);
+        lm_carve(c, &ms->expert_scratch, (lm_moe_scratch_bytes((int)N, (int)k, &shape) + 3) / 4);
     }
-    if (K > 0) carve(c, &ctx->hidden_all, N * H);
-    carve(c, &ctx->logit_x, R * H);
-    carve(c, &ctx->logits, R * V);
-    carve(c, &ctx->descriptor, ctx->descriptor_ints);
+    if (K > 0) lm_carve(c, &ctx->hidden_all, N * H);
+    lm_carve(c, &ctx->logit_x, R * H);
+    lm_carve(c, &ctx->logits, R * V);
+    lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
     if (mtp) {
-        carve(c, &ctx->mtp_normed, N * H);
-        carve(c, &ctx->mtp_concat, N * 2 * H);
-        carve(c, &ctx->mtp_u, N * H);
-        carve(c, &ctx->mtp_hidden, N * H);
+        lm_carve(c, &ctx->mtp_normed, N * H);
+        lm_carve(c, &ctx->mtp_concat, N * 2 * H);
+        lm_carve(c, &ctx->mtp_u, N * H);
+        lm_carve(c, &ctx->mtp_hidden, N * H);
         /* drafting: one row per sequence; lm_qwen35_mtp_forward: the step's logit rows */
-        carve(c, &ctx->mtp_logits, max_size(S, R) * V);
-        carve(c, &ctx->draft_ids, K * S);
+        lm_carve(c, &ctx->mtp_logits, max_size(S, R) * V);
+        lm_carve(c, &ctx->draft_ids, K * S);
     }
 }
 
@@ -143,7 +131,7 @@ lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
                             (size_t)cfg->linear_key_head_dim * (size_t)cfg->linear_value_head_dim;
     ctx->records.rows_per_slot = o->speculative_tokens + 1;
     size_t N = (size_t)o->max_step_tokens, S = (size_t)o->max_step_seqs;
-    ctx->descriptor_ints = 8 * N + 3 * S + S * (size_t)o->max_blocks_per_seq + N;
+    ctx->descriptor_ints = lm_step_descriptor_ints(o->max_step_tokens, o->max_step_seqs, o->max_blocks_per_seq);
     ctx->kv = calloc((size_t)(m->n_full_layers > 0 ? m->n_full_layers : 1), sizeof *ctx->kv);
     ctx->host_descriptor = malloc(sizeof(int32_t) * ctx->descriptor_ints);
     ctx->host_draft_ids = malloc(sizeof(int32_t) * (size_t)(o->speculative_tokens + 1) * S);
@@ -164,7 +152,7 @@ lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
         lm_qwen35_context_destroy(&ctx->base);
         return lm_fail(err, LM_ERR_NOMEM, "out of memory for the model context");
     }
-    carver count = {0};
+    lm_carver count = {0};
     layout(ctx, &count);
     st = lm_alloc(ctx->be, count.used, "the KV cache, state slots and step workspace",
                   &ctx->buffer, err);
@@ -172,7 +160,7 @@ lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
         lm_qwen35_context_destroy(&ctx->base);
         return st;
     }
-    carver assign = {.buffer = ctx->buffer};
+    lm_carver assign = {.buffer = ctx->buffer};
     layout(ctx, &assign);
     lm_kv_layer geometry = {.n_blocks = o->kv_blocks,
                             .block_size = o->kv_block_size,
@@ -253,116 +241,25 @@ void lm_qwen35_reset_state(lm_model_context *base, int slot) {
 
 /* -------------------------------------------------------- step descriptor */
 
-static lm_status check_batch(const lm_qwen35_context *ctx, const lm_step_batch *b, bool mtp,
-                             lm_error *err) {
+lm_status lm_qwen35_step_upload(lm_qwen35_context *ctx, const lm_step_batch *b, bool mtp,
+                                const int32_t *gather, lm_step_view *step, lm_error *err) {
     const lm_qwen35_model *m = ctx->model;
     const lm_context_options *o = &ctx->options;
-    if (b->n_tokens <= 0 || b->n_seqs <= 0) return lm_fail(err, LM_ERR_INVALID, "empty step batch");
-    if (b->n_tokens > o->max_step_tokens || b->n_seqs > o->max_step_seqs)
-        return lm_fail(err, LM_ERR_INVALID,
-                       "step batch of %d tokens in %d sequences; the context holds %d in %d",
-                       b->n_tokens, b->n_seqs, o->max_step_tokens, o->max_step_seqs);
-    if (lm_step_batch_logit_rows(b) > ctx->max_logit_rows)
-        return lm_fail(err, LM_ERR_INVALID, "step batch wants %d logit rows; the context has %d",
-                       lm_step_batch_logit_rows(b), ctx->max_logit_rows);
-    bool has_kv = mtp || m->n_full_layers > 0;
-    int expected_first = 0;
-    for (int s = 0; s < b->n_seqs; s++) {
-        const lm_step_seq *q = &b->seqs[s];
-        if (q->first != expected_first || q->n_new <= 0 || q->n_cached < 0)
-            return lm_fail(err, LM_ERR_INVALID, "step batch: sequence %d is not contiguous", s);
-        expected_first += q->n_new;
-        if (!mtp && m->n_linear_layers > 0 && (q->state_slot < 0 || q->state_slot >= o->state_slots))
-            return lm_fail(err, LM_ERR_INVALID, "step batch: bad state slot %d", q->state_slot);
-        if (q->record_for_rollback &&
-            (mtp || !ctx->records.recorded_rows || q->n_new > ctx->records.rows_per_slot))
-            return lm_fail(err, LM_ERR_INVALID,
-                           "step batch: sequence %d records %d rows, room for %d", s, q->n_new,
-                           ctx->records.recorded_rows ? ctx->records.rows_per_slot : 0);
-        if (has_kv) {
-            int need = (q->n_cached + q->n_new + o->kv_block_size - 1) / o->kv_block_size;
-            if (!q->block_table || q->n_blocks < need || need > o->max_blocks_per_seq)
-                return lm_fail(err, LM_ERR_INVALID, "step batch: sequence %d has %d blocks, needs %d",
-                               s, q->n_blocks, need);
-            for (int j = 0; j < need; j++)
-                if (q->block_table[j] < 0 || q->block_table[j] >= o->kv_blocks)
-                    return lm_fail(err, LM_ERR_INVALID, "step batch: bad block id %d",
-                                   q->block_table[j]);
-        }
-    }
-    if (expected_first != b->n_tokens)
-        return lm_fail(err, LM_ERR_INVALID, "step batch: sequences cover %d of %d tokens",
-                       expected_first, b->n_tokens);
-    for (int t = 0; b->tokens && t < b->n_tokens; t++)
-        if (b->tokens[t] < 0 || b->tokens[t] >= m->config.vocab_size)
-            return lm_fail(err, LM_ERR_INVALID, "token id %d is outside the vocabulary (size %d)",
-                           b->tokens[t], m->config.vocab_size);
-    return LM_OK;
-}
-
-lm_status lm_qwen35_step_upload(lm_qwen35_context *ctx, const lm_step_batch *b, bool mtp,
-                                const int32_t *gather, lm_qwen35_step *step, lm_error *err) {
-    lm_status st = check_batch(ctx, b, mtp, err);
+    /* The MTP layer has keys and values but no recurrent state and records nothing. */
+    lm_step_limits limits = {
+        .max_step_tokens = o->max_step_tokens,
+        .max_step_seqs = o->max_step_seqs,
+        .max_logit_rows = ctx->max_logit_rows,
+        .kv_block_size = o->kv_block_size,
+        .kv_blocks = o->kv_blocks,
+        .max_blocks_per_seq = o->max_blocks_per_seq,
+        .uses_kv = mtp || m->n_full_layers > 0,
+        .state_slots = !mtp && m->n_linear_layers > 0 ? o->state_slots : 0,
+        .record_rows = !mtp && ctx->records.recorded_rows ? ctx->records.rows_per_slot : 0,
+        .vocab_size = m->config.vocab_size,
+    };
+    lm_status st = lm_step_check(&limits, b, err);
     if (st != LM_OK) return st;
-    int N = b->n_tokens, S = b->n_seqs, bs = ctx->options.kv_block_size;
-    int stride = 1;
-    for (int q = 0; q < S; q++) {
-        int need = (b->seqs[q].n_cached + b->seqs[q].n_new + bs - 1) / bs;
-        if (need > stride) stride = need;
-    }
-    /* Packed in this order; every array starts at an int offset. */
-    int32_t *host = ctx->host_descriptor;
-    size_t at = 0;
-    int32_t *tokens = host + at;        at += (size_t)N;
-    int32_t *positions = host + at;     at += 3 * (size_t)N;
-    int32_t *token_seq = host + at;     at += (size_t)N;
-    int32_t *ctx_len = host + at;       at += (size_t)N;
-    int32_t *kv_slots = host + at;      at += (size_t)N;
-    int32_t *gather_rows = host + at;   at += (size_t)N;
-    int32_t *seq_first = host + at;     at += (size_t)S;
-    int32_t *seq_len = host + at;       at += (size_t)S;
-    int32_t *seq_slot = host + at;      at += (size_t)S;
-    int32_t *tables = host + at;        at += (size_t)S * (size_t)stride;
-    int32_t *logit_rows = host + at;
-    if (b->tokens) memcpy(tokens, b->tokens, sizeof(int32_t) * (size_t)N);
-    memcpy(positions, b->positions, sizeof(int32_t) * 3 * (size_t)N);
-    if (gather) memcpy(gather_rows, gather, sizeof(int32_t) * (size_t)N);
-    int rows = 0, max_ctx = 0, max_len = 0;
-    for (int q = 0; q < S; q++) {
-        const lm_step_seq *seq = &b->seqs[q];
-        int need = (seq->n_cached + seq->n_new + bs - 1) / bs;
-        seq_first[q] = seq->first;
-        seq_len[q] = seq->n_new;
-        seq_slot[q] = seq->state_slot < 0 ? 0 : seq->state_slot;
-        if (seq->block_table) memcpy(tables + (size_t)q * stride, seq->block_table, sizeof(int32_t) * need);
-        for (int i = 0; i < seq->n_new; i++) {
-            int t = seq->first + i, pos = seq->n_cached + i;
-            token_seq[t] = q;
-            ctx_len[t] = pos + 1;
-            kv_slots[t] = seq->block_table ? seq->block_table[pos / bs] * bs + pos % bs : 0;
-        }
-        if (seq->n_cached + seq->n_new > max_ctx) max_ctx = seq->n_cached + seq->n_new;
-        if (seq->n_new > max_len) max_len = seq->n_new;
-        if (seq->no_logits) continue;
-        int from = seq->all_logits ? seq->first : seq->first + seq->n_new - 1;
-        for (int i = from; i < seq->first + seq->n_new; i++) logit_rows[rows++] = i;
-    }
-    at += (size_t)rows;
-    lm_mem d = ctx->descriptor;
-    lm_upload(ctx->be, d, host, sizeof(int32_t) * at);
-    size_t o = 0;
-    *step = (lm_qwen35_step){.n_tokens = N, .n_seqs = S, .n_logit_rows = rows,
-                             .max_ctx_len = max_ctx, .max_seq_len = max_len, .table_stride = stride};
-    step->tokens = lm_mem_i32(d, o);       o += (size_t)N;
-    step->positions = lm_mem_i32(d, o);    o += 3 * (size_t)N;
-    step->token_seq = lm_mem_i32(d, o);    o += (size_t)N;
-    step->ctx_len = lm_mem_i32(d, o);      o += (size_t)N;
-    step->kv_slots = lm_mem_i32(d, o);     o += (size_t)N;
-    step->gather_rows = lm_mem_i32(d, o);  o += (size_t)N;
-    step->seq_first = lm_mem_i32(d, o);    o += (size_t)S;
-    step->seq_len = lm_mem_i32(d, o);      o += (size_t)S;
-    step->seq_slot = lm_mem_i32(d, o);     o += (size_t)S;
-    step->block_tables = lm_mem_i32(d, o); o += (size_t)S * (size_t)stride;
-    step->logit_rows = lm_mem_i32(d, o);
+    lm_step_upload(ctx->be, ctx->descriptor, ctx->host_descriptor, b, o->kv_block_size, gather, step);
     return LM_OK;
 }

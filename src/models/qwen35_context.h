@@ -5,23 +5,7 @@
 #define LOOM_MODELS_QWEN35_CONTEXT_H
 
 #include "models/qwen35.h"
-
-/* One step as the ops see it: int32 arrays in backend memory, uploaded in
- * one piece from a host staging copy. */
-typedef struct {
-    int n_tokens, n_seqs, n_logit_rows;
-    int max_ctx_len, max_seq_len;
-    int table_stride;    /* entries per row of block_tables */
-    lm_mem tokens;       /* [n_tokens] */
-    lm_mem positions;    /* [n_tokens][3] */
-    lm_mem token_seq;    /* [n_tokens] sequence of each token */
-    lm_mem ctx_len;      /* [n_tokens] entries each token attends to */
-    lm_mem kv_slots;     /* [n_tokens] pool slot of each token's keys and values */
-    lm_mem seq_first, seq_len, seq_slot; /* [n_seqs] */
-    lm_mem block_tables; /* [n_seqs][table_stride] */
-    lm_mem logit_rows;   /* [n_logit_rows] batch rows that need logits */
-    lm_mem gather_rows;  /* [n_tokens] MTP only: rows of the main step's hidden states */
-} lm_qwen35_step;
+#include "models/step_descriptor.h"
 
 /* Scratch rows of one forward, [max_step_tokens, width] each. */
 typedef struct {
@@ -99,12 +83,12 @@ typedef struct {
  * descriptor.  tokens NULL: the caller supplies token ids some other way
  * (MTP draft rounds).  gather (optional, [n_tokens]) fills step->gather_rows. */
 lm_status lm_qwen35_step_upload(lm_qwen35_context *ctx, const lm_step_batch *batch, bool mtp,
-                                const int32_t *gather, lm_qwen35_step *step, lm_error *err);
+                                const int32_t *gather, lm_step_view *step, lm_error *err);
 
 /* One gated full-attention decoder layer (model-spec §A.4, §A.5) over the
  * step: the residual stream h [n_tokens, H] is updated in place, keys and
  * values go to kv.  The MTP head runs its layer through this. */
-void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_qwen35_step *step,
+void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_step_view *step,
                                const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h);
 
 /* The family's interface functions, in their files. */

@@ -140,7 +140,7 @@ void lm_qwen35_mtp_describe(const lm_qwen35_model *m, FILE *f) {
 
 /* ------------------------------------------------------------------ forward */
 
-void lm_qwen35_mtp_run(lm_qwen35_context *ctx, const lm_qwen35_step *step, lm_mem tokens,
+void lm_qwen35_mtp_run(lm_qwen35_context *ctx, const lm_step_view *step, lm_mem tokens,
                        lm_mem hidden, lm_mem logits, lm_mem h_out) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_mtp *mtp = m->mtp;
@@ -176,7 +176,7 @@ static lm_status check_head(const lm_qwen35_context *ctx, lm_error *err) {
 lm_status lm_qwen35_mtp_forward(lm_qwen35_context *ctx, const lm_step_batch *b,
                                 const float *hidden, float *logits, float *h_out, lm_error *err) {
     lm_status st = check_head(ctx, err);
-    lm_qwen35_step step;
+    lm_step_view step;
     if (st == LM_OK) st = lm_qwen35_step_upload(ctx, b, true, NULL, &step, err);
     if (st != LM_OK) return st;
     const lm_qwen35_config *c = &ctx->model->config;

@@ -42,7 +42,7 @@ void lm_qwen35_mtp_describe(const lm_qwen35_model *m, FILE *f);
  * n_cached back to roll drafts off).  For the step's logit rows: logits
  * [rows, V] and h' = the post-mtp.norm state [rows, H], the hidden input of
  * the next recursive draft step (h_out may be hidden: it is read first). */
-void lm_qwen35_mtp_run(lm_qwen35_context *ctx, const lm_qwen35_step *step, lm_mem tokens,
+void lm_qwen35_mtp_run(lm_qwen35_context *ctx, const lm_step_view *step, lm_mem tokens,
                        lm_mem hidden, lm_mem logits, lm_mem h_out);
 
 /* The same over host memory (tests): uploads the batch and hidden

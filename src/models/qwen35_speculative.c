@@ -136,7 +136,7 @@ lm_status lm_qwen35_draft(lm_model_context *base, lm_draft_seq *seqs, int n, lm_
     }
     lm_step_batch batch = {.n_tokens = total, .tokens = hw->tokens, .positions = hw->positions,
                            .n_seqs = n, .seqs = hw->seqs};
-    lm_qwen35_step step;
+    lm_step_view step;
     lm_status st = lm_qwen35_step_upload(ctx, &batch, true, hw->gather, &step, err);
     if (st != LM_OK) return st;
     lm_gather_rows(be, ctx->mtp_hidden, ctx->hidden_all, step.gather_rows, total, H);

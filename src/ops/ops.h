@@ -210,6 +210,10 @@ typedef struct {
      * only NaN gives 0). */
     void (*argmax_rows)(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n);
 
+    /* x[r, :] += bias for each of rows rows of width floats (bias [width]):
+     * the biases of Linear layers (GLM's q/k/v projections). */
+    void (*add_rows)(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width);
+
     /* x[r, :] *= sigmoid(gate[r]) for each of rows rows of width floats. */
     void (*sigmoid_scale_rows)(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width);
 
@@ -346,6 +350,9 @@ static inline void lm_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem
 }
 static inline void lm_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) {
     be->ops->argmax_rows(be, ids, x, rows, n);
+}
+static inline void lm_add_rows(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width) {
+    be->ops->add_rows(be, x, bias, rows, width);
 }
 static inline void lm_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows,
                                          int width) {

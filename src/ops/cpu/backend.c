@@ -102,6 +102,10 @@ static void cpu_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k,
     lm_cpu_gated_delta_rule(lm_cpu_pool(be), &b);
 }
 
+static void cpu_add_rows(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width) {
+    (void)be;
+    lm_ref_add_rows(F32(x), F32(bias), rows, width);
+}
 static void cpu_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width) {
     (void)be;
     lm_ref_sigmoid_scale_rows(F32(x), F32(gate), rows, width);
@@ -138,6 +142,7 @@ const lm_backend_ops lm_cpu_backend_ops = {
     .gdn_gates = cpu_gdn_gates,
     .causal_conv1d_silu = cpu_causal_conv1d_silu,
     .gated_delta_rule = cpu_gated_delta_rule,
+    .add_rows = cpu_add_rows,
     .sigmoid_scale_rows = cpu_sigmoid_scale_rows,
     .moe_route = cpu_moe_route,
     .moe_experts = cpu_moe_experts,

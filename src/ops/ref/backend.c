@@ -100,6 +100,10 @@ static void ref_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k,
                                   slot_stride, &hs, Hk, Hv, dk, dv);
 }
 
+static void ref_add_rows(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width) {
+    (void)be;
+    lm_ref_add_rows(F32(x), F32(bias), rows, width);
+}
 static void ref_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width) {
     (void)be;
     lm_ref_sigmoid_scale_rows(F32(x), F32(gate), rows, width);
@@ -136,6 +140,7 @@ const lm_backend_ops lm_ref_backend_ops = {
     .gdn_gates = ref_gdn_gates,
     .causal_conv1d_silu = ref_causal_conv1d_silu,
     .gated_delta_rule = ref_gated_delta_rule,
+    .add_rows = ref_add_rows,
     .sigmoid_scale_rows = ref_sigmoid_scale_rows,
     .moe_route = ref_moe_route,
     .moe_experts = ref_moe_experts,

@@ -303,6 +303,11 @@ void lm_ref_gated_delta_rule_batch(float *out, const float *q, const float *k, c
     }
 }
 
+void lm_ref_add_rows(float *x, const float *bias, int rows, int width) {
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < width; i++) x[(int64_t)r * width + i] += bias[i];
+}
+
 /* ------------------------------------------------------ mixture of experts */
 
 void lm_ref_sigmoid_scale_rows(float *x, const float *gate, int rows, int width) {

@@ -61,6 +61,7 @@ void lm_ref_gated_delta_rule_batch(float *out, const float *q, const float *k, c
  * (NULL: none); expert SwiGLUs one row at a time, scratch as ops.h sizes it. */
 #define LM_MOE_MAX_EXPERTS 1024
 void lm_ref_sigmoid_scale_rows(float *x, const float *gate, int rows, int width);
+void lm_ref_add_rows(float *x, const float *bias, int rows, int width);
 void lm_ref_moe_route(int32_t *ids, float *weights, const float *logits, int n,
                       const lm_moe_routing *routing, const float *correction_bias);
 void lm_ref_moe_experts(float *out, const float *x, int n, const int32_t *ids,

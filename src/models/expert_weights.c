@@ -1,0 +1,74 @@
+#include "models/expert_weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define TRY(call)                                     \
+    do {                                              \
+        lm_status try_status_ = (call);               \
+        if (try_status_ != LM_OK) return try_status_; \
+    } while (0)
+
+lm_status lm_swiglu_load(lm_weights *w, const char *prefix, int64_t width, int64_t H,
+                         lm_swiglu *out, lm_error *err) {
+    char name[320];
+    snprintf(name, sizeof name, "%sgate_proj.weight", prefix);
+    TRY(lm_weights_matrix(w, name, width, H, &out->gate_proj, err));
+    snprintf(name, sizeof name, "%sup_proj.weight", prefix);
+    TRY(lm_weights_matrix(w, name, width, H, &out->up_proj, err));
+    snprintf(name, sizeof name, "%sdown_proj.weight", prefix);
+    return lm_weights_matrix(w, name, H, width, &out->down_proj, err);
+}
+
+lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int E, int I, int H,
+                                 lm_expert_weights *out, lm_error *err) {
+    out->matrices = calloc(3 * (size_t)E, sizeof *out->matrices);
+    if (!out->matrices) return lm_fail(err, LM_ERR_NOMEM, "out of memory for %d experts", E);
+    lm_matrix *gate = out->matrices, *up = gate + E, *down = up + E;
+    out->view = (lm_moe_experts){.n_experts = E, .hidden = H, .inter = I,
+                                 .gate = gate, .up = up, .down = down};
+    char name[320];
+    snprintf(name, sizeof name, "%sexperts.gate_up_proj", mlp_prefix);
+    out->fused = lm_weights_has(w, name);
+    if (out->fused) {
+        lm_matrix gate_up, downs;
+        TRY(lm_weights_stacked(w, name, E, 2 * (int64_t)I, H, &gate_up, err));
+        snprintf(name, sizeof name, "%sexperts.down_proj", mlp_prefix);
+        TRY(lm_weights_stacked(w, name, E, H, I, &downs, err));
+        for (int e = 0; e < E; e++) {
+            gate[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e, I);
+            up[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e + I, I);
+            down[e] = lm_matrix_rows(&downs, (int64_t)H * e, H);
+        }
+        return LM_OK;
+    }
+    for (int e = 0; e < E; e++) {
+        lm_swiglu expert;
+        snprintf(name, sizeof name, "%sexperts.%d.", mlp_prefix, e);
+        TRY(lm_swiglu_load(w, name, I, H, &expert, err));
+        gate[e] = expert.gate_proj;
+        up[e] = expert.up_proj;
+        down[e] = expert.down_proj;
+    }
+    return LM_OK;
+}
+
+void lm_expert_weights_free(lm_expert_weights *e) {
+    free(e->matrices);
+    e->matrices = NULL;
+}
+
+double lm_matrix_bytes(const lm_matrix *m) {
+    return (double)m->rows * (double)m->cols * (double)lm_dtype_size(m->dtype);
+}
+
+double lm_swiglu_bytes(const lm_swiglu *s) {
+    return lm_matrix_bytes(&s->gate_proj) + lm_matrix_bytes(&s->up_proj) +
+           lm_matrix_bytes(&s->down_proj);
+}
+
+double lm_expert_bytes_per_token(const lm_expert_weights *e, int top_k) {
+    if (e->view.n_experts <= 0) return 0;
+    return top_k * (lm_matrix_bytes(&e->view.gate[0]) + lm_matrix_bytes(&e->view.up[0]) +
+                    lm_matrix_bytes(&e->view.down[0]));
+}

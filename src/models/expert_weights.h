@@ -1,0 +1,40 @@
+/* Loading the feed-forward blocks every family shares: a SwiGLU MLP's three
+ * matrices, and a mixture-of-experts layer's routed experts in either
+ * checkpoint layout (model-spec §B.3, §E.2.5):
+ *   fused       <mlp>experts.gate_up_proj [E, 2I, H] (gate rows first) and
+ *               <mlp>experts.down_proj [E, H, I], cut into per-expert views
+ *               without copying;
+ *   per expert  <mlp>experts.<e>.{gate,up,down}_proj.weight. */
+#ifndef LOOM_MODELS_EXPERT_WEIGHTS_H
+#define LOOM_MODELS_EXPERT_WEIGHTS_H
+
+#include "models/weights.h"
+#include "ops/ops.h"
+
+/* (silu(x·gateᵀ) ⊙ x·upᵀ)·downᵀ with gate/up [width, H] and down [H, width]. */
+typedef struct {
+    lm_matrix gate_proj, up_proj, down_proj;
+} lm_swiglu;
+
+/* prefix + "gate_proj.weight", "up_proj.weight", "down_proj.weight". */
+lm_status lm_swiglu_load(lm_weights *w, const char *prefix, int64_t width, int64_t hidden,
+                         lm_swiglu *out, lm_error *err);
+
+/* The routed experts of one layer: host descriptors of backend memory. */
+typedef struct {
+    lm_matrix *matrices;   /* [3][E]: gate, up, down of every expert (owned) */
+    lm_moe_experts view;   /* the op's view of them */
+    bool fused;            /* which layout the checkpoint had */
+} lm_expert_weights;
+
+/* mlp_prefix ends in "mlp." (e.g. "model.language_model.layers.3.mlp."). */
+lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int n_experts, int inter,
+                                 int hidden, lm_expert_weights *out, lm_error *err);
+void lm_expert_weights_free(lm_expert_weights *e);
+
+/* Bytes one token's pass through top_k of these experts reads. */
+double lm_expert_bytes_per_token(const lm_expert_weights *e, int top_k);
+double lm_matrix_bytes(const lm_matrix *m);
+double lm_swiglu_bytes(const lm_swiglu *s);
+
+#endif
