@@ -16,8 +16,8 @@
 typedef struct {
     lm_backend *backend;
     lm_model *model;        /* through the model interface */
-    lm_qwen35_model *qwen;  /* the same model, for tests that look inside */
-    const lm_qwen35_config *config;
+    lm_qwen35_model *qwen;  /* the same model, for tests that look inside (Qwen3.5 only, else NULL) */
+    const lm_qwen35_config *config; /* Qwen3.5 only, else NULL */
 } test_model;
 
 /* The backend the tests run on: $LOOM_TEST_BACKEND, default "cpu"

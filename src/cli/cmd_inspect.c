@@ -77,7 +77,15 @@ int cmd_inspect_main(int argc, char **argv) {
         printf("text model: cannot be built: %s\n", err.message);
         return 1;
     }
+    const lm_model_info *info = lm_model_describe(model);
+    printf("family: %s\n", info->family);
     lm_model_print_description(model, stdout);
+    printf("parameters: %lld in the text model, %lld active per token (%.1f%%); a decode step "
+           "reads %.1f MB of weights\n",
+           (long long)info->n_parameters, (long long)info->n_active_parameters,
+           info->n_parameters ? 100.0 * (double)info->n_active_parameters / (double)info->n_parameters
+                              : 0.0,
+           (double)info->decode_bytes_per_token / 1e6);
     lm_cli_close_model(backend, model);
     return 0;
 }

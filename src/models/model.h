@@ -48,6 +48,7 @@ typedef struct {
     bool has_mtp;
     char mtp_status[LM_ERROR_MESSAGE_MAX];
     int64_t n_parameters;        /* text model, MTP head excluded */
+    int64_t n_active_parameters; /* of those, what one token uses (MoE: top-k of the experts) */
     size_t weight_bytes;         /* bytes of weights used, as stored */
     size_t decode_bytes_per_token; /* weight bytes one plain decode step reads */
 } lm_model_info;

@@ -199,6 +199,11 @@ static void describe_to_engine(lm_qwen35_model *m) {
         if (strncmp(t->name, "mtp.", 4) != 0 && !strstr(t->name, ".mtp.")) params += t->n_elements;
     }
     info->n_parameters = params;
+    int64_t inactive_per_layer =
+        c->is_moe ? (int64_t)(c->num_experts - c->num_experts_per_tok) * 3 *
+                        (int64_t)c->moe_intermediate_size * c->hidden_size
+                  : 0;
+    info->n_active_parameters = params - inactive_per_layer * c->num_hidden_layers;
     info->weight_bytes = lm_weights_bytes_used(&m->weights);
     info->decode_bytes_per_token = decode_bytes_per_token(m);
 }

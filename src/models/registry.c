@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "io/json_file.h"
+#include "models/glm4v.h"
 #include "models/qwen35.h"
 
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)
@@ -11,6 +12,7 @@
 /* One line per family. */
 static const lm_model_family *const families[] = {
     &lm_qwen35_family,
+    &lm_glm4v_family,
 };
 
 const lm_model_family *lm_model_family_for(const char *model_type) {

@@ -1,0 +1,449 @@
+/* GLM-4.6V text model.  Reads top to bottom like model-spec §E.2: embedding,
+ * decoder layers (attention with q/k/v biases and partial M-RoPE, then a
+ * dense or MoE SwiGLU), final norm, lm_head.  All arithmetic is in ops/;
+ * this file only says which op runs on which rows.  Loading first, the
+ * forward below. */
+#include "models/glm4v.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/glm4v_context.h"
+
+#define TRY(call)                                     \
+    do {                                              \
+        lm_status try_status_ = (call);               \
+        if (try_status_ != LM_OK) return try_status_; \
+    } while (0)
+
+/* ------------------------------------------------------------------ loading */
+
+static lm_status load_attention(lm_glm4v_model *m, const char *lp, lm_glm4v_attention *a,
+                                lm_error *err) {
+    const lm_glm4v_config *c = &m->config;
+    lm_weights *w = &m->weights;
+    int64_t H = c->hidden_size, q = (int64_t)c->num_attention_heads * c->head_dim;
+    int64_t kv = (int64_t)c->num_key_value_heads * c->head_dim;
+    char name[320];
+    snprintf(name, sizeof name, "%sself_attn.q_proj.weight", lp);
+    TRY(lm_weights_matrix(w, name, q, H, &a->q_proj, err));
+    snprintf(name, sizeof name, "%sself_attn.k_proj.weight", lp);
+    TRY(lm_weights_matrix(w, name, kv, H, &a->k_proj, err));
+    snprintf(name, sizeof name, "%sself_attn.v_proj.weight", lp);
+    TRY(lm_weights_matrix(w, name, kv, H, &a->v_proj, err));
+    snprintf(name, sizeof name, "%sself_attn.o_proj.weight", lp);
+    TRY(lm_weights_matrix(w, name, H, q, &a->o_proj, err));
+    if (!c->attention_bias) return LM_OK;
+    snprintf(name, sizeof name, "%sself_attn.q_proj.bias", lp);
+    TRY(lm_weights_vector(w, name, q, 0, false, &a->q_bias, err));
+    snprintf(name, sizeof name, "%sself_attn.k_proj.bias", lp);
+    TRY(lm_weights_vector(w, name, kv, 0, false, &a->k_bias, err));
+    snprintf(name, sizeof name, "%sself_attn.v_proj.bias", lp);
+    return lm_weights_vector(w, name, kv, 0, false, &a->v_bias, err);
+}
+
+/* The dense MLP: mlp.{gate,up,down}_proj, or (GLM-4.6V-Flash) mlp.gate_up_proj
+ * [2I, H], gate rows first, cut into two views without copying. */
+static lm_status load_dense_mlp(lm_glm4v_model *m, const char *lp, lm_swiglu *mlp, lm_error *err) {
+    const lm_glm4v_config *c = &m->config;
+    int64_t H = c->hidden_size, I = c->intermediate_size;
+    char name[320];
+    snprintf(name, sizeof name, "%smlp.gate_up_proj.weight", lp);
+    if (!m->weights.random && lm_weights_has(&m->weights, name)) {
+        lm_matrix gate_up;
+        TRY(lm_weights_matrix(&m->weights, name, 2 * I, H, &gate_up, err));
+        mlp->gate_proj = lm_matrix_rows(&gate_up, 0, I);
+        mlp->up_proj = lm_matrix_rows(&gate_up, I, I);
+        snprintf(name, sizeof name, "%smlp.down_proj.weight", lp);
+        return lm_weights_matrix(&m->weights, name, H, I, &mlp->down_proj, err);
+    }
+    snprintf(name, sizeof name, "%smlp.", lp);
+    return lm_swiglu_load(&m->weights, name, I, H, mlp, err);
+}
+
+static lm_status load_moe(lm_glm4v_model *m, const char *lp, lm_glm4v_moe *moe, lm_error *err) {
+    const lm_glm4v_config *c = &m->config;
+    int E = c->n_routed_experts, H = c->hidden_size;
+    char name[320];
+    snprintf(name, sizeof name, "%smlp.gate.weight", lp);
+    TRY(lm_weights_matrix(&m->weights, name, E, H, &moe->router, err));
+    /* Stored float32 and kept so: it only decides the selection. */
+    snprintf(name, sizeof name, "%smlp.gate.e_score_correction_bias", lp);
+    TRY(lm_weights_vector(&m->weights, name, E, 0, false, &moe->correction_bias, err));
+    moe->routing = (lm_moe_routing){.n_experts = E,
+                                    .top_k = c->num_experts_per_tok,
+                                    .scoring = LM_MOE_SIGMOID,
+                                    .correction_bias = moe->correction_bias,
+                                    .n_group = c->n_group,
+                                    .topk_group = c->topk_group,
+                                    .renormalize = c->norm_topk_prob,
+                                    .scale = c->routed_scaling_factor};
+    snprintf(name, sizeof name, "%smlp.", lp);
+    TRY(lm_expert_weights_load(&m->weights, name, E, c->moe_intermediate_size, H, &moe->experts, err));
+    /* Plural: mlp.shared_experts (model-spec §E.2.5). */
+    snprintf(name, sizeof name, "%smlp.shared_experts.", lp);
+    return lm_swiglu_load(&m->weights, name, (int64_t)c->moe_intermediate_size * c->n_shared_experts,
+                          H, &moe->shared, err);
+}
+
+static lm_status load_layer(lm_glm4v_model *m, const char *prefix, int i, lm_glm4v_layer *layer,
+                            lm_error *err) {
+    const lm_glm4v_config *c = &m->config;
+    lm_weights *w = &m->weights;
+    char lp[128], name[320];
+    snprintf(lp, sizeof lp, "%slayers.%d.", prefix, i);
+    snprintf(name, sizeof name, "%sinput_layernorm.weight", lp);
+    TRY(lm_weights_vector(w, name, c->hidden_size, 0, false, &layer->input_norm, err));
+    snprintf(name, sizeof name, "%spost_attention_layernorm.weight", lp);
+    TRY(lm_weights_vector(w, name, c->hidden_size, 0, false, &layer->post_attention_norm, err));
+    if (m->sandwich_norms) {
+        snprintf(name, sizeof name, "%spost_self_attn_layernorm.weight", lp);
+        TRY(lm_weights_vector(w, name, c->hidden_size, 0, false, &layer->post_self_attn_norm, err));
+        snprintf(name, sizeof name, "%spost_mlp_layernorm.weight", lp);
+        TRY(lm_weights_vector(w, name, c->hidden_size, 0, false, &layer->post_mlp_norm, err));
+    }
+    TRY(load_attention(m, lp, &layer->attn, err));
+    layer->is_moe = c->is_moe && i >= c->first_k_dense_replace;
+    if (layer->is_moe) return load_moe(m, lp, &layer->moe, err);
+    return load_dense_mlp(m, lp, &layer->mlp, err);
+}
+
+/* Bytes a decode step reads: every matrix of the text model once (lm_head
+ * included, the embedding a row), of a MoE layer the router, the shared
+ * experts and top_k routed experts.  Vectors are left out (under 0.1%). */
+static size_t decode_bytes_per_token(const lm_glm4v_model *m) {
+    const lm_glm4v_config *c = &m->config;
+    double bytes = lm_matrix_bytes(&m->lm_head);
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        const lm_glm4v_layer *l = &m->layers[i];
+        bytes += lm_matrix_bytes(&l->attn.q_proj) + lm_matrix_bytes(&l->attn.k_proj) +
+                 lm_matrix_bytes(&l->attn.v_proj) + lm_matrix_bytes(&l->attn.o_proj);
+        if (l->is_moe)
+            bytes += lm_matrix_bytes(&l->moe.router) + lm_swiglu_bytes(&l->moe.shared) +
+                     lm_expert_bytes_per_token(&l->moe.experts, c->num_experts_per_tok);
+        else
+            bytes += lm_swiglu_bytes(&l->mlp);
+    }
+    return (size_t)bytes;
+}
+
+static void describe_to_engine(lm_glm4v_model *m) {
+    const lm_glm4v_config *c = &m->config;
+    lm_model_info *info = &m->base.info;
+    snprintf(info->family, sizeof info->family, "%s", lm_glm4v_family.name);
+    snprintf(info->architecture, sizeof info->architecture, "%s", c->model_type);
+    info->vocab_size = c->vocab_size;
+    info->hidden_size = c->hidden_size;
+    info->n_layers = c->num_hidden_layers;
+    info->n_kv_layers = c->num_hidden_layers;
+    info->n_kv_heads = c->num_key_value_heads;
+    info->head_dim = c->head_dim;
+    info->n_state_layers = 0;
+    info->state_bytes_per_slot = 0;
+    info->max_position_embeddings = c->max_position_embeddings;
+    info->n_eos = 0;
+    for (int i = 0; i < c->n_eos && info->n_eos < LM_MODEL_MAX_EOS; i++)
+        info->eos_ids[info->n_eos++] = c->eos_token_ids[i];
+    info->has_mtp = false;
+    snprintf(info->mtp_status, sizeof info->mtp_status,
+             "GLM-4.6V's own next-token layer is not run by loom: no speculative decoding");
+    int64_t params = 0, inactive = 0;
+    for (size_t i = 0; i < m->weights.n_used; i++) params += m->weights.used[i]->n_elements;
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        const lm_moe_experts *e = &m->layers[i].moe.experts.view;
+        if (!m->layers[i].is_moe) continue;
+        int64_t per_expert = 3 * (int64_t)e->inter * e->hidden;
+        inactive += (int64_t)(c->n_routed_experts - c->num_experts_per_tok) * per_expert;
+    }
+    info->n_parameters = params;
+    info->n_active_parameters = params - inactive;
+    info->weight_bytes = lm_weights_bytes_used(&m->weights);
+    info->decode_bytes_per_token = decode_bytes_per_token(m);
+}
+
+static const lm_model_ops glm4v_ops;
+
+static void glm4v_free(lm_glm4v_model *m) {
+    if (!m) return;
+    lm_weights_free(&m->weights);
+    for (int i = 0; m->layers && i < m->config.num_hidden_layers; i++)
+        lm_expert_weights_free(&m->layers[i].moe.experts);
+    free(m->layers);
+    lm_checkpoint_close(m->checkpoint);
+    free(m);
+}
+
+static void glm4v_destroy(lm_model *base) { glm4v_free((lm_glm4v_model *)base); }
+
+static lm_status load_model(lm_glm4v_model *m, lm_error *err) {
+    const lm_glm4v_config *c = &m->config;
+    /* Multimodal checkpoints nest the text model under model.language_model. */
+    const char *prefix = lm_weights_has(&m->weights, "model.language_model.embed_tokens.weight")
+                             ? "model.language_model."
+                             : "model.";
+    char name[256];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
+    TRY(lm_weights_matrix(&m->weights, name, c->vocab_size, c->hidden_size, &m->embed_tokens, err));
+    m->lm_head_tied = !lm_weights_has(&m->weights, "lm_head.weight");
+    if (m->lm_head_tied)
+        m->lm_head = m->embed_tokens;
+    else
+        TRY(lm_weights_matrix(&m->weights, "lm_head.weight", c->vocab_size, c->hidden_size,
+                              &m->lm_head, err));
+    snprintf(name, sizeof name, "%snorm.weight", prefix);
+    TRY(lm_weights_vector(&m->weights, name, c->hidden_size, 0, false, &m->final_norm, err));
+    m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
+    if (!m->layers) return lm_fail(err, LM_ERR_NOMEM, "out of memory loading layers");
+    /* Layers numbered num_hidden_layers and up (GLM's own next-token
+     * layer) are left in the checkpoint. */
+    for (int i = 0; i < c->num_hidden_layers; i++) TRY(load_layer(m, prefix, i, &m->layers[i], err));
+    return LM_OK;
+}
+
+static lm_status glm4v_open(const char *config_path, const char *dir,
+                            const lm_model_load_options *options, lm_backend *backend,
+                            lm_model **out, lm_error *err) {
+    lm_glm4v_config config;
+    lm_status st = lm_glm4v_config_load(config_path, &config, err);
+    lm_checkpoint *checkpoint = NULL;
+    if (st == LM_OK && !options->random_weights)
+        st = lm_checkpoint_open(dir, options->mode, &checkpoint, err);
+    if (st != LM_OK) return st;
+    lm_glm4v_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        lm_checkpoint_close(checkpoint);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory loading the model");
+    }
+    m->base.ops = &glm4v_ops;
+    m->base.backend = backend;
+    m->config = config;
+    m->checkpoint = checkpoint;
+    if (checkpoint)
+        lm_weights_init(&m->weights, checkpoint, backend);
+    else
+        lm_weights_init_random(&m->weights, options->random_seed, !config.tie_word_embeddings,
+                               backend);
+    /* GLM-4.6V rotates halves, GLM-4.6V-Flash interleaved pairs (§E.2.2, §E.6);
+     * both split the frequencies into contiguous T/H/W sections. */
+    m->sandwich_norms = !config.is_moe;
+    m->rope = (lm_rope_params){
+        .rot_dim = config.rot_dim,
+        .theta = config.rope_theta,
+        .sections = {config.mrope_section[0], config.mrope_section[1], config.mrope_section[2]},
+        .interleaved_sections = false,
+        .pair_interleaved = !config.is_moe,
+    };
+    st = load_model(m, err);
+    if (st != LM_OK) {
+        glm4v_free(m);
+        return st;
+    }
+    describe_to_engine(m);
+    *out = &m->base;
+    return LM_OK;
+}
+
+static const char *const glm4v_model_types[] = {"glm4v_moe", "glm4v", "glm4v_moe_text",
+                                                "glm4v_text", "glm46v", NULL};
+
+const lm_model_family lm_glm4v_family = {
+    .name = "glm4v",
+    .model_types = glm4v_model_types,
+    .open = glm4v_open,
+};
+
+/* ------------------------------------------------------------------ forward */
+
+/* y = x·Wᵀ + b over n rows. */
+static void linear(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w, lm_mem bias) {
+    lm_matmul(be, y, x, n, w);
+    if (bias.buffer) lm_add_rows(be, y, bias, n, (int)w->rows);
+}
+
+/* Attention (model-spec §E.2.1): s->x [N, H] -> s->x, the o_proj output. */
+static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_glm4v_layer *layer,
+                      const lm_kv_layer *kv) {
+    const lm_glm4v_model *m = ctx->model;
+    const lm_glm4v_config *c = &m->config;
+    const lm_glm4v_attention *a = &layer->attn;
+    const lm_glm4v_scratch *s = &ctx->scratch;
+    lm_backend *be = ctx->be;
+    int N = step->n_tokens, D = c->head_dim;
+    int nH = c->num_attention_heads, nKV = c->num_key_value_heads;
+    linear(be, s->q, s->x, N, &a->q_proj, a->q_bias);
+    linear(be, s->k, s->x, N, &a->k_proj, a->k_bias);
+    linear(be, s->v, s->x, N, &a->v_proj, a->v_bias);
+    /* Rotary on the first rot_dim dims of every head, before the keys are cached. */
+    lm_rope(be, s->q, N, nH, D, step->positions, &m->rope);
+    lm_rope(be, s->k, N, nKV, D, step->positions, &m->rope);
+    lm_kv_write(be, kv, s->k, s->v, N, step->kv_slots);
+    lm_attention_batch ab = {
+        .n_tokens = N,
+        .token_seq = step->token_seq,
+        .ctx_len = step->ctx_len,
+        .block_tables = step->block_tables,
+        .table_stride = step->table_stride,
+        .max_ctx_len = step->max_ctx_len,
+        .n_heads = nH,
+        .n_kv_heads = nKV,
+        .head_dim = D,
+        .scale = 1.0f / sqrtf((float)D),
+    };
+    lm_attention(be, s->attn, s->q, kv, &ab);
+    lm_matmul(be, s->x, s->attn, N, &a->o_proj); /* no bias */
+}
+
+/* SwiGLU of width `width`: s->x -> out. */
+static void swiglu(lm_glm4v_context *ctx, int N, const lm_swiglu *w, int64_t width, lm_mem out) {
+    const lm_glm4v_scratch *s = &ctx->scratch;
+    lm_backend *be = ctx->be;
+    lm_matmul(be, s->proj, s->x, N, &w->gate_proj);
+    lm_matmul(be, s->proj2, s->x, N, &w->up_proj);
+    lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * width);
+    lm_matmul(be, out, s->proj, N, &w->down_proj);
+}
+
+/* The MoE block (model-spec §E.2.4): s->x -> s->routed, the routed experts'
+ * weighted sum plus the (ungated) shared experts. */
+static void moe(lm_glm4v_context *ctx, int N, const lm_glm4v_moe *moe) {
+    const lm_glm4v_config *c = &ctx->model->config;
+    const lm_glm4v_scratch *s = &ctx->scratch;
+    lm_backend *be = ctx->be;
+    lm_matmul(be, s->router_logits, s->x, N, &moe->router); /* float32 like the reference */
+    lm_moe_route(be, s->ids, s->weights, s->router_logits, N, &moe->routing);
+    lm_moe_apply_experts(be, s->routed, s->x, N, s->ids, s->weights, c->num_experts_per_tok,
+                         &moe->experts.view, s->expert_scratch);
+    swiglu(ctx, N, &moe->shared, (int64_t)c->moe_intermediate_size * c->n_shared_experts, s->shared);
+    lm_add(be, s->routed, s->shared, (int64_t)N * c->hidden_size);
+}
+
+/* One decoder layer (model-spec §E.2; §E.6's sandwich norms for glm4v). */
+static void decoder_layer(lm_glm4v_context *ctx, const lm_step_view *step,
+                          const lm_glm4v_layer *layer, const lm_kv_layer *kv) {
+    const lm_glm4v_model *m = ctx->model;
+    const lm_glm4v_config *c = &m->config;
+    const lm_glm4v_scratch *s = &ctx->scratch;
+    lm_backend *be = ctx->be;
+    int N = step->n_tokens, H = c->hidden_size;
+    float eps = c->rms_norm_eps;
+    lm_rmsnorm(be, s->x, s->h, layer->input_norm, N, H, eps);
+    attention(ctx, step, layer, kv);
+    if (m->sandwich_norms) lm_rmsnorm(be, s->x, s->x, layer->post_self_attn_norm, N, H, eps);
+    lm_add(be, s->h, s->x, (int64_t)N * H);
+
+    lm_rmsnorm(be, s->x, s->h, layer->post_attention_norm, N, H, eps);
+    lm_mem out = s->x;
+    if (layer->is_moe) {
+        moe(ctx, N, &layer->moe);
+        out = s->routed;
+    } else {
+        swiglu(ctx, N, &layer->mlp, c->intermediate_size, s->x);
+    }
+    if (m->sandwich_norms) lm_rmsnorm(be, out, out, layer->post_mlp_norm, N, H, eps);
+    lm_add(be, s->h, out, (int64_t)N * H);
+}
+
+static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
+                               const lm_forward_out *out, lm_error *err) {
+    lm_glm4v_context *ctx = (lm_glm4v_context *)base;
+    const lm_glm4v_model *m = ctx->model;
+    const lm_glm4v_config *c = &m->config;
+    lm_backend *be = ctx->be;
+    lm_step_view step;
+    lm_status st = lm_glm4v_step_upload(ctx, b, &step, err);
+    if (st != LM_OK) return st;
+    int N = step.n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
+    size_t rows_bytes = sizeof(float) * (size_t)N * (size_t)H;
+    lm_mem h = ctx->scratch.h;
+
+    lm_embed(be, h, step.tokens, N, &m->embed_tokens);
+    for (int i = 0; i < L; i++) {
+        if (out->layer_hidden && out->layer_hidden[i]) {
+            st = lm_download(be, out->layer_hidden[i], h, rows_bytes, err);
+            if (st != LM_OK) return st;
+        }
+        decoder_layer(ctx, &step, &m->layers[i], &ctx->kv[i]);
+    }
+    /* Final norm and lm_head only on the rows that need logits. */
+    int rows = step.n_logit_rows;
+    if (rows == 0) return LM_OK; /* nothing to wait for: a device error shows at the next download */
+    lm_gather_rows(be, ctx->logit_x, h, step.logit_rows, rows, H);
+    lm_rmsnorm(be, ctx->logit_x, ctx->logit_x, m->final_norm, rows, H, c->rms_norm_eps);
+    size_t hidden_bytes = sizeof(float) * (size_t)rows * (size_t)H;
+    if (out->layer_hidden && out->layer_hidden[L]) {
+        st = lm_download(be, out->layer_hidden[L], ctx->logit_x, hidden_bytes, err);
+        if (st != LM_OK) return st;
+    }
+    if (out->hidden) {
+        st = lm_download(be, out->hidden, ctx->logit_x, hidden_bytes, err);
+        if (st != LM_OK) return st;
+    }
+    lm_matmul(be, ctx->logits, ctx->logit_x, rows, &m->lm_head);
+    /* The one place a step waits for the backend. */
+    return lm_download(be, out->logits, ctx->logits,
+                       sizeof(float) * (size_t)rows * (size_t)c->vocab_size, err);
+}
+
+/* No per-sequence state: nothing to copy or clear. */
+static void glm4v_copy_state(lm_model_context *ctx, int src, int dst) {
+    (void)ctx, (void)src, (void)dst;
+}
+static void glm4v_reset_state(lm_model_context *ctx, int slot) { (void)ctx, (void)slot; }
+
+/* ------------------------------------------------------------ the family */
+
+static void glm4v_describe(const lm_model *base, FILE *f) {
+    const lm_glm4v_model *m = (const lm_glm4v_model *)base;
+    const lm_glm4v_config *c = &m->config;
+    fprintf(f, "architecture: %s%s\n", c->model_type,
+            c->is_moe ? " (GLM-4.6V, mixture of experts)" : " (GLM-4.6V-Flash, dense)");
+    fprintf(f, "  vocab %d, hidden %d, layers %d, dense mlp %d%s\n", c->vocab_size, c->hidden_size,
+            c->num_hidden_layers, c->intermediate_size,
+            m->sandwich_norms ? ", four norms per layer" : "");
+    fprintf(f,
+            "  attention: %d heads, %d kv heads, head dim %d, q/k/v bias %s, rotary dims %d "
+            "(theta %g, %s, contiguous mrope sections %d/%d/%d)\n",
+            c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+            c->attention_bias ? "yes" : "no", c->rot_dim, (double)c->rope_theta,
+            m->rope.pair_interleaved ? "interleaved pairs" : "rotate-half", c->mrope_section[0],
+            c->mrope_section[1], c->mrope_section[2]);
+    fprintf(f, "  layer kinds: ");
+    for (int i = 0; i < c->num_hidden_layers; i++) fputc(m->layers[i].is_moe ? 'E' : 'D', f);
+    fprintf(f, "  (D = dense mlp, E = mixture of experts)\n");
+    if (c->is_moe)
+        fprintf(f,
+                "  experts: %d routed, %d per token (sigmoid router with correction bias, %d "
+                "groups, best %d kept, %s, scale %g), width %d, %d shared (%s layout)\n",
+                c->n_routed_experts, c->num_experts_per_tok, c->n_group, c->topk_group,
+                c->norm_topk_prob ? "renormalised" : "not renormalised",
+                (double)c->routed_scaling_factor, c->moe_intermediate_size, c->n_shared_experts,
+                c->first_k_dense_replace < c->num_hidden_layers &&
+                        m->layers[c->first_k_dense_replace].moe.experts.fused
+                    ? "fused"
+                    : "per-expert");
+    fprintf(f, "  vision tower: %s, tied embeddings: %s\n", c->has_vision_config ? "yes" : "no",
+            c->tie_word_embeddings ? "yes" : "no");
+    fprintf(f, "text model: complete (%zu tensors used, %.1f MB, lm_head %s)\n", m->weights.n_used,
+            (double)lm_weights_bytes_used(&m->weights) / 1e6,
+            m->lm_head_tied ? "tied to embed_tokens" : "separate");
+    if (m->checkpoint) {
+        fprintf(f, "  used (text model):\n");
+        lm_weights_print_groups(&m->weights, true, f);
+        fprintf(f, "  not used (the vision tower is loaded by a later feature; GLM's next-token "
+                   "layer is not run):\n");
+        lm_weights_print_groups(&m->weights, false, f);
+    }
+}
+
+static const lm_model_ops glm4v_ops = {
+    .destroy = glm4v_destroy,
+    .context_create = lm_glm4v_context_create,
+    .context_destroy = lm_glm4v_context_destroy,
+    .forward = glm4v_forward,
+    .copy_block = lm_glm4v_copy_block,
+    .copy_state = glm4v_copy_state,
+    .reset_state = glm4v_reset_state,
+    .describe = glm4v_describe,
+};

@@ -1,0 +1,153 @@
+/* The GLM-4.6V context: a KV pool per layer and the step's scratch arrays,
+ * carved from one backend allocation made when the engine starts.  The
+ * family keeps no per-sequence state, so state slots cost nothing. */
+#include <stdlib.h>
+
+#include "models/glm4v_context.h"
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Lays out every array; with c->buffer NULL it only adds up the size. */
+static void layout(lm_glm4v_context *ctx, lm_carver *c) {
+    const lm_glm4v_config *cfg = &ctx->model->config;
+    const lm_context_options *o = &ctx->options;
+    size_t H = (size_t)cfg->hidden_size, V = (size_t)cfg->vocab_size;
+    size_t N = (size_t)o->max_step_tokens, R = (size_t)ctx->max_logit_rows;
+    size_t D = (size_t)cfg->head_dim;
+    size_t q = (size_t)cfg->num_attention_heads * D, kv = (size_t)cfg->num_key_value_heads * D;
+    size_t pool = (size_t)o->kv_blocks * (size_t)o->kv_block_size * kv;
+    for (int l = 0; l < cfg->num_hidden_layers; l++) {
+        lm_carve(c, &ctx->kv[l].k, pool);
+        lm_carve(c, &ctx->kv[l].v, pool);
+    }
+    size_t wide = (size_t)cfg->intermediate_size;
+    if (cfg->is_moe)
+        wide = max_size(wide, (size_t)cfg->moe_intermediate_size * (size_t)cfg->n_shared_experts);
+    lm_glm4v_scratch *s = &ctx->scratch;
+    lm_carve(c, &s->h, N * H);
+    lm_carve(c, &s->x, N * H);
+    lm_carve(c, &s->q, N * q);
+    lm_carve(c, &s->k, N * kv);
+    lm_carve(c, &s->v, N * kv);
+    lm_carve(c, &s->attn, N * q);
+    lm_carve(c, &s->proj, N * max_size(wide, 1));
+    lm_carve(c, &s->proj2, N * max_size(wide, 1));
+    if (cfg->is_moe) {
+        size_t E = (size_t)cfg->n_routed_experts, k = (size_t)cfg->num_experts_per_tok;
+        lm_moe_experts shape = {.n_experts = cfg->n_routed_experts, .hidden = cfg->hidden_size,
+                                .inter = cfg->moe_intermediate_size};
+        lm_carve(c, &s->router_logits, N * E);
+        lm_carve(c, &s->ids, N * k);
+        lm_carve(c, &s->weights, N * k);
+        lm_carve(c, &s->routed, N * H);
+        lm_carve(c, &s->shared, N * H);
+        lm_carve(c, &s->expert_scratch, (lm_moe_scratch_bytes((int)N, (int)k, &shape) + 3) / 4);
+    }
+    lm_carve(c, &ctx->logit_x, R * H);
+    lm_carve(c, &ctx->logits, R * V);
+    lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
+}
+
+static lm_status check_options(const lm_context_options *o, lm_error *err) {
+    if (o->kv_block_size <= 0 || o->kv_block_size > 4096 || o->kv_blocks <= 0 ||
+        o->kv_blocks > (1 << 24))
+        return lm_fail(err, LM_ERR_INVALID, "context: KV pool of %d blocks of %d tokens is out of range",
+                       o->kv_blocks, o->kv_block_size);
+    if (o->max_step_tokens <= 0 || o->max_step_tokens > (1 << 20) || o->max_step_seqs <= 0 ||
+        o->max_step_seqs > o->max_step_tokens || o->max_blocks_per_seq <= 0 ||
+        o->max_blocks_per_seq > o->kv_blocks || o->max_logit_rows < 0)
+        return lm_fail(err, LM_ERR_INVALID,
+                       "context: step of %d tokens, %d sequences, %d blocks per sequence is out "
+                       "of range",
+                       o->max_step_tokens, o->max_step_seqs, o->max_blocks_per_seq);
+    if (o->speculative_tokens != 0)
+        return lm_fail(err, LM_ERR_INVALID,
+                       "context: no speculation: GLM-4.6V has no draft head loom runs");
+    return LM_OK;
+}
+
+lm_status lm_glm4v_context_create(lm_model *base, const lm_context_options *o,
+                                  lm_model_context **out, lm_error *err) {
+    lm_glm4v_model *m = (lm_glm4v_model *)base;
+    const lm_glm4v_config *cfg = &m->config;
+    lm_status st = check_options(o, err);
+    if (st != LM_OK) return st;
+    lm_glm4v_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory for the model context");
+    ctx->base.model = base;
+    ctx->model = m;
+    ctx->be = base->backend;
+    ctx->options = *o;
+    int R = o->max_logit_rows > 0 ? o->max_logit_rows : o->max_step_seqs;
+    ctx->max_logit_rows = R < o->max_step_tokens ? R : o->max_step_tokens;
+    ctx->descriptor_ints =
+        lm_step_descriptor_ints(o->max_step_tokens, o->max_step_seqs, o->max_blocks_per_seq);
+    ctx->kv = calloc((size_t)cfg->num_hidden_layers, sizeof *ctx->kv);
+    ctx->host_descriptor = malloc(sizeof(int32_t) * ctx->descriptor_ints);
+    if (!ctx->kv || !ctx->host_descriptor) {
+        lm_glm4v_context_destroy(&ctx->base);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory for the model context");
+    }
+    lm_carver count = {0};
+    layout(ctx, &count);
+    st = lm_alloc(ctx->be, count.used, "the KV cache and step workspace", &ctx->buffer, err);
+    if (st != LM_OK) {
+        lm_glm4v_context_destroy(&ctx->base);
+        return st;
+    }
+    lm_carver assign = {.buffer = ctx->buffer};
+    layout(ctx, &assign);
+    for (int l = 0; l < cfg->num_hidden_layers; l++) {
+        lm_kv_layer *kv = &ctx->kv[l];
+        kv->n_blocks = o->kv_blocks;
+        kv->block_size = o->kv_block_size;
+        kv->n_kv_heads = cfg->num_key_value_heads;
+        kv->head_dim = cfg->head_dim;
+    }
+    *out = &ctx->base;
+    return LM_OK;
+}
+
+void lm_glm4v_context_destroy(lm_model_context *base) {
+    lm_glm4v_context *ctx = (lm_glm4v_context *)base;
+    if (!ctx) return;
+    lm_buffer_free(ctx->be, ctx->buffer);
+    free(ctx->kv);
+    free(ctx->host_descriptor);
+    free(ctx);
+}
+
+void lm_glm4v_copy_block(lm_model_context *base, int src, int dst) {
+    lm_glm4v_context *ctx = (lm_glm4v_context *)base;
+    const lm_glm4v_config *c = &ctx->model->config;
+    size_t block = (size_t)ctx->options.kv_block_size * (size_t)c->num_key_value_heads *
+                   (size_t)c->head_dim;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const lm_kv_layer *kv = &ctx->kv[l];
+        lm_copy(ctx->be, lm_mem_f32(kv->k, block * (size_t)dst), lm_mem_f32(kv->k, block * (size_t)src),
+                sizeof(float) * block);
+        lm_copy(ctx->be, lm_mem_f32(kv->v, block * (size_t)dst), lm_mem_f32(kv->v, block * (size_t)src),
+                sizeof(float) * block);
+    }
+}
+
+lm_status lm_glm4v_step_upload(lm_glm4v_context *ctx, const lm_step_batch *b, lm_step_view *step,
+                               lm_error *err) {
+    const lm_context_options *o = &ctx->options;
+    lm_step_limits limits = {
+        .max_step_tokens = o->max_step_tokens,
+        .max_step_seqs = o->max_step_seqs,
+        .max_logit_rows = ctx->max_logit_rows,
+        .kv_block_size = o->kv_block_size,
+        .kv_blocks = o->kv_blocks,
+        .max_blocks_per_seq = o->max_blocks_per_seq,
+        .uses_kv = true,
+        .state_slots = 0, /* no recurrent layers */
+        .record_rows = 0,
+        .vocab_size = ctx->model->config.vocab_size,
+    };
+    lm_status st = lm_step_check(&limits, b, err);
+    if (st != LM_OK) return st;
+    lm_step_upload(ctx->be, ctx->descriptor, ctx->host_descriptor, b, o->kv_block_size, NULL, step);
+    return LM_OK;
+}
