@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/big_alloc.h"
 #include "io/json_file.h"
 
 struct lm_safetensors {
@@ -327,7 +328,7 @@ lm_status lm_safetensors_parse_memory(const void *bytes, size_t n, const char *n
 /* Reads all of fd into a 64-byte aligned buffer. */
 static lm_status read_whole_file(int fd, const char *path, size_t size, void **out,
                                  lm_error *err) {
-    uint8_t *buf = aligned_alloc(DATA_ALIGNMENT, round_up(size ? size : 1, DATA_ALIGNMENT));
+    uint8_t *buf = lm_big_alloc(size ? size : 1); /* at least DATA_ALIGNMENT-aligned */
     if (!buf) return lm_fail(err, LM_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, size);
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     size_t done = 0;

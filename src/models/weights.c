@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "base/big_alloc.h"
 
 void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend *backend) {
     memset(w, 0, sizeof *w);
@@ -90,7 +91,7 @@ static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dim
     size_t bytes = (size_t)n * lm_dtype_size(dtype);
     lm_tensor *t = calloc(1, sizeof *t);
     char *name_copy = strdup(name);
-    void *data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    void *data = lm_big_alloc(bytes);
     if (!t || !name_copy || !data ||
         !push_pointer(&w->random_owned, &w->n_random_owned, &w->cap_random_owned, t) ||
         !push_pointer(&w->random_owned, &w->n_random_owned, &w->cap_random_owned, name_copy) ||
@@ -105,7 +106,20 @@ static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dim
     float scale = n_dims == 2 ? 1.0f / sqrtf((float)shape[1]) : 0.1f;
     if (dtype == LM_DTYPE_BF16) {
         uint16_t *p = data;
-        for (int64_t i = 0; i < n; i++) p[i] = lm_f32_to_bf16(scale * random_unit(&w->random_state));
+        /* Benchmark shapes reach 100 GB: past a million values a tensor is
+         * made of chunks of its first million at random offsets (memcpy
+         * speed), which keeps every row random enough for routing and
+         * norms, and costs a second instead of minutes. */
+        const int64_t pool = (int64_t)1 << 20, chunk = (int64_t)1 << 14;
+        int64_t direct = n < pool ? n : pool;
+        for (int64_t i = 0; i < direct; i++) p[i] = lm_f32_to_bf16(scale * random_unit(&w->random_state));
+        for (int64_t i = direct; i < n; i += chunk) {
+            int64_t take = n - i < chunk ? n - i : chunk;
+            float u = 0.5f * (random_unit(&w->random_state) + 1.0f); /* [0, 1) */
+            int64_t from = (int64_t)(u * (float)(pool - chunk));
+            if (from < 0 || from > pool - chunk) from = 0;
+            memcpy(p + i, p + from, sizeof *p * (size_t)take);
+        }
     } else {
         float *p = data;
         for (int64_t i = 0; i < n; i++) p[i] = scale * random_unit(&w->random_state);

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/big_alloc.h"
+
 #define HOST_ALIGN 64 /* a cache line, and the widest vector */
 
 /* A view [m.offset, m.offset + bytes) of its buffer, checked in debug builds. */
@@ -24,7 +26,7 @@ lm_status lm_host_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffe
         return lm_fail(err, LM_ERR_NOMEM, "%s: %zu bytes is too large", what ? what : "buffer",
                        bytes);
     lm_buffer *b = malloc(sizeof *b);
-    void *data = aligned_alloc(HOST_ALIGN, rounded ? rounded : HOST_ALIGN);
+    void *data = lm_big_alloc(rounded ? rounded : HOST_ALIGN); /* HOST_ALIGN-aligned at least */
     if (!b || !data) {
         free(b);
         free(data);
