@@ -139,10 +139,17 @@ typedef struct {
     const lm_matrix *gate, *up, *down; /* [n_experts] each */
 } lm_moe_experts;
 
-/* Scratch bytes moe_experts needs for n tokens of top_k experts each. */
+/* Scratch bytes moe_experts needs for n tokens of top_k experts each: room
+ * for the inputs and the two SwiGLU halves of a wave of
+ * lm_moe_wave_rows(n, top_k) (token, expert) pairs, and every pair's output. */
+#define LM_MOE_WAVE_PAIRS 256
+static inline size_t lm_moe_wave_rows(int n, int top_k) {
+    size_t pairs = (size_t)n * (size_t)top_k, wave = pairs < LM_MOE_WAVE_PAIRS ? pairs : LM_MOE_WAVE_PAIRS;
+    return wave > (size_t)n ? wave : (size_t)n; /* one expert may take every token */
+}
 static inline size_t lm_moe_scratch_bytes(int n, int top_k, const lm_moe_experts *e) {
-    size_t pairs = (size_t)n * (size_t)top_k;
-    return sizeof(float) * ((size_t)n * (2 * (size_t)e->inter + (size_t)e->hidden) +
+    size_t pairs = (size_t)n * (size_t)top_k, wave = lm_moe_wave_rows(n, top_k);
+    return sizeof(float) * (wave * (2 * (size_t)e->inter + (size_t)e->hidden) +
                             pairs * (size_t)e->hidden) +
            sizeof(int32_t) * (pairs + (size_t)e->n_experts + 1) + 64;
 }

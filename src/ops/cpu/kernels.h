@@ -11,6 +11,16 @@
 /* matmul.c */
 void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host_matrix *w);
 void lm_cpu_embed(float *out, const int32_t *ids, int n, const lm_host_matrix *table);
+/* Independent matmuls y = x·wᵀ in one pool run (the experts of a MoE layer):
+ * the same bits as one lm_cpu_matmul each, one hand-off instead of many. */
+#define LM_CPU_MATMUL_MANY_MAX 64
+typedef struct {
+    float *y;
+    const float *x;
+    int n;
+    const lm_host_matrix *w;
+} lm_cpu_matmul_call;
+void lm_cpu_matmul_many(lm_pool *pool, const lm_cpu_matmul_call *calls, int n_calls);
 
 /* elementwise.c */
 void lm_cpu_rmsnorm(lm_pool *pool, float *out, const float *x, const float *weight, int rows,

@@ -176,13 +176,8 @@ static void matmul_task(void *ctx, int task, int n_tasks) {
     }
 }
 
-void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host_matrix *w) {
-    if (n <= 0 || w->rows <= 0) return;
-    if (w->dtype != LM_DTYPE_BF16 && w->dtype != LM_DTYPE_F16 && w->dtype != LM_DTYPE_F32) {
-        lm_ref_matmul(y, x, n, w); /* loaders only hand float matrices to kernels */
-        return;
-    }
-    int threads = lm_pool_size(pool);
+/* The job of one call, rows split into tasks of `per` rows. */
+static matmul_job job_of(float *y, const float *x, int n, const lm_host_matrix *w, int64_t per) {
     matmul_job job = {
         .y = y,
         .x = x,
@@ -192,19 +187,83 @@ void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host
         .n = n,
         .dtype = w->dtype,
         .col_block = n == 1 || w->cols <= PREFILL_COL_BLOCK ? w->cols : PREFILL_COL_BLOCK,
+        .rows_per_task = per,
     };
-    /* Several tasks per thread, taken dynamically, so a core slowed by a
-     * neighbour does not hold the whole call back. */
-    int64_t tasks_wanted = threads > 1 ? (int64_t)threads * TASKS_PER_THREAD : 1;
-    int64_t per = (w->rows + tasks_wanted - 1) / tasks_wanted;
-    per = (per + TASK_ROW_ALIGN - 1) / TASK_ROW_ALIGN * TASK_ROW_ALIGN;
-    job.rows_per_task = per;
     int64_t elem = w->dtype == LM_DTYPE_F32 ? 4 : 2;
     int64_t panel = PANEL_BYTES / (elem * (job.col_block > 0 ? job.col_block : 1));
     panel = panel / TASK_ROW_ALIGN * TASK_ROW_ALIGN;
     job.panel_rows = panel > TASK_ROW_ALIGN ? panel : TASK_ROW_ALIGN;
-    int64_t n_tasks = (w->rows + per - 1) / per;
+    return job;
+}
+
+/* Several tasks per thread, taken dynamically, so a core slowed by a
+ * neighbour does not hold the whole call back. */
+static int64_t rows_per_task(lm_pool *pool, int64_t rows) {
+    int threads = lm_pool_size(pool);
+    int64_t tasks_wanted = threads > 1 ? (int64_t)threads * TASKS_PER_THREAD : 1;
+    int64_t per = (rows + tasks_wanted - 1) / tasks_wanted;
+    return (per + TASK_ROW_ALIGN - 1) / TASK_ROW_ALIGN * TASK_ROW_ALIGN;
+}
+
+static bool kernel_dtype(lm_dtype d) {
+    return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32;
+}
+
+void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host_matrix *w) {
+    if (n <= 0 || w->rows <= 0) return;
+    if (!kernel_dtype(w->dtype)) {
+        lm_ref_matmul(y, x, n, w); /* loaders only hand float matrices to kernels */
+        return;
+    }
+    matmul_job job = job_of(y, x, n, w, rows_per_task(pool, w->rows));
+    int64_t n_tasks = (w->rows + job.rows_per_task - 1) / job.rows_per_task;
     lm_pool_run(pool, (int)n_tasks, matmul_task, &job);
+}
+
+/* ---- several independent matmuls in one pool run ---- */
+
+typedef struct {
+    matmul_job jobs[LM_CPU_MATMUL_MANY_MAX];
+    int first_task[LM_CPU_MATMUL_MANY_MAX + 1];
+    int n_jobs;
+} matmul_many_job;
+
+static void matmul_many_task(void *ctx, int task, int n_tasks) {
+    const matmul_many_job *m = ctx;
+    int lo = 0, hi = m->n_jobs - 1; /* the job whose tasks hold `task` */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (m->first_task[mid] <= task) lo = mid;
+        else hi = mid - 1;
+    }
+    matmul_task((void *)&m->jobs[lo], task - m->first_task[lo], n_tasks);
+}
+
+void lm_cpu_matmul_many(lm_pool *pool, const lm_cpu_matmul_call *calls, int n_calls) {
+    while (n_calls > 0) {
+        int take = n_calls < LM_CPU_MATMUL_MANY_MAX ? n_calls : LM_CPU_MATMUL_MANY_MAX;
+        matmul_many_job m;
+        m.n_jobs = 0;
+        int64_t rows = 0;
+        for (int i = 0; i < take; i++) rows += calls[i].n > 0 ? calls[i].w->rows : 0;
+        int64_t per = rows_per_task(pool, rows > 0 ? rows : 1);
+        int tasks = 0;
+        for (int i = 0; i < take; i++) {
+            const lm_cpu_matmul_call *c = &calls[i];
+            if (c->n <= 0 || c->w->rows <= 0) continue;
+            if (!kernel_dtype(c->w->dtype)) {
+                lm_ref_matmul(c->y, c->x, c->n, c->w);
+                continue;
+            }
+            m.jobs[m.n_jobs] = job_of(c->y, c->x, c->n, c->w, per);
+            m.first_task[m.n_jobs++] = tasks;
+            tasks += (int)((c->w->rows + per - 1) / per);
+        }
+        m.first_task[m.n_jobs] = tasks;
+        if (tasks > 0) lm_pool_run(pool, tasks, matmul_many_task, &m);
+        calls += take;
+        n_calls -= take;
+    }
 }
 
 static void embed_row(float *out, const lm_host_matrix *table, int64_t row) {
