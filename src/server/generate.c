@@ -700,10 +700,13 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         size_t text_len = 0;
         st = lm_render_chat_prompt(s, r, &text, &text_len, &err);
         /* tool_choice required / named: the prompt ends with the opening of
-         * the call (after closing a thinking block the template opened). */
+         * the call, after what makes the turn read as the template writes a
+         * call without reasoning (closing a thinking block the template
+         * opened; GLM's empty <think></think>). */
         bool forced = lm_tool_choice_forces_call(r);
         lm_tool_form form = lm_tool_form_of_template(lm_tokenizer_chat_template(s->tokenizer));
-        const char *think_close = st == LM_OK && forced ? lm_forced_call_think_close(text, text_len, s->template_has_think) : "";
+        const char *think_close =
+            st == LM_OK && forced ? lm_forced_call_bridge(form, text, text_len, s->template_has_think) : "";
         if (*think_close) {
             size_t extra = strlen(think_close);
             char *grown = realloc(text, text_len + extra + 1);
@@ -712,7 +715,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
                 text = grown;
                 text_len += extra;
             } else {
-                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory closing the thinking block before a forced call");
+                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory ending the reasoning before a forced call");
             }
         }
         if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &ids[0], &n_ids[0], &err);
