@@ -446,6 +446,22 @@ static void test_forced_prompt_is_the_templates_call_turn(void) {
     }
 }
 
+/* The markers kept from skip_special_tokens: GLM's argument tags too, so a
+ * tokenizer that marks them special does not blank every argument. */
+static void test_output_markers(void) {
+    const char *m[LM_OUTPUT_MARKERS];
+    lm_output_markers(true, true, LM_TOOL_FORM_GLM, m);
+    static const char *const glm[LM_OUTPUT_MARKERS] = {"<think>",   "</think>",    "<tool_call>", "</tool_call>",
+                                                       "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+    for (int k = 0; k < LM_OUTPUT_MARKERS; k++) CHECK_MSG(m[k] && strcmp(m[k], glm[k]) == 0, "marker %d", k);
+    lm_output_markers(false, true, LM_TOOL_FORM_XML, m);
+    CHECK(!m[0] && !m[1] && strcmp(m[2], "<tool_call>") == 0 && strcmp(m[3], "</tool_call>") == 0);
+    for (int k = 4; k < LM_OUTPUT_MARKERS; k++) CHECK(!m[k]);
+    lm_output_markers(true, false, LM_TOOL_FORM_GLM, m);
+    CHECK(strcmp(m[0], "<think>") == 0 && strcmp(m[1], "</think>") == 0);
+    for (int k = 2; k < LM_OUTPUT_MARKERS; k++) CHECK(!m[k]);
+}
+
 int main(void) {
     RUN_TEST(test_whole_and_split);
     RUN_TEST(test_untyped_values_stay_strings);
@@ -456,5 +472,6 @@ int main(void) {
     RUN_TEST(test_openings_and_forms);
     RUN_TEST(test_think_closed_before_forced_call);
     RUN_TEST(test_forced_prompt_is_the_templates_call_turn);
+    RUN_TEST(test_output_markers);
     return test_summary("test_tool_parser");
 }
