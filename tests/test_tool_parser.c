@@ -416,7 +416,7 @@ static void test_forced_prompt_is_the_templates_call_turn(void) {
         char *source = read_text(path, &len);
         CHECK_MSG(source, "cannot read %s", path);
         lm_tool_form form = lm_tool_form_of_template(source);
-        CHECK_MSG(!strstr(path, "glm") || form == LM_TOOL_FORM_GLM, "%s: form %d", path, form);
+        CHECK_MSG(!strstr(templates[i].path, "glm") || form == LM_TOOL_FORM_GLM, "%s: form %d", path, form);
         for (int thinking = 0; thinking < (form == LM_TOOL_FORM_GLM ? 2 : 1); thinking++) {
             char ctx_prompt[1024], ctx_turn[1024];
             snprintf(ctx_prompt, sizeof ctx_prompt,
