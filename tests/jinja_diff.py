@@ -6,7 +6,9 @@ Renders templates with python3-jinja2 set up the way transformers sets it up
 json.dumps tojson, raise_exception, strftime_now, the {% generation %} tag)
 and with `loom render --template FILE`, and compares the bytes.  Cases: a
 hand-written list exercising every supported feature, the fixture models'
-chat templates over a set of conversations, and seeded random expressions.
+chat templates over a set of conversations, the published GLM templates of
+tests/data/templates over GLM-specific conversations, and seeded random
+expressions.
 A case where Jinja2 raises must make loom fail too.
 
 usage: jinja_diff.py LOOM_BINARY FIXTURES_DIR [--random N] [--seed S] [-v]
@@ -349,6 +351,98 @@ CONVERSATIONS = [
 ]
 
 
+# ---- conversations for the GLM templates in tests/data/templates ----
+# What GLM-4.6V's template branches on: tool schemas with several parameter
+# types, assistant tool calls with string and non-string arguments (and
+# OpenAI's JSON-string form, which the template cannot iterate: both engines
+# must fail), runs of tool results (text and multimodal), reasoning_content
+# before and after the last user message, enable_thinking false (/nothink),
+# image and video content parts, add_generation_prompt true and false.
+GLM_TOOLS = [
+    {"type": "function", "function": {"name": "search", "description": "Search the web for a query.",
+                                      "parameters": {"type": "object", "properties": {
+                                          "query": {"type": "string", "description": "what to look for"},
+                                          "limit": {"type": "integer", "minimum": 1},
+                                          "threshold": {"type": "number"},
+                                          "safe": {"type": "boolean"},
+                                          "sites": {"type": "array", "items": {"type": "string"}},
+                                          "filters": {"type": "object", "properties": {"lang": {"type": "string"}}},
+                                          "mode": {"type": "string", "enum": ["fast", "deep"]}},
+                                          "required": ["query"]}}},
+    {"type": "function", "function": {"name": "crop_image", "description": "Crop the image to a box (0-1000 coordinates).",
+                                      "parameters": {"type": "object", "properties": {
+                                          "bbox": {"type": "array", "items": {"type": "integer"}}, "image": {"type": "string"}},
+                                          "required": ["bbox"]}}},
+    {"type": "function", "function": {"name": "now", "description": "The time.", "parameters": {"type": "object", "properties": {}}}},
+]
+GLM_CALLS = [
+    {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": {
+        "query": "Ça va — 日本 \"q\"", "limit": 3, "threshold": 0.25, "safe": False, "sites": ["a.org", "b.net"],
+        "filters": {"lang": "fr", "n": None}, "mode": "deep"}}},
+    {"id": "call_2", "type": "function", "function": {"name": "crop_image", "arguments": {"bbox": [10, 20, 300, 400]}}},
+    {"id": "call_3", "type": "function", "function": {"name": "now", "arguments": {}}},
+]
+IMG, VID = {"type": "image"}, {"type": "video"}
+GLM_CONVERSATIONS = [
+    ("system_parts", {"messages": [{"role": "system", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
+                                   {"role": "user", "content": "Hi"}], "add_generation_prompt": True}),
+    ("multi_turn_no_prompt", {"messages": [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": " Hello. "},
+        {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "See you."}], "add_generation_prompt": False}),
+    ("reasoning_before_and_after_last_user", {"messages": [
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": "A1", "reasoning_content": "old thought"},
+        {"role": "user", "content": "Q2"},
+        {"role": "assistant", "content": "A2", "reasoning_content": "\n new thought \n"}], "add_generation_prompt": False}),
+    ("inline_think_history", {"messages": [
+        {"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nold\n</think>\n\nA1"},
+        {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "<think>\nnew\n</think>\nA2"}]}),
+    ("empty_reasoning_after_user", {"messages": [
+        {"role": "user", "content": "Q"}, {"role": "assistant", "content": "A", "reasoning_content": ""}]}),
+    ("nothink", {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"},
+                              {"role": "assistant", "content": "Hello", "reasoning_content": "r"},
+                              {"role": "user", "content": "Again /nothink"}],
+                 "add_generation_prompt": True, "enable_thinking": False}),
+    ("nothink_parts", {"messages": [{"role": "user", "content": [IMG, {"type": "text", "text": "What is it?"}]}],
+                       "add_generation_prompt": True, "enable_thinking": False}),
+    ("images_and_video", {"messages": [
+        {"role": "user", "content": [IMG, {"type": "text", "text": "Compare with"}, {"type": "image_url", "image_url": {"url": "x"}},
+                                     {"image": "file.png"}, VID, {"type": "text", "text": "and the clip."}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "<|begin_of_box|>[1,2,3,4]<|end_of_box|>"}]},
+        {"role": "user", "content": [{"type": "text", "text": "ok"}]}], "add_generation_prompt": True}),
+    ("tools_calls_results", {"messages": [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": [IMG, {"type": "text", "text": "Find this and crop it."}]},
+        {"role": "assistant", "content": "Let me look.", "reasoning_content": "I need search.", "tool_calls": GLM_CALLS},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"hits\": 2}"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "cropped"},
+        {"role": "tool", "tool_call_id": "call_3", "content": "12:00"},
+        {"role": "assistant", "content": "Done.", "reasoning_content": "All three answered."},
+        {"role": "user", "content": "Thanks"}], "tools": GLM_TOOLS, "add_generation_prompt": True}),
+    ("tool_call_last", {"messages": [
+        {"role": "user", "content": "Search cats"},
+        {"role": "assistant", "content": "", "tool_calls": GLM_CALLS[:1]},
+        {"role": "tool", "content": "cats!"}], "tools": GLM_TOOLS, "add_generation_prompt": True}),
+    ("tool_call_null_content", {"messages": [
+        {"role": "user", "content": "Time?"},
+        {"role": "assistant", "content": None, "tool_calls": GLM_CALLS[2:]},
+        {"role": "tool", "content": "12:00"}], "tools": GLM_TOOLS, "add_generation_prompt": True, "enable_thinking": False}),
+    ("tool_call_json_string_args", {"messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": "calling", "tool_calls": [
+            {"type": "function", "function": {"name": "search", "arguments": "{\"query\": \"a\"}"}}]}],
+        "tools": GLM_TOOLS, "add_generation_prompt": True}),
+    ("multimodal_tool_result", {"messages": [
+        {"role": "user", "content": "Show me"},
+        {"role": "assistant", "content": "", "tool_calls": GLM_CALLS[1:2]},
+        {"role": "tool", "content": [{"type": "text", "text": "Here:"}, {"type": "image_url", "image_url": {"url": "u"}},
+                                     {"type": "Video"}, {"type": "other", "k": 1}, {"output": "plain"}, "bare"]},
+        {"role": "tool", "content": "second"}], "tools": GLM_TOOLS, "add_generation_prompt": True}),
+    ("tool_first", {"messages": [{"role": "tool", "content": "orphan"}, {"role": "user", "content": "Hi"}],
+                    "add_generation_prompt": True}),
+]
+
+
 # Templates written for this test in the style of published chat templates
 # (Qwen3.5's XML tool calls with render_extra_keys, Llama 3.1's dated system
 # prompt and JSON tools, Mistral's strict alternation), rendered over the
@@ -592,6 +686,16 @@ def fixture_templates(fixtures):
     return out
 
 
+def repo_templates(root):
+    """The published templates kept in tests/data/templates (see its README)."""
+    folder = os.path.join(root, "tests", "data", "templates")
+    out = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".jinja"):
+            out.append((name[:-len(".jinja")], open(os.path.join(folder, name), encoding="utf-8").read()))
+    return out
+
+
 def special_tokens(model_dir):
     cfg = json.load(open(os.path.join(model_dir, "tokenizer_config.json"), encoding="utf-8"))
     out = {}
@@ -731,6 +835,13 @@ def main():
     for tname, tpl in STYLE_TEMPLATES.items():
         for cname, ctx in CONVERSATIONS:
             full = dict(style_tokens)
+            full.update(ctx)
+            cases.append((f"{tname}/{cname}", tpl, full, None))
+    glm_tokens = {"eos_token": "<|endoftext|>"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for tname, tpl in repo_templates(root):
+        for cname, ctx in GLM_CONVERSATIONS + CONVERSATIONS:
+            full = dict(glm_tokens)
             full.update(ctx)
             cases.append((f"{tname}/{cname}", tpl, full, None))
     r = random.Random(seed)

@@ -1,8 +1,10 @@
 /* The chat-template API on real templates: every case of
  * tokenizers/qwen3/chat_cases.json (rendered by transformers) byte for byte,
  * the fixture models' templates on golden conversations (rendered by
- * python3-jinja2 with transformers' settings), and the ways a model folder
- * can carry its template and special tokens. */
+ * python3-jinja2 with transformers' settings), the published GLM templates of
+ * tests/data/templates on tests/data/templates/glm-cases.json (rendered by
+ * python3-jinja2, tests/data/templates/make_cases.py), and the ways a model
+ * folder can carry its template and special tokens. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +163,68 @@ static const golden goldens[] = {
      "[gMASK]<sop><|user|>\n<|begin_of_image|><|image|><|end_of_image|>Describe.<|assistant|>"},
 };
 
+/* tests/data, or $LOOM_TEST_DATA. */
+static const char *test_data_path(char *buf, size_t size, const char *relative) {
+    const char *data = getenv("LOOM_TEST_DATA");
+    snprintf(buf, size, "%s/%s", data && *data ? data : "tests/data", relative);
+    return buf;
+}
+
+/* Every case of glm-cases.json: the GLM-V and GLM-4.6 templates over
+ * conversations with tools, tool calls of every argument type, tool-result
+ * runs, reasoning before/after the last user turn, /nothink, images and
+ * videos; cases where Jinja2 raises must fail in loom too. */
+static void test_glm_template_cases(void) {
+    char path[512];
+    size_t len;
+    char *text = slurp(test_data_path(path, sizeof path, "templates/glm-cases.json"), &len);
+    CHECK_MSG(text, "cannot read %s", path);
+    cJSON *cases = cJSON_ParseWithLength(text, len);
+    free(text);
+    CHECK(cJSON_IsArray(cases) && cJSON_GetArraySize(cases) >= 20);
+    int rendered = 0, refused = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        const char *tname = cJSON_GetObjectItem(c, "template")->valuestring;
+        const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(c, "rendered");
+        char rel[256];
+        snprintf(rel, sizeof rel, "templates/%s", tname);
+        size_t src_len;
+        char *src = slurp(test_data_path(path, sizeof path, rel), &src_len);
+        if (!src) {
+            test_failed(__FILE__, __LINE__, "cannot read %s", path);
+            break;
+        }
+        lm_error err = {0};
+        lm_chat_template *t = NULL;
+        lm_status st = lm_chat_template_compile(src, src_len, &t, &err);
+        free(src);
+        char *out = NULL;
+        size_t out_len = 0;
+        if (!st) st = lm_chat_template_render(t, cJSON_GetObjectItem(c, "context"), &out, &out_len, &err);
+        lm_chat_template_free(t);
+        if (cJSON_IsString(want)) {
+            if (st)
+                test_failed(__FILE__, __LINE__, "%s/%s: %s", tname, name, err.message);
+            else if (out_len != strlen(want->valuestring) || memcmp(out, want->valuestring, out_len))
+                test_failed(__FILE__, __LINE__, "%s/%s\n  got  [%s]\n  want [%s]", tname, name, out,
+                            want->valuestring);
+            else
+                rendered++;
+        } else if (!st) {
+            test_failed(__FILE__, __LINE__, "%s/%s: Jinja2 raises, loom rendered [%s]", tname, name,
+                        out);
+        } else {
+            CHECK_MSG(err.message[0], "%s/%s failed without a message", tname, name);
+            refused++;
+        }
+        free(out);
+    }
+    cJSON_Delete(cases);
+    CHECK_MSG(rendered >= 20 && refused >= 1, "%d rendered, %d refused", rendered, refused);
+}
+
 static void test_fixture_models(void) {
     for (size_t i = 0; i < sizeof goldens / sizeof goldens[0]; i++) {
         char rel[128], dir[512];
@@ -296,6 +360,7 @@ static void test_load_dir_variants(void) {
 int main(void) {
     RUN_TEST(test_qwen3_chat_cases);
     RUN_TEST(test_fixture_models);
+    RUN_TEST(test_glm_template_cases);
     RUN_TEST(test_fixture_models_render_everything);
     RUN_TEST(test_load_dir_variants);
     return test_summary("test_chat_template");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Differential test of loom's chat-template engine against python3-jinja2
 # configured as transformers configures it (tests/jinja_diff.py): every
-# feature case, the fixture models' templates over a set of conversations,
+# feature case, the fixture models' and tests/data/templates' templates over sets of conversations,
 # and seeded random expressions.  Prints "test_jinja_diff.sh: N passed, N failed".
 # LOOM_JINJA_DIFF_RANDOM sets the number of random expressions (default 300).
 set -u

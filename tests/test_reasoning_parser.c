@@ -24,6 +24,18 @@ static const reasoning_case cases[] = {
     {"\n\nhi", true, "", ""}, /* overwritten below: reasoning "hi" */
     {"unterminated <think", false, "", "unterminated <think"},
     {"r\xc3\xa9sum\xc3\xa9</think>caf\xc3\xa9", true, "r\xc3\xa9sum\xc3\xa9", "caf\xc3\xa9"},
+    /* GLM: the generation prompt opens no <think> (GLM-4.6V "<|assistant|>\n",
+     * GLM-4.6 "<|assistant|>", after which the model writes "\n<think>"); a
+     * GLM-V answer in <|begin_of_box|> tags (when the client keeps special
+     * tokens) is content; with thinking off the output is all content. */
+    {"<think>Look at the image.</think>\n<|begin_of_box|>[1,2,3,4]<|end_of_box|>", false, "Look at the image.",
+     "<|begin_of_box|>[1,2,3,4]<|end_of_box|>"},
+    {"\n<think>Reason.\n</think>\nAnswer", false, "Reason.", "Answer"},
+    {"\n\r\n<think></think>x", false, "", "x"},
+    {"\nplain, no reasoning", false, "", "\nplain, no reasoning"},
+    {"\n\n", false, "", "\n\n"},
+    {"\n<thin", false, "", "\n<thin"},
+    {"The answer is 4.", false, "", "The answer is 4."},
 };
 
 static void run_case(const reasoning_case *c, const char *want_r, const char *want_c, size_t cut,

@@ -8,6 +8,7 @@
 #include "harness.h"
 #include "server/tool_choice.h"
 #include "server/tool_parser.h"
+#include "text/chat_template.h"
 
 static const char *tools_json =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
@@ -31,6 +32,21 @@ static const tool_case cases[] = {
     {"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>\n"
      "<arg_key>opts</arg_key>\n<arg_value>{\"unit\": \"C\"}</arg_value>\n</tool_call>",
      "", 1, {"get_weather"}, {"{\"city\":\"Rome\",\"opts\":{\"unit\":\"C\"}}"}},
+    /* GLM as its templates write it (values typed by the schema: days is an
+     * integer, zip and city strings even when they look like JSON), two
+     * calls after content; the same without newlines (GLM-4.7's form); a
+     * call without arguments, as the template renders one. */
+    {"Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>123</arg_value>\n"
+     "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>zip</arg_key>\n<arg_value>01234</arg_value>\n"
+     "</tool_call>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Ça va \"q\"</arg_value>\n</tool_call>",
+     "Checking.\n\n", 2, {"get_weather", "get_weather"},
+     {"{\"city\":\"123\",\"days\":2,\"zip\":\"01234\"}", "{\"city\":\"Ça va \\\"q\\\"\"}"}},
+    {"<tool_call>get_weather<arg_key>days</arg_key><arg_value>7</arg_value><arg_key>opts</arg_key>"
+     "<arg_value>{\"a\": [1, null]}</arg_value></tool_call>",
+     "", 1, {"get_weather"}, {"{\"days\":7,\"opts\":{\"a\":[1,null]}}"}},
+    {"<tool_call>now\n</tool_call>", "", 1, {"now"}, {"{}"}},
+    {"<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>two</arg_value>\n</tool_call>",
+     "", 1, {"get_weather"}, {"{\"days\":\"two\"}"}},
     {"<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", "
      "\"arguments\": \"{\\\"x\\\": 1}\"}\n</tool_call>",
      "\n", 2, {"a", "b"}, {"{}", "{\"x\":1}"}},
@@ -302,15 +318,35 @@ static void test_openings_and_forms(void) {
 
 /* Qwen3.5's generation prompt leaves <think> open when thinking is on: a
  * forced call first closes it (an empty thinking block, as the template
- * writes when thinking is off). */
+ * writes when thinking is off).  GLM's empty block is "\n<think></think>\n"
+ * after <|assistant|>, completed from wherever the generation prompt ends. */
 static void test_think_closed_before_forced_call(void) {
     const char *open = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n";
     const char *closed = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
     const char *plain = "<|im_start|>assistant\n";
-    CHECK(strcmp(lm_forced_call_think_close(open, strlen(open), true), "\n</think>\n\n") == 0);
-    CHECK(strcmp(lm_forced_call_think_close(open, strlen(open), false), "") == 0);
-    CHECK(strcmp(lm_forced_call_think_close(closed, strlen(closed), true), "") == 0);
-    CHECK(strcmp(lm_forced_call_think_close(plain, strlen(plain), true), "") == 0);
+    CHECK(strcmp(lm_forced_call_bridge(LM_TOOL_FORM_XML, open, strlen(open), true), "\n</think>\n\n") == 0);
+    CHECK(strcmp(lm_forced_call_bridge(LM_TOOL_FORM_JSON, open, strlen(open), true), "\n</think>\n\n") == 0);
+    CHECK(strcmp(lm_forced_call_bridge(LM_TOOL_FORM_XML, open, strlen(open), false), "") == 0);
+    CHECK(strcmp(lm_forced_call_bridge(LM_TOOL_FORM_XML, closed, strlen(closed), true), "") == 0);
+    CHECK(strcmp(lm_forced_call_bridge(LM_TOOL_FORM_XML, plain, strlen(plain), true), "") == 0);
+    static const struct {
+        const char *prompt, *bridge;
+    } glm[] = {
+        {"<|user|>\nhi<|assistant|>\n", "<think></think>\n"},               /* GLM-4.6V, thinking */
+        {"<|user|>\nhi<|assistant|>\n<think></think>\n", ""},               /* GLM-4.6V, no thinking */
+        {"<|user|>\nhi<|assistant|>", "\n<think></think>\n"},               /* GLM-4.6, thinking */
+        {"<|user|>\nhi<|assistant|>\n<think></think>", "\n"},               /* GLM-4.6, no thinking */
+        {"<|user|>\nhi<|assistant|>\n<think>", "</think>\n"},               /* a template opening <think> */
+        {"<|user|>\nhi<|assistant|>\n<think>x</think>\nok", ""},
+        {"<|user|>\nno assistant turn", ""},
+        {"", ""},
+    };
+    for (size_t i = 0; i < sizeof glm / sizeof glm[0]; i++) {
+        const char *got = lm_forced_call_bridge(LM_TOOL_FORM_GLM, glm[i].prompt, strlen(glm[i].prompt), true);
+        CHECK_MSG(strcmp(got, glm[i].bridge) == 0, "GLM prompt [%s]: bridge [%s], want [%s]", glm[i].prompt, got,
+                  glm[i].bridge);
+    }
+    CHECK(strcmp(lm_forced_call_bridge(LM_TOOL_FORM_GLM, glm[0].prompt, strlen(glm[0].prompt), false), "") == 0);
     lm_openai_request r = {0};
     cJSON *tools = cJSON_Parse(tools_json);
     r.tools = tools;
@@ -326,6 +362,106 @@ static void test_think_closed_before_forced_call(void) {
     cJSON_Delete(tools);
 }
 
+static char *read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[n] = 0, *len = (size_t)n;
+    return buf;
+}
+
+static lm_status render(const char *source, size_t len, const char *ctx, char **out, lm_error *err) {
+    lm_chat_template *t = NULL;
+    lm_status st = lm_chat_template_compile(source, len, &t, err);
+    size_t out_len;
+    if (!st) st = lm_chat_template_render_json(t, ctx, strlen(ctx), NULL, out, &out_len, err);
+    lm_chat_template_free(t);
+    return st;
+}
+
+/* A forced call's prompt (generation prompt + bridge + opening) is exactly
+ * the start of the turn the real template writes for an assistant message
+ * that calls that tool without content or reasoning: for the published GLM
+ * templates (tests/data/templates), thinking on and off, and the Qwen3.5
+ * fixture with thinking off, so the model sees its own trained form.  (With
+ * thinking on, that Qwen template's generation prompt opens no <think> while
+ * its history writes an empty block before a call: not bridged yet.) */
+static void test_forced_prompt_is_the_templates_call_turn(void) {
+    static const struct {
+        const char *where, *path; /* where: "data" (tests/data) or "fixture" */
+    } templates[] = {
+        {"data", "templates/glm-ocr.jinja"},
+        {"data", "templates/glm-4.6.jinja"},
+        {"fixture", "models/qwen35-dense/chat_template.jinja"},
+    };
+    const char *messages = "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"Weather?\"}";
+    const char *call = ",{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"type\":\"function\","
+                       "\"function\":{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\",\"days\":2}}}]}";
+    const char *data = getenv("LOOM_TEST_DATA");
+    for (size_t i = 0; i < sizeof templates / sizeof templates[0]; i++) {
+        char path[600];
+        if (strcmp(templates[i].where, "data") == 0)
+            snprintf(path, sizeof path, "%s/%s", data && *data ? data : "tests/data", templates[i].path);
+        else
+            test_fixture_path(path, sizeof path, templates[i].path);
+        size_t len;
+        char *source = read_text(path, &len);
+        CHECK_MSG(source, "cannot read %s", path);
+        lm_tool_form form = lm_tool_form_of_template(source);
+        CHECK_MSG(!strstr(templates[i].path, "glm") || form == LM_TOOL_FORM_GLM, "%s: form %d", path, form);
+        for (int thinking = 0; thinking < (form == LM_TOOL_FORM_GLM ? 2 : 1); thinking++) {
+            char ctx_prompt[1024], ctx_turn[1024];
+            snprintf(ctx_prompt, sizeof ctx_prompt,
+                     "{\"messages\":%s],\"tools\":%s,\"add_generation_prompt\":true,\"enable_thinking\":%s}",
+                     messages, tools_json, thinking ? "true" : "false");
+            snprintf(ctx_turn, sizeof ctx_turn,
+                     "{\"messages\":%s%s],\"tools\":%s,\"add_generation_prompt\":false,\"enable_thinking\":%s}",
+                     messages, call, tools_json, thinking ? "true" : "false");
+            lm_error err = {0};
+            char *prompt = NULL, *turn = NULL;
+            lm_status st = render(source, len, ctx_prompt, &prompt, &err);
+            if (!st) st = render(source, len, ctx_turn, &turn, &err);
+            lm_sbuf forced = {0};
+            bool ok = !st && lm_sbuf_puts(&forced, prompt) &&
+                      lm_sbuf_puts(&forced, lm_forced_call_bridge(form, prompt, strlen(prompt), strstr(source, "<think>"))) &&
+                      lm_tool_call_opening(form, "get_weather", &forced);
+            if (st)
+                test_failed(__FILE__, __LINE__, "%s: %s", path, err.message);
+            else if (!ok || strncmp(turn, lm_sbuf_str(&forced), forced.len) != 0)
+                test_failed(__FILE__, __LINE__, "%s thinking %d:\n  forced [%s]\n  turn   [%s]", path, thinking,
+                            lm_sbuf_str(&forced), turn);
+            lm_sbuf_free(&forced);
+            free(prompt);
+            free(turn);
+        }
+        free(source);
+    }
+}
+
+/* The markers kept from skip_special_tokens: GLM's argument tags too, so a
+ * tokenizer that marks them special does not blank every argument. */
+static void test_output_markers(void) {
+    const char *m[LM_OUTPUT_MARKERS];
+    lm_output_markers(true, true, LM_TOOL_FORM_GLM, m);
+    static const char *const glm[LM_OUTPUT_MARKERS] = {"<think>",   "</think>",    "<tool_call>", "</tool_call>",
+                                                       "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+    for (int k = 0; k < LM_OUTPUT_MARKERS; k++) CHECK_MSG(m[k] && strcmp(m[k], glm[k]) == 0, "marker %d", k);
+    lm_output_markers(false, true, LM_TOOL_FORM_XML, m);
+    CHECK(!m[0] && !m[1] && strcmp(m[2], "<tool_call>") == 0 && strcmp(m[3], "</tool_call>") == 0);
+    for (int k = 4; k < LM_OUTPUT_MARKERS; k++) CHECK(!m[k]);
+    lm_output_markers(true, false, LM_TOOL_FORM_GLM, m);
+    CHECK(strcmp(m[0], "<think>") == 0 && strcmp(m[1], "</think>") == 0);
+    for (int k = 2; k < LM_OUTPUT_MARKERS; k++) CHECK(!m[k]);
+}
+
 int main(void) {
     RUN_TEST(test_whole_and_split);
     RUN_TEST(test_untyped_values_stay_strings);
@@ -335,5 +471,7 @@ int main(void) {
     RUN_TEST(test_forced_equals_written);
     RUN_TEST(test_openings_and_forms);
     RUN_TEST(test_think_closed_before_forced_call);
+    RUN_TEST(test_forced_prompt_is_the_templates_call_turn);
+    RUN_TEST(test_output_markers);
     return test_summary("test_tool_parser");
 }

@@ -70,7 +70,7 @@ typedef struct {
     bool stream_done, final_sent;
     bool observed; /* counted in /metrics (outcome and end-to-end latency) */
     char error_message[256];
-    int32_t keep_special[4]; /* chat: the markers the output parsers read, kept by the detokenizer */
+    int32_t keep_special[LM_OUTPUT_MARKERS]; /* chat: the markers the output parsers read, kept by the detokenizer */
 } gen_ctx;
 
 /* ------------------------------------------------------------ prompts */
@@ -700,10 +700,13 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         size_t text_len = 0;
         st = lm_render_chat_prompt(s, r, &text, &text_len, &err);
         /* tool_choice required / named: the prompt ends with the opening of
-         * the call (after closing a thinking block the template opened). */
+         * the call, after what makes the turn read as the template writes a
+         * call without reasoning (closing a thinking block the template
+         * opened; GLM's empty <think></think>). */
         bool forced = lm_tool_choice_forces_call(r);
         lm_tool_form form = lm_tool_form_of_template(lm_tokenizer_chat_template(s->tokenizer));
-        const char *think_close = st == LM_OK && forced ? lm_forced_call_think_close(text, text_len, s->template_has_think) : "";
+        const char *think_close =
+            st == LM_OK && forced ? lm_forced_call_bridge(form, text, text_len, s->template_has_think) : "";
         if (*think_close) {
             size_t extra = strlen(think_close);
             char *grown = realloc(text, text_len + extra + 1);
@@ -712,7 +715,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
                 text = grown;
                 text_len += extra;
             } else {
-                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory closing the thinking block before a forced call");
+                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory ending the reasoning before a forced call");
             }
         }
         if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &ids[0], &n_ids[0], &err);
@@ -743,14 +746,15 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         /* skip_special_tokens (default true) drops special tokens from the
          * text, except the markers the output parsers consume: <think> and
          * </think> when reasoning is split, <tool_call> and </tool_call>
-         * when tools are on (tokenizers may mark them special).  Those the
-         * parsers do not consume (a stray </tool_call>) are dropped there. */
-        const char *markers[4] = {NULL, NULL, NULL, NULL};
-        if (s->template_has_think && !forced) markers[0] = "<think>", markers[1] = "</think>";
-        if (r->tools) markers[2] = "<tool_call>", markers[3] = "</tool_call>";
+         * when tools are on, and GLM's <arg_key> </arg_key> <arg_value>
+         * </arg_value> inside its calls (tokenizers may mark any of them
+         * special).  Those the parsers do not consume (a stray </tool_call>)
+         * are dropped there. */
+        const char *markers[LM_OUTPUT_MARKERS];
+        lm_output_markers(s->template_has_think && !forced, r->tools != NULL, form, markers);
         int n_keep = 0;
-        bool special[4] = {false, false, false, false};
-        for (int k = 0; k < 4 && r->params.skip_special_tokens; k++) {
+        bool special[LM_OUTPUT_MARKERS] = {false};
+        for (int k = 0; k < LM_OUTPUT_MARKERS && r->params.skip_special_tokens; k++) {
             int32_t id = markers[k] ? lm_tokenizer_token_to_id(s->tokenizer, markers[k]) : -1;
             special[k] = id >= 0 && lm_tokenizer_is_special(s->tokenizer, id);
             if (special[k]) g->keep_special[n_keep++] = id;

@@ -11,6 +11,21 @@ void lm_reasoning_parser_init(lm_reasoning_parser *p, bool starts_in_reasoning) 
     memset(p, 0, sizeof *p);
     p->state = starts_in_reasoning ? LM_REASONING_INSIDE : LM_REASONING_BEFORE;
     p->skip_newlines = starts_in_reasoning;
+    p->at_start = !starts_in_reasoning;
+}
+
+/* At the start of the output: drops newlines that come before an opening
+ * <think>.  False while it cannot tell yet (hold everything). */
+static bool settle_start(lm_reasoning_parser *p, bool final) {
+    const char *s = lm_sbuf_str(&p->pending);
+    size_t len = p->pending.len, k = 0;
+    while (k < len && (s[k] == '\n' || s[k] == '\r')) k++;
+    size_t lo = strlen(THINK_OPEN), rest = len - k;
+    bool may_open = rest < lo ? memcmp(s + k, THINK_OPEN, rest) == 0 : memcmp(s + k, THINK_OPEN, lo) == 0;
+    if (!final && may_open && rest < lo) return false; /* newlines, maybe a partial <think>: wait */
+    if (may_open && rest >= lo) lm_sbuf_consume(&p->pending, k);
+    p->at_start = false;
+    return true;
 }
 
 void lm_reasoning_parser_free(lm_reasoning_parser *p) { lm_sbuf_free(&p->pending); }
@@ -52,6 +67,10 @@ static bool step(lm_reasoning_parser *p, lm_sbuf *reasoning, lm_sbuf *content, b
         const char *s = lm_sbuf_str(&p->pending);
         size_t len = p->pending.len;
         if (len == 0) return true;
+        if (p->at_start && p->state == LM_REASONING_BEFORE) {
+            if (!settle_start(p, final)) return true;
+            continue;
+        }
         size_t stray_len, stray_hold;
         size_t stray_at = find_stray(p, s, len, &stray_len, &stray_hold);
         if (p->state == LM_REASONING_AFTER) {

@@ -20,6 +20,9 @@ typedef enum {
 typedef struct {
     lm_reasoning_state state;
     bool skip_newlines; /* drop newlines right after <think> or </think> */
+    bool at_start;      /* nothing classified yet: newlines before an opening <think> are layout
+                         * (GLM-4.6's generation prompt ends at <|assistant|>, the model writes
+                         * "\n<think>") and are dropped */
     lm_sbuf pending;    /* text not yet classified (a possible partial marker) */
     bool drop_stray;    /* a <think> inside the reasoning or after it, or a </think> outside it, is
                          * dropped (set after init: the markers are special tokens the client

@@ -20,8 +20,30 @@ bool lm_tool_choice_forces_call(const lm_openai_request *r) {
            r->add_generation_prompt && !r->continue_final_message;
 }
 
-const char *lm_forced_call_think_close(const char *prompt, size_t len, bool template_has_think) {
-    return template_has_think && lm_prompt_opens_reasoning(prompt, len) ? "\n</think>\n\n" : "";
+#define GLM_ASSISTANT "<|assistant|>"
+#define GLM_EMPTY_THINKING "\n<think></think>\n"
+
+/* GLM: completes "<|assistant|>" + GLM_EMPTY_THINKING (see tool_choice.h). */
+static const char *glm_bridge(const char *prompt, size_t len) {
+    size_t n = strlen(GLM_ASSISTANT), at = len;
+    for (size_t i = len >= n ? len - n + 1 : 0; i-- > 0;)
+        if (memcmp(prompt + i, GLM_ASSISTANT, n) == 0) {
+            at = i;
+            break;
+        }
+    if (at == len) return "";
+    const char *tail = prompt + at + n;
+    size_t tail_len = len - at - n;
+    static const char empty_thinking[] = GLM_EMPTY_THINKING;
+    if (tail_len < sizeof empty_thinking && memcmp(tail, empty_thinking, tail_len) == 0)
+        return empty_thinking + tail_len;
+    return lm_prompt_opens_reasoning(tail, tail_len) ? "</think>\n" : "";
+}
+
+const char *lm_forced_call_bridge(lm_tool_form form, const char *prompt, size_t len, bool template_has_think) {
+    if (!template_has_think) return "";
+    if (form == LM_TOOL_FORM_GLM) return glm_bridge(prompt, len);
+    return lm_prompt_opens_reasoning(prompt, len) ? "\n</think>\n\n" : "";
 }
 
 static unsigned status_of_engine(int rc) {

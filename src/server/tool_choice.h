@@ -27,11 +27,19 @@
  * continue_final_message or without the generation prompt). */
 bool lm_tool_choice_forces_call(const lm_openai_request *r);
 
-/* What goes between a rendered chat prompt and a forced call's opening:
- * "\n</think>\n\n" when the generation prompt left a thinking block open
- * (template_has_think and the prompt's last <think> is not closed), so the
- * call is not written inside the reasoning; else "". */
-const char *lm_forced_call_think_close(const char *prompt, size_t len, bool template_has_think);
+/* What goes between a rendered chat prompt and a forced call's opening, so
+ * that the turn reads as the template writes an assistant turn that calls a
+ * tool without reasoning (only when template_has_think):
+ *   JSON, XML (Qwen): "\n</think>\n\n" when the generation prompt left a
+ *     thinking block open (the prompt's last <think> is not closed), so the
+ *     call is not written inside the reasoning; else "".
+ *   GLM: the rest of "\n<think></think>\n" after the last <|assistant|>
+ *     (GLM's history form "<|assistant|>\n<think></think>\n<tool_call>NAME\n"):
+ *     "<think></think>\n" after GLM-4.6V's "<|assistant|>\n", "\n" after
+ *     GLM-4.6's "<|assistant|>\n<think></think>", "" when thinking is off in
+ *     GLM-4.6V; "</think>\n" when a <think> is left open there.
+ * The result is a static string. */
+const char *lm_forced_call_bridge(lm_tool_form form, const char *prompt, size_t len, bool template_has_think);
 
 /* The token prompt of a forced call: prompt[0..n_prompt) (the rendered chat
  * prompt, thinking closed, as ids) followed by the ids of the chosen

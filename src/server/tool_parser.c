@@ -39,6 +39,15 @@ lm_tool_form lm_tool_form_of_template(const char *template_source) {
     return LM_TOOL_FORM_JSON;
 }
 
+void lm_output_markers(bool split_reasoning, bool tools, lm_tool_form form, const char *out[LM_OUTPUT_MARKERS]) {
+    static const char *const all[LM_OUTPUT_MARKERS] = {"<think>",   "</think>",    "<tool_call>", "</tool_call>",
+                                                       "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+    for (int k = 0; k < LM_OUTPUT_MARKERS; k++) {
+        bool wanted = k < 2 ? split_reasoning : k < 4 ? tools : tools && form == LM_TOOL_FORM_GLM;
+        out[k] = wanted ? all[k] : NULL;
+    }
+}
+
 bool lm_tool_call_opening(lm_tool_form form, const char *name, lm_sbuf *out) {
     switch (form) {
     case LM_TOOL_FORM_XML:

@@ -53,6 +53,15 @@ lm_tool_form lm_tool_form_of_template(const char *template_source);
  * escaped as in a JSON string.  False when out of memory. */
 bool lm_tool_call_opening(lm_tool_form form, const char *name, lm_sbuf *out);
 
+/* The marker texts the output parsers consume, which the detokenizer must
+ * keep even when the tokenizer marks them special and the client asked to
+ * skip special tokens: out[0..1] <think> </think> when split_reasoning,
+ * out[2..3] <tool_call> </tool_call> when tools, out[4..7] <arg_key>
+ * </arg_key> <arg_value> </arg_value> when tools in the GLM form; NULL
+ * where not needed. */
+#define LM_OUTPUT_MARKERS 8
+void lm_output_markers(bool split_reasoning, bool tools, lm_tool_form form, const char *out[LM_OUTPUT_MARKERS]);
+
 typedef struct {
     bool in_call;
     lm_sbuf pending;      /* content that may start a <tool_call> */
