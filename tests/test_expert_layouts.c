@@ -22,6 +22,7 @@
 #include "harness.h"
 #include "io/checkpoint.h"
 #include "model_util.h"
+#include "models/glm4v.h"
 #include "safetensors_writer.h"
 
 #define LOGIT_TOLERANCE 1e-4 /* max |Δ| / std(reference), fixtures/README.md */
@@ -38,8 +39,8 @@ typedef struct {
 static const layout_case cases[] = {
     /* main layers per expert -> fused; the MTP layer fused -> per expert */
     {"models/qwen35-moe", {"p0", "p1"}, 4, 1, true},
-    /* GLM-4.6V (per expert in the layers >= first_k_dense_replace), once its
-     * family loads: {"models/glm46v-moe", {"p0", "p1", "p2"}, 2, 0, false}, */
+    /* GLM-4.6V: per expert in the layers >= first_k_dense_replace -> fused */
+    {"models/glm46v-moe", {"p0", "p1", "p2"}, 2, 0, false},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -430,6 +431,13 @@ static void test_copy_loads_and_uses_every_tensor(void *arg) {
             unused++;
         }
         CHECK_MSG(unused == 0, "%d text or MTP tensors of the copy unused", unused);
+    }
+    if (strcmp(b->family, "glm4v") == 0) { /* the loader took the other layout */
+        const lm_glm4v_model *o = (const lm_glm4v_model *)run->original.model;
+        const lm_glm4v_model *c = (const lm_glm4v_model *)run->copy.model;
+        for (int i = 0; i < c->config.num_hidden_layers; i++)
+            CHECK_MSG(!c->layers[i].is_moe || (c->layers[i].moe.experts.fused && !o->layers[i].moe.experts.fused),
+                      "layer %d: the copy's experts were not loaded fused", i);
     }
 }
 
