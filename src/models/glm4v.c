@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/forward_common.h"
 #include "models/glm4v_context.h"
 
 #define TRY(call)                                     \
@@ -367,23 +368,9 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
         decoder_layer(ctx, &step, &m->layers[i], &ctx->kv[i]);
     }
     /* Final norm and lm_head only on the rows that need logits. */
-    int rows = step.n_logit_rows;
-    if (rows == 0) return LM_OK; /* nothing to wait for: a device error shows at the next download */
-    lm_gather_rows(be, ctx->logit_x, h, step.logit_rows, rows, H);
-    lm_rmsnorm(be, ctx->logit_x, ctx->logit_x, m->final_norm, rows, H, c->rms_norm_eps);
-    size_t hidden_bytes = sizeof(float) * (size_t)rows * (size_t)H;
-    if (out->layer_hidden && out->layer_hidden[L]) {
-        st = lm_download(be, out->layer_hidden[L], ctx->logit_x, hidden_bytes, err);
-        if (st != LM_OK) return st;
-    }
-    if (out->hidden) {
-        st = lm_download(be, out->hidden, ctx->logit_x, hidden_bytes, err);
-        if (st != LM_OK) return st;
-    }
-    lm_matmul(be, ctx->logits, ctx->logit_x, rows, &m->lm_head);
-    /* The one place a step waits for the backend. */
-    return lm_download(be, out->logits, ctx->logits,
-                       sizeof(float) * (size_t)rows * (size_t)c->vocab_size, err);
+    lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps, .lm_head = &m->lm_head,
+                           .hidden = H, .n_layers = L, .logit_x = ctx->logit_x, .logits = ctx->logits};
+    return lm_forward_logits(be, &step, h, &head, out, err);
 }
 
 /* No per-sequence state: nothing to copy or clear. */

@@ -9,9 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "io/json_fields.h"
-#include "io/json_file.h"
-
-#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+#include "models/config_fields.h"
 
 /* ---- the kinds of config.json ---- */
 
@@ -67,15 +65,9 @@ static void set_defaults(lm_glm4v_config *cfg, bool is_moe) {
 
 /* ---- text settings ---- */
 
-typedef struct {
-    const char *key;
-    size_t offset;
-    int min, max;
-} int_field;
+#define INT_FIELD(name, lo, hi) LM_CONFIG_INT_FIELD(lm_glm4v_config, name, lo, hi)
 
-#define INT_FIELD(name, lo, hi) {#name, offsetof(lm_glm4v_config, name), lo, hi}
-
-static const int_field text_int_fields[] = {
+static const lm_config_int_field text_int_fields[] = {
     INT_FIELD(vocab_size, 1, 1 << 22),
     INT_FIELD(hidden_size, 1, 65536),
     INT_FIELD(intermediate_size, 1, 1 << 20),
@@ -86,7 +78,7 @@ static const int_field text_int_fields[] = {
     INT_FIELD(max_position_embeddings, 1, INT_MAX),
 };
 
-static const int_field moe_int_fields[] = {
+static const lm_config_int_field moe_int_fields[] = {
     INT_FIELD(first_k_dense_replace, 0, LM_GLM4V_MAX_LAYERS),
     INT_FIELD(n_routed_experts, 1, 4096),
     INT_FIELD(num_experts_per_tok, 1, 4096),
@@ -96,20 +88,10 @@ static const int_field moe_int_fields[] = {
     INT_FIELD(topk_group, 1, 4096),
 };
 
-static lm_status read_int_fields(const lm_json_fields *r, const int_field *fields, size_t n,
-                                 lm_glm4v_config *cfg) {
-    for (size_t i = 0; i < n; i++) {
-        int *slot = (int *)((char *)cfg + fields[i].offset);
-        lm_status s = lm_json_read_int(r, fields[i].key, fields[i].min, fields[i].max, slot);
-        if (s != LM_OK) return s;
-    }
-    return LM_OK;
-}
-
 static lm_status read_text(const lm_json_fields *r, lm_glm4v_config *cfg) {
-    lm_status s = read_int_fields(r, text_int_fields, sizeof text_int_fields / sizeof *text_int_fields, cfg);
+    lm_status s = lm_config_read_ints(r, text_int_fields, sizeof text_int_fields / sizeof *text_int_fields, cfg);
     if (s == LM_OK && cfg->is_moe)
-        s = read_int_fields(r, moe_int_fields, sizeof moe_int_fields / sizeof *moe_int_fields, cfg);
+        s = lm_config_read_ints(r, moe_int_fields, sizeof moe_int_fields / sizeof *moe_int_fields, cfg);
     if (s == LM_OK && cfg->is_moe) s = lm_json_read_bool(r, "norm_topk_prob", &cfg->norm_topk_prob);
     if (s == LM_OK && cfg->is_moe)
         s = lm_json_read_float(r, "routed_scaling_factor", 0.0, 1e6, &cfg->routed_scaling_factor);
@@ -132,19 +114,10 @@ static lm_status read_text(const lm_json_fields *r, lm_glm4v_config *cfg) {
 
 /* ---- rotary settings: rope_parameters, rope_scaling or the top level ---- */
 
-static lm_status check_rope_type(const lm_json_fields *r, const char *key) {
-    char type[32] = "default";
-    lm_status s = lm_json_read_string(r, key, type, sizeof type);
-    if (s == LM_OK && strcmp(type, "default") != 0 && strcmp(type, "mrope") != 0)
-        s = lm_json_field_error(r, LM_ERR_UNSUPPORTED, key, "'%s' is not supported (only 'default')",
-                                type);
-    return s;
-}
-
 static lm_status read_rope_from(const lm_json_fields *r, lm_glm4v_config *cfg) {
     size_t n = 3;
-    lm_status s = check_rope_type(r, "type");
-    if (s == LM_OK) s = check_rope_type(r, "rope_type");
+    lm_status s = lm_config_check_rope_type(r, "type");
+    if (s == LM_OK) s = lm_config_check_rope_type(r, "rope_type");
     if (s == LM_OK) s = lm_json_read_float(r, "rope_theta", 0.0, 1e12, &cfg->rope_theta);
     if (s == LM_OK)
         s = lm_json_read_float(r, "partial_rotary_factor", 0.0, 1.0, &cfg->partial_rotary_factor);
@@ -168,14 +141,7 @@ static lm_status read_rope(const lm_json_fields *text, lm_glm4v_config *cfg) {
 /* ---- token ids ---- */
 
 static lm_status read_eos(const lm_json_fields *r, lm_glm4v_config *cfg) {
-    if (r->object && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r->object, "eos_token_id"))) {
-        cfg->n_eos = 0;
-        return LM_OK;
-    }
-    size_t n = (size_t)cfg->n_eos;
-    lm_status s = lm_json_read_int_array(r, "eos_token_id", 0, INT_MAX, 0, LM_GLM4V_MAX_EOS, true,
-                                         cfg->eos_token_ids, &n);
-    cfg->n_eos = (int)n;
+    lm_status s = lm_config_read_eos(r, cfg->eos_token_ids, &cfg->n_eos, LM_GLM4V_MAX_EOS);
     if (s == LM_OK) s = lm_json_read_int(r, "pad_token_id", 0, INT_MAX, &cfg->pad_token_id);
     return s;
 }
@@ -211,18 +177,9 @@ static lm_status check(const lm_json_fields *r, const lm_glm4v_config *cfg) {
         return lm_fail(r->err, LM_ERR_FORMAT,
                        "%s: %snum_attention_heads (%d) must be a multiple of num_key_value_heads (%d)",
                        r->source, r->path, cfg->num_attention_heads, cfg->num_key_value_heads);
-    if (cfg->rot_dim < 2 || cfg->rot_dim % 2 != 0 || cfg->rot_dim > cfg->head_dim)
-        return lm_fail(r->err, LM_ERR_FORMAT,
-                       "%s: the rotary dimension int(head_dim %d * partial_rotary_factor %g) = %d "
-                       "must be even, at least 2 and at most head_dim",
-                       r->source, cfg->head_dim, (double)cfg->partial_rotary_factor, cfg->rot_dim);
-    int sum = cfg->mrope_section[0] + cfg->mrope_section[1] + cfg->mrope_section[2];
-    if (sum != cfg->rot_dim / 2)
-        return lm_fail(r->err, LM_ERR_FORMAT,
-                       "%s: mrope_section [%d, %d, %d] sums to %d but must sum to half the rotary "
-                       "dimension (%d)",
-                       r->source, cfg->mrope_section[0], cfg->mrope_section[1],
-                       cfg->mrope_section[2], sum, cfg->rot_dim / 2);
+    lm_status s = lm_config_check_rotary(r, cfg->head_dim, cfg->partial_rotary_factor,
+                                         cfg->rot_dim, cfg->mrope_section);
+    if (s != LM_OK) return s;
     if (!cfg->is_moe) return LM_OK;
     if (cfg->num_experts_per_tok > cfg->n_routed_experts)
         return lm_fail(r->err, LM_ERR_FORMAT,
@@ -244,17 +201,11 @@ static lm_status check(const lm_json_fields *r, const lm_glm4v_config *cfg) {
     return LM_OK;
 }
 
-static lm_status check_id(const lm_json_fields *r, const char *key, int id, int vocab) {
-    if (id < vocab) return LM_OK;
-    return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s is %d, outside the vocabulary of %d tokens",
-                   r->source, key, id, vocab);
-}
-
 static lm_status check_token_ids(const lm_json_fields *r, const lm_glm4v_config *cfg) {
     lm_status s = LM_OK;
     for (int i = 0; s == LM_OK && i < cfg->n_eos; i++)
-        s = check_id(r, "eos_token_id", cfg->eos_token_ids[i], cfg->vocab_size);
-    if (s == LM_OK) s = check_id(r, "pad_token_id", cfg->pad_token_id, cfg->vocab_size);
+        s = lm_config_check_id(r, "eos_token_id", cfg->eos_token_ids[i], cfg->vocab_size);
+    if (s == LM_OK) s = lm_config_check_id(r, "pad_token_id", cfg->pad_token_id, cfg->vocab_size);
     return s;
 }
 
@@ -323,27 +274,13 @@ static lm_status read_config(const lm_json_fields *top, lm_glm4v_config *cfg) {
     return s;
 }
 
+static lm_status read_any(const lm_json_fields *top, void *cfg) { return read_config(top, cfg); }
+
 lm_status lm_glm4v_config_parse(const char *json, size_t len, const char *source_name,
                                 lm_glm4v_config *cfg, lm_error *err) {
-    cJSON *root;
-    lm_status s = lm_json_parse(json, len, source_name, &root, err);
-    if (s != LM_OK) return s;
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return lm_fail(err, LM_ERR_FORMAT, "%s: not a JSON object", source_name);
-    }
-    lm_json_fields top = lm_json_fields_of(source_name, root, err);
-    s = read_config(&top, cfg);
-    cJSON_Delete(root);
-    return s;
+    return lm_config_parse(json, len, source_name, read_any, cfg, err);
 }
 
 lm_status lm_glm4v_config_load(const char *path, lm_glm4v_config *cfg, lm_error *err) {
-    char *text;
-    size_t len;
-    lm_status s = lm_read_small_file(path, MAX_CONFIG_BYTES, &text, &len, err);
-    if (s != LM_OK) return s;
-    s = lm_glm4v_config_parse(text, len, path, cfg, err);
-    free(text);
-    return s;
+    return lm_config_load(path, read_any, cfg, err);
 }

@@ -3,6 +3,7 @@
  * family keeps no per-sequence state, so state slots cost nothing. */
 #include <stdlib.h>
 
+#include "models/forward_common.h"
 #include "models/glm4v_context.h"
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
@@ -49,17 +50,8 @@ static void layout(lm_glm4v_context *ctx, lm_carver *c) {
 }
 
 static lm_status check_options(const lm_context_options *o, lm_error *err) {
-    if (o->kv_block_size <= 0 || o->kv_block_size > 4096 || o->kv_blocks <= 0 ||
-        o->kv_blocks > (1 << 24))
-        return lm_fail(err, LM_ERR_INVALID, "context: KV pool of %d blocks of %d tokens is out of range",
-                       o->kv_blocks, o->kv_block_size);
-    if (o->max_step_tokens <= 0 || o->max_step_tokens > (1 << 20) || o->max_step_seqs <= 0 ||
-        o->max_step_seqs > o->max_step_tokens || o->max_blocks_per_seq <= 0 ||
-        o->max_blocks_per_seq > o->kv_blocks || o->max_logit_rows < 0)
-        return lm_fail(err, LM_ERR_INVALID,
-                       "context: step of %d tokens, %d sequences, %d blocks per sequence is out "
-                       "of range",
-                       o->max_step_tokens, o->max_step_seqs, o->max_blocks_per_seq);
+    lm_status st = lm_context_check_sizes(o, err);
+    if (st != LM_OK) return st;
     if (o->speculative_tokens != 0)
         return lm_fail(err, LM_ERR_INVALID,
                        "context: no speculation: GLM-4.6V has no draft head loom runs");

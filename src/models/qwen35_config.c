@@ -8,10 +8,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "io/json_file.h"
 #include "io/json_fields.h"
-
-#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+#include "models/config_fields.h"
 
 /* ---- defaults (transformers' Qwen3_5TextConfig / Qwen3_5MoeTextConfig) ---- */
 
@@ -54,15 +52,9 @@ static void set_defaults(lm_qwen35_config *cfg, bool is_moe, bool nested) {
 
 /* ---- text settings ---- */
 
-typedef struct {
-    const char *key;
-    size_t offset;
-    int min, max;
-} int_field;
+#define INT_FIELD(name, lo, hi) LM_CONFIG_INT_FIELD(lm_qwen35_config, name, lo, hi)
 
-#define INT_FIELD(name, lo, hi) {#name, offsetof(lm_qwen35_config, name), lo, hi}
-
-static const int_field text_int_fields[] = {
+static const lm_config_int_field text_int_fields[] = {
     INT_FIELD(vocab_size, 1, 1 << 22),
     INT_FIELD(hidden_size, 1, 65536),
     INT_FIELD(num_hidden_layers, 1, LM_QWEN35_MAX_LAYERS),
@@ -79,32 +71,22 @@ static const int_field text_int_fields[] = {
     INT_FIELD(mtp_num_hidden_layers, 0, 16),
 };
 
-static const int_field moe_int_fields[] = {
+static const lm_config_int_field moe_int_fields[] = {
     INT_FIELD(num_experts, 1, 4096),
     INT_FIELD(num_experts_per_tok, 1, 4096),
     INT_FIELD(moe_intermediate_size, 1, 1 << 20),
     INT_FIELD(shared_expert_intermediate_size, 0, 1 << 20),
 };
 
-static lm_status read_int_fields(const lm_json_fields *r, const int_field *fields, size_t n,
-                                 lm_qwen35_config *cfg) {
-    for (size_t i = 0; i < n; i++) {
-        int *slot = (int *)((char *)cfg + fields[i].offset);
-        lm_status s = lm_json_read_int(r, fields[i].key, fields[i].min, fields[i].max, slot);
-        if (s != LM_OK) return s;
-    }
-    return LM_OK;
-}
-
 static lm_status read_text_scalars(const lm_json_fields *r, lm_qwen35_config *cfg) {
     /* Qwen3-Next spelled the MTP depth num_nextn_predict_layers. */
     lm_status s =
         lm_json_read_int(r, "num_nextn_predict_layers", 0, 16, &cfg->mtp_num_hidden_layers);
     if (s == LM_OK)
-        s = read_int_fields(r, text_int_fields, sizeof text_int_fields / sizeof *text_int_fields,
+        s = lm_config_read_ints(r, text_int_fields, sizeof text_int_fields / sizeof *text_int_fields,
                             cfg);
     if (s == LM_OK && cfg->is_moe)
-        s = read_int_fields(r, moe_int_fields, sizeof moe_int_fields / sizeof *moe_int_fields, cfg);
+        s = lm_config_read_ints(r, moe_int_fields, sizeof moe_int_fields / sizeof *moe_int_fields, cfg);
     /* MoE models have no dense MLP, but a config may still carry the field. */
     if (s == LM_OK) s = lm_json_read_int(r, "intermediate_size", cfg->is_moe ? 0 : 1, 1 << 20,
                                  &cfg->intermediate_size);
@@ -155,17 +137,6 @@ static lm_status read_mrope_section(const lm_json_fields *r, int section[3]) {
     return lm_json_read_int_array(r, "mrope_section", 0, 1024, 3, 3, false, section, &n);
 }
 
-static lm_status check_rope_type(const lm_json_fields *r, const char *key) {
-    char type[32] = "default";
-    lm_status s = lm_json_read_string(r, key, type, sizeof type);
-    if (s != LM_OK) return s;
-    /* "mrope" is how older configs named the same default frequencies. */
-    if (strcmp(type, "default") != 0 && strcmp(type, "mrope") != 0)
-        return lm_json_field_error(r, LM_ERR_UNSUPPORTED, key,
-                                   "'%s' is not supported (only 'default')", type);
-    return LM_OK;
-}
-
 /* Qwen3.5's M-RoPE is always interleaved (§A.6); transformers ignores the
  * flag, but false asks for the contiguous split loom does not implement here. */
 static lm_status check_mrope_interleaved(const lm_json_fields *r) {
@@ -186,11 +157,11 @@ static lm_status read_rope(const lm_json_fields *text, lm_qwen35_config *cfg) {
     if (s == LM_OK)
         s = lm_json_read_float(text, "partial_rotary_factor", 0.0, 1.0,
                                &cfg->partial_rotary_factor);
-    if (s == LM_OK) s = check_rope_type(&scaling, "type");
-    if (s == LM_OK) s = check_rope_type(&scaling, "rope_type");
+    if (s == LM_OK) s = lm_config_check_rope_type(&scaling, "type");
+    if (s == LM_OK) s = lm_config_check_rope_type(&scaling, "rope_type");
     if (s == LM_OK) s = check_mrope_interleaved(&scaling);
     if (s == LM_OK) s = read_mrope_section(&scaling, cfg->mrope_section);
-    if (s == LM_OK) s = check_rope_type(&params, "rope_type");
+    if (s == LM_OK) s = lm_config_check_rope_type(&params, "rope_type");
     if (s == LM_OK) s = check_mrope_interleaved(&params);
     if (s == LM_OK) s = lm_json_read_float(&params, "rope_theta", 0.0, 1e12, &cfg->rope_theta);
     if (s == LM_OK)
@@ -248,16 +219,7 @@ static lm_status read_layer_types(const lm_json_fields *r, lm_qwen35_config *cfg
 /* ---- token ids ---- */
 
 static lm_status read_eos(const lm_json_fields *r, lm_qwen35_config *cfg) {
-    /* An explicit null says "no eos" and overrides the top level. */
-    if (r->object && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r->object, "eos_token_id"))) {
-        cfg->n_eos = 0;
-        return LM_OK;
-    }
-    size_t n = (size_t)cfg->n_eos;
-    lm_status s = lm_json_read_int_array(r, "eos_token_id", 0, INT_MAX, 0, LM_QWEN35_MAX_EOS, true,
-                                         cfg->eos_token_ids, &n);
-    cfg->n_eos = (int)n;
-    return s;
+    return lm_config_read_eos(r, cfg->eos_token_ids, &cfg->n_eos, LM_QWEN35_MAX_EOS);
 }
 
 static lm_status read_special_ids(const lm_json_fields *r, lm_qwen35_config *cfg) {
@@ -279,23 +241,17 @@ static lm_status read_multimodal_ids(const lm_json_fields *r, lm_qwen35_config *
 
 /* ---- checks across fields ---- */
 
-static lm_status check_id(const lm_json_fields *r, const char *key, int id, int vocab) {
-    if (id < vocab) return LM_OK;
-    return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s is %d, outside the vocabulary of %d tokens",
-                   r->source, key, id, vocab);
-}
-
 static lm_status check_token_ids(const lm_json_fields *r, const lm_qwen35_config *cfg) {
     int v = cfg->vocab_size;
     lm_status s = LM_OK;
     for (int i = 0; s == LM_OK && i < cfg->n_eos; i++)
-        s = check_id(r, "eos_token_id", cfg->eos_token_ids[i], v);
-    if (s == LM_OK) s = check_id(r, "pad_token_id", cfg->pad_token_id, v);
-    if (s == LM_OK) s = check_id(r, "bos_token_id", cfg->bos_token_id, v);
-    if (s == LM_OK) s = check_id(r, "image_token_id", cfg->image_token_id, v);
-    if (s == LM_OK) s = check_id(r, "video_token_id", cfg->video_token_id, v);
-    if (s == LM_OK) s = check_id(r, "vision_start_token_id", cfg->vision_start_token_id, v);
-    if (s == LM_OK) s = check_id(r, "vision_end_token_id", cfg->vision_end_token_id, v);
+        s = lm_config_check_id(r, "eos_token_id", cfg->eos_token_ids[i], v);
+    if (s == LM_OK) s = lm_config_check_id(r, "pad_token_id", cfg->pad_token_id, v);
+    if (s == LM_OK) s = lm_config_check_id(r, "bos_token_id", cfg->bos_token_id, v);
+    if (s == LM_OK) s = lm_config_check_id(r, "image_token_id", cfg->image_token_id, v);
+    if (s == LM_OK) s = lm_config_check_id(r, "video_token_id", cfg->video_token_id, v);
+    if (s == LM_OK) s = lm_config_check_id(r, "vision_start_token_id", cfg->vision_start_token_id, v);
+    if (s == LM_OK) s = lm_config_check_id(r, "vision_end_token_id", cfg->vision_end_token_id, v);
     return s;
 }
 
@@ -323,19 +279,8 @@ static lm_status check_shapes(const lm_json_fields *r, const lm_qwen35_config *c
 }
 
 static lm_status check_rope(const lm_json_fields *r, const lm_qwen35_config *cfg) {
-    if (cfg->rot_dim < 2 || cfg->rot_dim % 2 != 0 || cfg->rot_dim > cfg->head_dim)
-        return lm_fail(r->err, LM_ERR_FORMAT,
-                       "%s: the rotary dimension int(head_dim %d * partial_rotary_factor %g) = %d "
-                       "must be even, at least 2 and at most head_dim",
-                       r->source, cfg->head_dim, (double)cfg->partial_rotary_factor, cfg->rot_dim);
-    int sum = cfg->mrope_section[0] + cfg->mrope_section[1] + cfg->mrope_section[2];
-    if (sum != cfg->rot_dim / 2)
-        return lm_fail(r->err, LM_ERR_FORMAT,
-                       "%s: mrope_section [%d, %d, %d] sums to %d but must sum to half the "
-                       "rotary dimension (%d)",
-                       r->source, cfg->mrope_section[0], cfg->mrope_section[1],
-                       cfg->mrope_section[2], sum, cfg->rot_dim / 2);
-    return LM_OK;
+    return lm_config_check_rotary(r, cfg->head_dim, cfg->partial_rotary_factor, cfg->rot_dim,
+                                  cfg->mrope_section);
 }
 
 /* ---- the whole file ---- */
@@ -404,27 +349,13 @@ static lm_status read_config(const lm_json_fields *top, lm_qwen35_config *cfg) {
     return s;
 }
 
+static lm_status read_any(const lm_json_fields *top, void *cfg) { return read_config(top, cfg); }
+
 lm_status lm_qwen35_config_parse(const char *json, size_t len, const char *source_name,
                                  lm_qwen35_config *cfg, lm_error *err) {
-    cJSON *root;
-    lm_status s = lm_json_parse(json, len, source_name, &root, err);
-    if (s != LM_OK) return s;
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return lm_fail(err, LM_ERR_FORMAT, "%s: not a JSON object", source_name);
-    }
-    lm_json_fields top = lm_json_fields_of(source_name, root, err);
-    s = read_config(&top, cfg);
-    cJSON_Delete(root);
-    return s;
+    return lm_config_parse(json, len, source_name, read_any, cfg, err);
 }
 
 lm_status lm_qwen35_config_load(const char *path, lm_qwen35_config *cfg, lm_error *err) {
-    char *text;
-    size_t len;
-    lm_status s = lm_read_small_file(path, MAX_CONFIG_BYTES, &text, &len, err);
-    if (s != LM_OK) return s;
-    s = lm_qwen35_config_parse(text, len, path, cfg, err);
-    free(text);
-    return s;
+    return lm_config_load(path, read_any, cfg, err);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/forward_common.h"
 #include "models/qwen35_context.h"
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
@@ -90,22 +91,10 @@ static void layout(lm_qwen35_context *ctx, lm_carver *c) {
 
 static lm_status check_options(const lm_qwen35_model *m, const lm_context_options *o,
                                lm_error *err) {
-    if (o->kv_block_size <= 0 || o->kv_block_size > 4096 || o->kv_blocks <= 0 ||
-        o->kv_blocks > (1 << 24))
-        return lm_fail(err, LM_ERR_INVALID, "context: KV pool of %d blocks of %d tokens is out of range",
-                       o->kv_blocks, o->kv_block_size);
+    lm_status st = lm_context_check_sizes(o, err);
+    if (st != LM_OK) return st;
     if (o->state_slots <= 0 || o->state_slots > 4096)
         return lm_fail(err, LM_ERR_INVALID, "context: %d state slots is out of range", o->state_slots);
-    if (o->max_step_tokens <= 0 || o->max_step_tokens > (1 << 20) || o->max_step_seqs <= 0 ||
-        o->max_step_seqs > o->max_step_tokens || o->max_blocks_per_seq <= 0 ||
-        o->max_blocks_per_seq > o->kv_blocks || o->max_logit_rows < 0)
-        return lm_fail(err, LM_ERR_INVALID,
-                       "context: step of %d tokens, %d sequences, %d blocks per sequence is out "
-                       "of range",
-                       o->max_step_tokens, o->max_step_seqs, o->max_blocks_per_seq);
-    if (o->speculative_tokens < 0 || o->speculative_tokens > 16)
-        return lm_fail(err, LM_ERR_INVALID, "context: %d speculative tokens is out of range",
-                       o->speculative_tokens);
     if (o->speculative_tokens > 0 && !m->has_mtp)
         return lm_fail(err, LM_ERR_INVALID, "context: no speculation: %s", m->mtp_missing);
     return LM_OK;

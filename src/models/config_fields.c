@@ -1,0 +1,91 @@
+#include "models/config_fields.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "io/json_file.h"
+
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+
+lm_status lm_config_read_ints(const lm_json_fields *r, const lm_config_int_field *fields, size_t n,
+                              void *cfg) {
+    for (size_t i = 0; i < n; i++) {
+        int *slot = (int *)((char *)cfg + fields[i].offset);
+        lm_status s = lm_json_read_int(r, fields[i].key, fields[i].min, fields[i].max, slot);
+        if (s != LM_OK) return s;
+    }
+    return LM_OK;
+}
+
+lm_status lm_config_read_eos(const lm_json_fields *r, int *ids, int *n, int max) {
+    if (r->object && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r->object, "eos_token_id"))) {
+        *n = 0;
+        return LM_OK;
+    }
+    size_t count = (size_t)*n;
+    lm_status s = lm_json_read_int_array(r, "eos_token_id", 0, INT_MAX, 0, (size_t)max, true, ids,
+                                         &count);
+    *n = (int)count;
+    return s;
+}
+
+lm_status lm_config_check_id(const lm_json_fields *r, const char *key, int id, int vocab) {
+    if (id < vocab) return LM_OK;
+    return lm_fail(r->err, LM_ERR_FORMAT, "%s: %s is %d, outside the vocabulary of %d tokens",
+                   r->source, key, id, vocab);
+}
+
+lm_status lm_config_check_rope_type(const lm_json_fields *r, const char *key) {
+    char type[32] = "default";
+    lm_status s = lm_json_read_string(r, key, type, sizeof type);
+    if (s != LM_OK) return s;
+    /* "mrope" is how older configs named the same default frequencies. */
+    if (strcmp(type, "default") != 0 && strcmp(type, "mrope") != 0)
+        return lm_json_field_error(r, LM_ERR_UNSUPPORTED, key,
+                                   "'%s' is not supported (only 'default')", type);
+    return LM_OK;
+}
+
+lm_status lm_config_check_rotary(const lm_json_fields *r, int head_dim, float factor, int rot_dim,
+                                 const int sections[3]) {
+    if (rot_dim < 2 || rot_dim % 2 != 0 || rot_dim > head_dim)
+        return lm_fail(r->err, LM_ERR_FORMAT,
+                       "%s: the rotary dimension int(head_dim %d * partial_rotary_factor %g) = %d "
+                       "must be even, at least 2 and at most head_dim",
+                       r->source, head_dim, (double)factor, rot_dim);
+    int sum = sections[0] + sections[1] + sections[2];
+    if (sum != rot_dim / 2)
+        return lm_fail(r->err, LM_ERR_FORMAT,
+                       "%s: mrope_section [%d, %d, %d] sums to %d but must sum to half the "
+                       "rotary dimension (%d)",
+                       r->source, sections[0], sections[1], sections[2], sum, rot_dim / 2);
+    return LM_OK;
+}
+
+lm_status lm_config_parse(const char *json, size_t len, const char *source_name,
+                          lm_config_reader read, void *cfg, lm_error *err) {
+    cJSON *root;
+    lm_status s = lm_json_parse(json, len, source_name, &root, err);
+    if (s != LM_OK) return s;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lm_fail(err, LM_ERR_FORMAT, "%s: not a JSON object", source_name);
+    }
+    lm_json_fields top = lm_json_fields_of(source_name, root, err);
+    s = read(&top, cfg);
+    cJSON_Delete(root);
+    return s;
+}
+
+lm_status lm_config_load(const char *path, lm_config_reader read, void *cfg, lm_error *err) {
+    char *text;
+    size_t len;
+    lm_status s = lm_read_small_file(path, MAX_CONFIG_BYTES, &text, &len, err);
+    if (s != LM_OK) return s;
+    s = lm_config_parse(text, len, path, read, cfg, err);
+    free(text);
+    return s;
+}

@@ -1,0 +1,48 @@
+/* What every family's config.json parser shares (Hugging Face conventions
+ * over io/json_fields.h): tables of integer fields, the eos list, token-id
+ * and rotary checks, and reading the file. */
+#ifndef LOOM_MODELS_CONFIG_FIELDS_H
+#define LOOM_MODELS_CONFIG_FIELDS_H
+
+#include <stddef.h>
+
+#include "base/error.h"
+#include "io/json_fields.h"
+
+/* An int field of a config struct: its key, offset and range. */
+typedef struct {
+    const char *key;
+    size_t offset;
+    int min, max;
+} lm_config_int_field;
+
+#define LM_CONFIG_INT_FIELD(type, name, lo, hi) {#name, offsetof(type, name), lo, hi}
+
+/* Reads every field of the table into the struct at cfg. */
+lm_status lm_config_read_ints(const lm_json_fields *r, const lm_config_int_field *fields, size_t n,
+                              void *cfg);
+
+/* eos_token_id: an id or a list of at most max ids into ids[0..*n); an
+ * explicit null says "no eos" (*n = 0) and overrides an earlier level. */
+lm_status lm_config_read_eos(const lm_json_fields *r, int *ids, int *n, int max);
+
+/* LM_ERR_FORMAT naming key when id (>= 0) is outside the vocabulary. */
+lm_status lm_config_check_id(const lm_json_fields *r, const char *key, int id, int vocab);
+
+/* A rope type field ("type" / "rope_type"): only "default" (or the older
+ * "mrope") is implemented. */
+lm_status lm_config_check_rope_type(const lm_json_fields *r, const char *key);
+
+/* rot_dim = int(head_dim * factor) must be even, in [2, head_dim], and the
+ * three M-RoPE sections must sum to rot_dim / 2. */
+lm_status lm_config_check_rotary(const lm_json_fields *r, int head_dim, float factor, int rot_dim,
+                                 const int sections[3]);
+
+/* Parses config.json text (or reads the file at path, at most 16 MiB) and
+ * hands its top-level object to read(top, cfg). */
+typedef lm_status (*lm_config_reader)(const lm_json_fields *top, void *cfg);
+lm_status lm_config_parse(const char *json, size_t len, const char *source_name,
+                          lm_config_reader read, void *cfg, lm_error *err);
+lm_status lm_config_load(const char *path, lm_config_reader read, void *cfg, lm_error *err);
+
+#endif

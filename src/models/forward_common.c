@@ -1,0 +1,36 @@
+#include "models/forward_common.h"
+
+lm_status lm_context_check_sizes(const lm_context_options *o, lm_error *err) {
+    if (o->kv_block_size <= 0 || o->kv_block_size > 4096 || o->kv_blocks <= 0 ||
+        o->kv_blocks > (1 << 24))
+        return lm_fail(err, LM_ERR_INVALID, "context: KV pool of %d blocks of %d tokens is out of range",
+                       o->kv_blocks, o->kv_block_size);
+    if (o->max_step_tokens <= 0 || o->max_step_tokens > (1 << 20) || o->max_step_seqs <= 0 ||
+        o->max_step_seqs > o->max_step_tokens || o->max_blocks_per_seq <= 0 ||
+        o->max_blocks_per_seq > o->kv_blocks || o->max_logit_rows < 0)
+        return lm_fail(err, LM_ERR_INVALID,
+                       "context: step of %d tokens, %d sequences, %d blocks per sequence is out "
+                       "of range",
+                       o->max_step_tokens, o->max_step_seqs, o->max_blocks_per_seq);
+    if (o->speculative_tokens < 0 || o->speculative_tokens > 16)
+        return lm_fail(err, LM_ERR_INVALID, "context: %d speculative tokens is out of range",
+                       o->speculative_tokens);
+    return LM_OK;
+}
+
+lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,
+                            const lm_logits_head *head, const lm_forward_out *out, lm_error *err) {
+    int rows = step->n_logit_rows, H = head->hidden;
+    if (rows == 0) return LM_OK; /* nothing to wait for: a device error shows at the next download */
+    lm_gather_rows(be, head->logit_x, h, step->logit_rows, rows, H);
+    lm_rmsnorm(be, head->logit_x, head->logit_x, head->final_norm, rows, H, head->eps);
+    size_t hidden_bytes = sizeof(float) * (size_t)rows * (size_t)H;
+    lm_status st = LM_OK;
+    if (out->layer_hidden && out->layer_hidden[head->n_layers])
+        st = lm_download(be, out->layer_hidden[head->n_layers], head->logit_x, hidden_bytes, err);
+    if (st == LM_OK && out->hidden) st = lm_download(be, out->hidden, head->logit_x, hidden_bytes, err);
+    if (st != LM_OK) return st;
+    lm_matmul(be, head->logits, head->logit_x, rows, head->lm_head);
+    return lm_download(be, out->logits, head->logits,
+                       sizeof(float) * (size_t)rows * (size_t)head->lm_head->rows, err);
+}

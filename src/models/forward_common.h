@@ -1,0 +1,29 @@
+/* Pieces of a forward every family shares: the size checks of a context's
+ * options, and the end of a step (final norm and lm_head on the rows that
+ * want logits, the downloads). */
+#ifndef LOOM_MODELS_FORWARD_COMMON_H
+#define LOOM_MODELS_FORWARD_COMMON_H
+
+#include "models/model.h"
+#include "models/step_descriptor.h"
+
+/* The KV pool and step sizes in range (state slots and speculation are the
+ * family's to check). */
+lm_status lm_context_check_sizes(const lm_context_options *o, lm_error *err);
+
+/* The step's end: the logit rows of h [n_tokens, H] gathered into logit_x,
+ * final-normed, downloaded to out->hidden / out->layer_hidden[n_layers] when
+ * asked, multiplied by lm_head into logits and downloaded to out->logits:
+ * the one place a step waits for the backend. */
+typedef struct {
+    lm_mem final_norm;
+    float eps;
+    const lm_matrix *lm_head; /* [vocab, H] */
+    int hidden, n_layers;
+    lm_mem logit_x, logits;   /* [rows, H], [rows, vocab] scratch */
+} lm_logits_head;
+
+lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,
+                            const lm_logits_head *head, const lm_forward_out *out, lm_error *err);
+
+#endif
