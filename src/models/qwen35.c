@@ -444,18 +444,7 @@ static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
     lm_rope(be, s->k, N, nKV, D, step->positions, &m->rope);
 
     lm_kv_write(be, kv, s->k, s->v, N, step->kv_slots);
-    lm_attention_batch ab = {
-        .n_tokens = N,
-        .token_seq = step->token_seq,
-        .ctx_len = step->ctx_len,
-        .block_tables = step->block_tables,
-        .table_stride = step->table_stride,
-        .max_ctx_len = step->max_ctx_len,
-        .n_heads = nH,
-        .n_kv_heads = nKV,
-        .head_dim = D,
-        .scale = 1.0f / sqrtf((float)D),
-    };
+    lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
     lm_attention(be, attn, s->q, kv, &ab);
     lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D);
     lm_matmul(be, s->x, attn, N, &fa->o_proj);

@@ -5,6 +5,7 @@
 #ifndef LOOM_MODELS_STEP_DESCRIPTOR_H
 #define LOOM_MODELS_STEP_DESCRIPTOR_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,6 +60,22 @@ static inline lm_seq_batch lm_step_sequences(const lm_step_view *step) {
                           .length = step->seq_len,
                           .slot = step->seq_slot,
                           .max_length = step->max_seq_len};
+}
+
+/* The step's tokens as paged attention over one KV layer takes them
+ * (scale 1/sqrt(head_dim)). */
+static inline lm_attention_batch lm_step_attention(const lm_step_view *step, int n_heads,
+                                                   int n_kv_heads, int head_dim) {
+    return (lm_attention_batch){.n_tokens = step->n_tokens,
+                                .token_seq = step->token_seq,
+                                .ctx_len = step->ctx_len,
+                                .block_tables = step->block_tables,
+                                .table_stride = step->table_stride,
+                                .max_ctx_len = step->max_ctx_len,
+                                .n_heads = n_heads,
+                                .n_kv_heads = n_kv_heads,
+                                .head_dim = head_dim,
+                                .scale = 1.0f / sqrtf((float)head_dim)};
 }
 
 /* Carves a context's arrays out of one backend allocation: a first pass
