@@ -65,3 +65,66 @@ loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64
     }
     return e;
 }
+
+bool test_engine_preemption_keeps_outputs(const char *model_dir, const int32_t *ids, int n, char *why,
+                                   size_t why_size) {
+    enum { N = 3, PROMPT = 24, GEN = 40 };
+    if (n < PROMPT + 2 * (N - 1)) {
+        snprintf(why, why_size, "no prompt of %d tokens", PROMPT + 2 * (N - 1));
+        return false;
+    }
+    static collected alone[N], batched[N]; /* large */
+    memset(alone, 0, sizeof alone);
+    memset(batched, 0, sizeof batched);
+    char error[256];
+    for (int pass = 0; pass < 2; pass++) {
+        /* alone: a roomy pool, one at a time; then 6 blocks of 16 for all three */
+        loom_engine *e = test_engine_open(model_dir, 64, pass ? 96 : 1024, 128, pass ? N : 1, 0);
+        if (!e) {
+            snprintf(why, why_size, "the engine did not open");
+            return false;
+        }
+        loom_request *reqs[N] = {0};
+        bool submitted = true;
+        for (int i = 0; i < N && submitted; i++) {
+            loom_request_params p;
+            loom_request_params_default(&p);
+            p.prompt = ids + 2 * i;
+            p.n_prompt = PROMPT;
+            p.max_tokens = GEN;
+            p.ignore_eos = true;
+            p.sampling.temperature = 0;
+            submitted = loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK;
+            if (submitted && !pass) collect_all(reqs[i], &alone[i], 1);
+        }
+        for (int i = 0; pass && submitted && i < N; i++) collect_all(reqs[i], &batched[i], 1);
+        for (int i = 0; i < N; i++) loom_request_free(reqs[i]);
+        loom_stats stats = wait_idle(e);
+        loom_engine_destroy(e);
+        if (!submitted) {
+            snprintf(why, why_size, "submit: %s", error);
+            return false;
+        }
+        if (pass && stats.preemptions == 0) {
+            snprintf(why, why_size, "the small pool caused no preemption");
+            return false;
+        }
+        if (stats.kv_blocks_free != stats.kv_blocks_total) {
+            snprintf(why, why_size, "blocks leaked: %d of %d free", stats.kv_blocks_free,
+                     stats.kv_blocks_total);
+            return false;
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        if (alone[i].error || batched[i].error || alone[i].n_tokens != GEN || batched[i].n_tokens != GEN) {
+            snprintf(why, why_size, "request %d: %d and %d tokens %s%s", i, alone[i].n_tokens,
+                     batched[i].n_tokens, alone[i].error_message, batched[i].error_message);
+            return false;
+        }
+        if (memcmp(batched[i].tokens, alone[i].tokens, sizeof(int32_t) * GEN) != 0) {
+            snprintf(why, why_size, "request %d changed under preemption", i);
+            return false;
+        }
+    }
+    return true;
+}

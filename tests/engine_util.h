@@ -4,6 +4,7 @@
 #define LOOM_TESTS_ENGINE_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "loom.h"
@@ -37,5 +38,12 @@ loom_stats wait_idle(loom_engine *engine);
 
 /* Reads every event of a request; choices[c] gets choice c. */
 void collect_all(loom_request *r, collected *choices, int n_choices);
+
+/* Three greedy requests of 24-token prompts (ids at offsets 0, 2, 4) and 40
+ * new tokens, first alone, then together on a 6-block pool that makes the
+ * engine preempt: true when every request's tokens are the same (why says
+ * what differed otherwise).  ids needs at least 28 tokens. */
+bool test_engine_preemption_keeps_outputs(const char *model_dir, const int32_t *ids, int n, char *why,
+                                   size_t why_size);
 
 #endif

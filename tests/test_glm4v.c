@@ -275,50 +275,17 @@ static void test_batched_equals_alone(void *arg) {
 
 /* Greedy requests through the engine on a KV pool too small for them all:
  * preempted and recomputed ones give the tokens they give alone. */
-static void test_preemption_keeps_outputs(void *arg) {
+static void test_preemption_keeps_outputs_(void *arg) {
     const glm_fixture *f = arg;
-    enum { N = 3, PROMPT = 24, GEN = 40 };
-    int longest = 0, n = 0;
+    int longest = 0;
     const int32_t *ids = NULL;
     for (int p = 0; p < f->n_prompts; p++) {
         int len;
         const int32_t *x = test_reference_ids(f->reference, f->prompts[p], &len);
-        if (len > longest) longest = len, ids = x, n = len;
+        if (len > longest) longest = len, ids = x;
     }
-    CHECK_MSG(ids && n >= PROMPT + 2 * (N - 1), "no prompt of %d tokens", PROMPT + 2 * (N - 1));
-    collected alone[N], batched[N];
-    char error[256];
-    for (int pass = 0; pass < 2; pass++) {
-        /* alone: a roomy pool, one at a time; then 6 blocks of 16 for all three */
-        loom_engine *e = test_engine_open(f->dir, 64, pass ? 96 : 1024, 128, pass ? N : 1, 0);
-        CHECK(e);
-        loom_request *reqs[N];
-        for (int i = 0; i < N; i++) {
-            loom_request_params p;
-            loom_request_params_default(&p);
-            p.prompt = ids + 2 * i;
-            p.n_prompt = PROMPT;
-            p.max_tokens = GEN;
-            p.ignore_eos = true;
-            p.sampling.temperature = 0;
-            CHECK_MSG(loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK, "%s", error);
-            if (!pass) collect_all(reqs[i], &alone[i], 1);
-        }
-        for (int i = 0; pass && i < N; i++) collect_all(reqs[i], &batched[i], 1);
-        for (int i = 0; i < N; i++) loom_request_free(reqs[i]);
-        loom_stats stats = wait_idle(e);
-        loom_engine_destroy(e);
-        if (pass) CHECK_MSG(stats.preemptions > 0, "the small pool caused no preemption");
-        CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
-    }
-    for (int i = 0; i < N; i++) {
-        CHECK_MSG(!alone[i].error && !batched[i].error, "request %d failed: %s%s", i,
-                  alone[i].error_message, batched[i].error_message);
-        CHECK_MSG(batched[i].n_tokens == GEN && alone[i].n_tokens == GEN, "request %d: %d tokens", i,
-                  batched[i].n_tokens);
-        CHECK_MSG(memcmp(batched[i].tokens, alone[i].tokens, sizeof(int32_t) * GEN) == 0,
-                  "request %d changed under preemption", i);
-    }
+    char why[512];
+    CHECK_MSG(ids && test_engine_preemption_keeps_outputs(f->dir, ids, longest, why, sizeof why), "%s", why);
 }
 
 /* config.json: the kinds, and settings loom refuses with the field named. */
@@ -392,7 +359,7 @@ static void run_fixture(const char *dir, const char *name) {
         {"hidden_states", test_hidden_states},
         {"greedy_continuations", test_greedy_continuations},
         {"batched_equals_alone", test_batched_equals_alone},
-        {"preemption_keeps_outputs", test_preemption_keeps_outputs},
+        {"preemption_keeps_outputs", test_preemption_keeps_outputs_},
     };
     for (size_t t = 0; t < sizeof tests / sizeof *tests; t++) {
         snprintf(label, sizeof label, "%s/%s", name, tests[t].what);

@@ -239,6 +239,15 @@ static void test_speculative_greedy_equals_plain(void) {
     }
 }
 
+/* Preempted and recomputed requests (the engine restarts them, states and
+ * all) give the tokens they give alone. */
+static void test_preemption_keeps_outputs_moe(void) {
+    int n;
+    const int32_t *ids = test_reference_ids(fx.reference, "p1", &n);
+    char why[512];
+    CHECK_MSG(ids && test_engine_preemption_keeps_outputs(fx.dir, ids, n, why, sizeof why), "%s", why);
+}
+
 int main(void) {
     test_fixture_path(fx.dir, sizeof fx.dir, "models/qwen35-moe");
     char path[1200];
@@ -256,6 +265,7 @@ int main(void) {
     RUN_TEST(test_mtp_logits_match_reference);
     RUN_TEST(test_batched_equals_alone);
     RUN_TEST(test_speculative_greedy_equals_plain);
+    RUN_TEST(test_preemption_keeps_outputs_moe);
     lm_safetensors_close(fx.reference);
     test_model_close(&fx.tm);
     return test_summary("test_qwen35_moe");
