@@ -96,6 +96,10 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
             if (f->te_len < sizeof f->te) f->te[f->te_len] = at[i];
             f->te_len++;
         }
+    } else if (f->field == LM_FIELD_CONTENT_LENGTH) {
+        /* libmicrohttpd takes digits only (no trailing white space). */
+        for (size_t i = 0; i < len; i++)
+            if (at[i] < '0' || at[i] > '9') return fail(f, 400, "invalid Content-Length");
     } else if (f->field == LM_FIELD_ORIGIN) {
         if (f->origin_len + len >= sizeof f->origin) f->origin_too_long = true;
         else {
@@ -132,6 +136,8 @@ static int on_headers_complete(http_parser *p) {
         return fail(f, 400, "unsupported Transfer-Encoding (only chunked, without Content-Length)");
     f->in_head = false;
     f->head_done = true;
+    f->in_chunk_line = (p->flags & F_CHUNKED) != 0;
+    f->chunk_ext = false;
     f->head_is_HEAD = p->method == HTTP_HEAD;
     /* Stop here, so that one feed never holds both head and body bytes. */
     http_parser_pause(p, 1);
@@ -144,6 +150,16 @@ static int on_chunk_header(http_parser *p) {
     if (p->content_length > max || f->body_bytes + p->content_length > max)
         return fail(f, 413, "the request body is larger than the server accepts");
     f->body_bytes += p->content_length;
+    f->in_chunk_line = false;
+    http_parser_pause(p, 1); /* so that a feed holds at most one chunk-size line */
+    return 0;
+}
+
+static int on_chunk_complete(http_parser *p) {
+    lm_request_framing *f = framing_of(p);
+    f->in_chunk_line = true;
+    f->chunk_ext = false;
+    http_parser_pause(p, 1);
     return 0;
 }
 
@@ -151,6 +167,7 @@ static int on_message_complete(http_parser *p) {
     lm_request_framing *f = framing_of(p);
     f->in_head = true;
     f->head_bytes = 0;
+    f->in_chunk_line = false;
     f->message_done = true;
     http_parser_pause(p, 1);
     return 0;
@@ -163,6 +180,7 @@ static const http_parser_settings settings = {
     .on_header_value = on_header_value,
     .on_headers_complete = on_headers_complete,
     .on_chunk_header = on_chunk_header,
+    .on_chunk_complete = on_chunk_complete,
     .on_message_complete = on_message_complete,
 };
 
@@ -215,10 +233,23 @@ static bool has_folded_line(lm_request_framing *f, const char *data, size_t len)
     return false;
 }
 
+/* A chunk-size line is hex digits, then CRLF or ';' and extensions:
+ * libmicrohttpd refuses white space after the size (so does RFC 9112). */
+static bool bad_chunk_line(lm_request_framing *f, const char *data, size_t len) {
+    for (size_t i = 0; i < len && !f->chunk_ext; i++) {
+        char ch = data[i];
+        if (ch == ';') f->chunk_ext = true;
+        else if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F') || ch == '\r' ||
+                   ch == '\n'))
+            return true;
+    }
+    return false;
+}
+
 size_t lm_framing_feed(lm_request_framing *f, const char *data, size_t len) {
     f->head_done = f->message_done = false;
     if (f->error_status || len == 0) return 0;
-    bool was_in_head = f->in_head;
+    bool was_in_head = f->in_head, was_in_chunk_line = f->in_chunk_line;
     if (was_in_head) {
         size_t room = LM_FRAMING_MAX_HEAD_BYTES - f->head_bytes;
         if (room == 0) {
@@ -239,6 +270,9 @@ size_t lm_framing_feed(lm_request_framing *f, const char *data, size_t len) {
         f->head_done = false;
         fail(f, 400, "obsolete line folding or a header line starting with white space");
     }
+    /* Likewise a chunk-size line: the parser pauses at its end. */
+    if (was_in_chunk_line && !f->error_status && bad_chunk_line(f, data, used))
+        fail(f, 400, "invalid chunk size line in a chunked body");
     f->offset += used;
     if (f->error_status) return used;
     if (f->in_head) f->head_bytes = was_in_head && !f->message_done ? f->head_bytes + (uint32_t)used : 0;

@@ -46,7 +46,8 @@ typedef struct {
     char name[24];        /* the current field name, lower-case, when it fits */
     uint32_t name_len;
     lm_field_kind field;
-    bool cl_digits_only;
+    bool in_chunk_line;   /* the next bytes are a chunk-size line */
+    bool chunk_ext;       /* past the ';' of that line's extensions */
     char te[16];
     uint32_t te_len;
     uint64_t body_bytes; /* of a chunked body */
