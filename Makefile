@@ -8,7 +8,8 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-param
 CFLAGS   ?= -O2 -g -march=native
 ALLFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -Isrc -Iinclude $(CFLAGS) -pthread -MMD -MP \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
+# libhttp-parser (the front door's framing checks) has no pkg-config file on Debian.
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser -lm -pthread
 SANFLAGS := -O1 -g -march=native -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer
 

@@ -18,8 +18,11 @@ usage: server_hostile.py LOOM MODEL [--asan LOOM_ASAN] [--only NAME,...]
             bound, or refused with 413 before being read.
   http      routing and header rules: JSON error bodies, Allow, HEAD, CORS,
             /v1/models/{id}, Bearer case, --api-key-file, LOOM_API_KEY.
-  corpus    ~250 malformed requests against the ASan build: never a 5xx,
-            never a non-JSON error body, the server alive after each.
+  corpus    ~380 malformed requests against the ASan build: never a 5xx
+            (but 505 for HTTP versions), never a non-JSON error body, framing
+            errors with their status (answered by loom's front door, not
+            libmicrohttpd), pipelined good-then-bad requests answered in
+            order, the server alive after each.
 Prints "server_hostile.py: N passed, M failed"."""
 import http.client
 import json
@@ -553,6 +556,10 @@ def test_http(binary, model):
         st, h, b = request(port, "GET", "/v1/models", headers={"Origin": "https://evil.example",
                                                                 "Authorization": "Bearer file-key"})
         check("access-control-allow-origin" not in h, "http: no CORS header for another origin")
+        resp = raw(port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: https://a.example\r\nBad Name: 1\r\n\r\n")
+        st, h, b = parse_raw(resp)
+        check(st == 400 and is_json_error(b, 400) and h.get("access-control-allow-origin") == "https://a.example",
+              "http: a framing error answered by the front door carries the CORS header (%r)" % resp[:200])
         check(srv.stop() == 0, "http: clean exit")
     finally:
         os.unlink(keyfile)
@@ -590,9 +597,10 @@ def test_http(binary, model):
 # ---------------------------------------------------------------- malformed corpus
 
 def corpus():
-    """(name, raw request bytes, owner): owner "mhd" marks requests that
-    libmicrohttpd refuses itself before loom sees them (its body is not ours
-    to shape; it must still be a 4xx and the server must live)."""
+    """(name, raw request bytes, owner): owner "loom" for requests the
+    routes answer, ("framing", status) for framing the front door checks
+    before libmicrohttpd sees it (that status, a JSON error when >= 400),
+    "truncated" for bodies that never complete."""
     def req(method, path, body=b"", headers=None, version=b"HTTP/1.1", cl=True):
         h = {"Host": "127.0.0.1", "Content-Type": "application/json"}
         h.update(headers or {})
@@ -674,71 +682,175 @@ def corpus():
         data = json.dumps(good_comp).encode()
         out.append(("truncated%d" % i, req(b"POST", comp, data, {"Content-Length": str(len(data) + n)}, cl=False),
                     "truncated"))
-    # Framing errors libmicrohttpd answers itself.
-    for name, data in [
-            ("no-colon", b"GET /health HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n"),
-            ("bad-version", b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n"),
-            ("bad-version2", b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n"),
-            ("cl-abc", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}"),
-            ("cl-huge", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n{}"),
-            ("cl-neg", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}"),
-            ("chunk-bad", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"),
-            ("chunk-huge", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n{}\r\n"),
-            ("huge-head", b"GET /health HTTP/1.1\r\nHost: x\r\nX: " + b"v" * 200000 + b"\r\n\r\n"),
-            ("garbage", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 50 + b"\r\n\r\n"),
-            ("space-line", b"GET /health HTTP/1.1\r\n Host: x\r\n\r\n")]:
-        out.append((name, data, "mhd"))
+    # Framing errors, answered by loom's front door before libmicrohttpd
+    # sees them (owner "framing": the expected status, a JSON error).
+    good = json.dumps(good_comp).encode()
+    head_pad = lambda n: b"GET /health HTTP/1.1\r\nHost: x\r\nX: " + b"v" * (n - 34) + b"\r\n\r\n"  # n-byte head
+    for name, data, want in [
+            ("no-colon", b"GET /health HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n", 400),
+            ("bad-version", b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+            ("bad-version2", b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n", 505),
+            ("http09", b"GET /\r\n\r\n", 505),
+            ("cl-abc", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}", 400),
+            ("cl-huge", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n{}", 413),
+            ("cl-neg", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}", 400),
+            ("cl-trailing-space", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2 \r\n\r\n{}", 400),
+            ("cl-twice-differ", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),
+            ("cl-and-te", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+            ("te-gzip-chunked", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400),
+            ("chunk-bad", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", 400),
+            ("chunk-huge", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n{}\r\n", 413),
+            ("chunk-space", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2 \r\n{}\r\n0\r\n\r\n", 400),
+            ("chunk-bad-after-good", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"pro\r\n4\r\nmpt\"\r\nxyz\r\n", 400),
+            ("chunk-trailer", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: 1\r\n\r\n", 400),
+            ("huge-head", b"GET /health HTTP/1.1\r\nHost: x\r\nX: " + b"v" * 200000 + b"\r\n\r\n", 431),
+            ("head-just-over", head_pad(32768 + 64), 431),
+            ("tiny-headers", b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"a:\r\n" * 8000 + b"\r\n", 431),
+            ("url-just-over", b"GET /" + b"a" * 8192 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+            ("garbage", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 50 + b"\r\n\r\n", 400),
+            ("space-line", b"GET /health HTTP/1.1\r\n Host: x\r\n\r\n", 400),
+            ("obs-fold", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", 400),
+            ("obs-fold-tab", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n\tb\r\n\r\n", 400),
+            ("space-in-name", b"GET /health HTTP/1.1\r\nHost: x\r\nX A: b\r\n\r\n", 400),
+            ("nul-request-line", b"GET /hea\x00lth HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            ("nul-method", b"G\x00T /health HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            ("lone-cr", b"GET /health HTTP/1.1\r\nHost: x\rY: z\r\n\r\n", 400),
+            ("lower-version", b"GET /health http/1.1\r\nHost: x\r\n\r\n", 400),
+            ("connect", b"CONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            ("no-host-11", b"GET /health HTTP/1.1\r\n\r\n", 400),
+            ("two-hosts", b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400)]:
+        out.append((name, data, ("framing", want)))
+    # Framing that is fine, near the limits.
+    for name, data, want in [
+            ("no-host-10", b"GET /health HTTP/1.0\r\n\r\n", 200),
+            ("head-just-under", head_pad(32768 - 64), 200),
+            ("url-at-limit", b"GET /" + b"a" * 8191 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+            ("bare-lf", b"GET /health HTTP/1.1\nHost: x\n\n", 200),
+            ("chunk-ext", b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+             b"%x;a=b\r\n%s\r\n0\r\n\r\n" % (len(b'{"prompt":"hi"}'), b'{"prompt":"hi"}'), 200),
+            ("upgrade-ignored", b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 200)]:
+        out.append((name, data, ("framing", want)))
     # Chunked bodies that are fine framing but bad JSON, and a good one.
     out.append(("chunked-ok", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"pro\r\n0\r\n\r\n", "loom"))
     return out
 
 
+def read_all(port, data, timeout=8, then=None):
+    """Sends data (and after the first response, `then`) on one connection
+    and reads until the server closes; returns every byte read."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    out = b""
+    try:
+        s.sendall(data)
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+            if then is not None and split_responses(out):
+                s.sendall(then)
+                then = None
+    except (socket.timeout, ConnectionResetError, BrokenPipeError):
+        pass
+    finally:
+        s.close()
+    return out
+
+
+def split_responses(resp):
+    """The complete responses (status, headers, body) in resp, in order
+    (Content-Length framed, interim 1xx skipped)."""
+    out = []
+    while b"\r\n\r\n" in resp:
+        head, _, rest = resp.partition(b"\r\n\r\n")
+        st, hdrs, _ = parse_raw(head + b"\r\n\r\n")
+        if st is None:
+            break
+        n = int(hdrs.get("content-length", "0"))
+        if len(rest) < n:
+            break
+        if st >= 200:
+            out.append((st, hdrs, rest[:n]))
+        resp = rest[n:]
+    return out
+
+
+def test_pipelining(port):
+    """Good requests before a bad one on the same connection are answered
+    first, then the JSON error, then the connection closes."""
+    good = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    bad = b"GET /health HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n"
+    slow = json.dumps({"prompt": "hi", "max_tokens": 24, "ignore_eos": True}).encode()
+    slow_req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(slow) + slow)
+    cases = [("pipelined good then bad", good + bad, None, [200, 400]),
+             ("pipelined 3 good then bad", good * 3 + bad, None, [200, 200, 200, 400]),
+             ("pipelined generation then bad", slow_req + bad, None, [200, 400]),
+             ("pipelined good then bad version", good + b"GET / HTTP/3.0\r\nHost: x\r\n\r\n", None, [200, 505]),
+             ("bad after a keep-alive good one", good, bad, [200, 400]),
+             ("bad chunk after a keep-alive good one", slow_req,
+              b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nq\r\n",
+              [200, 400]),
+             ("HEAD then bad", b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n" + bad, None, [200, 400])]
+    for name, data, then, want in cases:
+        resp = read_all(port, data, then=then)
+        got = split_responses(resp)
+        ok = [st for st, _, _ in got] == want and all(is_json_error(b, st) for st, _, b in got if st >= 400)
+        if want[-1] >= 400 and got:
+            ok = ok and got[-1][1].get("connection") == "close"
+        check(ok, "corpus: %s: answered %r in order (%r)" % (name, want, resp[-300:]))
+
+
 def test_corpus(binary, model):
     srv = Server(binary, model, "--max-model-len", "64", "--max-body-bytes", str(1 << 20))
     port = srv.port
     cases = corpus()
-    five = nonjson = dead = mhd5 = 0
-    mhd_html = 0
+    five = nonjson = dead = wrong = 0
     statuses = {}
+    framing = {}
     for name, data, owner in cases:
         resp = raw(port, data, timeout=1.5 if owner == "truncated" else 8)
         st, h, body = parse_raw(resp)
         statuses[st] = statuses.get(st, 0) + 1
+        if isinstance(owner, tuple):
+            framing[st] = framing.get(st, 0) + 1
+            if st != owner[1]:
+                wrong += 1
+                print("  %s: status %r, expected %d: %r" % (name, st, owner[1], resp[:200]))
         if owner == "truncated":
             # The server waits for the rest; the client gives up (no reply is right).
             pass
         elif st is None:
-            if owner != "mhd":
-                nonjson += 1
-                print("  no response: %s -> %r" % (name, resp[:80]))
-        elif st == 505 and owner == "mhd" and name.startswith("bad-version"):
-            mhd_html += 1  # HTTP Version Not Supported: the right answer, from libmicrohttpd
-        elif st >= 500:
+            nonjson += 1
+            print("  no response: %s -> %r" % (name, resp[:80]))
+        elif st >= 500 and st != 505:
             five += 1
             print("  5xx: %s -> %r" % (name, resp[:200]))
-        elif st >= 400 and owner == "loom" and not is_json_error(body, st):
+        elif st >= 400 and not is_json_error(body, st):
             nonjson += 1
             print("  non-JSON error: %s -> %r" % (name, resp[:200]))
-        elif st >= 400 and owner == "mhd" and not is_json_error(body, st):
-            mhd_html += 1
         if not srv.alive():
             dead += 1
             print("  server died after %s" % name)
             break
-        if st is not None and st >= 500 and owner == "mhd":
-            mhd5 += 1
+    if srv.alive():
+        test_pipelining(port)
     st, _, _ = request(port, "GET", "/health")
-    check(five == 0, "corpus: no 5xx over %d malformed requests (%d)" % (len(cases), five))
-    check(nonjson == 0, "corpus: every error loom answers has the OpenAI JSON shape (%d not)" % nonjson)
+    check(five == 0, "corpus: no 5xx over %d malformed requests (%d; 505 for HTTP versions is the right answer)"
+          % (len(cases), five))
+    check(nonjson == 0, "corpus: every error has the OpenAI JSON shape, framing errors included (%d not)" % nonjson)
+    check(wrong == 0, "corpus: framing errors get their status (400/413/414/431/505) (%d wrong)" % wrong)
     check(dead == 0 and st == 200, "corpus: the server is alive after each and at the end")
     code = srv.stop()
     err = "".join(srv.stderr)
     check("AddressSanitizer" not in err and "runtime error" not in err and "LeakSanitizer" not in err,
           "corpus: no sanitizer report" + (": " + err[-2000:] if "Sanitizer" in err or "runtime error" in err else ""))
     check(code == 0, "corpus: clean exit (%r)" % code)
-    print("corpus: %d requests, statuses %s; %d framing errors answered by libmicrohttpd itself (not JSON)"
-          % (len(cases), dict(sorted((k or 0, v) for k, v in statuses.items())), mhd_html))
+    print("corpus: %d requests, statuses %s; framing cases %s"
+          % (len(cases), dict(sorted((k or 0, v) for k, v in statuses.items())),
+             dict(sorted((k or 0, v) for k, v in framing.items()))))
 
 
 def main():

@@ -76,11 +76,15 @@ static bool read_key_file(const char *path, char *buf, size_t size) {
     return true;
 }
 
-/* Each connection is a descriptor: raise the soft limit toward the hard one
- * so that --max-connections fits, or lower the connection limit to what does. */
+/* Each connection costs three descriptors (the client's socket and the two
+ * ends of the socketpair between loom's front door and libmicrohttpd):
+ * raise the soft limit toward the hard one so that --max-connections fits,
+ * or lower the connection limit to what does. */
+#define FDS_PER_CONNECTION 3
+#define FDS_RESERVED 320 /* the server's own files, epoll sets, the model's shards */
 static bool raise_fd_limit(lm_server_options *so) {
     long conns = so->max_connections > 0 ? so->max_connections : 4096;
-    long want = conns + conns / 8 + 64 + 256; /* the server's refusal margin and its own files */
+    long want = conns * FDS_PER_CONNECTION + FDS_RESERVED;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return true;
     if ((long)rl.rlim_cur < want && rl.rlim_cur != RLIM_INFINITY) {
@@ -89,12 +93,16 @@ static bool raise_fd_limit(lm_server_options *so) {
         if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl.rlim_cur = target;
     }
     if (rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < want) {
-        long fit = ((long)rl.rlim_cur - 256 - 64) * 8 / 9;
+        long fit = ((long)rl.rlim_cur - FDS_RESERVED) / FDS_PER_CONNECTION;
         if (fit < 4) {
-            fprintf(stderr, "loom: the descriptor limit (%ld) is too low to serve\n", (long)rl.rlim_cur);
+            fprintf(stderr,
+                    "loom: the descriptor limit (%ld, hard limit %ld) is too low to serve: each connection "
+                    "needs %d; raise it with ulimit -n\n",
+                    (long)rl.rlim_cur, (long)rl.rlim_max, FDS_PER_CONNECTION);
             return false;
         }
-        fprintf(stderr, "loom: descriptor limit %ld: serving at most %ld connections\n", (long)rl.rlim_cur, fit);
+        fprintf(stderr, "loom: descriptor limit %ld (%d per connection): serving at most %ld connections\n",
+                (long)rl.rlim_cur, FDS_PER_CONNECTION, fit);
         so->max_connections = (int)fit;
     }
     return true;

@@ -14,15 +14,26 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/front_door.h"
+#include "server/request_framing.h"
 #include "server/server_internal.h"
 
-#define LM_MAX_URL_BYTES 8192          /* longer request targets get 414 */
-#define LM_MAX_HEADER_BYTES 32768      /* larger request heads get 431 */
-#define LM_MHD_MEMORY_LIMIT (128u << 10) /* MHD's per-connection pool: above our limits, so that
-                                            they answer (in JSON) before MHD's own (HTML) */
+#define LM_MAX_URL_BYTES LM_FRAMING_MAX_URL_BYTES       /* the front door refuses longer ones first */
+#define LM_MAX_HEADER_BYTES LM_FRAMING_MAX_HEAD_BYTES /* likewise */
+#define LM_MHD_MEMORY_LIMIT (128u << 10) /* MHD's per-connection pool: well above the front door's
+                                            limits, so that MHD never refuses a head itself */
 #define WAKE_MS 4                      /* how soon a waiting stream is resumed */
 #define SWEEP_EVERY 25                 /* waker ticks between timeout sweeps (100 ms) */
 #define FINAL_WAIT_MS 5000             /* after the grace: time for the cancelled to answer */
+#define FLUSH_MS 2000                  /* after MHD stopped: time for the relay to write the rest */
+
+/* MHD's silence timer between requests.  The front door holds a request
+ * head until it is complete, so MHD sees nothing while one arrives: the
+ * front door enforces --timeout-keep-alive (silence while no request is
+ * under way) and MHD's timer is only a backstop past the header deadline. */
+static unsigned idle_timeout(const lm_server_options *o) {
+    return (unsigned)(o->timeout_keep_alive_s + o->timeout_header_s);
+}
 
 typedef enum { PHASE_HEADER, PHASE_BODY, PHASE_BUSY } conn_phase;
 
@@ -84,12 +95,8 @@ static conn_slot *slot_of(struct MHD_Connection *c) {
     return info ? (conn_slot *)info->socket_context : NULL;
 }
 
-/* The Access-Control-Allow-Origin value for this request's Origin, or NULL. */
-static const char *cors_origin(const lm_server *s, struct MHD_Connection *c) {
-    const char *allowed = s->options.allowed_origins;
-    if (!allowed || !allowed[0]) return NULL;
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (!origin || !origin[0]) return NULL;
+const char *lm_cors_allow_origin(const char *allowed, const char *origin) {
+    if (!allowed || !allowed[0] || !origin || !origin[0]) return NULL;
     size_t ol = strlen(origin);
     for (const char *p = allowed; *p;) {
         while (*p == ' ' || *p == ',') p++;
@@ -102,6 +109,13 @@ static const char *cors_origin(const lm_server *s, struct MHD_Connection *c) {
         p = e;
     }
     return NULL;
+}
+
+/* The Access-Control-Allow-Origin value for this request's Origin, or NULL. */
+static const char *cors_origin(const lm_server *s, struct MHD_Connection *c) {
+    const char *allowed = s->options.allowed_origins;
+    if (!allowed || !allowed[0]) return NULL;
+    return lm_cors_allow_origin(allowed, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"));
 }
 
 enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, struct MHD_Response *r) {
@@ -164,12 +178,13 @@ static const char *error_type(unsigned status) {
     case 413: return "RequestTooLarge";
     case 414: return "URITooLong";
     case 431: return "RequestHeaderFieldsTooLarge";
+    case 505: return "HTTPVersionNotSupported";
     case 503: return "ServiceUnavailableError";
     default: return "InternalServerError";
     }
 }
 
-static char *error_body(unsigned status, const char *message, const char *param) {
+char *lm_error_json_body(unsigned status, const char *message, const char *param) {
     cJSON *root = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(e, "message", message);
@@ -184,7 +199,7 @@ static char *error_body(unsigned status, const char *message, const char *param)
 
 static enum MHD_Result reply_error_allow(struct MHD_Connection *c, unsigned status, const char *message,
                                          const char *param, const char *allow) {
-    char *text = error_body(status, message, param);
+    char *text = lm_error_json_body(status, message, param);
     if (!text) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
                                   "\"InternalServerError\",\"param\":null,\"code\":500}}";
@@ -461,7 +476,7 @@ static void set_phase(lm_server *s, conn_slot *slot, conn_phase phase, double de
  * (a new connection, or one only reading a body), then shuts it down; MHD
  * sees the end and closes it. */
 static void answer_and_cut(MHD_socket fd, unsigned status, const char *reason, const char *message) {
-    char *body = error_body(status, message, NULL);
+    char *body = lm_error_json_body(status, message, NULL);
     char head[256];
     int n = snprintf(head, sizeof head,
                      "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n%sConnection: close\r\n"
@@ -739,7 +754,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         /* Keep-alive: the next request has the idle and header timeouts. */
         set_phase(s, slot, PHASE_HEADER,
                   lm_now_seconds() + s->options.timeout_keep_alive_s + s->options.timeout_header_s);
-        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->options.timeout_keep_alive_s);
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, idle_timeout(&s->options));
     }
 }
 
@@ -748,6 +763,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void on_log(void *cls, const char *fmt, va_list ap) {
     lm_server *s = cls;
     struct lm_http *h = s->http;
+    /* MHD takes the front door's socketpair ends for TCP (it is given the
+     * client's address): its TCP_NODELAY / TCP_CORK calls fail there, and
+     * harmlessly, since a local socket has no Nagle delay to undo. */
+    static const char *const benign[] = {"Setting %s option to %s state failed", "Failed to push the data"};
+    for (size_t i = 0; i < sizeof benign / sizeof benign[0]; i++)
+        if (strncmp(fmt, benign[i], strlen(benign[i])) == 0) return;
     int_fast64_t now = (int_fast64_t)lm_now_seconds();
     if (atomic_exchange(&h->log_second, now) != now) {
         int_fast64_t dropped = atomic_exchange(&h->log_count, 0) - 5;
@@ -794,7 +815,8 @@ static lm_status http_create(lm_server *s, lm_error *err) {
     return LM_OK;
 }
 
-/* Connections MHD accepts beyond ours, to refuse them with a 503. */
+/* Connections MHD takes beyond ours (the front door refuses the excess at
+ * accept; this is a backstop). */
 static int refuse_margin(const lm_server_options *o) {
     int m = o->max_connections / 8;
     return m < 64 ? 64 : m > 1024 ? 1024 : m;
@@ -808,6 +830,7 @@ static void fail_start(lm_server *s) {
         pthread_mutex_unlock(&s->http->wait_mutex);
         pthread_join(s->http->waker, NULL);
     }
+    lm_front_door_stop(s->door, 0);
     http_free(s->http);
     lm_metrics_destroy(&s->metrics);
     free(s);
@@ -843,17 +866,18 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     atomic_init(&s->active, 0);
     atomic_init(&s->cancel_all, false);
 
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)o->port);
-    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
-        fail_start(s);
-        return lm_fail(err, LM_ERR_INVALID, "--host %s is not an IPv4 address", options->host);
-    }
     if (http_create(s, err) != LM_OK) {
         lm_metrics_destroy(&s->metrics);
         free(s);
+        return err->code;
+    }
+    /* loom listens and accepts; each connection reaches MHD through the
+     * front door's relay, which answers bad framing itself. */
+    lm_front_door_options fo = {.host = o->host, .port = o->port, .max_connections = o->max_connections,
+                                .backlog = 1024, .timeout_keep_alive_s = o->timeout_keep_alive_s,
+                                .max_body_bytes = o->max_body_bytes, .allowed_origins = o->allowed_origins};
+    if (lm_front_door_listen(&fo, &s->door, err) != LM_OK) {
+        fail_start(s);
         return err->code;
     }
     if (pthread_create(&s->http->waker, NULL, waker_main, s) != 0) {
@@ -864,25 +888,28 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     /* epoll with a fixed pool of I/O threads: no FD_SETSIZE ceiling and no
      * thread per idle connection; generation runs on its own threads. */
     s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                                     MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                                 (uint16_t)o->port, NULL, NULL, on_request, s,
+                                     MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET,
+                                 0, NULL, NULL, on_request, s,
                                  MHD_OPTION_EXTERNAL_LOGGER, on_log, s, /* first, to catch all */
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)o->http_threads,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections + refuse_margin(o)),
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_keep_alive_s,
-                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)LM_MHD_MEMORY_LIMIT,
-                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout(o),
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)LM_MHD_MEMORY_LIMIT, MHD_OPTION_END);
     if (!s->daemon) {
         int e = errno;
         fail_start(s);
-        return lm_fail(err, LM_ERR_IO, "cannot listen on %s:%d (%s)", options->host ? options->host : "127.0.0.1",
-                       options->port, strerror(e));
+        return lm_fail(err, LM_ERR_IO, "cannot start libmicrohttpd (%s)", strerror(e));
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : o->port;
+    if (lm_front_door_start(s->door, s->daemon, err) != LM_OK) {
+        lm_front_door_close_listener(s->door);
+        MHD_stop_daemon(s->daemon);
+        s->daemon = NULL;
+        fail_start(s);
+        return err->code;
+    }
+    s->port = lm_front_door_port(s->door);
     *out = s;
     return LM_OK;
 }
@@ -901,11 +928,10 @@ static bool wait_zero(atomic_int *counter, int ms) {
 void lm_server_stop(lm_server *s, int grace_ms) {
     if (!s) return;
     struct lm_http *h = s->http;
-    /* 1. No new connections: the listening socket is closed at once (MHD
-     * keeps serving the connections it has). */
+    /* 1. No new connections: the listening socket stops at once (the open
+     * connections carry on). */
     atomic_store(&h->stopping, true);
-    MHD_socket listen = MHD_quiesce_daemon(s->daemon);
-    if (listen != MHD_INVALID_SOCKET) close(listen);
+    lm_front_door_close_listener(s->door);
     /* 2. The grace period for what is running. */
     wait_zero(&h->inflight, grace_ms);
     /* 3. Cancel the rest: streams end with "abort" and [DONE], blocking
@@ -929,6 +955,8 @@ void lm_server_stop(lm_server *s, int grace_ms) {
         return;
     }
     MHD_stop_daemon(s->daemon);
+    /* MHD closed its ends: the relay writes what it still holds, then closes. */
+    lm_front_door_stop(s->door, FLUSH_MS);
     http_free(h);
     lm_metrics_destroy(&s->metrics);
     free(s);

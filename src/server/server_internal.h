@@ -23,6 +23,7 @@ struct lm_server {
     atomic_int active;       /* generation requests in flight */
     atomic_bool cancel_all;  /* shutdown: cancel what is still running */
     struct lm_http *http;    /* http.c's connection table, worker count and waker */
+    struct lm_front_door *door; /* front_door.c: the listener and the relay in front of MHD */
 };
 
 typedef enum { LM_ROUTE_NONE, LM_ROUTE_CHAT, LM_ROUTE_COMPLETIONS, LM_ROUTE_MODELS, LM_ROUTE_HEALTH,
@@ -35,6 +36,12 @@ enum MHD_Result lm_reply_json(struct MHD_Connection *c, unsigned status, const c
 /* {"error": {"message", "type", "param", "code"}} */
 enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const char *message,
                                const char *param);
+
+/* {"error": {...}} as text (cJSON_free it), NULL when out of memory. */
+char *lm_error_json_body(unsigned status, const char *message, const char *param);
+/* The Access-Control-Allow-Origin value for a request's Origin under
+ * --allowed-origins ("*", the origin itself, or NULL: no CORS header). */
+const char *lm_cors_allow_origin(const char *allowed_origins, const char *origin);
 
 /* Queues a response and releases the caller's reference to it (use it in
  * place of MHD_queue_response + MHD_destroy_response).  Requests handled on
