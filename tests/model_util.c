@@ -48,6 +48,26 @@ const int32_t *test_reference_ids(const lm_safetensors *reference, const char *n
     return t ? t->data : NULL;
 }
 
+float *test_prefill(lm_model *model, const int32_t *ids, int n, float *hidden, float **layer_hidden,
+                    lm_error *err) {
+    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)lm_model_describe(model)->vocab_size);
+    if (!logits) {
+        lm_fail(err, LM_ERR_NOMEM, "out of memory for %d rows of logits", n);
+        return NULL;
+    }
+    lm_sequence_runner r;
+    lm_status st = lm_sequence_runner_init(&r, model, n, err);
+    if (st == LM_OK) {
+        st = lm_sequence_runner_feed(&r, ids, n, true, logits, hidden, layer_hidden, err);
+        lm_sequence_runner_free(&r);
+    }
+    if (st != LM_OK) {
+        free(logits);
+        return NULL;
+    }
+    return logits;
+}
+
 double test_stddev(const float *x, size_t n) {
     double mean = 0, var = 0;
     for (size_t i = 0; i < n; i++) mean += x[i];

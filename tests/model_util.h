@@ -36,6 +36,12 @@ void test_model_close(test_model *m);
  * file; NULL (and *n = 0) if absent. */
 const int32_t *test_reference_ids(const lm_safetensors *reference, const char *name, int *n);
 
+/* Full-prefill logits [n, V] of ids through the model (the post-final-norm
+ * rows [n, H] into hidden and the states entering each layer into
+ * layer_hidden when given); NULL with err set on failure. */
+float *test_prefill(lm_model *model, const int32_t *ids, int n, float *hidden, float **layer_hidden,
+                    lm_error *err);
+
 double test_stddev(const float *x, size_t n);
 /* max |got - want| / std(want) over n values (fixtures/README.md); NaN gives infinity. */
 double test_normalized_error(const float *got, const float *want, size_t n);

@@ -85,28 +85,6 @@ static const lm_tensor *ref(const glm_fixture *f, const char *prompt, const char
     return lm_safetensors_find(f->reference, key);
 }
 
-/* Full-prefill logits [n, V] (and the states entering each layer if
- * layer_hidden); NULL with err set on failure. */
-static float *prefill(const glm_fixture *f, const int32_t *ids, int n, float **layer_hidden,
-                      lm_error *err) {
-    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)f->info->vocab_size);
-    if (!logits) {
-        lm_fail(err, LM_ERR_NOMEM, "out of memory for %d rows of logits", n);
-        return NULL;
-    }
-    lm_sequence_runner r;
-    lm_status st = lm_sequence_runner_init(&r, f->m.model, n, err);
-    if (st == LM_OK) {
-        st = lm_sequence_runner_feed(&r, ids, n, true, logits, NULL, layer_hidden, err);
-        lm_sequence_runner_free(&r);
-    }
-    if (st != LM_OK) {
-        free(logits);
-        return NULL;
-    }
-    return logits;
-}
-
 /* The family is GLM's, and every text tensor is used (the vision tower and
  * layers past num_hidden_layers are not the text model). */
 static void test_uses_every_text_tensor(void *arg) {
@@ -140,7 +118,7 @@ static void test_prefill_logits(void *arg) {
         CHECK_MSG(ids && want && want->n_elements == (int64_t)n * V, "%s: logits reference missing",
                   f->prompts[p]);
         lm_error err = {0};
-        float *got = prefill(f, ids, n, NULL, &err);
+        float *got = test_prefill(f->m.model, ids, n, NULL, NULL, &err);
         CHECK_MSG(got, "%s: %s", f->prompts[p], err.message);
         double e = test_normalized_error(got, want->data, (size_t)n * V);
         free(got);
@@ -162,7 +140,7 @@ static void test_hidden_states(void *arg) {
     bool allocated = true;
     for (int l = 0; l <= L; l++) allocated = (hidden[l] = malloc(sizeof(float) * (size_t)n * H)) && allocated;
     lm_error err = {0};
-    float *logits = allocated ? prefill(f, ids, n, hidden, &err) : NULL;
+    float *logits = allocated ? test_prefill(f->m.model, ids, n, NULL, hidden, &err) : NULL;
     int bad_layer = -1;
     double bad_error = 0;
     for (int l = 0; logits && l <= L && bad_layer < 0; l++) {
@@ -222,7 +200,7 @@ static void test_batched_equals_alone(void *arg) {
     const int32_t *ids[2] = {all[shortest], all[longest]};
     int len[2] = {lens[shortest], lens[longest]}, done[2] = {0, 0};
     lm_error err = {0};
-    float *alone[2] = {prefill(f, ids[0], len[0], NULL, &err), prefill(f, ids[1], len[1], NULL, &err)};
+    float *alone[2] = {test_prefill(f->m.model, ids[0], len[0], NULL, NULL, &err), test_prefill(f->m.model, ids[1], len[1], NULL, NULL, &err)};
     lm_model_context *ctx = NULL;
     lm_status st = alone[0] && alone[1]
                        ? lm_model_context_create(f->m.model,

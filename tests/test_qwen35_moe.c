@@ -37,23 +37,6 @@ static const lm_tensor *ref(const char *prompt, const char *what) {
     return lm_safetensors_find(fx.reference, name);
 }
 
-/* Every row's logits [n, V] (and post-norm hidden rows if hidden); NULL on failure. */
-static float *prefill(const int32_t *ids, int n, float *hidden, lm_error *err) {
-    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)fx.tm.config->vocab_size);
-    lm_sequence_runner r;
-    lm_status st = logits ? lm_sequence_runner_init(&r, fx.tm.model, n, err)
-                          : lm_fail(err, LM_ERR_NOMEM, "out of memory");
-    if (st == LM_OK) {
-        st = lm_sequence_runner_feed(&r, ids, n, true, logits, hidden, NULL, err);
-        lm_sequence_runner_free(&r);
-    }
-    if (st != LM_OK) {
-        free(logits);
-        return NULL;
-    }
-    return logits;
-}
-
 static void test_model_is_moe_with_both_layouts(void) {
     const lm_qwen35_model *q = fx.tm.qwen;
     CHECK(q->config.is_moe && q->config.num_experts == 8 && q->config.num_experts_per_tok == 2);
@@ -82,7 +65,7 @@ static void test_prefill_logits_match_reference(void) {
         const lm_tensor *want = ref(prompts[p], "logits");
         CHECK(ids && want && want->n_elements == (int64_t)n * V);
         lm_error err = {0};
-        float *got = prefill(ids, n, NULL, &err);
+        float *got = test_prefill(fx.tm.model, ids, n, NULL, NULL, &err);
         CHECK_MSG(got, "%s: %s", prompts[p], err.message);
         double e = test_normalized_error(got, want->data, (size_t)n * V);
         free(got);
@@ -122,7 +105,7 @@ static void test_mtp_logits_match_reference(void) {
         float *hidden = malloc(sizeof(float) * (size_t)n * H);
         float *got = malloc(sizeof(float) * (size_t)(n - 1) * V);
         lm_error err = {0};
-        float *logits = prefill(ids, n, hidden, &err);
+        float *logits = test_prefill(fx.tm.model, ids, n, hidden, NULL, &err);
         lm_status st = logits ? lm_model_mtp_sequence_logits(fx.tm.model, hidden, ids + 1, n - 1, got, &err)
                               : err.code;
         double e = st == LM_OK ? test_normalized_error(got, want->data, (size_t)(n - 1) * V) : INFINITY;
@@ -145,7 +128,7 @@ static void test_batched_equals_alone(void) {
     const int32_t *b = test_reference_ids(fx.reference, "p1", &n1);
     CHECK(a && b);
     lm_error err = {0};
-    float *alone[2] = {prefill(a, n0, NULL, &err), prefill(b, n1, NULL, &err)};
+    float *alone[2] = {test_prefill(fx.tm.model, a, n0, NULL, NULL, &err), test_prefill(fx.tm.model, b, n1, NULL, NULL, &err)};
     CHECK_MSG(alone[0] && alone[1], "%s", err.message);
     lm_model_context *ctx;
     CHECK_OK(lm_model_context_create(fx.tm.model,

@@ -115,29 +115,6 @@ static const lm_tensor *ref(const shape_fixture *f, const char *prompt, const ch
     return lm_safetensors_find(f->reference, key);
 }
 
-/* Full-prefill logits [n, V] (and post-final-norm hidden rows [n, H] if
- * hidden, the states entering each layer if layer_hidden) of ids; NULL with
- * err set on failure. */
-static float *prefill(const shape_fixture *f, const int32_t *ids, int n, float *hidden,
-                      float **layer_hidden, lm_error *err) {
-    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)f->m.config->vocab_size);
-    if (!logits) {
-        lm_fail(err, LM_ERR_NOMEM, "out of memory for %d rows of logits", n);
-        return NULL;
-    }
-    lm_sequence_runner r;
-    lm_status st = lm_sequence_runner_init(&r, f->m.model, n, err);
-    if (st == LM_OK) {
-        st = lm_sequence_runner_feed(&r, ids, n, true, logits, hidden, layer_hidden, err);
-        lm_sequence_runner_free(&r);
-    }
-    if (st != LM_OK) {
-        free(logits);
-        return NULL;
-    }
-    return logits;
-}
-
 static void test_prefill_logits(void *arg) {
     const shape_fixture *f = arg;
     int V = f->m.config->vocab_size;
@@ -148,7 +125,7 @@ static void test_prefill_logits(void *arg) {
         CHECK_MSG(ids && want && want->n_elements == (int64_t)n * V, "%s: logits reference missing",
                   f->prompts[p]);
         lm_error err = {0};
-        float *got = prefill(f, ids, n, NULL, NULL, &err);
+        float *got = test_prefill(f->m.model, ids, n, NULL, NULL, &err);
         CHECK_MSG(got, "%s: %s", f->prompts[p], err.message);
         double e = test_normalized_error(got, want->data, (size_t)n * V);
         free(got);
@@ -169,7 +146,7 @@ static void test_hidden_states(void *arg) {
     bool allocated = true;
     for (int l = 0; l <= L; l++) allocated = (hidden[l] = malloc(sizeof(float) * (size_t)n * H)) && allocated;
     lm_error err = {0};
-    float *logits = allocated ? prefill(f, ids, n, NULL, hidden, &err) : NULL;
+    float *logits = allocated ? test_prefill(f->m.model, ids, n, NULL, hidden, &err) : NULL;
     int bad_layer = -1;
     double bad_error = 0;
     for (int l = 0; logits && l <= L && bad_layer < 0; l++) {
@@ -231,7 +208,7 @@ static void test_mtp_logits(void *arg) {
         float *hidden = malloc(sizeof(float) * (size_t)n * H);
         float *got = malloc(sizeof(float) * (size_t)(n - 1) * V);
         lm_error err = {0};
-        float *logits = hidden && got ? prefill(f, ids, n, hidden, NULL, &err) : NULL;
+        float *logits = hidden && got ? test_prefill(f->m.model, ids, n, hidden, NULL, &err) : NULL;
         lm_status st = logits ? lm_model_mtp_sequence_logits(f->m.model, hidden, ids + 1, n - 1, got, &err)
                               : LM_ERR_NOMEM;
         double e = st == LM_OK ? test_normalized_error(got, want->data, (size_t)(n - 1) * V)
@@ -291,7 +268,7 @@ static void test_prompts_are_fair_at_the_tolerance(void *arg) {
         const lm_tensor *want = ref(f, f->prompts[p], "logits");
         CHECK(ids && want && want->n_elements == (int64_t)n * V);
         lm_error err = {0};
-        float *plain = prefill(f, ids, n, NULL, NULL, &err);
+        float *plain = test_prefill(f->m.model, ids, n, NULL, NULL, &err);
         CHECK_MSG(plain, "%s: %s", f->prompts[p], err.message);
         double scale = test_stddev(want->data, (size_t)n * V), moved = 0;
         for (uint64_t seed = 1; seed <= 4 && moved < INFINITY; seed++) {
@@ -299,7 +276,7 @@ static void test_prompts_are_fair_at_the_tolerance(void *arg) {
             nb.ops.embed = embed_nudged;
             nb.base.ops = &nb.ops;
             f->m.model->backend = &nb.base; /* contexts made now run on it */
-            float *got = prefill(f, ids, n, NULL, NULL, &err);
+            float *got = test_prefill(f->m.model, ids, n, NULL, NULL, &err);
             f->m.model->backend = real;
             double d = INFINITY;
             if (got) {
