@@ -22,6 +22,7 @@
 
 #include "base/error.h"
 #include "io/safetensors.h"
+#include "models/image_processor.h"
 #include "models/step_batch.h"
 #include "ops/ops.h"
 
@@ -29,6 +30,20 @@
 
 typedef struct lm_model lm_model;
 typedef struct lm_model_context lm_model_context;
+
+/* A model's vision tower, as the prompt side needs it (model-spec §D.4,
+ * §E.5): the ids the chat template writes around an image, the placeholder
+ * the processor repeats once per output row, and how images are made into
+ * patch rows (preprocessor_config.json, read at load). */
+typedef struct {
+    bool present;
+    int32_t image_token_id;        /* <|image_pad|> (Qwen3.5), <|image|> (GLM) */
+    int32_t vision_start_token_id; /* <|vision_start|>, <|begin_of_image|> */
+    int32_t vision_end_token_id;   /* <|vision_end|>, <|end_of_image|> */
+    int depth, hidden_size, n_heads; /* the tower itself, for `loom inspect` */
+    int64_t n_parameters;
+    lm_image_processor processor;
+} lm_vision_info;
 
 /* What a model is, for the engine and for people. */
 typedef struct {
@@ -51,6 +66,7 @@ typedef struct {
     int64_t n_active_parameters; /* of those, what one token uses (MoE: top-k of the experts) */
     size_t weight_bytes;         /* bytes of weights used, as stored */
     size_t decode_bytes_per_token; /* weight bytes one plain decode step reads */
+    lm_vision_info vision;
 } lm_model_info;
 
 /* How the checkpoint stores the MTP head's RMSNorm weights (model-spec
@@ -82,6 +98,9 @@ typedef struct {
      * hidden rows and a rollback record per state slot for verifying this
      * many drafts.  0: no speculation. */
     int speculative_tokens;
+    /* > 0 (models with a vision tower): the vision workspace, for images of
+     * up to this many patches (lm_image_patches.n_patches).  0: no images. */
+    int max_image_patches;
 } lm_context_options;
 
 /* Where one forward leaves its results (host memory). */
@@ -102,6 +121,11 @@ typedef struct {
     const int32_t *next_tokens; /* [count]: the token at position from + 1 + i */
     const int32_t *block_table; /* its KV blocks, enough for from + count + n_drafts */
     int n_blocks;
+    /* The target's positions of the committed rows ([count][3]; NULL: text,
+     * position from + i in every component) and the offset of positions
+     * past them (model-spec §C.6, §D.5: index + rope_delta). */
+    const int32_t *positions;
+    int position_delta;
     int n_drafts;             /* drafts wanted after catching up (0: catch up only) */
     int32_t *drafts;          /* out: n_drafts token ids */
 } lm_draft_seq;
@@ -131,6 +155,12 @@ typedef struct {
      * fixtures' mtp_logits: row p from hidden[p] and next_ids[p] ([n, V]). */
     lm_status (*mtp_sequence_logits)(lm_model *m, const float *hidden, const int32_t *next_ids,
                                      int n, float *logits, lm_error *err);
+    /* The vision tower over one image's patch rows (lm_image_preprocess):
+     * embeds [lm_image_tokens(patches), hidden_size], the rows that replace
+     * its placeholders, in order.  Needs a context made with
+     * max_image_patches >= patches->n_patches.  NULL without a tower. */
+    lm_status (*encode_image)(lm_model_context *ctx, const lm_image_patches *patches,
+                              float *embeds, lm_error *err);
     /* What `loom inspect` prints beyond lm_model_info (config, MTP head). */
     void (*describe)(const lm_model *m, FILE *out);
 } lm_model_ops;
@@ -186,6 +216,13 @@ static inline lm_status lm_model_mtp_sequence_logits(lm_model *m, const float *h
                                                      const int32_t *next_ids, int n, float *logits,
                                                      lm_error *err) {
     return m->ops->mtp_sequence_logits(m, hidden, next_ids, n, logits, err);
+}
+static inline bool lm_model_has_vision(const lm_model *m) {
+    return m->info.vision.present && m->ops->encode_image;
+}
+static inline lm_status lm_model_encode_image(lm_model_context *ctx, const lm_image_patches *p,
+                                              float *embeds, lm_error *err) {
+    return ctx->model->ops->encode_image(ctx, p, embeds, err);
 }
 static inline void lm_model_print_description(const lm_model *m, FILE *out) {
     if (m->ops->describe) m->ops->describe(m, out);

@@ -5,7 +5,8 @@
  * A step carries the new tokens of every scheduled sequence flattened into one
  * array — no padding, no batch-wide offset.  The tokens of one sequence are
  * contiguous ([first, first + n_new)), each with its own 3-component
- * position (t, h, w; equal for text).  Prefill chunks and single decode
+ * position (t, h, w; equal for text) and either a token id or, for image
+ * placeholders, a row of the vision tower's output.  Prefill chunks and single decode
  * tokens of different sequences mix freely. */
 #ifndef LOOM_MODELS_STEP_BATCH_H
 #define LOOM_MODELS_STEP_BATCH_H
@@ -31,6 +32,12 @@ typedef struct {
     int n_tokens;
     const int32_t *tokens;    /* [n_tokens] */
     const int32_t *positions; /* [n_tokens][3] */
+    /* Optional [n_tokens] (NULL: every row from the token table): row i's
+     * input instead of the embedding of tokens[i] when not NULL, hidden_size
+     * floats (an image placeholder's row of the vision tower's output,
+     * model-spec §D.4, §E.5).  Runs of rows that are consecutive in memory
+     * are moved in one upload. */
+    const float *const *input_rows;
     int n_seqs;
     const lm_step_seq *seqs;  /* [n_seqs], in batch order */
 } lm_step_batch;

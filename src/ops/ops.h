@@ -70,7 +70,16 @@ typedef struct {
     int sections[3];
     bool interleaved_sections;
     bool pair_interleaved; /* false = rotate-half (NeoX) */
+    /* The vision towers' 2-D rotary (model-spec §D.3.2, §E.3): rot_dim/4
+     * frequencies inv[i] = 1 / theta^(4i/rot_dim); rotate-half pair j <
+     * rot_dim/4 turns by h·inv[j], pair j >= rot_dim/4 by w·inv[j - rot_dim/4]
+     * (h, w = components 1 and 2 of the position: the patch's row and
+     * column).  sections and interleaved_sections are then unused. */
+    bool two_d;
 } lm_rope_params;
+
+/* The GELU variants (model-spec §0.2). */
+typedef enum { LM_GELU_ERF, LM_GELU_TANH } lm_gelu_kind;
 
 /* One full-attention layer's paged KV cache: k and v pools of
  * [n_blocks, block_size, n_kv_heads, head_dim] float32.  Token slot s lives at
@@ -199,6 +208,12 @@ typedef struct {
                  const lm_rope_params *rope);
     /* out = silu(gate) * up, elementwise; out may alias gate or up. */
     void (*silu_mul)(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n);
+    /* out = (x - mean) / sqrt(var + eps) * weight + bias per row of dim,
+     * biased variance (LayerNorm, model-spec B4); out may alias x. */
+    void (*layernorm)(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias, int rows,
+                      int dim, float eps);
+    /* x = gelu(x), elementwise, in place. */
+    void (*gelu)(lm_backend *be, lm_mem x, int64_t n, lm_gelu_kind kind);
     /* x *= sigmoid(gate), elementwise. */
     void (*sigmoid_mul)(lm_backend *be, lm_mem x, lm_mem gate, int64_t n);
     /* x += y, elementwise. */
@@ -212,6 +227,12 @@ typedef struct {
     /* dst row i = src row row_ids[i], i < n, rows of `width` floats
      * (row_ids int32 [n]); dst may not overlap src. */
     void (*gather_rows)(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n, int width);
+    /* x row i += Σ_k weights[i, k] · table row ids[i, k] (k < taps; ids
+     * int32 and weights float32 [n, taps]; table [rows, width] of any
+     * weight dtype, read as float32): interpolated position embeddings
+     * (bilinear: 4 taps, bicubic: 16).  The sum runs in k order. */
+    void (*add_weighted_rows)(lm_backend *be, lm_mem x, const lm_matrix *table, lm_mem ids,
+                              lm_mem weights, int n, int taps);
     /* ids[r] = the index of the largest of x row r ([rows, n]); the lowest
      * index among equal maxima; NaN never wins over a number (a row of
      * only NaN gives 0). */
@@ -340,6 +361,17 @@ static inline void lm_rope(lm_backend *be, lm_mem x, int n, int n_heads, int hea
 }
 static inline void lm_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
     be->ops->silu_mul(be, out, gate, up, n);
+}
+static inline void lm_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias,
+                                int rows, int dim, float eps) {
+    be->ops->layernorm(be, out, x, weight, bias, rows, dim, eps);
+}
+static inline void lm_gelu(lm_backend *be, lm_mem x, int64_t n, lm_gelu_kind kind) {
+    be->ops->gelu(be, x, n, kind);
+}
+static inline void lm_add_weighted_rows(lm_backend *be, lm_mem x, const lm_matrix *table,
+                                        lm_mem ids, lm_mem weights, int n, int taps) {
+    be->ops->add_weighted_rows(be, x, table, ids, weights, n, taps);
 }
 static inline void lm_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
     be->ops->sigmoid_mul(be, x, gate, n);

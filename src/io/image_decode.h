@@ -1,0 +1,50 @@
+/* Decoding image files (PNG, JPEG, WebP) into 8-bit RGB, with the Debian
+ * libraries (libpng, libjpeg-turbo, libwebp).
+ *
+ * The bytes are untrusted: the format is told by its signature, not by a
+ * name; the declared size is checked against the limits before any pixel
+ * buffer is allocated; animated, truncated or malformed files are
+ * LM_ERR_INVALID with a sentence saying what is wrong.  Alpha is
+ * composited onto white and greyscale / palette images are expanded, as
+ * transformers' convert_to_rgb does (what fixtures/preprocess records as
+ * `<file>.decoded`). */
+#ifndef LOOM_IO_IMAGE_DECODE_H
+#define LOOM_IO_IMAGE_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+/* Defaults: 32 MiB of file, 64 Mpixel (8192 x 8192), 32768 on a side. */
+#define LM_IMAGE_DEFAULT_MAX_BYTES ((size_t)32 << 20)
+#define LM_IMAGE_DEFAULT_MAX_PIXELS ((int64_t)64 << 20)
+#define LM_IMAGE_DEFAULT_MAX_SIDE 32768
+
+typedef struct {
+    size_t max_bytes;   /* of the encoded file */
+    int64_t max_pixels; /* width * height as declared */
+    int max_side;       /* width and height each */
+} lm_image_limits;
+
+static inline lm_image_limits lm_image_default_limits(void) {
+    return (lm_image_limits){LM_IMAGE_DEFAULT_MAX_BYTES, LM_IMAGE_DEFAULT_MAX_PIXELS,
+                             LM_IMAGE_DEFAULT_MAX_SIDE};
+}
+
+typedef struct {
+    int width, height;
+    uint8_t *rgb; /* [height][width][3], owned */
+} lm_image_rgb;
+
+/* What kind of file the bytes are ("png", "jpeg", "webp"), or NULL. */
+const char *lm_image_format(const void *bytes, size_t n);
+
+lm_status lm_image_decode(const void *bytes, size_t n, const lm_image_limits *limits,
+                          lm_image_rgb *out, lm_error *err);
+/* Reads a file (at most limits->max_bytes) and decodes it. */
+lm_status lm_image_decode_file(const char *path, const lm_image_limits *limits, lm_image_rgb *out,
+                               lm_error *err);
+void lm_image_rgb_free(lm_image_rgb *image);
+
+#endif
