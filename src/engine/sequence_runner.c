@@ -10,6 +10,11 @@
 
 lm_status lm_sequence_runner_init(lm_sequence_runner *r, lm_model *model, int max_tokens,
                                   lm_error *err) {
+    return lm_sequence_runner_init_vision(r, model, max_tokens, 0, err);
+}
+
+lm_status lm_sequence_runner_init_vision(lm_sequence_runner *r, lm_model *model, int max_tokens,
+                                         int max_image_patches, lm_error *err) {
     memset(r, 0, sizeof *r);
     if (max_tokens <= 0 || max_tokens > (1 << 24))
         return lm_fail(err, LM_ERR_INVALID, "sequence length %d out of range", max_tokens);
@@ -23,7 +28,8 @@ lm_status lm_sequence_runner_init(lm_sequence_runner *r, lm_model *model, int ma
                             .max_step_tokens = r->prefill_chunk,
                             .max_step_seqs = 1,
                             .max_blocks_per_seq = r->n_blocks,
-                            .max_logit_rows = r->prefill_chunk};
+                            .max_logit_rows = r->prefill_chunk,
+                            .max_image_patches = max_image_patches};
     lm_status st = lm_model_context_create(model, &o, &r->context, err);
     if (st != LM_OK) return st;
     r->block_table = malloc(sizeof(int32_t) * (size_t)r->n_blocks);
@@ -47,6 +53,14 @@ void lm_sequence_runner_free(lm_sequence_runner *r) {
 lm_status lm_sequence_runner_feed(lm_sequence_runner *r, const int32_t *ids, int n, bool all_logits,
                                   float *logits, float *hidden, float **layer_hidden,
                                   lm_error *err) {
+    return lm_sequence_runner_feed_inputs(r, ids, NULL, NULL, n, all_logits, logits, hidden,
+                                          layer_hidden, err);
+}
+
+lm_status lm_sequence_runner_feed_inputs(lm_sequence_runner *r, const int32_t *ids,
+                                         const int32_t *positions, const float *const *input_rows,
+                                         int n, bool all_logits, float *logits, float *hidden,
+                                         float **layer_hidden, lm_error *err) {
     if (n <= 0) return lm_fail(err, LM_ERR_INVALID, "nothing to feed");
     if (n > r->max_tokens - r->n_cached)
         return lm_fail(err, LM_ERR_INVALID, "sequence would exceed %d tokens", r->max_tokens);
@@ -56,8 +70,12 @@ lm_status lm_sequence_runner_feed(lm_sequence_runner *r, const int32_t *ids, int
     for (int done = 0; done < n;) {
         int chunk = n - done < r->prefill_chunk ? n - done : r->prefill_chunk;
         bool last = done + chunk == n;
-        for (int i = 0; i < chunk; i++) /* text: t = h = w = index */
-            r->positions[3 * i] = r->positions[3 * i + 1] = r->positions[3 * i + 2] = r->n_cached + i;
+        if (positions)
+            memcpy(r->positions, positions + 3 * (size_t)done, sizeof(int32_t) * 3 * (size_t)chunk);
+        else /* text: t = h = w = index (+ an image prompt's delta) */
+            for (int i = 0; i < chunk; i++)
+                r->positions[3 * i] = r->positions[3 * i + 1] = r->positions[3 * i + 2] =
+                    r->n_cached + i + r->position_delta;
         lm_step_seq seq = {
             .first = 0,
             .n_new = chunk,
@@ -69,6 +87,7 @@ lm_status lm_sequence_runner_feed(lm_sequence_runner *r, const int32_t *ids, int
             .no_logits = !all_logits && !last,
         };
         lm_step_batch batch = {.n_tokens = chunk, .tokens = ids + done, .positions = r->positions,
+                               .input_rows = input_rows ? input_rows + done : NULL,
                                .n_seqs = 1, .seqs = &seq};
         lm_forward_out out = {
             .logits = all_logits ? logits + (size_t)done * info->vocab_size : logits,

@@ -12,11 +12,18 @@ typedef struct {
     int32_t *block_table;
     int max_tokens, n_cached, n_blocks, prefill_chunk;
     int32_t *positions; /* [prefill_chunk][3] */
+    /* Text tokens fed without positions sit at index + position_delta (the
+     * rope delta of an image prompt, model-spec §D.5). */
+    int position_delta;
 } lm_sequence_runner;
 
 /* max_tokens bounds the sequence length (prompt + generated). */
 lm_status lm_sequence_runner_init(lm_sequence_runner *r, lm_model *model, int max_tokens,
                                   lm_error *err);
+/* The same with a vision workspace for images of up to max_image_patches
+ * patches (0: none), for lm_model_encode_image on r->context. */
+lm_status lm_sequence_runner_init_vision(lm_sequence_runner *r, lm_model *model, int max_tokens,
+                                         int max_image_patches, lm_error *err);
 void lm_sequence_runner_free(lm_sequence_runner *r);
 
 /* Appends n tokens.  logits receives [n, V] when all_logits, else the last
@@ -26,5 +33,13 @@ void lm_sequence_runner_free(lm_sequence_runner *r);
 lm_status lm_sequence_runner_feed(lm_sequence_runner *r, const int32_t *ids, int n, bool all_logits,
                                   float *logits, float *hidden, float **layer_hidden,
                                   lm_error *err);
+
+/* As lm_sequence_runner_feed, with the tokens' own positions ([n][3], NULL:
+ * index + position_delta) and input rows ([n], NULL or entries NULL: the
+ * token table's embedding) for image placeholders. */
+lm_status lm_sequence_runner_feed_inputs(lm_sequence_runner *r, const int32_t *ids,
+                                         const int32_t *positions, const float *const *input_rows,
+                                         int n, bool all_logits, float *logits, float *hidden,
+                                         float **layer_hidden, lm_error *err);
 
 #endif

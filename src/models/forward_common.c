@@ -18,6 +18,25 @@ lm_status lm_context_check_sizes(const lm_context_options *o, lm_error *err) {
     return LM_OK;
 }
 
+void lm_forward_embed_inputs(lm_backend *be, lm_mem h, lm_mem tokens, const lm_step_batch *b,
+                             const lm_matrix *embed_tokens, int hidden) {
+    lm_embed(be, h, tokens, b->n_tokens, embed_tokens);
+    if (!b->input_rows) return;
+    size_t row_bytes = sizeof(float) * (size_t)hidden;
+    for (int i = 0; i < b->n_tokens;) {
+        if (!b->input_rows[i]) {
+            i++;
+            continue;
+        }
+        int run = 1;
+        while (i + run < b->n_tokens && b->input_rows[i + run] &&
+               b->input_rows[i + run] == b->input_rows[i] + (size_t)run * (size_t)hidden)
+            run++;
+        lm_upload(be, lm_mem_bytes(h, row_bytes * (size_t)i), b->input_rows[i], row_bytes * (size_t)run);
+        i += run;
+    }
+}
+
 lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,
                             const lm_logits_head *head, const lm_forward_out *out, lm_error *err) {
     int rows = step->n_logit_rows, H = head->hidden;

@@ -11,6 +11,12 @@
  * family's to check). */
 lm_status lm_context_check_sizes(const lm_context_options *o, lm_error *err);
 
+/* The step's input rows into h [n_tokens, H]: the token table's embedding
+ * of every token, then the batch's input_rows (image placeholders) over
+ * theirs, one upload per run of rows consecutive in host memory. */
+void lm_forward_embed_inputs(lm_backend *be, lm_mem h, lm_mem tokens, const lm_step_batch *b,
+                             const lm_matrix *embed_tokens, int hidden);
+
 /* The step's end: the logit rows of h [n_tokens, H] gathered into logit_x,
  * final-normed, downloaded to out->hidden / out->layer_hidden[n_layers] when
  * asked, multiplied by lm_head into logits and downloaded to out->logits:

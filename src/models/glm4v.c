@@ -348,7 +348,7 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
     size_t rows_bytes = sizeof(float) * (size_t)N * (size_t)H;
     lm_mem h = ctx->scratch.h;
 
-    lm_embed(be, h, step.tokens, N, &m->embed_tokens);
+    lm_forward_embed_inputs(be, h, step.tokens, b, &m->embed_tokens, H);
     for (int i = 0; i < L; i++) {
         if (out->layer_hidden && out->layer_hidden[i]) {
             st = lm_download(be, out->layer_hidden[i], h, rows_bytes, err);

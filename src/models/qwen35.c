@@ -526,7 +526,7 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
             ctx->records.recorded_rows[b->seqs[q].state_slot] =
                 b->seqs[q].record_for_rollback ? b->seqs[q].n_new : 0;
 
-    lm_embed(be, h, step.tokens, N, &m->embed_tokens);
+    lm_forward_embed_inputs(be, h, step.tokens, b, &m->embed_tokens, H);
     for (int i = 0; i < L; i++) {
         if (out->layer_hidden && out->layer_hidden[i]) {
             st = lm_download(be, out->layer_hidden[i], h, rows_bytes, err);
