@@ -53,6 +53,14 @@ typedef struct {
     int speculative_tokens;    /* K draft tokens per step from the model's MTP head (0 = off, max 8);
                                   ignored when the checkpoint has no usable head */
     loom_mtp_norms mtp_norms;  /* default AUTO: detected from the stored weights */
+    /* Images (models with a vision tower): the most pixels an image keeps
+     * after resizing (default 1048576 = 1024 x 1024; larger images are
+     * resized down to it, as transformers does at its processor's own,
+     * larger, max_pixels; -1: images off, no vision workspace), and the
+     * bytes of vision-tower outputs kept for reuse across requests
+     * (default 256 MiB; -1: no cache). */
+    int64_t max_image_pixels;
+    int64_t image_cache_bytes;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);
@@ -79,9 +87,24 @@ typedef struct {
     int logprobs;              /* -1: none; 0: the chosen token's; k > 0: and the top k */
 } loom_sampling;
 
+/* An image of a request: the bytes of a PNG, JPEG or WebP file (copied
+ * at submit). */
+typedef struct {
+    const void *data;
+    size_t size;
+} loom_image;
+
+#define LOOM_MAX_IMAGES 16 /* per request */
+
 typedef struct {
     const int32_t *prompt;
     int n_prompt;
+    /* Images, in the order of their placeholders in the prompt: one
+     * placeholder token per image (the model's image token, as its chat
+     * template writes it; loom repeats it once per row of the vision
+     * tower's output), or every image's rows already repeated. */
+    const loom_image *images;
+    int n_images;
     int max_tokens;            /* default 16 */
     int min_tokens;            /* stop tokens are masked before this many */
     bool ignore_eos;
@@ -159,6 +182,9 @@ typedef struct {
     uint64_t prompt_tokens, generation_tokens, requests_finished, preemptions, steps;
     uint64_t spec_drafted_tokens, spec_accepted_tokens, spec_verify_steps;
     int speculative_tokens;    /* K in use (0 when speculation is off or the model has no head) */
+    uint64_t images_encoded;   /* images run through the vision tower */
+    uint64_t image_cache_hits; /* images whose rows came from the cache instead */
+    uint64_t image_cache_bytes; /* held by the cache now */
 } loom_stats;
 
 void loom_engine_stats(loom_engine *engine, loom_stats *stats);

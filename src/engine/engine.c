@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "engine/engine_internal.h"
+#include "engine/request_images.h"
 #include "models/registry.h"
 
 /* ------------------------------------------------------------ small arrays */
@@ -324,6 +325,7 @@ bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, const float *
 /* The StepBatch of a plan (host memory; the model uploads it). */
 static lm_step_batch build_batch(loom_engine *e, int n) {
     int n_tokens = 0;
+    bool any_rows = false;
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->plan[i].seq;
         bool verify = e->plan[i].n_drafts > 0;
@@ -337,11 +339,12 @@ static lm_step_batch build_batch(loom_engine *e, int n) {
                                         .no_logits = !e->plan[i].wants_logits,
                                         .record_for_rollback = verify};
         for (int j = 0; j < e->plan[i].n_new; j++) {
-            int pos = seq->n_cached + j; /* text: t = h = w = index */
+            int pos = seq->n_cached + j;
             /* verify rows: the pending token, then the drafts */
             e->step_tokens[n_tokens] = j == 0 || !verify ? seq->tokens[pos] : seq->drafts[j - 1];
-            e->step_positions[3 * n_tokens] = e->step_positions[3 * n_tokens + 1] =
-                e->step_positions[3 * n_tokens + 2] = pos;
+            lm_engine_position(seq, pos, e->step_positions + 3 * (size_t)n_tokens);
+            e->step_input_rows[n_tokens] = lm_engine_input_row(seq, pos);
+            any_rows |= e->step_input_rows[n_tokens] != NULL;
             n_tokens++;
         }
         if (seq->n_cached < seq->n_prompt)
@@ -350,7 +353,9 @@ static lm_step_batch build_batch(loom_engine *e, int n) {
                                                         : seq->n_prompt - seq->n_cached);
     }
     return (lm_step_batch){.n_tokens = n_tokens, .tokens = e->step_tokens,
-                           .positions = e->step_positions, .n_seqs = n, .seqs = e->step_seqs};
+                           .positions = e->step_positions,
+                           .input_rows = any_rows ? e->step_input_rows : NULL,
+                           .n_seqs = n, .seqs = e->step_seqs};
 }
 
 /* One scheduler step: returns false when there was nothing to run. */
@@ -358,6 +363,8 @@ static bool step(loom_engine *e) {
     cancel_requested(e);
     int n = schedule(e, e->plan);
     if (n == 0) return false;
+    n = lm_engine_prepare_images(e, n);
+    if (n == 0) return true; /* every planned sequence failed on its image */
 
     lm_step_batch batch = build_batch(e, n);
     lm_error err = {0};
@@ -454,6 +461,9 @@ static void publish_stats(loom_engine *e) {
     e->stats.spec_accepted_tokens = e->spec_counters.accepted;
     e->stats.spec_verify_steps = e->spec_counters.verify_steps;
     e->stats.speculative_tokens = e->spec_k;
+    e->stats.images_encoded = e->images_encoded;
+    e->stats.image_cache_hits = e->image_cache.hits;
+    e->stats.image_cache_bytes = e->image_cache.used;
 }
 
 static void *engine_main(void *arg) {
@@ -595,6 +605,8 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
                                   .max_logit_rows = logit_rows,
                                   .speculative_tokens = e->spec_k};
     if (context.max_blocks_per_seq > n_blocks) context.max_blocks_per_seq = n_blocks;
+    st = lm_engine_images_init(e, info, &context, &err);
+    if (st != LM_OK) goto fail;
     st = lm_model_context_create(e->model, &context, &e->context, &err);
     if (st == LM_OK) st = lm_id_pool_init(&e->kv_blocks, n_blocks, "KV blocks", &err);
     if (st == LM_OK) st = lm_id_pool_init(&e->state_slots, o.max_running, "state slots", &err);
@@ -603,6 +615,7 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     e->step_seqs = calloc((size_t)max_seqs, sizeof *e->step_seqs);
     e->step_tokens = malloc(sizeof(int32_t) * (size_t)B);
     e->step_positions = malloc(sizeof(int32_t) * 3 * (size_t)B);
+    e->step_input_rows = calloc((size_t)B, sizeof *e->step_input_rows);
     e->logits = malloc(sizeof(float) * (size_t)V * (size_t)logit_rows);
     e->sample_row = malloc(sizeof(float) * (size_t)V);
     e->inbox = malloc(sizeof(*e->inbox) * (size_t)o.max_waiting);
@@ -611,7 +624,7 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     e->catch_up = calloc((size_t)max_seqs, sizeof *e->catch_up);
     e->catch_up_seq = calloc((size_t)max_seqs, sizeof *e->catch_up_seq);
     e->rollbacks = calloc((size_t)max_seqs, sizeof *e->rollbacks);
-    if (!e->plan || !e->step_seqs || !e->step_tokens || !e->step_positions || !e->logits ||
+    if (!e->plan || !e->step_seqs || !e->step_tokens || !e->step_positions || !e->step_input_rows || !e->logits ||
         !e->sample_row || !e->inbox || !e->preempted || !e->too_large || !e->catch_up ||
         !e->catch_up_seq || !e->rollbacks) {
         st = lm_fail(&err, LM_ERR_NOMEM, "out of memory for the engine's step buffers");
@@ -663,6 +676,8 @@ void loom_engine_destroy(loom_engine *e) {
     free(e->step_seqs);
     free(e->step_tokens);
     free(e->step_positions);
+    free(e->step_input_rows);
+    lm_image_cache_free(&e->image_cache);
     free(e->logits);
     free(e->sample_row);
     free(e->inbox);
@@ -731,6 +746,20 @@ int loom_submit(loom_engine *e, const loom_request_params *params, loom_request 
     loom_request *r;
     st = lm_request_create(params, &r, &err);
     if (st != LM_OK) return report(st, err.message, error, error_size);
+    /* Images: decoded and cut into patches here, in the caller's thread. */
+    st = lm_request_attach_images(r, params, &lm_model_describe(e->model)->vision,
+                                  e->images_on ? &e->image_processor : NULL, e->max_image_patches, &err);
+    if (st == LM_OK && (int64_t)r->params.n_prompt + params->max_tokens > e->max_model_len)
+        st = lm_fail(&err, (lm_status)LOOM_ERR_TOO_LONG,
+                     "this model's maximum context length is %d tokens; the request has %d prompt "
+                     "tokens (%d of them for its images) and max_tokens %d",
+                     e->max_model_len, r->params.n_prompt, r->params.n_prompt - params->n_prompt + params->n_images,
+                     params->max_tokens);
+    if (st != LM_OK) {
+        r->refs = 1;
+        lm_request_unref(r);
+        return report(st, err.message, error, error_size);
+    }
     r->refs = 1 + params->n; /* the caller, and one per choice for the engine */
     r->engine = e;
     pthread_mutex_lock(&e->mutex);

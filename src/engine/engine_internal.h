@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "engine/id_pool.h"
+#include "engine/image_cache.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"
@@ -71,6 +72,7 @@ struct loom_engine {
     } counters;
     lm_step_seq *step_seqs;
     int32_t *step_tokens, *step_positions;
+    const float **step_input_rows; /* [max_batch_tokens]: image rows, else NULL */
     float *logits, *sample_row;
     lm_sampler_scratch scratch;
     lm_plan_entry *plan;
@@ -85,10 +87,31 @@ struct loom_engine {
     struct {
         uint64_t drafted, accepted, verify_steps;
     } spec_counters;
+    /* images (engine_images.c): the processor submit uses (read-only once
+     * the engine runs), the vision workspace's bound, the tower's outputs
+     * kept for reuse (engine thread) */
+    bool images_on;
+    lm_image_processor image_processor;
+    int max_image_patches;
+    lm_image_cache image_cache;
+    uint64_t images_encoded;
     /* Tests only: replaces the MTP's drafts (set before any request). */
     lm_draft_override draft_override;
     void *draft_override_ctx;
 };
+
+/* engine_images.c: the vision side of the engine, set up at create
+ * (context->max_image_patches is set when images are on). */
+lm_status lm_engine_images_init(loom_engine *e, const lm_model_info *info,
+                                lm_context_options *context, lm_error *err);
+/* engine_images.c: encodes (or finds in the cache) every image whose rows
+ * the plan's prefill chunks reach; a sequence whose image fails finishes
+ * with the error and leaves the plan.  Returns the plan's new length. */
+int lm_engine_prepare_images(loom_engine *e, int n);
+/* engine_images.c: the input row of token index pos of seq (an image
+ * placeholder's row of the tower's output) or NULL; and its position. */
+const float *lm_engine_input_row(const lm_sequence *seq, int pos);
+void lm_engine_position(const lm_sequence *seq, int pos, int32_t out[3]);
 
 /* speculative.c: remembers that seq committed positions [from, from+count)
  * in this step, from step row `row`, for the MTP head to catch up on. */

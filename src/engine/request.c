@@ -32,6 +32,13 @@ static void request_free(loom_request *r) {
     free(r->logit_bias_ids);
     free(r->logit_bias_values);
     free(r->keep_special_token_ids);
+    for (int i = 0; i < r->n_images; i++) {
+        free(r->images[i].file);
+        lm_image_patches_free(&r->images[i].patches);
+        lm_image_embedding_unref(r->images[i].embedding);
+    }
+    free(r->images);
+    free(r->positions);
     for (int i = 0; r->stop && i < r->params.n_stop; i++) free(r->stop[i]);
     free(r->stop);
     pthread_mutex_destroy(&r->mutex);

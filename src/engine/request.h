@@ -9,7 +9,10 @@
 #include <stdbool.h>
 
 #include "base/error.h"
+#include "engine/image_cache.h"
 #include "loom.h"
+#include "models/image_processor.h"
+#include "models/multimodal_prompt.h"
 
 typedef struct {
     loom_event event;  /* text / top / error point into the owned copies below */
@@ -18,11 +21,28 @@ typedef struct {
     char *error;
 } lm_queued_event;
 
+/* One image of a request: its file, its patch rows until the engine thread
+ * encodes them, where its placeholders are, and then the tower's rows. */
+typedef struct {
+    uint8_t *file;
+    size_t file_bytes;
+    lm_image_patches patches; /* freed once encoded */
+    lm_image_grid grid;
+    lm_image_span span;       /* in the expanded prompt */
+    lm_image_embedding *embedding; /* NULL until encoded; a reference held */
+} lm_request_image;
+
 struct loom_request {
     loom_request_params params; /* pointers refer to the owned copies below */
     int32_t *prompt, *stop_token_ids, *logit_bias_ids, *keep_special_token_ids;
     float *logit_bias_values;
     char **stop;
+    /* Images: the prompt above is the expanded one, with each token's
+     * 3-component position; tokens past it sit at index + rope_delta. */
+    lm_request_image *images;
+    int n_images;
+    int32_t *positions; /* [n_prompt][3], NULL for a text prompt */
+    int rope_delta;
 
     pthread_mutex_t mutex;
     pthread_cond_t ready;

@@ -18,8 +18,14 @@
 void lm_engine_queue_catch_up(loom_engine *e, lm_sequence *seq, int from, int count, int row) {
     if (!seq->speculate || e->spec_k == 0) return;
     e->catch_up_seq[e->n_catch_up] = seq;
-    e->catch_up[e->n_catch_up++] = (lm_draft_seq){
-        .hidden_row = row, .from = from, .count = count, .next_tokens = seq->tokens + from + 1};
+    /* the step's rows of seq start at `row`: their positions are the
+     * target's (model-spec §C.6), drafts past them at index + rope delta */
+    e->catch_up[e->n_catch_up++] = (lm_draft_seq){.hidden_row = row,
+                                                  .from = from,
+                                                  .count = count,
+                                                  .next_tokens = seq->tokens + from + 1,
+                                                  .positions = e->step_positions + 3 * (size_t)row,
+                                                  .position_delta = seq->request->rope_delta};
 }
 
 /* Verify: sample row by row with the sequence's own sampler and keep going

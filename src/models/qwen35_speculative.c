@@ -129,8 +129,12 @@ lm_status lm_qwen35_draft(lm_model_context *base, lm_draft_seq *seqs, int n, lm_
                                     .n_blocks = d->n_blocks, .no_logits = d->n_drafts == 0};
         for (int j = 0; j < d->count; j++, row++) {
             hw->tokens[row] = d->next_tokens[j];
-            hw->positions[3 * row] = hw->positions[3 * row + 1] = hw->positions[3 * row + 2] =
-                d->from + j;
+            /* the target's positions (model-spec §C.6) */
+            if (d->positions)
+                memcpy(hw->positions + 3 * row, d->positions + 3 * j, sizeof(int32_t) * 3);
+            else
+                hw->positions[3 * row] = hw->positions[3 * row + 1] = hw->positions[3 * row + 2] =
+                    d->from + j + d->position_delta;
             hw->gather[row] = d->hidden_row + j;
         }
     }
@@ -154,7 +158,7 @@ lm_status lm_qwen35_draft(lm_model_context *base, lm_draft_seq *seqs, int n, lm_
                                               .state_slot = -1, .block_table = d->block_table,
                                               .n_blocks = d->n_blocks};
             hw->positions[3 * n_round] = hw->positions[3 * n_round + 1] =
-                hw->positions[3 * n_round + 2] = pos;
+                hw->positions[3 * n_round + 2] = pos + d->position_delta;
             n_round++;
         }
         batch = (lm_step_batch){.n_tokens = n_round, .tokens = NULL, .positions = hw->positions,

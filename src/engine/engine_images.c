@@ -1,0 +1,106 @@
+/* The engine's side of images: the vision workspace and processor chosen
+ * at create, encoding each image once (through the cache) right before the
+ * first step whose prefill chunk reaches its rows, and the rows and
+ * positions that image tokens carry in the StepBatch.  Decoding and
+ * preprocessing happen at submit (request_images.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+#define DEFAULT_MAX_IMAGE_PIXELS ((int64_t)1 << 20)
+#define DEFAULT_IMAGE_CACHE_BYTES ((int64_t)256 << 20)
+
+lm_status lm_engine_images_init(loom_engine *e, const lm_model_info *info,
+                                lm_context_options *context, lm_error *err) {
+    const loom_engine_options *o = &e->options;
+    int64_t cap = o->max_image_pixels == 0 ? DEFAULT_MAX_IMAGE_PIXELS : o->max_image_pixels;
+    int64_t cache = o->image_cache_bytes == 0 ? DEFAULT_IMAGE_CACHE_BYTES
+                    : o->image_cache_bytes < 0 ? 0 : o->image_cache_bytes;
+    if (o->max_image_pixels < -1 || (cap > 0 && cap < 1024) || cap > ((int64_t)1 << 28))
+        return lm_fail(err, LM_ERR_INVALID,
+                       "max_image_pixels %lld is out of range: -1 (off) or 1024 .. 268435456",
+                       (long long)o->max_image_pixels);
+    lm_image_cache_init(&e->image_cache, (size_t)cache);
+    if (!info->vision.present || !lm_model_has_vision(e->model) || cap < 0) return LM_OK;
+    e->image_processor = info->vision.processor;
+    e->image_processor.pixel_cap = cap;
+    /* The most patches an image can take after smart_resize: the capped
+     * budget (or the processor's minimum, when it is larger), one frame. */
+    const lm_image_processor *p = &e->image_processor;
+    int64_t budget = p->max_pixels < cap ? p->max_pixels : cap;
+    if (budget < p->min_pixels) budget = p->min_pixels;
+    int64_t side = (int64_t)p->patch_size * p->merge_size;
+    int64_t patches = (budget + side * side) / ((int64_t)p->patch_size * p->patch_size);
+    if (patches > (1 << 22)) patches = 1 << 22;
+    e->max_image_patches = (int)patches;
+    context->max_image_patches = e->max_image_patches;
+    e->images_on = true;
+    return LM_OK;
+}
+
+static lm_status encode(loom_engine *e, lm_request_image *img, lm_error *err) {
+    uint64_t digest = lm_image_processor_digest(&e->image_processor);
+    img->embedding = lm_image_cache_find(&e->image_cache, img->file, img->file_bytes, digest);
+    if (!img->embedding) {
+        int rows = lm_image_tokens(&img->patches), H = lm_model_describe(e->model)->hidden_size;
+        lm_image_embedding *emb = lm_image_embedding_create(img->file, img->file_bytes, digest, rows, H);
+        if (!emb) return lm_fail(err, LM_ERR_NOMEM, "out of memory for an image's %d rows", rows);
+        lm_status st = lm_model_encode_image(e->context, &img->patches, emb->rows, err);
+        if (st != LM_OK) {
+            lm_image_embedding_unref(emb);
+            return st;
+        }
+        e->images_encoded++;
+        lm_image_cache_add(&e->image_cache, emb);
+        img->embedding = emb;
+    }
+    lm_image_patches_free(&img->patches); /* the rows stay with the request */
+    return LM_OK;
+}
+
+int lm_engine_prepare_images(loom_engine *e, int n) {
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        lm_plan_entry *entry = &e->plan[i];
+        lm_sequence *seq = entry->seq;
+        loom_request *r = seq->request;
+        int from = seq->n_cached, to = seq->n_cached + entry->n_new;
+        lm_error err = {0};
+        lm_status st = LM_OK;
+        for (int k = 0; k < r->n_images && st == LM_OK; k++) {
+            lm_request_image *img = &r->images[k];
+            if (!img->embedding && img->span.first < to && img->span.first + img->span.count > from)
+                st = encode(e, img, &err);
+        }
+        if (st != LM_OK) {
+            char message[LM_ERROR_MESSAGE_MAX + 32];
+            snprintf(message, sizeof message, "encoding an image: %s", err.message);
+            lm_engine_finish_error(e, seq, message);
+            continue;
+        }
+        e->plan[kept++] = *entry;
+    }
+    return kept;
+}
+
+const float *lm_engine_input_row(const lm_sequence *seq, int pos) {
+    const loom_request *r = seq->request;
+    if (pos >= seq->n_prompt) return NULL;
+    for (int k = 0; k < r->n_images; k++) {
+        const lm_request_image *img = &r->images[k];
+        if (pos >= img->span.first && pos < img->span.first + img->span.count)
+            return img->embedding->rows +
+                   (size_t)(pos - img->span.first) * (size_t)img->embedding->width;
+    }
+    return NULL;
+}
+
+void lm_engine_position(const lm_sequence *seq, int pos, int32_t out[3]) {
+    const loom_request *r = seq->request;
+    if (r->positions && pos < seq->n_prompt) {
+        memcpy(out, r->positions + 3 * (size_t)pos, sizeof(int32_t) * 3);
+        return;
+    }
+    out[0] = out[1] = out[2] = pos + r->rope_delta; /* text: t = h = w = index (+ delta) */
+}
