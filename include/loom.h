@@ -189,6 +189,13 @@ typedef struct {
 
 void loom_engine_stats(loom_engine *engine, loom_stats *stats);
 
+/* The text a prompt writes for one image: the model's vision-start,
+ * image placeholder and vision-end tokens ("<|vision_start|><|image_pad|>
+ * <|vision_end|>" for Qwen3.5), which the tokenizer turns into exactly
+ * those ids; NULL when the engine takes no images (no vision tower, images
+ * off, or no tokenizer). */
+const char *loom_engine_image_marker(const loom_engine *engine);
+
 /* The model's vocabulary size and end-of-sequence ids (for callers that
  * validate token ids or logit_bias). */
 int loom_engine_vocab_size(const loom_engine *engine);

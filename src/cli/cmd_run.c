@@ -2,6 +2,7 @@
  *   --ids 1,2,3            one prompt of token ids
  *   --ids-file FILE        one comma-separated prompt per line, run together
  *   --prompt TEXT          text, with the chat template unless --raw
+ *   --image FILE           (repeatable) images for the prompt
  * Ids prompts print the generated ids (one line per prompt, input order);
  * a text prompt streams the generated text. */
 #include <getopt.h>
@@ -12,6 +13,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/image_files.h"
 #include "cli/prompt_encoder.h"
 #include "engine/sampler.h"
 #include "loom.h"
@@ -29,6 +31,11 @@ static void usage(FILE *f) {
             "                          generated ids per prompt, in input order\n"
             "  --prompt TEXT           a text prompt (chat template applied unless --raw)\n"
             "  --raw                   tokenize --prompt as is, no chat template\n"
+            "  --image FILE            an image for the prompt (PNG, JPEG, WebP; repeat for\n"
+            "                          several): with --prompt its markers go before the text\n"
+            "                          (unless the text holds them); --ids must hold one\n"
+            "                          image placeholder id per image (or every image row)\n"
+            "  --max-image-pixels N    resize larger images down to N pixels (default 1048576)\n"
             "  --concurrency N         prompts in flight at once (default: all)\n"
             "  --max-tokens N          tokens to generate per prompt (default 16)\n"
             "  --temperature T         0 = greedy (default 0)\n"
@@ -121,9 +128,12 @@ int cmd_run_main(int argc, char **argv) {
         {"backend", required_argument, 0, 'B'},
         {"max-batch-tokens", required_argument, 0, 'b'}, {"mmap", no_argument, 0, 'M'},
         {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
+        {"image", required_argument, 0, 'G'},        {"max-image-pixels", required_argument, 0, 'X'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *ids_text = NULL, *ids_file = NULL, *text = NULL;
+    const char *image_paths[LOOM_MAX_IMAGES];
+    int n_image_paths = 0;
     bool raw = false, print_ids = false;
     long concurrency = 0, threads = 0, batch_tokens = 0, seed = 0;
     const char *backend = NULL;
@@ -170,12 +180,27 @@ int cmd_run_main(int argc, char **argv) {
             break;
         }
         case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2; eo.speculative_tokens = (int)v; break;
+        case 'G':
+            if (n_image_paths == LOOM_MAX_IMAGES) {
+                fprintf(stderr, "loom: at most %d images\n", LOOM_MAX_IMAGES);
+                return 2;
+            }
+            image_paths[n_image_paths++] = optarg;
+            break;
+        case 'X':
+            if (!lm_cli_parse_int("--max-image-pixels", optarg, -1, 1L << 28, &v)) return 2;
+            eo.max_image_pixels = v;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     if (optind != argc || (!!ids_text + !!ids_file + !!text) != 1) {
         usage(stderr);
+        return 2;
+    }
+    if (n_image_paths > 0 && ids_file) {
+        fprintf(stderr, "loom: --image goes with one prompt (--ids or --prompt), not --ids-file\n");
         return 2;
     }
     char error[512], model_buf[4096];
@@ -201,6 +226,25 @@ int cmd_run_main(int argc, char **argv) {
     prompt *prompts = NULL;
     int n_prompts = 0, rc = 1;
     int vocab = loom_engine_vocab_size(engine);
+    lm_cli_images images = {0};
+    char *text_with_images = NULL;
+    for (int i = 0; i < n_image_paths; i++)
+        if (lm_cli_images_add(&images, image_paths[i], &err) != LM_OK) {
+            fprintf(stderr, "loom: %s\n", err.message);
+            goto done;
+        }
+    if (images.n > 0 && text) {
+        const char *marker = loom_engine_image_marker(engine);
+        if (!marker) {
+            fprintf(stderr, "loom: this model takes no images\n");
+            goto done;
+        }
+        if (!(text_with_images = lm_cli_text_with_images(text, marker, images.n))) {
+            fprintf(stderr, "loom: out of memory\n");
+            goto done;
+        }
+        text = text_with_images;
+    }
     if (ids_text) {
         prompts = calloc(1, sizeof *prompts);
         n_prompts = 1;
@@ -240,6 +284,8 @@ int cmd_run_main(int argc, char **argv) {
             loom_request_params p = base;
             p.prompt = prompts[next].ids;
             p.n_prompt = prompts[next].n;
+            p.images = images.images;
+            p.n_images = images.n;
             int st = loom_submit(engine, &p, &live[next], error, sizeof error);
             if (st != LOOM_OK) {
                 fprintf(stderr, "loom: prompt %d: %s\n", next + 1, error);
@@ -312,6 +358,8 @@ int cmd_run_main(int argc, char **argv) {
     }
 done:
     free_prompts(prompts, n_prompts);
+    lm_cli_images_clear(&images);
+    free(text_with_images);
     loom_engine_destroy(engine);
     return rc;
 }

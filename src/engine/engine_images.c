@@ -36,7 +36,18 @@ lm_status lm_engine_images_init(loom_engine *e, const lm_model_info *info,
     e->max_image_patches = (int)patches;
     context->max_image_patches = e->max_image_patches;
     e->images_on = true;
+    if (e->tokenizer) {
+        const char *start = lm_tokenizer_id_to_token(e->tokenizer, info->vision.vision_start_token_id);
+        const char *pad = lm_tokenizer_id_to_token(e->tokenizer, info->vision.image_token_id);
+        const char *end = lm_tokenizer_id_to_token(e->tokenizer, info->vision.vision_end_token_id);
+        if (start && pad && end)
+            snprintf(e->image_marker, sizeof e->image_marker, "%s%s%s", start, pad, end);
+    }
     return LM_OK;
+}
+
+const char *loom_engine_image_marker(const loom_engine *e) {
+    return e->images_on && e->image_marker[0] ? e->image_marker : NULL;
 }
 
 static lm_status encode(loom_engine *e, lm_request_image *img, lm_error *err) {

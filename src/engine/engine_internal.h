@@ -95,6 +95,7 @@ struct loom_engine {
     int max_image_patches;
     lm_image_cache image_cache;
     uint64_t images_encoded;
+    char image_marker[256]; /* "" when there is none */
     /* Tests only: replaces the MTP's drafts (set before any request). */
     lm_draft_override draft_override;
     void *draft_override_ctx;
