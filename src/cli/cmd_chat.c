@@ -2,7 +2,9 @@
  * An interactive chat in the terminal: the conversation is kept and sent
  * whole (through the chat template) every turn, the answer streams as it is
  * generated, /reset starts over, Ctrl-C stops the current answer (at the
- * prompt it only says how to leave), /exit or Ctrl-D quits.
+ * prompt it only says how to leave), /exit or Ctrl-D quits, /image FILE
+ * attaches an image to the next message (the conversation keeps it, and
+ * sends it again with every turn while its message is in the history).
  *
  * SIGINT is blocked in every thread and read from a signalfd, so no signal
  * handler and no global flag are needed: the main thread polls the input and
@@ -22,6 +24,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/image_files.h"
 #include "cli/prompt_encoder.h"
 #include "engine/sampler.h"
 #include "loom.h"
@@ -32,7 +35,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: loom chat [--model DIR] [options]\n"
             "An interactive chat with the model in the terminal.  Type a message and press\n"
-            "Enter; the answer streams back.  /reset forgets the conversation, /exit (or\n"
+            "Enter; the answer streams back.  /image FILE attaches an image (PNG, JPEG,\n"
+            "WebP) to the next message, /reset forgets the conversation, /exit (or\n"
             "Ctrl-D) quits, Ctrl-C stops the answer being written.\n\n"
             "  --model DIR             Hugging Face checkpoint folder (default: the bundled\n"
             "                          models/loom-tiny, or $LOOM_MODEL)\n"
@@ -136,7 +140,32 @@ typedef struct {
     int signal_fd;
     int context_len; /* prompt + answer limit in tokens */
     bool stats, show_prompt;
+    /* The images of the history's user messages, in order (each message
+     * records how many it has under IMAGE_COUNT_KEY), then those /image
+     * attached for the next message. */
+    lm_cli_images images;
+    int pending_images;
 } chat;
+
+#define IMAGE_COUNT_KEY "loom_image_count"
+
+static int message_images(const cJSON *m) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(m, IMAGE_COUNT_KEY);
+    return cJSON_IsNumber(n) ? n->valueint : 0;
+}
+
+/* Forgets the first n images of the history. */
+static void drop_first_images(lm_cli_images *im, int n) {
+    for (int i = 0; i < n && i < im->n; i++) free((void *)im->images[i].data);
+    if (n > im->n) n = im->n;
+    memmove(im->images, im->images + n, sizeof(loom_image) * (size_t)(im->n - n));
+    im->n -= n;
+}
+
+/* Forgets the last n images. */
+static void drop_last_images(lm_cli_images *im, int n) {
+    while (n-- > 0 && im->n > 0) free((void *)im->images[--im->n].data);
+}
 
 static bool add_message(cJSON *messages, const char *role, const char *content) {
     cJSON *m = cJSON_CreateObject();
@@ -156,18 +185,22 @@ static bool has_role(const cJSON *messages, int i, const char *role) {
     return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
 }
 
-/* Forgets everything but a leading system message. */
-static void reset(cJSON *messages) {
-    int keep = has_role(messages, 0, "system");
-    while (cJSON_GetArraySize(messages) > keep) cJSON_DeleteItemFromArray(messages, keep);
+/* Forgets everything but a leading system message (and every image). */
+static void reset(chat *c) {
+    int keep = has_role(c->messages, 0, "system");
+    while (cJSON_GetArraySize(c->messages) > keep) cJSON_DeleteItemFromArray(c->messages, keep);
+    lm_cli_images_clear(&c->images);
+    c->pending_images = 0;
 }
 
 /* Drops the oldest user message and the answers after it (never the last
  * user message).  Returns false when there is nothing left to drop. */
-static bool drop_oldest_exchange(cJSON *messages) {
+static bool drop_oldest_exchange(chat *c) {
+    cJSON *messages = c->messages;
     int n = cJSON_GetArraySize(messages), first = has_role(messages, 0, "system");
     if (n - first < 3) return false; /* only the current user message is left */
     do {
+        drop_first_images(&c->images, message_images(cJSON_GetArrayItem(messages, first)));
         cJSON_DeleteItemFromArray(messages, first);
         n--;
         if (has_role(messages, first, "user")) break;
@@ -197,7 +230,7 @@ static loom_request *submit_conversation(chat *c) {
             return NULL;
         }
         int room = c->params.max_tokens < c->context_len / 2 ? c->params.max_tokens : c->context_len / 2;
-        if (n + room > c->context_len && drop_oldest_exchange(c->messages)) {
+        if (n + room > c->context_len && drop_oldest_exchange(c)) {
             fprintf(stderr, "[the conversation is too long: the oldest exchange was dropped]\n");
             free(ids);
             free(text);
@@ -214,12 +247,14 @@ static loom_request *submit_conversation(chat *c) {
         }
         p.prompt = ids;
         p.n_prompt = n;
+        p.images = c->images.images;
+        p.n_images = c->images.n;
         loom_request *r = NULL;
         char error[512];
         int st = loom_submit(c->engine, &p, &r, error, sizeof error);
         free(ids); /* the engine copies the prompt */
         if (st == LOOM_OK) return r;
-        if (st == LOOM_ERR_TOO_LONG && drop_oldest_exchange(c->messages)) {
+        if (st == LOOM_ERR_TOO_LONG && drop_oldest_exchange(c)) {
             fprintf(stderr, "[the conversation is too long: the oldest exchange was dropped]\n");
             continue;
         }
@@ -441,28 +476,55 @@ int cmd_chat_main(int argc, char **argv) {
         if (!*line) continue;
         if (strcmp(line, "/exit") == 0 || strcmp(line, "/quit") == 0) break;
         if (strcmp(line, "/reset") == 0) {
-            reset(c.messages);
+            reset(&c);
             fprintf(stderr, "[conversation cleared]\n");
             continue;
         }
         if (strcmp(line, "/help") == 0) {
-            fprintf(stderr, "/reset forgets the conversation, /exit quits, Ctrl-C stops an answer.\n");
+            fprintf(stderr, "/image FILE attaches an image to the next message, /reset forgets the "
+                            "conversation, /exit quits, Ctrl-C stops an answer.\n");
             continue;
         }
-        if (!add_message(c.messages, "user", line)) {
+        if (strncmp(line, "/image", 6) == 0 && (line[6] == ' ' || line[6] == '\0')) {
+            const char *path = line + 6 + strspn(line + 6, " \t");
+            if (!*path) fprintf(stderr, "usage: /image FILE\n");
+            else if (!loom_engine_image_marker(c.engine)) fprintf(stderr, "loom: this model takes no images\n");
+            else if (lm_cli_images_add(&c.images, path, &err) != LM_OK) fprintf(stderr, "loom: %s\n", err.message);
+            else {
+                c.pending_images++;
+                fprintf(stderr, "[image attached to the next message: %s]\n", path);
+            }
+            continue;
+        }
+        char *content = c.pending_images ? lm_cli_text_with_images(line, loom_engine_image_marker(c.engine),
+                                                                   c.pending_images)
+                                         : NULL;
+        cJSON *m = NULL;
+        if ((c.pending_images && !content) || !add_message(c.messages, "user", content ? content : line) ||
+            !(m = cJSON_GetArrayItem(c.messages, cJSON_GetArraySize(c.messages) - 1)) ||
+            (c.pending_images && !cJSON_AddNumberToObject(m, IMAGE_COUNT_KEY, c.pending_images))) {
+            free(content);
             fprintf(stderr, "loom: out of memory\n");
             rc = 1;
             break;
         }
+        free(content);
+        int attached = c.pending_images;
+        c.pending_images = 0;
         if (!answer(&c)) {
-            /* Nothing was answered: forget the question so the next turn is clean. */
+            /* Nothing was answered: forget the question (and its images) so
+             * the next turn is clean. */
             int last = cJSON_GetArraySize(c.messages) - 1;
-            if (has_role(c.messages, last, "user")) cJSON_DeleteItemFromArray(c.messages, last);
+            if (has_role(c.messages, last, "user")) {
+                cJSON_DeleteItemFromArray(c.messages, last);
+                drop_last_images(&c.images, attached);
+            }
             rc = 1;
         }
     }
 done:
     free(lr);
+    lm_cli_images_clear(&c.images);
     cJSON_Delete(c.messages);
     loom_engine_destroy(c.engine);
     lm_prompt_encoder_close(&c.encoder);
