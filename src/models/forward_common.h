@@ -11,6 +11,9 @@
  * family's to check). */
 lm_status lm_context_check_sizes(const lm_context_options *o, lm_error *err);
 
+/* max_image_patches in range, and 0 unless the model has a vision tower. */
+lm_status lm_context_check_images(const lm_context_options *o, bool has_tower, lm_error *err);
+
 /* The step's end: the logit rows of h [n_tokens, H] gathered into logit_x,
  * final-normed, downloaded to out->hidden / out->layer_hidden[n_layers] when
  * asked, multiplied by lm_head into logits and downloaded to out->logits:
