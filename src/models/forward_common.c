@@ -35,6 +35,7 @@ void lm_forward_embed_inputs(lm_backend *be, lm_mem h, lm_mem tokens, const lm_s
         lm_upload(be, lm_mem_bytes(h, row_bytes * (size_t)i), b->input_rows[i], row_bytes * (size_t)run);
         i += run;
     }
+}
 
 lm_status lm_context_check_images(const lm_context_options *o, bool has_tower, lm_error *err) {
     if (o->max_image_patches < 0 || o->max_image_patches > (1 << 22))
