@@ -61,7 +61,8 @@ static bool has_actl(const uint8_t *b, size_t n) {
 static lm_status png_steps(png_job *job, png_structp png, png_infop info, lm_error *err) {
     png_set_read_fn(png, job, read_bytes);
     png_set_crc_action(png, PNG_CRC_ERROR_QUIT, PNG_CRC_ERROR_QUIT);
-    png_set_user_limits(png, (png_uint_32)job->limits->max_side, (png_uint_32)job->limits->max_side);
+    /* our limits, not libpng's (checked below, and before libpng runs) */
+    png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
     png_set_chunk_malloc_max(png, (png_alloc_size_t)8 << 20); /* text, ICC profiles, ... */
     png_read_info(png, info);
 
@@ -108,6 +109,13 @@ static lm_status png_run(png_job *job, png_structp png, png_infop info, lm_error
 lm_status lm_image_decode_png(const uint8_t *bytes, size_t n, const lm_image_limits *limits,
                               lm_image_rgb *out, lm_error *err) {
     memset(out, 0, sizeof *out);
+    /* IHDR comes first (signature, length 13, "IHDR", width, height): its
+     * size is judged before libpng reads on, so a file declaring a huge
+     * image is refused whatever follows */
+    if (n >= 24 && memcmp(bytes + 12, "IHDR", 4) == 0) {
+        lm_status st = lm_image_check_size("PNG", be32(bytes + 16), be32(bytes + 20), limits, err);
+        if (st != LM_OK) return st;
+    }
     if (has_actl(bytes, n))
         return lm_fail(err, LM_ERR_INVALID, "PNG image: animated (APNG); only still images are taken");
     png_job job = {.bytes = bytes, .n = n, .limits = limits, .out = out};
