@@ -61,6 +61,10 @@ lm_status lm_image_processor_read(const char *dir, lm_image_processor *p, lm_err
     cJSON *root = NULL;
     lm_status st = lm_json_read_file(path, 1 << 20, &root, err);
     if (st != LM_OK) return st;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lm_fail(err, LM_ERR_FORMAT, "%s: not a JSON object", path);
+    }
     lm_image_processor q = *p;
     lm_json_fields f = lm_json_fields_of(path, root, err), size;
     int min_edge = -1, max_edge = -1;
@@ -178,6 +182,13 @@ lm_status lm_smart_resize(const lm_image_processor *p, int height, int width, in
         double beta = sqrt((double)min_pixels / area);
         hb = (double)factor * ceil(h * beta / (double)factor);
         wb = (double)factor * ceil(w * beta / (double)factor);
+    }
+    /* loom's own cap is a bound: where the upscaling rule overshot it,
+     * resize down to it instead (as an image over max_pixels would be) */
+    if (p->pixel_cap > 0 && hb * wb * (double)frames > (double)p->pixel_cap) {
+        double beta = sqrt(area / (double)p->pixel_cap);
+        hb = fmax((double)factor, (double)factor * floor(h / beta / (double)factor));
+        wb = fmax((double)factor, (double)factor * floor(w / beta / (double)factor));
     }
     if (!(hb >= (double)factor && wb >= (double)factor && hb <= (double)(1 << 20) && wb <= (double)(1 << 20)))
         return lm_fail(err, LM_ERR_INVALID, "image: %d x %d resizes to %.0f x %.0f, out of range", width, height,

@@ -47,7 +47,9 @@ lm_status lm_image_processor_read(const char *dir, lm_image_processor *p, lm_err
 /* The resized height and width (multiples of patch_size * merge_size), or
  * LM_ERR_INVALID for images the rule refuses (aspect ratio over 200, a
  * side over 2^20).  The budget's maximum is min(max_pixels, pixel_cap)
- * when pixel_cap > 0 (and its minimum no more than that). */
+ * when pixel_cap > 0 (and its minimum no more than that); the result
+ * stays within the cap (frames counted, for GLM) unless the cap is under
+ * one merge block. */
 lm_status lm_smart_resize(const lm_image_processor *p, int height, int width, int *out_height,
                           int *out_width, lm_error *err);
 
