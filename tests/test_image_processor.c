@@ -104,6 +104,22 @@ static void test_smart_resize_cap_and_refusals(void) {
      * again: beta = sqrt(1/2), 32 floor(4.42) = 128) */
     q.pixel_cap = 20000;
     CHECK(resizes_to(&q, 100, 100, 128, 128));
+    /* a long thin image whose short side is held at 32: the long side gives
+     * way (transformers' rule alone would give 32 x 3616 = 115712) */
+    q.pixel_cap = 65536;
+    CHECK(resizes_to(&q, 1, 200, 32, 2048));
+    /* the cap holds for any shape, frames counted for GLM */
+    for (int rule = 0; rule < 2; rule++) {
+        lm_image_processor p = processor(rule ? LM_SMART_RESIZE_GLM4V : LM_SMART_RESIZE_QWEN2VL);
+        p.pixel_cap = 65536;
+        int frames = rule ? p.temporal_patch_size : 1;
+        for (int a = 1; a < 6000; a = a * 3 + 1)
+            for (int b = 1; b < 6000; b = b * 5 + 2) {
+                if (lm_smart_resize(&p, a, b, &h, &w, &err) != LM_OK) continue; /* aspect ratio */
+                CHECK_MSG((int64_t)frames * h * w <= p.pixel_cap, "rule %d, %d x %d -> %d x %d over the cap", rule,
+                          a, b, h, w);
+            }
+    }
     q.pixel_cap = 0;
     /* aspect ratio over 200 */
     CHECK(lm_smart_resize(&q, 1, 201, &h, &w, &err) == LM_ERR_INVALID && strstr(err.message, "200"));

@@ -185,10 +185,15 @@ lm_status lm_smart_resize(const lm_image_processor *p, int height, int width, in
     }
     /* loom's own cap is a bound: where the upscaling rule overshot it,
      * resize down to it instead (as an image over max_pixels would be) */
-    if (p->pixel_cap > 0 && hb * wb * (double)frames > (double)p->pixel_cap) {
-        double beta = sqrt(area / (double)p->pixel_cap);
-        hb = fmax((double)factor, (double)factor * floor(h / beta / (double)factor));
-        wb = fmax((double)factor, (double)factor * floor(w / beta / (double)factor));
+    const double cap = (double)p->pixel_cap, f = (double)factor;
+    if (p->pixel_cap > 0 && hb * wb * (double)frames > cap) {
+        double beta = sqrt(area / cap);
+        hb = fmax(f, f * floor(h / beta / f));
+        wb = fmax(f, f * floor(w / beta / f));
+        /* a side held at the factor (a very long, thin image) leaves the
+         * other to give way */
+        if (hb * wb * (double)frames > cap && hb == f) wb = fmax(f, f * floor(cap / ((double)frames * f) / f));
+        if (hb * wb * (double)frames > cap && wb == f) hb = fmax(f, f * floor(cap / ((double)frames * f) / f));
     }
     if (!(hb >= (double)factor && wb >= (double)factor && hb <= (double)(1 << 20) && wb <= (double)(1 << 20)))
         return lm_fail(err, LM_ERR_INVALID, "image: %d x %d resizes to %.0f x %.0f, out of range", width, height,
