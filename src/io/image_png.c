@@ -1,9 +1,9 @@
 /* PNG through libpng's classic API (the simplified png_image one applies
  * gamma to 16-bit and gAMA files, which PIL does not).  libpng reports
- * errors by longjmp: the one setjmp is in png_run, which touches no local
- * state after it (the steps run in png_steps), and everything it allocates hangs off the job, which
- * png_decode frees whatever happened.  Warnings are dropped; nothing is
- * printed. */
+ * errors by longjmp: the one setjmp is in png_run, a frame with no locals
+ * (the work is png_steps'), and what the steps allocate hangs off the job,
+ * which lm_image_decode_png frees whatever happened.  Warnings are
+ * dropped; nothing is printed. */
 #include <png.h>
 #include <setjmp.h>
 #include <stdbool.h>
