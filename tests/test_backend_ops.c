@@ -603,6 +603,73 @@ static void test_norms(void) {
     CHECK_VERDICT(v);
 }
 
+/* ---- layernorm (the vision towers' LayerNorm with bias, model-spec B4) ---- */
+
+static void check_layernorm(const backends *bs, verdict *v, rng *r, int rows, int dim, bool in_place,
+                            float offset) {
+    size_t n = (size_t)rows * (size_t)dim;
+    float eps = 1e-6f;
+    float *x = random_floats(r, n, 3.0f), *w = random_floats(r, (size_t)dim, 1.5f);
+    float *bias = random_floats(r, (size_t)dim, 1.0f);
+    double *want = doubles(n);
+    if (!x || !w || !bias || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) x[i] += offset; /* a mean far from 0 */
+    for (int row = 0; row < rows; row++) {
+        const float *xr = x + (size_t)row * dim;
+        double mean = 0, var = 0;
+        for (int i = 0; i < dim; i++) mean += xr[i];
+        mean /= dim;
+        for (int i = 0; i < dim; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        var /= dim; /* biased */
+        for (int i = 0; i < dim; i++)
+            want[(size_t)row * dim + i] = (xr[i] - mean) / sqrt(var + eps) * w[i] + bias[i];
+    }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem xm = up_f32(&a, x, n), out = in_place ? xm : poisoned(&a, n);
+        lm_layernorm(a.be, out, xm, up_f32(&a, w, (size_t)dim), up_f32(&a, bias, (size_t)dim), rows,
+                     dim, eps);
+        float *got = down_f32(&a, out, n);
+        double e = got ? rel_error(got, want, n) : INFINITY;
+        if (!(e < TOLERANCE))
+            fail(v, "layernorm%s %dx%d (offset %g) on %s: error %g", in_place ? " in place" : "",
+                 rows, dim, (double)offset, bs->label[b], e);
+        if (got) same_bits_check(&same, v, b, "layernorm", got, n * 4, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(x);
+    free(w);
+    free(bias);
+    free(want);
+}
+
+static void test_layernorm(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {8};
+    /* norm_shapes, the fixtures' vision widths (32, 64 after the GLM
+     * projection), the released towers' (1152 Qwen3.5, 4096 GLM merger) */
+    static const int extra[][2] = {{140, 32}, {30, 64}, {9, 1152}, {3, 4096}, {2, 1153}};
+    for (size_t s = 0; s < N_NORM_SHAPES; s++) {
+        check_layernorm(&bs, &v, &r, norm_shapes[s][0], norm_shapes[s][1], false, 0.0f);
+        check_layernorm(&bs, &v, &r, norm_shapes[s][0], norm_shapes[s][1], true, 0.0f);
+    }
+    for (size_t s = 0; s < sizeof extra / sizeof extra[0]; s++) {
+        check_layernorm(&bs, &v, &r, extra[s][0], extra[s][1], false, 0.0f);
+        check_layernorm(&bs, &v, &r, extra[s][0], extra[s][1], true, 5.0f);
+    }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* ------------------------------------------------------------ rope */
 
 typedef struct {
@@ -612,6 +679,7 @@ typedef struct {
 
 static int section_of(const lm_rope_params *rope, int i) {
     const int *s = rope->sections;
+    if (rope->two_d) return i < rope->rot_dim / 4 ? 1 : 2; /* rows, then columns */
     if (rope->interleaved_sections) {
         if (i % 3 == 1 && i < 3 * s[1]) return 1;
         if (i % 3 == 2 && i < 3 * s[2]) return 2;
@@ -641,6 +709,8 @@ static void check_rope(const backends *bs, verdict *v, rng *r, const rope_case *
         for (int i = 0; i < half; i++) {
             /* ops.h: inv_freq and the angle in float32, as transformers */
             float inv_freq = 1.0f / powf(p->theta, (float)(2 * i) / (float)p->rot_dim);
+            if (p->two_d) /* rot_dim/4 frequencies theta^(-4f/rot_dim), used twice */
+                inv_freq = 1.0f / powf(p->theta, (float)(4 * (i % (p->rot_dim / 4))) / (float)p->rot_dim);
             float angle = (float)pos[t * 3 + section_of(p, i)] * inv_freq;
             double c = cos((double)angle), s = sin((double)angle);
             for (int h = 0; h < rc->n_heads; h++) {
@@ -677,6 +747,7 @@ static void test_rope(void) {
     CHECK(backends_open(&bs));
     verdict v = {0};
     rng r = {10};
+#define ROPE2D(R, TH) {.rot_dim = (R), .theta = (TH), .two_d = true}
 #define ROPE(R, TH, S0, S1, S2, INTERLEAVED_SECTIONS, PAIRS)                                       \
     {                                                                                              \
         .rot_dim = (R), .theta = (TH), .sections = {(S0), (S1), (S2)},                             \
@@ -697,8 +768,17 @@ static void test_rope(void) {
         {64, 4, 128, ROPE(32, 1e6f, 6, 5, 5, true, false)},
         /* more frequencies than the cpu kernel's stack chunk (128) */
         {2, 2, 512, ROPE(512, 10000.0f, 256, 0, 0, false, false)},
+        /* the vision towers' 2-D rotary over the whole head: the fixtures
+         * (head 16, 2 heads), Qwen3.5 (72, 16 heads), GLM-4.6V (128, 12 heads) */
+        {140, 2, 16, ROPE2D(16, 10000.0f)},
+        {37, 16, 72, ROPE2D(72, 10000.0f)},
+        {9, 12, 128, ROPE2D(128, 10000.0f)},
+        /* a partial one, and more pairs than the cpu kernel's chunk */
+        {3, 2, 40, ROPE2D(24, 1e4f)},
+        {2, 1, 1024, ROPE2D(1024, 10000.0f)},
     };
 #undef ROPE
+#undef ROPE2D
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) check_rope(&bs, &v, &r, &cases[c]);
     backends_close(&bs);
     CHECK_VERDICT(v);
@@ -763,6 +843,56 @@ static void test_elementwise(void) {
     for (int kind = EW_SILU_MUL; kind <= EW_ADD; kind++)
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
             check_elementwise(&bs, &v, &r, (ew_kind)kind, sizes[s]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ---- gelu (the vision MLPs: tanh in the Qwen3.5 blocks, erf in the mergers) ---- */
+
+static const char *const gelu_names[] = {"gelu_erf", "gelu_tanh"};
+
+static void check_gelu(const backends *bs, verdict *v, rng *r, lm_gelu_kind kind, size_t n) {
+    float *x = random_floats(r, n, 6.0f);
+    double *want = doubles(n);
+    if (!x || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    /* exp under/overflow, and values where 1 + erf / 1 + tanh would cancel */
+    if (n > 5) x[1] = -100.0f, x[2] = 9.0f, x[3] = -12.0f, x[4] = 0.0f, x[5] = -5.5f;
+    for (size_t i = 0; i < n; i++) {
+        double t = x[i];
+        want[i] = kind == LM_GELU_ERF
+                      ? 0.5 * t * erfc(-t / sqrt(2.0))
+                      : 0.5 * t * (1.0 + tanh(sqrt(2.0 / M_PI) * (t + 0.044715 * t * t * t)));
+    }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem xm = up_f32(&a, x, n);
+        lm_gelu(a.be, xm, (int64_t)n, kind);
+        float *got = down_f32(&a, xm, n);
+        double e = got ? rel_error(got, want, n) : INFINITY;
+        if (!(e < TOLERANCE)) fail(v, "%s n=%zu on %s: error %g", gelu_names[kind], n, bs->label[b], e);
+        if (got) same_bits_check(&same, v, b, gelu_names[kind], got, n * 4, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(x);
+    free(want);
+}
+
+static void test_gelu(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {12};
+    static const size_t sizes[] = {1, 7, 16, 17, 64, 1000, 4304, 100003, 300000};
+    for (int kind = LM_GELU_ERF; kind <= LM_GELU_TANH; kind++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            check_gelu(&bs, &v, &r, (lm_gelu_kind)kind, sizes[s]);
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -1632,6 +1762,75 @@ static void test_add_rows(void) {
     CHECK_VERDICT(v);
 }
 
+/* ---- add_weighted_rows (interpolated position embeddings of the vision towers) ---- */
+
+static void check_add_weighted_rows(const backends *bs, verdict *v, rng *r, lm_dtype dtype, int n,
+                                    int width, int taps, int64_t table_rows) {
+    size_t nx = (size_t)n * (size_t)width, nt = (size_t)n * (size_t)taps;
+    float *x = random_floats(r, nx, 2.0f), *weights = random_floats(r, nt, 1.0f);
+    float *values = malloc(sizeof(float) * (size_t)(table_rows * width));
+    void *table = values ? random_weights(r, dtype, (size_t)(table_rows * width), values) : NULL;
+    int32_t *ids = malloc(sizeof(int32_t) * (nt ? nt : 1));
+    double *want = doubles(nx);
+    if (!x || !weights || !values || !table || !ids || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (size_t p = 0; p < nt; p++) ids[p] = (int32_t)(rng_next(r) % (uint64_t)table_rows);
+    if (nt > 2) ids[0] = 0, ids[1] = (int32_t)(table_rows - 1), ids[2] = ids[1]; /* both ends, a repeat */
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < width; c++) {
+            double acc = 0;
+            for (int k = 0; k < taps; k++) {
+                size_t p = (size_t)i * taps + k;
+                acc += (double)weights[p] * values[(size_t)ids[p] * width + c];
+            }
+            want[(size_t)i * width + c] = x[(size_t)i * width + c] + acc;
+        }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix m = import_matrix(&a, table, dtype, table_rows, width);
+        lm_mem xm = up_f32(&a, x, nx);
+        lm_add_weighted_rows(a.be, xm, &m, up_i32(&a, ids, nt), up_f32(&a, weights, nt), n, taps);
+        float *got = down_f32(&a, xm, nx);
+        double e = got ? rel_error(got, want, nx) : INFINITY;
+        if (!(e < TOLERANCE))
+            fail(v, "add_weighted_rows %s n=%d width=%d taps=%d on %s: error %g", lm_dtype_name(dtype),
+                 n, width, taps, bs->label[b], e);
+        if (got) same_bits_check(&same, v, b, "add_weighted_rows", got, nx * 4, bs->label[b]);
+        free(got);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(x);
+    free(weights);
+    free(values);
+    free(table);
+    free(ids);
+    free(want);
+}
+
+static void test_add_weighted_rows(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {85};
+    /* (n, width, taps, table rows): odd; the fixtures (64-entry tables of
+     * width 32, bilinear 4 and bicubic 16 taps); the released towers (Qwen3.5
+     * 2304 x 1152, GLM 576 x 1536); enough rows for the pool to split */
+    static const int cases[][4] = {{1, 1, 1, 1},      {3, 17, 4, 5},      {140, 32, 4, 64},
+                                   {120, 32, 16, 64}, {5, 1152, 4, 2304}, {7, 1536, 16, 576},
+                                   {130, 1000, 16, 37}, {2, 33, 0, 3}};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            check_add_weighted_rows(&bs, &v, &r, weight_dtypes[d], cases[c][0], cases[c][1],
+                                    cases[c][2], cases[c][3]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* ---- moe_route ---- */
 
 enum { ROUTE_MAX_E = 256 };
@@ -2150,6 +2349,48 @@ static void sigmoid_scale_skipping_last_row(lm_backend *be, lm_mem x, lm_mem gat
 static void add_rows_skipping_last_row(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width) {
     lm_cpu_backend_ops.add_rows(be, x, bias, rows - 1, width);
 }
+static void layernorm_skipping_last_row(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight,
+                                        lm_mem bias, int rows, int dim, float eps) {
+    lm_cpu_backend_ops.layernorm(be, out, x, weight, bias, rows - 1, dim, eps);
+}
+static void layernorm_without_bias(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight,
+                                   lm_mem bias, int rows, int dim, float eps) {
+    lm_cpu_backend_ops.rmsnorm(be, out, x, weight, rows, dim, eps); /* no centring, no bias */
+    (void)bias;
+}
+static void gelu_of_the_other_kind(lm_backend *be, lm_mem x, int64_t n, lm_gelu_kind kind) {
+    lm_cpu_backend_ops.gelu(be, x, n, kind == LM_GELU_ERF ? LM_GELU_TANH : LM_GELU_ERF);
+}
+static void weighted_rows_skipping_last_tap(lm_backend *be, lm_mem x, const lm_matrix *table,
+                                            lm_mem ids, lm_mem weights, int n, int taps) {
+    /* the last tap's weight set to 0, as a loop bound off by one would leave it */
+    size_t nt = (size_t)n * (size_t)taps;
+    float *w = malloc(sizeof(float) * nt);
+    lm_error err = {0};
+    if (w && lm_download(be, w, weights, sizeof(float) * nt, &err) == LM_OK) {
+        for (int i = 0; i < n; i++) w[(size_t)i * taps + taps - 1] = 0.0f;
+        lm_upload(be, weights, w, sizeof(float) * nt);
+    }
+    free(w);
+    lm_cpu_backend_ops.add_weighted_rows(be, x, table, ids, weights, n, taps);
+}
+/* The 2-D rotary with the patch row and column exchanged. */
+static void rope_swapping_rows_and_columns(lm_backend *be, lm_mem x, int n, int n_heads,
+                                           int head_dim, lm_mem positions,
+                                           const lm_rope_params *rope) {
+    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n);
+    lm_error err = {0};
+    if (pos && lm_download(be, pos, positions, sizeof(int32_t) * 3 * (size_t)n, &err) == LM_OK) {
+        for (int t = 0; t < n; t++) {
+            int32_t h = pos[3 * t + 1];
+            pos[3 * t + 1] = pos[3 * t + 2];
+            pos[3 * t + 2] = h;
+        }
+        lm_upload(be, positions, pos, sizeof(int32_t) * 3 * (size_t)n);
+    }
+    free(pos);
+    lm_cpu_backend_ops.rope(be, x, n, n_heads, head_dim, positions, rope);
+}
 static void route_ignoring_bias(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
                                 const lm_moe_routing *routing) {
     lm_moe_routing r = *routing;
@@ -2222,6 +2463,22 @@ static void test_poison_catches_broken_ops(void) {
     verdict m0 = {0};
     broken_ops.add_rows = add_rows_skipping_last_row;
     check_add_rows(&bs, &m0, &r, 5, 64);
+    /* the vision ops */
+    verdict vis[6] = {{0}};
+    broken_ops.layernorm = layernorm_skipping_last_row;
+    check_layernorm(&bs, &vis[0], &r, 5, 64, false, 0.0f);
+    broken_ops.layernorm = layernorm_without_bias;
+    check_layernorm(&bs, &vis[1], &r, 5, 64, false, 1.0f);
+    broken_ops.layernorm = lm_cpu_backend_ops.layernorm;
+    check_layernorm(&bs, &ok, &r, 5, 64, false, 1.0f);
+    broken_ops.gelu = gelu_of_the_other_kind;
+    check_gelu(&bs, &vis[2], &r, LM_GELU_ERF, 1000);
+    check_gelu(&bs, &vis[3], &r, LM_GELU_TANH, 1000);
+    broken_ops.add_weighted_rows = weighted_rows_skipping_last_tap;
+    check_add_weighted_rows(&bs, &vis[4], &r, LM_DTYPE_BF16, 9, 32, 4, 64);
+    broken_ops.rope = rope_swapping_rows_and_columns;
+    const rope_case vision_rope = {14, 2, 16, {.rot_dim = 16, .theta = 10000.0f, .two_d = true}};
+    check_rope(&bs, &vis[5], &r, &vision_rope);
     broken_ops.moe_route = route_ignoring_bias;
     check_moe_route(&bs, &m2, &r, &glm);
     broken_ops.moe_route = route_ignoring_groups;
@@ -2246,6 +2503,12 @@ static void test_poison_catches_broken_ops(void) {
     CHECK_MSG(v4.failed, "a conv that ignores first[] passed");
     CHECK_MSG(m0.failed, "an add_rows that skips the last row passed");
     CHECK_MSG(m1.failed, "a sigmoid_scale_rows that skips the last row passed");
+    CHECK_MSG(vis[0].failed, "a layernorm that skips the last row passed");
+    CHECK_MSG(vis[1].failed, "a layernorm without centring and bias (an rmsnorm) passed");
+    CHECK_MSG(vis[2].failed, "gelu_erf computed as gelu_tanh passed");
+    CHECK_MSG(vis[3].failed, "gelu_tanh computed as gelu_erf passed");
+    CHECK_MSG(vis[4].failed, "an add_weighted_rows that drops the last tap passed");
+    CHECK_MSG(vis[5].failed, "a 2-D rope with rows and columns exchanged passed");
     CHECK_MSG(m2.failed, "a moe_route that ignores the correction bias passed");
     CHECK_MSG(m3.failed, "a moe_route that ignores the expert groups passed");
     CHECK_MSG(m4.failed, "a moe_route that weights by the biased scores passed");
@@ -2262,8 +2525,10 @@ int main(void) {
     RUN_TEST(test_matmul_zero_cols);
     RUN_TEST(test_embed);
     RUN_TEST(test_norms);
+    RUN_TEST(test_layernorm);
     RUN_TEST(test_rope);
     RUN_TEST(test_elementwise);
+    RUN_TEST(test_gelu);
     RUN_TEST(test_copy_and_gather_rows);
     RUN_TEST(test_argmax_rows);
     RUN_TEST(test_kv_write_and_attention);
@@ -2272,6 +2537,7 @@ int main(void) {
     RUN_TEST(test_gated_delta_rule_batched);
     RUN_TEST(test_sigmoid_scale_rows);
     RUN_TEST(test_add_rows);
+    RUN_TEST(test_add_weighted_rows);
     RUN_TEST(test_moe_route);
     RUN_TEST(test_moe_experts);
     RUN_TEST(test_poison_catches_broken_ops);

@@ -86,6 +86,20 @@ int cmd_inspect_main(int argc, char **argv) {
            info->n_parameters ? 100.0 * (double)info->n_active_parameters / (double)info->n_parameters
                               : 0.0,
            (double)info->decode_bytes_per_token / 1e6);
+    const lm_vision_info *v = &info->vision;
+    if (v->present) {
+        const lm_image_processor *p = &v->processor;
+        printf("vision tower: %d blocks, hidden %d, %d heads, patch %d (temporal %d), merge %d x %d, "
+               "%lld parameters; images resized to %lld..%lld pixels (%s smart resize), one "
+               "placeholder token %d per %d patches between %d and %d\n",
+               v->depth, v->hidden_size, v->n_heads, p->patch_size, p->temporal_patch_size,
+               p->merge_size, p->merge_size, (long long)v->n_parameters, (long long)p->min_pixels,
+               (long long)p->max_pixels, p->rule == LM_SMART_RESIZE_GLM4V ? "GLM-4V" : "Qwen2-VL",
+               v->image_token_id, p->merge_size * p->merge_size, v->vision_start_token_id,
+               v->vision_end_token_id);
+    } else {
+        printf("vision tower: none\n");
+    }
     lm_cli_close_model(backend, model);
     return 0;
 }

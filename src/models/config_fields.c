@@ -65,6 +65,49 @@ lm_status lm_config_check_rotary(const lm_json_fields *r, int head_dim, float fa
     return LM_OK;
 }
 
+#define VISION_INT(name, lo, hi) LM_CONFIG_INT_FIELD(lm_vision_config, name, lo, hi)
+
+static const lm_config_int_field vision_int_fields[] = {
+    VISION_INT(depth, 1, 1024),
+    VISION_INT(hidden_size, 1, 65536),
+    VISION_INT(num_heads, 1, 1024),
+    VISION_INT(intermediate_size, 1, 1 << 20),
+    VISION_INT(in_channels, 1, 64),
+    VISION_INT(patch_size, 1, 1024),
+    VISION_INT(temporal_patch_size, 1, 16),
+    VISION_INT(spatial_merge_size, 1, 16),
+    VISION_INT(out_hidden_size, 1, 65536),
+};
+
+lm_status lm_config_read_vision(const lm_json_fields *r, lm_vision_config *v) {
+    lm_status s = lm_config_read_ints(r, vision_int_fields,
+                                      sizeof vision_int_fields / sizeof *vision_int_fields, v);
+    lm_json_fields params;
+    if (s == LM_OK) s = lm_json_read_float(r, "rope_theta", 0.0, 1e12, &v->rope_theta);
+    if (s == LM_OK) s = lm_json_fields_sub(r, "rope_parameters", &params);
+    char type[32] = "default";
+    if (s == LM_OK) s = lm_json_read_string(&params, "rope_type", type, sizeof type);
+    /* transformers writes "axial" for the towers' 2-D rotary (the same frequencies) */
+    if (s == LM_OK && strcmp(type, "default") != 0 && strcmp(type, "axial") != 0)
+        s = lm_json_field_error(&params, LM_ERR_UNSUPPORTED, "rope_type",
+                                "'%s' is not supported (only 'default' or 'axial')", type);
+    if (s == LM_OK) s = lm_json_read_float(&params, "rope_theta", 0.0, 1e12, &v->rope_theta);
+    if (s != LM_OK) return s;
+    if (v->in_channels != 3)
+        return lm_json_field_error(r, LM_ERR_UNSUPPORTED, "in_channels",
+                                   "is %d; only RGB (3) images are supported", v->in_channels);
+    if (v->hidden_size % v->num_heads != 0)
+        return lm_fail(r->err, LM_ERR_FORMAT,
+                       "%s: %shidden_size (%d) must be a multiple of %snum_heads (%d)", r->source,
+                       r->path, v->hidden_size, r->path, v->num_heads);
+    if ((v->hidden_size / v->num_heads) % 4 != 0)
+        return lm_fail(r->err, LM_ERR_UNSUPPORTED,
+                       "%s: %shidden_size / num_heads = %d; the 2-D rotary needs a head "
+                       "dimension divisible by 4",
+                       r->source, r->path, v->hidden_size / v->num_heads);
+    return LM_OK;
+}
+
 lm_status lm_config_parse(const char *json, size_t len, const char *source_name,
                           lm_config_reader read, void *cfg, lm_error *err) {
     cJSON *root;

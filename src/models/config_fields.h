@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "io/json_fields.h"
+#include "models/vision_config.h"
 
 /* An int field of a config struct: its key, offset and range. */
 typedef struct {
@@ -37,6 +38,13 @@ lm_status lm_config_check_rope_type(const lm_json_fields *r, const char *key);
  * three M-RoPE sections must sum to rot_dim / 2. */
 lm_status lm_config_check_rotary(const lm_json_fields *r, int head_dim, float factor, int rot_dim,
                                  const int sections[3]);
+
+/* The fields both vision towers share, from a reader of vision_config,
+ * over the family's defaults in *v: sizes (range-checked), rope_parameters
+ * (rope_type default or axial, rope_theta), and the checks every tower
+ * needs (in_channels 3, hidden_size a multiple of num_heads, a head
+ * dimension divisible by 4 for the 2-D rotary). */
+lm_status lm_config_read_vision(const lm_json_fields *vision, lm_vision_config *v);
 
 /* Parses config.json text (or reads the file at path, at most 16 MiB) and
  * hands its top-level object to read(top, cfg). */

@@ -37,6 +37,17 @@ void lm_forward_embed_inputs(lm_backend *be, lm_mem h, lm_mem tokens, const lm_s
     }
 }
 
+lm_status lm_context_check_images(const lm_context_options *o, bool has_tower, lm_error *err) {
+    if (o->max_image_patches < 0 || o->max_image_patches > (1 << 22))
+        return lm_fail(err, LM_ERR_INVALID, "context: max_image_patches %d is out of range",
+                       o->max_image_patches);
+    if (o->max_image_patches > 0 && !has_tower)
+        return lm_fail(err, LM_ERR_INVALID,
+                       "context: max_image_patches is %d but the model has no vision tower",
+                       o->max_image_patches);
+    return LM_OK;
+}
+
 lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,
                             const lm_logits_head *head, const lm_forward_out *out, lm_error *err) {
     int rows = step->n_logit_rows, H = head->hidden;

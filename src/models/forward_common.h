@@ -17,6 +17,9 @@ lm_status lm_context_check_sizes(const lm_context_options *o, lm_error *err);
 void lm_forward_embed_inputs(lm_backend *be, lm_mem h, lm_mem tokens, const lm_step_batch *b,
                              const lm_matrix *embed_tokens, int hidden);
 
+/* max_image_patches in range, and 0 unless the model has a vision tower. */
+lm_status lm_context_check_images(const lm_context_options *o, bool has_tower, lm_error *err);
+
 /* The step's end: the logit rows of h [n_tokens, H] gathered into logit_x,
  * final-normed, downloaded to out->hidden / out->layer_hidden[n_layers] when
  * asked, multiplied by lm_head into logits and downloaded to out->logits:

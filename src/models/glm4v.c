@@ -12,6 +12,7 @@
 
 #include "models/forward_common.h"
 #include "models/glm4v_context.h"
+#include "models/glm4v_vision.h"
 
 #define TRY(call)                                     \
     do {                                              \
@@ -162,12 +163,26 @@ static void describe_to_engine(lm_glm4v_model *m) {
     info->n_active_parameters = params - inactive;
     info->weight_bytes = lm_weights_bytes_used(&m->weights);
     info->decode_bytes_per_token = decode_bytes_per_token(m);
+    lm_vision_info *vi = &info->vision;
+    memset(vi, 0, sizeof *vi);
+    vi->image_token_id = c->image_token_id;
+    vi->vision_start_token_id = c->image_start_token_id;
+    vi->vision_end_token_id = c->image_end_token_id;
+    if (m->vision) {
+        vi->present = true;
+        vi->depth = c->vision.depth;
+        vi->hidden_size = c->vision.hidden_size;
+        vi->n_heads = c->vision.num_heads;
+        vi->n_parameters = m->vision->n_parameters;
+        vi->processor = m->vision->processor;
+    }
 }
 
 static const lm_model_ops glm4v_ops;
 
 static void glm4v_free(lm_glm4v_model *m) {
     if (!m) return;
+    lm_glm4v_vision_free(m->vision);
     lm_weights_free(&m->weights);
     for (int i = 0; m->layers && i < m->config.num_hidden_layers; i++)
         lm_expert_weights_free(&m->layers[i].moe.experts);
@@ -237,6 +252,11 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
         .pair_interleaved = !config.is_moe,
     };
     st = load_model(m, err);
+    /* The vision tower: config.json's vision_config and the checkpoint's
+     * model.visual.* (none with random weights). */
+    if (st == LM_OK && config.has_vision_config && checkpoint)
+        st = lm_glm4v_vision_load(checkpoint, backend, &m->config.vision, config.hidden_size,
+                                  &m->vision, err);
     if (st != LM_OK) {
         glm4v_free(m);
         return st;
@@ -368,6 +388,15 @@ static void glm4v_copy_state(lm_model_context *ctx, int src, int dst) {
 }
 static void glm4v_reset_state(lm_model_context *ctx, int slot) { (void)ctx, (void)slot; }
 
+/* The vision tower over one image, in the context's vision workspace. */
+static lm_status glm4v_encode_image(lm_model_context *base, const lm_image_patches *patches,
+                                    float *embeds, lm_error *err) {
+    lm_glm4v_context *ctx = (lm_glm4v_context *)base;
+    if (!ctx->model->vision)
+        return lm_fail(err, LM_ERR_INVALID, "image: this model has no vision tower");
+    return lm_glm4v_vision_encode(ctx->model->vision, ctx->be, &ctx->vision, patches, embeds, err);
+}
+
 /* ------------------------------------------------------------ the family */
 
 static void glm4v_describe(const lm_model *base, FILE *f) {
@@ -399,17 +428,25 @@ static void glm4v_describe(const lm_model *base, FILE *f) {
                         m->layers[c->first_k_dense_replace].moe.experts.fused
                     ? "fused"
                     : "per-expert");
-    fprintf(f, "  vision tower: %s, tied embeddings: %s\n", c->has_vision_config ? "yes" : "no",
+    fprintf(f, "  vision tower: %s, tied embeddings: %s\n",
+            m->vision              ? "loaded"
+            : c->has_vision_config ? "in config.json, not in the checkpoint"
+                                   : "no",
             c->tie_word_embeddings ? "yes" : "no");
+    if (m->vision) lm_glm4v_vision_describe(m->vision, f);
     fprintf(f, "text model: complete (%zu tensors used, %.1f MB, lm_head %s)\n", m->weights.n_used,
             (double)lm_weights_bytes_used(&m->weights) / 1e6,
             m->lm_head_tied ? "tied to embed_tokens" : "separate");
     if (m->checkpoint) {
         fprintf(f, "  used (text model):\n");
         lm_weights_print_groups(&m->weights, true, f);
-        fprintf(f, "  not used (the vision tower is loaded by a later feature; GLM's next-token "
-                   "layer is not run):\n");
-        lm_weights_print_groups(&m->weights, false, f);
+        if (m->vision) {
+            fprintf(f, "  used (vision tower):\n");
+            lm_weights_print_groups(&m->vision->weights, true, f);
+        }
+        const lm_weights *parts[2] = {&m->weights, m->vision ? &m->vision->weights : NULL};
+        fprintf(f, "  not used (GLM's next-token layer is not run):\n");
+        lm_weights_print_groups_of(parts, m->vision ? 2 : 1, false, f);
     }
 }
 
@@ -421,5 +458,6 @@ static const lm_model_ops glm4v_ops = {
     .copy_block = lm_glm4v_copy_block,
     .copy_state = glm4v_copy_state,
     .reset_state = glm4v_reset_state,
+    .encode_image = glm4v_encode_image,
     .describe = glm4v_describe,
 };

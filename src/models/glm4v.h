@@ -52,6 +52,9 @@ typedef struct {
     lm_glm4v_layer *layers;
     lm_rope_params rope;
     bool sandwich_norms; /* glm4v (dense): four norms per layer */
+    /* The vision tower (models/glm4v_vision.h), when config.json has a
+     * vision_config and the checkpoint its tensors; else NULL. */
+    struct lm_glm4v_vision *vision;
 } lm_glm4v_model;
 
 #endif

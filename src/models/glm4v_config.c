@@ -209,6 +209,29 @@ static lm_status check_token_ids(const lm_json_fields *r, const lm_glm4v_config 
     return s;
 }
 
+/* ---- the vision tower (model-spec §E.3; transformers' Glm4vVisionConfig) ---- */
+
+static lm_status read_vision(const lm_json_fields *top, lm_glm4v_config *cfg) {
+    lm_vision_config *v = &cfg->vision;
+    *v = (lm_vision_config){.depth = 24, .hidden_size = 1536, .num_heads = 12,
+                            .intermediate_size = 13696, .in_channels = 3, .patch_size = 14,
+                            .temporal_patch_size = 2, .spatial_merge_size = 2,
+                            .out_hidden_size = 4096, .image_size = 336, .rms_norm_eps = 1e-5f,
+                            .attention_bias = false, .rope_theta = 10000.0f};
+    lm_json_fields r;
+    lm_status s = lm_json_fields_sub(top, "vision_config", &r);
+    if (s == LM_OK) s = lm_config_read_vision(&r, v);
+    if (s == LM_OK) s = lm_json_read_int(&r, "image_size", 1, 1 << 16, &v->image_size);
+    if (s == LM_OK) s = lm_json_read_float(&r, "rms_norm_eps", 0.0, 1.0, &v->rms_norm_eps);
+    if (s == LM_OK) s = lm_json_read_bool(&r, "attention_bias", &v->attention_bias);
+    char act[32] = "silu";
+    if (s == LM_OK) s = lm_json_read_string(&r, "hidden_act", act, sizeof act);
+    if (s == LM_OK && strcmp(act, "silu") != 0)
+        s = lm_json_field_error(&r, LM_ERR_UNSUPPORTED, "hidden_act",
+                                "is '%s'; only 'silu' is supported", act);
+    return s;
+}
+
 /* ---- the whole file ---- */
 
 static lm_status find_kind(const lm_json_fields *top, const model_kind **kind) {
@@ -269,6 +292,7 @@ static lm_status read_config(const lm_json_fields *top, lm_glm4v_config *cfg) {
     if (s == LM_OK) s = lm_json_read_bool(&text, "tie_word_embeddings", &tie_text);
     cfg->tie_word_embeddings = tie_top || tie_text;
     cfg->has_vision_config = cJSON_IsObject(lm_json_field(top, "vision_config"));
+    if (s == LM_OK && cfg->has_vision_config) s = read_vision(top, cfg);
     if (s == LM_OK) s = check(&text, cfg);
     if (s == LM_OK) s = check_token_ids(top, cfg);
     return s;

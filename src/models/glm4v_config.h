@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "base/error.h"
+#include "models/vision_config.h"
 
 #define LM_GLM4V_MAX_LAYERS 512
 #define LM_GLM4V_MAX_EOS 8
@@ -42,6 +43,9 @@ typedef struct {
     int image_token_id, video_token_id, image_start_token_id, image_end_token_id;
     int video_start_token_id, video_end_token_id;
     bool has_vision_config;
+    /* vision_config (model-spec §E.3), read when has_vision_config;
+     * hidden_act other than silu is refused. */
+    lm_vision_config vision;
 } lm_glm4v_config;
 
 /* Parses `len` bytes of config.json text; `source_name` prefixes errors. */

@@ -5,6 +5,7 @@
 
 #include "models/forward_common.h"
 #include "models/glm4v_context.h"
+#include "models/glm4v_vision.h"
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -47,22 +48,24 @@ static void layout(lm_glm4v_context *ctx, lm_carver *c) {
     lm_carve(c, &ctx->logit_x, R * H);
     lm_carve(c, &ctx->logits, R * V);
     lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
+    if (ctx->vision.max_patches > 0) lm_vision_layout(&ctx->vision, c);
 }
 
-static lm_status check_options(const lm_context_options *o, lm_error *err) {
+static lm_status check_options(const lm_glm4v_model *m, const lm_context_options *o,
+                               lm_error *err) {
     lm_status st = lm_context_check_sizes(o, err);
     if (st != LM_OK) return st;
     if (o->speculative_tokens != 0)
         return lm_fail(err, LM_ERR_INVALID,
                        "context: no speculation: GLM-4.6V has no draft head loom runs");
-    return LM_OK;
+    return lm_context_check_images(o, m->vision != NULL, err);
 }
 
 lm_status lm_glm4v_context_create(lm_model *base, const lm_context_options *o,
                                   lm_model_context **out, lm_error *err) {
     lm_glm4v_model *m = (lm_glm4v_model *)base;
     const lm_glm4v_config *cfg = &m->config;
-    lm_status st = check_options(o, err);
+    lm_status st = check_options(m, o, err);
     if (st != LM_OK) return st;
     lm_glm4v_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory for the model context");
@@ -79,6 +82,14 @@ lm_status lm_glm4v_context_create(lm_model *base, const lm_context_options *o,
     if (!ctx->kv || !ctx->host_descriptor) {
         lm_glm4v_context_destroy(&ctx->base);
         return lm_fail(err, LM_ERR_NOMEM, "out of memory for the model context");
+    }
+    if (o->max_image_patches > 0) {
+        lm_vision_sizes sizes = lm_glm4v_vision_sizes(m->vision);
+        st = lm_vision_workspace_init(&ctx->vision, &sizes, o->max_image_patches, err);
+        if (st != LM_OK) {
+            lm_glm4v_context_destroy(&ctx->base);
+            return st;
+        }
     }
     lm_carver count = {0};
     layout(ctx, &count);
@@ -106,6 +117,7 @@ void lm_glm4v_context_destroy(lm_model_context *base) {
     lm_buffer_free(ctx->be, ctx->buffer);
     free(ctx->kv);
     free(ctx->host_descriptor);
+    lm_vision_workspace_free(&ctx->vision);
     free(ctx);
 }
 

@@ -6,6 +6,7 @@
 
 #include "models/glm4v.h"
 #include "models/step_descriptor.h"
+#include "models/vision_common.h"
 
 /* Scratch rows of one forward, [max_step_tokens, width] each. */
 typedef struct {
@@ -35,6 +36,8 @@ typedef struct {
     lm_mem descriptor;  /* the int32 step descriptor */
     size_t descriptor_ints;
     int32_t *host_descriptor; /* staging, descriptor_ints */
+    /* images (max_image_patches > 0): the vision tower's workspace */
+    lm_vision_workspace vision;
 } lm_glm4v_context;
 
 lm_status lm_glm4v_context_create(lm_model *m, const lm_context_options *o,

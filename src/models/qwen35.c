@@ -12,6 +12,7 @@
 #include "models/forward_common.h"
 #include "models/qwen35_context.h"
 #include "models/qwen35_mtp.h"
+#include "models/qwen35_vision.h"
 
 /* ------------------------------------------------------------------ loading */
 
@@ -207,6 +208,19 @@ static void describe_to_engine(lm_qwen35_model *m) {
     info->n_active_parameters = params - inactive_per_layer * c->num_hidden_layers;
     info->weight_bytes = lm_weights_bytes_used(&m->weights);
     info->decode_bytes_per_token = decode_bytes_per_token(m);
+    lm_vision_info *vi = &info->vision;
+    memset(vi, 0, sizeof *vi);
+    vi->image_token_id = c->image_token_id;
+    vi->vision_start_token_id = c->vision_start_token_id;
+    vi->vision_end_token_id = c->vision_end_token_id;
+    if (m->vision) {
+        vi->present = true;
+        vi->depth = c->vision.depth;
+        vi->hidden_size = c->vision.hidden_size;
+        vi->n_heads = c->vision.num_heads;
+        vi->n_parameters = m->vision->n_parameters;
+        vi->processor = m->vision->processor;
+    }
 }
 
 static const lm_model_ops qwen35_ops;
@@ -214,6 +228,7 @@ static const lm_model_ops qwen35_ops;
 static void qwen35_free(lm_qwen35_model *m) {
     if (!m) return;
     lm_qwen35_mtp_free(m);
+    lm_qwen35_vision_free(m->vision);
     lm_weights_free(&m->weights);
     for (int i = 0; m->layers && i < m->config.num_hidden_layers; i++) lm_qwen35_layer_free(&m->layers[i]);
     free(m->layers);
@@ -294,6 +309,10 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
             LM_ERR_NOMEM)
             st = lm_fail(err, LM_ERR_NOMEM, "%s", mtp_err.message);
     }
+    /* The vision tower: config.json's vision_config and the checkpoint's
+     * model.visual.* (none with random weights). */
+    if (st == LM_OK && c->has_vision_config && checkpoint)
+        st = lm_qwen35_vision_load(checkpoint, backend, &c->vision, c->hidden_size, &m->vision, err);
     if (st != LM_OK) {
         qwen35_free(m);
         return st;
@@ -551,6 +570,15 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
 
 static void qwen35_describe(const lm_model *base, FILE *f);
 
+/* The vision tower over one image, in the context's vision workspace. */
+static lm_status qwen35_encode_image(lm_model_context *base, const lm_image_patches *patches,
+                                     float *embeds, lm_error *err) {
+    lm_qwen35_context *ctx = (lm_qwen35_context *)base;
+    if (!ctx->model->vision)
+        return lm_fail(err, LM_ERR_INVALID, "image: this model has no vision tower");
+    return lm_qwen35_vision_encode(ctx->model->vision, ctx->be, &ctx->vision, patches, embeds, err);
+}
+
 static const lm_model_ops qwen35_ops = {
     .destroy = qwen35_destroy,
     .context_create = lm_qwen35_context_create,
@@ -562,6 +590,7 @@ static const lm_model_ops qwen35_ops = {
     .draft = lm_qwen35_draft,
     .rollback = lm_qwen35_rollback,
     .mtp_sequence_logits = lm_qwen35_mtp_sequence_logits,
+    .encode_image = qwen35_encode_image,
     .describe = qwen35_describe,
 };
 
@@ -587,8 +616,12 @@ static void qwen35_describe(const lm_model *base, FILE *f) {
         fprintf(f, "  experts: %d, %d per token, width %d, shared expert width %d\n", c->num_experts,
                 c->num_experts_per_tok, c->moe_intermediate_size, c->shared_expert_intermediate_size);
     fprintf(f, "  mtp head layers: %d, vision tower: %s, tied embeddings: %s\n",
-            c->mtp_num_hidden_layers, c->has_vision_config ? "yes" : "no",
+            c->mtp_num_hidden_layers,
+            m->vision              ? "loaded"
+            : c->has_vision_config ? "in config.json, not in the checkpoint"
+                                   : "no",
             c->tie_word_embeddings ? "yes" : "no");
+    if (m->vision) lm_qwen35_vision_describe(m->vision, f);
     fprintf(f, "text model: complete (%zu tensors used, %.1f MB, lm_head %s)\n", m->weights.n_used,
             (double)lm_weights_bytes_used(&m->weights) / 1e6,
             m->lm_head_tied ? "tied to embed_tokens" : "separate");
@@ -596,7 +629,12 @@ static void qwen35_describe(const lm_model *base, FILE *f) {
     if (m->checkpoint) {
         fprintf(f, "  used (text model and mtp head):\n");
         lm_weights_print_groups(&m->weights, true, f);
-        fprintf(f, "  not used (the vision tower is loaded by a later feature):\n");
-        lm_weights_print_groups(&m->weights, false, f);
+        if (m->vision) {
+            fprintf(f, "  used (vision tower):\n");
+            lm_weights_print_groups(&m->vision->weights, true, f);
+        }
+        const lm_weights *parts[2] = {&m->weights, m->vision ? &m->vision->weights : NULL};
+        fprintf(f, "  not used:\n");
+        lm_weights_print_groups_of(parts, m->vision ? 2 : 1, false, f);
     }
 }

@@ -51,6 +51,7 @@ typedef struct {
 } lm_qwen35_layer;
 
 struct lm_qwen35_mtp; /* models/qwen35_mtp.h */
+struct lm_qwen35_vision; /* models/qwen35_vision.h */
 
 typedef struct {
     lm_model base; /* first: the model interface */
@@ -73,6 +74,9 @@ typedef struct {
     struct lm_qwen35_mtp *mtp;
     bool has_mtp;
     char mtp_missing[LM_ERROR_MESSAGE_MAX];
+    /* The vision tower (models/qwen35_vision.h), when config.json has a
+     * vision_config and the checkpoint its tensors; else NULL. */
+    struct lm_qwen35_vision *vision;
 } lm_qwen35_model;
 
 /* Loads the text model of a checkpoint and, when the config declares one,

@@ -1,6 +1,7 @@
 #include "models/qwen35_config.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,6 +284,46 @@ static lm_status check_rope(const lm_json_fields *r, const lm_qwen35_config *cfg
                                   cfg->mrope_section);
 }
 
+/* ---- the vision tower (model-spec §D.1; transformers' Qwen3_5VisionConfig) ---- */
+
+static lm_status read_vision(const lm_json_fields *top, lm_qwen35_config *cfg) {
+    lm_vision_config *v = &cfg->vision;
+    *v = (lm_vision_config){.depth = 27, .hidden_size = 1152, .num_heads = 16,
+                            .intermediate_size = 4304, .in_channels = 3, .patch_size = 16,
+                            .temporal_patch_size = 2, .spatial_merge_size = 2,
+                            .out_hidden_size = 3584, .num_position_embeddings = 2304,
+                            .rope_theta = 10000.0f};
+    lm_json_fields r;
+    lm_status s = lm_json_fields_sub(top, "vision_config", &r);
+    if (s == LM_OK) s = lm_config_read_vision(&r, v);
+    if (s == LM_OK)
+        s = lm_json_read_int(&r, "num_position_embeddings", 1, 1 << 24, &v->num_position_embeddings);
+    char act[32] = "gelu_pytorch_tanh";
+    if (s == LM_OK) s = lm_json_read_string(&r, "hidden_act", act, sizeof act);
+    if (s == LM_OK && strcmp(act, "gelu_pytorch_tanh") != 0)
+        s = lm_json_field_error(&r, LM_ERR_UNSUPPORTED, "hidden_act",
+                                "is '%s'; only 'gelu_pytorch_tanh' is supported", act);
+    /* Qwen3-VL's deepstack mergers feed chosen blocks' outputs to the text
+     * model's first layers; Qwen3.5 has none. */
+    const cJSON *deepstack = NULL;
+    size_t n_deepstack = 0;
+    if (s == LM_OK)
+        s = lm_json_read_array(&r, "deepstack_visual_indexes", 1024, "integers", &deepstack,
+                               &n_deepstack);
+    if (s == LM_OK && n_deepstack > 0)
+        s = lm_json_field_error(&r, LM_ERR_UNSUPPORTED, "deepstack_visual_indexes",
+                                "has %zu entries; deepstack (Qwen3-VL) is not supported, "
+                                "Qwen3.5 has none",
+                                n_deepstack);
+    if (s != LM_OK) return s;
+    int side = (int)lround(sqrt((double)v->num_position_embeddings));
+    if (side * side != v->num_position_embeddings)
+        return lm_json_field_error(&r, LM_ERR_FORMAT, "num_position_embeddings",
+                                   "is %d; it must be a square (the table is a grid)",
+                                   v->num_position_embeddings);
+    return LM_OK;
+}
+
 /* ---- the whole file ---- */
 
 typedef struct {
@@ -343,6 +384,7 @@ static lm_status read_config(const lm_json_fields *top, lm_qwen35_config *cfg) {
     if (s == LM_OK) s = lm_json_read_bool(&text, "tie_word_embeddings", &tie_text);
     cfg->tie_word_embeddings = tie_top || tie_text;
     cfg->has_vision_config = cJSON_IsObject(lm_json_field(top, "vision_config"));
+    if (s == LM_OK && cfg->has_vision_config) s = read_vision(top, cfg);
     if (s == LM_OK) s = check_shapes(&text, cfg);
     if (s == LM_OK) s = check_rope(&text, cfg);
     if (s == LM_OK) s = check_token_ids(top, cfg);

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "base/error.h"
+#include "models/vision_config.h"
 
 #define LM_QWEN35_MAX_LAYERS 512
 #define LM_QWEN35_MAX_EOS 8
@@ -48,6 +49,11 @@ typedef struct {
     /* top-level multimodal token ids; -1 for a bare text config */
     int image_token_id, video_token_id, vision_start_token_id, vision_end_token_id;
     bool has_vision_config;
+    /* vision_config (model-spec §D.1), read when has_vision_config: depth,
+     * sizes, patch/merge, the position table, rope theta.  hidden_act other
+     * than gelu_pytorch_tanh and a non-empty deepstack_visual_indexes
+     * (Qwen3-VL's, not Qwen3.5's) are refused. */
+    lm_vision_config vision;
 } lm_qwen35_config;
 
 /* Parses `len` bytes of config.json text; `source_name` prefixes errors. */

@@ -6,6 +6,7 @@
 
 #include "models/forward_common.h"
 #include "models/qwen35_context.h"
+#include "models/qwen35_vision.h"
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -87,6 +88,7 @@ static void layout(lm_qwen35_context *ctx, lm_carver *c) {
         lm_carve(c, &ctx->mtp_logits, max_size(S, R) * V);
         lm_carve(c, &ctx->draft_ids, K * S);
     }
+    if (ctx->vision.max_patches > 0) lm_vision_layout(&ctx->vision, c);
 }
 
 static lm_status check_options(const lm_qwen35_model *m, const lm_context_options *o,
@@ -97,7 +99,7 @@ static lm_status check_options(const lm_qwen35_model *m, const lm_context_option
         return lm_fail(err, LM_ERR_INVALID, "context: %d state slots is out of range", o->state_slots);
     if (o->speculative_tokens > 0 && !m->has_mtp)
         return lm_fail(err, LM_ERR_INVALID, "context: no speculation: %s", m->mtp_missing);
-    return LM_OK;
+    return lm_context_check_images(o, m->vision != NULL, err);
 }
 
 lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
@@ -141,6 +143,14 @@ lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
         lm_qwen35_context_destroy(&ctx->base);
         return lm_fail(err, LM_ERR_NOMEM, "out of memory for the model context");
     }
+    if (o->max_image_patches > 0) {
+        lm_vision_sizes sizes = lm_qwen35_vision_sizes(m->vision);
+        st = lm_vision_workspace_init(&ctx->vision, &sizes, o->max_image_patches, err);
+        if (st != LM_OK) {
+            lm_qwen35_context_destroy(&ctx->base);
+            return st;
+        }
+    }
     lm_carver count = {0};
     layout(ctx, &count);
     st = lm_alloc(ctx->be, count.used, "the KV cache, state slots and step workspace",
@@ -183,6 +193,7 @@ void lm_qwen35_context_destroy(lm_model_context *base) {
     free(ctx->draft_host.positions);
     free(ctx->draft_host.gather);
     free(ctx->draft_host.order);
+    lm_vision_workspace_free(&ctx->vision);
     free(ctx);
 }
 

@@ -6,6 +6,7 @@
 
 #include "models/qwen35.h"
 #include "models/step_descriptor.h"
+#include "models/vision_common.h"
 
 /* Scratch rows of one forward, [max_step_tokens, width] each. */
 typedef struct {
@@ -72,6 +73,8 @@ typedef struct {
     lm_mem mtp_normed, mtp_concat, mtp_u, mtp_hidden; /* [N, H], [N, 2H], [N, H], [N, H] */
     lm_mem mtp_logits;  /* [max(S, max_logit_rows), V] */
     lm_mem draft_ids;   /* [K][S] int32 */
+    /* images (max_image_patches > 0): the vision tower's workspace */
+    lm_vision_workspace vision;
 
     int32_t *host_descriptor; /* staging, descriptor_ints */
     int32_t *host_draft_ids;  /* [K][S] */

@@ -228,15 +228,27 @@ lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float of
     return st == LM_OK ? lm_weights_import(w, host, n, name, out, err) : st;
 }
 
+int64_t lm_weights_parameters_used(const lm_weights *w) {
+    int64_t total = 0;
+    for (size_t i = 0; i < w->n_used; i++) total += w->used[i]->n_elements;
+    return total;
+}
+
 void lm_weights_print_groups(const lm_weights *w, bool want_used, FILE *f) {
-    const lm_checkpoint *ck = w->checkpoint;
+    lm_weights_print_groups_of(&w, 1, want_used, f);
+}
+
+void lm_weights_print_groups_of(const lm_weights *const *ws, int n_ws, bool want_used, FILE *f) {
+    const lm_checkpoint *ck = n_ws > 0 ? ws[0]->checkpoint : NULL;
     size_t n = ck ? lm_checkpoint_count(ck) : 0;
     char last[128] = "";
     size_t count = 0;
     int64_t params = 0;
     for (size_t i = 0; i <= n; i++) {
         const lm_tensor *t = i < n ? lm_checkpoint_at(ck, i) : NULL;
-        if (t && lm_weights_was_used(w, t) != want_used) continue;
+        bool used = false;
+        for (int k = 0; t && k < n_ws && !used; k++) used = lm_weights_was_used(ws[k], t);
+        if (t && used != want_used) continue;
         char group[128] = "";
         if (t) { /* "model.visual.blocks.3.x" -> "model.visual" ; "mtp.fc.weight" -> "mtp" */
             const char *name = t->name;
@@ -275,6 +287,66 @@ lm_status lm_weights_stacked(lm_weights *w, const char *name, int64_t n, int64_t
     lm_status st = import(w, t->data, t->n_bytes, name, &buffer, err);
     if (st != LM_OK) return st;
     *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = n * rows, .cols = cols};
+    return LM_OK;
+}
+
+/* A float tensor of exactly `shape`, or an error that shows both shapes. */
+static const lm_tensor *require_shape(lm_weights *w, const char *name, int n_dims,
+                                      const int64_t *shape, lm_error *err) {
+    const lm_tensor *t = require(w, name, n_dims, shape, err);
+    if (!t) return NULL;
+    bool same = t->n_dims == n_dims;
+    for (int d = 0; same && d < n_dims; d++) same = t->shape[d] == shape[d];
+    if (same) return t;
+    char got[160] = "", want[160] = "";
+    for (int d = 0; d < t->n_dims && d < LM_TENSOR_MAX_DIMS; d++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
+                 (long long)t->shape[d]);
+    for (int d = 0; d < n_dims; d++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
+                 (long long)shape[d]);
+    lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' has shape [%s]; expected [%s]", t->file, name, got,
+            want);
+    return NULL;
+}
+
+lm_status lm_weights_flat_matrix(lm_weights *w, const char *name, int n_dims, const int64_t *shape,
+                                 lm_matrix *out, lm_error *err) {
+    const lm_tensor *t = require_shape(w, name, n_dims, shape, err);
+    if (!t) return err->code;
+    lm_buffer *buffer;
+    lm_status st = import(w, t->data, t->n_bytes, name, &buffer, err);
+    if (st != LM_OK) return st;
+    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = shape[0],
+                       .cols = t->n_elements / (shape[0] > 0 ? shape[0] : 1)};
+    return LM_OK;
+}
+
+lm_status lm_weights_conv2d_as_rows(lm_weights *w, const char *name, int64_t out_ch, int64_t in_ch,
+                                    int64_t kh, int64_t kw, lm_matrix *out, lm_error *err) {
+    const int64_t shape[4] = {out_ch, in_ch, kh, kw};
+    const lm_tensor *t = require_shape(w, name, 4, shape, err);
+    if (!t) return err->code;
+    size_t elem = lm_dtype_size(t->dtype);
+    char *moved = malloc(t->n_bytes ? t->n_bytes : 1);
+    if (!moved || !push_pointer((void ***)&w->owned, &w->n_owned, &w->cap_owned, moved)) {
+        free(moved);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory reordering '%s'", name);
+    }
+    const char *src = t->data;
+    int64_t cols = kh * kw * in_ch;
+    for (int64_t o = 0; o < out_ch; o++)
+        for (int64_t c = 0; c < in_ch; c++)
+            for (int64_t y = 0; y < kh; y++)
+                for (int64_t x = 0; x < kw; x++) {
+                    int64_t from = ((o * in_ch + c) * kh + y) * kw + x;
+                    int64_t to = o * cols + (y * kw + x) * in_ch + c;
+                    memcpy(moved + (size_t)to * elem, src + (size_t)from * elem, elem);
+                }
+    lm_buffer *buffer;
+    lm_status st = import(w, moved, t->n_bytes, name, &buffer, err);
+    if (st != LM_OK) return st;
+    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = out_ch, .cols = cols};
     return LM_OK;
 }
 

@@ -27,7 +27,8 @@ typedef struct {
     size_t n_random_owned, cap_random_owned;
     const lm_tensor **used; /* tensors handed out */
     size_t n_used, cap_used;
-    float **owned;          /* float32 conversions, freed with lm_weights_free */
+    float **owned;          /* host copies made at load (float32 conversions, reordered
+                             * weights of any dtype), freed with lm_weights_free */
     size_t n_owned, cap_owned;
 } lm_weights;
 
@@ -51,6 +52,19 @@ lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64
  * without copying. */
 lm_status lm_weights_stacked(lm_weights *w, const char *name, int64_t n, int64_t rows, int64_t cols,
                              lm_matrix *out, lm_error *err);
+/* A float tensor of exactly `shape` (n_dims dims) as the matrix
+ * [shape[0], shape[1]·…·shape[n_dims-1]], as stored: a convolution whose
+ * kernel covers its whole input is this matmul (the vision towers' patch
+ * embeddings, [C, 3, tp, p, p]). */
+lm_status lm_weights_flat_matrix(lm_weights *w, const char *name, int n_dims, const int64_t *shape,
+                                 lm_matrix *out, lm_error *err);
+/* A Conv2d weight [out_ch, in_ch, kh, kw] as the matrix [out_ch, kh·kw·in_ch]
+ * whose column (y·kw + x)·in_ch + c holds W[o, c, y, x]: the convolution
+ * over one kernel-sized block of rows of in_ch, stored one after the other
+ * in (y, x) order, is then one matmul (GLM's 2×2 downsample).  Copied on
+ * the host in the tensor's dtype, owned by w. */
+lm_status lm_weights_conv2d_as_rows(lm_weights *w, const char *name, int64_t out_ch, int64_t in_ch,
+                                    int64_t kh, int64_t kw, lm_matrix *out, lm_error *err);
 /* Rows [first, first + rows) of m, a view of the same memory. */
 lm_matrix lm_matrix_rows(const lm_matrix *m, int64_t first, int64_t rows);
 /* Any float tensor with exactly n elements, converted to float32 and plus
@@ -69,8 +83,14 @@ lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float of
 
 /* Whether a checkpoint tensor was used by the model. */
 bool lm_weights_was_used(const lm_weights *w, const lm_tensor *t);
+/* Parameters of the tensors handed out. */
+int64_t lm_weights_parameters_used(const lm_weights *w);
 /* Prints the checkpoint's used (or unused) tensors grouped by the first
  * components of their names, with counts and parameters (`loom inspect`). */
 void lm_weights_print_groups(const lm_weights *w, bool want_used, FILE *f);
+/* The same over several sets of weights of one checkpoint (a model's parts
+ * kept apart, as the text model and its vision tower): a tensor is used
+ * when any of them used it. */
+void lm_weights_print_groups_of(const lm_weights *const *ws, int n, bool want_used, FILE *f);
 
 #endif

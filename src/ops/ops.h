@@ -74,7 +74,9 @@ typedef struct {
      * frequencies inv[i] = 1 / theta^(4i/rot_dim); rotate-half pair j <
      * rot_dim/4 turns by h·inv[j], pair j >= rot_dim/4 by w·inv[j - rot_dim/4]
      * (h, w = components 1 and 2 of the position: the patch's row and
-     * column).  sections and interleaved_sections are then unused. */
+     * column).  In float32 as transformers' VisionRotaryEmbedding(rot_dim
+     * / 2) computes it: 1.0f / powf(theta, (float)(2i) / (float)(rot_dim /
+     * 2)).  sections and interleaved_sections are then unused. */
     bool two_d;
 } lm_rope_params;
 
@@ -91,7 +93,9 @@ typedef struct {
 
 /* The tokens of one attention call.  Token i belongs to sequence
  * token_seq[i] and attends to the first ctx_len[i] cached entries of that
- * sequence (its own entry included: causal).  Row s of block_tables
+ * sequence (its own entry included: causal).  ctx_len[i] may also reach
+ * past the token's own entry: the vision towers attend bidirectionally,
+ * every patch to its whole frame.  Row s of block_tables
  * (table_stride entries) maps sequence s's logical blocks to pool blocks.
  * max_ctx_len bounds every ctx_len[i] (a backend may size its launch by it). */
 typedef struct {

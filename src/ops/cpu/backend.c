@@ -1,6 +1,6 @@
 /* The cpu backend: host memory (ops/host) and its op table, whose entries
  * resolve the lm_mem views to host pointers and call the tuned kernels
- * (matmul.c, elementwise.c, rows.c, attention.c, linear_attention.c) on
+ * (matmul.c, elementwise.c, rows.c, attention.c, linear_attention.c, moe.c) on
  * the backend's thread pool.  Resolving is pointer arithmetic: nothing is
  * copied on the way in or out. */
 #include <stdlib.h>
@@ -39,6 +39,18 @@ static void cpu_rope(lm_backend *be, lm_mem x, int n, int n_heads, int head_dim,
 }
 static void cpu_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
     lm_cpu_silu_mul(lm_cpu_pool(be), F32(out), F32(gate), F32(up), n);
+}
+static void cpu_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias,
+                          int rows, int dim, float eps) {
+    lm_cpu_layernorm(lm_cpu_pool(be), F32(out), F32(x), F32(weight), F32(bias), rows, dim, eps);
+}
+static void cpu_gelu(lm_backend *be, lm_mem x, int64_t n, lm_gelu_kind kind) {
+    lm_cpu_gelu(lm_cpu_pool(be), F32(x), n, kind);
+}
+static void cpu_add_weighted_rows(lm_backend *be, lm_mem x, const lm_matrix *table, lm_mem ids,
+                                  lm_mem weights, int n, int taps) {
+    lm_host_matrix ht = lm_host_matrix_of(table);
+    lm_cpu_add_weighted_rows(lm_cpu_pool(be), F32(x), &ht, I32(ids), F32(weights), n, taps);
 }
 static void cpu_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
     lm_cpu_sigmoid_mul(lm_cpu_pool(be), F32(x), F32(gate), n);
@@ -132,10 +144,13 @@ const lm_backend_ops lm_cpu_backend_ops = {
     .l2norm_scale = cpu_l2norm_scale,
     .rope = cpu_rope,
     .silu_mul = cpu_silu_mul,
+    .layernorm = cpu_layernorm,
+    .gelu = cpu_gelu,
     .sigmoid_mul = cpu_sigmoid_mul,
     .add = cpu_add,
     .copy_rows = cpu_copy_rows,
     .gather_rows = cpu_gather_rows,
+    .add_weighted_rows = cpu_add_weighted_rows,
     .argmax_rows = cpu_argmax_rows,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,

@@ -129,6 +129,67 @@ void lm_cpu_l2norm_scale(lm_pool *pool, float *x, int rows, int dim, float eps, 
     lm_pool_run(pool, task_count(pool, (int64_t)rows * dim, rows), l2norm_task, &j);
 }
 
+/* ---- LayerNorm (model-spec B4): mean, then the biased variance of x - mean ---- */
+
+typedef struct {
+    float *out;
+    const float *x, *weight, *bias;
+    int rows, dim;
+    float eps;
+} layernorm_job;
+
+static float row_sum(const float *x, int dim) {
+    lm_vf a0 = lm_vf_zero(), a1 = lm_vf_zero();
+    int i = 0;
+    for (; i + 2 * LM_VF_WIDTH <= dim; i += 2 * LM_VF_WIDTH) {
+        a0 = lm_vf_add(a0, lm_vf_load(x + i));
+        a1 = lm_vf_add(a1, lm_vf_load(x + i + LM_VF_WIDTH));
+    }
+    for (; i < dim; i += LM_VF_WIDTH) {
+        int count = dim - i < LM_VF_WIDTH ? dim - i : LM_VF_WIDTH;
+        a0 = lm_vf_add(a0, lm_vf_load_part(x + i, count));
+    }
+    return lm_vf_reduce_add(lm_vf_add(a0, a1));
+}
+
+static float centred_sum_squares(const float *x, int dim, float mean) {
+    lm_vf m = lm_vf_set1(mean), a0 = lm_vf_zero();
+    int i = 0;
+    for (; i + LM_VF_WIDTH <= dim; i += LM_VF_WIDTH) {
+        lm_vf v = lm_vf_sub(lm_vf_load(x + i), m);
+        a0 = lm_vf_fma(v, v, a0);
+    }
+    float tail = 0; /* the last dims one by one (a partial load would count -mean for the rest) */
+    for (; i < dim; i++) tail += (x[i] - mean) * (x[i] - mean);
+    return lm_vf_reduce_add(a0) + tail;
+}
+
+static void layernorm_task(void *ctx, int task, int n_tasks) {
+    const layernorm_job *j = ctx;
+    long begin, end;
+    lm_split_range(j->rows, n_tasks, task, &begin, &end);
+    for (long r = begin; r < end; r++) {
+        const float *x = j->x + (int64_t)r * j->dim;
+        float *y = j->out + (int64_t)r * j->dim;
+        float mean = row_sum(x, j->dim) / (float)j->dim;
+        float inv = 1.0f / sqrtf(centred_sum_squares(x, j->dim, mean) / (float)j->dim + j->eps);
+        lm_vf vm = lm_vf_set1(mean), vinv = lm_vf_set1(inv);
+        for (int i = 0; i < j->dim; i += LM_VF_WIDTH) {
+            int count = j->dim - i < LM_VF_WIDTH ? j->dim - i : LM_VF_WIDTH;
+            lm_vf v = lm_vf_mul(lm_vf_sub(lm_vf_load_part(x + i, count), vm), vinv);
+            v = lm_vf_fma(v, lm_vf_load_part(j->weight + i, count), lm_vf_load_part(j->bias + i, count));
+            lm_vf_store_part(y + i, v, count);
+        }
+    }
+}
+
+void lm_cpu_layernorm(lm_pool *pool, float *out, const float *x, const float *weight,
+                      const float *bias, int rows, int dim, float eps) {
+    if (rows <= 0 || dim <= 0) return;
+    layernorm_job j = {out, x, weight, bias, rows, dim, eps};
+    lm_pool_run(pool, task_count(pool, (int64_t)rows * dim, rows), layernorm_task, &j);
+}
+
 /* ---- rotary embedding ---- */
 
 typedef struct {
@@ -194,6 +255,43 @@ void lm_cpu_rope(lm_pool *pool, float *x, int n, int n_heads, int head_dim,
     rope_job j = {x, n, n_heads, head_dim, positions, rope};
     int64_t work = (int64_t)n * n_heads * rope->rot_dim;
     lm_pool_run(pool, task_count(pool, work, n), rope_task, &j);
+}
+
+/* ---- GELU, in place ---- */
+
+typedef struct {
+    float *x;
+    int64_t n;
+    lm_gelu_kind kind;
+} gelu_job;
+
+/* tanh form: 0.5·x·(1 + tanh(u)) = x·sigmoid(2u), u = sqrt(2/pi)·(x + 0.044715·x³),
+ * vectorised through exp; the erf form element by element with libm's erff. */
+static void gelu_task(void *ctx, int task, int n_tasks) {
+    const gelu_job *j = ctx;
+    long begin, end;
+    int64_t chunks = (j->n + RANGE_ALIGN - 1) / RANGE_ALIGN;
+    lm_split_range(chunks, n_tasks, task, &begin, &end);
+    int64_t b = begin * RANGE_ALIGN, e = end * RANGE_ALIGN < j->n ? end * RANGE_ALIGN : j->n;
+    if (j->kind == LM_GELU_ERF) {
+        for (int64_t i = b; i < e; i++) j->x[i] = lm_ref_gelu_scalar(j->x[i], LM_GELU_ERF);
+        return;
+    }
+    lm_vf c1 = lm_vf_set1(-2.0f * 0.7978845608028654f), c3 = lm_vf_set1(0.044715f);
+    lm_vf one = lm_vf_set1(1.0f);
+    for (int64_t i = b; i < e; i += LM_VF_WIDTH) {
+        int count = e - i < LM_VF_WIDTH ? (int)(e - i) : LM_VF_WIDTH;
+        lm_vf x = lm_vf_load_part(j->x + i, count);
+        lm_vf inner = lm_vf_fma(lm_vf_mul(c3, x), lm_vf_mul(x, x), x); /* x + 0.044715 x³ */
+        lm_vf y = lm_vf_div(x, lm_vf_add(one, lm_vf_exp(lm_vf_mul(c1, inner))));
+        lm_vf_store_part(j->x + i, y, count);
+    }
+}
+
+void lm_cpu_gelu(lm_pool *pool, float *x, int64_t n, lm_gelu_kind kind) {
+    if (n <= 0) return;
+    gelu_job j = {x, n, kind};
+    lm_pool_run(pool, task_count(pool, n, (n + RANGE_ALIGN - 1) / RANGE_ALIGN), gelu_task, &j);
 }
 
 /* ---- elementwise ---- */

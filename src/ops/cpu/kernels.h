@@ -30,6 +30,9 @@ void lm_cpu_gated_rmsnorm(lm_pool *pool, float *out, const float *x, const float
 void lm_cpu_l2norm_scale(lm_pool *pool, float *x, int rows, int dim, float eps, float scale);
 void lm_cpu_rope(lm_pool *pool, float *x, int n, int n_heads, int head_dim,
                  const int32_t *positions, const lm_rope_params *rope);
+void lm_cpu_layernorm(lm_pool *pool, float *out, const float *x, const float *weight,
+                      const float *bias, int rows, int dim, float eps);
+void lm_cpu_gelu(lm_pool *pool, float *x, int64_t n, lm_gelu_kind kind);
 void lm_cpu_silu_mul(lm_pool *pool, float *out, const float *gate, const float *up, int64_t n);
 void lm_cpu_sigmoid_mul(lm_pool *pool, float *x, const float *gate, int64_t n);
 void lm_cpu_add(lm_pool *pool, float *x, const float *y, int64_t n);
@@ -43,6 +46,8 @@ void lm_cpu_copy_rows(float *dst, int64_t dst_stride, const float *src, int64_t 
                       int rows, int width);
 void lm_cpu_gather_rows(float *dst, const float *src, const int32_t *row_ids, int n, int width);
 void lm_cpu_argmax_rows(lm_pool *pool, int32_t *ids, const float *x, int rows, int n);
+void lm_cpu_add_weighted_rows(lm_pool *pool, float *x, const lm_host_matrix *table,
+                              const int32_t *ids, const float *weights, int n, int taps);
 
 /* attention.c */
 void lm_cpu_kv_write(const lm_host_kv_layer *kv, const float *k, const float *v, int n,

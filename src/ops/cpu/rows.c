@@ -1,8 +1,9 @@
-/* Moving rows (copy_rows, gather_rows) and argmax_rows on the cpu backend.
+/* Moving rows (copy_rows, gather_rows), argmax_rows and add_weighted_rows on the cpu backend.
  * Row moves are memcpy on the calling thread: a step moves at most a few
  * MB, and memcpy is already at memory speed on one core. */
 #include <string.h>
 
+#include "base/simd.h"
 #include "ops/cpu/kernels.h"
 #include "ops/ref/reference.h"
 
@@ -48,4 +49,60 @@ void lm_cpu_argmax_rows(lm_pool *pool, int32_t *ids, const float *x, int rows, i
         argmax_task(&job, 0, 1);
     else
         lm_pool_run(pool, tasks, argmax_task, &job);
+}
+
+/* ---- add_weighted_rows: interpolated position embeddings ---- */
+
+/* Rows per task: a row is width x taps multiply-adds (1152 x 4 to 1536 x 16
+ * in the released towers); split over the pool past this many. */
+#define WEIGHTED_PARALLEL_MIN_MACS 65536
+
+typedef struct {
+    float *x;
+    const lm_host_matrix *table;
+    const int32_t *ids;
+    const float *weights;
+    int n, taps;
+} weighted_job;
+
+static LM_ALWAYS_INLINE lm_vf load_table(const lm_host_matrix *t, int64_t row, int64_t c, int count) {
+    int64_t i = row * t->cols + c;
+    switch (t->dtype) {
+    case LM_DTYPE_BF16: return lm_vf_load_bf16_part((const uint16_t *)t->data + i, count);
+    case LM_DTYPE_F16: return lm_vf_load_f16_part((const uint16_t *)t->data + i, count);
+    default: return lm_vf_load_part((const float *)t->data + i, count);
+    }
+}
+
+static void weighted_task(void *ctx, int task, int n_tasks) {
+    const weighted_job *j = ctx;
+    long begin, end;
+    lm_split_range(j->n, n_tasks, task, &begin, &end);
+    int64_t width = j->table->cols;
+    for (long i = begin; i < end; i++) {
+        const int32_t *ids = j->ids + i * j->taps;
+        const float *w = j->weights + i * j->taps;
+        float *x = j->x + i * width;
+        for (int64_t c = 0; c < width; c += LM_VF_WIDTH) {
+            int count = width - c < LM_VF_WIDTH ? (int)(width - c) : LM_VF_WIDTH;
+            lm_vf acc = lm_vf_zero();
+            for (int k = 0; k < j->taps; k++) /* in k order, as ops.h says */
+                acc = lm_vf_fma(lm_vf_set1(w[k]), load_table(j->table, ids[k], c, count), acc);
+            lm_vf_store_part(x + c, lm_vf_add(lm_vf_load_part(x + c, count), acc), count);
+        }
+    }
+}
+
+void lm_cpu_add_weighted_rows(lm_pool *pool, float *x, const lm_host_matrix *table,
+                              const int32_t *ids, const float *weights, int n, int taps) {
+    if (n <= 0 || table->cols <= 0) return;
+    weighted_job job = {x, table, ids, weights, n, taps};
+    int threads = lm_pool_size(pool);
+    int tasks = (int64_t)n * table->cols * (taps > 0 ? taps : 1) >= WEIGHTED_PARALLEL_MIN_MACS && n > 1
+                    ? (n < threads ? n : threads)
+                    : 1;
+    if (tasks == 1)
+        weighted_task(&job, 0, 1);
+    else
+        lm_pool_run(pool, tasks, weighted_task, &job);
 }

@@ -43,6 +43,21 @@ static void ref_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int
     (void)be;
     lm_ref_silu_mul(F32(out), F32(gate), F32(up), n);
 }
+static void ref_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias,
+                          int rows, int dim, float eps) {
+    (void)be;
+    lm_ref_layernorm(F32(out), F32(x), F32(weight), F32(bias), rows, dim, eps);
+}
+static void ref_gelu(lm_backend *be, lm_mem x, int64_t n, lm_gelu_kind kind) {
+    (void)be;
+    lm_ref_gelu(F32(x), n, kind);
+}
+static void ref_add_weighted_rows(lm_backend *be, lm_mem x, const lm_matrix *table, lm_mem ids,
+                                  lm_mem weights, int n, int taps) {
+    (void)be;
+    lm_host_matrix ht = lm_host_matrix_of(table);
+    lm_ref_add_weighted_rows(F32(x), &ht, I32(ids), F32(weights), n, taps);
+}
 static void ref_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
     (void)be;
     lm_ref_sigmoid_mul(F32(x), F32(gate), n);
@@ -130,10 +145,13 @@ const lm_backend_ops lm_ref_backend_ops = {
     .l2norm_scale = ref_l2norm_scale,
     .rope = ref_rope,
     .silu_mul = ref_silu_mul,
+    .layernorm = ref_layernorm,
+    .gelu = ref_gelu,
     .sigmoid_mul = ref_sigmoid_mul,
     .add = ref_add,
     .copy_rows = ref_copy_rows,
     .gather_rows = ref_gather_rows,
+    .add_weighted_rows = ref_add_weighted_rows,
     .argmax_rows = ref_argmax_rows,
     .kv_write = ref_kv_write,
     .attention = ref_attention,

@@ -91,6 +91,7 @@ void lm_ref_l2norm_scale(float *x, int rows, int dim, float eps, float scale) {
 
 int lm_rope_section_of(const lm_rope_params *rope, int i) {
     const int *s = rope->sections;
+    if (rope->two_d) return i < rope->rot_dim / 4 ? 1 : 2;
     if (rope->interleaved_sections) {
         if (i % 3 == 1 && i < 3 * s[1]) return 1;
         if (i % 3 == 2 && i < 3 * s[2]) return 2;
@@ -102,6 +103,13 @@ int lm_rope_section_of(const lm_rope_params *rope, int i) {
 }
 
 float lm_rope_inv_freq(const lm_rope_params *rope, int i) {
+    if (rope->two_d) {
+        /* transformers' VisionRotaryEmbedding(dim = rot_dim / 2):
+         * 1 / theta^(arange(0, dim, 2) / dim), in float32 */
+        int quarter = rope->rot_dim / 4;
+        int f = i < quarter ? i : i - quarter;
+        return 1.0f / powf(rope->theta, (float)(2 * f) / (float)(rope->rot_dim / 2));
+    }
     return 1.0f / powf(rope->theta, (float)(2 * i) / (float)rope->rot_dim);
 }
 
@@ -127,6 +135,47 @@ void lm_ref_rope(float *x, int n, int n_heads, int head_dim, const int32_t *posi
 
 void lm_ref_silu_mul(float *out, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = silu(gate[i]) * up[i];
+}
+
+void lm_ref_layernorm(float *out, const float *x, const float *weight, const float *bias, int rows,
+                      int dim, float eps) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (int64_t)r * dim;
+        float *yr = out + (int64_t)r * dim;
+        double sum = 0, ss = 0;
+        for (int i = 0; i < dim; i++) sum += xr[i];
+        double mean = sum / dim;
+        for (int i = 0; i < dim; i++) ss += (xr[i] - mean) * (xr[i] - mean);
+        double inv = 1.0 / sqrt(ss / dim + eps); /* biased variance */
+        for (int i = 0; i < dim; i++) yr[i] = (float)((xr[i] - mean) * inv * weight[i] + bias[i]);
+    }
+}
+
+/* Written without the cancellation of 1 + erf / 1 + tanh for negative x:
+ * 0.5·x·(1 + erf(x/√2)) = 0.5·x·erfc(-x/√2), and 0.5·x·(1 + tanh(u)) =
+ * x·sigmoid(2u) with u = sqrt(2/pi)·(x + 0.044715·x³). */
+float lm_ref_gelu_scalar(float x, lm_gelu_kind kind) {
+    if (kind == LM_GELU_ERF) return 0.5f * x * erfcf(-x * 0.70710678118654752f);
+    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+}
+
+void lm_ref_gelu(float *x, int64_t n, lm_gelu_kind kind) {
+    for (int64_t i = 0; i < n; i++) x[i] = lm_ref_gelu_scalar(x[i], kind);
+}
+
+void lm_ref_add_weighted_rows(float *x, const lm_host_matrix *table, const int32_t *ids,
+                              const float *weights, int n, int taps) {
+    int64_t width = table->cols;
+    for (int i = 0; i < n; i++)
+        for (int64_t c = 0; c < width; c++) {
+            double acc = 0;
+            for (int k = 0; k < taps; k++) {
+                int64_t p = (int64_t)i * taps + k;
+                acc += (double)weights[p] * lm_ref_weight_at(table, ids[p], c);
+            }
+            x[(int64_t)i * width + c] += (float)acc;
+        }
 }
 
 void lm_ref_sigmoid_mul(float *x, const float *gate, int64_t n) {

@@ -22,6 +22,13 @@ void lm_ref_l2norm_scale(float *x, int rows, int dim, float eps, float scale);
 void lm_ref_rope(float *x, int n, int n_heads, int head_dim, const int32_t *positions,
                  const lm_rope_params *rope);
 void lm_ref_silu_mul(float *out, const float *gate, const float *up, int64_t n);
+void lm_ref_layernorm(float *out, const float *x, const float *weight, const float *bias, int rows,
+                      int dim, float eps);
+void lm_ref_gelu(float *x, int64_t n, lm_gelu_kind kind);
+/* One element of gelu in float32, shared by the host backends' scalar paths. */
+float lm_ref_gelu_scalar(float x, lm_gelu_kind kind);
+void lm_ref_add_weighted_rows(float *x, const lm_host_matrix *table, const int32_t *ids,
+                              const float *weights, int n, int taps);
 void lm_ref_sigmoid_mul(float *x, const float *gate, int64_t n);
 void lm_ref_add(float *x, const float *y, int64_t n);
 void lm_ref_copy_rows(float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
@@ -70,9 +77,12 @@ void lm_ref_moe_experts(float *out, const float *x, int n, const int32_t *ids,
 static inline float lm_ref_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 static inline float lm_ref_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* Which position component (0 = t, 1 = h, 2 = w) frequency i reads. */
+/* Which position component (0 = t, 1 = h, 2 = w) frequency i (of the
+ * rot_dim/2 rotate-half or interleaved pairs) reads; with two_d, pairs
+ * below rot_dim/4 read h and the rest w. */
 int lm_rope_section_of(const lm_rope_params *rope, int i);
-/* inv_freq[i] of ops.h, in float32 as transformers computes it. */
+/* inv_freq of pair i (ops.h), in float32 as transformers computes it; with
+ * two_d, pair i and pair i + rot_dim/4 share frequency i of rot_dim/4. */
 float lm_rope_inv_freq(const lm_rope_params *rope, int i);
 
 #endif
