@@ -748,12 +748,16 @@ static lm_status fit_context(const loom_engine *e, loom_request *r, const loom_r
         return LM_OK;
     }
     if (prompt + p->max_tokens <= e->max_model_len && !p->max_tokens_fit) return LM_OK;
+    int image_rows = (int)(prompt - p->n_prompt + p->n_images);
+    if (p->max_tokens_fit)
+        return lm_fail(err, (lm_status)LOOM_ERR_TOO_LONG,
+                       "this model's maximum context length is %d tokens; the request has %lld prompt "
+                       "tokens (%d of them for its images), which leave no room for %d output tokens",
+                       e->max_model_len, (long long)prompt, image_rows, p->min_tokens > 1 ? p->min_tokens : 1);
     return lm_fail(err, (lm_status)LOOM_ERR_TOO_LONG,
                    "this model's maximum context length is %d tokens; the request has %lld prompt "
-                   "tokens (%d of them for its images) and %s %d",
-                   e->max_model_len, (long long)prompt, (int)(prompt - p->n_prompt + p->n_images),
-                   p->max_tokens_fit ? "min_tokens" : "max_tokens",
-                   p->max_tokens_fit ? (p->min_tokens > 1 ? p->min_tokens : 1) : p->max_tokens);
+                   "tokens (%d of them for its images) and max_tokens %d",
+                   e->max_model_len, (long long)prompt, image_rows, p->max_tokens);
 }
 
 int loom_submit(loom_engine *e, const loom_request_params *params, loom_request **out, char *error,
