@@ -388,8 +388,23 @@ static void test_image_refusals(void) {
     }
 }
 
-/* At most LOOM_MAX_IMAGES, and at most 64 MiB of them in all. */
+/* At most LOOM_MAX_IMAGES, and at most max_request_bytes of them in all. */
 static void test_image_count(void) {
+    {
+        const lm_image_parts small = {.marker = MARKER, .max_image_bytes = 4, .max_request_bytes = 5};
+        const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                           "\"data:image/png;base64,QUJD\"},{\"type\":\"image_url\",\"image_url\":\"data:image/png;base64,"
+                           "QUJD\"}]}]}";
+        char param[64] = "";
+        lm_error err = {0};
+        lm_openai_request r;
+        lm_status st = parse_images(body, &small, &r, param, &err);
+        lm_openai_request_free(&r);
+        CHECK_MSG(st == LM_ERR_INVALID && strcmp(param, "messages") == 0 &&
+                      strcmp(err.message, "'messages[0].content[1].image_url' (image 2) is 3 bytes; the limit is 2 (what "
+                                          "the request's earlier images left)") == 0,
+                  "%s", err.message);
+    }
     const lm_image_parts parts = {.marker = MARKER};
     char body[4096];
     for (int count = LOOM_MAX_IMAGES; count <= LOOM_MAX_IMAGES + 1; count++) {

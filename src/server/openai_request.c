@@ -351,7 +351,10 @@ static lm_status read_image_part(parse_ctx *c, const cJSON *part, const char *ty
         return bad_messages(c, "'messages[%d].content[%d]' (an image part) needs a string '%s'", msg, index,
                             strcmp(type, "image_url") == 0 ? "image_url.url" : "image");
     size_t max = c->images->max_image_bytes ? c->images->max_image_bytes : LM_IMAGE_DEFAULT_MAX_BYTES;
-    if (max > LM_REQUEST_MAX_IMAGE_BYTES - c->image_bytes) max = LM_REQUEST_MAX_IMAGE_BYTES - c->image_bytes;
+    size_t total = c->images->max_request_bytes ? c->images->max_request_bytes : LM_REQUEST_MAX_IMAGE_BYTES;
+    size_t left = total > c->image_bytes ? total - c->image_bytes : 0;
+    bool capped = max > left; /* by what the earlier images left */
+    if (capped) max = left;
     lm_media_options mo = {.local_dir = c->images->local_dir, .max_bytes = max};
     uint8_t *data = NULL;
     size_t size = 0;
@@ -361,8 +364,7 @@ static lm_status read_image_part(parse_ctx *c, const cJSON *part, const char *ty
     if (st != LM_OK)
         return bad_messages(c, "'messages[%d].content[%d].%s' (image %d) %s%s", msg, index, field, r->n_images + 1,
                             why.message,
-                            max < (c->images->max_image_bytes ? c->images->max_image_bytes : LM_IMAGE_DEFAULT_MAX_BYTES)
-                                ? " (what is left of the request's 64 MiB for images)" : "");
+                            capped && strstr(why.message, "the limit is") ? " (what the request's earlier images left)" : "");
     r->image_data[r->n_images] = data;
     r->images[r->n_images] = (loom_image){data, size};
     r->n_images++;

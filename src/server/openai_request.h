@@ -44,6 +44,7 @@ typedef struct {
     const char *refusal;      /* why (NULL: "this model does not take images") */
     const char *local_dir;    /* realpath of --allowed-local-media-path, or NULL: no local files */
     size_t max_image_bytes;   /* one image's file (0: LM_IMAGE_DEFAULT_MAX_BYTES) */
+    size_t max_request_bytes; /* all of a request's (0: LM_REQUEST_MAX_IMAGE_BYTES) */
 } lm_image_parts;
 
 typedef enum {
