@@ -3,8 +3,7 @@
 # `loom serve` on the qwen35-dense and glm46v-moe fixtures (their image0.png
 # as a data: URI and as a file under --allowed-local-media-path, usage,
 # the image cache, refusals), and on the bundled text-only loom-tiny (image
-# parts refused); the release binary, then the ASan+UBSan one (when built)
-# with the quick subset.
+# parts refused); the release binary, then the ASan+UBSan one (when built).
 cd "$(dirname "$0")/.." || exit 1
 build=${LOOM_BUILD:-build}
 fixtures=${LOOM_FIXTURES:-../shared/fixtures}/models
@@ -27,9 +26,9 @@ for m in qwen35-dense glm46v-moe; do run "$build/loom" "$fixtures/$m"; done
 run "$build/loom" models/loom-tiny --image "$fixtures/qwen35-dense/image0.png"
 if [ -x "$build/asan/loom" ] && [ "${LOOM_SKIP_ASAN:-0}" != 1 ]; then
     for m in qwen35-dense glm46v-moe; do
-        ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} run "$build/asan/loom" "$fixtures/$m" --quick
+        ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} run "$build/asan/loom" "$fixtures/$m"
     done
-    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} run "$build/asan/loom" models/loom-tiny --quick \
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} run "$build/asan/loom" models/loom-tiny \
         --image "$fixtures/qwen35-dense/image0.png"
 fi
 echo "$name: $passed passed, $failed failed"
