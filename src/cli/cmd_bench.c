@@ -14,6 +14,8 @@
 #include "cli/default_model.h"
 #include "engine/sequence_runner.h"
 #include "loom.h"
+#include "models/image_processor.h"
+#include "models/multimodal_prompt.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -41,7 +43,10 @@ static void usage(FILE *f) {
             "  --chat               with --prompt-file: each line is a user message sent\n"
             "                       through the chat template\n"
             "  --temperature T      with --concurrency: sample at T, seeded per request\n"
-            "                       (default 0, greedy)\n");
+            "                       (default 0, greedy)\n"
+            "  --image-size WxH     time to first token of one synthetic W x H image and\n"
+            "                       --prompt-tokens of text: preprocessing, the vision tower\n"
+            "                       (with its matmul rate) and the prefill, apart\n");
 }
 
 static double now_seconds(void) {
@@ -252,6 +257,98 @@ static int run_throughput(const char *backend, const char *model_dir, const char
     return rc;
 }
 
+/* --image-size: one image through preprocessing, the tower and the prefill
+ * of its rows plus `prompt_tokens` of text, each timed (batch 1, the
+ * sequence runner: no engine between).  The image is a smooth gradient
+ * with noise, so the resampler and the tower see ordinary pixels. */
+static int run_image(lm_model *model, int width, int height, int prompt_tokens, uint64_t seed) {
+    const lm_model_info *info = lm_model_describe(model);
+    const lm_vision_info *vi = &info->vision;
+    lm_error err = {0};
+    if (!lm_model_has_vision(model)) {
+        fprintf(stderr, "loom: --image-size: this model has no vision tower\n");
+        return 1;
+    }
+    lm_image_rgb rgb = {width, height, malloc((size_t)width * (size_t)height * 3)};
+    lm_image_patches patches = {0};
+    lm_sequence_runner runner = {0};
+    float *embeds = NULL, *logits = malloc(sizeof(float) * (size_t)info->vocab_size);
+    int32_t *ids = NULL, *positions = NULL;
+    const float **rows = NULL;
+    int rc = 1;
+    if (!rgb.rgb || !logits) {
+        lm_fail(&err, LM_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    uint64_t x = seed * 2654435761u + 7;
+    for (int y = 0; y < height; y++)
+        for (int i = 0; i < width; i++)
+            for (int c = 0; c < 3; c++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                int v = (i * 255 / width + y * 255 / height * (c + 1) / 3 + (int)((x >> 59) & 15)) & 255;
+                rgb.rgb[((size_t)y * (size_t)width + (size_t)i) * 3 + (size_t)c] = (uint8_t)v;
+            }
+    double t0 = now_seconds();
+    if (lm_image_preprocess(&vi->processor, &rgb, &patches, &err) != LM_OK) goto done;
+    double preprocess_s = now_seconds() - t0;
+    int N = patches.n_patches, image_tokens = lm_image_tokens(&patches), T = image_tokens + prompt_tokens;
+    if (lm_sequence_runner_init_vision(&runner, model, T + 1, N, &err) != LM_OK) goto done;
+    embeds = malloc(sizeof(float) * (size_t)image_tokens * (size_t)info->hidden_size);
+    ids = malloc(sizeof(int32_t) * (size_t)T);
+    positions = malloc(sizeof(int32_t) * 3 * (size_t)T);
+    rows = calloc((size_t)T, sizeof *rows);
+    if (!embeds || !ids || !positions || !rows) {
+        lm_fail(&err, LM_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    double t1 = now_seconds();
+    if (lm_model_encode_image(runner.context, &patches, embeds, &err) != LM_OK) goto done;
+    double encode_s = now_seconds() - t1;
+    /* the image first, then the text, as a chat template places them */
+    lm_image_grid grid = {patches.grid_t, patches.grid_h, patches.grid_w, patches.merge_size};
+    lm_image_span span = {0, image_tokens};
+    for (int i = 0; i < T; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = i < image_tokens ? vi->image_token_id : (int32_t)((x >> 33) % (uint64_t)info->vocab_size);
+        rows[i] = i < image_tokens ? embeds + (size_t)i * (size_t)info->hidden_size : NULL;
+    }
+    int delta;
+    lm_image_prompt_positions(T, &grid, &span, 1, positions, &delta);
+    double t2 = now_seconds();
+    if (lm_sequence_runner_feed_inputs(&runner, ids, positions, rows, T, false, logits, NULL, NULL, &err) != LM_OK)
+        goto done;
+    double prefill_s = now_seconds() - t2;
+    /* matmul work: the merger once per output row, the rest once per patch
+     * (n_parameters also counts norms and the position table: a slight
+     * overcount); attention q·k and p·v over each image's own patches */
+    int m2 = patches.merge_size * patches.merge_size;
+    double matmul_flops = 2.0 * ((double)N * (double)(vi->n_parameters - vi->merger_parameters) +
+                                 (double)(N / m2) * (double)vi->merger_parameters);
+    double frame = (double)N / patches.grid_t;
+    double attention_flops = 4.0 * vi->depth * (double)patches.grid_t * frame * frame * vi->hidden_size;
+    printf("image: %d x %d -> %d x %d pixels, grid %d x %d, %d patches, %d tokens\n", width, height,
+           patches.grid_h * vi->processor.patch_size, patches.grid_w * vi->processor.patch_size,
+           patches.grid_h, patches.grid_w, N, image_tokens);
+    printf("preprocess: %.1f ms\n", preprocess_s * 1e3);
+    printf("vision tower: %.3f s; matmuls %.1f GFLOP + attention %.1f GFLOP = %.1f GFLOP/s\n", encode_s,
+           matmul_flops / 1e9, attention_flops / 1e9, (matmul_flops + attention_flops) / encode_s / 1e9);
+    printf("prefill: %d tokens (%d image + %d text) in %.3f s = %.1f tokens/s\n", T, image_tokens,
+           prompt_tokens, prefill_s, T / prefill_s);
+    printf("time to first token: %.3f s (preprocess + tower + prefill)\n", preprocess_s + encode_s + prefill_s);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "loom: %s\n", err.message);
+    lm_sequence_runner_free(&runner);
+    lm_image_patches_free(&patches);
+    free(rgb.rgb);
+    free(embeds);
+    free(logits);
+    free(ids);
+    free(positions);
+    free(rows);
+    return rc;
+}
+
 int cmd_bench_main(int argc, char **argv) {
     static const struct option options[] = {
         {"model", required_argument, 0, 'm'},        {"config", required_argument, 0, 'c'},
@@ -263,7 +360,7 @@ int cmd_bench_main(int argc, char **argv) {
         {"concurrency", required_argument, 0, 'C'},  {"requests", required_argument, 0, 'N'},
         {"speculative-tokens", required_argument, 0, 'D'},
         {"prompt-file", required_argument, 0, 'F'},  {"chat", no_argument, 0, 'H'},
-        {"temperature", required_argument, 0, 'T'},
+        {"temperature", required_argument, 0, 'T'},  {"image-size", required_argument, 0, 'I'},
         {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *config_path = NULL;
@@ -275,6 +372,7 @@ int cmd_bench_main(int argc, char **argv) {
     bool chat = false;
     float temperature = 0;
     long requests = 0, speculative = 0;
+    int image_width = 0, image_height = 0;
     lm_load_mode mode = LM_LOAD_READ;
     int opt;
     optind = 1;
@@ -295,6 +393,13 @@ int cmd_bench_main(int argc, char **argv) {
         case 'F': prompt_file = optarg; break;
         case 'H': chat = true; break;
         case 'T': if (!lm_cli_parse_float("--temperature", optarg, 0, 100, &temperature)) return 2; break;
+        case 'I':
+            if (sscanf(optarg, "%dx%d", &image_width, &image_height) != 2 || image_width < 1 ||
+                image_height < 1 || image_width > 16384 || image_height > 16384) {
+                fprintf(stderr, "loom: --image-size expects WxH, each 1..16384 (e.g. 1024x1024)\n");
+                return 2;
+            }
+            break;
         case 'b':
             bandwidth = strtod(optarg, NULL);
             if (bandwidth <= 0) {
@@ -332,6 +437,10 @@ int cmd_bench_main(int argc, char **argv) {
         }
     }
 
+    if (image_width > 0 && levels) {
+        fprintf(stderr, "loom: --image-size runs one sequence: not with --concurrency\n");
+        return 2;
+    }
     if (levels)
         return run_throughput(backend_name, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
@@ -355,6 +464,14 @@ int cmd_bench_main(int argc, char **argv) {
         return 1;
     }
     double load_s = now_seconds() - t0;
+    if (image_width > 0) {
+        printf("model: %s, %s, %s backend, %d threads, loaded in %.1f s\n",
+               model_dir ? model_dir : config_path, model_dir ? "checkpoint" : "random bf16 weights",
+               backend->ops->name, lm_backend_threads(backend), load_s);
+        int image_rc = run_image(model, image_width, image_height, (int)prompt_tokens, (uint64_t)seed);
+        lm_cli_close_model(backend, model);
+        return image_rc;
+    }
     const lm_model_info *info = lm_model_describe(model);
     int V = info->vocab_size;
     int rc = 1;

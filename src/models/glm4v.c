@@ -174,6 +174,10 @@ static void describe_to_engine(lm_glm4v_model *m) {
         vi->hidden_size = c->vision.hidden_size;
         vi->n_heads = c->vision.num_heads;
         vi->n_parameters = m->vision->n_parameters;
+        const lm_glm4v_vision *v = m->vision;
+        vi->merger_parameters = v->downsample.rows * v->downsample.cols +
+                                v->merger_proj.rows * v->merger_proj.cols +
+                                3 * (int64_t)v->merger_width * v->out_hidden;
         vi->processor = m->vision->processor;
     }
 }
@@ -253,10 +257,10 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
     };
     st = load_model(m, err);
     /* The vision tower: config.json's vision_config and the checkpoint's
-     * model.visual.* (none with random weights). */
-    if (st == LM_OK && config.has_vision_config && checkpoint)
-        st = lm_glm4v_vision_load(checkpoint, backend, &m->config.vision, config.hidden_size,
-                                  &m->vision, err);
+     * model.visual.* (made up with random weights). */
+    if (st == LM_OK && config.has_vision_config && (checkpoint || options->random_weights))
+        st = lm_glm4v_vision_load(checkpoint, options->random_seed, backend, &m->config.vision,
+                                  config.hidden_size, &m->vision, err);
     if (st != LM_OK) {
         glm4v_free(m);
         return st;

@@ -27,6 +27,10 @@ static lm_status vector(lm_glm4v_vision *v, const char *name, int64_t n, lm_mem 
 /* Rows of a tensor as the checkpoint has it (0 when absent), for widths
  * that config.json does not pin down. */
 static int64_t rows_of(const lm_glm4v_vision *v, const char *name) {
+    if (!v->weights.checkpoint) { /* random weights: transformers' convention */
+        if (strstr(name, "merger.")) return v->config.intermediate_size;
+        return v->config.out_hidden_size; /* downsample, block MLP */
+    }
     const lm_tensor *t = lm_checkpoint_find(v->weights.checkpoint, name);
     return t && t->n_dims >= 1 ? t->shape[0] : 0;
 }
@@ -53,7 +57,7 @@ static lm_status load_block(lm_glm4v_vision *v, int i, lm_glm4v_vision_block *b,
 
 static lm_status load_tower(lm_glm4v_vision *v, int text_hidden, lm_error *err) {
     const lm_vision_config *c = &v->config;
-    const char *dir = lm_checkpoint_dir(v->weights.checkpoint);
+    const char *dir = v->weights.checkpoint ? lm_checkpoint_dir(v->weights.checkpoint) : "(random weights)";
     int64_t C = c->hidden_size, m = c->spatial_merge_size;
     v->patch_dim = c->in_channels * c->temporal_patch_size * c->patch_size * c->patch_size;
     v->head_dim = c->hidden_size / c->num_heads;
@@ -110,7 +114,7 @@ static lm_status load_tower(lm_glm4v_vision *v, int text_hidden, lm_error *err) 
     v->processor.patch_size = c->patch_size;
     v->processor.temporal_patch_size = c->temporal_patch_size;
     v->processor.merge_size = c->spatial_merge_size;
-    TRY(lm_image_processor_read(dir, &v->processor, err));
+    if (v->weights.checkpoint) TRY(lm_image_processor_read(dir, &v->processor, err));
     const lm_image_processor *p = &v->processor;
     if (p->patch_size != c->patch_size || p->temporal_patch_size != c->temporal_patch_size ||
         p->merge_size != c->spatial_merge_size)
@@ -123,16 +127,19 @@ static lm_status load_tower(lm_glm4v_vision *v, int text_hidden, lm_error *err) 
     return LM_OK;
 }
 
-lm_status lm_glm4v_vision_load(const lm_checkpoint *checkpoint, lm_backend *backend,
-                               const lm_vision_config *cfg, int text_hidden,
+lm_status lm_glm4v_vision_load(const lm_checkpoint *checkpoint, uint64_t random_seed,
+                               lm_backend *backend, const lm_vision_config *cfg, int text_hidden,
                                lm_glm4v_vision **out, lm_error *err) {
     *out = NULL;
-    if (!checkpoint || !lm_checkpoint_find(checkpoint, PREFIX "patch_embed.proj.weight"))
+    if (checkpoint && !lm_checkpoint_find(checkpoint, PREFIX "patch_embed.proj.weight"))
         return LM_OK; /* a text-only checkpoint */
     lm_glm4v_vision *v = calloc(1, sizeof *v);
     if (!v) return lm_fail(err, LM_ERR_NOMEM, "out of memory loading the vision tower");
     v->config = *cfg;
-    lm_weights_init(&v->weights, checkpoint, backend);
+    if (checkpoint)
+        lm_weights_init(&v->weights, checkpoint, backend);
+    else /* its own stream, so the text model's weights stay those of the seed */
+        lm_weights_init_random(&v->weights, random_seed ^ 0x76697369u, false, backend);
     lm_status st = load_tower(v, text_hidden, err);
     if (st != LM_OK) {
         lm_glm4v_vision_free(v);

@@ -52,8 +52,10 @@ typedef struct lm_glm4v_vision {
  * The image processor settings are dir's preprocessor_config.json over
  * Glm4vImageProcessor's defaults and must agree with the tower's patch and
  * merge sizes. */
-lm_status lm_glm4v_vision_load(const lm_checkpoint *checkpoint, lm_backend *backend,
-                               const lm_vision_config *cfg, int text_hidden,
+/* checkpoint NULL: random weights of cfg's shape (benchmarks), from
+ * random_seed, with the processor's defaults. */
+lm_status lm_glm4v_vision_load(const lm_checkpoint *checkpoint, uint64_t random_seed,
+                               lm_backend *backend, const lm_vision_config *cfg, int text_hidden,
                                lm_glm4v_vision **out, lm_error *err);
 void lm_glm4v_vision_free(lm_glm4v_vision *v);
 

@@ -42,6 +42,10 @@ typedef struct {
     int32_t vision_end_token_id;   /* <|vision_end|>, <|end_of_image|> */
     int depth, hidden_size, n_heads; /* the tower itself, for `loom inspect` */
     int64_t n_parameters;
+    /* Of those, the merger's matrices: they run once per output row (a
+     * block of merge² patches), the rest once per patch (benchmarks count
+     * the tower's matmul work from these). */
+    int64_t merger_parameters;
     lm_image_processor processor;
 } lm_vision_info;
 

@@ -219,6 +219,8 @@ static void describe_to_engine(lm_qwen35_model *m) {
         vi->hidden_size = c->vision.hidden_size;
         vi->n_heads = c->vision.num_heads;
         vi->n_parameters = m->vision->n_parameters;
+        vi->merger_parameters = m->vision->merger_fc1.rows * m->vision->merger_fc1.cols +
+                                m->vision->merger_fc2.rows * m->vision->merger_fc2.cols;
         vi->processor = m->vision->processor;
     }
 }
@@ -310,9 +312,10 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
             st = lm_fail(err, LM_ERR_NOMEM, "%s", mtp_err.message);
     }
     /* The vision tower: config.json's vision_config and the checkpoint's
-     * model.visual.* (none with random weights). */
-    if (st == LM_OK && c->has_vision_config && checkpoint)
-        st = lm_qwen35_vision_load(checkpoint, backend, &c->vision, c->hidden_size, &m->vision, err);
+     * model.visual.* (made up with random weights). */
+    if (st == LM_OK && c->has_vision_config && (checkpoint || (options && options->random_weights)))
+        st = lm_qwen35_vision_load(checkpoint, options ? options->random_seed : 0, backend, &c->vision,
+                                   c->hidden_size, &m->vision, err);
     if (st != LM_OK) {
         qwen35_free(m);
         return st;

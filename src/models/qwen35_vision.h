@@ -42,8 +42,10 @@ typedef struct lm_qwen35_vision {
  * against the tensors; out_hidden_size must be text_hidden.  The image
  * processor settings are dir's preprocessor_config.json over Qwen2-VL's
  * defaults and must agree with the tower's patch and merge sizes. */
-lm_status lm_qwen35_vision_load(const lm_checkpoint *checkpoint, lm_backend *backend,
-                                const lm_vision_config *cfg, int text_hidden,
+/* checkpoint NULL: random weights of cfg's shape (benchmarks), from
+ * random_seed, with the processor's defaults. */
+lm_status lm_qwen35_vision_load(const lm_checkpoint *checkpoint, uint64_t random_seed,
+                                lm_backend *backend, const lm_vision_config *cfg, int text_hidden,
                                 lm_qwen35_vision **out, lm_error *err);
 void lm_qwen35_vision_free(lm_qwen35_vision *v);
 
