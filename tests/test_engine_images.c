@@ -317,9 +317,9 @@ static void test_refusals(void *arg) {
     loom_engine_destroy(e);
 }
 
-/* A text-only checkpoint takes no images. */
+/* A text-only checkpoint (the bundled model) takes no images. */
 static void test_text_model_refuses_images(void) {
-    loom_engine *e = test_engine_open("tests/data/glm-shapes/dense-glm4v", 64, 1024, 256, 2, 0);
+    loom_engine *e = test_engine_open("models/loom-tiny", 64, 1024, 256, 2, 0);
     CHECK(e);
     CHECK(loom_engine_image_marker(e) == NULL);
     int32_t ids[2] = {1, 2};

@@ -63,7 +63,7 @@ static void test_budget_drops_least_recent(void) {
     CHECK(kept == used);
     lm_image_embedding_unref(kept);
     /* evicted while held: the holder's rows stay valid */
-    lm_image_embedding *big = make("big", 0, 24, 9.0f);
+    lm_image_embedding *big = make("big", 0, 256, 9.0f);
     CHECK(big);
     lm_image_cache_add(&c, big); /* larger than the budget: not kept, nothing dropped */
     CHECK(c.n_entries == 3 && lm_image_cache_find(&c, "big", 3, 0) == NULL);

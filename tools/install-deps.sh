@@ -16,7 +16,8 @@ install_test_npm() {
 }
 
 packages=(build-essential pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-          libmicrohttpd-dev libhttp-parser-dev python3-jinja2 clang libclang-rt-14-dev)
+          libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg62-turbo-dev libwebp-dev
+          python3-jinja2 clang libclang-rt-14-dev)
 command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()

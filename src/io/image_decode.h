@@ -4,10 +4,12 @@
  * The bytes are untrusted: the format is told by its signature, not by a
  * name; the declared size is checked against the limits before any pixel
  * buffer is allocated; animated, truncated or malformed files are
- * LM_ERR_INVALID with a sentence saying what is wrong.  Alpha is
- * composited onto white and greyscale / palette images are expanded, as
- * transformers' convert_to_rgb does (what fixtures/preprocess records as
- * `<file>.decoded`). */
+ * LM_ERR_INVALID with a sentence saying what is wrong.  The pixels are
+ * what transformers' convert_to_rgb makes of the file: PIL's
+ * image.convert("RGB"), which drops alpha (no compositing onto a
+ * background), replicates greyscale and looks palettes up (what
+ * fixtures/preprocess records as `<file>.decoded`; c.png there is RGBA).
+ * 16-bit samples keep their high byte. */
 #ifndef LOOM_IO_IMAGE_DECODE_H
 #define LOOM_IO_IMAGE_DECODE_H
 

@@ -5,8 +5,9 @@
  *
  * The settings come from the checkpoint's preprocessor_config.json over
  * the family's defaults; the family says which smart-resize rule applies.
- * Resampling matches transformers' default ("fast", torchvision) backend;
- * see image_processor.c for how it relates to PIL's. */
+ * Resampling matches transformers' default ("fast", torchvision) backend
+ * byte for byte; image_resample.h has PIL's too (the two differ only in
+ * the fixed-point precision of the weights; see image_resample.c). */
 #ifndef LOOM_MODELS_IMAGE_PROCESSOR_H
 #define LOOM_MODELS_IMAGE_PROCESSOR_H
 
@@ -44,7 +45,11 @@ void lm_image_processor_defaults(lm_smart_resize_rule rule, lm_image_processor *
 lm_status lm_image_processor_read(const char *dir, lm_image_processor *p, lm_error *err);
 
 /* The resized height and width (multiples of patch_size * merge_size), or
- * LM_ERR_INVALID for images the rule refuses (aspect ratio over 200). */
+ * LM_ERR_INVALID for images the rule refuses (aspect ratio over 200, a
+ * side over 2^20).  The budget's maximum is min(max_pixels, pixel_cap)
+ * when pixel_cap > 0 (and its minimum no more than that); the result
+ * stays within the cap (frames counted, for GLM) unless the cap is under
+ * one merge block. */
 lm_status lm_smart_resize(const lm_image_processor *p, int height, int width, int *out_height,
                           int *out_width, lm_error *err);
 

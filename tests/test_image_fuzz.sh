@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A bounded libFuzzer run of fuzz/fuzz_image (ASan+UBSan): image decoding
+# (PNG, JPEG, WebP) with small limits and preprocessing of what decodes,
+# seeded with the fixture images and two small WebP files, with a
+# dictionary of chunk names and markers, in 512 MB.  Fails on any crash,
+# sanitizer report, timeout, running out of memory or broken invariant.
+# Skipped (0 passed, 0 failed) when the fuzz build is absent (`make
+# fuzzers` builds it; `make test` does).  LOOM_FUZZ_SECONDS sets the
+# length (default 15).
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build=${LOOM_BUILD:-build}
+fixtures=${LOOM_FIXTURES:-$root/../shared/fixtures}
+data=${LOOM_TEST_DATA:-tests/data}
+name=test_image_fuzz.sh
+fuzzer=$build/fuzz/fuzz/fuzz_image
+if [ ! -x "$fuzzer" ]; then
+    echo "$name: $fuzzer not built (make fuzzers); skipped"
+    echo "$name: 0 passed, 0 failed"
+    exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/corpus"
+n=0
+for f in "$fixtures"/preprocess/*.png "$fixtures"/preprocess/*.jpg "$fixtures"/models/*/image0.png \
+         "$data"/glm-shapes/*/image0.png; do
+    [ -f "$f" ] && cp "$f" "$work/corpus/seed$n" && n=$((n + 1))
+done
+if [ "$n" -lt 4 ]; then
+    echo "$name: fewer than 4 seed images found under $fixtures"
+    echo "$name: 0 passed, 1 failed"
+    exit 1
+fi
+# lossless 8 x 6 with alpha, lossy 16 x 16 (made with libwebp's encoder)
+xxd -r -p > "$work/corpus/webp0" <<'HEX'
+5249464648000000574542505650384c3c0000002f07400110993244f43f3611d1ff702868db462a9cf1c778209afb321e6adbb66140ff7f6dc68a61cfa6eb205e84889768015c0656c40b44290cc48a
+HEX
+xxd -r -p > "$work/corpus/webp1" <<'HEX'
+524946465a00000057454250565038204e000000f001009d012a1000100001402625b00274ba0003082e2f8000fefea9e52040ead6d23ff13e8f1b0daf9d697af469efe57999394bc3ff7929d3f30778cf575ff43ad7769ff879df8b7b9ec0000000
+HEX
+cat > "$work/dict" <<'DICT'
+"IHDR"
+"IDAT"
+"IEND"
+"PLTE"
+"tRNS"
+"gAMA"
+"iCCP"
+"sBIT"
+"tEXt"
+"zTXt"
+"acTL"
+"fcTL"
+"\x89PNG\x0d\x0a\x1a\x0a"
+"\xff\xd8\xff"
+"\xff\xc0"
+"\xff\xc2"
+"\xff\xc4"
+"\xff\xda"
+"\xff\xdb"
+"\xff\xdd"
+"\xff\xd9"
+"\xff\xee"
+"Adobe"
+"RIFF"
+"WEBP"
+"VP8 "
+"VP8L"
+"VP8X"
+"ALPH"
+"ANIM"
+"ANMF"
+DICT
+if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-15}" -max_len=160000 -timeout=20 -rss_limit_mb=512 \
+        -dict="$work/dict" -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
+    grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done)" "$work/log" | tail -n 3
+    echo "$name: 1 passed, 0 failed"
+else
+    tail -n 40 "$work/log"
+    for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
+        [ -f "$f" ] && { echo "input that failed ($f), hex:"; xxd "$f" | head -n 20; }
+    done
+    echo "$name: 0 passed, 1 failed"
+    exit 1
+fi
