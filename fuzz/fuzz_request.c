@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/image_decode.h"
 #include "server/openai_request.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_parser.h"
@@ -20,7 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lm_openai_request r;
     char param[64];
     lm_error err = {0};
-    lm_status st = lm_openai_request_parse(kind, body, len, &r, param, sizeof param, &err);
+    /* Image parts are read as a server with images on and no media folder
+     * reads them (data: URIs decoded, everything else refused). */
+    const lm_image_parts images = {.marker = "<|vision_start|><|image_pad|><|vision_end|>"};
+    lm_status st = lm_openai_request_parse(kind, body, len, &images, &r, param, sizeof param, &err);
     if (st != LM_OK) {
         if (!err.message[0]) abort(); /* every failure explains itself */
     } else {
@@ -29,6 +33,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             r.top_logprobs > LM_REQUEST_MAX_TOP_LOGPROBS || r.params.max_tokens < 1)
             abort();
         if (kind == LM_API_CHAT && !cJSON_IsArray(r.messages)) abort();
+        if (r.n_images < 0 || r.n_images > LOOM_MAX_IMAGES || r.params.n_images != r.n_images) abort();
+        for (int i = 0; i < r.n_images; i++)
+            if (!r.images[i].data || r.images[i].size == 0 || r.images[i].size > LM_IMAGE_DEFAULT_MAX_BYTES) abort();
         if (kind == LM_API_COMPLETION && (r.n_prompts < 1 || r.n_prompts > LM_REQUEST_MAX_PROMPTS)) abort();
         for (int i = 0; kind == LM_API_COMPLETION && i < r.n_prompts; i++)
             if (!r.prompts[i].text && r.prompts[i].n_ids > 0 && !r.prompts[i].ids) abort();

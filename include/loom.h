@@ -106,6 +106,11 @@ typedef struct {
     const loom_image *images;
     int n_images;
     int max_tokens;            /* default 16 */
+    /* max_tokens is an upper bound: lowered to what the context leaves after
+     * the prompt (its images' rows included) instead of failing with
+     * LOOM_ERR_TOO_LONG.  For a caller's default when a request names no
+     * max_tokens: the image rows are only known once the images are read. */
+    bool max_tokens_fit;
     int min_tokens;            /* stop tokens are masked before this many */
     bool ignore_eos;
     const int32_t *stop_token_ids;

@@ -39,7 +39,8 @@ static void usage(FILE *f) {
             "  --max-num-seqs N         sequences decoding at once (default 64)\n"
             "  --max-waiting N          queued requests before 503 (default 1024)\n"
             "  --kv-cache-tokens N      KV-cache pool size in tokens\n"
-            "  --max-body-bytes N       largest request body (default 16 MiB)\n"
+            "  --max-body-bytes N       largest request body (default 32 MiB, room for base64\n"
+            "                           images)\n"
             "  --shutdown-grace-ms N    time in-flight requests get at shutdown (default 5000);\n"
             "                           then streams end with finish_reason \"abort\", others get 503\n"
             "  --max-connections N      open connections at once; more are closed (default 4096)\n"
@@ -52,7 +53,15 @@ static void usage(FILE *f) {
             "  --backend NAME           cpu (default) or ref (plain reference kernels)\n"
             "  --speculative-tokens K   draft K tokens per step with the model's MTP head (0-8,\n"
             "                           default 0); requests may opt out with \"speculative\": false\n"
-            "  --mtp-norms MODE         MTP head norm weights: auto (detect), zero-centred, shifted\n");
+            "  --mtp-norms MODE         MTP head norm weights: auto (detect), zero-centred, shifted\n"
+            "Images (models with a vision tower; chat image_url parts, data: URIs):\n"
+            "  --allowed-local-media-path DIR\n"
+            "                           image parts may also name files inside DIR (file:///PATH,\n"
+            "                           a path, or a path relative to DIR); symlinks and .. that\n"
+            "                           lead outside are refused.  Remote URLs are never fetched\n"
+            "  --max-image-pixels N     most pixels an image keeps after resizing (default\n"
+            "                           1048576; 1024 .. 268435456); -1 turns images off\n"
+            "  --image-cache-mib N      vision-tower outputs kept for reuse (default 256; 0: off)\n");
 }
 
 /* The key: the file's first line without surrounding whitespace. */
@@ -122,9 +131,11 @@ int cmd_serve_main(int argc, char **argv) {
         {"timeout-keep-alive", required_argument, 0, 'A'}, {"timeout-header", required_argument, 0, 'T'},
         {"timeout-body", required_argument, 0, 'Y'},   {"allowed-origins", required_argument, 0, 'O'},
         {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
+        {"allowed-local-media-path", required_argument, 0, 'M'}, {"max-image-pixels", required_argument, 0, 'P'},
+        {"image-cache-mib", required_argument, 0, 'I'},
         {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
     };
-    lm_server_options so = {.host = "127.0.0.1", .port = 8080, .max_body_bytes = 16u << 20};
+    lm_server_options so = {.host = "127.0.0.1", .port = 8080, .max_body_bytes = LM_DEFAULT_MAX_BODY_BYTES};
     loom_engine_options eo;
     loom_engine_options_default(&eo);
     long v, grace_ms = 5000;
@@ -155,6 +166,20 @@ int cmd_serve_main(int argc, char **argv) {
         case 'Y': if (!lm_cli_parse_int("--timeout-body", optarg, 1, 86400, &v)) return 2; so.timeout_body_s = (int)v; break;
         case 'O': so.allowed_origins = optarg; break;
         case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2; eo.speculative_tokens = (int)v; break;
+        case 'M': so.allowed_local_media_path = optarg; break;
+        case 'P':
+            if (!lm_cli_parse_int("--max-image-pixels", optarg, -1, 1L << 28, &v)) return 2;
+            if (v != -1 && v < 1024) {
+                fprintf(stderr, "loom: --max-image-pixels must be -1 (images off) or 1024 .. 268435456\n");
+                return 2;
+            }
+            eo.max_image_pixels = v;
+            so.images_off = v == -1;
+            break;
+        case 'I':
+            if (!lm_cli_parse_int("--image-cache-mib", optarg, 0, 1L << 20, &v)) return 2;
+            eo.image_cache_bytes = v == 0 ? -1 : (int64_t)v << 20; /* the engine's -1: no cache */
+            break;
         case 'N': {
             lm_mtp_norms norms;
             if (!lm_cli_parse_mtp_norms(optarg, &norms)) return 2;

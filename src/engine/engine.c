@@ -730,12 +730,34 @@ static lm_status validate(const loom_engine *e, const loom_request_params *p, lm
     char message[256];
     if (!lm_sampling_validate(&p->sampling, V, message, sizeof message))
         return lm_fail(err, LM_ERR_INVALID, "%s", message);
-    if ((int64_t)p->n_prompt + p->max_tokens > e->max_model_len)
+    if ((int64_t)p->n_prompt + (p->max_tokens_fit ? 1 : p->max_tokens) > e->max_model_len)
         return lm_fail(err, (lm_status)LOOM_ERR_TOO_LONG,
                        "this model's maximum context length is %d tokens; the request has %d prompt "
                        "tokens and max_tokens %d",
                        e->max_model_len, p->n_prompt, p->max_tokens);
     return LM_OK;
+}
+
+/* After the images' rows: a max_tokens_fit request gets what the context
+ * leaves (at least one token, and its min_tokens), others must fit. */
+static lm_status fit_context(const loom_engine *e, loom_request *r, const loom_request_params *p,
+                             lm_error *err) {
+    int64_t prompt = r->params.n_prompt, room = (int64_t)e->max_model_len - prompt;
+    if (p->max_tokens_fit && room >= 1 && room >= p->min_tokens) {
+        if (r->params.max_tokens > room) r->params.max_tokens = (int)room;
+        return LM_OK;
+    }
+    if (prompt + p->max_tokens <= e->max_model_len && !p->max_tokens_fit) return LM_OK;
+    int image_rows = (int)(prompt - p->n_prompt + p->n_images);
+    if (p->max_tokens_fit)
+        return lm_fail(err, (lm_status)LOOM_ERR_TOO_LONG,
+                       "this model's maximum context length is %d tokens; the request has %lld prompt "
+                       "tokens (%d of them for its images), which leave no room for %d output tokens",
+                       e->max_model_len, (long long)prompt, image_rows, p->min_tokens > 1 ? p->min_tokens : 1);
+    return lm_fail(err, (lm_status)LOOM_ERR_TOO_LONG,
+                   "this model's maximum context length is %d tokens; the request has %lld prompt "
+                   "tokens (%d of them for its images) and max_tokens %d",
+                   e->max_model_len, (long long)prompt, image_rows, p->max_tokens);
 }
 
 int loom_submit(loom_engine *e, const loom_request_params *params, loom_request **out, char *error,
@@ -749,12 +771,7 @@ int loom_submit(loom_engine *e, const loom_request_params *params, loom_request 
     /* Images: decoded and cut into patches here, in the caller's thread. */
     st = lm_request_attach_images(r, params, &lm_model_describe(e->model)->vision,
                                   e->images_on ? &e->image_processor : NULL, e->max_image_patches, &err);
-    if (st == LM_OK && (int64_t)r->params.n_prompt + params->max_tokens > e->max_model_len)
-        st = lm_fail(&err, (lm_status)LOOM_ERR_TOO_LONG,
-                     "this model's maximum context length is %d tokens; the request has %d prompt "
-                     "tokens (%d of them for its images) and max_tokens %d",
-                     e->max_model_len, r->params.n_prompt, r->params.n_prompt - params->n_prompt + params->n_images,
-                     params->max_tokens);
+    if (st == LM_OK) st = fit_context(e, r, params, &err);
     if (st != LM_OK) {
         r->refs = 1;
         lm_request_unref(r);

@@ -10,12 +10,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io/image_decode.h"
+#include "server/media.h"
 #include "server/reasoning_parser.h"
 #include "server/server_internal.h"
 #include "server/tool_choice.h"
 #include "server/tool_parser.h"
 
 #define EVENT_POLL_MS 50
+#define COMPLETION_IMAGES                                                                                  \
+    "the prompt holds the model's image placeholder token: /v1/completions takes no images; send them as " \
+    "image_url parts of /v1/chat/completions messages"
 #define MULTI_POLL_MS 2 /* a list of prompts: the wait on one request while the others may have events */
 /* After a request whose body was at least this large, free heap pages go
  * back to the system (glibc keeps them in the connection thread's arena). */
@@ -74,6 +79,43 @@ typedef struct {
 } gen_ctx;
 
 /* ------------------------------------------------------------ prompts */
+
+lm_status lm_server_images_init(lm_server *s, lm_error *err) {
+    lm_image_parts *p = &s->image_parts;
+    s->image_token_id = -1;
+    if (s->options.allowed_local_media_path) {
+        lm_status st = lm_media_dir(s->options.allowed_local_media_path, &s->media_dir, err);
+        if (st != LM_OK) return st;
+        p->local_dir = s->media_dir;
+    }
+    p->max_image_bytes = LM_IMAGE_DEFAULT_MAX_BYTES;
+    /* An image part is written as the chat template would write it: the
+     * engine's marker (vision start, one placeholder, vision end), text the
+     * tokenizer reads back as those tokens; the placeholder is its middle. */
+    const char *marker = loom_engine_image_marker(s->engine);
+    p->refusal = s->options.images_off ? "images are turned off on this server (--max-image-pixels -1)"
+                                       : "this model does not take images";
+    if (!marker || !s->tokenizer) return LM_OK;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    lm_error why = {0};
+    if (lm_tokenizer_encode(s->tokenizer, marker, strlen(marker), false, &ids, &n, &why) == LM_OK && n == 3) {
+        s->image_token_id = ids[1];
+        p->marker = marker;
+    } else {
+        p->refusal = "this model's image marker is not three tokens of its tokenizer, so images cannot be placed "
+                     "in a prompt";
+    }
+    free(ids);
+    return LM_OK;
+}
+
+/* The image placeholders in a prompt. */
+static int count_image_tokens(const lm_server *s, const int32_t *ids, size_t n) {
+    int count = 0;
+    for (size_t i = 0; s->image_token_id >= 0 && i < n; i++) count += ids[i] == s->image_token_id;
+    return count;
+}
 
 lm_status lm_render_chat_prompt(const lm_server *s, const lm_openai_request *r, char **text,
                                 size_t *len, lm_error *err) {
@@ -664,7 +706,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     g->created = (long long)time(NULL);
     char param[64] = "";
     lm_error err = {0};
-    if (lm_openai_request_parse(kind, body, len, &g->req, param, sizeof param, &err) != LM_OK)
+    if (lm_openai_request_parse(kind, body, len, &s->image_parts, &g->req, param, sizeof param, &err) != LM_OK)
         return fail(g, c, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
     lm_openai_request *r = &g->req;
     if (r->model && strcmp(r->model, s->options.served_model_name) != 0) {
@@ -732,6 +774,23 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
             ids[0] = with_call;
             if (st != LM_OK) FAIL_PROMPTS(status, err.message, "tool_choice");
         }
+        /* One placeholder per image part: the same token typed as text
+         * would take an image's place (or ask for one that is not there). */
+        int placeholders = count_image_tokens(s, ids[0], n_ids[0]);
+        if (placeholders != r->n_images) {
+            char message[400];
+            const char *name = lm_tokenizer_id_to_token(s->tokenizer, s->image_token_id);
+            if (placeholders > r->n_images)
+                snprintf(message, sizeof message,
+                         "the messages' text holds the image placeholder %.64s outside image parts (%d times): "
+                         "images are sent as image_url parts",
+                         name ? name : "token", placeholders - r->n_images);
+            else
+                snprintf(message, sizeof message,
+                         "the chat template wrote %d of the request's %d images into the prompt", placeholders,
+                         r->n_images);
+            FAIL_PROMPTS(400, message, "messages");
+        }
         uint64_t seed = random_u64(s);
         for (int i = 0; i < g->n; i++) {
             choice_state *ch = &g->choices[i];
@@ -772,12 +831,14 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
                 if (!s->tokenizer) FAIL_PROMPTS(400, "this model has no tokenizer: send the prompt as token ids", "prompt");
                 st = lm_tokenizer_encode(s->tokenizer, in->text, in->text_len, true, &ids[p], &n_ids[p], &err);
                 if (st != LM_OK) FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "prompt");
+                if (count_image_tokens(s, ids[p], n_ids[p]) > 0) FAIL_PROMPTS(400, COMPLETION_IMAGES, "prompt");
                 if (r->echo && !(g->prompts[p].echo_text = strdup(in->text)))
                     FAIL_PROMPTS(500, "out of memory copying the prompt to echo", NULL);
             } else {
                 ids[p] = in->ids;
                 in->ids = NULL;
                 n_ids[p] = (size_t)in->n_ids;
+                if (count_image_tokens(s, ids[p], n_ids[p]) > 0) FAIL_PROMPTS(400, COMPLETION_IMAGES, "prompt");
                 if (r->echo && s->tokenizer && n_ids[p]) {
                     size_t tl;
                     st = lm_tokenizer_decode(s->tokenizer, ids[p], n_ids[p], false, &g->prompts[p].echo_text, &tl, &err);
@@ -809,7 +870,10 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     }
     bool max_tokens_given = r->max_tokens_given;
     for (int p = 0; p < g->n_prompts; p++) {
+        /* No max_tokens: what the context leaves, which for images is known
+         * once the engine has read them. */
         if (!max_tokens_given) r->params.max_tokens = s->options.max_model_len - (int)n_ids[p];
+        r->params.max_tokens_fit = !max_tokens_given;
         r->params.prompt = ids[p];
         r->params.n_prompt = (int)n_ids[p];
         char engine_error[512] = "";
@@ -818,8 +882,12 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         if (rc != LOOM_OK) {
             g->prompts[p].handle = NULL;
             /* the ones submitted are cancelled by gen_free */
+            /* Bad image files come back as LOOM_ERR_INVALID "image N: ..." */
+            bool about_images = r->n_images > 0 && rc == LOOM_ERR_INVALID && strstr(engine_error, "image");
             FAIL_PROMPTS(status_of(rc), engine_error,
-                         rc == LOOM_ERR_TOO_LONG ? (max_tokens_given ? "max_tokens" : prompt_param) : NULL);
+                         rc == LOOM_ERR_TOO_LONG ? (max_tokens_given ? "max_tokens" : prompt_param)
+                         : about_images          ? prompt_param
+                                                 : NULL);
         }
         g->prompts[p].prompt_tokens = (int)n_ids[p];
         if (!g->submitted) atomic_fetch_add(&s->active, 1);

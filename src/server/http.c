@@ -379,7 +379,7 @@ static enum MHD_Result handle_tokenize(lm_server *s, struct MHD_Connection *c, c
         text_len = strlen(text);
     } else if (st == LM_OK && cJSON_GetObjectItemCaseSensitive(doc, "messages")) {
         lm_openai_request r;
-        st = lm_openai_request_parse(LM_API_CHAT, body, len, &r, param, sizeof param, &err);
+        st = lm_openai_request_parse(LM_API_CHAT, body, len, &s->image_parts, &r, param, sizeof param, &err);
         if (st == LM_OK) st = lm_render_chat_prompt(s, &r, &text, &text_len, &err);
         lm_openai_request_free(&r);
         owned = st == LM_OK;
@@ -833,6 +833,7 @@ static void fail_start(lm_server *s) {
     lm_front_door_stop(s->door, 0);
     http_free(s->http);
     lm_metrics_destroy(&s->metrics);
+    free(s->media_dir);
     free(s);
 }
 
@@ -845,7 +846,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     lm_server_options *o = &s->options;
     if (!o->host) o->host = "127.0.0.1";
     if (!o->served_model_name) o->served_model_name = "loom";
-    if (!o->max_body_bytes) o->max_body_bytes = 16u << 20;
+    if (!o->max_body_bytes) o->max_body_bytes = LM_DEFAULT_MAX_BODY_BYTES;
     if (o->max_connections <= 0) o->max_connections = 4096;
     if (o->timeout_keep_alive_s <= 0) o->timeout_keep_alive_s = 5;
     if (o->timeout_header_s <= 0) o->timeout_header_s = 10;
@@ -861,6 +862,11 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     s->chat_template = chat_template;
     const char *source = tokenizer ? lm_tokenizer_chat_template(tokenizer) : NULL;
     s->template_has_think = source && strstr(source, "<think>");
+    if (lm_server_images_init(s, err) != LM_OK) {
+        free(s->media_dir);
+        free(s);
+        return err->code;
+    }
     lm_metrics_init(&s->metrics);
     atomic_init(&s->next_id, (uint64_t)time(NULL) << 20);
     atomic_init(&s->active, 0);
@@ -868,6 +874,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
 
     if (http_create(s, err) != LM_OK) {
         lm_metrics_destroy(&s->metrics);
+        free(s->media_dir);
         free(s);
         return err->code;
     }
@@ -959,5 +966,6 @@ void lm_server_stop(lm_server *s, int grace_ms) {
     lm_front_door_stop(s->door, FLUSH_MS);
     http_free(h);
     lm_metrics_destroy(&s->metrics);
+    free(s->media_dir);
     free(s);
 }

@@ -98,6 +98,15 @@ void lm_metrics_render(lm_metrics *m, const loom_stats *s, const char *model_nam
                    "loom_spec_decode_mean_accepted_length{%s} %.4f\n",
                    lbl, (unsigned long long)s->spec_drafted_tokens, lbl,
                    (unsigned long long)s->spec_accepted_tokens, lbl, mean_accepted);
+    lm_sbuf_printf(out,
+                   "# HELP loom_images_encoded_total Images run through the vision tower.\n"
+                   "# TYPE loom_images_encoded_total counter\nloom_images_encoded_total{%s} %llu\n"
+                   "# HELP loom_image_cache_hits_total Images whose vision-tower rows came from the cache.\n"
+                   "# TYPE loom_image_cache_hits_total counter\nloom_image_cache_hits_total{%s} %llu\n"
+                   "# HELP loom_image_cache_bytes Bytes of vision-tower rows held by the image cache.\n"
+                   "# TYPE loom_image_cache_bytes gauge\nloom_image_cache_bytes{%s} %llu\n",
+                   lbl, (unsigned long long)s->images_encoded, lbl, (unsigned long long)s->image_cache_hits, lbl,
+                   (unsigned long long)s->image_cache_bytes);
     pthread_mutex_lock(&m->mutex);
     lm_metrics snapshot_counts = *m; /* copied under the lock; the mutex copy is unused */
     pthread_mutex_unlock(&m->mutex);

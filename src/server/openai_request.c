@@ -1,9 +1,14 @@
 #include "server/openai_request.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "io/image_decode.h"
+#include "server/media.h"
+#include "server/sbuf.h"
 
 #define MAX_MESSAGES 4096
 #define MAX_PROMPT_IDS (1 << 20)
@@ -13,12 +18,26 @@ typedef struct {
     char *param;
     size_t param_size;
     lm_error *err;
+    const lm_image_parts *images; /* NULL: image parts refused */
+    lm_openai_request *r;
+    size_t image_bytes;           /* of the images read so far */
 } parse_ctx;
 
 static lm_status bad(parse_ctx *c, const char *param, const char *fmt, const char *detail) {
     if (c->param && c->param_size) snprintf(c->param, c->param_size, "%s", param ? param : "");
     char message[LM_ERROR_MESSAGE_MAX];
     snprintf(message, sizeof message, fmt, param ? param : "", detail ? detail : "");
+    return lm_fail(c->err, LM_ERR_INVALID, "%s", message);
+}
+
+/* An error in the messages, with a message of its own. */
+__attribute__((format(printf, 2, 3))) static lm_status bad_messages(parse_ctx *c, const char *fmt, ...) {
+    if (c->param && c->param_size) snprintf(c->param, c->param_size, "messages");
+    char message[LM_ERROR_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
     return lm_fail(c->err, LM_ERR_INVALID, "%s", message);
 }
 
@@ -284,38 +303,112 @@ static lm_status parse_sampling(parse_ctx *c, const cJSON *b, lm_openai_request 
     return LM_OK;
 }
 
-/* Text of a message's content: a string, null, or a list of text parts. */
-static lm_status content_text(parse_ctx *c, const cJSON *content, cJSON **out) {
+/* A name for an error message: printable ASCII, cut at 64 bytes. */
+static void printable_name(const char *name, char *out, size_t size) {
+    size_t k = 0;
+    for (const char *p = name; *p && k + 4 < size && p - name < 64; p++)
+        out[k++] = *p >= 0x20 && *p < 0x7f ? *p : '?';
+    if (strlen(name) > 64 && k + 4 < size) out[k++] = '.', out[k++] = '.', out[k++] = '.';
+    out[k] = 0;
+}
+
+/* The URL of an image part: {"type": "image_url", "image_url": {"url": U}}
+ * or "image_url": U (as vLLM); {"type": "image", "image" | "url": U}. */
+static const cJSON *image_part_url(const cJSON *part, const char *type, const char **field) {
+    if (strcmp(type, "image_url") == 0) {
+        const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+        *field = "image_url.url";
+        if (cJSON_IsString(iu)) {
+            *field = "image_url";
+            return iu;
+        }
+        return cJSON_GetObjectItemCaseSensitive(iu, "url");
+    }
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(part, "image");
+    *field = "image";
+    if (!u) {
+        u = cJSON_GetObjectItemCaseSensitive(part, "url");
+        *field = "url";
+    }
+    return u;
+}
+
+/* An image part: its bytes become the request's next image. */
+static lm_status read_image_part(parse_ctx *c, const cJSON *part, const char *type, int msg, int index,
+                                 const char *role) {
+    lm_openai_request *r = c->r;
+    if (!c->images || !c->images->marker)
+        return bad_messages(c, "'messages[%d].content[%d]' is an image, and %s", msg, index,
+                            c->images && c->images->refusal ? c->images->refusal : "this model does not take images");
+    if (strcmp(role, "user") != 0)
+        return bad_messages(c, "'messages[%d].content[%d]' is an image in a message of role '%s': images are taken "
+                            "in user messages only", msg, index, role);
+    if (!c->r || r->n_images >= LOOM_MAX_IMAGES)
+        return bad_messages(c, "'messages' holds more than %d images, the most a request takes", LOOM_MAX_IMAGES);
+    const char *field;
+    const cJSON *url = image_part_url(part, type, &field);
+    if (!cJSON_IsString(url))
+        return bad_messages(c, "'messages[%d].content[%d]' (an image part) needs a string '%s'", msg, index,
+                            strcmp(type, "image_url") == 0 ? "image_url.url" : "image");
+    size_t max = c->images->max_image_bytes ? c->images->max_image_bytes : LM_IMAGE_DEFAULT_MAX_BYTES;
+    size_t total = c->images->max_request_bytes ? c->images->max_request_bytes : LM_REQUEST_MAX_IMAGE_BYTES;
+    size_t left = total > c->image_bytes ? total - c->image_bytes : 0;
+    bool capped = max > left; /* by what the earlier images left */
+    if (capped) max = left;
+    lm_media_options mo = {.local_dir = c->images->local_dir, .max_bytes = max};
+    uint8_t *data = NULL;
+    size_t size = 0;
+    lm_error why = {0};
+    lm_status st = lm_media_load(&mo, url->valuestring, &data, &size, &why);
+    if (st == LM_ERR_NOMEM) return lm_fail(c->err, st, "%s", why.message);
+    if (st != LM_OK)
+        return bad_messages(c, "'messages[%d].content[%d].%s' (image %d) %s%s", msg, index, field, r->n_images + 1,
+                            why.message,
+                            capped && strstr(why.message, "the limit is") ? " (what the request's earlier images left)" : "");
+    r->image_data[r->n_images] = data;
+    r->images[r->n_images] = (loom_image){data, size};
+    r->n_images++;
+    c->image_bytes += size;
+    return LM_OK;
+}
+
+/* Text of a message's content: a string, null, or a list of parts (text,
+ * and in user messages images, each written as the model's image marker). */
+static lm_status content_text(parse_ctx *c, const cJSON *content, int msg, const char *role, cJSON **out) {
     if (!content || cJSON_IsNull(content)) {
         *out = cJSON_CreateString("");
     } else if (cJSON_IsString(content)) {
         *out = cJSON_CreateString(content->valuestring);
     } else if (cJSON_IsArray(content)) {
-        size_t total = 0;
+        lm_sbuf joined = {0};
         const cJSON *part;
+        int index = 0;
+        lm_status st = LM_OK;
         cJSON_ArrayForEach(part, content) {
             const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
             const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-            if (!cJSON_IsObject(part) || !cJSON_IsString(type))
-                return bad(c, "messages", "'%s' content parts must be objects with a type%s", NULL);
-            if (strcmp(type->valuestring, "text") != 0)
-                return bad(c, "messages", "'%s': content parts of type '%s' are not supported (text only)",
-                           type->valuestring);
-            if (!cJSON_IsString(text)) return bad(c, "messages", "'%s' text parts need a string 'text'%s", NULL);
-            total += strlen(text->valuestring);
+            if (!cJSON_IsObject(part) || !cJSON_IsString(type)) {
+                st = bad(c, "messages", "'%s' content parts must be objects with a type%s", NULL);
+            } else if (strcmp(type->valuestring, "text") == 0) {
+                if (!cJSON_IsString(text)) st = bad(c, "messages", "'%s' text parts need a string 'text'%s", NULL);
+                else lm_sbuf_puts(&joined, text->valuestring);
+            } else if (strcmp(type->valuestring, "image_url") == 0 || strcmp(type->valuestring, "image") == 0) {
+                st = read_image_part(c, part, type->valuestring, msg, index, role);
+                if (st == LM_OK) lm_sbuf_puts(&joined, c->images->marker);
+            } else {
+                char shown[80];
+                printable_name(type->valuestring, shown, sizeof shown);
+                st = bad(c, "messages", "'%s': content parts of type '%s' are not supported (text and image_url)",
+                         shown);
+            }
+            if (st != LM_OK) break;
+            index++;
         }
-        char *joined = malloc(total + 1);
-        if (!joined) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory joining %zu bytes of text parts", total);
-        size_t at = 0;
-        cJSON_ArrayForEach(part, content) {
-            const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
-            size_t n = strlen(t);
-            memcpy(joined + at, t, n);
-            at += n;
-        }
-        joined[at] = 0;
-        *out = cJSON_CreateString(joined);
-        free(joined);
+        if (st == LM_OK && joined.failed)
+            st = lm_fail(c->err, LM_ERR_NOMEM, "out of memory joining %zu bytes of text parts", joined.len);
+        if (st == LM_OK) *out = cJSON_CreateString(lm_sbuf_str(&joined));
+        lm_sbuf_free(&joined);
+        if (st != LM_OK) return st;
     } else {
         return bad(c, "messages", "'%s' content must be a string or a list of parts%s", NULL);
     }
@@ -331,6 +424,7 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
     if (!list) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory copying the messages");
     *out = list;
     const cJSON *m;
+    int index = 0;
     cJSON_ArrayForEach(m, messages) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         if (!cJSON_IsObject(m) || !cJSON_IsString(role))
@@ -339,15 +433,23 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool") &&
             strcmp(r, "developer"))
             return bad(c, "messages", "'%s': unknown role '%s'", r);
-        cJSON *copy = cJSON_Duplicate(m, true);
+        /* The copy holds every field but the content (which may hold
+         * megabytes of base64), then the content as one string. */
+        cJSON *copy = cJSON_CreateObject();
         if (!copy) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory copying a message");
         cJSON_AddItemToArray(list, copy);
+        for (const cJSON *f = m->child; f; f = f->next) {
+            if (f->string && strcmp(f->string, "content") == 0) continue;
+            cJSON *dup = cJSON_Duplicate(f, true);
+            if (!dup) return lm_fail(c->err, LM_ERR_NOMEM, "out of memory copying a message");
+            cJSON_AddItemToObject(copy, f->string ? f->string : "", dup);
+        }
         if (strcmp(r, "developer") == 0) cJSON_ReplaceItemInObjectCaseSensitive(copy, "role", cJSON_CreateString("system"));
         cJSON *text;
-        TRY(content_text(c, cJSON_GetObjectItemCaseSensitive(m, "content"), &text));
-        /* (case-sensitive: cJSON_HasObjectItem would find "Content" and the replace would then leak text) */
-        if (cJSON_GetObjectItemCaseSensitive(copy, "content")) cJSON_ReplaceItemInObjectCaseSensitive(copy, "content", text);
-        else cJSON_AddItemToObject(copy, "content", text);
+        TRY(content_text(c, cJSON_GetObjectItemCaseSensitive(m, "content"), index, strcmp(r, "developer") ? r : "system",
+                         &text));
+        cJSON_AddItemToObject(copy, "content", text);
+        index++;
         const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(copy, "reasoning_content");
         if (reasoning && !cJSON_IsString(reasoning) && !cJSON_IsNull(reasoning))
             return bad(c, "messages", "'%s' reasoning_content must be a string%s", NULL);
@@ -386,15 +488,6 @@ static bool valid_function_name(const char *name) {
               *p == '-'))
             return false;
     return n >= 1 && n <= LM_REQUEST_MAX_TOOL_NAME;
-}
-
-/* A name for an error message: printable ASCII, cut at 64 bytes. */
-static void printable_name(const char *name, char *out, size_t size) {
-    size_t k = 0;
-    for (const char *p = name; *p && k + 4 < size && p - name < 64; p++)
-        out[k++] = *p >= 0x20 && *p < 0x7f ? *p : '?';
-    if (strlen(name) > 64 && k + 4 < size) out[k++] = '.', out[k++] = '.', out[k++] = '.';
-    out[k] = 0;
 }
 
 static lm_status parse_tools(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
@@ -449,8 +542,13 @@ static lm_status parse_tools(parse_ctx *c, const cJSON *b, lm_openai_request *r)
     return LM_OK;
 }
 
-static lm_status parse_chat(parse_ctx *c, const cJSON *b, lm_openai_request *r) {
+static lm_status parse_chat(parse_ctx *c, cJSON *b, lm_openai_request *r) {
     TRY(normalise_messages(c, field(b, "messages"), &r->messages));
+    r->params.images = r->n_images ? r->images : NULL;
+    r->params.n_images = r->n_images;
+    /* The request is served from the normalised copy: the body's messages
+     * (images' base64 among them) need not be held while it runs. */
+    cJSON_DeleteItemFromObjectCaseSensitive(b, "messages");
     TRY(parse_tools(c, b, r));
     TRY(get_bool(c, b, "logprobs", &r->logprobs));
     TRY(get_int(c, b, "top_logprobs", 0, LM_REQUEST_MAX_TOP_LOGPROBS, &r->top_logprobs, NULL));
@@ -521,12 +619,12 @@ static lm_status parse_completion(parse_ctx *c, const cJSON *b, lm_openai_reques
 }
 
 lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len,
-                                  lm_openai_request *out, char *param, size_t param_size,
-                                  lm_error *err) {
+                                  const lm_image_parts *images, lm_openai_request *out, char *param,
+                                  size_t param_size, lm_error *err) {
     memset(out, 0, sizeof *out);
     out->kind = kind;
     loom_request_params_default(&out->params);
-    parse_ctx c = {param, param_size, err};
+    parse_ctx c = {param, param_size, err, images, out, 0};
     if (param && param_size) param[0] = 0;
     /* The bounds, on the bytes, before cJSON builds anything. */
     lm_json_scan scan;
@@ -564,6 +662,7 @@ lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len
 void lm_openai_request_free(lm_openai_request *r) {
     cJSON_Delete(r->doc);
     cJSON_Delete(r->messages);
+    for (int i = 0; i < r->n_images; i++) free(r->image_data[i]);
     for (int i = 0; r->prompts && i < r->n_prompts; i++) free(r->prompts[i].ids);
     free(r->prompts);
     free(r->stop_token_ids);

@@ -27,7 +27,25 @@
 #define LM_REQUEST_MAX_TOOLS 128     /* as OpenAI */
 #define LM_REQUEST_MAX_TOOL_NAME 64  /* function names: ^[a-zA-Z0-9_-]{1,64}$, as OpenAI */
 
+/* Images: at most LOOM_MAX_IMAGES per request, each file at most
+ * LM_IMAGE_DEFAULT_MAX_BYTES (io/image_decode.h), all of a request's
+ * together at most this. */
+#define LM_REQUEST_MAX_IMAGE_BYTES ((size_t)64 << 20)
+
 typedef enum { LM_API_CHAT, LM_API_COMPLETION } lm_api_kind;
+
+/* How a chat's image parts are read.  An image part of a user message
+ * ({"type": "image_url", "image_url": {"url": URL}}, or "image_url": URL)
+ * becomes `marker` in its message's content string, at its place, and its
+ * bytes become the next of the request's images. */
+typedef struct {
+    const char *marker;       /* the model's text for one image (vision start, placeholder,
+                                 vision end); NULL: image parts are refused with `refusal` */
+    const char *refusal;      /* why (NULL: "this model does not take images") */
+    const char *local_dir;    /* realpath of --allowed-local-media-path, or NULL: no local files */
+    size_t max_image_bytes;   /* one image's file (0: LM_IMAGE_DEFAULT_MAX_BYTES) */
+    size_t max_request_bytes; /* all of a request's (0: LM_REQUEST_MAX_IMAGE_BYTES) */
+} lm_image_parts;
 
 typedef enum {
     LM_TOOL_CHOICE_AUTO,
@@ -53,6 +71,10 @@ typedef struct {
     bool echo;             /* completions */
     /* chat */
     cJSON *messages;       /* normalised copy: content is a string, tool-call arguments objects */
+    /* chat: the images of image parts, in order (params.images points here) */
+    loom_image images[LOOM_MAX_IMAGES];
+    uint8_t *image_data[LOOM_MAX_IMAGES]; /* malloc'd: the files' bytes */
+    int n_images;
     const cJSON *tools;    /* NULL when absent or tool_choice is none */
     lm_tool_choice tool_choice;
     const char *tool_name; /* for LM_TOOL_CHOICE_NAMED */
@@ -73,10 +95,11 @@ typedef struct {
 } lm_openai_request;
 
 /* Parses body[0..len).  On failure returns LM_ERR_INVALID (or NOMEM) with a
- * message, and writes the offending field's name to param (empty if none). */
+ * message, and writes the offending field's name to param (empty if none).
+ * images: how image parts are read (NULL: refused). */
 lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len,
-                                  lm_openai_request *out, char *param, size_t param_size,
-                                  lm_error *err);
+                                  const lm_image_parts *images, lm_openai_request *out, char *param,
+                                  size_t param_size, lm_error *err);
 void lm_openai_request_free(lm_openai_request *r);
 
 /* Depth of the deepest [ / { nesting in JSON text (strings skipped). */

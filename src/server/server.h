@@ -12,12 +12,14 @@
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
+#define LM_DEFAULT_MAX_BODY_BYTES ((size_t)32 << 20)
+
 typedef struct {
     const char *host;              /* default 127.0.0.1 */
     int port;                      /* 0: any free port (see lm_server_port) */
     const char *api_key;           /* NULL: no authentication */
     const char *served_model_name; /* the id /v1/models lists and requests must name */
-    size_t max_body_bytes;         /* larger bodies get 413 (default 16 MiB) */
+    size_t max_body_bytes;         /* larger bodies get 413 (default 32 MiB: base64 images) */
     int max_model_len;             /* the engine's context limit (for the default max_tokens) */
     int max_connections;           /* open connections at once; more are closed at accept (default 4096) */
     int timeout_keep_alive_s;      /* an idle connection (no request under way) is closed after this
@@ -29,6 +31,9 @@ typedef struct {
                                       (default 60) */
     int http_threads;              /* I/O threads (default 4) */
     const char *allowed_origins;   /* CORS: NULL (off), "*" or a comma-separated list of origins */
+    const char *allowed_local_media_path; /* image parts may name files inside this folder (file://
+                                             URIs or paths); NULL: data: URIs only */
+    bool images_off;               /* the engine was told max_image_pixels -1 (for the refusal's words) */
 } lm_server_options;
 
 typedef struct lm_server lm_server;

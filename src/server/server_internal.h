@@ -16,6 +16,12 @@ struct lm_server {
     const lm_tokenizer *tokenizer;
     const lm_chat_template *chat_template;
     bool template_has_think; /* the template writes <think>: split reasoning */
+    /* images: how image parts are read (each becomes the engine's image
+     * marker in its content), the placeholder id (-1: no images), the media
+     * folder's realpath */
+    lm_image_parts image_parts;
+    int32_t image_token_id;
+    char *media_dir;
     struct MHD_Daemon *daemon;
     int port;
     lm_metrics metrics;
@@ -62,6 +68,10 @@ bool lm_client_gone(struct MHD_Connection *c);
 enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind,
                                      const char *body, size_t len, double arrival);
 
+
+/* Image input (generate.c): the model's image tokens, the marker image
+ * parts become, the media folder; a failure (a bad folder) stops the start. */
+lm_status lm_server_images_init(lm_server *s, lm_error *err);
 
 /* Renders the chat prompt of a parsed chat request (malloc'd text). */
 lm_status lm_render_chat_prompt(const lm_server *s, const lm_openai_request *r, char **text,
