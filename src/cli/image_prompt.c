@@ -18,7 +18,7 @@ static lm_status preprocess_all(const lm_model_info *info, const lm_cli_images *
         lm_status st = lm_image_decode(images->images[i].data, images->images[i].size, &limits, &rgb, &why);
         if (st == LM_OK) st = lm_image_preprocess(&processor, &rgb, &patches[i], &why);
         lm_image_rgb_free(&rgb);
-        if (st != LM_OK) return lm_fail(err, st, "image %d: %s", i + 1, why.message);
+        if (st != LM_OK) return lm_fail(err, st, "image %d: %s", i + 1, lm_image_error_detail(why.message));
     }
     return LM_OK;
 }

@@ -19,7 +19,7 @@ static lm_status read_image(lm_request_image *img, const loom_image *in, int ind
         st = lm_image_preprocess(processor, &rgb, &img->patches, &why);
         lm_image_rgb_free(&rgb);
     }
-    if (st != LM_OK) return lm_fail(err, LM_ERR_INVALID, "image %d: %s", index + 1, why.message);
+    if (st != LM_OK) return lm_fail(err, LM_ERR_INVALID, "image %d: %s", index + 1, lm_image_error_detail(why.message));
     if (img->patches.n_patches > max_patches) /* only images of extreme aspect ratios get here */
         return lm_fail(err, LM_ERR_INVALID,
                        "image %d is %d x %d patches after resizing; the vision workspace holds %d",

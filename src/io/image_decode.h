@@ -49,4 +49,13 @@ lm_status lm_image_decode_file(const char *path, const lm_image_limits *limits, 
                                lm_error *err);
 void lm_image_rgb_free(lm_image_rgb *image);
 
+/* A decoder message without its leading "image: ", for callers that name
+ * the image themselves ("image 2: not a PNG, JPEG or WebP file ..."). */
+static inline const char *lm_image_error_detail(const char *message) {
+    return message[0] == 'i' && message[1] == 'm' && message[2] == 'a' && message[3] == 'g' &&
+                   message[4] == 'e' && message[5] == ':' && message[6] == ' '
+               ? message + 7
+               : message;
+}
+
 #endif
