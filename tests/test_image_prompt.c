@@ -250,7 +250,32 @@ static void test_chunk_inside_image(void *arg) {
     free(chunked);
 }
 
+/* Two images with text between and after, worked by hand from model-spec
+ * §D.5: [t t I*6 t I t] with grids (1,4,6) and (1,2,2), merge 2. */
+static void test_two_images_worked(void) {
+    const int32_t I = 7;
+    int32_t prompt[6] = {1, 2, I, 3, I, 4}, out[16];
+    lm_image_grid grids[2] = {{1, 4, 6, 2}, {1, 2, 2, 2}};
+    lm_image_span spans[2];
+    int n = 0, delta = 0;
+    lm_error err = {0};
+    CHECK_OK(lm_expand_image_placeholders(prompt, 6, I, grids, 2, out, 16, &n, spans, &err), &err);
+    CHECK(n == 11 && spans[0].first == 2 && spans[0].count == 6 && spans[1].first == 9 &&
+          spans[1].count == 1);
+    int32_t pos[11][3];
+    lm_image_prompt_positions(n, grids, spans, 2, &pos[0][0], &delta);
+    const int32_t want[11][3] = {{0, 0, 0}, {1, 1, 1},                         /* text */
+                                 {2, 2, 2}, {2, 2, 3}, {2, 2, 4},              /* image 1, row 0 */
+                                 {2, 3, 2}, {2, 3, 3}, {2, 3, 4},              /* row 1 */
+                                 {5, 5, 5},                                    /* text: 2 + max(2, 3) */
+                                 {6, 6, 6},                                    /* image 2 */
+                                 {7, 7, 7}};                                   /* text */
+    CHECK(memcmp(pos, want, sizeof want) == 0);
+    CHECK(delta == 8 - 11);
+}
+
 int main(void) {
+    RUN_TEST(test_two_images_worked);
     char paths[3][1024];
     test_fixture_path(paths[0], sizeof paths[0], "models/qwen35-dense");
     test_fixture_path(paths[1], sizeof paths[1], "models/glm46v-moe");
