@@ -87,6 +87,44 @@ for loom in binaries:
                      "--ignore-eos", "--print-ids"])
         check(f"{tag} ids-file line {k}", k < len(lines) and alone.stdout.strip() == lines[k],
               f"{alone.stdout.strip()!r} vs {lines[k] if k < len(lines) else None!r}")
+    # images: logits of the img0 prompt from image0.png (ids expanded, as the fixture's, or with
+    # the placeholder once), greedy ids through the engine, errors naming the image
+    image = os.path.join(model, "image0.png")
+    img_ids = ref["img0.input_ids"]
+    pad = json.load(open(os.path.join(model, "config.json")))["image_token_id"]
+    once = [t for k, t in enumerate(img_ids) if t != pad or k == 0 or img_ids[k - 1] != pad]
+    want = ref["img0.logits"]
+    mean = sum(want) / len(want)
+    std = (sum((w - mean) ** 2 for w in want) / len(want)) ** 0.5
+    for label, ids in (("expanded", img_ids), ("once", once)):
+        out = os.path.join(tmp, f"img0-{label}.bin")
+        r = run([loom, "logits", "--model", model, "--ids", ",".join(map(str, ids)), "--image", image,
+                 "--out", out])
+        check(f"{tag} logits --image ({label}) exit", r.returncode == 0, r.stderr)
+        if r.returncode == 0:
+            data = open(out, "rb").read()
+            check(f"{tag} logits --image ({label}) size", len(data) == 4 * len(img_ids) * V, len(data))
+            if len(data) == 4 * len(img_ids) * V:
+                got = struct.unpack(f"<{len(img_ids) * V}f", data)
+                err = max(abs(a - b) for a, b in zip(got, want)) / std
+                check(f"{tag} logits --image ({label}) values", err < 1e-4, f"normalized error {err:.3g}")
+    margins = ref["img0.greedy_margin"]
+    G = len(ref["img0.greedy"])
+    r = run([loom, "run", "--model", model, "--ids", ",".join(map(str, once)), "--image", image,
+             "--max-tokens", str(G), "--ignore-eos", "--print-ids"])
+    got = [int(x) for x in r.stdout.strip().split(",")] if r.returncode == 0 and r.stdout.strip() else []
+    first_diff = next((k for k in range(G) if k >= len(got) or got[k] != ref["img0.greedy"][k]), None)
+    check(f"{tag} run --image greedy", r.returncode == 0 and (first_diff is None or margins[first_diff] < 1e-3),
+          f"{r.stdout!r} vs {list(ref['img0.greedy'])!r} {r.stderr}")
+    r = run([loom, "run", "--model", model, "--prompt", "What is in it?", "--image", image, "--max-tokens", "4"])
+    check(f"{tag} run --prompt --image", r.returncode == 0 and r.stdout.strip() != "", r.stdout + r.stderr)
+    junk = os.path.join(tmp, "junk.png")
+    open(junk, "wb").write(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
+    r = run([loom, "run", "--model", model, "--prompt", "x", "--image", junk, "--max-tokens", "2"])
+    check(f"{tag} run --image junk", r.returncode == 1 and "image 1" in r.stderr and "Sanitizer" not in r.stderr,
+          r.stderr)
+    r = run([loom, "logits", "--model", model, "--ids", "1,2,3", "--image", image, "--out", os.path.join(tmp, "z")])
+    check(f"{tag} logits --image without a placeholder", r.returncode == 1 and "placeholder" in r.stderr, r.stderr)
     # --prompt: chat template + tokenizer, text out
     r = run([loom, "run", "--model", model, "--prompt", "Hello there", "--max-tokens", "12"])
     check(f"{tag} text prompt", r.returncode == 0 and len(r.stdout.strip()) > 0, r.stdout + r.stderr)

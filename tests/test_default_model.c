@@ -146,7 +146,7 @@ static void test_logits_and_mtp(void) {
         if (n >= 2) {
             CHECK(mrows && mwant && mwant->n_elements == mrows->n_elements * V);
             float *mlogits = malloc(sizeof(float) * (size_t)(n - 1) * V);
-            CHECK_OK(lm_model_mtp_sequence_logits(fx.m.model, hidden, ids + 1, n - 1, mlogits,
+            CHECK_OK(lm_model_mtp_sequence_logits(fx.m.model, hidden, ids + 1, NULL, n - 1, mlogits,
                                                    &err),
                      &err);
             for (int64_t k = 0; k < mrows->n_elements; k++) {

@@ -496,7 +496,7 @@ static void test_mtp_identical(void *arg) {
             lm_model *model = i ? run->copy.model : run->original.model;
             float *logits, *hidden;
             if (mtp[i] && prefill(model, ids, n, &logits, &hidden, &err)) {
-                st[i] = lm_model_mtp_sequence_logits(model, hidden, ids + 1, n - 1, mtp[i], &err);
+                st[i] = lm_model_mtp_sequence_logits(model, hidden, ids + 1, NULL, n - 1, mtp[i], &err);
                 free(logits);
                 free(hidden);
             }

@@ -7,6 +7,7 @@
  * cut into chunks inside the image equals the one-shot prefill.  The
  * vision tower itself is test_vision's. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +275,84 @@ static void test_two_images_worked(void) {
     CHECK(delta == 8 - 11);
 }
 
+/* The MTP head drafts on an image prompt at the target's positions
+ * (model-spec §C.6): after the prompt's first k rows (every k), the draft
+ * the engine's path makes (catch-up over the step's rows, lm_model_draft)
+ * is the argmax of the head's logits computed from scratch at the image
+ * positions, wherever that argmax is clear. */
+static void test_drafts_at_image_positions(void *arg) {
+    const image_fixture *f = arg;
+    if (!lm_model_has_mtp_logits(f->m.model)) return;
+    const lm_tensor *greedy = ref(f, "greedy");
+    CHECK(greedy);
+    int n = f->n, H = f->H, V = f->V;
+    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n), *out = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *next = malloc(sizeof(int32_t) * (size_t)n);
+    float *hidden = malloc(sizeof(float) * (size_t)n * (size_t)H);
+    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V), *mtp = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    CHECK(pos && out && next && hidden && logits && mtp);
+    lm_image_span span;
+    int n_out, delta;
+    lm_error err = {0};
+    CHECK_OK(lm_expand_image_placeholders(f->ids, n, f->image_token_id, &f->grid, 1, out, n, &n_out,
+                                          &span, &err), &err);
+    lm_image_prompt_positions(n, &f->grid, &span, 1, pos, &delta);
+    const float **rows = input_rows_of(f, &span);
+    CHECK(rows);
+    lm_sequence_runner r;
+    CHECK_OK(lm_sequence_runner_init(&r, f->m.model, n, &err), &err);
+    CHECK_OK(lm_sequence_runner_feed_inputs(&r, f->ids, pos, rows, n, true, logits, hidden, NULL, &err), &err);
+    lm_sequence_runner_free(&r);
+    memcpy(next, f->ids + 1, sizeof(int32_t) * (size_t)(n - 1));
+    next[n - 1] = ((const int32_t *)greedy->data)[0];
+    CHECK_OK(lm_model_mtp_sequence_logits(f->m.model, hidden, next, pos, n, mtp, &err), &err);
+
+    enum { BLOCK = 16 };
+    int n_blocks = (n + 2 + BLOCK - 1) / BLOCK, compared = 0;
+    int32_t table[64];
+    CHECK(n_blocks <= 64);
+    for (int b = 0; b < n_blocks; b++) table[b] = b;
+    lm_context_options o = {.kv_block_size = BLOCK, .kv_blocks = n_blocks, .state_slots = 1,
+                            .max_step_tokens = n, .max_step_seqs = 1, .max_blocks_per_seq = n_blocks,
+                            .max_logit_rows = n, .speculative_tokens = 1};
+    for (int k = 1; k <= n; k++) {
+        const float *row = mtp + (size_t)(k - 1) * (size_t)V;
+        int best = test_argmax(row, V);
+        float second = -INFINITY;
+        for (int v = 0; v < V; v++)
+            if (v != best && row[v] > second) second = row[v];
+        if (row[best] - second < MARGIN_RULE) continue;
+        lm_model_context *ctx;
+        CHECK_OK(lm_model_context_create(f->m.model, &o, &ctx, &err), &err);
+        lm_model_reset_state(ctx, 0);
+        lm_step_seq seq = {.first = 0, .n_new = k, .n_cached = 0, .state_slot = 0, .block_table = table,
+                           .n_blocks = n_blocks};
+        lm_step_batch b = {.n_tokens = k, .tokens = f->ids, .positions = pos, .input_rows = rows,
+                           .n_seqs = 1, .seqs = &seq};
+        lm_forward_out fo = {.logits = logits};
+        lm_status st = lm_model_forward(ctx, &b, &fo, &err);
+        int32_t draft = -1;
+        lm_draft_seq d = {.hidden_row = 0, .from = 0, .count = k, .next_tokens = next, .block_table = table,
+                          .n_blocks = n_blocks, .positions = pos, .position_delta = delta, .n_drafts = 1,
+                          .drafts = &draft};
+        if (st == LM_OK) st = lm_model_draft(ctx, &d, 1, &err);
+        lm_model_context_destroy(ctx);
+        CHECK_OK(st, &err);
+        CHECK_MSG(draft == best, "after %d rows: drafted %d, the head at the image positions says %d", k,
+                  draft, best);
+        compared++;
+    }
+    printf("  %s: %d drafts at image positions checked\n", f->dir, compared);
+    CHECK(compared > n / 2);
+    free(rows);
+    free(pos);
+    free(out);
+    free(next);
+    free(hidden);
+    free(logits);
+    free(mtp);
+}
+
 int main(void) {
     RUN_TEST(test_two_images_worked);
     char paths[3][1024];
@@ -291,6 +370,7 @@ int main(void) {
         test_run_with("positions", test_positions, &f);
         test_run_with("logits_and_greedy", test_logits_and_greedy, &f);
         test_run_with("chunk_inside_image", test_chunk_inside_image, &f);
+        test_run_with("drafts_at_image_positions", test_drafts_at_image_positions, &f);
         close_fixture(&f);
     }
     return test_summary("test_image_prompt");

@@ -117,7 +117,7 @@ static double prompt_error(lm_model *head_model, const char *prompt, lm_error *e
     float *hidden = main_hidden(fx.model, ids, n, err);
     if (!hidden) return INFINITY;
     float *logits = malloc(sizeof(float) * (size_t)(n - 1) * V);
-    lm_status st = lm_model_mtp_sequence_logits(head_model, hidden, ids + 1, n - 1, logits, err);
+    lm_status st = lm_model_mtp_sequence_logits(head_model, hidden, ids + 1, NULL, n - 1, logits, err);
     double e = st == LM_OK ? normalized_error(logits, want->data, (size_t)(n - 1) * V) : INFINITY;
     free(logits);
     free(hidden);

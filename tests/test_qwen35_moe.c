@@ -106,7 +106,7 @@ static void test_mtp_logits_match_reference(void) {
         float *got = malloc(sizeof(float) * (size_t)(n - 1) * V);
         lm_error err = {0};
         float *logits = test_prefill(fx.tm.model, ids, n, hidden, NULL, &err);
-        lm_status st = logits ? lm_model_mtp_sequence_logits(fx.tm.model, hidden, ids + 1, n - 1, got, &err)
+        lm_status st = logits ? lm_model_mtp_sequence_logits(fx.tm.model, hidden, ids + 1, NULL, n - 1, got, &err)
                               : err.code;
         double e = st == LM_OK ? test_normalized_error(got, want->data, (size_t)(n - 1) * V) : INFINITY;
         free(logits);

@@ -209,7 +209,7 @@ static void test_mtp_logits(void *arg) {
         float *got = malloc(sizeof(float) * (size_t)(n - 1) * V);
         lm_error err = {0};
         float *logits = hidden && got ? test_prefill(f->m.model, ids, n, hidden, NULL, &err) : NULL;
-        lm_status st = logits ? lm_model_mtp_sequence_logits(f->m.model, hidden, ids + 1, n - 1, got, &err)
+        lm_status st = logits ? lm_model_mtp_sequence_logits(f->m.model, hidden, ids + 1, NULL, n - 1, got, &err)
                               : LM_ERR_NOMEM;
         double e = st == LM_OK ? test_normalized_error(got, want->data, (size_t)(n - 1) * V)
                                : INFINITY;

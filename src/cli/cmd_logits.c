@@ -29,7 +29,8 @@ static void usage(FILE *f) {
             "  --out FILE      output file\n"
             "  --mtp           write the MTP head's logits instead, [T-1, V]: row t predicts\n"
             "                  token t+2 from the final hidden state at t and token t+1\n"
-            "                  (position t, causal over rows 0..t of the head's own cache)\n"
+            "                  (position t, or the image prompt's position of row t;\n"
+            "                  causal over rows 0..t of the head's own cache)\n"
             "  --threads N     CPU threads (default: all cores)\n"
             "  --backend NAME  cpu (default) or ref (the plain reference kernels)\n"
             "  --mmap          map the weights instead of reading them into memory\n"
@@ -129,10 +130,6 @@ int cmd_logits_main(int argc, char **argv) {
     size_t V = (size_t)info->vocab_size;
     for (int i = 0; i < n_image_paths; i++)
         if (lm_cli_images_add(&images, image_paths[i], &err) != LM_OK) goto done;
-    if (images.n > 0 && mtp) {
-        lm_fail(&err, LM_ERR_INVALID, "--mtp takes text prompts only (its rows sit at text positions)");
-        goto done;
-    }
     if (images.n > 0 && !lm_model_has_vision(model)) {
         lm_fail(&err, LM_ERR_INVALID, "this model has no vision tower: it takes no images");
         goto done;
@@ -167,7 +164,8 @@ int cmd_logits_main(int argc, char **argv) {
                                        logits, hidden, NULL, &err) != LM_OK)
         goto done;
     /* The head's rows 0..T-2: hidden state at t, token t+1. */
-    if (mtp && lm_model_mtp_sequence_logits(model, hidden, ids + 1, n - 1, logits, &err) != LM_OK)
+    if (mtp && lm_model_mtp_sequence_logits(model, hidden, ids + 1, image_prompt.positions, n - 1, logits,
+                                            &err) != LM_OK)
         goto done;
     size_t rows = mtp ? (size_t)n - 1 : (size_t)n;
     out = fopen(out_path, "wb");

@@ -156,9 +156,10 @@ typedef struct {
     lm_status (*rollback)(lm_model_context *ctx, const lm_rollback_seq *seqs, int n,
                           lm_error *err);
     /* The MTP head's logits over one sequence from scratch, as the
-     * fixtures' mtp_logits: row p from hidden[p] and next_ids[p] ([n, V]). */
+     * fixtures' mtp_logits: row p from hidden[p] and next_ids[p] ([n, V]),
+     * at positions[p] ([n][3]; NULL: text, p in every component). */
     lm_status (*mtp_sequence_logits)(lm_model *m, const float *hidden, const int32_t *next_ids,
-                                     int n, float *logits, lm_error *err);
+                                     const int32_t *positions, int n, float *logits, lm_error *err);
     /* The vision tower over one image's patch rows (lm_image_preprocess):
      * embeds [lm_image_tokens(patches), hidden_size], the rows that replace
      * its placeholders, in order.  Needs a context made with
@@ -217,9 +218,10 @@ static inline bool lm_model_has_mtp_logits(const lm_model *m) {
     return m->info.has_mtp && m->ops->mtp_sequence_logits;
 }
 static inline lm_status lm_model_mtp_sequence_logits(lm_model *m, const float *hidden,
-                                                     const int32_t *next_ids, int n, float *logits,
+                                                     const int32_t *next_ids,
+                                                     const int32_t *positions, int n, float *logits,
                                                      lm_error *err) {
-    return m->ops->mtp_sequence_logits(m, hidden, next_ids, n, logits, err);
+    return m->ops->mtp_sequence_logits(m, hidden, next_ids, positions, n, logits, err);
 }
 static inline bool lm_model_has_vision(const lm_model *m) {
     return m->info.vision.present && m->ops->encode_image;

@@ -192,8 +192,8 @@ lm_status lm_qwen35_mtp_forward(lm_qwen35_context *ctx, const lm_step_batch *b,
 #define SEQUENCE_BLOCK_SIZE 32
 
 lm_status lm_qwen35_mtp_sequence_logits(lm_model *base, const float *hidden,
-                                        const int32_t *next_ids, int n, float *logits,
-                                        lm_error *err) {
+                                        const int32_t *next_ids, const int32_t *given_positions,
+                                        int n, float *logits, lm_error *err) {
     lm_qwen35_model *m = (lm_qwen35_model *)base;
     if (!m->has_mtp) return lm_fail(err, LM_ERR_INVALID, "%s", m->mtp_missing);
     if (n <= 0 || n > (1 << 20))
@@ -215,8 +215,11 @@ lm_status lm_qwen35_mtp_sequence_logits(lm_model *base, const float *hidden,
     if (!blocks || !positions) st = lm_fail(err, LM_ERR_NOMEM, "out of memory for %d MTP rows", n);
     if (st == LM_OK) {
         for (int b = 0; b < n_blocks; b++) blocks[b] = b;
-        for (int p = 0; p < n; p++) /* text: t = h = w = p */
-            positions[3 * p] = positions[3 * p + 1] = positions[3 * p + 2] = p;
+        if (given_positions)
+            memcpy(positions, given_positions, sizeof(int32_t) * 3 * (size_t)n);
+        else
+            for (int p = 0; p < n; p++) /* text: t = h = w = p */
+                positions[3 * p] = positions[3 * p + 1] = positions[3 * p + 2] = p;
         lm_step_seq seq = {.first = 0,
                            .n_new = n,
                            .n_cached = 0,

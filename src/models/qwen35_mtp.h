@@ -57,6 +57,7 @@ lm_status lm_qwen35_mtp_forward(lm_qwen35_context *ctx, const lm_step_batch *bat
  * logits: [n, V].  (For a prompt t_0..t_{T-1}: hidden = the target's rows
  * 0..T-2, next_ids = t_1..t_{T-1}.) */
 lm_status lm_qwen35_mtp_sequence_logits(lm_model *m, const float *hidden, const int32_t *next_ids,
-                                        int n, float *logits, lm_error *err);
+                                        const int32_t *positions, int n, float *logits,
+                                        lm_error *err);
 
 #endif
