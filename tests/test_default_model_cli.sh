@@ -31,6 +31,9 @@ def check(name, ok, detail=""):
         print(f"  FAIL {name}: {str(detail)[-1500:]}", file=sys.stderr)
 
 
+fixtures = os.environ.get("LOOM_FIXTURES", "../shared/fixtures")
+
+
 def chat(binary, lines, *args, env=None, cwd=None):
     r = subprocess.run([binary, "chat", "--temperature", "0", "--max-tokens", "12", *args],
                        input="".join(l + "\n" for l in lines), capture_output=True, text=True, timeout=300,
@@ -147,6 +150,19 @@ for binary in binaries:
     ps = prompts_of(r.stderr)
     check(f"{tag}: oldest exchange dropped", r.returncode == 0 and "oldest exchange was dropped" in r.stderr
           and len(ps) >= 3 and "the sea" not in ps[-1], r.stderr)
+
+    # /image: the bundled model takes none; a vision fixture keeps the image with its message
+    r = chat(binary, ["/image " + os.path.join(fixtures, "models", "qwen35-dense", "image0.png"), "Hello!"])
+    check(f"{tag}: /image on a text model", r.returncode == 0 and "takes no images" in r.stderr, r.stderr)
+    vision = os.path.join(fixtures, "models", "qwen35-dense")
+    r = chat(binary, ["/image " + os.path.join(vision, "image0.png"), "What is it?", "And now?", "/image /nonexistent",
+                      "/reset", "Hi"], "--model", vision, "--show-prompt")
+    ps = prompts_of(r.stderr)
+    marker = "<|vision_start|><|image_pad|><|vision_end|>"
+    check(f"{tag}: /image attaches to the next message and stays in the history",
+          r.returncode == 0 and "image attached" in r.stderr and len(ps) == 3 and ps[0].count(marker) == 1
+          and ps[1].count(marker) == 1 and marker not in ps[2] and "/nonexistent" in r.stderr
+          and "Sanitizer" not in r.stderr, r.stderr)
 
 # the default model, from another working directory
 binary = binaries[0]
