@@ -1,4 +1,6 @@
 #include "engine_util.h"
+
+#include "engine/engine_internal.h"
 #include "model_util.h"
 
 #include <stdio.h>
@@ -86,6 +88,8 @@ bool test_engine_preemption_keeps_outputs(const char *model_dir, const int32_t *
         }
         loom_request *reqs[N] = {0};
         bool submitted = true;
+        /* together: all three start in the same step, however the threads run */
+        if (pass) lm_engine_hold(e, true);
         for (int i = 0; i < N && submitted; i++) {
             loom_request_params p;
             loom_request_params_default(&p);
@@ -97,6 +101,7 @@ bool test_engine_preemption_keeps_outputs(const char *model_dir, const int32_t *
             submitted = loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK;
             if (submitted && !pass) collect_all(reqs[i], &alone[i], 1);
         }
+        if (pass) lm_engine_hold(e, false);
         for (int i = 0; pass && submitted && i < N; i++) collect_all(reqs[i], &batched[i], 1);
         for (int i = 0; i < N; i++) loom_request_free(reqs[i]);
         loom_stats stats = wait_idle(e);

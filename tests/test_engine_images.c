@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_internal.h"
 #include "engine_util.h"
 #include "harness.h"
 #include "io/json_file.h"
@@ -162,10 +163,12 @@ static void test_batched_equals_alone(void *arg) {
         CHECK(e);
         loom_request *r[N] = {0};
         char error[256];
+        if (pass) lm_engine_hold(e, true); /* all four start together */
         for (int i = 0; i < N; i++) {
             CHECK_MSG(loom_submit(e, &params[i], &r[i], error, sizeof error) == LOOM_OK, "submit: %s", error);
             if (!pass) collect_all(r[i], &alone[i], 1);
         }
+        if (pass) lm_engine_hold(e, false);
         for (int i = 0; pass && i < N; i++) collect_all(r[i], &together[i], 1);
         for (int i = 0; i < N; i++) loom_request_free(r[i]);
         wait_idle(e);
@@ -198,12 +201,14 @@ static void test_preempted_equals_alone(void *arg) {
         CHECK(e);
         loom_request *r[N] = {0};
         char error[256];
+        if (pass) lm_engine_hold(e, true); /* all three start together: the pool must preempt */
         for (int i = 0; i < N; i++) {
             loom_request_params p = image_params(f, &image, i != 1, LONG_GEN);
             p.max_tokens = LONG_GEN - 4 * i; /* so they do not all end at once */
             CHECK_MSG(loom_submit(e, &p, &r[i], error, sizeof error) == LOOM_OK, "submit: %s", error);
             if (!pass) collect_all(r[i], &alone[i], 1);
         }
+        if (pass) lm_engine_hold(e, false);
         for (int i = 0; pass && i < N; i++) collect_all(r[i], &together[i], 1);
         for (int i = 0; i < N; i++) loom_request_free(r[i]);
         loom_stats s = wait_idle(e);

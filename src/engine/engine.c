@@ -470,12 +470,12 @@ static void *engine_main(void *arg) {
     loom_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mutex);
-        take_inbox(e);
+        if (!e->held) take_inbox(e);
         publish_stats(e);
-        while (!e->shutdown && e->n_inbox == 0 && e->running.n == 0 && e->waiting.n == 0 &&
-               !e->has_work) {
+        while (!e->shutdown && (e->held || (e->n_inbox == 0 && e->running.n == 0 &&
+                                            e->waiting.n == 0 && !e->has_work))) {
             pthread_cond_wait(&e->wake, &e->mutex);
-            take_inbox(e);
+            if (!e->held) take_inbox(e);
         }
         e->has_work = false;
         bool stopping = e->shutdown;
@@ -500,6 +500,13 @@ static void *engine_main(void *arg) {
     pthread_mutex_unlock(&e->mutex);
     while (e->waiting.n) finish(e, e->waiting.items[0], LOOM_FINISH_CANCELLED, -1, -1, NULL);
     return NULL;
+}
+
+void lm_engine_hold(loom_engine *e, bool held) {
+    pthread_mutex_lock(&e->mutex);
+    e->held = held;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->mutex);
 }
 
 /* ------------------------------------------------------------ public API */

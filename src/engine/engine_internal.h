@@ -37,6 +37,9 @@ typedef struct {
 typedef int (*lm_draft_override)(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt,
                                  int32_t *drafts, int k);
 void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ctx);
+/* Tests: while held, the engine thread neither takes submitted requests nor
+ * runs steps, so requests submitted meanwhile start together. */
+void lm_engine_hold(loom_engine *e, bool held);
 
 struct loom_engine {
     loom_engine_options options;
@@ -56,6 +59,7 @@ struct loom_engine {
     loom_request **inbox; /* submitted, not yet taken by the engine thread */
     int n_inbox;
     bool shutdown, has_work;
+    bool held; /* tests: the engine thread takes no request and runs no step */
     loom_stats stats;     /* published by the engine thread every step */
 
     /* engine thread */
