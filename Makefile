@@ -13,13 +13,13 @@ LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser -lm -pt
 SANFLAGS := -O1 -g -march=native -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer
 
-LIB_SRC  := $(sort $(wildcard src/base/*.c src/io/*.c src/text/*.c src/ops/*.c src/ops/host/*.c \
+LIB_SRC  := $(sort $(wildcard src/base/*.c src/io/*.c src/text/*.c src/ops/*.c src/ops/host/*.c src/ops/cuda/*.c \
                               src/ops/cpu/*.c src/ops/ref/*.c \
                               src/models/*.c src/engine/*.c src/server/*.c))
 # The backend layer alone (base + ops): `make ops-tests` builds and runs its
 # tests without the rest of the library, e.g. while models/engine move to a
 # new ops.h.
-OPS_LIB_SRC := $(sort $(wildcard src/base/*.c src/ops/*.c src/ops/host/*.c src/ops/cpu/*.c \
+OPS_LIB_SRC := $(sort $(wildcard src/base/*.c src/ops/*.c src/ops/host/*.c src/ops/cuda/*.c src/ops/cpu/*.c \
                                  src/ops/ref/*.c))
 OPS_TEST_NAMES := test_backend_ops test_gated_delta test_threadpool
 OPS_BENCH_NAMES := gdn matvec
@@ -31,6 +31,20 @@ FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 
+# The cuda backend (src/ops/cuda/*.cu) is built into the release tree when
+# nvcc is found (for Hopper: sm_90a); without it, or in the sanitizer and
+# fuzz trees, the build has the cpu and ref backends only.
+NVCC_PATH := $(shell command -v $(NVCC) 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC_PATH)))
+CUDA_SRC  := $(sort $(wildcard src/ops/cuda/*.cu))
+NVFLAGS   := -std=c++17 -O2 -g -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -MMD -MP \
+             -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -ldl -lrt -lstdc++
+ifneq ($(NVCC_PATH),)
+CUDA_ON   := 1
+endif
+cuda_obj = $(if $(2),$(patsubst %.cu,$(1)/obj/%.o,$(CUDA_SRC)))
+
 .SECONDARY:
 .PHONY: all test test-release run deps test-deps clean tests asan-tests benches fuzzers ops-tests
 all: $(BUILD)/loom
@@ -38,40 +52,43 @@ all: $(BUILD)/loom
 deps:
 	@tools/install-deps.sh
 
-define build_tree # $(1)=output dir, $(2)=extra flags, $(3)=compiler
+define build_tree # $(1)=output dir, $(2)=extra flags, $(3)=compiler, $(4)=1 with the cuda backend
 $(1)/obj/%.o: %.c
 	@mkdir -p $$(dir $$@)
-	$(3) $$(ALLFLAGS) $(2) -c $$< -o $$@
-$(1)/libloom.a: $$(call obj,$(1),$$(LIB_SRC))
+	$(3) $$(ALLFLAGS) $(2) $(if $(4),-DLOOM_HAVE_CUDA) -c $$< -o $$@
+$(1)/obj/%.o: %.cu
+	@mkdir -p $$(dir $$@)
+	$$(NVCC) $$(NVFLAGS) -c $$< -o $$@
+$(1)/libloom.a: $$(call obj,$(1),$$(LIB_SRC)) $$(call cuda_obj,$(1),$(4))
 	@rm -f $$@
 	ar rcs $$@ $$^
 $(1)/loom: $$(call obj,$(1),$$(CLI_SRC)) $(1)/libloom.a
-	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS) $(if $(4),$$(CUDA_LIBS))
 $(1)/tests/%: $(1)/obj/tests/%.o $$(call obj,$(1),$$(TEST_HELPER_SRC)) $(1)/libloom.a
 	@mkdir -p $$(dir $$@)
-	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
-$(1)/libloom-ops.a: $$(call obj,$(1),$$(OPS_LIB_SRC))
+	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS) $(if $(4),$$(CUDA_LIBS))
+$(1)/libloom-ops.a: $$(call obj,$(1),$$(OPS_LIB_SRC)) $$(call cuda_obj,$(1),$(4))
 	@rm -f $$@
 	ar rcs $$@ $$^
 $(1)/ops-tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/harness.o $(1)/libloom-ops.a
 	@mkdir -p $$(dir $$@)
-	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS) $(if $(4),$$(CUDA_LIBS))
 $(1)/ops-bench/%: $(1)/obj/bench/%.o $(1)/libloom-ops.a
 	@mkdir -p $$(dir $$@)
-	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS) $(if $(4),$$(CUDA_LIBS))
 $(1)/bench/%: $(1)/obj/bench/%.o $(1)/libloom.a
 	@mkdir -p $$(dir $$@)
-	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS)
+	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS) $(if $(4),$$(CUDA_LIBS))
 $(1)/fuzz/%: $(1)/obj/fuzz/%.o $(1)/libloom.a
 	@mkdir -p $$(dir $$@)
 	$(3) $$(ALLFLAGS) $(2) -fsanitize=fuzzer $$^ -o $$@ $$(LDLIBS)
 -include $$(shell find $(1)/obj -name '*.d' 2>/dev/null)
 endef
 
-$(eval $(call build_tree,$(BUILD),,$(CC)))
-$(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS),$(CC)))
+$(eval $(call build_tree,$(BUILD),,$(CC),$(CUDA_ON)))
+$(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS),$(CC),))
 # libFuzzer targets (fuzz/fuzz_*.c, each defining LLVMFuzzerTestOneInput) need clang.
-$(eval $(call build_tree,$(BUILD)/fuzz,$(SANFLAGS) -fsanitize=fuzzer-no-link,clang))
+$(eval $(call build_tree,$(BUILD)/fuzz,$(SANFLAGS) -fsanitize=fuzzer-no-link,clang,))
 
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 ASAN_TESTS := $(patsubst tests/%.c,$(BUILD)/asan/tests/%,$(TEST_SRC))

@@ -1,4 +1,6 @@
 /* Backends by name: one row of `kinds` per backend of this build. */
+#include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/backend_kinds.h"
@@ -20,14 +22,61 @@ typedef struct {
     int (*threads)(const lm_backend *be);
 } backend_kind;
 
+#ifdef LOOM_HAVE_CUDA
+/* n_threads means nothing on a GPU; device 0 (CUDA_VISIBLE_DEVICES picks).
+ * A build whose table still has holes is refused, naming them: the models
+ * call every op. */
+static lm_status create_cuda(int n_threads, lm_backend **out, lm_error *err) {
+    (void)n_threads;
+    char missing[512];
+    if (lm_backend_missing_ops(&lm_cuda_backend_ops, missing, sizeof missing) > 0)
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "the cuda backend of this build lacks: %s", missing);
+    return lm_backend_cuda_create(0, out, err);
+}
+#endif
+
 static const backend_kind kinds[] = {
     {"cpu", &lm_cpu_backend_ops, lm_backend_cpu_create, lm_cpu_backend_destroy,
      lm_cpu_backend_threads},
     {"ref", &lm_ref_backend_ops, create_ref, lm_ref_backend_destroy, one_thread},
+#ifdef LOOM_HAVE_CUDA
+    {"cuda", &lm_cuda_backend_ops, create_cuda, lm_cuda_backend_destroy, one_thread},
+#endif
 };
 #define N_KINDS (sizeof kinds / sizeof kinds[0])
 
+#ifdef LOOM_HAVE_CUDA
+const char *lm_backend_names(void) { return "cpu, ref, cuda"; }
+#else
 const char *lm_backend_names(void) { return "cpu, ref"; }
+#endif
+
+/* The names of the ops a table leaves NULL, comma-separated into buf;
+ * returns how many. */
+int lm_backend_missing_ops(const lm_backend_ops *ops, char *buf, size_t size) {
+#define OP(name) {#name, ops->name != NULL}
+    const struct {
+        const char *name;
+        bool present;
+    } all[] = {OP(alloc), OP(import_host), OP(free), OP(buffer_size), OP(upload), OP(download),
+               OP(copy), OP(fill), OP(synchronize), OP(matmul), OP(embed), OP(rmsnorm),
+               OP(gated_rmsnorm), OP(l2norm_scale), OP(rope), OP(silu_mul), OP(layernorm),
+               OP(gelu), OP(sigmoid_mul), OP(add), OP(copy_rows), OP(gather_rows),
+               OP(add_weighted_rows), OP(argmax_rows), OP(add_rows), OP(sigmoid_scale_rows),
+               OP(moe_route), OP(moe_experts), OP(kv_write), OP(attention), OP(gdn_gates),
+               OP(causal_conv1d_silu), OP(gated_delta_rule)};
+#undef OP
+    int n = 0;
+    size_t used = 0;
+    if (size) buf[0] = '\0';
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!all[i].present) {
+            int w = snprintf(buf + used, used < size ? size - used : 0, "%s%s", n ? ", " : "", all[i].name);
+            if (w > 0 && used + (size_t)w < size) used += (size_t)w;
+            n++;
+        }
+    return n;
+}
 
 lm_status lm_backend_create(const char *name, int n_threads, lm_backend **out, lm_error *err) {
     *out = NULL;

@@ -12,4 +12,14 @@ int lm_cpu_backend_threads(const lm_backend *be);
 extern const lm_backend_ops lm_ref_backend_ops;
 void lm_ref_backend_destroy(lm_backend *be);
 
+#ifdef LOOM_HAVE_CUDA
+extern const lm_backend_ops lm_cuda_backend_ops;
+lm_status lm_backend_cuda_create(int device, lm_backend **out, lm_error *err);
+void lm_cuda_backend_destroy(lm_backend *be);
+#endif
+
+/* The names of the ops a table leaves NULL, comma-separated into buf;
+ * returns how many (0: complete). */
+int lm_backend_missing_ops(const lm_backend_ops *ops, char *buf, size_t size);
+
 #endif

@@ -1,0 +1,145 @@
+// The cuda backend: device memory, the stream, and the table of ops.  The
+// kernels live in the other files of this folder.
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/cuda_state.h"
+
+static lm_cuda_state *state_of(lm_backend *be) { return (lm_cuda_state *)be->impl; }
+
+extern "C" void lm_cuda_note_error(lm_backend *be, cudaError_t e, const char *what) {
+    lm_cuda_state *s = state_of(be);
+    if (e != cudaSuccess && s->first_error == cudaSuccess) {
+        s->first_error = e;
+        snprintf(s->first_error_what, sizeof s->first_error_what, "%s", what);
+    }
+}
+
+static lm_status take_error(lm_backend *be, lm_error *err) {
+    lm_cuda_state *s = state_of(be);
+    cudaError_t e = s->first_error;
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e == cudaSuccess) return LM_OK;
+    lm_status st = lm_fail(err, e == cudaErrorMemoryAllocation ? LM_ERR_NOMEM : LM_ERR_INTERNAL,
+                           "cuda: %s%s%s", cudaGetErrorString(e), s->first_error_what[0] ? " in " : "",
+                           s->first_error_what);
+    s->first_error = cudaSuccess;
+    s->first_error_what[0] = '\0';
+    return st;
+}
+
+extern "C" lm_status lm_cuda_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out,
+                            lm_error *err) {
+    (void)be;
+    *out = NULL;
+    lm_buffer *b = (lm_buffer *)calloc(1, sizeof *b);
+    if (!b) return lm_fail(err, LM_ERR_NOMEM, "out of host memory for a buffer handle (%s)", what);
+    cudaError_t e = cudaMalloc(&b->device, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        free(b);
+        return lm_fail(err, LM_ERR_NOMEM, "cuda: cannot allocate %zu bytes of device memory for %s: %s",
+                       bytes, what, cudaGetErrorString(e));
+    }
+    b->size = bytes;
+    *out = b;
+    return LM_OK;
+}
+
+extern "C" lm_status lm_cuda_import(lm_backend *be, const void *data, size_t bytes, const char *what,
+                             lm_buffer **out, lm_error *err) {
+    lm_status st = lm_cuda_alloc(be, bytes, what, out, err);
+    if (st != LM_OK) return st;
+    cudaError_t e = bytes ? cudaMemcpy((*out)->device, data, bytes, cudaMemcpyHostToDevice) : cudaSuccess;
+    if (e != cudaSuccess) {
+        cudaFree((*out)->device);
+        free(*out);
+        *out = NULL;
+        return lm_fail(err, LM_ERR_INTERNAL, "cuda: uploading %s: %s", what, cudaGetErrorString(e));
+    }
+    return LM_OK;
+}
+
+extern "C" void lm_cuda_free(lm_backend *be, lm_buffer *b) {
+    (void)be;
+    if (!b) return;
+    cudaFree(b->device);
+    free(b);
+}
+
+extern "C" size_t lm_cuda_buffer_size(const lm_buffer *b) { return b->size; }
+
+extern "C" void lm_cuda_upload(lm_backend *be, lm_mem dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    // From pageable memory the copy is staged before it returns, so the
+    // caller may reuse src at once (ops.h).
+    lm_cuda_note_error(be, cudaMemcpyAsync(lm_cuda_ptr(dst), src, bytes, cudaMemcpyHostToDevice,
+                                           state_of(be)->stream), "upload");
+}
+
+extern "C" lm_status lm_cuda_download(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err) {
+    if (bytes)
+        lm_cuda_note_error(be, cudaMemcpyAsync(dst, lm_cuda_ptr(src), bytes, cudaMemcpyDeviceToHost,
+                                               state_of(be)->stream), "download");
+    lm_cuda_note_error(be, cudaStreamSynchronize(state_of(be)->stream), "download");
+    return take_error(be, err);
+}
+
+extern "C" void lm_cuda_copy(lm_backend *be, lm_mem dst, lm_mem src, size_t bytes) {
+    if (!bytes) return;
+    lm_cuda_note_error(be, cudaMemcpyAsync(lm_cuda_ptr(dst), lm_cuda_ptr(src), bytes,
+                                           cudaMemcpyDeviceToDevice, state_of(be)->stream), "copy");
+}
+
+extern "C" void lm_cuda_fill(lm_backend *be, lm_mem dst, uint8_t byte, size_t bytes) {
+    if (!bytes) return;
+    lm_cuda_note_error(be, cudaMemsetAsync(lm_cuda_ptr(dst), byte, bytes, state_of(be)->stream), "fill");
+}
+
+extern "C" lm_status lm_cuda_synchronize(lm_backend *be, lm_error *err) {
+    lm_cuda_note_error(be, cudaStreamSynchronize(state_of(be)->stream), "synchronize");
+    return take_error(be, err);
+}
+
+
+extern "C" lm_status lm_backend_cuda_create(int device, lm_backend **out, lm_error *err) {
+    *out = NULL;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "cuda: no GPU here (%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+    if (device < 0 || device >= count)
+        return lm_fail(err, LM_ERR_INVALID, "cuda: no device %d (this machine has %d)", device, count);
+    if ((e = cudaSetDevice(device)) != cudaSuccess)
+        return lm_fail(err, LM_ERR_INTERNAL, "cuda: device %d: %s", device, cudaGetErrorString(e));
+    lm_backend *be = (lm_backend *)calloc(1, sizeof *be);
+    lm_cuda_state *s = (lm_cuda_state *)calloc(1, sizeof *s);
+    if (!be || !s) {
+        free(be);
+        free(s);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    be->ops = &lm_cuda_backend_ops;
+    be->impl = s;
+    s->device = device;
+    lm_status st = lm_cuda_state_init(s, err);
+    if (st != LM_OK) {
+        lm_cuda_backend_destroy(be);
+        return st;
+    }
+    *out = be;
+    return LM_OK;
+}
+
+extern "C" void lm_cuda_backend_destroy(lm_backend *be) {
+    if (!be) return;
+    lm_cuda_state *s = state_of(be);
+    if (s) {
+        lm_cuda_state_free(s);
+        free(s);
+    }
+    free(be);
+}

@@ -1,0 +1,72 @@
+/* The cuda backend's private state and the kernels' entry points (one .cu
+ * file per group of ops).  Private to src/ops/cuda: models and the engine
+ * see only ops/ops.h.
+ *
+ * Memory is plain cudaMalloc (no managed memory); every op is queued on the
+ * backend's one stream; a kernel never fails (ops.h): launch errors are
+ * kept and reported by the next synchronize or download.  Activations are
+ * float32 as the interface says; the dense matmuls read bf16 weights with
+ * cuBLASLt (activations rounded to bf16 on the way in, float32 accumulate
+ * and output). */
+#ifndef LOOM_OPS_CUDA_CUDA_BACKEND_H
+#define LOOM_OPS_CUDA_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "ops/ops.h" /* C declarations, C linkage (lm_fail) also from the .cu files */
+
+struct lm_buffer {
+    void *device;  /* cudaMalloc'd, never NULL (1 byte for empty buffers) */
+    size_t size;
+};
+
+/* What the backend keeps between ops (lm_backend.impl). */
+typedef struct lm_cuda_state lm_cuda_state;
+
+lm_status lm_backend_cuda_create(int device, lm_backend **out, lm_error *err);
+void lm_cuda_backend_destroy(lm_backend *be);
+extern const lm_backend_ops lm_cuda_backend_ops;
+
+/* The device address of a view (no bounds check: ops.h's contract). */
+static inline void *lm_cuda_ptr(lm_mem m) { return (char *)m.buffer->device + m.offset; }
+static inline float *lm_cuda_f32(lm_mem m) { return (float *)lm_cuda_ptr(m); }
+static inline int32_t *lm_cuda_i32(lm_mem m) { return (int32_t *)lm_cuda_ptr(m); }
+
+/* ---- memory (backend.cu) ---- */
+lm_status lm_cuda_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out, lm_error *err);
+lm_status lm_cuda_import(lm_backend *be, const void *data, size_t bytes, const char *what,
+                         lm_buffer **out, lm_error *err);
+void lm_cuda_free(lm_backend *be, lm_buffer *b);
+size_t lm_cuda_buffer_size(const lm_buffer *b);
+void lm_cuda_upload(lm_backend *be, lm_mem dst, const void *src, size_t bytes);
+lm_status lm_cuda_download(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err);
+void lm_cuda_copy(lm_backend *be, lm_mem dst, lm_mem src, size_t bytes);
+void lm_cuda_fill(lm_backend *be, lm_mem dst, uint8_t byte, size_t bytes);
+lm_status lm_cuda_synchronize(lm_backend *be, lm_error *err);
+
+/* ---- the ops, by file ---- */
+/* elementwise.cu */
+void lm_cuda_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n);
+void lm_cuda_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n);
+void lm_cuda_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n);
+void lm_cuda_add_rows(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width);
+void lm_cuda_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width);
+void lm_cuda_gelu(lm_backend *be, lm_mem x, int64_t n, lm_gelu_kind kind);
+/* rows.cu */
+void lm_cuda_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src, int64_t src_stride,
+                       int rows, int width);
+void lm_cuda_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n, int width);
+void lm_cuda_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n);
+void lm_cuda_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
+
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,43 @@
+/* The cuda backend's state and the ops its .cu files implement (C++
+ * side; private to src/ops/cuda). */
+#ifndef LOOM_OPS_CUDA_CUDA_STATE_H
+#define LOOM_OPS_CUDA_CUDA_STATE_H
+
+#include <cuda_runtime.h>
+
+#include "ops/cuda/cuda_backend.h"
+
+struct lm_cuda_state {
+    int device;
+    cudaStream_t stream;
+    cudaError_t first_error;      /* the first error since the last synchronize */
+    char first_error_what[64];
+    void *blas;                   /* cublasLtHandle_t (matmul.cu) */
+    void *blas_workspace;         /* cuBLASLt's scratch */
+    size_t blas_workspace_bytes;
+    void *scratch;                /* bf16 copies of matmul inputs, grown on demand */
+    size_t scratch_bytes;
+};
+
+static inline lm_cuda_state *lm_cuda_state_of(lm_backend *be) { return (lm_cuda_state *)be->impl; }
+static inline cudaStream_t lm_cuda_stream(lm_backend *be) { return lm_cuda_state_of(be)->stream; }
+
+extern "C" {
+lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err);
+void lm_cuda_state_free(lm_cuda_state *s);
+/* Keeps the first error (reported by the next synchronize/download). */
+void lm_cuda_note_error(lm_backend *be, cudaError_t e, const char *what);
+}
+
+/* After a launch: a bad configuration shows here. */
+#define LM_CUDA_LAUNCHED(be, what) lm_cuda_note_error((be), cudaGetLastError(), (what))
+
+/* Grid of blocks of `threads` covering n items (at least one block). */
+static inline unsigned lm_cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 0x7fffffff) b = 0x7fffffff;
+    return (unsigned)b;
+}
+
+#endif

@@ -1,0 +1,91 @@
+// Moving rows, argmax and the embedding lookup.
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/cuda/cuda_state.h"
+
+#define THREADS 256
+
+__global__ static void copy_rows_kernel(float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                                        int width) {
+    int64_t r = blockIdx.x;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) dst[r * dst_stride + c] = src[r * src_stride + c];
+}
+void lm_cuda_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src, int64_t src_stride,
+                       int rows, int width) {
+    if (rows <= 0 || width <= 0) return;
+    copy_rows_kernel<<<rows, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(dst), dst_stride, lm_cuda_f32(src),
+                                                              src_stride, width);
+    LM_CUDA_LAUNCHED(be, "copy_rows");
+}
+
+__global__ static void gather_rows_kernel(float *dst, const float *src, const int32_t *ids, int width) {
+    int64_t r = blockIdx.x, from = ids[r];
+    for (int c = threadIdx.x; c < width; c += blockDim.x) dst[r * width + c] = src[from * width + c];
+}
+void lm_cuda_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n, int width) {
+    if (n <= 0 || width <= 0) return;
+    gather_rows_kernel<<<n, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(dst), lm_cuda_f32(src),
+                                                             lm_cuda_i32(row_ids), width);
+    LM_CUDA_LAUNCHED(be, "gather_rows");
+}
+
+// One block per row: each thread keeps its best (value, lowest index),
+// NaN never winning over a number; then a tree in shared memory.
+__device__ static bool better(float v, int i, float bv, int bi) {
+    if (isnan(v)) return false;
+    if (isnan(bv)) return true;
+    return v > bv || (v == bv && i < bi);
+}
+__global__ static void argmax_kernel(int32_t *ids, const float *x, int n) {
+    __shared__ float sv[THREADS];
+    __shared__ int si[THREADS];
+    const float *row = x + (int64_t)blockIdx.x * n;
+    float bv = NAN; /* nothing yet: every number beats it */
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (better(row[i], i, bv, bi)) {
+            bv = row[i];
+            bi = i;
+        }
+    sv[threadIdx.x] = bv;
+    si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int step = blockDim.x / 2; step > 0; step /= 2) {
+        if ((int)threadIdx.x < step) {
+            float ov = sv[threadIdx.x + step];
+            int oi = si[threadIdx.x + step];
+            if (better(ov, oi, sv[threadIdx.x], si[threadIdx.x])) {
+                sv[threadIdx.x] = ov;
+                si[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) ids[blockIdx.x] = isnan(sv[0]) ? 0 : si[0];
+}
+void lm_cuda_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) {
+    if (rows <= 0) return;
+    argmax_kernel<<<rows, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_i32(ids), lm_cuda_f32(x), n);
+    LM_CUDA_LAUNCHED(be, "argmax_rows");
+}
+
+__device__ static float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__global__ static void embed_kernel(float *out, const int32_t *ids, const void *table, int dtype, int64_t dim) {
+    int64_t r = blockIdx.x, id = ids[r];
+    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+        float v;
+        if (dtype == LM_DTYPE_BF16) v = bf16_to_f32(((const uint16_t *)table)[id * dim + c]);
+        else if (dtype == LM_DTYPE_F16) v = __half2float(((const __half *)table)[id * dim + c]);
+        else v = ((const float *)table)[id * dim + c];
+        out[r * dim + c] = v;
+    }
+}
+void lm_cuda_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table) {
+    if (n <= 0) return;
+    embed_kernel<<<n, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(out), lm_cuda_i32(ids),
+                                                       lm_cuda_ptr(table->data), (int)table->dtype, table->cols);
+    LM_CUDA_LAUNCHED(be, "embed");
+}

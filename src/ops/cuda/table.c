@@ -1,0 +1,32 @@
+/* The cuda backend's table of ops (C, for designated initializers in any
+ * order).  Built only with the cuda backend. */
+#ifdef LOOM_HAVE_CUDA
+#include "ops/cuda/cuda_backend.h"
+
+const lm_backend_ops lm_cuda_backend_ops = {
+    .name = "cuda",
+    .alloc = lm_cuda_alloc,
+    .import_host = lm_cuda_import,
+    .free = lm_cuda_free,
+    .buffer_size = lm_cuda_buffer_size,
+    .upload = lm_cuda_upload,
+    .download = lm_cuda_download,
+    .copy = lm_cuda_copy,
+    .fill = lm_cuda_fill,
+    .synchronize = lm_cuda_synchronize,
+    /* elementwise.cu */
+    .silu_mul = lm_cuda_silu_mul,
+    .sigmoid_mul = lm_cuda_sigmoid_mul,
+    .add = lm_cuda_add,
+    .add_rows = lm_cuda_add_rows,
+    .sigmoid_scale_rows = lm_cuda_sigmoid_scale_rows,
+    .gelu = lm_cuda_gelu,
+    /* rows.cu */
+    .copy_rows = lm_cuda_copy_rows,
+    .gather_rows = lm_cuda_gather_rows,
+    .argmax_rows = lm_cuda_argmax_rows,
+    .embed = lm_cuda_embed,
+};
+#else
+typedef int lm_cuda_table_unused; /* ISO C wants a declaration */
+#endif
