@@ -28,7 +28,8 @@ static void usage(FILE *f) {
             "  --prompt-tokens N    prompt length for prefill (default 256)\n"
             "  --gen-tokens N       tokens to decode (default 32)\n"
             "  --threads N          CPU threads (default: all cores)\n"
-            "  --backend NAME       cpu (default) or ref (the plain reference kernels)\n"
+            "  --backend NAME       cpu (default), ref (the plain reference kernels) or cuda\n"
+            "  --device NAME        the same (vLLM's spelling)\n"
             "  --mmap               map the checkpoint instead of reading it (with --model)\n"
             "  --bandwidth GBPS     skip the bandwidth measurement and use this figure\n"
             "  --seed N             random weights / prompt seed (default 1)\n"
@@ -354,7 +355,7 @@ int cmd_bench_main(int argc, char **argv) {
         {"model", required_argument, 0, 'm'},        {"config", required_argument, 0, 'c'},
         {"random-weights", no_argument, 0, 'r'},     {"prompt-tokens", required_argument, 0, 'p'},
         {"gen-tokens", required_argument, 0, 'g'},   {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'B'},
+        {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},
         {"mmap", no_argument, 0, 'M'},               {"bandwidth", required_argument, 0, 'b'},
         {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
         {"concurrency", required_argument, 0, 'C'},  {"requests", required_argument, 0, 'N'},

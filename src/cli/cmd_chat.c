@@ -48,7 +48,8 @@ static void usage(FILE *f) {
             "  --repetition-penalty R  (default 1.1; 1 = off)\n"
             "  --seed S                reproducible sampling\n"
             "  --threads N             CPU threads (default: all cores)\n"
-            "  --backend NAME          cpu (default) or ref (plain reference kernels)\n"
+            "  --backend NAME          cpu (default), ref (plain reference kernels) or cuda\n"
+            "  --device NAME           the same (vLLM's spelling)\n"
             "  --speculative-tokens K  draft K tokens per step with the MTP head (default 0)\n"
             "  --max-model-len N       context limit in tokens (default: the model's); the\n"
             "                          oldest exchanges are dropped to stay under it\n"
@@ -337,7 +338,7 @@ int cmd_chat_main(int argc, char **argv) {
         {"top-p", required_argument, 0, 'p'},          {"top-k", required_argument, 0, 'k'},
         {"repetition-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
         {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'B'},        {"speculative-tokens", required_argument, 0, 'D'},
+        {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},        {"speculative-tokens", required_argument, 0, 'D'},
         {"stats", no_argument, 0, 'S'},                {"show-prompt", no_argument, 0, 'P'},
         {"max-model-len", required_argument, 0, 'L'},  {"ignore-eos", no_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},

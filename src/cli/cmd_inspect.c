@@ -13,7 +13,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: loom inspect [--model DIR] [--mmap] [--mtp-norms auto|zero-centred|shifted]\n"
-               "                    [--backend cpu|ref]\n"
+               "                    [--backend|--device cpu|ref|cuda]\n"
                "Describes a Hugging Face checkpoint folder: architecture, shapes, dtypes,\n"
                "parameter count, and which tensors are missing or unused.\n");
 }
@@ -21,7 +21,7 @@ static void usage(FILE *f) {
 int cmd_inspect_main(int argc, char **argv) {
     static const struct option options[] = {
         {"model", required_argument, 0, 'm'}, {"mmap", no_argument, 0, 'M'},
-        {"mtp-norms", required_argument, 0, 'N'}, {"backend", required_argument, 0, 'B'},
+        {"mtp-norms", required_argument, 0, 'N'}, {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
     };
     const char *dir = NULL;

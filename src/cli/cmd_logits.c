@@ -32,7 +32,8 @@ static void usage(FILE *f) {
             "                  (position t, or the image prompt's position of row t;\n"
             "                  causal over rows 0..t of the head's own cache)\n"
             "  --threads N     CPU threads (default: all cores)\n"
-            "  --backend NAME  cpu (default) or ref (the plain reference kernels)\n"
+            "  --backend NAME  cpu (default), ref (the plain reference kernels) or cuda\n"
+            "  --device NAME   the same (vLLM's spelling)\n"
             "  --mmap          map the weights instead of reading them into memory\n"
             "  --mtp-norms M   MTP head norm weights: auto (detect), zero-centred, shifted\n");
 }
@@ -68,7 +69,7 @@ int cmd_logits_main(int argc, char **argv) {
         {"out", required_argument, 0, 'o'},   {"threads", required_argument, 0, 't'},
         {"mmap", no_argument, 0, 'M'},        {"help", no_argument, 0, 'h'},
         {"mtp-norms", required_argument, 0, 'N'},
-        {"mtp", no_argument, 0, 'P'},         {"backend", required_argument, 0, 'B'},
+        {"mtp", no_argument, 0, 'P'},         {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},
         {"prompt", required_argument, 0, 'p'}, {"image", required_argument, 0, 'G'},
         {"max-image-pixels", required_argument, 0, 'X'},
         {0, 0, 0, 0},

@@ -43,7 +43,8 @@ static void usage(FILE *f) {
             "  --ignore-eos            keep going after an end-of-sequence token\n"
             "  --print-ids             print generated ids (comma-separated) instead of text\n"
             "  --threads N             CPU threads (default: all cores)\n"
-            "  --backend NAME          cpu (default) or ref (plain reference kernels)\n"
+            "  --backend NAME          cpu (default), ref (plain reference kernels) or cuda\n"
+            "  --device NAME           the same (vLLM's spelling)\n"
             "  --max-batch-tokens N    token budget of one engine step (default 512)\n"
             "  --mmap                  map the weights instead of reading them into memory\n"
             "  --speculative-tokens K  draft K tokens per step with the MTP head (0-8, default 0);\n"
@@ -125,7 +126,7 @@ int cmd_run_main(int argc, char **argv) {
         {"min-p", required_argument, 0, 'q'},        {"repetition-penalty", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'},         {"ignore-eos", no_argument, 0, 'e'},
         {"print-ids", no_argument, 0, 'I'},          {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'B'},
+        {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},
         {"max-batch-tokens", required_argument, 0, 'b'}, {"mmap", no_argument, 0, 'M'},
         {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
         {"image", required_argument, 0, 'G'},        {"max-image-pixels", required_argument, 0, 'X'},

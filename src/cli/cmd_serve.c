@@ -50,7 +50,8 @@ static void usage(FILE *f) {
             "  --allowed-origins LIST   CORS: \"*\" or comma-separated origins allowed to call the\n"
             "                           API from a browser (default: none; OPTIONS gets 405)\n"
             "  --threads N              CPU threads (default: all cores)\n"
-            "  --backend NAME           cpu (default) or ref (plain reference kernels)\n"
+            "  --backend NAME           cpu (default), ref (plain reference kernels) or cuda\n"
+            "  --device NAME            the same (vLLM's spelling)\n"
             "  --speculative-tokens K   draft K tokens per step with the model's MTP head (0-8,\n"
             "                           default 0); requests may opt out with \"speculative\": false\n"
             "  --mtp-norms MODE         MTP head norm weights: auto (detect), zero-centred, shifted\n"
@@ -126,7 +127,7 @@ int cmd_serve_main(int argc, char **argv) {
         {"max-num-seqs", required_argument, 0, 'S'},   {"max-waiting", required_argument, 0, 'W'},
         {"kv-cache-tokens", required_argument, 0, 'K'}, {"max-body-bytes", required_argument, 0, 'B'},
         {"shutdown-grace-ms", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'E'},
+        {"backend", required_argument, 0, 'E'}, {"device", required_argument, 0, 'E'},
         {"api-key-file", required_argument, 0, 'F'},   {"max-connections", required_argument, 0, 'C'},
         {"timeout-keep-alive", required_argument, 0, 'A'}, {"timeout-header", required_argument, 0, 'T'},
         {"timeout-body", required_argument, 0, 'Y'},   {"allowed-origins", required_argument, 0, 'O'},
