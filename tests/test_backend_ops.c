@@ -278,7 +278,15 @@ static void test_backend_create_by_name(void) {
     lm_backend *be = NULL;
     CHECK(lm_backend_create("tpu", 1, &be, &err) == LM_ERR_INVALID && be == NULL);
     CHECK_MSG(strstr(err.message, lm_backend_names()) != NULL, "message: %s", err.message);
+#ifdef LOOM_HAVE_CUDA
+    CHECK(strcmp(lm_backend_names(), "cpu, ref, cuda") == 0);
+    /* a GPU-less machine or a table with holes: refused with a sentence */
+    lm_status cuda = lm_backend_create("cuda", 1, &be, &err);
+    if (cuda == LM_OK) lm_backend_destroy(be);
+    else CHECK_MSG(cuda == LM_ERR_UNSUPPORTED && be == NULL && strstr(err.message, "cuda"), "%s", err.message);
+#else
     CHECK(strcmp(lm_backend_names(), "cpu, ref") == 0);
+#endif
     CHECK_OK(lm_backend_create("cpu", 2, &be, &err), &err);
     int cpu_threads = lm_backend_threads(be);
     lm_backend_destroy(be);
