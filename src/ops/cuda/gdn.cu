@@ -10,14 +10,21 @@
 #define THREADS 256
 
 __device__ static float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// The gates are meant to give the host formula's exact bits (the model's
+// float32 expf/log1pf, which glibc rounds correctly in all but rare
+// cases); cuda's expf and log1pf may be 1-2 ulp off, so each step is done
+// in double and rounded once to float.  The gates are n·H values: cheap.
+__device__ static float expf_rounded(float x) { return (float)exp((double)x); }
+__device__ static float log1pf_rounded(float x) { return (float)log1p((double)x); }
 // torch's softplus (beta 1, threshold 20), as lm_ref_softplus.
-__device__ static float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ static float softplus_f(float x) { return x > 20.0f ? x : log1pf_rounded(expf_rounded(x)); }
 
 __global__ static void gdn_gates_kernel(float *beta, float *g, const float *neg_exp_A, const float *dt_bias,
                                         int64_t n, int H) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int h = (int)(i % H);
-        beta[i] = 1.0f / (1.0f + expf(-beta[i]));
+        beta[i] = 1.0f / (1.0f + expf_rounded(-beta[i]));
         g[i] = neg_exp_A[h] * softplus_f(g[i] + dt_bias[h]);
     }
 }
