@@ -63,6 +63,22 @@ void lm_cuda_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem sr
 void lm_cuda_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n, int width);
 void lm_cuda_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n);
 void lm_cuda_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
+/* attention.cu */
+void lm_cuda_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n, lm_mem slots);
+void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
+                       const lm_attention_batch *batch);
+/* gdn.cu */
+void lm_cuda_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H);
+void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
+                                lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs);
+void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
+                              lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
+                              int dk, int dv);
+/* moe.cu */
+void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
+                       const lm_moe_routing *routing);
+void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights, int top_k,
+                         const lm_moe_experts *experts, lm_mem scratch);
 
 
 #ifdef __cplusplus

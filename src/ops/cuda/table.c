@@ -26,6 +26,16 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .gather_rows = lm_cuda_gather_rows,
     .argmax_rows = lm_cuda_argmax_rows,
     .embed = lm_cuda_embed,
+    /* attention.cu */
+    .kv_write = lm_cuda_kv_write,
+    .attention = lm_cuda_attention,
+    /* gdn.cu */
+    .gdn_gates = lm_cuda_gdn_gates,
+    .causal_conv1d_silu = lm_cuda_causal_conv1d_silu,
+    .gated_delta_rule = lm_cuda_gated_delta_rule,
+    /* moe.cu */
+    .moe_route = lm_cuda_moe_route,
+    .moe_experts = lm_cuda_moe_experts,
 };
 #else
 typedef int lm_cuda_table_unused; /* ISO C wants a declaration */

@@ -1,0 +1,115 @@
+// Paged attention: kv_write into the pools, and attention over the paged
+// cache (ops.h).  A first version, float32 throughout: one block per
+// (token, query head), online softmax over tiles of keys.
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/cuda/cuda_state.h"
+
+#define KV_THREADS 256
+
+// Row t of k and v ([n, n_kv_heads * head_dim]) to pool slot slots[t].
+__global__ static void kv_write_kernel(float *k_pool, float *v_pool, const float *k, const float *v,
+                                       const int32_t *slots, int64_t row) {
+    int64_t t = blockIdx.x, slot = slots[t];
+    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
+        k_pool[slot * row + i] = k[t * row + i];
+        v_pool[slot * row + i] = v[t * row + i];
+    }
+}
+void lm_cuda_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n,
+                                 lm_mem slots) {
+    int64_t row = (int64_t)kv->n_kv_heads * kv->head_dim;
+    if (n <= 0 || row <= 0) return;
+    kv_write_kernel<<<n, KV_THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(kv->k), lm_cuda_f32(kv->v),
+                                                             lm_cuda_f32(k), lm_cuda_f32(v),
+                                                             lm_cuda_i32(slots), row);
+    LM_CUDA_LAUNCHED(be, "kv_write");
+}
+
+// Block (token t = blockIdx.x, query head h = blockIdx.y), ATT_THREADS
+// threads.  Each tile of ATT_TILE keys: every warp scores ATT_TILE / warps
+// keys (lanes over the head dims, a shuffle sum), then the running max and
+// sum are rescaled and each thread accumulates its output dims (d = tid,
+// tid + ATT_THREADS, ...: head_dim <= ATT_THREADS * ATT_DIMS) over the
+// tile's values, read straight from the pool.
+#define ATT_THREADS 128
+#define ATT_TILE 32
+#define ATT_DIMS 2 /* head_dim <= 256 */
+#define ATT_MAX_DIM (ATT_THREADS * ATT_DIMS)
+
+__global__ static void __launch_bounds__(ATT_THREADS)
+attention_kernel(float *out, const float *q, const float *k_pool, const float *v_pool, int block_size,
+                 const int32_t *token_seq, const int32_t *ctx_len, const int32_t *block_tables,
+                 int table_stride, int n_heads, int n_kv_heads, int D, float scale) {
+    __shared__ float qs[ATT_MAX_DIM];
+    __shared__ float score[ATT_TILE];
+    int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    int lane = tid & 31, warp = tid >> 5, warps = ATT_THREADS / 32;
+    int kvh = h / (n_heads / n_kv_heads);
+    int64_t kv_row = (int64_t)n_kv_heads * D;
+    const int32_t *table = block_tables + (int64_t)token_seq[t] * table_stride;
+    int len = ctx_len[t];
+    const float *qh = q + ((int64_t)t * n_heads + h) * D;
+    for (int d = tid; d < D; d += ATT_THREADS) qs[d] = qh[d];
+    __syncthreads();
+
+    float m = -INFINITY, l = 0.0f, acc[ATT_DIMS];
+    for (int i = 0; i < ATT_DIMS; i++) acc[i] = 0.0f;
+    for (int j0 = 0; j0 < len; j0 += ATT_TILE) {
+        int tile = len - j0 < ATT_TILE ? len - j0 : ATT_TILE;
+        for (int jj = warp; jj < tile; jj += warps) {
+            int j = j0 + jj;
+            int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
+            const float *kj = k_pool + slot * kv_row + (int64_t)kvh * D;
+            float dot = 0.0f;
+            for (int d = lane; d < D; d += 32) dot += qs[d] * kj[d];
+            for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            if (lane == 0) score[jj] = dot * scale;
+        }
+        __syncthreads();
+        // Every thread walks the tile's scores in the same order, so all
+        // hold the same m and l.
+        float tile_max = -INFINITY;
+        for (int jj = 0; jj < tile; jj++) tile_max = fmaxf(tile_max, score[jj]);
+        float new_m = fmaxf(m, tile_max);
+        float corr = m == -INFINITY ? 0.0f : expf(m - new_m);
+        l *= corr;
+        for (int i = 0; i < ATT_DIMS; i++) acc[i] *= corr;
+        for (int jj = 0; jj < tile; jj++) {
+            float p = new_m == -INFINITY ? 0.0f : expf(score[jj] - new_m);
+            l += p;
+            int j = j0 + jj;
+            int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
+            const float *vj = v_pool + slot * kv_row + (int64_t)kvh * D;
+            for (int i = 0; i < ATT_DIMS; i++) {
+                int d = tid + i * ATT_THREADS;
+                if (d < D) acc[i] += p * vj[d];
+            }
+        }
+        m = new_m;
+        __syncthreads(); /* the next tile overwrites score */
+    }
+    float *oh = out + ((int64_t)t * n_heads + h) * D;
+    for (int i = 0; i < ATT_DIMS; i++) {
+        int d = tid + i * ATT_THREADS;
+        if (d < D) oh[d] = acc[i] / l; /* len 0: 0/0, NaN, as the reference */
+    }
+}
+
+void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
+                                  const lm_attention_batch *b) {
+    if (b->n_tokens <= 0 || b->n_heads <= 0) return;
+    // head_dim > ATT_MAX_DIM is not supported by this version; the models
+    // use at most 256.  A launch with grid.y > 65535 heads fails loudly.
+    if (b->head_dim > ATT_MAX_DIM) {
+        lm_cuda_note_error(be, cudaErrorInvalidValue, "attention (head_dim > 256)");
+        return;
+    }
+    dim3 grid((unsigned)b->n_tokens, (unsigned)b->n_heads);
+    attention_kernel<<<grid, ATT_THREADS, 0, lm_cuda_stream(be)>>>(
+        lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(kv->k), lm_cuda_f32(kv->v), kv->block_size,
+        lm_cuda_i32(b->token_seq), lm_cuda_i32(b->ctx_len), lm_cuda_i32(b->block_tables),
+        b->table_stride, b->n_heads, b->n_kv_heads, b->head_dim, b->scale);
+    LM_CUDA_LAUNCHED(be, "attention");
+}

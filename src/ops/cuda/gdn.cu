@@ -1,0 +1,189 @@
+// Gated DeltaNet (model-spec §A.7): the gates, the causal depthwise conv
+// with its state window, and the gated delta rule in its recurrent form.
+// First versions, written to match the reference kernels' arithmetic
+// (double accumulators where they use them).
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/cuda/cuda_state.h"
+
+#define THREADS 256
+
+__device__ static float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// The gates are meant to give the host formula's exact bits (the model's
+// float32 expf/log1pf, which glibc rounds correctly in all but rare
+// cases); cuda's expf and log1pf may be 1-2 ulp off, so each step is done
+// in double and rounded once to float.  The gates are n·H values: cheap.
+__device__ static float expf_rounded(float x) { return (float)exp((double)x); }
+__device__ static float log1pf_rounded(float x) { return (float)log1p((double)x); }
+// torch's softplus (beta 1, threshold 20), as lm_ref_softplus.
+__device__ static float softplus_f(float x) { return x > 20.0f ? x : log1pf_rounded(expf_rounded(x)); }
+
+__global__ static void gdn_gates_kernel(float *beta, float *g, const float *neg_exp_A, const float *dt_bias,
+                                        int64_t n, int H) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int h = (int)(i % H);
+        beta[i] = 1.0f / (1.0f + expf_rounded(-beta[i]));
+        g[i] = neg_exp_A[h] * softplus_f(g[i] + dt_bias[h]);
+    }
+}
+void lm_cuda_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H) {
+    int64_t total = (int64_t)n * H;
+    if (total <= 0) return;
+    gdn_gates_kernel<<<lm_cuda_blocks(total, THREADS), THREADS, 0, lm_cuda_stream(be)>>>(
+        lm_cuda_f32(beta), lm_cuda_f32(g), lm_cuda_f32(neg_exp_A), lm_cuda_f32(dt_bias), total, H);
+    LM_CUDA_LAUNCHED(be, "gdn_gates");
+}
+
+// ---- causal conv1d + SiLU ----
+// Two kernels in stream order: the outputs (they read the old windows),
+// then the windows' update.  Thread = channel c; block y = a chunk of
+// CONV_ROWS rows of sequence blockIdx.z.
+#define CONV_ROWS 64
+
+__global__ static void conv1d_kernel(float *out, const float *in, int C, const float *weight, int K,
+                                     const float *states, int64_t slot_stride, const int32_t *first,
+                                     const int32_t *length, const int32_t *slot) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.z;
+    if (c >= C) return;
+    int T = length[s], t0 = blockIdx.y * CONV_ROWS, hist = K - 1;
+    if (t0 >= T) return;
+    int t1 = t0 + CONV_ROWS < T ? t0 + CONV_ROWS : T;
+    int64_t f = first[s];
+    const float *w = weight + (int64_t)c * K;
+    const float *st = states + (int64_t)slot[s] * slot_stride + (int64_t)c * hist;
+    for (int t = t0; t < t1; t++) {
+        // window = [x_{t-K+1} .. x_t]; indices < 0 come from the state
+        double acc = 0;
+        for (int j = 0; j < K; j++) {
+            int src = t - hist + j;
+            float xv = src >= 0 ? in[(f + src) * C + c] : st[hist + src];
+            acc += (double)w[j] * xv;
+        }
+        out[(f + t) * C + c] = silu_f((float)acc);
+    }
+}
+
+// The new window: the last K-1 inputs of [window ; rows].  Entry j comes
+// from index T + j >= j of that concatenation, so walking j upwards reads
+// every old entry before it is overwritten (as the reference).
+__global__ static void conv1d_state_kernel(const float *in, int C, int K, float *states, int64_t slot_stride,
+                                           const int32_t *first, const int32_t *length, const int32_t *slot) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
+    if (c >= C) return;
+    int T = length[s], hist = K - 1;
+    int64_t f = first[s];
+    float *st = states + (int64_t)slot[s] * slot_stride + (int64_t)c * hist;
+    for (int j = 0; j < hist; j++) {
+        int src = T + j;
+        st[j] = src < hist ? st[src] : in[(f + src - hist) * C + c];
+    }
+}
+
+void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
+                                lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs) {
+    if (seqs->n_seqs <= 0 || C <= 0 || K <= 0) return;
+    unsigned cblocks = lm_cuda_blocks(C, THREADS);
+    if (seqs->max_length > 0) {
+        dim3 grid(cblocks, lm_cuda_blocks(seqs->max_length, CONV_ROWS), (unsigned)seqs->n_seqs);
+        conv1d_kernel<<<grid, THREADS, 0, lm_cuda_stream(be)>>>(
+            lm_cuda_f32(out), lm_cuda_f32(in), C, lm_cuda_f32(weight), K, lm_cuda_f32(states), slot_stride,
+            lm_cuda_i32(seqs->first), lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot));
+        LM_CUDA_LAUNCHED(be, "causal_conv1d_silu");
+    }
+    if (K > 1) {
+        dim3 grid(cblocks, (unsigned)seqs->n_seqs);
+        conv1d_state_kernel<<<grid, THREADS, 0, lm_cuda_stream(be)>>>(
+            lm_cuda_f32(in), C, K, lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first),
+            lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot));
+        LM_CUDA_LAUNCHED(be, "causal_conv1d_silu (state)");
+    }
+}
+
+// ---- gated delta rule, recurrent ----
+// Block (value head hv = blockIdx.x, sequence blockIdx.y).  Column j of the
+// state evolves on its own (Sᵀk and Sᵀq read column j only), so thread j
+// (and j + blockDim, ...) runs each row's whole step for its columns, in
+// the reference's order of operations: decay, m = Sᵀk, mem = (v - m)·β,
+// S += k·mem, o = Sᵀq.  The state lives in shared memory when it fits
+// (copied in at the start, back at the end), else it is worked on in place
+// in global memory; q and k of the current row are staged in shared memory.
+#define GDN_THREADS 128
+#define GDN_SHARED_MAX (200 * 1024) /* Hopper allows up to 227 KB per block */
+
+__global__ static void __launch_bounds__(GDN_THREADS)
+gated_delta_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
+                   const float *beta, float *states, int64_t slot_stride, const int32_t *first,
+                   const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv,
+                   int state_in_shared) {
+    extern __shared__ float smem[];
+    float *qs = smem, *ks = smem + dk;
+    int hv = blockIdx.x, s = blockIdx.y, tid = threadIdx.x;
+    int hk = hv / (Hv / Hk);
+    int T = length[s];
+    int64_t f = first[s], size = (int64_t)dk * dv;
+    float *Sg = states + (int64_t)slot[s] * slot_stride + (int64_t)hv * size;
+    float *S = Sg;
+    if (state_in_shared) {
+        S = smem + 2 * dk;
+        for (int64_t i = tid; i < size; i += blockDim.x) S[i] = Sg[i];
+    }
+    for (int t = 0; t < T; t++) {
+        int64_t row = f + t;
+        __syncthreads(); /* the previous row is done with qs, ks (and S is loaded) */
+        for (int i = tid; i < dk; i += blockDim.x) {
+            qs[i] = q[(row * Hk + hk) * dk + i];
+            ks[i] = k[(row * Hk + hk) * dk + i];
+        }
+        __syncthreads();
+        float decay = expf(g[row * Hv + hv]);
+        float b = beta[row * Hv + hv];
+        const float *vt = v + (row * Hv + hv) * dv;
+        float *ot = out + (row * Hv + hv) * dv;
+        for (int j = tid; j < dv; j += blockDim.x) {
+            double m = 0;
+            for (int i = 0; i < dk; i++) {
+                float sij = S[(int64_t)i * dv + j] * decay;
+                S[(int64_t)i * dv + j] = sij;
+                m += (double)sij * ks[i];
+            }
+            double mem = ((double)vt[j] - m) * b;
+            double o = 0;
+            for (int i = 0; i < dk; i++) {
+                float sij = S[(int64_t)i * dv + j] + (float)(ks[i] * mem);
+                S[(int64_t)i * dv + j] = sij;
+                o += (double)sij * qs[i];
+            }
+            ot[j] = (float)o;
+        }
+    }
+    if (state_in_shared) {
+        __syncthreads();
+        for (int64_t i = tid; i < size; i += blockDim.x) Sg[i] = S[i];
+    }
+}
+
+void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
+                              lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
+                              int dk, int dv) {
+    if (seqs->n_seqs <= 0 || Hv <= 0 || dk <= 0 || dv <= 0) return;
+    size_t stage = sizeof(float) * 2 * (size_t)dk, state = sizeof(float) * (size_t)dk * (size_t)dv;
+    int in_shared = stage + state <= GDN_SHARED_MAX;
+    size_t shared = stage + (in_shared ? state : 0);
+    if (shared > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(gated_delta_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)shared);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* not sticky: fall back to the state in global memory */
+            in_shared = 0;
+            shared = stage;
+        }
+    }
+    dim3 grid((unsigned)Hv, (unsigned)seqs->n_seqs);
+    gated_delta_kernel<<<grid, GDN_THREADS, shared, lm_cuda_stream(be)>>>(
+        lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(k), lm_cuda_f32(v), lm_cuda_f32(g), lm_cuda_f32(beta),
+        lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first), lm_cuda_i32(seqs->length),
+        lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv, in_shared);
+    LM_CUDA_LAUNCHED(be, "gated_delta_rule");
+}

@@ -1,0 +1,356 @@
+// Mixture of experts (ops.h, model-spec §B.2, §E.2.4): routing, one block
+// per token, and the routed experts, first versions.
+//
+// moe_experts sorts the step's (token, slot) pairs by expert (a counting
+// sort on the device), then takes the sorted pairs in waves of
+// lm_moe_wave_rows: per wave one kernel computes silu(x·gateᵀ) ⊙ x·upᵀ and
+// one the down projection, each a grid of (row tile, expert) blocks, so an
+// expert's weight rows are read by one block for all of its pairs of the
+// wave (an untouched expert's blocks return at once).  Every pair's output
+// row has its own place; a last kernel sums each token's rows in slot
+// order with its weights, so the result depends on neither the order of
+// the sort nor the waves.  The experts' matrices go to the kernels by value
+// (a table of device pointers in the launch's parameters: up to 32 KB on
+// Hopper with CUDA >= 12.1).
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/cuda/cuda_state.h"
+
+#define MOE_MAX_EXPERTS 1024 /* as the reference (LM_MOE_MAX_EXPERTS) */
+
+// ---------------------------------------------------------------- routing
+
+#define ROUTE_THREADS 256
+
+// (v, i) beats (bv, bi): i is a candidate (>= 0) and either nothing is
+// held, or it is larger, or equal with the lower index.  Callers never
+// offer NaN.
+__device__ static bool route_better(float v, int i, float bv, int bi) {
+    return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
+}
+
+// The index of the largest c[i] with !taken[i] (the lowest on ties; -inf
+// counts, NaN never wins), or -1: lm_ref's best_untaken, over the block.
+// Every thread gets the answer.
+__device__ static int block_best_untaken(const float *c, const unsigned char *taken, int n, float *red_v,
+                                         int *red_i) {
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float bv = 0.0f;
+    int bi = -1;
+    for (int i = tid; i < n; i += blockDim.x)
+        if (!taken[i] && !isnan(c[i]) && (bi < 0 || c[i] > bv)) {
+            bv = c[i];
+            bi = i;
+        }
+    for (int off = 16; off > 0; off >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (route_better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    if (lane == 0) {
+        red_v[warp] = bv;
+        red_i[warp] = bi;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < (int)(blockDim.x / 32); w++)
+            if (route_better(red_v[w], red_i[w], red_v[0], red_i[0])) {
+                red_v[0] = red_v[w];
+                red_i[0] = red_i[w];
+            }
+    }
+    __syncthreads();
+    int best = red_i[0];
+    __syncthreads(); /* red_* may be reused at once */
+    return best;
+}
+
+__global__ static void __launch_bounds__(ROUTE_THREADS)
+moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float *bias, int E, int top_k,
+                 int sigmoid, int groups, int topk_group, int renormalize, float scale) {
+    __shared__ float s[MOE_MAX_EXPERTS], c[MOE_MAX_EXPERTS], group_score[MOE_MAX_EXPERTS];
+    __shared__ unsigned char taken[MOE_MAX_EXPERTS], keep[MOE_MAX_EXPERTS];
+    __shared__ float red_v[ROUTE_THREADS / 32];
+    __shared__ int red_i[ROUTE_THREADS / 32];
+    __shared__ float top_shared;
+    int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const float *l = logits + (int64_t)t * E;
+
+    if (!sigmoid) {
+        // max ignoring NaN (fmaxf, as the reference's comparison), then
+        // the sum in double in index order by one thread, as the reference
+        float top = -INFINITY;
+        for (int e = tid; e < E; e += blockDim.x) top = fmaxf(top, l[e]);
+        for (int off = 16; off > 0; off >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, off));
+        if (lane == 0) red_v[warp] = top;
+        __syncthreads();
+        if (tid == 0) {
+            float m = -INFINITY;
+            for (int w = 0; w < (int)(blockDim.x / 32); w++) m = fmaxf(m, red_v[w]);
+            top_shared = m;
+        }
+        __syncthreads();
+        top = top_shared;
+        for (int e = tid; e < E; e += blockDim.x) s[e] = expf(l[e] - top);
+        __syncthreads();
+        if (tid == 0) {
+            double sum = 0;
+            for (int e = 0; e < E; e++) sum += s[e];
+            for (int e = 0; e < E; e++) s[e] = (float)(s[e] / sum);
+        }
+        __syncthreads();
+    } else {
+        for (int e = tid; e < E; e += blockDim.x) s[e] = 1.0f / (1.0f + expf(-l[e]));
+        __syncthreads();
+    }
+    for (int e = tid; e < E; e += blockDim.x) {
+        c[e] = s[e] + (bias ? bias[e] : 0.0f);
+        taken[e] = 0;
+    }
+    __syncthreads();
+
+    if (groups > 1) {
+        for (int e = tid; e < E; e += blockDim.x) keep[e] = 0; /* experts past the last whole group too */
+        __syncthreads();
+        // each group scored by its two largest choices; the best
+        // topk_group groups stay, the rest leave the selection
+        int per_group = E / groups;
+        for (int g = tid; g < groups; g += blockDim.x) {
+            const float *cg = c + g * per_group;
+            int a = -1, b = -1;
+            for (int i = 0; i < per_group; i++)
+                if (!isnan(cg[i]) && (a < 0 || cg[i] > cg[a])) a = i;
+            for (int i = 0; i < per_group; i++)
+                if (i != a && !isnan(cg[i]) && (b < 0 || cg[i] > cg[b])) b = i;
+            group_score[g] = (a >= 0 ? cg[a] : -INFINITY) + (b >= 0 ? cg[b] : 0.0f);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            for (int kept = 0; kept < topk_group && kept < groups; kept++) {
+                int best = -1;
+                for (int g = 0; g < groups; g++)
+                    if (!keep[g] && !isnan(group_score[g]) && (best < 0 || group_score[g] > group_score[best]))
+                        best = g;
+                if (best < 0) break;
+                keep[best] = 1;
+            }
+        }
+        __syncthreads();
+        for (int e = tid; e < E; e += blockDim.x)
+            if (!keep[e / per_group]) c[e] = -INFINITY;
+        __syncthreads();
+    }
+
+    int32_t *ids_t = ids + (int64_t)t * top_k;
+    float *w_t = weights + (int64_t)t * top_k;
+    for (int j = 0; j < top_k; j++) {
+        int e = block_best_untaken(c, taken, E, red_v, red_i);
+        if (tid == 0) {
+            if (e < 0) e = 0; /* only NaN left: any valid id */
+            taken[e] = 1;
+            ids_t[j] = e;
+            w_t[j] = s[e];
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        double sum = 0;
+        for (int j = 0; j < top_k; j++) sum += w_t[j];
+        for (int j = 0; j < top_k; j++) {
+            float w = w_t[j];
+            if (renormalize) w = (float)(w / (sum + 1e-20));
+            w_t[j] = w * scale;
+        }
+    }
+}
+
+void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
+                       const lm_moe_routing *r) {
+    if (n <= 0 || r->top_k <= 0) return;
+    if (r->n_experts > MOE_MAX_EXPERTS || r->n_experts <= 0) {
+        lm_cuda_note_error(be, cudaErrorInvalidValue, "moe_route (more than 1024 experts)");
+        return;
+    }
+    int groups = r->n_group > 1 ? r->n_group : 1;
+    const float *bias = r->correction_bias.buffer ? lm_cuda_f32(r->correction_bias) : NULL;
+    moe_route_kernel<<<n, ROUTE_THREADS, 0, lm_cuda_stream(be)>>>(
+        lm_cuda_i32(ids), lm_cuda_f32(weights), lm_cuda_f32(logits), bias, r->n_experts, r->top_k,
+        r->scoring == LM_MOE_SIGMOID, groups, r->topk_group, r->renormalize, r->scale);
+    LM_CUDA_LAUNCHED(be, "moe_route");
+}
+
+// ---------------------------------------------------------------- experts
+
+#define SORT_THREADS 1024
+
+// Counting sort of the pairs p < pairs by expert ids[p]: start[e] ..
+// start[e + 1] of order are expert e's pairs (in no particular order).
+__global__ static void __launch_bounds__(SORT_THREADS)
+moe_sort_kernel(int32_t *order, int32_t *start, const int32_t *ids, int pairs, int E) {
+    __shared__ int count[MOE_MAX_EXPERTS], next[MOE_MAX_EXPERTS];
+    int tid = threadIdx.x;
+    for (int e = tid; e < E; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int p = tid; p < pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
+    __syncthreads();
+    if (tid == 0) {
+        int at = 0;
+        for (int e = 0; e < E; e++) {
+            start[e] = at;
+            next[e] = at;
+            at += count[e];
+        }
+        start[E] = at;
+    }
+    __syncthreads();
+    for (int p = tid; p < pairs; p += blockDim.x) order[atomicAdd(&next[ids[p]], 1)] = p;
+}
+
+__device__ static float weight_at(const void *w, int dtype, int64_t i) {
+    if (dtype == LM_DTYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)w)[i] << 16);
+    if (dtype == LM_DTYPE_F16) return __half2float(((const __half *)w)[i]);
+    return ((const float *)w)[i];
+}
+
+// The experts' matrices of one kernel (KINDS of them: gate and up, or
+// down), by expert; MAXE the capacity (the launch passes it by value).
+template <int MAXE, int KINDS> struct expert_mats {
+    const void *w[KINDS][MAXE];
+    unsigned char dtype[KINDS][MAXE];
+};
+
+#define MOE_THREADS 256
+#define MOE_WARPS (MOE_THREADS / 32) /* one output row per warp */
+
+__device__ static float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// Block (row tile, expert e = blockIdx.y); warp = row r of gate[e] and
+// up[e].  For each of e's pairs at sorted places [w0, w1):
+// act[(place - w0), r] = silu(x_t · gate[e][r]) · (x_t · up[e][r]).
+template <int MAXE>
+__global__ static void __launch_bounds__(MOE_THREADS)
+moe_gate_up_kernel(float *act, const float *x, const int32_t *order, const int32_t *start, int top_k,
+                   int H, int I, int w0, int w1, const __grid_constant__ expert_mats<MAXE, 2> m) {
+    int e = blockIdx.y, lane = threadIdx.x & 31;
+    int r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
+    int lo = max(start[e], w0), hi = min(start[e + 1], w1);
+    if (lo >= hi || r >= I) return;
+    const void *gw = m.w[0][e], *uw = m.w[1][e];
+    int gd = m.dtype[0][e], ud = m.dtype[1][e];
+    int64_t row = (int64_t)r * H;
+    for (int q = lo; q < hi; q++) {
+        const float *xt = x + (int64_t)(order[q] / top_k) * H;
+        float g = 0.0f, u = 0.0f;
+        for (int i = lane; i < H; i += 32) {
+            float xv = xt[i];
+            g += weight_at(gw, gd, row + i) * xv;
+            u += weight_at(uw, ud, row + i) * xv;
+        }
+        g = warp_sum(g);
+        u = warp_sum(u);
+        if (lane == 0) act[(int64_t)(q - w0) * I + r] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+// Block (row tile, expert e); warp = row r of down[e] ([H, I]):
+// y[pair, r] = act[(place - w0)] · down[e][r] for e's pairs at [w0, w1).
+template <int MAXE>
+__global__ static void __launch_bounds__(MOE_THREADS)
+moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t *start, int H, int I, int w0,
+                int w1, const __grid_constant__ expert_mats<MAXE, 1> m) {
+    int e = blockIdx.y, lane = threadIdx.x & 31;
+    int r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
+    int lo = max(start[e], w0), hi = min(start[e + 1], w1);
+    if (lo >= hi || r >= H) return;
+    const void *dw = m.w[0][e];
+    int dd = m.dtype[0][e];
+    int64_t row = (int64_t)r * I;
+    for (int q = lo; q < hi; q++) {
+        const float *a = act + (int64_t)(q - w0) * I;
+        float acc = 0.0f;
+        for (int i = lane; i < I; i += 32) acc += weight_at(dw, dd, row + i) * a[i];
+        acc = warp_sum(acc);
+        if (lane == 0) y[(int64_t)order[q] * H + r] = acc;
+    }
+}
+
+// out[t] = Σ_j weights[t, j] · y[t·top_k + j], in j order.
+__global__ static void moe_combine_kernel(float *out, const float *y, const float *weights, int top_k, int H) {
+    int64_t t = blockIdx.x;
+    for (int c = threadIdx.x; c < H; c += blockDim.x) {
+        float o = 0.0f;
+        for (int j = 0; j < top_k; j++) {
+            int64_t p = t * top_k + j;
+            o += weights[p] * y[p * H + c];
+        }
+        out[t * H + c] = o;
+    }
+}
+
+template <int MAXE>
+static void run_experts(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
+                        const int32_t *start, int pairs, int wave, int top_k, const lm_moe_experts *ex) {
+    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
+    expert_mats<MAXE, 2> gu;
+    expert_mats<MAXE, 1> dn;
+    for (int e = 0; e < E; e++) {
+        gu.w[0][e] = lm_cuda_ptr(ex->gate[e].data);
+        gu.dtype[0][e] = (unsigned char)ex->gate[e].dtype;
+        gu.w[1][e] = lm_cuda_ptr(ex->up[e].data);
+        gu.dtype[1][e] = (unsigned char)ex->up[e].dtype;
+        dn.w[0][e] = lm_cuda_ptr(ex->down[e].data);
+        dn.dtype[0][e] = (unsigned char)ex->down[e].dtype;
+    }
+    cudaStream_t st = lm_cuda_stream(be);
+    for (int w0 = 0; w0 < pairs; w0 += wave) {
+        int w1 = w0 + wave < pairs ? w0 + wave : pairs;
+        moe_gate_up_kernel<MAXE><<<dim3(lm_cuda_blocks(I, MOE_WARPS), (unsigned)E), MOE_THREADS, 0, st>>>(
+            act, x, order, start, top_k, H, I, w0, w1, gu);
+        LM_CUDA_LAUNCHED(be, "moe_experts (gate, up)");
+        moe_down_kernel<MAXE><<<dim3(lm_cuda_blocks(H, MOE_WARPS), (unsigned)E), MOE_THREADS, 0, st>>>(
+            y, act, order, start, H, I, w0, w1, dn);
+        LM_CUDA_LAUNCHED(be, "moe_experts (down)");
+    }
+}
+
+void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights, int top_k,
+                         const lm_moe_experts *ex, lm_mem scratch) {
+    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
+    if (n <= 0 || H <= 0) return;
+    cudaStream_t st = lm_cuda_stream(be);
+    if (top_k <= 0 || E <= 0 || I <= 0) { /* an empty sum */
+        lm_cuda_note_error(be, cudaMemsetAsync(lm_cuda_ptr(out), 0, sizeof(float) * (size_t)n * H, st),
+                           "moe_experts");
+        return;
+    }
+    if (E > MOE_MAX_EXPERTS) {
+        lm_cuda_note_error(be, cudaErrorInvalidValue, "moe_experts (more than 1024 experts)");
+        return;
+    }
+    // scratch (ops.h's lm_moe_scratch_bytes): the SwiGLU rows of a wave
+    // [wave, I] within the wave's [wave, 2I + H] | per-pair outputs
+    // [pairs, H] | pair order [pairs] | expert starts [E + 1]
+    size_t pairs = (size_t)n * (size_t)top_k, wave = lm_moe_wave_rows(n, top_k);
+    float *act = lm_cuda_f32(scratch);
+    float *y = act + wave * (2 * (size_t)I + (size_t)H);
+    int32_t *order = (int32_t *)(y + pairs * (size_t)H), *start = order + pairs;
+    moe_sort_kernel<<<1, SORT_THREADS, 0, st>>>(order, start, lm_cuda_i32(ids), (int)pairs, E);
+    LM_CUDA_LAUNCHED(be, "moe_experts (sort)");
+    if (E <= 64)
+        run_experts<64>(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k, ex);
+    else if (E <= 256)
+        run_experts<256>(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k, ex);
+    else
+        run_experts<MOE_MAX_EXPERTS>(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k,
+                                     ex);
+    moe_combine_kernel<<<n, MOE_THREADS, 0, st>>>(lm_cuda_f32(out), y, lm_cuda_f32(weights), top_k, H);
+    LM_CUDA_LAUNCHED(be, "moe_experts (combine)");
+}
