@@ -15,6 +15,13 @@
  * widths (hidden 1024-4096, head_dim 256 and 128, linear heads 16 key /
  * 32 value of 128) with a few rows each; odd sizes around vector widths.
  *
+ * The cuda backend (builds with LOOM_HAVE_CUDA) runs every check too when
+ * a GPU is present: skipped with one line without one, and per op while its
+ * table still has holes (NEED).  Its float32 kernels meet TOLERANCE; its
+ * matmul rounds activations to 16 bits, so matmul and moe_experts over
+ * bf16/f16 weights are measured by ‖got − want‖ / ‖want‖ < BF16_TOLERANCE.
+ * It is a bitwise family of its own.
+ *
  * Adding a backend is one line of `backend_list`. */
 #include <math.h>
 #include <stdarg.h>
