@@ -80,6 +80,23 @@ void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits
 void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights, int top_k,
                          const lm_moe_experts *experts, lm_mem scratch);
 
+/* ---- cuda-a: matmul, norms, rotary, weighted rows ---- */
+/* matmul.cu */
+void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
+/* norms.cu */
+void lm_cuda_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim, float eps);
+void lm_cuda_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows, int dim,
+                           float eps);
+void lm_cuda_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale);
+void lm_cuda_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias, int rows, int dim,
+                       float eps);
+void lm_cuda_add_weighted_rows(lm_backend *be, lm_mem x, const lm_matrix *table, lm_mem ids, lm_mem weights,
+                               int n, int taps);
+/* rope.cu */
+void lm_cuda_rope(lm_backend *be, lm_mem x, int n, int n_heads, int head_dim, lm_mem positions,
+                  const lm_rope_params *rope);
+/* ---- end cuda-a ---- */
+
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,10 @@ lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err);
 void lm_cuda_state_free(lm_cuda_state *s);
 /* Keeps the first error (reported by the next synchronize/download). */
 void lm_cuda_note_error(lm_backend *be, cudaError_t e, const char *what);
+/* ---- cuda-a: the cuBLASLt handle and workspace (matmul.cu) ---- */
+lm_status lm_cuda_blas_init(lm_cuda_state *s, lm_error *err);
+void lm_cuda_blas_free(lm_cuda_state *s); /* the handle; state_free frees the memory */
+/* ---- end cuda-a ---- */
 }
 
 /* After a launch: a bad configuration shows here. */

@@ -36,6 +36,15 @@ const lm_backend_ops lm_cuda_backend_ops = {
     /* moe.cu */
     .moe_route = lm_cuda_moe_route,
     .moe_experts = lm_cuda_moe_experts,
+    /* ---- cuda-a: matmul.cu, norms.cu, rope.cu ---- */
+    .matmul = lm_cuda_matmul,
+    .rmsnorm = lm_cuda_rmsnorm,
+    .gated_rmsnorm = lm_cuda_gated_rmsnorm,
+    .l2norm_scale = lm_cuda_l2norm_scale,
+    .layernorm = lm_cuda_layernorm,
+    .add_weighted_rows = lm_cuda_add_weighted_rows,
+    .rope = lm_cuda_rope,
+    /* ---- end cuda-a ---- */
 };
 #else
 typedef int lm_cuda_table_unused; /* ISO C wants a declaration */

@@ -1,0 +1,150 @@
+// Row norms (rmsnorm, gated_rmsnorm, l2norm_scale, layernorm) and
+// add_weighted_rows.  One block per row; the row's sums are float32 per
+// thread, then a warp-shuffle and shared-memory tree (the reference sums in
+// float64 in index order: the results agree to float32 rounding, not bit
+// for bit).
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/cuda/cuda_state.h"
+
+#define THREADS 256
+
+// The sum of every thread's v, returned to all threads of the block
+// (blockDim.x a multiple of 32, at most 1024).
+__device__ static float block_sum(float v) {
+    __shared__ float partial[32];
+    __shared__ float total;
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f;
+        for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0) total = v;
+    }
+    __syncthreads();
+    float t = total;
+    __syncthreads(); // partial and total may be reused by the next call
+    return t;
+}
+
+__device__ static float sum_squares(const float *x, int dim) {
+    float ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += x[i] * x[i];
+    return block_sum(ss);
+}
+
+__device__ static float silu(float z) { return z / (1.0f + expf(-z)); }
+
+// rmsnorm, and with z the gated one: out = x · inv · w (· silu(z)).  out
+// may alias x: each element is read (for the sum) before any is written,
+// and the writing pass reads only its own element.
+__global__ static void rmsnorm_kernel(float *out, const float *x, const float *z, const float *w, int dim,
+                                      float eps) {
+    int64_t r = blockIdx.x;
+    const float *xr = x + r * dim;
+    float *yr = out + r * dim;
+    float inv = 1.0f / sqrtf(sum_squares(xr, dim) / (float)dim + eps);
+    if (z) {
+        const float *zr = z + r * dim;
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i] * silu(zr[i]);
+    } else {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+    }
+}
+
+// Threads per row block: enough for wide rows, no idle warps for narrow ones.
+static int threads_for(int dim) {
+    if (dim >= 4096) return 1024;
+    if (dim >= 1024) return 512;
+    if (dim >= 256) return THREADS;
+    return dim > 64 ? 128 : 64; // at least two warps: block_sum wants a multiple of 32
+}
+
+extern "C" void lm_cuda_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim,
+                                float eps) {
+    if (rows <= 0 || dim <= 0) return;
+    rmsnorm_kernel<<<rows, threads_for(dim), 0, lm_cuda_stream(be)>>>(lm_cuda_f32(out), lm_cuda_f32(x), NULL,
+                                                                     lm_cuda_f32(weight), dim, eps);
+    LM_CUDA_LAUNCHED(be, "rmsnorm");
+}
+
+extern "C" void lm_cuda_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows,
+                                      int dim, float eps) {
+    if (rows <= 0 || dim <= 0) return;
+    rmsnorm_kernel<<<rows, threads_for(dim), 0, lm_cuda_stream(be)>>>(
+        lm_cuda_f32(out), lm_cuda_f32(x), lm_cuda_f32(z), lm_cuda_f32(weight), dim, eps);
+    LM_CUDA_LAUNCHED(be, "gated_rmsnorm");
+}
+
+__global__ static void l2norm_scale_kernel(float *x, int dim, float eps, float scale) {
+    float *xr = x + (int64_t)blockIdx.x * dim;
+    float f = 1.0f / sqrtf(sum_squares(xr, dim) + eps) * scale;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] *= f;
+}
+
+extern "C" void lm_cuda_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale) {
+    if (rows <= 0 || dim <= 0) return;
+    l2norm_scale_kernel<<<rows, threads_for(dim), 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), dim, eps, scale);
+    LM_CUDA_LAUNCHED(be, "l2norm_scale");
+}
+
+// Two passes over the row (the mean, then the squares about it): no
+// cancellation when the mean is far from 0.  Biased variance.
+__global__ static void layernorm_kernel(float *out, const float *x, const float *w, const float *b, int dim,
+                                        float eps) {
+    int64_t r = blockIdx.x;
+    const float *xr = x + r * dim;
+    float *yr = out + r * dim;
+    float s = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+    float mean = block_sum(s) / (float)dim;
+    float ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float d = xr[i] - mean;
+        ss += d * d;
+    }
+    float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+}
+
+extern "C" void lm_cuda_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias, int rows,
+                                  int dim, float eps) {
+    if (rows <= 0 || dim <= 0) return;
+    layernorm_kernel<<<rows, threads_for(dim), 0, lm_cuda_stream(be)>>>(
+        lm_cuda_f32(out), lm_cuda_f32(x), lm_cuda_f32(weight), lm_cuda_f32(bias), dim, eps);
+    LM_CUDA_LAUNCHED(be, "layernorm");
+}
+
+// ---- add_weighted_rows: x row i += Σ_k weights[i, k] · table row ids[i, k] ----
+
+__device__ static float table_at(const void *t, int dtype, int64_t i) {
+    if (dtype == LM_DTYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)t)[i] << 16);
+    if (dtype == LM_DTYPE_F16) return __half2float(((const __half *)t)[i]);
+    return ((const float *)t)[i];
+}
+
+// One block per row of x; the sum over taps in k order, float32.
+__global__ static void add_weighted_rows_kernel(float *x, const void *table, int dtype, int64_t width,
+                                                const int32_t *ids, const float *weights, int taps) {
+    int64_t i = blockIdx.x;
+    const int32_t *id = ids + i * taps;
+    const float *wt = weights + i * taps;
+    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+        float acc = 0;
+        for (int k = 0; k < taps; k++) acc += wt[k] * table_at(table, dtype, (int64_t)id[k] * width + c);
+        x[i * width + c] += acc;
+    }
+}
+
+extern "C" void lm_cuda_add_weighted_rows(lm_backend *be, lm_mem x, const lm_matrix *table, lm_mem ids,
+                                          lm_mem weights, int n, int taps) {
+    if (n <= 0 || taps <= 0 || table->cols <= 0) return; // no taps: nothing added
+    add_weighted_rows_kernel<<<n, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), lm_cuda_ptr(table->data),
+                                                                   (int)table->dtype, table->cols,
+                                                                   lm_cuda_i32(ids), lm_cuda_f32(weights), taps);
+    LM_CUDA_LAUNCHED(be, "add_weighted_rows");
+}
