@@ -126,9 +126,13 @@ static void backends_need(backends *b, const char *op, size_t offset) {
 #define NEED(bs, op) backends_need(&(bs), #op, offsetof(lm_backend_ops, op))
 
 /* Whether backend b rounds matmul activations to 16 bits for weights of
- * `dtype` (then its error is measured by rel_l2_error, BF16_TOLERANCE). */
+ * `dtype` (then its error is measured by rel_l2_error, BF16_TOLERANCE):
+ * cuda through cuBLASLt (LOOM_CUDA_MATMUL=cublaslt); its default float32
+ * kernel meets the float32 tolerance. */
 static bool rounds_activations(const backends *bs, int b, lm_dtype dtype) {
-    return strcmp(bs->family[b], "cuda") == 0 && dtype != LM_DTYPE_F32;
+    const char *mode = getenv("LOOM_CUDA_MATMUL");
+    return strcmp(bs->family[b], "cuda") == 0 && dtype != LM_DTYPE_F32 && mode &&
+           strcmp(mode, "cublaslt") == 0;
 }
 
 /* ------------------------------------------------------------ verdicts */

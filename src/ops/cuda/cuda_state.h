@@ -4,6 +4,7 @@
 #define LOOM_OPS_CUDA_CUDA_STATE_H
 
 #include <cuda_runtime.h>
+#include <stdbool.h>
 
 #include "ops/cuda/cuda_backend.h"
 
@@ -13,6 +14,11 @@ struct lm_cuda_state {
     cudaError_t first_error;      /* the first error since the last synchronize */
     char first_error_what[64];
     void *blas;                   /* cublasLtHandle_t (matmul.cu) */
+    /* matmul through cuBLASLt with the activations rounded to 16 bits
+     * (fast, not batch-invariant: its algorithm depends on n) instead of
+     * the float32 kernel (exact, the same bits for a row whatever the
+     * batch); LOOM_CUDA_MATMUL=cublaslt at creation, for measurements. */
+    bool blas_matmul;
     void *blas_workspace;         /* cuBLASLt's scratch */
     size_t blas_workspace_bytes;
     void *scratch;                /* bf16 copies of matmul inputs, grown on demand */

@@ -16,12 +16,22 @@
 // plain float32 kernel computes the product instead: a kernel never fails
 // (ops.h).
 //
+// Which runs: the float32 kernel by default — float32 activations times the
+// stored weights, float32 accumulation in a fixed order per output, so the
+// golden tests hold at float32 tolerance and a row's result does not
+// depend on the batch (batched == alone, bit for bit, as on the cpu).
+// cuBLASLt (LOOM_CUDA_MATMUL=cublaslt when the backend is made) rounds the
+// activations to 16 bits and picks its algorithm by shape, so it is faster
+// and neither.  A tensor-core kernel that is both is the next step.
+//
 // Later: the heuristic query runs on every call (some microseconds); a small
 // cache by (dtype, m, n, k, alignments) would remove it.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ops/cuda/cuda_state.h"
 
@@ -162,6 +172,10 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
                                                lm_cuda_stream(be)), "matmul");
         return;
     }
+    if (!lm_cuda_state_of(be)->blas_matmul) {
+        matmul_simple(be, y, x, n, w);
+        return;
+    }
     if (w->dtype == LM_DTYPE_F32) {
         if (!matmul_lt(be, lm_cuda_f32(y), lm_cuda_ptr(w->data), lm_cuda_ptr(x), CUDA_R_32F, rows, n, cols))
             matmul_simple(be, y, x, n, w);
@@ -203,6 +217,8 @@ extern "C" lm_status lm_cuda_blas_init(lm_cuda_state *s, lm_error *err) {
                        WORKSPACE_BYTES, cudaGetErrorString(e));
     }
     s->blas_workspace_bytes = WORKSPACE_BYTES;
+    const char *mode = getenv("LOOM_CUDA_MATMUL");
+    s->blas_matmul = mode && strcmp(mode, "cublaslt") == 0;
     return LM_OK;
 }
 
