@@ -61,6 +61,11 @@ typedef struct {
      * (default 256 MiB; -1: no cache). */
     int64_t max_image_pixels;
     int64_t image_cache_bytes;
+    /* Device backends: the fraction of the card's memory the engine may
+     * hold, weights included (vLLM's --gpu-memory-utilization); the KV
+     * pool takes what the weights and the workspace leave.  0: the pool is
+     * kv_cache_tokens (or its default) as on the cpu. */
+    float gpu_memory_utilization;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);

@@ -51,6 +51,8 @@ static void usage(FILE *f) {
             "  --backend NAME          cpu (default), ref (plain reference kernels) or cuda\n"
             "  --device NAME           the same (vLLM's spelling)\n"
             "  --speculative-tokens K  draft K tokens per step with the MTP head (default 0)\n"
+            "  --gpu-memory-utilization F  with --device cuda: the fraction of the card the\n"
+            "                          engine may hold; the KV pool gets what the weights leave\n"
             "  --max-model-len N       context limit in tokens (default: the model's); the\n"
             "                          oldest exchanges are dropped to stay under it\n"
             "  --ignore-eos            keep writing past the end of the turn (for testing)\n"
@@ -340,7 +342,7 @@ int cmd_chat_main(int argc, char **argv) {
         {"threads", required_argument, 0, 't'},
         {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},        {"speculative-tokens", required_argument, 0, 'D'},
         {"stats", no_argument, 0, 'S'},                {"show-prompt", no_argument, 0, 'P'},
-        {"max-model-len", required_argument, 0, 'L'},  {"ignore-eos", no_argument, 0, 'e'},
+        {"max-model-len", required_argument, 0, 'L'}, {"gpu-memory-utilization", required_argument, 0, 0x100},  {"ignore-eos", no_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *system = NULL;
@@ -385,6 +387,9 @@ int cmd_chat_main(int argc, char **argv) {
         case 'D':
             if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2;
             eo.speculative_tokens = (int)v;
+            break;
+        case 0x100:
+            if (!lm_cli_parse_float("--gpu-memory-utilization", optarg, 0.01, 1, &eo.gpu_memory_utilization)) return 2;
             break;
         case 'L':
             if (!lm_cli_parse_int("--max-model-len", optarg, 2, 1 << 24, &v)) return 2;

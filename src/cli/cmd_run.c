@@ -46,6 +46,8 @@ static void usage(FILE *f) {
             "  --backend NAME          cpu (default), ref (plain reference kernels) or cuda\n"
             "  --device NAME           the same (vLLM's spelling)\n"
             "  --max-batch-tokens N    token budget of one engine step (default 512)\n"
+            "  --gpu-memory-utilization F  with --device cuda: the fraction of the card the\n"
+            "                          engine may hold; the KV pool gets what the weights leave\n"
             "  --mmap                  map the weights instead of reading them into memory\n"
             "  --speculative-tokens K  draft K tokens per step with the MTP head (0-8, default 0);\n"
             "                          acceptance statistics go to stderr\n"
@@ -127,7 +129,7 @@ int cmd_run_main(int argc, char **argv) {
         {"seed", required_argument, 0, 's'},         {"ignore-eos", no_argument, 0, 'e'},
         {"print-ids", no_argument, 0, 'I'},          {"threads", required_argument, 0, 't'},
         {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},
-        {"max-batch-tokens", required_argument, 0, 'b'}, {"mmap", no_argument, 0, 'M'},
+        {"max-batch-tokens", required_argument, 0, 'b'}, {"gpu-memory-utilization", required_argument, 0, 0x100}, {"mmap", no_argument, 0, 'M'},
         {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
         {"image", required_argument, 0, 'G'},        {"max-image-pixels", required_argument, 0, 'X'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
@@ -172,6 +174,9 @@ int cmd_run_main(int argc, char **argv) {
         case 'I': print_ids = true; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 'B': if (!lm_cli_parse_backend(optarg, &backend)) return 2; break;
+        case 0x100:
+            if (!lm_cli_parse_float("--gpu-memory-utilization", optarg, 0.01, 1, &eo.gpu_memory_utilization)) return 2;
+            break;
         case 'b': if (!lm_cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &batch_tokens)) return 2; break;
         case 'M': eo.mmap_weights = true; break;
         case 'N': {

@@ -39,6 +39,8 @@ static void usage(FILE *f) {
             "  --max-num-seqs N         sequences decoding at once (default 64)\n"
             "  --max-waiting N          queued requests before 503 (default 1024)\n"
             "  --kv-cache-tokens N      KV-cache pool size in tokens\n"
+            "  --gpu-memory-utilization F  with --device cuda: the fraction of the card the\n"
+            "                           engine may hold, weights included; the KV pool gets the rest\n"
             "  --max-body-bytes N       largest request body (default 32 MiB, room for base64\n"
             "                           images)\n"
             "  --shutdown-grace-ms N    time in-flight requests get at shutdown (default 5000);\n"
@@ -125,7 +127,7 @@ int cmd_serve_main(int argc, char **argv) {
         {"port", required_argument, 0, 'p'},           {"api-key", required_argument, 0, 'k'},
         {"served-model-name", required_argument, 0, 'n'}, {"max-model-len", required_argument, 0, 'L'},
         {"max-num-seqs", required_argument, 0, 'S'},   {"max-waiting", required_argument, 0, 'W'},
-        {"kv-cache-tokens", required_argument, 0, 'K'}, {"max-body-bytes", required_argument, 0, 'B'},
+        {"kv-cache-tokens", required_argument, 0, 'K'}, {"gpu-memory-utilization", required_argument, 0, 0x100}, {"max-body-bytes", required_argument, 0, 'B'},
         {"shutdown-grace-ms", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
         {"backend", required_argument, 0, 'E'}, {"device", required_argument, 0, 'E'},
         {"api-key-file", required_argument, 0, 'F'},   {"max-connections", required_argument, 0, 'C'},
@@ -155,6 +157,9 @@ int cmd_serve_main(int argc, char **argv) {
         case 'L': if (!lm_cli_parse_int("--max-model-len", optarg, 2, 1 << 24, &v)) return 2; eo.max_model_len = (int)v; break;
         case 'S': if (!lm_cli_parse_int("--max-num-seqs", optarg, 1, 4096, &v)) return 2; eo.max_running = (int)v; break;
         case 'W': if (!lm_cli_parse_int("--max-waiting", optarg, 1, 1 << 20, &v)) return 2; eo.max_waiting = (int)v; break;
+        case 0x100:
+            if (!lm_cli_parse_float("--gpu-memory-utilization", optarg, 0.01, 1, &eo.gpu_memory_utilization)) return 2;
+            break;
         case 'K': if (!lm_cli_parse_int("--kv-cache-tokens", optarg, 1, 1L << 30, &v)) return 2; eo.kv_cache_tokens = v; break;
         case 'B': if (!lm_cli_parse_int("--max-body-bytes", optarg, 1024, 1L << 30, &v)) return 2; so.max_body_bytes = (size_t)v; break;
         case 'g': if (!lm_cli_parse_int("--shutdown-grace-ms", optarg, 0, 3600000, &v)) return 2; grace_ms = v; break;

@@ -532,6 +532,53 @@ static int report(lm_status st, const char *message, char *error, size_t size) {
     return (int)st;
 }
 
+/* --gpu-memory-utilization: the KV pool takes what the fraction leaves
+ * once the weights (loaded) and the context's fixed part are counted.  The
+ * fixed part and a block's bytes are measured, not computed: two probe
+ * contexts of one and two sequences' blocks, made and freed. */
+static lm_status size_pool_by_memory(loom_engine *e, lm_context_options *context, lm_error *err) {
+    float util = e->options.gpu_memory_utilization;
+    if (!(util > 0 && util <= 1))
+        return lm_fail(err, LM_ERR_INVALID, "gpu_memory_utilization %g is out of range (0, 1]", util);
+    if (!e->backend->ops->memory_info)
+        return lm_fail(err, LM_ERR_INVALID,
+                       "gpu_memory_utilization sizes a device's memory; the %s backend has none (use "
+                       "kv_cache_tokens)", e->backend->ops->name);
+    int one = blocks_for(e, e->max_model_len + LM_MAX_SPECULATIVE + 1);
+    size_t free0, total, used[2];
+    lm_status st = e->backend->ops->memory_info(e->backend, &free0, &total, err);
+    for (int k = 0; k < 2 && st == LM_OK; k++) {
+        lm_context_options probe = *context;
+        probe.kv_blocks = one * (k + 1);
+        probe.max_blocks_per_seq = one;
+        lm_model_context *ctx = NULL;
+        size_t free1 = 0, ignored;
+        st = lm_model_context_create(e->model, &probe, &ctx, err);
+        if (st == LM_OK) st = e->backend->ops->memory_info(e->backend, &free1, &ignored, err);
+        lm_model_context_destroy(ctx);
+        used[k] = free0 > free1 ? free0 - free1 : 0;
+    }
+    if (st != LM_OK) return st;
+    double per_block = used[1] > used[0] ? (double)(used[1] - used[0]) / one : 0;
+    double fixed = (double)used[0] - per_block * one;
+    double budget = util * (double)total - (double)(total - free0) - (fixed > 0 ? fixed : 0);
+    if (per_block <= 0) return lm_fail(err, LM_ERR_INTERNAL, "cannot measure a KV block's device memory");
+    double blocks = budget / per_block;
+    if (blocks < one)
+        return lm_fail(err, LM_ERR_NOMEM,
+                       "gpu_memory_utilization %.2f of %.1f GiB leaves room for %.0f tokens of KV cache "
+                       "after the weights (%.1f GiB in use); one sequence of max_model_len %d needs %d",
+                       util, (double)total / (1 << 30), blocks > 0 ? blocks * e->kv_block_size : 0.0,
+                       (double)(total - free0) / (1 << 30), e->max_model_len, one * e->kv_block_size);
+    if (blocks > (1 << 24)) blocks = 1 << 24;
+    context->kv_blocks = (int)blocks;
+    context->max_blocks_per_seq = one < context->kv_blocks ? one : context->kv_blocks;
+    fprintf(stderr, "loom: KV cache: %lld tokens (%.1f GiB) in %.0f%% of the card's %.1f GiB\n",
+            (long long)context->kv_blocks * e->kv_block_size, blocks * per_block / (1 << 30), util * 100,
+            (double)total / (1 << 30));
+    return LM_OK;
+}
+
 int loom_engine_create(const loom_engine_options *options, loom_engine **out, char *error,
                        size_t error_size) {
     loom_engine_options o = *options;
@@ -613,6 +660,10 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
                                   .speculative_tokens = e->spec_k};
     if (context.max_blocks_per_seq > n_blocks) context.max_blocks_per_seq = n_blocks;
     st = lm_engine_images_init(e, info, &context, &err);
+    if (st == LM_OK && o.gpu_memory_utilization > 0) {
+        st = size_pool_by_memory(e, &context, &err);
+        n_blocks = context.kv_blocks;
+    }
     if (st != LM_OK) goto fail;
     st = lm_model_context_create(e->model, &context, &e->context, &err);
     if (st == LM_OK) st = lm_id_pool_init(&e->kv_blocks, n_blocks, "KV blocks", &err);

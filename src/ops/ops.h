@@ -189,6 +189,9 @@ typedef struct {
     void (*fill)(lm_backend *be, lm_mem dst, uint8_t byte, size_t bytes);
     /* Waits for every queued op; reports a device error since the last call. */
     lm_status (*synchronize)(lm_backend *be, lm_error *err);
+    /* Optional (device backends; NULL on the host ones): the device memory
+     * free and in all, for sizing pools by a fraction of the card. */
+    lm_status (*memory_info)(lm_backend *be, size_t *free_bytes, size_t *total_bytes, lm_error *err);
 
     /* ---- dense ---- */
     /* y[n, w.rows] = x[n, w.cols] · wᵀ */

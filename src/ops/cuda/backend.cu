@@ -104,6 +104,15 @@ extern "C" lm_status lm_cuda_synchronize(lm_backend *be, lm_error *err) {
 }
 
 
+extern "C" lm_status lm_cuda_memory_info(lm_backend *be, size_t *free_bytes, size_t *total_bytes,
+                                          lm_error *err) {
+    lm_status st = lm_cuda_synchronize(be, err); /* frees of the queue's past are done */
+    if (st != LM_OK) return st;
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess) return lm_fail(err, LM_ERR_INTERNAL, "cuda: reading the memory in use: %s", cudaGetErrorString(e));
+    return LM_OK;
+}
+
 extern "C" lm_status lm_backend_cuda_create(int device, lm_backend **out, lm_error *err) {
     *out = NULL;
     int count = 0;

@@ -14,6 +14,7 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .copy = lm_cuda_copy,
     .fill = lm_cuda_fill,
     .synchronize = lm_cuda_synchronize,
+    .memory_info = lm_cuda_memory_info,
     /* elementwise.cu */
     .silu_mul = lm_cuda_silu_mul,
     .sigmoid_mul = lm_cuda_sigmoid_mul,
