@@ -94,23 +94,7 @@ static lm_status load_tower(lm_qwen35_vision *v, int text_hidden, lm_error *err)
     v->n_parameters = lm_weights_parameters_used(&v->weights);
 
     /* How images become patch rows: Qwen2-VL's processor, as the folder sets it. */
-    lm_image_processor_defaults(LM_SMART_RESIZE_QWEN2VL, &v->processor);
-    /* the patch geometry is the tower's when the folder has no
-     * preprocessor_config.json; one that says otherwise is refused below */
-    v->processor.patch_size = c->patch_size;
-    v->processor.temporal_patch_size = c->temporal_patch_size;
-    v->processor.merge_size = c->spatial_merge_size;
-    if (v->weights.checkpoint) TRY(lm_image_processor_read(dir, &v->processor, err));
-    const lm_image_processor *p = &v->processor;
-    if (p->patch_size != c->patch_size || p->temporal_patch_size != c->temporal_patch_size ||
-        p->merge_size != c->spatial_merge_size)
-        return lm_fail(err, LM_ERR_FORMAT,
-                       "%s: preprocessor_config.json makes patches of %d (temporal %d, merge %d) "
-                       "but config.json's vision_config has patch_size %d, temporal_patch_size "
-                       "%d, spatial_merge_size %d",
-                       dir, p->patch_size, p->temporal_patch_size, p->merge_size, c->patch_size,
-                       c->temporal_patch_size, c->spatial_merge_size);
-    return LM_OK;
+    return lm_vision_processor_load(LM_SMART_RESIZE_QWEN2VL, c, v->weights.checkpoint ? dir : NULL, &v->processor, err);
 }
 
 lm_status lm_qwen35_vision_load(const lm_checkpoint *checkpoint, uint64_t random_seed,

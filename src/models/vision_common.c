@@ -160,3 +160,25 @@ lm_status lm_vision_download(lm_backend *be, const lm_vision_workspace *ws,
     return lm_download(be, embeds, ws->embeds,
                        sizeof(float) * (size_t)img->n_out * (size_t)ws->sizes.out_hidden, err);
 }
+
+lm_status lm_vision_processor_load(lm_smart_resize_rule rule, const lm_vision_config *c,
+                                   const char *dir, lm_image_processor *out, lm_error *err) {
+    lm_image_processor_defaults(rule, out);
+    /* the patch geometry is the tower's when the folder has no
+     * preprocessor_config.json; one that says otherwise is refused below */
+    out->patch_size = c->patch_size;
+    out->temporal_patch_size = c->temporal_patch_size;
+    out->merge_size = c->spatial_merge_size;
+    if (!dir) return LM_OK;
+    lm_status st = lm_image_processor_read(dir, out, err);
+    if (st != LM_OK) return st;
+    if (out->patch_size != c->patch_size || out->temporal_patch_size != c->temporal_patch_size ||
+        out->merge_size != c->spatial_merge_size)
+        return lm_fail(err, LM_ERR_FORMAT,
+                       "%s: preprocessor_config.json makes patches of %d (temporal %d, merge %d) "
+                       "but config.json's vision_config has patch_size %d, temporal_patch_size "
+                       "%d, spatial_merge_size %d",
+                       dir, out->patch_size, out->temporal_patch_size, out->merge_size, c->patch_size,
+                       c->temporal_patch_size, c->spatial_merge_size);
+    return LM_OK;
+}

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "models/image_processor.h"
 #include "models/step_descriptor.h"
+#include "models/vision_config.h"
 #include "ops/ops.h"
 
 /* The widths a tower's workspace needs. */
@@ -59,6 +60,12 @@ typedef void (*lm_vision_taps_fn)(int row, int col, int grid_h, int grid_w, int 
 
 /* Host staging for max_patches (> 0) rows of these sizes; ws->max_patches
  * and ws->sizes are set.  Then lm_vision_layout carves the backend arrays. */
+/* The tower's image processor: the family's rule's defaults with the
+ * tower's patch geometry, then dir's preprocessor_config.json (dir NULL:
+ * random weights, the defaults alone), which must agree with the tower. */
+lm_status lm_vision_processor_load(lm_smart_resize_rule rule, const lm_vision_config *c,
+                                   const char *dir, lm_image_processor *out, lm_error *err);
+
 lm_status lm_vision_workspace_init(lm_vision_workspace *ws, const lm_vision_sizes *sizes,
                                    int max_patches, lm_error *err);
 void lm_vision_layout(lm_vision_workspace *ws, lm_carver *c);
