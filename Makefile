@@ -46,7 +46,7 @@ endif
 cuda_obj = $(if $(2),$(patsubst %.cu,$(1)/obj/%.o,$(CUDA_SRC)))
 
 .SECONDARY:
-.PHONY: all test test-release run deps test-deps clean tests asan-tests benches fuzzers ops-tests
+.PHONY: all test test-release run deps test-deps clean tests asan-tests benches fuzzers ops-tests cuda-probe
 all: $(BUILD)/loom
 
 deps:
@@ -121,6 +121,12 @@ test-release: test-deps
 run: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all
 	$(BUILD)/loom serve $(if $(MODEL),--model $(MODEL))
+
+# The card's copy bandwidth and bf16 matmul rate (bench/cuda_probe.cu).
+cuda-probe: $(BUILD)/cuda_probe
+$(BUILD)/cuda_probe: bench/cuda_probe.cu
+	@mkdir -p $(BUILD)
+	$(NVCC) $(NVFLAGS) $< -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt
 
 clean:
 	rm -rf $(BUILD)
