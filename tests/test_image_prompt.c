@@ -91,6 +91,41 @@ static const float **input_rows_of(const image_fixture *f, const lm_image_span *
     return rows;
 }
 
+/* The img0 prompt as the engine makes it: its image's span in the expanded
+ * ids, every token's 3-component position, the rope delta, and the rows its
+ * placeholders take (the reference's image_embeds).  False (and a message)
+ * on failure. */
+typedef struct {
+    int32_t *positions; /* [n][3] */
+    const float **rows; /* [n] */
+    lm_image_span span;
+    int delta;
+} image_prompt;
+
+static bool image_prompt_make(const image_fixture *f, image_prompt *p) {
+    memset(p, 0, sizeof *p);
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)f->n);
+    p->positions = malloc(sizeof(int32_t) * 3 * (size_t)f->n);
+    int n_out = 0;
+    lm_error err = {0};
+    bool ok = out && p->positions &&
+              lm_expand_image_placeholders(f->ids, f->n, f->image_token_id, &f->grid, 1, out, f->n, &n_out,
+                                           &p->span, &err) == LM_OK;
+    free(out);
+    if (ok) {
+        lm_image_prompt_positions(f->n, &f->grid, &p->span, 1, p->positions, &p->delta);
+        ok = (p->rows = input_rows_of(f, &p->span)) != NULL;
+    }
+    if (!ok) fprintf(stderr, "  cannot make the img0 prompt: %s\n", err.message[0] ? err.message : "out of memory");
+    return ok;
+}
+
+static void image_prompt_free(image_prompt *p) {
+    free(p->positions);
+    free(p->rows);
+    memset(p, 0, sizeof *p);
+}
+
 /* The one-placeholder prompt a chat template writes expands to the
  * reference ids; the expanded ids are taken as they are; other counts are
  * refused. */
@@ -131,14 +166,10 @@ static void test_positions(void *arg) {
     const lm_tensor *want = ref(f, "position_ids");
     CHECK(want && (size_t)want->n_elements == 3 * (size_t)f->n);
     const int32_t *w = want->data; /* [3, T] */
-    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)f->n), *out = malloc(sizeof(int32_t) * (size_t)f->n);
-    CHECK(pos && out);
-    lm_image_span span;
-    int n_out, delta;
-    lm_error err = {0};
-    CHECK_OK(lm_expand_image_placeholders(f->ids, f->n, f->image_token_id, &f->grid, 1, out, f->n,
-                                          &n_out, &span, &err), &err);
-    lm_image_prompt_positions(f->n, &f->grid, &span, 1, pos, &delta);
+    image_prompt ip;
+    CHECK(image_prompt_make(f, &ip));
+    int32_t *pos = ip.positions;
+    int delta = ip.delta;
     int max = 0;
     for (int i = 0; i < f->n; i++)
         for (int c = 0; c < 3; c++) {
@@ -148,8 +179,7 @@ static void test_positions(void *arg) {
             if (w[(size_t)c * (size_t)f->n + (size_t)i] > max) max = w[(size_t)c * (size_t)f->n + (size_t)i];
         }
     CHECK(delta == max + 1 - f->n && delta < 0); /* an image of more than one row moves positions back */
-    free(pos);
-    free(out);
+    image_prompt_free(&ip);
 }
 
 /* Prefill logits of every row and the greedy continuation (decode at
@@ -158,17 +188,14 @@ static void test_logits_and_greedy(void *arg) {
     const image_fixture *f = arg;
     const lm_tensor *want = ref(f, "logits"), *greedy = ref(f, "greedy"), *margin = ref(f, "greedy_margin");
     CHECK(want && greedy && margin && (size_t)want->n_elements == (size_t)f->n * (size_t)f->V);
-    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)f->n), *out = malloc(sizeof(int32_t) * (size_t)f->n);
     float *logits = malloc(sizeof(float) * (size_t)f->n * (size_t)f->V);
-    CHECK(pos && out && logits);
-    lm_image_span span;
-    int n_out, delta;
+    CHECK(logits);
+    image_prompt ip;
+    CHECK(image_prompt_make(f, &ip));
+    int32_t *pos = ip.positions;
+    int delta = ip.delta;
+    const float **rows = ip.rows;
     lm_error err = {0};
-    CHECK_OK(lm_expand_image_placeholders(f->ids, f->n, f->image_token_id, &f->grid, 1, out, f->n,
-                                          &n_out, &span, &err), &err);
-    lm_image_prompt_positions(f->n, &f->grid, &span, 1, pos, &delta);
-    const float **rows = input_rows_of(f, &span);
-    CHECK(rows);
     int G = (int)greedy->n_elements;
     lm_sequence_runner r;
     CHECK_OK(lm_sequence_runner_init(&r, f->m.model, f->n + G, &err), &err);
@@ -206,9 +233,7 @@ static void test_logits_and_greedy(void *arg) {
     CHECK_MSG(test_normalized_error(logits, want->data, want->n_elements) > 1e-2,
               "the logits do not depend on the image rows");
     free(row);
-    free(rows);
-    free(pos);
-    free(out);
+    image_prompt_free(&ip);
     free(logits);
 }
 
@@ -216,17 +241,14 @@ static void test_logits_and_greedy(void *arg) {
  * the prompt) give the one-shot prefill's last row. */
 static void test_chunk_inside_image(void *arg) {
     const image_fixture *f = arg;
-    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)f->n), *out = malloc(sizeof(int32_t) * (size_t)f->n);
     float *whole = malloc(sizeof(float) * (size_t)f->V), *chunked = malloc(sizeof(float) * (size_t)f->V);
-    CHECK(pos && out && whole && chunked);
-    lm_image_span span;
-    int n_out, delta;
+    CHECK(whole && chunked);
+    image_prompt ip;
+    CHECK(image_prompt_make(f, &ip));
+    int32_t *pos = ip.positions;
+    const float **rows = ip.rows;
+    lm_image_span span = ip.span;
     lm_error err = {0};
-    CHECK_OK(lm_expand_image_placeholders(f->ids, f->n, f->image_token_id, &f->grid, 1, out, f->n,
-                                          &n_out, &span, &err), &err);
-    lm_image_prompt_positions(f->n, &f->grid, &span, 1, pos, &delta);
-    const float **rows = input_rows_of(f, &span);
-    CHECK(rows);
     lm_sequence_runner r;
     CHECK_OK(lm_sequence_runner_init(&r, f->m.model, f->n, &err), &err);
     CHECK_OK(lm_sequence_runner_feed_inputs(&r, f->ids, pos, rows, f->n, false, whole, NULL, NULL, &err), &err);
@@ -244,9 +266,7 @@ static void test_chunk_inside_image(void *arg) {
         double e = test_normalized_error(chunked, whole, (size_t)f->V);
         CHECK_MSG(e < 1e-5, "chunks of %d: last row off by %.3g of the std", chunk, e);
     }
-    free(rows);
-    free(pos);
-    free(out);
+    image_prompt_free(&ip);
     free(whole);
     free(chunked);
 }
@@ -286,19 +306,16 @@ static void test_drafts_at_image_positions(void *arg) {
     const lm_tensor *greedy = ref(f, "greedy");
     CHECK(greedy);
     int n = f->n, H = f->H, V = f->V;
-    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n), *out = malloc(sizeof(int32_t) * (size_t)n);
     int32_t *next = malloc(sizeof(int32_t) * (size_t)n);
     float *hidden = malloc(sizeof(float) * (size_t)n * (size_t)H);
     float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V), *mtp = malloc(sizeof(float) * (size_t)n * (size_t)V);
-    CHECK(pos && out && next && hidden && logits && mtp);
-    lm_image_span span;
-    int n_out, delta;
+    CHECK(next && hidden && logits && mtp);
+    image_prompt ip;
+    CHECK(image_prompt_make(f, &ip));
+    int32_t *pos = ip.positions;
+    int delta = ip.delta;
+    const float **rows = ip.rows;
     lm_error err = {0};
-    CHECK_OK(lm_expand_image_placeholders(f->ids, n, f->image_token_id, &f->grid, 1, out, n, &n_out,
-                                          &span, &err), &err);
-    lm_image_prompt_positions(n, &f->grid, &span, 1, pos, &delta);
-    const float **rows = input_rows_of(f, &span);
-    CHECK(rows);
     lm_sequence_runner r;
     CHECK_OK(lm_sequence_runner_init(&r, f->m.model, n, &err), &err);
     CHECK_OK(lm_sequence_runner_feed_inputs(&r, f->ids, pos, rows, n, true, logits, hidden, NULL, &err), &err);
@@ -344,9 +361,7 @@ static void test_drafts_at_image_positions(void *arg) {
     }
     printf("  %s: %d drafts at image positions checked\n", f->dir, compared);
     CHECK(compared > n / 2);
-    free(rows);
-    free(pos);
-    free(out);
+    image_prompt_free(&ip);
     free(next);
     free(hidden);
     free(logits);

@@ -163,23 +163,13 @@ static void describe_to_engine(lm_glm4v_model *m) {
     info->n_active_parameters = params - inactive;
     info->weight_bytes = lm_weights_bytes_used(&m->weights);
     info->decode_bytes_per_token = decode_bytes_per_token(m);
-    lm_vision_info *vi = &info->vision;
-    memset(vi, 0, sizeof *vi);
-    vi->image_token_id = c->image_token_id;
-    vi->vision_start_token_id = c->image_start_token_id;
-    vi->vision_end_token_id = c->image_end_token_id;
-    if (m->vision) {
-        vi->present = true;
-        vi->depth = c->vision.depth;
-        vi->hidden_size = c->vision.hidden_size;
-        vi->n_heads = c->vision.num_heads;
-        vi->n_parameters = m->vision->n_parameters;
-        const lm_glm4v_vision *v = m->vision;
-        vi->merger_parameters = v->downsample.rows * v->downsample.cols +
-                                v->merger_proj.rows * v->merger_proj.cols +
-                                3 * (int64_t)v->merger_width * v->out_hidden;
-        vi->processor = m->vision->processor;
-    }
+    const lm_glm4v_vision *v = m->vision;
+    lm_vision_describe(&info->vision, c->image_token_id, c->image_start_token_id, c->image_end_token_id,
+                       &c->vision, v ? v->n_parameters : 0,
+                       v ? v->downsample.rows * v->downsample.cols + v->merger_proj.rows * v->merger_proj.cols +
+                               3 * (int64_t)v->merger_width * v->out_hidden
+                         : 0,
+                       v ? &v->processor : NULL);
 }
 
 static const lm_model_ops glm4v_ops;

@@ -208,21 +208,11 @@ static void describe_to_engine(lm_qwen35_model *m) {
     info->n_active_parameters = params - inactive_per_layer * c->num_hidden_layers;
     info->weight_bytes = lm_weights_bytes_used(&m->weights);
     info->decode_bytes_per_token = decode_bytes_per_token(m);
-    lm_vision_info *vi = &info->vision;
-    memset(vi, 0, sizeof *vi);
-    vi->image_token_id = c->image_token_id;
-    vi->vision_start_token_id = c->vision_start_token_id;
-    vi->vision_end_token_id = c->vision_end_token_id;
-    if (m->vision) {
-        vi->present = true;
-        vi->depth = c->vision.depth;
-        vi->hidden_size = c->vision.hidden_size;
-        vi->n_heads = c->vision.num_heads;
-        vi->n_parameters = m->vision->n_parameters;
-        vi->merger_parameters = m->vision->merger_fc1.rows * m->vision->merger_fc1.cols +
-                                m->vision->merger_fc2.rows * m->vision->merger_fc2.cols;
-        vi->processor = m->vision->processor;
-    }
+    const lm_qwen35_vision *v = m->vision;
+    lm_vision_describe(&info->vision, c->image_token_id, c->vision_start_token_id, c->vision_end_token_id,
+                       &c->vision, v ? v->n_parameters : 0,
+                       v ? v->merger_fc1.rows * v->merger_fc1.cols + v->merger_fc2.rows * v->merger_fc2.cols : 0,
+                       v ? &v->processor : NULL);
 }
 
 static const lm_model_ops qwen35_ops;

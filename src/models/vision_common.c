@@ -182,3 +182,20 @@ lm_status lm_vision_processor_load(lm_smart_resize_rule rule, const lm_vision_co
                        c->temporal_patch_size, c->spatial_merge_size);
     return LM_OK;
 }
+
+void lm_vision_describe(lm_vision_info *vi, int32_t image_token_id, int32_t start_id, int32_t end_id,
+                        const lm_vision_config *c, int64_t n_parameters, int64_t merger_parameters,
+                        const lm_image_processor *processor) {
+    memset(vi, 0, sizeof *vi);
+    vi->image_token_id = image_token_id;
+    vi->vision_start_token_id = start_id;
+    vi->vision_end_token_id = end_id;
+    if (!processor) return;
+    vi->present = true;
+    vi->depth = c->depth;
+    vi->hidden_size = c->hidden_size;
+    vi->n_heads = c->num_heads;
+    vi->n_parameters = n_parameters;
+    vi->merger_parameters = merger_parameters;
+    vi->processor = *processor;
+}

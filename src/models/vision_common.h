@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "models/image_processor.h"
+#include "models/model.h"
 #include "models/step_descriptor.h"
 #include "models/vision_config.h"
 #include "ops/ops.h"
@@ -60,6 +61,13 @@ typedef void (*lm_vision_taps_fn)(int row, int col, int grid_h, int grid_w, int 
 
 /* Host staging for max_patches (> 0) rows of these sizes; ws->max_patches
  * and ws->sizes are set.  Then lm_vision_layout carves the backend arrays. */
+/* What `lm_model_info.vision` says of a family's tower: the prompt's image
+ * ids always (a text-only checkpoint keeps them too), the rest when a
+ * tower is loaded (processor non-NULL). */
+void lm_vision_describe(lm_vision_info *vi, int32_t image_token_id, int32_t start_id, int32_t end_id,
+                        const lm_vision_config *c, int64_t n_parameters, int64_t merger_parameters,
+                        const lm_image_processor *processor);
+
 /* The tower's image processor: the family's rule's defaults with the
  * tower's patch geometry, then dir's preprocessor_config.json (dir NULL:
  * random weights, the defaults alone), which must agree with the tower. */
