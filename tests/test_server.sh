@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests of `loom serve` with the openai npm SDK (tests/node/server_e2e.mjs):
 # the release binary with the full suite, then the ASan+UBSan binary (when
-# built) with an API key and fewer concurrent clients.
+# built) with an API key and fewer concurrent clients.  LOOM_SERVE_ARGS adds
+# server flags (LOOM_SERVE_ARGS="--device cuda" on a machine with a GPU).
 cd "$(dirname "$0")/.." || exit 1
 build=${LOOM_BUILD:-build}
 model=${LOOM_FIXTURES:-../shared/fixtures}/models/qwen35-dense

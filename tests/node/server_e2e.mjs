@@ -19,6 +19,8 @@ function check(name, ok, detail = '') {
 const args = ['serve', '--model', model, '--port', '0', '--served-model-name', 'fixture', '--max-body-bytes', '65536',
   '--shutdown-grace-ms', '2000'];
 if (apiKey) args.push('--api-key', apiKey);
+// More server flags from the environment: LOOM_SERVE_ARGS="--device cuda" runs the suite on a GPU.
+if (process.env.LOOM_SERVE_ARGS) args.push(...process.env.LOOM_SERVE_ARGS.split(/\s+/).filter(Boolean));
 const server = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
 let stderr = '';
 const port = await new Promise((resolve, reject) => {

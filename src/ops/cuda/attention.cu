@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
 
 #define KV_THREADS 256
 
@@ -21,10 +21,8 @@ void lm_cuda_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v,
                                  lm_mem slots) {
     int64_t row = (int64_t)kv->n_kv_heads * kv->head_dim;
     if (n <= 0 || row <= 0) return;
-    kv_write_kernel<<<n, KV_THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(kv->k), lm_cuda_f32(kv->v),
-                                                             lm_cuda_f32(k), lm_cuda_f32(v),
-                                                             lm_cuda_i32(slots), row);
-    LM_CUDA_LAUNCHED(be, "kv_write");
+    lm_cuda_launch(be, "kv_write", kv_write_kernel, n, KV_THREADS, 0, lm_cuda_f32(kv->k), lm_cuda_f32(kv->v),
+                   lm_cuda_f32(k), lm_cuda_f32(v), lm_cuda_i32(slots), row);
 }
 
 // Block (token t = blockIdx.x, query head h = blockIdx.y), ATT_THREADS
@@ -107,9 +105,8 @@ void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *
         return;
     }
     dim3 grid((unsigned)b->n_tokens, (unsigned)b->n_heads);
-    attention_kernel<<<grid, ATT_THREADS, 0, lm_cuda_stream(be)>>>(
-        lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(kv->k), lm_cuda_f32(kv->v), kv->block_size,
-        lm_cuda_i32(b->token_seq), lm_cuda_i32(b->ctx_len), lm_cuda_i32(b->block_tables),
-        b->table_stride, b->n_heads, b->n_kv_heads, b->head_dim, b->scale);
-    LM_CUDA_LAUNCHED(be, "attention");
+    lm_cuda_launch(be, "attention", attention_kernel, grid, ATT_THREADS, 0, lm_cuda_f32(out), lm_cuda_f32(q),
+                   lm_cuda_f32(kv->k), lm_cuda_f32(kv->v), kv->block_size, lm_cuda_i32(b->token_seq),
+                   lm_cuda_i32(b->ctx_len), lm_cuda_i32(b->block_tables), b->table_stride, b->n_heads,
+                   b->n_kv_heads, b->head_dim, b->scale);
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_backend.h"
-#include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
 
 static lm_cuda_state *state_of(lm_backend *be) { return (lm_cuda_state *)be->impl; }
 
@@ -63,8 +63,8 @@ extern "C" lm_status lm_cuda_import(lm_backend *be, const void *data, size_t byt
 }
 
 extern "C" void lm_cuda_free(lm_backend *be, lm_buffer *b) {
-    (void)be;
     if (!b) return;
+    lm_cuda_flush(be); /* pending kernels may still use it */
     cudaFree(b->device);
     free(b);
 }
@@ -73,6 +73,7 @@ extern "C" size_t lm_cuda_buffer_size(const lm_buffer *b) { return b->size; }
 
 extern "C" void lm_cuda_upload(lm_backend *be, lm_mem dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    lm_cuda_flush(be); /* the queued work runs first, in order */
     // From pageable memory the copy is staged before it returns, so the
     // caller may reuse src at once (ops.h).
     lm_cuda_note_error(be, cudaMemcpyAsync(lm_cuda_ptr(dst), src, bytes, cudaMemcpyHostToDevice,
@@ -80,6 +81,7 @@ extern "C" void lm_cuda_upload(lm_backend *be, lm_mem dst, const void *src, size
 }
 
 extern "C" lm_status lm_cuda_download(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err) {
+    lm_cuda_flush(be);
     if (bytes)
         lm_cuda_note_error(be, cudaMemcpyAsync(dst, lm_cuda_ptr(src), bytes, cudaMemcpyDeviceToHost,
                                                state_of(be)->stream), "download");
@@ -88,17 +90,15 @@ extern "C" lm_status lm_cuda_download(lm_backend *be, void *dst, lm_mem src, siz
 }
 
 extern "C" void lm_cuda_copy(lm_backend *be, lm_mem dst, lm_mem src, size_t bytes) {
-    if (!bytes) return;
-    lm_cuda_note_error(be, cudaMemcpyAsync(lm_cuda_ptr(dst), lm_cuda_ptr(src), bytes,
-                                           cudaMemcpyDeviceToDevice, state_of(be)->stream), "copy");
+    lm_cuda_enqueue_copy(be, "copy", lm_cuda_ptr(dst), lm_cuda_ptr(src), bytes);
 }
 
 extern "C" void lm_cuda_fill(lm_backend *be, lm_mem dst, uint8_t byte, size_t bytes) {
-    if (!bytes) return;
-    lm_cuda_note_error(be, cudaMemsetAsync(lm_cuda_ptr(dst), byte, bytes, state_of(be)->stream), "fill");
+    lm_cuda_enqueue_fill(be, "fill", lm_cuda_ptr(dst), byte, bytes);
 }
 
 extern "C" lm_status lm_cuda_synchronize(lm_backend *be, lm_error *err) {
+    lm_cuda_flush(be);
     lm_cuda_note_error(be, cudaStreamSynchronize(state_of(be)->stream), "synchronize");
     return take_error(be, err);
 }
@@ -147,6 +147,10 @@ extern "C" void lm_cuda_backend_destroy(lm_backend *be) {
     if (!be) return;
     lm_cuda_state *s = state_of(be);
     if (s) {
+        if (s->queue && s->stream) {
+            lm_cuda_flush(be);
+            cudaStreamSynchronize(s->stream);
+        }
         lm_cuda_state_free(s);
         free(s);
     }

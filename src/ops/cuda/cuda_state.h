@@ -23,6 +23,7 @@ struct lm_cuda_state {
     size_t blas_workspace_bytes;
     void *scratch;                /* bf16 copies of matmul inputs, grown on demand */
     size_t scratch_bytes;
+    struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
 };
 
 static inline lm_cuda_state *lm_cuda_state_of(lm_backend *be) { return (lm_cuda_state *)be->impl; }
@@ -33,6 +34,9 @@ lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err);
 void lm_cuda_state_free(lm_cuda_state *s);
 /* Keeps the first error (reported by the next synchronize/download). */
 void lm_cuda_note_error(lm_backend *be, cudaError_t e, const char *what);
+/* The queue of pending work (queue.cu). */
+lm_status lm_cuda_queue_init(lm_cuda_state *s, lm_error *err);
+void lm_cuda_queue_free(lm_cuda_state *s);
 /* ---- cuda-a: the cuBLASLt handle and workspace (matmul.cu) ---- */
 lm_status lm_cuda_blas_init(lm_cuda_state *s, lm_error *err);
 void lm_cuda_blas_free(lm_cuda_state *s); /* the handle; state_free frees the memory */

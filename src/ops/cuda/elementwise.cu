@@ -1,7 +1,7 @@
 // Elementwise ops: one thread per element (grid-stride), float32.
 #include <math.h>
 
-#include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
 
 #define THREADS 256
 
@@ -13,9 +13,8 @@ __global__ static void silu_mul_kernel(float *out, const float *gate, const floa
 }
 void lm_cuda_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
     if (n <= 0) return;
-    silu_mul_kernel<<<lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_stream(be)>>>(
-        lm_cuda_f32(out), lm_cuda_f32(gate), lm_cuda_f32(up), n);
-    LM_CUDA_LAUNCHED(be, "silu_mul");
+    lm_cuda_launch(be, "silu_mul", silu_mul_kernel, lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_f32(out),
+                   lm_cuda_f32(gate), lm_cuda_f32(up), n);
 }
 
 __global__ static void sigmoid_mul_kernel(float *x, const float *gate, int64_t n) {
@@ -24,8 +23,8 @@ __global__ static void sigmoid_mul_kernel(float *x, const float *gate, int64_t n
 }
 void lm_cuda_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
     if (n <= 0) return;
-    sigmoid_mul_kernel<<<lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), lm_cuda_f32(gate), n);
-    LM_CUDA_LAUNCHED(be, "sigmoid_mul");
+    lm_cuda_launch(be, "sigmoid_mul", sigmoid_mul_kernel, lm_cuda_blocks(n, THREADS), THREADS, 0,
+                   lm_cuda_f32(x), lm_cuda_f32(gate), n);
 }
 
 __global__ static void add_kernel(float *x, const float *y, int64_t n) {
@@ -34,8 +33,8 @@ __global__ static void add_kernel(float *x, const float *y, int64_t n) {
 }
 void lm_cuda_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n) {
     if (n <= 0) return;
-    add_kernel<<<lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), lm_cuda_f32(y), n);
-    LM_CUDA_LAUNCHED(be, "add");
+    lm_cuda_launch(be, "add", add_kernel, lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_f32(x),
+                   lm_cuda_f32(y), n);
 }
 
 __global__ static void add_rows_kernel(float *x, const float *bias, int64_t n, int width) {
@@ -45,8 +44,8 @@ __global__ static void add_rows_kernel(float *x, const float *bias, int64_t n, i
 void lm_cuda_add_rows(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width) {
     int64_t n = (int64_t)rows * width;
     if (n <= 0) return;
-    add_rows_kernel<<<lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), lm_cuda_f32(bias), n, width);
-    LM_CUDA_LAUNCHED(be, "add_rows");
+    lm_cuda_launch(be, "add_rows", add_rows_kernel, lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_f32(x),
+                   lm_cuda_f32(bias), n, width);
 }
 
 __global__ static void sigmoid_scale_rows_kernel(float *x, const float *gate, int64_t n, int width) {
@@ -56,8 +55,8 @@ __global__ static void sigmoid_scale_rows_kernel(float *x, const float *gate, in
 void lm_cuda_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width) {
     int64_t n = (int64_t)rows * width;
     if (n <= 0) return;
-    sigmoid_scale_rows_kernel<<<lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), lm_cuda_f32(gate), n, width);
-    LM_CUDA_LAUNCHED(be, "sigmoid_scale_rows");
+    lm_cuda_launch(be, "sigmoid_scale_rows", sigmoid_scale_rows_kernel, lm_cuda_blocks(n, THREADS), THREADS,
+                   0, lm_cuda_f32(x), lm_cuda_f32(gate), n, width);
 }
 
 // GELU as the reference kernels write it (no cancellation for negative x):
@@ -75,6 +74,6 @@ __global__ static void gelu_kernel(float *x, int64_t n, int tanh_form) {
 }
 void lm_cuda_gelu(lm_backend *be, lm_mem x, int64_t n, lm_gelu_kind kind) {
     if (n <= 0) return;
-    gelu_kernel<<<lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), n, kind == LM_GELU_TANH);
-    LM_CUDA_LAUNCHED(be, "gelu");
+    lm_cuda_launch(be, "gelu", gelu_kernel, lm_cuda_blocks(n, THREADS), THREADS, 0, lm_cuda_f32(x), n,
+                   kind == LM_GELU_TANH);
 }

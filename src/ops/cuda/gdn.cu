@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
 
 #define THREADS 256
 
@@ -31,9 +31,8 @@ __global__ static void gdn_gates_kernel(float *beta, float *g, const float *neg_
 void lm_cuda_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H) {
     int64_t total = (int64_t)n * H;
     if (total <= 0) return;
-    gdn_gates_kernel<<<lm_cuda_blocks(total, THREADS), THREADS, 0, lm_cuda_stream(be)>>>(
-        lm_cuda_f32(beta), lm_cuda_f32(g), lm_cuda_f32(neg_exp_A), lm_cuda_f32(dt_bias), total, H);
-    LM_CUDA_LAUNCHED(be, "gdn_gates");
+    lm_cuda_launch(be, "gdn_gates", gdn_gates_kernel, lm_cuda_blocks(total, THREADS), THREADS, 0,
+                   lm_cuda_f32(beta), lm_cuda_f32(g), lm_cuda_f32(neg_exp_A), lm_cuda_f32(dt_bias), total, H);
 }
 
 // ---- causal conv1d + SiLU ----
@@ -87,17 +86,15 @@ void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm
     unsigned cblocks = lm_cuda_blocks(C, THREADS);
     if (seqs->max_length > 0) {
         dim3 grid(cblocks, lm_cuda_blocks(seqs->max_length, CONV_ROWS), (unsigned)seqs->n_seqs);
-        conv1d_kernel<<<grid, THREADS, 0, lm_cuda_stream(be)>>>(
-            lm_cuda_f32(out), lm_cuda_f32(in), C, lm_cuda_f32(weight), K, lm_cuda_f32(states), slot_stride,
-            lm_cuda_i32(seqs->first), lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot));
-        LM_CUDA_LAUNCHED(be, "causal_conv1d_silu");
+        lm_cuda_launch(be, "causal_conv1d_silu", conv1d_kernel, grid, THREADS, 0, lm_cuda_f32(out),
+                       lm_cuda_f32(in), C, lm_cuda_f32(weight), K, lm_cuda_f32(states), slot_stride,
+                       lm_cuda_i32(seqs->first), lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot));
     }
     if (K > 1) {
         dim3 grid(cblocks, (unsigned)seqs->n_seqs);
-        conv1d_state_kernel<<<grid, THREADS, 0, lm_cuda_stream(be)>>>(
-            lm_cuda_f32(in), C, K, lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first),
-            lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot));
-        LM_CUDA_LAUNCHED(be, "causal_conv1d_silu (state)");
+        lm_cuda_launch(be, "causal_conv1d_silu (state)", conv1d_state_kernel, grid, THREADS, 0,
+                       lm_cuda_f32(in), C, K, lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first),
+                       lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot));
     }
 }
 
@@ -164,10 +161,91 @@ gated_delta_kernel(float *out, const float *q, const float *k, const float *v, c
     }
 }
 
+// The state in registers: block (value head hv, a group of COLS columns,
+// sequence) of COLS x PARTS threads; thread (part p, column j) holds
+// S[i][j] for the rows i of its part (dk / PARTS of them) in registers for
+// the whole call.  Each row's m = Sᵀk and o = Sᵀq are summed per part in
+// double, the PARTS partial sums added in part order through shared
+// memory.  The per-element operations are the reference's; only the
+// double sums are grouped by part.  The state is read once and written
+// once per call, by Hv x dv / COLS blocks at a time (128 for the released
+// shapes) instead of Hv: decode reads its states at the card's bandwidth.
+#define COLS 32
+#define PARTS 4
+#define MAX_PER_PART 64 /* dk <= 256 */
+
+__global__ static void __launch_bounds__(COLS *PARTS)
+    gated_delta_columns_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
+                               const float *beta, float *states, int64_t slot_stride, const int32_t *first,
+                               const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv) {
+    __shared__ float qs[MAX_PER_PART * PARTS], ks[MAX_PER_PART * PARTS];
+    __shared__ double part_sum[PARTS][COLS];
+    int hv = blockIdx.x, s = blockIdx.z, jj = threadIdx.x % COLS, p = threadIdx.x / COLS;
+    int j = blockIdx.y * COLS + jj, per = dk / PARTS, i0 = p * per;
+    int hk = hv / (Hv / Hk), T = length[s];
+    bool live = j < dv;
+    int64_t f = first[s];
+    float *S = states + (int64_t)slot[s] * slot_stride + (int64_t)hv * dk * dv;
+    float col[MAX_PER_PART];
+#pragma unroll
+    for (int ii = 0; ii < MAX_PER_PART; ii++)
+        col[ii] = ii < per && live ? S[(int64_t)(i0 + ii) * dv + j] : 0.0f;
+    for (int t = 0; t < T; t++) {
+        int64_t row = f + t;
+        __syncthreads(); /* the previous row is done with qs, ks, part_sum */
+        for (int i = threadIdx.x; i < dk; i += COLS * PARTS) {
+            qs[i] = q[(row * Hk + hk) * dk + i];
+            ks[i] = k[(row * Hk + hk) * dk + i];
+        }
+        __syncthreads();
+        float decay = expf(g[row * Hv + hv]);
+        double m = 0;
+#pragma unroll
+        for (int ii = 0; ii < MAX_PER_PART; ii++)
+            if (ii < per) {
+                col[ii] *= decay;
+                m += (double)col[ii] * ks[i0 + ii];
+            }
+        part_sum[p][jj] = m;
+        __syncthreads();
+        m = 0;
+        for (int r = 0; r < PARTS; r++)
+            m += part_sum[r][jj];
+        double mem = ((live ? (double)v[(row * Hv + hv) * dv + j] : 0.0) - m) * beta[row * Hv + hv];
+        double o = 0;
+#pragma unroll
+        for (int ii = 0; ii < MAX_PER_PART; ii++)
+            if (ii < per) {
+                col[ii] = col[ii] + (float)(ks[i0 + ii] * mem);
+                o += (double)col[ii] * qs[i0 + ii];
+            }
+        __syncthreads(); /* every thread has read part_sum's m */
+        part_sum[p][jj] = o;
+        __syncthreads();
+        if (p == 0 && live) {
+            o = 0;
+            for (int r = 0; r < PARTS; r++)
+                o += part_sum[r][jj];
+            out[(row * Hv + hv) * dv + j] = (float)o;
+        }
+    }
+#pragma unroll
+    for (int ii = 0; ii < MAX_PER_PART; ii++)
+        if (ii < per && live) S[(int64_t)(i0 + ii) * dv + j] = col[ii];
+}
+
 void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
                               lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
                               int dk, int dv) {
     if (seqs->n_seqs <= 0 || Hv <= 0 || dk <= 0 || dv <= 0) return;
+    if (dk % PARTS == 0 && dk / PARTS <= MAX_PER_PART) {
+        dim3 grid((unsigned)Hv, lm_cuda_blocks(dv, COLS), (unsigned)seqs->n_seqs);
+        lm_cuda_launch(be, "gated_delta_rule", gated_delta_columns_kernel, grid, COLS * PARTS, 0,
+                       lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(k), lm_cuda_f32(v), lm_cuda_f32(g),
+                       lm_cuda_f32(beta), lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first),
+                       lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv);
+        return;
+    }
     size_t stage = sizeof(float) * 2 * (size_t)dk, state = sizeof(float) * (size_t)dk * (size_t)dv;
     int in_shared = stage + state <= GDN_SHARED_MAX;
     size_t shared = stage + (in_shared ? state : 0);
@@ -181,9 +259,8 @@ void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm
         }
     }
     dim3 grid((unsigned)Hv, (unsigned)seqs->n_seqs);
-    gated_delta_kernel<<<grid, GDN_THREADS, shared, lm_cuda_stream(be)>>>(
-        lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(k), lm_cuda_f32(v), lm_cuda_f32(g), lm_cuda_f32(beta),
-        lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first), lm_cuda_i32(seqs->length),
-        lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv, in_shared);
-    LM_CUDA_LAUNCHED(be, "gated_delta_rule");
+    lm_cuda_launch(be, "gated_delta_rule", gated_delta_kernel, grid, GDN_THREADS, shared, lm_cuda_f32(out),
+                   lm_cuda_f32(q), lm_cuda_f32(k), lm_cuda_f32(v), lm_cuda_f32(g), lm_cuda_f32(beta),
+                   lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first), lm_cuda_i32(seqs->length),
+                   lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv, in_shared);
 }

@@ -15,8 +15,9 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
-#include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
 
 #define MOE_MAX_EXPERTS 1024 /* as the reference (LM_MOE_MAX_EXPERTS) */
 
@@ -178,10 +179,9 @@ void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits
     }
     int groups = r->n_group > 1 ? r->n_group : 1;
     const float *bias = r->correction_bias.buffer ? lm_cuda_f32(r->correction_bias) : NULL;
-    moe_route_kernel<<<n, ROUTE_THREADS, 0, lm_cuda_stream(be)>>>(
-        lm_cuda_i32(ids), lm_cuda_f32(weights), lm_cuda_f32(logits), bias, r->n_experts, r->top_k,
-        r->scoring == LM_MOE_SIGMOID, groups, r->topk_group, r->renormalize, r->scale);
-    LM_CUDA_LAUNCHED(be, "moe_route");
+    lm_cuda_launch(be, "moe_route", moe_route_kernel, n, ROUTE_THREADS, 0, lm_cuda_i32(ids),
+                   lm_cuda_f32(weights), lm_cuda_f32(logits), bias, r->n_experts, r->top_k,
+                   r->scoring == LM_MOE_SIGMOID, groups, r->topk_group, r->renormalize, r->scale);
 }
 
 // ---------------------------------------------------------------- experts
@@ -301,6 +301,8 @@ static void run_experts(lm_backend *be, float *act, float *y, const float *x, co
     int E = ex->n_experts, H = ex->hidden, I = ex->inter;
     expert_mats<MAXE, 2> gu;
     expert_mats<MAXE, 1> dn;
+    memset(&gu, 0, sizeof gu); // every byte is a kernel argument the queue compares (launch.h)
+    memset(&dn, 0, sizeof dn);
     for (int e = 0; e < E; e++) {
         gu.w[0][e] = lm_cuda_ptr(ex->gate[e].data);
         gu.dtype[0][e] = (unsigned char)ex->gate[e].dtype;
@@ -312,12 +314,12 @@ static void run_experts(lm_backend *be, float *act, float *y, const float *x, co
     cudaStream_t st = lm_cuda_stream(be);
     for (int w0 = 0; w0 < pairs; w0 += wave) {
         int w1 = w0 + wave < pairs ? w0 + wave : pairs;
-        moe_gate_up_kernel<MAXE><<<dim3(lm_cuda_blocks(I, MOE_WARPS), (unsigned)E), MOE_THREADS, 0, st>>>(
-            act, x, order, start, top_k, H, I, w0, w1, gu);
-        LM_CUDA_LAUNCHED(be, "moe_experts (gate, up)");
-        moe_down_kernel<MAXE><<<dim3(lm_cuda_blocks(H, MOE_WARPS), (unsigned)E), MOE_THREADS, 0, st>>>(
-            y, act, order, start, H, I, w0, w1, dn);
-        LM_CUDA_LAUNCHED(be, "moe_experts (down)");
+        lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE>,
+                       dim3(lm_cuda_blocks(I, MOE_WARPS), (unsigned)E), MOE_THREADS, 0, act, x, order, start,
+                       top_k, H, I, w0, w1, gu);
+        lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE>,
+                       dim3(lm_cuda_blocks(H, MOE_WARPS), (unsigned)E), MOE_THREADS, 0, y, act, order, start,
+                       H, I, w0, w1, dn);
     }
 }
 
@@ -327,8 +329,7 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     if (n <= 0 || H <= 0) return;
     cudaStream_t st = lm_cuda_stream(be);
     if (top_k <= 0 || E <= 0 || I <= 0) { /* an empty sum */
-        lm_cuda_note_error(be, cudaMemsetAsync(lm_cuda_ptr(out), 0, sizeof(float) * (size_t)n * H, st),
-                           "moe_experts");
+        lm_cuda_enqueue_fill(be, "moe_experts", lm_cuda_ptr(out), 0, sizeof(float) * (size_t)n * H);
         return;
     }
     if (E > MOE_MAX_EXPERTS) {
@@ -342,8 +343,8 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     float *act = lm_cuda_f32(scratch);
     float *y = act + wave * (2 * (size_t)I + (size_t)H);
     int32_t *order = (int32_t *)(y + pairs * (size_t)H), *start = order + pairs;
-    moe_sort_kernel<<<1, SORT_THREADS, 0, st>>>(order, start, lm_cuda_i32(ids), (int)pairs, E);
-    LM_CUDA_LAUNCHED(be, "moe_experts (sort)");
+    lm_cuda_launch(be, "moe_experts (sort)", moe_sort_kernel, 1, SORT_THREADS, 0, order, start,
+                   lm_cuda_i32(ids), (int)pairs, E);
     if (E <= 64)
         run_experts<64>(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k, ex);
     else if (E <= 256)
@@ -351,6 +352,6 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     else
         run_experts<MOE_MAX_EXPERTS>(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k,
                                      ex);
-    moe_combine_kernel<<<n, MOE_THREADS, 0, st>>>(lm_cuda_f32(out), y, lm_cuda_f32(weights), top_k, H);
-    LM_CUDA_LAUNCHED(be, "moe_experts (combine)");
+    lm_cuda_launch(be, "moe_experts (combine)", moe_combine_kernel, n, MOE_THREADS, 0, lm_cuda_f32(out), y,
+                   lm_cuda_f32(weights), top_k, H);
 }

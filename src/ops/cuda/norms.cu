@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
 
 #define THREADS 256
 
@@ -67,17 +67,15 @@ static int threads_for(int dim) {
 extern "C" void lm_cuda_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim,
                                 float eps) {
     if (rows <= 0 || dim <= 0) return;
-    rmsnorm_kernel<<<rows, threads_for(dim), 0, lm_cuda_stream(be)>>>(lm_cuda_f32(out), lm_cuda_f32(x), NULL,
-                                                                     lm_cuda_f32(weight), dim, eps);
-    LM_CUDA_LAUNCHED(be, "rmsnorm");
+    lm_cuda_launch(be, "rmsnorm", rmsnorm_kernel, rows, threads_for(dim), 0, lm_cuda_f32(out), lm_cuda_f32(x),
+                   nullptr, lm_cuda_f32(weight), dim, eps);
 }
 
 extern "C" void lm_cuda_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows,
                                       int dim, float eps) {
     if (rows <= 0 || dim <= 0) return;
-    rmsnorm_kernel<<<rows, threads_for(dim), 0, lm_cuda_stream(be)>>>(
-        lm_cuda_f32(out), lm_cuda_f32(x), lm_cuda_f32(z), lm_cuda_f32(weight), dim, eps);
-    LM_CUDA_LAUNCHED(be, "gated_rmsnorm");
+    lm_cuda_launch(be, "gated_rmsnorm", rmsnorm_kernel, rows, threads_for(dim), 0, lm_cuda_f32(out),
+                   lm_cuda_f32(x), lm_cuda_f32(z), lm_cuda_f32(weight), dim, eps);
 }
 
 __global__ static void l2norm_scale_kernel(float *x, int dim, float eps, float scale) {
@@ -88,8 +86,8 @@ __global__ static void l2norm_scale_kernel(float *x, int dim, float eps, float s
 
 extern "C" void lm_cuda_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale) {
     if (rows <= 0 || dim <= 0) return;
-    l2norm_scale_kernel<<<rows, threads_for(dim), 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), dim, eps, scale);
-    LM_CUDA_LAUNCHED(be, "l2norm_scale");
+    lm_cuda_launch(be, "l2norm_scale", l2norm_scale_kernel, rows, threads_for(dim), 0, lm_cuda_f32(x), dim,
+                   eps, scale);
 }
 
 // Two passes over the row (the mean, then the squares about it): no
@@ -114,9 +112,8 @@ __global__ static void layernorm_kernel(float *out, const float *x, const float 
 extern "C" void lm_cuda_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias, int rows,
                                   int dim, float eps) {
     if (rows <= 0 || dim <= 0) return;
-    layernorm_kernel<<<rows, threads_for(dim), 0, lm_cuda_stream(be)>>>(
-        lm_cuda_f32(out), lm_cuda_f32(x), lm_cuda_f32(weight), lm_cuda_f32(bias), dim, eps);
-    LM_CUDA_LAUNCHED(be, "layernorm");
+    lm_cuda_launch(be, "layernorm", layernorm_kernel, rows, threads_for(dim), 0, lm_cuda_f32(out),
+                   lm_cuda_f32(x), lm_cuda_f32(weight), lm_cuda_f32(bias), dim, eps);
 }
 
 // ---- add_weighted_rows: x row i += Σ_k weights[i, k] · table row ids[i, k] ----
@@ -143,8 +140,7 @@ __global__ static void add_weighted_rows_kernel(float *x, const void *table, int
 extern "C" void lm_cuda_add_weighted_rows(lm_backend *be, lm_mem x, const lm_matrix *table, lm_mem ids,
                                           lm_mem weights, int n, int taps) {
     if (n <= 0 || taps <= 0 || table->cols <= 0) return; // no taps: nothing added
-    add_weighted_rows_kernel<<<n, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), lm_cuda_ptr(table->data),
-                                                                   (int)table->dtype, table->cols,
-                                                                   lm_cuda_i32(ids), lm_cuda_f32(weights), taps);
-    LM_CUDA_LAUNCHED(be, "add_weighted_rows");
+    lm_cuda_launch(be, "add_weighted_rows", add_weighted_rows_kernel, n, THREADS, 0, lm_cuda_f32(x),
+                   lm_cuda_ptr(table->data), (int)table->dtype, table->cols, lm_cuda_i32(ids),
+                   lm_cuda_f32(weights), taps);
 }

@@ -11,8 +11,9 @@
 // reference computes it, then cosf/sinf (full range reduction: no
 // fast-math).
 #include <stdint.h>
+#include <string.h>
 
-#include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
 
 extern "C" {
 int lm_rope_section_of(const lm_rope_params *rope, int i); // ops/ref/reference.c
@@ -58,6 +59,7 @@ extern "C" void lm_cuda_rope(lm_backend *be, lm_mem x, int n, int n_heads, int h
     int half = rope->rot_dim / 2;
     if (n <= 0 || n_heads <= 0 || half <= 0) return;
     rope_chunk c;
+    memset(&c, 0, sizeof c); // every byte is a kernel argument the queue compares (launch.h)
     c.half = half;
     c.pair_interleaved = rope->pair_interleaved;
     for (int first = 0; first < half; first += CHUNK) {
@@ -67,8 +69,7 @@ extern "C" void lm_cuda_rope(lm_backend *be, lm_mem x, int n, int n_heads, int h
             c.inv_freq[j] = lm_rope_inv_freq(rope, first + j);
             c.section[j] = (uint8_t)lm_rope_section_of(rope, first + j);
         }
-        rope_kernel<<<n, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(x), n_heads, head_dim,
-                                                          lm_cuda_i32(positions), c);
-        LM_CUDA_LAUNCHED(be, "rope");
+        lm_cuda_launch(be, "rope", rope_kernel, n, THREADS, 0, lm_cuda_f32(x), n_heads, head_dim,
+                       lm_cuda_i32(positions), c);
     }
 }

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
 
 #define THREADS 256
 
@@ -15,9 +15,8 @@ __global__ static void copy_rows_kernel(float *dst, int64_t dst_stride, const fl
 void lm_cuda_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src, int64_t src_stride,
                        int rows, int width) {
     if (rows <= 0 || width <= 0) return;
-    copy_rows_kernel<<<rows, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(dst), dst_stride, lm_cuda_f32(src),
-                                                              src_stride, width);
-    LM_CUDA_LAUNCHED(be, "copy_rows");
+    lm_cuda_launch(be, "copy_rows", copy_rows_kernel, rows, THREADS, 0, lm_cuda_f32(dst), dst_stride,
+                   lm_cuda_f32(src), src_stride, width);
 }
 
 __global__ static void gather_rows_kernel(float *dst, const float *src, const int32_t *ids, int width) {
@@ -26,9 +25,8 @@ __global__ static void gather_rows_kernel(float *dst, const float *src, const in
 }
 void lm_cuda_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n, int width) {
     if (n <= 0 || width <= 0) return;
-    gather_rows_kernel<<<n, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(dst), lm_cuda_f32(src),
-                                                             lm_cuda_i32(row_ids), width);
-    LM_CUDA_LAUNCHED(be, "gather_rows");
+    lm_cuda_launch(be, "gather_rows", gather_rows_kernel, n, THREADS, 0, lm_cuda_f32(dst), lm_cuda_f32(src),
+                   lm_cuda_i32(row_ids), width);
 }
 
 // One block per row: each thread keeps its best (value, lowest index),
@@ -67,8 +65,7 @@ __global__ static void argmax_kernel(int32_t *ids, const float *x, int n) {
 }
 void lm_cuda_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) {
     if (rows <= 0) return;
-    argmax_kernel<<<rows, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_i32(ids), lm_cuda_f32(x), n);
-    LM_CUDA_LAUNCHED(be, "argmax_rows");
+    lm_cuda_launch(be, "argmax_rows", argmax_kernel, rows, THREADS, 0, lm_cuda_i32(ids), lm_cuda_f32(x), n);
 }
 
 __device__ static float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -85,7 +82,6 @@ __global__ static void embed_kernel(float *out, const int32_t *ids, const void *
 }
 void lm_cuda_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table) {
     if (n <= 0) return;
-    embed_kernel<<<n, THREADS, 0, lm_cuda_stream(be)>>>(lm_cuda_f32(out), lm_cuda_i32(ids),
-                                                       lm_cuda_ptr(table->data), (int)table->dtype, table->cols);
-    LM_CUDA_LAUNCHED(be, "embed");
+    lm_cuda_launch(be, "embed", embed_kernel, n, THREADS, 0, lm_cuda_f32(out), lm_cuda_i32(ids),
+                   lm_cuda_ptr(table->data), (int)table->dtype, table->cols);
 }

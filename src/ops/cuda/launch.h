@@ -1,0 +1,63 @@
+/* How the cuda backend's ops reach the stream: not launched at once but
+ * appended to the backend's queue of pending work (queue.cu), which is run
+ * at the next point where the host waits or hands the stream to another
+ * API (download, synchronize, upload, free, a cuBLASLt call).
+ *
+ * Why: a decode step issues hundreds of small kernels, and launching each
+ * costs the host a few microseconds while the GPU waits.  A run of pending
+ * work that is identical, launch for launch (kernel, grid, block, shared
+ * memory and every argument byte), to one seen before is replayed as a
+ * CUDA graph captured from it: one launch instead of hundreds.  Equality is
+ * checked byte for byte, never trusted to a hash, so a replay does exactly
+ * what launching the same kernels would.  Nothing outside this folder
+ * knows: models and the engine see ops.h only.
+ *
+ * Every kernel launch of the backend goes through lm_cuda_launch; device
+ * to device copies and fills through lm_cuda_enqueue_copy / _fill. */
+#ifndef LOOM_OPS_CUDA_LAUNCH_H
+#define LOOM_OPS_CUDA_LAUNCH_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "ops/cuda/cuda_state.h"
+
+/* The queue's entry points (queue.cu). */
+void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
+                            size_t shared, void **args, const size_t *sizes, int n_args);
+void lm_cuda_enqueue_copy(lm_backend *be, const char *what, void *dst, const void *src, size_t bytes);
+void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte, size_t bytes);
+/* Runs the pending work on the stream (replayed or captured as a graph
+ * when it repeats); after it, the stream holds every op queued so far. */
+void lm_cuda_flush(lm_backend *be);
+
+namespace lm_cuda_detail {
+template <typename Tuple, size_t... I>
+inline void enqueue_tuple(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
+                          size_t shared, Tuple &values, std::index_sequence<I...>) {
+    void *args[sizeof...(I) > 0 ? sizeof...(I) : 1] = {(void *)&std::get<I>(values)...};
+    size_t sizes[sizeof...(I) > 0 ? sizeof...(I) : 1] = {sizeof(std::get<I>(values))...};
+    lm_cuda_enqueue_kernel(be, what, kernel, grid, block, shared, args, sizes, (int)sizeof...(I));
+}
+} // namespace lm_cuda_detail
+
+/* kernel<<<grid, block, shared>>>(args...), queued.  The arguments are
+ * converted to the kernel's parameter types first (as a launch would), so
+ * the bytes recorded are the bytes the kernel receives. */
+template <typename... Params, typename... Args>
+inline void lm_cuda_launch(lm_backend *be, const char *what, void (*kernel)(Params...), dim3 grid, dim3 block,
+                           size_t shared, Args... args) {
+    static_assert(sizeof...(Params) == sizeof...(Args), "lm_cuda_launch: argument count");
+    static_assert((std::is_trivially_copyable<Params>::value && ...), "lm_cuda_launch: plain arguments only");
+    // A struct argument must be zeroed before it is filled: its padding and
+    // unused entries are bytes the queue compares.
+    std::tuple<Params...> values(static_cast<Params>(args)...);
+    lm_cuda_detail::enqueue_tuple(be, what, (const void *)kernel, grid, block, shared, values,
+                                  std::index_sequence_for<Params...>{});
+}
+
+#endif
