@@ -12,11 +12,21 @@ const char *test_backend_name(void) {
     return name && *name ? name : "cpu";
 }
 
+const char *test_compute_name(void) {
+    const char *name = getenv("LOOM_TEST_COMPUTE");
+    return name && *name ? name : "f32";
+}
+
+double test_logit_tolerance(void) {
+    return strcmp(test_compute_name(), "bf16") == 0 ? 1e-2 : 1e-4;
+}
+
 bool test_model_open_with(test_model *m, const char *dir, int threads,
                           const lm_model_load_options *options) {
     memset(m, 0, sizeof *m);
     lm_error err = {0};
     if (lm_backend_create(test_backend_name(), threads, &m->backend, &err) == LM_OK &&
+        lm_backend_set_compute(m->backend, test_compute_name(), &err) == LM_OK &&
         lm_model_open(dir, options, m->backend, &m->model, &err) == LM_OK) {
         /* The Qwen3.5 tests look inside; other families go through the interface. */
         if (strcmp(lm_model_describe(m->model)->family, lm_qwen35_family.name) == 0) {

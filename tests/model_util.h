@@ -23,6 +23,12 @@ typedef struct {
 /* The backend the tests run on: $LOOM_TEST_BACKEND, default "cpu"
  * (tests/run.sh runs the model and engine tests on "ref" too). */
 const char *test_backend_name(void);
+/* The precision the backend under test computes in: $LOOM_TEST_COMPUTE,
+ * "f32" (default) or "bf16" (lm_backend_set_compute), and the logit
+ * tolerance the fixtures' README gives for it: max |Δ| / std(reference)
+ * within 1e-4 for float32 arithmetic, 1e-2 for bf16. */
+const char *test_compute_name(void);
+double test_logit_tolerance(void);
 
 /* Loads dir's checkpoint (options NULL: the defaults) on a new backend
  * (test_backend_name(), `threads` threads); on failure prints why,

@@ -90,6 +90,13 @@ static bool backends_open(backends *b) {
             fprintf(stderr, "cannot create backend %s: %s\n", backend_list[i].name, err.message);
             return false;
         }
+        /* LOOM_TEST_COMPUTE=bf16: the backends that offer bf16 compute use it. */
+        const char *compute = getenv("LOOM_TEST_COMPUTE");
+        if (compute && be->ops->set_compute_dtype && lm_backend_set_compute(be, compute, &err) != LM_OK) {
+            fprintf(stderr, "backend %s: %s\n", backend_list[i].name, err.message);
+            lm_backend_destroy(be);
+            return false;
+        }
         b->be[b->n] = be;
         b->family[b->n] = backend_list[i].name;
         snprintf(b->label[b->n], sizeof b->label[b->n], "%s/%dt", backend_list[i].name,
@@ -125,14 +132,13 @@ static void backends_need(backends *b, const char *op, size_t offset) {
 }
 #define NEED(bs, op) backends_need(&(bs), #op, offsetof(lm_backend_ops, op))
 
-/* Whether backend b rounds matmul activations to 16 bits for weights of
- * `dtype` (then its error is measured by rel_l2_error, BF16_TOLERANCE):
- * cuda through cuBLASLt (LOOM_CUDA_MATMUL=cublaslt); its default float32
- * kernel meets the float32 tolerance. */
+/* Whether backend b may round matmul activations to 16 bits for weights
+ * of `dtype` (then its error is measured by rel_l2_error, BF16_TOLERANCE):
+ * a backend computing in bf16 (LOOM_TEST_COMPUTE=bf16: cuda through
+ * cuBLASLt for products of many rows); in f32 every backend meets the
+ * float32 tolerance. */
 static bool rounds_activations(const backends *bs, int b, lm_dtype dtype) {
-    const char *mode = getenv("LOOM_CUDA_MATMUL");
-    return strcmp(bs->family[b], "cuda") == 0 && dtype != LM_DTYPE_F32 && mode &&
-           strcmp(mode, "cublaslt") == 0;
+    return strcmp(lm_backend_compute(bs->be[b]), "bf16") == 0 && dtype != LM_DTYPE_F32;
 }
 
 /* ------------------------------------------------------------ verdicts */
@@ -367,6 +373,12 @@ static void test_backend_create_by_name(void) {
 #endif
     CHECK_OK(lm_backend_create("cpu", 2, &be, &err), &err);
     int cpu_threads = lm_backend_threads(be);
+    /* compute precision: the cpu computes in float32 only, and says so */
+    CHECK_OK(lm_backend_set_compute(be, "f32", &err), &err);
+    CHECK(strcmp(lm_backend_compute(be), "f32") == 0);
+    CHECK(lm_backend_set_compute(be, "bf16", &err) == LM_ERR_UNSUPPORTED && strstr(err.message, "float32"));
+    CHECK(lm_backend_set_compute(be, "fp8", &err) == LM_ERR_INVALID && strstr(err.message, "f32 or bf16"));
+    CHECK(strcmp(lm_backend_compute(be), "f32") == 0);
     lm_backend_destroy(be);
     CHECK_OK(lm_backend_create("ref", 4, &be, &err), &err);
     int ref_threads = lm_backend_threads(be);

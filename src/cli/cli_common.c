@@ -94,6 +94,7 @@ lm_status lm_cli_open_model(const lm_cli_model_spec *spec, lm_backend **backend,
     *backend = NULL;
     *model = NULL;
     lm_status st = lm_backend_create(spec->backend ? spec->backend : "cpu", spec->threads, backend, err);
+    if (st == LM_OK && spec->compute) st = lm_backend_set_compute(*backend, spec->compute, err);
     if (st == LM_OK)
         st = spec->dir ? lm_model_open(spec->dir, &spec->load, *backend, model, err)
                        : lm_model_open_random(spec->random_config, spec->seed, *backend, model, err);

@@ -31,6 +31,7 @@ typedef struct {
     const char *dir, *random_config;
     uint64_t seed;
     const char *backend; /* NULL: cpu */
+    const char *compute; /* "f32" / "bf16" (lm_backend_set_compute); NULL = f32 */
     int threads;
     lm_model_load_options load;
 } lm_cli_model_spec;

@@ -30,6 +30,8 @@ static void usage(FILE *f) {
             "  --threads N          CPU threads (default: all cores)\n"
             "  --backend NAME       cpu (default), ref (the plain reference kernels) or cuda\n"
             "  --device NAME        the same (vLLM's spelling)\n"
+            "  --compute-dtype D    f32 (default: float32 products, batch-invariant) or bf16\n"
+            "                       (cuda: tensor cores for products of many rows)\n"
             "  --mmap               map the checkpoint instead of reading it (with --model)\n"
             "  --bandwidth GBPS     skip the bandwidth measurement and use this figure\n"
             "  --seed N             random weights / prompt seed (default 1)\n"
@@ -148,7 +150,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
     return rc;
 }
 
-static loom_engine *bench_engine(const char *backend, const char *model_dir, const char *config_path, bool mmap_weights,
+static loom_engine *bench_engine(const char *backend, const char *compute, const char *model_dir, const char *config_path, bool mmap_weights,
                                  int threads, uint64_t seed, int max_level, int prompt_tokens,
                                  int gen_tokens, int speculative_tokens) {
     loom_engine_options o;
@@ -159,6 +161,7 @@ static loom_engine *bench_engine(const char *backend, const char *model_dir, con
     o.random_seed = seed;
     o.threads = threads;
     o.backend = backend;
+    o.compute_dtype = compute;
     o.mmap_weights = mmap_weights;
     o.max_running = max_level;
     o.max_model_len = prompt_tokens + gen_tokens;
@@ -180,7 +183,7 @@ static loom_engine *bench_engine(const char *backend, const char *model_dir, con
 
 /* Offline throughput at each level; with K > 0 each level runs without and
  * with speculation and reports the acceptance and the speedup. */
-static int run_throughput(const char *backend, const char *model_dir, const char *config_path, bool mmap_weights,
+static int run_throughput(const char *backend, const char *compute, const char *model_dir, const char *config_path, bool mmap_weights,
                           int threads, uint64_t seed, const char *levels, int requests,
                           int prompt_tokens, int gen_tokens, int speculative_tokens,
                           const char *prompt_file, bool chat, float temperature) {
@@ -212,7 +215,7 @@ static int run_throughput(const char *backend, const char *model_dir, const char
     int rc = 0;
     for (int pass = 0; pass < (speculative_tokens > 0 ? 2 : 1) && rc == 0; pass++) {
         int k = pass == 0 ? 0 : speculative_tokens;
-        loom_engine *engine = bench_engine(backend, model_dir, config_path, mmap_weights, threads, seed, max_level,
+        loom_engine *engine = bench_engine(backend, compute, model_dir, config_path, mmap_weights, threads, seed, max_level,
                                            prompt_tokens, gen_tokens, k);
         if (!engine) {
             rc = 1;
@@ -362,12 +365,13 @@ int cmd_bench_main(int argc, char **argv) {
         {"speculative-tokens", required_argument, 0, 'D'},
         {"prompt-file", required_argument, 0, 'F'},  {"chat", no_argument, 0, 'H'},
         {"temperature", required_argument, 0, 'T'},  {"image-size", required_argument, 0, 'I'},
+        {"compute-dtype", required_argument, 0, 'P'},
         {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *config_path = NULL;
     bool random_weights = false;
     long prompt_tokens = 256, gen_tokens = 32, threads = 0, seed = 1;
-    const char *backend_name = NULL;
+    const char *backend_name = NULL, *compute = NULL;
     double bandwidth = 0;
     const char *levels = NULL, *prompt_file = NULL;
     bool chat = false;
@@ -386,6 +390,7 @@ int cmd_bench_main(int argc, char **argv) {
         case 'g': if (!lm_cli_parse_int("--gen-tokens", optarg, 1, 1 << 20, &gen_tokens)) return 2; break;
         case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 'B': if (!lm_cli_parse_backend(optarg, &backend_name)) return 2; break;
+        case 'P': compute = optarg; break;
         case 's': if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 40, &seed)) return 2; break;
         case 'M': mode = LM_LOAD_MMAP; break;
         case 'C': levels = optarg; break;
@@ -443,7 +448,7 @@ int cmd_bench_main(int argc, char **argv) {
         return 2;
     }
     if (levels)
-        return run_throughput(backend_name, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
+        return run_throughput(backend_name, compute, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
                               (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
                               temperature);
@@ -457,7 +462,7 @@ int cmd_bench_main(int argc, char **argv) {
     lm_model *model;
     double t0 = now_seconds();
     lm_cli_model_spec spec = {.dir = model_dir, .random_config = config_path, .seed = (uint64_t)seed,
-                              .backend = backend_name, .threads = (int)threads,
+                              .backend = backend_name, .compute = compute, .threads = (int)threads,
                               .load = {.mode = mode}};
     lm_status st = lm_cli_open_model(&spec, &backend, &model, &err);
     if (st != LM_OK) {
@@ -491,10 +496,10 @@ int cmd_bench_main(int argc, char **argv) {
     if (lm_sequence_runner_init(&runner, model, (int)(prompt_tokens + gen_tokens), &err) != LM_OK)
         goto done;
 
-    printf("model: %s, %s weights, %s backend, %d threads, loaded in %.1f s\n",
+    printf("model: %s, %s weights, %s backend (%s compute), %d threads, loaded in %.1f s\n",
            model_dir ? model_dir : config_path, model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read")
                                                           : "random bf16",
-           backend->ops->name, lm_backend_threads(backend), load_s);
+           backend->ops->name, lm_backend_compute(backend), lm_backend_threads(backend), load_s);
     fflush(stdout);
     double t1 = now_seconds();
     if (lm_sequence_runner_feed(&runner, prompt, (int)prompt_tokens, false, logits, NULL, NULL, &err) != LM_OK)

@@ -602,6 +602,7 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
         return report(LM_ERR_INVALID, "unknown MTP norm convention", error, error_size);
     }
     st = lm_backend_create(o.backend ? o.backend : "cpu", o.threads, &e->backend, &err);
+    if (st == LM_OK && o.compute_dtype) st = lm_backend_set_compute(e->backend, o.compute_dtype, &err);
     if (st == LM_OK) {
         /* loom_mtp_norms and lm_mtp_norms list the conventions in the same order. */
         lm_model_load_options load = {.mode = o.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,

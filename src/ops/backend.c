@@ -102,3 +102,21 @@ int lm_backend_threads(const lm_backend *be) {
     const backend_kind *k = kind_of(be);
     return k ? k->threads(be) : 1;
 }
+
+lm_status lm_backend_set_compute(lm_backend *be, const char *name, lm_error *err) {
+    lm_dtype dtype;
+    if (strcmp(name, "f32") == 0 || strcmp(name, "float32") == 0)
+        dtype = LM_DTYPE_F32;
+    else if (strcmp(name, "bf16") == 0 || strcmp(name, "bfloat16") == 0)
+        dtype = LM_DTYPE_BF16;
+    else
+        return lm_fail(err, LM_ERR_INVALID, "unknown compute precision '%s' (f32 or bf16)", name);
+    if (be->ops->set_compute_dtype) return be->ops->set_compute_dtype(be, dtype, err);
+    if (dtype == LM_DTYPE_F32) return LM_OK;
+    return lm_fail(err, LM_ERR_UNSUPPORTED, "the %s backend computes in float32 only (bf16 compute: --device cuda)",
+                   be->ops->name);
+}
+
+const char *lm_backend_compute(const lm_backend *be) {
+    return be->ops->compute_dtype && be->ops->compute_dtype(be) == LM_DTYPE_BF16 ? "bf16" : "f32";
+}

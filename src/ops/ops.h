@@ -192,6 +192,15 @@ typedef struct {
     /* Optional (device backends; NULL on the host ones): the device memory
      * free and in all, for sizing pools by a fraction of the card. */
     lm_status (*memory_info)(lm_backend *be, size_t *free_bytes, size_t *total_bytes, lm_error *err);
+    /* Optional (NULL: float32 only): the precision of the dense products'
+     * activations.  LM_DTYPE_F32 (the default) computes every product in
+     * float32 with a fixed order of sums, so a row's result does not depend
+     * on its batch; LM_DTYPE_BF16 lets products of many rows (prefill
+     * chunks, large batches) round the activations to bf16 for tensor
+     * cores: faster, about 1e-2 of the logits' std off a float32 result,
+     * and no longer batch-invariant.  Set it before the first op. */
+    lm_status (*set_compute_dtype)(lm_backend *be, lm_dtype dtype, lm_error *err);
+    lm_dtype (*compute_dtype)(const lm_backend *be);
 
     /* ---- dense ---- */
     /* y[n, w.rows] = x[n, w.cols] · wᵀ */
@@ -311,6 +320,13 @@ void lm_backend_destroy(lm_backend *be);
 const char *lm_backend_names(void);
 /* Worker threads of the backend (1 for ref). */
 int lm_backend_threads(const lm_backend *be);
+/* The precision of the dense products (ops table, set_compute_dtype):
+ * "f32" or "bf16"; a backend without the choice accepts "f32" only, and an
+ * unknown name or a refused one is LM_ERR_INVALID / LM_ERR_UNSUPPORTED with
+ * a sentence. */
+lm_status lm_backend_set_compute(lm_backend *be, const char *name, lm_error *err);
+/* "f32" or "bf16": what lm_backend_set_compute left. */
+const char *lm_backend_compute(const lm_backend *be);
 
 /* ---- wrappers ---- */
 

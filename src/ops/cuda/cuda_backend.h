@@ -49,6 +49,8 @@ void lm_cuda_copy(lm_backend *be, lm_mem dst, lm_mem src, size_t bytes);
 void lm_cuda_fill(lm_backend *be, lm_mem dst, uint8_t byte, size_t bytes);
 lm_status lm_cuda_synchronize(lm_backend *be, lm_error *err);
 lm_status lm_cuda_memory_info(lm_backend *be, size_t *free_bytes, size_t *total_bytes, lm_error *err);
+lm_status lm_cuda_set_compute_dtype(lm_backend *be, lm_dtype dtype, lm_error *err); /* matmul.cu */
+lm_dtype lm_cuda_compute_dtype(const lm_backend *be);
 
 /* ---- the ops, by file ---- */
 /* elementwise.cu */

@@ -14,10 +14,10 @@ struct lm_cuda_state {
     cudaError_t first_error;      /* the first error since the last synchronize */
     char first_error_what[64];
     void *blas;                   /* cublasLtHandle_t (matmul.cu) */
-    /* matmul through cuBLASLt with the activations rounded to 16 bits
-     * (fast, not batch-invariant: its algorithm depends on n) instead of
-     * the float32 kernel (exact, the same bits for a row whatever the
-     * batch); LOOM_CUDA_MATMUL=cublaslt at creation, for measurements. */
+    /* bf16 compute (lm_backend_set_compute): products of more than a few
+     * rows through cuBLASLt with the activations rounded to 16 bits (fast,
+     * not batch-invariant: its algorithm depends on n) instead of the
+     * float32 kernel (exact, the same bits for a row whatever the batch). */
     bool blas_matmul;
     void *blas_workspace;         /* cuBLASLt's scratch */
     size_t blas_workspace_bytes;

@@ -26,7 +26,22 @@
 
 #include "ops/cuda/cuda_state.h"
 
+/* One cuBLASLt product y = x·aᵀ (matmul.cu), planned when queued: the
+ * algorithm cuBLASLt's heuristic chose travels in `algo`, so running the
+ * record later (or capturing it) repeats exactly that call.  Plain bytes:
+ * zero it before filling. */
+typedef struct {
+    const void *a, *b;
+    float *y;
+    int64_t m, n, k;
+    int32_t type; /* cudaDataType_t of a and b */
+    int32_t unused;
+    uint64_t algo[8]; /* cublasLtMatmulAlgo_t */
+} lm_cuda_blas_call;
+cudaError_t lm_cuda_blas_run(lm_backend *be, const lm_cuda_blas_call *call);
+
 /* The queue's entry points (queue.cu). */
+void lm_cuda_enqueue_blas(lm_backend *be, const char *what, const lm_cuda_blas_call *call);
 void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
                             size_t shared, void **args, const size_t *sizes, int n_args);
 void lm_cuda_enqueue_copy(lm_backend *be, const char *what, void *dst, const void *src, size_t bytes);

@@ -236,62 +236,103 @@ static uint32_t alignment_of(const void *p) {
     return align;
 }
 
-// Creates the descriptors, asks the heuristic for one algorithm, runs it.
-// False (and nothing queued) when cuBLASLt declines.
-static bool matmul_lt(lm_backend *be, float *y, const void *a, const void *b, cudaDataType_t type,
-                      int64_t m, int64_t n, int64_t k) {
+// The descriptors of one product (TN, float32 out and accumulation).
+typedef struct {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ly;
+} blas_descriptors;
+
+static void blas_destroy(blas_descriptors *d) {
+    if (d->ly) cublasLtMatrixLayoutDestroy(d->ly);
+    if (d->lb) cublasLtMatrixLayoutDestroy(d->lb);
+    if (d->la) cublasLtMatrixLayoutDestroy(d->la);
+    if (d->op) cublasLtMatmulDescDestroy(d->op);
+}
+
+static bool blas_describe(const lm_cuda_blas_call *c, blas_descriptors *d) {
+    memset(d, 0, sizeof *d);
+    cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    cudaDataType_t type = (cudaDataType_t)c->type;
+    bool ok = cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+              !cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa) &&
+              !cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb) &&
+              // A as stored: k x m column-major (w's rows of k), read transposed.
+              !cublasLtMatrixLayoutCreate(&d->la, type, (uint64_t)c->k, (uint64_t)c->m, c->k) &&
+              !cublasLtMatrixLayoutCreate(&d->lb, type, (uint64_t)c->k, (uint64_t)c->n, c->k) &&
+              !cublasLtMatrixLayoutCreate(&d->ly, CUDA_R_32F, (uint64_t)c->m, (uint64_t)c->n, c->m);
+    if (!ok) blas_destroy(d);
+    return ok;
+}
+
+// Asks the heuristic for an algorithm for the call (host only: nothing is
+// queued); false when cuBLASLt declines the shape.
+static bool blas_plan(lm_backend *be, lm_cuda_blas_call *c) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     cublasLtHandle_t handle = (cublasLtHandle_t)s->blas;
     if (!handle) return false;
-    lm_cuda_flush(be); /* cuBLASLt queues on the stream itself: the pending work goes first */
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, ly = NULL;
+    blas_descriptors d;
+    if (!blas_describe(c, &d)) return false;
     cublasLtMatmulPreference_t pref = NULL;
-    bool ran = false;
-    cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
     uint64_t workspace = s->blas_workspace_bytes;
-    uint32_t align_a = alignment_of(a), align_b = alignment_of(b), align_y = alignment_of(y);
+    uint32_t align_a = alignment_of(c->a), align_b = alignment_of(c->b), align_y = alignment_of(c->y);
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    const float alpha = 1.0f, beta = 0.0f;
-    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) goto done;
-    if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa) ||
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb))
-        goto done;
-    // A as stored: k x m column-major (w's rows of k), read transposed.
-    if (cublasLtMatrixLayoutCreate(&la, type, (uint64_t)k, (uint64_t)m, k) ||
-        cublasLtMatrixLayoutCreate(&lb, type, (uint64_t)k, (uint64_t)n, k) ||
-        cublasLtMatrixLayoutCreate(&ly, CUDA_R_32F, (uint64_t)m, (uint64_t)n, m))
-        goto done;
-    if (cublasLtMatmulPreferenceCreate(&pref) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                             sizeof workspace) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                             sizeof align_a) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                             sizeof align_b) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_y,
-                                             sizeof align_y) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_y,
-                                             sizeof align_y))
-        goto done;
-    if (cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ly, ly, pref, 1, &result, &found) !=
-            CUBLAS_STATUS_SUCCESS ||
-        found < 1)
-        goto done;
-    // C = y with beta 0: never read.
-    if (cublasLtMatmul(handle, op, &alpha, a, la, b, lb, &beta, y, ly, y, ly, &result.algo,
-                       s->blas_workspace, s->blas_workspace_bytes, s->stream) != CUBLAS_STATUS_SUCCESS)
-        goto done;
-    ran = true;
-done:
+    bool ok = !cublasLtMatmulPreferenceCreate(&pref) &&
+              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                    sizeof workspace) &&
+              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                    sizeof align_a) &&
+              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                    sizeof align_b) &&
+              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_y,
+                                                    sizeof align_y) &&
+              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_y,
+                                                    sizeof align_y) &&
+              cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.la, d.lb, d.ly, d.ly, pref, 1, &result, &found) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              found >= 1;
+    if (ok) {
+        static_assert(sizeof c->algo == sizeof result.algo, "cublasLtMatmulAlgo_t");
+        memcpy(c->algo, &result.algo, sizeof result.algo);
+    }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (ly) cublasLtMatrixLayoutDestroy(ly);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (op) cublasLtMatmulDescDestroy(op);
-    return ran;
+    blas_destroy(&d);
+    return ok;
 }
+
+// Queues a planned call on the stream (queue.cu, when the record runs:
+// plainly or into a graph's capture; cuBLASLt's kernels are captured like
+// ours).  C = y with beta 0: never read.
+cudaError_t lm_cuda_blas_run(lm_backend *be, const lm_cuda_blas_call *c) {
+    lm_cuda_state *s = lm_cuda_state_of(be);
+    blas_descriptors d;
+    if (!blas_describe(c, &d)) return cudaErrorUnknown;
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasLtMatmulAlgo_t algo;
+    memcpy(&algo, c->algo, sizeof algo);
+    cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)s->blas, d.op, &alpha, c->a, d.la, c->b, d.lb, &beta,
+                                       c->y, d.ly, c->y, d.ly, &algo, s->blas_workspace, s->blas_workspace_bytes,
+                                       s->stream);
+    blas_destroy(&d);
+    return st == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+}
+
+// Plans y = x·aᵀ through cuBLASLt and queues it; false (nothing queued)
+// when cuBLASLt declines.
+static bool matmul_lt(lm_backend *be, float *y, const void *a, const void *b, cudaDataType_t type, int64_t m,
+                      int64_t n, int64_t k) {
+    lm_cuda_blas_call c;
+    memset(&c, 0, sizeof c); // every byte is compared by the queue (launch.h)
+    c.a = a, c.b = b, c.y = y, c.m = m, c.n = n, c.k = k, c.type = (int32_t)type;
+    if (!blas_plan(be, &c)) return false;
+    lm_cuda_enqueue_blas(be, "matmul (cuBLASLt)", &c);
+    return true;
+}
+
+// Rows up to this many use the float32 kernel also in bf16 mode: a product
+// of few rows is bandwidth-bound (the kernel reads the weights once, as
+// cuBLASLt does) and keeps float32 activations.
+#define BLAS_MIN_ROWS 9
 
 extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     int64_t rows = w->rows, cols = w->cols;
@@ -300,7 +341,7 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
         lm_cuda_enqueue_fill(be, "matmul", lm_cuda_ptr(y), 0, (size_t)n * (size_t)rows * sizeof(float));
         return;
     }
-    if (!lm_cuda_state_of(be)->blas_matmul) {
+    if (!lm_cuda_state_of(be)->blas_matmul || n < BLAS_MIN_ROWS) {
         matmul_rows(be, y, x, n, w);
         return;
     }
@@ -344,9 +385,18 @@ extern "C" lm_status lm_cuda_blas_init(lm_cuda_state *s, lm_error *err) {
                        WORKSPACE_BYTES, cudaGetErrorString(e));
     }
     s->blas_workspace_bytes = WORKSPACE_BYTES;
-    const char *mode = getenv("LOOM_CUDA_MATMUL");
-    s->blas_matmul = mode && strcmp(mode, "cublaslt") == 0;
     return LM_OK;
+}
+
+extern "C" lm_status lm_cuda_set_compute_dtype(lm_backend *be, lm_dtype dtype, lm_error *err) {
+    if (dtype != LM_DTYPE_F32 && dtype != LM_DTYPE_BF16)
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "cuda computes in f32 or bf16");
+    lm_cuda_state_of(be)->blas_matmul = dtype == LM_DTYPE_BF16;
+    return LM_OK;
+}
+
+extern "C" lm_dtype lm_cuda_compute_dtype(const lm_backend *be) {
+    return ((const lm_cuda_state *)be->impl)->blas_matmul ? LM_DTYPE_BF16 : LM_DTYPE_F32;
 }
 
 extern "C" void lm_cuda_blas_free(lm_cuda_state *s) {

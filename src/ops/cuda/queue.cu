@@ -32,7 +32,7 @@
 #define MAX_ARGS 64
 #define PROFILE_NAMES 256
 
-enum { OP_KERNEL = 1, OP_COPY = 2, OP_FILL = 3 };
+enum { OP_KERNEL = 1, OP_COPY = 2, OP_FILL = 3, OP_BLAS = 4 };
 
 struct op_header {
     uint32_t kind, n_args;
@@ -233,6 +233,18 @@ void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte,
     append(be, &h, NULL, NULL);
 }
 
+void lm_cuda_enqueue_blas(lm_backend *be, const char *what, const lm_cuda_blas_call *call) {
+    op_header h;
+    memset(&h, 0, sizeof h);
+    h.kind = OP_BLAS;
+    h.n_args = 1;
+    h.what = what;
+    size_t size = sizeof *call;
+    void *arg = (void *)call;
+    h.record_bytes = round16(sizeof h) + round16(sizeof(uint32_t)) + round16(size);
+    append(be, &h, &arg, &size);
+}
+
 static profile_row *profile_row_of(lm_cuda_queue *q, const char *what) {
     for (int i = 0; i < q->n_rows; i++)
         if (q->rows[i].what == what || strcmp(q->rows[i].what, what) == 0) return &q->rows[i];
@@ -268,14 +280,16 @@ static cudaError_t launch_record(lm_backend *be, const unsigned char *record, si
         const op_header *h = (const op_header *)(record + at);
         cudaError_t e = cudaSuccess;
         if (timed) cudaEventRecord(q->events[2 * op], s->stream);
-        if (h->kind == OP_KERNEL) {
-            void *args[MAX_ARGS];
-            const uint32_t *sizes = (const uint32_t *)(record + at + round16(sizeof *h));
-            size_t off = at + round16(sizeof *h) + round16(sizeof(uint32_t) * h->n_args);
-            for (uint32_t i = 0; i < h->n_args; i++) {
-                args[i] = (void *)(record + off);
-                off += round16(sizes[i]);
-            }
+        void *args[MAX_ARGS];
+        const uint32_t *sizes = (const uint32_t *)(record + at + round16(sizeof *h));
+        size_t off = at + round16(sizeof *h) + round16(sizeof(uint32_t) * h->n_args);
+        for (uint32_t i = 0; i < h->n_args; i++) {
+            args[i] = (void *)(record + off);
+            off += round16(sizes[i]);
+        }
+        if (h->kind == OP_BLAS) {
+            e = lm_cuda_blas_run(be, (const lm_cuda_blas_call *)args[0]);
+        } else if (h->kind == OP_KERNEL) {
             e = cudaLaunchKernel(h->kernel, dim3(h->grid[0], h->grid[1], h->grid[2]),
                                  dim3(h->block[0], h->block[1], h->block[2]), args, (size_t)h->shared,
                                  s->stream);

@@ -15,6 +15,8 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .fill = lm_cuda_fill,
     .synchronize = lm_cuda_synchronize,
     .memory_info = lm_cuda_memory_info,
+    .set_compute_dtype = lm_cuda_set_compute_dtype,
+    .compute_dtype = lm_cuda_compute_dtype,
     /* elementwise.cu */
     .silu_mul = lm_cuda_silu_mul,
     .sigmoid_mul = lm_cuda_sigmoid_mul,
