@@ -66,6 +66,14 @@ typedef struct {
      * pool takes what the weights and the workspace leave.  0: the pool is
      * kv_cache_tokens (or its default) as on the cpu. */
     float gpu_memory_utilization;
+    /* Prefix caching (vLLM's --enable-prefix-caching): a request whose
+     * prompt starts with tokens (and images) the engine has run before
+     * resumes from their cached KV blocks and recurrent-state snapshot and
+     * computes only the rest.  1 on, -1 off, 0 the default (on). */
+    int enable_prefix_caching;
+    /* The recurrent-state snapshot pool of prefix caching, in bytes (0:
+     * 256 MiB); models without recurrent state need none. */
+    int64_t prefix_snapshot_bytes;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);
@@ -166,6 +174,7 @@ typedef struct {
     int32_t stop_token;             /* the stop token that ended it, or -1 */
     int stop_string;                /* index of the stop string that ended it, or -1 */
     int prompt_tokens, completion_tokens;
+    int cached_tokens;              /* of the prompt tokens, those the prefix cache supplied */
     int drafted_tokens, accepted_tokens; /* speculative decoding: drafts verified / accepted */
     /* ERROR (also ends the choice) */
     const char *error;
@@ -195,9 +204,23 @@ typedef struct {
     uint64_t images_encoded;   /* images run through the vision tower */
     uint64_t image_cache_hits; /* images whose rows came from the cache instead */
     uint64_t image_cache_bytes; /* held by the cache now */
+    /* Prefix caching (vLLM's counters, in tokens): prompt tokens looked up
+     * and of those found cached; free KV blocks still holding cached
+     * content (reclaimed when the pool needs them); the state snapshot
+     * pool, in snapshots and bytes. */
+    bool prefix_caching;
+    uint64_t prefix_cache_queries, prefix_cache_hits;
+    int kv_blocks_cached;
+    int snapshots_total, snapshots_used;
+    uint64_t snapshot_bytes_total, snapshot_bytes_used;
 } loom_stats;
 
 void loom_engine_stats(loom_engine *engine, loom_stats *stats);
+
+/* Empties the prefix cache: every cached KV block no request holds becomes
+ * free and every state snapshot is dropped (blocks held by running
+ * requests stay theirs).  Waits for the engine thread to do it. */
+int loom_engine_reset_prefix_cache(loom_engine *engine, char *error, size_t error_size);
 
 /* The text a prompt writes for one image: the model's vision-start,
  * image placeholder and vision-end tokens ("<|vision_start|><|image_pad|>
