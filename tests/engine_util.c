@@ -26,6 +26,7 @@ void collect_all(loom_request *r, collected *choices, int n_choices) {
             c->stop_string = ev.stop_string;
             c->stop_token = ev.stop_token;
             c->completion_tokens = ev.completion_tokens;
+            c->cached_tokens = ev.cached_tokens;
         } else if (ev.type == LOOM_EVENT_ERROR) {
             c->error = true;
             c->reason = ev.finish_reason;

@@ -22,6 +22,7 @@ typedef struct {
     int stop_string;
     int32_t stop_token;
     int completion_tokens;
+    int cached_tokens; /* of the prompt, from the prefix cache */
     bool error;
     char error_message[256];
 } collected;

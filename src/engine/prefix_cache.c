@@ -186,8 +186,9 @@ void lm_prefix_cache_admitted(loom_engine *e, lm_sequence *seq) {
 
 int lm_prefix_cache_chunk(const loom_engine *e, const lm_sequence *seq, int take) {
     int end = seq->n_cached + take;
-    if (!e->prefix_on || !e->prefix_has_state || end >= seq->n_tokens) return take;
+    if (!e->prefix_on || !e->prefix_has_state) return take;
     if (seq->branch_point > seq->n_cached && seq->branch_point < end) return seq->branch_point - seq->n_cached;
+    if (end >= seq->n_tokens) return take;
     int aligned = end / e->kv_block_size * e->kv_block_size;
     return aligned > seq->n_cached ? aligned - seq->n_cached : take;
 }
