@@ -40,12 +40,13 @@ int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, const float *logit
     seq->drafted += k;
     for (int i = 0; i <= k; i++) {
         int32_t draft = i < k ? seq->drafts[i] : -1;
-        int at = seq->n_tokens;
+        int at = seq->n_tokens, retiring = e->retiring.n;
         if (!lm_engine_sample_and_accept(e, seq, logits + V * (size_t)i)) {
-            /* A turn that ended here keeps its caches until the step ends
-             * (for the prefix cache): its state goes back to the rows it
-             * accepted, as a running sequence's would. */
-            if (seq->state == LM_SEQ_RETIRING) {
+            /* A turn that ended here and keeps its caches until the step
+             * ends (for the prefix cache: it joined the retiring list; else
+             * it is freed) goes back to the rows it accepted, as a running
+             * sequence's state would. */
+            if (e->retiring.n > retiring) {
                 seq->n_cached = n_before + i + 1;
                 if (i < k)
                     e->rollbacks[e->n_rollbacks++] = (lm_rollback_seq){.state_slot = seq->state_slot, .n_keep = i + 1};
