@@ -69,9 +69,17 @@ typedef struct {
     /* The precision of the dense products: "f32" (NULL, the default: every
      * product in float32, batch-invariant) or "bf16" (device backends:
      * products of many rows on tensor cores with bf16 activations; faster
-     * prefill and large batches, about 1e-2 of the logits' std off, not
-     * batch-invariant). */
+     * prefill and large batches; 1e-2 to 9e-2 of the logits' std off the
+     * references on the fixtures, and not batch-invariant). */
     const char *compute_dtype;
+    /* Prefix caching (vLLM's --enable-prefix-caching): a request whose
+     * prompt starts with tokens (and images) the engine has run before
+     * resumes from their cached KV blocks and recurrent-state snapshot and
+     * computes only the rest.  1 on, -1 off, 0 the default (on). */
+    int enable_prefix_caching;
+    /* The recurrent-state snapshot pool of prefix caching, in bytes (0:
+     * 256 MiB); models without recurrent state need none. */
+    int64_t prefix_snapshot_bytes;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);
@@ -172,6 +180,7 @@ typedef struct {
     int32_t stop_token;             /* the stop token that ended it, or -1 */
     int stop_string;                /* index of the stop string that ended it, or -1 */
     int prompt_tokens, completion_tokens;
+    int cached_tokens;              /* of the prompt tokens, those the prefix cache supplied */
     int drafted_tokens, accepted_tokens; /* speculative decoding: drafts verified / accepted */
     /* ERROR (also ends the choice) */
     const char *error;
@@ -201,9 +210,23 @@ typedef struct {
     uint64_t images_encoded;   /* images run through the vision tower */
     uint64_t image_cache_hits; /* images whose rows came from the cache instead */
     uint64_t image_cache_bytes; /* held by the cache now */
+    /* Prefix caching (vLLM's counters, in tokens): prompt tokens looked up
+     * and of those found cached; free KV blocks still holding cached
+     * content (reclaimed when the pool needs them); the state snapshot
+     * pool, in snapshots and bytes. */
+    bool prefix_caching;
+    uint64_t prefix_cache_queries, prefix_cache_hits;
+    int kv_blocks_cached;
+    int snapshots_total, snapshots_used;
+    uint64_t snapshot_bytes_total, snapshot_bytes_used;
 } loom_stats;
 
 void loom_engine_stats(loom_engine *engine, loom_stats *stats);
+
+/* Empties the prefix cache: every cached KV block no request holds becomes
+ * free and every state snapshot is dropped (blocks held by running
+ * requests stay theirs).  Waits for the engine thread to do it. */
+int loom_engine_reset_prefix_cache(loom_engine *engine, char *error, size_t error_size);
 
 /* The text a prompt writes for one image: the model's vision-start,
  * image placeholder and vision-end tokens ("<|vision_start|><|image_pad|>

@@ -26,6 +26,7 @@ void collect_all(loom_request *r, collected *choices, int n_choices) {
             c->stop_string = ev.stop_string;
             c->stop_token = ev.stop_token;
             c->completion_tokens = ev.completion_tokens;
+            c->cached_tokens = ev.cached_tokens;
         } else if (ev.type == LOOM_EVENT_ERROR) {
             c->error = true;
             c->reason = ev.finish_reason;
@@ -48,6 +49,13 @@ loom_stats wait_idle(loom_engine *engine) {
 
 loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,
                               int max_model_len, int max_running, int speculative_tokens) {
+    return test_engine_open_cached(model_dir, max_batch_tokens, kv_tokens, max_model_len, max_running,
+                                   speculative_tokens, 0, 0);
+}
+
+loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,
+                                     int max_model_len, int max_running, int speculative_tokens,
+                                     int prefix_caching, int64_t snapshot_bytes) {
     loom_engine_options o;
     loom_engine_options_default(&o);
     o.model_dir = model_dir;
@@ -59,6 +67,8 @@ loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64
     o.max_model_len = max_model_len;
     o.max_running = max_running;
     o.speculative_tokens = speculative_tokens;
+    o.enable_prefix_caching = prefix_caching;
+    o.prefix_snapshot_bytes = snapshot_bytes;
     loom_engine *e = NULL;
     char error[256];
     if (loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK) {

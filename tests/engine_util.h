@@ -22,6 +22,7 @@ typedef struct {
     int stop_string;
     int32_t stop_token;
     int completion_tokens;
+    int cached_tokens; /* of the prompt, from the prefix cache */
     bool error;
     char error_message[256];
 } collected;
@@ -31,6 +32,11 @@ typedef struct {
  * (0 = no speculation).  Prints the error and returns NULL on failure. */
 loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,
                               int max_model_len, int max_running, int speculative_tokens);
+/* The same with prefix caching chosen (loom_engine_options.enable_prefix_caching:
+ * 1 on, -1 off, 0 the default) and its snapshot pool (0: the default). */
+loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,
+                                     int max_model_len, int max_running, int speculative_tokens,
+                                     int prefix_caching, int64_t snapshot_bytes);
 
 /* Waits (bounded) until the engine has nothing running or waiting, and
  * returns its stats then. */

@@ -197,7 +197,8 @@ static void test_preempted_equals_alone(void *arg) {
     uint64_t preemptions = 0;
     for (int pass = 0; pass < 2; pass++) {
         int64_t pool = pass ? (int64_t)(f->n + LONG_GEN) * 2 : 4096;
-        loom_engine *e = test_engine_open(f->dir, 32, pool, f->n + LONG_GEN + 16, pass ? N : 1, 0);
+        /* prefix caching off: the three share their image prompt, and sharing would spare the pool */
+        loom_engine *e = test_engine_open_cached(f->dir, 32, pool, f->n + LONG_GEN + 16, pass ? N : 1, 0, -1, 0);
         CHECK(e);
         loom_request *r[N] = {0};
         char error[256];

@@ -10,6 +10,7 @@
 #include "base/membw.h"
 #include "cli/bench_prompts.h"
 #include "cli/cli_common.h"
+#include "cli/prefix_cache_flags.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "engine/sequence_runner.h"
@@ -49,7 +50,9 @@ static void usage(FILE *f) {
             "                       (default 0, greedy)\n"
             "  --image-size WxH     time to first token of one synthetic W x H image and\n"
             "                       --prompt-tokens of text: preprocessing, the vision tower\n"
-            "                       (with its matmul rate) and the prefill, apart\n");
+            "                       (with its matmul rate) and the prefill, apart\n"
+            "With --concurrency (the engine):\n"
+            LM_CLI_PREFIX_CACHE_USAGE);
 }
 
 static double now_seconds(void) {
@@ -152,9 +155,11 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
 
 static loom_engine *bench_engine(const char *backend, const char *compute, const char *model_dir, const char *config_path, bool mmap_weights,
                                  int threads, uint64_t seed, int max_level, int prompt_tokens,
-                                 int gen_tokens, int speculative_tokens) {
+                                 int gen_tokens, int speculative_tokens, const loom_engine_options *flags) {
     loom_engine_options o;
     loom_engine_options_default(&o);
+    o.enable_prefix_caching = flags->enable_prefix_caching;
+    o.prefix_snapshot_bytes = flags->prefix_snapshot_bytes;
     o.model_dir = model_dir;
     o.config_path = config_path;
     o.random_weights = config_path != NULL;
@@ -186,7 +191,8 @@ static loom_engine *bench_engine(const char *backend, const char *compute, const
 static int run_throughput(const char *backend, const char *compute, const char *model_dir, const char *config_path, bool mmap_weights,
                           int threads, uint64_t seed, const char *levels, int requests,
                           int prompt_tokens, int gen_tokens, int speculative_tokens,
-                          const char *prompt_file, bool chat, float temperature) {
+                          const char *prompt_file, bool chat, float temperature,
+                          const loom_engine_options *flags) {
     int max_level = 0;
     for (const char *p = levels; *p;) {
         long level = strtol(p, (char **)&p, 10);
@@ -215,8 +221,8 @@ static int run_throughput(const char *backend, const char *compute, const char *
     int rc = 0;
     for (int pass = 0; pass < (speculative_tokens > 0 ? 2 : 1) && rc == 0; pass++) {
         int k = pass == 0 ? 0 : speculative_tokens;
-        loom_engine *engine = bench_engine(backend, compute, model_dir, config_path, mmap_weights, threads, seed, max_level,
-                                           prompt_tokens, gen_tokens, k);
+        loom_engine *engine = bench_engine(backend, compute, model_dir, config_path, mmap_weights, threads, seed,
+                                           max_level, prompt_tokens, gen_tokens, k, flags);
         if (!engine) {
             rc = 1;
             break;
@@ -366,7 +372,7 @@ int cmd_bench_main(int argc, char **argv) {
         {"prompt-file", required_argument, 0, 'F'},  {"chat", no_argument, 0, 'H'},
         {"temperature", required_argument, 0, 'T'},  {"image-size", required_argument, 0, 'I'},
         {"compute-dtype", required_argument, 0, 'P'},
-        {0, 0, 0, 0},
+        LM_CLI_PREFIX_CACHE_OPTIONS,                 {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *config_path = NULL;
     bool random_weights = false;
@@ -379,6 +385,8 @@ int cmd_bench_main(int argc, char **argv) {
     long requests = 0, speculative = 0;
     int image_width = 0, image_height = 0;
     lm_load_mode mode = LM_LOAD_READ;
+    loom_engine_options prefix_flags; /* the prefix-caching flags, for --concurrency's engine */
+    loom_engine_options_default(&prefix_flags);
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -414,7 +422,10 @@ int cmd_bench_main(int argc, char **argv) {
             }
             break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            if (lm_cli_prefix_cache_option(opt, optarg, &prefix_flags) > 0) break;
+            usage(stderr);
+            return 2;
         }
     }
     if (optind != argc || (model_dir && config_path) || (config_path && !random_weights) ||
@@ -451,7 +462,7 @@ int cmd_bench_main(int argc, char **argv) {
         return run_throughput(backend_name, compute, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
                               (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
-                              temperature);
+                              temperature, &prefix_flags);
     if (speculative > 0) {
         fprintf(stderr, "loom: --speculative-tokens needs --concurrency (it runs through the engine)\n");
         return 2;

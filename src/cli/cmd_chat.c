@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli/cli_common.h"
+#include "cli/prefix_cache_flags.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/image_files.h"
@@ -56,8 +57,10 @@ static void usage(FILE *f) {
             "  --max-model-len N       context limit in tokens (default: the model's); the\n"
             "                          oldest exchanges are dropped to stay under it\n"
             "  --ignore-eos            keep writing past the end of the turn (for testing)\n"
-            "  --stats                 print tokens, speed and speculation after each answer\n"
-            "  --show-prompt           print the rendered prompt before each answer (stderr)\n");
+            "  --stats                 print tokens, speed, cached prompt tokens and speculation\n"
+            "                          after each answer\n"
+            "  --show-prompt           print the rendered prompt before each answer (stderr)\n"
+            LM_CLI_PREFIX_CACHE_USAGE);
 }
 
 /* ------------------------------------------------------------ input */
@@ -276,7 +279,7 @@ static bool answer(chat *c) {
     bool ok = text != NULL, stopped = false;
     loom_event ev;
     loom_finish_reason reason = LOOM_FINISH_NONE;
-    int completion = 0, drafted = 0, accepted = 0;
+    int completion = 0, drafted = 0, accepted = 0, prompt = 0, cached = 0;
     double t0 = now_s(), t_first = 0;
     int got;
     while ((got = loom_next_event(r, &ev, 50)) != -1) {
@@ -302,6 +305,8 @@ static bool answer(chat *c) {
         } else if (ev.type == LOOM_EVENT_FINISH) {
             reason = ev.finish_reason;
             completion = ev.completion_tokens;
+            prompt = ev.prompt_tokens;
+            cached = ev.cached_tokens;
             drafted = ev.drafted_tokens;
             accepted = ev.accepted_tokens;
         } else if (ev.type == LOOM_EVENT_ERROR) {
@@ -319,6 +324,7 @@ static bool answer(chat *c) {
         double gen_s = t_first ? t1 - t_first : 0;
         fprintf(stderr, "[%d tokens, first after %.2f s, %.1f tokens/s", completion,
                 t_first ? t_first - t0 : t1 - t0, gen_s > 0 && completion > 1 ? (completion - 1) / gen_s : 0.0);
+        fprintf(stderr, "; prompt %d tokens, %d of them cached", prompt, cached);
         if (drafted) fprintf(stderr, ", %d of %d drafts accepted", accepted, drafted);
         fprintf(stderr, "]\n");
     }
@@ -343,7 +349,7 @@ int cmd_chat_main(int argc, char **argv) {
         {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},        {"speculative-tokens", required_argument, 0, 'D'},
         {"stats", no_argument, 0, 'S'},                {"show-prompt", no_argument, 0, 'P'},
         {"max-model-len", required_argument, 0, 'L'}, {"gpu-memory-utilization", required_argument, 0, 0x100},  {"ignore-eos", no_argument, 0, 'e'},
-        {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'},                 LM_CLI_PREFIX_CACHE_OPTIONS, {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *system = NULL;
     chat c = {.signal_fd = -1};
@@ -399,7 +405,10 @@ int cmd_chat_main(int argc, char **argv) {
         case 'S': c.stats = true; break;
         case 'P': c.show_prompt = true; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            if (lm_cli_prefix_cache_option(opt, optarg, &eo) > 0) break;
+            usage(stderr);
+            return 2;
         }
     }
     if (optind != argc) {

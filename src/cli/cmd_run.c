@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/cli_common.h"
+#include "cli/prefix_cache_flags.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/image_files.h"
@@ -51,7 +52,8 @@ static void usage(FILE *f) {
             "  --mmap                  map the weights instead of reading them into memory\n"
             "  --speculative-tokens K  draft K tokens per step with the MTP head (0-8, default 0);\n"
             "                          acceptance statistics go to stderr\n"
-            "  --mtp-norms MODE        MTP head norm weights: auto (detect), zero-centred, shifted\n");
+            "  --mtp-norms MODE        MTP head norm weights: auto (detect), zero-centred, shifted\n"
+            LM_CLI_PREFIX_CACHE_USAGE);
 }
 
 typedef struct {
@@ -132,7 +134,7 @@ int cmd_run_main(int argc, char **argv) {
         {"max-batch-tokens", required_argument, 0, 'b'}, {"gpu-memory-utilization", required_argument, 0, 0x100}, {"mmap", no_argument, 0, 'M'},
         {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
         {"image", required_argument, 0, 'G'},        {"max-image-pixels", required_argument, 0, 'X'},
-        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'},               LM_CLI_PREFIX_CACHE_OPTIONS, {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *ids_text = NULL, *ids_file = NULL, *text = NULL;
     const char *image_paths[LOOM_MAX_IMAGES];
@@ -198,7 +200,10 @@ int cmd_run_main(int argc, char **argv) {
             eo.max_image_pixels = v;
             break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            if (lm_cli_prefix_cache_option(opt, optarg, &eo) > 0) break;
+            usage(stderr);
+            return 2;
         }
     }
     if (optind != argc || (!!ids_text + !!ids_file + !!text) != 1) {

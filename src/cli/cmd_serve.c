@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 
 #include "cli/cli_common.h"
+#include "cli/prefix_cache_flags.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "loom.h"
@@ -64,7 +65,9 @@ static void usage(FILE *f) {
             "                           lead outside are refused.  Remote URLs are never fetched\n"
             "  --max-image-pixels N     most pixels an image keeps after resizing (default\n"
             "                           1048576; 1024 .. 268435456); -1 turns images off\n"
-            "  --image-cache-mib N      vision-tower outputs kept for reuse (default 256; 0: off)\n");
+            "  --image-cache-mib N      vision-tower outputs kept for reuse (default 256; 0: off)\n"
+            "Prefix caching:\n"
+            LM_CLI_PREFIX_CACHE_USAGE);
 }
 
 /* The key: the file's first line without surrounding whitespace. */
@@ -136,7 +139,7 @@ int cmd_serve_main(int argc, char **argv) {
         {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
         {"allowed-local-media-path", required_argument, 0, 'M'}, {"max-image-pixels", required_argument, 0, 'P'},
         {"image-cache-mib", required_argument, 0, 'I'},
-        {"help", no_argument, 0, 'h'},                 {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'},                 LM_CLI_PREFIX_CACHE_OPTIONS, {0, 0, 0, 0},
     };
     lm_server_options so = {.host = "127.0.0.1", .port = 8080, .max_body_bytes = LM_DEFAULT_MAX_BODY_BYTES};
     loom_engine_options eo;
@@ -193,7 +196,10 @@ int cmd_serve_main(int argc, char **argv) {
             break;
         }
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            if (lm_cli_prefix_cache_option(opt, optarg, &eo) > 0) break;
+            usage(stderr);
+            return 2;
         }
     }
     if (optind != argc || (eo.random_weights != !!eo.config_path) || (eo.model_dir && eo.config_path)) {

@@ -51,8 +51,11 @@ static int blocks_for(const loom_engine *e, int n_tokens) {
 }
 
 static void release_resources(loom_engine *e, lm_sequence *seq) {
-    lm_id_pool_give_back(&e->kv_blocks, seq->blocks, seq->n_blocks);
-    seq->n_blocks = 0;
+    lm_kv_blocks_release(&e->kv_blocks, seq->blocks, seq->n_blocks);
+    if (seq->resume_tail >= 0) lm_kv_blocks_release(&e->kv_blocks, &seq->resume_tail, 1);
+    seq->resume_tail = seq->resume_snapshot = -1;
+    seq->n_blocks = seq->n_chain = 0;
+    seq->branch_point = seq->last_snapshot = 0;
     if (seq->state_slot >= 0) lm_id_pool_give_back(&e->state_slots, &seq->state_slot, 1);
     seq->state_slot = -1;
     seq->n_cached = 0;
@@ -62,13 +65,8 @@ static void release_resources(loom_engine *e, lm_sequence *seq) {
 static bool ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens) {
     int need = blocks_for(e, n_tokens);
     if (need <= seq->n_blocks) return true;
-    if (need > seq->cap_blocks) {
-        int32_t *bigger = realloc(seq->blocks, sizeof(int32_t) * (size_t)need);
-        if (!bigger) return false;
-        seq->blocks = bigger;
-        seq->cap_blocks = need;
-    }
-    if (lm_id_pool_take(&e->kv_blocks, need - seq->n_blocks, seq->blocks + seq->n_blocks, NULL) != LM_OK)
+    if (!lm_sequence_reserve_blocks(seq, need) ||
+        !lm_kv_blocks_take(&e->kv_blocks, need - seq->n_blocks, seq->blocks + seq->n_blocks))
         return false;
     seq->n_blocks = need;
     return true;
@@ -78,11 +76,23 @@ bool lm_engine_ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens) {
     return ensure_blocks(e, seq, n_tokens);
 }
 
-/* A fresh state slot, zeroed (a new sequence starts from zero state). */
+/* A state slot: zeroed for a sequence that starts from nothing, else the
+ * snapshot its admission resumes from. */
 static bool take_state_slot(loom_engine *e, lm_sequence *seq) {
     if (lm_id_pool_take(&e->state_slots, 1, &seq->state_slot, NULL) != LM_OK) return false;
-    lm_model_reset_state(e->context, seq->state_slot);
+    if (seq->resume_snapshot >= 0) lm_model_restore_state(e->context, seq->resume_snapshot, seq->state_slot);
+    else lm_model_reset_state(e->context, seq->state_slot);
+    seq->resume_snapshot = -1;
     return true;
+}
+
+/* Gives a finished sequence's caches back and frees it. */
+static void drop_sequence(loom_engine *e, lm_sequence *seq) {
+    release_resources(e, seq);
+    seq->state = LM_SEQ_FINISHED;
+    loom_request *r = seq->request;
+    lm_sequence_free(seq);
+    lm_request_unref(r); /* each choice holds one engine reference */
 }
 
 static void finish(loom_engine *e, lm_sequence *seq, loom_finish_reason reason, int32_t stop_token,
@@ -94,23 +104,39 @@ static void finish(loom_engine *e, lm_sequence *seq, loom_finish_reason reason, 
                      .stop_string = stop_string,
                      .prompt_tokens = seq->n_prompt,
                      .completion_tokens = lm_sequence_generated(seq),
+                     .cached_tokens = seq->cached_tokens,
                      .drafted_tokens = seq->drafted,
                      .accepted_tokens = seq->accepted,
                      .error = error};
     if (!error && seq->has_detokenizer && stop_string < 0)
         lm_sequence_flush_text(seq, &ev.text, &ev.text_len);
     lm_request_push(seq->request, &ev);
-    release_resources(e, seq);
-    if (seq->state == LM_SEQ_RUNNING) seq_list_remove(&e->running, seq);
+    bool running = seq->state == LM_SEQ_RUNNING;
+    if (running) seq_list_remove(&e->running, seq);
     else seq_list_remove(&e->waiting, seq);
-    seq->state = LM_SEQ_FINISHED;
     /* Choices still waiting to fork from this one now prefill on their own. */
     for (int i = 0; i < e->waiting.n; i++)
         if (e->waiting.items[i]->fork_parent == seq) e->waiting.items[i]->fork_parent = NULL;
     e->counters.requests_finished++;
-    loom_request *r = seq->request;
-    lm_sequence_free(seq);
-    lm_request_unref(r); /* each choice holds one engine reference */
+    /* A turn that ended normally keeps its caches until the step ends: its
+     * state is rolled back to what it accepted, then offered to the prefix
+     * cache (settle_retiring). */
+    if (e->prefix_on && running && !error &&
+        (reason == LOOM_FINISH_STOP || reason == LOOM_FINISH_LENGTH)) {
+        seq->state = LM_SEQ_RETIRING;
+        if (seq_list_push(&e->retiring, seq)) return;
+    }
+    drop_sequence(e, seq);
+}
+
+/* After a step: the sequences that finished in it leave their caches to
+ * the prefix cache (unless a rollback failed and their states are lost). */
+static void settle_retiring(loom_engine *e, bool states_ok) {
+    for (int i = 0; i < e->retiring.n; i++) {
+        if (states_ok) lm_prefix_cache_retire(e, e->retiring.items[i]);
+        drop_sequence(e, e->retiring.items[i]);
+    }
+    e->retiring.n = 0;
 }
 
 void lm_engine_finish_error(loom_engine *e, lm_sequence *seq, const char *message) {
@@ -141,6 +167,7 @@ static bool in_plan(const lm_plan_entry *plan, int n, const lm_sequence *seq) {
  * stay; the sequence moves to the front of the queue when the scheduling
  * pass ends (settle_preempted) and re-prefills everything later. */
 static void preempt(loom_engine *e, lm_sequence *seq) {
+    lm_prefix_cache_retire(e, seq); /* its caches are consistent between steps: resume there */
     release_resources(e, seq);
     seq->n_drafts = 0;
     seq->state = LM_SEQ_PREEMPTED;
@@ -196,6 +223,7 @@ static int plan_running(loom_engine *e, lm_plan_entry *out, int *budget) {
             seq->n_drafts = drafts;
             need += drafts;
             int take = need < *budget ? need : *budget;
+            if (drafts == 0) take = lm_prefix_cache_chunk(e, seq, take);
             while (!ensure_blocks(e, seq, seq->n_cached + take)) {
                 lm_sequence *victim = preemption_victim(e, out, n, seq);
                 if (!victim) break;
@@ -227,12 +255,14 @@ static int plan_admissions(loom_engine *e, lm_plan_entry *out, int n, int *budge
         if (seq->fork_parent) continue; /* waits for choice 0's prompt */
         if (e->state_slots.n_free == 0) break;
         if (e->running.n + (n - first_admitted) >= e->options.max_running) break;
+        lm_prefix_cache_admit(e, seq);
         int need = seq->n_tokens - seq->n_cached;
-        int take = need < *budget ? need : *budget;
+        int take = lm_prefix_cache_chunk(e, seq, need < *budget ? need : *budget);
         if (!ensure_blocks(e, seq, seq->n_cached + take) || !take_state_slot(e, seq)) {
             release_resources(e, seq);
             break;
         }
+        lm_prefix_cache_admitted(e, seq);
         seq->state = LM_SEQ_RUNNING;
         seq->admit_order = ++e->admit_counter;
         out[n++] = (lm_plan_entry){seq, take, seq->n_cached + take == seq->n_tokens, 0};
@@ -258,15 +288,26 @@ static int schedule(loom_engine *e, lm_plan_entry *out) {
  * then prefill by itself). */
 static bool fork_from(loom_engine *e, lm_sequence *child, const lm_sequence *parent) {
     if (e->running.n >= e->options.max_running) return false;
+    if (!lm_sequence_reserve_blocks(child, blocks_for(e, parent->n_cached))) return false;
     if (lm_id_pool_take(&e->state_slots, 1, &child->state_slot, NULL) != LM_OK) return false;
+    /* Full blocks are shared (neither writes them again); the partial
+     * last one, which both go on writing, is copied. */
+    int full = parent->n_cached / e->kv_block_size;
+    for (int b = 0; b < full; b++) {
+        child->blocks[b] = parent->blocks[b];
+        lm_kv_blocks_hold(&e->kv_blocks, child->blocks[b]);
+    }
+    child->n_blocks = full;
     if (!ensure_blocks(e, child, parent->n_cached)) {
         release_resources(e, child);
         return false;
     }
     lm_model_copy_state(e->context, parent->state_slot, child->state_slot);
-    for (int b = 0; b < blocks_for(e, parent->n_cached); b++)
+    for (int b = full; b < blocks_for(e, parent->n_cached); b++)
         lm_model_copy_block(e->context, parent->blocks[b], child->blocks[b]);
     child->n_cached = parent->n_cached;
+    child->cached_tokens = parent->cached_tokens;
+    child->looked_up = true;
     child->fork_parent = NULL;
     child->state = LM_SEQ_RUNNING;
     child->admit_order = ++e->admit_counter;
@@ -358,13 +399,35 @@ static lm_step_batch build_batch(loom_engine *e, int n) {
                            .n_seqs = n, .seqs = e->step_seqs};
 }
 
+/* The rows of a planned sequence write keys and values at positions
+ * [n_cached, n_cached + n_new): never into a block another sequence reads
+ * or the prefix cache holds.  A sequence that would is a bug: it fails
+ * rather than corrupting what others share.  Returns the plan's length. */
+static int keep_writable(loom_engine *e, int n) {
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        lm_sequence *seq = e->plan[i].seq;
+        int first = seq->n_cached / e->kv_block_size;
+        int last = (seq->n_cached + e->plan[i].n_new - 1) / e->kv_block_size;
+        bool ok = true;
+        for (int b = first; b <= last && b < seq->n_blocks; b++) ok &= lm_kv_blocks_writable(&e->kv_blocks, seq->blocks[b]);
+        if (!ok) {
+            lm_engine_finish_error(e, seq, "internal error: a step would write into a shared KV block");
+            continue;
+        }
+        e->plan[kept++] = e->plan[i];
+    }
+    return kept;
+}
+
 /* One scheduler step: returns false when there was nothing to run. */
 static bool step(loom_engine *e) {
     cancel_requested(e);
     int n = schedule(e, e->plan);
     if (n == 0) return false;
+    n = keep_writable(e, n);
     n = lm_engine_prepare_images(e, n);
-    if (n == 0) return true; /* every planned sequence failed on its image */
+    if (n == 0) return true; /* every planned sequence failed (an image, a shared block) */
 
     lm_step_batch batch = build_batch(e, n);
     lm_error err = {0};
@@ -373,6 +436,7 @@ static bool step(loom_engine *e) {
     e->counters.steps++;
     if (st != LM_OK) {
         for (int i = 0; i < n; i++) finish(e, e->plan[i].seq, LOOM_FINISH_ERROR, -1, -1, err.message);
+        settle_retiring(e, false);
         return true;
     }
     size_t V = (size_t)e->vocab_size;
@@ -386,14 +450,19 @@ static bool step(loom_engine *e) {
         if (e->plan[i].n_drafts > 0) {
             int kept = lm_engine_verify_drafts(e, seq, e->logits + V * (size_t)row, e->plan[i].n_drafts);
             row += e->plan[i].n_drafts + 1;
-            if (kept > 0) lm_engine_queue_catch_up(e, seq, n_before, kept, first_row);
+            if (kept > 0) {
+                lm_engine_queue_catch_up(e, seq, n_before, kept, first_row);
+                lm_prefix_cache_progress(e, seq, false);
+            }
             continue;
         }
         seq->n_cached += e->plan[i].n_new;
         if (!e->plan[i].wants_logits) {
             lm_engine_queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
+            lm_prefix_cache_progress(e, seq, true);
             continue;
         }
+        lm_prefix_cache_progress(e, seq, false);
         const float *logits = e->logits + V * (size_t)row++;
         bool prompt_done = seq->n_tokens == seq->n_prompt;
         /* Later choices of the request copy this prompt state and sample
@@ -413,8 +482,9 @@ static bool step(loom_engine *e) {
         if (sample_and_accept(e, seq, logits))
             lm_engine_queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
     }
-    lm_engine_apply_rollbacks(e);
+    bool states_ok = lm_engine_apply_rollbacks(e);
     lm_engine_catch_up_and_draft(e);
+    settle_retiring(e, states_ok);
     return true;
 }
 
@@ -448,8 +518,16 @@ static void take_inbox(loom_engine *e) {
 static void publish_stats(loom_engine *e) {
     e->stats.running = e->running.n;
     e->stats.waiting = e->waiting.n + e->n_inbox;
-    e->stats.kv_blocks_total = e->kv_blocks.n_ids;
-    e->stats.kv_blocks_free = e->kv_blocks.n_free;
+    e->stats.kv_blocks_total = e->kv_blocks.n_blocks;
+    e->stats.kv_blocks_free = lm_kv_blocks_available(&e->kv_blocks); /* held by no sequence */
+    e->stats.kv_blocks_cached = e->kv_blocks.n_idle;
+    e->stats.prefix_caching = e->prefix_on;
+    e->stats.prefix_cache_queries = e->prefix_counters.queries;
+    e->stats.prefix_cache_hits = e->prefix_counters.hits;
+    e->stats.snapshots_total = e->prefix_has_state ? e->snapshots.capacity : 0;
+    e->stats.snapshots_used = e->prefix_has_state ? e->snapshots.n_used : 0;
+    e->stats.snapshot_bytes_total = (uint64_t)e->stats.snapshots_total * e->snapshot_bytes;
+    e->stats.snapshot_bytes_used = (uint64_t)e->stats.snapshots_used * e->snapshot_bytes;
     e->stats.state_slots_total = e->state_slots.n_ids;
     e->stats.state_slots_free = e->state_slots.n_free;
     e->stats.prompt_tokens = e->counters.prompt_tokens;
@@ -466,16 +544,27 @@ static void publish_stats(loom_engine *e) {
     e->stats.image_cache_bytes = e->image_cache.used;
 }
 
+/* loom_engine_reset_prefix_cache's requests, answered under the mutex. */
+static void answer_resets(loom_engine *e) {
+    if (e->resets_done == e->resets_asked) return;
+    if (e->prefix_on) lm_prefix_cache_reset(e);
+    e->resets_done = e->resets_asked;
+    publish_stats(e);
+    pthread_cond_broadcast(&e->reset_done);
+}
+
 static void *engine_main(void *arg) {
     loom_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mutex);
         if (!e->held) take_inbox(e);
+        answer_resets(e);
         publish_stats(e);
         while (!e->shutdown && (e->held || (e->n_inbox == 0 && e->running.n == 0 &&
                                             e->waiting.n == 0 && !e->has_work))) {
             pthread_cond_wait(&e->wake, &e->mutex);
             if (!e->held) take_inbox(e);
+            answer_resets(e);
         }
         e->has_work = false;
         bool stopping = e->shutdown;
@@ -497,6 +586,8 @@ static void *engine_main(void *arg) {
     while (e->waiting.n) finish(e, e->waiting.items[0], LOOM_FINISH_CANCELLED, -1, -1, NULL);
     pthread_mutex_lock(&e->mutex);
     take_inbox(e);
+    e->resets_done = e->resets_asked; /* nobody waits on a stopped engine */
+    pthread_cond_broadcast(&e->reset_done);
     pthread_mutex_unlock(&e->mutex);
     while (e->waiting.n) finish(e, e->waiting.items[0], LOOM_FINISH_CANCELLED, -1, -1, NULL);
     return NULL;
@@ -661,13 +752,14 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
                                   .speculative_tokens = e->spec_k};
     if (context.max_blocks_per_seq > n_blocks) context.max_blocks_per_seq = n_blocks;
     st = lm_engine_images_init(e, info, &context, &err);
+    if (st == LM_OK) st = lm_prefix_cache_init(e, info, &context, &err);
     if (st == LM_OK && o.gpu_memory_utilization > 0) {
         st = size_pool_by_memory(e, &context, &err);
         n_blocks = context.kv_blocks;
     }
     if (st != LM_OK) goto fail;
     st = lm_model_context_create(e->model, &context, &e->context, &err);
-    if (st == LM_OK) st = lm_id_pool_init(&e->kv_blocks, n_blocks, "KV blocks", &err);
+    if (st == LM_OK) st = lm_kv_blocks_init(&e->kv_blocks, n_blocks, o.kv_block_size, e->prefix_on, &err);
     if (st == LM_OK) st = lm_id_pool_init(&e->state_slots, o.max_running, "state slots", &err);
     if (st != LM_OK) goto fail;
     e->plan = calloc((size_t)max_seqs, sizeof *e->plan);
@@ -695,11 +787,14 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     e->entropy_seed = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 32) ^ (uint64_t)(uintptr_t)e;
+    lm_prefix_cache_start(e);
     pthread_mutex_init(&e->mutex, NULL);
     pthread_cond_init(&e->wake, NULL);
+    pthread_cond_init(&e->reset_done, NULL);
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         pthread_mutex_destroy(&e->mutex);
         pthread_cond_destroy(&e->wake);
+        pthread_cond_destroy(&e->reset_done);
         st = lm_fail(&err, LM_ERR_INTERNAL, "cannot start the engine thread");
         goto fail;
     }
@@ -721,10 +816,12 @@ void loom_engine_destroy(loom_engine *e) {
         pthread_join(e->thread, NULL);
         pthread_mutex_destroy(&e->mutex);
         pthread_cond_destroy(&e->wake);
+        pthread_cond_destroy(&e->reset_done);
     }
     if (e->scratch_open) lm_sampler_scratch_free(&e->scratch);
     lm_model_context_destroy(e->context);
-    lm_id_pool_free(&e->kv_blocks);
+    lm_prefix_cache_free(e);
+    lm_kv_blocks_free(&e->kv_blocks);
     lm_id_pool_free(&e->state_slots);
     if (e->tokenizer) lm_tokenizer_free(e->tokenizer);
     lm_model_free(e->model);
@@ -882,6 +979,19 @@ void loom_engine_stats(loom_engine *e, loom_stats *stats) {
     pthread_mutex_lock(&e->mutex);
     *stats = e->stats;
     pthread_mutex_unlock(&e->mutex);
+}
+
+int loom_engine_reset_prefix_cache(loom_engine *e, char *error, size_t error_size) {
+    pthread_mutex_lock(&e->mutex);
+    if (e->shutdown) {
+        pthread_mutex_unlock(&e->mutex);
+        return report((lm_status)LOOM_ERR_SHUTDOWN, "the engine is shutting down", error, error_size);
+    }
+    uint64_t ticket = ++e->resets_asked;
+    pthread_cond_signal(&e->wake);
+    while (e->resets_done < ticket) pthread_cond_wait(&e->reset_done, &e->mutex);
+    pthread_mutex_unlock(&e->mutex);
+    return LOOM_OK;
 }
 
 int loom_engine_vocab_size(const loom_engine *e) { return e->vocab_size; }

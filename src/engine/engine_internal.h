@@ -8,9 +8,11 @@
 
 #include "engine/id_pool.h"
 #include "engine/image_cache.h"
+#include "engine/kv_blocks.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"
+#include "engine/state_snapshots.h"
 #include "loom.h"
 #include "models/model.h"
 #include "text/tokenizer.h"
@@ -61,9 +63,11 @@ struct loom_engine {
     bool shutdown, has_work;
     bool held; /* tests: the engine thread takes no request and runs no step */
     loom_stats stats;     /* published by the engine thread every step */
+    pthread_cond_t reset_done; /* loom_engine_reset_prefix_cache waits on it */
+    uint64_t resets_asked, resets_done;
 
     /* engine thread */
-    lm_id_pool kv_blocks;   /* ids of the context's KV blocks */
+    lm_kv_blocks kv_blocks; /* ids of the context's KV blocks (and the prefix cache's index) */
     lm_id_pool state_slots; /* ids of its recurrent-state slots */
     int kv_block_size;
     lm_seq_list running, waiting;
@@ -100,6 +104,18 @@ struct loom_engine {
     lm_image_cache image_cache;
     uint64_t images_encoded;
     char image_marker[256]; /* "" when there is none */
+    /* prefix caching (prefix_cache.c): on or off, whether resuming needs
+     * a recurrent-state snapshot, the snapshot pool, how far apart a
+     * prefill's snapshots are, the sequences that finished in this step
+     * (caches kept until it ends) */
+    bool prefix_on, prefix_has_state;
+    lm_state_snapshots snapshots;
+    size_t snapshot_bytes; /* of one snapshot's state */
+    int snapshot_interval;
+    lm_seq_list retiring;
+    struct {
+        uint64_t queries, hits;
+    } prefix_counters;
     /* Tests only: replaces the MTP's drafts (set before any request). */
     lm_draft_override draft_override;
     void *draft_override_ctx;
@@ -118,6 +134,36 @@ int lm_engine_prepare_images(loom_engine *e, int n);
 const float *lm_engine_input_row(const lm_sequence *seq, int pos);
 void lm_engine_position(const lm_sequence *seq, int pos, int32_t out[3]);
 
+/* prefix_cache.c: chooses on/off and the snapshot pool (sets
+ * context->state_snapshots), at create, before the context is made. */
+lm_status lm_prefix_cache_init(loom_engine *e, const lm_model_info *info, lm_context_options *context,
+                               lm_error *err);
+/* prefix_cache.c: after the KV block pool exists. */
+void lm_prefix_cache_start(loom_engine *e);
+void lm_prefix_cache_free(loom_engine *e);
+/* prefix_cache.c: admission of a sequence with nothing cached: holds the
+ * longest cached prefix that can be resumed (its full blocks into the
+ * block table, n_cached set; the snapshot and partial tail to restore in
+ * resume_snapshot / resume_tail) and counts the first admission's
+ * query. */
+void lm_prefix_cache_admit(loom_engine *e, lm_sequence *seq);
+/* prefix_cache.c: once the admitted sequence has its own blocks and slot:
+ * copies the held partial tail into its block and lets it go. */
+void lm_prefix_cache_admitted(loom_engine *e, lm_sequence *seq);
+/* prefix_cache.c: the tokens of a prefill chunk of seq that may run now
+ * (at most `take`): chunks end at block boundaries and at a branch point,
+ * where a snapshot is taken. */
+int lm_prefix_cache_chunk(const loom_engine *e, const lm_sequence *seq, int take);
+/* prefix_cache.c: after a step committed rows of seq: registers its new
+ * full blocks; after a prefill chunk (`prefill`), snapshots its state when
+ * the chunk ended at a snapshot point. */
+void lm_prefix_cache_progress(loom_engine *e, lm_sequence *seq, bool prefill);
+/* prefix_cache.c: seq stops with caches consistent at n_cached (a turn's
+ * end, or preemption): its partial tail block and its state are kept. */
+void lm_prefix_cache_retire(loom_engine *e, lm_sequence *seq);
+/* prefix_cache.c: drops every idle cached block and every snapshot. */
+void lm_prefix_cache_reset(loom_engine *e);
+
 /* speculative.c: remembers that seq committed positions [from, from+count)
  * in this step, from step row `row`, for the MTP head to catch up on. */
 void lm_engine_queue_catch_up(loom_engine *e, lm_sequence *seq, int from, int count, int row);
@@ -128,8 +174,9 @@ void lm_engine_catch_up_and_draft(loom_engine *e);
  * that match and queues the rollback of the rest.  Returns the rows kept
  * (1..k+1), or 0 if the sequence finished (it is freed then). */
 int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, const float *logits, int k);
-/* speculative.c: rolls back every verify of the step that rejected rows. */
-void lm_engine_apply_rollbacks(loom_engine *e);
+/* speculative.c: rolls back every verify of the step that rejected rows;
+ * false when that failed (the states of the sequences involved are lost). */
+bool lm_engine_apply_rollbacks(loom_engine *e);
 /* engine.c, for speculative.c */
 bool lm_engine_ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens);
 bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row);

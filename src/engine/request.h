@@ -26,6 +26,7 @@ typedef struct {
 typedef struct {
     uint8_t *file;
     size_t file_bytes;
+    uint64_t content_hash;    /* of the file (prefix caching keys its rows by it) */
     lm_image_patches patches; /* freed once encoded */
     lm_image_grid grid;
     lm_image_span span;       /* in the expanded prompt */

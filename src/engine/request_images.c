@@ -28,6 +28,7 @@ static lm_status read_image(lm_request_image *img, const loom_image *in, int ind
     if (!img->file) return lm_fail(err, LM_ERR_NOMEM, "out of memory for image %d", index + 1);
     memcpy(img->file, in->data, in->size);
     img->file_bytes = in->size;
+    img->content_hash = lm_image_file_hash(img->file, img->file_bytes, 0);
     img->grid = (lm_image_grid){img->patches.grid_t, img->patches.grid_h, img->patches.grid_w,
                                 img->patches.merge_size};
     return LM_OK;

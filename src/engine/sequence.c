@@ -13,6 +13,8 @@ lm_status lm_sequence_create(loom_request *request, int choice, const lm_tokeniz
     seq->choice = choice;
     seq->state = LM_SEQ_WAITING;
     seq->state_slot = -1;
+    seq->resume_snapshot = -1;
+    seq->resume_tail = -1;
     seq->cap_tokens = p->n_prompt + p->max_tokens + 1;
     seq->tokens = malloc(sizeof(int32_t) * (size_t)seq->cap_tokens);
     seq->stop_ids = malloc(sizeof(int32_t) * (size_t)(n_eos + p->n_stop_token_ids + 1));
@@ -56,11 +58,24 @@ void lm_sequence_free(lm_sequence *seq) {
     if (seq->has_detokenizer) lm_detokenizer_free(&seq->detokenizer);
     free(seq->tokens);
     free(seq->blocks);
+    free(seq->chain);
     free(seq->text);
     free(seq);
 }
 
 int lm_sequence_generated(const lm_sequence *seq) { return seq->n_tokens - seq->n_prompt; }
+
+bool lm_sequence_reserve_blocks(lm_sequence *seq, int n) {
+    if (n <= seq->cap_blocks) return true;
+    int32_t *blocks = realloc(seq->blocks, sizeof *blocks * (size_t)n);
+    if (!blocks) return false;
+    seq->blocks = blocks;
+    lm_block_link *chain = realloc(seq->chain, sizeof *chain * (size_t)n);
+    if (!chain) return false;
+    seq->chain = chain;
+    seq->cap_blocks = n;
+    return true;
+}
 
 static bool append_text(lm_sequence *seq, const char *text, size_t len) {
     if (seq->text_len + len + 1 > seq->text_cap) {

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/kv_blocks.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "text/detokenizer.h"
@@ -14,8 +15,10 @@
 #define LM_SEQUENCE_MAX_DRAFTS 8
 
 /* PREEMPTED only inside one scheduling pass: it gave its caches back and
- * joins the waiting queue when the pass ends. */
-typedef enum { LM_SEQ_WAITING, LM_SEQ_RUNNING, LM_SEQ_PREEMPTED, LM_SEQ_FINISHED } lm_seq_state;
+ * joins the waiting queue when the pass ends.  RETIRING: finished inside a
+ * step, its caches kept until the step ends (rolled back, then offered to
+ * the prefix cache). */
+typedef enum { LM_SEQ_WAITING, LM_SEQ_RUNNING, LM_SEQ_PREEMPTED, LM_SEQ_RETIRING, LM_SEQ_FINISHED } lm_seq_state;
 
 typedef struct lm_sequence {
     loom_request *request;
@@ -27,6 +30,17 @@ typedef struct lm_sequence {
     int state_slot;  /* -1 when none */
     int32_t *blocks;
     int n_blocks, cap_blocks;
+    /* prefix caching (engine/prefix_cache.c): the keys of its first n_chain
+     * full blocks ([cap_blocks]), what its admission resumed from, where
+     * its prefill must stop for a snapshot, and what the cache gave it */
+    lm_block_link *chain;
+    int n_chain;
+    int resume_snapshot;  /* admission: the snapshot to restore into its slot, or -1 */
+    int32_t resume_tail;  /* admission: a held partial block to copy into its own, or -1 */
+    int last_snapshot;    /* the position of its last snapshot (0: none) */
+    int branch_point;     /* > n_cached: a prefill chunk ends here and snapshots */
+    int cached_tokens;    /* prompt tokens the prefix cache gave its first admission */
+    bool looked_up;       /* its first admission has been counted */
     uint64_t admit_order;
     struct lm_sequence *fork_parent; /* a later choice waiting to copy choice 0's prefill */
 
@@ -54,6 +68,8 @@ lm_status lm_sequence_create(loom_request *request, int choice, const lm_tokeniz
 void lm_sequence_free(lm_sequence *seq);
 
 int lm_sequence_generated(const lm_sequence *seq);
+/* Room for n blocks in the block table (and its chain); false when out of memory. */
+bool lm_sequence_reserve_blocks(lm_sequence *seq, int n);
 
 /* What accepting a sampled token led to. */
 typedef struct {

@@ -40,8 +40,19 @@ int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, const float *logit
     seq->drafted += k;
     for (int i = 0; i <= k; i++) {
         int32_t draft = i < k ? seq->drafts[i] : -1;
-        int at = seq->n_tokens;
-        if (!lm_engine_sample_and_accept(e, seq, logits + V * (size_t)i)) return 0;
+        int at = seq->n_tokens, retiring = e->retiring.n;
+        if (!lm_engine_sample_and_accept(e, seq, logits + V * (size_t)i)) {
+            /* A turn that ended here and keeps its caches until the step
+             * ends (for the prefix cache: it joined the retiring list; else
+             * it is freed) goes back to the rows it accepted, as a running
+             * sequence's state would. */
+            if (e->retiring.n > retiring) {
+                seq->n_cached = n_before + i + 1;
+                if (i < k)
+                    e->rollbacks[e->n_rollbacks++] = (lm_rollback_seq){.state_slot = seq->state_slot, .n_keep = i + 1};
+            }
+            return 0;
+        }
         kept = i + 1;
         if (seq->tokens[at] != draft) break;
         seq->accepted++;
@@ -57,10 +68,11 @@ int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, const float *logit
     return kept;
 }
 
-void lm_engine_apply_rollbacks(loom_engine *e) {
-    if (e->n_rollbacks == 0) return;
+bool lm_engine_apply_rollbacks(loom_engine *e) {
+    if (e->n_rollbacks == 0) return true;
     lm_error err = {0};
-    if (lm_model_rollback(e->context, e->rollbacks, e->n_rollbacks, &err) != LM_OK) {
+    bool ok = lm_model_rollback(e->context, e->rollbacks, e->n_rollbacks, &err) == LM_OK;
+    if (!ok) {
         /* A sequence whose state was not restored cannot continue; nobody
          * drafts this step (the catch-up list may name the finished). */
         e->n_catch_up = 0;
@@ -72,6 +84,7 @@ void lm_engine_apply_rollbacks(loom_engine *e) {
                 }
     }
     e->n_rollbacks = 0;
+    return ok;
 }
 
 /* Drafts a sequence may make now: bounded by K, its remaining max_tokens

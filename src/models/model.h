@@ -105,6 +105,10 @@ typedef struct {
     /* > 0 (models with a vision tower): the vision workspace, for images of
      * up to this many patches (lm_image_patches.n_patches).  0: no images. */
     int max_image_patches;
+    /* Recurrent-state snapshots (prefix caching): this many copies of one
+     * slot's recurrent state, kept apart from the slots (no rollback
+     * record), saved from and restored into slots by id.  0: none. */
+    int state_snapshots;
 } lm_context_options;
 
 /* Where one forward leaves its results (host memory). */
@@ -151,6 +155,12 @@ typedef struct {
     void (*copy_block)(lm_model_context *ctx, int src, int dst);
     void (*copy_state)(lm_model_context *ctx, int src_slot, int dst_slot);
     void (*reset_state)(lm_model_context *ctx, int slot);
+    /* Prefix caching: a slot's recurrent state copied into snapshot
+     * `snapshot` (< state_snapshots) and back into a slot (which then has
+     * nothing recorded for a rollback).  NULL when the family has no
+     * recurrent state. */
+    void (*save_state)(lm_model_context *ctx, int slot, int snapshot);
+    void (*restore_state)(lm_model_context *ctx, int snapshot, int slot);
     /* Optional (NULL when the family has no such part). */
     lm_status (*draft)(lm_model_context *ctx, lm_draft_seq *seqs, int n, lm_error *err);
     lm_status (*rollback)(lm_model_context *ctx, const lm_rollback_seq *seqs, int n,
@@ -202,6 +212,12 @@ static inline void lm_model_copy_state(lm_model_context *ctx, int src, int dst) 
 }
 static inline void lm_model_reset_state(lm_model_context *ctx, int slot) {
     ctx->model->ops->reset_state(ctx, slot);
+}
+static inline void lm_model_save_state(lm_model_context *ctx, int slot, int snapshot) {
+    if (ctx->model->ops->save_state) ctx->model->ops->save_state(ctx, slot, snapshot);
+}
+static inline void lm_model_restore_state(lm_model_context *ctx, int snapshot, int slot) {
+    if (ctx->model->ops->restore_state) ctx->model->ops->restore_state(ctx, snapshot, slot);
 }
 static inline bool lm_model_can_draft(const lm_model *m) {
     return m->info.has_mtp && m->ops->draft && m->ops->rollback;

@@ -35,6 +35,9 @@ static void layout(lm_qwen35_context *ctx, lm_carver *c) {
     }
     lm_carve(c, &ctx->conv_states, L * slots * ctx->conv_floats);
     lm_carve(c, &ctx->recurrent_states, L * slots * ctx->recurrent_floats);
+    size_t snapshots = (size_t)o->state_snapshots;
+    lm_carve(c, &ctx->snapshot_conv, L * snapshots * ctx->conv_floats);
+    lm_carve(c, &ctx->snapshot_recurrent, L * snapshots * ctx->recurrent_floats);
     if (K > 0 && L > 0) {
         lm_qwen35_records *r = &ctx->records;
         size_t rows = slots * (size_t)r->rows_per_slot;
@@ -97,6 +100,9 @@ static lm_status check_options(const lm_qwen35_model *m, const lm_context_option
     if (st != LM_OK) return st;
     if (o->state_slots <= 0 || o->state_slots > 4096)
         return lm_fail(err, LM_ERR_INVALID, "context: %d state slots is out of range", o->state_slots);
+    if (o->state_snapshots < 0 || o->state_snapshots > (1 << 16))
+        return lm_fail(err, LM_ERR_INVALID, "context: %d state snapshots is out of range",
+                       o->state_snapshots);
     if (o->speculative_tokens > 0 && !m->has_mtp)
         return lm_fail(err, LM_ERR_INVALID, "context: no speculation: %s", m->mtp_missing);
     return lm_context_check_images(o, m->vision != NULL, err);
@@ -215,16 +221,40 @@ void lm_qwen35_copy_block(lm_model_context *base, int src, int dst) {
     }
 }
 
+/* Copies every Gated DeltaNet layer's conv window and delta-rule state
+ * between index `from` of one [L][count][floats] pair and index `to` of
+ * another. */
+static void copy_states(lm_qwen35_context *ctx, lm_mem dst_conv, lm_mem dst_rec, size_t dst_count,
+                        int to, lm_mem src_conv, lm_mem src_rec, size_t src_count, int from) {
+    size_t cf = ctx->conv_floats, rf = ctx->recurrent_floats;
+    for (int l = 0; l < ctx->model->n_linear_layers; l++) {
+        size_t L = (size_t)l;
+        lm_copy(ctx->be, lm_mem_f32(dst_conv, (L * dst_count + (size_t)to) * cf),
+                lm_mem_f32(src_conv, (L * src_count + (size_t)from) * cf), sizeof(float) * cf);
+        lm_copy(ctx->be, lm_mem_f32(dst_rec, (L * dst_count + (size_t)to) * rf),
+                lm_mem_f32(src_rec, (L * src_count + (size_t)from) * rf), sizeof(float) * rf);
+    }
+}
+
+void lm_qwen35_save_state(lm_model_context *base, int slot, int snapshot) {
+    lm_qwen35_context *ctx = (lm_qwen35_context *)base;
+    copy_states(ctx, ctx->snapshot_conv, ctx->snapshot_recurrent, (size_t)ctx->options.state_snapshots,
+                snapshot, ctx->conv_states, ctx->recurrent_states, (size_t)ctx->options.state_slots, slot);
+}
+
+void lm_qwen35_restore_state(lm_model_context *base, int snapshot, int slot) {
+    lm_qwen35_context *ctx = (lm_qwen35_context *)base;
+    copy_states(ctx, ctx->conv_states, ctx->recurrent_states, (size_t)ctx->options.state_slots, slot,
+                ctx->snapshot_conv, ctx->snapshot_recurrent, (size_t)ctx->options.state_snapshots,
+                snapshot);
+    if (ctx->records.recorded_rows) ctx->records.recorded_rows[slot] = 0;
+}
+
 void lm_qwen35_copy_state(lm_model_context *base, int src, int dst) {
     lm_qwen35_context *ctx = (lm_qwen35_context *)base;
-    for (int l = 0; l < ctx->model->n_linear_layers; l++) {
-        lm_mem conv = lm_qwen35_conv_states(ctx, l), rec = lm_qwen35_recurrent_states(ctx, l);
-        lm_copy(ctx->be, lm_mem_f32(conv, (size_t)dst * ctx->conv_floats),
-                lm_mem_f32(conv, (size_t)src * ctx->conv_floats), sizeof(float) * ctx->conv_floats);
-        lm_copy(ctx->be, lm_mem_f32(rec, (size_t)dst * ctx->recurrent_floats),
-                lm_mem_f32(rec, (size_t)src * ctx->recurrent_floats),
-                sizeof(float) * ctx->recurrent_floats);
-    }
+    size_t slots = (size_t)ctx->options.state_slots;
+    copy_states(ctx, ctx->conv_states, ctx->recurrent_states, slots, dst, ctx->conv_states,
+                ctx->recurrent_states, slots, src);
 }
 
 void lm_qwen35_reset_state(lm_model_context *base, int slot) {

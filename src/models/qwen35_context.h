@@ -61,6 +61,7 @@ typedef struct {
     lm_kv_layer mtp_kv; /* the MTP layer's pool: same geometry and block ids */
     lm_mem conv_states, recurrent_states; /* [L][slots][conv | recurrent floats] */
     size_t conv_floats, recurrent_floats;
+    lm_mem snapshot_conv, snapshot_recurrent; /* [L][state_snapshots][conv | recurrent floats] */
     lm_qwen35_records records;
     lm_qwen35_scratch scratch;
     lm_qwen35_moe_scratch moe;
@@ -101,6 +102,8 @@ void lm_qwen35_context_destroy(lm_model_context *ctx);
 void lm_qwen35_copy_block(lm_model_context *ctx, int src, int dst);
 void lm_qwen35_copy_state(lm_model_context *ctx, int src, int dst);
 void lm_qwen35_reset_state(lm_model_context *ctx, int slot);
+void lm_qwen35_save_state(lm_model_context *ctx, int slot, int snapshot);
+void lm_qwen35_restore_state(lm_model_context *ctx, int snapshot, int slot);
 lm_status lm_qwen35_forward(lm_model_context *ctx, const lm_step_batch *batch,
                             const lm_forward_out *out, lm_error *err);
 lm_status lm_qwen35_rollback(lm_model_context *ctx, const lm_rollback_seq *seqs, int n,

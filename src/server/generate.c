@@ -49,6 +49,7 @@ typedef struct {
     loom_request *handle; /* NULL until submitted */
     bool done;            /* every event read */
     int prompt_tokens;
+    int cached_tokens;    /* of them, from the prefix cache */
     char *echo_text;      /* completions with echo */
 } prompt_state;
 
@@ -333,6 +334,7 @@ static int apply_event(gen_ctx *g, int prompt, const loom_event *ev, cJSON **log
         ch->drafted_tokens = ev->drafted_tokens;
         ch->accepted_tokens = ev->accepted_tokens;
         if (ev->prompt_tokens > 0) g->prompts[prompt].prompt_tokens = ev->prompt_tokens;
+        if (ev->cached_tokens > g->prompts[prompt].cached_tokens) g->prompts[prompt].cached_tokens = ev->cached_tokens;
         if (ev->type == LOOM_EVENT_ERROR) {
             ch->has_error = true;
             snprintf(g->error_message, sizeof g->error_message, "%s", ev->error ? ev->error : "engine error");
@@ -350,6 +352,10 @@ static cJSON *usage_json(const gen_ctx *g) {
     cJSON_AddNumberToObject(u, "prompt_tokens", prompt_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", prompt_tokens + completion);
     cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    int cached = 0; /* as OpenAI reports it: prompt tokens served from the prefix cache */
+    for (int p = 0; p < g->n_prompts; p++) cached += g->prompts[p].cached_tokens;
+    cJSON *details = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(details, "cached_tokens", cached);
     int drafted = 0, accepted = 0;
     for (int i = 0; i < g->n; i++) {
         drafted += g->choices[i].drafted_tokens;

@@ -230,6 +230,7 @@ static const route_entry routes[] = {
     {"/metrics", "GET", LM_ROUTE_METRICS, false},
     {"/tokenize", "POST", LM_ROUTE_TOKENIZE, false},
     {"/detokenize", "POST", LM_ROUTE_DETOKENIZE, false},
+    {"/reset_prefix_cache", "POST", LM_ROUTE_RESET_PREFIX_CACHE, false}, /* vLLM's admin route */
 };
 
 static const route_entry *route_of(const char *url) {
@@ -326,6 +327,16 @@ static enum MHD_Result handle_metrics(lm_server *s, struct MHD_Connection *c) {
                                      : lm_reply_text(c, 200, "text/plain; version=0.0.4", lm_sbuf_str(&out), out.len);
     lm_sbuf_free(&out);
     return ret;
+}
+
+/* Empties the prefix cache (every cached block no request holds, every
+ * snapshot); /metrics then shows what is still held. */
+static enum MHD_Result handle_reset_prefix_cache(lm_server *s, struct MHD_Connection *c) {
+    char error[256];
+    if (loom_engine_reset_prefix_cache(s->engine, error, sizeof error) != LOOM_OK)
+        return lm_reply_error(c, 503, error, NULL);
+    static const char ok[] = "{\"reset\":true}";
+    return lm_reply_text(c, 200, "application/json", ok, sizeof ok - 1);
 }
 
 static bool model_ok(const lm_server *s, const char *model) {
@@ -456,6 +467,7 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
         if (atomic_load(&s->http->stopping)) return lm_reply_error(c, 503, "the server is shutting down", NULL);
         return lm_reply_text(c, 200, "text/plain", "", 0);
     case LM_ROUTE_METRICS: return handle_metrics(s, c);
+    case LM_ROUTE_RESET_PREFIX_CACHE: return handle_reset_prefix_cache(s, c);
     case LM_ROUTE_TOKENIZE: return handle_tokenize(s, c, body, len);
     case LM_ROUTE_DETOKENIZE: return handle_detokenize(s, c, body, len);
     default: return lm_reply_error(c, 404, "not found", NULL);

@@ -107,6 +107,24 @@ void lm_metrics_render(lm_metrics *m, const loom_stats *s, const char *model_nam
                    "# TYPE loom_image_cache_bytes gauge\nloom_image_cache_bytes{%s} %llu\n",
                    lbl, (unsigned long long)s->images_encoded, lbl, (unsigned long long)s->image_cache_hits, lbl,
                    (unsigned long long)s->image_cache_bytes);
+    lm_sbuf_printf(out,
+                   "# HELP loom_prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
+                   "# TYPE loom_prefix_cache_queries_total counter\nloom_prefix_cache_queries_total{%s} %llu\n"
+                   "# HELP loom_prefix_cache_hits_total Prompt tokens found in the prefix cache.\n"
+                   "# TYPE loom_prefix_cache_hits_total counter\nloom_prefix_cache_hits_total{%s} %llu\n"
+                   "# HELP loom_kv_cache_blocks_cached Free KV-cache blocks still holding cached prefixes.\n"
+                   "# TYPE loom_kv_cache_blocks_cached gauge\nloom_kv_cache_blocks_cached{%s} %d\n"
+                   "# HELP loom_prefix_snapshots_used Recurrent-state snapshots held by the prefix cache.\n"
+                   "# TYPE loom_prefix_snapshots_used gauge\nloom_prefix_snapshots_used{%s} %d\n"
+                   "# HELP loom_prefix_snapshots_total Recurrent-state snapshots the pool holds at most.\n"
+                   "# TYPE loom_prefix_snapshots_total gauge\nloom_prefix_snapshots_total{%s} %d\n"
+                   "# HELP loom_prefix_snapshot_bytes_used Bytes of recurrent-state snapshots held.\n"
+                   "# TYPE loom_prefix_snapshot_bytes_used gauge\nloom_prefix_snapshot_bytes_used{%s} %llu\n"
+                   "# HELP loom_prefix_snapshot_bytes_total Bytes of the recurrent-state snapshot pool.\n"
+                   "# TYPE loom_prefix_snapshot_bytes_total gauge\nloom_prefix_snapshot_bytes_total{%s} %llu\n",
+                   lbl, (unsigned long long)s->prefix_cache_queries, lbl, (unsigned long long)s->prefix_cache_hits,
+                   lbl, s->kv_blocks_cached, lbl, s->snapshots_used, lbl, s->snapshots_total, lbl,
+                   (unsigned long long)s->snapshot_bytes_used, lbl, (unsigned long long)s->snapshot_bytes_total);
     pthread_mutex_lock(&m->mutex);
     lm_metrics snapshot_counts = *m; /* copied under the lock; the mutex copy is unused */
     pthread_mutex_unlock(&m->mutex);

@@ -33,7 +33,8 @@ struct lm_server {
 };
 
 typedef enum { LM_ROUTE_NONE, LM_ROUTE_CHAT, LM_ROUTE_COMPLETIONS, LM_ROUTE_MODELS, LM_ROUTE_HEALTH,
-               LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE, LM_ROUTE_MODEL } lm_route;
+               LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE, LM_ROUTE_MODEL,
+               LM_ROUTE_RESET_PREFIX_CACHE } lm_route;
 
 /* Replies; all return MHD's result of queueing the response. */
 enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,
