@@ -1285,6 +1285,25 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
             fail(v, "attention H=%d KV=%d D=%d bs=%d on %s: error %g", ac->n_heads,
                  ac->n_kv_heads, D, ac->block_size, bs->label[b], e);
         if (got) same_bits_check(&same, v, bs->family[b], "attention", got, q_n * 4, bs->label[b]);
+        /* Batch invariance: each token alone gives the bits it gave in the batch. */
+        size_t q_row = (size_t)ac->n_heads * D;
+        int32_t zero = 0;
+        lm_mem q1 = poisoned(&a, q_row), alone = poisoned(&a, q_row);
+        lm_attention_batch one = batch;
+        one.n_tokens = 1;
+        one.token_seq = up_i32(&a, &zero, 1);
+        one.ctx_len = up_i32(&a, &zero, 1);
+        for (int t = 0; got && a.ok && t < total && !v->failed; t++) {
+            lm_upload(a.be, q1, q + (size_t)t * q_row, q_row * 4);
+            lm_upload(a.be, one.token_seq, token_seq + t, 4);
+            lm_upload(a.be, one.ctx_len, ctx_len + t, 4);
+            lm_attention(a.be, alone, q1, &kv, &one);
+            float *row = down_f32(&a, alone, q_row);
+            if (!row || memcmp(row, got + (size_t)t * q_row, q_row * 4) != 0)
+                fail(v, "attention H=%d D=%d on %s: token %d alone differs from its batch", ac->n_heads, D,
+                     bs->label[b], t);
+            free(row);
+        }
         free(kgot);
         free(vgot);
         free(got);
