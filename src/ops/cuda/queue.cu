@@ -207,30 +207,28 @@ void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel
     append(be, &h, args, sizes);
 }
 
-void lm_cuda_enqueue_copy(lm_backend *be, const char *what, void *dst, const void *src, size_t bytes) {
+// A copy or a fill: a header alone (no arguments).
+static void enqueue_memory_op(lm_backend *be, uint32_t kind, const char *what, void *dst, const void *src, int byte,
+                              size_t bytes) {
     if (!bytes) return;
     op_header h;
     memset(&h, 0, sizeof h);
-    h.kind = OP_COPY;
+    h.kind = kind;
     h.what = what;
     h.dst = dst;
     h.src = src;
+    h.byte = byte;
     h.bytes = bytes;
     h.record_bytes = round16(sizeof h);
     append(be, &h, NULL, NULL);
 }
 
+void lm_cuda_enqueue_copy(lm_backend *be, const char *what, void *dst, const void *src, size_t bytes) {
+    enqueue_memory_op(be, OP_COPY, what, dst, src, 0, bytes);
+}
+
 void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte, size_t bytes) {
-    if (!bytes) return;
-    op_header h;
-    memset(&h, 0, sizeof h);
-    h.kind = OP_FILL;
-    h.what = what;
-    h.dst = dst;
-    h.byte = byte;
-    h.bytes = bytes;
-    h.record_bytes = round16(sizeof h);
-    append(be, &h, NULL, NULL);
+    enqueue_memory_op(be, OP_FILL, what, dst, NULL, byte, bytes);
 }
 
 void lm_cuda_enqueue_blas(lm_backend *be, const char *what, const lm_cuda_blas_call *call) {
