@@ -3,7 +3,7 @@
 CC       ?= cc
 NVCC     ?= nvcc
 BUILD    ?= build
-PKGS     := libcjson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg libwebp
+PKGS     := libcjson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg libwebp libedit
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CFLAGS   ?= -O2 -g -march=native
 ALLFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -Isrc -Iinclude $(CFLAGS) -pthread -MMD -MP \
@@ -30,6 +30,12 @@ BENCH_SRC:= $(sort $(wildcard bench/*.c))
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
+
+# The commit `loom --version` names (src/base/build_info.c): a stamp file
+# rewritten only when it changes, so a new commit rebuilds that one object.
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+GIT_COMMIT := $(if $(GIT_COMMIT),$(GIT_COMMIT)$(shell git diff --quiet HEAD -- 2>/dev/null || echo +dirty),unknown)
+$(shell mkdir -p $(BUILD) && (echo '$(GIT_COMMIT)' | cmp -s - $(BUILD)/git-commit || echo '$(GIT_COMMIT)' > $(BUILD)/git-commit))
 
 # The cuda backend (src/ops/cuda/*.cu) is built into the release tree when
 # nvcc is found (for Hopper: sm_90a); without it, or in the sanitizer and
@@ -85,10 +91,16 @@ $(1)/fuzz/%: $(1)/obj/fuzz/%.o $(1)/libloom.a
 -include $$(shell find $(1)/obj -name '*.d' 2>/dev/null)
 endef
 
+define git_commit_flag # $(1)=output dir
+$(1)/obj/src/base/build_info.o: $(BUILD)/git-commit
+$(1)/obj/src/base/build_info.o: ALLFLAGS += -DLOOM_GIT_COMMIT='"$(GIT_COMMIT)"'
+endef
+
 $(eval $(call build_tree,$(BUILD),,$(CC),$(CUDA_ON)))
 $(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS),$(CC),))
 # libFuzzer targets (fuzz/fuzz_*.c, each defining LLVMFuzzerTestOneInput) need clang.
 $(eval $(call build_tree,$(BUILD)/fuzz,$(SANFLAGS) -fsanitize=fuzzer-no-link,clang,))
+$(foreach tree,$(BUILD) $(BUILD)/asan $(BUILD)/fuzz,$(eval $(call git_commit_flag,$(tree))))
 
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 ASAN_TESTS := $(patsubst tests/%.c,$(BUILD)/asan/tests/%,$(TEST_SRC))

@@ -66,6 +66,9 @@ typedef struct {
      * pool takes what the weights and the workspace leave.  0: the pool is
      * kv_cache_tokens (or its default) as on the cpu. */
     float gpu_memory_utilization;
+    /* != 0: the seed unseeded requests draw theirs from, so that a run's
+     * results repeat (vLLM's --seed); 0: one from the clock. */
+    uint64_t seed;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);
@@ -198,6 +201,27 @@ typedef struct {
 } loom_stats;
 
 void loom_engine_stats(loom_engine *engine, loom_stats *stats);
+
+/* What an engine runs, as sized at create (for a startup summary). */
+typedef struct {
+    char family[32];            /* "qwen3_5" */
+    char architecture[64];      /* config.json's architectures[0] */
+    int64_t n_parameters;       /* text model, MTP head excluded */
+    int64_t n_active_parameters; /* of those, what one token uses (MoE: the top-k experts) */
+    uint64_t weight_bytes;      /* as stored */
+    char backend[16];
+    int threads;
+    int max_model_len, max_position_embeddings;
+    int64_t kv_cache_tokens;    /* the KV pool, all sequences together */
+    int kv_block_size;
+    int state_slots;            /* recurrent-state slots = sequences decoding at once */
+    int max_batch_tokens;
+    int speculative_tokens;     /* K in use; 0: off */
+    char speculative_status[512]; /* when asked for but off: why */
+    bool vision;                /* the model has a vision tower and images are on */
+} loom_engine_info;
+
+void loom_engine_describe(const loom_engine *engine, loom_engine_info *info);
 
 /* The text a prompt writes for one image: the model's vision-start,
  * image placeholder and vision-end tokens ("<|vision_start|><|image_pad|>

@@ -136,3 +136,33 @@ bool lm_cli_parse_float(const char *option, const char *value, double min, doubl
     *out = (float)v;
     return true;
 }
+
+char *lm_cli_read_stdin(size_t max, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (;;) {
+        if (n == cap) {
+            if (cap > max) {
+                free(buf);
+                return NULL;
+            }
+            char *bigger = realloc(buf, cap * 2);
+            if (!bigger) {
+                free(buf);
+                return NULL;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, stdin);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(stdin) || n > max) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}

@@ -4,6 +4,7 @@
 #define LOOM_CLI_COMMON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "models/model.h"
@@ -42,5 +43,9 @@ void lm_cli_close_model(lm_backend *backend, lm_model *model);
  * `config_path`: max_position_embeddings (top level or text_config), capped
  * at 32768; 4096 if it cannot be read. */
 int lm_cli_model_len(const char *config_path);
+
+/* All of stdin, malloc'd (not NUL-terminated); NULL when it cannot be read
+ * or holds more than max bytes. */
+char *lm_cli_read_stdin(size_t max, size_t *len);
 
 #endif

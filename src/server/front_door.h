@@ -20,7 +20,7 @@
 #define LM_FRONT_DOOR_THREADS 2
 
 typedef struct {
-    const char *host;            /* IPv4 address */
+    const char *host;            /* IPv4 / IPv6 address (brackets allowed) or a host name */
     int port;                    /* 0: any free port */
     int max_connections;         /* more are answered 503 at accept and closed */
     int backlog;                 /* listen(2) backlog */

@@ -14,9 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/build_info.h"
 #include "server/front_door.h"
 #include "server/request_framing.h"
 #include "server/server_internal.h"
+#include "server/throughput_log.h"
 
 #define LM_MAX_URL_BYTES LM_FRAMING_MAX_URL_BYTES       /* the front door refuses longer ones first */
 #define LM_MAX_HEADER_BYTES LM_FRAMING_MAX_HEAD_BYTES /* likewise */
@@ -230,6 +232,7 @@ static const route_entry routes[] = {
     {"/metrics", "GET", LM_ROUTE_METRICS, false},
     {"/tokenize", "POST", LM_ROUTE_TOKENIZE, false},
     {"/detokenize", "POST", LM_ROUTE_DETOKENIZE, false},
+    {"/version", "GET", LM_ROUTE_VERSION, false},
 };
 
 static const route_entry *route_of(const char *url) {
@@ -258,7 +261,7 @@ static bool is_worker_route(lm_route r) {
 
 static bool authorized(const lm_server *s, struct MHD_Connection *c, lm_route route) {
     if (!s->options.api_key) return true;
-    if (route == LM_ROUTE_HEALTH || route == LM_ROUTE_METRICS) return true;
+    if (route == LM_ROUTE_HEALTH || route == LM_ROUTE_METRICS || route == LM_ROUTE_VERSION) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     /* RFC 7235: the scheme is case-insensitive, then one or more spaces. */
     if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return false;
@@ -325,6 +328,21 @@ static enum MHD_Result handle_metrics(lm_server *s, struct MHD_Connection *c) {
     enum MHD_Result ret = out.failed ? lm_reply_error(c, 500, "out of memory rendering /metrics", NULL)
                                      : lm_reply_text(c, 200, "text/plain; version=0.0.4", lm_sbuf_str(&out), out.len);
     lm_sbuf_free(&out);
+    return ret;
+}
+
+/* GET /version: what `loom --version` prints. */
+static enum MHD_Result handle_version(struct MHD_Connection *c) {
+    lm_build_info b;
+    lm_build_info_get(&b);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", b.version);
+    cJSON_AddStringToObject(root, "git_commit", b.git_commit);
+    cJSON_AddStringToObject(root, "compiler", b.compiler);
+    cJSON_AddStringToObject(root, "cpu_features", b.cpu_features);
+    cJSON_AddStringToObject(root, "backends", b.backends);
+    enum MHD_Result ret = lm_reply_json(c, 200, root);
+    cJSON_Delete(root);
     return ret;
 }
 
@@ -456,6 +474,7 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
         if (atomic_load(&s->http->stopping)) return lm_reply_error(c, 503, "the server is shutting down", NULL);
         return lm_reply_text(c, 200, "text/plain", "", 0);
     case LM_ROUTE_METRICS: return handle_metrics(s, c);
+    case LM_ROUTE_VERSION: return handle_version(c);
     case LM_ROUTE_TOKENIZE: return handle_tokenize(s, c, body, len);
     case LM_ROUTE_DETOKENIZE: return handle_detokenize(s, c, body, len);
     default: return lm_reply_error(c, 404, "not found", NULL);
@@ -837,11 +856,32 @@ static void fail_start(lm_server *s) {
     free(s);
 }
 
-lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
+static lm_front_door_options door_options(const lm_server_options *o) {
+    return (lm_front_door_options){.host = o->host ? o->host : "127.0.0.1", .port = o->port,
+                                   .max_connections = o->max_connections > 0 ? o->max_connections : 4096,
+                                   .backlog = 1024, .timeout_keep_alive_s = o->timeout_keep_alive_s > 0 ? o->timeout_keep_alive_s : 5,
+                                   .max_body_bytes = o->max_body_bytes ? o->max_body_bytes : LM_DEFAULT_MAX_BODY_BYTES,
+                                   .allowed_origins = o->allowed_origins};
+}
+
+lm_status lm_server_listen(const lm_server_options *options, lm_server_listener **out, lm_error *err) {
+    lm_front_door_options fo = door_options(options);
+    return lm_front_door_listen(&fo, out, err);
+}
+
+int lm_server_listener_port(const lm_server_listener *listener) { return lm_front_door_port(listener); }
+
+void lm_server_listener_close(lm_server_listener *listener) { lm_front_door_stop(listener, 0); }
+
+lm_status lm_server_start(const lm_server_options *options, lm_server_listener *listener, loom_engine *engine,
                           const lm_tokenizer *tokenizer, const lm_chat_template *chat_template,
                           lm_server **out, lm_error *err) {
     lm_server *s = calloc(1, sizeof *s);
-    if (!s) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    if (!s) {
+        lm_server_listener_close(listener);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    s->door = listener;
     s->options = *options;
     lm_server_options *o = &s->options;
     if (!o->host) o->host = "127.0.0.1";
@@ -854,6 +894,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     if (o->http_threads <= 0) o->http_threads = 4;
     if (o->max_connections > 1 << 20 || o->http_threads > 256 || o->timeout_keep_alive_s > 86400 ||
         o->timeout_header_s > 86400 || o->timeout_body_s > 86400) {
+        lm_server_listener_close(s->door);
         free(s);
         return lm_fail(err, LM_ERR_INVALID, "server limits out of range");
     }
@@ -863,6 +904,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     const char *source = tokenizer ? lm_tokenizer_chat_template(tokenizer) : NULL;
     s->template_has_think = source && strstr(source, "<think>");
     if (lm_server_images_init(s, err) != LM_OK) {
+        lm_server_listener_close(s->door);
         free(s->media_dir);
         free(s);
         return err->code;
@@ -873,6 +915,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     atomic_init(&s->cancel_all, false);
 
     if (http_create(s, err) != LM_OK) {
+        lm_server_listener_close(s->door);
         lm_metrics_destroy(&s->metrics);
         free(s->media_dir);
         free(s);
@@ -880,10 +923,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     }
     /* loom listens and accepts; each connection reaches MHD through the
      * front door's relay, which answers bad framing itself. */
-    lm_front_door_options fo = {.host = o->host, .port = o->port, .max_connections = o->max_connections,
-                                .backlog = 1024, .timeout_keep_alive_s = o->timeout_keep_alive_s,
-                                .max_body_bytes = o->max_body_bytes, .allowed_origins = o->allowed_origins};
-    if (lm_front_door_listen(&fo, &s->door, err) != LM_OK) {
+    if (!s->door && lm_server_listen(o, &s->door, err) != LM_OK) {
         fail_start(s);
         return err->code;
     }
@@ -917,6 +957,11 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
         return err->code;
     }
     s->port = lm_front_door_port(s->door);
+    if (o->log && o->stats_interval_s > 0 &&
+        lm_throughput_log_start(o->log, engine, o->stats_interval_s, &s->throughput, err) != LM_OK) {
+        lm_server_stop(s, 0);
+        return err->code;
+    }
     *out = s;
     return LM_OK;
 }
@@ -935,6 +980,8 @@ static bool wait_zero(atomic_int *counter, int ms) {
 void lm_server_stop(lm_server *s, int grace_ms) {
     if (!s) return;
     struct lm_http *h = s->http;
+    lm_throughput_log_stop(s->throughput);
+    s->throughput = NULL;
     /* 1. No new connections: the listening socket stops at once (the open
      * connections carry on). */
     atomic_store(&h->stopping, true);

@@ -30,10 +30,11 @@ struct lm_server {
     atomic_bool cancel_all;  /* shutdown: cancel what is still running */
     struct lm_http *http;    /* http.c's connection table, worker count and waker */
     struct lm_front_door *door; /* front_door.c: the listener and the relay in front of MHD */
+    struct lm_throughput_log *throughput; /* throughput_log.c: the periodic line while busy, or NULL */
 };
 
 typedef enum { LM_ROUTE_NONE, LM_ROUTE_CHAT, LM_ROUTE_COMPLETIONS, LM_ROUTE_MODELS, LM_ROUTE_HEALTH,
-               LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE, LM_ROUTE_MODEL } lm_route;
+               LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE, LM_ROUTE_MODEL, LM_ROUTE_VERSION } lm_route;
 
 /* Replies; all return MHD's result of queueing the response. */
 enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,
