@@ -52,7 +52,8 @@ endif
 cuda_obj = $(if $(2),$(patsubst %.cu,$(1)/obj/%.o,$(CUDA_SRC)))
 
 .SECONDARY:
-.PHONY: all test test-release run deps test-deps clean tests asan-tests benches fuzzers ops-tests cuda-probe
+.PHONY: all test test-release run deps test-deps clean tests asan-tests benches fuzzers ops-tests cuda-probe \
+        install uninstall
 all: $(BUILD)/loom
 
 deps:
@@ -129,10 +130,32 @@ test-release: test-deps
 	@LOOM_SKIP_ASAN=1 tests/run.sh $(BUILD)
 
 # Serves the bundled default model (models/loom-tiny) on port 8080; MODEL=DIR
-# serves another checkpoint folder instead.
+# serves another checkpoint folder instead, ARGS="..." adds serve's flags
+# (make run ARGS="--port 8000 --speculative-tokens 2").
 run: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all
-	$(BUILD)/loom serve $(if $(MODEL),--model $(MODEL))
+	$(BUILD)/loom serve $(if $(MODEL),--model $(MODEL)) $(ARGS)
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary, the bundled model
+# where the binary looks for it (<prefix>/share/loom/models/loom-tiny), the
+# man page and bash completion.  The binary is built if missing (not rebuilt).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+MODEL_FILES := $(wildcard models/loom-tiny/*.json models/loom-tiny/*.safetensors)
+install: | $(BUILD)/loom
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/loom/models/loom-tiny \
+	           $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	           $(DESTDIR)$(PREFIX)/share/doc/loom
+	install -m 755 $(BUILD)/loom $(DESTDIR)$(PREFIX)/bin/loom
+	install -m 644 $(MODEL_FILES) $(DESTDIR)$(PREFIX)/share/loom/models/loom-tiny/
+	install -m 644 docs/loom.1 $(DESTDIR)$(PREFIX)/share/man/man1/loom.1
+	install -m 644 contrib/loom.bash-completion $(DESTDIR)$(PREFIX)/share/bash-completion/completions/loom
+	install -m 644 LICENSE README.md $(DESTDIR)$(PREFIX)/share/doc/loom/
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/loom $(DESTDIR)$(PREFIX)/share/man/man1/loom.1 \
+	      $(DESTDIR)$(PREFIX)/share/bash-completion/completions/loom
+	rm -rf $(DESTDIR)$(PREFIX)/share/loom $(DESTDIR)$(PREFIX)/share/doc/loom
 
 # The card's copy bandwidth and bf16 matmul rate (bench/cuda_probe.cu).
 cuda-probe: $(BUILD)/cuda_probe
