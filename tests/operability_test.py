@@ -287,6 +287,19 @@ if url:
 else:
     p.wait()
 
+# loom chat --url: the conversation goes to a running loom serve, history included
+p, url, head = start(tiny, "--api-key", "k1")
+if url:
+    r = subprocess.run([loom, "chat", "--url", url, "--api-key", "k1", "--temperature", "0", "--max-tokens", "8"],
+                       input="Hello!\nWho are you?\n", capture_output=True, text=True, timeout=120)
+    rc, rest = stop(p)
+    prompts = [int(m) for m in re.findall(r"/v1/chat/completions 200: prompt (\d+)", rest)]
+    check("chat --url answers each message", r.returncode == 0 and len([l for l in r.stdout.split("\n") if l.strip()]) == 2,
+          r.stdout + r.stderr)
+    check("chat --url sends the history", len(prompts) == 2 and prompts[1] > prompts[0] + 8, rest)
+r = run("chat", "--url", "http://127.0.0.1:1", input="")
+check("chat --url: nothing there", r.returncode == 1 and "cannot connect" in r.stderr, r.stderr)
+
 shutil.rmtree(tmp, ignore_errors=True)
 print(f"test_operability.sh: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -206,10 +206,8 @@ static int run_throughput(const char *backend, const char *model_dir, const char
         if (*p == ',') p++;
         else if (*p) break;
     }
-    if (max_level <= 0 || max_level > 4096) {
-        fprintf(stderr, "loom bench: --concurrency expects a list like 1,4,16,64\n");
-        return 2;
-    }
+    if (max_level <= 0 || max_level > 4096)
+        return lm_cli_usage_error("bench", "--concurrency expects a list like 1,4,16,64");
     lm_bench_prompts prompts = {0};
     if (prompt_file) {
         lm_error err = {0};
@@ -388,18 +386,12 @@ int cmd_bench_main(int argc, char **argv) {
         return lm_cli_usage_error("bench", "--image-size expects WxH, each 1..16384 (e.g. 1024x1024)");
     if ((model_dir && config_path) || (config_path && !random_weights) || (random_weights && !config_path))
         return lm_cli_usage_error("bench", "give a model folder, or --config FILE with --random-weights");
-    if ((prompt_file || chat || temperature > 0) && !levels) {
-        fprintf(stderr, "loom bench: --prompt-file, --chat and --temperature need --concurrency\n");
-        return 2;
-    }
-    if (chat && !prompt_file) {
-        fprintf(stderr, "loom bench: --chat needs --prompt-file\n");
-        return 2;
-    }
-    if (prompt_file && config_path) {
-        fprintf(stderr, "loom bench: --prompt-file needs a checkpoint with a tokenizer (--model)\n");
-        return 2;
-    }
+    if ((prompt_file || chat || temperature > 0) && !levels)
+        return lm_cli_usage_error("bench", "--prompt-file, --chat and --temperature need --concurrency");
+    if (chat && !prompt_file)
+        return lm_cli_usage_error("bench", "--chat needs --prompt-file");
+    if (prompt_file && config_path)
+        return lm_cli_usage_error("bench", "--prompt-file needs a checkpoint with a tokenizer (--model)");
     char model_buf[4096];
     if (!config_path) {
         lm_error derr = {0};
@@ -409,19 +401,15 @@ int cmd_bench_main(int argc, char **argv) {
         }
     }
 
-    if (image_width > 0 && levels) {
-        fprintf(stderr, "loom bench: --image-size runs one sequence: not with --concurrency\n");
-        return 2;
-    }
+    if (image_width > 0 && levels)
+        return lm_cli_usage_error("bench", "--image-size runs one sequence: not with --concurrency");
     if (levels)
         return run_throughput(backend_name, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
                               (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
                               temperature);
-    if (speculative > 0) {
-        fprintf(stderr, "loom bench: --speculative-tokens needs --concurrency (it runs through the engine)\n");
-        return 2;
-    }
+    if (speculative > 0)
+        return lm_cli_usage_error("bench", "--speculative-tokens needs --concurrency (it runs through the engine)");
 
     lm_error err = {0};
     lm_backend *backend;
