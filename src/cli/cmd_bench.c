@@ -366,7 +366,6 @@ done:
 int cmd_bench_main(int argc, char **argv) {
     bench_args args = {.prompt_tokens = 256, .gen_tokens = 32, .seed = 1};
     lm_cli_engine_settings settings;
-    lm_cli_engine_settings_default(&settings);
     lm_cli_spec cli;
     lm_cli_spec_init(&cli, "bench", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&cli, "Benchmark", bench_opts, &args);

@@ -469,7 +469,6 @@ int cmd_chat_main(int argc, char **argv) {
     c.params.sampling.repetition_penalty = NAN;
     c.params.sampling.top_k = INT32_MIN;
     lm_cli_engine_settings settings;
-    lm_cli_engine_settings_default(&settings);
     lm_cli_spec spec;
     lm_cli_spec_init(&spec, "chat", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&spec, "Chat", chat_opts, &args);

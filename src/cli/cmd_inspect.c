@@ -19,7 +19,6 @@ static const char synopsis[] =
 
 int cmd_inspect_main(int argc, char **argv) {
     lm_cli_engine_settings settings;
-    lm_cli_engine_settings_default(&settings);
     lm_cli_spec cli;
     lm_cli_spec_init(&cli, "inspect", synopsis, &settings, true);
     int parsed = lm_cli_parse(&cli, argc, argv);

@@ -72,7 +72,6 @@ static lm_status encode_prompt(const char *dir, const lm_model_info *info, const
 int cmd_logits_main(int argc, char **argv) {
     logits_args args = {0};
     lm_cli_engine_settings settings;
-    lm_cli_engine_settings_default(&settings);
     lm_cli_spec cli;
     lm_cli_spec_init(&cli, "logits", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&cli, "Prompt and output", logits_opts, &args);

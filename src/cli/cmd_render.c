@@ -68,7 +68,6 @@ int cmd_render_main(int argc, char **argv) {
     render_args args = {0};
     lm_chat_template_options_default(&args.opts);
     lm_cli_engine_settings settings;
-    lm_cli_engine_settings_default(&settings);
     lm_cli_spec spec;
     lm_cli_spec_init(&spec, "render", synopsis, &settings, false);
     LM_CLI_SPEC_ADD(&spec, "Template", render_opts, &args);

@@ -123,7 +123,6 @@ int cmd_run_main(int argc, char **argv) {
     loom_request_params_default(&base);
     base.sampling.temperature = 0;
     lm_cli_engine_settings settings;
-    lm_cli_engine_settings_default(&settings);
     lm_cli_spec spec;
     lm_cli_spec_init(&spec, "run", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&spec, "Prompts", run_opts, &args);

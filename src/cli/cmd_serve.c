@@ -198,7 +198,6 @@ int cmd_serve_main(int argc, char **argv) {
                     .shutdown_grace_ms = 5000,
                     .stats_interval_s = 10};
     lm_cli_engine_settings settings;
-    lm_cli_engine_settings_default(&settings);
     lm_cli_spec cli;
     lm_cli_spec_init(&cli, "serve", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&cli, "Server", serve_opts, &a);

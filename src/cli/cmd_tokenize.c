@@ -70,7 +70,6 @@ static int parse_options(int argc, char **argv, bool detok, options *o, char *mo
     memset(o, 0, sizeof *o);
     const char *command = detok ? "detokenize" : "tokenize";
     lm_cli_engine_settings settings;
-    lm_cli_engine_settings_default(&settings);
     lm_cli_spec spec;
     lm_cli_spec_init(&spec, command, detok ? detokenize_synopsis : tokenize_synopsis, &settings, false);
     if (detok) LM_CLI_SPEC_ADD(&spec, "Output", detokenize_opts, o);

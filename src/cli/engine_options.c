@@ -162,6 +162,7 @@ lm_opt_group lm_cli_compat_group(void) {
 
 void lm_cli_spec_init(lm_cli_spec *spec, const char *command, const char *synopsis, lm_cli_engine_settings *s,
                       bool whole_engine) {
+    lm_cli_engine_settings_default(s);
     memset(spec, 0, sizeof *spec);
     spec->command = command;
     spec->synopsis = synopsis;

@@ -27,9 +27,10 @@ lm_opt_group lm_cli_engine_group(lm_cli_engine_settings *s);
 lm_opt_group lm_cli_model_dir_group(lm_cli_engine_settings *s);
 lm_opt_group lm_cli_compat_group(void);
 
-/* Fills spec's command, synopsis and positional (the model folder) and
- * adds the groups: engine (or model folder alone), the command's own, and
- * the compatibility entries. */
+/* Sets s to the defaults, fills spec's command, synopsis and positional
+ * (the model folder) and adds the groups: the engine's (or the model folder
+ * alone), then (as the trailer) the compatibility entries; the command adds
+ * its own with LM_CLI_SPEC_ADD. */
 void lm_cli_spec_init(lm_cli_spec *spec, const char *command, const char *synopsis, lm_cli_engine_settings *s,
                       bool whole_engine);
 
