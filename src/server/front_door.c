@@ -420,7 +420,9 @@ static void pump(relay_conn *c) {
 
 static void log_limited(lm_front_door *door, const char *what, int e) {
     int_fast64_t now = (int_fast64_t)lm_now_seconds();
-    if (atomic_exchange(&door->log_second, now) != now) fprintf(stderr, "loom: front door: %s: %s\n", what, strerror(e));
+    if (atomic_exchange(&door->log_second, now) == now) return;
+    if (door->options.log) lm_log_printf(door->options.log, LM_LOG_WARNING, "front door: %s: %s", what, strerror(e));
+    else fprintf(stderr, "loom: front door: %s: %s\n", what, strerror(e));
 }
 
 static void admit(relay_thread *t, int fd, const struct sockaddr_in *addr, socklen_t addr_len) {

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/log.h"
 
 #define LM_FRONT_DOOR_THREADS 2
 
@@ -27,6 +28,7 @@ typedef struct {
     int timeout_keep_alive_s;    /* silence allowed while no request is under way */
     uint64_t max_body_bytes;     /* chunked bodies larger than this get 413 */
     const char *allowed_origins; /* CORS on the front door's own errors (NULL: none) */
+    const lm_log *log;           /* where accept failures are said (NULL: stderr) */
 } lm_front_door_options;
 
 typedef struct lm_front_door lm_front_door;

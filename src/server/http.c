@@ -791,11 +791,12 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
     int_fast64_t now = (int_fast64_t)lm_now_seconds();
     if (atomic_exchange(&h->log_second, now) != now) {
         int_fast64_t dropped = atomic_exchange(&h->log_count, 0) - 5;
-        if (dropped > 0) fprintf(stderr, "loom: http: (%lld similar messages dropped)\n", (long long)dropped);
+        if (dropped > 0) lm_log_printf(s->log, LM_LOG_WARNING, "http: (%lld similar messages dropped)", (long long)dropped);
     }
     if (atomic_fetch_add(&h->log_count, 1) >= 5) return;
-    fprintf(stderr, "loom: http: ");
-    vfprintf(stderr, fmt, ap);
+    char message[512];
+    vsnprintf(message, sizeof message, fmt, ap);
+    lm_log_printf(s->log, LM_LOG_WARNING, "http: %s", message);
 }
 
 static void http_free(struct lm_http *h) {
@@ -861,7 +862,7 @@ static lm_front_door_options door_options(const lm_server_options *o) {
                                    .max_connections = o->max_connections > 0 ? o->max_connections : 4096,
                                    .backlog = 1024, .timeout_keep_alive_s = o->timeout_keep_alive_s > 0 ? o->timeout_keep_alive_s : 5,
                                    .max_body_bytes = o->max_body_bytes ? o->max_body_bytes : LM_DEFAULT_MAX_BODY_BYTES,
-                                   .allowed_origins = o->allowed_origins};
+                                   .allowed_origins = o->allowed_origins, .log = o->log};
 }
 
 lm_status lm_server_listen(const lm_server_options *options, lm_server_listener **out, lm_error *err) {
@@ -882,6 +883,8 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
         return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     }
     s->door = listener;
+    s->fallback_log = (lm_log){.level = LM_LOG_INFO, .out = stderr, .source = "loom serve"};
+    s->log = options->log ? options->log : &s->fallback_log;
     s->options = *options;
     lm_server_options *o = &s->options;
     if (!o->host) o->host = "127.0.0.1";
@@ -1000,12 +1003,13 @@ void lm_server_stop(lm_server *s, int grace_ms) {
     pthread_mutex_unlock(&h->wait_mutex);
     pthread_join(h->waker, NULL);
     bool workers_done = wait_zero(&h->workers, FINAL_WAIT_MS);
-    if (!drained) fprintf(stderr, "loom: %d requests did not finish after the cancel\n", atomic_load(&h->inflight));
+    if (!drained)
+        lm_log_printf(s->log, LM_LOG_WARNING, "%d requests did not finish after the cancel", atomic_load(&h->inflight));
     if (!workers_done) {
         /* A generation thread still holds a suspended connection: stopping
          * the daemon now is undefined, so leave it to the process exit. */
-        fprintf(stderr, "loom: %d generation threads still running; not freeing the server\n",
-                atomic_load(&h->workers));
+        lm_log_printf(s->log, LM_LOG_WARNING, "%d generation threads still running; not freeing the server",
+                      atomic_load(&h->workers));
         return;
     }
     MHD_stop_daemon(s->daemon);

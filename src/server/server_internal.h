@@ -12,6 +12,8 @@
 
 struct lm_server {
     lm_server_options options;
+    const lm_log *log;   /* options.log, else fallback_log (stderr) */
+    lm_log fallback_log;
     loom_engine *engine;
     const lm_tokenizer *tokenizer;
     const lm_chat_template *chat_template;
