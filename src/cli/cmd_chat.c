@@ -292,11 +292,11 @@ static bool answer(chat *c) {
         if (end.drafted) fprintf(stderr, ", %d of %d drafts accepted", end.accepted, end.drafted);
         fprintf(stderr, "]\n");
     }
-    bool ok = end.ok && !a.failed;
-    if (ok && !add_message(c->messages, "assistant", a.text.p ? (lm_text_buf_append(&a.text, "", 1), a.text.p) : ""))
-        ok = false;
+    /* the text as a C string (its NUL appended), "" when nothing came */
+    bool ok = end.ok && !a.failed && (!a.text.p || lm_text_buf_append(&a.text, "", 1));
+    if (ok && !add_message(c->messages, "assistant", a.text.p ? a.text.p : "")) ok = false;
     lm_text_buf_free(&a.text);
-    return ok || end.ok;
+    return ok;
 }
 
 /* ------------------------------------------------------------ commands */

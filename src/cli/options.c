@@ -68,6 +68,7 @@ static bool apply(const lm_opt *o, void *base, const char *typed, const char *va
     double v;
     switch (o->kind) {
     case LM_OPT_FLAG: *(bool *)field = true; return true;
+    case LM_OPT_FLAG_OFF: *(bool *)field = false; return true;
     case LM_OPT_STRING: *(const char **)field = value; return true;
     case LM_OPT_INT:
     case LM_OPT_INT64:

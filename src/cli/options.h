@@ -17,6 +17,7 @@
 
 typedef enum {
     LM_OPT_FLAG,    /* no value: sets a bool */
+    LM_OPT_FLAG_OFF, /* no value: clears a bool (the --no-... spelling of a default-on flag) */
     LM_OPT_INT,     /* an int in [min, max] */
     LM_OPT_INT64,   /* an int64_t in [min, max] */
     LM_OPT_FLOAT,   /* a float in [min, max] */

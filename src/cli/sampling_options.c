@@ -20,7 +20,8 @@ static bool parse_seed(const char *value, void *field, char *message, size_t siz
 }
 
 static const lm_opt sampling_opts[] = {
-    {"--max-tokens", LM_OPT_INT, "N", PARAM(max_tokens), 1, 1 << 20, "tokens to generate", NULL, NULL, NULL},
+    {"--max-tokens", LM_OPT_INT, "N", PARAM(max_tokens), 1, 1 << 20, "tokens to generate (default: run 16, chat 512)", NULL, NULL,
+     NULL},
     {"--temperature|--temp", LM_OPT_FLOAT, "T", PARAM(sampling.temperature), 0, 100, "0 = greedy", NULL, NULL,
      NULL},
     {"--top-p", LM_OPT_FLOAT, "P", PARAM(sampling.top_p), 0, 1, "nucleus sampling (1 = off)", NULL, NULL, NULL},
