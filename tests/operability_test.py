@@ -246,6 +246,18 @@ for _ in range(300):
         time.sleep(0.05)
 rc, rest = stop(p)
 check("--log-level warning: only warnings and errors", up and rc == 0 and " INFO " not in rest, rest)
+# refused before generation (401): still one line; the other routes at debug
+p, url, head = start(tiny, "--api-key", "k2", "--log-level", "debug", "--disable-log-stats")
+if url:
+    for path, body in (("/v1/completions", b'{"prompt": "x"}'), ("/v1/models", None)):
+        try:
+            urllib.request.urlopen(urllib.request.Request(url + path, data=body), timeout=30)
+        except urllib.error.HTTPError:
+            pass
+    time.sleep(0.2)
+    rc, rest = stop(p)
+    check("a refused generation request is logged", re.search(r" INFO loom serve: request - /v1/completions 401", rest), rest)
+    check("other routes at debug", re.search(r" DEBUG loom serve: request /v1/models 401", rest), rest)
 r = run("serve", "--log-level", "loud")
 check("--log-level bad", r.returncode == 2 and "debug, info, warning or error" in r.stderr, r.stderr)
 

@@ -50,6 +50,7 @@ typedef struct {
     bool deferred;
     struct MHD_Response *pending;
     unsigned pending_status;
+    unsigned status; /* the last response's, for the access line */
     enum MHD_Result result;
 } conn_slot;
 
@@ -73,6 +74,7 @@ typedef struct {
     lm_route route;
     bool method_ok, authorized;
     bool too_large, dispatched, counted;
+    bool handled; /* reached its route's handler (generation routes log their own line there) */
     const char *url; /* MHD's, valid for the request */
     lm_sbuf body;
     double arrival;
@@ -130,6 +132,7 @@ enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, str
             if (strcmp(origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
         }
         if (atomic_load(&s->http->stopping)) MHD_add_response_header(r, "Connection", "close");
+        slot->status = status;
         if (slot->deferred) {
             if (slot->pending) MHD_destroy_response(slot->pending);
             slot->pending = r;
@@ -234,6 +237,13 @@ static const route_entry routes[] = {
     {"/detokenize", "POST", LM_ROUTE_DETOKENIZE, false},
     {"/version", "GET", LM_ROUTE_VERSION, false},
 };
+
+/* The path of a route, for the log ("-" for none). */
+static const char *route_name(lm_route route) {
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (routes[i].route == route) return routes[i].path;
+    return "-";
+}
 
 static const route_entry *route_of(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
@@ -747,6 +757,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (ctx->too_large) return lm_reply_error(c, 413, "the request body is larger than the server accepts", NULL);
     if (ctx->body.failed) return lm_reply_error(c, 500, "out of memory reading the request body", NULL);
     set_phase(s, slot, PHASE_BUSY, 0);
+    ctx->handled = true;
     if (slot && is_worker_route(ctx->route)) {
         ctx->dispatched = true;
         ctx->counted = true;
@@ -763,6 +774,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     conn_ctx *ctx = *con_cls;
     if (!ctx) return;
     if (ctx->counted) atomic_fetch_sub(&s->http->inflight, 1);
+    conn_slot *done = slot_of(c);
+    /* Generation requests log their own line once handled (request_log.h);
+     * refused before that (401, 413, ...) they get one here, the other
+     * routes one at debug. */
+    bool generation = ctx->route == LM_ROUTE_CHAT || ctx->route == LM_ROUTE_COMPLETIONS;
+    if (done && generation && !ctx->handled && s->options.log_requests)
+        lm_log_printf(s->log, LM_LOG_INFO, "request - %s %u: refused before generation", route_name(ctx->route),
+                      done->status);
+    else if (done && !generation)
+        lm_log_printf(s->log, LM_LOG_DEBUG, "request %s %u%s", route_name(ctx->route), done->status,
+                      toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     bool large = ctx->body.cap >= LM_LARGE_BODY_BYTES;
     lm_sbuf_free(&ctx->body);
     if (large) malloc_trim(0); /* give a large body's pages back to the system */
