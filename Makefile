@@ -3,7 +3,7 @@
 CC       ?= cc
 NVCC     ?= nvcc
 BUILD    ?= build
-PKGS     := libcjson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg libwebp
+PKGS     := libcjson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg libwebp libedit
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CFLAGS   ?= -O2 -g -march=native
 ALLFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -Isrc -Iinclude $(CFLAGS) -pthread -MMD -MP \
@@ -31,6 +31,12 @@ FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
 
+# The commit `loom --version` names (src/base/build_info.c): a stamp file
+# rewritten only when it changes, so a new commit rebuilds that one object.
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+GIT_COMMIT := $(if $(GIT_COMMIT),$(GIT_COMMIT)$(shell git diff --quiet HEAD -- 2>/dev/null || echo +dirty),unknown)
+$(shell mkdir -p $(BUILD) && (echo '$(GIT_COMMIT)' | cmp -s - $(BUILD)/git-commit || echo '$(GIT_COMMIT)' > $(BUILD)/git-commit))
+
 # The cuda backend (src/ops/cuda/*.cu) is built into the release tree when
 # nvcc is found (for Hopper: sm_90a); without it, or in the sanitizer and
 # fuzz trees, the build has the cpu and ref backends only.
@@ -46,7 +52,8 @@ endif
 cuda_obj = $(if $(2),$(patsubst %.cu,$(1)/obj/%.o,$(CUDA_SRC)))
 
 .SECONDARY:
-.PHONY: all test test-release run deps test-deps clean tests asan-tests benches fuzzers ops-tests cuda-probe
+.PHONY: all test test-release run deps test-deps clean tests asan-tests benches fuzzers ops-tests cuda-probe \
+        install uninstall
 all: $(BUILD)/loom
 
 deps:
@@ -85,10 +92,16 @@ $(1)/fuzz/%: $(1)/obj/fuzz/%.o $(1)/libloom.a
 -include $$(shell find $(1)/obj -name '*.d' 2>/dev/null)
 endef
 
+define git_commit_flag # $(1)=output dir
+$(1)/obj/src/base/build_info.o: $(BUILD)/git-commit
+$(1)/obj/src/base/build_info.o: ALLFLAGS += -DLOOM_GIT_COMMIT='"$(GIT_COMMIT)"'
+endef
+
 $(eval $(call build_tree,$(BUILD),,$(CC),$(CUDA_ON)))
 $(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS),$(CC),))
 # libFuzzer targets (fuzz/fuzz_*.c, each defining LLVMFuzzerTestOneInput) need clang.
 $(eval $(call build_tree,$(BUILD)/fuzz,$(SANFLAGS) -fsanitize=fuzzer-no-link,clang,))
+$(foreach tree,$(BUILD) $(BUILD)/asan $(BUILD)/fuzz,$(eval $(call git_commit_flag,$(tree))))
 
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 ASAN_TESTS := $(patsubst tests/%.c,$(BUILD)/asan/tests/%,$(TEST_SRC))
@@ -117,10 +130,32 @@ test-release: test-deps
 	@LOOM_SKIP_ASAN=1 tests/run.sh $(BUILD)
 
 # Serves the bundled default model (models/loom-tiny) on port 8080; MODEL=DIR
-# serves another checkpoint folder instead.
+# serves another checkpoint folder instead, ARGS="..." adds serve's flags
+# (make run ARGS="--port 8000 --speculative-tokens 2").
 run: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all
-	$(BUILD)/loom serve $(if $(MODEL),--model $(MODEL))
+	$(BUILD)/loom serve $(if $(MODEL),--model $(MODEL)) $(ARGS)
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary, the bundled model
+# where the binary looks for it (<prefix>/share/loom/models/loom-tiny), the
+# man page and bash completion.  The binary is built if missing (not rebuilt).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+MODEL_FILES := $(wildcard models/loom-tiny/*.json models/loom-tiny/*.safetensors)
+install: | $(BUILD)/loom
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/loom/models/loom-tiny \
+	           $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	           $(DESTDIR)$(PREFIX)/share/doc/loom
+	install -m 755 $(BUILD)/loom $(DESTDIR)$(PREFIX)/bin/loom
+	install -m 644 $(MODEL_FILES) $(DESTDIR)$(PREFIX)/share/loom/models/loom-tiny/
+	install -m 644 docs/loom.1 $(DESTDIR)$(PREFIX)/share/man/man1/loom.1
+	install -m 644 contrib/loom.bash-completion $(DESTDIR)$(PREFIX)/share/bash-completion/completions/loom
+	install -m 644 LICENSE README.md $(DESTDIR)$(PREFIX)/share/doc/loom/
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/loom $(DESTDIR)$(PREFIX)/share/man/man1/loom.1 \
+	      $(DESTDIR)$(PREFIX)/share/bash-completion/completions/loom
+	rm -rf $(DESTDIR)$(PREFIX)/share/loom $(DESTDIR)$(PREFIX)/share/doc/loom
 
 # The card's copy bandwidth and bf16 matmul rate (bench/cuda_probe.cu).
 cuda-probe: $(BUILD)/cuda_probe

@@ -80,6 +80,9 @@ typedef struct {
     /* The recurrent-state snapshot pool of prefix caching, in bytes (0:
      * 256 MiB); models without recurrent state need none. */
     int64_t prefix_snapshot_bytes;
+    /* != 0: the seed unseeded requests draw theirs from, so that a run's
+     * results repeat (vLLM's --seed); 0: one from the clock. */
+    uint64_t seed;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);
@@ -227,6 +230,29 @@ void loom_engine_stats(loom_engine *engine, loom_stats *stats);
  * free and every state snapshot is dropped (blocks held by running
  * requests stay theirs).  Waits for the engine thread to do it. */
 int loom_engine_reset_prefix_cache(loom_engine *engine, char *error, size_t error_size);
+/* What an engine runs, as sized at create (for a startup summary). */
+typedef struct {
+    char family[32];            /* "qwen3_5" */
+    char architecture[64];      /* config.json's architectures[0] */
+    int64_t n_parameters;       /* text model, MTP head excluded */
+    int64_t n_active_parameters; /* of those, what one token uses (MoE: the top-k experts) */
+    uint64_t weight_bytes;      /* as stored */
+    char backend[16];
+    int threads;
+    int max_model_len, max_position_embeddings;
+    int64_t kv_cache_tokens;    /* the KV pool, all sequences together */
+    int kv_block_size;
+    int state_slots;            /* recurrent-state slots = sequences decoding at once */
+    int max_batch_tokens;
+    int speculative_tokens;     /* K in use; 0: off */
+    char speculative_status[512]; /* when asked for but off: why */
+    bool vision;                /* the model has a vision tower and images are on */
+    char compute[8];            /* "f32" or "bf16": the dense products' precision */
+    bool prefix_caching;        /* on */
+    int64_t prefix_snapshot_bytes; /* its recurrent-state snapshot pool (0: the model needs none) */
+} loom_engine_info;
+
+void loom_engine_describe(const loom_engine *engine, loom_engine_info *info);
 
 /* The text a prompt writes for one image: the model's vision-start,
  * image placeholder and vision-end tokens ("<|vision_start|><|image_pad|>

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/json_file.h"
 #include "models/registry.h"
 
 lm_status lm_cli_parse_ids(const char *text, int vocab, int32_t **ids, int *n, lm_error *err) {
@@ -52,43 +51,6 @@ lm_status lm_cli_parse_ids(const char *text, int vocab, int32_t **ids, int *n, l
     return LM_OK;
 }
 
-bool lm_cli_parse_int(const char *option, const char *value, long min, long max, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(value, &end, 10);
-    if (end == value || *end || errno || v < min || v > max) {
-        fprintf(stderr, "loom: %s expects an integer in [%ld, %ld], got '%s'\n", option, min, max,
-                value);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool lm_cli_parse_mtp_norms(const char *value, lm_mtp_norms *out) {
-    if (strcmp(value, "auto") == 0) *out = LM_MTP_NORMS_AUTO;
-    else if (strcmp(value, "zero-centred") == 0 || strcmp(value, "zero-centered") == 0)
-        *out = LM_MTP_NORMS_ZERO_CENTRED;
-    else if (strcmp(value, "shifted") == 0) *out = LM_MTP_NORMS_SHIFTED;
-    else {
-        fprintf(stderr, "loom: --mtp-norms expects auto, zero-centred or shifted, got '%s'\n", value);
-        return false;
-    }
-    return true;
-}
-
-bool lm_cli_parse_backend(const char *value, const char **out) {
-    lm_backend *probe;
-    lm_error err = {0};
-    if (lm_backend_create(value, 1, &probe, &err) != LM_OK) {
-        fprintf(stderr, "loom: --backend: %s\n", err.message);
-        return false;
-    }
-    lm_backend_destroy(probe);
-    *out = value;
-    return true;
-}
-
 lm_status lm_cli_open_model(const lm_cli_model_spec *spec, lm_backend **backend, lm_model **model,
                             lm_error *err) {
     *backend = NULL;
@@ -110,30 +72,32 @@ void lm_cli_close_model(lm_backend *backend, lm_model *model) {
     lm_backend_destroy(backend);
 }
 
-/* The context limit as the engine computes it (so the server's default
- * max_tokens agrees): max_position_embeddings, capped at 32768. */
-int lm_cli_model_len(const char *config_path) {
-    cJSON *doc = NULL;
-    lm_error err = {0};
-    int len = 4096;
-    if (lm_json_read_file(config_path, 16u << 20, &doc, &err) == LM_OK) {
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(doc, "text_config");
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(text ? text : doc, "max_position_embeddings");
-        if (!m) m = cJSON_GetObjectItemCaseSensitive(doc, "max_position_embeddings");
-        if (cJSON_IsNumber(m) && m->valuedouble >= 1) len = m->valuedouble > 32768 ? 32768 : (int)m->valuedouble;
+char *lm_cli_read_stdin(size_t max, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (;;) {
+        if (n == cap) {
+            if (cap > max) {
+                free(buf);
+                return NULL;
+            }
+            char *bigger = realloc(buf, cap * 2);
+            if (!bigger) {
+                free(buf);
+                return NULL;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, stdin);
+        n += got;
+        if (got == 0) break;
     }
-    cJSON_Delete(doc);
-    return len;
-}
-
-bool lm_cli_parse_float(const char *option, const char *value, double min, double max, float *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(value, &end);
-    if (errno || end == value || *end || !(v >= min && v <= max)) {
-        fprintf(stderr, "loom: %s must be a number in [%g, %g], got '%s'\n", option, min, max, value);
-        return false;
+    if (ferror(stdin) || n > max) {
+        free(buf);
+        return NULL;
     }
-    *out = (float)v;
-    return true;
+    *len = n;
+    return buf;
 }

@@ -1,7 +1,7 @@
 /* loom bench: prefill and decode tokens/s of one sequence (batch 1), on a
  * checkpoint or on random weights of any config.json shape, with the memory
  * roofline of decode (bandwidth / bytes read per token). */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,50 +10,60 @@
 #include "base/membw.h"
 #include "cli/bench_prompts.h"
 #include "cli/cli_common.h"
-#include "cli/prefix_cache_flags.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/engine_options.h"
 #include "engine/sequence_runner.h"
 #include "loom.h"
 #include "models/image_processor.h"
 #include "models/multimodal_prompt.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: loom bench [--model DIR | --config FILE --random-weights] [options]\n"
-            "Measures prefill and decode speed of one sequence (batch 1).\n\n"
-            "  --model DIR          a checkpoint folder (default: the bundled models/loom-tiny,\n"
-            "                       or $LOOM_MODEL)\n"
-            "  --config FILE        a config.json shape (with --random-weights)\n"
-            "  --random-weights     random bf16 weights in memory, no checkpoint needed\n"
-            "  --prompt-tokens N    prompt length for prefill (default 256)\n"
-            "  --gen-tokens N       tokens to decode (default 32)\n"
-            "  --threads N          CPU threads (default: all cores)\n"
-            "  --backend NAME       cpu (default), ref (the plain reference kernels) or cuda\n"
-            "  --device NAME        the same (vLLM's spelling)\n"
-            "  --compute-dtype D    f32 (default: float32 products, batch-invariant) or bf16\n"
-            "                       (cuda: tensor cores for products of many rows)\n"
-            "  --mmap               map the checkpoint instead of reading it (with --model)\n"
-            "  --bandwidth GBPS     skip the bandwidth measurement and use this figure\n"
-            "  --seed N             random weights / prompt seed (default 1)\n"
-            "  --concurrency LIST   offline throughput through the engine instead: for each\n"
-            "                       level (e.g. 1,4,16,64) run --requests requests with that\n"
-            "                       many in flight; reports output tokens/s and time per token\n"
-            "  --requests N         requests per level (default: 2 x the level, at least 8)\n"
-            "  --speculative-tokens K  with --concurrency: each level without and with K MTP\n"
-            "                       drafts; reports acceptance, mean accepted length, speedup\n"
-            "  --prompt-file FILE   with --concurrency: text prompts, one per line (\\n for a\n"
-            "                       newline), cycled through, instead of random ids\n"
-            "  --chat               with --prompt-file: each line is a user message sent\n"
-            "                       through the chat template\n"
-            "  --temperature T      with --concurrency: sample at T, seeded per request\n"
-            "                       (default 0, greedy)\n"
-            "  --image-size WxH     time to first token of one synthetic W x H image and\n"
-            "                       --prompt-tokens of text: preprocessing, the vision tower\n"
-            "                       (with its matmul rate) and the prefill, apart\n"
-            "With --concurrency (the engine):\n"
-            LM_CLI_PREFIX_CACHE_USAGE);
-}
+static const char synopsis[] =
+    "usage: loom bench [MODEL_DIR | --config FILE --random-weights] [options]\n"
+    "Measures prefill and decode speed of one sequence (batch 1), or with\n"
+    "--concurrency the offline throughput through the engine.  The model defaults\n"
+    "to the bundled one.\n";
+
+typedef struct {
+    const char *config_path, *levels, *prompt_file, *image_size;
+    bool random_weights, chat;
+    int prompt_tokens, gen_tokens, requests;
+    int64_t seed;
+    float temperature, bandwidth;
+} bench_args;
+
+#define ARG(field) offsetof(bench_args, field)
+static const lm_opt bench_opts[] = {
+    {"--config", LM_OPT_STRING, "FILE", ARG(config_path), 0, 0, "a config.json shape (with --random-weights)", NULL,
+     NULL, NULL},
+    {"--random-weights", LM_OPT_FLAG, NULL, ARG(random_weights), 0, 0,
+     "random bf16 weights in memory, no checkpoint needed", NULL, NULL, NULL},
+    {"--prompt-tokens", LM_OPT_INT, "N", ARG(prompt_tokens), 1, 1 << 20, "prompt length for prefill (default 256)",
+     NULL, NULL, NULL},
+    {"--gen-tokens", LM_OPT_INT, "N", ARG(gen_tokens), 1, 1 << 20, "tokens to decode (default 32)", NULL, NULL, NULL},
+    {"--bandwidth", LM_OPT_FLOAT, "GBPS", ARG(bandwidth), 1e-6, 1e6,
+     "skip the bandwidth measurement and use this figure", NULL, NULL, NULL},
+    {"--seed", LM_OPT_INT64, "N", ARG(seed), 0, 1LL << 40, "random weights / prompt seed (default 1)", NULL, NULL,
+     NULL},
+    {"--concurrency", LM_OPT_STRING, "LIST", ARG(levels), 0, 0,
+     "offline throughput through the engine instead: for each level (e.g.\n1,4,16,64) run --requests requests with "
+     "that many in flight; reports\noutput tokens/s and time per token (with --speculative-tokens K:\neach level "
+     "without and with K MTP drafts)",
+     NULL, NULL, NULL},
+    {"--requests", LM_OPT_INT, "N", ARG(requests), 1, 1 << 20, "requests per level (default: 2 x the level, at least 8)",
+     NULL, NULL, NULL},
+    {"--prompt-file", LM_OPT_STRING, "FILE", ARG(prompt_file), 0, 0,
+     "with --concurrency: text prompts, one per line (\\n for a newline),\ncycled through, instead of random ids",
+     NULL, NULL, NULL},
+    {"--chat", LM_OPT_FLAG, NULL, ARG(chat), 0, 0,
+     "with --prompt-file: each line is a user message sent through the chat\ntemplate", NULL, NULL, NULL},
+    {"--temperature", LM_OPT_FLOAT, "T", ARG(temperature), 0, 100,
+     "with --concurrency: sample at T, seeded per request (default 0, greedy)", NULL, NULL, NULL},
+    {"--image-size", LM_OPT_STRING, "WxH", ARG(image_size), 0, 0,
+     "time to first token of one synthetic W x H image and --prompt-tokens\nof text: preprocessing, the vision "
+     "tower (with its matmul rate) and the\nprefill, apart",
+     NULL, NULL, NULL},
+};
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -76,7 +86,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
     if (!t || !live) {
         free(t);
         free(live);
-        fprintf(stderr, "loom: out of memory\n");
+        fprintf(stderr, "loom bench: out of memory\n");
         return 1;
     }
     char error[256];
@@ -97,7 +107,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
             p.sampling.seed = seed + (uint64_t)next;
             t[next].submitted = now_seconds();
             if (loom_submit(engine, &p, &live[next], error, sizeof error) != LOOM_OK) {
-                fprintf(stderr, "loom: %s\n", error);
+                fprintf(stderr, "loom bench: %s\n", error);
                 rc = 1;
                 break;
             }
@@ -120,7 +130,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
                 if (ev.type == LOOM_EVENT_TOKEN) {
                     if (t[i].tokens++ == 0) t[i].first_token = now_seconds();
                 } else if (ev.type == LOOM_EVENT_ERROR) {
-                    fprintf(stderr, "loom: %s\n", ev.error);
+                    fprintf(stderr, "loom bench: %s\n", ev.error);
                     rc = 1;
                 }
             }
@@ -153,20 +163,18 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
     return rc;
 }
 
-static loom_engine *bench_engine(const char *backend, const char *compute, const char *model_dir, const char *config_path, bool mmap_weights,
-                                 int threads, uint64_t seed, int max_level, int prompt_tokens,
-                                 int gen_tokens, int speculative_tokens, const loom_engine_options *flags) {
-    loom_engine_options o;
-    loom_engine_options_default(&o);
-    o.enable_prefix_caching = flags->enable_prefix_caching;
-    o.prefix_snapshot_bytes = flags->prefix_snapshot_bytes;
+/* base: the engine flags as given (prefix caching, compute precision, ...);
+ * the bench sets the model, sizes and speculation itself. */
+static loom_engine *bench_engine(const loom_engine_options *base, const char *backend, const char *model_dir,
+                                 const char *config_path, bool mmap_weights, int threads, uint64_t seed,
+                                 int max_level, int prompt_tokens, int gen_tokens, int speculative_tokens) {
+    loom_engine_options o = *base;
     o.model_dir = model_dir;
     o.config_path = config_path;
     o.random_weights = config_path != NULL;
     o.random_seed = seed;
     o.threads = threads;
     o.backend = backend;
-    o.compute_dtype = compute;
     o.mmap_weights = mmap_weights;
     o.max_running = max_level;
     o.max_model_len = prompt_tokens + gen_tokens;
@@ -176,7 +184,7 @@ static loom_engine *bench_engine(const char *backend, const char *compute, const
     char error[512];
     double t0 = now_seconds();
     if (loom_engine_create(&o, &engine, error, sizeof error) != LOOM_OK) {
-        fprintf(stderr, "loom: %s\n", error);
+        fprintf(stderr, "loom bench: %s\n", error);
         return NULL;
     }
     printf("model: %s, %s, %d prompt + %d generated tokens per request, speculative tokens %d, "
@@ -188,11 +196,10 @@ static loom_engine *bench_engine(const char *backend, const char *compute, const
 
 /* Offline throughput at each level; with K > 0 each level runs without and
  * with speculation and reports the acceptance and the speedup. */
-static int run_throughput(const char *backend, const char *compute, const char *model_dir, const char *config_path, bool mmap_weights,
+static int run_throughput(const loom_engine_options *base, const char *backend, const char *model_dir, const char *config_path, bool mmap_weights,
                           int threads, uint64_t seed, const char *levels, int requests,
                           int prompt_tokens, int gen_tokens, int speculative_tokens,
-                          const char *prompt_file, bool chat, float temperature,
-                          const loom_engine_options *flags) {
+                          const char *prompt_file, bool chat, float temperature) {
     int max_level = 0;
     for (const char *p = levels; *p;) {
         long level = strtol(p, (char **)&p, 10);
@@ -200,15 +207,13 @@ static int run_throughput(const char *backend, const char *compute, const char *
         if (*p == ',') p++;
         else if (*p) break;
     }
-    if (max_level <= 0 || max_level > 4096) {
-        fprintf(stderr, "loom: --concurrency expects a list like 1,4,16,64\n");
-        return 2;
-    }
+    if (max_level <= 0 || max_level > 4096)
+        return lm_cli_usage_error("bench", "--concurrency expects a list like 1,4,16,64");
     lm_bench_prompts prompts = {0};
     if (prompt_file) {
         lm_error err = {0};
         if (lm_bench_prompts_file(&prompts, prompt_file, model_dir, chat, &err) != LM_OK) {
-            fprintf(stderr, "loom: %s\n", err.message);
+            fprintf(stderr, "loom bench: %s\n", err.message);
             return 1;
         }
         long total = 0;
@@ -221,8 +226,8 @@ static int run_throughput(const char *backend, const char *compute, const char *
     int rc = 0;
     for (int pass = 0; pass < (speculative_tokens > 0 ? 2 : 1) && rc == 0; pass++) {
         int k = pass == 0 ? 0 : speculative_tokens;
-        loom_engine *engine = bench_engine(backend, compute, model_dir, config_path, mmap_weights, threads, seed,
-                                           max_level, prompt_tokens, gen_tokens, k, flags);
+        loom_engine *engine = bench_engine(base, backend, model_dir, config_path, mmap_weights, threads, seed,
+                                           max_level, prompt_tokens, gen_tokens, k);
         if (!engine) {
             rc = 1;
             break;
@@ -232,7 +237,7 @@ static int run_throughput(const char *backend, const char *compute, const char *
             lm_error err = {0};
             if (lm_bench_prompts_random(&prompts, most, prompt_tokens, loom_engine_vocab_size(engine), seed,
                                         &err) != LM_OK) {
-                fprintf(stderr, "loom: %s\n", err.message);
+                fprintf(stderr, "loom bench: %s\n", err.message);
                 loom_engine_destroy(engine);
                 rc = 1;
                 break;
@@ -276,7 +281,7 @@ static int run_image(lm_model *model, int width, int height, int prompt_tokens, 
     const lm_vision_info *vi = &info->vision;
     lm_error err = {0};
     if (!lm_model_has_vision(model)) {
-        fprintf(stderr, "loom: --image-size: this model has no vision tower\n");
+        fprintf(stderr, "loom bench: --image-size: this model has no vision tower\n");
         return 1;
     }
     lm_image_rgb rgb = {width, height, malloc((size_t)width * (size_t)height * 3)};
@@ -347,7 +352,7 @@ static int run_image(lm_model *model, int width, int height, int prompt_tokens, 
     printf("time to first token: %.3f s (preprocess + tower + prefill)\n", preprocess_s + encode_s + prefill_s);
     rc = 0;
 done:
-    if (rc) fprintf(stderr, "loom: %s\n", err.message);
+    if (rc) fprintf(stderr, "loom bench: %s\n", err.message);
     lm_sequence_runner_free(&runner);
     lm_image_patches_free(&patches);
     free(rgb.rgb);
@@ -360,124 +365,62 @@ done:
 }
 
 int cmd_bench_main(int argc, char **argv) {
-    static const struct option options[] = {
-        {"model", required_argument, 0, 'm'},        {"config", required_argument, 0, 'c'},
-        {"random-weights", no_argument, 0, 'r'},     {"prompt-tokens", required_argument, 0, 'p'},
-        {"gen-tokens", required_argument, 0, 'g'},   {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},
-        {"mmap", no_argument, 0, 'M'},               {"bandwidth", required_argument, 0, 'b'},
-        {"seed", required_argument, 0, 's'},         {"help", no_argument, 0, 'h'},
-        {"concurrency", required_argument, 0, 'C'},  {"requests", required_argument, 0, 'N'},
-        {"speculative-tokens", required_argument, 0, 'D'},
-        {"prompt-file", required_argument, 0, 'F'},  {"chat", no_argument, 0, 'H'},
-        {"temperature", required_argument, 0, 'T'},  {"image-size", required_argument, 0, 'I'},
-        {"compute-dtype", required_argument, 0, 'P'},
-        LM_CLI_PREFIX_CACHE_OPTIONS,                 {0, 0, 0, 0},
-    };
-    const char *model_dir = NULL, *config_path = NULL;
-    bool random_weights = false;
-    long prompt_tokens = 256, gen_tokens = 32, threads = 0, seed = 1;
-    const char *backend_name = NULL, *compute = NULL;
-    double bandwidth = 0;
-    const char *levels = NULL, *prompt_file = NULL;
-    bool chat = false;
-    float temperature = 0;
-    long requests = 0, speculative = 0;
+    bench_args args = {.prompt_tokens = 256, .gen_tokens = 32, .seed = 1};
+    lm_cli_engine_settings settings;
+    lm_cli_spec cli;
+    lm_cli_spec_init(&cli, "bench", synopsis, &settings, true);
+    LM_CLI_SPEC_ADD(&cli, "Benchmark", bench_opts, &args);
+    int parsed = lm_cli_parse(&cli, argc, argv);
+    if (parsed >= 0) return parsed;
+    const char *model_dir = settings.engine.model_dir, *config_path = args.config_path;
+    bool random_weights = args.random_weights, chat = args.chat;
+    long prompt_tokens = args.prompt_tokens, gen_tokens = args.gen_tokens, threads = settings.engine.threads;
+    long seed = (long)args.seed, requests = args.requests, speculative = settings.engine.speculative_tokens;
+    const char *backend_name = settings.engine.backend, *levels = args.levels, *prompt_file = args.prompt_file;
+    double bandwidth = args.bandwidth;
+    float temperature = args.temperature;
     int image_width = 0, image_height = 0;
-    lm_load_mode mode = LM_LOAD_READ;
-    loom_engine_options prefix_flags; /* the prefix-caching flags, for --concurrency's engine */
-    loom_engine_options_default(&prefix_flags);
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        switch (opt) {
-        case 'm': model_dir = optarg; break;
-        case 'c': config_path = optarg; break;
-        case 'r': random_weights = true; break;
-        case 'p': if (!lm_cli_parse_int("--prompt-tokens", optarg, 1, 1 << 20, &prompt_tokens)) return 2; break;
-        case 'g': if (!lm_cli_parse_int("--gen-tokens", optarg, 1, 1 << 20, &gen_tokens)) return 2; break;
-        case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
-        case 'B': if (!lm_cli_parse_backend(optarg, &backend_name)) return 2; break;
-        case 'P': compute = optarg; break;
-        case 's': if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 40, &seed)) return 2; break;
-        case 'M': mode = LM_LOAD_MMAP; break;
-        case 'C': levels = optarg; break;
-        case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &speculative)) return 2; break;
-        case 'N': if (!lm_cli_parse_int("--requests", optarg, 1, 1 << 20, &requests)) return 2; break;
-        case 'F': prompt_file = optarg; break;
-        case 'H': chat = true; break;
-        case 'T': if (!lm_cli_parse_float("--temperature", optarg, 0, 100, &temperature)) return 2; break;
-        case 'I':
-            if (sscanf(optarg, "%dx%d", &image_width, &image_height) != 2 || image_width < 1 ||
-                image_height < 1 || image_width > 16384 || image_height > 16384) {
-                fprintf(stderr, "loom: --image-size expects WxH, each 1..16384 (e.g. 1024x1024)\n");
-                return 2;
-            }
-            break;
-        case 'b':
-            bandwidth = strtod(optarg, NULL);
-            if (bandwidth <= 0) {
-                fprintf(stderr, "loom: --bandwidth expects GB/s > 0\n");
-                return 2;
-            }
-            break;
-        case 'h': usage(stdout); return 0;
-        default:
-            if (lm_cli_prefix_cache_option(opt, optarg, &prefix_flags) > 0) break;
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc || (model_dir && config_path) || (config_path && !random_weights) ||
-        (random_weights && !config_path)) {
-        usage(stderr);
-        return 2;
-    }
-    if ((prompt_file || chat || temperature > 0) && !levels) {
-        fprintf(stderr, "loom: --prompt-file, --chat and --temperature need --concurrency\n");
-        return 2;
-    }
-    if (chat && !prompt_file) {
-        fprintf(stderr, "loom: --chat needs --prompt-file\n");
-        return 2;
-    }
-    if (prompt_file && config_path) {
-        fprintf(stderr, "loom: --prompt-file needs a checkpoint with a tokenizer (--model)\n");
-        return 2;
-    }
+    lm_load_mode mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ;
+    if (args.image_size && (sscanf(args.image_size, "%dx%d", &image_width, &image_height) != 2 || image_width < 1 ||
+                            image_height < 1 || image_width > 16384 || image_height > 16384))
+        return lm_cli_usage_error("bench", "--image-size expects WxH, each 1..16384 (e.g. 1024x1024)");
+    if ((model_dir && config_path) || (config_path && !random_weights) || (random_weights && !config_path))
+        return lm_cli_usage_error("bench", "give a model folder, or --config FILE with --random-weights");
+    if ((prompt_file || chat || temperature > 0) && !levels)
+        return lm_cli_usage_error("bench", "--prompt-file, --chat and --temperature need --concurrency");
+    if (chat && !prompt_file)
+        return lm_cli_usage_error("bench", "--chat needs --prompt-file");
+    if (prompt_file && config_path)
+        return lm_cli_usage_error("bench", "--prompt-file needs a checkpoint with a tokenizer (--model)");
     char model_buf[4096];
     if (!config_path) {
         lm_error derr = {0};
-        if (lm_cli_model_dir(model_dir, model_buf, sizeof model_buf, &model_dir, &derr) != LM_OK) {
-            fprintf(stderr, "loom: %s\n", derr.message);
+        if (lm_cli_model_dir(model_dir, NULL, model_buf, sizeof model_buf, &model_dir, &derr) != LM_OK) {
+            fprintf(stderr, "loom bench: %s\n", derr.message);
             return 1;
         }
     }
 
-    if (image_width > 0 && levels) {
-        fprintf(stderr, "loom: --image-size runs one sequence: not with --concurrency\n");
-        return 2;
-    }
+    if (image_width > 0 && levels)
+        return lm_cli_usage_error("bench", "--image-size runs one sequence: not with --concurrency");
     if (levels)
-        return run_throughput(backend_name, compute, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
+        return run_throughput(&settings.engine, backend_name, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
                               (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
-                              temperature, &prefix_flags);
-    if (speculative > 0) {
-        fprintf(stderr, "loom: --speculative-tokens needs --concurrency (it runs through the engine)\n");
-        return 2;
-    }
+                              temperature);
+    if (speculative > 0)
+        return lm_cli_usage_error("bench", "--speculative-tokens needs --concurrency (it runs through the engine)");
 
     lm_error err = {0};
     lm_backend *backend;
     lm_model *model;
     double t0 = now_seconds();
     lm_cli_model_spec spec = {.dir = model_dir, .random_config = config_path, .seed = (uint64_t)seed,
-                              .backend = backend_name, .compute = compute, .threads = (int)threads,
-                              .load = {.mode = mode}};
+                              .backend = backend_name, .compute = settings.engine.compute_dtype,
+                              .threads = (int)threads, .load = {.mode = mode}};
     lm_status st = lm_cli_open_model(&spec, &backend, &model, &err);
     if (st != LM_OK) {
-        fprintf(stderr, "loom: %s\n", err.message);
+        fprintf(stderr, "loom bench: %s\n", err.message);
         return 1;
     }
     double load_s = now_seconds() - t0;
@@ -548,7 +491,7 @@ int cmd_bench_main(int argc, char **argv) {
            bandwidth, bytes / 1e6, roofline, 100.0 * decode_tps / roofline);
     rc = 0;
 done:
-    if (rc) fprintf(stderr, "loom: %s\n", err.message);
+    if (rc) fprintf(stderr, "loom bench: %s\n", err.message);
     lm_sequence_runner_free(&runner);
     free(prompt);
     free(logits);

@@ -1,19 +1,24 @@
-/* loom chat [--model DIR] [options]
+/* loom chat [MODEL_DIR] [options]
  * An interactive chat in the terminal: the conversation is kept and sent
  * whole (through the chat template) every turn, the answer streams as it is
  * generated, /reset starts over, Ctrl-C stops the current answer (at the
  * prompt it only says how to leave), /exit or Ctrl-D quits, /image FILE
  * attaches an image to the next message (the conversation keeps it, and
- * sends it again with every turn while its message is in the history).
+ * sends it again with every turn while its message is in the history),
+ * /think on|off switches a reasoning template's thinking.  On a terminal
+ * lines are edited with libedit (history on the up arrow); a message may
+ * span lines (chat_input.h).  With --url the conversation goes to a running
+ * `loom serve` instead of a model loaded here (chat_remote.h).
  *
  * SIGINT is blocked in every thread and read from a signalfd, so no signal
  * handler and no global flag are needed: the main thread polls the input and
  * the signalfd together, and checks the signalfd between streamed tokens. */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <getopt.h>
-#include <poll.h>
+#include <locale.h>
+#include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,131 +26,64 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli_common.h"
-#include "cli/prefix_cache_flags.h"
+#include "cli/chat_input.h"
+#include "cli/chat_remote.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/engine_options.h"
 #include "cli/image_files.h"
 #include "cli/prompt_encoder.h"
+#include "cli/sampling_options.h"
 #include "engine/sampler.h"
 #include "loom.h"
+#include "server/generation_defaults.h"
+#include "text/byte_level.h"
 
-#define LINE_MAX_BYTES (64 * 1024)
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: loom chat [--model DIR] [options]\n"
-            "An interactive chat with the model in the terminal.  Type a message and press\n"
-            "Enter; the answer streams back.  /image FILE attaches an image (PNG, JPEG,\n"
-            "WebP) to the next message, /reset forgets the conversation, /exit (or\n"
-            "Ctrl-D) quits, Ctrl-C stops the answer being written.\n\n"
-            "  --model DIR             Hugging Face checkpoint folder (default: the bundled\n"
-            "                          models/loom-tiny, or $LOOM_MODEL)\n"
-            "  --system TEXT           a system message at the start of the conversation\n"
-            "  --max-tokens N          longest answer in tokens (default 512)\n"
-            "  --temperature T         0 = greedy (default 0.7)\n"
-            "  --top-p P               nucleus sampling (default 0.9)\n"
-            "  --top-k K               (default 40; 0 = off)\n"
-            "  --repetition-penalty R  (default 1.1; 1 = off)\n"
-            "  --seed S                reproducible sampling\n"
-            "  --threads N             CPU threads (default: all cores)\n"
-            "  --backend NAME          cpu (default), ref (plain reference kernels) or cuda\n"
-            "  --device NAME           the same (vLLM's spelling)\n"
-            "  --speculative-tokens K  draft K tokens per step with the MTP head (default 0)\n"
-            "  --gpu-memory-utilization F  with --device cuda: the fraction of the card the\n"
-            "                          engine may hold; the KV pool gets what the weights leave\n"
-            "  --max-model-len N       context limit in tokens (default: the model's); the\n"
-            "                          oldest exchanges are dropped to stay under it\n"
-            "  --ignore-eos            keep writing past the end of the turn (for testing)\n"
-            "  --stats                 print tokens, speed, cached prompt tokens and speculation\n"
-            "                          after each answer\n"
-            "  --show-prompt           print the rendered prompt before each answer (stderr)\n"
-            LM_CLI_PREFIX_CACHE_USAGE);
-}
-
-/* ------------------------------------------------------------ input */
+static const char synopsis[] =
+    "usage: loom chat [MODEL_DIR] [options]\n"
+    "       loom chat --url http://HOST:PORT [options]\n"
+    "An interactive chat with the model in the terminal.  Type a message and press\n"
+    "Enter; the answer streams back.  A line ending in \\ continues the message on\n"
+    "the next line, and a line of three double quotes (\"\"\") opens a block up to\n"
+    "the next such line.  The up arrow recalls earlier lines.  /image FILE attaches\n"
+    "an image (PNG, JPEG, WebP) to the next message, /think on|off switches a\n"
+    "reasoning model's thinking, /settings shows the sampling settings, /reset\n"
+    "forgets the conversation, /exit (or Ctrl-D) quits, Ctrl-C stops the answer.\n"
+    "Sampling defaults: --temperature etc., else the model's generation_config.json,\n"
+    "else temperature 0.7, top-p 0.9, top-k 40, repetition penalty 1.1.\n";
 
 typedef struct {
-    int fd, signal_fd;
-    char buf[LINE_MAX_BYTES + 1];
-    size_t len;
-    bool eof;
-} line_reader;
+    const char *system, *url, *api_key;
+    bool stats, show_prompt;
+} chat_args;
 
-typedef enum { INPUT_LINE, INPUT_EOF, INPUT_INTERRUPT, INPUT_TOO_LONG, INPUT_ERROR } input_result;
-
-/* True if a SIGINT is pending on the signalfd (and consumes it). */
-static bool take_interrupt(int signal_fd) {
-    struct pollfd p = {.fd = signal_fd, .events = POLLIN};
-    if (poll(&p, 1, 0) != 1) return false;
-    struct signalfd_siginfo info;
-    return read(signal_fd, &info, sizeof info) == (ssize_t)sizeof info;
-}
-
-/* Reads one line (without its newline) into lr->buf's front, returned in
- * *line (valid until the next call).  Lines longer than LINE_MAX_BYTES are
- * skipped whole and reported as INPUT_TOO_LONG. */
-static input_result read_line(line_reader *lr, char **line, size_t *consumed) {
-    bool skipping = false;
-    memmove(lr->buf, lr->buf + *consumed, lr->len - *consumed);
-    lr->len -= *consumed;
-    *consumed = 0;
-    for (;;) {
-        char *nl = memchr(lr->buf, '\n', lr->len);
-        if (nl) {
-            size_t n = (size_t)(nl - lr->buf);
-            if (skipping) {
-                memmove(lr->buf, nl + 1, lr->len - n - 1);
-                lr->len -= n + 1;
-                return INPUT_TOO_LONG;
-            }
-            *nl = '\0';
-            if (n && lr->buf[n - 1] == '\r') lr->buf[n - 1] = '\0';
-            *line = lr->buf;
-            *consumed = n + 1;
-            return INPUT_LINE;
-        }
-        if (lr->eof) {
-            if (lr->len == 0 || skipping) return INPUT_EOF;
-            lr->buf[lr->len] = '\0';
-            *line = lr->buf;
-            *consumed = lr->len;
-            return INPUT_LINE;
-        }
-        if (lr->len == LINE_MAX_BYTES) { /* drop what we have, keep skipping to the newline */
-            lr->len = 0;
-            skipping = true;
-        }
-        struct pollfd p[2] = {{.fd = lr->fd, .events = POLLIN}, {.fd = lr->signal_fd, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR) continue;
-            return INPUT_ERROR;
-        }
-        if (p[1].revents & POLLIN) {
-            take_interrupt(lr->signal_fd);
-            lr->len = 0; /* the line being typed is abandoned, as in a shell */
-            return INPUT_INTERRUPT;
-        }
-        if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-            ssize_t got = read(lr->fd, lr->buf + lr->len, LINE_MAX_BYTES - lr->len);
-            if (got < 0 && errno == EINTR) continue;
-            if (got < 0) return INPUT_ERROR;
-            if (got == 0) lr->eof = true;
-            lr->len += (size_t)got;
-        }
-    }
-}
+#define ARG(field) offsetof(chat_args, field)
+static const lm_opt chat_opts[] = {
+    {"--system", LM_OPT_STRING, "TEXT", ARG(system), 0, 0, "a system message at the start of the conversation", NULL,
+     NULL, NULL},
+    {"--url", LM_OPT_STRING, "URL", ARG(url), 0, 0,
+     "chat with a running loom serve (http://HOST:PORT) instead of loading\nthe model here", NULL, NULL, NULL},
+    {"--api-key", LM_OPT_STRING, "KEY", ARG(api_key), 0, 0, "with --url: the server's key (default: $LOOM_API_KEY)",
+     NULL, NULL, NULL},
+    {"--stats", LM_OPT_FLAG, NULL, ARG(stats), 0, 0, "print tokens, speed and speculation after each answer", NULL,
+     NULL, NULL},
+    {"--show-prompt", LM_OPT_FLAG, NULL, ARG(show_prompt), 0, 0, "print the rendered prompt before each answer (stderr)",
+     NULL, NULL, NULL},
+};
 
 /* ------------------------------------------------------------ conversation */
 
 typedef struct {
-    loom_engine *engine;
+    loom_engine *engine;        /* NULL with --url */
+    lm_chat_remote *remote;     /* NULL without --url */
     lm_prompt_encoder encoder;
     cJSON *messages;
+    cJSON *template_vars;       /* {"enable_thinking": ...} after /think */
     loom_request_params params;
     int signal_fd;
     int context_len; /* prompt + answer limit in tokens */
     bool stats, show_prompt;
+    bool has_thinking_switch;   /* the template reads enable_thinking */
     /* The images of the history's user messages, in order (each message
      * records how many it has under IMAGE_COUNT_KEY), then those /image
      * attached for the next message. */
@@ -184,7 +122,6 @@ static bool add_message(cJSON *messages, const char *role, const char *content) 
     return true;
 }
 
-/* True if message i exists and has this role. */
 static bool has_role(const cJSON *messages, int i, const char *role) {
     const cJSON *m = cJSON_GetArrayItem(messages, i);
     const cJSON *r = m ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
@@ -230,9 +167,9 @@ static loom_request *submit_conversation(chat *c) {
         int32_t *ids = NULL;
         int n = 0;
         char *text = NULL;
-        if (lm_prompt_encoder_chat(&c->encoder, c->messages, &ids, &n, c->show_prompt ? &text : NULL, &err) !=
+        if (lm_prompt_encoder_chat(&c->encoder, c->messages, c->template_vars, &ids, &n, c->show_prompt ? &text : NULL, &err) !=
             LM_OK) {
-            fprintf(stderr, "loom: %s\n", err.message);
+            fprintf(stderr, "loom chat: %s\n", err.message);
             return NULL;
         }
         int room = c->params.max_tokens < c->context_len / 2 ? c->params.max_tokens : c->context_len / 2;
@@ -247,7 +184,7 @@ static loom_request *submit_conversation(chat *c) {
         loom_request_params p = c->params;
         if (n + p.max_tokens > c->context_len) p.max_tokens = c->context_len - n;
         if (p.max_tokens < 1) {
-            fprintf(stderr, "loom: the message is too long: %d tokens, the context holds %d\n", n, c->context_len);
+            fprintf(stderr, "loom chat: the message is too long: %d tokens, the context holds %d\n", n, c->context_len);
             free(ids);
             return NULL;
         }
@@ -264,283 +201,350 @@ static loom_request *submit_conversation(chat *c) {
             fprintf(stderr, "[the conversation is too long: the oldest exchange was dropped]\n");
             continue;
         }
-        fprintf(stderr, "loom: %s\n", error);
+        fprintf(stderr, "loom chat: %s\n", error);
         return NULL;
     }
 }
 
-/* Streams one answer to stdout and appends it to the conversation (also when
- * stopped early: it is what the user saw).  Returns false on an engine error. */
-static bool answer(chat *c) {
+/* What the answer streamed so far: printed as it comes, kept for the history. */
+typedef struct {
+    lm_text_buf text;
+    bool failed;
+    double first_token_time;
+} answer_text;
+
+static void take_text(void *ctx, const char *text, size_t len) {
+    answer_text *a = ctx;
+    if (!len) return;
+    if (!a->first_token_time) a->first_token_time = now_s();
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    if (!a->failed && !lm_text_buf_append(&a->text, text, len)) a->failed = true;
+}
+
+typedef struct {
+    loom_finish_reason reason;
+    int completion, drafted, accepted;
+    int prompt, cached; /* prompt tokens, and of them those the prefix cache held (-1: not known) */
+    bool stopped, ok;
+} answer_end;
+
+/* The engine's answer, streamed into a. */
+static answer_end answer_here(chat *c, answer_text *a) {
+    answer_end end = {.ok = true};
     loom_request *r = submit_conversation(c);
-    if (!r) return false;
-    size_t cap = 1024, len = 0;
-    char *text = malloc(cap);
-    bool ok = text != NULL, stopped = false;
+    if (!r) return (answer_end){.ok = false};
     loom_event ev;
-    loom_finish_reason reason = LOOM_FINISH_NONE;
-    int completion = 0, drafted = 0, accepted = 0, prompt = 0, cached = 0;
-    double t0 = now_s(), t_first = 0;
     int got;
     while ((got = loom_next_event(r, &ev, 50)) != -1) {
-        if (!stopped && take_interrupt(c->signal_fd)) {
+        if (!end.stopped && lm_chat_take_interrupt(c->signal_fd)) {
             loom_cancel(r);
-            stopped = true;
+            end.stopped = true;
         }
         if (got == 0) continue;
-        if (ev.type == LOOM_EVENT_TOKEN && ev.text && ev.text_len) {
-            if (!t_first) t_first = now_s();
-            fwrite(ev.text, 1, ev.text_len, stdout);
-            fflush(stdout);
-            if (ok && len + ev.text_len + 1 > cap) {
-                while (len + ev.text_len + 1 > cap) cap *= 2;
-                char *bigger = realloc(text, cap);
-                if (!bigger) ok = false;
-                else text = bigger;
-            }
-            if (ok) {
-                memcpy(text + len, ev.text, ev.text_len);
-                len += ev.text_len;
-            }
+        if (ev.type == LOOM_EVENT_TOKEN && ev.text) {
+            take_text(a, ev.text, ev.text_len);
         } else if (ev.type == LOOM_EVENT_FINISH) {
-            reason = ev.finish_reason;
-            completion = ev.completion_tokens;
-            prompt = ev.prompt_tokens;
-            cached = ev.cached_tokens;
-            drafted = ev.drafted_tokens;
-            accepted = ev.accepted_tokens;
+            end.reason = ev.finish_reason;
+            end.completion = ev.completion_tokens;
+            end.prompt = ev.prompt_tokens;
+            end.cached = ev.cached_tokens;
+            end.drafted = ev.drafted_tokens;
+            end.accepted = ev.accepted_tokens;
         } else if (ev.type == LOOM_EVENT_ERROR) {
-            fprintf(stderr, "\nloom: %s\n", ev.error);
-            ok = false;
+            fprintf(stderr, "\nloom chat: %s\n", ev.error);
+            end.ok = false;
         }
     }
-    double t1 = now_s();
     loom_request_free(r);
+    return end;
+}
+
+/* The server's answer (--url), streamed into a. */
+static answer_end answer_remote(chat *c, answer_text *a) {
+    answer_end end = {.ok = true};
+    lm_chat_remote_result res;
+    lm_error err = {0};
+    if (lm_chat_remote_answer(c->remote, c->messages, c->template_vars, &c->params, c->signal_fd, take_text, a, &res,
+                              &err) != LM_OK) {
+        fprintf(stderr, "\nloom chat: %s\n", err.message);
+        end.ok = false;
+    }
+    end.stopped = res.stopped;
+    end.completion = res.completion_tokens;
+    end.cached = -1;
+    end.reason = strcmp(res.finish_reason, "length") == 0 ? LOOM_FINISH_LENGTH : LOOM_FINISH_STOP;
+    return end;
+}
+
+/* Streams one answer to stdout and appends it to the conversation (also when
+ * stopped early: it is what the user saw).  Returns false on an error. */
+static bool answer(chat *c) {
+    answer_text a = {0};
+    double t0 = now_s();
+    answer_end end = c->remote ? answer_remote(c, &a) : answer_here(c, &a);
+    double t1 = now_s();
     printf("\n");
     fflush(stdout);
-    if (reason == LOOM_FINISH_CANCELLED || stopped) fprintf(stderr, "[stopped]\n");
-    else if (reason == LOOM_FINISH_LENGTH) fprintf(stderr, "[the answer reached --max-tokens]\n");
+    if (end.reason == LOOM_FINISH_CANCELLED || end.stopped) fprintf(stderr, "[stopped]\n");
+    else if (end.reason == LOOM_FINISH_LENGTH) fprintf(stderr, "[the answer reached --max-tokens]\n");
     if (c->stats) {
-        double gen_s = t_first ? t1 - t_first : 0;
-        fprintf(stderr, "[%d tokens, first after %.2f s, %.1f tokens/s", completion,
-                t_first ? t_first - t0 : t1 - t0, gen_s > 0 && completion > 1 ? (completion - 1) / gen_s : 0.0);
-        fprintf(stderr, "; prompt %d tokens, %d of them cached", prompt, cached);
-        if (drafted) fprintf(stderr, ", %d of %d drafts accepted", accepted, drafted);
+        double gen_s = a.first_token_time ? t1 - a.first_token_time : 0;
+        fprintf(stderr, "[%d tokens, first after %.2f s, %.1f tokens/s", end.completion,
+                a.first_token_time ? a.first_token_time - t0 : t1 - t0,
+                gen_s > 0 && end.completion > 1 ? (end.completion - 1) / gen_s : 0.0);
+        if (end.cached >= 0) fprintf(stderr, "; prompt %d tokens, %d of them cached", end.prompt, end.cached);
+        if (end.drafted) fprintf(stderr, ", %d of %d drafts accepted", end.accepted, end.drafted);
         fprintf(stderr, "]\n");
     }
-    if (text && ok) {
-        text[len] = '\0';
-        if (!add_message(c->messages, "assistant", text)) ok = false;
-    }
-    free(text);
+    /* the text as a C string (its NUL appended), "" when nothing came */
+    bool ok = end.ok && !a.failed && (!a.text.p || lm_text_buf_append(&a.text, "", 1));
+    if (ok && !add_message(c->messages, "assistant", a.text.p ? a.text.p : "")) ok = false;
+    lm_text_buf_free(&a.text);
     return ok;
+}
+
+/* ------------------------------------------------------------ commands */
+
+/* /think on|off: the template's enable_thinking. */
+static void set_thinking(chat *c, const char *arg) {
+    bool on = strcmp(arg, "on") == 0;
+    if (!on && strcmp(arg, "off") != 0) {
+        fprintf(stderr, "usage: /think on|off\n");
+        return;
+    }
+    if (!c->has_thinking_switch) {
+        fprintf(stderr, "[this model's chat template has no thinking switch (enable_thinking)]\n");
+        return;
+    }
+    cJSON_DeleteItemFromObject(c->template_vars, "enable_thinking");
+    if (!cJSON_AddBoolToObject(c->template_vars, "enable_thinking", on)) fprintf(stderr, "loom chat: out of memory\n");
+    else fprintf(stderr, "[thinking %s]\n", on ? "on" : "off");
+}
+
+static void show_settings(const chat *c) {
+    char text[300];
+    lm_cli_describe_sampling(&c->params, text, sizeof text);
+    fprintf(stderr, "[sampling: %s]\n", text);
+}
+
+/* The sampling settings: flags, else generation_config.json's, else chat's. */
+static void settle_sampling(loom_request_params *p, const lm_generation_defaults *g) {
+    loom_sampling fallback = p->sampling;
+    fallback.temperature = 0.7f;
+    fallback.top_p = 0.9f;
+    fallback.top_k = 40;
+    fallback.min_p = 0;
+    fallback.repetition_penalty = 1.1f;
+    loom_sampling from_config = fallback;
+    lm_generation_defaults_apply(g, NULL, &from_config);
+    loom_sampling *s = &p->sampling;
+    if (isnan(s->temperature)) s->temperature = from_config.temperature;
+    if (isnan(s->top_p)) s->top_p = from_config.top_p;
+    if (s->top_k == INT32_MIN) s->top_k = from_config.top_k;
+    if (isnan(s->min_p)) s->min_p = from_config.min_p;
+    if (isnan(s->repetition_penalty)) s->repetition_penalty = from_config.repetition_penalty;
+}
+
+static const char help_text[] =
+    "/image FILE attaches an image to the next message, /think on|off switches thinking, /settings shows the "
+    "sampling settings, /reset forgets the conversation, /exit quits, Ctrl-C stops an answer.  End a line with \\ "
+    "to continue the message, or put it between lines of \"\"\".\n";
+
+/* Handles a /command; false when the line is no command (a message). */
+static bool command(chat *c, const char *line, bool *quit) {
+    if (line[0] != '/') return false;
+    lm_error err = {0};
+    if (strcmp(line, "/exit") == 0 || strcmp(line, "/quit") == 0) {
+        *quit = true;
+    } else if (strcmp(line, "/reset") == 0) {
+        reset(c);
+        fprintf(stderr, "[conversation cleared]\n");
+    } else if (strcmp(line, "/help") == 0) {
+        fputs(help_text, stderr);
+    } else if (strcmp(line, "/settings") == 0) {
+        show_settings(c);
+    } else if (strncmp(line, "/think", 6) == 0 && (line[6] == ' ' || line[6] == '\0')) {
+        set_thinking(c, line + 6 + strspn(line + 6, " \t"));
+    } else if (strncmp(line, "/image", 6) == 0 && (line[6] == ' ' || line[6] == '\0')) {
+        const char *path = line + 6 + strspn(line + 6, " \t");
+        if (!*path) fprintf(stderr, "usage: /image FILE\n");
+        else if (c->remote) fprintf(stderr, "loom chat: /image is not available with --url\n");
+        else if (!loom_engine_image_marker(c->engine)) fprintf(stderr, "loom chat: this model takes no images\n");
+        else if (lm_cli_images_add(&c->images, path, &err) != LM_OK) fprintf(stderr, "loom chat: %s\n", err.message);
+        else {
+            c->pending_images++;
+            fprintf(stderr, "[image attached to the next message: %s]\n", path);
+        }
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* Adds the user's message (with the images attached to it) and answers it;
+ * false on an error (the message is then forgotten). */
+static bool user_turn(chat *c, const char *line) {
+    char *content = c->pending_images ? lm_cli_text_with_images(line, loom_engine_image_marker(c->engine),
+                                                               c->pending_images)
+                                     : NULL;
+    cJSON *m = NULL;
+    if ((c->pending_images && !content) || !add_message(c->messages, "user", content ? content : line) ||
+        !(m = cJSON_GetArrayItem(c->messages, cJSON_GetArraySize(c->messages) - 1)) ||
+        (c->pending_images && !cJSON_AddNumberToObject(m, IMAGE_COUNT_KEY, c->pending_images))) {
+        free(content);
+        fprintf(stderr, "loom chat: out of memory\n");
+        return false;
+    }
+    free(content);
+    int attached = c->pending_images;
+    c->pending_images = 0;
+    if (answer(c)) return true;
+    /* Nothing was answered: forget the question (and its images) so the
+     * next turn is clean. */
+    int last = cJSON_GetArraySize(c->messages) - 1;
+    if (has_role(c->messages, last, "user")) {
+        cJSON_DeleteItemFromArray(c->messages, last);
+        drop_last_images(&c->images, attached);
+    }
+    return false;
 }
 
 /* ------------------------------------------------------------ main */
 
+/* The model and its encoder, or the server (--url). */
+static int open_backend(chat *c, const chat_args *args, lm_cli_engine_settings *settings, lm_chat_remote *remote) {
+    lm_error err = {0};
+    char error[512], why[200];
+    if (args->url) {
+        const char *key = args->api_key ? args->api_key : getenv("LOOM_API_KEY");
+        if (lm_chat_remote_open(args->url, key && *key ? key : NULL, remote, &err) != LM_OK) {
+            fprintf(stderr, "loom chat: %s\n", err.message);
+            return 1;
+        }
+        c->remote = remote;
+        c->has_thinking_switch = true; /* the server's template decides */
+        c->context_len = 1 << 30;
+        settle_sampling(&c->params, NULL);
+        return 0;
+    }
+    char model_buf[4096];
+    const char *model_dir = NULL;
+    if (lm_cli_model_dir(settings->engine.model_dir, NULL, model_buf, sizeof model_buf, &model_dir, &err) != LM_OK) {
+        fprintf(stderr, "loom chat: %s\n", err.message);
+        return 1;
+    }
+    char config_path[4200];
+    snprintf(config_path, sizeof config_path, "%s/config.json", model_dir);
+    if (lm_cli_resolve_model_len("chat", settings, config_path, why, sizeof why) != 0) return 2;
+    if (lm_cli_threads_exceed_cores(settings, error, sizeof error)) fprintf(stderr, "loom chat: %s\n", error);
+    lm_generation_defaults g;
+    if (lm_generation_defaults_load(model_dir, &g, &err) != LM_OK) {
+        fprintf(stderr, "loom chat: %s\n", err.message);
+        return 1;
+    }
+    settle_sampling(&c->params, &g);
+    if (!lm_sampling_validate(&c->params.sampling, 0, error, sizeof error)) return lm_cli_usage_error("chat", "%s", error);
+    if (lm_prompt_encoder_open(model_dir, true, &c->encoder, &err) != LM_OK) {
+        fprintf(stderr, "loom chat: %s\n", err.message);
+        return 1;
+    }
+    const char *source = lm_tokenizer_chat_template(c->encoder.tokenizer);
+    c->has_thinking_switch = source && strstr(source, "enable_thinking");
+    loom_engine_options eo = settings->engine;
+    eo.model_dir = model_dir;
+    c->context_len = eo.max_model_len;
+    if (loom_engine_create(&eo, &c->engine, error, sizeof error) != LOOM_OK) {
+        fprintf(stderr, "loom chat: %s\n", error);
+        return 1;
+    }
+    loom_engine_info info;
+    loom_engine_describe(c->engine, &info);
+    if (info.speculative_status[0]) fprintf(stderr, "loom chat: speculative decoding is off: %s\n", info.speculative_status);
+    return 0;
+}
 
 int cmd_chat_main(int argc, char **argv) {
-    static const struct option options[] = {
-        {"model", required_argument, 0, 'm'},          {"system", required_argument, 0, 'y'},
-        {"max-tokens", required_argument, 0, 'n'},     {"temperature", required_argument, 0, 'T'},
-        {"top-p", required_argument, 0, 'p'},          {"top-k", required_argument, 0, 'k'},
-        {"repetition-penalty", required_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},        {"speculative-tokens", required_argument, 0, 'D'},
-        {"stats", no_argument, 0, 'S'},                {"show-prompt", no_argument, 0, 'P'},
-        {"max-model-len", required_argument, 0, 'L'}, {"gpu-memory-utilization", required_argument, 0, 0x100},  {"ignore-eos", no_argument, 0, 'e'},
-        {"help", no_argument, 0, 'h'},                 LM_CLI_PREFIX_CACHE_OPTIONS, {0, 0, 0, 0},
-    };
-    const char *model_dir = NULL, *system = NULL;
+    chat_args args = {0};
     chat c = {.signal_fd = -1};
     loom_request_params_default(&c.params);
     c.params.max_tokens = 512;
-    c.params.sampling.temperature = 0.7f;
-    c.params.sampling.top_p = 0.9f;
-    c.params.sampling.top_k = 40;
-    c.params.sampling.repetition_penalty = 1.1f;
-    loom_engine_options eo;
-    loom_engine_options_default(&eo);
-    long v, threads = 0;
-    const char *backend = NULL;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        switch (opt) {
-        case 'm': model_dir = optarg; break;
-        case 'y': system = optarg; break;
-        case 'n':
-            if (!lm_cli_parse_int("--max-tokens", optarg, 1, 1 << 20, &v)) return 2;
-            c.params.max_tokens = (int)v;
-            break;
-        case 'T': if (!lm_cli_parse_float("--temperature", optarg, 0, 100, &c.params.sampling.temperature)) return 2; break;
-        case 'p': if (!lm_cli_parse_float("--top-p", optarg, 0, 1, &c.params.sampling.top_p)) return 2; break;
-        case 'k':
-            if (!lm_cli_parse_int("--top-k", optarg, 0, 1 << 20, &v)) return 2;
-            c.params.sampling.top_k = (int)v;
-            break;
-        case 'r':
-            if (!lm_cli_parse_float("--repetition-penalty", optarg, 0.01, 100, &c.params.sampling.repetition_penalty))
-                return 2;
-            break;
-        case 's':
-            if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 62, &v)) return 2;
-            c.params.sampling.has_seed = true;
-            c.params.sampling.seed = (uint64_t)v;
-            break;
-        case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
-        case 'B': if (!lm_cli_parse_backend(optarg, &backend)) return 2; break;
-        case 'D':
-            if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2;
-            eo.speculative_tokens = (int)v;
-            break;
-        case 0x100:
-            if (!lm_cli_parse_float("--gpu-memory-utilization", optarg, 0.01, 1, &eo.gpu_memory_utilization)) return 2;
-            break;
-        case 'L':
-            if (!lm_cli_parse_int("--max-model-len", optarg, 2, 1 << 24, &v)) return 2;
-            eo.max_model_len = (int)v;
-            break;
-        case 'e': c.params.ignore_eos = true; break;
-        case 'S': c.stats = true; break;
-        case 'P': c.show_prompt = true; break;
-        case 'h': usage(stdout); return 0;
-        default:
-            if (lm_cli_prefix_cache_option(opt, optarg, &eo) > 0) break;
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc) {
-        usage(stderr);
-        return 2;
-    }
-    char error[512], model_buf[4096];
-    if (!lm_sampling_validate(&c.params.sampling, 0, error, sizeof error)) {
-        fprintf(stderr, "loom: %s\n", error);
-        return 2;
-    }
-    lm_error err = {0};
-    if (lm_cli_model_dir(model_dir, model_buf, sizeof model_buf, &model_dir, &err) != LM_OK) {
-        fprintf(stderr, "loom: %s\n", err.message);
-        return 1;
-    }
+    /* Not given yet: settled after parsing (settle_sampling). */
+    c.params.sampling.temperature = c.params.sampling.top_p = c.params.sampling.min_p = NAN;
+    c.params.sampling.repetition_penalty = NAN;
+    c.params.sampling.top_k = INT32_MIN;
+    lm_cli_engine_settings settings;
+    lm_cli_spec spec;
+    lm_cli_spec_init(&spec, "chat", synopsis, &settings, true);
+    LM_CLI_SPEC_ADD(&spec, "Chat", chat_opts, &args);
+    lm_cli_spec_add_sampling(&spec, &c.params);
+    int parsed = lm_cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    if (args.url && settings.engine.model_dir)
+        return lm_cli_usage_error("chat", "give a model folder or --url, not both");
+    c.stats = args.stats;
+    c.show_prompt = args.show_prompt && !args.url;
+    setlocale(LC_CTYPE, "");
     /* Block SIGINT before the engine starts its threads so they inherit the mask. */
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     if (pthread_sigmask(SIG_BLOCK, &mask, NULL) != 0 || (c.signal_fd = signalfd(-1, &mask, SFD_CLOEXEC)) < 0) {
-        fprintf(stderr, "loom: cannot set up Ctrl-C handling: %s\n", strerror(errno));
+        fprintf(stderr, "loom chat: cannot set up Ctrl-C handling: %s\n", strerror(errno));
         return 1;
     }
-    int rc = 1;
-    line_reader *lr = NULL;
-    if (lm_prompt_encoder_open(model_dir, true, &c.encoder, &err) != LM_OK) {
-        fprintf(stderr, "loom: %s\n", err.message);
-        goto done;
-    }
-    eo.model_dir = model_dir;
-    eo.threads = (int)threads;
-    eo.backend = backend;
-    char config_path[4200];
-    snprintf(config_path, sizeof config_path, "%s/config.json", model_dir);
-    c.context_len = eo.max_model_len > 0 ? eo.max_model_len : lm_cli_model_len(config_path);
-    if (loom_engine_create(&eo, &c.engine, error, sizeof error) != LOOM_OK) {
-        fprintf(stderr, "loom: %s\n", error);
-        goto done;
-    }
+    lm_chat_remote remote;
+    lm_chat_input *input = NULL;
+    lm_error err = {0};
+    int rc = open_backend(&c, &args, &settings, &remote);
+    if (rc != 0) goto done;
+    rc = 1;
     c.messages = cJSON_CreateArray();
-    lr = calloc(1, sizeof *lr);
-    if (!c.messages || !lr || (system && !add_message(c.messages, "system", system))) {
-        fprintf(stderr, "loom: out of memory\n");
+    c.template_vars = cJSON_CreateObject();
+    if (!c.messages || !c.template_vars || (args.system && !add_message(c.messages, "system", args.system))) {
+        fprintf(stderr, "loom chat: out of memory\n");
         goto done;
     }
-    lr->fd = STDIN_FILENO;
-    lr->signal_fd = c.signal_fd;
     bool interactive = isatty(STDIN_FILENO);
-    if (interactive)
-        fprintf(stderr, "loom chat: %s. /reset forgets the conversation, /exit quits, Ctrl-C stops an answer.\n",
-                model_dir);
-    size_t consumed = 0;
+    if (lm_chat_input_open(STDIN_FILENO, c.signal_fd, interactive, &input, &err) != LM_OK) {
+        fprintf(stderr, "loom chat: %s\n", err.message);
+        goto done;
+    }
+    if (interactive) {
+        fprintf(stderr, "loom chat: %s. /help lists the commands; /exit quits, Ctrl-C stops an answer.\n",
+                args.url ? remote.model : settings.engine.model_dir ? settings.engine.model_dir : "the bundled model");
+        show_settings(&c);
+    }
     rc = 0;
-    for (;;) {
-        if (interactive) {
-            fputs("> ", stdout);
-            fflush(stdout);
-        }
+    for (bool quit = false; !quit;) {
         char *line = NULL;
-        input_result in = read_line(lr, &line, &consumed);
-        if (in == INPUT_EOF) {
+        lm_chat_input_result in = lm_chat_input_read(input, &line);
+        if (in == LM_CHAT_INPUT_EOF) {
             if (interactive) printf("\n");
             break;
         }
-        if (in == INPUT_ERROR) {
-            fprintf(stderr, "loom: reading input: %s\n", strerror(errno));
+        if (in == LM_CHAT_INPUT_ERROR) {
+            fprintf(stderr, "loom chat: reading input: %s\n", strerror(errno));
             rc = 1;
             break;
         }
-        if (in == INPUT_INTERRUPT) {
+        if (in == LM_CHAT_INPUT_INTERRUPT) {
             fprintf(stderr, "\n[type /exit or press Ctrl-D to quit]\n");
             continue;
         }
-        if (in == INPUT_TOO_LONG) {
-            fprintf(stderr, "loom: that line is longer than %d bytes; it was ignored\n", LINE_MAX_BYTES);
+        if (in == LM_CHAT_INPUT_TOO_LONG) {
+            fprintf(stderr, "loom chat: that message is longer than %d bytes; it was ignored\n", LM_CHAT_MESSAGE_MAX);
             continue;
         }
         line += strspn(line, " \t");
-        if (!*line) continue;
-        if (strcmp(line, "/exit") == 0 || strcmp(line, "/quit") == 0) break;
-        if (strcmp(line, "/reset") == 0) {
-            reset(&c);
-            fprintf(stderr, "[conversation cleared]\n");
-            continue;
-        }
-        if (strcmp(line, "/help") == 0) {
-            fprintf(stderr, "/image FILE attaches an image to the next message, /reset forgets the "
-                            "conversation, /exit quits, Ctrl-C stops an answer.\n");
-            continue;
-        }
-        if (strncmp(line, "/image", 6) == 0 && (line[6] == ' ' || line[6] == '\0')) {
-            const char *path = line + 6 + strspn(line + 6, " \t");
-            if (!*path) fprintf(stderr, "usage: /image FILE\n");
-            else if (!loom_engine_image_marker(c.engine)) fprintf(stderr, "loom: this model takes no images\n");
-            else if (lm_cli_images_add(&c.images, path, &err) != LM_OK) fprintf(stderr, "loom: %s\n", err.message);
-            else {
-                c.pending_images++;
-                fprintf(stderr, "[image attached to the next message: %s]\n", path);
-            }
-            continue;
-        }
-        char *content = c.pending_images ? lm_cli_text_with_images(line, loom_engine_image_marker(c.engine),
-                                                                   c.pending_images)
-                                         : NULL;
-        cJSON *m = NULL;
-        if ((c.pending_images && !content) || !add_message(c.messages, "user", content ? content : line) ||
-            !(m = cJSON_GetArrayItem(c.messages, cJSON_GetArraySize(c.messages) - 1)) ||
-            (c.pending_images && !cJSON_AddNumberToObject(m, IMAGE_COUNT_KEY, c.pending_images))) {
-            free(content);
-            fprintf(stderr, "loom: out of memory\n");
-            rc = 1;
-            break;
-        }
-        free(content);
-        int attached = c.pending_images;
-        c.pending_images = 0;
-        if (!answer(&c)) {
-            /* Nothing was answered: forget the question (and its images) so
-             * the next turn is clean. */
-            int last = cJSON_GetArraySize(c.messages) - 1;
-            if (has_role(c.messages, last, "user")) {
-                cJSON_DeleteItemFromArray(c.messages, last);
-                drop_last_images(&c.images, attached);
-            }
-            rc = 1;
-        }
+        if (!*line || command(&c, line, &quit)) continue;
+        if (!user_turn(&c, line)) rc = 1;
     }
 done:
-    free(lr);
+    lm_chat_input_close(input);
     lm_cli_images_clear(&c.images);
     cJSON_Delete(c.messages);
+    cJSON_Delete(c.template_vars);
     loom_engine_destroy(c.engine);
     lm_prompt_encoder_close(&c.encoder);
     if (c.signal_fd >= 0) close(c.signal_fd);

@@ -1,75 +1,48 @@
 /* loom inspect [--model DIR] (default: the bundled model): what a checkpoint folder holds and what loom
  * makes of it (architecture, shapes, dtypes, parameters, missing or unused
  * tensors). */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/checkpoint_dtypes.h"
 #include "cli/default_model.h"
-#include "io/checkpoint.h"
+#include "cli/engine_options.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: loom inspect [--model DIR] [--mmap] [--mtp-norms auto|zero-centred|shifted]\n"
-               "                    [--backend|--device cpu|ref|cuda]\n"
-               "Describes a Hugging Face checkpoint folder: architecture, shapes, dtypes,\n"
-               "parameter count, and which tensors are missing or unused.\n");
-}
+static const char synopsis[] =
+    "usage: loom inspect [MODEL_DIR] [options]\n"
+    "Describes a Hugging Face checkpoint folder (default: the bundled model):\n"
+    "architecture, shapes, dtypes, parameter count, and which tensors are missing\n"
+    "or unused.\n";
 
 int cmd_inspect_main(int argc, char **argv) {
-    static const struct option options[] = {
-        {"model", required_argument, 0, 'm'}, {"mmap", no_argument, 0, 'M'},
-        {"mtp-norms", required_argument, 0, 'N'}, {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
-    };
-    const char *dir = NULL;
-    lm_cli_model_spec spec = {.load = {.mode = LM_LOAD_READ, .mtp_norms = LM_MTP_NORMS_AUTO},
+    lm_cli_engine_settings settings;
+    lm_cli_spec cli;
+    lm_cli_spec_init(&cli, "inspect", synopsis, &settings, true);
+    int parsed = lm_cli_parse(&cli, argc, argv);
+    if (parsed >= 0) return parsed;
+    lm_cli_model_spec spec = {.load = {.mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
+                                       .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms},
+                              .backend = settings.engine.backend,
                               .threads = 1};
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        switch (opt) {
-        case 'm': dir = optarg; break;
-        case 'M': spec.load.mode = LM_LOAD_MMAP; break;
-        case 'N': if (!lm_cli_parse_mtp_norms(optarg, &spec.load.mtp_norms)) return 2; break;
-        case 'B': if (!lm_cli_parse_backend(optarg, &spec.backend)) return 2; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind != argc) {
-        usage(stderr);
-        return 2;
-    }
     lm_error err = {0};
     char model_buf[4096];
-    if (lm_cli_model_dir(dir, model_buf, sizeof model_buf, &dir, &err) != LM_OK) {
-        fprintf(stderr, "loom: %s\n", err.message);
+    const char *dir = NULL;
+    if (lm_cli_model_dir(settings.engine.model_dir, NULL, model_buf, sizeof model_buf, &dir, &err) != LM_OK) {
+        fprintf(stderr, "loom inspect: %s\n", err.message);
         return 1;
     }
-    lm_checkpoint *ck = NULL;
-    if (lm_checkpoint_open(dir, spec.load.mode, &ck, &err) != LM_OK) {
-        fprintf(stderr, "loom: %s\n", err.message);
+    lm_checkpoint_summary ck;
+    if (lm_cli_checkpoint_summary(dir, &ck, &err) != LM_OK) {
+        fprintf(stderr, "loom inspect: %s\n", err.message);
         return 1;
     }
-    size_t n = lm_checkpoint_count(ck);
-    size_t by_dtype[LM_DTYPE_COUNT] = {0};
-    int64_t params = 0;
-    for (size_t i = 0; i < n; i++) {
-        const lm_tensor *t = lm_checkpoint_at(ck, i);
-        by_dtype[t->dtype]++;
-        params += t->n_elements;
-    }
-    printf("checkpoint: %zu tensors, %lld parameters, %.1f MB\n", n, (long long)params,
-           (double)lm_checkpoint_total_bytes(ck) / 1e6);
-    printf("  dtypes:");
-    for (int d = 0; d < LM_DTYPE_COUNT; d++)
-        if (by_dtype[d]) printf(" %s x%zu", lm_dtype_name((lm_dtype)d), by_dtype[d]);
-    printf("\n");
+    printf("checkpoint: %zu tensors, %lld parameters, %.1f MB\n", ck.tensors, (long long)ck.parameters,
+           (double)ck.bytes / 1e6);
+    printf("  dtypes: %s\n", ck.dtypes);
 
-    lm_checkpoint_close(ck);
     lm_backend *backend;
     lm_model *model;
     spec.dir = dir;

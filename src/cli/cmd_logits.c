@@ -2,41 +2,47 @@
  * Writes the logits of every prompt position as raw little-endian float32,
  * row-major [T, V]; with --mtp those of the MTP head, [T-1, V].  With
  * images, T counts the expanded prompt (every image row). */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
+#include "cli/engine_options.h"
+#include "cli/image_files.h"
 #include "cli/image_prompt.h"
 #include "cli/prompt_encoder.h"
 #include "engine/sequence_runner.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: loom logits --model DIR (--ids 1,2,3 | --prompt TEXT) --out FILE [options]\n"
-            "Writes the logits of every position of the prompt as raw little-endian\n"
-            "float32, row-major [T, V] (T = number of ids, V = vocab size).\n\n"
-            "  --model DIR     Hugging Face checkpoint folder (config.json + safetensors)\n"
-            "  --ids LIST      comma-separated prompt token ids\n"
-            "  --prompt TEXT   text, tokenized as is (no chat template)\n"
-            "  --image FILE    an image (PNG, JPEG, WebP; repeat for several): --ids hold one\n"
-            "                  placeholder id per image or every image row already (as the\n"
-            "                  fixtures); --prompt gets the image markers in front unless it\n"
-            "                  holds them.  T is then the expanded prompt's length\n"
-            "  --max-image-pixels N  resize larger images down to N pixels (default: the\n"
-            "                  checkpoint's preprocessor_config.json alone)\n"
-            "  --out FILE      output file\n"
-            "  --mtp           write the MTP head's logits instead, [T-1, V]: row t predicts\n"
-            "                  token t+2 from the final hidden state at t and token t+1\n"
-            "                  (position t, or the image prompt's position of row t;\n"
-            "                  causal over rows 0..t of the head's own cache)\n"
-            "  --threads N     CPU threads (default: all cores)\n"
-            "  --backend NAME  cpu (default), ref (the plain reference kernels) or cuda\n"
-            "  --device NAME   the same (vLLM's spelling)\n"
-            "  --mmap          map the weights instead of reading them into memory\n"
-            "  --mtp-norms M   MTP head norm weights: auto (detect), zero-centred, shifted\n");
-}
+static const char synopsis[] =
+    "usage: loom logits [MODEL_DIR] (--ids 1,2,3 | --prompt TEXT) --out FILE [options]\n"
+    "Writes the logits of every position of the prompt as raw little-endian\n"
+    "float32, row-major [T, V] (T = number of ids, V = vocab size).  The model\n"
+    "defaults to the bundled one.\n";
+
+typedef struct {
+    const char *ids_text, *text, *out_path;
+    bool mtp;
+    lm_cli_image_paths images;
+} logits_args;
+
+#define ARG(field) offsetof(logits_args, field)
+static const lm_opt logits_opts[] = {
+    {"--ids", LM_OPT_STRING, "LIST", ARG(ids_text), 0, 0, "comma-separated prompt token ids", NULL, NULL, NULL},
+    {"--prompt|-p", LM_OPT_STRING, "TEXT", ARG(text), 0, 0, "text, tokenized as is (no chat template)", NULL, NULL,
+     NULL},
+    {"--image", LM_OPT_CUSTOM, "FILE", ARG(images), 0, 0,
+     "an image (PNG, JPEG, WebP; repeat for several): --ids hold one\nplaceholder id per image or every image row "
+     "already; --prompt gets the\nimage markers in front unless it holds them.  T is then the expanded\nprompt's "
+     "length (--max-image-pixels default: the checkpoint's own)",
+     lm_cli_parse_image_path, NULL, NULL},
+    {"--out|-o", LM_OPT_STRING, "FILE", ARG(out_path), 0, 0, "output file", NULL, NULL, NULL},
+    {"--mtp", LM_OPT_FLAG, NULL, ARG(mtp), 0, 0,
+     "write the MTP head's logits instead, [T-1, V]: row t predicts token t+2\nfrom the final hidden state at t and "
+     "token t+1",
+     NULL, NULL, NULL},
+};
 
 /* --prompt: the text tokenized as is, with the model's image markers in
  * front when images come with it and the text holds none. */
@@ -64,59 +70,36 @@ static lm_status encode_prompt(const char *dir, const lm_model_info *info, const
 }
 
 int cmd_logits_main(int argc, char **argv) {
-    static const struct option options[] = {
-        {"model", required_argument, 0, 'm'}, {"ids", required_argument, 0, 'i'},
-        {"out", required_argument, 0, 'o'},   {"threads", required_argument, 0, 't'},
-        {"mmap", no_argument, 0, 'M'},        {"help", no_argument, 0, 'h'},
-        {"mtp-norms", required_argument, 0, 'N'},
-        {"mtp", no_argument, 0, 'P'},         {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},
-        {"prompt", required_argument, 0, 'p'}, {"image", required_argument, 0, 'G'},
-        {"max-image-pixels", required_argument, 0, 'X'},
-        {0, 0, 0, 0},
-    };
-    const char *model_dir = NULL, *ids_text = NULL, *out_path = NULL, *text = NULL;
-    const char *image_paths[LOOM_MAX_IMAGES];
-    int n_image_paths = 0;
-    long threads = 0, pixel_cap = 0;
-    lm_cli_model_spec spec = {.load = {.mode = LM_LOAD_READ, .mtp_norms = LM_MTP_NORMS_AUTO}};
-    bool mtp = false;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        switch (opt) {
-        case 'm': model_dir = optarg; break;
-        case 'i': ids_text = optarg; break;
-        case 'o': out_path = optarg; break;
-        case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
-        case 'M': spec.load.mode = LM_LOAD_MMAP; break;
-        case 'N': if (!lm_cli_parse_mtp_norms(optarg, &spec.load.mtp_norms)) return 2; break;
-        case 'B': if (!lm_cli_parse_backend(optarg, &spec.backend)) return 2; break;
-        case 'P': mtp = true; break;
-        case 'p': text = optarg; break;
-        case 'G':
-            if (n_image_paths == LOOM_MAX_IMAGES) {
-                fprintf(stderr, "loom: at most %d images\n", LOOM_MAX_IMAGES);
-                return 2;
-            }
-            image_paths[n_image_paths++] = optarg;
-            break;
-        case 'X': if (!lm_cli_parse_int("--max-image-pixels", optarg, 1024, 1L << 28, &pixel_cap)) return 2; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
+    logits_args args = {0};
+    lm_cli_engine_settings settings;
+    lm_cli_spec cli;
+    lm_cli_spec_init(&cli, "logits", synopsis, &settings, true);
+    LM_CLI_SPEC_ADD(&cli, "Prompt and output", logits_opts, &args);
+    int parsed = lm_cli_parse(&cli, argc, argv);
+    if (parsed >= 0) return parsed;
+    const char *ids_text = args.ids_text, *text = args.text, *out_path = args.out_path;
+    bool mtp = args.mtp;
+    int64_t pixel_cap = settings.engine.max_image_pixels > 0 ? settings.engine.max_image_pixels : 0;
+    if (!!ids_text + !!text != 1) return lm_cli_usage_error("logits", "give one of --ids or --prompt");
+    if (!out_path) return lm_cli_usage_error("logits", "--out FILE is required");
+    lm_cli_model_spec spec = {.load = {.mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
+                                       .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms},
+                              .backend = settings.engine.backend};
+    char model_buf[4096];
+    const char *model_dir = NULL;
+    lm_error derr = {0};
+    if (lm_cli_model_dir(settings.engine.model_dir, NULL, model_buf, sizeof model_buf, &model_dir, &derr) != LM_OK) {
+        fprintf(stderr, "loom logits: %s\n", derr.message);
+        return 1;
     }
-    if (!model_dir || !!ids_text + !!text != 1 || !out_path || optind != argc) {
-        usage(stderr);
-        return 2;
-    }
-
+    long threads = settings.engine.threads;
     lm_error err = {0};
     lm_backend *backend;
     lm_model *model;
     spec.dir = model_dir;
     spec.threads = (int)threads;
     if (lm_cli_open_model(&spec, &backend, &model, &err) != LM_OK) {
-        fprintf(stderr, "loom: %s\n", err.message);
+        fprintf(stderr, "loom logits: %s\n", err.message);
         return 1;
     }
     const lm_model_info *info = lm_model_describe(model);
@@ -129,8 +112,8 @@ int cmd_logits_main(int argc, char **argv) {
     lm_cli_image_prompt image_prompt = {0};
     FILE *out = NULL;
     size_t V = (size_t)info->vocab_size;
-    for (int i = 0; i < n_image_paths; i++)
-        if (lm_cli_images_add(&images, image_paths[i], &err) != LM_OK) goto done;
+    for (int i = 0; i < args.images.n; i++)
+        if (lm_cli_images_add(&images, args.images.paths[i], &err) != LM_OK) goto done;
     if (images.n > 0 && !lm_model_has_vision(model)) {
         lm_fail(&err, LM_ERR_INVALID, "this model has no vision tower: it takes no images");
         goto done;
@@ -183,7 +166,7 @@ int cmd_logits_main(int argc, char **argv) {
     rc = 0;
 done:
     if (out) fclose(out);
-    if (rc) fprintf(stderr, "loom: %s\n", err.message);
+    if (rc) fprintf(stderr, "loom logits: %s\n", err.message);
     lm_sequence_runner_free(&runner);
     lm_cli_image_prompt_free(&image_prompt);
     lm_cli_images_clear(&images);

@@ -1,114 +1,87 @@
 /* loom render: renders a model's chat template for a request read as JSON
  * on stdin ({"messages": [...], "tools": [...], "add_generation_prompt":
  * true, ...extra template variables}) and prints the prompt text. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
+#include "cli/engine_options.h"
 #include "text/chat_template.h"
 
 #define STDIN_MAX_BYTES ((size_t)64 << 20)
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: loom render --model DIR [--template FILE] [--date YYYY-MM-DD | --now "
-            "UNIX_SECONDS] < request.json\n"
-            "\n"
-            "Renders the chat template of DIR (chat_template.jinja or tokenizer_config.json; the "
-            "folder may\n"
-            "hold only tokenizer files) for the JSON object on stdin: messages, optional tools,\n"
-            "add_generation_prompt, and any further template variables (e.g. enable_thinking).\n"
-            "The prompt is printed as is, without a trailing newline.\n"
-            "\n"
-            "  --model DIR       model or tokenizer folder (template, bos_token, eos_token)\n"
-            "  --template FILE   use this template file instead (DIR then only gives the special "
-            "tokens)\n"
-            "  --date DATE       the date strftime_now() sees (UTC midnight), for reproducible "
-            "prompts\n"
-            "  --now SECONDS     the same as a unix time\n");
-}
+static const char synopsis[] =
+    "usage: loom render [MODEL_DIR] [--template FILE] [--date YYYY-MM-DD | --now UNIX_SECONDS] < request.json\n"
+    "Renders the chat template of the model folder (chat_template.jinja or\n"
+    "tokenizer_config.json; default: the bundled model; the folder may hold only\n"
+    "tokenizer files) for the JSON object on stdin: messages, optional tools,\n"
+    "add_generation_prompt, and any further template variables (e.g.\n"
+    "enable_thinking).  The prompt is printed as is, without a trailing newline.\n";
 
-static char *read_stdin(size_t *len) {
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= STDIN_MAX_BYTES) {
-                free(buf);
-                return NULL;
-            }
-            cap *= 2;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                return NULL;
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, cap - n, stdin);
-        n += got;
-        if (got == 0) break;
-    }
-    *len = n;
-    return buf;
-}
-
-static bool parse_date(const char *s, int64_t *out) {
+static bool parse_date(const char *value, void *field, char *message, size_t size) {
+    lm_chat_template_options *opts = field;
     int y, m, d;
     char extra;
-    if (sscanf(s, "%d-%d-%d%c", &y, &m, &d, &extra) != 3 || m < 1 || m > 12 || d < 1 || d > 31 ||
-        y < 1 || y > 9999)
+    if (sscanf(value, "%d-%d-%d%c", &y, &m, &d, &extra) != 3 || m < 1 || m > 12 || d < 1 || d > 31 || y < 1 ||
+        y > 9999) {
+        snprintf(message, size, "wants YYYY-MM-DD, got '%.40s'", value);
         return false;
+    }
     struct tm tm = {.tm_year = y - 1900, .tm_mon = m - 1, .tm_mday = d};
-    *out = (int64_t)timegm(&tm);
+    opts->now = (int64_t)timegm(&tm);
+    opts->has_now = true;
     return true;
 }
 
-int cmd_render_main(int argc, char **argv) {
-    const char *model = NULL, *template_file = NULL;
-    lm_chat_template_options opts;
-    lm_chat_template_options_default(&opts);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "loom render: %s needs a value\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--template"))
-            template_file = v;
-        else if (!strcmp(a, "--date")) {
-            if (!parse_date(v, &opts.now)) {
-                fprintf(stderr, "loom render: --date wants YYYY-MM-DD, got '%s'\n", v);
-                return 2;
-            }
-            opts.has_now = true;
-        } else if (!strcmp(a, "--now")) {
-            char *end;
-            opts.now = strtoll(v, &end, 10);
-            if (*end || end == v) {
-                fprintf(stderr, "loom render: --now wants unix seconds, got '%s'\n", v);
-                return 2;
-            }
-            opts.has_now = true;
-        } else {
-            fprintf(stderr, "loom render: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        }
+static bool parse_now(const char *value, void *field, char *message, size_t size) {
+    lm_chat_template_options *opts = field;
+    char *end;
+    opts->now = strtoll(value, &end, 10);
+    if (*end || end == value) {
+        snprintf(message, size, "wants unix seconds, got '%.40s'", value);
+        return false;
     }
-    if (!model && !template_file) {
-        usage(stderr);
-        return 2;
+    opts->has_now = true;
+    return true;
+}
+
+typedef struct {
+    const char *template_file;
+    lm_chat_template_options opts;
+} render_args;
+
+#define ARG(field) offsetof(render_args, field)
+static const lm_opt render_opts[] = {
+    {"--template", LM_OPT_STRING, "FILE", ARG(template_file), 0, 0,
+     "use this template file instead (the folder then only gives the special\ntokens)", NULL, NULL, NULL},
+    {"--date", LM_OPT_CUSTOM, "DATE", ARG(opts), 0, 0, "the date strftime_now() sees (UTC midnight), for\nreproducible "
+     "prompts", parse_date, NULL, NULL},
+    {"--now", LM_OPT_CUSTOM, "SECONDS", ARG(opts), 0, 0, "the same as a unix time", parse_now, NULL, NULL},
+};
+
+int cmd_render_main(int argc, char **argv) {
+    render_args args = {0};
+    lm_chat_template_options_default(&args.opts);
+    lm_cli_engine_settings settings;
+    lm_cli_spec spec;
+    lm_cli_spec_init(&spec, "render", synopsis, &settings, false);
+    LM_CLI_SPEC_ADD(&spec, "Template", render_opts, &args);
+    int parsed = lm_cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    const char *model = NULL, *template_file = args.template_file;
+    lm_chat_template_options opts = args.opts;
+    char model_buf[4096];
+    lm_error derr = {0};
+    if ((settings.engine.model_dir || !template_file) &&
+        lm_cli_model_dir(settings.engine.model_dir, "tokenizer.json", model_buf, sizeof model_buf, &model, &derr) !=
+            LM_OK) {
+        fprintf(stderr, "loom render: %s\n", derr.message);
+        return 1;
     }
 
     lm_error err = {0};
@@ -146,7 +119,7 @@ int cmd_render_main(int argc, char **argv) {
         return 1;
     }
     size_t in_len = 0;
-    char *in = read_stdin(&in_len);
+    char *in = lm_cli_read_stdin(STDIN_MAX_BYTES, &in_len);
     if (!in) {
         fprintf(stderr, "loom render: cannot read stdin (at most %zu bytes)\n", STDIN_MAX_BYTES);
         lm_chat_template_free(t);

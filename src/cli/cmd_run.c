@@ -5,56 +5,53 @@
  *   --image FILE           (repeatable) images for the prompt
  * Ids prompts print the generated ids (one line per prompt, input order);
  * a text prompt streams the generated text. */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli_common.h"
-#include "cli/prefix_cache_flags.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/engine_options.h"
 #include "cli/image_files.h"
 #include "cli/prompt_encoder.h"
+#include "cli/sampling_options.h"
 #include "engine/sampler.h"
 #include "loom.h"
 
 #define MAX_PROMPTS 100000
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: loom run [--model DIR] (--ids LIST | --ids-file FILE | --prompt TEXT) [options]\n"
-            "Generates continuations through the batching engine.\n\n"
-            "  --model DIR             Hugging Face checkpoint folder (default: the bundled\n"
-            "                          models/loom-tiny, or $LOOM_MODEL)\n"
-            "  --ids LIST              comma-separated prompt token ids\n"
-            "  --ids-file FILE         one comma-separated prompt per line; prints one line of\n"
-            "                          generated ids per prompt, in input order\n"
-            "  --prompt TEXT           a text prompt (chat template applied unless --raw)\n"
-            "  --raw                   tokenize --prompt as is, no chat template\n"
-            "  --image FILE            an image for the prompt (PNG, JPEG, WebP; repeat for\n"
-            "                          several): with --prompt its markers go before the text\n"
-            "                          (unless the text holds them); --ids must hold one\n"
-            "                          image placeholder id per image (or every image row)\n"
-            "  --max-image-pixels N    resize larger images down to N pixels (default 1048576)\n"
-            "  --concurrency N         prompts in flight at once (default: all)\n"
-            "  --max-tokens N          tokens to generate per prompt (default 16)\n"
-            "  --temperature T         0 = greedy (default 0)\n"
-            "  --top-p P, --top-k K, --min-p P, --repetition-penalty R, --seed S\n"
-            "  --ignore-eos            keep going after an end-of-sequence token\n"
-            "  --print-ids             print generated ids (comma-separated) instead of text\n"
-            "  --threads N             CPU threads (default: all cores)\n"
-            "  --backend NAME          cpu (default), ref (plain reference kernels) or cuda\n"
-            "  --device NAME           the same (vLLM's spelling)\n"
-            "  --max-batch-tokens N    token budget of one engine step (default 512)\n"
-            "  --gpu-memory-utilization F  with --device cuda: the fraction of the card the\n"
-            "                          engine may hold; the KV pool gets what the weights leave\n"
-            "  --mmap                  map the weights instead of reading them into memory\n"
-            "  --speculative-tokens K  draft K tokens per step with the MTP head (0-8, default 0);\n"
-            "                          acceptance statistics go to stderr\n"
-            "  --mtp-norms MODE        MTP head norm weights: auto (detect), zero-centred, shifted\n"
-            LM_CLI_PREFIX_CACHE_USAGE);
-}
+static const char synopsis[] =
+    "usage: loom run [MODEL_DIR] (--ids LIST | --ids-file FILE | --prompt TEXT) [options]\n"
+    "Generates continuations through the batching engine.  Ids prompts print the\n"
+    "generated ids (one line per prompt, input order); a text prompt streams text.\n";
+
+typedef struct {
+    const char *ids_text, *ids_file, *text;
+    bool raw, print_ids;
+    int concurrency;
+    lm_cli_image_paths images;
+} run_args;
+
+#define ARG(field) offsetof(run_args, field)
+static const lm_opt run_opts[] = {
+    {"--ids", LM_OPT_STRING, "LIST", ARG(ids_text), 0, 0, "comma-separated prompt token ids", NULL, NULL, NULL},
+    {"--ids-file", LM_OPT_STRING, "FILE", ARG(ids_file), 0, 0,
+     "one comma-separated prompt per line; prints one line of generated\nids per prompt, in input order", NULL,
+     NULL, NULL},
+    {"--prompt|-p", LM_OPT_STRING, "TEXT", ARG(text), 0, 0, "a text prompt (chat template applied unless --raw)",
+     NULL, NULL, NULL},
+    {"--raw", LM_OPT_FLAG, NULL, ARG(raw), 0, 0, "tokenize --prompt as is, no chat template", NULL, NULL, NULL},
+    {"--image", LM_OPT_CUSTOM, "FILE", ARG(images), 0, 0,
+     "an image for the prompt (PNG, JPEG, WebP; repeat for several): with\n--prompt its markers go before the "
+     "text (unless the text holds them);\n--ids must hold one image placeholder id per image (or every row)",
+     lm_cli_parse_image_path, NULL, NULL},
+    {"--concurrency", LM_OPT_INT, "N", ARG(concurrency), 1, 1 << 20, "prompts in flight at once (default: all)",
+     NULL, NULL, NULL},
+    {"--print-ids", LM_OPT_FLAG, NULL, ARG(print_ids), 0, 0, "print generated ids instead of text", NULL, NULL,
+     NULL},
+};
 
 typedef struct {
     int32_t *ids;
@@ -121,116 +118,41 @@ static lm_status encode_text(const char *dir, const char *text, bool raw, prompt
 }
 
 int cmd_run_main(int argc, char **argv) {
-    static const struct option options[] = {
-        {"model", required_argument, 0, 'm'},        {"ids", required_argument, 0, 'i'},
-        {"ids-file", required_argument, 0, 'f'},     {"prompt", required_argument, 0, 'P'},
-        {"raw", no_argument, 0, 'R'},                {"concurrency", required_argument, 0, 'c'},
-        {"max-tokens", required_argument, 0, 'n'},   {"temperature", required_argument, 0, 'T'},
-        {"top-p", required_argument, 0, 'p'},        {"top-k", required_argument, 0, 'k'},
-        {"min-p", required_argument, 0, 'q'},        {"repetition-penalty", required_argument, 0, 'r'},
-        {"seed", required_argument, 0, 's'},         {"ignore-eos", no_argument, 0, 'e'},
-        {"print-ids", no_argument, 0, 'I'},          {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'B'}, {"device", required_argument, 0, 'B'},
-        {"max-batch-tokens", required_argument, 0, 'b'}, {"gpu-memory-utilization", required_argument, 0, 0x100}, {"mmap", no_argument, 0, 'M'},
-        {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
-        {"image", required_argument, 0, 'G'},        {"max-image-pixels", required_argument, 0, 'X'},
-        {"help", no_argument, 0, 'h'},               LM_CLI_PREFIX_CACHE_OPTIONS, {0, 0, 0, 0},
-    };
-    const char *model_dir = NULL, *ids_text = NULL, *ids_file = NULL, *text = NULL;
-    const char *image_paths[LOOM_MAX_IMAGES];
-    int n_image_paths = 0;
-    bool raw = false, print_ids = false;
-    long concurrency = 0, threads = 0, batch_tokens = 0, seed = 0;
-    const char *backend = NULL;
+    run_args args = {0};
     loom_request_params base;
     loom_request_params_default(&base);
     base.sampling.temperature = 0;
-    loom_engine_options eo;
-    loom_engine_options_default(&eo);
-    int opt;
-    optind = 1;
-    long v;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        switch (opt) {
-        case 'm': model_dir = optarg; break;
-        case 'i': ids_text = optarg; break;
-        case 'f': ids_file = optarg; break;
-        case 'P': text = optarg; break;
-        case 'R': raw = true; break;
-        case 'c': if (!lm_cli_parse_int("--concurrency", optarg, 1, 1 << 20, &concurrency)) return 2; break;
-        case 'n': if (!lm_cli_parse_int("--max-tokens", optarg, 1, 1 << 20, &v)) return 2; base.max_tokens = (int)v; break;
-        case 'T': if (!lm_cli_parse_float("--temperature", optarg, 0, 100, &base.sampling.temperature)) return 2; break;
-        case 'p': if (!lm_cli_parse_float("--top-p", optarg, 0, 1, &base.sampling.top_p)) return 2; break;
-        case 'k': if (!lm_cli_parse_int("--top-k", optarg, -1, 1 << 24, &v)) return 2; base.sampling.top_k = (int)v; break;
-        case 'q': if (!lm_cli_parse_float("--min-p", optarg, 0, 1, &base.sampling.min_p)) return 2; break;
-        case 'r':
-            if (!lm_cli_parse_float("--repetition-penalty", optarg, 0.01, 100, &base.sampling.repetition_penalty))
-                return 2;
-            break;
-        case 's':
-            if (!lm_cli_parse_int("--seed", optarg, 0, 1L << 62, &seed)) return 2;
-            base.sampling.has_seed = true;
-            base.sampling.seed = (uint64_t)seed;
-            break;
-        case 'e': base.ignore_eos = true; break;
-        case 'I': print_ids = true; break;
-        case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
-        case 'B': if (!lm_cli_parse_backend(optarg, &backend)) return 2; break;
-        case 0x100:
-            if (!lm_cli_parse_float("--gpu-memory-utilization", optarg, 0.01, 1, &eo.gpu_memory_utilization)) return 2;
-            break;
-        case 'b': if (!lm_cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &batch_tokens)) return 2; break;
-        case 'M': eo.mmap_weights = true; break;
-        case 'N': {
-            lm_mtp_norms norms;
-            if (!lm_cli_parse_mtp_norms(optarg, &norms)) return 2;
-            eo.mtp_norms = (loom_mtp_norms)norms;
-            break;
-        }
-        case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2; eo.speculative_tokens = (int)v; break;
-        case 'G':
-            if (n_image_paths == LOOM_MAX_IMAGES) {
-                fprintf(stderr, "loom: at most %d images\n", LOOM_MAX_IMAGES);
-                return 2;
-            }
-            image_paths[n_image_paths++] = optarg;
-            break;
-        case 'X':
-            if (!lm_cli_parse_int("--max-image-pixels", optarg, -1, 1L << 28, &v)) return 2;
-            eo.max_image_pixels = v;
-            break;
-        case 'h': usage(stdout); return 0;
-        default:
-            if (lm_cli_prefix_cache_option(opt, optarg, &eo) > 0) break;
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc || (!!ids_text + !!ids_file + !!text) != 1) {
-        usage(stderr);
-        return 2;
-    }
-    if (n_image_paths > 0 && ids_file) {
-        fprintf(stderr, "loom: --image goes with one prompt (--ids or --prompt), not --ids-file\n");
-        return 2;
-    }
-    char error[512], model_buf[4096];
+    lm_cli_engine_settings settings;
+    lm_cli_spec spec;
+    lm_cli_spec_init(&spec, "run", synopsis, &settings, true);
+    LM_CLI_SPEC_ADD(&spec, "Prompts", run_opts, &args);
+    lm_cli_spec_add_sampling(&spec, &base);
+    int parsed = lm_cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    const char *ids_text = args.ids_text, *ids_file = args.ids_file, *text = args.text;
+    bool raw = args.raw, print_ids = args.print_ids;
+    long concurrency = args.concurrency;
+    if ((!!ids_text + !!ids_file + !!text) != 1)
+        return lm_cli_usage_error("run", "give one of --ids, --ids-file or --prompt");
+    if (args.images.n > 0 && ids_file)
+        return lm_cli_usage_error("run", "--image goes with one prompt (--ids or --prompt), not --ids-file");
+    char error[512], model_buf[4096], why[160];
     lm_error derr = {0};
-    if (lm_cli_model_dir(model_dir, model_buf, sizeof model_buf, &model_dir, &derr) != LM_OK) {
-        fprintf(stderr, "loom: %s\n", derr.message);
+    const char *model_dir = NULL;
+    if (lm_cli_model_dir(settings.engine.model_dir, NULL, model_buf, sizeof model_buf, &model_dir, &derr) != LM_OK) {
+        fprintf(stderr, "loom run: %s\n", derr.message);
         return 1;
     }
-    if (!lm_sampling_validate(&base.sampling, 0, error, sizeof error)) {
-        fprintf(stderr, "loom: %s\n", error);
-        return 2;
-    }
+    if (!lm_sampling_validate(&base.sampling, 0, error, sizeof error)) return lm_cli_usage_error("run", "%s", error);
+    char config_path[4200];
+    snprintf(config_path, sizeof config_path, "%s/config.json", model_dir);
+    if (lm_cli_resolve_model_len("run", &settings, config_path, why, sizeof why) != 0) return 2;
+    if (lm_cli_threads_exceed_cores(&settings, error, sizeof error)) fprintf(stderr, "loom run: %s\n", error);
+    loom_engine_options eo = settings.engine;
     eo.model_dir = model_dir;
-    eo.threads = (int)threads;
-    eo.backend = backend;
-    if (batch_tokens) eo.max_batch_tokens = (int)batch_tokens;
     loom_engine *engine = NULL;
     if (loom_engine_create(&eo, &engine, error, sizeof error) != LOOM_OK) {
-        fprintf(stderr, "loom: %s\n", error);
+        fprintf(stderr, "loom run: %s\n", error);
         return 1;
     }
     lm_error err = {0};
@@ -239,19 +161,19 @@ int cmd_run_main(int argc, char **argv) {
     int vocab = loom_engine_vocab_size(engine);
     lm_cli_images images = {0};
     char *text_with_images = NULL;
-    for (int i = 0; i < n_image_paths; i++)
-        if (lm_cli_images_add(&images, image_paths[i], &err) != LM_OK) {
-            fprintf(stderr, "loom: %s\n", err.message);
+    for (int i = 0; i < args.images.n; i++)
+        if (lm_cli_images_add(&images, args.images.paths[i], &err) != LM_OK) {
+            fprintf(stderr, "loom run: %s\n", err.message);
             goto done;
         }
     if (images.n > 0 && text) {
         const char *marker = loom_engine_image_marker(engine);
         if (!marker) {
-            fprintf(stderr, "loom: this model takes no images\n");
+            fprintf(stderr, "loom run: this model takes no images\n");
             goto done;
         }
         if (!(text_with_images = lm_cli_text_with_images(text, marker, images.n))) {
-            fprintf(stderr, "loom: out of memory\n");
+            fprintf(stderr, "loom run: out of memory\n");
             goto done;
         }
         text = text_with_images;
@@ -260,19 +182,19 @@ int cmd_run_main(int argc, char **argv) {
         prompts = calloc(1, sizeof *prompts);
         n_prompts = 1;
         if (!prompts || lm_cli_parse_ids(ids_text, vocab, &prompts[0].ids, &prompts[0].n, &err) != LM_OK) {
-            fprintf(stderr, "loom: %s\n", prompts ? err.message : "out of memory");
+            fprintf(stderr, "loom run: %s\n", prompts ? err.message : "out of memory");
             goto done;
         }
     } else if (ids_file) {
         if (read_ids_file(ids_file, vocab, &prompts, &n_prompts, &err) != LM_OK) {
-            fprintf(stderr, "loom: %s\n", err.message);
+            fprintf(stderr, "loom run: %s\n", err.message);
             goto done;
         }
     } else {
         prompts = calloc(1, sizeof *prompts);
         n_prompts = 1;
         if (!prompts || encode_text(model_dir, text, raw, &prompts[0], &err) != LM_OK) {
-            fprintf(stderr, "loom: %s\n", prompts ? err.message : "out of memory");
+            fprintf(stderr, "loom run: %s\n", prompts ? err.message : "out of memory");
             goto done;
         }
     }
@@ -283,7 +205,7 @@ int cmd_run_main(int argc, char **argv) {
     char **lines = calloc((size_t)n_prompts, sizeof *lines);
     loom_request **live = calloc((size_t)n_prompts, sizeof *live);
     if (!lines || !live) {
-        fprintf(stderr, "loom: out of memory\n");
+        fprintf(stderr, "loom run: out of memory\n");
         free(lines);
         free(live);
         goto done;
@@ -299,7 +221,7 @@ int cmd_run_main(int argc, char **argv) {
             p.n_images = images.n;
             int st = loom_submit(engine, &p, &live[next], error, sizeof error);
             if (st != LOOM_OK) {
-                fprintf(stderr, "loom: prompt %d: %s\n", next + 1, error);
+                fprintf(stderr, "loom run: prompt %d: %s\n", next + 1, error);
                 failed = true;
                 break;
             }
@@ -317,7 +239,7 @@ int cmd_run_main(int argc, char **argv) {
             const char *add = NULL;
             size_t add_len = 0;
             if (ev.type == LOOM_EVENT_ERROR) {
-                fprintf(stderr, "loom: prompt %d: %s\n", finished + 1, ev.error);
+                fprintf(stderr, "loom run: prompt %d: %s\n", finished + 1, ev.error);
                 failed = true;
             } else if (show_text) {
                 if (ev.text) {

@@ -1,80 +1,122 @@
-/* loom serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
- *            [--served-model-name NAME]
- * The OpenAI-compatible HTTP server.  SIGINT / SIGTERM stop it gracefully:
- * the listening socket closes at once, in-flight requests get a grace
- * period, the rest are cancelled with a final event, exit 0. */
+/* loom serve [MODEL_DIR] [options]: the OpenAI-compatible HTTP server.
+ * The port is bound before the weights load (a taken port fails at once);
+ * once loaded, a summary of what runs is logged, then one line per request
+ * and a throughput line while busy (stderr, timestamped).  SIGINT / SIGTERM
+ * stop it gracefully: the listening socket closes at once, in-flight
+ * requests get a grace period, the rest are cancelled with a final event,
+ * exit 0. */
 #include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
+#include <time.h>
 
-#include "cli/cli_common.h"
-#include "cli/prefix_cache_flags.h"
+#include "base/log.h"
+#include "cli/checkpoint_dtypes.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/engine_options.h"
+#include "cli/startup_summary.h"
 #include "loom.h"
 #include "server/server.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: loom serve [--model DIR] [options]\n"
-            "       loom serve --config FILE --random-weights [options]\n"
-            "Serves the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) and\n"
-            "/health, /metrics, /tokenize, /detokenize.\n\n"
-            "  --model DIR              Hugging Face checkpoint folder (default: the bundled\n"
-            "                           models/loom-tiny, or $LOOM_MODEL)\n"
-            "  --config FILE            a config.json shape (with --random-weights)\n"
-            "  --random-weights         random weights, no tokenizer (token-id prompts only)\n"
-            "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
-            "  --port N                 TCP port (default 8080; 0 picks a free one)\n"
-            "  --api-key KEY            require Authorization: Bearer KEY on /v1 and tokenize routes\n"
-            "  --api-key-file FILE      the same, the key read from FILE (first line); without\n"
-            "                           either, the LOOM_API_KEY environment variable if set\n"
-            "  --served-model-name NAME the model id clients use (default: the --model value,\n"
-            "                           loom-tiny for the bundled model)\n"
-            "  --max-model-len N        prompt + output tokens per sequence\n"
-            "  --max-num-seqs N         sequences decoding at once (default 64)\n"
-            "  --max-waiting N          queued requests before 503 (default 1024)\n"
-            "  --kv-cache-tokens N      KV-cache pool size in tokens\n"
-            "  --gpu-memory-utilization F  with --device cuda: the fraction of the card the\n"
-            "                           engine may hold, weights included; the KV pool gets the rest\n"
-            "  --max-body-bytes N       largest request body (default 32 MiB, room for base64\n"
-            "                           images)\n"
-            "  --shutdown-grace-ms N    time in-flight requests get at shutdown (default 5000);\n"
-            "                           then streams end with finish_reason \"abort\", others get 503\n"
-            "  --max-connections N      open connections at once; more are closed (default 4096)\n"
-            "  --timeout-keep-alive S   close a connection idle for S seconds (default 5)\n"
-            "  --timeout-header S       a request's headers must arrive within S seconds (default 10)\n"
-            "  --timeout-body S         a request's body must arrive within S seconds (default 60)\n"
-            "  --allowed-origins LIST   CORS: \"*\" or comma-separated origins allowed to call the\n"
-            "                           API from a browser (default: none; OPTIONS gets 405)\n"
-            "  --threads N              CPU threads (default: all cores)\n"
-            "  --backend NAME           cpu (default), ref (plain reference kernels) or cuda\n"
-            "  --device NAME            the same (vLLM's spelling)\n"
-            "  --speculative-tokens K   draft K tokens per step with the model's MTP head (0-8,\n"
-            "                           default 0); requests may opt out with \"speculative\": false\n"
-            "  --mtp-norms MODE         MTP head norm weights: auto (detect), zero-centred, shifted\n"
-            "Images (models with a vision tower; chat image_url parts, data: URIs):\n"
-            "  --allowed-local-media-path DIR\n"
-            "                           image parts may also name files inside DIR (file:///PATH,\n"
-            "                           a path, or a path relative to DIR); symlinks and .. that\n"
-            "                           lead outside are refused.  Remote URLs are never fetched\n"
-            "  --max-image-pixels N     most pixels an image keeps after resizing (default\n"
-            "                           1048576; 1024 .. 268435456); -1 turns images off\n"
-            "  --image-cache-mib N      vision-tower outputs kept for reuse (default 256; 0: off)\n"
-            "Prefix caching:\n"
-            LM_CLI_PREFIX_CACHE_USAGE);
+static const char synopsis[] =
+    "usage: loom serve [MODEL_DIR] [options]\n"
+    "       loom serve --config FILE --random-weights [options]\n"
+    "Serves the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) and\n"
+    "/health, /metrics, /version, /tokenize, /detokenize.  The model defaults to\n"
+    "the bundled models/loom-tiny (or $LOOM_MODEL).\n";
+
+typedef struct {
+    lm_server_options so;
+    const char *config_path, *api_key_file, *log_level, *generation_config;
+    bool random_weights, disable_log_requests, disable_log_stats;
+    int max_waiting, shutdown_grace_ms;
+    int64_t seed, max_body_bytes;
+    float stats_interval_s;
+} serve_args;
+
+static bool parse_log_level(const char *value, void *field, char *message, size_t size) {
+    lm_log_level level;
+    if (!lm_log_level_parse(value, &level)) {
+        snprintf(message, size, "expects debug, info, warning or error, got '%.40s'", value);
+        return false;
+    }
+    *(const char **)field = value;
+    return true;
 }
+
+#define ARG(field) offsetof(serve_args, field)
+static const lm_opt serve_opts[] = {
+    {"--host", LM_OPT_STRING, "ADDR", ARG(so.host), 0, 0,
+     "address to listen on: IPv4, IPv6 (::1, [::]) or a host name (default\n127.0.0.1; 0.0.0.0 or :: for every "
+     "interface)",
+     NULL, NULL, NULL},
+    {"--port", LM_OPT_INT, "N", ARG(so.port), 0, 65535, "TCP port (default 8080; 0 picks a free one)", NULL, NULL,
+     NULL},
+    {"--api-key", LM_OPT_STRING, "KEY", ARG(so.api_key), 0, 0,
+     "require Authorization: Bearer KEY on /v1 and the tokenize routes", NULL, NULL, NULL},
+    {"--api-key-file", LM_OPT_STRING, "FILE", ARG(api_key_file), 0, 0,
+     "the same, the key read from FILE (first line); without either,\n$LOOM_API_KEY if set", NULL, NULL, NULL},
+    {"--served-model-name|--alias|-a", LM_OPT_STRING, "NAME", ARG(so.served_model_name), 0, 0,
+     "the model id clients use (default: the model folder, loom-tiny for the\nbundled model)", NULL, NULL, NULL},
+    {"--config", LM_OPT_STRING, "FILE", ARG(config_path), 0, 0, "a config.json shape (with --random-weights)", NULL,
+     NULL, NULL},
+    {"--random-weights", LM_OPT_FLAG, NULL, ARG(random_weights), 0, 0,
+     "random weights, no tokenizer (token-id prompts only)", NULL, NULL, NULL},
+    {"--generation-config", LM_OPT_STRING, "auto|vllm|DIR", ARG(generation_config), 0, 0,
+     "sampling defaults for the fields a request leaves out: auto (default)\nreads the model's "
+     "generation_config.json, DIR another folder's, vllm\nuses none (OpenAI's defaults)",
+     NULL, NULL, NULL},
+    {"--seed", LM_OPT_INT64, "N", ARG(seed), 0, 1LL << 62,
+     "seed the samples of requests without their own seed (reproducible runs)", NULL, NULL, NULL},
+    {"--max-waiting", LM_OPT_INT, "N", ARG(max_waiting), 1, 1 << 20, "queued requests before 503 (default 1024)", NULL,
+     NULL, NULL},
+    {"--max-body-bytes", LM_OPT_INT64, "N", ARG(max_body_bytes), 1024, 1LL << 30,
+     "largest request body (default 32 MiB, room for base64 images)", NULL, NULL, NULL},
+    {"--shutdown-grace-ms", LM_OPT_INT, "N", ARG(shutdown_grace_ms), 0, 3600000,
+     "time in-flight requests get at shutdown (default 5000); then streams end\nwith finish_reason \"abort\", others "
+     "get 503",
+     NULL, NULL, NULL},
+    {"--max-connections", LM_OPT_INT, "N", ARG(so.max_connections), 4, 1 << 20,
+     "open connections at once; more are closed (default 4096)", NULL, NULL, NULL},
+    {"--timeout-keep-alive", LM_OPT_INT, "S", ARG(so.timeout_keep_alive_s), 1, 86400,
+     "close a connection idle for S seconds (default 5)", NULL, NULL, NULL},
+    {"--timeout-header", LM_OPT_INT, "S", ARG(so.timeout_header_s), 1, 86400,
+     "a request's headers must arrive within S seconds (default 10)", NULL, NULL, NULL},
+    {"--timeout-body", LM_OPT_INT, "S", ARG(so.timeout_body_s), 1, 86400,
+     "a request's body must arrive within S seconds (default 60)", NULL, NULL, NULL},
+    {"--allowed-origins", LM_OPT_STRING, "LIST", ARG(so.allowed_origins), 0, 0,
+     "CORS: \"*\" or comma-separated origins allowed to call the API from a\nbrowser (default: none; OPTIONS gets "
+     "405)",
+     NULL, NULL, NULL},
+    {"--allowed-local-media-path", LM_OPT_STRING, "DIR", ARG(so.allowed_local_media_path), 0, 0,
+     "image parts may also name files inside DIR (file:///PATH, a path, or a\npath relative to DIR); symlinks and .. "
+     "that lead outside are refused.\nRemote URLs are never fetched",
+     NULL, NULL, NULL},
+};
+
+static const lm_opt log_opts[] = {
+    {"--log-level", LM_OPT_CUSTOM, "LEVEL", ARG(log_level), 0, 0,
+     "debug, info (default), warning or error; lines go to stderr, timestamped", parse_log_level, NULL, NULL},
+    {"--disable-log-requests", LM_OPT_FLAG, NULL, ARG(disable_log_requests), 0, 0,
+     "no line per request (id, route, status, tokens, time to first token,\nspeed, finish reason)", NULL, NULL, NULL},
+    {"--disable-log-stats", LM_OPT_FLAG, NULL, ARG(disable_log_stats), 0, 0,
+     "no throughput line while busy (tokens/s, running, waiting, KV use)", NULL, NULL, NULL},
+    {"--log-stats-interval", LM_OPT_FLOAT, "S", ARG(stats_interval_s), 0.1, 86400,
+     "seconds between throughput lines (default 10)", NULL, NULL, NULL},
+};
 
 /* The key: the file's first line without surrounding whitespace. */
 static bool read_key_file(const char *path, char *buf, size_t size) {
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "loom: --api-key-file %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "loom serve: --api-key-file %s: %s\n", path, strerror(errno));
         return false;
     }
     bool ok = fgets(buf, (int)size, f) != NULL;
@@ -85,7 +127,7 @@ static bool read_key_file(const char *path, char *buf, size_t size) {
     while (skip < n && isspace((unsigned char)buf[skip])) skip++;
     memmove(buf, buf + skip, n - skip + 1);
     if (!buf[0] || !ok) {
-        fprintf(stderr, "loom: --api-key-file %s: no key on its first line\n", path);
+        fprintf(stderr, "loom serve: --api-key-file %s: no key on its first line\n", path);
         return false;
     }
     return true;
@@ -97,7 +139,7 @@ static bool read_key_file(const char *path, char *buf, size_t size) {
  * or lower the connection limit to what does. */
 #define FDS_PER_CONNECTION 3
 #define FDS_RESERVED 320 /* the server's own files, epoll sets, the model's shards */
-static bool raise_fd_limit(lm_server_options *so) {
+static bool raise_fd_limit(const lm_log *log, lm_server_options *so) {
     long conns = so->max_connections > 0 ? so->max_connections : 4096;
     long want = conns * FDS_PER_CONNECTION + FDS_RESERVED;
     struct rlimit rl;
@@ -110,131 +152,101 @@ static bool raise_fd_limit(lm_server_options *so) {
     if (rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < want) {
         long fit = ((long)rl.rlim_cur - FDS_RESERVED) / FDS_PER_CONNECTION;
         if (fit < 4) {
-            fprintf(stderr,
-                    "loom: the descriptor limit (%ld, hard limit %ld) is too low to serve: each connection "
-                    "needs %d; raise it with ulimit -n\n",
+            lm_log_printf(log, LM_LOG_ERROR,
+                    "the descriptor limit (%ld, hard limit %ld) is too low to serve: each connection "
+                    "needs %d; raise it with ulimit -n",
                     (long)rl.rlim_cur, (long)rl.rlim_max, FDS_PER_CONNECTION);
             return false;
         }
-        fprintf(stderr, "loom: descriptor limit %ld (%d per connection): serving at most %ld connections\n",
+        lm_log_printf(log, LM_LOG_WARNING, "descriptor limit %ld (%d per connection): serving at most %ld connections",
                 (long)rl.rlim_cur, FDS_PER_CONNECTION, fit);
         so->max_connections = (int)fit;
     }
     return true;
 }
 
+/* The sampling defaults --generation-config asks for, described in `why`. */
+static lm_status load_generation_defaults(const serve_args *a, const char *model_dir, lm_generation_defaults *out,
+                                          char *why, size_t why_size, lm_error *err) {
+    memset(out, 0, sizeof *out);
+    const char *choice = a->generation_config ? a->generation_config : "auto";
+    if (strcmp(choice, "vllm") == 0 || (strcmp(choice, "auto") == 0 && !model_dir)) {
+        snprintf(why, why_size, "none (OpenAI's: temperature 1, top_p 1)");
+        return LM_OK;
+    }
+    const char *dir = strcmp(choice, "auto") == 0 ? model_dir : choice;
+    lm_status st = lm_generation_defaults_load(dir, out, err);
+    if (st != LM_OK) return st;
+    char list[200];
+    lm_generation_defaults_describe(out, list, sizeof list);
+    if (lm_generation_defaults_any(out))
+        snprintf(why, why_size, "%s from %s/generation_config.json (a request's own fields win)", list, dir);
+    else
+        snprintf(why, why_size, "none in %s/generation_config.json (OpenAI's: temperature 1, top_p 1)", dir);
+    return LM_OK;
+}
+
+/* "http://[::1]:8080" */
+static void url_of(const char *host, int port, char *out, size_t size) {
+    bool v6 = strchr(host, ':') && host[0] != '[';
+    snprintf(out, size, "http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
 int cmd_serve_main(int argc, char **argv) {
-    static const struct option options[] = {
-        {"model", required_argument, 0, 'm'},          {"config", required_argument, 0, 'c'},
-        {"random-weights", no_argument, 0, 'r'},       {"host", required_argument, 0, 'H'},
-        {"port", required_argument, 0, 'p'},           {"api-key", required_argument, 0, 'k'},
-        {"served-model-name", required_argument, 0, 'n'}, {"max-model-len", required_argument, 0, 'L'},
-        {"max-num-seqs", required_argument, 0, 'S'},   {"max-waiting", required_argument, 0, 'W'},
-        {"kv-cache-tokens", required_argument, 0, 'K'}, {"gpu-memory-utilization", required_argument, 0, 0x100}, {"max-body-bytes", required_argument, 0, 'B'},
-        {"shutdown-grace-ms", required_argument, 0, 'g'}, {"threads", required_argument, 0, 't'},
-        {"backend", required_argument, 0, 'E'}, {"device", required_argument, 0, 'E'},
-        {"api-key-file", required_argument, 0, 'F'},   {"max-connections", required_argument, 0, 'C'},
-        {"timeout-keep-alive", required_argument, 0, 'A'}, {"timeout-header", required_argument, 0, 'T'},
-        {"timeout-body", required_argument, 0, 'Y'},   {"allowed-origins", required_argument, 0, 'O'},
-        {"speculative-tokens", required_argument, 0, 'D'}, {"mtp-norms", required_argument, 0, 'N'},
-        {"allowed-local-media-path", required_argument, 0, 'M'}, {"max-image-pixels", required_argument, 0, 'P'},
-        {"image-cache-mib", required_argument, 0, 'I'},
-        {"help", no_argument, 0, 'h'},                 LM_CLI_PREFIX_CACHE_OPTIONS, {0, 0, 0, 0},
-    };
-    lm_server_options so = {.host = "127.0.0.1", .port = 8080, .max_body_bytes = LM_DEFAULT_MAX_BODY_BYTES};
-    loom_engine_options eo;
-    loom_engine_options_default(&eo);
-    long v, grace_ms = 5000;
-    const char *api_key_file = NULL;
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        switch (opt) {
-        case 'm': eo.model_dir = optarg; break;
-        case 'c': eo.config_path = optarg; break;
-        case 'r': eo.random_weights = true; break;
-        case 'H': so.host = optarg; break;
-        case 'p': if (!lm_cli_parse_int("--port", optarg, 0, 65535, &v)) return 2; so.port = (int)v; break;
-        case 'k': so.api_key = optarg; break;
-        case 'n': so.served_model_name = optarg; break;
-        case 'L': if (!lm_cli_parse_int("--max-model-len", optarg, 2, 1 << 24, &v)) return 2; eo.max_model_len = (int)v; break;
-        case 'S': if (!lm_cli_parse_int("--max-num-seqs", optarg, 1, 4096, &v)) return 2; eo.max_running = (int)v; break;
-        case 'W': if (!lm_cli_parse_int("--max-waiting", optarg, 1, 1 << 20, &v)) return 2; eo.max_waiting = (int)v; break;
-        case 0x100:
-            if (!lm_cli_parse_float("--gpu-memory-utilization", optarg, 0.01, 1, &eo.gpu_memory_utilization)) return 2;
-            break;
-        case 'K': if (!lm_cli_parse_int("--kv-cache-tokens", optarg, 1, 1L << 30, &v)) return 2; eo.kv_cache_tokens = v; break;
-        case 'B': if (!lm_cli_parse_int("--max-body-bytes", optarg, 1024, 1L << 30, &v)) return 2; so.max_body_bytes = (size_t)v; break;
-        case 'g': if (!lm_cli_parse_int("--shutdown-grace-ms", optarg, 0, 3600000, &v)) return 2; grace_ms = v; break;
-        case 't': if (!lm_cli_parse_int("--threads", optarg, 1, 1024, &v)) return 2; eo.threads = (int)v; break;
-        case 'E': if (!lm_cli_parse_backend(optarg, &eo.backend)) return 2; break;
-        case 'F': api_key_file = optarg; break;
-        case 'C': if (!lm_cli_parse_int("--max-connections", optarg, 4, 1 << 20, &v)) return 2; so.max_connections = (int)v; break;
-        case 'A': if (!lm_cli_parse_int("--timeout-keep-alive", optarg, 1, 86400, &v)) return 2; so.timeout_keep_alive_s = (int)v; break;
-        case 'T': if (!lm_cli_parse_int("--timeout-header", optarg, 1, 86400, &v)) return 2; so.timeout_header_s = (int)v; break;
-        case 'Y': if (!lm_cli_parse_int("--timeout-body", optarg, 1, 86400, &v)) return 2; so.timeout_body_s = (int)v; break;
-        case 'O': so.allowed_origins = optarg; break;
-        case 'D': if (!lm_cli_parse_int("--speculative-tokens", optarg, 0, 8, &v)) return 2; eo.speculative_tokens = (int)v; break;
-        case 'M': so.allowed_local_media_path = optarg; break;
-        case 'P':
-            if (!lm_cli_parse_int("--max-image-pixels", optarg, -1, 1L << 28, &v)) return 2;
-            if (v != -1 && v < 1024) {
-                fprintf(stderr, "loom: --max-image-pixels must be -1 (images off) or 1024 .. 268435456\n");
-                return 2;
-            }
-            eo.max_image_pixels = v;
-            so.images_off = v == -1;
-            break;
-        case 'I':
-            if (!lm_cli_parse_int("--image-cache-mib", optarg, 0, 1L << 20, &v)) return 2;
-            eo.image_cache_bytes = v == 0 ? -1 : (int64_t)v << 20; /* the engine's -1: no cache */
-            break;
-        case 'N': {
-            lm_mtp_norms norms;
-            if (!lm_cli_parse_mtp_norms(optarg, &norms)) return 2;
-            eo.mtp_norms = (loom_mtp_norms)norms;
-            break;
-        }
-        case 'h': usage(stdout); return 0;
-        default:
-            if (lm_cli_prefix_cache_option(opt, optarg, &eo) > 0) break;
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc || (eo.random_weights != !!eo.config_path) || (eo.model_dir && eo.config_path)) {
-        usage(stderr);
-        return 2;
-    }
+    serve_args a = {.so = {.host = "127.0.0.1", .port = 8080},
+                    .max_body_bytes = (int64_t)LM_DEFAULT_MAX_BODY_BYTES,
+                    .shutdown_grace_ms = 5000,
+                    .stats_interval_s = 10};
+    lm_cli_engine_settings settings;
+    lm_cli_spec cli;
+    lm_cli_spec_init(&cli, "serve", synopsis, &settings, true);
+    LM_CLI_SPEC_ADD(&cli, "Server", serve_opts, &a);
+    LM_CLI_SPEC_ADD(&cli, "Logging", log_opts, &a);
+    int parsed = lm_cli_parse(&cli, argc, argv);
+    if (parsed >= 0) return parsed;
+    lm_server_options so = a.so;
+    so.max_body_bytes = (size_t)a.max_body_bytes;
+    loom_engine_options *eo = &settings.engine;
+    if (a.random_weights != !!a.config_path)
+        return lm_cli_usage_error("serve", "--random-weights and --config FILE go together");
+    if (eo->model_dir && a.config_path)
+        return lm_cli_usage_error("serve", "give a model folder or --config FILE --random-weights, not both");
+    if (so.api_key && a.api_key_file) return lm_cli_usage_error("serve", "give --api-key or --api-key-file, not both");
+    eo->random_weights = a.random_weights;
+    eo->config_path = a.config_path;
+    eo->seed = (uint64_t)a.seed;
+    if (a.max_waiting) eo->max_waiting = a.max_waiting;
+    so.images_off = eo->max_image_pixels == -1;
+    lm_log_level level = LM_LOG_INFO;
+    if (a.log_level) lm_log_level_parse(a.log_level, &level);
+    lm_log log = {.level = level, .out = stderr, .source = "loom serve"};
+    so.log = &log;
+    so.log_requests = !a.disable_log_requests;
+    so.stats_interval_s = a.disable_log_stats ? 0 : a.stats_interval_s;
+
     char key_buf[4096];
-    if (so.api_key && api_key_file) {
-        fprintf(stderr, "loom: give --api-key or --api-key-file, not both\n");
-        return 2;
-    }
-    if (api_key_file) {
-        if (!read_key_file(api_key_file, key_buf, sizeof key_buf)) return 2;
+    if (a.api_key_file) {
+        if (!read_key_file(a.api_key_file, key_buf, sizeof key_buf)) return 2;
         so.api_key = key_buf;
     } else if (!so.api_key) {
         const char *env = getenv("LOOM_API_KEY");
         if (env && env[0]) so.api_key = env;
     }
-    if (!raise_fd_limit(&so)) return 1;
-    char model_buf[4096];
-    bool default_model = !eo.model_dir && !eo.random_weights;
-    if (default_model) {
-        lm_error derr = {0};
-        if (lm_cli_model_dir(NULL, model_buf, sizeof model_buf, &eo.model_dir, &derr) != LM_OK) {
-            fprintf(stderr, "loom: %s\n", derr.message);
-            return 1;
-        }
+    char model_buf[4096], config_path[4200], why[200], message[512];
+    bool default_model = !eo->model_dir && !eo->random_weights;
+    lm_error err = {0};
+    if (!eo->random_weights && lm_cli_model_dir(eo->model_dir, NULL, model_buf, sizeof model_buf, &eo->model_dir, &err) != LM_OK) {
+        fprintf(stderr, "loom serve: %s\n", err.message);
+        return 1;
     }
-    char config_path[4096];
-    if (eo.random_weights) snprintf(config_path, sizeof config_path, "%s", eo.config_path);
-    else snprintf(config_path, sizeof config_path, "%s/config.json", eo.model_dir);
-    if (eo.max_model_len <= 0) eo.max_model_len = lm_cli_model_len(config_path);
-    so.max_model_len = eo.max_model_len;
+    if (eo->random_weights) snprintf(config_path, sizeof config_path, "%s", eo->config_path);
+    else snprintf(config_path, sizeof config_path, "%s/config.json", eo->model_dir);
+    if (lm_cli_resolve_model_len("serve", &settings, config_path, why, sizeof why) != 0) return 2;
+    if (!raise_fd_limit(&log, &so)) return 1;
+    if (lm_cli_threads_exceed_cores(&settings, message, sizeof message)) lm_log_printf(&log, LM_LOG_WARNING, "%s", message);
+    so.max_model_len = eo->max_model_len;
     if (!so.served_model_name)
-        so.served_model_name = eo.random_weights ? "loom-random" : default_model ? LM_DEFAULT_MODEL_NAME : eo.model_dir;
+        so.served_model_name = eo->random_weights ? "loom-random" : default_model ? LM_DEFAULT_MODEL_NAME : eo->model_dir;
 
     /* Signals are taken by sigwait below; every thread started from here on
      * inherits the block. */
@@ -245,41 +257,74 @@ int cmd_serve_main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    char message[512];
-    loom_engine *engine = NULL;
-    if (loom_engine_create(&eo, &engine, message, sizeof message) != LOOM_OK) {
-        fprintf(stderr, "loom: %s\n", message);
+    /* The port first: a taken one fails now, before any weights are read. */
+    lm_server_listener *listener = NULL;
+    if (lm_server_listen(&so, &listener, &err) != LM_OK) {
+        lm_log_printf(&log, LM_LOG_ERROR, "%s", err.message);
         return 1;
     }
-    lm_error err = {0};
+    lm_generation_defaults generation_defaults;
+    char sampling_why[400];
+    if (load_generation_defaults(&a, eo->random_weights ? NULL : eo->model_dir, &generation_defaults, sampling_why,
+                                 sizeof sampling_why, &err) != LM_OK) {
+        lm_log_printf(&log, LM_LOG_ERROR, "--generation-config: %s", err.message);
+        lm_server_listener_close(listener);
+        return 1;
+    }
+    so.generation_defaults = &generation_defaults;
+    lm_log_printf(&log, LM_LOG_INFO, "loading %s (listening on port %d meanwhile)",
+                  eo->random_weights ? config_path : eo->model_dir, lm_server_listener_port(listener));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    loom_engine *engine = NULL;
+    if (loom_engine_create(eo, &engine, message, sizeof message) != LOOM_OK) {
+        lm_log_printf(&log, LM_LOG_ERROR, "%s", message);
+        lm_server_listener_close(listener);
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     lm_tokenizer *tokenizer = NULL;
     lm_chat_template *chat_template = NULL;
-    if (!eo.random_weights) {
-        if (lm_tokenizer_load(eo.model_dir, &tokenizer, &err) != LM_OK) {
-            fprintf(stderr, "loom: %s (serving without a tokenizer: token-id prompts only)\n", err.message);
+    if (!eo->random_weights) {
+        if (lm_tokenizer_load(eo->model_dir, &tokenizer, &err) != LM_OK) {
+            lm_log_printf(&log, LM_LOG_WARNING, "%s (serving without a tokenizer: token-id prompts only)", err.message);
             tokenizer = NULL;
-        } else if (lm_chat_template_load_dir(eo.model_dir, &chat_template, NULL, NULL, &err) != LM_OK) {
-            fprintf(stderr, "loom: %s (chat completions are not available)\n", err.message);
+        } else if (lm_chat_template_load_dir(eo->model_dir, &chat_template, NULL, NULL, &err) != LM_OK) {
+            lm_log_printf(&log, LM_LOG_WARNING, "%s (chat completions are not available)", err.message);
             chat_template = NULL;
         }
     }
+    loom_engine_info info;
+    loom_engine_describe(engine, &info);
+    lm_checkpoint_summary ck = {0};
+    if (!eo->random_weights) lm_cli_checkpoint_summary(eo->model_dir, &ck, &err);
+    lm_startup_facts facts = {.model = eo->random_weights ? config_path : eo->model_dir,
+                              .weight_dtypes = eo->random_weights ? "random bf16" : ck.dtypes,
+                              .load_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
+                              .engine = &info,
+                              .model_len_why = why,
+                              .kv_cache_tokens_asked = eo->kv_cache_tokens,
+                              .speculative_asked = eo->speculative_tokens,
+                              .sampling_defaults = sampling_why};
+    lm_cli_log_startup(&log, &facts);
     lm_server *server = NULL;
-    if (lm_server_start(&so, engine, tokenizer, chat_template, &server, &err) != LM_OK) {
-        fprintf(stderr, "loom: %s\n", err.message);
+    if (lm_server_start(&so, listener, engine, tokenizer, chat_template, &server, &err) != LM_OK) {
+        lm_log_printf(&log, LM_LOG_ERROR, "%s", err.message);
         lm_chat_template_free(chat_template);
         if (tokenizer) lm_tokenizer_free(tokenizer);
         loom_engine_destroy(engine);
         return 1;
     }
-    fprintf(stderr, "loom: serving %s on http://%s:%d\n", so.served_model_name, so.host, lm_server_port(server));
-    fflush(stderr);
+    char url[300];
+    url_of(so.host, lm_server_port(server), url, sizeof url);
+    lm_log_printf(&log, LM_LOG_INFO, "serving %s on %s", so.served_model_name, url);
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    fprintf(stderr, "loom: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    lm_server_stop(server, (int)grace_ms);
+    lm_log_printf(&log, LM_LOG_INFO, "%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    lm_server_stop(server, a.shutdown_grace_ms);
     loom_engine_destroy(engine);
     lm_chat_template_free(chat_template);
     if (tokenizer) lm_tokenizer_free(tokenizer);
-    fprintf(stderr, "loom: stopped\n");
+    lm_log_printf(&log, LM_LOG_INFO, "stopped");
     return 0;
 }

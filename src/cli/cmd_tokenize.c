@@ -1,65 +1,29 @@
 /* loom tokenize / loom detokenize --model DIR: text on stdin -> token ids as
  * a JSON array, and back.  DIR needs only the tokenizer files. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
+#include "cli/engine_options.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
-static void tokenize_usage(FILE *f) {
-    fprintf(f, "usage: loom tokenize --model DIR [--add-special] [--jsonl]\n"
-               "Reads UTF-8 text on stdin (all of it, byte for byte) and prints its token ids\n"
-               "as a JSON array.  Special tokens written in the text are recognised.\n"
-               "  --model DIR     folder with tokenizer.json (tokenizer_config.json optional)\n"
-               "  --add-special   add what the tokenizer adds around a sequence (e.g. BOS)\n"
-               "  --jsonl         each stdin line is a JSON string; print one array per line\n");
-}
+static const char tokenize_synopsis[] =
+    "usage: loom tokenize [MODEL_DIR] [--add-special] [--jsonl]\n"
+    "Reads UTF-8 text on stdin (all of it, byte for byte) and prints its token ids\n"
+    "as a JSON array.  Special tokens written in the text are recognised.  The\n"
+    "folder (default: the bundled model) needs only tokenizer.json.\n";
 
-static void detokenize_usage(FILE *f) {
-    fprintf(f, "usage: loom detokenize --model DIR [--skip-special] [--stream] [--jsonl]\n"
-               "Reads a JSON array of token ids on stdin and prints the text they decode to\n"
-               "(exactly, with no newline added).\n"
-               "  --model DIR      folder with tokenizer.json (tokenizer_config.json optional)\n"
-               "  --skip-special   leave special tokens out\n"
-               "  --stream         decode one id at a time with the incremental detokenizer\n"
-               "  --jsonl          each stdin line is a JSON array; print one JSON string per line\n");
-}
-
-/* Reads all of stdin (at most max bytes). */
-static char *read_stdin(size_t max, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    for (;;) {
-        if (n == cap) {
-            if (cap > max) {
-                fprintf(stderr, "loom: input is longer than %zu bytes\n", max);
-                free(buf);
-                return NULL;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, stdin);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(stdin)) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
+static const char detokenize_synopsis[] =
+    "usage: loom detokenize [MODEL_DIR] [--skip-special] [--stream] [--jsonl]\n"
+    "Reads a JSON array of token ids on stdin and prints the text they decode to\n"
+    "(exactly, with no newline added).  The folder (default: the bundled model)\n"
+    "needs only tokenizer.json.\n";
 
 static void print_ids(const int32_t *ids, size_t n) {
     putchar('[');
@@ -86,33 +50,39 @@ typedef struct {
     bool add_special, skip_special, stream, jsonl;
 } options;
 
-static int parse_options(int argc, char **argv, bool detok, options *o) {
-    static const struct option long_opts[] = {
-        {"model", required_argument, NULL, 'm'},    {"add-special", no_argument, NULL, 'a'},
-        {"skip-special", no_argument, NULL, 's'},   {"stream", no_argument, NULL, 'S'},
-        {"jsonl", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    void (*usage)(FILE *) = detok ? detokenize_usage : tokenize_usage;
+#define OPT(field) offsetof(options, field)
+static const lm_opt tokenize_opts[] = {
+    {"--add-special", LM_OPT_FLAG, NULL, OPT(add_special), 0, 0,
+     "add what the tokenizer adds around a sequence (e.g. BOS)", NULL, NULL, NULL},
+    {"--jsonl", LM_OPT_FLAG, NULL, OPT(jsonl), 0, 0, "each stdin line is a JSON string; print one array per line",
+     NULL, NULL, NULL},
+};
+static const lm_opt detokenize_opts[] = {
+    {"--skip-special", LM_OPT_FLAG, NULL, OPT(skip_special), 0, 0, "leave special tokens out", NULL, NULL, NULL},
+    {"--stream", LM_OPT_FLAG, NULL, OPT(stream), 0, 0, "decode one id at a time with the incremental detokenizer",
+     NULL, NULL, NULL},
+    {"--jsonl", LM_OPT_FLAG, NULL, OPT(jsonl), 0, 0, "each stdin line is a JSON array; print one JSON string per line",
+     NULL, NULL, NULL},
+};
+
+/* Returns -1 to go on (o filled), else the exit code. */
+static int parse_options(int argc, char **argv, bool detok, options *o, char *model_buf, size_t model_buf_size) {
     memset(o, 0, sizeof *o);
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'a': if (detok) goto bad; o->add_special = true; break;
-        case 's': if (!detok) goto bad; o->skip_special = true; break;
-        case 'S': if (!detok) goto bad; o->stream = true; break;
-        case 'j': o->jsonl = true; break;
-        case 'h': usage(stdout); return 0;
-        default: goto bad;
-        }
+    const char *command = detok ? "detokenize" : "tokenize";
+    lm_cli_engine_settings settings;
+    lm_cli_spec spec;
+    lm_cli_spec_init(&spec, command, detok ? detokenize_synopsis : tokenize_synopsis, &settings, false);
+    if (detok) LM_CLI_SPEC_ADD(&spec, "Output", detokenize_opts, o);
+    else LM_CLI_SPEC_ADD(&spec, "Output", tokenize_opts, o);
+    int parsed = lm_cli_parse(&spec, argc, argv);
+    if (parsed >= 0) return parsed;
+    lm_error err = {0};
+    if (lm_cli_model_dir(settings.engine.model_dir, "tokenizer.json", model_buf, model_buf_size, &o->model, &err) !=
+        LM_OK) {
+        fprintf(stderr, "loom %s: %s\n", command, err.message);
+        return 1;
     }
-    if (!o->model || optind != argc) goto bad;
     return -1;
-bad:
-    usage(stderr);
-    return 2;
 }
 
 static int tokenize_one(const lm_tokenizer *tok, const char *text, size_t len, bool add_special) {
@@ -150,7 +120,8 @@ static int tokenize_lines(const lm_tokenizer *tok, char *input, size_t len, bool
 
 int cmd_tokenize_main(int argc, char **argv) {
     options o;
-    int rc = parse_options(argc, argv, false, &o);
+    char model_buf[4096];
+    int rc = parse_options(argc, argv, false, &o, model_buf, sizeof model_buf);
     if (rc >= 0) return rc;
     lm_tokenizer *tok;
     lm_error err;
@@ -159,9 +130,9 @@ int cmd_tokenize_main(int argc, char **argv) {
         return 1;
     }
     size_t len;
-    char *input = read_stdin(LM_TOKENIZER_MAX_TEXT, &len);
+    char *input = lm_cli_read_stdin(LM_TOKENIZER_MAX_TEXT, &len);
     if (!input) {
-        fprintf(stderr, "loom tokenize: cannot read stdin\n");
+        fprintf(stderr, "loom tokenize: cannot read stdin (at most %zu bytes)\n", (size_t)LM_TOKENIZER_MAX_TEXT);
         lm_tokenizer_free(tok);
         return 1;
     }
@@ -245,7 +216,8 @@ static int detokenize_one(const lm_tokenizer *tok, const char *json, size_t json
 
 int cmd_detokenize_main(int argc, char **argv) {
     options o;
-    int rc = parse_options(argc, argv, true, &o);
+    char model_buf[4096];
+    int rc = parse_options(argc, argv, true, &o, model_buf, sizeof model_buf);
     if (rc >= 0) return rc;
     lm_tokenizer *tok;
     lm_error err;
@@ -254,9 +226,9 @@ int cmd_detokenize_main(int argc, char **argv) {
         return 1;
     }
     size_t len;
-    char *input = read_stdin(LM_TOKENIZER_MAX_TEXT, &len);
+    char *input = lm_cli_read_stdin(LM_TOKENIZER_MAX_TEXT, &len);
     if (!input) {
-        fprintf(stderr, "loom detokenize: cannot read stdin\n");
+        fprintf(stderr, "loom detokenize: cannot read stdin (at most %zu bytes)\n", (size_t)LM_TOKENIZER_MAX_TEXT);
         lm_tokenizer_free(tok);
         return 1;
     }

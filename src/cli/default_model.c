@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/model_folder.h"
+
 static int has_config(const char *dir) {
     char path[PATH_MAX + 32];
     struct stat st;
@@ -25,10 +27,11 @@ static int try_dir(const char *dir, char *buf, size_t buf_size, char *tried, siz
     return 1;
 }
 
-lm_status lm_cli_model_dir(const char *given, char *buf, size_t buf_size, const char **dir, lm_error *err) {
+lm_status lm_cli_model_dir(const char *given, const char *needs, char *buf, size_t buf_size, const char **dir,
+                           lm_error *err) {
     if (given) {
         *dir = given;
-        return LM_OK;
+        return lm_cli_check_model_folder(given, needs ? needs : "config.json", err);
     }
     char tried[4 * PATH_MAX] = "";
     const char *env = getenv("LOOM_MODEL");

@@ -40,3 +40,13 @@ char *lm_cli_text_with_images(const char *text, const char *marker, int n_images
     strcat(out, text);
     return out;
 }
+
+bool lm_cli_parse_image_path(const char *value, void *field, char *message, size_t size) {
+    lm_cli_image_paths *list = field;
+    if (list->n == LOOM_MAX_IMAGES) {
+        snprintf(message, size, "at most %d images", LOOM_MAX_IMAGES);
+        return false;
+    }
+    list->paths[list->n++] = value;
+    return true;
+}

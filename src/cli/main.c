@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/build_info.h"
 #include "cli/commands.h"
 
 static const lm_command commands[] = {
@@ -16,8 +17,15 @@ static const lm_command commands[] = {
     {"render", "render a chat template (JSON on stdin)", cmd_render_main},
 };
 
+static void print_version(void) {
+    lm_build_info b;
+    lm_build_info_get(&b);
+    printf("loom %s (commit %s)\ncompiler: %s\ncpu features: %s\nbackends: %s\n", b.version, b.git_commit,
+           b.compiler, b.cpu_features, b.backends);
+}
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: loom <command> [options]\n\ncommands:\n");
+    fprintf(f, "usage: loom <command> [options]\n       loom --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].main) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n`loom <command> --help` describes each command's options.\n");
@@ -28,10 +36,13 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "version") == 0) {
+        print_version();
+        return 0;
+    }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].main && strcmp(argv[1], commands[i].name) == 0)
             return commands[i].main(argc - 1, argv + 1);
-    fprintf(stderr, "loom: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "loom: unknown command '%.100s'; see loom --help\n", argv[1]);
     return 2;
 }

@@ -32,8 +32,8 @@ static lm_status encode(const lm_prompt_encoder *pe, const char *text, size_t le
     return LM_OK;
 }
 
-lm_status lm_prompt_encoder_chat(const lm_prompt_encoder *pe, const cJSON *messages, int32_t **ids, int *n,
-                                 char **text, lm_error *err) {
+lm_status lm_prompt_encoder_chat(const lm_prompt_encoder *pe, const cJSON *messages, const cJSON *variables,
+                                 int32_t **ids, int *n, char **text, lm_error *err) {
     if (!pe->template) return lm_fail(err, LM_ERR_INVALID, "the encoder was opened without a chat template");
     cJSON *ctx = cJSON_CreateObject();
     if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
@@ -45,6 +45,14 @@ lm_status lm_prompt_encoder_chat(const lm_prompt_encoder *pe, const cJSON *messa
     }
     cJSON_AddItemToObject(ctx, "messages", ref);
     cJSON_AddBoolToObject(ctx, "add_generation_prompt", 1);
+    for (const cJSON *v = variables ? variables->child : NULL; v; v = v->next) {
+        cJSON *copy = cJSON_Duplicate(v, 1);
+        if (!copy || !cJSON_AddItemToObject(ctx, v->string, copy)) {
+            cJSON_Delete(copy);
+            cJSON_Delete(ctx);
+            return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+        }
+    }
     char *rendered = NULL;
     size_t len = 0;
     lm_status st = lm_chat_template_render(pe->template, ctx, &rendered, &len, err);
@@ -67,7 +75,7 @@ lm_status lm_prompt_encoder_user(const lm_prompt_encoder *pe, const char *text, 
     }
     lm_status st;
     if (m && cJSON_AddStringToObject(m, "role", "user") && cJSON_AddStringToObject(m, "content", text))
-        st = lm_prompt_encoder_chat(pe, messages, ids, n, NULL, err);
+        st = lm_prompt_encoder_chat(pe, messages, NULL, ids, n, NULL, err);
     else
         st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
     cJSON_Delete(messages);

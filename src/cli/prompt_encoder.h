@@ -22,9 +22,11 @@ lm_status lm_prompt_encoder_open(const char *dir, bool chat, lm_prompt_encoder *
 
 /* Renders `messages` (a JSON array of {role, content}) with the generation
  * prompt and encodes it (the template writes any special tokens itself).
- * *ids is malloc'd; *text (optional, malloc'd) receives the rendered prompt. */
-lm_status lm_prompt_encoder_chat(const lm_prompt_encoder *pe, const cJSON *messages, int32_t **ids, int *n,
-                                 char **text, lm_error *err);
+ * variables (an object, may be NULL) adds template variables such as
+ * enable_thinking.  *ids is malloc'd; *text (optional, malloc'd) receives
+ * the rendered prompt. */
+lm_status lm_prompt_encoder_chat(const lm_prompt_encoder *pe, const cJSON *messages, const cJSON *variables,
+                                 int32_t **ids, int *n, char **text, lm_error *err);
 
 /* The same for a conversation of one user message holding `text`. */
 lm_status lm_prompt_encoder_user(const lm_prompt_encoder *pe, const char *text, int32_t **ids, int *n,

@@ -735,9 +735,7 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     int max_seqs = o.max_running < B ? o.max_running : B; /* sequences of one step */
     if (o.speculative_tokens > 0 && lm_model_can_draft(e->model))
         e->spec_k = o.speculative_tokens < LM_MAX_SPECULATIVE ? o.speculative_tokens : LM_MAX_SPECULATIVE;
-    else if (o.speculative_tokens > 0)
-        fprintf(stderr, "loom: speculative decoding is off: %s\n",
-                info->mtp_status[0] ? info->mtp_status : "the model has no MTP head");
+    /* When asked for but off, loom_engine_describe says why. */
     /* Logit rows: one per sequence, or k+1 for a speculative verify. */
     int logit_rows = max_seqs * (1 + e->spec_k);
     if (logit_rows > B) logit_rows = B;
@@ -786,7 +784,7 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     e->scratch_open = true;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    e->entropy_seed = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 32) ^ (uint64_t)(uintptr_t)e;
+    e->entropy_seed = o.seed ? o.seed : (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 32) ^ (uint64_t)(uintptr_t)e;
     lm_prefix_cache_start(e);
     pthread_mutex_init(&e->mutex, NULL);
     pthread_cond_init(&e->wake, NULL);

@@ -254,21 +254,25 @@ static lm_status check_unique_names(const lm_safetensors *st, lm_error *err) {
     return LM_OK;
 }
 
+/* The header is not one: the file is something else, or cut short. */
+#define NOT_SAFETENSORS "not a safetensors file (or a damaged one: download it again)"
+
 /* Reads the header length and finds the data section. */
 static lm_status locate_sections(const lm_safetensors *st, data_section *ds, lm_error *err) {
     if (st->size < 8)
         return lm_fail(err, LM_ERR_FORMAT,
-                       "%s: file is %zu bytes, too short for the 8-byte header length", st->name,
+                       "%s: " NOT_SAFETENSORS ": %zu bytes, too short for the 8-byte header length", st->name,
                        st->size);
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; i--) header_len = header_len << 8 | st->bytes[i];
     if (header_len > LM_SAFETENSORS_MAX_HEADER_BYTES)
-        return lm_fail(err, LM_ERR_FORMAT, "%s: header length %llu is over the limit of %llu bytes",
+        return lm_fail(err, LM_ERR_FORMAT, "%s: " NOT_SAFETENSORS ": header length %llu is over the limit of %llu bytes",
                        st->name, (unsigned long long)header_len,
                        (unsigned long long)LM_SAFETENSORS_MAX_HEADER_BYTES);
     if (header_len > st->size - 8)
         return lm_fail(err, LM_ERR_FORMAT,
-                       "%s: header length %llu runs past the end of the file (size %zu)", st->name,
+                       "%s: " NOT_SAFETENSORS ": header length %llu runs past the end of the file (size %zu)",
+                       st->name,
                        (unsigned long long)header_len, st->size);
     ds->file = st->name;
     ds->data_offset = 8 + header_len;
@@ -283,12 +287,12 @@ static lm_status parse_image(lm_safetensors *st, lm_error *err) {
     lm_status s = locate_sections(st, &ds, err);
     if (s != LM_OK) return s;
     char source[300];
-    snprintf(source, sizeof source, "%s: header", st->name);
+    snprintf(source, sizeof source, "%s: " NOT_SAFETENSORS ": header", st->name);
     cJSON *root;
     s = lm_json_parse((const char *)st->bytes + 8, ds.data_offset - 8, source, &root, err);
     if (s != LM_OK) return s;
     if (!cJSON_IsObject(root))
-        s = lm_fail(err, LM_ERR_FORMAT, "%s: header is not a JSON object", st->name);
+        s = lm_fail(err, LM_ERR_FORMAT, "%s: " NOT_SAFETENSORS ": header is not a JSON object", st->name);
     if (s == LM_OK) s = parse_entries(st, &ds, root, err);
     cJSON_Delete(root);
     if (s != LM_OK) return s;

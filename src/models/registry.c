@@ -41,8 +41,10 @@ static lm_status open_family(const char *config_path, const char *dir,
     lm_status st = lm_json_read_file(config_path, MAX_CONFIG_BYTES, &config, err);
     if (st != LM_OK) return st;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(config, "model_type");
-    char model_type[64] = "";
+    const cJSON *architecture = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(config, "architectures"), 0);
+    char model_type[64] = "", arch[80] = "";
     if (cJSON_IsString(type)) snprintf(model_type, sizeof model_type, "%s", type->valuestring);
+    if (cJSON_IsString(architecture)) snprintf(arch, sizeof arch, " (%.60s)", architecture->valuestring);
     cJSON_Delete(config);
     if (!model_type[0])
         return lm_fail(err, LM_ERR_FORMAT, "%s: model_type is missing or not a string", config_path);
@@ -51,8 +53,9 @@ static lm_status open_family(const char *config_path, const char *dir,
         char known[256];
         known_types(known, sizeof known);
         return lm_fail(err, LM_ERR_UNSUPPORTED,
-                       "%s: model_type '%.40s' is not a model family loom runs (it runs %s)",
-                       config_path, model_type, known);
+                       "%s: model_type '%.40s'%s is not an architecture loom runs; it runs checkpoints whose "
+                       "model_type is one of: %s",
+                       config_path, model_type, arch, known);
     }
     return family->open(config_path, dir, options, backend, out, err);
 }

@@ -20,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -419,7 +420,9 @@ static void pump(relay_conn *c) {
 
 static void log_limited(lm_front_door *door, const char *what, int e) {
     int_fast64_t now = (int_fast64_t)lm_now_seconds();
-    if (atomic_exchange(&door->log_second, now) != now) fprintf(stderr, "loom: front door: %s: %s\n", what, strerror(e));
+    if (atomic_exchange(&door->log_second, now) == now) return;
+    if (door->options.log) lm_log_printf(door->options.log, LM_LOG_WARNING, "front door: %s: %s", what, strerror(e));
+    else fprintf(stderr, "loom: front door: %s: %s\n", what, strerror(e));
 }
 
 static void admit(relay_thread *t, int fd, const struct sockaddr_in *addr, socklen_t addr_len) {
@@ -570,13 +573,57 @@ static void *relay_main(void *arg) {
 
 /* ------------------------------------------------------------ the door */
 
+/* A socket listening on one of host's addresses (an IPv4 or IPv6 address,
+ * in brackets or not, or a name), or -1 with the reason. */
+static int listen_socket(const lm_front_door_options *o, int *port, lm_error *err) {
+    char host[256];
+    size_t n = strlen(o->host);
+    if (n >= 2 && o->host[0] == '[' && o->host[n - 1] == ']') snprintf(host, sizeof host, "%.*s", (int)n - 2, o->host + 1);
+    else snprintf(host, sizeof host, "%s", o->host);
+    char service[16];
+    snprintf(service, sizeof service, "%d", o->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *found;
+    int gai = getaddrinfo(host, service, &hints, &found);
+    if (gai != 0) {
+        lm_fail(err, LM_ERR_INVALID, "--host %s: %s (give an IPv4 or IPv6 address, or a name this machine resolves)",
+                o->host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1, e = 0;
+    for (struct addrinfo *a = found; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        int one = 1;
+        if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+                        bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, o->backlog > 0 ? o->backlog : 1024) != 0)) {
+            e = errno;
+            close(fd);
+            fd = -1;
+        } else if (fd < 0) {
+            e = errno;
+        }
+    }
+    freeaddrinfo(found);
+    if (fd < 0) {
+        if (e == EADDRINUSE)
+            lm_fail(err, LM_ERR_IO, "port %d on %s is already in use (another server?): pick another with --port",
+                    o->port, o->host);
+        else if (e == EACCES)
+            lm_fail(err, LM_ERR_IO, "cannot listen on %s port %d: %s (ports below 1024 need privileges: use --port)",
+                    o->host, o->port, strerror(e));
+        else
+            lm_fail(err, LM_ERR_IO, "cannot listen on %s port %d: %s (check --host and --port)", o->host, o->port,
+                    strerror(e));
+        return -1;
+    }
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof bound;
+    getsockname(fd, (struct sockaddr *)&bound, &len);
+    *port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                                        : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    return fd;
+}
+
 lm_status lm_front_door_listen(const lm_front_door_options *o, lm_front_door **out, lm_error *err) {
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)o->port);
-    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1)
-        return lm_fail(err, LM_ERR_INVALID, "--host %s is not an IPv4 address", o->host);
     lm_front_door *door = calloc(1, sizeof *door);
     if (!door) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     door->options = *o;
@@ -588,21 +635,16 @@ lm_status lm_front_door_listen(const lm_front_door_options *o, lm_front_door **o
     atomic_init(&door->drain_deadline, 0.0);
     atomic_init(&door->log_second, 0);
     for (int i = 0; i < LM_FRONT_DOOR_THREADS; i++) door->threads[i].epfd = door->threads[i].wake_fd = -1;
-    door->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (door->listen_fd < 0 || (o->allowed_origins && !door->allowed_origins) ||
-        setsockopt(door->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(door->listen_fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
-        listen(door->listen_fd, o->backlog > 0 ? o->backlog : 1024) != 0) {
-        int e = errno;
-        if (door->listen_fd >= 0) close(door->listen_fd);
+    if (o->allowed_origins && !door->allowed_origins) {
+        free(door);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    door->listen_fd = listen_socket(o, &door->port, err);
+    if (door->listen_fd < 0) {
         free(door->allowed_origins);
         free(door);
-        return lm_fail(err, LM_ERR_IO, "cannot listen on %s:%d (%s)", o->host, o->port, strerror(e));
+        return err->code;
     }
-    socklen_t len = sizeof addr;
-    getsockname(door->listen_fd, (struct sockaddr *)&addr, &len);
-    door->port = ntohs(addr.sin_port);
     *out = door;
     return LM_OK;
 }

@@ -16,17 +16,19 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/log.h"
 
 #define LM_FRONT_DOOR_THREADS 2
 
 typedef struct {
-    const char *host;            /* IPv4 address */
+    const char *host;            /* IPv4 / IPv6 address (brackets allowed) or a host name */
     int port;                    /* 0: any free port */
     int max_connections;         /* more are answered 503 at accept and closed */
     int backlog;                 /* listen(2) backlog */
     int timeout_keep_alive_s;    /* silence allowed while no request is under way */
     uint64_t max_body_bytes;     /* chunked bodies larger than this get 413 */
     const char *allowed_origins; /* CORS on the front door's own errors (NULL: none) */
+    const lm_log *log;           /* where accept failures are said (NULL: stderr) */
 } lm_front_door_options;
 
 typedef struct lm_front_door lm_front_door;

@@ -13,6 +13,7 @@
 #include "io/image_decode.h"
 #include "server/media.h"
 #include "server/reasoning_parser.h"
+#include "server/request_log.h"
 #include "server/server_internal.h"
 #include "server/tool_choice.h"
 #include "server/tool_parser.h"
@@ -69,6 +70,7 @@ typedef struct {
     double arrival;
     size_t body_len;
     bool got_first_token;
+    double first_token_time;
     int open_choices;
     /* streaming */
     lm_sbuf out;
@@ -310,6 +312,7 @@ static int apply_event(gen_ctx *g, int prompt, const loom_event *ev, cJSON **log
     if (ev->type == LOOM_EVENT_TOKEN) {
         if (!g->got_first_token) {
             g->got_first_token = true;
+            g->first_token_time = now;
             lm_metrics_observe_ttft(&g->server->metrics, now - g->arrival);
         } else if (ch->last_token_time > 0) {
             lm_metrics_observe_itl(&g->server->metrics, now - ch->last_token_time);
@@ -623,11 +626,32 @@ static void cancel_all(gen_ctx *g) {
     for (int p = 0; p < g->n_prompts; p++) loom_cancel(g->prompts[p].handle);
 }
 
-/* Counts the request in /metrics once, however it ends. */
+/* The request's log line (finish: the first choice's reason, or what
+ * went wrong). */
+static void log_request(const gen_ctx *g, unsigned status, const char *finish) {
+    const lm_server_options *o = &g->server->options;
+    if (!o->log_requests) return;
+    lm_request_record rec = {.id = g->id[0] ? g->id : "-",
+                             .route = g->req.kind == LM_API_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                             .status = status,
+                             .seconds = lm_now_seconds() - g->arrival,
+                             .ttft = g->got_first_token ? g->first_token_time - g->arrival : -1,
+                             .finish = finish};
+    for (int p = 0; p < g->n_prompts && g->prompts; p++) rec.prompt_tokens += g->prompts[p].prompt_tokens;
+    for (int i = 0; i < g->n && g->choices; i++) rec.output_tokens += g->choices[i].completion_tokens;
+    lm_request_log(o->log, &rec);
+}
+
+/* Counts the request in /metrics once, however it ends, and logs it. */
 static void observe_end(gen_ctx *g, int outcome) {
     if (g->observed) return;
     g->observed = true;
     lm_metrics_observe_request(&g->server->metrics, lm_now_seconds() - g->arrival, outcome);
+    bool blocking = !g->req.stream;
+    log_request(g, outcome == 2 && atomic_load(&g->server->cancel_all) && blocking ? 503
+                   : outcome == 1 && blocking                                     ? 500
+                                                                                  : 200,
+                outcome == 2 ? "abort" : outcome == 1 ? "error" : g->n > 0 ? finish_reason_name(&g->choices[0]) : "stop");
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -697,6 +721,7 @@ static uint64_t random_u64(lm_server *s) {
 static enum MHD_Result fail(gen_ctx *g, struct MHD_Connection *c, unsigned status, const char *message,
                             const char *param) {
     enum MHD_Result ret = lm_reply_error(c, status, message, param);
+    log_request(g, status, message);
     gen_free(g);
     return ret;
 }
@@ -715,6 +740,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     if (lm_openai_request_parse(kind, body, len, &s->image_parts, &g->req, param, sizeof param, &err) != LM_OK)
         return fail(g, c, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
     lm_openai_request *r = &g->req;
+    lm_generation_defaults_apply(s->options.generation_defaults, r->doc, &r->params.sampling);
     if (r->model && strcmp(r->model, s->options.served_model_name) != 0) {
         char message[400];
         snprintf(message, sizeof message, "The model `%.300s` does not exist.", r->model);

@@ -14,9 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/build_info.h"
 #include "server/front_door.h"
 #include "server/request_framing.h"
 #include "server/server_internal.h"
+#include "server/throughput_log.h"
 
 #define LM_MAX_URL_BYTES LM_FRAMING_MAX_URL_BYTES       /* the front door refuses longer ones first */
 #define LM_MAX_HEADER_BYTES LM_FRAMING_MAX_HEAD_BYTES /* likewise */
@@ -48,6 +50,7 @@ typedef struct {
     bool deferred;
     struct MHD_Response *pending;
     unsigned pending_status;
+    unsigned status; /* the last response's, for the access line */
     enum MHD_Result result;
 } conn_slot;
 
@@ -71,6 +74,7 @@ typedef struct {
     lm_route route;
     bool method_ok, authorized;
     bool too_large, dispatched, counted;
+    bool handled; /* reached its route's handler (generation routes log their own line there) */
     const char *url; /* MHD's, valid for the request */
     lm_sbuf body;
     double arrival;
@@ -128,6 +132,7 @@ enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, str
             if (strcmp(origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
         }
         if (atomic_load(&s->http->stopping)) MHD_add_response_header(r, "Connection", "close");
+        slot->status = status;
         if (slot->deferred) {
             if (slot->pending) MHD_destroy_response(slot->pending);
             slot->pending = r;
@@ -231,7 +236,15 @@ static const route_entry routes[] = {
     {"/tokenize", "POST", LM_ROUTE_TOKENIZE, false},
     {"/detokenize", "POST", LM_ROUTE_DETOKENIZE, false},
     {"/reset_prefix_cache", "POST", LM_ROUTE_RESET_PREFIX_CACHE, false}, /* vLLM's admin route */
+    {"/version", "GET", LM_ROUTE_VERSION, false},
 };
+
+/* The path of a route, for the log ("-" for none). */
+static const char *route_name(lm_route route) {
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (routes[i].route == route) return routes[i].path;
+    return "-";
+}
 
 static const route_entry *route_of(const char *url) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
@@ -259,7 +272,7 @@ static bool is_worker_route(lm_route r) {
 
 static bool authorized(const lm_server *s, struct MHD_Connection *c, lm_route route) {
     if (!s->options.api_key) return true;
-    if (route == LM_ROUTE_HEALTH || route == LM_ROUTE_METRICS) return true;
+    if (route == LM_ROUTE_HEALTH || route == LM_ROUTE_METRICS || route == LM_ROUTE_VERSION) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     /* RFC 7235: the scheme is case-insensitive, then one or more spaces. */
     if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return false;
@@ -337,6 +350,21 @@ static enum MHD_Result handle_reset_prefix_cache(lm_server *s, struct MHD_Connec
         return lm_reply_error(c, 503, error, NULL);
     static const char ok[] = "{\"reset\":true}";
     return lm_reply_text(c, 200, "application/json", ok, sizeof ok - 1);
+}
+
+/* GET /version: what `loom --version` prints. */
+static enum MHD_Result handle_version(struct MHD_Connection *c) {
+    lm_build_info b;
+    lm_build_info_get(&b);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", b.version);
+    cJSON_AddStringToObject(root, "git_commit", b.git_commit);
+    cJSON_AddStringToObject(root, "compiler", b.compiler);
+    cJSON_AddStringToObject(root, "cpu_features", b.cpu_features);
+    cJSON_AddStringToObject(root, "backends", b.backends);
+    enum MHD_Result ret = lm_reply_json(c, 200, root);
+    cJSON_Delete(root);
+    return ret;
 }
 
 static bool model_ok(const lm_server *s, const char *model) {
@@ -468,6 +496,7 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
         return lm_reply_text(c, 200, "text/plain", "", 0);
     case LM_ROUTE_METRICS: return handle_metrics(s, c);
     case LM_ROUTE_RESET_PREFIX_CACHE: return handle_reset_prefix_cache(s, c);
+    case LM_ROUTE_VERSION: return handle_version(c);
     case LM_ROUTE_TOKENIZE: return handle_tokenize(s, c, body, len);
     case LM_ROUTE_DETOKENIZE: return handle_detokenize(s, c, body, len);
     default: return lm_reply_error(c, 404, "not found", NULL);
@@ -740,6 +769,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (ctx->too_large) return lm_reply_error(c, 413, "the request body is larger than the server accepts", NULL);
     if (ctx->body.failed) return lm_reply_error(c, 500, "out of memory reading the request body", NULL);
     set_phase(s, slot, PHASE_BUSY, 0);
+    ctx->handled = true;
     if (slot && is_worker_route(ctx->route)) {
         ctx->dispatched = true;
         ctx->counted = true;
@@ -756,6 +786,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     conn_ctx *ctx = *con_cls;
     if (!ctx) return;
     if (ctx->counted) atomic_fetch_sub(&s->http->inflight, 1);
+    conn_slot *done = slot_of(c);
+    /* Generation requests log their own line once handled (request_log.h);
+     * refused before that (401, 413, ...) they get one here, the other
+     * routes one at debug. */
+    bool generation = ctx->route == LM_ROUTE_CHAT || ctx->route == LM_ROUTE_COMPLETIONS;
+    if (done && generation && !ctx->handled && s->options.log_requests)
+        lm_log_printf(s->log, LM_LOG_INFO, "request - %s %u: refused before generation", route_name(ctx->route),
+                      done->status);
+    else if (done && !generation)
+        lm_log_printf(s->log, LM_LOG_DEBUG, "request %s %u%s", route_name(ctx->route), done->status,
+                      toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     bool large = ctx->body.cap >= LM_LARGE_BODY_BYTES;
     lm_sbuf_free(&ctx->body);
     if (large) malloc_trim(0); /* give a large body's pages back to the system */
@@ -784,11 +825,12 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
     int_fast64_t now = (int_fast64_t)lm_now_seconds();
     if (atomic_exchange(&h->log_second, now) != now) {
         int_fast64_t dropped = atomic_exchange(&h->log_count, 0) - 5;
-        if (dropped > 0) fprintf(stderr, "loom: http: (%lld similar messages dropped)\n", (long long)dropped);
+        if (dropped > 0) lm_log_printf(s->log, LM_LOG_WARNING, "http: (%lld similar messages dropped)", (long long)dropped);
     }
     if (atomic_fetch_add(&h->log_count, 1) >= 5) return;
-    fprintf(stderr, "loom: http: ");
-    vfprintf(stderr, fmt, ap);
+    char message[512];
+    vsnprintf(message, sizeof message, fmt, ap);
+    lm_log_printf(s->log, LM_LOG_WARNING, "http: %s", message);
 }
 
 static void http_free(struct lm_http *h) {
@@ -849,11 +891,34 @@ static void fail_start(lm_server *s) {
     free(s);
 }
 
-lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
+static lm_front_door_options door_options(const lm_server_options *o) {
+    return (lm_front_door_options){.host = o->host ? o->host : "127.0.0.1", .port = o->port,
+                                   .max_connections = o->max_connections > 0 ? o->max_connections : 4096,
+                                   .backlog = 1024, .timeout_keep_alive_s = o->timeout_keep_alive_s > 0 ? o->timeout_keep_alive_s : 5,
+                                   .max_body_bytes = o->max_body_bytes ? o->max_body_bytes : LM_DEFAULT_MAX_BODY_BYTES,
+                                   .allowed_origins = o->allowed_origins, .log = o->log};
+}
+
+lm_status lm_server_listen(const lm_server_options *options, lm_server_listener **out, lm_error *err) {
+    lm_front_door_options fo = door_options(options);
+    return lm_front_door_listen(&fo, out, err);
+}
+
+int lm_server_listener_port(const lm_server_listener *listener) { return lm_front_door_port(listener); }
+
+void lm_server_listener_close(lm_server_listener *listener) { lm_front_door_stop(listener, 0); }
+
+lm_status lm_server_start(const lm_server_options *options, lm_server_listener *listener, loom_engine *engine,
                           const lm_tokenizer *tokenizer, const lm_chat_template *chat_template,
                           lm_server **out, lm_error *err) {
     lm_server *s = calloc(1, sizeof *s);
-    if (!s) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    if (!s) {
+        lm_server_listener_close(listener);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    s->door = listener;
+    s->fallback_log = (lm_log){.level = LM_LOG_INFO, .out = stderr, .source = "loom serve"};
+    s->log = options->log ? options->log : &s->fallback_log;
     s->options = *options;
     lm_server_options *o = &s->options;
     if (!o->host) o->host = "127.0.0.1";
@@ -866,6 +931,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     if (o->http_threads <= 0) o->http_threads = 4;
     if (o->max_connections > 1 << 20 || o->http_threads > 256 || o->timeout_keep_alive_s > 86400 ||
         o->timeout_header_s > 86400 || o->timeout_body_s > 86400) {
+        lm_server_listener_close(s->door);
         free(s);
         return lm_fail(err, LM_ERR_INVALID, "server limits out of range");
     }
@@ -875,6 +941,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     const char *source = tokenizer ? lm_tokenizer_chat_template(tokenizer) : NULL;
     s->template_has_think = source && strstr(source, "<think>");
     if (lm_server_images_init(s, err) != LM_OK) {
+        lm_server_listener_close(s->door);
         free(s->media_dir);
         free(s);
         return err->code;
@@ -885,6 +952,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     atomic_init(&s->cancel_all, false);
 
     if (http_create(s, err) != LM_OK) {
+        lm_server_listener_close(s->door);
         lm_metrics_destroy(&s->metrics);
         free(s->media_dir);
         free(s);
@@ -892,10 +960,7 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
     }
     /* loom listens and accepts; each connection reaches MHD through the
      * front door's relay, which answers bad framing itself. */
-    lm_front_door_options fo = {.host = o->host, .port = o->port, .max_connections = o->max_connections,
-                                .backlog = 1024, .timeout_keep_alive_s = o->timeout_keep_alive_s,
-                                .max_body_bytes = o->max_body_bytes, .allowed_origins = o->allowed_origins};
-    if (lm_front_door_listen(&fo, &s->door, err) != LM_OK) {
+    if (!s->door && lm_server_listen(o, &s->door, err) != LM_OK) {
         fail_start(s);
         return err->code;
     }
@@ -929,6 +994,11 @@ lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
         return err->code;
     }
     s->port = lm_front_door_port(s->door);
+    if (o->log && o->stats_interval_s > 0 &&
+        lm_throughput_log_start(o->log, engine, o->stats_interval_s, &s->throughput, err) != LM_OK) {
+        lm_server_stop(s, 0);
+        return err->code;
+    }
     *out = s;
     return LM_OK;
 }
@@ -947,6 +1017,8 @@ static bool wait_zero(atomic_int *counter, int ms) {
 void lm_server_stop(lm_server *s, int grace_ms) {
     if (!s) return;
     struct lm_http *h = s->http;
+    lm_throughput_log_stop(s->throughput);
+    s->throughput = NULL;
     /* 1. No new connections: the listening socket stops at once (the open
      * connections carry on). */
     atomic_store(&h->stopping, true);
@@ -965,12 +1037,13 @@ void lm_server_stop(lm_server *s, int grace_ms) {
     pthread_mutex_unlock(&h->wait_mutex);
     pthread_join(h->waker, NULL);
     bool workers_done = wait_zero(&h->workers, FINAL_WAIT_MS);
-    if (!drained) fprintf(stderr, "loom: %d requests did not finish after the cancel\n", atomic_load(&h->inflight));
+    if (!drained)
+        lm_log_printf(s->log, LM_LOG_WARNING, "%d requests did not finish after the cancel", atomic_load(&h->inflight));
     if (!workers_done) {
         /* A generation thread still holds a suspended connection: stopping
          * the daemon now is undefined, so leave it to the process exit. */
-        fprintf(stderr, "loom: %d generation threads still running; not freeing the server\n",
-                atomic_load(&h->workers));
+        lm_log_printf(s->log, LM_LOG_WARNING, "%d generation threads still running; not freeing the server",
+                      atomic_load(&h->workers));
         return;
     }
     MHD_stop_daemon(s->daemon);

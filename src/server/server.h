@@ -8,7 +8,9 @@
 #include <stddef.h>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "loom.h"
+#include "server/generation_defaults.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -34,14 +36,31 @@ typedef struct {
     const char *allowed_local_media_path; /* image parts may name files inside this folder (file://
                                              URIs or paths); NULL: data: URIs only */
     bool images_off;               /* the engine was told max_image_pixels -1 (for the refusal's words) */
+    const lm_log *log;             /* where request and throughput lines go (NULL: nowhere) */
+    bool log_requests;             /* one line per generation request (request_log.h) */
+    double stats_interval_s;       /* a throughput line this often while busy (<= 0: none) */
+    /* Sampling defaults for the fields a request leaves out (the
+     * checkpoint's generation_config.json); NULL: loom's own. */
+    const lm_generation_defaults *generation_defaults;
 } lm_server_options;
 
 typedef struct lm_server lm_server;
 
-/* Starts serving.  The engine, tokenizer and template stay owned by the
- * caller and must outlive the server; tokenizer and template may be NULL
- * (then chat is refused and completions take token ids only). */
-lm_status lm_server_start(const lm_server_options *options, loom_engine *engine,
+/* The listening socket, bound before the engine loads its weights so that
+ * a taken port fails at once.  options->host may be an IPv4 or IPv6
+ * address ("::1", "[::1]") or a host name. */
+typedef struct lm_front_door lm_server_listener;
+lm_status lm_server_listen(const lm_server_options *options, lm_server_listener **out, lm_error *err);
+int lm_server_listener_port(const lm_server_listener *listener);
+/* For a listener never handed to lm_server_start. */
+void lm_server_listener_close(lm_server_listener *listener);
+
+/* Starts serving on listener (taken over, freed with the server, also when
+ * the start fails; NULL: bind one here).  The engine, tokenizer and
+ * template stay owned by the caller and must outlive the server; tokenizer
+ * and template may be NULL (then chat is refused and completions take token
+ * ids only). */
+lm_status lm_server_start(const lm_server_options *options, lm_server_listener *listener, loom_engine *engine,
                           const lm_tokenizer *tokenizer, const lm_chat_template *chat_template,
                           lm_server **out, lm_error *err);
 int lm_server_port(const lm_server *server);

@@ -12,6 +12,8 @@
 
 struct lm_server {
     lm_server_options options;
+    const lm_log *log;   /* options.log, else fallback_log (stderr) */
+    lm_log fallback_log;
     loom_engine *engine;
     const lm_tokenizer *tokenizer;
     const lm_chat_template *chat_template;
@@ -30,11 +32,12 @@ struct lm_server {
     atomic_bool cancel_all;  /* shutdown: cancel what is still running */
     struct lm_http *http;    /* http.c's connection table, worker count and waker */
     struct lm_front_door *door; /* front_door.c: the listener and the relay in front of MHD */
+    struct lm_throughput_log *throughput; /* throughput_log.c: the periodic line while busy, or NULL */
 };
 
 typedef enum { LM_ROUTE_NONE, LM_ROUTE_CHAT, LM_ROUTE_COMPLETIONS, LM_ROUTE_MODELS, LM_ROUTE_HEALTH,
                LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE, LM_ROUTE_MODEL,
-               LM_ROUTE_RESET_PREFIX_CACHE } lm_route;
+               LM_ROUTE_RESET_PREFIX_CACHE, LM_ROUTE_VERSION } lm_route;
 
 /* Replies; all return MHD's result of queueing the response. */
 enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,

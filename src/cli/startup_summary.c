@@ -1,0 +1,61 @@
+#include "cli/startup_summary.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+uint64_t lm_cli_resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long long size = 0, resident = 0;
+    int got = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return got == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page : 0;
+}
+
+/* "25.3 M", "2.1 B" */
+static void count_text(int64_t n, char *out, size_t size) {
+    if (n >= 1000000000) snprintf(out, size, "%.2f B", (double)n / 1e9);
+    else snprintf(out, size, "%.1f M", (double)n / 1e6);
+}
+
+void lm_cli_log_startup(const lm_log *log, const lm_startup_facts *f) {
+    const loom_engine_info *e = f->engine;
+    char total[32], active[32];
+    count_text(e->n_parameters, total, sizeof total);
+    count_text(e->n_active_parameters, active, sizeof active);
+    char moe[64] = "";
+    if (e->n_active_parameters > 0 && e->n_active_parameters < e->n_parameters)
+        snprintf(moe, sizeof moe, ", %s active per token", active);
+    lm_log_printf(log, LM_LOG_INFO, "model %s: %s (%s), %s parameters%s, weights %.1f MB%s%s%s", f->model, e->family,
+                  e->architecture, total, moe, (double)e->weight_bytes / 1e6, f->weight_dtypes[0] ? " (" : "",
+                  f->weight_dtypes, f->weight_dtypes[0] ? ")" : "");
+    lm_log_printf(log, LM_LOG_INFO, "loaded in %.2f s, %.0f MiB resident; %s backend (%s compute), %d threads%s",
+                  f->load_seconds, (double)lm_cli_resident_bytes() / (1 << 20), e->backend, e->compute, e->threads,
+                  e->vision ? ", images on" : "");
+    if (!e->prefix_caching)
+        lm_log_printf(log, LM_LOG_INFO, "prefix caching off");
+    else if (e->prefix_snapshot_bytes > 0)
+        lm_log_printf(log, LM_LOG_INFO, "prefix caching on, recurrent-state snapshots in %.0f MiB (--prefix-snapshot-bytes)",
+                      (double)e->prefix_snapshot_bytes / (1 << 20));
+    else
+        lm_log_printf(log, LM_LOG_INFO, "prefix caching on");
+    int full = e->max_model_len > 0 ? (int)(e->kv_cache_tokens / e->max_model_len) : 0;
+    lm_log_printf(log, LM_LOG_INFO, "max model length %d (%s)", e->max_model_len, f->model_len_why);
+    char raised[160] = "";
+    if (f->kv_cache_tokens_asked > 0 && f->kv_cache_tokens_asked < e->max_model_len)
+        snprintf(raised, sizeof raised, "; --kv-cache-tokens %lld raised to hold one full sequence",
+                 (long long)f->kv_cache_tokens_asked);
+    lm_log_printf(log, LM_LOG_INFO,
+                  "KV cache: %lld tokens in blocks of %d, %d sequence%s of full length at once%s; %d state slots "
+                  "(sequences decoding at once); %d tokens per step",
+                  (long long)e->kv_cache_tokens, e->kv_block_size, full, full == 1 ? "" : "s", raised, e->state_slots,
+                  e->max_batch_tokens);
+    if (e->speculative_tokens > 0)
+        lm_log_printf(log, LM_LOG_INFO, "speculative decoding on: %d MTP drafts per step", e->speculative_tokens);
+    else if (f->speculative_asked > 0)
+        lm_log_printf(log, LM_LOG_WARNING, "speculative decoding off: %s", e->speculative_status);
+    else
+        lm_log_printf(log, LM_LOG_INFO, "speculative decoding off (--speculative-tokens K turns it on)");
+    lm_log_printf(log, LM_LOG_INFO, "sampling defaults: %s", f->sampling_defaults);
+}

@@ -1,0 +1,32 @@
+/* loom_engine_describe: what the engine was made with (include/loom.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+void loom_engine_describe(const loom_engine *e, loom_engine_info *out) {
+    memset(out, 0, sizeof *out);
+    const lm_model_info *m = lm_model_describe(e->model);
+    snprintf(out->family, sizeof out->family, "%s", m->family);
+    snprintf(out->architecture, sizeof out->architecture, "%s", m->architecture);
+    out->n_parameters = m->n_parameters;
+    out->n_active_parameters = m->n_active_parameters;
+    out->weight_bytes = m->weight_bytes;
+    snprintf(out->backend, sizeof out->backend, "%s", e->backend->ops->name);
+    out->threads = lm_backend_threads(e->backend);
+    out->max_model_len = e->max_model_len;
+    out->max_position_embeddings = m->max_position_embeddings;
+    out->kv_block_size = e->kv_block_size;
+    out->kv_cache_tokens = (int64_t)e->kv_blocks.n_blocks * e->kv_block_size;
+    out->state_slots = e->state_slots.n_ids;
+    out->max_batch_tokens = e->options.max_batch_tokens;
+    out->speculative_tokens = e->spec_k;
+    if (e->options.speculative_tokens > 0 && e->spec_k == 0)
+        snprintf(out->speculative_status, sizeof out->speculative_status, "%s",
+                 m->mtp_status[0] ? m->mtp_status : "the model has no MTP head");
+    out->vision = e->images_on;
+    snprintf(out->compute, sizeof out->compute, "%s", lm_backend_compute(e->backend));
+    out->prefix_caching = e->prefix_on;
+    out->prefix_snapshot_bytes =
+        e->prefix_on && e->prefix_has_state ? (int64_t)e->snapshots.capacity * (int64_t)e->snapshot_bytes : 0;
+}

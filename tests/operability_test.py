@@ -1,0 +1,329 @@
+"""Operability of the loom command line and server (run by tests/test_operability.sh)."""
+import json, os, re, shutil, socket, struct, subprocess, sys, tempfile, time, urllib.request
+
+build = os.environ.get("LOOM_BUILD", "build")
+loom = os.path.abspath(os.path.join(build, "loom"))
+asan = os.path.abspath(os.path.join(build, "asan", "loom"))
+tiny = os.path.abspath("models/loom-tiny")
+passed = failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    passed, failed = passed + bool(ok), failed + (not ok)
+    if not ok:
+        print(f"  FAIL {name}: {str(detail)[-1500:]}", file=sys.stderr)
+
+
+def run(*args, binary=loom, **kw):
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, **kw)
+
+
+tmp = tempfile.mkdtemp(prefix="loom-ops-")
+IDS = ["--ids", "1,2,3", "--max-tokens", "4", "--print-ids"]
+
+# --version: version, commit, compiler, CPU features, backends
+r = run("--version")
+check("--version", r.returncode == 0 and re.search(r"^loom \d+\.\d+\.\d+ \(commit \S+\)", r.stdout, re.M)
+      and "compiler:" in r.stdout and "cpu features:" in r.stdout and "backends: cpu, ref" in r.stdout, r.stdout)
+
+# the model as a positional argument, as --model, and llama-server's -m
+want = run("run", "--model", tiny, *IDS).stdout
+check("run --model", want.strip() != "", want)
+for form in ([tiny], ["-m", tiny], [f"--model={tiny}"]):
+    r = run("run", *form, *IDS)
+    check(f"run {form[0][:8]}... same ids", r.returncode == 0 and r.stdout == want, r.stdout + r.stderr)
+r = run("run", tiny, tiny, *IDS)
+check("two model folders refused", r.returncode == 2 and "unexpected argument" in r.stderr, r.stderr)
+
+# llama-server aliases: -c (context), -np (sequences), -t (threads) reach the engine
+r = run("run", tiny, "-c", "64", "-np", "2", "-t", "1", "--ids", ",".join(["5"] * 70), "--max-tokens", "2")
+check("-c 64 limits the context", r.returncode == 1 and "64" in r.stderr, r.stderr)
+r = run("run", tiny, "-c", "64", "-np", "2", "-t", "1", *IDS)
+check("-c -np -t accepted", r.returncode == 0 and r.stdout == want, r.stderr)
+
+# usage errors: one line, one "loom CMD:" prefix, "see loom CMD --help"
+for args in (["run", "--bogus"], ["serve", "--port", "x"], ["chat", "--top-p", "2"], ["logits", "--ids"],
+             ["tokenize", "--bad"], ["render", "--date", "yesterday"], ["inspect", "a", "b"]):
+    r = run(*args, input="")
+    cmd = args[0]
+    lines = r.stderr.strip().split("\n")
+    check(f"usage error {' '.join(args)}", r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"loom {cmd}: ")
+          and lines[0].count("loom ") == 2 and lines[0].endswith(f"see loom {cmd} --help"), r.stderr)
+
+# vLLM's flags that loom covers: accepted with a note each; others refused naming loom's own
+notes = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3", "--dtype",
+         "bfloat16", "--trust-remote-code"]
+r = run("run", tiny, *notes, *IDS)
+check("vLLM no-op flags accepted", r.returncode == 0 and r.stdout == want, r.stderr)
+for flag in ("--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser", "--dtype", "--trust-remote-code"):
+    line = [l for l in r.stderr.split("\n") if l.startswith(f"loom run: {flag}:")]
+    check(f"{flag} has a one-line note", len(line) == 1 and len(line[0]) > len(flag) + 20, r.stderr)
+for args, names in ((["--dtype", "float16"], "bfloat16"), (["--tensor-parallel-size", "2"], "--device"),
+                    (["-ngl", "99"], "--device"), (["-hf", "Qwen/Qwen3.5-0.8B"], "--model"),
+                    (["--n-predict", "8"], "--max-tokens")):
+    r = run("serve", tiny, *args)
+    check(f"{args[0]} refused naming {names}", r.returncode == 2 and names in r.stderr, r.stderr)
+
+# the shared table's prefix-cache and precision flags: every model-loading command takes them
+for cmd in ("run", "bench"):
+    extra = IDS if cmd == "run" else ["--prompt-tokens", "8", "--gen-tokens", "2"]
+    r = run(cmd, tiny, "--no-enable-prefix-caching", "--prefix-snapshot-bytes", "64M", "--compute-dtype", "f32", *extra)
+    check(f"{cmd}: prefix-cache and --compute-dtype flags accepted", r.returncode == 0, r.stderr)
+r = run("run", tiny, "--compute-dtype", "bf16", *IDS)
+check("bf16 compute on the cpu refused with a sentence", r.returncode != 0 and "float32 only" in r.stderr, r.stderr)
+r = run("run", tiny, "--compute-dtype", "fp8", *IDS)
+check("--compute-dtype fp8 is a usage error", r.returncode == 2 and "f32 or bf16" in r.stderr, r.stderr)
+r = run("run", tiny, "--prefix-snapshot-bytes", "12X", *IDS)
+check("--prefix-snapshot-bytes 12X is a usage error", r.returncode == 2 and "512M" in r.stderr, r.stderr)
+
+# --max-model-len above max_position_embeddings: refused, unless explicitly allowed
+r = run("run", tiny, "--max-model-len", "100000", *IDS)
+check("--max-model-len above the model's refused", r.returncode == 2 and "max_position_embeddings" in r.stderr
+      and "8192" in r.stderr and "--allow-long-max-model-len" in r.stderr, r.stderr)
+r = run("run", tiny, "--max-model-len", "9000", "--allow-long-max-model-len", *IDS)
+check("--allow-long-max-model-len", r.returncode == 0 and r.stdout == want, r.stderr)
+r = run("run", tiny, "--threads", "4096", *IDS)
+check("--threads out of range", r.returncode == 2, r.stderr)
+cores = os.cpu_count() or 1
+r = run("run", tiny, "--threads", str(min(cores * 2, 1024)), *IDS)
+check("--threads above the cores warns", r.returncode == 0 and "cores" in r.stderr, r.stderr)
+
+# errors that teach: each names the problem and the fix
+gguf = os.path.join(tmp, "model.gguf")
+open(gguf, "wb").write(b"GGUF" + b"\0" * 60)
+empty = os.path.join(tmp, "empty")
+os.mkdir(empty)
+llama = os.path.join(tmp, "llama")
+os.mkdir(llama)
+json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, open(os.path.join(llama, "config.json"), "w"))
+corrupt = os.path.join(tmp, "corrupt")
+shutil.copytree(tiny, corrupt)
+with open(os.path.join(corrupt, "model.safetensors"), "r+b") as f:
+    f.write(b"PK\x03\x04 not a header")
+cases = [
+    ("a .safetensors file", [os.path.join(tiny, "model.safetensors")], ["is a file", f"--model {tiny}"]),
+    ("a GGUF file", [gguf], ["GGUF", "safetensors", "huggingface-cli download"]),
+    ("a folder without config.json", [empty], ["has no config.json", "checkpoint folder"]),
+    ("a hub id", ["Qwen/Qwen3.5-0.8B"], ["does not download", "huggingface-cli download Qwen/Qwen3.5-0.8B"]),
+    ("an unsupported architecture", [llama], ["'llama'", "LlamaForCausalLM", "qwen3_5", "glm4v_moe"]),
+    ("a corrupt header", [corrupt], ["model.safetensors", "not a safetensors file", "download it again"]),
+]
+for name, model_args, words in cases:
+    for cmd, rest in (("run", ["--prompt", "hi"]), ("serve", ["--port", "0"])):
+        r = run(cmd, *model_args, *rest)
+        text = r.stderr.strip()
+        last = text.split("\n")[-1]  # serve logs "loading ..." first once the port is bound
+        check(f"{cmd}: {name}", r.returncode == 1 and all(w in last for w in words) and "Sanitizer" not in text
+              and (cmd == "serve" or len(text.split("\n")) == 1), text)
+r = run("run", llama, "--prompt", "hi")
+check("unsupported architecture: only what the registry lists", "llama," not in r.stderr and "mistral" not in r.stderr,
+      r.stderr)
+
+# the tokenizer commands default to the bundled model, and only need tokenizer.json
+r = run("tokenize", input="Hello")
+check("tokenize with the bundled model", r.returncode == 0 and r.stdout.startswith("["), r.stderr)
+r = run("detokenize", input=r.stdout)
+check("detokenize with the bundled model", r.returncode == 0 and r.stdout == "Hello", r.stdout + r.stderr)
+r = run("render", input='{"messages": [{"role": "user", "content": "hi"}]}')
+check("render with the bundled model", r.returncode == 0 and "hi" in r.stdout, r.stderr)
+r = run("logits", "--ids", "1,2", "--out", os.path.join(tmp, "l.bin"))
+check("logits with the bundled model", r.returncode == 0 and os.path.getsize(os.path.join(tmp, "l.bin")) > 0, r.stderr)
+r = run("tokenize", empty, input="x")
+check("tokenize: a folder without tokenizer.json", r.returncode == 1 and "tokenizer.json" in r.stderr, r.stderr)
+
+# the port is bound before the weights are read: a taken port fails at once, before any
+# weights are opened (the folder's weights are a FIFO: reading them would block)
+fifo_model = os.path.join(tmp, "fifo")
+os.mkdir(fifo_model)
+for f in os.listdir(tiny):
+    if f.endswith(".safetensors"):
+        os.mkfifo(os.path.join(fifo_model, f))
+    else:
+        os.symlink(os.path.join(tiny, f), os.path.join(fifo_model, f))
+taken = socket.socket()
+taken.bind(("127.0.0.1", 0))
+taken.listen()
+port = taken.getsockname()[1]
+starts = []
+for _ in range(3):  # the process's own start (dynamic linking) is not loom's to spend
+    t = time.monotonic()
+    run("--version")
+    starts.append(time.monotonic() - t)
+t = time.monotonic()
+try:
+    r = run("serve", fifo_model, "--port", str(port))
+    elapsed = time.monotonic() - t
+except subprocess.TimeoutExpired:
+    r, elapsed = None, 999
+budget = 0.100 + min(starts)
+check("a taken port fails before the weights are read", r is not None and r.returncode == 1, r and r.stderr)
+check(f"... within 100 ms ({elapsed * 1000:.0f} ms, {min(starts) * 1000:.0f} ms of it process start)",
+      elapsed < budget, elapsed)
+if r:
+    check("... said once, with the flag to change it", r.stderr.count("in use") == 1 and "--port" in r.stderr
+          and str(port) in r.stderr, r.stderr)
+taken.close()
+
+
+# the server: startup summary, one line per request, the throughput line, /version, --host forms
+def start(*args, binary=loom):
+    p = subprocess.Popen([binary, "serve", "--port", "0", *args], stderr=subprocess.PIPE, text=True)
+    lines = []
+    while True:
+        line = p.stderr.readline()
+        if not line:
+            return p, None, lines
+        lines.append(line)
+        m = re.search(r"serving \S+ on http://(\S+):(\d+)", line)
+        if m:
+            return p, f"http://{m.group(1)}:{m.group(2)}", lines
+
+
+def stop(p):
+    p.send_signal(2)
+    rest = p.stderr.read()
+    return p.wait(timeout=60), rest
+
+
+def post(url, path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=60))
+
+
+stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR) loom serve: ")
+for binary in [b for b in (loom, asan) if os.path.exists(b)]:
+    tag = "asan" if binary == asan else "release"
+    p, url, head = start(tiny, "--log-stats-interval", "0.2", "--kv-cache-tokens", "100", "-np", "3", binary=binary)
+    check(f"{tag}: serve starts", url is not None, "".join(head))
+    if not url:
+        p.kill()
+        continue
+    summary = "".join(head)
+    for words in (["qwen3_5", "parameters", "BF16", "loaded in", "MiB resident", "cpu backend", "threads"],
+                  ["max model length 8192", "max_position_embeddings"],
+                  ["KV cache: 8192 tokens", "1 sequence of full length", "--kv-cache-tokens 100 raised",
+                   "3 state slots"], ["speculative decoding off"], ["sampling defaults:"]):
+        check(f"{tag}: startup says {words[0]}", all(w in summary for w in words), summary)
+    check(f"{tag}: every line timestamped", all(stamp.match(l) for l in head), head)
+    version = json.load(urllib.request.urlopen(url + "/version", timeout=30))
+    check(f"{tag}: GET /version", set(version) >= {"version", "git_commit", "compiler", "cpu_features", "backends"}
+          and version["version"] in run("--version").stdout, version)
+    out = post(url, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": True})
+    post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+    try:
+        post(url, "/v1/completions", {"prompt": "x", "max_tokens": 100000})
+    except urllib.error.HTTPError as e:
+        bad_status = e.code
+    time.sleep(0.6)
+    rc, rest = stop(p)
+    log = rest.split("\n")
+    reqs = [l for l in log if " request " in l]
+    check(f"{tag}: one line per request", len(reqs) == 3, rest)
+    if len(reqs) == 3:
+        first = reqs[0]
+        check(f"{tag}: request line fields", re.search(r"request cmpl-[0-9a-f]{32} /v1/completions 200: prompt \d+, "
+                                                      r"cached \d+, output 24 tokens, first token [\d.]+ s, "
+                                                      r"[\d.]+ tokens/s, [\d.]+ s, finish length", first), first)
+        check(f"{tag}: chat request line", "/v1/chat/completions 200" in reqs[1], reqs[1])
+        check(f"{tag}: refused request line", f"/v1/completions {bad_status}" in reqs[2], reqs[2])
+    thr = [l for l in log if "throughput:" in l]
+    check(f"{tag}: throughput line while busy", len(thr) >= 1 and re.search(
+        r"prompt [\d.]+ tokens/s, generation [\d.]+ tokens/s, running \d+, waiting \d+, KV cache [\d.]+% used",
+        thr[0]), rest)
+    idle = "prompt 0.0 tokens/s, generation 0.0 tokens/s, running 0, waiting 0"
+    trailing = len(thr) - next((i for i in range(len(thr) - 1, -1, -1) if idle not in thr[i]), -1) - 1
+    check(f"{tag}: one line after the work stops, then silent", trailing == 1, thr)
+    check(f"{tag}: stops with exit 0", rc == 0, rest)
+
+# --disable-log-requests, --disable-log-stats, --log-level warning
+p, url, head = start(tiny, "--disable-log-requests", "--log-stats-interval", "0.1", "--disable-log-stats")
+if url:
+    post(url, "/v1/completions", {"prompt": "Hi", "max_tokens": 8})
+    time.sleep(0.3)
+    rc, rest = stop(p)
+    check("--disable-log-requests / --disable-log-stats", " request " not in rest and "throughput" not in rest, rest)
+free = socket.socket()
+free.bind(("127.0.0.1", 0))
+free_port = free.getsockname()[1]
+free.close()
+p = subprocess.Popen([loom, "serve", tiny, "--port", str(free_port), "--log-level", "warning"], stderr=subprocess.PIPE,
+                     text=True)
+up = False
+for _ in range(300):
+    try:
+        up = urllib.request.urlopen(f"http://127.0.0.1:{free_port}/health", timeout=5).status == 200
+        break
+    except OSError:
+        time.sleep(0.05)
+rc, rest = stop(p)
+check("--log-level warning: only warnings and errors", up and rc == 0 and " INFO " not in rest, rest)
+# refused before generation (401): still one line; the other routes at debug
+p, url, head = start(tiny, "--api-key", "k2", "--log-level", "debug", "--disable-log-stats")
+if url:
+    for path, body in (("/v1/completions", b'{"prompt": "x"}'), ("/v1/models", None)):
+        try:
+            urllib.request.urlopen(urllib.request.Request(url + path, data=body), timeout=30)
+        except urllib.error.HTTPError:
+            pass
+    time.sleep(0.2)
+    rc, rest = stop(p)
+    check("a refused generation request is logged", re.search(r" INFO loom serve: request - /v1/completions 401", rest), rest)
+    check("other routes at debug", re.search(r" DEBUG loom serve: request /v1/models 401", rest), rest)
+r = run("serve", "--log-level", "loud")
+check("--log-level bad", r.returncode == 2 and "debug, info, warning or error" in r.stderr, r.stderr)
+
+# --host: IPv6 and host names
+for host, shown in (("::1", "[::1]"), ("[::1]", "[::1]"), ("localhost", "localhost")):
+    p, url, head = start(tiny, "--host", host)
+    ok = url is not None and shown in url
+    if ok:
+        ok = urllib.request.urlopen(url + "/health", timeout=30).status == 200
+    check(f"--host {host}", ok, "".join(head))
+    if url:
+        stop(p)
+    else:
+        p.wait()
+r = run("serve", tiny, "--host", "no-such-host.invalid")
+check("--host unresolvable", r.returncode == 1 and "--host" in r.stderr, r.stderr)
+
+# sampling defaults from generation_config.json; a request's own fields win
+gen = os.path.join(tmp, "gen")
+os.mkdir(gen)
+for f in os.listdir(tiny):
+    if f != "generation_config.json":
+        os.symlink(os.path.join(tiny, f), os.path.join(gen, f))
+json.dump({"temperature": 0.0, "top_k": 1}, open(os.path.join(gen, "generation_config.json"), "w"))
+p, url, head = start(gen, "--seed", "5")
+check("generation_config.json in the summary", any("temperature 0, top_k 1 from" in l for l in head), head)
+if url:
+    body = {"prompt": "Once upon a time", "max_tokens": 16, "ignore_eos": True}
+    a = post(url, "/v1/completions", body)["choices"][0]["text"]
+    b = post(url, "/v1/completions", dict(body, temperature=0))["choices"][0]["text"]
+    hot = {post(url, "/v1/completions", dict(body, temperature=5, top_k=0, seed=s))["choices"][0]["text"] for s in (1, 2)}
+    check("defaults apply to fields a request leaves out", a == b, (a, b))
+    check("a request's own fields win", len(hot) == 2 and a not in hot, hot)
+    stop(p)
+p, url, head = start(gen, "--generation-config", "vllm")
+check("--generation-config vllm", any("sampling defaults: none" in l for l in head), head)
+if url:
+    stop(p)
+else:
+    p.wait()
+
+# loom chat --url: the conversation goes to a running loom serve, history included
+p, url, head = start(tiny, "--api-key", "k1")
+if url:
+    r = subprocess.run([loom, "chat", "--url", url, "--api-key", "k1", "--temperature", "0", "--max-tokens", "8"],
+                       input="Hello!\nWho are you?\n", capture_output=True, text=True, timeout=120)
+    rc, rest = stop(p)
+    prompts = [int(m) for m in re.findall(r"/v1/chat/completions 200: prompt (\d+)", rest)]
+    check("chat --url answers each message", r.returncode == 0 and len([l for l in r.stdout.split("\n") if l.strip()]) == 2,
+          r.stdout + r.stderr)
+    check("chat --url sends the history", len(prompts) == 2 and prompts[1] > prompts[0] + 8, rest)
+r = run("chat", "--url", "http://127.0.0.1:1", input="")
+check("chat --url: nothing there", r.returncode == 1 and "cannot connect" in r.stderr, r.stderr)
+
+shutil.rmtree(tmp, ignore_errors=True)
+print(f"test_operability.sh: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
