@@ -137,9 +137,16 @@ def main():
         check(m.get("loom_prefix_cache_queries_total") == 0 and m.get("loom_prefix_snapshots_total") == 0,
               "the cache-off server counts nothing")
     finally:
+        logs = {}
         for p in (on, off):
             p.terminate()
+            logs[p] = p.stderr.read().decode(errors="replace")
             p.wait(timeout=30)
+    # the request log lines report the cached tokens the responses did
+    logged = [int(x) for x in re.findall(r"request \S+ /v1/\S+ 200: prompt \d+, cached (\d+)", logs[on])]
+    check(len(logged) == 15 and sum(logged) == sum(r[3] for r in with_cache),
+          "log lines' cached tokens = usage's (%d lines, %d vs %d)" % (len(logged), sum(logged),
+                                                                        sum(r[3] for r in with_cache)))
     print("server_prefix_cache: %d passed, %d failed" % (passed, failed))
     sys.exit(1 if failed else 0)
 

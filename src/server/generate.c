@@ -637,7 +637,10 @@ static void log_request(const gen_ctx *g, unsigned status, const char *finish) {
                              .seconds = lm_now_seconds() - g->arrival,
                              .ttft = g->got_first_token ? g->first_token_time - g->arrival : -1,
                              .finish = finish};
-    for (int p = 0; p < g->n_prompts && g->prompts; p++) rec.prompt_tokens += g->prompts[p].prompt_tokens;
+    for (int p = 0; p < g->n_prompts && g->prompts; p++) {
+        rec.prompt_tokens += g->prompts[p].prompt_tokens;
+        rec.cached_tokens += g->prompts[p].cached_tokens;
+    }
     for (int i = 0; i < g->n && g->choices; i++) rec.output_tokens += g->choices[i].completion_tokens;
     lm_request_log(o->log, &rec);
 }
