@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 install_test_npm() {
     [ -f tests/node/package.json ] || return 0
-    if [ -d tests/node/node_modules/openai ] && [ -d tests/node/node_modules/@anush008/tokenizers ]; then
+    if [ -d tests/node/node_modules/openai ] && [ -d tests/node/node_modules/@anush008/tokenizers ] &&
+       [ -d tests/node/node_modules/@anthropic-ai/sdk ]; then
         return 0
     fi
     echo "loom: installing the test suite's npm packages into tests/node" >&2

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "io/image_decode.h"
+#include "server/anthropic_request.h"
+#include "server/anthropic_response.h"
 #include "server/media.h"
 #include "server/reasoning_parser.h"
 #include "server/request_log.h"
@@ -58,6 +60,8 @@ typedef struct {
     lm_server *server;
     struct MHD_Connection *connection;
     lm_openai_request req;
+    lm_wire wire;               /* OpenAI's shapes, or Anthropic's (/v1/messages: one chat choice) */
+    lm_anthropic_stream astream;
     /* One engine request per prompt (completions may list several); choice
      * i belongs to prompt i / n_per and is that request's choice i % n_per. */
     prompt_state *prompts;
@@ -416,7 +420,29 @@ static cJSON *envelope(const gen_ctx *g, const char *object) {
 
 /* ------------------------------------------------------------ whole responses */
 
+/* Anthropic's view of the (only) choice. */
+static void anthropic_output(const gen_ctx *g, lm_anthropic_output *o) {
+    const choice_state *ch = &g->choices[0];
+    bool by_stop = ch->stop_string >= 0 && ch->stop_string < g->req.params.n_stop;
+    *o = (lm_anthropic_output){.id = g->id,
+                               .model = g->server->options.served_model_name,
+                               .thinking = lm_sbuf_str(&ch->reasoning),
+                               .text = lm_sbuf_str(&ch->content),
+                               .calls = &ch->calls,
+                               .stop_reason = ch->finished ? lm_anthropic_stop_reason(ch->reason, by_stop, ch->calls.n > 0)
+                                                           : NULL,
+                               .stop_sequence = ch->finished && by_stop ? g->req.stop[ch->stop_string] : NULL,
+                               .prompt_tokens = g->prompts[0].prompt_tokens,
+                               .cached_tokens = g->prompts[0].cached_tokens,
+                               .output_tokens = ch->completion_tokens};
+}
+
 static cJSON *full_response(gen_ctx *g) {
+    if (g->wire == LM_WIRE_ANTHROPIC) {
+        lm_anthropic_output o;
+        anthropic_output(g, &o);
+        return lm_anthropic_message(&o);
+    }
     bool chat = g->req.kind == LM_API_CHAT;
     cJSON *root = envelope(g, chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
@@ -490,6 +516,12 @@ static cJSON *chunk_choice(gen_ctx *g, cJSON **root, int index) {
 }
 
 static void stream_role_chunks(gen_ctx *g) {
+    if (g->wire == LM_WIRE_ANTHROPIC) {
+        lm_anthropic_output o;
+        anthropic_output(g, &o);
+        lm_anthropic_stream_start(&g->out, &o);
+        return;
+    }
     for (int i = 0; i < g->n; i++) {
         cJSON *root;
         cJSON *c = chunk_choice(g, &root, i);
@@ -512,6 +544,15 @@ static void stream_role_chunks(gen_ctx *g) {
 /* Emits what a choice gained from one event: a delta chunk, then a finish chunk. */
 static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
     choice_state *ch = &g->choices[i];
+    if (g->wire == LM_WIRE_ANTHROPIC) { /* the end comes with stream_final */
+        cJSON_Delete(logprob);
+        lm_anthropic_stream_delta(&g->astream, &g->out, lm_sbuf_str(&ch->reasoning), lm_sbuf_str(&ch->content),
+                                  ch->calls.items + ch->calls_sent, ch->calls.n - ch->calls_sent);
+        ch->calls_sent = ch->calls.n;
+        lm_sbuf_clear(&ch->content);
+        lm_sbuf_clear(&ch->reasoning);
+        return;
+    }
     bool chat = g->req.kind == LM_API_CHAT;
     bool new_calls = ch->calls_sent < ch->calls.n;
     if (ch->content.len || ch->reasoning.len || new_calls || logprob || (ch->token_ids && cJSON_GetArraySize(ch->token_ids))) {
@@ -571,6 +612,17 @@ static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
 }
 
 static void stream_final(gen_ctx *g) {
+    if (g->wire == LM_WIRE_ANTHROPIC) {
+        if (g->error_message[0] || !g->choices[0].finished) {
+            lm_anthropic_stream_error(&g->out, 500, g->error_message[0] ? g->error_message : "the request was cancelled");
+        } else {
+            lm_anthropic_output o;
+            anthropic_output(g, &o);
+            lm_anthropic_stream_end(&g->astream, &g->out, &o);
+        }
+        g->final_sent = true;
+        return;
+    }
     if (g->req.include_usage) {
         cJSON *root = envelope(g, g->req.kind == LM_API_CHAT ? "chat.completion.chunk" : "text_completion");
         cJSON_AddArrayToObject(root, "choices");
@@ -632,7 +684,9 @@ static void log_request(const gen_ctx *g, unsigned status, const char *finish) {
     const lm_server_options *o = &g->server->options;
     if (!o->log_requests) return;
     lm_request_record rec = {.id = g->id[0] ? g->id : "-",
-                             .route = g->req.kind == LM_API_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                             .route = g->wire == LM_WIRE_ANTHROPIC ? "/v1/messages"
+                                      : g->req.kind == LM_API_CHAT  ? "/v1/chat/completions"
+                                                                    : "/v1/completions",
                              .status = status,
                              .seconds = lm_now_seconds() - g->arrival,
                              .ttft = g->got_first_token ? g->first_token_time - g->arrival : -1,
@@ -723,24 +777,28 @@ static uint64_t random_u64(lm_server *s) {
 
 static enum MHD_Result fail(gen_ctx *g, struct MHD_Connection *c, unsigned status, const char *message,
                             const char *param) {
-    enum MHD_Result ret = lm_reply_error(c, status, message, param);
+    enum MHD_Result ret = lm_reply_error_as(c, g->wire, status, message, param);
     log_request(g, status, message);
     gen_free(g);
     return ret;
 }
 
-enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind,
+enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind, lm_wire wire,
                                      const char *body, size_t len, double arrival) {
     gen_ctx *g = calloc(1, sizeof *g);
-    if (!g) return lm_reply_error(c, 500, "out of memory allocating the request's state", NULL);
+    if (!g) return lm_reply_error_as(c, wire, 500, "out of memory allocating the request's state", NULL);
     g->server = s;
+    g->wire = wire;
     g->connection = c;
     g->arrival = arrival;
     g->body_len = len;
     g->created = (long long)time(NULL);
     char param[64] = "";
     lm_error err = {0};
-    if (lm_openai_request_parse(kind, body, len, &s->image_parts, &g->req, param, sizeof param, &err) != LM_OK)
+    lm_status parsed = wire == LM_WIRE_ANTHROPIC
+                           ? lm_anthropic_request_parse(body, len, false, &s->image_parts, &g->req, param, sizeof param, &err)
+                           : lm_openai_request_parse(kind, body, len, &s->image_parts, &g->req, param, sizeof param, &err);
+    if (parsed != LM_OK)
         return fail(g, c, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
     lm_openai_request *r = &g->req;
     lm_generation_defaults_apply(s->options.generation_defaults, r->doc, &r->params.sampling);
@@ -935,8 +993,9 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     g->open_choices = g->n;
     /* Ids unique across server starts: 128 random bits. */
     uint64_t a = random_u64(s), b = random_u64(s);
-    snprintf(g->id, sizeof g->id, "%s-%016llx%016llx", kind == LM_API_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)a, (unsigned long long)b);
+    snprintf(g->id, sizeof g->id, "%s%016llx%016llx",
+             wire == LM_WIRE_ANTHROPIC ? "msg_" : kind == LM_API_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)a,
+             (unsigned long long)b);
 
     if (r->stream) {
         stream_role_chunks(g);
@@ -961,9 +1020,9 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     observe_end(g, outcome_of(g));
     enum MHD_Result ret;
     if (atomic_load(&s->cancel_all) && outcome_of(g) == 2) {
-        ret = lm_reply_error(c, 503, "the server is shutting down: the request was cancelled", NULL);
+        ret = lm_reply_error_as(c, wire, 503, "the server is shutting down: the request was cancelled", NULL);
     } else if (g->error_message[0]) {
-        ret = lm_reply_error(c, 500, g->error_message, NULL);
+        ret = lm_reply_error_as(c, wire, 500, g->error_message, NULL);
     } else {
         cJSON *resp = full_response(g);
         ret = lm_reply_json(c, 200, resp);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/build_info.h"
+#include "server/anthropic_response.h"
 #include "server/front_door.h"
 #include "server/request_framing.h"
 #include "server/server_internal.h"
@@ -220,6 +221,24 @@ enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const 
     return reply_error_allow(c, status, message, param, NULL);
 }
 
+static enum MHD_Result reply_error_wire(struct MHD_Connection *c, lm_wire wire, unsigned status, const char *message,
+                                        const char *param, const char *allow) {
+    if (wire == LM_WIRE_OPENAI) return reply_error_allow(c, status, message, param, allow);
+    char *text = lm_anthropic_error_body(status, message);
+    if (!text) {
+        static const char oom[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}";
+        return lm_reply_text(c, 500, "application/json", oom, sizeof oom - 1);
+    }
+    enum MHD_Result ret = reply_with_allow(c, status, "application/json", text, strlen(text), allow);
+    cJSON_free(text);
+    return ret;
+}
+
+enum MHD_Result lm_reply_error_as(struct MHD_Connection *c, lm_wire wire, unsigned status, const char *message,
+                                  const char *param) {
+    return reply_error_wire(c, wire, status, message, param, NULL);
+}
+
 typedef struct {
     const char *path, *method; /* method: "GET" also answers HEAD */
     lm_route route;
@@ -237,7 +256,13 @@ static const route_entry routes[] = {
     {"/detokenize", "POST", LM_ROUTE_DETOKENIZE, false},
     {"/reset_prefix_cache", "POST", LM_ROUTE_RESET_PREFIX_CACHE, false}, /* vLLM's admin route */
     {"/version", "GET", LM_ROUTE_VERSION, false},
+    {"/v1/messages", "POST", LM_ROUTE_MESSAGES, false},                  /* Anthropic's Messages API */
+    {"/v1/messages/count_tokens", "POST", LM_ROUTE_COUNT_TOKENS, false},
 };
+
+static lm_wire wire_of(lm_route route) {
+    return route == LM_ROUTE_MESSAGES || route == LM_ROUTE_COUNT_TOKENS ? LM_WIRE_ANTHROPIC : LM_WIRE_OPENAI;
+}
 
 /* The path of a route, for the log ("-" for none). */
 static const char *route_name(lm_route route) {
@@ -267,23 +292,30 @@ static const char *allow_of(const lm_server *s, const route_entry *r) {
 }
 
 static bool is_worker_route(lm_route r) {
-    return r == LM_ROUTE_CHAT || r == LM_ROUTE_COMPLETIONS || r == LM_ROUTE_TOKENIZE || r == LM_ROUTE_DETOKENIZE;
+    return r == LM_ROUTE_CHAT || r == LM_ROUTE_COMPLETIONS || r == LM_ROUTE_TOKENIZE || r == LM_ROUTE_DETOKENIZE ||
+           r == LM_ROUTE_MESSAGES || r == LM_ROUTE_COUNT_TOKENS;
+}
+
+/* The key compared in time independent of where the strings differ. */
+static bool key_matches(const char *got, const char *want) {
+    size_t gl = strlen(got), wl = strlen(want);
+    unsigned diff = (unsigned)(gl != wl);
+    for (size_t i = 0; i < wl; i++) diff |= (unsigned)(want[i] ^ (i < gl ? got[i] : 0));
+    return diff == 0;
 }
 
 static bool authorized(const lm_server *s, struct MHD_Connection *c, lm_route route) {
     if (!s->options.api_key) return true;
     if (route == LM_ROUTE_HEALTH || route == LM_ROUTE_METRICS || route == LM_ROUTE_VERSION) return true;
+    /* Anthropic's clients send the key as x-api-key. */
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (x && key_matches(x, s->options.api_key)) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     /* RFC 7235: the scheme is case-insensitive, then one or more spaces. */
     if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return false;
     const char *got = h + 6;
     while (*got == ' ' || *got == '\t') got++;
-    /* Compare in time independent of where the strings differ. */
-    const char *want = s->options.api_key;
-    size_t gl = strlen(got), wl = strlen(want);
-    unsigned diff = (unsigned)(gl != wl);
-    for (size_t i = 0; i < wl; i++) diff |= (unsigned)(want[i] ^ (i < gl ? got[i] : 0));
-    return diff == 0;
+    return key_matches(got, s->options.api_key);
 }
 
 /* RFC 9110 5.5: field values are visible characters, spaces and tabs. */
@@ -487,8 +519,11 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
     const char *body = lm_sbuf_str(&ctx->body);
     size_t len = ctx->body.len;
     switch (ctx->route) {
-    case LM_ROUTE_CHAT: return lm_handle_generation(s, c, LM_API_CHAT, body, len, ctx->arrival);
-    case LM_ROUTE_COMPLETIONS: return lm_handle_generation(s, c, LM_API_COMPLETION, body, len, ctx->arrival);
+    case LM_ROUTE_CHAT: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_OPENAI, body, len, ctx->arrival);
+    case LM_ROUTE_COMPLETIONS:
+        return lm_handle_generation(s, c, LM_API_COMPLETION, LM_WIRE_OPENAI, body, len, ctx->arrival);
+    case LM_ROUTE_MESSAGES: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_ANTHROPIC, body, len, ctx->arrival);
+    case LM_ROUTE_COUNT_TOKENS: return lm_handle_count_tokens(s, c, body, len);
     case LM_ROUTE_MODELS: return handle_models(s, c);
     case LM_ROUTE_MODEL: return handle_model(s, c, ctx->url);
     case LM_ROUTE_HEALTH:
@@ -709,7 +744,8 @@ static enum MHD_Result first_call(lm_server *s, struct MHD_Connection *c, conn_c
         return lm_reply_error(c, 400, "unsupported Transfer-Encoding (only chunked, without Content-Length)", NULL);
     if (cl && strtoull(cl, NULL, 10) > s->options.max_body_bytes) ctx->too_large = true;
     /* Refuse early what will be refused anyway, without reading the body. */
-    if (ctx->too_large) return lm_reply_error(c, 413, "the request body is larger than the server accepts", NULL);
+    lm_wire wire = wire_of(ctx->route);
+    if (ctx->too_large) return lm_reply_error_as(c, wire, 413, "the request body is larger than the server accepts", NULL);
     if (!r) {
         char message[300];
         snprintf(message, sizeof message, "no route %.8s %.200s", method, url);
@@ -718,13 +754,16 @@ static enum MHD_Result first_call(lm_server *s, struct MHD_Connection *c, conn_c
     if (!ctx->method_ok) {
         char message[100];
         snprintf(message, sizeof message, "method %.16s not allowed (allowed: %s)", method, allow_of(s, r));
-        return reply_error_allow(c, 405, message, NULL, allow_of(s, r));
+        return reply_error_wire(c, wire, 405, message, NULL, allow_of(s, r));
     }
     ctx->authorized = authorized(s, c, ctx->route);
     if (!ctx->authorized)
-        return lm_reply_error(c, 401, "missing or invalid API key (Authorization: Bearer ...)", NULL);
+        return lm_reply_error_as(c, wire, 401,
+                                 wire == LM_WIRE_ANTHROPIC ? "missing or invalid API key (x-api-key: ... or Authorization: Bearer ...)"
+                                                           : "missing or invalid API key (Authorization: Bearer ...)",
+                                 NULL);
     if (is_worker_route(ctx->route) && atomic_load(&s->http->stopping))
-        return lm_reply_error(c, 503, "the server is shutting down", NULL);
+        return lm_reply_error_as(c, wire, 503, "the server is shutting down", NULL);
     return MHD_YES;
 }
 
@@ -766,8 +805,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (ctx->too_large) return lm_reply_error(c, 413, "the request body is larger than the server accepts", NULL);
-    if (ctx->body.failed) return lm_reply_error(c, 500, "out of memory reading the request body", NULL);
+    if (ctx->too_large)
+        return lm_reply_error_as(c, wire_of(ctx->route), 413, "the request body is larger than the server accepts", NULL);
+    if (ctx->body.failed)
+        return lm_reply_error_as(c, wire_of(ctx->route), 500, "out of memory reading the request body", NULL);
     set_phase(s, slot, PHASE_BUSY, 0);
     ctx->handled = true;
     if (slot && is_worker_route(ctx->route)) {
@@ -790,7 +831,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     /* Generation requests log their own line once handled (request_log.h);
      * refused before that (401, 413, ...) they get one here, the other
      * routes one at debug. */
-    bool generation = ctx->route == LM_ROUTE_CHAT || ctx->route == LM_ROUTE_COMPLETIONS;
+    bool generation = ctx->route == LM_ROUTE_CHAT || ctx->route == LM_ROUTE_COMPLETIONS || ctx->route == LM_ROUTE_MESSAGES;
     if (done && generation && !ctx->handled && s->options.log_requests)
         lm_log_printf(s->log, LM_LOG_INFO, "request - %s %u: refused before generation", route_name(ctx->route),
                       done->status);

@@ -481,7 +481,7 @@ static lm_status normalise_messages(parse_ctx *c, const cJSON *messages, cJSON *
 /* OpenAI's rule for function names: ^[a-zA-Z0-9_-]{1,64}$.  It also keeps
  * names from writing markup into the prompt (a forced call's opening holds
  * the name). */
-static bool valid_function_name(const char *name) {
+bool lm_valid_function_name(const char *name) {
     size_t n = 0;
     for (const char *p = name; *p; p++, n++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
@@ -502,7 +502,7 @@ static lm_status parse_tools(parse_ctx *c, const cJSON *b, lm_openai_request *r)
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
             if (!cJSON_IsObject(t) || !cJSON_IsObject(fn) || !cJSON_IsString(name))
                 return bad(c, "tools", "'%s' entries need a function with a string name%s", NULL);
-            if (!valid_function_name(name->valuestring)) {
+            if (!lm_valid_function_name(name->valuestring)) {
                 char shown[80], detail[200];
                 printable_name(name->valuestring, shown, sizeof shown);
                 snprintf(detail, sizeof detail, "[%d].function.name' ('%s') is not a valid function name: use 1 to 64 of "
@@ -640,8 +640,19 @@ lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len
     if (scan.nul && scan.nul_field[0])
         return bad(&c, scan.nul_field, "'%s' holds a NUL character (\\u0000), which is not accepted%s", NULL);
     if (scan.nul) return bad(&c, NULL, "a field name holds a NUL character (\\u0000)%s%s", NULL);
-    out->doc = cJSON_ParseWithLength(body, len);
-    if (!out->doc) return bad(&c, NULL, "the request body is not valid JSON%s%s", NULL);
+    cJSON *doc = cJSON_ParseWithLength(body, len);
+    if (!doc) return bad(&c, NULL, "the request body is not valid JSON%s%s", NULL);
+    return lm_openai_request_parse_doc(kind, doc, images, out, param, param_size, err);
+}
+
+lm_status lm_openai_request_parse_doc(lm_api_kind kind, cJSON *doc, const lm_image_parts *images,
+                                      lm_openai_request *out, char *param, size_t param_size, lm_error *err) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    loom_request_params_default(&out->params);
+    parse_ctx c = {param, param_size, err, images, out, 0};
+    if (param && param_size) param[0] = 0;
+    out->doc = doc;
     if (!cJSON_IsObject(out->doc)) return bad(&c, NULL, "the request body must be a JSON object%s%s", NULL);
     /* Unknown fields are ignored: drop them now rather than hold them for
      * the whole generation. */

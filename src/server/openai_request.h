@@ -100,7 +100,13 @@ typedef struct {
 lm_status lm_openai_request_parse(lm_api_kind kind, const char *body, size_t len,
                                   const lm_image_parts *images, lm_openai_request *out, char *param,
                                   size_t param_size, lm_error *err);
+/* The same from a parsed body (taken over: freed with the request, also on
+ * failure); the byte bounds are the caller's to have checked. */
+lm_status lm_openai_request_parse_doc(lm_api_kind kind, cJSON *doc, const lm_image_parts *images,
+                                      lm_openai_request *out, char *param, size_t param_size, lm_error *err);
 void lm_openai_request_free(lm_openai_request *r);
+/* OpenAI's rule for function names: ^[a-zA-Z0-9_-]{1,64}$. */
+bool lm_valid_function_name(const char *name);
 
 /* Depth of the deepest [ / { nesting in JSON text (strings skipped). */
 int lm_json_nesting_depth(const char *text, size_t len);

@@ -1,0 +1,55 @@
+/* Anthropic Messages API output: the message object, the stream's events
+ * (message_start, content_block_start / _delta / _stop, message_delta,
+ * message_stop) and error bodies, from what the generation path collected
+ * (reasoning, content, parsed tool calls, the finish). */
+#ifndef LOOM_SERVER_ANTHROPIC_RESPONSE_H
+#define LOOM_SERVER_ANTHROPIC_RESPONSE_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+#include "loom.h"
+#include "server/sbuf.h"
+#include "server/tool_parser.h"
+
+typedef struct {
+    const char *id, *model;
+    const char *thinking, *text;      /* "" when none */
+    const lm_tool_call_list *calls;   /* may be NULL */
+    const char *stop_reason;          /* lm_anthropic_stop_reason's */
+    const char *stop_sequence;        /* the stop string matched, or NULL */
+    int prompt_tokens, cached_tokens; /* input_tokens is the part the prefix cache did not hold */
+    int output_tokens;
+} lm_anthropic_output;
+
+/* end_turn, max_tokens, stop_sequence, tool_use (or NULL: not finished). */
+const char *lm_anthropic_stop_reason(loom_finish_reason reason, bool stop_sequence, bool tool_use);
+
+/* The message object (NULL when out of memory). */
+cJSON *lm_anthropic_message(const lm_anthropic_output *o);
+
+/* A stream's block state: the next block's index and the open block. */
+typedef enum { LM_ANTHROPIC_BLOCK_NONE, LM_ANTHROPIC_BLOCK_THINKING, LM_ANTHROPIC_BLOCK_TEXT,
+               LM_ANTHROPIC_BLOCK_TOOL } lm_anthropic_block;
+typedef struct {
+    int next_index;
+    lm_anthropic_block open;
+} lm_anthropic_stream;
+
+/* message_start (o's usage: the prompt's tokens; content empty). */
+void lm_anthropic_stream_start(lm_sbuf *out, const lm_anthropic_output *o);
+/* What one event added: thinking and text deltas, then whole tool calls
+ * (each a tool_use block of one input_json_delta). */
+void lm_anthropic_stream_delta(lm_anthropic_stream *st, lm_sbuf *out, const char *thinking, const char *text,
+                               const lm_tool_call *calls, int n_calls);
+/* Closes the open block, then message_delta and message_stop. */
+void lm_anthropic_stream_end(lm_anthropic_stream *st, lm_sbuf *out, const lm_anthropic_output *o);
+/* An error event (the stream ends after it). */
+void lm_anthropic_stream_error(lm_sbuf *out, unsigned status, const char *message);
+
+/* {"type": "error", "error": {"type", "message"}} as text (cJSON_free it),
+ * NULL when out of memory; the type from the HTTP status. */
+const char *lm_anthropic_error_type(unsigned status);
+char *lm_anthropic_error_body(unsigned status, const char *message);
+
+#endif
