@@ -1,0 +1,345 @@
+/* The Anthropic Messages API's translation (src/server/anthropic_request.c)
+ * into the chat request the OpenAI path serves, its errors (400s naming the
+ * field), and the output shapes (src/server/anthropic_response.c): the
+ * message, the stream's events, the error bodies. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "server/anthropic_request.h"
+#include "server/anthropic_response.h"
+
+#define MARKER "<|vision_start|><|image_pad|><|vision_end|>"
+
+static lm_status parse(const char *body, bool count, lm_openai_request *r, char *param, lm_error *err) {
+    static const lm_image_parts parts = {.marker = MARKER};
+    return lm_anthropic_request_parse(body, strlen(body), count, &parts, r, param, 64, err);
+}
+
+static const char *str_at(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static bool str_is(const cJSON *obj, const char *key, const char *want) {
+    const char *v = str_at(obj, key);
+    return v && strcmp(v, want) == 0;
+}
+
+/* A whole conversation: system blocks, a tool_use turn and its tool_result,
+ * tools, a named tool_choice, sampling fields, stop_sequences, thinking. */
+static void test_translation(void) {
+    const char *body =
+        "{\"model\":\"m\",\"max_tokens\":64,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":7,\"metadata\":{\"user_id\":\"u\"},"
+        "\"stop_sequences\":[\"END\",\"STOP\"],\"stream\":true,"
+        "\"system\":[{\"type\":\"text\",\"text\":\"be \"},{\"type\":\"text\",\"text\":\"brief\",\"cache_control\":{}}],"
+        "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048},"
+        "\"tools\":[{\"name\":\"get_weather\",\"description\":\"d\",\"input_schema\":{\"type\":\"object\"}}],"
+        "\"tool_choice\":{\"type\":\"tool\",\"name\":\"get_weather\"},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"hm\",\"signature\":\"s\"},"
+        "{\"type\":\"text\",\"text\":\"Looking.\"},"
+        "{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":{\"city\":\"Paris\"}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\","
+        "\"content\":[{\"type\":\"text\",\"text\":\"sunny\"}]},{\"type\":\"text\",\"text\":\"thanks\"}]}]}";
+    lm_openai_request r;
+    char param[64];
+    lm_error err = {0};
+    CHECK_OK(parse(body, false, &r, param, &err), &err);
+    const cJSON *m = r.messages;
+    const cJSON *sys = cJSON_GetArrayItem(m, 0), *user = cJSON_GetArrayItem(m, 1), *asst = cJSON_GetArrayItem(m, 2);
+    const cJSON *tool = cJSON_GetArrayItem(m, 3), *last = cJSON_GetArrayItem(m, 4);
+    const cJSON *call = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(asst, "tool_calls"), 0);
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+    const cJSON *kwargs = r.template_kwargs;
+    const cJSON *tfn = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(r.tools, 0), "function");
+    bool ok = cJSON_GetArraySize(m) == 5 && str_is(sys, "role", "system") && str_is(sys, "content", "be brief") &&
+              str_is(user, "role", "user") && str_is(user, "content", "Weather?") && str_is(asst, "role", "assistant") &&
+              str_is(asst, "content", "Looking.") && str_is(asst, "reasoning_content", "hm") &&
+              str_is(call, "id", "toolu_1") && str_is(fn, "name", "get_weather") && cJSON_IsObject(args) &&
+              str_is(args, "city", "Paris") && str_is(tool, "role", "tool") && str_is(tool, "tool_call_id", "toolu_1") &&
+              str_is(tool, "content", "sunny") && str_is(last, "role", "user") && str_is(last, "content", "thanks");
+    CHECK_MSG(ok, "messages: %s", cJSON_PrintUnformatted(r.messages));
+    ok = r.model && strcmp(r.model, "m") == 0 && r.params.max_tokens == 64 && r.max_tokens_given && r.stream &&
+         r.params.sampling.temperature == 0.5f && r.params.sampling.top_p == 0.9f && r.params.sampling.top_k == 7 &&
+         r.params.n_stop == 2 && strcmp(r.stop[0], "END") == 0 && strcmp(r.stop[1], "STOP") == 0 &&
+         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(kwargs, "enable_thinking")) &&
+         r.tool_choice == LM_TOOL_CHOICE_NAMED && strcmp(r.tool_name, "get_weather") == 0 &&
+         cJSON_GetArraySize(r.tools) == 1 && str_is(tfn, "name", "get_weather") && str_is(tfn, "description", "d") &&
+         cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(tfn, "parameters")) && r.add_generation_prompt &&
+         !r.continue_final_message && r.params.n == 1;
+    lm_openai_request_free(&r);
+    CHECK(ok);
+}
+
+/* tool_choice's types; thinking disabled; a last assistant turn is a
+ * prefill; count_tokens needs no max_tokens; an image block's base64 is the
+ * chat path's image. */
+static void test_choices_and_prefill(void) {
+    static const struct {
+        const char *choice;
+        lm_tool_choice want;
+    } cases[] = {
+        {"{\"type\":\"auto\"}", LM_TOOL_CHOICE_AUTO},
+        {"{\"type\":\"any\"}", LM_TOOL_CHOICE_REQUIRED},
+        {"{\"type\":\"none\",\"disable_parallel_tool_use\":true}", LM_TOOL_CHOICE_NONE},
+    };
+    char body[1024], param[64];
+    lm_error err = {0};
+    lm_openai_request r;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(body, sizeof body,
+                 "{\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],\"tool_choice\":%s,"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                 cases[i].choice);
+        CHECK_OK(parse(body, false, &r, param, &err), &err);
+        bool ok = r.tool_choice == cases[i].want && (r.tools == NULL) == (cases[i].want == LM_TOOL_CHOICE_NONE);
+        lm_openai_request_free(&r);
+        CHECK_MSG(ok, "%s", cases[i].choice);
+    }
+    CHECK_OK(parse("{\"thinking\":{\"type\":\"disabled\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                   "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"I am\"}]}]}",
+                   true, &r, param, &err),
+             &err);
+    bool ok = r.continue_final_message && !r.add_generation_prompt &&
+              cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(r.template_kwargs, "enable_thinking")) &&
+              str_is(cJSON_GetArrayItem(r.messages, 1), "content", "I am");
+    lm_openai_request_free(&r);
+    CHECK(ok);
+    CHECK_OK(parse("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"see \"},"
+                   "{\"type\":\"image\",\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"QUJD\"}}]}]}",
+                   false, &r, param, &err),
+             &err);
+    ok = r.n_images == 1 && r.images[0].size == 3 && memcmp(r.images[0].data, "ABC", 3) == 0 &&
+         str_is(cJSON_GetArrayItem(r.messages, 0), "content", "see " MARKER);
+    lm_openai_request_free(&r);
+    CHECK(ok);
+}
+
+/* Bad input: LM_ERR_INVALID, the field named in param and in the message. */
+static void test_errors(void) {
+    static const struct {
+        const char *body, *param;
+    } cases[] = {
+        {"[1]", ""},
+        {"{\"messages\":", ""},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens"},
+        {"{\"max_tokens\":\"5\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens"},
+        {"{\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens"},
+        {"{\"max_tokens\":5}", "messages"},
+        {"{\"max_tokens\":5,\"messages\":{}}", "messages"},
+        {"{\"max_tokens\":5,\"messages\":[]}", "messages"},
+        {"{\"max_tokens\":5,\"messages\":[7]}", "messages[0]"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages[0].role"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\"}]}", "messages[0].content"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[\"x\"]}]}", "messages[0].content[0]"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", "messages[0].content[0]"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\"}]}]}", "messages[0].content[0]"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"f\","
+         "\"input\":{}}]}]}", "messages[0].content[0]"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"image\"}]}]}", "messages[0].content[0]"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{\"type\":\"file\"}}]}]}",
+         "messages[0].content[0].source"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{\"type\":\"base64\"}}]}]}",
+         "messages[0].content[0].source"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\"}]}]}",
+         "messages[0].content[0].tool_use_id"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"a\","
+         "\"content\":[{\"type\":\"image\"}]}]}]}", "messages[0].content[0].content[0]"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"name\":\"f\",\"input\":{}}]}]}",
+         "messages[0].content[0].id"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"f\","
+         "\"input\":[]}]}]}", "messages[0].content[0].input"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"f\","
+         "\"input\":{}}]}]}", "messages[0]"},
+        {"{\"max_tokens\":5,\"system\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "system"},
+        {"{\"max_tokens\":5,\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "system[0]"},
+        {"{\"max_tokens\":5,\"temperature\":\"hot\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "temperature"},
+        {"{\"max_tokens\":5,\"top_k\":1.5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "top_k"},
+        {"{\"max_tokens\":5,\"stream\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "stream"},
+        {"{\"max_tokens\":5,\"model\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "model"},
+        {"{\"max_tokens\":5,\"stop_sequences\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "stop_sequences"},
+        {"{\"max_tokens\":5,\"stop_sequences\":[1],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "stop_sequences"},
+        {"{\"max_tokens\":5,\"tools\":{},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "tools"},
+        {"{\"max_tokens\":5,\"tools\":[{\"name\":\"a b\",\"input_schema\":{}}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         "tools[0].name"},
+        {"{\"max_tokens\":5,\"tools\":[{\"name\":\"f\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         "tools[0].input_schema"},
+        {"{\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"description\":1,\"input_schema\":{}}],\"messages\":[{\"role\":\"user\","
+         "\"content\":\"x\"}]}", "tools[0].description"},
+        {"{\"max_tokens\":5,\"tools\":[{\"type\":\"bash_20250124\",\"name\":\"bash\"}],\"messages\":[{\"role\":\"user\","
+         "\"content\":\"x\"}]}", "tools[0].type"},
+        {"{\"max_tokens\":5,\"tool_choice\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "tool_choice"},
+        {"{\"max_tokens\":5,\"tool_choice\":{\"type\":\"maybe\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         "tool_choice.type"},
+        {"{\"max_tokens\":5,\"tool_choice\":{\"type\":\"tool\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         "tool_choice.name"},
+        {"{\"max_tokens\":5,\"tool_choice\":{\"type\":\"any\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "tool_choice"},
+        {"{\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"g\"},"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "tool_choice"},
+        {"{\"max_tokens\":5,\"thinking\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "thinking"},
+        {"{\"max_tokens\":5,\"thinking\":{\"type\":\"on\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "thinking.type"},
+        {"{\"max_tokens\":5,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":-1},\"messages\":[{\"role\":\"user\","
+         "\"content\":\"x\"}]}", "thinking.budget_tokens"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "messages"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lm_openai_request r;
+        char param[64] = "unset";
+        lm_error err = {0};
+        lm_status st = parse(cases[i].body, false, &r, param, &err);
+        bool named = strcmp(param, cases[i].param) == 0 && (!param[0] || strstr(err.message, param));
+        lm_openai_request_free(&r);
+        CHECK_MSG(st == LM_ERR_INVALID && named, "%s: status %d, param '%s' (want '%s'), message '%s'", cases[i].body, st,
+                  param, cases[i].param, err.message);
+    }
+}
+
+/* The bounds on the bytes: depth 64, values (413), before cJSON. */
+static void test_bounds(void) {
+    size_t n = 70;
+    char *deep = malloc(2 * n + 64);
+    int k = sprintf(deep, "{\"max_tokens\":5,\"x\":");
+    for (size_t i = 0; i < n; i++) deep[k++] = '[';
+    for (size_t i = 0; i < n; i++) deep[k++] = ']';
+    strcpy(deep + k, "}");
+    lm_openai_request r;
+    char param[64];
+    lm_error err = {0};
+    lm_status st = parse(deep, false, &r, param, &err);
+    free(deep);
+    bool ok = st == LM_ERR_INVALID && !r.too_large && strstr(err.message, "nested");
+    lm_openai_request_free(&r);
+    CHECK_MSG(ok, "%s", err.message);
+    size_t values = LM_REQUEST_MAX_VALUES + 10;
+    char *many = malloc(2 * values + 64);
+    k = sprintf(many, "{\"max_tokens\":5,\"x\":[");
+    for (size_t i = 0; i < values; i++) many[k++] = '1', many[k++] = ',';
+    strcpy(many + k - 1, "]}");
+    st = parse(many, false, &r, param, &err);
+    free(many);
+    ok = st == LM_ERR_INVALID && r.too_large;
+    lm_openai_request_free(&r);
+    CHECK_MSG(ok, "%s", err.message);
+}
+
+static cJSON *parse_json(const char *text) { return cJSON_Parse(text); }
+
+/* The message object: blocks in order (thinking, text, tool_use with its
+ * input object), stop reasons, usage with the prefix cache's tokens. */
+static void test_message(void) {
+    lm_tool_call call = {.id = "call_1", .name = "f", .arguments = "{\"a\":1}"};
+    lm_tool_call_list calls = {.items = &call, .n = 1, .cap = 1};
+    lm_anthropic_output o = {.id = "msg_1", .model = "m", .thinking = "hm", .text = "hi", .calls = &calls,
+                             .stop_reason = lm_anthropic_stop_reason(LOOM_FINISH_STOP, false, true),
+                             .prompt_tokens = 10, .cached_tokens = 4, .output_tokens = 3};
+    cJSON *m = lm_anthropic_message(&o);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    const cJSON *use = cJSON_GetArrayItem(content, 2);
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(m, "usage");
+    bool ok = str_is(m, "type", "message") && str_is(m, "role", "assistant") && str_is(m, "id", "msg_1") &&
+              cJSON_GetArraySize(content) == 3 && str_is(cJSON_GetArrayItem(content, 0), "type", "thinking") &&
+              str_is(cJSON_GetArrayItem(content, 0), "thinking", "hm") &&
+              str_is(cJSON_GetArrayItem(content, 1), "text", "hi") && str_is(use, "type", "tool_use") &&
+              str_is(use, "id", "call_1") &&
+              cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(use, "input"), "a")->valueint == 1 &&
+              str_is(m, "stop_reason", "tool_use") && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "stop_sequence")) &&
+              cJSON_GetObjectItemCaseSensitive(usage, "input_tokens")->valueint == 6 &&
+              cJSON_GetObjectItemCaseSensitive(usage, "cache_read_input_tokens")->valueint == 4 &&
+              cJSON_GetObjectItemCaseSensitive(usage, "output_tokens")->valueint == 3;
+    cJSON_Delete(m);
+    CHECK(ok);
+    CHECK(strcmp(lm_anthropic_stop_reason(LOOM_FINISH_LENGTH, false, true), "max_tokens") == 0);
+    CHECK(strcmp(lm_anthropic_stop_reason(LOOM_FINISH_STOP, true, false), "stop_sequence") == 0);
+    CHECK(strcmp(lm_anthropic_stop_reason(LOOM_FINISH_STOP, false, false), "end_turn") == 0);
+    /* An unparseable (cut) call's input is an empty object. */
+    call.arguments = "{\"a\": tr";
+    o = (lm_anthropic_output){.id = "msg_2", .model = "m", .thinking = "", .text = "", .calls = &calls,
+                              .stop_reason = "max_tokens"};
+    m = lm_anthropic_message(&o);
+    use = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "content"), 0);
+    ok = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "content")) == 1 &&
+         cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(use, "input")) &&
+         cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(use, "input")) == 0;
+    cJSON_Delete(m);
+    CHECK(ok);
+}
+
+/* The stream: event names equal the data's type, blocks open and close in
+ * order with consecutive indexes. */
+static void test_stream(void) {
+    lm_tool_call call = {.id = "call_1", .name = "f", .arguments = "{}"};
+    lm_tool_call_list calls = {.items = &call, .n = 1, .cap = 1};
+    lm_anthropic_output o = {.id = "msg_1", .model = "m", .prompt_tokens = 5, .output_tokens = 0};
+    lm_sbuf out = {0};
+    lm_anthropic_stream st = {0};
+    lm_anthropic_stream_start(&out, &o);
+    lm_anthropic_stream_delta(&st, &out, "a", "", NULL, 0);
+    lm_anthropic_stream_delta(&st, &out, "b", "c", NULL, 0);
+    lm_anthropic_stream_delta(&st, &out, "", "d", calls.items, 1);
+    o.stop_reason = "tool_use";
+    o.output_tokens = 4;
+    lm_anthropic_stream_end(&st, &out, &o);
+    static const char *const want[] = {
+        "message_start", "ping",
+        "content_block_start:0", "content_block_delta:0", "content_block_delta:0", "content_block_delta:0",
+        "content_block_stop:0",
+        "content_block_start:1", "content_block_delta:1", "content_block_delta:1", "content_block_stop:1",
+        "content_block_start:2", "content_block_delta:2", "content_block_stop:2",
+        "message_delta", "message_stop"};
+    size_t n = 0;
+    bool ok = !out.failed;
+    char *text = strdup(lm_sbuf_str(&out));
+    for (char *p = text; ok && (p = strstr(p, "event: ")); n++) {
+        char name[64];
+        char *nl = strchr(p, '\n');
+        snprintf(name, sizeof name, "%.*s", (int)(nl - p - 7), p + 7);
+        char *data = nl + 7, *end = strstr(data, "\n\n");
+        *end = 0;
+        cJSON *j = parse_json(data);
+        const cJSON *index = cJSON_GetObjectItemCaseSensitive(j, "index");
+        char got[80];
+        if (cJSON_IsNumber(index)) snprintf(got, sizeof got, "%s:%d", name, index->valueint);
+        else snprintf(got, sizeof got, "%s", name);
+        ok = n < sizeof want / sizeof want[0] && strcmp(got, want[n]) == 0 && str_is(j, "type", name);
+        if (!ok) test_failed(__FILE__, __LINE__, "event %zu: %s (want %s)", n, got, n < 16 ? want[n] : "none");
+        cJSON_Delete(j);
+        p = end + 2;
+    }
+    free(text);
+    bool tail = strstr(lm_sbuf_str(&out), "\"stop_reason\":\"tool_use\"") &&
+                strstr(lm_sbuf_str(&out), "\"partial_json\":\"{}\"") &&
+                strstr(lm_sbuf_str(&out), "\"type\":\"signature_delta\"");
+    lm_sbuf_free(&out);
+    CHECK(ok && n == sizeof want / sizeof want[0] && tail);
+}
+
+static void test_error_bodies(void) {
+    static const struct {
+        unsigned status;
+        const char *type;
+    } cases[] = {{400, "invalid_request_error"}, {401, "authentication_error"}, {404, "not_found_error"},
+                 {413, "request_too_large"},    {503, "overloaded_error"},     {500, "api_error"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *text = lm_anthropic_error_body(cases[i].status, "why");
+        cJSON *j = parse_json(text);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        bool ok = str_is(j, "type", "error") && str_is(e, "type", cases[i].type) && str_is(e, "message", "why");
+        cJSON_Delete(j);
+        cJSON_free(text);
+        CHECK_MSG(ok, "%u", cases[i].status);
+    }
+}
+
+int main(void) {
+    RUN_TEST(test_translation);
+    RUN_TEST(test_choices_and_prefill);
+    RUN_TEST(test_errors);
+    RUN_TEST(test_bounds);
+    RUN_TEST(test_message);
+    RUN_TEST(test_stream);
+    RUN_TEST(test_error_bodies);
+    return test_summary("test_anthropic_request");
+}
