@@ -1,5 +1,7 @@
-/* libFuzzer target for the request-body parser (src/server/openai_request.c).
- * The first byte picks chat or completions; the rest is the body.  Any body
+/* libFuzzer target for the request-body parsers (src/server/openai_request.c,
+ * src/server/anthropic_request.c).  The first byte picks chat or completions,
+ * or (bit 2) an Anthropic Messages body ((bit 3) of count_tokens); the rest
+ * is the body.  Any body
  * must parse or fail with a message (never crash, leak or read out of
  * bounds); a parsed request must satisfy the bounds the server relies on,
  * and the reasoning and tool-call parsers, given the body as model output,
@@ -9,13 +11,15 @@
 #include <string.h>
 
 #include "io/image_decode.h"
+#include "server/anthropic_request.h"
 #include "server/openai_request.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_parser.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    lm_api_kind kind = data[0] & 1 ? LM_API_CHAT : LM_API_COMPLETION;
+    bool anthropic = data[0] & 4;
+    lm_api_kind kind = data[0] & 1 || anthropic ? LM_API_CHAT : LM_API_COMPLETION;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     lm_openai_request r;
@@ -24,7 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* Image parts are read as a server with images on and no media folder
      * reads them (data: URIs decoded, everything else refused). */
     const lm_image_parts images = {.marker = "<|vision_start|><|image_pad|><|vision_end|>"};
-    lm_status st = lm_openai_request_parse(kind, body, len, &images, &r, param, sizeof param, &err);
+    lm_status st = anthropic ? lm_anthropic_request_parse(body, len, data[0] & 8, &images, &r, param, sizeof param, &err)
+                             : lm_openai_request_parse(kind, body, len, &images, &r, param, sizeof param, &err);
     if (st != LM_OK) {
         if (!err.message[0]) abort(); /* every failure explains itself */
     } else {
