@@ -613,8 +613,11 @@ static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
 
 static void stream_final(gen_ctx *g) {
     if (g->wire == LM_WIRE_ANTHROPIC) {
-        if (g->error_message[0] || !g->choices[0].finished) {
-            lm_anthropic_stream_error(&g->out, 500, g->error_message[0] ? g->error_message : "the request was cancelled");
+        const choice_state *ch = &g->choices[0];
+        if (g->error_message[0]) {
+            lm_anthropic_stream_error(&g->out, 500, g->error_message);
+        } else if (!ch->finished || ch->reason == LOOM_FINISH_CANCELLED) { /* shutdown (a gone client reads nothing) */
+            lm_anthropic_stream_error(&g->out, 503, "the server is shutting down: the request was cancelled");
         } else {
             lm_anthropic_output o;
             anthropic_output(g, &o);

@@ -285,9 +285,15 @@ try {
   check('no exception', false, String(e && e.stack || e));
 }
 
+// graceful shutdown with a stream in flight: it ends (an error event once cancelled, or its message)
+const inflight = streamed({ model: 'fixture', max_tokens: 4000, messages })
+  .then((r) => ({ ok: true, r })).catch((e) => ({ ok: false, e: String(e) }));
+await new Promise((res) => setTimeout(res, 200));
 server.kill('SIGTERM');
 const code = await new Promise((res) => server.on('exit', (c) => res(c)));
 check('SIGTERM exit 0', code === 0, `exit ${code}: ${stderr.slice(-2000)}`);
+const fin = await inflight;
+check('in-flight stream ended', fin.ok ? fin.r.final.type === 'message' : /shutting down/.test(fin.e), fin);
 check('request log lines name the route', /\/v1\/messages/.test(stderr), stderr.slice(-1000));
 check('no sanitizer report', !/ERROR: (Address|Leak)Sanitizer|runtime error/.test(stderr), stderr.slice(-3000));
 console.log(`${label}: ${passed} passed, ${failed} failed`);
