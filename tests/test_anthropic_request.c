@@ -74,6 +74,49 @@ static void test_translation(void) {
     CHECK(ok);
 }
 
+/* Every prefix of a whole request, and the request with any one byte
+ * changed, parses or fails with a message (never crashes or leaks: the ASan
+ * tree runs this too). */
+static void test_mangled(void) {
+    const char *body =
+        "{\"model\":\"m\",\"max_tokens\":64,\"stop_sequences\":[\"END\"],\"system\":[{\"type\":\"text\",\"text\":\"s\"}],"
+        "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048},"
+        "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"},"
+        "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image\","
+        "\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"QUJD\"}}]},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"t\"},"
+        "{\"type\":\"tool_use\",\"id\":\"u\",\"name\":\"f\",\"input\":{\"k\":1}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"u\",\"content\":\"r\"}]}]}";
+    static const lm_image_parts parts = {.marker = MARKER};
+    size_t n = strlen(body);
+    char *copy = malloc(n + 1);
+    static const char subst[] = {'"', '{', ']', '0', 'x', ','};
+    int bad = 0;
+    for (size_t i = 0; i <= n; i++) {
+        for (size_t k = 0; k <= sizeof subst; k++) {
+            memcpy(copy, body, n + 1);
+            size_t len = n;
+            if (k == sizeof subst) len = i; /* a prefix */
+            else if (i < n) copy[i] = subst[k];
+            else continue;
+            lm_openai_request r;
+            char param[64];
+            lm_error err = {0};
+            lm_status st = lm_anthropic_request_parse(copy, len, k & 1, &parts, &r, param, sizeof param, &err);
+            if (st != LM_OK && !err.message[0]) bad++;
+            if (st == LM_OK && (!cJSON_IsArray(r.messages) || r.params.n != 1)) bad++;
+            lm_openai_request_free(&r);
+        }
+    }
+    free(copy);
+    lm_openai_request r;
+    char param[64];
+    lm_error err = {0};
+    lm_status st = lm_anthropic_request_parse(body, n, false, &parts, &r, param, sizeof param, &err);
+    lm_openai_request_free(&r);
+    CHECK_MSG(st == LM_OK && bad == 0, "%d bad results; the whole body: %s", bad, err.message);
+}
+
 /* tool_choice's types; thinking disabled; a last assistant turn is a
  * prefill; count_tokens needs no max_tokens; an image block's base64 is the
  * chat path's image. */
@@ -338,6 +381,7 @@ int main(void) {
     RUN_TEST(test_choices_and_prefill);
     RUN_TEST(test_errors);
     RUN_TEST(test_bounds);
+    RUN_TEST(test_mangled);
     RUN_TEST(test_message);
     RUN_TEST(test_stream);
     RUN_TEST(test_error_bodies);
