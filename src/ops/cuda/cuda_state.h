@@ -43,8 +43,6 @@ void lm_cuda_blas_free(lm_cuda_state *s); /* the handle; state_free frees the me
 /* ---- end cuda-a ---- */
 }
 
-/* After a launch: a bad configuration shows here. */
-#define LM_CUDA_LAUNCHED(be, what) lm_cuda_note_error((be), cudaGetLastError(), (what))
 
 /* Grid of blocks of `threads` covering n items (at least one block). */
 static inline unsigned lm_cuda_blocks(int64_t n, int threads) {

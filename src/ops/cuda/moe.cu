@@ -311,7 +311,6 @@ static void run_experts(lm_backend *be, float *act, float *y, const float *x, co
         dn.w[0][e] = lm_cuda_ptr(ex->down[e].data);
         dn.dtype[0][e] = (unsigned char)ex->down[e].dtype;
     }
-    cudaStream_t st = lm_cuda_stream(be);
     for (int w0 = 0; w0 < pairs; w0 += wave) {
         int w1 = w0 + wave < pairs ? w0 + wave : pairs;
         lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE>,
@@ -327,7 +326,6 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
                          const lm_moe_experts *ex, lm_mem scratch) {
     int E = ex->n_experts, H = ex->hidden, I = ex->inter;
     if (n <= 0 || H <= 0) return;
-    cudaStream_t st = lm_cuda_stream(be);
     if (top_k <= 0 || E <= 0 || I <= 0) { /* an empty sum */
         lm_cuda_enqueue_fill(be, "moe_experts", lm_cuda_ptr(out), 0, sizeof(float) * (size_t)n * H);
         return;
