@@ -566,6 +566,92 @@ static void test_matmul(void) {
     CHECK_VERDICT(v);
 }
 
+/* matmul_group: every output is exactly what a lone matmul writes on the
+ * same backend (a fused launch must not change a bit). */
+static void check_matmul_group(const backends *bs, verdict *v, rng *r, int n, int count,
+                               const int64_t *rows, int64_t cols, const lm_dtype *dtypes) {
+    void *w[LM_MATMUL_GROUP_MAX] = {0};
+    float *wv[LM_MATMUL_GROUP_MAX] = {0};
+    size_t ny[LM_MATMUL_GROUP_MAX];
+    float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
+    bool ok = x != NULL;
+    for (int i = 0; i < count; i++) {
+        size_t nw = (size_t)(rows[i] * cols);
+        ny[i] = (size_t)n * (size_t)rows[i];
+        wv[i] = malloc(sizeof(float) * (nw ? nw : 1));
+        w[i] = wv[i] ? random_weights(r, dtypes[i], nw, wv[i]) : NULL;
+        ok = ok && w[i];
+    }
+    if (!ok) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix m[LM_MATMUL_GROUP_MAX];
+        lm_matmul_out outs[LM_MATMUL_GROUP_MAX];
+        lm_mem alone[LM_MATMUL_GROUP_MAX];
+        lm_mem xm = up_f32(&a, x, (size_t)n * (size_t)cols);
+        for (int i = 0; i < count; i++) {
+            m[i] = import_matrix(&a, w[i], dtypes[i], rows[i], cols);
+            outs[i] = (lm_matmul_out){poisoned(&a, ny[i]), &m[i]};
+            alone[i] = poisoned(&a, ny[i]);
+        }
+        if (!a.ok) {
+            fail(v, "%s: backend memory failed", bs->label[b]);
+            arena_free(&a);
+            break;
+        }
+        lm_matmul_group(a.be, xm, n, outs, count);
+        for (int i = 0; i < count; i++) lm_matmul(a.be, alone[i], xm, n, &m[i]);
+        for (int i = 0; i < count; i++) {
+            float *got = down_f32(&a, outs[i].y, ny[i]), *want = down_f32(&a, alone[i], ny[i]);
+            if (!got || !want)
+                fail(v, "%s: backend memory failed", bs->label[b]);
+            else if (memcmp(got, want, ny[i] * sizeof(float)) != 0)
+                fail(v, "matmul_group n=%d product %d of %d (%s, %lldx%lld) on %s differs bitwise from "
+                     "matmul", n, i, count, lm_dtype_name(dtypes[i]), (long long)rows[i], (long long)cols,
+                     bs->label[b]);
+            free(got);
+            free(want);
+        }
+        arena_free(&a);
+    }
+done:
+    for (int i = 0; i < count; i++) {
+        free(w[i]);
+        free(wv[i]);
+    }
+    free(x);
+}
+
+static void test_matmul_group(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, matmul);
+    verdict v = {0};
+    rng r = {0x5eed};
+    const lm_dtype bf16[] = {LM_DTYPE_BF16, LM_DTYPE_BF16, LM_DTYPE_BF16, LM_DTYPE_BF16};
+    const lm_dtype mixed[] = {LM_DTYPE_BF16, LM_DTYPE_F32, LM_DTYPE_BF16, LM_DTYPE_F16};
+    /* a Gated DeltaNet layer's four (qkv | z | b | a), an attention layer's
+     * three, an MLP's two; tails of rows that fill no block; mixed dtypes and
+     * a width the vector kernel does not take (fallbacks) */
+    const int64_t gdn[] = {160, 64, 4, 4}, attn[] = {128, 32, 32}, mlp[] = {256, 256},
+                  odd[] = {13, 5, 1, 7};
+    static const int ns[] = {1, 2, 3, 4, 5, 8, 9, 17};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        check_matmul_group(&bs, &v, &r, ns[k], 4, gdn, 64, bf16);
+        check_matmul_group(&bs, &v, &r, ns[k], 3, attn, 64, bf16);
+        check_matmul_group(&bs, &v, &r, ns[k], 2, mlp, 1024, bf16);
+        check_matmul_group(&bs, &v, &r, ns[k], 4, odd, 136, bf16);
+        check_matmul_group(&bs, &v, &r, ns[k], 4, odd, 64, mixed);
+        check_matmul_group(&bs, &v, &r, ns[k], 2, mlp, 100, bf16);
+    }
+    check_matmul_group(&bs, &v, &r, 1, 1, gdn, 64, bf16); /* a group of one */
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* cols = 0 is an empty sum: every output is 0. */
 static void test_matmul_zero_cols(void) {
     backends bs;
@@ -705,6 +791,60 @@ static void test_norms(void) {
         check_norm(&bs, &v, &r, NORM_GATED, rows, dim, true);
         check_norm(&bs, &v, &r, NORM_L2, rows, dim, true);
     }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* add_rmsnorm: h and out exactly what add, then rmsnorm write on the same
+ * backend, out apart or in delta's place. */
+static void check_add_rmsnorm(const backends *bs, verdict *v, rng *r, int rows, int dim, bool in_delta) {
+    size_t n = (size_t)rows * (size_t)dim;
+    float eps = 1e-6f;
+    float *h = random_floats(r, n, 3.0f), *d = random_floats(r, n, 2.0f);
+    float *w = random_floats(r, (size_t)dim, 1.5f);
+    if (!h || !d || !w) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem hm = up_f32(&a, h, n), dm = up_f32(&a, d, n), wm = up_f32(&a, w, (size_t)dim);
+        lm_mem h2 = up_f32(&a, h, n), d2 = up_f32(&a, d, n), out2 = poisoned(&a, n);
+        lm_mem out = in_delta ? dm : poisoned(&a, n);
+        lm_add_rmsnorm(a.be, out, hm, dm, wm, rows, dim, eps);
+        lm_add(a.be, h2, d2, (int64_t)n);
+        lm_rmsnorm(a.be, out2, h2, wm, rows, dim, eps);
+        float *got_h = down_f32(&a, hm, n), *got = down_f32(&a, out, n);
+        float *want_h = down_f32(&a, h2, n), *want = down_f32(&a, out2, n);
+        if (!got_h || !got || !want_h || !want)
+            fail(v, "%s: backend memory failed", bs->label[b]);
+        else if (memcmp(got_h, want_h, n * 4) != 0 || memcmp(got, want, n * 4) != 0)
+            fail(v, "add_rmsnorm%s %dx%d on %s differs bitwise from add, then rmsnorm",
+                 in_delta ? " (out = delta)" : "", rows, dim, bs->label[b]);
+        free(got_h);
+        free(got);
+        free(want_h);
+        free(want);
+        arena_free(&a);
+    }
+done:
+    free(h);
+    free(d);
+    free(w);
+}
+
+static void test_add_rmsnorm(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, add);
+    NEED(bs, rmsnorm);
+    verdict v = {0};
+    rng r = {11};
+    for (size_t s = 0; s < N_NORM_SHAPES; s++) {
+        check_add_rmsnorm(&bs, &v, &r, norm_shapes[s][0], norm_shapes[s][1], false);
+        check_add_rmsnorm(&bs, &v, &r, norm_shapes[s][0], norm_shapes[s][1], true);
+    }
+    check_add_rmsnorm(&bs, &v, &r, 3, 4096, true);
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -2681,8 +2821,10 @@ int main(void) {
     RUN_TEST(test_memory_ops);
     RUN_TEST(test_matmul);
     RUN_TEST(test_matmul_zero_cols);
+    RUN_TEST(test_matmul_group);
     RUN_TEST(test_embed);
     RUN_TEST(test_norms);
+    RUN_TEST(test_add_rmsnorm);
     RUN_TEST(test_layernorm);
     RUN_TEST(test_rope);
     RUN_TEST(test_elementwise);

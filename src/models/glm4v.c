@@ -271,9 +271,8 @@ const lm_model_family lm_glm4v_family = {
 
 /* ------------------------------------------------------------------ forward */
 
-/* y = x·Wᵀ + b over n rows. */
-static void linear(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w, lm_mem bias) {
-    lm_matmul(be, y, x, n, w);
+/* y += b over n rows of w's width (a Linear layer's bias, when it has one). */
+static void add_bias(lm_backend *be, lm_mem y, int n, const lm_matrix *w, lm_mem bias) {
     if (bias.buffer) lm_add_rows(be, y, bias, n, (int)w->rows);
 }
 
@@ -287,9 +286,11 @@ static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
     lm_backend *be = ctx->be;
     int N = step->n_tokens, D = c->head_dim;
     int nH = c->num_attention_heads, nKV = c->num_key_value_heads;
-    linear(be, s->q, s->x, N, &a->q_proj, a->q_bias);
-    linear(be, s->k, s->x, N, &a->k_proj, a->k_bias);
-    linear(be, s->v, s->x, N, &a->v_proj, a->v_bias);
+    lm_matmul_out projections[] = {{s->q, &a->q_proj}, {s->k, &a->k_proj}, {s->v, &a->v_proj}};
+    lm_matmul_group(be, s->x, N, projections, 3);
+    add_bias(be, s->q, N, &a->q_proj, a->q_bias);
+    add_bias(be, s->k, N, &a->k_proj, a->k_bias);
+    add_bias(be, s->v, N, &a->v_proj, a->v_bias);
     /* Rotary on the first rot_dim dims of every head, before the keys are cached. */
     lm_rope(be, s->q, N, nH, D, step->positions, &m->rope);
     lm_rope(be, s->k, N, nKV, D, step->positions, &m->rope);
@@ -303,8 +304,8 @@ static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
 static void swiglu(lm_glm4v_context *ctx, int N, const lm_swiglu *w, int64_t width, lm_mem out) {
     const lm_glm4v_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
-    lm_matmul(be, s->proj, s->x, N, &w->gate_proj);
-    lm_matmul(be, s->proj2, s->x, N, &w->up_proj);
+    lm_matmul_out projections[] = {{s->proj, &w->gate_proj}, {s->proj2, &w->up_proj}};
+    lm_matmul_group(be, s->x, N, projections, 2);
     lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * width);
     lm_matmul(be, out, s->proj, N, &w->down_proj);
 }
@@ -335,9 +336,8 @@ static void decoder_layer(lm_glm4v_context *ctx, const lm_step_view *step,
     lm_rmsnorm(be, s->x, s->h, layer->input_norm, N, H, eps);
     attention(ctx, step, layer, kv);
     if (m->sandwich_norms) lm_rmsnorm(be, s->x, s->x, layer->post_self_attn_norm, N, H, eps);
-    lm_add(be, s->h, s->x, (int64_t)N * H);
-
-    lm_rmsnorm(be, s->x, s->h, layer->post_attention_norm, N, H, eps);
+    /* h += attention's output; x = post_attention_norm(h) */
+    lm_add_rmsnorm(be, s->x, s->h, s->x, layer->post_attention_norm, N, H, eps);
     lm_mem out = s->x;
     if (layer->is_moe) {
         moe(ctx, N, &layer->moe);

@@ -389,25 +389,29 @@ static void record_inputs(lm_qwen35_context *ctx, const lm_step_batch *b,
     }
 }
 
-/* Gated DeltaNet (model-spec §A.7): s->x [N, H] -> out added into h. */
+/* Gated DeltaNet (model-spec §A.7): s->x [N, H] -> s->x, the layer's
+ * output before the residual add. */
 static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
-                             const lm_step_batch *b, const lm_qwen35_layer *layer, lm_mem h) {
+                             const lm_step_batch *b, const lm_qwen35_layer *layer) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_linear_attention *la = &layer->linear;
     const lm_qwen35_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
-    int N = step->n_tokens, H = c->hidden_size;
+    int N = step->n_tokens;
     int Hk = c->linear_num_key_heads, Hv = c->linear_num_value_heads;
     int dk = c->linear_key_head_dim, dv = c->linear_value_head_dim;
     int kd = m->key_dim, vd = m->value_dim, cd = m->conv_dim;
     lm_mem mixed = s->proj, conv_out = s->proj2, z = s->gates;
     lm_seq_batch seqs = lm_step_sequences(step);
 
-    lm_matmul(be, mixed, s->x, N, &la->in_proj_qkv); /* [N, conv_dim]: q | k | v */
-    lm_matmul(be, z, s->x, N, &la->in_proj_z);       /* [N, value_dim] output gate */
-    lm_matmul(be, s->beta, s->x, N, &la->in_proj_b); /* [N, Hv] */
-    lm_matmul(be, s->g, s->x, N, &la->in_proj_a);    /* [N, Hv] */
+    lm_matmul_out projections[] = {
+        {mixed, &la->in_proj_qkv}, /* [N, conv_dim]: q | k | v */
+        {z, &la->in_proj_z},       /* [N, value_dim] output gate */
+        {s->beta, &la->in_proj_b}, /* [N, Hv] */
+        {s->g, &la->in_proj_a},    /* [N, Hv] */
+    };
+    lm_matmul_group(be, s->x, N, projections, 4);
     /* beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias) */
     lm_gdn_gates(be, s->beta, s->g, la->neg_exp_A, la->dt_bias, N, Hv);
 
@@ -430,24 +434,27 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
                         (int64_t)ctx->recurrent_floats, &seqs, Hk, Hv, dk, dv);
     lm_gated_rmsnorm(be, core, core, z, la->norm, N * Hv, dv, c->rms_norm_eps);
     lm_matmul(be, s->x, core, N, &la->out_proj);
-    lm_add(be, h, s->x, (int64_t)N * H);
 }
 
-/* Gated full attention (model-spec §A.5) over a paged KV cache layer. */
+/* Gated full attention (model-spec §A.5) over a paged KV cache layer:
+ * s->x [N, H] -> s->x, before the residual add. */
 static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
-                           const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h) {
+                           const lm_qwen35_layer *layer, const lm_kv_layer *kv) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_full_attention *fa = &layer->full;
     const lm_qwen35_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
-    int N = step->n_tokens, H = c->hidden_size, D = c->head_dim;
+    int N = step->n_tokens, D = c->head_dim;
     int nH = c->num_attention_heads, nKV = c->num_key_value_heads;
     lm_mem qg = s->proj, attn = s->proj2;
 
-    lm_matmul(be, qg, s->x, N, &fa->q_proj); /* per head [q | gate] */
-    lm_matmul(be, s->k, s->x, N, &fa->k_proj);
-    lm_matmul(be, s->v, s->x, N, &fa->v_proj);
+    lm_matmul_out projections[] = {
+        {qg, &fa->q_proj}, /* per head [q | gate] */
+        {s->k, &fa->k_proj},
+        {s->v, &fa->v_proj},
+    };
+    lm_matmul_group(be, s->x, N, projections, 3);
     lm_copy_rows(be, s->q, D, qg, 2 * D, N * nH, D);
     lm_copy_rows(be, s->gates, D, lm_mem_f32(qg, (size_t)D), 2 * D, N * nH, D);
     lm_rmsnorm(be, s->q, s->q, fa->q_norm, N * nH, D, c->rms_norm_eps);
@@ -460,15 +467,14 @@ static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
     lm_attention(be, attn, s->q, kv, &ab);
     lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D);
     lm_matmul(be, s->x, attn, N, &fa->o_proj);
-    lm_add(be, h, s->x, (int64_t)N * H);
 }
 
 static void mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w, lm_mem h) {
     const lm_qwen35_config *c = &ctx->model->config;
     const lm_qwen35_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
-    lm_matmul(be, s->proj, s->x, N, &w->gate_proj);
-    lm_matmul(be, s->proj2, s->x, N, &w->up_proj);
+    lm_matmul_out projections[] = {{s->proj, &w->gate_proj}, {s->proj2, &w->up_proj}};
+    lm_matmul_group(be, s->x, N, projections, 2);
     lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * c->intermediate_size);
     lm_matmul(be, s->x, s->proj, N, &w->down_proj);
     lm_add(be, h, s->x, (int64_t)N * c->hidden_size);
@@ -483,15 +489,18 @@ static void moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, lm_
     const lm_qwen35_moe_scratch *ms = &ctx->moe;
     lm_backend *be = ctx->be;
     int H = c->hidden_size, k = c->num_experts_per_tok, Is = c->shared_expert_intermediate_size;
-    lm_matmul(be, ms->logits, s->x, N, &moe->router);
+    lm_matmul_out projections[] = {
+        {ms->logits, &moe->router},
+        {s->proj, &moe->shared.gate_proj},
+        {s->proj2, &moe->shared.up_proj},
+        {ms->shared_gate, &moe->shared_gate}, /* [N, 1] */
+    };
+    lm_matmul_group(be, s->x, N, projections, 4);
     lm_moe_route(be, ms->ids, ms->weights, ms->logits, N, &m->routing);
     lm_moe_apply_experts(be, ms->routed, s->x, N, ms->ids, ms->weights, k, &moe->experts.view,
                          ms->expert_scratch);
-    lm_matmul(be, s->proj, s->x, N, &moe->shared.gate_proj);
-    lm_matmul(be, s->proj2, s->x, N, &moe->shared.up_proj);
     lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * Is);
     lm_matmul(be, ms->shared, s->proj, N, &moe->shared.down_proj);
-    lm_matmul(be, ms->shared_gate, s->x, N, &moe->shared_gate); /* [N, 1] */
     lm_sigmoid_scale_rows(be, ms->shared, ms->shared_gate, N, H);
     lm_add(be, ms->routed, ms->shared, (int64_t)N * H);
     lm_add(be, h, ms->routed, (int64_t)N * H);
@@ -507,10 +516,12 @@ static void decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step,
     int N = step->n_tokens, H = c->hidden_size;
     lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->input_norm, N, H, c->rms_norm_eps);
     if (layer->type == LM_LAYER_FULL_ATTENTION)
-        full_attention(ctx, step, layer, kv, h);
+        full_attention(ctx, step, layer, kv);
     else
-        linear_attention(ctx, step, b, layer, h);
-    lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->post_attention_norm, N, H, c->rms_norm_eps);
+        linear_attention(ctx, step, b, layer);
+    /* h += attention's output; x = post_attention_norm(h) */
+    lm_add_rmsnorm(ctx->be, ctx->scratch.x, h, ctx->scratch.x, layer->post_attention_norm, N, H,
+                   c->rms_norm_eps);
     if (layer->is_moe)
         moe_mlp(ctx, N, &layer->moe, h);
     else

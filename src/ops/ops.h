@@ -167,6 +167,13 @@ static inline size_t lm_moe_scratch_bytes(int n, int top_k, const lm_moe_experts
            sizeof(int32_t) * (pairs + (size_t)e->n_experts + 1) + 64;
 }
 
+/* One product of a matmul_group: y = x · wᵀ. */
+#define LM_MATMUL_GROUP_MAX 4
+typedef struct {
+    lm_mem y;
+    const lm_matrix *w;
+} lm_matmul_out;
+
 typedef struct {
     const char *name;
 
@@ -205,6 +212,12 @@ typedef struct {
     /* ---- dense ---- */
     /* y[n, w.rows] = x[n, w.cols] · wᵀ */
     void (*matmul)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
+    /* Optional (NULL: one matmul each): the products of one input with
+     * several matrices of x's width, outs[i].y = x · outs[i].wᵀ for
+     * i < count (at most LM_MATMUL_GROUP_MAX), each y exactly what matmul
+     * writes.  A device backend runs them as one launch, so the small
+     * projections (a layer's gates) ride with the large ones. */
+    void (*matmul_group)(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs, int count);
     /* out[i] = table row ids[i] as float32 (table [vocab, dim]; ids int32 [n]) */
     void (*embed)(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
 
@@ -234,6 +247,11 @@ typedef struct {
     void (*sigmoid_mul)(lm_backend *be, lm_mem x, lm_mem gate, int64_t n);
     /* x += y, elementwise. */
     void (*add)(lm_backend *be, lm_mem x, lm_mem y, int64_t n);
+    /* Optional (NULL: add, then rmsnorm): the residual step h += delta over
+     * [rows, dim], then out = rmsnorm(h) * weight, each exactly what those
+     * two ops write.  out may alias delta, not h. */
+    void (*add_rmsnorm)(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta, lm_mem weight, int rows,
+                        int dim, float eps);
 
     /* ---- moving rows ---- */
     /* dst row r (dst_stride floats apart) = src row r (src_stride apart),
@@ -363,6 +381,15 @@ static inline lm_status lm_synchronize(lm_backend *be, lm_error *err) {
 static inline void lm_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     be->ops->matmul(be, y, x, n, w);
 }
+static inline void lm_matmul_group(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs,
+                                   int count) {
+    if (be->ops->matmul_group && count > 1 && count <= LM_MATMUL_GROUP_MAX) {
+        be->ops->matmul_group(be, x, n, outs, count);
+        return;
+    }
+    for (int i = 0; i < count; i++)
+        be->ops->matmul(be, outs[i].y, x, n, outs[i].w);
+}
 static inline void lm_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table) {
     be->ops->embed(be, out, ids, n, table);
 }
@@ -401,6 +428,15 @@ static inline void lm_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t
 }
 static inline void lm_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n) {
     be->ops->add(be, x, y, n);
+}
+static inline void lm_add_rmsnorm(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta,
+                                  lm_mem weight, int rows, int dim, float eps) {
+    if (be->ops->add_rmsnorm) {
+        be->ops->add_rmsnorm(be, out, h, delta, weight, rows, dim, eps);
+        return;
+    }
+    be->ops->add(be, h, delta, (int64_t)rows * dim);
+    be->ops->rmsnorm(be, out, h, weight, rows, dim, eps);
 }
 static inline void lm_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src,
                                 int64_t src_stride, int rows, int width) {

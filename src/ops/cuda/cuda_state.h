@@ -23,6 +23,8 @@ struct lm_cuda_state {
     size_t blas_workspace_bytes;
     void *scratch;                /* bf16 copies of matmul inputs, grown on demand */
     size_t scratch_bytes;
+    int gemv_shape;               /* the bf16 kernel's block shape (matmul.cu; LOOM_CUDA_GEMV) */
+    int gemv_grid_cap;            /* 0, or its most blocks (LOOM_CUDA_GEMV_BLOCKS per SM) */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
 };
 
@@ -39,6 +41,8 @@ lm_status lm_cuda_queue_init(lm_cuda_state *s, lm_error *err);
 void lm_cuda_queue_free(lm_cuda_state *s);
 /* ---- cuda-a: the cuBLASLt handle and workspace (matmul.cu) ---- */
 lm_status lm_cuda_blas_init(lm_cuda_state *s, lm_error *err);
+/* The index of a block shape "ROWSxUNROLL" of the bf16 kernel; -1: none. */
+int lm_cuda_gemv_shape_named(const char *name);
 void lm_cuda_blas_free(lm_cuda_state *s); /* the handle; state_free frees the memory */
 /* ---- end cuda-a ---- */
 }

@@ -49,7 +49,6 @@
 // tiles of one group of rows (so those rows stay in L2 while every tile
 // reads them); y walks the groups of rows.
 #define TOKENS 8
-#define UNROLL 4
 #define WARPS (THREADS / 32)
 
 __device__ static float weight_at(const void *w, int dtype, int64_t i) {
@@ -99,92 +98,160 @@ __device__ static float dot8(uint4 p, float4 a, float4 b, float acc) {
 }
 
 // bf16 weights, cols a multiple of 8, 16-byte aligned rows (the released
-// checkpoints' case): a block owns BLOCK_ROWS rows and a tile of TILE
-// tokens; its warps split the columns into WARPS fixed slices (fixed by
-// cols alone), each lane sums 8-column groups of its slice (16-byte loads,
-// UNROLL per row in flight, for every row of the block at once); the lanes
+// checkpoints' case): a block owns ROWS rows and a tile of TILE tokens; its
+// warps split the columns into WARPS fixed slices (fixed by cols alone),
+// each lane sums 8-column groups of its slice (16-byte loads, LOADS
+// groups per row in flight, for every row of the block at once); the lanes
 // are added by a shuffle tree and the slices in slice order through shared
-// memory.  Every sum's order depends on cols only, and a token's sums are
-// the same instructions whatever the tile's width (1, 2, 4 or 8 tokens, a
-// template parameter: fewer registers for small batches): batched ==
-// alone, bit for bit.  Measured on the H200 against one warp per row with
-// 16 loads in flight (9B shape, decode): 121.5 against 111-113 tokens/s.
-#define BLOCK_ROWS 4
-
-template <int TILE>
-__global__ static void __launch_bounds__(THREADS)
-    matmul_bf16_kernel(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols) {
-    __shared__ float part[WARPS][BLOCK_ROWS][TILE];
+// memory.  Every sum's order depends on cols only — not on TILE, ROWS or
+// LOADS, which only say how much runs at once — so a token's sums are the
+// same instructions whatever the tile's width (1, 2, 4 or 8 tokens, a
+// template parameter: fewer registers for small batches) and whatever
+// shape of block runs them: batched == alone, bit for bit.  Measured on the
+// H200 against one warp per row with 16 loads in flight (9B shape,
+// decode): 121.5 against 111-113 tokens/s.
+template <int TILE, int ROWS, int LOADS>
+__device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
+                                 int64_t o0, float (*part)[ROWS][TILE]) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
     int nt = n - t0 < TILE ? n - t0 : TILE;
     int64_t groups = cols / 8, per_slice = (groups + WARPS - 1) / WARPS;
     int64_t g_begin = warp * per_slice, g_end = g_begin + per_slice < groups ? g_begin + per_slice : groups;
-    for (int64_t o0 = (int64_t)blockIdx.y * BLOCK_ROWS; o0 < rows; o0 += (int64_t)gridDim.y * BLOCK_ROWS) {
-        float acc[BLOCK_ROWS][TILE];
+    float acc[ROWS][TILE];
 #pragma unroll
-        for (int r = 0; r < BLOCK_ROWS; r++)
+    for (int r = 0; r < ROWS; r++)
 #pragma unroll
-            for (int t = 0; t < TILE; t++)
-                acc[r][t] = 0.0f;
-        for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * UNROLL) {
-            uint4 p[BLOCK_ROWS][UNROLL];
+        for (int t = 0; t < TILE; t++)
+            acc[r][t] = 0.0f;
+    for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * LOADS) {
+        uint4 p[ROWS][LOADS];
 #pragma unroll
-            for (int r = 0; r < BLOCK_ROWS; r++)
+        for (int r = 0; r < ROWS; r++)
 #pragma unroll
-                for (int u = 0; u < UNROLL; u++) {
-                    int64_t g = g0 + 32 * u;
-                    p[r][u] = g < g_end && o0 + r < rows ? __ldg(w + (o0 + r) * groups + g)
-                                                         : make_uint4(0, 0, 0, 0);
-                }
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
+            for (int u = 0; u < LOADS; u++) {
                 int64_t g = g0 + 32 * u;
-#pragma unroll
-                for (int t = 0; t < TILE; t++) {
-                    if (g < g_end && t < nt) {
-                        const float4 *xt = (const float4 *)(x + (int64_t)(t0 + t) * cols) + 2 * g;
-                        float4 a = xt[0], b = xt[1];
-#pragma unroll
-                        for (int r = 0; r < BLOCK_ROWS; r++)
-                            acc[r][t] = dot8(p[r][u], a, b, acc[r][t]);
-                    }
-                }
+                p[r][u] = g < g_end && o0 + r < rows ? __ldg(w + (o0 + r) * groups + g) : make_uint4(0, 0, 0, 0);
             }
-        }
 #pragma unroll
-        for (int r = 0; r < BLOCK_ROWS; r++)
+        for (int u = 0; u < LOADS; u++) {
+            int64_t g = g0 + 32 * u;
 #pragma unroll
             for (int t = 0; t < TILE; t++) {
-                float v = warp_total(acc[r][t]);
-                if (lane == 0) part[warp][r][t] = v;
-            }
-        __syncthreads();
-        if (threadIdx.x < BLOCK_ROWS * TILE) {
-            int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
-            if (t < nt && o0 + r < rows) {
-                float total = 0.0f;
-                for (int k = 0; k < WARPS; k++)
-                    total += part[k][r][t];
-                y[(int64_t)(t0 + t) * rows + o0 + r] = total;
+                if (g < g_end && t < nt) {
+                    const float4 *xt = (const float4 *)(x + (int64_t)(t0 + t) * cols) + 2 * g;
+                    float4 a = xt[0], b = xt[1];
+#pragma unroll
+                    for (int r = 0; r < ROWS; r++)
+                        acc[r][t] = dot8(p[r][u], a, b, acc[r][t]);
+                }
             }
         }
-        __syncthreads(); // part is rewritten by the next rows
     }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < TILE; t++) {
+            float v = warp_total(acc[r][t]);
+            if (lane == 0) part[warp][r][t] = v;
+        }
+    __syncthreads();
+    if (threadIdx.x < ROWS * TILE) {
+        int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
+        if (t < nt && o0 + r < rows) {
+            float total = 0.0f;
+            for (int k = 0; k < WARPS; k++)
+                total += part[k][r][t];
+            y[(int64_t)(t0 + t) * rows + o0 + r] = total;
+        }
+    }
+    __syncthreads(); // part is rewritten by the next rows
+}
+
+template <int TILE, int ROWS, int LOADS>
+__global__ static void __launch_bounds__(THREADS)
+    matmul_bf16_kernel(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols) {
+    __shared__ float part[WARPS][ROWS][TILE];
+    for (int64_t o0 = (int64_t)blockIdx.y * ROWS; o0 < rows; o0 += (int64_t)gridDim.y * ROWS)
+        bf16_rows<TILE, ROWS, LOADS>(y, x, w, n, rows, cols, o0, part);
+}
+
+// matmul_group's products in one launch: blocks along y walk the row
+// groups of every matrix in turn (block_end[i]: the end of matrix i's), so
+// each output is computed by exactly the code of a lone matmul.
+struct group_args {
+    float *y[LM_MATMUL_GROUP_MAX];
+    const uint4 *w[LM_MATMUL_GROUP_MAX];
+    int64_t rows[LM_MATMUL_GROUP_MAX];
+    int block_end[LM_MATMUL_GROUP_MAX];
+    int count;
+};
+
+template <int TILE, int ROWS, int LOADS>
+__global__ static void __launch_bounds__(THREADS)
+    matmul_group_kernel(group_args a, const float *x, int n, int64_t cols) {
+    __shared__ float part[WARPS][ROWS][TILE];
+    int b = (int)blockIdx.y, i = 0;
+    while (i + 1 < a.count && b >= a.block_end[i]) i++;
+    int first = i ? a.block_end[i - 1] : 0;
+    bf16_rows<TILE, ROWS, LOADS>(a.y[i], x, a.w[i], n, a.rows[i], cols, (int64_t)(b - first) * ROWS, part);
+}
+
+// The shapes of block that run a product (lm_cuda_state.gemv_shape; the
+// bits are the same for all of them, only the speed differs): rows per
+// block and loads per row in flight, for tiles of 1 and 2 tokens (wider
+// tiles use 4 x 4).  LOOM_CUDA_GEMV=ROWSxLOADS picks one when the backend
+// is made, for measuring them (bench/cuda_gemv.c).
+typedef void (*bf16_kernel_fn)(float *, const float *, const uint4 *, int, int64_t, int64_t);
+typedef void (*group_kernel_fn)(group_args, const float *, int, int64_t);
+typedef struct {
+    int rows, unroll;
+    bf16_kernel_fn single[2];
+    group_kernel_fn group[2];
+} gemv_shape;
+
+#define SHAPE(R, U)                                                                                     \
+    {R, U, {matmul_bf16_kernel<1, R, U>, matmul_bf16_kernel<2, R, U>},                                  \
+     {matmul_group_kernel<1, R, U>, matmul_group_kernel<2, R, U>}}
+static const gemv_shape gemv_shapes[] = {SHAPE(4, 4), SHAPE(4, 2), SHAPE(2, 4), SHAPE(2, 2), SHAPE(8, 2),
+                                         SHAPE(8, 1), SHAPE(1, 4), SHAPE(1, 8)};
+#undef SHAPE
+#define N_GEMV_SHAPES ((int)(sizeof gemv_shapes / sizeof gemv_shapes[0]))
+#define WIDE_ROWS 4
+
+extern "C" int lm_cuda_gemv_shape_named(const char *name) {
+    int r = 0, u = 0;
+    if (!name || sscanf(name, "%dx%d", &r, &u) != 2) return -1;
+    for (int i = 0; i < N_GEMV_SHAPES; i++)
+        if (gemv_shapes[i].rows == r && gemv_shapes[i].unroll == u) return i;
+    return -1;
+}
+
+static const gemv_shape *shape_of(lm_backend *be) {
+    int i = lm_cuda_state_of(be)->gemv_shape;
+    return &gemv_shapes[i >= 0 && i < N_GEMV_SHAPES ? i : 0];
+}
+
+// Rows per block for a tile of n tokens.
+static int rows_per_block(lm_backend *be, int n) { return n <= 2 ? shape_of(be)->rows : WIDE_ROWS; }
+
+static bool bf16_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
+    return w->dtype == LM_DTYPE_BF16 && w->cols % 8 == 0 && ((uintptr_t)wp % 16) == 0 && ((uintptr_t)xp % 16) == 0;
 }
 
 static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     const void *wp = lm_cuda_ptr(w->data);
     const void *xp = lm_cuda_ptr(x);
-    bool vector = w->dtype == LM_DTYPE_BF16 && w->cols % 8 == 0 && ((uintptr_t)wp % 16) == 0 &&
-                  ((uintptr_t)xp % 16) == 0;
-    int64_t per_block = vector ? BLOCK_ROWS : WARPS, blocks = (w->rows + per_block - 1) / per_block;
+    bool vector = bf16_vector_ok(w, wp, xp);
+    int64_t per_block = vector ? rows_per_block(be, n) : WARPS, blocks = (w->rows + per_block - 1) / per_block;
+    int cap = lm_cuda_state_of(be)->gemv_grid_cap;
+    if (vector && cap > 0 && blocks > cap) blocks = cap;
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
     if (vector) {
-        void (*kernel)(float *, const float *, const uint4 *, int, int64_t, int64_t) =
-            n == 1   ? matmul_bf16_kernel<1>
-            : n == 2 ? matmul_bf16_kernel<2>
-            : n <= 4 ? matmul_bf16_kernel<4>
-                     : matmul_bf16_kernel<TOKENS>;
+        const gemv_shape *sh = shape_of(be);
+        bf16_kernel_fn kernel = n == 1   ? sh->single[0]
+                                : n == 2 ? sh->single[1]
+                                : n <= 4 ? matmul_bf16_kernel<4, WIDE_ROWS, 4>
+                                         : matmul_bf16_kernel<TOKENS, WIDE_ROWS, 4>;
         lm_cuda_launch(be, "matmul", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                        (const uint4 *)wp, n, w->rows, w->cols);
     } else
@@ -366,6 +433,42 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
     if (!matmul_lt(be, lm_cuda_f32(y), lm_cuda_ptr(w->data), x16, bf16 ? CUDA_R_16BF : CUDA_R_16F, rows, n,
                    cols))
         matmul_rows(be, y, x, n, w);
+}
+
+// One launch for the group when every product takes the bf16 kernel at
+// this n (float32 compute, or bf16 compute with few rows); otherwise each
+// product as lm_cuda_matmul runs it.
+extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs, int count) {
+    const void *xp = lm_cuda_ptr(x);
+    bool fused = n > 0 && count > 1 && count <= LM_MATMUL_GROUP_MAX &&
+                 !(lm_cuda_state_of(be)->blas_matmul && n >= BLAS_MIN_ROWS);
+    group_args a;
+    memset(&a, 0, sizeof a); // every byte is compared by the queue (launch.h)
+    int per_block = rows_per_block(be, n), blocks = 0;
+    for (int i = 0; fused && i < count; i++) {
+        const lm_matrix *w = outs[i].w;
+        const void *wp = lm_cuda_ptr(w->data);
+        fused = bf16_vector_ok(w, wp, xp) && w->cols == outs[0].w->cols && w->rows > 0 &&
+                w->rows <= 65535 * (int64_t)per_block;
+        if (!fused) break;
+        blocks += (int)((w->rows + per_block - 1) / per_block);
+        a.y[i] = lm_cuda_f32(outs[i].y), a.w[i] = (const uint4 *)wp, a.rows[i] = w->rows;
+        a.block_end[i] = blocks;
+        fused = blocks <= 65535;
+    }
+    if (!fused) {
+        for (int i = 0; i < count; i++)
+            lm_cuda_matmul(be, outs[i].y, x, n, outs[i].w);
+        return;
+    }
+    a.count = count;
+    const gemv_shape *sh = shape_of(be);
+    group_kernel_fn kernel = n == 1   ? sh->group[0]
+                             : n == 2 ? sh->group[1]
+                             : n <= 4 ? matmul_group_kernel<4, WIDE_ROWS, 4>
+                                      : matmul_group_kernel<TOKENS, WIDE_ROWS, 4>;
+    dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
+    lm_cuda_launch(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
 }
 
 // ---- the handle and its workspace (lm_cuda_state_init / _free, state.cu) ----

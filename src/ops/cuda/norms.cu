@@ -56,6 +56,26 @@ __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z
     }
 }
 
+// add_rmsnorm: h += delta, then out = rmsnorm(h) · w.  Each thread adds
+// the elements it later sums, in sum_squares's order, so h and out are the
+// bits add then rmsnorm give; out may alias delta (each element is read
+// and written by one thread, read first).
+__global__ static void add_rmsnorm_kernel(float *out, float *h, const float *delta, const float *w, int dim,
+                                          float eps) {
+    int64_t r = blockIdx.x;
+    float *hr = h + r * dim;
+    const float *dr = delta + r * dim;
+    float *yr = out + r * dim;
+    float ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = hr[i] + dr[i];
+        hr[i] = v;
+        ss += v * v;
+    }
+    float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = hr[i] * inv * w[i];
+}
+
 // Threads per row block: enough for wide rows, no idle warps for narrow ones.
 static int threads_for(int dim) {
     if (dim >= 4096) return 1024;
@@ -69,6 +89,13 @@ extern "C" void lm_cuda_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem wei
     if (rows <= 0 || dim <= 0) return;
     lm_cuda_launch(be, "rmsnorm", rmsnorm_kernel, rows, threads_for(dim), 0, lm_cuda_f32(out), lm_cuda_f32(x),
                    nullptr, lm_cuda_f32(weight), dim, eps);
+}
+
+extern "C" void lm_cuda_add_rmsnorm(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta, lm_mem weight, int rows,
+                                    int dim, float eps) {
+    if (rows <= 0 || dim <= 0) return;
+    lm_cuda_launch(be, "add_rmsnorm", add_rmsnorm_kernel, rows, threads_for(dim), 0, lm_cuda_f32(out),
+                   lm_cuda_f32(h), lm_cuda_f32(delta), lm_cuda_f32(weight), dim, eps);
 }
 
 extern "C" void lm_cuda_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows,

@@ -1,4 +1,6 @@
 // The backend's stream and handles.
+#include <stdlib.h>
+
 #include "ops/cuda/cuda_state.h"
 
 extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
@@ -6,6 +8,15 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     if (e != cudaSuccess) return lm_fail(err, LM_ERR_INTERNAL, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
     lm_status st = lm_cuda_queue_init(s, err);
     if (st != LM_OK) return st;
+    const char *shape = getenv("LOOM_CUDA_GEMV"); // for measuring the kernel's shapes (bench/cuda_gemv.c)
+    s->gemv_shape = shape ? lm_cuda_gemv_shape_named(shape) : 0;
+    if (s->gemv_shape < 0)
+        return lm_fail(err, LM_ERR_INVALID, "LOOM_CUDA_GEMV=%s is not a block shape of the bf16 kernel "
+                       "(ROWSxLOADS: 4x4, 4x2, 2x4, 2x2, 8x2, 8x1, 1x4, 1x8)", shape);
+    const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows
+    int sms = 0;
+    if (per_sm && atoi(per_sm) > 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s->device) == cudaSuccess)
+        s->gemv_grid_cap = atoi(per_sm) * sms;
     return lm_cuda_blas_init(s, err); /* cuBLASLt handle and workspace (matmul.cu) */
 }
 

@@ -41,7 +41,9 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .moe_experts = lm_cuda_moe_experts,
     /* ---- cuda-a: matmul.cu, norms.cu, rope.cu ---- */
     .matmul = lm_cuda_matmul,
+    .matmul_group = lm_cuda_matmul_group,
     .rmsnorm = lm_cuda_rmsnorm,
+    .add_rmsnorm = lm_cuda_add_rmsnorm,
     .gated_rmsnorm = lm_cuda_gated_rmsnorm,
     .l2norm_scale = lm_cuda_l2norm_scale,
     .layernorm = lm_cuda_layernorm,
