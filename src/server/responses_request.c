@@ -528,15 +528,24 @@ static cJSON *make_echo(const cJSON *body) {
     return e;
 }
 
-/* The chat parser's names for the fields, in the Responses API's terms. */
-static void rename_param(char *param, size_t size) {
+/* The chat parser's names for the fields, in the Responses API's terms
+ * (the param, and the quoted name at the start of the message). */
+static void rename_param(char *param, size_t size, lm_error *err) {
     static const char *const names[][2] = {{"messages", "input"},      {"max_tokens", "max_output_tokens"},
                                            {"response_format", "text.format"}, {"chat_template_kwargs", "reasoning"}};
-    for (size_t i = 0; param && i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(param, names[i][0]) == 0) {
-            snprintf(param, size, "%s", names[i][1]);
-            return;
+    for (size_t i = 0; param && i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(param, names[i][0]) != 0) continue;
+        snprintf(param, size, "%s", names[i][1]);
+        char quoted[48];
+        snprintf(quoted, sizeof quoted, "'%s'", names[i][0]);
+        size_t n = strlen(quoted);
+        if (err && strncmp(err->message, quoted, n) == 0) {
+            char message[LM_ERROR_MESSAGE_MAX];
+            snprintf(message, sizeof message, "'%s'%s", names[i][1], err->message + n);
+            snprintf(err->message, sizeof err->message, "%s", message);
         }
+        return;
+    }
 }
 
 lm_status lm_responses_request_parse(const char *body, size_t len, const lm_image_parts *images,
@@ -582,7 +591,7 @@ lm_status lm_responses_request_parse(const char *body, size_t len, const lm_imag
     }
     st = lm_openai_request_parse_doc(LM_API_CHAT, doc, images, out, param, param_size, err);
     if (st != LM_OK) {
-        rename_param(param, param_size);
+        rename_param(param, param_size, err);
         cJSON_Delete(e);
         return st;
     }
