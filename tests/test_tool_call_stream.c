@@ -49,6 +49,8 @@ static const struct {
     {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, {\"b\": tru", "f", "{\"a\":[1,{}]}"},
     {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1 \"b\": 2}}\n</tool_call>", "f", "{\"a\":1}"},
     {"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Ro", "get_weather", "{\"city\":\"Ro\"}"},
+    /* a bad escape inside a string being written: the string is closed */
+    {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"c\": \"\\,Pa\", \"d\": 3}}\n</tool_call>", "f", "{\"c\":\"\"}"},
 };
 
 typedef struct {

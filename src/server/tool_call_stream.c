@@ -262,9 +262,10 @@ static bool json_update(lm_call_stream *s, const char *b, size_t len) {
                 }
                 return true;
             }
-            s->in_string = false;
             s->pos = i + 1;
             if (!string_done(s, b, i)) return false;
+            /* frozen on a string it had begun writing: what was written ends inside it */
+            if (!s->frozen) s->in_string = false;
             continue;
         }
         if (s->in_atom) {
