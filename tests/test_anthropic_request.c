@@ -313,15 +313,19 @@ static void test_message(void) {
 /* The stream: event names equal the data's type, blocks open and close in
  * order with consecutive indexes. */
 static void test_stream(void) {
-    lm_tool_call call = {.id = "call_1", .name = "f", .arguments = "{}"};
-    lm_tool_call_list calls = {.items = &call, .n = 1, .cap = 1};
     lm_anthropic_output o = {.id = "msg_1", .model = "m", .prompt_tokens = 5, .output_tokens = 0};
     lm_sbuf out = {0};
     lm_anthropic_stream st = {0};
     lm_anthropic_stream_start(&out, &o);
-    lm_anthropic_stream_delta(&st, &out, "a", "", NULL, 0);
-    lm_anthropic_stream_delta(&st, &out, "b", "c", NULL, 0);
-    lm_anthropic_stream_delta(&st, &out, "", "d", calls.items, 1);
+    lm_anthropic_stream_delta(&st, &out, "a", "");
+    lm_anthropic_stream_delta(&st, &out, "b", "c");
+    lm_anthropic_stream_delta(&st, &out, "", "d");
+    /* a call streamed in two fragments */
+    lm_tool_delta d1 = {.index = 0, .id = "call_1", .name = "f", .first = true, .fragment = "{\"a\":", .fragment_len = 5};
+    lm_tool_delta d2 = {.index = 0, .id = "call_1", .name = "f", .fragment = "1}", .fragment_len = 2,
+                        .sent_before = 5, .last = true, .arguments = "{\"a\":1}"};
+    lm_anthropic_stream_tool(&st, &out, &d1);
+    lm_anthropic_stream_tool(&st, &out, &d2);
     o.stop_reason = "tool_use";
     o.output_tokens = 4;
     lm_anthropic_stream_end(&st, &out, &o);
@@ -330,7 +334,7 @@ static void test_stream(void) {
         "content_block_start:0", "content_block_delta:0", "content_block_delta:0", "content_block_delta:0",
         "content_block_stop:0",
         "content_block_start:1", "content_block_delta:1", "content_block_delta:1", "content_block_stop:1",
-        "content_block_start:2", "content_block_delta:2", "content_block_stop:2",
+        "content_block_start:2", "content_block_delta:2", "content_block_delta:2", "content_block_stop:2",
         "message_delta", "message_stop"};
     size_t n = 0;
     bool ok = !out.failed;
@@ -347,13 +351,14 @@ static void test_stream(void) {
         if (cJSON_IsNumber(index)) snprintf(got, sizeof got, "%s:%d", name, index->valueint);
         else snprintf(got, sizeof got, "%s", name);
         ok = n < sizeof want / sizeof want[0] && strcmp(got, want[n]) == 0 && str_is(j, "type", name);
-        if (!ok) test_failed(__FILE__, __LINE__, "event %zu: %s (want %s)", n, got, n < 16 ? want[n] : "none");
+        if (!ok) test_failed(__FILE__, __LINE__, "event %zu: %s (want %s)", n, got, n < sizeof want / sizeof want[0] ? want[n] : "none");
         cJSON_Delete(j);
         p = end + 2;
     }
     free(text);
     bool tail = strstr(lm_sbuf_str(&out), "\"stop_reason\":\"tool_use\"") &&
-                strstr(lm_sbuf_str(&out), "\"partial_json\":\"{}\"") &&
+                strstr(lm_sbuf_str(&out), "\"partial_json\":\"{\\\"a\\\":\"") &&
+                strstr(lm_sbuf_str(&out), "\"partial_json\":\"1}\"") &&
                 strstr(lm_sbuf_str(&out), "\"type\":\"signature_delta\"");
     lm_sbuf_free(&out);
     CHECK(ok && n == sizeof want / sizeof want[0] && tail);

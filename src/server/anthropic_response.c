@@ -1,5 +1,6 @@
 #include "server/anthropic_response.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,8 +141,7 @@ static void delta(lm_anthropic_stream *st, lm_sbuf *out, const char *type, const
     event(out, e);
 }
 
-void lm_anthropic_stream_delta(lm_anthropic_stream *st, lm_sbuf *out, const char *thinking, const char *text,
-                               const lm_tool_call *calls, int n_calls) {
+void lm_anthropic_stream_delta(lm_anthropic_stream *st, lm_sbuf *out, const char *thinking, const char *text) {
     if (thinking && thinking[0]) {
         if (st->open != LM_ANTHROPIC_BLOCK_THINKING) {
             cJSON *b = thinking_block("");
@@ -153,19 +153,36 @@ void lm_anthropic_stream_delta(lm_anthropic_stream *st, lm_sbuf *out, const char
         if (st->open != LM_ANTHROPIC_BLOCK_TEXT) open_block(st, out, LM_ANTHROPIC_BLOCK_TEXT, text_block(""));
         delta(st, out, "text_delta", "text", text);
     }
-    for (int i = 0; i < n_calls; i++) {
-        open_block(st, out, LM_ANTHROPIC_BLOCK_TOOL, tool_use_block(&calls[i], false));
-        cJSON *input = call_input(&calls[i]);
-        char *json = cJSON_PrintUnformatted(input);
-        cJSON_Delete(input);
-        if (!json) {
-            out->failed = true;
-            return;
-        }
-        delta(st, out, "input_json_delta", "partial_json", json);
-        cJSON_free(json);
-        close_block(st, out);
+}
+
+static bool is_object_text(const char *text) {
+    cJSON *doc = cJSON_ParseWithOpts(text, NULL, true);
+    bool ok = cJSON_IsObject(doc);
+    cJSON_Delete(doc);
+    return ok;
+}
+
+void lm_anthropic_stream_tool(lm_anthropic_stream *st, lm_sbuf *out, const lm_tool_delta *d) {
+    if (d->first) {
+        lm_tool_call call = {.name = (char *)d->name};
+        snprintf(call.id, sizeof call.id, "%s", d->id);
+        open_block(st, out, LM_ANTHROPIC_BLOCK_TOOL, tool_use_block(&call, false));
+        st->tool_json_sent = 0;
     }
+    char *fragment = strndup(d->fragment, d->fragment_len);
+    if (!fragment) {
+        out->failed = true;
+        return;
+    }
+    /* input is an object: a forced call cut before it wrote one ends as {} */
+    bool whole_non_object = d->last && st->tool_json_sent == 0 && !is_object_text(d->arguments);
+    const char *json = whole_non_object ? "{}" : fragment;
+    if (json[0]) {
+        delta(st, out, "input_json_delta", "partial_json", json);
+        st->tool_json_sent += strlen(json);
+    }
+    free(fragment);
+    if (d->last) close_block(st, out);
 }
 
 void lm_anthropic_stream_end(lm_anthropic_stream *st, lm_sbuf *out, const lm_anthropic_output *o) {

@@ -10,6 +10,7 @@
 
 #include "loom.h"
 #include "server/sbuf.h"
+#include "server/tool_call_delta.h"
 #include "server/tool_parser.h"
 
 typedef struct {
@@ -34,14 +35,17 @@ typedef enum { LM_ANTHROPIC_BLOCK_NONE, LM_ANTHROPIC_BLOCK_THINKING, LM_ANTHROPI
 typedef struct {
     int next_index;
     lm_anthropic_block open;
+    size_t tool_json_sent; /* the open tool_use block's partial_json bytes */
 } lm_anthropic_stream;
 
 /* message_start (o's usage: the prompt's tokens; content empty). */
 void lm_anthropic_stream_start(lm_sbuf *out, const lm_anthropic_output *o);
-/* What one event added: thinking and text deltas, then whole tool calls
- * (each a tool_use block of one input_json_delta). */
-void lm_anthropic_stream_delta(lm_anthropic_stream *st, lm_sbuf *out, const char *thinking, const char *text,
-                               const lm_tool_call *calls, int n_calls);
+/* What one event added: thinking and text deltas. */
+void lm_anthropic_stream_delta(lm_anthropic_stream *st, lm_sbuf *out, const char *thinking, const char *text);
+/* A tool call's delta: its first opens a tool_use block, fragments are
+ * input_json_delta events, its last closes the block (a finished call whose
+ * arguments are no JSON object and of which nothing was sent sends "{}"). */
+void lm_anthropic_stream_tool(lm_anthropic_stream *st, lm_sbuf *out, const lm_tool_delta *d);
 /* Closes the open block, then message_delta and message_stop. */
 void lm_anthropic_stream_end(lm_anthropic_stream *st, lm_sbuf *out, const lm_anthropic_output *o);
 /* An error event (the stream ends after it). */

@@ -16,7 +16,10 @@
 #include "server/media.h"
 #include "server/reasoning_parser.h"
 #include "server/request_log.h"
+#include "server/responses_request.h"
+#include "server/responses_response.h"
 #include "server/server_internal.h"
+#include "server/tool_call_delta.h"
 #include "server/tool_choice.h"
 #include "server/tool_parser.h"
 
@@ -35,7 +38,7 @@ typedef struct {
     lm_tool_parser tool_parser;
     lm_sbuf reasoning, content, middle; /* middle: reasoning parser's content, before tool parsing */
     lm_tool_call_list calls;
-    int calls_sent;
+    lm_tool_delta_cursor tool_cursor; /* streaming: what of the calls was sent */
     cJSON *logprobs;        /* chat: [{token, logprob, bytes, top_logprobs}]; see add_logprob */
     cJSON *token_ids;       /* completions without a tokenizer */
     bool finished;
@@ -43,6 +46,7 @@ typedef struct {
     int stop_string;
     int32_t stop_token;
     int completion_tokens;
+    int reasoning_tokens;   /* of them, those written inside the reasoning (Responses' usage) */
     int drafted_tokens, accepted_tokens;
     double last_token_time;
     bool has_error;
@@ -62,6 +66,8 @@ typedef struct {
     lm_openai_request req;
     lm_wire wire;               /* OpenAI's shapes, or Anthropic's (/v1/messages: one chat choice) */
     lm_anthropic_stream astream;
+    cJSON *responses_echo;      /* /v1/responses: the request's fields the response repeats */
+    lm_responses_stream rstream;
     /* One engine request per prompt (completions may list several); choice
      * i belongs to prompt i / n_per and is that request's choice i % n_per. */
     prompt_state *prompts;
@@ -197,6 +203,8 @@ static void gen_free(gen_ctx *g) {
     for (int i = 0; g->choices && i < g->n; i++) choice_free(&g->choices[i]);
     free(g->choices);
     lm_sbuf_free(&g->out);
+    cJSON_Delete(g->responses_echo);
+    lm_responses_stream_free(&g->rstream);
     lm_openai_request_free(&g->req);
     bool trim = g->body_len >= TRIM_AFTER_BODY_BYTES;
     free(g);
@@ -329,7 +337,9 @@ static int apply_event(gen_ctx *g, int prompt, const loom_event *ev, cJSON **log
             else cJSON_AddItemToArray(ch->logprobs, e);
         }
         if (ch->token_ids) cJSON_AddItemToArray(ch->token_ids, cJSON_CreateNumber(ev->token));
+        bool thinking = ch->use_reasoning && ch->reasoning_parser.state == LM_REASONING_INSIDE;
         if (ev->text) feed_text(ch, ev->text, ev->text_len);
+        if (thinking || (ch->use_reasoning && ch->reasoning_parser.state == LM_REASONING_INSIDE)) ch->reasoning_tokens++;
     } else {
         if (ev->type == LOOM_EVENT_FINISH && ev->text) feed_text(ch, ev->text, ev->text_len);
         finish_text(ch);
@@ -437,7 +447,30 @@ static void anthropic_output(const gen_ctx *g, lm_anthropic_output *o) {
                                .output_tokens = ch->completion_tokens};
 }
 
+/* The Responses API's view of the (only) choice. */
+static void responses_output(const gen_ctx *g, lm_responses_output *o) {
+    const choice_state *ch = &g->choices[0];
+    *o = (lm_responses_output){.id = g->id,
+                               .model = g->server->options.served_model_name,
+                               .created_at = g->created,
+                               .echo = g->responses_echo,
+                               .reasoning = lm_sbuf_str(&ch->reasoning),
+                               .text = lm_sbuf_str(&ch->content),
+                               .calls = &ch->calls,
+                               .incomplete = ch->finished && ch->reason == LOOM_FINISH_LENGTH,
+                               .prompt_tokens = g->prompts[0].prompt_tokens,
+                               .cached_tokens = g->prompts[0].cached_tokens,
+                               .output_tokens = ch->completion_tokens,
+                               .reasoning_tokens = ch->reasoning_tokens < ch->completion_tokens ? ch->reasoning_tokens
+                                                                                               : ch->completion_tokens};
+}
+
 static cJSON *full_response(gen_ctx *g) {
+    if (g->wire == LM_WIRE_RESPONSES) {
+        lm_responses_output o;
+        responses_output(g, &o);
+        return lm_responses_object(&o);
+    }
     if (g->wire == LM_WIRE_ANTHROPIC) {
         lm_anthropic_output o;
         anthropic_output(g, &o);
@@ -515,7 +548,37 @@ static cJSON *chunk_choice(gen_ctx *g, cJSON **root, int index) {
     return c;
 }
 
+/* Chat: the tool calls' deltas as OpenAI streams them: a call's first
+ * delta has its index, id, type and name, the later ones its index and
+ * argument fragments. */
+static cJSON *tool_call_deltas(choice_state *ch) {
+    cJSON *list = cJSON_CreateArray();
+    lm_tool_delta d;
+    while (list && lm_tool_delta_next(&ch->tool_cursor, &ch->calls, &ch->tool_parser, &d)) {
+        if (!d.first && d.fragment_len == 0) continue;
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "index", d.index);
+        if (d.first) {
+            cJSON_AddStringToObject(t, "id", d.id);
+            cJSON_AddStringToObject(t, "type", "function");
+        }
+        cJSON *fn = cJSON_AddObjectToObject(t, "function");
+        if (d.first) cJSON_AddStringToObject(fn, "name", d.name);
+        char *fragment = strndup(d.fragment, d.fragment_len);
+        cJSON_AddStringToObject(fn, "arguments", fragment ? fragment : "");
+        free(fragment);
+        cJSON_AddItemToArray(list, t);
+    }
+    return list;
+}
+
 static void stream_role_chunks(gen_ctx *g) {
+    if (g->wire == LM_WIRE_RESPONSES) {
+        lm_responses_output o;
+        responses_output(g, &o);
+        lm_responses_stream_start(&g->rstream, &g->out, &o);
+        return;
+    }
     if (g->wire == LM_WIRE_ANTHROPIC) {
         lm_anthropic_output o;
         anthropic_output(g, &o);
@@ -544,17 +607,28 @@ static void stream_role_chunks(gen_ctx *g) {
 /* Emits what a choice gained from one event: a delta chunk, then a finish chunk. */
 static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
     choice_state *ch = &g->choices[i];
+    lm_tool_delta td;
+    if (g->wire == LM_WIRE_RESPONSES) { /* the end comes with stream_final */
+        cJSON_Delete(logprob);
+        lm_responses_stream_delta(&g->rstream, &g->out, lm_sbuf_str(&ch->reasoning), lm_sbuf_str(&ch->content));
+        while (lm_tool_delta_next(&ch->tool_cursor, &ch->calls, &ch->tool_parser, &td))
+            lm_responses_stream_tool(&g->rstream, &g->out, &td);
+        lm_sbuf_clear(&ch->content);
+        lm_sbuf_clear(&ch->reasoning);
+        return;
+    }
     if (g->wire == LM_WIRE_ANTHROPIC) { /* the end comes with stream_final */
         cJSON_Delete(logprob);
-        lm_anthropic_stream_delta(&g->astream, &g->out, lm_sbuf_str(&ch->reasoning), lm_sbuf_str(&ch->content),
-                                  ch->calls.items + ch->calls_sent, ch->calls.n - ch->calls_sent);
-        ch->calls_sent = ch->calls.n;
+        lm_anthropic_stream_delta(&g->astream, &g->out, lm_sbuf_str(&ch->reasoning), lm_sbuf_str(&ch->content));
+        while (lm_tool_delta_next(&ch->tool_cursor, &ch->calls, &ch->tool_parser, &td))
+            lm_anthropic_stream_tool(&g->astream, &g->out, &td);
         lm_sbuf_clear(&ch->content);
         lm_sbuf_clear(&ch->reasoning);
         return;
     }
     bool chat = g->req.kind == LM_API_CHAT;
-    bool new_calls = ch->calls_sent < ch->calls.n;
+    cJSON *call_deltas = chat ? tool_call_deltas(ch) : NULL;
+    bool new_calls = cJSON_GetArraySize(call_deltas) > 0;
     if (ch->content.len || ch->reasoning.len || new_calls || logprob || (ch->token_ids && cJSON_GetArraySize(ch->token_ids))) {
         cJSON *root;
         cJSON *c = chunk_choice(g, &root, i);
@@ -566,9 +640,8 @@ static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
             }
             if (ch->content.len || (!ch->reasoning.len && !new_calls)) cJSON_AddStringToObject(d, "content", lm_sbuf_str(&ch->content));
             if (new_calls) {
-                cJSON *calls = cJSON_AddArrayToObject(d, "tool_calls");
-                for (; ch->calls_sent < ch->calls.n; ch->calls_sent++)
-                    cJSON_AddItemToArray(calls, tool_call_json(&ch->calls.items[ch->calls_sent], ch->calls_sent, true));
+                cJSON_AddItemToObject(d, "tool_calls", call_deltas);
+                call_deltas = NULL;
             }
             if (logprob) {
                 cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
@@ -599,6 +672,7 @@ static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
     } else if (logprob) {
         cJSON_Delete(logprob);
     }
+    cJSON_Delete(call_deltas);
     if (ch->finished) {
         cJSON *root;
         cJSON *c = chunk_choice(g, &root, i);
@@ -612,6 +686,19 @@ static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
 }
 
 static void stream_final(gen_ctx *g) {
+    if (g->wire == LM_WIRE_RESPONSES) {
+        const choice_state *ch = &g->choices[0];
+        lm_responses_output o;
+        responses_output(g, &o);
+        if (g->error_message[0])
+            lm_responses_stream_error(&g->rstream, &g->out, &o, 500, g->error_message);
+        else if (!ch->finished || ch->reason == LOOM_FINISH_CANCELLED) /* shutdown (a gone client reads nothing) */
+            lm_responses_stream_error(&g->rstream, &g->out, &o, 503, "the server is shutting down: the request was cancelled");
+        else
+            lm_responses_stream_end(&g->rstream, &g->out, &o);
+        g->final_sent = true;
+        return;
+    }
     if (g->wire == LM_WIRE_ANTHROPIC) {
         const choice_state *ch = &g->choices[0];
         if (g->error_message[0]) {
@@ -687,7 +774,8 @@ static void log_request(const gen_ctx *g, unsigned status, const char *finish) {
     const lm_server_options *o = &g->server->options;
     if (!o->log_requests) return;
     lm_request_record rec = {.id = g->id[0] ? g->id : "-",
-                             .route = g->wire == LM_WIRE_ANTHROPIC ? "/v1/messages"
+                             .route = g->wire == LM_WIRE_ANTHROPIC   ? "/v1/messages"
+                                      : g->wire == LM_WIRE_RESPONSES ? "/v1/responses"
                                       : g->req.kind == LM_API_CHAT  ? "/v1/chat/completions"
                                                                     : "/v1/completions",
                              .status = status,
@@ -798,9 +886,12 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     g->created = (long long)time(NULL);
     char param[64] = "";
     lm_error err = {0};
-    lm_status parsed = wire == LM_WIRE_ANTHROPIC
-                           ? lm_anthropic_request_parse(body, len, false, &s->image_parts, &g->req, param, sizeof param, &err)
-                           : lm_openai_request_parse(kind, body, len, &s->image_parts, &g->req, param, sizeof param, &err);
+    lm_status parsed =
+        wire == LM_WIRE_ANTHROPIC
+            ? lm_anthropic_request_parse(body, len, false, &s->image_parts, &g->req, param, sizeof param, &err)
+        : wire == LM_WIRE_RESPONSES ? lm_responses_request_parse(body, len, &s->image_parts, &g->req, &g->responses_echo,
+                                                                 param, sizeof param, &err)
+                                    : lm_openai_request_parse(kind, body, len, &s->image_parts, &g->req, param, sizeof param, &err);
     if (parsed != LM_OK)
         return fail(g, c, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
     lm_openai_request *r = &g->req;
@@ -917,6 +1008,8 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         for (int i = 0; i < g->n; i++) {
             g->choices[i].reasoning_parser.drop_stray = special[0] || special[1];
             g->choices[i].tool_parser.drop_stray = special[2] || special[3];
+            /* streamed: calls go out as they are written (tool_call_delta.h) */
+            g->choices[i].tool_parser.stream_calls = r->stream;
         }
         r->params.keep_special_token_ids = g->keep_special;
         r->params.n_keep_special_token_ids = n_keep;
@@ -997,7 +1090,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     /* Ids unique across server starts: 128 random bits. */
     uint64_t a = random_u64(s), b = random_u64(s);
     snprintf(g->id, sizeof g->id, "%s%016llx%016llx",
-             wire == LM_WIRE_ANTHROPIC ? "msg_" : kind == LM_API_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)a,
+             wire == LM_WIRE_ANTHROPIC ? "msg_" : wire == LM_WIRE_RESPONSES ? "resp_" : kind == LM_API_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)a,
              (unsigned long long)b);
 
     if (r->stream) {

@@ -223,7 +223,7 @@ enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const 
 
 static enum MHD_Result reply_error_wire(struct MHD_Connection *c, lm_wire wire, unsigned status, const char *message,
                                         const char *param, const char *allow) {
-    if (wire == LM_WIRE_OPENAI) return reply_error_allow(c, status, message, param, allow);
+    if (wire != LM_WIRE_ANTHROPIC) return reply_error_allow(c, status, message, param, allow);
     char *text = lm_anthropic_error_body(status, message);
     if (!text) {
         static const char oom[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}";
@@ -258,6 +258,7 @@ static const route_entry routes[] = {
     {"/version", "GET", LM_ROUTE_VERSION, false},
     {"/v1/messages", "POST", LM_ROUTE_MESSAGES, false},                  /* Anthropic's Messages API */
     {"/v1/messages/count_tokens", "POST", LM_ROUTE_COUNT_TOKENS, false},
+    {"/v1/responses", "POST", LM_ROUTE_RESPONSES, false},                /* OpenAI's Responses API */
 };
 
 static lm_wire wire_of(lm_route route) {
@@ -293,7 +294,7 @@ static const char *allow_of(const lm_server *s, const route_entry *r) {
 
 static bool is_worker_route(lm_route r) {
     return r == LM_ROUTE_CHAT || r == LM_ROUTE_COMPLETIONS || r == LM_ROUTE_TOKENIZE || r == LM_ROUTE_DETOKENIZE ||
-           r == LM_ROUTE_MESSAGES || r == LM_ROUTE_COUNT_TOKENS;
+           r == LM_ROUTE_MESSAGES || r == LM_ROUTE_COUNT_TOKENS || r == LM_ROUTE_RESPONSES;
 }
 
 /* The key compared in time independent of where the strings differ. */
@@ -524,6 +525,7 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
         return lm_handle_generation(s, c, LM_API_COMPLETION, LM_WIRE_OPENAI, body, len, ctx->arrival);
     case LM_ROUTE_MESSAGES: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_ANTHROPIC, body, len, ctx->arrival);
     case LM_ROUTE_COUNT_TOKENS: return lm_handle_count_tokens(s, c, body, len);
+    case LM_ROUTE_RESPONSES: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_RESPONSES, body, len, ctx->arrival);
     case LM_ROUTE_MODELS: return handle_models(s, c);
     case LM_ROUTE_MODEL: return handle_model(s, c, ctx->url);
     case LM_ROUTE_HEALTH:
@@ -831,7 +833,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     /* Generation requests log their own line once handled (request_log.h);
      * refused before that (401, 413, ...) they get one here, the other
      * routes one at debug. */
-    bool generation = ctx->route == LM_ROUTE_CHAT || ctx->route == LM_ROUTE_COMPLETIONS || ctx->route == LM_ROUTE_MESSAGES;
+    bool generation = ctx->route == LM_ROUTE_CHAT || ctx->route == LM_ROUTE_COMPLETIONS || ctx->route == LM_ROUTE_MESSAGES ||
+                      ctx->route == LM_ROUTE_RESPONSES;
     if (done && generation && !ctx->handled && s->options.log_requests)
         lm_log_printf(s->log, LM_LOG_INFO, "request - %s %u: refused before generation", route_name(ctx->route),
                       done->status);

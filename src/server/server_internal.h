@@ -38,10 +38,10 @@ struct lm_server {
 typedef enum { LM_ROUTE_NONE, LM_ROUTE_CHAT, LM_ROUTE_COMPLETIONS, LM_ROUTE_MODELS, LM_ROUTE_HEALTH,
                LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE, LM_ROUTE_MODEL,
                LM_ROUTE_RESET_PREFIX_CACHE, LM_ROUTE_VERSION, LM_ROUTE_MESSAGES,
-               LM_ROUTE_COUNT_TOKENS } lm_route;
+               LM_ROUTE_COUNT_TOKENS, LM_ROUTE_RESPONSES } lm_route;
 
 /* The API a generation request speaks: its replies and errors take its shape. */
-typedef enum { LM_WIRE_OPENAI, LM_WIRE_ANTHROPIC } lm_wire;
+typedef enum { LM_WIRE_OPENAI, LM_WIRE_ANTHROPIC, LM_WIRE_RESPONSES } lm_wire;
 
 /* Replies; all return MHD's result of queueing the response. */
 enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,
@@ -77,8 +77,9 @@ double lm_now_seconds(void);
 /* True when the client closed the connection (a peek at its socket). */
 bool lm_client_gone(struct MHD_Connection *c);
 
-/* POST /v1/chat/completions and /v1/completions (wire OPENAI), and
- * /v1/messages (wire ANTHROPIC, kind CHAT). */
+/* POST /v1/chat/completions and /v1/completions (wire OPENAI),
+ * /v1/messages (wire ANTHROPIC, kind CHAT) and /v1/responses (wire
+ * RESPONSES, kind CHAT; errors in the OpenAI shape). */
 enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind, lm_wire wire,
                                      const char *body, size_t len, double arrival);
 /* POST /v1/messages/count_tokens: {"input_tokens": N} of the rendered prompt. */

@@ -23,6 +23,7 @@ void lm_tool_parser_init(lm_tool_parser *p, const cJSON *tools, uint64_t id_seed
     memset(p, 0, sizeof *p);
     p->tools = tools;
     p->id_state = id_seed;
+    lm_call_stream_init(&p->stream);
 }
 
 void lm_tool_parser_free(lm_tool_parser *p) {
@@ -30,6 +31,7 @@ void lm_tool_parser_free(lm_tool_parser *p) {
     lm_sbuf_free(&p->block);
     free(p->forced_name);
     p->forced_name = NULL;
+    lm_call_stream_free(&p->stream);
 }
 
 lm_tool_form lm_tool_form_of_template(const char *template_source) {
@@ -76,6 +78,11 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+static void new_call_id(lm_tool_parser *p, char id[40]) {
+    uint64_t a = splitmix64(&p->id_state), b = splitmix64(&p->id_state);
+    snprintf(id, 40, "call_%016llx%08llx", (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
+}
+
 static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 /* A malloc'd copy of s[0..n) with surrounding whitespace removed. */
@@ -89,8 +96,7 @@ static char *trimmed_copy(const char *s, size_t n) {
     return out;
 }
 
-/* The JSON-schema type of a tool's parameter, or NULL if unknown. */
-static const char *param_type(const cJSON *tools, const char *function, const char *param) {
+const char *lm_tool_param_type(const cJSON *tools, const char *function, const char *param) {
     const cJSON *tool;
     cJSON_ArrayForEach(tool, tools) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
@@ -105,14 +111,19 @@ static const char *param_type(const cJSON *tools, const char *function, const ch
     return NULL;
 }
 
+cJSON *lm_tool_param_value(const cJSON *tools, const char *function, const char *key, const char *value) {
+    const char *type = lm_tool_param_type(tools, function, key);
+    cJSON *item = NULL;
+    if (type && strcmp(type, "string") != 0) item = cJSON_Parse(value);
+    if (!item) item = cJSON_CreateString(value);
+    return item;
+}
+
 /* Adds key = value to args, typed by the schema: strings stay strings; other
  * declared types are parsed as JSON when the text is valid JSON. */
 static bool add_param(cJSON *args, const cJSON *tools, const char *function, const char *key,
                       const char *value) {
-    const char *type = param_type(tools, function, key);
-    cJSON *item = NULL;
-    if (type && strcmp(type, "string") != 0) item = cJSON_Parse(value);
-    if (!item) item = cJSON_CreateString(value);
+    cJSON *item = lm_tool_param_value(tools, function, key, value);
     if (!item) return false;
     cJSON_DeleteItemFromObjectCaseSensitive(args, key);
     cJSON_AddItemToObject(args, key, item);
@@ -269,9 +280,10 @@ static bool push_call_text(lm_tool_parser *p, lm_tool_call_list *calls, char *na
         calls->cap = cap;
     }
     lm_tool_call *c = &calls->items[calls->n++];
-    uint64_t a = splitmix64(&p->id_state), b = splitmix64(&p->id_state);
-    snprintf(c->id, sizeof c->id, "call_%016llx%08llx", (unsigned long long)a,
-             (unsigned long long)(b & 0xffffffffu));
+    if (p->stream_calls && p->stream.name) /* announced: it keeps its id */
+        memcpy(c->id, p->stream_id, sizeof c->id);
+    else
+        new_call_id(p, c->id);
     c->name = name;
     c->arguments = arguments;
     return true;
@@ -342,17 +354,86 @@ static bool block_as_content(lm_tool_parser *p, lm_sbuf *content, bool closed) {
     return ok;
 }
 
+/* Streaming: reads what the open block gained; announces the call (a new
+ * id) when its name became known. */
+static bool stream_update(lm_tool_parser *p) {
+    if (!p->stream_calls || !p->in_call) return true;
+    bool named = p->stream.name != NULL;
+    bool ok = lm_call_stream_update(&p->stream, lm_sbuf_str(&p->block), p->block.len, p->tools);
+    if (!named && p->stream.name) new_call_id(p, p->stream_id);
+    return ok;
+}
+
+static bool is_json(const char *text) {
+    cJSON *doc = cJSON_ParseWithOpts(text, NULL, true);
+    cJSON_Delete(doc);
+    return doc != NULL;
+}
+
+static bool starts_with(const char *text, const char *prefix, size_t n) {
+    return strlen(text) >= n && memcmp(text, prefix, n) == 0;
+}
+
+/* Streaming: the finished call of an announced one continues what was
+ * shown (see stream_calls).  content_len: content's length before the
+ * block ended; calls_before: the calls before it. */
+static bool settle_announced(lm_tool_parser *p, lm_sbuf *content, size_t content_len, lm_tool_call_list *calls,
+                             int calls_before) {
+    const lm_sbuf *shown = &p->stream.args;
+    lm_sbuf closed = {0};
+    if (calls->n == calls_before + 1) {
+        lm_tool_call *c = &calls->items[calls_before];
+        bool continues = shown->len == 0 || (starts_with(c->arguments, lm_sbuf_str(shown), shown->len) &&
+                                             is_json(c->arguments));
+        if (continues && strcmp(c->name, p->stream.name) == 0) return true;
+        if (!lm_call_stream_closed(&p->stream, &closed) || closed.failed) return false;
+        char *name = strdup(p->stream.name);
+        char *args = strdup(lm_sbuf_str(&closed));
+        lm_sbuf_free(&closed);
+        if (!name || !args) {
+            free(name);
+            free(args);
+            return false;
+        }
+        free(c->name);
+        free(c->arguments);
+        c->name = name;
+        c->arguments = args;
+        return true;
+    }
+    /* It came out as content: the call was shown, so it stays one. */
+    if (content->data && content->len > content_len) {
+        content->len = content_len;
+        content->data[content_len] = 0;
+    }
+    if (!lm_call_stream_closed(&p->stream, &closed) || closed.failed) return false;
+    bool ok = push_call_text(p, calls, strdup(p->stream.name), strdup(lm_sbuf_str(&closed)));
+    lm_sbuf_free(&closed);
+    return ok;
+}
+
 /* The open block ends (closed: its </tool_call> was seen; else the output
  * ended): a call, or content when it is in no known form and not forced. */
 static bool end_block(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, bool closed) {
+    bool ok = stream_update(p);
     p->in_call = false;
+    size_t content_len = content->len;
+    int calls_before = calls->n;
     bool parsed;
-    bool ok = parse_block(p, lm_sbuf_str(&p->block), p->block.len, calls, &parsed);
+    ok = ok && parse_block(p, lm_sbuf_str(&p->block), p->block.len, calls, &parsed);
     if (ok && !parsed) ok = p->forced_name ? push_forced_call(p, calls) : block_as_content(p, content, closed);
+    if (ok && p->stream_calls && p->stream.name) ok = settle_announced(p, content, content_len, calls, calls_before);
+    lm_call_stream_free(&p->stream);
     free(p->forced_name);
     p->forced_name = NULL;
     lm_sbuf_clear(&p->block);
     return ok;
+}
+
+bool lm_tool_parser_open_call(const lm_tool_parser *p, lm_tool_call_view *out) {
+    if (!p->stream_calls || !p->in_call || !p->stream.name) return false;
+    *out = (lm_tool_call_view){p->stream_id, p->stream.name, lm_sbuf_str(&p->stream.args), p->stream.args.len};
+    return true;
 }
 
 static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, bool final) {
@@ -415,7 +496,7 @@ lm_status lm_tool_parser_start_forced(lm_tool_parser *p, lm_tool_form form, cons
 bool lm_tool_parser_feed(lm_tool_parser *p, const char *text, size_t len, lm_sbuf *content,
                          lm_tool_call_list *calls) {
     if (!lm_sbuf_append(&p->pending, text, len)) return false;
-    return step(p, content, calls, false);
+    return step(p, content, calls, false) && stream_update(p);
 }
 
 bool lm_tool_parser_finish(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls) {

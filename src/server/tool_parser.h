@@ -21,6 +21,7 @@
 
 #include "base/error.h"
 #include "server/sbuf.h"
+#include "server/tool_call_stream.h"
 
 typedef struct {
     char id[40];     /* "call_" + 24 hex digits */
@@ -72,7 +73,32 @@ typedef struct {
     size_t forced_skip;   /* bytes at the start of block that came from the forced opening */
     bool drop_stray;      /* a </tool_call> outside a call, or a <tool_call> inside one, is dropped
                            * (set after init: the markers are special tokens the client asked to skip) */
+    /* Streamed responses (set after init): the open call is announced as
+     * soon as its name is known (lm_tool_parser_open_call) and its
+     * arguments grow as the model writes them.  The finished call keeps that
+     * id and name, and its arguments continue what was shown: the parser's
+     * result when what was shown is a prefix of it, else what was shown
+     * completed into valid JSON (the model's text stopped parsing after the
+     * call was announced; a block that would have been content, unclosed or
+     * malformed, stays that call).  Unset, nothing changes. */
+    bool stream_calls;
+    lm_call_stream stream;
+    char stream_id[40];   /* the announced call's id */
 } lm_tool_parser;
+
+/* The call being written, once announced: its id, name and the arguments'
+ * text so far (each a prefix of the next and of the finished call's). */
+typedef struct {
+    const char *id, *name, *arguments;
+    size_t arguments_len;
+} lm_tool_call_view;
+bool lm_tool_parser_open_call(const lm_tool_parser *p, lm_tool_call_view *out);
+
+/* A tool parameter's JSON-schema type (NULL when unknown), and its value
+ * typed by it: a non-string type's text parsed as JSON when it is JSON, else
+ * a string (NULL when out of memory). */
+const char *lm_tool_param_type(const cJSON *tools, const char *function, const char *param);
+cJSON *lm_tool_param_value(const cJSON *tools, const char *function, const char *key, const char *value);
 
 /* tools: the request's "tools" array (may be NULL); id_seed makes call ids. */
 void lm_tool_parser_init(lm_tool_parser *p, const cJSON *tools, uint64_t id_seed);

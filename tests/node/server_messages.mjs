@@ -144,6 +144,20 @@ try {
   check('forced tool stream = create', wellOrdered(fs.events) && fs.final.content.length === 1 &&
     fuse.type === 'tool_use' && fuse.name === 'get_time' && JSON.stringify(fuse.input) === JSON.stringify(use.input),
     [fs.events, fs.final.content, use]);
+  // the raw stream of the call: tool_use opens with an empty input, the input_json_delta
+  // fragments (sent as the model writes the arguments) concatenate to the input's JSON
+  const rawTool = await fetch(base + '/v1/messages', { method: 'POST', headers: { 'Content-Type': 'application/json',
+    'x-api-key': apiKey }, body: JSON.stringify({ model: 'fixture', max_tokens: 6, temperature: 0, messages, tools,
+    tool_choice: { type: 'tool', name: 'get_time' }, stream: true }) });
+  const toolEvents = [...(await rawTool.text()).matchAll(/data: (.*)\n\n/g)].map((m) => JSON.parse(m[1]));
+  const startAt = toolEvents.findIndex((e) => e.type === 'content_block_start' && e.content_block.type === 'tool_use');
+  const partial = toolEvents.filter((e) => e.delta?.type === 'input_json_delta').map((e) => e.delta.partial_json).join('');
+  let parsedPartial = null;
+  try { parsedPartial = JSON.parse(partial); } catch { /* checked below */ }
+  check('forced tool stream: input_json_delta fragments = input', startAt >= 0 &&
+    JSON.stringify(toolEvents[startAt].content_block.input) === '{}' &&
+    /^call_/.test(toolEvents[startAt].content_block.id) &&
+    JSON.stringify(parsedPartial) === JSON.stringify(use.input), [partial, use.input]);
   const any = await client.messages.create({ model: 'fixture', max_tokens: 3, temperature: 1, messages, tools,
     tool_choice: { type: 'any' } });
   check('tool_choice any: one of the tools', any.content.length === 1 && any.content[0].type === 'tool_use' &&
@@ -161,6 +175,9 @@ try {
   ];
   const after = await client.messages.create({ model: 'fixture', max_tokens: 5, temperature: 0, tools, messages: history });
   check('tool_result turn', after.usage.output_tokens === 5 && after.content.length >= 1, after);
+  const afterStream = await streamed({ model: 'fixture', max_tokens: 5, temperature: 0, tools, messages: history });
+  check('tool_result turn streamed = create', wellOrdered(afterStream.events) &&
+    JSON.stringify(afterStream.final.content) === JSON.stringify(after.content), [afterStream.final.content, after.content]);
   const c1 = await client.messages.countTokens({ model: 'fixture', tools, messages: history });
   const blocks = structuredClone(history);
   blocks[2].content[0].content = [{ type: 'text', text: 'sunny, 21 C' }];
