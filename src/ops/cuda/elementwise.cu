@@ -6,6 +6,7 @@
 #define THREADS 256
 
 __global__ static void silu_mul_kernel(float *out, const float *gate, const float *up, int64_t n) {
+    lm_cuda_let_next_start(); // the product after it may load its weights now
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -18,6 +19,7 @@ void lm_cuda_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_
 }
 
 __global__ static void sigmoid_mul_kernel(float *x, const float *gate, int64_t n) {
+    lm_cuda_let_next_start(); // the product after it may load its weights now
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] *= 1.0f / (1.0f + expf(-gate[i]));
 }

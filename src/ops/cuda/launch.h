@@ -43,7 +43,7 @@ cudaError_t lm_cuda_blas_run(lm_backend *be, const lm_cuda_blas_call *call);
 /* The queue's entry points (queue.cu). */
 void lm_cuda_enqueue_blas(lm_backend *be, const char *what, const lm_cuda_blas_call *call);
 void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
-                            size_t shared, void **args, const size_t *sizes, int n_args);
+                            size_t shared, void **args, const size_t *sizes, int n_args, bool early);
 void lm_cuda_enqueue_copy(lm_backend *be, const char *what, void *dst, const void *src, size_t bytes);
 void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte, size_t bytes);
 /* Runs the pending work on the stream (replayed or captured as a graph
@@ -53,10 +53,22 @@ void lm_cuda_flush(lm_backend *be);
 namespace lm_cuda_detail {
 template <typename Tuple, size_t... I>
 inline void enqueue_tuple(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
-                          size_t shared, Tuple &values, std::index_sequence<I...>) {
+                          size_t shared, bool early, Tuple &values, std::index_sequence<I...>) {
     void *args[sizeof...(I) > 0 ? sizeof...(I) : 1] = {(void *)&std::get<I>(values)...};
     size_t sizes[sizeof...(I) > 0 ? sizeof...(I) : 1] = {sizeof(std::get<I>(values))...};
-    lm_cuda_enqueue_kernel(be, what, kernel, grid, block, shared, args, sizes, (int)sizeof...(I));
+    lm_cuda_enqueue_kernel(be, what, kernel, grid, block, shared, args, sizes, (int)sizeof...(I), early);
+}
+
+template <bool early, typename... Params, typename... Args>
+inline void launch(lm_backend *be, const char *what, void (*kernel)(Params...), dim3 grid, dim3 block,
+                   size_t shared, Args... args) {
+    static_assert(sizeof...(Params) == sizeof...(Args), "lm_cuda_launch: argument count");
+    static_assert((std::is_trivially_copyable<Params>::value && ...), "lm_cuda_launch: plain arguments only");
+    // A struct argument must be zeroed before it is filled: its padding and
+    // unused entries are bytes the queue compares.
+    std::tuple<Params...> values(static_cast<Params>(args)...);
+    enqueue_tuple(be, what, (const void *)kernel, grid, block, shared, early, values,
+                  std::index_sequence_for<Params...>{});
 }
 } // namespace lm_cuda_detail
 
@@ -66,13 +78,29 @@ inline void enqueue_tuple(lm_backend *be, const char *what, const void *kernel, 
 template <typename... Params, typename... Args>
 inline void lm_cuda_launch(lm_backend *be, const char *what, void (*kernel)(Params...), dim3 grid, dim3 block,
                            size_t shared, Args... args) {
-    static_assert(sizeof...(Params) == sizeof...(Args), "lm_cuda_launch: argument count");
-    static_assert((std::is_trivially_copyable<Params>::value && ...), "lm_cuda_launch: plain arguments only");
-    // A struct argument must be zeroed before it is filled: its padding and
-    // unused entries are bytes the queue compares.
-    std::tuple<Params...> values(static_cast<Params>(args)...);
-    lm_cuda_detail::enqueue_tuple(be, what, (const void *)kernel, grid, block, shared, values,
-                                  std::index_sequence_for<Params...>{});
+    lm_cuda_detail::launch<false>(be, what, kernel, grid, block, shared, args...);
 }
+
+/* The same, for a kernel that may start before the kernel queued before it
+ * has finished (Hopper's programmatic dependent launch): its blocks are
+ * placed while the previous kernel's last blocks run, and it must call
+ * lm_cuda_wait_for_prior() before it reads anything the earlier work
+ * writes or writes anything it reads.  What it does before (loading
+ * weights) overlaps the previous kernel's tail.  LOOM_CUDA_PDL=0 at
+ * creation launches it plainly. */
+template <typename... Params, typename... Args>
+inline void lm_cuda_launch_early(lm_backend *be, const char *what, void (*kernel)(Params...), dim3 grid,
+                                 dim3 block, size_t shared, Args... args) {
+    lm_cuda_detail::launch<true>(be, what, kernel, grid, block, shared, args...);
+}
+
+#ifdef __CUDACC__
+/* Waits until every kernel queued before this one has finished and its
+ * writes are visible (a no-op for a kernel launched plainly). */
+__device__ __forceinline__ void lm_cuda_wait_for_prior(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+/* Lets a kernel launched early after this one be placed now (it still
+ * waits for this one's end in lm_cuda_wait_for_prior). */
+__device__ __forceinline__ void lm_cuda_let_next_start(void) { asm volatile("griddepcontrol.launch_dependents;"); }
+#endif
 
 #endif

@@ -110,6 +110,18 @@ __device__ static float dot8(uint4 p, float4 a, float4 b, float acc) {
 // shape of block runs them: batched == alone, bit for bit.  Measured on the
 // H200 against one warp per row with 16 loads in flight (9B shape,
 // decode): 121.5 against 111-113 tokens/s.
+template <int ROWS, int LOADS>
+__device__ static inline void load_weights(uint4 (&p)[ROWS][LOADS], const uint4 *w, int64_t g0, int64_t g_end,
+                                           int64_t o0, int64_t rows, int64_t groups) {
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int u = 0; u < LOADS; u++) {
+            int64_t g = g0 + 32 * u;
+            p[r][u] = g < g_end && o0 + r < rows ? __ldg(w + (o0 + r) * groups + g) : make_uint4(0, 0, 0, 0);
+        }
+}
+
 template <int TILE, int ROWS, int LOADS>
 __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
                                  int64_t o0, float (*part)[ROWS][TILE]) {
@@ -123,15 +135,14 @@ __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n
 #pragma unroll
         for (int t = 0; t < TILE; t++)
             acc[r][t] = 0.0f;
+    // The weights do not depend on the kernels before this one: the first
+    // loads are issued before waiting for them (lm_cuda_launch_early), the
+    // next ones while the current are summed.  The order of the sums is
+    // the same either way.
+    uint4 p[ROWS][LOADS];
+    load_weights<ROWS, LOADS>(p, w, g_begin + lane, g_end, o0, rows, groups);
+    lm_cuda_wait_for_prior();
     for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * LOADS) {
-        uint4 p[ROWS][LOADS];
-#pragma unroll
-        for (int r = 0; r < ROWS; r++)
-#pragma unroll
-            for (int u = 0; u < LOADS; u++) {
-                int64_t g = g0 + 32 * u;
-                p[r][u] = g < g_end && o0 + r < rows ? __ldg(w + (o0 + r) * groups + g) : make_uint4(0, 0, 0, 0);
-            }
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
             int64_t g = g0 + 32 * u;
@@ -146,6 +157,7 @@ __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n
                 }
             }
         }
+        if (g0 + 32 * LOADS < g_end) load_weights<ROWS, LOADS>(p, w, g0 + 32 * LOADS, g_end, o0, rows, groups);
     }
 #pragma unroll
     for (int r = 0; r < ROWS; r++)
@@ -190,10 +202,20 @@ template <int TILE, int ROWS, int LOADS>
 __global__ static void __launch_bounds__(THREADS)
     matmul_group_kernel(group_args a, const float *x, int n, int64_t cols) {
     __shared__ float part[WARPS][ROWS][TILE];
-    int b = (int)blockIdx.y, i = 0;
-    while (i + 1 < a.count && b >= a.block_end[i]) i++;
-    int first = i ? a.block_end[i - 1] : 0;
-    bf16_rows<TILE, ROWS, LOADS>(a.y[i], x, a.w[i], n, a.rows[i], cols, (int64_t)(b - first) * ROWS, part);
+    // The product of this block, picked with constant indices only: a
+    // dynamic index into the argument struct would copy it to local memory
+    // in every thread (measured: the group ran slower than its parts).
+    int b = (int)blockIdx.y, first = 0;
+    float *y = a.y[0];
+    const uint4 *w = a.w[0];
+    int64_t rows = a.rows[0];
+#pragma unroll
+    for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
+        if (k < a.count && b >= a.block_end[k - 1]) {
+            first = a.block_end[k - 1];
+            y = a.y[k], w = a.w[k], rows = a.rows[k];
+        }
+    bf16_rows<TILE, ROWS, LOADS>(y, x, w, n, rows, cols, (int64_t)(b - first) * ROWS, part);
 }
 
 // The shapes of block that run a product (lm_cuda_state.gemv_shape; the
@@ -252,7 +274,7 @@ static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matr
                                 : n == 2 ? sh->single[1]
                                 : n <= 4 ? matmul_bf16_kernel<4, WIDE_ROWS, 4>
                                          : matmul_bf16_kernel<TOKENS, WIDE_ROWS, 4>;
-        lm_cuda_launch(be, "matmul", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+        lm_cuda_launch_early(be, "matmul", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                        (const uint4 *)wp, n, w->rows, w->cols);
     } else
         lm_cuda_launch(be, "matmul", matmul_rows_kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x), wp,
@@ -468,7 +490,7 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
                              : n <= 4 ? matmul_group_kernel<4, WIDE_ROWS, 4>
                                       : matmul_group_kernel<TOKENS, WIDE_ROWS, 4>;
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
-    lm_cuda_launch(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
+    lm_cuda_launch_early(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
 }
 
 // ---- the handle and its workspace (lm_cuda_state_init / _free, state.cu) ----

@@ -44,6 +44,7 @@ __device__ static float silu(float z) { return z / (1.0f + expf(-z)); }
 // and the writing pass reads only its own element.
 __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z, const float *w, int dim,
                                       float eps) {
+    lm_cuda_let_next_start(); // the product after it may load its weights now
     int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
     float *yr = out + r * dim;
@@ -62,6 +63,7 @@ __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z
 // and written by one thread, read first).
 __global__ static void add_rmsnorm_kernel(float *out, float *h, const float *delta, const float *w, int dim,
                                           float eps) {
+    lm_cuda_let_next_start(); // the product after it may load its weights now
     int64_t r = blockIdx.x;
     float *hr = h + r * dim;
     const float *dr = delta + r * dim;

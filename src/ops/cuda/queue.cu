@@ -45,6 +45,7 @@ struct op_header {
     uint64_t bytes;
     int64_t byte;
     uint64_t record_bytes; /* this op's header, sizes and arguments */
+    uint64_t early;        /* a kernel that may start before the one before ends */
 };
 
 struct graph_entry {
@@ -64,7 +65,7 @@ struct lm_cuda_queue {
     unsigned char *record;
     size_t used, capacity;
     int n_ops;
-    bool graphs, profile;
+    bool graphs, profile, early_launch;
     graph_entry cache[GRAPH_CACHE];
     uint64_t clock;
     uint64_t seen[SEEN_RING];
@@ -92,6 +93,8 @@ extern "C" lm_status lm_cuda_queue_init(lm_cuda_state *s, lm_error *err) {
     const char *graphs = getenv("LOOM_CUDA_GRAPHS"), *profile = getenv("LOOM_CUDA_PROFILE");
     q->profile = profile && strcmp(profile, "0") != 0;
     q->graphs = !(graphs && strcmp(graphs, "0") == 0) && !q->profile; // the profile times each kernel
+    const char *pdl = getenv("LOOM_CUDA_PDL");
+    q->early_launch = !(pdl && strcmp(pdl, "0") == 0) && !q->profile;
     s->queue = q;
     return LM_OK;
 }
@@ -186,7 +189,7 @@ static void append(lm_backend *be, const op_header *h, void **args, const size_t
 }
 
 void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
-                            size_t shared, void **args, const size_t *sizes, int n_args) {
+                            size_t shared, void **args, const size_t *sizes, int n_args, bool early) {
     if (n_args < 0 || n_args > MAX_ARGS) {
         lm_cuda_note_error(be, cudaErrorInvalidValue, what);
         return;
@@ -200,6 +203,7 @@ void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel
     h.grid[0] = grid.x, h.grid[1] = grid.y, h.grid[2] = grid.z;
     h.block[0] = block.x, h.block[1] = block.y, h.block[2] = block.z;
     h.shared = shared;
+    h.early = early && lm_cuda_state_of(be)->queue->early_launch;
     size_t bytes = round16(sizeof h) + round16(sizeof(uint32_t) * (size_t)n_args);
     for (int i = 0; i < n_args; i++)
         bytes += round16(sizes[i]);
@@ -287,6 +291,18 @@ static cudaError_t launch_record(lm_backend *be, const unsigned char *record, si
         }
         if (h->kind == OP_BLAS) {
             e = lm_cuda_blas_run(be, (const lm_cuda_blas_call *)args[0]);
+        } else if (h->kind == OP_KERNEL && h->early) {
+            cudaLaunchConfig_t config = {};
+            cudaLaunchAttribute attr[1] = {};
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            config.gridDim = dim3(h->grid[0], h->grid[1], h->grid[2]);
+            config.blockDim = dim3(h->block[0], h->block[1], h->block[2]);
+            config.dynamicSmemBytes = (size_t)h->shared;
+            config.stream = s->stream;
+            config.attrs = attr;
+            config.numAttrs = 1;
+            e = cudaLaunchKernelExC(&config, h->kernel, args);
         } else if (h->kind == OP_KERNEL) {
             e = cudaLaunchKernel(h->kernel, dim3(h->grid[0], h->grid[1], h->grid[2]),
                                  dim3(h->block[0], h->block[1], h->block[2]), args, (size_t)h->shared,
