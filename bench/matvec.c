@@ -9,7 +9,8 @@
  * Each matrix gets its own buffer, and decode cycles through copies so the
  * weights are not served from cache (the 32 MB L3 would hold a small one).
  *
- * usage: matvec [threads (default 2)] [prefill tokens (default 64)] [runs (default 9)] */
+ * usage: matvec [threads (default 2)] [prefill tokens (default 64)] [runs (default 9)]
+ *               [compute: f32 (default) or bf16 (lm_backend_set_compute)] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,18 +80,20 @@ int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     int n_prefill = argc > 2 ? atoi(argv[2]) : 64;
     int runs = argc > 3 ? atoi(argv[3]) : 9;
+    const char *compute = argc > 4 ? argv[4] : "f32";
     if (n_prefill < 1 || n_prefill > 4096 || runs < 1 || runs > 99) {
-        fprintf(stderr, "usage: matvec [threads] [prefill tokens 1..4096] [runs 1..99]\n");
+        fprintf(stderr, "usage: matvec [threads] [prefill tokens 1..4096] [runs 1..99] [f32|bf16]\n");
         return 2;
     }
     lm_error err = {0};
     lm_backend *be = NULL;
-    if (lm_backend_cpu_create(threads, &be, &err) != LM_OK) {
+    if (lm_backend_cpu_create(threads, &be, &err) != LM_OK ||
+        lm_backend_set_compute(be, compute, &err) != LM_OK) {
         fprintf(stderr, "matvec: %s\n", err.message);
         return 1;
     }
-    printf("matvec: %d threads, bf16 weights, decode n=1 and prefill n=%d, %d runs\n",
-           lm_backend_threads(be), n_prefill, runs);
+    printf("matvec: %d threads, bf16 weights, %s compute, decode n=1 and prefill n=%d, %d runs\n",
+           lm_backend_threads(be), lm_backend_compute(be), n_prefill, runs);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     int64_t max_cols = 0, max_rows = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {

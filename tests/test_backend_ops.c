@@ -34,6 +34,7 @@
 #include "base/bf16.h"
 #include "harness.h"
 #include "ops/backend_kinds.h"
+#include "ops/cpu/cpu_features.h"
 #include "ops/ops.h"
 
 #define TOLERANCE 1e-5
@@ -373,10 +374,17 @@ static void test_backend_create_by_name(void) {
 #endif
     CHECK_OK(lm_backend_create("cpu", 2, &be, &err), &err);
     int cpu_threads = lm_backend_threads(be);
-    /* compute precision: the cpu computes in float32 only, and says so */
+    /* compute precision: the cpu offers bf16 where the CPU has AVX-512 BF16,
+     * and says why not elsewhere */
     CHECK_OK(lm_backend_set_compute(be, "f32", &err), &err);
     CHECK(strcmp(lm_backend_compute(be), "f32") == 0);
-    CHECK(lm_backend_set_compute(be, "bf16", &err) == LM_ERR_UNSUPPORTED && strstr(err.message, "float32"));
+    if (lm_cpu_features_detect().avx512_bf16) {
+        CHECK_OK(lm_backend_set_compute(be, "bf16", &err), &err);
+        CHECK(strcmp(lm_backend_compute(be), "bf16") == 0);
+        CHECK_OK(lm_backend_set_compute(be, "f32", &err), &err);
+    } else {
+        CHECK(lm_backend_set_compute(be, "bf16", &err) == LM_ERR_UNSUPPORTED && strstr(err.message, "avx512_bf16"));
+    }
     CHECK(lm_backend_set_compute(be, "fp8", &err) == LM_ERR_INVALID && strstr(err.message, "f32 or bf16"));
     CHECK(strcmp(lm_backend_compute(be), "f32") == 0);
     lm_backend_destroy(be);
@@ -649,6 +657,123 @@ static void test_matmul_group(void) {
     }
     check_matmul_group(&bs, &v, &r, 1, 1, gdn, 64, bf16); /* a group of one */
     backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* bf16 compute on the cpu (AVX-512 BF16): every product of bf16 weights
+ * rounds each activation row to bf16 and sums in float32.  Checked against
+ * a float64 sum over the rounded activations (the products of two bf16 are
+ * exact in float32, so only the float32 sums differ: 1e-5 relative), and for
+ * batch invariance, bit for bit: each token of a batch of n gets the bits it
+ * gets alone, at another place in another batch, and on 1 or 2 threads. */
+typedef struct {
+    lm_backend *be;
+    arena a;
+    lm_matrix m;
+} bf16_side;
+
+static float *bf16_product(bf16_side *s, const float *x, int n, int64_t rows, int64_t cols) {
+    lm_mem y = poisoned(&s->a, (size_t)n * (size_t)rows);
+    lm_matmul(s->be, y, up_f32(&s->a, x, (size_t)n * (size_t)cols), n, &s->m);
+    return down_f32(&s->a, y, (size_t)n * (size_t)rows);
+}
+
+static void check_bf16_compute(lm_backend *const be[2], verdict *v, rng *r, int n, int64_t rows,
+                               int64_t cols) {
+    size_t nw = (size_t)(rows * cols), nx = (size_t)n * (size_t)cols;
+    float *wv = malloc(sizeof(float) * (nw ? nw : 1));
+    void *w = wv ? random_weights(r, LM_DTYPE_BF16, nw, wv) : NULL;
+    float *x = random_floats(r, nx, 2.0f);
+    float *other = random_floats(r, (size_t)cols * 8, 3.0f); /* batchmates */
+    float *batch = malloc(sizeof(float) * (size_t)cols * 8);
+    double *want = doubles((size_t)n * (size_t)rows);
+    float *all[2] = {NULL, NULL};
+    bf16_side side[2] = {{.be = be[0], .a = arena_on(be[0])}, {.be = be[1], .a = arena_on(be[1])}};
+    if (!wv || !w || !x || !other || !batch || !want) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < n; t++)
+        for (int64_t o = 0; o < rows; o++) {
+            double acc = 0;
+            for (int64_t i = 0; i < cols; i++)
+                acc += (double)wv[o * cols + i] *
+                       lm_bf16_to_f32(lm_f32_to_bf16(x[(size_t)t * (size_t)cols + (size_t)i]));
+            want[(size_t)t * rows + o] = acc;
+        }
+    for (int b = 0; b < 2; b++) {
+        side[b].m = import_matrix(&side[b].a, w, LM_DTYPE_BF16, rows, cols);
+        all[b] = bf16_product(&side[b], x, n, rows, cols);
+    }
+    if (!all[0] || !all[1]) {
+        fail(v, "bf16 compute n=%d rows=%lld cols=%lld: backend memory failed", n, (long long)rows,
+             (long long)cols);
+        goto done;
+    }
+    double e = rel_error(all[0], want, (size_t)n * (size_t)rows);
+    if (!(e < 1e-5))
+        fail(v, "bf16 compute n=%d rows=%lld cols=%lld: error %g against the rounded activations", n,
+             (long long)rows, (long long)cols, e);
+    if (memcmp(all[0], all[1], sizeof(float) * (size_t)n * (size_t)rows) != 0)
+        fail(v, "bf16 compute n=%d rows=%lld cols=%lld: 1 and 2 threads differ", n, (long long)rows,
+             (long long)cols);
+    /* a few tokens alone, and inside a batch of 1 + k batchmates at place k/2 */
+    for (int t = 0; t < n && !v->failed; t += n > 8 ? n / 4 : 1) {
+        int k = (t * 3) % 8, place = k / 2;
+        float *alone = bf16_product(&side[t % 2], x + (size_t)t * (size_t)cols, 1, rows, cols);
+        for (int i = 0, o = 0; i <= k; i++)
+            memcpy(batch + (size_t)i * (size_t)cols,
+                   i == place ? x + (size_t)t * (size_t)cols : other + (size_t)(o++) * (size_t)cols,
+                   sizeof(float) * (size_t)cols);
+        float *mixed = bf16_product(&side[(t + 1) % 2], batch, k + 1, rows, cols);
+        const float *mine = all[0] + (size_t)t * (size_t)rows;
+        if (!alone || !mixed)
+            fail(v, "bf16 compute: backend memory failed");
+        else if (memcmp(alone, mine, sizeof(float) * (size_t)rows) != 0)
+            fail(v, "bf16 compute n=%d rows=%lld cols=%lld: token %d alone differs from its batch", n,
+                 (long long)rows, (long long)cols, t);
+        else if (memcmp(mixed + (size_t)place * (size_t)rows, mine, sizeof(float) * (size_t)rows) != 0)
+            fail(v, "bf16 compute n=%d rows=%lld cols=%lld: token %d at place %d of %d differs", n,
+                 (long long)rows, (long long)cols, t, place, k + 1);
+        free(alone);
+        free(mixed);
+    }
+done:
+    for (int b = 0; b < 2; b++) {
+        free(all[b]);
+        arena_free(&side[b].a);
+    }
+    free(wv);
+    free(w);
+    free(x);
+    free(other);
+    free(batch);
+    free(want);
+}
+
+static void test_matmul_bf16_compute(void) {
+    if (!lm_cpu_features_detect().avx512_bf16) {
+        printf("  skipped: this CPU has no avx512_bf16 (the cpu backend refuses bf16 compute)\n");
+        return;
+    }
+    lm_error err = {0};
+    lm_backend *be[2] = {NULL, NULL};
+    CHECK_OK(lm_backend_create("cpu", 1, &be[0], &err), &err);
+    CHECK_OK(lm_backend_create("cpu", 2, &be[1], &err), &err);
+    for (int b = 0; b < 2; b++) CHECK_OK(lm_backend_set_compute(be[b], "bf16", &err), &err);
+    verdict v = {0};
+    rng r = {0xbf16ull};
+    /* every token-tile width and remainder; rows past a tile and a task;
+     * cols with a masked last step (1, 17, 1000), whole steps (64, 1024) */
+    static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 9, 13, 130};
+    static const int64_t shapes[][2] = {{1, 1}, {13, 17}, {70, 1000}, {257, 64}, {33, 1024}};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++)
+            check_bf16_compute(be, &v, &r, ns[i], shapes[j][0], shapes[j][1]);
+    /* released widths: hidden 1024 in (many rows: several panels and tasks), intermediate 3584 */
+    check_bf16_compute(be, &v, &r, 11, 1100, 1024);
+    check_bf16_compute(be, &v, &r, 5, 40, 3584);
+    for (int b = 0; b < 2; b++) lm_backend_destroy(be[b]);
     CHECK_VERDICT(v);
 }
 
@@ -2820,6 +2945,7 @@ int main(void) {
     RUN_TEST(test_backend_create_by_name);
     RUN_TEST(test_memory_ops);
     RUN_TEST(test_matmul);
+    RUN_TEST(test_matmul_bf16_compute);
     RUN_TEST(test_matmul_zero_cols);
     RUN_TEST(test_matmul_group);
     RUN_TEST(test_embed);

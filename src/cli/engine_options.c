@@ -141,8 +141,8 @@ static const lm_opt engine_opts[] = {
      "the prefix cache's recurrent-state snapshot pool (default 256M;\nsuffix K, M, G)", parse_snapshot_bytes,
      NULL, NULL},
     {"--compute-dtype", LM_OPT_CUSTOM, "D", ENGINE(compute_dtype), 0, 0,
-     "f32 (default: float32 products, batch-invariant) or bf16 (--device\ncuda: tensor cores for products of "
-     "many rows; faster prefill and\nbatches, about 1e-2 to 9e-2 of the logits' std off, not\nbatch-invariant)",
+     "f32 (default: float32 products, batch-invariant) or bf16\n(activations rounded to bf16: faster prefill and batches, about\n1e-2 to 2e-1 of "
+     "the logits' std off; cpu: AVX-512 BF16 CPUs,\nstill batch-invariant; cuda: tensor cores for 9+ rows, not\nbatch-invariant)",
      parse_compute, NULL, NULL},
 };
 

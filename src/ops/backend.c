@@ -113,7 +113,7 @@ lm_status lm_backend_set_compute(lm_backend *be, const char *name, lm_error *err
         return lm_fail(err, LM_ERR_INVALID, "unknown compute precision '%s' (f32 or bf16)", name);
     if (be->ops->set_compute_dtype) return be->ops->set_compute_dtype(be, dtype, err);
     if (dtype == LM_DTYPE_F32) return LM_OK;
-    return lm_fail(err, LM_ERR_UNSUPPORTED, "the %s backend computes in float32 only (bf16 compute: --device cuda)",
+    return lm_fail(err, LM_ERR_UNSUPPORTED, "the %s backend computes in float32 only (bf16 compute: --device cpu on a CPU with AVX-512 BF16, or cuda)",
                    be->ops->name);
 }
 

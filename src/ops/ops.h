@@ -202,10 +202,12 @@ typedef struct {
     /* Optional (NULL: float32 only): the precision of the dense products'
      * activations.  LM_DTYPE_F32 (the default) computes every product in
      * float32 with a fixed order of sums, so a row's result does not depend
-     * on its batch; LM_DTYPE_BF16 lets products of many rows (prefill
-     * chunks, large batches) round the activations to bf16 for tensor
-     * cores: faster, about 1e-2 of the logits' std off a float32 result,
-     * and no longer batch-invariant.  Set it before the first op. */
+     * on its batch; LM_DTYPE_BF16 lets products round the activations to
+     * bf16: faster, about 1e-2 of the logits' std off a float32 result (more
+     * on random-weight models).  cuda does it for products of many rows
+     * (tensor cores, no longer batch-invariant); cpu, where the CPU has
+     * AVX-512 BF16, for every product of bf16 weights with a fixed order of
+     * sums (still batch-invariant).  Set it before the first op. */
     lm_status (*set_compute_dtype)(lm_backend *be, lm_dtype dtype, lm_error *err);
     lm_dtype (*compute_dtype)(const lm_backend *be);
 

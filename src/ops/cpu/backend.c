@@ -3,19 +3,83 @@
  * (matmul.c, elementwise.c, rows.c, attention.c, linear_attention.c, moe.c) on
  * the backend's thread pool.  Resolving is pointer arithmetic: nothing is
  * copied on the way in or out. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/backend_kinds.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_bf16.h"
 #include "ops/ref/reference.h"
 
 #define F32 lm_host_f32
 #define I32 lm_host_i32
 
+/* The bf16 scratch for n rows of `cols`, grown if needed; NULL (and the
+ * backend's sticky error set) when it cannot be. */
+static uint16_t *bf16_scratch(lm_cpu_backend *cpu, int n, int64_t cols) {
+    size_t per_row = lm_cpu_bf16_padded_cols(cols);
+    bool fits = per_row == 0 || (size_t)n <= SIZE_MAX / sizeof(uint16_t) / per_row;
+    size_t want = fits ? per_row * (size_t)n : 0;
+    if (fits && want <= cpu->bf16_scratch_elems) return cpu->bf16_scratch;
+    uint16_t *grown = fits ? realloc(cpu->bf16_scratch, want * sizeof(uint16_t)) : NULL;
+    if (!grown) {
+        if (cpu->error == LM_OK) {
+            cpu->error = LM_ERR_NOMEM;
+            snprintf(cpu->error_message, sizeof cpu->error_message,
+                     "out of memory for the bf16 activations of a %d x %lld matmul", n, (long long)cols);
+        }
+        return NULL;
+    }
+    cpu->bf16_scratch = grown;
+    cpu->bf16_scratch_elems = want;
+    return grown;
+}
+
 static void cpu_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    lm_cpu_backend *cpu = be->impl;
     lm_host_matrix hw = lm_host_matrix_of(w);
-    lm_cpu_matmul(lm_cpu_pool(be), F32(y), F32(x), n, &hw);
+    /* bf16 compute covers bf16 weights (f16/f32 weights would lose bits to
+     * the rounding); every n goes the same way, so a token's bits do not
+     * depend on its batch. */
+    if (cpu->compute == LM_DTYPE_BF16 && hw.dtype == LM_DTYPE_BF16 && n > 0 && hw.rows > 0) {
+        uint16_t *scratch = bf16_scratch(cpu, n, hw.cols);
+        if (scratch) lm_cpu_matmul_bf16(cpu->pool, scratch, F32(y), F32(x), n, &hw);
+        else memset(F32(y), 0, sizeof(float) * (size_t)n * (size_t)hw.rows);
+        return;
+    }
+    lm_cpu_matmul(cpu->pool, F32(y), F32(x), n, &hw);
+}
+
+static lm_status cpu_set_compute_dtype(lm_backend *be, lm_dtype dtype, lm_error *err) {
+    lm_cpu_backend *cpu = be->impl;
+    if (dtype == LM_DTYPE_BF16 && !cpu->features.avx512_bf16)
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "this CPU has no AVX-512 BF16 (avx512_bf16): the cpu backend computes in float32 here");
+    if (dtype != LM_DTYPE_F32 && dtype != LM_DTYPE_BF16)
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "the cpu backend computes in f32 or bf16");
+    cpu->compute = dtype;
+    return LM_OK;
+}
+static lm_dtype cpu_compute_dtype(const lm_backend *be) {
+    return ((const lm_cpu_backend *)be->impl)->compute;
+}
+
+/* The sticky error of a failed scratch growth, once. */
+static lm_status take_error(lm_cpu_backend *cpu, lm_error *err) {
+    if (cpu->error == LM_OK) return LM_OK;
+    lm_status st = lm_fail(err, cpu->error, "%s", cpu->error_message);
+    cpu->error = LM_OK;
+    return st;
+}
+static lm_status cpu_synchronize(lm_backend *be, lm_error *err) {
+    lm_status st = take_error(be->impl, err);
+    return st != LM_OK ? st : lm_host_synchronize(be, err);
+}
+static lm_status cpu_download(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err) {
+    lm_status st = lm_host_download(be, dst, src, bytes, err);
+    return st != LM_OK ? st : take_error(be->impl, err);
 }
 static void cpu_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table) {
     (void)be;
@@ -136,7 +200,19 @@ static void cpu_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem 
 
 const lm_backend_ops lm_cpu_backend_ops = {
     .name = "cpu",
-    LM_HOST_MEMORY_OPS,
+    /* LM_HOST_MEMORY_OPS, with download and synchronize reporting the
+     * sticky error of the bf16 scratch */
+    .alloc = lm_host_alloc,
+    .import_host = lm_host_import,
+    .free = lm_host_free,
+    .buffer_size = lm_host_buffer_size,
+    .upload = lm_host_upload,
+    .download = cpu_download,
+    .copy = lm_host_copy,
+    .fill = lm_host_fill,
+    .synchronize = cpu_synchronize,
+    .set_compute_dtype = cpu_set_compute_dtype,
+    .compute_dtype = cpu_compute_dtype,
     .matmul = cpu_matmul,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
@@ -178,6 +254,8 @@ lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err) 
         free(cpu);
         return st;
     }
+    cpu->features = lm_cpu_features_detect();
+    cpu->compute = LM_DTYPE_F32;
     be->ops = &lm_cpu_backend_ops;
     be->impl = cpu;
     *out = be;
@@ -186,7 +264,10 @@ lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err) 
 
 void lm_cpu_backend_destroy(lm_backend *be) {
     lm_cpu_backend *cpu = be->impl;
-    if (cpu) lm_pool_destroy(cpu->pool);
+    if (cpu) {
+        lm_pool_destroy(cpu->pool);
+        free(cpu->bf16_scratch);
+    }
     free(cpu);
     free(be);
 }
