@@ -119,7 +119,7 @@ static void queue_round(lm_backend *be, const product *p, product_weights *pw, l
 }
 
 int main(int argc, char **argv) {
-    const char *shape_list = argc > 1 ? argv[1] : "4x4,4x2,2x4,2x2,8x2,8x1,1x4,1x8";
+    const char *shape_list = argc > 1 ? argv[1] : "8x1,4x4,4x2,2x4,2x2,8x2,1x4,1x8";
     int rounds = argc > 2 ? atoi(argv[2]) : 20;
     if (rounds < 1 || rounds > 200 || strlen(shape_list) > 200) {
         fprintf(stderr, "usage: cuda_gemv [ROWSxLOADS,...] [rounds 1..200]\n");

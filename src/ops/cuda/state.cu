@@ -12,7 +12,7 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     s->gemv_shape = shape ? lm_cuda_gemv_shape_named(shape) : 0;
     if (s->gemv_shape < 0)
         return lm_fail(err, LM_ERR_INVALID, "LOOM_CUDA_GEMV=%s is not a block shape of the bf16 kernel "
-                       "(ROWSxLOADS: 4x4, 4x2, 2x4, 2x2, 8x2, 8x1, 1x4, 1x8)", shape);
+                       "(ROWSxLOADS: 8x1, 4x4, 4x2, 2x4, 2x2, 8x2, 1x4, 1x8)", shape);
     const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows
     int sms = 0;
     if (per_sm && atoi(per_sm) > 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s->device) == cudaSuccess)
