@@ -176,6 +176,13 @@ bool lm_gmatcher_advance(lm_gmatcher *m, const lm_gstate *in, uint8_t byte, lm_g
     return out->n_stacks > 0 && !m->failed;
 }
 
+bool lm_gmatcher_expand_stack(lm_gmatcher *m, const uint32_t *stack, uint32_t len, lm_gstate *out) {
+    lm_gstate_clear(out);
+    memcpy(m->tmp, stack, sizeof(uint32_t) * len);
+    expand(m, out, m->tmp, len);
+    return out->n_stacks > 0 && !m->failed;
+}
+
 bool lm_gstate_complete(const lm_gstate *s) {
     uint32_t i = 0, len;
     const uint32_t *stack;

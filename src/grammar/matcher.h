@@ -65,6 +65,10 @@ bool lm_gmatcher_advance(lm_gmatcher *m, const lm_gstate *in, uint8_t byte, lm_g
 bool lm_gmatcher_advance_stack(lm_gmatcher *m, const uint32_t *stack, uint32_t len, uint8_t byte,
                                lm_gstate *out);
 
+/* The state of a stack given as positions, expanded (its top may be a
+ * reference or the end of an alternative); len 0 is the complete state. */
+bool lm_gmatcher_expand_stack(lm_gmatcher *m, const uint32_t *stack, uint32_t len, lm_gstate *out);
+
 /* Some path is complete (the input so far is a sentence). */
 bool lm_gstate_complete(const lm_gstate *s);
 /* Complete and nothing may follow. */

@@ -237,7 +237,7 @@ static void walk(walk_ctx *w, uint32_t node_index, uint32_t depth, bool inside_u
         if (!alive) continue;
         bool complete = lm_gstate_complete(s);
         mark_tokens(w, child->tok_lo, child->tok_lo + child->n_end);
-        if (w->frame && complete && !inside_uncertain && child->n_children > 0) {
+        if (w->frame && complete && child->n_children > 0) {
             if (!push_u32(&w->frame->uncertain, &w->frame->n_uncertain, &w->frame->cap_uncertain, ci)) {
                 w->failed = true;
                 return;
@@ -283,15 +283,12 @@ static lm_frame *find_frame(lm_masker *m, uint32_t position, lm_error *err) {
     return f;
 }
 
-/* The tokens of an uncertain node's subtree the real stack allows. */
-static bool walk_uncertain(lm_masker *m, const uint32_t *stack, uint32_t len, uint32_t node_index, uint64_t *bits) {
-    const lm_token_trie *t = m->trie;
-    const lm_trie_node *node = &t->nodes[node_index];
-    const uint8_t *prefix = t->blob + t->offset[node->tok_lo];
-    /* the state at the node: the stack advanced through its prefix */
-    if (!lm_gmatcher_advance_stack(&m->matcher, stack, len, prefix[0], &m->path[1])) return !m->matcher.failed;
-    for (uint32_t d = 1; d < node->depth; d++)
-        if (!lm_gmatcher_advance(&m->matcher, &m->path[d], prefix[d], &m->path[d + 1])) return !m->matcher.failed;
+/* The tokens of an uncertain node's subtree the real stack allows: past
+ * the node the frame is done, so the rest of each token is matched from
+ * `below`, the stack under the frame (expanded once per stack). */
+static bool walk_uncertain(lm_masker *m, const lm_gstate *below, uint32_t node_index, uint64_t *bits) {
+    const lm_trie_node *node = &m->trie->nodes[node_index];
+    if (!lm_gstate_copy(&m->path[node->depth], below)) return false;
     walk_ctx w = {.m = m, .bits = bits};
     walk(&w, node_index, node->depth, false);
     return !w.failed;
@@ -314,8 +311,13 @@ lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits
             for (size_t w = 0; w < words; w++) bits[w] |= f->bits[w];
         else
             for (uint32_t k = 0; k < f->n_ids; k++) bits[f->ids[k] >> 6] |= 1ull << (f->ids[k] & 63);
+        if (f->n_uncertain == 0) continue;
+        if (!lm_gmatcher_expand_stack(&m->matcher, stack, len - 1, &m->one)) {
+            if (m->matcher.failed) return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
+            continue; /* nothing lies below the frame that could continue */
+        }
         for (uint32_t u = 0; u < f->n_uncertain; u++)
-            if (!walk_uncertain(m, stack, len, f->uncertain[u], bits))
+            if (!walk_uncertain(m, &m->one, f->uncertain[u], bits))
                 return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
     }
     return LM_OK;
