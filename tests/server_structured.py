@@ -136,7 +136,7 @@ def main():
         params = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                                    "days": {"type": "integer"}},
                   "required": ["city", "days"], "additionalProperties": False}
-        tools = [{"type": "function", "function": {"name": "forecast", "parameters": params}}]
+        tools = [{"type": "function", "function": {"name": "forecast", "strict": True, "parameters": params}}]
         bad = []
         for seed in range(seeds):
             status, r = ask(port, {"tools": tools, "tool_choice": {"type": "function", "function": {"name": "forecast"}}},

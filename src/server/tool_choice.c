@@ -224,14 +224,19 @@ lm_status lm_forced_call_grammar(lm_openai_request *r, lm_tool_form form, const 
     r->params.grammar = NULL;
     if (form != LM_TOOL_FORM_JSON) return LM_OK;
     const cJSON *parameters = NULL, *tool;
+    bool strict = false;
     cJSON_ArrayForEach(tool, r->tools) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
         const cJSON *fname = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (cJSON_IsString(fname) && strcmp(fname->valuestring, name) == 0) {
             parameters = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+            strict = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict"));
             break;
         }
     }
+    /* Only tools marked strict: the others keep the unconstrained forced
+     * call (cut by max_tokens or stop strings as before). */
+    if (!strict) return LM_OK;
     char *text = parameters && !cJSON_IsNull(parameters) ? cJSON_PrintUnformatted(parameters) : NULL;
     loom_grammar_spec spec = {.kind = text ? LOOM_GRAMMAR_JSON_SCHEMA : LOOM_GRAMMAR_JSON_OBJECT,
                               .text = text,
