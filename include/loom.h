@@ -118,6 +118,37 @@ typedef struct {
 
 #define LOOM_MAX_IMAGES 16 /* per request */
 
+/* Constrained decoding (structured outputs): a grammar the output must
+ * follow, compiled once and given to any number of requests (each takes a
+ * reference at submit; free yours when done).  Tokens the grammar does not
+ * allow get -inf before sampling, the end-of-sequence and stop tokens are
+ * allowed only where the grammar is complete, and a choice finishes
+ * (LOOM_FINISH_STOP) when the grammar is complete and nothing may follow. */
+typedef enum {
+    LOOM_GRAMMAR_JSON,        /* any JSON value */
+    LOOM_GRAMMAR_JSON_OBJECT, /* any JSON object (response_format json_object) */
+    LOOM_GRAMMAR_JSON_SCHEMA, /* text: a JSON Schema (the subset in src/grammar/json_grammar.h) */
+    LOOM_GRAMMAR_REGEX,       /* text: a regular expression the whole output matches */
+    LOOM_GRAMMAR_CHOICE,      /* choices: the output is exactly one of them */
+} loom_grammar_kind;
+
+typedef struct {
+    loom_grammar_kind kind;
+    const char *text;          /* the schema or the pattern */
+    size_t text_len;
+    const char *const *choices;
+    int n_choices;
+    const char *suffix;        /* NULL, or text that must follow the value (a forced call's closing) */
+} loom_grammar_spec;
+
+typedef struct loom_grammar loom_grammar;
+
+/* LOOM_ERR_UNSUPPORTED names a schema feature or regex construct loom does
+ * not implement; LOOM_ERR_INVALID a malformed spec; LOOM_ERR_NOMEM a spec
+ * past the size bounds. */
+int loom_grammar_compile(const loom_grammar_spec *spec, loom_grammar **out, char *error, size_t error_size);
+void loom_grammar_free(loom_grammar *grammar);
+
 typedef struct {
     const int32_t *prompt;
     int n_prompt;
@@ -147,6 +178,7 @@ typedef struct {
     int n_keep_special_token_ids;
     int n;                     /* choices sharing one prefill (default 1) */
     bool no_speculation;       /* opt out of MTP speculation (requests with n > 1 never speculate) */
+    const loom_grammar *grammar; /* NULL: unconstrained; a reference is taken at submit */
     loom_sampling sampling;
 } loom_request_params;
 

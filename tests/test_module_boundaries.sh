@@ -55,6 +55,9 @@ include_rule "io/ must not include models/, engine/, server/, cli/ or ops/" io \
     '^(models|engine|server|cli|ops)/'
 include_rule "text/ must not include models/, engine/, ops/, server/ or cli/" text \
     '^(models|engine|ops|server|cli)/'
+# grammar/ knows bytes and JSON: token ids come in as byte strings, so it
+# needs neither the tokenizer (text/) nor anything that runs a model.
+include_rule "grammar/ includes only base/ and grammar/" grammar '.' '^(base|grammar)/|^loom\.h$'
 include_rule "base/ includes only base/" base '.' '^base/'
 include_rule "engine/ must not include a backend-private header (ops/<backend>/)" engine \
     '^ops/[^/]+/'

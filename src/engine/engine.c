@@ -316,19 +316,36 @@ static bool fork_from(loom_engine *e, lm_sequence *child, const lm_sequence *par
     return true;
 }
 
+/* A grammar's mask on e->sample_row (before every sampler step: the
+ * sampler's order comment).  The vocabulary trie is built once, for the
+ * first sequence with a grammar; each sequence keeps its own state. */
+static bool apply_grammar(loom_engine *e, lm_sequence *seq, lm_error *err) {
+    if (!e->grammar_trie && lm_grammar_vocab_trie(e->tokenizer, e->vocab_size, &e->grammar_trie, err) != LM_OK)
+        return false;
+    if (!seq->grammar &&
+        lm_sequence_grammar_create(seq->request->params.grammar, e->grammar_trie, &seq->grammar, err) != LM_OK)
+        return false;
+    return lm_sequence_grammar_mask(seq->grammar, e->sample_row, e->vocab_size, seq->stop_ids, seq->n_stop_ids,
+                                    err) == LM_OK;
+}
+
 /* Samples the next token of seq from its logits row, applies the stop rules
  * and posts the events.  Returns false if the sequence finished. */
 static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row) {
     int V = e->vocab_size;
     memcpy(e->sample_row, logits_row, sizeof(float) * (size_t)V);
     const loom_request_params *p = &seq->request->params;
+    lm_error err = {0};
+    if (p->grammar && !apply_grammar(e, seq, &err)) {
+        finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
+        return false;
+    }
     lm_sample_result result;
     lm_sample_context ctx = {.counts = &seq->counts,
                              .n_generated = lm_sequence_generated(seq),
                              .min_tokens = p->min_tokens,
                              .stop_ids = seq->stop_ids,
                              .n_stop_ids = seq->n_stop_ids};
-    lm_error err = {0};
     if (lm_sample(&p->sampling, e->sample_row, V, &ctx, &seq->rng, &e->scratch, &result, &err) != LM_OK) {
         finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
         return false;
@@ -340,6 +357,18 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *log
         return false;
     }
     e->counters.generation_tokens++;
+    if (seq->grammar && outcome.stop_token < 0) {
+        bool done = false;
+        if (lm_sequence_grammar_accept(seq->grammar, e->tokenizer, token, &done, &err) != LM_OK) {
+            finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
+            return false;
+        }
+        /* complete and nothing may follow: the output is whole */
+        if (done && !outcome.finished) {
+            outcome.finished = true;
+            outcome.reason = LOOM_FINISH_STOP;
+        }
+    }
     if (outcome.stop_token < 0) { /* stop tokens are counted, not shown */
         loom_event ev = {.type = LOOM_EVENT_TOKEN,
                          .choice = seq->choice,
@@ -821,6 +850,7 @@ void loom_engine_destroy(loom_engine *e) {
     lm_prefix_cache_free(e);
     lm_kv_blocks_free(&e->kv_blocks);
     lm_id_pool_free(&e->state_slots);
+    lm_token_trie_free(e->grammar_trie);
     if (e->tokenizer) lm_tokenizer_free(e->tokenizer);
     lm_model_free(e->model);
     lm_backend_destroy(e->backend);
@@ -871,6 +901,8 @@ static lm_status validate(const loom_engine *e, const loom_request_params *p, lm
     for (int i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || strlen(p->stop[i]) > MAX_STOP_STRING_BYTES)
             return lm_fail(err, LM_ERR_INVALID, "stop strings are at most %d bytes", MAX_STOP_STRING_BYTES);
+    if (p->grammar && !e->tokenizer)
+        return lm_fail(err, LM_ERR_INVALID, "a grammar needs a tokenizer, and this model has none");
     if (p->n_stop > 0 && !e->tokenizer)
         return lm_fail(err, LM_ERR_INVALID, "stop strings need a tokenizer, and this model has none");
     if (p->n_stop_token_ids < 0 || p->n_stop_token_ids > MAX_STOP_TOKEN_IDS ||

@@ -50,6 +50,7 @@ struct loom_engine {
     lm_model_context *context; /* the model's caches and workspace */
     int vocab_size;
     lm_tokenizer *tokenizer; /* NULL when the model folder has none */
+    lm_token_trie *grammar_trie; /* engine thread: the vocabulary's trie, built for the first grammar */
     int32_t eos_ids[LM_ENGINE_MAX_EOS];
     int n_eos;
     int max_model_len;

@@ -1,3 +1,4 @@
+#include "grammar/compiled.h"
 #include "engine/request.h"
 
 #include <errno.h>
@@ -32,6 +33,7 @@ static void request_free(loom_request *r) {
     free(r->logit_bias_ids);
     free(r->logit_bias_values);
     free(r->keep_special_token_ids);
+    lm_grammar_unref(r->params.grammar);
     for (int i = 0; i < r->n_images; i++) {
         free(r->images[i].file);
         lm_image_patches_free(&r->images[i].patches);
@@ -52,6 +54,7 @@ lm_status lm_request_create(const loom_request_params *p, loom_request **out, lm
     pthread_mutex_init(&r->mutex, NULL);
     pthread_cond_init(&r->ready, NULL);
     r->params = *p;
+    r->params.grammar = lm_grammar_ref(p->grammar);
     bool ok = true;
     r->prompt = copy_array(p->prompt, (size_t)p->n_prompt, sizeof(int32_t), &ok);
     r->stop_token_ids = copy_array(p->stop_token_ids, (size_t)p->n_stop_token_ids, sizeof(int32_t), &ok);

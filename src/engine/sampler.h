@@ -1,6 +1,10 @@
 /* The token sampler: turns one sequence's logits into its next token,
  * following vLLM V1.  Processing order on the float32 logits [V]:
  *
+ *   0. (the engine, before lm_sample) a request's grammar: tokens it does
+ *      not allow get -inf, the stop ids too unless the grammar is complete
+ *      (engine/sequence_grammar.h); the raw logprobs below see this mask;
+ *
  *   1. logit_bias added (ids outside [0, V) are skipped; reject them first
  *      with lm_sampling_validate);
  *   2. min_tokens: while n_generated < min_tokens the stop ids (eos ids and

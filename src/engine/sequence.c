@@ -54,6 +54,7 @@ lm_status lm_sequence_create(loom_request *request, int choice, const lm_tokeniz
 void lm_sequence_free(lm_sequence *seq) {
     if (!seq) return;
     lm_token_counts_free(&seq->counts);
+    lm_sequence_grammar_free(seq->grammar);
     free(seq->stop_ids);
     if (seq->has_detokenizer) lm_detokenizer_free(&seq->detokenizer);
     free(seq->tokens);

@@ -9,6 +9,7 @@
 #include "engine/kv_blocks.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/sequence_grammar.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
@@ -58,6 +59,7 @@ typedef struct lm_sequence {
     char *text;                 /* generated text so far */
     size_t text_len, text_cap, emitted; /* emitted: bytes already sent in events */
     int max_stop_len;
+    lm_sequence_grammar *grammar; /* the request's grammar's state; NULL until its first sample */
     int32_t *stop_ids; /* eos (unless ignore_eos) + stop_token_ids: masked before min_tokens */
     int n_stop_ids;
 } lm_sequence;

@@ -127,6 +127,10 @@ void lm_engine_catch_up_and_draft(loom_engine *e) {
         if (e->draft_override && made > 0)
             made = e->draft_override(e->draft_override_ctx, seq->tokens, seq->n_tokens, seq->n_prompt,
                                      seq->drafts, made);
+        /* A draft the grammar refuses could never be accepted (the verify
+         * samples under the mask): stop the drafts before it. */
+        if (seq->grammar && made > 0)
+            made = lm_sequence_grammar_valid_prefix(seq->grammar, e->tokenizer, seq->drafts, made);
         seq->n_drafts = made;
         e->spec_counters.drafted += (uint64_t)made;
     }

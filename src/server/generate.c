@@ -960,6 +960,8 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
             free(ids[0]);
             ids[0] = with_call;
             if (st != LM_OK) FAIL_PROMPTS(status, err.message, "tool_choice");
+            if ((st = lm_forced_call_grammar(r, form, forced_name, &err)) != LM_OK)
+                FAIL_PROMPTS(400, err.message, "tools");
         }
         /* One placeholder per image part: the same token typed as text
          * would take an image's place (or ask for one that is not there). */

@@ -9,6 +9,7 @@
 #include "io/image_decode.h"
 #include "server/media.h"
 #include "server/sbuf.h"
+#include "server/structured_output.h"
 
 #define MAX_MESSAGES 4096
 #define MAX_PROMPT_IDS (1 << 20)
@@ -68,6 +69,7 @@ static const char *const known_fields[] = {
     "skip_special_tokens", "speculative", "seed", "stop", "stop_token_ids", "logit_bias", "stream_options",
     "stream", "user", "messages", "tools", "tool_choice", "logprobs", "top_logprobs", "chat_template_kwargs",
     "add_generation_prompt", "continue_final_message", "prompt", "echo", "suffix", "best_of",
+    LM_STRUCTURED_FIELDS,
 };
 #define N_KNOWN_FIELDS ((int)(sizeof known_fields / sizeof known_fields[0]))
 
@@ -665,7 +667,9 @@ lm_status lm_openai_request_parse_doc(lm_api_kind kind, cJSON *doc, const lm_ima
     lm_status st = get_string(&c, out->doc, "model", &out->model);
     if (st == LM_OK) st = parse_sampling(&c, out->doc, out);
     if (st == LM_OK) st = kind == LM_API_CHAT ? parse_chat(&c, out->doc, out) : parse_completion(&c, out->doc, out);
+    if (st == LM_OK) st = lm_structured_output_parse(out->doc, &out->grammar, param, param_size, err);
     if (st != LM_OK) return st;
+    out->params.grammar = out->grammar;
     out->params.sampling.logprobs = out->logprobs ? out->top_logprobs : -1;
     return LM_OK;
 }
@@ -679,5 +683,6 @@ void lm_openai_request_free(lm_openai_request *r) {
     free(r->stop_token_ids);
     free(r->bias_ids);
     free(r->bias_values);
+    loom_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
 }

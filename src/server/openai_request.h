@@ -92,6 +92,7 @@ typedef struct {
     int32_t *stop_token_ids;
     int32_t *bias_ids;
     float *bias_values;
+    loom_grammar *grammar; /* response_format / guided_*: NULL when unconstrained (params.grammar) */
 } lm_openai_request;
 
 /* Parses body[0..len).  On failure returns LM_ERR_INVALID (or NOMEM) with a

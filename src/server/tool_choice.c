@@ -78,6 +78,7 @@ static lm_status sample_one_of(lm_server *s, struct MHD_Connection *c, const lm_
     p.n_stop_token_ids = 0;
     p.n = 1;
     p.no_speculation = true;
+    p.grammar = NULL; /* the pick chooses a name: no output grammar applies */
     p.sampling.logprobs = -1;
     p.sampling.logit_bias_ids = allowed;
     p.sampling.logit_bias_values = bias;
@@ -215,4 +216,37 @@ lm_status lm_forced_call_prompt(lm_server *s, struct MHD_Connection *c, const lm
     for (int i = 0; i < count; i++) free(cands[i].ids);
     free(cands);
     return st;
+}
+
+lm_status lm_forced_call_grammar(lm_openai_request *r, lm_tool_form form, const char *name, lm_error *err) {
+    loom_grammar_free(r->grammar);
+    r->grammar = NULL;
+    r->params.grammar = NULL;
+    if (form != LM_TOOL_FORM_JSON) return LM_OK;
+    const cJSON *parameters = NULL, *tool;
+    bool strict = false;
+    cJSON_ArrayForEach(tool, r->tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+        const cJSON *fname = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (cJSON_IsString(fname) && strcmp(fname->valuestring, name) == 0) {
+            parameters = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+            strict = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict"));
+            break;
+        }
+    }
+    /* Only tools marked strict: the others keep the unconstrained forced
+     * call (cut by max_tokens or stop strings as before). */
+    if (!strict) return LM_OK;
+    char *text = parameters && !cJSON_IsNull(parameters) ? cJSON_PrintUnformatted(parameters) : NULL;
+    loom_grammar_spec spec = {.kind = text ? LOOM_GRAMMAR_JSON_SCHEMA : LOOM_GRAMMAR_JSON_OBJECT,
+                              .text = text,
+                              .text_len = text ? strlen(text) : 0,
+                              .suffix = "}"};
+    char message[LM_ERROR_MESSAGE_MAX - 80];
+    int rc = loom_grammar_compile(&spec, &r->grammar, message, sizeof message);
+    free(text);
+    if (rc != LOOM_OK)
+        return lm_fail(err, LM_ERR_INVALID, "the parameters of tool '%.64s' cannot be enforced: %s", name, message);
+    r->params.grammar = r->grammar;
+    return LM_OK;
 }

@@ -1,0 +1,107 @@
+/* A sequence's grammar on the engine thread (engine/sequence_grammar.h). */
+#include "engine/sequence_grammar.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/compiled.h"
+
+lm_status lm_grammar_vocab_trie(const lm_tokenizer *tok, int vocab, lm_token_trie **out, lm_error *err) {
+    const char **bytes = calloc((size_t)vocab, sizeof *bytes);
+    size_t *lens = calloc((size_t)vocab, sizeof *lens);
+    if (!bytes || !lens) {
+        free(bytes);
+        free(lens);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    for (int id = 0; id < vocab; id++)
+        if (!lm_tokenizer_is_added(tok, id)) bytes[id] = lm_tokenizer_token_bytes(tok, id, &lens[id]);
+    lm_status st = lm_token_trie_build(vocab, bytes, lens, out, err);
+    free(bytes);
+    free(lens);
+    return st;
+}
+
+lm_status lm_sequence_grammar_create(const loom_grammar *grammar, const lm_token_trie *trie,
+                                     lm_sequence_grammar **out, lm_error *err) {
+    *out = NULL;
+    lm_sequence_grammar *sg = calloc(1, sizeof *sg);
+    if (!sg) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    lm_status st = lm_masker_init(&sg->masker, &grammar->grammar, trie, err);
+    if (st != LM_OK) {
+        free(sg);
+        return st;
+    }
+    sg->bits = malloc(sizeof(uint64_t) * (((size_t)trie->vocab + 63) / 64));
+    if (!sg->bits || !lm_gmatcher_start(&sg->masker.matcher, &sg->state)) {
+        lm_sequence_grammar_free(sg);
+        return lm_fail(err, LM_ERR_NOMEM, "grammar: out of memory starting the matcher");
+    }
+    *out = sg;
+    return LM_OK;
+}
+
+void lm_sequence_grammar_free(lm_sequence_grammar *sg) {
+    if (!sg) return;
+    lm_masker_free(&sg->masker);
+    lm_gstate_free(&sg->state);
+    lm_gstate_free(&sg->scratch);
+    lm_gstate_free(&sg->probe);
+    free(sg->bits);
+    free(sg);
+}
+
+lm_status lm_sequence_grammar_mask(lm_sequence_grammar *sg, float *logits, int vocab, const int32_t *stop_ids,
+                                   int n_stop_ids, lm_error *err) {
+    lm_status st = lm_masker_compute(&sg->masker, &sg->state, sg->bits, &sg->complete, err);
+    if (st != LM_OK) return st;
+    int trie_vocab = sg->masker.trie->vocab;
+    /* stop ids keep their logits where the grammar may end */
+    float kept[64];
+    int n_kept = 0;
+    for (int i = 0; i < n_stop_ids && n_kept < 64; i++)
+        if (sg->complete && stop_ids[i] >= 0 && stop_ids[i] < vocab) kept[n_kept++] = logits[stop_ids[i]];
+    bool any = n_kept > 0;
+    size_t words = ((size_t)vocab + 63) / 64;
+    for (size_t w = 0; w < words; w++) {
+        uint64_t m = w * 64 < (size_t)trie_vocab ? sg->bits[w] : 0;
+        if (m == ~0ull) {
+            any = true;
+            continue;
+        }
+        size_t end = w * 64 + 64 < (size_t)vocab ? w * 64 + 64 : (size_t)vocab;
+        if (m) any = true;
+        for (size_t id = w * 64; id < end; id++)
+            if (!((m >> (id & 63)) & 1)) logits[id] = -INFINITY;
+    }
+    n_kept = 0;
+    for (int i = 0; i < n_stop_ids && n_kept < 64; i++)
+        if (sg->complete && stop_ids[i] >= 0 && stop_ids[i] < vocab) logits[stop_ids[i]] = kept[n_kept++];
+    if (!any) return lm_fail(err, LM_ERR_INVALID, "grammar: no token can continue the output and it is not complete");
+    return LM_OK;
+}
+
+static bool advance(lm_sequence_grammar *sg, lm_gstate *state, const lm_tokenizer *tok, int32_t token) {
+    size_t len = 0;
+    const char *bytes = lm_tokenizer_is_added(tok, token) ? NULL : lm_tokenizer_token_bytes(tok, token, &len);
+    if (!bytes || len == 0) return false;
+    return lm_masker_accept_token(&sg->masker, state, &sg->scratch, bytes, len);
+}
+
+lm_status lm_sequence_grammar_accept(lm_sequence_grammar *sg, const lm_tokenizer *tok, int32_t token,
+                                     bool *finished, lm_error *err) {
+    if (!advance(sg, &sg->state, tok, token))
+        return lm_fail(err, sg->masker.matcher.failed ? LM_ERR_NOMEM : LM_ERR_INTERNAL,
+                       "grammar: the sampled token %d does not continue the grammar", token);
+    *finished = lm_gstate_finished(&sg->state);
+    return LM_OK;
+}
+
+int lm_sequence_grammar_valid_prefix(lm_sequence_grammar *sg, const lm_tokenizer *tok, const int32_t *drafts,
+                                     int n) {
+    if (!lm_gstate_copy(&sg->probe, &sg->state)) return 0;
+    for (int i = 0; i < n; i++)
+        if (!advance(sg, &sg->probe, tok, drafts[i])) return i;
+    return n;
+}

@@ -1,0 +1,103 @@
+/* Compiling a loom_grammar_spec (grammar/compiled.h). */
+#include "grammar/compiled.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/json_grammar.h"
+#include "grammar/regex_compile.h"
+
+static lm_status choice_grammar(const loom_grammar_spec *spec, lm_grammar *out, lm_error *err) {
+    if (spec->n_choices <= 0 || !spec->choices)
+        return lm_fail(err, LM_ERR_INVALID, "a choice grammar needs at least one choice");
+    if (spec->n_choices > LM_GRAMMAR_MAX_CHOICES)
+        return lm_fail(err, LM_ERR_NOMEM, "more than %d choices", LM_GRAMMAR_MAX_CHOICES);
+    size_t total = 0;
+    for (int i = 0; i < spec->n_choices; i++) {
+        if (!spec->choices[i]) return lm_fail(err, LM_ERR_INVALID, "choice %d is missing", i);
+        if (!spec->choices[i][0]) return lm_fail(err, LM_ERR_INVALID, "choice %d is empty", i);
+        total += strlen(spec->choices[i]);
+    }
+    if (total > LM_GRAMMAR_MAX_CHOICE_BYTES)
+        return lm_fail(err, LM_ERR_NOMEM, "the choices are longer than %d bytes together", LM_GRAMMAR_MAX_CHOICE_BYTES);
+    lm_grammar_builder b;
+    lm_grammar_builder_init(&b);
+    uint32_t root = 0;
+    lm_status st = lm_grammar_new_rule(&b, &root, err);
+    lm_gseq s = {0};
+    for (int i = 0; st == LM_OK && i < spec->n_choices; i++) {
+        lm_gseq_clear(&s);
+        st = lm_gseq_literal(&b, &s, spec->choices[i], strlen(spec->choices[i]), err);
+        if (st == LM_OK && spec->suffix) st = lm_gseq_literal(&b, &s, spec->suffix, strlen(spec->suffix), err);
+        if (st == LM_OK) st = lm_grammar_add_alt(&b, root, &s, err);
+    }
+    lm_gseq_free(&s);
+    if (st == LM_OK) st = lm_grammar_finish(&b, root, out, err);
+    lm_grammar_builder_free(&b);
+    return st;
+}
+
+static lm_status regex_grammar(const loom_grammar_spec *spec, lm_grammar *out, lm_error *err) {
+    if (!spec->text) return lm_fail(err, LM_ERR_INVALID, "a regex grammar needs a pattern");
+    lm_grammar_builder b;
+    lm_grammar_builder_init(&b);
+    lm_regex_options opt = {0};
+    lm_gseq s = {0};
+    uint32_t root = 0;
+    lm_status st = lm_grammar_utf8_multibyte_rule(&b, &opt.utf8_rule, err);
+    if (st == LM_OK) st = lm_regex_compile(&b, spec->text, spec->text_len, false, &opt, &s, err);
+    if (st == LM_OK && spec->suffix) st = lm_gseq_literal(&b, &s, spec->suffix, strlen(spec->suffix), err);
+    if (st == LM_OK) st = lm_grammar_rule_of(&b, &s, &root, err);
+    if (st == LM_OK) st = lm_grammar_finish(&b, root, out, err);
+    lm_gseq_free(&s);
+    lm_grammar_builder_free(&b);
+    return st;
+}
+
+lm_status lm_grammar_compile_spec(const loom_grammar_spec *spec, lm_grammar *out, lm_error *err) {
+    memset(out, 0, sizeof *out);
+    switch (spec->kind) {
+    case LOOM_GRAMMAR_JSON: return lm_json_grammar(LM_JSON_ANY_VALUE, spec->suffix, out, err);
+    case LOOM_GRAMMAR_JSON_OBJECT: return lm_json_grammar(LM_JSON_OBJECT, spec->suffix, out, err);
+    case LOOM_GRAMMAR_JSON_SCHEMA:
+        if (!spec->text) return lm_fail(err, LM_ERR_INVALID, "a JSON schema grammar needs a schema");
+        return lm_json_schema_grammar(spec->text, spec->text_len, spec->suffix, out, err);
+    case LOOM_GRAMMAR_REGEX: return regex_grammar(spec, out, err);
+    case LOOM_GRAMMAR_CHOICE: return choice_grammar(spec, out, err);
+    }
+    return lm_fail(err, LM_ERR_INVALID, "unknown grammar kind %d", (int)spec->kind);
+}
+
+int loom_grammar_compile(const loom_grammar_spec *spec, loom_grammar **out, char *error, size_t error_size) {
+    lm_error err = {0};
+    *out = NULL;
+    loom_grammar *g = calloc(1, sizeof *g);
+    lm_status st = !spec ? lm_fail(&err, LM_ERR_INVALID, "no grammar spec")
+                   : !g  ? lm_fail(&err, LM_ERR_NOMEM, "out of memory")
+                         : lm_grammar_compile_spec(spec, &g->grammar, &err);
+    if (st != LM_OK) {
+        free(g);
+        if (error && error_size) snprintf(error, error_size, "%s", err.message);
+        return (int)st; /* lm_status and loom_status share their codes */
+    }
+    atomic_init(&g->refs, 1);
+    *out = g;
+    return LOOM_OK;
+}
+
+const loom_grammar *lm_grammar_ref(const loom_grammar *g) {
+    if (g) atomic_fetch_add(&((loom_grammar *)g)->refs, 1);
+    return g;
+}
+
+void lm_grammar_unref(const loom_grammar *g) {
+    if (!g) return;
+    loom_grammar *m = (loom_grammar *)g;
+    if (atomic_fetch_sub(&m->refs, 1) == 1) {
+        lm_grammar_free(&m->grammar);
+        free(m);
+    }
+}
+
+void loom_grammar_free(loom_grammar *g) { lm_grammar_unref(g); }

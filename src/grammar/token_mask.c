@@ -1,0 +1,338 @@
+/* The token mask (grammar/token_mask.h). */
+#include "grammar/token_mask.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ trie */
+
+typedef struct {
+    const uint8_t *bytes;
+    uint32_t len;
+    int32_t id;
+} token_ref;
+
+static int compare_tokens(const void *a, const void *b) {
+    const token_ref *x = a, *y = b;
+    uint32_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->bytes, y->bytes, n);
+    if (c) return c;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Fills node `at` for the tokens [lo, hi) sharing their first `depth` bytes. */
+static void build_node(lm_token_trie *t, uint32_t at, uint32_t lo, uint32_t hi, uint32_t depth) {
+    lm_trie_node *node = &t->nodes[at];
+    node->tok_lo = lo;
+    node->tok_hi = hi;
+    node->depth = (uint16_t)depth;
+    if (depth > t->max_depth) t->max_depth = depth;
+    uint32_t i = lo;
+    while (i < hi && t->length[i] == depth) i++;
+    node->n_end = i - lo;
+    /* children: runs of equal byte at `depth` */
+    uint32_t n_children = 0;
+    for (uint32_t k = i; k < hi;) {
+        uint8_t b = t->blob[t->offset[k] + depth];
+        while (k < hi && t->blob[t->offset[k] + depth] == b) k++;
+        n_children++;
+    }
+    node->n_children = (uint16_t)n_children;
+    node->first_child = t->n_nodes;
+    t->n_nodes += n_children;
+    uint32_t child = node->first_child;
+    for (uint32_t k = i; k < hi; child++) {
+        uint8_t b = t->blob[t->offset[k] + depth];
+        uint32_t start = k;
+        while (k < hi && t->blob[t->offset[k] + depth] == b) k++;
+        t->nodes[child].byte = b;
+        build_node(t, child, start, k, depth + 1);
+    }
+}
+
+lm_status lm_token_trie_build(int vocab, const char *const *bytes, const size_t *lengths, lm_token_trie **out,
+                              lm_error *err) {
+    *out = NULL;
+    if (vocab <= 0 || vocab > (1 << 28)) return lm_fail(err, LM_ERR_INVALID, "token trie: bad vocabulary size %d", vocab);
+    lm_token_trie *t = calloc(1, sizeof *t);
+    token_ref *refs = malloc(sizeof *refs * (size_t)vocab);
+    if (!t || !refs) {
+        free(t);
+        free(refs);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    t->vocab = vocab;
+    size_t total = 0;
+    uint32_t n = 0;
+    for (int id = 0; id < vocab; id++) {
+        if (!bytes[id] || lengths[id] == 0 || lengths[id] > LM_TRIE_MAX_TOKEN_BYTES) continue;
+        refs[n++] = (token_ref){(const uint8_t *)bytes[id], (uint32_t)lengths[id], id};
+        total += lengths[id];
+    }
+    qsort(refs, n, sizeof *refs, compare_tokens);
+    t->n_sorted = n;
+    t->sorted = malloc(sizeof(int32_t) * (n ? n : 1));
+    t->offset = malloc(sizeof(uint32_t) * (n ? n : 1));
+    t->length = malloc(sizeof(uint32_t) * (n ? n : 1));
+    t->blob = malloc(total ? total : 1);
+    t->nodes = calloc(total + 1, sizeof *t->nodes);
+    if (!t->sorted || !t->offset || !t->length || !t->blob || !t->nodes) {
+        free(refs);
+        lm_token_trie_free(t);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    size_t at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        t->sorted[i] = refs[i].id;
+        t->offset[i] = (uint32_t)at;
+        t->length[i] = refs[i].len;
+        memcpy(t->blob + at, refs[i].bytes, refs[i].len);
+        at += refs[i].len;
+    }
+    free(refs);
+    t->n_nodes = 1;
+    build_node(t, 0, 0, n, 0);
+    *out = t;
+    return LM_OK;
+}
+
+void lm_token_trie_free(lm_token_trie *t) {
+    if (!t) return;
+    free(t->sorted);
+    free(t->offset);
+    free(t->length);
+    free(t->blob);
+    free(t->nodes);
+    free(t);
+}
+
+/* ---------------------------------------------------------------- frames */
+
+struct lm_frame {
+    uint32_t position;
+    /* accepted tokens: a bitset over ids, or a list when that is smaller */
+    uint64_t *bits;
+    int32_t *ids;
+    uint32_t n_ids, cap_ids;
+    uint32_t *uncertain; /* trie nodes whose subtrees need the real stack */
+    uint32_t n_uncertain, cap_uncertain;
+};
+
+static void frame_free(lm_frame *f) {
+    if (!f) return;
+    free(f->bits);
+    free(f->ids);
+    free(f->uncertain);
+    free(f);
+}
+
+static size_t mask_words(const lm_token_trie *t) { return ((size_t)t->vocab + 63) / 64; }
+
+lm_status lm_masker_init(lm_masker *m, const lm_grammar *g, const lm_token_trie *trie, lm_error *err) {
+    memset(m, 0, sizeof *m);
+    m->grammar = g;
+    m->trie = trie;
+    lm_status st = lm_gmatcher_init(&m->matcher, g, err);
+    if (st != LM_OK) return st;
+    m->path = calloc((size_t)trie->max_depth + 2, sizeof *m->path);
+    m->frames = calloc(2 * LM_MASK_MAX_FRAMES, sizeof *m->frames);
+    if (!m->path || !m->frames) {
+        lm_masker_free(m);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    return LM_OK;
+}
+
+static void clear_frames(lm_masker *m) {
+    for (uint32_t i = 0; i < 2 * LM_MASK_MAX_FRAMES; i++) {
+        frame_free(m->frames[i]);
+        m->frames[i] = NULL;
+    }
+    m->n_frames = 0;
+}
+
+void lm_masker_free(lm_masker *m) {
+    if (m->frames) clear_frames(m);
+    free(m->frames);
+    if (m->path)
+        for (uint32_t d = 0; d < m->trie->max_depth + 2; d++) lm_gstate_free(&m->path[d]);
+    free(m->path);
+    lm_gstate_free(&m->one);
+    lm_gmatcher_free(&m->matcher);
+    memset(m, 0, sizeof *m);
+}
+
+static bool push_u32(uint32_t **p, uint32_t *n, uint32_t *cap, uint32_t v) {
+    if (*n == *cap) {
+        uint32_t c = *cap ? *cap * 2 : 16;
+        uint32_t *q = realloc(*p, sizeof(uint32_t) * c);
+        if (!q) return false;
+        *p = q;
+        *cap = c;
+    }
+    (*p)[(*n)++] = v;
+    return true;
+}
+
+static bool frame_accept_range(lm_frame *f, const lm_token_trie *t, uint32_t lo, uint32_t hi) {
+    for (uint32_t i = lo; i < hi; i++) {
+        int32_t id = t->sorted[i];
+        if (f->bits) {
+            f->bits[id >> 6] |= 1ull << (id & 63);
+            continue;
+        }
+        if (!push_u32((uint32_t **)&f->ids, &f->n_ids, &f->cap_ids, (uint32_t)id)) return false;
+        /* past the size of a bitset, switch to one */
+        if ((size_t)f->n_ids * 4 > mask_words(t) * 8) {
+            f->bits = calloc(mask_words(t), sizeof(uint64_t));
+            if (!f->bits) return false;
+            for (uint32_t k = 0; k < f->n_ids; k++) f->bits[f->ids[k] >> 6] |= 1ull << (f->ids[k] & 63);
+            free(f->ids);
+            f->ids = NULL;
+            f->n_ids = f->cap_ids = 0;
+        }
+    }
+    return true;
+}
+
+/* Walks the trie below `node` from state path[depth]; calls on_end for the
+ * tokens a surviving state reaches.  In frame mode (frame != NULL) a child
+ * where the frame completes and tokens go on becomes an uncertain node. */
+typedef struct {
+    lm_masker *m;
+    lm_frame *frame;   /* frame mode */
+    uint64_t *bits;    /* mask mode */
+    bool failed;
+} walk_ctx;
+
+static void mark_tokens(walk_ctx *w, uint32_t lo, uint32_t hi) {
+    const lm_token_trie *t = w->m->trie;
+    if (w->frame) {
+        if (!frame_accept_range(w->frame, t, lo, hi)) w->failed = true;
+        return;
+    }
+    for (uint32_t i = lo; i < hi; i++) {
+        int32_t id = t->sorted[i];
+        w->bits[id >> 6] |= 1ull << (id & 63);
+    }
+}
+
+static void walk(walk_ctx *w, uint32_t node_index, uint32_t depth, bool inside_uncertain) {
+    lm_masker *m = w->m;
+    const lm_token_trie *t = m->trie;
+    const lm_trie_node *node = &t->nodes[node_index];
+    lm_byte_class next;
+    lm_gstate_next_bytes(m->grammar, &m->path[depth], &next);
+    for (uint32_t c = 0; c < node->n_children && !w->failed; c++) {
+        uint32_t ci = node->first_child + c;
+        const lm_trie_node *child = &t->nodes[ci];
+        if (!lm_byte_class_has(&next, child->byte)) continue;
+        lm_gstate *s = &m->path[depth + 1];
+        bool alive = lm_gmatcher_advance(&m->matcher, &m->path[depth], child->byte, s);
+        if (m->matcher.failed) {
+            w->failed = true;
+            return;
+        }
+        if (!alive) continue;
+        bool complete = lm_gstate_complete(s);
+        mark_tokens(w, child->tok_lo, child->tok_lo + child->n_end);
+        if (w->frame && complete && child->n_children > 0) {
+            if (!push_u32(&w->frame->uncertain, &w->frame->n_uncertain, &w->frame->cap_uncertain, ci)) {
+                w->failed = true;
+                return;
+            }
+        }
+        if (s->n_stacks > (complete ? 1u : 0u) && child->n_children > 0)
+            walk(w, ci, depth + 1, inside_uncertain || (w->frame && complete));
+    }
+}
+
+static lm_frame *find_frame(lm_masker *m, uint32_t position, lm_error *err) {
+    uint32_t cap = 2 * LM_MASK_MAX_FRAMES;
+    uint32_t h = (position * 2654435761u) & (cap - 1);
+    for (uint32_t probe = 0; probe < cap; probe++, h = (h + 1) & (cap - 1)) {
+        if (!m->frames[h]) break;
+        if (m->frames[h]->position == position) {
+            m->frames_reused++;
+            return m->frames[h];
+        }
+    }
+    if (m->n_frames >= LM_MASK_MAX_FRAMES) {
+        clear_frames(m);
+        h = (position * 2654435761u) & (cap - 1);
+    }
+    lm_frame *f = calloc(1, sizeof *f);
+    if (!f) {
+        lm_fail(err, LM_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    f->position = position;
+    walk_ctx w = {.m = m, .frame = f};
+    if (!lm_gmatcher_start_at(&m->matcher, position, &m->path[0]) && m->matcher.failed) w.failed = true;
+    if (!w.failed) walk(&w, 0, 0, false);
+    if (w.failed) {
+        frame_free(f);
+        lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
+        return NULL;
+    }
+    while (m->frames[h]) h = (h + 1) & (cap - 1);
+    m->frames[h] = f;
+    m->n_frames++;
+    m->frames_built++;
+    return f;
+}
+
+/* The tokens of an uncertain node's subtree the real stack allows: past
+ * the node the frame is done, so the rest of each token is matched from
+ * `below`, the stack under the frame (expanded once per stack). */
+static bool walk_uncertain(lm_masker *m, const lm_gstate *below, uint32_t node_index, uint64_t *bits) {
+    const lm_trie_node *node = &m->trie->nodes[node_index];
+    if (!lm_gstate_copy(&m->path[node->depth], below)) return false;
+    walk_ctx w = {.m = m, .bits = bits};
+    walk(&w, node_index, node->depth, false);
+    return !w.failed;
+}
+
+lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits, bool *complete, lm_error *err) {
+    size_t words = mask_words(m->trie);
+    memset(bits, 0, sizeof(uint64_t) * words);
+    *complete = false;
+    uint32_t i = 0, len;
+    const uint32_t *stack;
+    while (lm_gstate_next_stack(state, &i, &stack, &len)) {
+        if (len == 0) {
+            *complete = true;
+            continue;
+        }
+        lm_frame *f = find_frame(m, stack[len - 1], err);
+        if (!f) return err ? err->code : LM_ERR_NOMEM;
+        if (f->bits)
+            for (size_t w = 0; w < words; w++) bits[w] |= f->bits[w];
+        else
+            for (uint32_t k = 0; k < f->n_ids; k++) bits[f->ids[k] >> 6] |= 1ull << (f->ids[k] & 63);
+        if (f->n_uncertain == 0) continue;
+        if (!lm_gmatcher_expand_stack(&m->matcher, stack, len - 1, &m->one)) {
+            if (m->matcher.failed) return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
+            continue; /* nothing lies below the frame that could continue */
+        }
+        for (uint32_t u = 0; u < f->n_uncertain; u++)
+            if (!walk_uncertain(m, &m->one, f->uncertain[u], bits))
+                return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
+    }
+    return LM_OK;
+}
+
+bool lm_masker_accept_token(lm_masker *m, lm_gstate *state, lm_gstate *scratch, const char *bytes, size_t len) {
+    if (len == 0) return false;
+    lm_gstate *a = scratch, *b = &m->one;
+    const lm_gstate *from = state;
+    for (size_t k = 0; k < len; k++) {
+        if (!lm_gmatcher_advance(&m->matcher, from, (uint8_t)bytes[k], a)) return false;
+        from = a;
+        lm_gstate *tmp = a;
+        a = b;
+        b = tmp;
+    }
+    return lm_gstate_copy(state, from);
+}

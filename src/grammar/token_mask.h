@@ -1,0 +1,86 @@
+/* Which vocabulary tokens a grammar state allows next.
+ *
+ * The vocabulary's byte strings are sorted into a trie (lm_token_trie, one
+ * per tokenizer, immutable).  A mask walks the trie with the matcher,
+ * pruning a subtree at the first byte no stack accepts, but most of the walk
+ * is precomputed per "frame": the top position of a stack.  For a frame,
+ * the trie is walked once with that position alone on the stack:
+ *   - tokens consumed entirely inside the frame (or ending exactly where it
+ *     completes) are allowed whatever lies below it on the real stack:
+ *     the frame's accepted set;
+ *   - a token that completes the frame and goes on depends on the rest of
+ *     the stack: the trie nodes where that happens are kept, and only their
+ *     subtrees are walked at mask time, with the real stack.
+ * A state's mask is the union over its stacks of accepted[top] plus the
+ * walks of those subtrees.  The frames are right-recursive loops (a whole
+ * JSON string is one frame), so inside a string or a number a mask is a
+ * copy of a precomputed set plus a few short walks, not a vocabulary scan.
+ *
+ * Frames are computed on first use and kept in the masker (bounded: past
+ * LM_MASK_MAX_FRAMES the cache is emptied). */
+#ifndef LOOM_GRAMMAR_TOKEN_MASK_H
+#define LOOM_GRAMMAR_TOKEN_MASK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "grammar/matcher.h"
+
+#define LM_TRIE_MAX_TOKEN_BYTES 1024 /* longer tokens are left out (never allowed) */
+#define LM_MASK_MAX_FRAMES 512
+
+typedef struct {
+    uint32_t tok_lo, tok_hi;  /* the subtree's tokens: sorted[tok_lo .. tok_hi) */
+    uint32_t first_child;
+    uint16_t n_children;
+    uint16_t depth;           /* bytes from the root */
+    uint32_t n_end;           /* tokens ending here: sorted[tok_lo .. tok_lo + n_end) */
+    uint8_t byte;
+} lm_trie_node;
+
+typedef struct {
+    int vocab;             /* the id space */
+    int32_t *sorted;       /* text token ids by their bytes */
+    uint32_t n_sorted;
+    uint8_t *blob;         /* every token's bytes */
+    uint32_t *offset, *length; /* per sorted index, into blob */
+    lm_trie_node *nodes;   /* node 0 is the root */
+    uint32_t n_nodes;
+    uint32_t max_depth;
+} lm_token_trie;
+
+/* bytes[id] / lengths[id] for id < vocab: a token's text bytes, bytes[id] NULL
+ * for ids that are no text (special tokens, padding): they are never allowed. */
+lm_status lm_token_trie_build(int vocab, const char *const *bytes, const size_t *lengths, lm_token_trie **out,
+                              lm_error *err);
+void lm_token_trie_free(lm_token_trie *t);
+
+typedef struct lm_frame lm_frame;
+
+typedef struct {
+    const lm_grammar *grammar;
+    const lm_token_trie *trie;
+    lm_gmatcher matcher;
+    lm_gstate *path;       /* [max_depth + 2] states along a walk */
+    lm_gstate one;         /* a single-stack state */
+    lm_frame **frames;     /* open addressing by position, [2 * LM_MASK_MAX_FRAMES] */
+    uint32_t n_frames;
+    uint64_t frames_built, frames_reused; /* counters for benchmarks */
+} lm_masker;
+
+lm_status lm_masker_init(lm_masker *m, const lm_grammar *g, const lm_token_trie *trie, lm_error *err);
+void lm_masker_free(lm_masker *m);
+
+/* Sets bits (one per id, [ceil(vocab / 64)] words, cleared first) of the
+ * tokens allowed after state.  *complete says whether the state may end
+ * (end-of-sequence allowed).  Returns the number of allowed tokens through
+ * *n_allowed when not NULL. */
+lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits, bool *complete, lm_error *err);
+
+/* Advances state by the bytes of token id (in place, using scratch); false
+ * if the grammar refuses them (state is then unchanged). */
+bool lm_masker_accept_token(lm_masker *m, lm_gstate *state, lm_gstate *scratch, const char *bytes, size_t len);
+
+#endif

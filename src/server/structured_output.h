@@ -1,0 +1,23 @@
+/* The request fields that constrain the output to a grammar: OpenAI's
+ * response_format ({"type": "text"}, {"type": "json_object"},
+ * {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}) and
+ * vLLM's structured_outputs ({"json": schema, "regex": ..., "choice": [...]})
+ * with its older aliases guided_json, guided_regex, guided_choice.  At most
+ * one constraint per request.  Bad values and schema features loom does not
+ * implement are errors (HTTP 400) naming the field and the feature. */
+#ifndef LOOM_SERVER_STRUCTURED_OUTPUT_H
+#define LOOM_SERVER_STRUCTURED_OUTPUT_H
+
+#include <cjson/cJSON.h>
+
+#include "base/error.h"
+#include "loom.h"
+
+#define LM_STRUCTURED_FIELDS "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice"
+
+/* *grammar: NULL when the body asks for no constraint.  param gets the
+ * offending field's name on failure. */
+lm_status lm_structured_output_parse(const cJSON *body, loom_grammar **grammar, char *param, size_t param_size,
+                                     lm_error *err);
+
+#endif

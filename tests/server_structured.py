@@ -1,0 +1,158 @@
+"""Structured outputs through `loom serve` on the bundled model: for a corpus
+of JSON schemas (nested objects, arrays, enums, anyOf, $ref, recursion),
+sampling at temperature 1 over many seeds always yields content that parses
+and validates against the schema (checked with the independent python3
+jsonschema validator); json_object, guided_regex, guided_choice and
+structured_outputs likewise; bad response_format values and unsupported
+schema features are 400s naming them; a forced tool call's arguments
+validate against the tool's parameters.  Prints
+"server_structured: N passed, M failed"."""
+import http.client
+import json
+import re
+import subprocess
+import sys
+
+import jsonschema
+
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL", what)
+
+
+def start(binary, model):
+    p = subprocess.Popen([binary, "serve", "--model", model, "--port", "0", "--served-model-name", "m",
+                          "--max-num-seqs", "8"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while True:
+        line = p.stderr.readline().decode()
+        if not line:
+            raise RuntimeError("server did not start")
+        m = re.search(r"on http://[0-9.]+:(\d+)", line)
+        if m:
+            return p, int(m.group(1))
+
+
+def post(port, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data) if data else None
+
+
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer"},
+                                      "ok": {"type": "boolean"}},
+     "required": ["name", "age", "ok"], "additionalProperties": False},
+    {"type": "object", "properties": {"point": {"type": "object", "properties": {"x": {"type": "number"},
+                                                                                   "y": {"type": "number"}},
+                                                "required": ["x", "y"], "additionalProperties": False},
+                                      "label": {"enum": ["a", "b", "c"]}},
+     "required": ["point"], "additionalProperties": False},
+    {"type": "array", "items": {"type": "string", "maxLength": 5}, "minItems": 1, "maxItems": 3},
+    {"anyOf": [{"type": "null"}, {"type": "integer"}, {"type": "string", "pattern": "^[a-z]{2,4}$"}]},
+    {"$defs": {"node": {"type": "object", "properties": {"v": {"enum": [1, 2, 3]},
+                                                        "kids": {"type": "array", "items": {"$ref": "#/$defs/node"},
+                                                                 "maxItems": 2}},
+                        "required": ["v"], "additionalProperties": False}},
+     "$ref": "#/$defs/node"},
+    {"type": "object", "properties": {"tags": {"type": "array", "items": {"const": "t"}, "maxItems": 2},
+                                      "mode": {"type": ["string", "null"], "maxLength": 3}},
+     "required": ["tags", "mode"], "additionalProperties": False},
+]
+
+SEEDS = 8
+
+
+def ask(port, extra, seed, max_tokens=600):
+    body = {"model": "m", "messages": [{"role": "user", "content": "Give me some data."}],
+            "temperature": 1.0, "seed": seed, "max_tokens": max_tokens}
+    body.update(extra)
+    return post(port, body)
+
+
+def main():
+    binary, model = sys.argv[1], sys.argv[2]
+    seeds = 3 if "--quick" in sys.argv else SEEDS
+    server, port = start(binary, model)
+    try:
+        for i, schema in enumerate(SCHEMAS):
+            rf = {"type": "json_schema", "json_schema": {"name": "s%d" % i, "schema": schema, "strict": True}}
+            bad = []
+            for seed in range(seeds):
+                status, r = ask(port, {"response_format": rf}, seed)
+                if status != 200:
+                    bad.append("status %d %s" % (status, r))
+                    continue
+                ch = r["choices"][0]
+                try:
+                    jsonschema.validate(json.loads(ch["message"]["content"]), schema)
+                    if ch["finish_reason"] != "stop":
+                        bad.append("finish %s" % ch["finish_reason"])
+                except Exception as e:  # parse or validation error
+                    bad.append("%r: %s" % (ch["message"]["content"], str(e).splitlines()[0]))
+            check(not bad, "schema %d: %s" % (i, bad[:2]))
+
+        # json_object, the vLLM fields
+        status, r = ask(port, {"response_format": {"type": "json_object"}}, 1)
+        check(status == 200 and isinstance(json.loads(r["choices"][0]["message"]["content"]), dict), "json_object")
+        status, r = ask(port, {"guided_regex": "[0-9]{3}-[a-z]{2}"}, 2)
+        check(status == 200 and re.fullmatch("[0-9]{3}-[a-z]{2}", r["choices"][0]["message"]["content"]), "guided_regex")
+        status, r = ask(port, {"guided_choice": ["left", "right"]}, 3)
+        check(status == 200 and r["choices"][0]["message"]["content"] in ("left", "right"), "guided_choice")
+        status, r = ask(port, {"structured_outputs": {"choice": ["up", "down"]}}, 4)
+        check(status == 200 and r["choices"][0]["message"]["content"] in ("up", "down"), "structured_outputs.choice")
+        status, r = ask(port, {"guided_json": SCHEMAS[0]}, 5)
+        check(status == 200 and jsonschema.validate(json.loads(r["choices"][0]["message"]["content"]), SCHEMAS[0]) is None,
+              "guided_json")
+        status, r = ask(port, {"response_format": {"type": "text"}}, 6, 5)
+        check(status == 200, "response_format text")
+
+        # 400s naming what is wrong
+        for extra, words in [({"response_format": 5}, "response_format"),
+                             ({"response_format": {"type": "xml"}}, "json_schema"),
+                             ({"response_format": {"type": "json_schema"}}, "json_schema"),
+                             ({"response_format": {"type": "json_schema", "json_schema": {
+                                 "name": "x", "schema": {"type": "string", "format": "email"}}}}, "'format' is not supported"),
+                             ({"response_format": {"type": "json_schema", "json_schema": {
+                                 "name": "x", "schema": {"oneOf": [{"type": "string"}]}}}}, "'oneOf' is not supported"),
+                             ({"guided_regex": "(?=a)"}, "guided_regex"),
+                             ({"guided_choice": []}, "guided_choice"),
+                             ({"structured_outputs": {"grammar": "root ::= x"}}, "grammar is not supported"),
+                             ({"guided_regex": "a", "guided_choice": ["a"]}, "give one")]:
+            status, r = ask(port, extra, 1, 5)
+            msg = (r or {}).get("error", {}).get("message", "")
+            check(status == 400 and words in msg, "400 for %s: %d %s" % (json.dumps(extra)[:80], status, msg))
+
+        # a forced call's arguments follow the tool's parameters
+        params = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                   "days": {"type": "integer"}},
+                  "required": ["city", "days"], "additionalProperties": False}
+        tools = [{"type": "function", "function": {"name": "forecast", "strict": True, "parameters": params}}]
+        bad = []
+        for seed in range(seeds):
+            status, r = ask(port, {"tools": tools, "tool_choice": {"type": "function", "function": {"name": "forecast"}}},
+                            seed)
+            try:
+                call = r["choices"][0]["message"]["tool_calls"][0]["function"]
+                jsonschema.validate(json.loads(call["arguments"]), params)
+                if call["name"] != "forecast":
+                    bad.append(call["name"])
+            except Exception as e:
+                bad.append("%d %s: %s" % (status, json.dumps(r)[:200], e))
+        check(not bad, "forced call arguments: %s" % bad[:2])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print("server_structured: %d passed, %d failed" % (passed, failed))
+
+
+main()

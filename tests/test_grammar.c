@@ -1,0 +1,344 @@
+/* The grammar engine (src/grammar/): what each kind of grammar accepts and
+ * refuses, schema features refused by name, and the token mask against a
+ * brute-force mask (every token advanced byte by byte) over a real
+ * tokenizer's vocabulary along random paths. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/compiled.h"
+#include "grammar/matcher.h"
+#include "grammar/token_mask.h"
+#include "harness.h"
+#include "text/tokenizer.h"
+
+static bool compile(loom_grammar_kind kind, const char *text, loom_grammar **g, char *msg, size_t size) {
+    loom_grammar_spec spec = {.kind = kind, .text = text, .text_len = text ? strlen(text) : 0};
+    return loom_grammar_compile(&spec, g, msg, size) == LOOM_OK;
+}
+
+/* Whether the whole string is a sentence of the grammar. */
+static bool accepts(const lm_grammar *g, const char *s) {
+    lm_gmatcher m;
+    lm_error err;
+    if (lm_gmatcher_init(&m, g, &err) != LM_OK) return false;
+    lm_gstate a = {0}, b = {0};
+    bool ok = lm_gmatcher_start(&m, &a);
+    for (size_t i = 0; ok && s[i]; i++) {
+        ok = lm_gmatcher_advance(&m, &a, (uint8_t)s[i], &b);
+        lm_gstate t = a;
+        a = b;
+        b = t;
+    }
+    ok = ok && lm_gstate_complete(&a);
+    lm_gstate_free(&a);
+    lm_gstate_free(&b);
+    lm_gmatcher_free(&m);
+    return ok;
+}
+
+typedef struct {
+    const char *text;
+    bool ok;
+} sample;
+
+static void check_samples(loom_grammar_kind kind, const char *spec, const sample *samples, int n) {
+    loom_grammar *g;
+    char msg[512];
+    CHECK_MSG(compile(kind, spec, &g, msg, sizeof msg), "compile %s: %s", spec, msg);
+    for (int i = 0; i < n; i++)
+        if (accepts(&g->grammar, samples[i].text) != samples[i].ok) {
+            test_failed(__FILE__, __LINE__, "grammar %s %s \"%s\"", spec, samples[i].ok ? "refused" : "accepted",
+                        samples[i].text);
+            break;
+        }
+    loom_grammar_free(g);
+}
+
+static void test_regex(void) {
+    const sample s[] = {{"abc", true},   {"ab", false},  {"abcc", false}, {"a1b", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "abc", s, 4);
+    const sample d[] = {{"2024-01-31", true}, {"2024-1-31", false}, {"20240131", false}, {"", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "\\d{4}-\\d{2}-\\d{2}", d, 4);
+    const sample alt[] = {{"cat", true}, {"dog", true}, {"cats", true}, {"ca", false}, {"catdog", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "(cat|dog)s?", alt, 5);
+    const sample cls[] = {{"a_Z9", true}, {"", true}, {"a-b", false}, {"é", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "[a-zA-Z0-9_]*", cls, 4);
+    const sample neg[] = {{"xé", true}, {"x\"", true}, {"xa", false}, {"x", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "x[^a-c]", neg, 4);
+    const sample rep[] = {{"ab", false}, {"abab", true}, {"ababab", true}, {"abababab", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "(?:ab){2,3}", rep, 4);
+    const sample dot[] = {{"a€b", true}, {"a\nb", false}, {"ab", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "^a.b$", dot, 3);
+    const sample plus[] = {{"", false}, {"1", true}, {"123", true}, {"12a", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "[0-9]+", plus, 4);
+    const sample esc[] = {{"a.b", true}, {"axb", false}, {"(x)", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "a\\.b|\\(x\\)\\?", esc, 3);
+}
+
+static void test_regex_refusals(void) {
+    const char *bad[][2] = {{"(a)\\1", "backreference"}, {"(?=a)", "group construct"}, {"\\bx", "assertion"},
+                            {"\\p{L}", "Unicode property"}, {"a{2000}", "above"}, {"[a", "unclosed"},
+                            {"(a", "unclosed"}, {"*a", "nothing before"}, {"a)", "unmatched"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        loom_grammar *g = NULL;
+        char msg[512] = "";
+        CHECK_MSG(!compile(LOOM_GRAMMAR_REGEX, bad[i][0], &g, msg, sizeof msg), "%s compiled", bad[i][0]);
+        CHECK_MSG(strstr(msg, bad[i][1]), "%s: message '%s' does not say '%s'", bad[i][0], msg, bad[i][1]);
+    }
+}
+
+static void test_choice(void) {
+    const char *const choices[] = {"yes", "no", "maybe so"};
+    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_CHOICE, .choices = choices, .n_choices = 3};
+    loom_grammar *g;
+    char msg[256];
+    CHECK(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK);
+    CHECK(accepts(&g->grammar, "yes") && accepts(&g->grammar, "no") && accepts(&g->grammar, "maybe so"));
+    CHECK(!accepts(&g->grammar, "ye") && !accepts(&g->grammar, "yesno") && !accepts(&g->grammar, "maybe"));
+    loom_grammar_free(g);
+    spec.n_choices = 0;
+    CHECK(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_ERR_INVALID);
+}
+
+static void test_json_any(void) {
+    const sample s[] = {{"{}", true},
+                        {"[1, -2.5e+3, \"x\\u00e9\\n\", true, false, null, {\"a\": [[]]}]", true},
+                        {" {\"k\" : \"v\"}", false}, /* no leading whitespace */
+                        {"{\"k\": \"v\"} ", false},
+                        {"\"caf\xc3\xa9\"", true},
+                        {"\"\xc3\"", false},         /* broken UTF-8 */
+                        {"\"\xed\xa0\x80\"", false}, /* a surrogate */
+                        {"01", false},
+                        {"1.", false},
+                        {"{\"a\" 1}", false},
+                        {"[1,]", false},
+                        {"\"a\tb\"", false}, /* raw control character */
+                        {"nul", false}};
+    check_samples(LOOM_GRAMMAR_JSON, NULL, s, (int)(sizeof s / sizeof s[0]));
+    const sample o[] = {{"{\"a\": 1}", true}, {"[1]", false}, {"1", false}};
+    check_samples(LOOM_GRAMMAR_JSON_OBJECT, NULL, o, 3);
+}
+
+static void test_json_schema(void) {
+    const char *person = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+                         "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},"
+                         "\"maxItems\":2},\"nick\":{\"type\":[\"string\",\"null\"]}},\"required\":[\"name\",\"age\"],"
+                         "\"additionalProperties\":false}";
+    const sample s[] = {{"{\"name\": \"Al\", \"age\": 3}", true},
+                        {"{\"name\":\"Al\",\"age\":-3,\"tags\":[\"a\",\"b\"],\"nick\":null}", true},
+                        {"{\"name\": \"Al\", \"age\": 3, \"nick\": \"x\"}", true},
+                        {"{\"age\": 3, \"name\": \"Al\"}", false}, /* schema order */
+                        {"{\"name\": \"Al\"}", false},
+                        {"{\"name\": \"Al\", \"age\": 3.5}", false},
+                        {"{\"name\": \"Al\", \"age\": 3, \"tags\": [\"a\", \"b\", \"a\"]}", false},
+                        {"{\"name\": \"Al\", \"age\": 3, \"tags\": [\"c\"]}", false},
+                        {"{\"name\": \"Al\", \"age\": 3, \"x\": 1}", false}};
+    check_samples(LOOM_GRAMMAR_JSON_SCHEMA, person, s, (int)(sizeof s / sizeof s[0]));
+
+    const char *tree = "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+                       "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\",\"kids\"],"
+                       "\"additionalProperties\":false}},\"$ref\":\"#/$defs/node\"}";
+    const sample t[] = {{"{\"v\": 1, \"kids\": []}", true},
+                        {"{\"v\": 1, \"kids\": [{\"v\": 2, \"kids\": [{\"v\": 3, \"kids\": []}]}]}", true},
+                        {"{\"v\": 1, \"kids\": [{\"v\": 2}]}", false}};
+    check_samples(LOOM_GRAMMAR_JSON_SCHEMA, tree, t, 3);
+
+    const char *strs = "{\"anyOf\":[{\"type\":\"string\",\"minLength\":2,\"maxLength\":3},"
+                       "{\"type\":\"string\",\"pattern\":\"^x[0-9]+$\"},{\"const\":{\"k\":[1]}},{\"type\":\"boolean\"}]}";
+    const sample u[] = {{"\"ab\"", true},   {"\"a\\nb\"", true}, {"\"a\"", false},      {"\"abcd\"", false},
+                        {"\"x123456\"", true}, {"{\"k\":[1]}", true}, {"{\"k\": [1]}", false}, {"true", true},
+                        {"\"\xe2\x82\xac\xe2\x82\xac\"", true}};
+    check_samples(LOOM_GRAMMAR_JSON_SCHEMA, strs, u, (int)(sizeof u / sizeof u[0]));
+
+    const char *search = "{\"type\":\"string\",\"pattern\":\"ab\"}";
+    const sample v[] = {{"\"xxabyy\"", true}, {"\"ab\"", true}, {"\"a b\"", false}};
+    check_samples(LOOM_GRAMMAR_JSON_SCHEMA, search, v, 3);
+
+    const char *map = "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"number\",\"minimum\":0}}";
+    const sample w[] = {{"{}", true}, {"{\"a\": 1.5, \"b\": 2e3}", true}, {"{\"a\": -1}", false}};
+    check_samples(LOOM_GRAMMAR_JSON_SCHEMA, map, w, 3);
+}
+
+static void test_schema_refusals(void) {
+    const char *bad[][2] = {
+        {"{\"type\":\"string\",\"format\":\"email\"}", "'format' is not supported"},
+        {"{\"oneOf\":[{\"type\":\"string\"}]}", "'oneOf' is not supported"},
+        {"{\"allOf\":[{\"type\":\"string\"}]}", "'allOf' is not supported"},
+        {"{\"type\":\"integer\",\"minimum\":5}", "minimum"},
+        {"{\"type\":\"integer\",\"multipleOf\":5}", "'multipleOf'"},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
+        {"{\"type\":\"object\",\"patternProperties\":{}}", "'patternProperties'"},
+        {"{\"$ref\":\"http://x/y\"}", "'$ref' to 'http://x/y'"},
+        {"{\"$ref\":\"#/$defs/missing\"}", "not defined"},
+        {"{\"type\":\"string\",\"pattern\":\"(?=x)\"}", "pattern"},
+        {"{\"type\":\"strin\"}", "unknown type 'strin'"},
+        {"{\"type\":\"object\",\"properties\":{},\"required\":[\"a\"]}", "required property 'a'"},
+        {"{\"type\":\"array\",\"maxItems\":100000}", "maxItems"},
+        {"[1,2", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        loom_grammar *g = NULL;
+        char msg[512] = "";
+        CHECK_MSG(!compile(LOOM_GRAMMAR_JSON_SCHEMA, bad[i][0], &g, msg, sizeof msg), "%s compiled", bad[i][0]);
+        CHECK_MSG(strstr(msg, bad[i][1]), "%s: message '%s' does not say '%s'", bad[i][0], msg, bad[i][1]);
+    }
+    /* nesting past the bound is an error, not a crash */
+    char deep[8192] = "";
+    for (int i = 0; i < 100; i++) strcat(deep, "{\"type\":\"array\",\"items\":");
+    strcat(deep, "{}");
+    for (int i = 0; i < 100; i++) strcat(deep, "}");
+    loom_grammar *g = NULL;
+    char msg[512];
+    CHECK(!compile(LOOM_GRAMMAR_JSON_SCHEMA, deep, &g, msg, sizeof msg));
+    CHECK_MSG(strstr(msg, "deeper"), "%s", msg);
+}
+
+/* ------------------------------------------------------------ the mask */
+
+typedef struct {
+    lm_tokenizer *tok;
+    int vocab;
+    const char **bytes;
+    size_t *lens;
+    lm_token_trie *trie;
+} vocab_fixture;
+
+static bool load_vocab(vocab_fixture *v, const char *relative) {
+    char path[1024];
+    lm_error err;
+    memset(v, 0, sizeof *v);
+    if (lm_tokenizer_load(test_fixture_path(path, sizeof path, relative), &v->tok, &err) != LM_OK) {
+        test_failed(__FILE__, __LINE__, "tokenizer %s: %s", path, err.message);
+        return false;
+    }
+    v->vocab = lm_tokenizer_vocab_size(v->tok);
+    v->bytes = calloc((size_t)v->vocab, sizeof *v->bytes);
+    v->lens = calloc((size_t)v->vocab, sizeof *v->lens);
+    for (int id = 0; id < v->vocab; id++)
+        if (!lm_tokenizer_is_added(v->tok, id)) v->bytes[id] = lm_tokenizer_token_bytes(v->tok, id, &v->lens[id]);
+    if (lm_token_trie_build(v->vocab, v->bytes, v->lens, &v->trie, &err) != LM_OK) {
+        test_failed(__FILE__, __LINE__, "trie: %s", err.message);
+        return false;
+    }
+    return true;
+}
+
+static void free_vocab(vocab_fixture *v) {
+    lm_token_trie_free(v->trie);
+    free(v->bytes);
+    free(v->lens);
+    lm_tokenizer_free(v->tok);
+}
+
+/* Every token advanced byte by byte from state. */
+static void brute_force_mask(lm_gmatcher *m, const vocab_fixture *v, const lm_gstate *state, uint64_t *bits) {
+    memset(bits, 0, sizeof(uint64_t) * (size_t)((v->vocab + 63) / 64));
+    lm_gstate a = {0}, b = {0};
+    for (int id = 0; id < v->vocab; id++) {
+        if (!v->bytes[id] || v->lens[id] == 0) continue;
+        const lm_gstate *from = state;
+        bool ok = true;
+        for (size_t k = 0; ok && k < v->lens[id]; k++) {
+            ok = lm_gmatcher_advance(m, from, (uint8_t)v->bytes[id][k], &a);
+            lm_gstate t = a;
+            a = b;
+            b = t;
+            from = &b;
+        }
+        if (ok) bits[id >> 6] |= 1ull << (id & 63);
+    }
+    lm_gstate_free(&a);
+    lm_gstate_free(&b);
+}
+
+static uint64_t next_random(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Random walks: at each step the mask must equal the brute-force mask,
+ * then a random allowed token is taken. */
+static void check_mask_walks(const vocab_fixture *v, loom_grammar_kind kind, const char *spec, int walks, int steps) {
+    loom_grammar *g;
+    char msg[512];
+    CHECK_MSG(compile(kind, spec, &g, msg, sizeof msg), "%s", msg);
+    lm_masker masker;
+    lm_gmatcher brute;
+    lm_error err;
+    CHECK_OK(lm_masker_init(&masker, &g->grammar, v->trie, &err), &err);
+    CHECK_OK(lm_gmatcher_init(&brute, &g->grammar, &err), &err);
+    size_t words = (size_t)(v->vocab + 63) / 64;
+    uint64_t *fast = malloc(8 * words), *slow = malloc(8 * words);
+    int32_t *allowed = malloc(sizeof(int32_t) * (size_t)v->vocab);
+    lm_gstate state = {0}, scratch = {0};
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int taken = 0;
+    for (int w = 0; w < walks && !test_current_failed(); w++) {
+        CHECK(lm_gmatcher_start(&brute, &state));
+        for (int s = 0; s < steps; s++) {
+            bool complete;
+            CHECK_OK(lm_masker_compute(&masker, &state, fast, &complete, &err), &err);
+            brute_force_mask(&brute, v, &state, slow);
+            CHECK_MSG(complete == lm_gstate_complete(&state), "complete differs");
+            int n = 0;
+            for (int id = 0; id < v->vocab; id++) {
+                bool a = (fast[id >> 6] >> (id & 63)) & 1, b = (slow[id >> 6] >> (id & 63)) & 1;
+                CHECK_MSG(a == b, "%s walk %d step %d: token %d '%.*s' %s by the mask, %s by brute force", spec, w, s,
+                          id, (int)v->lens[id], v->bytes[id] ? v->bytes[id] : "", a ? "allowed" : "refused",
+                          b ? "allowed" : "refused");
+                if (a) allowed[n++] = id;
+            }
+            if (n == 0) break;
+            taken++;
+            int32_t id = allowed[next_random(&rng) % (uint64_t)n];
+            CHECK(lm_masker_accept_token(&masker, &state, &scratch, v->bytes[id], v->lens[id]));
+        }
+    }
+    /* the walks must get somewhere for the comparison to mean much */
+    CHECK_MSG(taken >= walks * 3, "%s: only %d tokens taken in %d walks", spec, taken, walks);
+    if (getenv("LOOM_TEST_VERBOSE")) fprintf(stderr, "%s: %d tokens taken, %llu frames built\n", spec, taken, (unsigned long long)masker.frames_built);
+    free(fast);
+    free(slow);
+    free(allowed);
+    lm_gstate_free(&state);
+    lm_gstate_free(&scratch);
+    lm_gmatcher_free(&brute);
+    lm_masker_free(&masker);
+    loom_grammar_free(g);
+}
+
+static const char *const mask_schema =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"n\":{\"type\":\"number\"},"
+    "\"kind\":{\"enum\":[\"cat\",\"dog\"]},\"xs\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}},"
+    "\"s\":{\"type\":\"string\",\"maxLength\":4}},\"required\":[\"name\",\"n\"]}";
+
+static void test_mask_small_vocab(void) {
+    vocab_fixture v;
+    if (!load_vocab(&v, "models/qwen35-dense")) return;
+    check_mask_walks(&v, LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, 12, 40);
+    check_mask_walks(&v, LOOM_GRAMMAR_JSON, NULL, 12, 40);
+    check_mask_walks(&v, LOOM_GRAMMAR_REGEX, "(ab|[0-9]+\\.)*x{2,5}[^q]?", 12, 20);
+    free_vocab(&v);
+}
+
+static void test_mask_qwen3_vocab(void) {
+    vocab_fixture v;
+    if (!load_vocab(&v, "tokenizers/qwen3")) return;
+    check_mask_walks(&v, LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, 2, 12);
+    free_vocab(&v);
+}
+
+int main(void) {
+    RUN_TEST(test_regex);
+    RUN_TEST(test_regex_refusals);
+    RUN_TEST(test_choice);
+    RUN_TEST(test_json_any);
+    RUN_TEST(test_json_schema);
+    RUN_TEST(test_schema_refusals);
+    RUN_TEST(test_mask_small_vocab);
+    RUN_TEST(test_mask_qwen3_vocab);
+    return test_summary("test_grammar");
+}

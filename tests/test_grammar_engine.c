@@ -1,0 +1,243 @@
+/* Constrained decoding in the engine, on the bundled model (models/loom-tiny,
+ * trained, with an MTP head): greedy and sampled outputs under a grammar are
+ * sentences of it and end because it is complete; speculative greedy with a
+ * grammar equals plain greedy with it (K = 1, 3), also when the drafts are
+ * forced to violate the grammar; the mask also runs in a batch of many
+ * grammar requests at once. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "engine_util.h"
+#include "grammar/compiled.h"
+#include "grammar/matcher.h"
+#include "harness.h"
+#include "text/tokenizer.h"
+
+static const char *model_dir = "models/loom-tiny";
+static int32_t *prompt_ids;
+static int n_prompt_ids;
+
+static const char *const schemas[] = {
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+    "\"age\":{\"type\":\"integer\"}},\"required\":[\"name\",\"age\"],\"additionalProperties\":false}",
+    "{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"minItems\":1,\"maxItems\":4}",
+    "{\"$defs\":{\"t\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"boolean\"},\"kids\":{\"type\":\"array\","
+    "\"items\":{\"$ref\":\"#/$defs/t\"},\"maxItems\":2}},\"required\":[\"v\"],\"additionalProperties\":false}},"
+    "\"$ref\":\"#/$defs/t\"}",
+    "{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"string\",\"pattern\":\"^[a-z]{1,6}$\"},{\"const\":[1,2]}]}",
+};
+
+static bool accepts(const lm_grammar *g, const char *s, size_t len) {
+    lm_gmatcher m;
+    lm_error err;
+    if (lm_gmatcher_init(&m, g, &err) != LM_OK) return false;
+    lm_gstate a = {0}, b = {0};
+    bool ok = lm_gmatcher_start(&m, &a);
+    for (size_t i = 0; ok && i < len; i++) {
+        ok = lm_gmatcher_advance(&m, &a, (uint8_t)s[i], &b);
+        lm_gstate t = a;
+        a = b;
+        b = t;
+    }
+    ok = ok && lm_gstate_complete(&a);
+    lm_gstate_free(&a);
+    lm_gstate_free(&b);
+    lm_gmatcher_free(&m);
+    return ok;
+}
+
+static loom_grammar *schema_grammar(const char *schema) {
+    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_SCHEMA, .text = schema, .text_len = strlen(schema)};
+    loom_grammar *g = NULL;
+    char msg[512];
+    if (loom_grammar_compile(&spec, &g, msg, sizeof msg) != LOOM_OK) fprintf(stderr, "compile: %s\n", msg);
+    return g;
+}
+
+static void params_for(loom_request_params *p, const loom_grammar *g, bool sampled, uint64_t seed) {
+    loom_request_params_default(p);
+    p->prompt = prompt_ids;
+    p->n_prompt = n_prompt_ids;
+    p->max_tokens = 200;
+    p->grammar = g;
+    p->sampling.temperature = sampled ? 1.0f : 0;
+    p->sampling.has_seed = sampled;
+    p->sampling.seed = seed;
+}
+
+static bool run_one(loom_engine *e, const loom_grammar *g, bool sampled, uint64_t seed, collected *out) {
+    loom_request_params p;
+    params_for(&p, g, sampled, seed);
+    loom_request *r;
+    char error[256];
+    if (loom_submit(e, &p, &r, error, sizeof error) != LOOM_OK) {
+        fprintf(stderr, "submit: %s\n", error);
+        return false;
+    }
+    collect_all(r, out, 1);
+    loom_request_free(r);
+    return !out->error;
+}
+
+/* An output must be a whole sentence and must have ended for that reason. */
+static void check_output(const loom_grammar *g, const collected *c, const char *what) {
+    CHECK_MSG(!c->error, "%s: %s", what, c->error_message);
+    CHECK_MSG(c->reason == LOOM_FINISH_STOP, "%s: finished by %d, not STOP, after %d tokens: %.*s", what, c->reason,
+              c->n_tokens, (int)c->text_len, c->text);
+    CHECK_MSG(accepts(&g->grammar, c->text, c->text_len), "%s: '%.*s' is no sentence of the grammar", what,
+              (int)c->text_len, c->text);
+}
+
+static void test_greedy_and_sampled_follow_the_grammar(void) {
+    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
+    CHECK(e);
+    for (size_t s = 0; s < sizeof schemas / sizeof schemas[0] && !test_current_failed(); s++) {
+        loom_grammar *g = schema_grammar(schemas[s]);
+        CHECK(g);
+        collected c;
+        CHECK(run_one(e, g, false, 0, &c));
+        check_output(g, &c, schemas[s]);
+        for (uint64_t seed = 1; seed <= 6 && !test_current_failed(); seed++) {
+            CHECK(run_one(e, g, true, seed, &c));
+            check_output(g, &c, schemas[s]);
+        }
+        loom_grammar_free(g);
+    }
+    loom_engine_destroy(e);
+}
+
+static void test_regex_and_choice(void) {
+    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
+    CHECK(e);
+    const char *const choices[] = {"alpha", "beta", "gamma delta"};
+    loom_grammar_spec specs[] = {
+        {.kind = LOOM_GRAMMAR_REGEX, .text = "(yes|no), [0-9]{2,3}!", .text_len = 21},
+        {.kind = LOOM_GRAMMAR_CHOICE, .choices = choices, .n_choices = 3},
+    };
+    for (int i = 0; i < 2; i++) {
+        loom_grammar *g = NULL;
+        char msg[256];
+        CHECK_MSG(loom_grammar_compile(&specs[i], &g, msg, sizeof msg) == LOOM_OK, "%s", msg);
+        for (uint64_t seed = 1; seed <= 4; seed++) {
+            collected c;
+            CHECK(run_one(e, g, true, seed, &c));
+            check_output(g, &c, i ? "choice" : "regex");
+        }
+        loom_grammar_free(g);
+    }
+    loom_engine_destroy(e);
+}
+
+/* Many grammar requests at once (the mask per row of a batch). */
+static void test_batch_of_grammar_requests(void) {
+    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 16, 0);
+    CHECK(e);
+    loom_grammar *g = schema_grammar(schemas[0]);
+    CHECK(g);
+    loom_request *reqs[12];
+    for (int i = 0; i < 12; i++) {
+        loom_request_params p;
+        params_for(&p, g, true, 100 + (uint64_t)i);
+        char error[256];
+        CHECK_MSG(loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK, "%s", error);
+    }
+    loom_grammar_free(g); /* the requests hold their own references */
+    for (int i = 0; i < 12; i++) {
+        collected c;
+        collect_all(reqs[i], &c, 1);
+        loom_request_free(reqs[i]);
+        CHECK_MSG(!c.error && c.reason == LOOM_FINISH_STOP, "request %d: %s", i, c.error_message);
+        char *text = strndup(c.text, c.text_len);
+        bool ok = text && strstr(text, "\"name\"") && strstr(text, "\"age\"");
+        free(text);
+        CHECK_MSG(ok, "request %d: %.*s", i, (int)c.text_len, c.text);
+    }
+    loom_engine_destroy(e);
+}
+
+/* Drafts forced to break the grammar (a '}' or a letter where the grammar
+ * wants something else): they are cut before the verify. */
+static int bad_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt, int32_t *drafts, int k) {
+    const int32_t *ids = ctx;
+    for (int i = 0; i < k; i++) drafts[i] = ids[(n_tokens + i) % 2];
+    return k;
+}
+
+static void test_speculative_equals_plain(void) {
+    lm_tokenizer *tok;
+    lm_error err;
+    CHECK_OK(lm_tokenizer_load(model_dir, &tok, &err), &err);
+    int32_t forced[2] = {lm_tokenizer_token_to_id(tok, "}"), lm_tokenizer_token_to_id(tok, "a")};
+    lm_tokenizer_free(tok);
+    CHECK(forced[0] >= 0 && forced[1] >= 0);
+    uint64_t drafted = 0;
+    for (size_t s = 0; s < sizeof schemas / sizeof schemas[0] && !test_current_failed(); s++) {
+        loom_grammar *g = schema_grammar(schemas[s]);
+        CHECK(g);
+        collected plain, spec;
+        loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
+        CHECK(e && run_one(e, g, false, 0, &plain));
+        loom_engine_destroy(e);
+        check_output(g, &plain, "plain");
+        for (int k = 1; k <= 3 && !test_current_failed(); k += 2)
+            for (int forcing = 0; forcing < 2 && !test_current_failed(); forcing++) {
+                e = test_engine_open(model_dir, 256, 0, 512, 8, k);
+                CHECK(e);
+                if (forcing) lm_engine_set_draft_override(e, bad_drafts, forced);
+                CHECK(run_one(e, g, false, 0, &spec));
+                loom_stats st = wait_idle(e);
+                loom_engine_destroy(e);
+                CHECK_MSG(st.speculative_tokens == k, "speculation is off (K %d)", st.speculative_tokens);
+                CHECK_MSG(spec.n_tokens == plain.n_tokens &&
+                              memcmp(spec.tokens, plain.tokens, sizeof(int32_t) * (size_t)plain.n_tokens) == 0,
+                          "schema %zu K %d%s: speculative '%.*s' != plain '%.*s'", s, k, forcing ? " forced" : "",
+                          (int)spec.text_len, spec.text, (int)plain.text_len, plain.text);
+                if (!forcing) drafted += st.spec_drafted_tokens;
+            }
+        loom_grammar_free(g);
+    }
+    /* the head's drafts that the grammar allows were verified somewhere */
+    CHECK_MSG(drafted > 0, "no draft survived the grammar in any run");
+}
+
+static void test_refusals(void) {
+    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
+    CHECK(e);
+    /* a grammar nothing in the vocabulary can continue after its start:
+     * a choice of a byte no token holds (U+10FFFF) */
+    const char *const choices[] = {"\xf4\x8f\xbf\xbf"};
+    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_CHOICE, .choices = choices, .n_choices = 1};
+    loom_grammar *g = NULL;
+    char msg[256];
+    CHECK(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK);
+    collected c;
+    run_one(e, g, false, 0, &c);
+    /* either the bytes exist as tokens (then it completes) or it is an error naming the grammar */
+    CHECK_MSG((c.error && strstr(c.error_message, "grammar")) || (!c.error && c.reason == LOOM_FINISH_STOP),
+              "error '%s' reason %d", c.error_message, c.reason);
+    loom_grammar_free(g);
+    loom_engine_destroy(e);
+}
+
+int main(void) {
+    lm_tokenizer *tok;
+    lm_error err;
+    if (lm_tokenizer_load(model_dir, &tok, &err) != LM_OK) {
+        fprintf(stderr, "test_grammar_engine: %s\n", err.message);
+        return 1;
+    }
+    const char *text = "A record as JSON:";
+    size_t n;
+    if (lm_tokenizer_encode(tok, text, strlen(text), false, &prompt_ids, &n, &err) != LM_OK) return 1;
+    n_prompt_ids = (int)n;
+    lm_tokenizer_free(tok);
+    RUN_TEST(test_greedy_and_sampled_follow_the_grammar);
+    RUN_TEST(test_regex_and_choice);
+    RUN_TEST(test_batch_of_grammar_requests);
+    RUN_TEST(test_speculative_equals_plain);
+    RUN_TEST(test_refusals);
+    free(prompt_ids);
+    return test_summary("test_grammar_engine");
+}
