@@ -72,6 +72,7 @@ static inline lm_attention_batch lm_step_attention(const lm_step_view *step, int
                                 .block_tables = step->block_tables,
                                 .table_stride = step->table_stride,
                                 .max_ctx_len = step->max_ctx_len,
+                                .max_seq_tokens = step->max_seq_len,
                                 .n_heads = n_heads,
                                 .n_kv_heads = n_kv_heads,
                                 .head_dim = head_dim,

@@ -97,7 +97,9 @@ typedef struct {
  * past the token's own entry: the vision towers attend bidirectionally,
  * every patch to its whole frame.  Row s of block_tables
  * (table_stride entries) maps sequence s's logical blocks to pool blocks.
- * max_ctx_len bounds every ctx_len[i] (a backend may size its launch by it). */
+ * max_ctx_len bounds every ctx_len[i] (a backend may size its launch by
+ * it); max_seq_tokens, when not 0, bounds how many of the tokens belong to
+ * one sequence (a backend may size its query tiles by it). */
 typedef struct {
     int n_tokens;
     lm_mem token_seq;    /* int32 [n_tokens] */
@@ -105,6 +107,7 @@ typedef struct {
     lm_mem block_tables; /* int32 [n_seqs][table_stride] */
     int table_stride;
     int max_ctx_len;
+    int max_seq_tokens;  /* 0: unknown */
     int n_heads, n_kv_heads, head_dim;
     float scale;
 } lm_attention_batch;

@@ -1,6 +1,7 @@
 // Paged attention: kv_write into the pools, and attention over the paged
-// cache (ops.h).  A first version, float32 throughout: one block per
-// (token, query head), online softmax over tiles of keys.
+// cache (ops.h).  float32 throughout: one block per (token, query head),
+// online softmax over tiles of keys.  With bf16 compute, attention runs on
+// the tensor cores instead (attention_mma.cu).
 #include <math.h>
 #include <stdint.h>
 
@@ -104,6 +105,10 @@ void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *
         lm_cuda_note_error(be, cudaErrorInvalidValue, "attention (head_dim > 256)");
         return;
     }
+    // bf16 compute: the tensor-core kernel, for every call (a token gets
+    // the same bits alone or batched only if one kernel serves both).
+    const lm_cuda_state *st = lm_cuda_state_of(be);
+    if (st->blas_matmul && !st->attention_simt_only && lm_cuda_attention_mma(be, out, q, kv, b)) return;
     dim3 grid((unsigned)b->n_tokens, (unsigned)b->n_heads);
     lm_cuda_launch(be, "attention", attention_kernel, grid, ATT_THREADS, 0, lm_cuda_f32(out), lm_cuda_f32(q),
                    lm_cuda_f32(kv->k), lm_cuda_f32(kv->v), kv->block_size, lm_cuda_i32(b->token_seq),

@@ -70,6 +70,10 @@ void lm_cuda_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matri
 void lm_cuda_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n, lm_mem slots);
 void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                        const lm_attention_batch *batch);
+/* attention_mma.cu: the same on the tensor cores, for bf16 compute; false
+ * (nothing queued) for shapes it does not take. */
+bool lm_cuda_attention_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
+                           const lm_attention_batch *batch);
 /* gdn.cu */
 void lm_cuda_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H);
 void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
@@ -77,6 +81,13 @@ void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm
 void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
                               lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
                               int dk, int dv);
+/* gdn_chunked.cu: the chunked form for sequences of min_T or more rows
+ * (the others are left alone); false when dk does not fit it or its
+ * shared memory cannot be had, and nothing was queued. */
+bool lm_cuda_gdn_chunked_fits(int dk);
+bool lm_cuda_gated_delta_chunked(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
+                                 lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
+                                 int dk, int dv, int min_T);
 /* moe.cu */
 void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
                        const lm_moe_routing *routing);

@@ -1,13 +1,20 @@
 // Gated DeltaNet (model-spec §A.7): the gates, the causal depthwise conv
 // with its state window, and the gated delta rule in its recurrent form.
-// First versions, written to match the reference kernels' arithmetic
-// (double accumulators where they use them).
+// The recurrent form serves decode and verify rows (a few tokens a
+// sequence); sequences of GDN_CHUNKED_MIN_T rows or more (prefill) take the
+// chunked form of gdn_chunked.cu.
 #include <math.h>
 #include <stdint.h>
 
+#include "ops/cuda/cuda_state.h"
 #include "ops/cuda/launch.h"
 
 #define THREADS 256
+/* Rows from which a sequence takes the chunked form.  Below it the
+ * recurrent kernel's chain of T steps is short; verify rows (K + 1) and
+ * decode always stay recurrent, so speculative and plain decoding share
+ * their arithmetic. */
+#define GDN_CHUNKED_MIN_T 16
 
 __device__ static float silu_f(float x) { return x / (1.0f + expf(-x)); }
 
@@ -177,12 +184,14 @@ gated_delta_kernel(float *out, const float *q, const float *k, const float *v, c
 __global__ static void __launch_bounds__(COLS *PARTS)
     gated_delta_columns_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
                                const float *beta, float *states, int64_t slot_stride, const int32_t *first,
-                               const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv) {
+                               const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv,
+                               int skip_from) {
     __shared__ float qs[MAX_PER_PART * PARTS], ks[MAX_PER_PART * PARTS];
     __shared__ double part_sum[PARTS][COLS];
     int hv = blockIdx.x, s = blockIdx.z, jj = threadIdx.x % COLS, p = threadIdx.x / COLS;
     int j = blockIdx.y * COLS + jj, per = dk / PARTS, i0 = p * per;
     int hk = hv / (Hv / Hk), T = length[s];
+    if (T >= skip_from) return; /* the chunked kernel's sequence */
     bool live = j < dv;
     int64_t f = first[s];
     float *S = states + (int64_t)slot[s] * slot_stride + (int64_t)hv * dk * dv;
@@ -239,11 +248,16 @@ void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm
                               int dk, int dv) {
     if (seqs->n_seqs <= 0 || Hv <= 0 || dk <= 0 || dv <= 0) return;
     if (dk % PARTS == 0 && dk / PARTS <= MAX_PER_PART) {
+        int skip_from = INT32_MAX;
+        if (seqs->max_length >= GDN_CHUNKED_MIN_T && !lm_cuda_state_of(be)->gdn_recurrent_only &&
+            lm_cuda_gated_delta_chunked(be, out, q, k, v, g, beta, states, slot_stride, seqs, Hk, Hv, dk, dv,
+                                        GDN_CHUNKED_MIN_T))
+            skip_from = GDN_CHUNKED_MIN_T;
         dim3 grid((unsigned)Hv, lm_cuda_blocks(dv, COLS), (unsigned)seqs->n_seqs);
         lm_cuda_launch(be, "gated_delta_rule", gated_delta_columns_kernel, grid, COLS * PARTS, 0,
                        lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(k), lm_cuda_f32(v), lm_cuda_f32(g),
                        lm_cuda_f32(beta), lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first),
-                       lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv);
+                       lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv, skip_from);
         return;
     }
     size_t stage = sizeof(float) * 2 * (size_t)dk, state = sizeof(float) * (size_t)dk * (size_t)dv;

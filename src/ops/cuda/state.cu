@@ -13,6 +13,10 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     if (s->gemv_shape < 0)
         return lm_fail(err, LM_ERR_INVALID, "LOOM_CUDA_GEMV=%s is not a block shape of the bf16 kernel "
                        "(ROWSxLOADS: 8x1, 4x4, 4x2, 2x4, 2x2, 8x2, 1x4, 1x8)", shape);
+    const char *chunked = getenv("LOOM_CUDA_GDN_CHUNKED"); // 0: the recurrent form only, to compare
+    s->gdn_recurrent_only = chunked && chunked[0] == '0';
+    const char *mma = getenv("LOOM_CUDA_ATTENTION_MMA"); // 0: the float32 kernel in bf16 compute too, to compare
+    s->attention_simt_only = mma && mma[0] == '0';
     const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows
     int sms = 0;
     if (per_sm && atoi(per_sm) > 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s->device) == cudaSuccess)

@@ -1,0 +1,242 @@
+// Paged attention on the tensor cores, for bf16 compute (flash style).
+//
+// The float32 kernel (attention.cu) gives every (token, head) a block that
+// reads every key from the pool: at 8k-token prompts attention was 62% of
+// a 9B prefill.  Here a block takes up to 64 query rows (tq consecutive
+// tokens x the G query heads of one kv head), stages each tile of KT keys
+// and values once in shared memory as bf16, and four warps of 16 rows
+// compute S = Q·Kᵀ and O += P·V with mma.sync (bf16 operands, float32
+// accumulators), the softmax online in float32.
+//
+// Batch invariance: a row's arithmetic is the same whatever shares its
+// block.  Key tiles start at multiples of KT for every row; a tensor-core
+// product computes each output element from its own row and column only;
+// the row max and sum are reduced over the row's four lanes in a fixed
+// order; a tile past a row's context (its block goes further for another
+// row) has p = 0, corr = exp(0) = 1, and leaves m, l and O bit for bit as
+// they were.  Tokens of different sequences in one block's tile are run
+// one sequence after another (segments), each over its own keys.
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
+
+#define FA_WARPS 4
+#define FA_ROWS (16 * FA_WARPS)
+
+template <int D>
+struct fa_tile {
+    static constexpr int KT = D >= 256 ? 32 : 64; /* keys per tile (registers bound it at D 256) */
+    static constexpr int KS_LD = D + 8;           /* bf16 row stride of K: rows 16 bytes apart in banks */
+    static constexpr int VT_LD = KT + 8;          /* bf16 row stride of Vᵀ */
+};
+
+__device__ __forceinline__ static uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half: the lower index */
+    return *(uint32_t *)&v;
+}
+
+// c += a·b for a 16x16 (rows) by 16x8 (columns) bf16 product, f32 accumulators.
+__device__ __forceinline__ static void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ static float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ static float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1); /* a + b: the same bits in both lanes */
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Grid (token tiles of tq tokens, kv heads).  Lane (g4, t4) of warp w holds
+// rows w·16 + g4 and w·16 + g4 + 8 of the block's tile: row r is token
+// t0 + r / G, query head kvh·G + r % G.
+template <int D>
+__global__ static void __launch_bounds__(FA_WARPS * 32)
+    attention_mma_kernel(float *out, const float *q, const float *k_pool, const float *v_pool, int block_size,
+                         const int32_t *token_seq, const int32_t *ctx_len, const int32_t *block_tables,
+                         int table_stride, int n_tokens, int n_heads, int n_kv_heads, int tq, float scale) {
+    constexpr int KT = fa_tile<D>::KT, KS_LD = fa_tile<D>::KS_LD, VT_LD = fa_tile<D>::VT_LD;
+    __shared__ __align__(16) __nv_bfloat16 Ks[KT * KS_LD];
+    __shared__ __align__(16) __nv_bfloat16 Vt[D * VT_LD];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g4 = lane >> 2, t4 = lane & 3;
+    const int kvh = blockIdx.y, G = n_heads / n_kv_heads;
+    const int t0 = blockIdx.x * tq, t_end = t0 + tq < n_tokens ? t0 + tq : n_tokens;
+    const int64_t kv_row = (int64_t)n_kv_heads * D;
+
+    int row[2], tok[2], head[2];
+    bool has[2];
+    for (int h = 0; h < 2; h++) {
+        row[h] = warp * 16 + g4 + 8 * h;
+        tok[h] = t0 + row[h] / G;
+        head[h] = kvh * G + row[h] % G;
+        has[h] = row[h] < tq * G && tok[h] < t_end;
+    }
+
+    // Q as the A operand: register kc covers dims kc·16 .. kc·16 + 15.
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < D / 16; kc++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) /* dims +0 and +8 */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float2 x = make_float2(0.0f, 0.0f);
+                if (has[h]) x = *(const float2 *)&q[((int64_t)tok[h] * n_heads + head[h]) * D + kc * 16 + half * 8 + 2 * t4];
+                qf[kc][2 * half + h] = pack_bf16(x.x, x.y);
+            }
+
+    for (int seg0 = t0; seg0 < t_end;) {
+        const int seq = token_seq[seg0];
+        int seg1 = seg0 + 1, max_len = ctx_len[seg0];
+        while (seg1 < t_end && token_seq[seg1] == seq) {
+            max_len = max(max_len, ctx_len[seg1]);
+            seg1++;
+        }
+        bool active[2];
+        int len[2];
+        for (int h = 0; h < 2; h++) {
+            active[h] = has[h] && tok[h] >= seg0 && tok[h] < seg1;
+            len[h] = active[h] ? ctx_len[tok[h]] : 0;
+        }
+        const bool warp_works = __any_sync(0xffffffffu, active[0] || active[1]);
+        const int32_t *table = block_tables + (int64_t)seq * table_stride;
+
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        float o[D / 8][4];
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+
+        for (int j0 = 0; j0 < max_len; j0 += KT) {
+            __syncthreads(); /* every warp is done with the previous tile */
+            constexpr int PER_THREAD = KT * (D / 4) / (FA_WARPS * 32); /* float4 of K and of V */
+#pragma unroll 4
+            for (int it = 0; it < PER_THREAD; it++) { /* unrolled: several loads in flight */
+                int idx = tid + it * FA_WARPS * 32;
+                int key = idx / (D / 4), d = (idx % (D / 4)) * 4, j = j0 + key;
+                float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
+                if (j < max_len) {
+                    int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
+                    int64_t at = slot * kv_row + (int64_t)kvh * D + d;
+                    kv = *(const float4 *)&k_pool[at];
+                    vv = *(const float4 *)&v_pool[at];
+                }
+                *(uint2 *)&Ks[key * KS_LD + d] = make_uint2(pack_bf16(kv.x, kv.y), pack_bf16(kv.z, kv.w));
+                Vt[(d + 0) * VT_LD + key] = __float2bfloat16_rn(vv.x);
+                Vt[(d + 1) * VT_LD + key] = __float2bfloat16_rn(vv.y);
+                Vt[(d + 2) * VT_LD + key] = __float2bfloat16_rn(vv.z);
+                Vt[(d + 3) * VT_LD + key] = __float2bfloat16_rn(vv.w);
+            }
+            __syncthreads();
+            if (!warp_works) continue;
+
+            // S = Q·Kᵀ over this tile: n-tile nt is keys nt·8 .. nt·8 + 7.
+            float s[KT / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < KT / 8; nt++) {
+                s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+                const __nv_bfloat16 *kr = &Ks[(nt * 8 + g4) * KS_LD + 2 * t4];
+#pragma unroll
+                for (int kc = 0; kc < D / 16; kc++)
+                    mma_bf16_16816(s[nt], qf[kc], *(const uint32_t *)&kr[kc * 16], *(const uint32_t *)&kr[kc * 16 + 8]);
+            }
+            // Scale, mask past each row's context, the online softmax.
+            float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < KT / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int h = e >> 1, j = j0 + nt * 8 + 2 * t4 + (e & 1);
+                    s[nt][e] = j < len[h] ? s[nt][e] * scale : -INFINITY;
+                    tile_max[h] = fmaxf(tile_max[h], s[nt][e]);
+                }
+            float corr[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float new_m = fmaxf(m[h], quad_max(tile_max[h]));
+                corr[h] = m[h] == -INFINITY ? 0.0f : expf(m[h] - new_m);
+                m[h] = new_m;
+            }
+#pragma unroll
+            for (int nt = 0; nt < KT / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int h = e >> 1;
+                    float p = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - m[h]);
+                    s[nt][e] = p;
+                    sum[h] += p;
+                }
+#pragma unroll
+            for (int h = 0; h < 2; h++) l[h] = l[h] * corr[h] + quad_sum(sum[h]);
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++) {
+                o[dn][0] *= corr[0];
+                o[dn][1] *= corr[0];
+                o[dn][2] *= corr[1];
+                o[dn][3] *= corr[1];
+            }
+            // O += P·V: P's accumulator layout is the A operand's, two n-tiles a k-step.
+#pragma unroll
+            for (int kc = 0; kc < KT / 16; kc++) {
+                uint32_t pa[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+                                  pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                  pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+                for (int dn = 0; dn < D / 8; dn++) {
+                    const __nv_bfloat16 *vr = &Vt[(dn * 8 + g4) * VT_LD + kc * 16 + 2 * t4];
+                    mma_bf16_16816(o[dn], pa, *(const uint32_t *)&vr[0], *(const uint32_t *)&vr[8]);
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (active[h]) {
+                float *oh = out + ((int64_t)tok[h] * n_heads + head[h]) * D + 2 * t4;
+#pragma unroll
+                for (int dn = 0; dn < D / 8; dn++)
+                    *(float2 *)&oh[dn * 8] = make_float2(o[dn][2 * h] / l[h], o[dn][2 * h + 1] / l[h]);
+            }
+        seg0 = seg1;
+    }
+}
+
+template <int D>
+static void launch_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv, const lm_attention_batch *b,
+                       int tq) {
+    dim3 grid((unsigned)((b->n_tokens + tq - 1) / tq), (unsigned)b->n_kv_heads);
+    lm_cuda_launch(be, "attention (tensor cores)", attention_mma_kernel<D>, grid, FA_WARPS * 32, 0,
+                   lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(kv->k), lm_cuda_f32(kv->v), kv->block_size,
+                   lm_cuda_i32(b->token_seq), lm_cuda_i32(b->ctx_len), lm_cuda_i32(b->block_tables),
+                   b->table_stride, b->n_tokens, b->n_heads, b->n_kv_heads, tq, b->scale);
+}
+
+extern "C" bool lm_cuda_attention_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
+                                      const lm_attention_batch *b) {
+    int D = b->head_dim, G = b->n_heads / b->n_kv_heads;
+    if (G < 1 || G > FA_ROWS || b->n_heads % b->n_kv_heads != 0) return false;
+    if (D != 32 && D != 64 && D != 128 && D != 256) return false; /* KT·D/4 a multiple of the threads */
+    // 16-byte loads of the pools' rows, 8-byte loads of q's (fixed per
+    // pool and workspace: a model's calls all take one kernel).
+    if ((uintptr_t)lm_cuda_f32(kv->k) % 16 || (uintptr_t)lm_cuda_f32(kv->v) % 16 || (uintptr_t)lm_cuda_f32(q) % 8)
+        return false;
+    // Tokens a block takes: as many of one sequence as its 64 rows hold (a
+    // decode step's tokens each belong to another sequence: one a block).
+    int run = b->max_seq_tokens > 0 && b->max_seq_tokens < b->n_tokens ? b->max_seq_tokens : b->n_tokens;
+    int tq = FA_ROWS / G;
+    if (run < tq) tq = run;
+    if (tq < 1) tq = 1;
+    switch (D) {
+    case 32: launch_mma<32>(be, out, q, kv, b, tq); break;
+    case 64: launch_mma<64>(be, out, q, kv, b, tq); break;
+    case 128: launch_mma<128>(be, out, q, kv, b, tq); break;
+    default: launch_mma<256>(be, out, q, kv, b, tq); break;
+    }
+    return true;
+}

@@ -1,0 +1,354 @@
+// The gated delta rule in its chunked form (model-spec §A.7), for prefill:
+// the recurrent kernel (gdn.cu) walks a sequence token by token, a chain
+// of T dependent steps (32 ms a layer at 8k tokens on an H200); here the
+// chain is T / 64 chunks, each a handful of small matrix products.
+//
+// For a chunk of n <= 64 tokens with incoming state S [dk, dv] and
+// γ_i = Σ_{s<=i} g_s (the log decays summed inside the chunk):
+//   A_ij = β_i (k_i·k_j) e^{γ_i−γ_j}  (j < i),   M_ij = (q_i·k_j) e^{γ_i−γ_j}  (j <= i)
+//   V'_i = β_i (v_i − e^{γ_i} k_iᵀS) − Σ_{j<i} A_ij V'_j      (forward substitution)
+//   o_i  = e^{γ_i} q_iᵀS + Σ_{j<=i} M_ij V'_j
+//   S   <- e^{γ_{n−1}} S + Σ_j e^{γ_{n−1}−γ_j} k_j V'_jᵀ
+// which is the recurrence S_t = e^{g_t} S_{t−1} + k_t u_tᵀ, u_t = β_t (v_t −
+// e^{g_t} S_{t−1}ᵀ k_t), o_t = S_tᵀ q_t unrolled over the chunk (V'_i = u_i).
+//
+// A column of S evolves on its own (V' and the update of column c read
+// column c of S only), so a block owns 32 columns of one value head's state
+// for the whole call: grid (value head, column block, sequence), the
+// column slice in shared memory, the chunk's keys and queries staged beside
+// it.  A and M do not depend on the columns and are recomputed by each of
+// a head's dv / 32 blocks: that buys dv / 32 times the parallelism of one
+// block per head (128 blocks for the 9B and 35B-A3B shapes, 32 otherwise).
+//
+// Float32 arithmetic, γ summed in double (as the cpu's chunked form).  A
+// sequence's result depends on its own rows and its length alone, never
+// on the rest of the batch.
+#include <math.h>
+#include <stdint.h>
+
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/launch.h"
+
+#define CH 64          /* tokens per chunk */
+#define CH_COLS 32     /* state columns per block */
+#define CH_THREADS 256 /* 8 warps */
+#define CH_MAX_DK 128
+#define CH_LD (CH + 4) /* row stride of A and M: 16-byte rows, no bank conflicts */
+#define CV_LD (CH_COLS + 2) /* row stride of V: 8-byte pairs of columns */
+
+/* The next chunk's rows are copied to shared memory (cp.async) while the
+ * current one is computed: two buffers of keys, queries, values, g and β. */
+static size_t chunked_shared_bytes(int dk) {
+    size_t dkp = (size_t)dk + 4;
+    return sizeof(double) * CH +
+           sizeof(float) * (3 * CH + 2 * (2 * CH * dkp + CH * CH_COLS + 2 * CH) + (size_t)dk * CH_COLS +
+                            CH * CV_LD + 2 * CH * CH_LD);
+}
+
+// 4 bytes global -> shared without passing through registers; with valid
+// false nothing is read and the word is zeroed.
+__device__ __forceinline__ static void copy_async4(float *dst, const float *src, bool valid) {
+    unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ static void copy_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+/* Waits until at most one group (the latest) is still in flight. */
+__device__ __forceinline__ static void copy_async_wait_all_but_one(void) {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+typedef struct {
+    float *k, *q, *v, *g, *beta;
+} chunk_rows;
+
+__global__ static void __launch_bounds__(CH_THREADS, 1)
+    gated_delta_chunked_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
+                               const float *beta, float *states, int64_t slot_stride, const int32_t *first,
+                               const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv,
+                               int min_T) {
+    extern __shared__ __align__(16) unsigned char chunk_smem[];
+    const int hv = blockIdx.x, col0 = blockIdx.y * CH_COLS, s = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int T = length[s];
+    if (T < min_T) return; /* the recurrent kernel's sequence */
+    const int hk = hv / (Hv / Hk), dkp = dk + 4;
+    const int64_t f = first[s];
+
+    double *gam = (double *)chunk_smem; /* [CH] γ_i */
+    float *eg = (float *)(gam + CH);    /* [CH] e^{γ_i} */
+    float *tail = eg + CH;              /* [CH] e^{γ_{n−1}−γ_i}, 0 past n */
+    float *bet = tail + CH;             /* [CH] β_i, 0 past n */
+    /* Two buffers, each [CH][dkp] keys and queries, [CH][CH_COLS] values,
+     * [CH] g and β, all 0 past n; buffer b starts at rows + b * buf_floats. */
+    float *rows = bet + CH;
+    const int buf_floats = 2 * CH * dkp + CH * CH_COLS + 2 * CH;
+    auto buf = [&](int b) {
+        chunk_rows r;
+        r.k = rows + b * buf_floats;
+        r.q = r.k + CH * dkp;
+        r.v = r.q + CH * dkp;
+        r.g = r.v + CH * CH_COLS;
+        r.beta = r.g + CH;
+        return r;
+    };
+    float *at = rows + 2 * buf_floats;
+    float *Ss = at;                     /* [dk][CH_COLS] the state's columns */
+    float *Vs = Ss + dk * CH_COLS;      /* [CH][CV_LD] R, then V' */
+    float *Am = Vs + CH * CV_LD;        /* [CH][CH_LD] */
+    float *Mm = Am + CH * CH_LD;        /* [CH][CH_LD] */
+
+    // Queues the copies of the rows of the chunk at t0 into buffer b.
+    auto stage = [&](int b, int t0) {
+        const int n = T - t0 < CH ? T - t0 : CH;
+        const chunk_rows into = buf(b);
+        for (int idx = tid; idx < CH * dk; idx += CH_THREADS) {
+            int i = idx / dk, d = idx - i * dk;
+            bool in = i < n;
+            int64_t from = in ? ((f + t0 + i) * Hk + hk) * dk + d : 0;
+            copy_async4(&into.k[i * dkp + d], k + from, in);
+            copy_async4(&into.q[i * dkp + d], q + from, in);
+        }
+        for (int idx = tid; idx < CH * CH_COLS; idx += CH_THREADS) {
+            int i = idx / CH_COLS, c = idx % CH_COLS;
+            bool in = i < n && col0 + c < dv;
+            copy_async4(&into.v[idx], v + (in ? ((f + t0 + i) * Hv + hv) * dv + col0 + c : 0), in);
+        }
+        if (tid < CH) {
+            bool in = tid < n;
+            int64_t from = in ? (f + t0 + tid) * Hv + hv : 0;
+            copy_async4(&into.g[tid], g + from, in);
+            copy_async4(&into.beta[tid], beta + from, in);
+        }
+        copy_async_commit();
+    };
+
+    float *S = states + (int64_t)slot[s] * slot_stride + (int64_t)hv * dk * dv;
+    for (int idx = tid; idx < dk * CH_COLS; idx += CH_THREADS) {
+        int d = idx / CH_COLS, c = idx % CH_COLS;
+        Ss[idx] = col0 + c < dv ? S[(int64_t)d * dv + col0 + c] : 0.0f;
+    }
+    stage(0, 0);
+
+    for (int t0 = 0, cur = 0; t0 < T; t0 += CH, cur ^= 1) {
+        const int n = T - t0 < CH ? T - t0 : CH;
+        const chunk_rows now = buf(cur);
+        const float *Ks = now.k, *Qs = now.q, *Vr = now.v;
+        __syncthreads(); /* the previous chunk is done with every array, its buffer too */
+        if (t0 + CH < T)
+            stage(cur ^ 1, t0 + CH);
+        else
+            copy_async_commit(); /* an empty group: the wait below counts the same */
+        copy_async_wait_all_but_one();
+        __syncthreads(); /* this chunk's rows have landed, every thread's copies */
+
+        // γ: an inclusive scan of g in double by warp 0, two rows a lane.
+        if (warp == 0) {
+            double a = (double)now.g[2 * lane], b = (double)now.g[2 * lane + 1];
+            double pair = a + b, scan = pair;
+            for (int off = 1; off < 32; off <<= 1) {
+                double o = __shfl_up_sync(0xffffffffu, scan, off);
+                if (lane >= off) scan += o;
+            }
+            double before = __shfl_up_sync(0xffffffffu, scan, 1);
+            if (lane == 0) before = 0;
+            gam[2 * lane] = before + a;
+            gam[2 * lane + 1] = before + pair;
+        }
+        __syncthreads();
+        if (tid < CH) {
+            bool in = tid < n;
+            eg[tid] = in ? expf((float)gam[tid]) : 0.0f;
+            tail[tid] = in ? expf((float)(gam[n - 1] - gam[tid])) : 0.0f;
+            bet[tid] = now.beta[tid];
+        }
+        __syncthreads();
+
+        // A and M: thread (ti, tj) owns rows ti + 16r and columns tj + 16c;
+        // the tiles above the diagonal (c > r) are all zeros and skipped.
+        {
+            const int ti = tid >> 4, tj = tid & 15;
+            float kk[4][4], qk[4][4];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) kk[r][c] = qk[r][c] = 0.0f;
+            for (int d = 0; d < dk; d += 4) {
+                float4 kr[4], qr[4], kc[4];
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    kr[r] = *(const float4 *)&Ks[(ti + 16 * r) * dkp + d];
+                    qr[r] = *(const float4 *)&Qs[(ti + 16 * r) * dkp + d];
+                    kc[r] = *(const float4 *)&Ks[(tj + 16 * r) * dkp + d];
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+#pragma unroll
+                    for (int c = 0; c <= r; c++) {
+                        kk[r][c] = fmaf(kr[r].x, kc[c].x, kk[r][c]);
+                        kk[r][c] = fmaf(kr[r].y, kc[c].y, kk[r][c]);
+                        kk[r][c] = fmaf(kr[r].z, kc[c].z, kk[r][c]);
+                        kk[r][c] = fmaf(kr[r].w, kc[c].w, kk[r][c]);
+                        qk[r][c] = fmaf(qr[r].x, kc[c].x, qk[r][c]);
+                        qk[r][c] = fmaf(qr[r].y, kc[c].y, qk[r][c]);
+                        qk[r][c] = fmaf(qr[r].z, kc[c].z, qk[r][c]);
+                        qk[r][c] = fmaf(qr[r].w, kc[c].w, qk[r][c]);
+                    }
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    int i = ti + 16 * r, j = tj + 16 * c;
+                    float decay = j <= i && i < n ? expf((float)(gam[i] - gam[j])) : 0.0f;
+                    Am[i * CH_LD + j] = j < i ? bet[i] * kk[r][c] * decay : 0.0f;
+                    Mm[i * CH_LD + j] = qk[r][c] * decay;
+                }
+        }
+
+        // k_iᵀS and q_iᵀS: thread (row group rg, column pair cg) owns rows
+        // rg + 16m and columns 2cg, 2cg + 1.  R_i = β_i (v_i − e^{γ_i} k_iᵀS)
+        // goes to Vs; e^{γ_i} q_iᵀS starts o_i.
+        const int rg = tid >> 4, cg = tid & 15;
+        float o[4][2];
+        {
+            float ks[4][2], qs[4][2];
+#pragma unroll
+            for (int m = 0; m < 4; m++) ks[m][0] = ks[m][1] = qs[m][0] = qs[m][1] = 0.0f;
+            for (int d = 0; d < dk; d += 4) {
+                float2 sd[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) sd[e] = *(const float2 *)&Ss[(d + e) * CH_COLS + 2 * cg];
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    float4 kr = *(const float4 *)&Ks[(rg + 16 * m) * dkp + d];
+                    float4 qr = *(const float4 *)&Qs[(rg + 16 * m) * dkp + d];
+                    const float kv[4] = {kr.x, kr.y, kr.z, kr.w}, qv[4] = {qr.x, qr.y, qr.z, qr.w};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        ks[m][0] = fmaf(kv[e], sd[e].x, ks[m][0]);
+                        ks[m][1] = fmaf(kv[e], sd[e].y, ks[m][1]);
+                        qs[m][0] = fmaf(qv[e], sd[e].x, qs[m][0]);
+                        qs[m][1] = fmaf(qv[e], sd[e].y, qs[m][1]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                int i = rg + 16 * m;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int c = 2 * cg + e;
+                    Vs[i * CV_LD + c] = bet[i] * (Vr[i * CH_COLS + c] - eg[i] * ks[m][e]);
+                    o[m][e] = eg[i] * qs[m][e];
+                }
+            }
+        }
+        __syncthreads();
+
+        // (I + A) V' = R by forward substitution, right-looking: warp w
+        // owns columns 4w..4w+3, lane (row0, column) rows row0 + 8m
+        // in registers.  Once row j is final its owner hands it round by
+        // shuffle and every later row subtracts A_ij V'_j, in j order.
+        {
+            const int row0 = lane >> 2, cc = 4 * warp + (lane & 3);
+            float x[8];
+#pragma unroll
+            for (int m = 0; m < 8; m++) x[m] = Vs[(row0 + 8 * m) * CV_LD + cc];
+#pragma unroll
+            for (int j = 0; j < CH; j++) {
+                float vj = __shfl_sync(0xffffffffu, x[j / 8], (j % 8) * 4 + (lane & 3));
+#pragma unroll
+                for (int m = j / 8; m < 8; m++) /* rows <= j have A_ij = 0: unchanged */
+                    x[m] = fmaf(-Am[(row0 + 8 * m) * CH_LD + j], vj, x[m]);
+            }
+#pragma unroll
+            for (int m = 0; m < 8; m++) Vs[(row0 + 8 * m) * CV_LD + cc] = x[m];
+        }
+        __syncthreads();
+
+        // o_i += Σ_{j<=i} M_ij V'_j (M is 0 above the diagonal and past n).
+        for (int j = 0; j < CH; j += 4) {
+            float2 vj[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) vj[e] = *(const float2 *)&Vs[(j + e) * CV_LD + 2 * cg];
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                float4 mr = *(const float4 *)&Mm[(rg + 16 * m) * CH_LD + j];
+                const float mv[4] = {mr.x, mr.y, mr.z, mr.w};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    o[m][0] = fmaf(mv[e], vj[e].x, o[m][0]);
+                    o[m][1] = fmaf(mv[e], vj[e].y, o[m][1]);
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            int i = rg + 16 * m;
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                if (i < n && col0 + 2 * cg + e < dv) out[((f + t0 + i) * Hv + hv) * dv + col0 + 2 * cg + e] = o[m][e];
+        }
+
+        // S <- e^{γ_{n−1}} S + Σ_j e^{γ_{n−1}−γ_j} k_j V'_jᵀ: thread (rows
+        // rg + 16m of S, columns 2cg, 2cg + 1); each rewrites only what it read.
+        {
+            float acc[CH_MAX_DK / 16][2];
+            const float decay_all = eg[n - 1];
+#pragma unroll
+            for (int m = 0; m < CH_MAX_DK / 16; m++) {
+                int d = rg + 16 * m;
+                float2 sv = d < dk ? *(const float2 *)&Ss[d * CH_COLS + 2 * cg] : make_float2(0.0f, 0.0f);
+                acc[m][0] = decay_all * sv.x;
+                acc[m][1] = decay_all * sv.y;
+            }
+            for (int j = 0; j < n; j++) {
+                float2 vj = *(const float2 *)&Vs[j * CV_LD + 2 * cg];
+                float w = tail[j];
+                vj.x *= w;
+                vj.y *= w;
+                const float *kj = &Ks[j * dkp];
+#pragma unroll
+                for (int m = 0; m < CH_MAX_DK / 16; m++) {
+                    int d = rg + 16 * m;
+                    if (d < dk) {
+                        float kd = kj[d];
+                        acc[m][0] = fmaf(kd, vj.x, acc[m][0]);
+                        acc[m][1] = fmaf(kd, vj.y, acc[m][1]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < CH_MAX_DK / 16; m++) {
+                int d = rg + 16 * m;
+                if (d < dk) *(float2 *)&Ss[d * CH_COLS + 2 * cg] = make_float2(acc[m][0], acc[m][1]);
+            }
+        }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < dk * CH_COLS; idx += CH_THREADS) {
+        int d = idx / CH_COLS, c = idx % CH_COLS;
+        if (col0 + c < dv) S[(int64_t)d * dv + col0 + c] = Ss[idx];
+    }
+}
+
+bool lm_cuda_gdn_chunked_fits(int dk) { return dk > 0 && dk % 4 == 0 && dk <= CH_MAX_DK; }
+
+bool lm_cuda_gated_delta_chunked(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
+                                 lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
+                                 int dk, int dv, int min_T) {
+    if (!lm_cuda_gdn_chunked_fits(dk)) return false;
+    size_t shared = chunked_shared_bytes(dk);
+    cudaError_t e = cudaFuncSetAttribute(gated_delta_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)shared);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: the recurrent kernel takes every sequence */
+        return false;
+    }
+    dim3 grid((unsigned)Hv, lm_cuda_blocks(dv, CH_COLS), (unsigned)seqs->n_seqs);
+    lm_cuda_launch(be, "gated_delta_rule (chunked)", gated_delta_chunked_kernel, grid, CH_THREADS, shared,
+                   lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(k), lm_cuda_f32(v), lm_cuda_f32(g),
+                   lm_cuda_f32(beta), lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first),
+                   lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv, min_T);
+    return true;
+}
