@@ -3,10 +3,11 @@
 // The float32 kernel (attention.cu) gives every (token, head) a block that
 // reads every key from the pool: at 8k-token prompts attention was 62% of
 // a 9B prefill.  Here a block takes up to 64 query rows (tq consecutive
-// tokens x the G query heads of one kv head), stages each tile of KT keys
-// and values once in shared memory as bf16, and four warps of 16 rows
-// compute S = Q·Kᵀ and O += P·V with mma.sync (bf16 operands, float32
-// accumulators), the softmax online in float32.
+// tokens x the G query heads of one kv head), copies each tile of KT keys
+// and values once into shared memory (cp.async, the next tile in flight
+// while this one is used), and four warps of 16 rows compute S = Q·Kᵀ and
+// O += P·V with mma.sync (operands rounded to bf16 as they are read,
+// float32 accumulators), the softmax online in float32.
 //
 // Batch invariance: a row's arithmetic is the same whatever shares its
 // block.  Key tiles start at multiples of KT for every row; a tensor-core
@@ -29,9 +30,22 @@
 template <int D>
 struct fa_tile {
     static constexpr int KT = D >= 256 ? 32 : 64; /* keys per tile (registers bound it at D 256) */
-    static constexpr int KS_LD = D + 8;           /* bf16 row stride of K: rows 16 bytes apart in banks */
-    static constexpr int VT_LD = KT + 8;          /* bf16 row stride of Vᵀ */
+    static constexpr int K_LD = D + 8;            /* float row strides in shared memory, chosen so */
+    static constexpr int V_LD = D + 4;            /* the operand loads below hit 32 banks */
+    static constexpr size_t BUF_FLOATS = (size_t)KT * (K_LD + V_LD);
+    static constexpr size_t SHARED = 2 * BUF_FLOATS * sizeof(float); /* two tiles in flight */
 };
+
+// 16 bytes global -> shared without passing through registers; with valid
+// false nothing is read and the 16 bytes are zeroed.
+__device__ __forceinline__ static void copy_async16(float *dst, const float *src, bool valid) {
+    unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ static void copy_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ static void copy_async_wait_all_but_one(void) {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
 
 __device__ __forceinline__ static uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half: the lower index */
@@ -63,9 +77,8 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
     attention_mma_kernel(float *out, const float *q, const float *k_pool, const float *v_pool, int block_size,
                          const int32_t *token_seq, const int32_t *ctx_len, const int32_t *block_tables,
                          int table_stride, int n_tokens, int n_heads, int n_kv_heads, int tq, float scale) {
-    constexpr int KT = fa_tile<D>::KT, KS_LD = fa_tile<D>::KS_LD, VT_LD = fa_tile<D>::VT_LD;
-    __shared__ __align__(16) __nv_bfloat16 Ks[KT * KS_LD];
-    __shared__ __align__(16) __nv_bfloat16 Vt[D * VT_LD];
+    constexpr int KT = fa_tile<D>::KT, K_LD = fa_tile<D>::K_LD, V_LD = fa_tile<D>::V_LD;
+    extern __shared__ __align__(16) float fa_smem[]; /* [2] x (K [KT][K_LD], V [KT][V_LD]), float32 */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g4 = lane >> 2, t4 = lane & 3;
     const int kvh = blockIdx.y, G = n_heads / n_kv_heads;
     const int t0 = blockIdx.x * tq, t_end = t0 + tq < n_tokens ? t0 + tq : n_tokens;
@@ -114,38 +127,47 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
 
-        for (int j0 = 0; j0 < max_len; j0 += KT) {
-            __syncthreads(); /* every warp is done with the previous tile */
-            constexpr int PER_THREAD = KT * (D / 4) / (FA_WARPS * 32); /* float4 of K and of V */
+        // Queues the copies of the tile of keys from j0 into buffer b.
+        auto stage = [&](int b, int j0) {
+            float *Kb = fa_smem + b * fa_tile<D>::BUF_FLOATS, *Vb = Kb + KT * K_LD;
+            constexpr int PER_THREAD = KT * (D / 4) / (FA_WARPS * 32); /* 16 bytes of K and of V */
 #pragma unroll 4
-            for (int it = 0; it < PER_THREAD; it++) { /* unrolled: several loads in flight */
+            for (int it = 0; it < PER_THREAD; it++) {
                 int idx = tid + it * FA_WARPS * 32;
                 int key = idx / (D / 4), d = (idx % (D / 4)) * 4, j = j0 + key;
-                float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
-                if (j < max_len) {
-                    int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
-                    int64_t at = slot * kv_row + (int64_t)kvh * D + d;
-                    kv = *(const float4 *)&k_pool[at];
-                    vv = *(const float4 *)&v_pool[at];
-                }
-                *(uint2 *)&Ks[key * KS_LD + d] = make_uint2(pack_bf16(kv.x, kv.y), pack_bf16(kv.z, kv.w));
-                Vt[(d + 0) * VT_LD + key] = __float2bfloat16_rn(vv.x);
-                Vt[(d + 1) * VT_LD + key] = __float2bfloat16_rn(vv.y);
-                Vt[(d + 2) * VT_LD + key] = __float2bfloat16_rn(vv.z);
-                Vt[(d + 3) * VT_LD + key] = __float2bfloat16_rn(vv.w);
+                bool in = j < max_len;
+                int64_t at = 0;
+                if (in) at = ((int64_t)table[j / block_size] * block_size + j % block_size) * kv_row + (int64_t)kvh * D + d;
+                copy_async16(&Kb[key * K_LD + d], k_pool + at, in);
+                copy_async16(&Vb[key * V_LD + d], v_pool + at, in);
             }
-            __syncthreads();
-            if (!warp_works) continue;
+            copy_async_commit();
+        };
+        stage(0, 0);
+        for (int j0 = 0, cur = 0; j0 < max_len; j0 += KT, cur ^= 1) {
+            if (j0 + KT < max_len)
+                stage(cur ^ 1, j0 + KT);
+            else
+                copy_async_commit(); /* an empty group: the wait counts the same */
+            copy_async_wait_all_but_one();
+            __syncthreads(); /* this tile has landed, every thread's copies */
+            const float *Kf = fa_smem + cur * fa_tile<D>::BUF_FLOATS, *Vf = Kf + KT * K_LD;
+            if (!warp_works) {
+                __syncthreads();
+                continue;
+            }
 
             // S = Q·Kᵀ over this tile: n-tile nt is keys nt·8 .. nt·8 + 7.
             float s[KT / 8][4];
 #pragma unroll
             for (int nt = 0; nt < KT / 8; nt++) {
                 s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-                const __nv_bfloat16 *kr = &Ks[(nt * 8 + g4) * KS_LD + 2 * t4];
+                const float *kr = &Kf[(nt * 8 + g4) * K_LD + 2 * t4];
 #pragma unroll
-                for (int kc = 0; kc < D / 16; kc++)
-                    mma_bf16_16816(s[nt], qf[kc], *(const uint32_t *)&kr[kc * 16], *(const uint32_t *)&kr[kc * 16 + 8]);
+                for (int kc = 0; kc < D / 16; kc++) {
+                    float2 lo = *(const float2 *)&kr[kc * 16], hi = *(const float2 *)&kr[kc * 16 + 8];
+                    mma_bf16_16816(s[nt], qf[kc], pack_bf16(lo.x, lo.y), pack_bf16(hi.x, hi.y));
+                }
             }
             // Scale, mask past each row's context, the online softmax.
             float tile_max[2] = {-INFINITY, -INFINITY};
@@ -190,10 +212,11 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
                                   pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
                 for (int dn = 0; dn < D / 8; dn++) {
-                    const __nv_bfloat16 *vr = &Vt[(dn * 8 + g4) * VT_LD + kc * 16 + 2 * t4];
-                    mma_bf16_16816(o[dn], pa, *(const uint32_t *)&vr[0], *(const uint32_t *)&vr[8]);
+                    const float *vr = &Vf[(kc * 16 + 2 * t4) * V_LD + dn * 8 + g4];
+                    mma_bf16_16816(o[dn], pa, pack_bf16(vr[0], vr[V_LD]), pack_bf16(vr[8 * V_LD], vr[9 * V_LD]));
                 }
             }
+            __syncthreads(); /* every warp is done with this buffer before it is refilled */
         }
 #pragma unroll
         for (int h = 0; h < 2; h++)
@@ -208,13 +231,19 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
 }
 
 template <int D>
-static void launch_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv, const lm_attention_batch *b,
+static bool launch_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv, const lm_attention_batch *b,
                        int tq) {
+    if (cudaFuncSetAttribute(attention_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)fa_tile<D>::SHARED) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: the float32 kernel takes the call */
+        return false;
+    }
     dim3 grid((unsigned)((b->n_tokens + tq - 1) / tq), (unsigned)b->n_kv_heads);
-    lm_cuda_launch(be, "attention (tensor cores)", attention_mma_kernel<D>, grid, FA_WARPS * 32, 0,
+    lm_cuda_launch(be, "attention (tensor cores)", attention_mma_kernel<D>, grid, FA_WARPS * 32, fa_tile<D>::SHARED,
                    lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(kv->k), lm_cuda_f32(kv->v), kv->block_size,
                    lm_cuda_i32(b->token_seq), lm_cuda_i32(b->ctx_len), lm_cuda_i32(b->block_tables),
                    b->table_stride, b->n_tokens, b->n_heads, b->n_kv_heads, tq, b->scale);
+    return true;
 }
 
 extern "C" bool lm_cuda_attention_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
@@ -233,10 +262,9 @@ extern "C" bool lm_cuda_attention_mma(lm_backend *be, lm_mem out, lm_mem q, cons
     if (run < tq) tq = run;
     if (tq < 1) tq = 1;
     switch (D) {
-    case 32: launch_mma<32>(be, out, q, kv, b, tq); break;
-    case 64: launch_mma<64>(be, out, q, kv, b, tq); break;
-    case 128: launch_mma<128>(be, out, q, kv, b, tq); break;
-    default: launch_mma<256>(be, out, q, kv, b, tq); break;
+    case 32: return launch_mma<32>(be, out, q, kv, b, tq);
+    case 64: return launch_mma<64>(be, out, q, kv, b, tq);
+    case 128: return launch_mma<128>(be, out, q, kv, b, tq);
+    default: return launch_mma<256>(be, out, q, kv, b, tq);
     }
-    return true;
 }
