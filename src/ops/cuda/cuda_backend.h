@@ -93,6 +93,12 @@ void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits
                        const lm_moe_routing *routing);
 void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights, int top_k,
                          const lm_moe_experts *experts, lm_mem scratch);
+/* moe_mma.cu: the experts' products of every wave on the tensor cores
+ * (bf16 compute): act [wave, I] and y [pairs, H] as moe.cu lays them out;
+ * false (nothing queued) when the experts are not all bf16 with 16-byte
+ * rows or H, I are not multiples of 32. */
+bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
+                             const int32_t *start, int pairs, int wave, int top_k, const lm_moe_experts *experts);
 
 /* ---- cuda-a: matmul, norms, rotary, weighted rows ---- */
 /* matmul.cu */

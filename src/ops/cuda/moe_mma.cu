@@ -1,0 +1,201 @@
+// The routed experts on the tensor cores, for bf16 compute: each expert's
+// pairs (tokens routed to it, sorted by moe.cu's counting sort) times its
+// matrices as a small GEMM with mma.sync, so an expert's weights are read
+// once per tile of 64 pairs instead of once per pair and row by a warp.
+//
+// Two kernels per wave, as moe.cu's: gate | up (act = silu(x·gateᵀ) ⊙
+// x·upᵀ, both products in one block so x is staged once) and down (y =
+// act·downᵀ).  A block computes 64 pairs x 64 outputs; its four warps 32 x
+// 32 each.  The pairs' rows (float32) and the weights' rows (bf16) are
+// copied into shared memory by cp.async, the next 32 columns in flight
+// while the current ones are used; the rows are rounded to bf16 as they
+// are read.  A pair's outputs do not depend on the pairs beside it.
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/launch.h"
+
+#define MM_TILE 64          /* pairs and outputs of a block */
+#define MM_K 32             /* columns a step */
+#define MM_THREADS 128
+#define MM_A_LD (MM_K + 8)  /* float stride: the A operand's 8-byte loads hit distinct banks */
+#define MM_B_LD (MM_K + 8)  /* bf16 stride, likewise */
+
+template <int MAXE, int KINDS>
+struct mm_mats {
+    const void *w[KINDS][MAXE];
+};
+
+__device__ __forceinline__ static uint32_t mm_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+__device__ __forceinline__ static void mm_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ static void mm_copy16(void *dst, const void *src, bool valid) {
+    unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ static void mm_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ static void mm_wait_all_but_one(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+// Block (output tile, pair tile, expert e).  GATE_UP: a = x rows of the
+// pairs' tokens, K = H, N = I, out = act (wave-relative rows); else a =
+// act rows, K = I, N = H, out = y (rows by pair).
+template <int MAXE, bool GATE_UP>
+__global__ static void __launch_bounds__(MM_THREADS)
+moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int32_t *start, int top_k, int K,
+               int N, int w0, int w1, const __grid_constant__ mm_mats<MAXE, GATE_UP ? 2 : 1> m) {
+    constexpr int KINDS = GATE_UP ? 2 : 1;
+    __shared__ __align__(16) float As[2][MM_TILE * MM_A_LD];
+    __shared__ __align__(16) __nv_bfloat16 Bs[2][KINDS][MM_TILE * MM_B_LD];
+    const int e = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g4 = lane >> 2, t4 = lane & 3;
+    const int lo = max(start[e], w0) + blockIdx.y * MM_TILE, hi = min(start[e + 1], w1);
+    const int n0 = blockIdx.x * MM_TILE;
+    if (lo >= hi) return; /* an untouched expert, or past its pairs: nothing is read */
+    const int wm = warp >> 1, wn = warp & 1; /* this warp's 32 pairs and 32 outputs */
+
+    __shared__ const float *a_row[MM_TILE]; /* pair lo + r's row of a, or NULL past the pairs */
+    if (tid < MM_TILE) {
+        int p = lo + tid;
+        a_row[tid] = p >= hi  ? nullptr
+                     : GATE_UP ? a_rows + (int64_t)(order[p] / top_k) * K
+                               : a_rows + (int64_t)(p - w0) * K;
+    }
+    __syncthreads();
+    auto stage = [&](int b, int k0) {
+        for (int i = tid; i < MM_TILE * (MM_K / 4); i += MM_THREADS) { /* a: 16 bytes = 4 floats */
+            int r = i / (MM_K / 4), c = (i % (MM_K / 4)) * 4;
+            const float *row = a_row[r];
+            mm_copy16(&As[b][r * MM_A_LD + c], row ? row + k0 + c : a_rows, row != nullptr);
+        }
+        for (int kind = 0; kind < KINDS; kind++) {
+            const __nv_bfloat16 *w = (const __nv_bfloat16 *)m.w[kind][e];
+            for (int i = tid; i < MM_TILE * (MM_K / 8); i += MM_THREADS) { /* weights: 8 bf16 */
+                int r = i / (MM_K / 8), c = (i % (MM_K / 8)) * 8;
+                bool in = n0 + r < N;
+                mm_copy16(&Bs[b][kind][r * MM_B_LD + c], in ? w + (int64_t)(n0 + r) * K + k0 + c : w, in);
+            }
+        }
+        mm_commit();
+    };
+
+    float acc[KINDS][2][4][4];
+#pragma unroll
+    for (int kind = 0; kind < KINDS; kind++)
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) acc[kind][mt][nt][0] = acc[kind][mt][nt][1] = acc[kind][mt][nt][2] = acc[kind][mt][nt][3] = 0.0f;
+
+    stage(0, 0);
+    for (int k0 = 0, cur = 0; k0 < K; k0 += MM_K, cur ^= 1) {
+        if (k0 + MM_K < K)
+            stage(cur ^ 1, k0 + MM_K);
+        else
+            mm_commit(); /* an empty group: the wait counts the same */
+        mm_wait_all_but_one();
+        __syncthreads();
+#pragma unroll
+        for (int kc = 0; kc < MM_K / 16; kc++) {
+            uint32_t af[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const float *ar = &As[cur][(wm * 32 + mt * 16 + g4) * MM_A_LD + kc * 16 + 2 * t4];
+                float2 x0 = *(const float2 *)&ar[0], x1 = *(const float2 *)&ar[8 * MM_A_LD];
+                float2 x2 = *(const float2 *)&ar[8], x3 = *(const float2 *)&ar[8 * MM_A_LD + 8];
+                af[mt][0] = mm_pack(x0.x, x0.y);
+                af[mt][1] = mm_pack(x1.x, x1.y);
+                af[mt][2] = mm_pack(x2.x, x2.y);
+                af[mt][3] = mm_pack(x3.x, x3.y);
+            }
+#pragma unroll
+            for (int kind = 0; kind < KINDS; kind++)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    const __nv_bfloat16 *br = &Bs[cur][kind][(wn * 32 + nt * 8 + g4) * MM_B_LD + kc * 16 + 2 * t4];
+                    uint32_t b0 = *(const uint32_t *)&br[0], b1 = *(const uint32_t *)&br[8];
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) mm_mma(acc[kind][mt][nt], af[mt], b0, b1);
+                }
+        }
+        __syncthreads(); /* every warp is done with this buffer before it is refilled */
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int p = lo + wm * 32 + mt * 16 + g4 + 8 * half;
+            if (p >= hi) continue;
+            float *orow = GATE_UP ? out + (int64_t)(p - w0) * N : out + (int64_t)order[p] * N;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    int o = n0 + wn * 32 + nt * 8 + 2 * t4 + c;
+                    if (o >= N) continue;
+                    float v;
+                    if (GATE_UP) {
+                        float g = acc[0][mt][nt][2 * half + c], u = acc[KINDS - 1][mt][nt][2 * half + c];
+                        v = g / (1.0f + expf(-g)) * u;
+                    } else {
+                        v = acc[0][mt][nt][2 * half + c];
+                    }
+                    orow[o] = v;
+                }
+        }
+}
+
+template <int MAXE>
+static void run_waves(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
+                      const int32_t *start, int pairs, int wave, int top_k, const lm_moe_experts *ex) {
+    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
+    mm_mats<MAXE, 2> gu;
+    mm_mats<MAXE, 1> dn;
+    memset(&gu, 0, sizeof gu); // every byte is a kernel argument the queue compares (launch.h)
+    memset(&dn, 0, sizeof dn);
+    for (int e = 0; e < E; e++) {
+        gu.w[0][e] = lm_cuda_ptr(ex->gate[e].data);
+        gu.w[1][e] = lm_cuda_ptr(ex->up[e].data);
+        dn.w[0][e] = lm_cuda_ptr(ex->down[e].data);
+    }
+    for (int w0 = 0; w0 < pairs; w0 += wave) {
+        int w1 = w0 + wave < pairs ? w0 + wave : pairs;
+        unsigned pair_tiles = (unsigned)((w1 - w0 + MM_TILE - 1) / MM_TILE);
+        lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true>,
+                       dim3(lm_cuda_blocks(I, MM_TILE), pair_tiles, (unsigned)E), MM_THREADS, 0, act, x, order,
+                       start, top_k, H, I, w0, w1, gu);
+        lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false>,
+                       dim3(lm_cuda_blocks(H, MM_TILE), pair_tiles, (unsigned)E), MM_THREADS, 0, y, act, order,
+                       start, top_k, I, H, w0, w1, dn);
+    }
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+extern "C" bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
+                                        const int32_t *start, int pairs, int wave, int top_k,
+                                        const lm_moe_experts *ex) {
+    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
+    if (H % MM_K || I % MM_K || E > 1024 || !aligned16(x) || !aligned16(act)) return false;
+    for (int e = 0; e < E; e++) {
+        const lm_matrix *ms[3] = {&ex->gate[e], &ex->up[e], &ex->down[e]};
+        for (int i = 0; i < 3; i++)
+            if (ms[i]->dtype != LM_DTYPE_BF16 || !aligned16(lm_cuda_ptr(ms[i]->data))) return false;
+    }
+    if (E <= 64)
+        run_waves<64>(be, act, y, x, order, start, pairs, wave, top_k, ex);
+    else if (E <= 256)
+        run_waves<256>(be, act, y, x, order, start, pairs, wave, top_k, ex);
+    else
+        run_waves<1024>(be, act, y, x, order, start, pairs, wave, top_k, ex);
+    return true;
+}
