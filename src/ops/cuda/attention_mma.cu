@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/cuda_state.h"
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define FA_WARPS 4
@@ -35,30 +36,6 @@ struct fa_tile {
     static constexpr size_t BUF_FLOATS = (size_t)KT * (K_LD + V_LD);
     static constexpr size_t SHARED = 2 * BUF_FLOATS * sizeof(float); /* two tiles in flight */
 };
-
-// 16 bytes global -> shared without passing through registers; with valid
-// false nothing is read and the 16 bytes are zeroed.
-__device__ __forceinline__ static void copy_async16(float *dst, const float *src, bool valid) {
-    unsigned to = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ static void copy_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ static void copy_async_wait_all_but_one(void) {
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
-__device__ __forceinline__ static uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half: the lower index */
-    return *(uint32_t *)&v;
-}
-
-// c += a·b for a 16x16 (rows) by 16x8 (columns) bf16 product, f32 accumulators.
-__device__ __forceinline__ static void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ static float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -103,7 +80,7 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
             for (int h = 0; h < 2; h++) {
                 float2 x = make_float2(0.0f, 0.0f);
                 if (has[h]) x = *(const float2 *)&q[((int64_t)tok[h] * n_heads + head[h]) * D + kc * 16 + half * 8 + 2 * t4];
-                qf[kc][2 * half + h] = pack_bf16(x.x, x.y);
+                qf[kc][2 * half + h] = lm_pack_bf16(x.x, x.y);
             }
 
     for (int seg0 = t0; seg0 < t_end;) {
@@ -138,18 +115,18 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
                 bool in = j < max_len;
                 int64_t at = 0;
                 if (in) at = ((int64_t)table[j / block_size] * block_size + j % block_size) * kv_row + (int64_t)kvh * D + d;
-                copy_async16(&Kb[key * K_LD + d], k_pool + at, in);
-                copy_async16(&Vb[key * V_LD + d], v_pool + at, in);
+                lm_copy_async16(&Kb[key * K_LD + d], k_pool + at, in);
+                lm_copy_async16(&Vb[key * V_LD + d], v_pool + at, in);
             }
-            copy_async_commit();
+            lm_copy_async_commit();
         };
         stage(0, 0);
         for (int j0 = 0, cur = 0; j0 < max_len; j0 += KT, cur ^= 1) {
             if (j0 + KT < max_len)
                 stage(cur ^ 1, j0 + KT);
             else
-                copy_async_commit(); /* an empty group: the wait counts the same */
-            copy_async_wait_all_but_one();
+                lm_copy_async_commit(); /* an empty group: the wait counts the same */
+            lm_copy_async_wait_all_but_one();
             __syncthreads(); /* this tile has landed, every thread's copies */
             const float *Kf = fa_smem + cur * fa_tile<D>::BUF_FLOATS, *Vf = Kf + KT * K_LD;
             if (!warp_works) {
@@ -166,7 +143,7 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
 #pragma unroll
                 for (int kc = 0; kc < D / 16; kc++) {
                     float2 lo = *(const float2 *)&kr[kc * 16], hi = *(const float2 *)&kr[kc * 16 + 8];
-                    mma_bf16_16816(s[nt], qf[kc], pack_bf16(lo.x, lo.y), pack_bf16(hi.x, hi.y));
+                    lm_mma_bf16_16816(s[nt], qf[kc], lm_pack_bf16(lo.x, lo.y), lm_pack_bf16(hi.x, hi.y));
                 }
             }
             // Scale, mask past each row's context, the online softmax.
@@ -207,13 +184,13 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
             // O += P·V: P's accumulator layout is the A operand's, two n-tiles a k-step.
 #pragma unroll
             for (int kc = 0; kc < KT / 16; kc++) {
-                uint32_t pa[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                                  pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                                  pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+                uint32_t pa[4] = {lm_pack_bf16(s[2 * kc][0], s[2 * kc][1]), lm_pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+                                  lm_pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                  lm_pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
                 for (int dn = 0; dn < D / 8; dn++) {
                     const float *vr = &Vf[(kc * 16 + 2 * t4) * V_LD + dn * 8 + g4];
-                    mma_bf16_16816(o[dn], pa, pack_bf16(vr[0], vr[V_LD]), pack_bf16(vr[8 * V_LD], vr[9 * V_LD]));
+                    lm_mma_bf16_16816(o[dn], pa, lm_pack_bf16(vr[0], vr[V_LD]), lm_pack_bf16(vr[8 * V_LD], vr[9 * V_LD]));
                 }
             }
             __syncthreads(); /* every warp is done with this buffer before it is refilled */

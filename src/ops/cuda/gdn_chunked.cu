@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define CH 64          /* tokens per chunk */
@@ -43,18 +44,6 @@ static size_t chunked_shared_bytes(int dk) {
     return sizeof(double) * CH +
            sizeof(float) * (3 * CH + 2 * (2 * CH * dkp + CH * CH_COLS + 2 * CH) + (size_t)dk * CH_COLS +
                             CH * CV_LD + 2 * CH * CH_LD);
-}
-
-// 4 bytes global -> shared without passing through registers; with valid
-// false nothing is read and the word is zeroed.
-__device__ __forceinline__ static void copy_async4(float *dst, const float *src, bool valid) {
-    unsigned to = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ static void copy_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-/* Waits until at most one group (the latest) is still in flight. */
-__device__ __forceinline__ static void copy_async_wait_all_but_one(void) {
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 }
 
 typedef struct {
@@ -105,21 +94,21 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
             int i = idx / dk, d = idx - i * dk;
             bool in = i < n;
             int64_t from = in ? ((f + t0 + i) * Hk + hk) * dk + d : 0;
-            copy_async4(&into.k[i * dkp + d], k + from, in);
-            copy_async4(&into.q[i * dkp + d], q + from, in);
+            lm_copy_async4(&into.k[i * dkp + d], k + from, in);
+            lm_copy_async4(&into.q[i * dkp + d], q + from, in);
         }
         for (int idx = tid; idx < CH * CH_COLS; idx += CH_THREADS) {
             int i = idx / CH_COLS, c = idx % CH_COLS;
             bool in = i < n && col0 + c < dv;
-            copy_async4(&into.v[idx], v + (in ? ((f + t0 + i) * Hv + hv) * dv + col0 + c : 0), in);
+            lm_copy_async4(&into.v[idx], v + (in ? ((f + t0 + i) * Hv + hv) * dv + col0 + c : 0), in);
         }
         if (tid < CH) {
             bool in = tid < n;
             int64_t from = in ? (f + t0 + tid) * Hv + hv : 0;
-            copy_async4(&into.g[tid], g + from, in);
-            copy_async4(&into.beta[tid], beta + from, in);
+            lm_copy_async4(&into.g[tid], g + from, in);
+            lm_copy_async4(&into.beta[tid], beta + from, in);
         }
-        copy_async_commit();
+        lm_copy_async_commit();
     };
 
     float *S = states + (int64_t)slot[s] * slot_stride + (int64_t)hv * dk * dv;
@@ -137,8 +126,8 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
         if (t0 + CH < T)
             stage(cur ^ 1, t0 + CH);
         else
-            copy_async_commit(); /* an empty group: the wait below counts the same */
-        copy_async_wait_all_but_one();
+            lm_copy_async_commit(); /* an empty group: the wait below counts the same */
+        lm_copy_async_wait_all_but_one();
         __syncthreads(); /* this chunk's rows have landed, every thread's copies */
 
         // γ: an inclusive scan of g in double by warp 0, two rows a lane.

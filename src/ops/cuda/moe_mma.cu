@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define MM_TILE 64          /* pairs and outputs of a block */
@@ -28,23 +29,6 @@ template <int MAXE, int KINDS>
 struct mm_mats {
     const void *w[KINDS][MAXE];
 };
-
-__device__ __forceinline__ static uint32_t mm_pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-__device__ __forceinline__ static void mm_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ static void mm_copy16(void *dst, const void *src, bool valid) {
-    unsigned to = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ static void mm_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ static void mm_wait_all_but_one(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // Block (output tile, pair tile, expert e).  GATE_UP: a = x rows of the
 // pairs' tokens, K = H, N = I, out = act (wave-relative rows); else a =
@@ -74,17 +58,17 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
         for (int i = tid; i < MM_TILE * (MM_K / 4); i += MM_THREADS) { /* a: 16 bytes = 4 floats */
             int r = i / (MM_K / 4), c = (i % (MM_K / 4)) * 4;
             const float *row = a_row[r];
-            mm_copy16(&As[b][r * MM_A_LD + c], row ? row + k0 + c : a_rows, row != nullptr);
+            lm_copy_async16(&As[b][r * MM_A_LD + c], row ? row + k0 + c : a_rows, row != nullptr);
         }
         for (int kind = 0; kind < KINDS; kind++) {
             const __nv_bfloat16 *w = (const __nv_bfloat16 *)m.w[kind][e];
             for (int i = tid; i < MM_TILE * (MM_K / 8); i += MM_THREADS) { /* weights: 8 bf16 */
                 int r = i / (MM_K / 8), c = (i % (MM_K / 8)) * 8;
                 bool in = n0 + r < N;
-                mm_copy16(&Bs[b][kind][r * MM_B_LD + c], in ? w + (int64_t)(n0 + r) * K + k0 + c : w, in);
+                lm_copy_async16(&Bs[b][kind][r * MM_B_LD + c], in ? w + (int64_t)(n0 + r) * K + k0 + c : w, in);
             }
         }
-        mm_commit();
+        lm_copy_async_commit();
     };
 
     float acc[KINDS][2][4][4];
@@ -100,8 +84,8 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
         if (k0 + MM_K < K)
             stage(cur ^ 1, k0 + MM_K);
         else
-            mm_commit(); /* an empty group: the wait counts the same */
-        mm_wait_all_but_one();
+            lm_copy_async_commit(); /* an empty group: the wait counts the same */
+        lm_copy_async_wait_all_but_one();
         __syncthreads();
 #pragma unroll
         for (int kc = 0; kc < MM_K / 16; kc++) {
@@ -111,10 +95,10 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
                 const float *ar = &As[cur][(wm * 32 + mt * 16 + g4) * MM_A_LD + kc * 16 + 2 * t4];
                 float2 x0 = *(const float2 *)&ar[0], x1 = *(const float2 *)&ar[8 * MM_A_LD];
                 float2 x2 = *(const float2 *)&ar[8], x3 = *(const float2 *)&ar[8 * MM_A_LD + 8];
-                af[mt][0] = mm_pack(x0.x, x0.y);
-                af[mt][1] = mm_pack(x1.x, x1.y);
-                af[mt][2] = mm_pack(x2.x, x2.y);
-                af[mt][3] = mm_pack(x3.x, x3.y);
+                af[mt][0] = lm_pack_bf16(x0.x, x0.y);
+                af[mt][1] = lm_pack_bf16(x1.x, x1.y);
+                af[mt][2] = lm_pack_bf16(x2.x, x2.y);
+                af[mt][3] = lm_pack_bf16(x3.x, x3.y);
             }
 #pragma unroll
             for (int kind = 0; kind < KINDS; kind++)
@@ -123,7 +107,7 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
                     const __nv_bfloat16 *br = &Bs[cur][kind][(wn * 32 + nt * 8 + g4) * MM_B_LD + kc * 16 + 2 * t4];
                     uint32_t b0 = *(const uint32_t *)&br[0], b1 = *(const uint32_t *)&br[8];
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) mm_mma(acc[kind][mt][nt], af[mt], b0, b1);
+                    for (int mt = 0; mt < 2; mt++) lm_mma_bf16_16816(acc[kind][mt][nt], af[mt], b0, b1);
                 }
         }
         __syncthreads(); /* every warp is done with this buffer before it is refilled */

@@ -1,0 +1,46 @@
+/* Device-side building blocks the tensor-core and chunked kernels share:
+ * bf16 packing, the m16n8k16 bf16 product, and the asynchronous copies
+ * global -> shared (sm_80+).  Private to src/ops/cuda. */
+#ifndef LOOM_OPS_CUDA_DEVICE_PRIMITIVES_H
+#define LOOM_OPS_CUDA_DEVICE_PRIMITIVES_H
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+/* Two floats rounded to bf16 in one register, lo in the low half (the
+ * lower index of an mma operand pair). */
+__device__ __forceinline__ static uint32_t lm_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* c += a·b: a 16x16 (row) by 16x8 (column) bf16 product, f32 accumulators
+ * (the PTX ISA's fragment layouts for mma.m16n8k16). */
+__device__ __forceinline__ static void lm_mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 4 or 16 bytes global -> shared without passing through registers; with
+ * valid false nothing is read and the bytes are zeroed (src must still be
+ * a valid address).  The 16-byte form needs both addresses 16-byte aligned. */
+__device__ __forceinline__ static void lm_copy_async4(void *dst, const void *src, bool valid) {
+    unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ static void lm_copy_async16(void *dst, const void *src, bool valid) {
+    unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0));
+}
+/* Closes this thread's group of copies. */
+__device__ __forceinline__ static void lm_copy_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+/* Waits until at most one group (the latest) of this thread's copies is in
+ * flight; a __syncthreads() after it makes every thread's landed copies
+ * visible. */
+__device__ __forceinline__ static void lm_copy_async_wait_all_but_one(void) {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+
+#endif
