@@ -234,7 +234,7 @@ lm_status lm_grammar_repeat(lm_grammar_builder *b, lm_gseq *out, const lm_gseq *
     return LM_OK;
 }
 
-lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, lm_error *err) {
+lm_status lm_grammar_utf8_alts(lm_grammar_builder *b, uint32_t rule, uint32_t tail, lm_error *err) {
     /* The well-formed multi-byte sequences of RFC 3629 (no surrogates, no
      * overlongs, nothing past U+10FFFF). */
     static const struct {
@@ -250,7 +250,7 @@ lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, 
         {4, {0xF1, 0x80, 0x80, 0x80}, {0xF3, 0xBF, 0xBF, 0xBF}},
         {4, {0xF4, 0x80, 0x80, 0x80}, {0xF4, 0x8F, 0xBF, 0xBF}},
     };
-    lm_status st = lm_grammar_new_rule(b, rule, err);
+    lm_status st = LM_OK;
     for (size_t f = 0; st == LM_OK && f < sizeof forms / sizeof forms[0]; f++) {
         lm_gseq s = {0};
         for (int i = 0; st == LM_OK && i < forms[f].n; i++) {
@@ -258,8 +258,15 @@ lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, 
             lm_byte_class_add_range(&c, forms[f].lo[i], forms[f].hi[i]);
             st = lm_gseq_class(b, &s, &c, err);
         }
-        if (st == LM_OK) st = lm_grammar_add_alt(b, *rule, &s, err);
+        if (tail != LM_GRAMMAR_NO_RULE) lm_gseq_ref(&s, tail);
+        if (st == LM_OK) st = lm_grammar_add_alt(b, rule, &s, err);
         lm_gseq_free(&s);
     }
     return st;
+}
+
+lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, lm_error *err) {
+    lm_status st = lm_grammar_new_rule(b, rule, err);
+    if (st != LM_OK) return st;
+    return lm_grammar_utf8_alts(b, *rule, LM_GRAMMAR_NO_RULE, err);
 }

@@ -111,5 +111,10 @@ lm_status lm_grammar_repeat(lm_grammar_builder *b, lm_gseq *out, const lm_gseq *
 /* Valid UTF-8 characters (any code point from 0x80 up, well-formed): appended
  * as a reference to a rule matching one multi-byte character. */
 lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, lm_error *err);
+/* Adds to rule one alternative per well-formed multi-byte form, each
+ * followed by a reference to tail (LM_GRAMMAR_NO_RULE: nothing): a loop
+ * over characters with the forms inline stays one token-mask frame. */
+#define LM_GRAMMAR_NO_RULE UINT32_MAX
+lm_status lm_grammar_utf8_alts(lm_grammar_builder *b, uint32_t rule, uint32_t tail, lm_error *err);
 
 #endif

@@ -51,25 +51,14 @@ static void build_node(lm_token_trie *t, uint32_t at, uint32_t lo, uint32_t hi, 
     }
 }
 
-lm_status lm_token_trie_build(int vocab, const char *const *bytes, const size_t *lengths, lm_token_trie **out,
-                              lm_error *err) {
+/* A trie of refs[0..n) (sorted here; their bytes are copied). */
+static lm_status trie_from_refs(int vocab, token_ref *refs, uint32_t n, lm_token_trie **out, lm_error *err) {
     *out = NULL;
-    if (vocab <= 0 || vocab > (1 << 28)) return lm_fail(err, LM_ERR_INVALID, "token trie: bad vocabulary size %d", vocab);
     lm_token_trie *t = calloc(1, sizeof *t);
-    token_ref *refs = malloc(sizeof *refs * (size_t)vocab);
-    if (!t || !refs) {
-        free(t);
-        free(refs);
-        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
-    }
+    if (!t) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     t->vocab = vocab;
     size_t total = 0;
-    uint32_t n = 0;
-    for (int id = 0; id < vocab; id++) {
-        if (!bytes[id] || lengths[id] == 0 || lengths[id] > LM_TRIE_MAX_TOKEN_BYTES) continue;
-        refs[n++] = (token_ref){(const uint8_t *)bytes[id], (uint32_t)lengths[id], id};
-        total += lengths[id];
-    }
+    for (uint32_t i = 0; i < n; i++) total += refs[i].len;
     qsort(refs, n, sizeof *refs, compare_tokens);
     t->n_sorted = n;
     t->sorted = malloc(sizeof(int32_t) * (n ? n : 1));
@@ -77,8 +66,7 @@ lm_status lm_token_trie_build(int vocab, const char *const *bytes, const size_t 
     t->length = malloc(sizeof(uint32_t) * (n ? n : 1));
     t->blob = malloc(total ? total : 1);
     t->nodes = calloc(total + 1, sizeof *t->nodes);
-    if (!t->sorted || !t->offset || !t->length || !t->blob || !t->nodes) {
-        free(refs);
+    if (total > UINT32_MAX || !t->sorted || !t->offset || !t->length || !t->blob || !t->nodes) {
         lm_token_trie_free(t);
         return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     }
@@ -90,11 +78,26 @@ lm_status lm_token_trie_build(int vocab, const char *const *bytes, const size_t 
         memcpy(t->blob + at, refs[i].bytes, refs[i].len);
         at += refs[i].len;
     }
-    free(refs);
     t->n_nodes = 1;
     build_node(t, 0, 0, n, 0);
     *out = t;
     return LM_OK;
+}
+
+lm_status lm_token_trie_build(int vocab, const char *const *bytes, const size_t *lengths, lm_token_trie **out,
+                              lm_error *err) {
+    *out = NULL;
+    if (vocab <= 0 || vocab > (1 << 28)) return lm_fail(err, LM_ERR_INVALID, "token trie: bad vocabulary size %d", vocab);
+    token_ref *refs = malloc(sizeof *refs * (size_t)vocab);
+    if (!refs) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    uint32_t n = 0;
+    for (int id = 0; id < vocab; id++) {
+        if (!bytes[id] || lengths[id] == 0 || lengths[id] > LM_TRIE_MAX_TOKEN_BYTES) continue;
+        refs[n++] = (token_ref){(const uint8_t *)bytes[id], (uint32_t)lengths[id], id};
+    }
+    lm_status st = trie_from_refs(vocab, refs, n, out, err);
+    free(refs);
+    return st;
 }
 
 void lm_token_trie_free(lm_token_trie *t) {
@@ -115,15 +118,19 @@ struct lm_frame {
     uint64_t *bits;
     int32_t *ids;
     uint32_t n_ids, cap_ids;
-    uint32_t *uncertain; /* trie nodes whose subtrees need the real stack */
-    uint32_t n_uncertain, cap_uncertain;
+    /* The tokens that complete the frame and go on, as a trie of the bytes
+     * they go on with (one entry per completion point; NULL when none).
+     * Many tokens share these tails (a string's `",` `"}` `":`), so at mask
+     * time one walk of this small trie from the stack below the frame
+     * replaces a walk per trie node where the frame completes. */
+    lm_token_trie *after;
 };
 
 static void frame_free(lm_frame *f) {
     if (!f) return;
     free(f->bits);
     free(f->ids);
-    free(f->uncertain);
+    lm_token_trie_free(f->after);
     free(f);
 }
 
@@ -196,18 +203,40 @@ static bool frame_accept_range(lm_frame *f, const lm_token_trie *t, uint32_t lo,
     return true;
 }
 
-/* Walks the trie below `node` from state path[depth]; calls on_end for the
- * tokens a surviving state reaches.  In frame mode (frame != NULL) a child
- * where the frame completes and tokens go on becomes an uncertain node. */
+/* The tails of the tokens past the frame's completion points, gathered while
+ * the frame is built (refs into the vocabulary trie's bytes). */
+typedef struct {
+    token_ref *refs;
+    uint32_t n, cap;
+} tail_list;
+
+static bool tail_push(tail_list *l, const lm_token_trie *t, uint32_t sorted_index, uint32_t depth) {
+    if (l->n == l->cap) {
+        uint32_t c = l->cap ? l->cap * 2 : 256;
+        token_ref *q = realloc(l->refs, sizeof *q * c);
+        if (!q) return false;
+        l->refs = q;
+        l->cap = c;
+    }
+    l->refs[l->n++] = (token_ref){t->blob + t->offset[sorted_index] + depth, t->length[sorted_index] - depth,
+                                  t->sorted[sorted_index]};
+    return true;
+}
+
+/* Walks `trie` below `node` from state path[depth], marking the tokens a
+ * surviving state reaches.  In frame mode (frame != NULL) the tokens under a
+ * child where the frame completes and tokens go on are added to `tails`. */
 typedef struct {
     lm_masker *m;
+    const lm_token_trie *trie;
     lm_frame *frame;   /* frame mode */
+    tail_list *tails;  /* frame mode */
     uint64_t *bits;    /* mask mode */
     bool failed;
 } walk_ctx;
 
 static void mark_tokens(walk_ctx *w, uint32_t lo, uint32_t hi) {
-    const lm_token_trie *t = w->m->trie;
+    const lm_token_trie *t = w->trie;
     if (w->frame) {
         if (!frame_accept_range(w->frame, t, lo, hi)) w->failed = true;
         return;
@@ -218,9 +247,9 @@ static void mark_tokens(walk_ctx *w, uint32_t lo, uint32_t hi) {
     }
 }
 
-static void walk(walk_ctx *w, uint32_t node_index, uint32_t depth, bool inside_uncertain) {
+static void walk(walk_ctx *w, uint32_t node_index, uint32_t depth) {
     lm_masker *m = w->m;
-    const lm_token_trie *t = m->trie;
+    const lm_token_trie *t = w->trie;
     const lm_trie_node *node = &t->nodes[node_index];
     lm_byte_class next;
     lm_gstate_next_bytes(m->grammar, &m->path[depth], &next);
@@ -237,14 +266,13 @@ static void walk(walk_ctx *w, uint32_t node_index, uint32_t depth, bool inside_u
         if (!alive) continue;
         bool complete = lm_gstate_complete(s);
         mark_tokens(w, child->tok_lo, child->tok_lo + child->n_end);
-        if (w->frame && complete && child->n_children > 0) {
-            if (!push_u32(&w->frame->uncertain, &w->frame->n_uncertain, &w->frame->cap_uncertain, ci)) {
-                w->failed = true;
-                return;
-            }
-        }
-        if (s->n_stacks > (complete ? 1u : 0u) && child->n_children > 0)
-            walk(w, ci, depth + 1, inside_uncertain || (w->frame && complete));
+        if (w->frame && complete)
+            for (uint32_t i = child->tok_lo + child->n_end; i < child->tok_hi; i++)
+                if (!tail_push(w->tails, t, i, depth + 1)) {
+                    w->failed = true;
+                    return;
+                }
+        if (s->n_stacks > (complete ? 1u : 0u) && child->n_children > 0) walk(w, ci, depth + 1);
     }
 }
 
@@ -268,9 +296,13 @@ static lm_frame *find_frame(lm_masker *m, uint32_t position, lm_error *err) {
         return NULL;
     }
     f->position = position;
-    walk_ctx w = {.m = m, .frame = f};
+    tail_list tails = {0};
+    walk_ctx w = {.m = m, .trie = m->trie, .frame = f, .tails = &tails};
     if (!lm_gmatcher_start_at(&m->matcher, position, &m->path[0]) && m->matcher.failed) w.failed = true;
-    if (!w.failed) walk(&w, 0, 0, false);
+    if (!w.failed) walk(&w, 0, 0);
+    if (!w.failed && tails.n > 0 && trie_from_refs(m->trie->vocab, tails.refs, tails.n, &f->after, err) != LM_OK)
+        w.failed = true;
+    free(tails.refs);
     if (w.failed) {
         frame_free(f);
         lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
@@ -281,17 +313,6 @@ static lm_frame *find_frame(lm_masker *m, uint32_t position, lm_error *err) {
     m->n_frames++;
     m->frames_built++;
     return f;
-}
-
-/* The tokens of an uncertain node's subtree the real stack allows: past
- * the node the frame is done, so the rest of each token is matched from
- * `below`, the stack under the frame (expanded once per stack). */
-static bool walk_uncertain(lm_masker *m, const lm_gstate *below, uint32_t node_index, uint64_t *bits) {
-    const lm_trie_node *node = &m->trie->nodes[node_index];
-    if (!lm_gstate_copy(&m->path[node->depth], below)) return false;
-    walk_ctx w = {.m = m, .bits = bits};
-    walk(&w, node_index, node->depth, false);
-    return !w.failed;
 }
 
 lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits, bool *complete, lm_error *err) {
@@ -308,17 +329,19 @@ lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits
         lm_frame *f = find_frame(m, stack[len - 1], err);
         if (!f) return err ? err->code : LM_ERR_NOMEM;
         if (f->bits)
-            for (size_t w = 0; w < words; w++) bits[w] |= f->bits[w];
+            for (size_t k = 0; k < words; k++) bits[k] |= f->bits[k];
         else
             for (uint32_t k = 0; k < f->n_ids; k++) bits[f->ids[k] >> 6] |= 1ull << (f->ids[k] & 63);
-        if (f->n_uncertain == 0) continue;
-        if (!lm_gmatcher_expand_stack(&m->matcher, stack, len - 1, &m->one)) {
+        if (!f->after) continue;
+        /* past a completion point the frame is done: the tails are
+         * matched from the stack below it */
+        if (!lm_gmatcher_expand_stack(&m->matcher, stack, len - 1, &m->path[0])) {
             if (m->matcher.failed) return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
             continue; /* nothing lies below the frame that could continue */
         }
-        for (uint32_t u = 0; u < f->n_uncertain; u++)
-            if (!walk_uncertain(m, &m->one, f->uncertain[u], bits))
-                return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
+        walk_ctx w = {.m = m, .trie = f->after, .bits = bits};
+        walk(&w, 0, 0);
+        if (w.failed) return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
     }
     return LM_OK;
 }
