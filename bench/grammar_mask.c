@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     char msg[512];
     if (loom_grammar_compile(&spec, &g, msg, sizeof msg) != LOOM_OK) return fprintf(stderr, "%s\n", msg), 1;
     lm_sequence_grammar *sg;
-    if (lm_sequence_grammar_create(g, trie, &sg, &err) != LM_OK) return fprintf(stderr, "%s\n", err.message), 1;
+    if (lm_sequence_grammar_create(g, trie, NULL, &sg, &err) != LM_OK) return fprintf(stderr, "%s\n", err.message), 1;
     float *logits = malloc(sizeof(float) * (size_t)V);
     int32_t *allowed = malloc(sizeof(int32_t) * (size_t)V);
     double *cold = malloc(sizeof(double) * (size_t)steps), *warm = malloc(sizeof(double) * (size_t)steps * walks);
@@ -111,6 +111,6 @@ int main(int argc, char **argv) {
     report("cold (first walk)", cold, n_cold);
     report("warm (later walks)", warm, n_warm);
     printf("walks %d, completed %d, frames built %llu, reused %llu\n", walks, completed,
-           (unsigned long long)sg->masker.frames_built, (unsigned long long)sg->masker.frames_reused);
+           (unsigned long long)sg->masker.frames->built, (unsigned long long)sg->masker.frames->reused);
     return 0;
 }

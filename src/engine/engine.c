@@ -323,7 +323,8 @@ static bool apply_grammar(loom_engine *e, lm_sequence *seq, lm_error *err) {
     if (!e->grammar_trie && lm_grammar_vocab_trie(e->tokenizer, e->vocab_size, &e->grammar_trie, err) != LM_OK)
         return false;
     if (!seq->grammar &&
-        lm_sequence_grammar_create(seq->request->params.grammar, e->grammar_trie, &seq->grammar, err) != LM_OK)
+        lm_sequence_grammar_create(seq->request->params.grammar, e->grammar_trie, &e->grammar_frames, &seq->grammar,
+                                   err) != LM_OK)
         return false;
     return lm_sequence_grammar_mask(seq->grammar, e->sample_row, e->vocab_size, seq->stop_ids, seq->n_stop_ids,
                                     err) == LM_OK;
@@ -850,6 +851,7 @@ void loom_engine_destroy(loom_engine *e) {
     lm_prefix_cache_free(e);
     lm_kv_blocks_free(&e->kv_blocks);
     lm_id_pool_free(&e->state_slots);
+    lm_grammar_frame_cache_free(&e->grammar_frames);
     lm_token_trie_free(e->grammar_trie);
     if (e->tokenizer) lm_tokenizer_free(e->tokenizer);
     lm_model_free(e->model);

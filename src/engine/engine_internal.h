@@ -51,6 +51,7 @@ struct loom_engine {
     int vocab_size;
     lm_tokenizer *tokenizer; /* NULL when the model folder has none */
     lm_token_trie *grammar_trie; /* engine thread: the vocabulary's trie, built for the first grammar */
+    lm_grammar_frame_cache grammar_frames; /* engine thread: token-mask frames of recent grammars */
     int32_t eos_ids[LM_ENGINE_MAX_EOS];
     int n_eos;
     int max_model_len;

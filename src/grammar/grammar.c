@@ -95,6 +95,29 @@ lm_status lm_grammar_class(lm_grammar_builder *b, const lm_byte_class *c, uint32
     return LM_OK;
 }
 
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull; /* FNV-1a */
+    return h;
+}
+
+uint64_t lm_grammar_content_hash(const lm_grammar *g) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = hash_bytes(h, &g->root, sizeof g->root);
+    h = hash_bytes(h, g->elems, sizeof *g->elems * g->n_elems);
+    h = hash_bytes(h, g->classes, sizeof *g->classes * g->n_classes);
+    h = hash_bytes(h, g->alt_start, sizeof *g->alt_start * g->rule_first[g->n_rules]);
+    return hash_bytes(h, g->rule_first, sizeof *g->rule_first * (g->n_rules + 1));
+}
+
+bool lm_grammar_equal(const lm_grammar *a, const lm_grammar *b) {
+    return a->hash == b->hash && a->root == b->root && a->n_elems == b->n_elems && a->n_classes == b->n_classes &&
+           a->n_rules == b->n_rules && memcmp(a->elems, b->elems, sizeof *a->elems * a->n_elems) == 0 &&
+           memcmp(a->classes, b->classes, sizeof *a->classes * a->n_classes) == 0 &&
+           memcmp(a->rule_first, b->rule_first, sizeof *a->rule_first * (a->n_rules + 1)) == 0 &&
+           memcmp(a->alt_start, b->alt_start, sizeof *a->alt_start * a->rule_first[a->n_rules]) == 0;
+}
+
 lm_status lm_grammar_finish(lm_grammar_builder *b, uint32_t root, lm_grammar *g, lm_error *err) {
     memset(g, 0, sizeof *g);
     if (root >= b->n_rules) return lm_fail(err, LM_ERR_INTERNAL, "grammar root %u is no rule", root);
@@ -132,6 +155,7 @@ lm_status lm_grammar_finish(lm_grammar_builder *b, uint32_t root, lm_grammar *g,
     g->rule_first = first;
     g->n_rules = b->n_rules;
     g->root = root;
+    g->hash = lm_grammar_content_hash(g);
     b->elems = NULL;
     b->classes = NULL;
     lm_grammar_builder_free(b);

@@ -52,9 +52,14 @@ typedef struct {
     uint32_t *rule_first;  /* [n_rules + 1]: the rule's alternatives are alt_start[rule_first[r] ..] */
     uint32_t n_rules;
     uint32_t root;
+    uint64_t hash;         /* of all the above (lm_grammar_content_hash) */
 } lm_grammar;
 
 void lm_grammar_free(lm_grammar *g);
+/* Equal grammars (same rules, classes and root) compile the same token
+ * masks: what lets requests with one schema share their precomputation. */
+uint64_t lm_grammar_content_hash(const lm_grammar *g);
+bool lm_grammar_equal(const lm_grammar *a, const lm_grammar *b);
 
 /* --- building ----------------------------------------------------------- */
 

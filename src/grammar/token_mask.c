@@ -136,32 +136,66 @@ static void frame_free(lm_frame *f) {
 
 static size_t mask_words(const lm_token_trie *t) { return ((size_t)t->vocab + 63) / 64; }
 
-lm_status lm_masker_init(lm_masker *m, const lm_grammar *g, const lm_token_trie *trie, lm_error *err) {
+lm_status lm_mask_frames_create(const lm_token_trie *trie, lm_mask_frames **out, lm_error *err) {
+    lm_mask_frames *f = calloc(1, sizeof *f);
+    if (f) f->slots = calloc(2 * LM_MASK_MAX_FRAMES, sizeof *f->slots);
+    if (!f || !f->slots) {
+        free(f);
+        *out = NULL;
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    f->refs = 1;
+    f->trie = trie;
+    *out = f;
+    return LM_OK;
+}
+
+lm_mask_frames *lm_mask_frames_ref(lm_mask_frames *f) {
+    f->refs++;
+    return f;
+}
+
+static void clear_frames(lm_mask_frames *f) {
+    for (uint32_t i = 0; i < 2 * LM_MASK_MAX_FRAMES; i++) {
+        frame_free(f->slots[i]);
+        f->slots[i] = NULL;
+    }
+    f->n_frames = 0;
+}
+
+void lm_mask_frames_unref(lm_mask_frames *f) {
+    if (!f || --f->refs > 0) return;
+    clear_frames(f);
+    free(f->slots);
+    free(f);
+}
+
+lm_status lm_masker_init(lm_masker *m, const lm_grammar *g, const lm_token_trie *trie, lm_mask_frames *frames,
+                         lm_error *err) {
     memset(m, 0, sizeof *m);
     m->grammar = g;
     m->trie = trie;
     lm_status st = lm_gmatcher_init(&m->matcher, g, err);
     if (st != LM_OK) return st;
+    if (frames && frames->trie != trie) {
+        lm_masker_free(m);
+        return lm_fail(err, LM_ERR_INTERNAL, "token mask: a frame table of another vocabulary");
+    }
+    if (frames) m->frames = lm_mask_frames_ref(frames);
+    else if ((st = lm_mask_frames_create(trie, &m->frames, err)) != LM_OK) {
+        lm_masker_free(m);
+        return st;
+    }
     m->path = calloc((size_t)trie->max_depth + 2, sizeof *m->path);
-    m->frames = calloc(2 * LM_MASK_MAX_FRAMES, sizeof *m->frames);
-    if (!m->path || !m->frames) {
+    if (!m->path) {
         lm_masker_free(m);
         return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     }
     return LM_OK;
 }
 
-static void clear_frames(lm_masker *m) {
-    for (uint32_t i = 0; i < 2 * LM_MASK_MAX_FRAMES; i++) {
-        frame_free(m->frames[i]);
-        m->frames[i] = NULL;
-    }
-    m->n_frames = 0;
-}
-
 void lm_masker_free(lm_masker *m) {
-    if (m->frames) clear_frames(m);
-    free(m->frames);
+    lm_mask_frames_unref(m->frames);
     if (m->path)
         for (uint32_t d = 0; d < m->trie->max_depth + 2; d++) lm_gstate_free(&m->path[d]);
     free(m->path);
@@ -277,17 +311,18 @@ static void walk(walk_ctx *w, uint32_t node_index, uint32_t depth) {
 }
 
 static lm_frame *find_frame(lm_masker *m, uint32_t position, lm_error *err) {
+    lm_mask_frames *table = m->frames;
     uint32_t cap = 2 * LM_MASK_MAX_FRAMES;
     uint32_t h = (position * 2654435761u) & (cap - 1);
     for (uint32_t probe = 0; probe < cap; probe++, h = (h + 1) & (cap - 1)) {
-        if (!m->frames[h]) break;
-        if (m->frames[h]->position == position) {
-            m->frames_reused++;
-            return m->frames[h];
+        if (!table->slots[h]) break;
+        if (table->slots[h]->position == position) {
+            table->reused++;
+            return table->slots[h];
         }
     }
-    if (m->n_frames >= LM_MASK_MAX_FRAMES) {
-        clear_frames(m);
+    if (table->n_frames >= LM_MASK_MAX_FRAMES) {
+        clear_frames(table);
         h = (position * 2654435761u) & (cap - 1);
     }
     lm_frame *f = calloc(1, sizeof *f);
@@ -308,10 +343,10 @@ static lm_frame *find_frame(lm_masker *m, uint32_t position, lm_error *err) {
         lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
         return NULL;
     }
-    while (m->frames[h]) h = (h + 1) & (cap - 1);
-    m->frames[h] = f;
-    m->n_frames++;
-    m->frames_built++;
+    while (table->slots[h]) h = (h + 1) & (cap - 1);
+    table->slots[h] = f;
+    table->n_frames++;
+    table->built++;
     return f;
 }
 

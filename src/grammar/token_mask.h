@@ -16,8 +16,13 @@
  * JSON string is one frame), so inside a string or a number a mask is a
  * copy of a precomputed set plus a few short walks, not a vocabulary scan.
  *
- * Frames are computed on first use and kept in the masker (bounded: past
- * LM_MASK_MAX_FRAMES the cache is emptied). */
+ * A frame whose tokens complete it and go on keeps the bytes they go on
+ * with as a small trie of its own (the tails: a string's `",` `"}` `":`
+ * are shared by thousands of tokens), walked once per mask from the stack
+ * below the frame.
+ *
+ * Frames are computed on first use and kept in an lm_mask_frames table,
+ * which maskers of equal grammars share. */
 #ifndef LOOM_GRAMMAR_TOKEN_MASK_H
 #define LOOM_GRAMMAR_TOKEN_MASK_H
 
@@ -59,18 +64,36 @@ void lm_token_trie_free(lm_token_trie *t);
 
 typedef struct lm_frame lm_frame;
 
+/* The frames of one grammar over one trie, computed on first use: shared by
+ * every masker of an equal grammar (lm_grammar_equal), so that sequences
+ * with one schema pay for each frame once.  Reference counted, not thread
+ * safe: one thread (the engine's) uses it.  Bounded: past
+ * LM_MASK_MAX_FRAMES the table is emptied. */
+typedef struct {
+    int refs;
+    const lm_token_trie *trie;
+    lm_frame **slots;      /* open addressing by position, [2 * LM_MASK_MAX_FRAMES] */
+    uint32_t n_frames;
+    uint64_t built, reused; /* counters for benchmarks */
+} lm_mask_frames;
+
+lm_status lm_mask_frames_create(const lm_token_trie *trie, lm_mask_frames **out, lm_error *err);
+lm_mask_frames *lm_mask_frames_ref(lm_mask_frames *f);
+void lm_mask_frames_unref(lm_mask_frames *f);
+
 typedef struct {
     const lm_grammar *grammar;
     const lm_token_trie *trie;
     lm_gmatcher matcher;
     lm_gstate *path;       /* [max_depth + 2] states along a walk */
     lm_gstate one;         /* a single-stack state */
-    lm_frame **frames;     /* open addressing by position, [2 * LM_MASK_MAX_FRAMES] */
-    uint32_t n_frames;
-    uint64_t frames_built, frames_reused; /* counters for benchmarks */
+    lm_mask_frames *frames; /* a reference */
 } lm_masker;
 
-lm_status lm_masker_init(lm_masker *m, const lm_grammar *g, const lm_token_trie *trie, lm_error *err);
+/* frames: a table shared with maskers of equal grammars over the same trie
+ * (a reference is taken), or NULL for a table of the masker's own. */
+lm_status lm_masker_init(lm_masker *m, const lm_grammar *g, const lm_token_trie *trie, lm_mask_frames *frames,
+                         lm_error *err);
 void lm_masker_free(lm_masker *m);
 
 /* Sets bits (one per id, [ceil(vocab / 64)] words, cleared first) of the
