@@ -356,6 +356,18 @@ static void test_mask_shared_frames(void) {
     CHECK_MSG(table->built - built < built, "frames rebuilt: %llu then %llu", (unsigned long long)built,
               (unsigned long long)table->built);
     CHECK(table->refs == 1);
+    lm_masker other;
+    CHECK(lm_masker_init(&other, &c->grammar, v.trie, table, &err) == LM_ERR_INTERNAL); /* not its grammar */
+    lm_mask_frames_unref(table);
+    /* a memo of 3 states fills in every walk: emptied between walks and
+     * bypassed within them, the masks stay exact */
+    CHECK_OK(lm_mask_frames_create(v.trie, &table, &err), &err);
+    table->memo.max_states = 3;
+    check_mask_walks_shared(&v, LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, 6, 40, table, 3);
+    lm_mask_frames_unref(table);
+    CHECK_OK(lm_mask_frames_create(v.trie, &table, &err), &err);
+    table->memo.max_states = 3;
+    check_mask_walks_shared(&v, LOOM_GRAMMAR_JSON, NULL, 6, 40, table, 4);
     lm_mask_frames_unref(table);
     loom_grammar_free(a);
     loom_grammar_free(b);

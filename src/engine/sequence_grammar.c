@@ -119,8 +119,11 @@ lm_status lm_sequence_grammar_mask(lm_sequence_grammar *sg, float *logits, int v
                 if (!((m >> k) & 1)) row[k] = -INFINITY;
             continue;
         }
-        /* branch-free so that it vectorises */
-        for (int k = 0; k < 64; k++) row[k] = ((m >> k) & 1) ? row[k] : -INFINITY;
+        /* branch-free on 32-bit halves, which compilers vectorise (the
+         * 64-bit shift they do not) */
+        uint32_t lo = (uint32_t)m, hi = (uint32_t)(m >> 32);
+        for (int k = 0; k < 32; k++) row[k] = ((lo >> k) & 1u) ? row[k] : -INFINITY;
+        for (int k = 0; k < 32; k++) row[32 + k] = ((hi >> k) & 1u) ? row[32 + k] : -INFINITY;
     }
     n_kept = 0;
     for (int i = 0; i < n_stop_ids && n_kept < 64; i++)

@@ -69,9 +69,32 @@ typedef struct lm_frame lm_frame;
  * with one schema pay for each frame once.  Reference counted, not thread
  * safe: one thread (the engine's) uses it.  Bounded: past
  * LM_MASK_MAX_FRAMES the table is emptied. */
+/* The matcher states met in walks, interned, with their transitions by
+ * byte: most trie nodes of a walk see a handful of distinct states (inside
+ * a string, one), so after the first visit a step is a table lookup
+ * instead of a stack expansion.  Bounded: LM_MASK_MEMO_STATES states and
+ * LM_MASK_MEMO_WORDS words of them; when full it is emptied before the next
+ * walk (during a walk, new states are just not interned). */
+#define LM_MASK_MEMO_STATES 1024
+#define LM_MASK_MEMO_WORDS (1u << 18)
+#define LM_MASK_NO_STATE UINT32_MAX
+typedef struct {
+    uint32_t *words;          /* [LM_MASK_MEMO_WORDS] every state's words */
+    uint32_t n_words;
+    uint32_t *offset, *n_state_words, *n_stacks; /* per state */
+    uint8_t *complete;        /* per state: lm_gstate_complete */
+    lm_byte_class *next;      /* per state: lm_gstate_next_bytes */
+    int32_t *trans;           /* [state * 256 + byte]: a state, or LM_MEMO_UNKNOWN / LM_MEMO_DEAD */
+    uint32_t n_states;
+    uint32_t max_states;      /* LM_MASK_MEMO_STATES (tests lower it) */
+    uint32_t *slots;          /* open addressing: state + 1, 0 empty; [2 * LM_MASK_MEMO_STATES] */
+} lm_state_memo;
+
 typedef struct {
     int refs;
     const lm_token_trie *trie;
+    uint64_t grammar_hash;  /* of the grammar its maskers run (lm_grammar.hash; 0 until the first) */
+    lm_state_memo memo;
     lm_frame **slots;      /* open addressing by position, [2 * LM_MASK_MAX_FRAMES] */
     uint32_t n_frames;
     uint64_t built, reused; /* counters for benchmarks */
@@ -86,6 +109,7 @@ typedef struct {
     const lm_token_trie *trie;
     lm_gmatcher matcher;
     lm_gstate *path;       /* [max_depth + 2] states along a walk */
+    uint32_t *path_id;     /* [max_depth + 2] their memo states (path[d] stale), or LM_MASK_NO_STATE */
     lm_gstate one;         /* a single-stack state */
     lm_mask_frames *frames; /* a reference */
 } lm_masker;
