@@ -80,6 +80,9 @@ static lm_status trie_from_refs(int vocab, token_ref *refs, uint32_t n, lm_token
     }
     t->n_nodes = 1;
     build_node(t, 0, 0, n, 0);
+    /* sized for the worst case (no shared prefixes): give the rest back */
+    lm_trie_node *fitted = realloc(t->nodes, sizeof *t->nodes * t->n_nodes);
+    if (fitted) t->nodes = fitted;
     *out = t;
     return LM_OK;
 }
