@@ -369,6 +369,28 @@ static void test_mask_shared_frames(void) {
     table->memo.max_states = 3;
     check_mask_walks_shared(&v, LOOM_GRAMMAR_JSON, NULL, 6, 40, table, 4);
     lm_mask_frames_unref(table);
+    /* frames with more than 0, 4 or 32 tails deepened (up to
+     * LM_MASK_MAX_FRAME_DEPTH positions): the masks stay exact (the nested
+     * loops of the last regex use tails below a deeper frame), and with 0
+     * deeper frames were built */
+    const char *regex = "(ab|[0-9]+\\.)*x{2,5}[^q]?";
+    const struct {
+        loom_grammar_kind kind;
+        const char *spec;
+    } deepened[] = {{LOOM_GRAMMAR_JSON_SCHEMA, mask_schema},
+                    {LOOM_GRAMMAR_JSON, NULL},
+                    {LOOM_GRAMMAR_REGEX, regex},
+                    {LOOM_GRAMMAR_REGEX, "(([a-z]+[ ,.])+[0-9]*\\n)+"}};
+    for (int k = 0; k < 12; k++) {
+        CHECK_OK(lm_mask_frames_create(v.trie, &table, &err), &err);
+        table->deep_tails = (uint32_t[]){0, 4, 32}[k / 4];
+        check_mask_walks_shared(&v, deepened[k % 4].kind, deepened[k % 4].spec, 6, 40, table, 5 + (uint64_t)k);
+        uint32_t deepest = 0;
+        for (uint32_t i = 0; i < 2 * LM_MASK_MAX_FRAMES; i++)
+            if (table->slots[i] && lm_frame_depth(table->slots[i]) > deepest) deepest = lm_frame_depth(table->slots[i]);
+        CHECK_MSG(table->deep_tails > 0 || deepest > 1, "kind %d: no deeper frame built", (int)deepened[k % 4].kind);
+        lm_mask_frames_unref(table);
+    }
     loom_grammar_free(a);
     loom_grammar_free(b);
     loom_grammar_free(c);
@@ -442,6 +464,14 @@ static void test_mask_qwen3_vocab(void) {
     vocab_fixture v;
     if (!load_vocab(&v, "tokenizers/qwen3")) return;
     check_mask_walks(&v, LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, 2, 12);
+    /* a pattern's loop may end after any letter: on this vocabulary its
+     * frame has more than LM_MASK_DEEP_TAILS tails and the masks inside
+     * the address come from frames of two positions */
+    check_mask_walks_shared(&v, LOOM_GRAMMAR_JSON_SCHEMA,
+                            "{\"type\":\"object\",\"properties\":{\"email\":{\"type\":\"string\","
+                            "\"pattern\":\"^[a-z]+@[a-z]+\\\\.com$\"},\"n\":{\"type\":\"integer\"}},"
+                            "\"required\":[\"email\",\"n\"],\"additionalProperties\":false}",
+                            2, 14, NULL, 11);
     free_vocab(&v);
 }
 

@@ -116,7 +116,9 @@ void lm_token_trie_free(lm_token_trie *t) {
 /* ---------------------------------------------------------------- frames */
 
 struct lm_frame {
-    uint32_t position;
+    uint32_t key[LM_MASK_MAX_FRAME_DEPTH]; /* the stack's top `depth` positions, bottom first */
+    uint32_t depth;
+    bool deep; /* too many tails: stacks deeper than `depth` use a frame of one more position */
     /* accepted tokens: a bitset over ids, or a list when that is smaller */
     uint64_t *bits;
     int32_t *ids;
@@ -135,6 +137,8 @@ struct lm_frame {
 };
 
 #define LM_MASK_TAIL_COPY 256
+
+uint32_t lm_frame_depth(const lm_frame *f) { return f->depth; }
 
 static void frame_free(lm_frame *f) {
     if (!f) return;
@@ -232,6 +236,7 @@ lm_status lm_mask_frames_create(const lm_token_trie *trie, lm_mask_frames **out,
     }
     f->refs = 1;
     f->trie = trie;
+    f->deep_tails = LM_MASK_DEEP_TAILS;
     *out = f;
     return LM_OK;
 }
@@ -453,33 +458,48 @@ static void walk(walk_ctx *w, uint32_t node_index, uint32_t depth) {
     }
 }
 
-static lm_frame *find_frame(lm_masker *m, uint32_t position, lm_error *err) {
+static uint32_t frame_hash(const uint32_t *top, uint32_t depth) {
+    uint32_t h = depth;
+    for (uint32_t i = 0; i < depth; i++) h = (h ^ top[i]) * 2654435761u;
+    return h;
+}
+
+/* The frame of the stack's top `depth` positions top[0 .. depth), built if new. */
+static lm_frame *find_frame(lm_masker *m, const uint32_t *top, uint32_t depth, lm_error *err) {
     lm_mask_frames *table = m->frames;
     uint32_t cap = 2 * LM_MASK_MAX_FRAMES;
-    uint32_t h = (position * 2654435761u) & (cap - 1);
+    uint32_t h = frame_hash(top, depth) & (cap - 1);
     for (uint32_t probe = 0; probe < cap; probe++, h = (h + 1) & (cap - 1)) {
-        if (!table->slots[h]) break;
-        if (table->slots[h]->position == position) {
+        lm_frame *f = table->slots[h];
+        if (!f) break;
+        if (f->depth == depth && memcmp(f->key, top, sizeof(uint32_t) * depth) == 0) {
             table->reused++;
-            return table->slots[h];
+            return f;
         }
     }
     if (table->n_frames >= LM_MASK_MAX_FRAMES) {
         clear_frames(table);
-        h = (position * 2654435761u) & (cap - 1);
+        h = frame_hash(top, depth) & (cap - 1);
     }
     lm_frame *f = calloc(1, sizeof *f);
     if (!f) {
         lm_fail(err, LM_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    f->position = position;
+    memcpy(f->key, top, sizeof(uint32_t) * depth);
+    f->depth = depth;
     tail_list tails = {0};
     walk_ctx w = {.m = m, .trie = m->trie, .frame = f, .tails = &tails};
-    if (!lm_gmatcher_start_at(&m->matcher, position, &m->path[0]) && m->matcher.failed) w.failed = true;
+    if (!lm_gmatcher_expand_stack(&m->matcher, top, depth, &m->path[0]) && m->matcher.failed) w.failed = true;
     if (!w.failed) {
         path_begin(m, 0);
         walk(&w, 0, 0);
+    }
+    if (!w.failed && tails.n > table->deep_tails && depth < LM_MASK_MAX_FRAME_DEPTH) {
+        /* what follows the frame is left to the deeper frames */
+        f->deep = true;
+        tails.n = 0;
+        f->n_direct = 0;
     }
     if (!w.failed && tails.n > 0 && trie_from_refs(m->trie->vocab, tails.refs, tails.n, &f->after, err) != LM_OK)
         w.failed = true;
@@ -507,8 +527,16 @@ lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits
             *complete = true;
             continue;
         }
-        lm_frame *f = find_frame(m, stack[len - 1], err);
-        if (!f) return err ? err->code : LM_ERR_NOMEM;
+        /* the frame of the top position, or of more for a deep one (a
+         * stack of exactly its depth has nothing below: no tails needed) */
+        uint32_t depth = 1;
+        lm_frame *f;
+        for (;;) {
+            f = find_frame(m, stack + len - depth, depth, err);
+            if (!f) return err ? err->code : LM_ERR_NOMEM;
+            if (!f->deep || depth == len) break;
+            depth++;
+        }
         if (f->bits)
             for (size_t k = 0; k < words; k++) bits[k] |= f->bits[k];
         else
@@ -516,7 +544,7 @@ lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits
         if (!f->after && f->n_direct == 0) continue;
         /* past a completion point the frame is done: the tails are
          * matched from the stack below it */
-        if (!lm_gmatcher_expand_stack(&m->matcher, stack, len - 1, &m->one)) {
+        if (!lm_gmatcher_expand_stack(&m->matcher, stack, len - depth, &m->one)) {
             if (m->matcher.failed) return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
             continue; /* nothing lies below the frame that could continue */
         }

@@ -21,6 +21,9 @@
  * are shared by thousands of tokens), walked once per mask from the stack
  * below the frame.
  *
+ * A frame is keyed by the top position of a stack, or by its top few
+ * positions for loops that may end after any byte (LM_MASK_DEEP_TAILS).
+ *
  * Frames are computed on first use and kept in an lm_mask_frames table,
  * which maskers of equal grammars share. */
 #ifndef LOOM_GRAMMAR_TOKEN_MASK_H
@@ -35,6 +38,13 @@
 
 #define LM_TRIE_MAX_TOKEN_BYTES 1024 /* longer tokens are left out (never allowed) */
 #define LM_MASK_MAX_FRAMES 512
+/* A frame whose completion points hold more than LM_MASK_DEEP_TAILS tails
+ * (a loop that may end after every byte, e.g. a pattern's [a-z]+) is
+ * replaced, on stacks deep enough, by a frame of the top two positions (and
+ * so on, up to LM_MASK_MAX_FRAME_DEPTH), which runs past the loop's end
+ * instead of copying what follows every byte of it. */
+#define LM_MASK_DEEP_TAILS 8192
+#define LM_MASK_MAX_FRAME_DEPTH 4
 
 typedef struct {
     uint32_t tok_lo, tok_hi;  /* the subtree's tokens: sorted[tok_lo .. tok_hi) */
@@ -95,12 +105,15 @@ typedef struct {
     const lm_token_trie *trie;
     uint64_t grammar_hash;  /* of the grammar its maskers run (lm_grammar.hash; 0 until the first) */
     lm_state_memo memo;
-    lm_frame **slots;      /* open addressing by position, [2 * LM_MASK_MAX_FRAMES] */
+    uint32_t deep_tails;   /* LM_MASK_DEEP_TAILS (tests lower it) */
+    lm_frame **slots;      /* open addressing by top positions, [2 * LM_MASK_MAX_FRAMES] */
     uint32_t n_frames;
     uint64_t built, reused; /* counters for benchmarks */
 } lm_mask_frames;
 
 lm_status lm_mask_frames_create(const lm_token_trie *trie, lm_mask_frames **out, lm_error *err);
+/* How many top stack positions a frame is keyed by (for tests). */
+uint32_t lm_frame_depth(const lm_frame *f);
 lm_mask_frames *lm_mask_frames_ref(lm_mask_frames *f);
 void lm_mask_frames_unref(lm_mask_frames *f);
 
