@@ -4,7 +4,9 @@
  * the state and applied to a float logits row of the vocabulary, which is
  * what the engine pays per sampled row.  Walks share one sequence grammar
  * (its frames are cached after the first walk: "warm"); the first walk's
- * numbers are reported apart ("cold").  Single thread.
+ * numbers are reported apart ("cold"), and so are the masks that had to
+ * build a frame (a position met for the first time) and those that did not
+ * (the steady state).  Single thread.
  *
  * usage: grammar_mask --tokenizer DIR [--walks N] [--steps N] [--schema JSON] */
 #include <math.h>
@@ -74,11 +76,13 @@ int main(int argc, char **argv) {
     char msg[512];
     if (loom_grammar_compile(&spec, &g, msg, sizeof msg) != LOOM_OK) return fprintf(stderr, "%s\n", msg), 1;
     lm_sequence_grammar *sg;
-    if (lm_sequence_grammar_create(g, trie, &sg, &err) != LM_OK) return fprintf(stderr, "%s\n", err.message), 1;
+    if (lm_sequence_grammar_create(g, trie, NULL, &sg, &err) != LM_OK) return fprintf(stderr, "%s\n", err.message), 1;
     float *logits = malloc(sizeof(float) * (size_t)V);
     int32_t *allowed = malloc(sizeof(int32_t) * (size_t)V);
     double *cold = malloc(sizeof(double) * (size_t)steps), *warm = malloc(sizeof(double) * (size_t)steps * walks);
-    int n_cold = 0, n_warm = 0, completed = 0;
+    double *steady = malloc(sizeof(double) * (size_t)steps * walks),
+           *building = malloc(sizeof(double) * (size_t)steps * walks);
+    int n_cold = 0, n_warm = 0, n_steady = 0, n_building = 0, completed = 0;
     uint64_t rng = 12345;
     lm_gstate start = {0};
     lm_gstate_copy(&start, &sg->state);
@@ -87,11 +91,14 @@ int main(int argc, char **argv) {
         lm_gstate_copy(&sg->state, &start);
         for (int s = 0; s < steps; s++) {
             for (int i = 0; i < V; i++) logits[i] = 0;
+            uint64_t built = sg->masker.frames->built;
             double a = now_us();
             if (lm_sequence_grammar_mask(sg, logits, V, &eos, eos >= 0, &err) != LM_OK) break;
             double t = now_us() - a;
             if (w == 0) cold[n_cold++] = t;
             else warm[n_warm++] = t;
+            if (sg->masker.frames->built == built) steady[n_steady++] = t;
+            else building[n_building++] = t;
             int n = 0;
             for (int i = 0; i < V; i++)
                 if (logits[i] == 0 && i != eos) allowed[n++] = i;
@@ -110,7 +117,9 @@ int main(int argc, char **argv) {
     }
     report("cold (first walk)", cold, n_cold);
     report("warm (later walks)", warm, n_warm);
+    report("all walks, masks that built no frame", steady, n_steady);
+    report("all walks, masks that built frames", building, n_building);
     printf("walks %d, completed %d, frames built %llu, reused %llu\n", walks, completed,
-           (unsigned long long)sg->masker.frames_built, (unsigned long long)sg->masker.frames_reused);
+           (unsigned long long)sg->masker.frames->built, (unsigned long long)sg->masker.frames->reused);
     return 0;
 }

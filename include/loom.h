@@ -241,6 +241,9 @@ typedef struct {
     int state_slots_total, state_slots_free;
     uint64_t prompt_tokens, generation_tokens, requests_finished, preemptions, steps;
     uint64_t spec_drafted_tokens, spec_accepted_tokens, spec_verify_steps;
+    /* Constrained decoding: token masks computed, and the engine thread's
+     * time in grammars (masks, advancing states, checking drafts). */
+    uint64_t grammar_masks, grammar_ns;
     int speculative_tokens;    /* K in use (0 when speculation is off or the model has no head) */
     uint64_t images_encoded;   /* images run through the vision tower */
     uint64_t image_cache_hits; /* images whose rows came from the cache instead */

@@ -9,7 +9,7 @@
 #  - a full context drops the oldest exchange;
 #  - without --model, run/chat/bench find the bundled model from any working
 #    directory, LOOM_MODEL overrides it, a bad LOOM_MODEL is a clear error;
-#  - bench --prompt-file errors;
+#  - bench --prompt-file errors; bench --json-schema (and its refusals);
 #  - `loom serve` with no flags serves it as "loom-tiny" and completes
 #    "Once upon a time" with English (what `make run` does).
 cd "$(dirname "$0")/.." || exit 1
@@ -200,6 +200,20 @@ r = subprocess.run([binary, "bench", "--concurrency", "1", "--prompt-file", prom
 check("bench: missing prompt file", r.returncode == 1 and "cannot open" in r.stderr, r.stderr)
 r = subprocess.run([binary, "bench", "--concurrency", "1", "--chat"], capture_output=True, text=True, timeout=60)
 check("bench: --chat needs --prompt-file", r.returncode == 2, r.stderr)
+
+# bench --json-schema: each level unconstrained and constrained, with the grammar's time
+schema = os.path.join(elsewhere, "schema.json")
+open(schema, "w").write('{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]}')
+r = subprocess.run([binary, "bench", "--concurrency", "2", "--requests", "2", "--gen-tokens", "6", "--rounds", "1",
+                    "--json-schema", schema], capture_output=True, text=True, timeout=120)
+check("bench --json-schema", r.returncode == 0 and "concurrency   2 (schema):" in r.stdout and
+      re.search(r"grammar: [1-9][0-9]* masks", r.stdout) and "medians of 1 rounds" in r.stdout, r.stdout + r.stderr)
+open(schema, "w").write('{"type":"string","format":"email"}')
+r = subprocess.run([binary, "bench", "--concurrency", "1", "--json-schema", schema], capture_output=True, text=True,
+                   timeout=60)
+check("bench: an unsupported schema is refused by name", r.returncode == 1 and "'format'" in r.stderr, r.stderr)
+r = subprocess.run([binary, "bench", "--json-schema", schema], capture_output=True, text=True, timeout=60)
+check("bench: --json-schema needs --concurrency", r.returncode == 2, r.stderr)
 
 # malformed numbers are refused with exit 2 and the option named
 for args in (["run", "--prompt", "hi", "--temperature", "abc"], ["run", "--prompt", "hi", "--top-p", "1.5"],

@@ -2,10 +2,12 @@
  * refuses, schema features refused by name, and the token mask against a
  * brute-force mask (every token advanced byte by byte) over a real
  * tokenizer's vocabulary along random paths. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/sequence_grammar.h"
 #include "grammar/compiled.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
@@ -261,20 +263,21 @@ static uint64_t next_random(uint64_t *s) {
 
 /* Random walks: at each step the mask must equal the brute-force mask,
  * then a random allowed token is taken. */
-static void check_mask_walks(const vocab_fixture *v, loom_grammar_kind kind, const char *spec, int walks, int steps) {
+static void check_mask_walks_shared(const vocab_fixture *v, loom_grammar_kind kind, const char *spec, int walks,
+                                    int steps, lm_mask_frames *shared, uint64_t seed) {
     loom_grammar *g;
     char msg[512];
     CHECK_MSG(compile(kind, spec, &g, msg, sizeof msg), "%s", msg);
     lm_masker masker;
     lm_gmatcher brute;
     lm_error err;
-    CHECK_OK(lm_masker_init(&masker, &g->grammar, v->trie, &err), &err);
+    CHECK_OK(lm_masker_init(&masker, &g->grammar, v->trie, shared, &err), &err);
     CHECK_OK(lm_gmatcher_init(&brute, &g->grammar, &err), &err);
     size_t words = (size_t)(v->vocab + 63) / 64;
     uint64_t *fast = malloc(8 * words), *slow = malloc(8 * words);
     int32_t *allowed = malloc(sizeof(int32_t) * (size_t)v->vocab);
     lm_gstate state = {0}, scratch = {0};
-    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    uint64_t rng = seed;
     int taken = 0;
     for (int w = 0; w < walks && !test_current_failed(); w++) {
         CHECK(lm_gmatcher_start(&brute, &state));
@@ -299,7 +302,7 @@ static void check_mask_walks(const vocab_fixture *v, loom_grammar_kind kind, con
     }
     /* the walks must get somewhere for the comparison to mean much */
     CHECK_MSG(taken >= walks * 3, "%s: only %d tokens taken in %d walks", spec, taken, walks);
-    if (getenv("LOOM_TEST_VERBOSE")) fprintf(stderr, "%s: %d tokens taken, %llu frames built\n", spec, taken, (unsigned long long)masker.frames_built);
+    if (getenv("LOOM_TEST_VERBOSE")) fprintf(stderr, "%s: %d tokens taken, %llu frames built\n", spec, taken, (unsigned long long)masker.frames->built);
     free(fast);
     free(slow);
     free(allowed);
@@ -308,6 +311,10 @@ static void check_mask_walks(const vocab_fixture *v, loom_grammar_kind kind, con
     lm_gmatcher_free(&brute);
     lm_masker_free(&masker);
     loom_grammar_free(g);
+}
+
+static void check_mask_walks(const vocab_fixture *v, loom_grammar_kind kind, const char *spec, int walks, int steps) {
+    check_mask_walks_shared(v, kind, spec, walks, steps, NULL, 0x9e3779b97f4a7c15ull);
 }
 
 static const char *const mask_schema =
@@ -324,10 +331,147 @@ static void test_mask_small_vocab(void) {
     free_vocab(&v);
 }
 
+/* Frames built for one grammar object serve a masker of an equal grammar
+ * compiled apart (the engine shares them across requests): the masks stay
+ * equal to brute force along other walks, and the frames are reused, not
+ * rebuilt. */
+static void test_mask_shared_frames(void) {
+    vocab_fixture v;
+    if (!load_vocab(&v, "models/qwen35-dense")) return;
+    loom_grammar *a, *b, *c;
+    char msg[512];
+    CHECK_MSG(compile(LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, &a, msg, sizeof msg), "%s", msg);
+    CHECK_MSG(compile(LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, &b, msg, sizeof msg), "%s", msg);
+    CHECK_MSG(compile(LOOM_GRAMMAR_JSON, NULL, &c, msg, sizeof msg), "%s", msg);
+    CHECK(lm_grammar_equal(&a->grammar, &b->grammar));
+    CHECK(!lm_grammar_equal(&a->grammar, &c->grammar));
+    lm_mask_frames *table;
+    lm_error err;
+    CHECK_OK(lm_mask_frames_create(v.trie, &table, &err), &err);
+    check_mask_walks_shared(&v, LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, 8, 40, table, 1);
+    uint64_t built = table->built, reused = table->reused;
+    CHECK(built > 0);
+    check_mask_walks_shared(&v, LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, 8, 40, table, 2);
+    CHECK_MSG(table->reused > reused, "no frame reused");
+    CHECK_MSG(table->built - built < built, "frames rebuilt: %llu then %llu", (unsigned long long)built,
+              (unsigned long long)table->built);
+    CHECK(table->refs == 1);
+    lm_masker other;
+    CHECK(lm_masker_init(&other, &c->grammar, v.trie, table, &err) == LM_ERR_INTERNAL); /* not its grammar */
+    lm_mask_frames_unref(table);
+    /* a memo of 3 states fills in every walk: emptied between walks and
+     * bypassed within them, the masks stay exact */
+    CHECK_OK(lm_mask_frames_create(v.trie, &table, &err), &err);
+    table->memo.max_states = 3;
+    check_mask_walks_shared(&v, LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, 6, 40, table, 3);
+    lm_mask_frames_unref(table);
+    CHECK_OK(lm_mask_frames_create(v.trie, &table, &err), &err);
+    table->memo.max_states = 3;
+    check_mask_walks_shared(&v, LOOM_GRAMMAR_JSON, NULL, 6, 40, table, 4);
+    lm_mask_frames_unref(table);
+    /* frames with more than 0, 4 or 32 tails deepened (up to
+     * LM_MASK_MAX_FRAME_DEPTH positions): the masks stay exact (the nested
+     * loops of the last regex use tails below a deeper frame), and with 0
+     * deeper frames were built */
+    const char *regex = "(ab|[0-9]+\\.)*x{2,5}[^q]?";
+    const struct {
+        loom_grammar_kind kind;
+        const char *spec;
+    } deepened[] = {{LOOM_GRAMMAR_JSON_SCHEMA, mask_schema},
+                    {LOOM_GRAMMAR_JSON, NULL},
+                    {LOOM_GRAMMAR_REGEX, regex},
+                    {LOOM_GRAMMAR_REGEX, "(([a-z]+[ ,.])+[0-9]*\\n)+"}};
+    for (int k = 0; k < 12; k++) {
+        CHECK_OK(lm_mask_frames_create(v.trie, &table, &err), &err);
+        table->deep_tails = (uint32_t[]){0, 4, 32}[k / 4];
+        check_mask_walks_shared(&v, deepened[k % 4].kind, deepened[k % 4].spec, 6, 40, table, 5 + (uint64_t)k);
+        uint32_t deepest = 0;
+        for (uint32_t i = 0; i < 2 * LM_MASK_MAX_FRAMES; i++)
+            if (table->slots[i] && lm_frame_depth(table->slots[i]) > deepest) deepest = lm_frame_depth(table->slots[i]);
+        CHECK_MSG(table->deep_tails > 0 || deepest > 1, "kind %d: no deeper frame built", (int)deepened[k % 4].kind);
+        lm_mask_frames_unref(table);
+    }
+    loom_grammar_free(a);
+    loom_grammar_free(b);
+    loom_grammar_free(c);
+    free_vocab(&v);
+}
+
+/* lm_sequence_grammar_mask on a logits row: every refused token -inf, every
+ * allowed one untouched (the vocabulary padded past the tokenizer's, as a
+ * model's may be: the padding is refused), the stop id kept only where the
+ * grammar may end. */
+static void test_mask_applied_to_logits(void) {
+    vocab_fixture v;
+    if (!load_vocab(&v, "models/qwen35-dense")) return;
+    loom_grammar *g;
+    char msg[512];
+    CHECK_MSG(compile(LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, &g, msg, sizeof msg), "%s", msg);
+    lm_sequence_grammar *sg;
+    lm_error err;
+    CHECK_OK(lm_sequence_grammar_create(g, v.trie, NULL, &sg, &err), &err);
+    int padded = v.vocab + 37;
+    float *logits = malloc(sizeof(float) * (size_t)padded);
+    lm_masker fresh;
+    CHECK_OK(lm_masker_init(&fresh, &g->grammar, v.trie, NULL, &err), &err);
+    uint64_t *bits = malloc(sizeof(uint64_t) * (size_t)((v.vocab + 63) / 64));
+    int32_t stop = v.vocab - 1; /* an added token in this vocabulary: never text */
+    uint64_t rng = 7;
+    int steps = 0, ended = 0;
+    for (int walk = 0; walk < 6 && !test_current_failed(); walk++) {
+        lm_gmatcher_start(&sg->masker.matcher, &sg->state);
+        for (int step = 0; step < 40 && !test_current_failed(); step++) {
+            for (int i = 0; i < padded; i++) logits[i] = (float)(next_random(&rng) % 1000) * 0.01f - 5.0f;
+            float stop_logit = logits[stop];
+            float *before = malloc(sizeof(float) * (size_t)padded);
+            memcpy(before, logits, sizeof(float) * (size_t)padded);
+            CHECK_OK(lm_sequence_grammar_mask(sg, logits, padded, &stop, 1, &err), &err);
+            bool complete;
+            CHECK_OK(lm_masker_compute(&fresh, &sg->state, bits, &complete, &err), &err);
+            CHECK(complete == sg->complete);
+            int n = 0, pick = -1;
+            for (int id = 0; id < padded; id++) {
+                bool allowed = id < v.vocab && ((bits[id >> 6] >> (id & 63)) & 1);
+                if (id == stop) {
+                    CHECK(logits[id] == (complete ? stop_logit : -INFINITY));
+                    continue;
+                }
+                CHECK_MSG(allowed ? logits[id] == before[id] : logits[id] == -INFINITY,
+                          "walk %d step %d: token %d %s but its logit is %g (was %g)", walk, step, id,
+                          allowed ? "allowed" : "refused", logits[id], before[id]);
+                if (allowed && next_random(&rng) % (uint64_t)(++n) == 0) pick = id;
+            }
+            free(before);
+            steps++;
+            if (pick < 0 || complete) {
+                ended += complete;
+                break;
+            }
+            bool finished;
+            CHECK_OK(lm_sequence_grammar_accept(sg, v.tok, pick, &finished, &err), &err);
+        }
+    }
+    CHECK_MSG(steps > 40, "only %d steps", steps);
+    free(bits);
+    free(logits);
+    lm_masker_free(&fresh);
+    lm_sequence_grammar_free(sg);
+    loom_grammar_free(g);
+    free_vocab(&v);
+}
+
 static void test_mask_qwen3_vocab(void) {
     vocab_fixture v;
     if (!load_vocab(&v, "tokenizers/qwen3")) return;
     check_mask_walks(&v, LOOM_GRAMMAR_JSON_SCHEMA, mask_schema, 2, 12);
+    /* a pattern's loop may end after any letter: on this vocabulary its
+     * frame has more than LM_MASK_DEEP_TAILS tails and the masks inside
+     * the address come from frames of two positions */
+    check_mask_walks_shared(&v, LOOM_GRAMMAR_JSON_SCHEMA,
+                            "{\"type\":\"object\",\"properties\":{\"email\":{\"type\":\"string\","
+                            "\"pattern\":\"^[a-z]+@[a-z]+\\\\.com$\"},\"n\":{\"type\":\"integer\"}},"
+                            "\"required\":[\"email\",\"n\"],\"additionalProperties\":false}",
+                            2, 14, NULL, 11);
     free_vocab(&v);
 }
 
@@ -339,6 +483,8 @@ int main(void) {
     RUN_TEST(test_json_schema);
     RUN_TEST(test_schema_refusals);
     RUN_TEST(test_mask_small_vocab);
+    RUN_TEST(test_mask_shared_frames);
+    RUN_TEST(test_mask_applied_to_logits);
     RUN_TEST(test_mask_qwen3_vocab);
     return test_summary("test_grammar");
 }

@@ -3,7 +3,7 @@
  * sentences of it and end because it is complete; speculative greedy with a
  * grammar equals plain greedy with it (K = 1, 3), also when the drafts are
  * forced to violate the grammar; the mask also runs in a batch of many
- * grammar requests at once. */
+ * grammar requests at once, whose equal grammars share one frame table. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,20 +130,24 @@ static void test_regex_and_choice(void) {
     loom_engine_destroy(e);
 }
 
-/* Many grammar requests at once (the mask per row of a batch). */
+/* Many grammar requests at once (the mask per row of a batch); half of
+ * them with a grammar compiled apart from the same schema, as the server
+ * compiles one per request: the engine keeps one frame table for both, and
+ * counts the masks and their time. */
 static void test_batch_of_grammar_requests(void) {
     loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 16, 0);
     CHECK(e);
-    loom_grammar *g = schema_grammar(schemas[0]);
-    CHECK(g);
+    loom_grammar *g = schema_grammar(schemas[0]), *twin = schema_grammar(schemas[0]);
+    CHECK(g && twin && g != twin);
     loom_request *reqs[12];
     for (int i = 0; i < 12; i++) {
         loom_request_params p;
-        params_for(&p, g, true, 100 + (uint64_t)i);
+        params_for(&p, i % 2 ? twin : g, true, 100 + (uint64_t)i);
         char error[256];
         CHECK_MSG(loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK, "%s", error);
     }
     loom_grammar_free(g); /* the requests hold their own references */
+    loom_grammar_free(twin);
     for (int i = 0; i < 12; i++) {
         collected c;
         collect_all(reqs[i], &c, 1);
@@ -154,6 +158,13 @@ static void test_batch_of_grammar_requests(void) {
         free(text);
         CHECK_MSG(ok, "request %d: %.*s", i, (int)c.text_len, c.text);
     }
+    int tables = 0;
+    for (int i = 0; i < LM_GRAMMAR_FRAME_CACHE; i++) tables += e->grammar_frames.entries[i].frames != NULL;
+    CHECK_MSG(tables == 1, "%d frame tables for one schema", tables);
+    loom_stats stats;
+    loom_engine_stats(e, &stats);
+    CHECK_MSG(stats.grammar_masks >= 12 && stats.grammar_ns > 0, "grammar masks %llu, %llu ns",
+              (unsigned long long)stats.grammar_masks, (unsigned long long)stats.grammar_ns);
     loom_engine_destroy(e);
 }
 

@@ -7,10 +7,11 @@ cd "$(dirname "$0")/.."
 
 install_test_npm() {
     [ -f tests/node/package.json ] || return 0
-    if [ -d tests/node/node_modules/openai ] && [ -d tests/node/node_modules/@anush008/tokenizers ] &&
-       [ -d tests/node/node_modules/@anthropic-ai/sdk ]; then
-        return 0
-    fi
+    local pkg complete=1
+    for pkg in openai @anush008/tokenizers @anthropic-ai/sdk zod ai @ai-sdk/openai; do
+        [ -d "tests/node/node_modules/$pkg" ] || complete=0
+    done
+    [ "$complete" = 1 ] && return 0
     echo "loom: installing the test suite's npm packages into tests/node" >&2
     npm ci --prefix tests/node --no-audit --no-fund --silent >/dev/null 2>&1 ||
         npm install --prefix tests/node --no-audit --no-fund --silent >/dev/null

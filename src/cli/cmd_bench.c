@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "base/membw.h"
 #include "cli/bench_prompts.h"
 #include "cli/cli_common.h"
@@ -14,6 +16,7 @@
 #include "cli/default_model.h"
 #include "cli/engine_options.h"
 #include "engine/sequence_runner.h"
+#include "io/json_file.h"
 #include "loom.h"
 #include "models/image_processor.h"
 #include "models/multimodal_prompt.h"
@@ -24,10 +27,12 @@ static const char synopsis[] =
     "--concurrency the offline throughput through the engine.  The model defaults\n"
     "to the bundled one.\n";
 
+#define LM_BENCH_MAX_ROUNDS 32
+
 typedef struct {
-    const char *config_path, *levels, *prompt_file, *image_size;
+    const char *config_path, *levels, *prompt_file, *image_size, *json_schema;
     bool random_weights, chat;
-    int prompt_tokens, gen_tokens, requests;
+    int prompt_tokens, gen_tokens, requests, rounds;
     int64_t seed;
     float temperature, bandwidth;
 } bench_args;
@@ -59,11 +64,31 @@ static const lm_opt bench_opts[] = {
      "with --prompt-file: each line is a user message sent through the chat\ntemplate", NULL, NULL, NULL},
     {"--temperature", LM_OPT_FLOAT, "T", ARG(temperature), 0, 100,
      "with --concurrency: sample at T, seeded per request (default 0, greedy)", NULL, NULL, NULL},
+    {"--json-schema", LM_OPT_STRING, "FILE", ARG(json_schema), 0, 0,
+     "with --concurrency: every request constrained to this JSON schema\n(structured outputs); each level runs "
+     "without, then with it, and reports\nthe cost",
+     NULL, NULL, NULL},
+    {"--rounds", LM_OPT_INT, "N", ARG(rounds), 1, LM_BENCH_MAX_ROUNDS,
+     "with --json-schema: runs of each kind per level, alternating (default 3)", NULL, NULL, NULL},
     {"--image-size", LM_OPT_STRING, "WxH", ARG(image_size), 0, 0,
      "time to first token of one synthetic W x H image and --prompt-tokens\nof text: preprocessing, the vision "
      "tower (with its matmul rate) and the\nprefill, apart",
      NULL, NULL, NULL},
 };
+
+#define LM_BENCH_MAX_SCHEMA_BYTES (1 << 20)
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    double sorted[LM_BENCH_MAX_ROUNDS];
+    memcpy(sorted, v, sizeof(double) * (size_t)n);
+    qsort(sorted, (size_t)n, sizeof *sorted, compare_doubles);
+    return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -80,7 +105,8 @@ typedef struct {
 /* Offline throughput at one concurrency level: `n_requests` requests (request
  * i sends prompt i modulo the set) of `gen_tokens` outputs, `level` in flight. */
 static int throughput_level(loom_engine *engine, int level, int n_requests, const lm_bench_prompts *prompts,
-                            int gen_tokens, float temperature, uint64_t seed, double *tokens_per_s) {
+                            int gen_tokens, float temperature, uint64_t seed, const loom_grammar *grammar,
+                            double *tokens_per_s, double *time_per_token_ms) {
     request_timing *t = calloc((size_t)n_requests, sizeof *t);
     loom_request **live = calloc((size_t)n_requests, sizeof *live);
     if (!t || !live) {
@@ -91,6 +117,8 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
     }
     char error[256];
     int next = 0, done = 0, rc = 0;
+    loom_stats before, after;
+    loom_engine_stats(engine, &before);
     double t0 = now_seconds();
     /* One reader thread is enough: events queue per request, so draining the
      * oldest request first does not slow the others down. */
@@ -105,6 +133,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
             p.sampling.temperature = temperature;
             p.sampling.has_seed = temperature > 0;
             p.sampling.seed = seed + (uint64_t)next;
+            p.grammar = grammar;
             t[next].submitted = now_seconds();
             if (loom_submit(engine, &p, &live[next], error, sizeof error) != LOOM_OK) {
                 fprintf(stderr, "loom bench: %s\n", error);
@@ -143,6 +172,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
         while (done < next && !live[done]) done++;
     }
     double wall = now_seconds() - t0;
+    loom_engine_stats(engine, &after);
     long total = 0;
     double tpot = 0, ttft = 0;
     for (int i = 0; i < n_requests; i++) {
@@ -152,11 +182,17 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
         if (live[i]) loom_request_free(live[i]);
     }
     *tokens_per_s = (double)total / wall;
+    *time_per_token_ms = 1e3 * tpot / n_requests;
     if (rc == 0)
-        printf("concurrency %3d: %3d requests, %6ld output tokens in %7.2f s = %8.2f tokens/s; "
-               "time per output token %.1f ms; time to first token %.0f ms\n",
-               level, n_requests, total, wall, (double)total / wall, 1e3 * tpot / n_requests,
-               1e3 * ttft / n_requests);
+        printf("concurrency %3d%s: %3d requests, %6ld output tokens in %7.2f s = %8.2f tokens/s; "
+               "time per output token %.2f ms; time to first token %.0f ms\n",
+               level, grammar ? " (schema)" : "", n_requests, total, wall, (double)total / wall,
+               1e3 * tpot / n_requests, 1e3 * ttft / n_requests);
+    if (rc == 0 && grammar) {
+        uint64_t masks = after.grammar_masks - before.grammar_masks, ns = after.grammar_ns - before.grammar_ns;
+        printf("  grammar: %llu masks, %.1f us each (mask, state and draft checks), %.2f%% of the wall time\n",
+               (unsigned long long)masks, masks ? (double)ns / 1e3 / (double)masks : 0.0, 100.0 * (double)ns / 1e9 / wall);
+    }
     fflush(stdout);
     free(t);
     free(live);
@@ -199,7 +235,8 @@ static loom_engine *bench_engine(const loom_engine_options *base, const char *ba
 static int run_throughput(const loom_engine_options *base, const char *backend, const char *model_dir, const char *config_path, bool mmap_weights,
                           int threads, uint64_t seed, const char *levels, int requests,
                           int prompt_tokens, int gen_tokens, int speculative_tokens,
-                          const char *prompt_file, bool chat, float temperature) {
+                          const char *prompt_file, bool chat, float temperature, const char *schema_path,
+                          int rounds) {
     int max_level = 0;
     for (const char *p = levels; *p;) {
         long level = strtol(p, (char **)&p, 10);
@@ -221,6 +258,28 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
         printf("prompts: %d from %s%s, %.1f tokens on average, %d at most\n", prompts.count, prompt_file,
                chat ? " (chat template)" : "", (double)total / prompts.count, prompts.max_length);
         prompt_tokens = prompts.max_length;
+    }
+    loom_grammar *grammar = NULL;
+    if (schema_path) {
+        cJSON *schema;
+        lm_error err = {0};
+        if (lm_json_read_file(schema_path, LM_BENCH_MAX_SCHEMA_BYTES, &schema, &err) != LM_OK) {
+            fprintf(stderr, "loom bench: --json-schema: %s\n", err.message);
+            lm_bench_prompts_free(&prompts);
+            return 1;
+        }
+        char *text = cJSON_PrintUnformatted(schema);
+        cJSON_Delete(schema);
+        char msg[512] = "out of memory";
+        loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_SCHEMA, .text = text, .text_len = text ? strlen(text) : 0};
+        int grc = text ? loom_grammar_compile(&spec, &grammar, msg, sizeof msg) : LOOM_ERR_NOMEM;
+        free(text);
+        if (grc != LOOM_OK) {
+            fprintf(stderr, "loom bench: --json-schema %s: %s\n", schema_path, msg);
+            lm_bench_prompts_free(&prompts);
+            return 1;
+        }
+        printf("grammar: every request's output constrained to the JSON schema in %s\n", schema_path);
     }
     double plain[64] = {0};
     int rc = 0;
@@ -244,15 +303,49 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
             }
         }
         int index = 0;
+        bool grammar_warm = false;
         for (const char *p = levels; *p && rc == 0; index++) {
             long level = strtol(p, (char **)&p, 10);
             if (*p == ',') p++;
             int n = requests > 0 ? requests : (int)(2 * level > 8 ? 2 * level : 8);
             loom_stats before, after;
-            loom_engine_stats(engine, &before);
-            double tps = 0;
-            rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, temperature, (uint64_t)seed, &tps);
-            loom_engine_stats(engine, &after);
+            if (grammar && !grammar_warm) {
+                /* not reported: the first requests warm the engine, and the
+                 * first constrained one builds the schema's token-mask frames
+                 * (kept by the engine for the requests that follow) */
+                double wtps, wtpot;
+                rc = throughput_level(engine, 1, 1, &prompts, gen_tokens, temperature, (uint64_t)seed, NULL, &wtps,
+                                      &wtpot);
+                if (rc == 0)
+                    rc = throughput_level(engine, 1, 1, &prompts, gen_tokens, temperature, (uint64_t)seed, grammar,
+                                          &wtps, &wtpot);
+                grammar_warm = true;
+            }
+            /* with a grammar, unconstrained and constrained runs alternate,
+             * `rounds` of each, and the medians are compared */
+            double tps = 0, tpot = 0, ptps[LM_BENCH_MAX_ROUNDS], ptpot[LM_BENCH_MAX_ROUNDS],
+                   gtps[LM_BENCH_MAX_ROUNDS], gtpot[LM_BENCH_MAX_ROUNDS];
+            int n_rounds = grammar ? rounds : 1;
+            for (int r = 0; r < n_rounds && rc == 0; r++) {
+                if (r == 0) loom_engine_stats(engine, &before);
+                rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, temperature, (uint64_t)seed, NULL,
+                                      &ptps[r], &ptpot[r]);
+                if (r == 0) loom_engine_stats(engine, &after);
+                if (grammar && rc == 0)
+                    rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, temperature, (uint64_t)seed,
+                                          grammar, &gtps[r], &gtpot[r]);
+            }
+            if (rc == 0) {
+                tps = median(ptps, n_rounds);
+                tpot = median(ptpot, n_rounds);
+            }
+            if (grammar && rc == 0) {
+                double g_tps = median(gtps, n_rounds), g_tpot = median(gtpot, n_rounds);
+                printf("  concurrency %d, medians of %d rounds: %.2f tokens/s unconstrained, %.2f with the schema "
+                       "(%.1f%%); time per output token %.2f ms, %.2f ms (%+.1f%%)\n",
+                       (int)level, n_rounds, tps, g_tps, tps > 0 ? 100.0 * g_tps / tps : 0.0, tpot, g_tpot,
+                       tpot > 0 ? 100.0 * (g_tpot - tpot) / tpot : 0.0);
+            }
             if (index < 64 && k == 0) plain[index] = tps;
             if (k > 0 && rc == 0) {
                 uint64_t drafted = after.spec_drafted_tokens - before.spec_drafted_tokens;
@@ -269,6 +362,7 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
         loom_engine_destroy(engine);
     }
     lm_bench_prompts_free(&prompts);
+    loom_grammar_free(grammar);
     return rc;
 }
 
@@ -365,7 +459,7 @@ done:
 }
 
 int cmd_bench_main(int argc, char **argv) {
-    bench_args args = {.prompt_tokens = 256, .gen_tokens = 32, .seed = 1};
+    bench_args args = {.prompt_tokens = 256, .gen_tokens = 32, .seed = 1, .rounds = 3};
     lm_cli_engine_settings settings;
     lm_cli_spec cli;
     lm_cli_spec_init(&cli, "bench", synopsis, &settings, true);
@@ -386,8 +480,8 @@ int cmd_bench_main(int argc, char **argv) {
         return lm_cli_usage_error("bench", "--image-size expects WxH, each 1..16384 (e.g. 1024x1024)");
     if ((model_dir && config_path) || (config_path && !random_weights) || (random_weights && !config_path))
         return lm_cli_usage_error("bench", "give a model folder, or --config FILE with --random-weights");
-    if ((prompt_file || chat || temperature > 0) && !levels)
-        return lm_cli_usage_error("bench", "--prompt-file, --chat and --temperature need --concurrency");
+    if ((prompt_file || chat || temperature > 0 || args.json_schema) && !levels)
+        return lm_cli_usage_error("bench", "--prompt-file, --chat, --temperature and --json-schema need --concurrency");
     if (chat && !prompt_file)
         return lm_cli_usage_error("bench", "--chat needs --prompt-file");
     if (prompt_file && config_path)
@@ -407,7 +501,7 @@ int cmd_bench_main(int argc, char **argv) {
         return run_throughput(&settings.engine, backend_name, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
                               (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
-                              temperature);
+                              temperature, args.json_schema, args.rounds);
     if (speculative > 0)
         return lm_cli_usage_error("bench", "--speculative-tokens needs --concurrency (it runs through the engine)");
 

@@ -323,7 +323,8 @@ static bool apply_grammar(loom_engine *e, lm_sequence *seq, lm_error *err) {
     if (!e->grammar_trie && lm_grammar_vocab_trie(e->tokenizer, e->vocab_size, &e->grammar_trie, err) != LM_OK)
         return false;
     if (!seq->grammar &&
-        lm_sequence_grammar_create(seq->request->params.grammar, e->grammar_trie, &seq->grammar, err) != LM_OK)
+        lm_sequence_grammar_create(seq->request->params.grammar, e->grammar_trie, &e->grammar_frames, &seq->grammar,
+                                   err) != LM_OK)
         return false;
     return lm_sequence_grammar_mask(seq->grammar, e->sample_row, e->vocab_size, seq->stop_ids, seq->n_stop_ids,
                                     err) == LM_OK;
@@ -336,9 +337,15 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *log
     memcpy(e->sample_row, logits_row, sizeof(float) * (size_t)V);
     const loom_request_params *p = &seq->request->params;
     lm_error err = {0};
-    if (p->grammar && !apply_grammar(e, seq, &err)) {
-        finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
-        return false;
+    if (p->grammar) {
+        uint64_t t0 = lm_engine_now_ns();
+        bool masked = apply_grammar(e, seq, &err);
+        e->grammar_counters.ns += lm_engine_now_ns() - t0;
+        e->grammar_counters.masks++;
+        if (!masked) {
+            finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
+            return false;
+        }
     }
     lm_sample_result result;
     lm_sample_context ctx = {.counts = &seq->counts,
@@ -359,7 +366,10 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *log
     e->counters.generation_tokens++;
     if (seq->grammar && outcome.stop_token < 0) {
         bool done = false;
-        if (lm_sequence_grammar_accept(seq->grammar, e->tokenizer, token, &done, &err) != LM_OK) {
+        uint64_t t0 = lm_engine_now_ns();
+        lm_status accepted = lm_sequence_grammar_accept(seq->grammar, e->tokenizer, token, &done, &err);
+        e->grammar_counters.ns += lm_engine_now_ns() - t0;
+        if (accepted != LM_OK) {
             finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
             return false;
         }
@@ -567,6 +577,8 @@ static void publish_stats(loom_engine *e) {
     e->stats.spec_drafted_tokens = e->spec_counters.drafted;
     e->stats.spec_accepted_tokens = e->spec_counters.accepted;
     e->stats.spec_verify_steps = e->spec_counters.verify_steps;
+    e->stats.grammar_masks = e->grammar_counters.masks;
+    e->stats.grammar_ns = e->grammar_counters.ns;
     e->stats.speculative_tokens = e->spec_k;
     e->stats.images_encoded = e->images_encoded;
     e->stats.image_cache_hits = e->image_cache.hits;
@@ -850,6 +862,7 @@ void loom_engine_destroy(loom_engine *e) {
     lm_prefix_cache_free(e);
     lm_kv_blocks_free(&e->kv_blocks);
     lm_id_pool_free(&e->state_slots);
+    lm_grammar_frame_cache_free(&e->grammar_frames);
     lm_token_trie_free(e->grammar_trie);
     if (e->tokenizer) lm_tokenizer_free(e->tokenizer);
     lm_model_free(e->model);

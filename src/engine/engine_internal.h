@@ -4,6 +4,7 @@
 #define LOOM_ENGINE_ENGINE_INTERNAL_H
 
 #include <pthread.h>
+#include <time.h>
 #include <stdbool.h>
 
 #include "engine/id_pool.h"
@@ -51,6 +52,7 @@ struct loom_engine {
     int vocab_size;
     lm_tokenizer *tokenizer; /* NULL when the model folder has none */
     lm_token_trie *grammar_trie; /* engine thread: the vocabulary's trie, built for the first grammar */
+    lm_grammar_frame_cache grammar_frames; /* engine thread: token-mask frames of recent grammars */
     int32_t eos_ids[LM_ENGINE_MAX_EOS];
     int n_eos;
     int max_model_len;
@@ -79,6 +81,9 @@ struct loom_engine {
     struct {
         uint64_t prompt_tokens, generation_tokens, requests_finished, preemptions, steps;
     } counters;
+    struct {
+        uint64_t masks, ns; /* constrained decoding's engine-thread time */
+    } grammar_counters;
     lm_step_seq *step_seqs;
     int32_t *step_tokens, *step_positions;
     const float **step_input_rows; /* [max_batch_tokens]: image rows, else NULL */
@@ -182,5 +187,12 @@ bool lm_engine_apply_rollbacks(loom_engine *e);
 bool lm_engine_ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens);
 bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row);
 void lm_engine_finish_error(loom_engine *e, lm_sequence *seq, const char *message);
+
+/* A monotonic clock in nanoseconds (the grammar's time counter). */
+static inline uint64_t lm_engine_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 #endif

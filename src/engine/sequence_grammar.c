@@ -23,12 +23,53 @@ lm_status lm_grammar_vocab_trie(const lm_tokenizer *tok, int vocab, lm_token_tri
     return st;
 }
 
+void lm_grammar_frame_cache_free(lm_grammar_frame_cache *cache) {
+    for (int i = 0; i < LM_GRAMMAR_FRAME_CACHE; i++) {
+        lm_mask_frames_unref(cache->entries[i].frames);
+        if (cache->entries[i].grammar) lm_grammar_unref(cache->entries[i].grammar);
+    }
+    memset(cache, 0, sizeof *cache);
+}
+
+/* The cached table of grammar's equal, or a new one in the least recently
+ * used entry (borrowed: the cache holds it). */
+static lm_status cached_frames(lm_grammar_frame_cache *cache, const loom_grammar *grammar,
+                               const lm_token_trie *trie, lm_mask_frames **out, lm_error *err) {
+    int oldest = 0;
+    cache->clock++;
+    for (int i = 0; i < LM_GRAMMAR_FRAME_CACHE; i++) {
+        const loom_grammar *g = cache->entries[i].grammar;
+        if (g && cache->entries[i].frames->trie == trie &&
+            (g == grammar || lm_grammar_equal(&g->grammar, &grammar->grammar))) {
+            cache->entries[i].last_used = cache->clock;
+            *out = cache->entries[i].frames;
+            return LM_OK;
+        }
+        if (cache->entries[i].last_used < cache->entries[oldest].last_used) oldest = i;
+    }
+    lm_mask_frames *frames;
+    lm_status st = lm_mask_frames_create(trie, &frames, err);
+    if (st != LM_OK) return st;
+    lm_mask_frames_unref(cache->entries[oldest].frames);
+    if (cache->entries[oldest].grammar) lm_grammar_unref(cache->entries[oldest].grammar);
+    cache->entries[oldest].grammar = lm_grammar_ref(grammar);
+    cache->entries[oldest].frames = frames;
+    cache->entries[oldest].last_used = cache->clock;
+    *out = frames;
+    return LM_OK;
+}
+
 lm_status lm_sequence_grammar_create(const loom_grammar *grammar, const lm_token_trie *trie,
-                                     lm_sequence_grammar **out, lm_error *err) {
+                                     lm_grammar_frame_cache *cache, lm_sequence_grammar **out, lm_error *err) {
     *out = NULL;
+    lm_mask_frames *frames = NULL;
+    if (cache) {
+        lm_status st = cached_frames(cache, grammar, trie, &frames, err);
+        if (st != LM_OK) return st;
+    }
     lm_sequence_grammar *sg = calloc(1, sizeof *sg);
     if (!sg) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
-    lm_status st = lm_masker_init(&sg->masker, &grammar->grammar, trie, err);
+    lm_status st = lm_masker_init(&sg->masker, &grammar->grammar, trie, frames, err);
     if (st != LM_OK) {
         free(sg);
         return st;
@@ -71,9 +112,18 @@ lm_status lm_sequence_grammar_mask(lm_sequence_grammar *sg, float *logits, int v
             continue;
         }
         size_t end = w * 64 + 64 < (size_t)vocab ? w * 64 + 64 : (size_t)vocab;
+        float *row = logits + w * 64;
         if (m) any = true;
-        for (size_t id = w * 64; id < end; id++)
-            if (!((m >> (id & 63)) & 1)) logits[id] = -INFINITY;
+        if (m == 0 || end - w * 64 < 64) {
+            for (size_t k = 0; k < end - w * 64; k++)
+                if (!((m >> k) & 1)) row[k] = -INFINITY;
+            continue;
+        }
+        /* branch-free on 32-bit halves, which compilers vectorise (the
+         * 64-bit shift they do not) */
+        uint32_t lo = (uint32_t)m, hi = (uint32_t)(m >> 32);
+        for (int k = 0; k < 32; k++) row[k] = ((lo >> k) & 1u) ? row[k] : -INFINITY;
+        for (int k = 0; k < 32; k++) row[32 + k] = ((hi >> k) & 1u) ? row[32 + k] : -INFINITY;
     }
     n_kept = 0;
     for (int i = 0; i < n_stop_ids && n_kept < 64; i++)

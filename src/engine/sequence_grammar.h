@@ -31,8 +31,26 @@ typedef struct {
  * past the tokenizer's). */
 lm_status lm_grammar_vocab_trie(const lm_tokenizer *tok, int vocab, lm_token_trie **out, lm_error *err);
 
+/* The frame tables (grammar/token_mask.h) of the grammars seen lately,
+ * kept across requests: requests with the same schema compile equal
+ * grammars, and share one table.  Engine thread only; bounded to
+ * LM_GRAMMAR_FRAME_CACHE grammars (the least recently used one goes;
+ * sequences using it keep their reference). */
+#define LM_GRAMMAR_FRAME_CACHE 8
+typedef struct {
+    struct {
+        const loom_grammar *grammar; /* a reference, for lm_grammar_equal */
+        lm_mask_frames *frames;      /* a reference */
+        uint64_t last_used;
+    } entries[LM_GRAMMAR_FRAME_CACHE];
+    uint64_t clock;
+} lm_grammar_frame_cache;
+
+void lm_grammar_frame_cache_free(lm_grammar_frame_cache *cache);
+
+/* cache may be NULL: the sequence gets a frame table of its own. */
 lm_status lm_sequence_grammar_create(const loom_grammar *grammar, const lm_token_trie *trie,
-                                     lm_sequence_grammar **out, lm_error *err);
+                                     lm_grammar_frame_cache *cache, lm_sequence_grammar **out, lm_error *err);
 void lm_sequence_grammar_free(lm_sequence_grammar *sg);
 
 /* Masks logits [vocab] in place: refused tokens -inf, stop_ids kept only

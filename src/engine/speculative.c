@@ -129,8 +129,11 @@ void lm_engine_catch_up_and_draft(loom_engine *e) {
                                      seq->drafts, made);
         /* A draft the grammar refuses could never be accepted (the verify
          * samples under the mask): stop the drafts before it. */
-        if (seq->grammar && made > 0)
+        if (seq->grammar && made > 0) {
+            uint64_t t0 = lm_engine_now_ns();
             made = lm_sequence_grammar_valid_prefix(seq->grammar, e->tokenizer, seq->drafts, made);
+            e->grammar_counters.ns += lm_engine_now_ns() - t0;
+        }
         seq->n_drafts = made;
         e->spec_counters.drafted += (uint64_t)made;
     }

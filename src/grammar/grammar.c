@@ -95,6 +95,29 @@ lm_status lm_grammar_class(lm_grammar_builder *b, const lm_byte_class *c, uint32
     return LM_OK;
 }
 
+static uint64_t hash_bytes(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull; /* FNV-1a */
+    return h;
+}
+
+uint64_t lm_grammar_content_hash(const lm_grammar *g) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = hash_bytes(h, &g->root, sizeof g->root);
+    h = hash_bytes(h, g->elems, sizeof *g->elems * g->n_elems);
+    h = hash_bytes(h, g->classes, sizeof *g->classes * g->n_classes);
+    h = hash_bytes(h, g->alt_start, sizeof *g->alt_start * g->rule_first[g->n_rules]);
+    return hash_bytes(h, g->rule_first, sizeof *g->rule_first * (g->n_rules + 1));
+}
+
+bool lm_grammar_equal(const lm_grammar *a, const lm_grammar *b) {
+    return a->hash == b->hash && a->root == b->root && a->n_elems == b->n_elems && a->n_classes == b->n_classes &&
+           a->n_rules == b->n_rules && memcmp(a->elems, b->elems, sizeof *a->elems * a->n_elems) == 0 &&
+           memcmp(a->classes, b->classes, sizeof *a->classes * a->n_classes) == 0 &&
+           memcmp(a->rule_first, b->rule_first, sizeof *a->rule_first * (a->n_rules + 1)) == 0 &&
+           memcmp(a->alt_start, b->alt_start, sizeof *a->alt_start * a->rule_first[a->n_rules]) == 0;
+}
+
 lm_status lm_grammar_finish(lm_grammar_builder *b, uint32_t root, lm_grammar *g, lm_error *err) {
     memset(g, 0, sizeof *g);
     if (root >= b->n_rules) return lm_fail(err, LM_ERR_INTERNAL, "grammar root %u is no rule", root);
@@ -132,6 +155,7 @@ lm_status lm_grammar_finish(lm_grammar_builder *b, uint32_t root, lm_grammar *g,
     g->rule_first = first;
     g->n_rules = b->n_rules;
     g->root = root;
+    g->hash = lm_grammar_content_hash(g);
     b->elems = NULL;
     b->classes = NULL;
     lm_grammar_builder_free(b);
@@ -234,7 +258,7 @@ lm_status lm_grammar_repeat(lm_grammar_builder *b, lm_gseq *out, const lm_gseq *
     return LM_OK;
 }
 
-lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, lm_error *err) {
+lm_status lm_grammar_utf8_alts(lm_grammar_builder *b, uint32_t rule, uint32_t tail, lm_error *err) {
     /* The well-formed multi-byte sequences of RFC 3629 (no surrogates, no
      * overlongs, nothing past U+10FFFF). */
     static const struct {
@@ -250,7 +274,7 @@ lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, 
         {4, {0xF1, 0x80, 0x80, 0x80}, {0xF3, 0xBF, 0xBF, 0xBF}},
         {4, {0xF4, 0x80, 0x80, 0x80}, {0xF4, 0x8F, 0xBF, 0xBF}},
     };
-    lm_status st = lm_grammar_new_rule(b, rule, err);
+    lm_status st = LM_OK;
     for (size_t f = 0; st == LM_OK && f < sizeof forms / sizeof forms[0]; f++) {
         lm_gseq s = {0};
         for (int i = 0; st == LM_OK && i < forms[f].n; i++) {
@@ -258,8 +282,15 @@ lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, 
             lm_byte_class_add_range(&c, forms[f].lo[i], forms[f].hi[i]);
             st = lm_gseq_class(b, &s, &c, err);
         }
-        if (st == LM_OK) st = lm_grammar_add_alt(b, *rule, &s, err);
+        if (tail != LM_GRAMMAR_NO_RULE) lm_gseq_ref(&s, tail);
+        if (st == LM_OK) st = lm_grammar_add_alt(b, rule, &s, err);
         lm_gseq_free(&s);
     }
     return st;
+}
+
+lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, lm_error *err) {
+    lm_status st = lm_grammar_new_rule(b, rule, err);
+    if (st != LM_OK) return st;
+    return lm_grammar_utf8_alts(b, *rule, LM_GRAMMAR_NO_RULE, err);
 }

@@ -52,9 +52,14 @@ typedef struct {
     uint32_t *rule_first;  /* [n_rules + 1]: the rule's alternatives are alt_start[rule_first[r] ..] */
     uint32_t n_rules;
     uint32_t root;
+    uint64_t hash;         /* of all the above (lm_grammar_content_hash) */
 } lm_grammar;
 
 void lm_grammar_free(lm_grammar *g);
+/* Equal grammars (same rules, classes and root) compile the same token
+ * masks: what lets requests with one schema share their precomputation. */
+uint64_t lm_grammar_content_hash(const lm_grammar *g);
+bool lm_grammar_equal(const lm_grammar *a, const lm_grammar *b);
 
 /* --- building ----------------------------------------------------------- */
 
@@ -111,5 +116,10 @@ lm_status lm_grammar_repeat(lm_grammar_builder *b, lm_gseq *out, const lm_gseq *
 /* Valid UTF-8 characters (any code point from 0x80 up, well-formed): appended
  * as a reference to a rule matching one multi-byte character. */
 lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, lm_error *err);
+/* Adds to rule one alternative per well-formed multi-byte form, each
+ * followed by a reference to tail (LM_GRAMMAR_NO_RULE: nothing): a loop
+ * over characters with the forms inline stays one token-mask frame. */
+#define LM_GRAMMAR_NO_RULE UINT32_MAX
+lm_status lm_grammar_utf8_alts(lm_grammar_builder *b, uint32_t rule, uint32_t tail, lm_error *err);
 
 #endif

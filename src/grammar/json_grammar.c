@@ -97,22 +97,26 @@ static lm_status add_basics(json_builder *j) {
     lm_gseq_clear(&s);
 
     /* the rest of a string after its opening quote: one right-recursive
-     * rule whose plain characters are inline, so the token mask sees a
-     * whole string as one frame */
+     * rule with every kind of character inline (plain bytes, escapes,
+     * multi-byte forms), so whatever is below it on the stack, the token
+     * mask sees a whole string as frames of this rule alone: only tokens
+     * that close the string and go on depend on what follows it */
     TRY(lm_grammar_new_rule(b, &j->string_body, err));
     TRY(lm_gseq_class(b, &s, &plain, err));
     lm_gseq_ref(&s, j->string_body);
     TRY(lm_grammar_add_alt(b, j->string_body, &s, err));
     lm_gseq_clear(&s);
     TRY(lit(j, &s, "\\"));
-    lm_gseq_ref(&s, j->escape);
+    TRY(lm_gseq_class(b, &s, &simple, err));
     lm_gseq_ref(&s, j->string_body);
     TRY(lm_grammar_add_alt(b, j->string_body, &s, err));
     lm_gseq_clear(&s);
-    lm_gseq_ref(&s, j->utf8);
+    TRY(lit(j, &s, "\\u"));
+    for (int i = 0; i < 4; i++) TRY(lm_gseq_class(b, &s, &hex, err));
     lm_gseq_ref(&s, j->string_body);
     TRY(lm_grammar_add_alt(b, j->string_body, &s, err));
     lm_gseq_clear(&s);
+    TRY(lm_grammar_utf8_alts(b, j->string_body, j->string_body, err));
     TRY(lit(j, &s, "\""));
     TRY(lm_grammar_add_alt(b, j->string_body, &s, err));
     lm_gseq_clear(&s);

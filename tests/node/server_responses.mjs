@@ -1,8 +1,8 @@
 // End-to-end tests of loom's OpenAI Responses API (/v1/responses) through the
 // official openai SDK (major 6): create, the event stream (create with
 // stream: true and the SDK's responses.stream helper), a function-call round
-// trip, reasoning items on a reasoning template, and the 400s for what loom
-// does not do.
+// trip (created and streamed), reasoning items on a reasoning template, and
+// the 400s for what loom does not do.
 // usage: node server_responses.mjs LOOM_BINARY MODEL_DIR [--api-key KEY] [--quick]
 // Prints "server_responses[...]: N passed, N failed".
 import { spawn } from 'node:child_process';
@@ -200,6 +200,9 @@ try {
     max_output_tokens: 4, temperature: 0 });
   check('function_call_output round trip', after.usage.output_tokens === 4 && after.output.length >= 1 &&
     after.usage.input_tokens > shorter.usage.input_tokens + 10, [after, shorter.usage]);
+  const aevs = await events({ model: 'fixture', input: history, tools, max_output_tokens: 4, temperature: 0 });
+  check('function_call_output round trip streamed = create', wellOrdered(aevs) === '' &&
+    shape(aevs.at(-1).response.output) === shape(after.output), [wellOrdered(aevs), aevs.at(-1), after.output]);
   // the whole earlier output passed back as is (what a stateless client does)
   const again = await client.responses.create({ model: 'fixture', tools, max_output_tokens: 2,
     input: [{ role: 'user', content: 'What is the weather in Paris?' }, ...forced.output,
