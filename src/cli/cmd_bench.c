@@ -454,7 +454,9 @@ int cmd_bench_main(int argc, char **argv) {
 
     printf("model: %s, %s weights, %s backend (%s compute), %d threads, loaded in %.1f s\n",
            model_dir ? model_dir : config_path, model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read")
-                                                          : "random bf16",
+                                                          : settings.engine.quantize && strcmp(settings.engine.quantize, "int8") == 0
+                                                                ? "random bf16 made int8"
+                                                                : "random bf16",
            backend->ops->name, lm_backend_compute(backend), lm_backend_threads(backend), load_s);
     fflush(stdout);
     double t1 = now_seconds();
