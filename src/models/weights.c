@@ -49,6 +49,7 @@ void lm_weights_free(lm_weights *w) {
     for (size_t i = 0; i < w->n_owned; i++) free(w->owned[i]);
     free(w->owned);
     free(w->used);
+    free(w->released);
     memset(w, 0, sizeof *w);
 }
 
@@ -348,13 +349,15 @@ static lm_status need_q8(lm_weights *w, const char *name, lm_error *err) {
 
 /* Row r of a float tensor of `cols` columns as float32. */
 static void float_row(const lm_tensor *t, int64_t r, int64_t cols, float *out) {
-    for (int64_t c = 0; c < cols; c++) {
-        int64_t i = r * cols + c;
-        switch (t->dtype) {
-        case LM_DTYPE_BF16: out[c] = lm_bf16_to_f32(((const uint16_t *)t->data)[i]); break;
-        case LM_DTYPE_F16: out[c] = lm_f16_to_f32(((const uint16_t *)t->data)[i]); break;
-        default: out[c] = ((const float *)t->data)[i]; break;
-        }
+    const uint16_t *half = (const uint16_t *)t->data + r * cols;
+    switch (t->dtype) {
+    case LM_DTYPE_BF16:
+        for (int64_t c = 0; c < cols; c++) out[c] = lm_bf16_to_f32(half[c]);
+        return;
+    case LM_DTYPE_F16:
+        for (int64_t c = 0; c < cols; c++) out[c] = lm_f16_to_f32(half[c]);
+        return;
+    default: memcpy(out, (const float *)t->data + r * cols, sizeof(float) * (size_t)cols); return;
     }
 }
 
@@ -472,6 +475,20 @@ static lm_status convert_matrix(lm_weights *w, const lm_tensor *t, const lm_tens
     return LM_OK;
 }
 
+static bool was_released(const lm_weights *w, const lm_tensor *t) {
+    for (size_t i = 0; i < w->n_released; i++)
+        if (w->released[i] == t) return true;
+    return false;
+}
+
+/* After t's data was converted: its memory goes back to the system (the
+ * int8 model then holds about half the bytes of the bf16 one), and t is
+ * never handed out again. */
+static void release_source(lm_weights *w, const lm_tensor *t) {
+    if (push_pointer((void ***)&w->released, &w->n_released, &w->cap_released, (void *)t))
+        lm_big_release(t->data, t->n_bytes);
+}
+
 /* A matrix [rows, cols] (n_dims 2) or a stack [n, rows, cols] (n_dims 3). */
 static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_t n, int64_t rows,
                              int64_t cols, bool linear, lm_matrix *out, lm_error *err) {
@@ -489,17 +506,25 @@ static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_
                     (long long)rows, (long long)cols);
             return err->code;
         }
+        if (was_released(w, t))
+            return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
         const lm_tensor *s = fp8_scales(w, t, name, n_dims, shape, err);
         if (!s) return err->code;
         bool to_q8 = cols % LM_Q8_BLOCK == 0;
         if (to_q8 && need_q8(w, name, err) != LM_OK) return err->code;
-        return convert_matrix(w, t, s, name, n, rows, cols, to_q8, out, err);
+        lm_status st = convert_matrix(w, t, s, name, n, rows, cols, to_q8, out, err);
+        if (st == LM_OK) release_source(w, t);
+        return st;
     }
     t = require_shape(w, name, n_dims, shape, err);
     if (!t) return err->code;
+    if (was_released(w, t))
+        return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
     if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0) {
         if (need_q8(w, name, err) != LM_OK) return err->code;
-        return convert_matrix(w, t, NULL, name, n, rows, cols, true, out, err);
+        lm_status st = convert_matrix(w, t, NULL, name, n, rows, cols, true, out, err);
+        if (st == LM_OK) release_source(w, t);
+        return st;
     }
     lm_buffer *buffer;
     lm_status st = import(w, t->data, t->n_bytes, name, &buffer, err);

@@ -48,6 +48,10 @@ typedef struct {
     size_t n_owned, cap_owned;
     lm_weights_quant quant;
     size_t q8_bytes; /* bytes of the Q8_0 matrices made at load */
+    /* Tensors whose data was converted at load and then handed back to the
+     * system (lm_big_release): never handed out again. */
+    const lm_tensor **released;
+    size_t n_released, cap_released;
 } lm_weights;
 
 void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend *backend);
