@@ -23,16 +23,19 @@ bool lm_q8_quantize_row(const float *x, int64_t cols, uint8_t *out) {
         const float *v = x + b * LM_Q8_BLOCK;
         uint8_t *block = out + b * LM_Q8_BLOCK_BYTES;
         float amax = 0;
-        for (int i = 0; i < LM_Q8_BLOCK; i++) {
-            if (!isfinite(v[i])) return false;
-            amax = fmaxf(amax, fabsf(v[i]));
+        bool finite = true;
+        for (int i = 0; i < LM_Q8_BLOCK; i++) { /* plain compares: fmaxf is a libm call */
+            float a = fabsf(v[i]);
+            finite &= a <= 3.402823466e38f; /* false for inf and NaN */
+            amax = a > amax ? a : amax;
         }
+        if (!finite) return false;
         uint16_t scale_bits = amax > 0 ? bf16_round_up(amax / 127.0f) : 0;
         memcpy(block, &scale_bits, sizeof scale_bits);
         float scale = lm_bf16_to_f32(scale_bits);
         for (int i = 0; i < LM_Q8_BLOCK; i++) {
             float q = scale > 0 ? nearbyintf(v[i] / scale) : 0.0f;
-            q = fminf(fmaxf(q, -127.0f), 127.0f);
+            q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
             block[2 + i] = (uint8_t)(int8_t)q;
         }
     }

@@ -452,12 +452,12 @@ int cmd_bench_main(int argc, char **argv) {
     if (lm_sequence_runner_init(&runner, model, (int)(prompt_tokens + gen_tokens), &err) != LM_OK)
         goto done;
 
-    printf("model: %s, %s weights, %s backend (%s compute), %d threads, loaded in %.1f s\n",
-           model_dir ? model_dir : config_path, model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read")
-                                                          : settings.engine.quantize && strcmp(settings.engine.quantize, "int8") == 0
-                                                                ? "random bf16 made int8"
-                                                                : "random bf16",
-           backend->ops->name, lm_backend_compute(backend), lm_backend_threads(backend), load_s);
+    bool int8 = settings.engine.quantize && strcmp(settings.engine.quantize, "int8") == 0;
+    printf("model: %s, %s%s weights, %s backend (%s compute), %d threads, loaded in %.1f s\n",
+           model_dir ? model_dir : config_path,
+           model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read") : "random bf16",
+           int8 ? " (Linear layers made int8)" : "", backend->ops->name, lm_backend_compute(backend),
+           lm_backend_threads(backend), load_s);
     fflush(stdout);
     double t1 = now_seconds();
     if (lm_sequence_runner_feed(&runner, prompt, (int)prompt_tokens, false, logits, NULL, NULL, &err) != LM_OK)
