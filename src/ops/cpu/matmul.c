@@ -160,11 +160,14 @@ static void matmul_task(void *ctx, int task, int n_tasks) {
     int64_t row_begin = (int64_t)task * job->rows_per_task;
     int64_t row_end = row_begin + job->rows_per_task;
     if (row_end > job->rows) row_end = job->rows;
-    if (job->dtype == LM_DTYPE_Q8_0) { /* matmul_q8.c: whole rows, no column blocks */
+    if (job->dtype == LM_DTYPE_Q8_0) {
+        /* matmul_q8.c: whole rows, no column blocks; tiles of 8 tokens, so
+         * widening a block's int8 weights is shared by more tokens (the
+         * arithmetic of a (row, token) is the same for any tile) */
         for (int64_t p0 = row_begin; p0 < row_end; p0 += job->panel_rows) {
             int64_t p1 = p0 + job->panel_rows < row_end ? p0 + job->panel_rows : row_end;
-            for (int t0 = 0; t0 < job->n; t0 += TILE_MAX_T) {
-                int T = job->n - t0 < TILE_MAX_T ? job->n - t0 : TILE_MAX_T;
+            for (int t0 = 0; t0 < job->n; t0 += 8) {
+                int T = job->n - t0 < 8 ? job->n - t0 : 8;
                 for (int64_t r = p0; r < p1; r++)
                     lm_cpu_q8_rows[T](job->y, job->x, job->w, job->rows, job->cols, r, t0);
             }
