@@ -40,6 +40,9 @@
 #ifndef TASKS_PER_THREAD
 #define TASKS_PER_THREAD 4
 #endif
+/* Tokens per pass over a Q8_0 row: two accumulators per token stay in
+ * registers (32 zmm on AVX-512, 16 ymm on AVX2). */
+#define Q8_TILE_T (LM_VF_WIDTH == 16 ? 8 : 4)
 /* Task and panel row counts are multiples of this (whole cache lines of y). */
 #define TASK_ROW_ALIGN 16
 
@@ -161,13 +164,13 @@ static void matmul_task(void *ctx, int task, int n_tasks) {
     int64_t row_end = row_begin + job->rows_per_task;
     if (row_end > job->rows) row_end = job->rows;
     if (job->dtype == LM_DTYPE_Q8_0) {
-        /* matmul_q8.c: whole rows, no column blocks; tiles of 8 tokens, so
-         * widening a block's int8 weights is shared by more tokens (the
-         * arithmetic of a (row, token) is the same for any tile) */
+        /* matmul_q8.c: whole rows, no column blocks; tiles of Q8_TILE_T
+         * tokens, so widening a block's int8 weights is shared by more
+         * tokens (the arithmetic of a (row, token) is the same for any tile) */
         for (int64_t p0 = row_begin; p0 < row_end; p0 += job->panel_rows) {
             int64_t p1 = p0 + job->panel_rows < row_end ? p0 + job->panel_rows : row_end;
-            for (int t0 = 0; t0 < job->n; t0 += 8) {
-                int T = job->n - t0 < 8 ? job->n - t0 : 8;
+            for (int t0 = 0; t0 < job->n; t0 += Q8_TILE_T) {
+                int T = job->n - t0 < Q8_TILE_T ? job->n - t0 : Q8_TILE_T;
                 for (int64_t r = p0; r < p1; r++)
                     lm_cpu_q8_rows[T](job->y, job->x, job->w, job->rows, job->cols, r, t0);
             }
