@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
     lm_backend *backend = NULL;
     lm_model *model = NULL;
     if (lm_backend_create("cpu", 1, &backend, &err) != LM_OK ||
-        lm_model_open_random(argv[1], argc > 3 ? strtoull(argv[3], NULL, 10) : 1, backend, &model,
+        lm_model_open_random(argv[1], argc > 3 ? strtoull(argv[3], NULL, 10) : 1, false, backend, &model,
                              &err) != LM_OK) {
         fprintf(stderr, "error: %s\n", err.message);
         lm_backend_destroy(backend);

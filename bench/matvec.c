@@ -10,7 +10,8 @@
  * weights are not served from cache (the 32 MB L3 would hold a small one).
  *
  * usage: matvec [threads (default 2)] [prefill tokens (default 64)] [runs (default 9)]
- *               [compute: f32 (default) or bf16 (lm_backend_set_compute)] */
+ *               [compute: f32 (default) or bf16 (lm_backend_set_compute)]
+ *               [weights: bf16 (default) or q8 (Q8_0 blocks, --quantize int8)] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <time.h>
 
 #include "base/bf16.h"
+#include "base/quant.h"
 #include "base/threadpool.h"
 #include "base/simd.h"
 #include "ops/cpu/cpu_backend.h"
@@ -81,8 +83,10 @@ int main(int argc, char **argv) {
     int n_prefill = argc > 2 ? atoi(argv[2]) : 64;
     int runs = argc > 3 ? atoi(argv[3]) : 9;
     const char *compute = argc > 4 ? argv[4] : "f32";
-    if (n_prefill < 1 || n_prefill > 4096 || runs < 1 || runs > 99) {
-        fprintf(stderr, "usage: matvec [threads] [prefill tokens 1..4096] [runs 1..99] [f32|bf16]\n");
+    bool q8 = argc > 5 && strcmp(argv[5], "q8") == 0;
+    lm_dtype dtype = q8 ? LM_DTYPE_Q8_0 : LM_DTYPE_BF16;
+    if (n_prefill < 1 || n_prefill > 4096 || runs < 1 || runs > 99 || (argc > 5 && !q8 && strcmp(argv[5], "bf16") != 0)) {
+        fprintf(stderr, "usage: matvec [threads] [prefill tokens 1..4096] [runs 1..99] [f32|bf16] [bf16|q8]\n");
         return 2;
     }
     lm_error err = {0};
@@ -92,8 +96,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "matvec: %s\n", err.message);
         return 1;
     }
-    printf("matvec: %d threads, bf16 weights, %s compute, decode n=1 and prefill n=%d, %d runs\n",
-           lm_backend_threads(be), lm_backend_compute(be), n_prefill, runs);
+    printf("matvec: %d threads, %s weights, %s compute, decode n=1 and prefill n=%d, %d runs\n",
+           lm_backend_threads(be), q8 ? "Q8_0" : "bf16", lm_backend_compute(be), n_prefill, runs);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     int64_t max_cols = 0, max_rows = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -116,17 +120,24 @@ int main(int argc, char **argv) {
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const shape *sh = &shapes[s];
         int64_t elems = sh->rows * sh->cols;
-        double bytes = (double)elems * 2;
+        size_t matrix_bytes = lm_dtype_row_bytes(dtype, sh->cols) * (size_t)sh->rows;
+        double bytes = (double)matrix_bytes;
         /* enough copies that cycling through them overflows the L3 */
         int copies = (int)(128e6 / bytes) + 1;
         if (copies > 32) copies = 32;
-        uint16_t *w = malloc((size_t)elems * 2 * (size_t)copies);
-        if (!w) return 1;
-        for (int64_t i = 0; i < elems; i++) w[i] = lm_f32_to_bf16(rng_float(&seed) * 0.1f);
-        for (int c = 1; c < copies; c++) memcpy(w + (int64_t)c * elems, w, (size_t)elems * 2);
+        uint8_t *w = malloc(matrix_bytes * (size_t)copies);
+        float *row = malloc(sizeof(float) * (size_t)sh->cols);
+        if (!w || !row) return 1;
+        for (int64_t r = 0; r < sh->rows; r++) {
+            for (int64_t i = 0; i < sh->cols; i++) row[i] = rng_float(&seed) * 0.1f;
+            if (q8) lm_q8_quantize_row(row, sh->cols, w + (size_t)r * lm_dtype_row_bytes(dtype, sh->cols));
+            else
+                for (int64_t i = 0; i < sh->cols; i++) ((uint16_t *)w)[r * sh->cols + i] = lm_f32_to_bf16(row[i]);
+        }
+        free(row);
+        for (int c = 1; c < copies; c++) memcpy(w + (size_t)c * matrix_bytes, w, matrix_bytes);
         lm_buffer *w_buf = NULL;
-        if (lm_import_host(be, w, (size_t)elems * 2 * (size_t)copies, "weights", &w_buf, &err) !=
-            LM_OK)
+        if (lm_import_host(be, w, matrix_bytes * (size_t)copies, "weights", &w_buf, &err) != LM_OK)
             return 1;
         lm_mem w_mem = lm_mem_of(w_buf);
 
@@ -135,20 +146,19 @@ int main(int argc, char **argv) {
             /* the read pass over the same copies, then decode over them */
             double tr = now_seconds();
             for (int c = 0; c < copies; c++) {
-                read_job rj = {.data = (const float *)(w + (int64_t)c * elems),
-                               .n = (long)(elems / 2)};
+                read_job rj = {.data = (const float *)(w + (size_t)c * matrix_bytes),
+                               .n = (long)(matrix_bytes / 4)};
                 lm_pool_run(pool, read_tasks, read_task, &rj);
                 sink += rj.result[0];
             }
             double rt = (now_seconds() - tr) / copies;
             double t0 = now_seconds();
             for (int c = 0; c < copies; c++) {
-                lm_matrix m = {lm_mem_bytes(w_mem, (size_t)(c * elems) * 2), LM_DTYPE_BF16, sh->rows,
-                               sh->cols};
+                lm_matrix m = {lm_mem_bytes(w_mem, (size_t)c * matrix_bytes), dtype, sh->rows, sh->cols};
                 lm_matmul(be, y, x, 1, &m);
             }
             double dt = (now_seconds() - t0) / copies;
-            lm_matrix m = {w_mem, LM_DTYPE_BF16, sh->rows, sh->cols};
+            lm_matrix m = {w_mem, dtype, sh->rows, sh->cols};
             double t1 = now_seconds();
             lm_matmul(be, y, x, n_prefill, &m);
             double pt = now_seconds() - t1;

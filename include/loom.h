@@ -72,6 +72,11 @@ typedef struct {
      * prefill and large batches; 1e-2 to 9e-2 of the logits' std off the
      * references on the fixtures, and not batch-invariant). */
     const char *compute_dtype;
+    /* The weights of the Linear layers: NULL or "none" as the checkpoint
+     * stores them; "int8": made int8 at load (blocks of 32 weights with one
+     * bf16 scale; the decode reads about half the bytes of bf16; backends
+     * cpu and ref).  FP8 checkpoints load as int8 whatever this says. */
+    const char *quantize;
     /* Prefix caching (vLLM's --enable-prefix-caching): a request whose
      * prompt starts with tokens (and images) the engine has run before
      * resumes from their cached KV blocks and recurrent-state snapshot and

@@ -61,6 +61,7 @@ loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens
     o.model_dir = model_dir;
     o.threads = 2;
     o.backend = test_backend_name();
+    if (strcmp(test_quantize_name(), "int8") == 0) o.quantize = "int8";
     o.max_batch_tokens = max_batch_tokens;
     o.kv_block_size = 16;
     o.kv_cache_tokens = kv_tokens;

@@ -17,6 +17,11 @@ const char *test_compute_name(void) {
     return name && *name ? name : "f32";
 }
 
+const char *test_quantize_name(void) {
+    const char *name = getenv("LOOM_TEST_QUANTIZE");
+    return name && *name ? name : "none";
+}
+
 double test_logit_tolerance(void) {
     return strcmp(test_compute_name(), "bf16") == 0 ? 1e-2 : 1e-4;
 }
@@ -25,9 +30,11 @@ bool test_model_open_with(test_model *m, const char *dir, int threads,
                           const lm_model_load_options *options) {
     memset(m, 0, sizeof *m);
     lm_error err = {0};
+    lm_model_load_options o = options ? *options : (lm_model_load_options){0};
+    if (strcmp(test_quantize_name(), "int8") == 0) o.quantize_int8 = true;
     if (lm_backend_create(test_backend_name(), threads, &m->backend, &err) == LM_OK &&
         lm_backend_set_compute(m->backend, test_compute_name(), &err) == LM_OK &&
-        lm_model_open(dir, options, m->backend, &m->model, &err) == LM_OK) {
+        lm_model_open(dir, &o, m->backend, &m->model, &err) == LM_OK) {
         /* The Qwen3.5 tests look inside; other families go through the interface. */
         if (strcmp(lm_model_describe(m->model)->family, lm_qwen35_family.name) == 0) {
             m->qwen = (lm_qwen35_model *)m->model;

@@ -28,6 +28,10 @@ const char *test_backend_name(void);
  * tolerance the fixtures' README gives for it: max |Δ| / std(reference)
  * within 1e-4 for float32 arithmetic, 1e-2 for bf16. */
 const char *test_compute_name(void);
+/* $LOOM_TEST_QUANTIZE: "int8" loads every test model with int8 Linear
+ * layers (--quantize int8; tests/run.sh reruns the batch-invariance tests
+ * so), default "none". */
+const char *test_quantize_name(void);
 double test_logit_tolerance(void);
 
 /* Loads dir's checkpoint (options NULL: the defaults) on a new backend

@@ -61,7 +61,7 @@ for flag in ("--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-par
     check(f"{flag} has a one-line note", len(line) == 1 and len(line[0]) > len(flag) + 20, r.stderr)
 for args, names in ((["--dtype", "float16"], "bfloat16"), (["--tensor-parallel-size", "2"], "--device"),
                     (["-ngl", "99"], "--device"), (["-hf", "Qwen/Qwen3.5-0.8B"], "--model"),
-                    (["--n-predict", "8"], "--max-tokens")):
+                    (["--n-predict", "8"], "--max-tokens"), (["--quantization", "fp8"], "--quantize int8")):
     r = run("serve", tiny, *args)
     check(f"{args[0]} refused naming {names}", r.returncode == 2 and names in r.stderr, r.stderr)
 
@@ -81,6 +81,16 @@ r = run("run", tiny, "--device", "ref", "--compute-dtype", "bf16", *IDS)
 check("bf16 compute on the ref backend refused with a sentence", r.returncode != 0 and "float32 only" in r.stderr, r.stderr)
 r = run("run", tiny, "--compute-dtype", "fp8", *IDS)
 check("--compute-dtype fp8 is a usage error", r.returncode == 2 and "f32 or bf16" in r.stderr, r.stderr)
+# --quantize int8 on every model-loading command; the ref backend gives the cpu's tokens here
+for cmd in ("run", "bench", "logits", "inspect"):
+    extra = {"run": IDS, "bench": ["--prompt-tokens", "8", "--gen-tokens", "2"],
+             "logits": ["--ids", "1,2,3", "--out", "/dev/null"], "inspect": []}[cmd]
+    r = run(cmd, tiny, "--quantize", "int8", *extra)
+    check(f"{cmd}: --quantize int8 accepted", r.returncode == 0, r.stderr)
+r = run("bench", tiny, "--quantize", "int8", "--prompt-tokens", "8", "--gen-tokens", "2")
+check("bench says the weights were made int8", "made int8" in r.stdout, r.stdout)
+r = run("run", tiny, "--quantize", "int4", *IDS)
+check("--quantize int4 is a usage error", r.returncode == 2 and "int8 or none" in r.stderr, r.stderr)
 r = run("run", tiny, "--prefix-snapshot-bytes", "12X", *IDS)
 check("--prefix-snapshot-bytes 12X is a usage error", r.returncode == 2 and "512M" in r.stderr, r.stderr)
 

@@ -37,7 +37,7 @@ run_suite() { # $1 = label, rest = command
     passed=$((passed + p)); failed=$((failed + f))
 }
 
-model_tests="test_qwen35_golden test_qwen35_shapes test_qwen35_moe test_glm4v test_vision test_image_prompt test_engine_images test_expert_layouts test_mtp test_engine test_speculative test_prefix_cache test_default_model"
+model_tests="test_qwen35_golden test_qwen35_shapes test_qwen35_moe test_glm4v test_vision test_image_prompt test_engine_images test_expert_layouts test_mtp test_engine test_speculative test_prefix_cache test_default_model test_quantized"
 trees=("$build")
 [ "${LOOM_SKIP_ASAN:-0}" != 1 ] && trees+=("$build/asan")
 for tree in "${trees[@]}"; do
@@ -59,6 +59,13 @@ if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
 else
     echo "bf16/*: skipped (this CPU has no avx512_bf16, so the cpu backend computes in f32 only)"
 fi
+# int8 weights (--quantize int8): the batch-invariance tests again, every
+# test model made int8 at load (test_quantized checks the logits' quality).
+int8_tests="test_engine test_speculative test_prefix_cache test_engine_images"
+for name in $int8_tests; do
+    t="$build/tests/$name"
+    [ -x "$t" ] && run_suite "int8/$name" env LOOM_TEST_QUANTIZE=int8 "$t"
+done
 for t in "$root"/tests/test_*.sh; do
     [ -f "$t" ] && run_suite "$(basename "$t")" bash "$t"
 done

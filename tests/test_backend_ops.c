@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "base/quant.h"
 #include "harness.h"
 #include "ops/backend_kinds.h"
 #include "ops/cpu/cpu_features.h"
@@ -280,7 +281,7 @@ static lm_matrix import_matrix(arena *a, const void *data, lm_dtype dtype, int64
                                int64_t cols) {
     lm_error err = {0};
     lm_buffer *b = NULL;
-    size_t bytes = (size_t)(rows * cols) * (dtype == LM_DTYPE_F32 ? 4 : 2);
+    size_t bytes = lm_dtype_row_bytes(dtype, cols) * (size_t)rows;
     if (!a->ok || a->n == ARENA_BUFS ||
         lm_import_host(a->be, data, bytes, "weights", &b, &err) != LM_OK)
         a->ok = false;
@@ -355,6 +356,33 @@ static void *random_weights(rng *r, lm_dtype dtype, size_t n, float *values) {
 }
 
 static const lm_dtype weight_dtypes[] = {LM_DTYPE_BF16, LM_DTYPE_F32, LM_DTYPE_F16};
+
+/* Q8_0 weights [rows, cols] (cols a multiple of LM_Q8_BLOCK) quantized from
+ * random floats with a few rows of wider range (so the blocks' scales
+ * differ), and their dequantized values s·q (exact in float32: 8 + 8
+ * significant bits) into `values`, the float64 oracle's weights. */
+static void *random_q8(rng *r, int64_t rows, int64_t cols, float *values) {
+    size_t row_bytes = lm_dtype_row_bytes(LM_DTYPE_Q8_0, cols);
+    uint8_t *w = malloc(row_bytes * (size_t)(rows ? rows : 1));
+    float *row = malloc(sizeof(float) * (size_t)(cols ? cols : 1));
+    if (!w || !row) {
+        free(w);
+        free(row);
+        return NULL;
+    }
+    for (int64_t o = 0; o < rows; o++) {
+        for (int64_t i = 0; i < cols; i++) row[i] = rng_float(r) * (o % 5 == 0 ? 4.0f : 0.5f);
+        if (o % 7 == 3 && cols > 0) memset(row, 0, sizeof(float) * (size_t)(cols < 32 ? cols : 32)); /* a zero block */
+        if (!lm_q8_quantize_row(row, cols, w + (size_t)o * row_bytes)) {
+            free(w);
+            free(row);
+            return NULL;
+        }
+        for (int64_t i = 0; i < cols; i++) values[o * cols + i] = lm_q8_weight_at(w + (size_t)o * row_bytes, i);
+    }
+    free(row);
+    return w;
+}
 
 /* ------------------------------------------------------------ memory ops */
 
@@ -499,7 +527,7 @@ static void check_matmul(const backends *bs, verdict *v, rng *r, lm_dtype dtype,
                          int64_t rows, int64_t cols) {
     size_t nw = (size_t)(rows * cols), ny = (size_t)n * (size_t)rows;
     float *wv = malloc(sizeof(float) * (nw ? nw : 1));
-    void *w = wv ? random_weights(r, dtype, nw, wv) : NULL;
+    void *w = !wv ? NULL : dtype == LM_DTYPE_Q8_0 ? random_q8(r, rows, cols, wv) : random_weights(r, dtype, nw, wv);
     float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
     double *want = doubles(ny);
     if (!wv || !w || !x || !want) {
@@ -515,6 +543,7 @@ static void check_matmul(const backends *bs, verdict *v, rng *r, lm_dtype dtype,
         }
     same_bits same = {0};
     for (int b = 0; b < bs->n && !v->failed; b++) {
+        if (!lm_backend_supports_weights(bs->be[b], dtype)) continue; /* refused at load */
         arena a = arena_on(bs->be[b]);
         lm_matrix m = import_matrix(&a, w, dtype, rows, cols);
         lm_mem y = poisoned(&a, ny);
@@ -570,6 +599,66 @@ static void test_matmul(void) {
     for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, LM_DTYPE_BF16, n, 53, 1100);
     check_matmul(&bs, &v, &r, LM_DTYPE_F32, 17, 300, 1537);
     check_matmul(&bs, &v, &r, LM_DTYPE_F16, 7, 100, 600);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* Q8_0 weights (--quantize int8, FP8 checkpoints) against the float64
+ * oracle on the dequantized weights, on every backend that takes them;
+ * each token's row bit for bit what it is alone (batch invariance), on
+ * each backend; the cpu and ref backends must take them. */
+static void check_q8_batch_invariance(const backends *bs, verdict *v, rng *r, int n, int64_t rows,
+                                      int64_t cols) {
+    float *wv = malloc(sizeof(float) * (size_t)(rows * cols));
+    void *w = wv ? random_q8(r, rows, cols, wv) : NULL;
+    float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
+    for (int b = 0; b < bs->n && w && x && !v->failed; b++) {
+        if (!lm_backend_supports_weights(bs->be[b], LM_DTYPE_Q8_0)) continue;
+        arena a = arena_on(bs->be[b]);
+        lm_matrix m = import_matrix(&a, w, LM_DTYPE_Q8_0, rows, cols);
+        lm_mem xm = up_f32(&a, x, (size_t)n * (size_t)cols), y = poisoned(&a, (size_t)n * rows);
+        lm_mem alone = poisoned(&a, (size_t)rows);
+        lm_matmul(a.be, y, xm, n, &m);
+        float *all = down_f32(&a, y, (size_t)n * rows);
+        for (int t = 0; t < n && all && !v->failed; t++) {
+            lm_matmul(a.be, alone, lm_mem_f32(xm, (size_t)t * (size_t)cols), 1, &m);
+            float *one = down_f32(&a, alone, (size_t)rows);
+            if (!one || memcmp(one, all + (size_t)t * rows, sizeof(float) * (size_t)rows) != 0)
+                fail(v, "Q8_0 matmul on %s: token %d of %d differs from the same token alone (%lldx%lld)",
+                     bs->label[b], t, n, (long long)rows, (long long)cols);
+            free(one);
+        }
+        if (!all) fail(v, "%s: backend memory failed", bs->label[b]);
+        free(all);
+        arena_free(&a);
+    }
+    if (!w || !x) fail(v, "out of memory");
+    free(wv);
+    free(w);
+    free(x);
+}
+
+static void test_matmul_q8(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, matmul);
+    verdict v = {0};
+    rng r = {0x5eed8ull};
+    for (int i = 0; i < bs.n; i++)
+        if (strcmp(bs.family[i], "cuda") != 0)
+            CHECK_MSG(lm_backend_supports_weights(bs.be[i], LM_DTYPE_Q8_0), "%s takes no Q8_0 weights",
+                      bs.label[i]);
+    static const int ns[] = {1, 3, 9, 130};
+    static const int64_t shapes[][2] = {{1, 32}, {13, 64}, {70, 1024}, {33, 96}};
+    for (size_t i = 0; i < 4; i++)
+        for (size_t j = 0; j < 4; j++) check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, ns[i], shapes[j][0], shapes[j][1]);
+    /* released widths, rows past one task, every token-tile remainder */
+    static const int64_t released[][2] = {{96, 1024}, {64, 2048}, {48, 4096}, {64, 3584}, {16, 17408}};
+    for (size_t j = 0; j < 5; j++) check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, 1 + (int)j % 4, released[j][0], released[j][1]);
+    check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, 1, 1000, 1024);
+    for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, n, 53, 1088);
+    check_q8_batch_invariance(&bs, &v, &r, 13, 70, 1024);
+    check_q8_batch_invariance(&bs, &v, &r, 6, 257, 96);
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -807,25 +896,30 @@ static void test_embed(void) {
     rng r = {99};
     static const int64_t dims[] = {1, 17, 64, 1000, 4096};
     int32_t ids[6] = {0, 36, 5, 5, 20, 0}; /* repeats and both ends */
-    for (size_t d = 0; d < 3; d++)
+    /* the three float dtypes, then Q8_0 (a tied lm_head quantized by
+     * --quantize int8 is also the embedding table): the rows s·q exactly */
+    for (size_t d = 0; d < 4; d++)
         for (size_t k = 0; k < 5; k++) {
-            int64_t vocab = 37, dim = dims[k];
+            lm_dtype dtype = d < 3 ? weight_dtypes[d] : LM_DTYPE_Q8_0;
+            int64_t vocab = 37, dim = d < 3 ? dims[k] : 32 * (dims[k] / 16 + 1);
             size_t n_out = 6 * (size_t)dim;
             float *values = malloc(sizeof(float) * (size_t)(vocab * dim));
-            void *table = values ? random_weights(&r, weight_dtypes[d], (size_t)(vocab * dim), values)
-                                 : NULL;
+            void *table = !values       ? NULL
+                          : d < 3       ? random_weights(&r, dtype, (size_t)(vocab * dim), values)
+                                        : random_q8(&r, vocab, dim, values);
             float *want = malloc(sizeof(float) * n_out);
             CHECK(values && table && want);
             for (int t = 0; t < 6; t++)
                 memcpy(want + t * dim, values + ids[t] * dim, sizeof(float) * (size_t)dim);
             for (int b = 0; b < bs.n; b++) {
+                if (!lm_backend_supports_weights(bs.be[b], dtype)) continue;
                 arena a = arena_on(bs.be[b]);
-                lm_matrix m = import_matrix(&a, table, weight_dtypes[d], vocab, dim);
+                lm_matrix m = import_matrix(&a, table, dtype, vocab, dim);
                 lm_mem out = poisoned(&a, n_out);
                 lm_embed(a.be, out, up_i32(&a, ids, 6), 6, &m);
                 float *got = down_f32(&a, out, n_out);
                 if (!got || memcmp(got, want, sizeof(float) * n_out) != 0)
-                    fail(&v, "embed %s dim=%lld on %s differs", lm_dtype_name(weight_dtypes[d]),
+                    fail(&v, "embed %s dim=%lld on %s differs", lm_dtype_name(dtype),
                          (long long)dim, bs.label[b]);
                 free(got);
                 arena_free(&a);
@@ -2955,6 +3049,7 @@ int main(void) {
     RUN_TEST(test_backend_create_by_name);
     RUN_TEST(test_memory_ops);
     RUN_TEST(test_matmul);
+    RUN_TEST(test_matmul_q8);
     RUN_TEST(test_matmul_bf16_compute);
     RUN_TEST(test_matmul_zero_cols);
     RUN_TEST(test_matmul_group);

@@ -283,7 +283,10 @@ static void test_engine_greedy_matches_fixture(void) {
         const int32_t *w = want->data;
         CHECK_MSG(c.reason == LOOM_FINISH_LENGTH && c.n_tokens == 12, "%s: reason %d, %d tokens, error '%s'",
                   names[i], c.reason, c.n_tokens, c.error_message);
-        for (int t = 0; t < 12; t++) {
+        /* int8 weights (LOOM_TEST_QUANTIZE=int8) move the logits by more than
+         * the margin rule's 1e-3 (test_quantized checks them against the
+         * fixtures at their own tolerance): the tokens are not compared. */
+        for (int t = 0; t < 12 && strcmp(test_quantize_name(), "int8") != 0; t++) {
             if (c.tokens[t] != w[t]) {
                 CHECK_MSG(margin[t] < 1e-3f, "%s greedy token %d differs (margin %g)", names[i], t, margin[t]);
                 break;

@@ -315,6 +315,7 @@ static void test_refusals(void *arg) {
     o.model_dir = f->dir;
     o.threads = 2;
     o.backend = test_backend_name();
+    if (strcmp(test_quantize_name(), "int8") == 0) o.quantize = "int8";
     o.max_image_pixels = -1;
     CHECK(loom_engine_create(&o, &e, error, sizeof error) == LOOM_OK);
     CHECK(loom_engine_image_marker(e) == NULL);

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
@@ -14,4 +15,11 @@ void *lm_big_alloc(size_t bytes) {
     /* Only a hint: without THP the pages stay small and all still works. */
     if (p && align == HUGE_PAGE) (void)madvise(p, rounded, MADV_HUGEPAGE);
     return p;
+}
+
+void lm_big_release(const void *p, size_t bytes) {
+    long page_size = sysconf(_SC_PAGESIZE);
+    uintptr_t page = page_size > 0 ? (uintptr_t)page_size : 4096;
+    uintptr_t begin = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + bytes) / page * page;
+    if (end > begin) (void)madvise((void *)begin, end - begin, MADV_DONTNEED);
 }

@@ -8,5 +8,11 @@
 #include <stddef.h>
 
 void *lm_big_alloc(size_t bytes);
+/* Hands the whole pages inside [p, p + bytes) back to the system
+ * (madvise MADV_DONTNEED): for data converted at load whose original is not
+ * read again.  Afterwards those pages read as zeros (private anonymous or
+ * malloc'd memory) or as the file's bytes again (a private file mapping).
+ * Only a hint: nothing fails when it does not happen. */
+void lm_big_release(const void *p, size_t bytes);
 
 #endif

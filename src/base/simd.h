@@ -6,6 +6,7 @@
  *   lm_vf_load*      full vector; *_part loads `count` (< width) elements
  *                    and zeroes the rest, never touching memory past them
  *   lm_vf_load_bf16 / _f16   widen 16-bit floats exactly to float32
+ *   lm_vf_load_i8    widen signed bytes exactly to float32
  *   lm_vf_fma(a,b,c) a*b + c
  *   lm_vf_reduce_*   horizontal add / max, in a fixed order (deterministic)
  *   lm_vf_exp        e^x within ~2 ulp of expf (Cephes polynomial); exact 0
@@ -79,6 +80,10 @@ static inline lm_vf lm_vf_load_f16(const uint16_t *p) {
 }
 static inline lm_vf lm_vf_load_f16_part(const uint16_t *p, int count) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm_vf_mask(count), p));
+}
+/* LM_VF_WIDTH signed bytes, exactly, as floats. */
+static inline lm_vf lm_vf_load_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
 static inline lm_vf lm_vf_add(lm_vf a, lm_vf b) { return _mm512_add_ps(a, b); }
 static inline lm_vf lm_vf_sub(lm_vf a, lm_vf b) { return _mm512_sub_ps(a, b); }
@@ -155,6 +160,9 @@ static inline lm_vf lm_vf_load_f16_part(const uint16_t *p, int count) {
     uint16_t tmp[8] = {0};
     memcpy(tmp, p, sizeof(uint16_t) * (size_t)count);
     return lm_vf_load_f16(tmp);
+}
+static inline lm_vf lm_vf_load_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 static inline lm_vf lm_vf_add(lm_vf a, lm_vf b) { return _mm256_add_ps(a, b); }
 static inline lm_vf lm_vf_sub(lm_vf a, lm_vf b) { return _mm256_sub_ps(a, b); }
@@ -244,6 +252,11 @@ static inline lm_vf lm_vf_load_f16_part(const uint16_t *p, int count) {
     return r;
 }
 static inline lm_vf lm_vf_load_f16(const uint16_t *p) { return lm_vf_load_f16_part(p, 8); }
+static inline lm_vf lm_vf_load_i8(const int8_t *p) {
+    lm_vf r;
+    for (int i = 0; i < 8; i++) r.v[i] = (float)p[i];
+    return r;
+}
 #define LM_VF_GENERIC_BINARY(name, expr)                                                           \
     static inline lm_vf name(lm_vf a, lm_vf b) {                                                   \
         lm_vf r;                                                                                   \

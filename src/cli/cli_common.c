@@ -59,7 +59,8 @@ lm_status lm_cli_open_model(const lm_cli_model_spec *spec, lm_backend **backend,
     if (st == LM_OK && spec->compute) st = lm_backend_set_compute(*backend, spec->compute, err);
     if (st == LM_OK)
         st = spec->dir ? lm_model_open(spec->dir, &spec->load, *backend, model, err)
-                       : lm_model_open_random(spec->random_config, spec->seed, *backend, model, err);
+                       : lm_model_open_random(spec->random_config, spec->seed, spec->load.quantize_int8, *backend,
+                                              model, err);
     if (st != LM_OK) {
         lm_backend_destroy(*backend);
         *backend = NULL;

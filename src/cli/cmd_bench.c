@@ -511,7 +511,9 @@ int cmd_bench_main(int argc, char **argv) {
     double t0 = now_seconds();
     lm_cli_model_spec spec = {.dir = model_dir, .random_config = config_path, .seed = (uint64_t)seed,
                               .backend = backend_name, .compute = settings.engine.compute_dtype,
-                              .threads = (int)threads, .load = {.mode = mode}};
+                              .threads = (int)threads,
+                              .load = {.mode = mode, .quantize_int8 = settings.engine.quantize &&
+                                                                      strcmp(settings.engine.quantize, "int8") == 0}};
     lm_status st = lm_cli_open_model(&spec, &backend, &model, &err);
     if (st != LM_OK) {
         fprintf(stderr, "loom bench: %s\n", err.message);
@@ -544,10 +546,12 @@ int cmd_bench_main(int argc, char **argv) {
     if (lm_sequence_runner_init(&runner, model, (int)(prompt_tokens + gen_tokens), &err) != LM_OK)
         goto done;
 
-    printf("model: %s, %s weights, %s backend (%s compute), %d threads, loaded in %.1f s\n",
-           model_dir ? model_dir : config_path, model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read")
-                                                          : "random bf16",
-           backend->ops->name, lm_backend_compute(backend), lm_backend_threads(backend), load_s);
+    bool int8 = settings.engine.quantize && strcmp(settings.engine.quantize, "int8") == 0;
+    printf("model: %s, %s%s weights, %s backend (%s compute), %d threads, loaded in %.1f s\n",
+           model_dir ? model_dir : config_path,
+           model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read") : "random bf16",
+           int8 ? " (Linear layers made int8)" : "", backend->ops->name, lm_backend_compute(backend),
+           lm_backend_threads(backend), load_s);
     fflush(stdout);
     double t1 = now_seconds();
     if (lm_sequence_runner_feed(&runner, prompt, (int)prompt_tokens, false, logits, NULL, NULL, &err) != LM_OK)

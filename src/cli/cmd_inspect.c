@@ -24,7 +24,9 @@ int cmd_inspect_main(int argc, char **argv) {
     int parsed = lm_cli_parse(&cli, argc, argv);
     if (parsed >= 0) return parsed;
     lm_cli_model_spec spec = {.load = {.mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
-                                       .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms},
+                                       .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms,
+                                       .quantize_int8 = settings.engine.quantize &&
+                                                        strcmp(settings.engine.quantize, "int8") == 0},
                               .backend = settings.engine.backend,
                               .threads = 1};
     lm_error err = {0};

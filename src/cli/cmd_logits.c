@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
@@ -83,7 +84,9 @@ int cmd_logits_main(int argc, char **argv) {
     if (!!ids_text + !!text != 1) return lm_cli_usage_error("logits", "give one of --ids or --prompt");
     if (!out_path) return lm_cli_usage_error("logits", "--out FILE is required");
     lm_cli_model_spec spec = {.load = {.mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
-                                       .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms},
+                                       .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms,
+                                       .quantize_int8 = settings.engine.quantize &&
+                                                        strcmp(settings.engine.quantize, "int8") == 0},
                               .backend = settings.engine.backend};
     char model_buf[4096];
     const char *model_dir = NULL;

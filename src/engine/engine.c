@@ -737,10 +737,14 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     if (st == LM_OK && o.compute_dtype) st = lm_backend_set_compute(e->backend, o.compute_dtype, &err);
     if (st == LM_OK) {
         /* loom_mtp_norms and lm_mtp_norms list the conventions in the same order. */
+        bool int8 = o.quantize && strcmp(o.quantize, "int8") == 0;
         lm_model_load_options load = {.mode = o.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
-                                      .mtp_norms = (lm_mtp_norms)o.mtp_norms};
-        if (o.random_weights)
-            st = o.config_path ? lm_model_open_random(o.config_path, o.random_seed, e->backend, &e->model, &err)
+                                      .mtp_norms = (lm_mtp_norms)o.mtp_norms,
+                                      .quantize_int8 = int8};
+        if (o.quantize && !int8 && strcmp(o.quantize, "none") != 0)
+            st = lm_fail(&err, LM_ERR_INVALID, "unknown weight quantization '%.40s' (none or int8)", o.quantize);
+        else if (o.random_weights)
+            st = o.config_path ? lm_model_open_random(o.config_path, o.random_seed, int8, e->backend, &e->model, &err)
                                : lm_fail(&err, LM_ERR_INVALID, "random weights need a config path");
         else
             st = o.model_dir ? lm_model_open(o.model_dir, &load, e->backend, &e->model, &err)

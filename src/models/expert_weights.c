@@ -13,11 +13,11 @@ lm_status lm_swiglu_load(lm_weights *w, const char *prefix, int64_t width, int64
                          lm_swiglu *out, lm_error *err) {
     char name[320];
     snprintf(name, sizeof name, "%sgate_proj.weight", prefix);
-    TRY(lm_weights_matrix(w, name, width, H, &out->gate_proj, err));
+    TRY(lm_weights_linear(w, name, width, H, &out->gate_proj, err));
     snprintf(name, sizeof name, "%sup_proj.weight", prefix);
-    TRY(lm_weights_matrix(w, name, width, H, &out->up_proj, err));
+    TRY(lm_weights_linear(w, name, width, H, &out->up_proj, err));
     snprintf(name, sizeof name, "%sdown_proj.weight", prefix);
-    return lm_weights_matrix(w, name, H, width, &out->down_proj, err);
+    return lm_weights_linear(w, name, H, width, &out->down_proj, err);
 }
 
 lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int E, int I, int H,
@@ -32,9 +32,9 @@ lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int E, i
     out->fused = lm_weights_has(w, name);
     if (out->fused) {
         lm_matrix gate_up, downs;
-        TRY(lm_weights_stacked(w, name, E, 2 * (int64_t)I, H, &gate_up, err));
+        TRY(lm_weights_linear_stacked(w, name, E, 2 * (int64_t)I, H, &gate_up, err));
         snprintf(name, sizeof name, "%sexperts.down_proj", mlp_prefix);
-        TRY(lm_weights_stacked(w, name, E, H, I, &downs, err));
+        TRY(lm_weights_linear_stacked(w, name, E, H, I, &downs, err));
         for (int e = 0; e < E; e++) {
             gate[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e, I);
             up[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e + I, I);
@@ -59,7 +59,7 @@ void lm_expert_weights_free(lm_expert_weights *e) {
 }
 
 double lm_matrix_bytes(const lm_matrix *m) {
-    return (double)m->rows * (double)m->cols * (double)lm_dtype_size(m->dtype);
+    return (double)m->rows * (double)lm_dtype_row_bytes(m->dtype, m->cols);
 }
 
 double lm_swiglu_bytes(const lm_swiglu *s) {

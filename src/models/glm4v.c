@@ -30,13 +30,13 @@ static lm_status load_attention(lm_glm4v_model *m, const char *lp, lm_glm4v_atte
     int64_t kv = (int64_t)c->num_key_value_heads * c->head_dim;
     char name[320];
     snprintf(name, sizeof name, "%sself_attn.q_proj.weight", lp);
-    TRY(lm_weights_matrix(w, name, q, H, &a->q_proj, err));
+    TRY(lm_weights_linear(w, name, q, H, &a->q_proj, err));
     snprintf(name, sizeof name, "%sself_attn.k_proj.weight", lp);
-    TRY(lm_weights_matrix(w, name, kv, H, &a->k_proj, err));
+    TRY(lm_weights_linear(w, name, kv, H, &a->k_proj, err));
     snprintf(name, sizeof name, "%sself_attn.v_proj.weight", lp);
-    TRY(lm_weights_matrix(w, name, kv, H, &a->v_proj, err));
+    TRY(lm_weights_linear(w, name, kv, H, &a->v_proj, err));
     snprintf(name, sizeof name, "%sself_attn.o_proj.weight", lp);
-    TRY(lm_weights_matrix(w, name, H, q, &a->o_proj, err));
+    TRY(lm_weights_linear(w, name, H, q, &a->o_proj, err));
     if (!c->attention_bias) return LM_OK;
     snprintf(name, sizeof name, "%sself_attn.q_proj.bias", lp);
     TRY(lm_weights_vector(w, name, q, 0, false, &a->q_bias, err));
@@ -55,11 +55,11 @@ static lm_status load_dense_mlp(lm_glm4v_model *m, const char *lp, lm_swiglu *ml
     snprintf(name, sizeof name, "%smlp.gate_up_proj.weight", lp);
     if (!m->weights.random && lm_weights_has(&m->weights, name)) {
         lm_matrix gate_up;
-        TRY(lm_weights_matrix(&m->weights, name, 2 * I, H, &gate_up, err));
+        TRY(lm_weights_linear(&m->weights, name, 2 * I, H, &gate_up, err));
         mlp->gate_proj = lm_matrix_rows(&gate_up, 0, I);
         mlp->up_proj = lm_matrix_rows(&gate_up, I, I);
         snprintf(name, sizeof name, "%smlp.down_proj.weight", lp);
-        return lm_weights_matrix(&m->weights, name, H, I, &mlp->down_proj, err);
+        return lm_weights_linear(&m->weights, name, H, I, &mlp->down_proj, err);
     }
     snprintf(name, sizeof name, "%smlp.", lp);
     return lm_swiglu_load(&m->weights, name, I, H, mlp, err);
@@ -195,12 +195,14 @@ static lm_status load_model(lm_glm4v_model *m, lm_error *err) {
                              : "model.";
     char name[256];
     snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
-    TRY(lm_weights_matrix(&m->weights, name, c->vocab_size, c->hidden_size, &m->embed_tokens, err));
+    /* As in Qwen3.5: the embedding stays as stored unless it is the tied lm_head. */
     m->lm_head_tied = !lm_weights_has(&m->weights, "lm_head.weight");
+    TRY((m->lm_head_tied ? lm_weights_linear : lm_weights_matrix)(&m->weights, name, c->vocab_size,
+                                                                  c->hidden_size, &m->embed_tokens, err));
     if (m->lm_head_tied)
         m->lm_head = m->embed_tokens;
     else
-        TRY(lm_weights_matrix(&m->weights, "lm_head.weight", c->vocab_size, c->hidden_size,
+        TRY(lm_weights_linear(&m->weights, "lm_head.weight", c->vocab_size, c->hidden_size,
                               &m->lm_head, err));
     snprintf(name, sizeof name, "%snorm.weight", prefix);
     TRY(lm_weights_vector(&m->weights, name, c->hidden_size, 0, false, &m->final_norm, err));
@@ -235,6 +237,10 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
     else
         lm_weights_init_random(&m->weights, options->random_seed, !config.tie_word_embeddings,
                                backend);
+    const lm_weights_quant quant = {.int8_linear = options->quantize_int8,
+                                    .fp8_block_rows = options->fp8_block_rows,
+                                    .fp8_block_cols = options->fp8_block_cols};
+    lm_weights_set_quant(&m->weights, &quant);
     /* GLM-4.6V rotates halves, GLM-4.6V-Flash interleaved pairs (§E.2.2, §E.6);
      * both split the frequencies into contiguous T/H/W sections. */
     m->sandwich_norms = !config.is_moe;
@@ -249,7 +255,7 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
     /* The vision tower: config.json's vision_config and the checkpoint's
      * model.visual.* (made up with random weights). */
     if (st == LM_OK && config.has_vision_config && (checkpoint || options->random_weights))
-        st = lm_glm4v_vision_load(checkpoint, options->random_seed, backend, &m->config.vision,
+        st = lm_glm4v_vision_load(checkpoint, options->random_seed, &quant, backend, &m->config.vision,
                                   config.hidden_size, &m->vision, err);
     if (st != LM_OK) {
         glm4v_free(m);

@@ -88,6 +88,12 @@ typedef struct {
      * (benchmarks): the folder then needs only config.json. */
     bool random_weights;
     uint64_t random_seed;
+    /* Linear layers' weights made int8 (Q8_0 blocks) at load (--quantize
+     * int8; models/weights.h says which matrices). */
+    bool quantize_int8;
+    /* Set by lm_model_open from config.json's quantization_config: the
+     * block shape of an FP8 checkpoint's weight_scale_inv (0: none). */
+    int fp8_block_rows, fp8_block_cols;
 } lm_model_load_options;
 
 /* Sizes a context is made for. */

@@ -20,7 +20,7 @@ static lm_status matrix_at(lm_weights *w, const char *prefix, int layer, const c
                            int64_t rows, int64_t cols, lm_matrix *out, lm_error *err) {
     char full[256];
     snprintf(full, sizeof full, "%slayers.%d.%s", prefix, layer, name);
-    return lm_weights_matrix(w, full, rows, cols, out, err);
+    return lm_weights_linear(w, full, rows, cols, out, err);
 }
 
 static lm_status host_vector_at(lm_weights *w, const char *prefix, int layer, const char *name,
@@ -248,6 +248,12 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     else
         lm_weights_init_random(&m->weights, options ? options->random_seed : 0,
                                !config->tie_word_embeddings, backend);
+    lm_weights_quant quant = {0};
+    if (options)
+        quant = (lm_weights_quant){.int8_linear = options->quantize_int8,
+                                   .fp8_block_rows = options->fp8_block_rows,
+                                   .fp8_block_cols = options->fp8_block_cols};
+    lm_weights_set_quant(&m->weights, &quant);
     m->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
     m->value_dim = c->linear_num_value_heads * c->linear_value_head_dim;
     m->conv_dim = 2 * m->key_dim + m->value_dim;
@@ -272,15 +278,20 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
                              : "model.";
     char name[256];
     snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
-    lm_status st =
-        lm_weights_matrix(&m->weights, name, c->vocab_size, c->hidden_size, &m->embed_tokens, err);
+    /* The embedding table stays as stored (a step reads a few of its rows),
+     * unless it is also the (tied) lm_head, which every decode step reads
+     * whole: then it is quantized like the other Linear layers, and the
+     * embedding rows are read from the int8 table. */
+    bool tied = !lm_weights_has(&m->weights, "lm_head.weight");
+    lm_status st = (tied ? lm_weights_linear : lm_weights_matrix)(&m->weights, name, c->vocab_size,
+                                                                  c->hidden_size, &m->embed_tokens, err);
     if (st == LM_OK) {
         /* Tie rule: use lm_head.weight when present, else the embedding. */
-        m->lm_head_tied = !lm_weights_has(&m->weights, "lm_head.weight");
+        m->lm_head_tied = tied;
         if (m->lm_head_tied)
             m->lm_head = m->embed_tokens;
         else
-            st = lm_weights_matrix(&m->weights, "lm_head.weight", c->vocab_size, c->hidden_size,
+            st = lm_weights_linear(&m->weights, "lm_head.weight", c->vocab_size, c->hidden_size,
                                    &m->lm_head, err);
     }
     if (st == LM_OK) {
@@ -304,7 +315,7 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     /* The vision tower: config.json's vision_config and the checkpoint's
      * model.visual.* (made up with random weights). */
     if (st == LM_OK && c->has_vision_config && (checkpoint || (options && options->random_weights)))
-        st = lm_qwen35_vision_load(checkpoint, options ? options->random_seed : 0, backend, &c->vision,
+        st = lm_qwen35_vision_load(checkpoint, options ? options->random_seed : 0, &quant, backend, &c->vision,
                                    c->hidden_size, &m->vision, err);
     if (st != LM_OK) {
         qwen35_free(m);

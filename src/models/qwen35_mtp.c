@@ -54,7 +54,7 @@ static lm_status load_tensors(lm_qwen35_model *m, lm_qwen35_mtp *mtp, lm_mtp_nor
     char name[128];
     snprintf(name, sizeof name, "%sfc.weight", mtp->prefix);
     float *top[3];
-    lm_status st = lm_weights_matrix(&m->weights, name, H, 2 * (int64_t)H, &mtp->fc, err);
+    lm_status st = lm_weights_linear(&m->weights, name, H, 2 * (int64_t)H, &mtp->fc, err);
     if (st == LM_OK) st = load_vector(m, mtp->prefix, "pre_fc_norm_embedding.weight", &top[0], err);
     if (st == LM_OK) st = load_vector(m, mtp->prefix, "pre_fc_norm_hidden.weight", &top[1], err);
     if (st == LM_OK) st = load_vector(m, mtp->prefix, "norm.weight", &top[2], err);

@@ -45,6 +45,7 @@ typedef struct lm_qwen35_vision {
 /* checkpoint NULL: random weights of cfg's shape (benchmarks), from
  * random_seed, with the processor's defaults. */
 lm_status lm_qwen35_vision_load(const lm_checkpoint *checkpoint, uint64_t random_seed,
+                               const lm_weights_quant *quant,
                                 lm_backend *backend, const lm_vision_config *cfg, int text_hidden,
                                 lm_qwen35_vision **out, lm_error *err);
 void lm_qwen35_vision_free(lm_qwen35_vision *v);

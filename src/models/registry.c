@@ -6,6 +6,7 @@
 #include "io/json_file.h"
 #include "models/glm4v.h"
 #include "models/qwen35.h"
+#include "models/weights.h"
 
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)
 
@@ -57,7 +58,13 @@ static lm_status open_family(const char *config_path, const char *dir,
                        "model_type is one of: %s",
                        config_path, model_type, arch, known);
     }
-    return family->open(config_path, dir, options, backend, out, err);
+    lm_model_load_options o = *options;
+    lm_weights_quant quant = {0};
+    lm_status qs = lm_weights_quant_config(config_path, &quant, err);
+    if (qs != LM_OK) return qs;
+    o.fp8_block_rows = quant.fp8_block_rows;
+    o.fp8_block_cols = quant.fp8_block_cols;
+    return family->open(config_path, dir, &o, backend, out, err);
 }
 
 lm_status lm_model_open(const char *dir, const lm_model_load_options *options, lm_backend *backend,
@@ -70,8 +77,8 @@ lm_status lm_model_open(const char *dir, const lm_model_load_options *options, l
     return open_family(path, dir, &o, backend, out, err);
 }
 
-lm_status lm_model_open_random(const char *config_path, uint64_t seed, lm_backend *backend,
-                               lm_model **out, lm_error *err) {
-    lm_model_load_options o = {.random_weights = true, .random_seed = seed};
+lm_status lm_model_open_random(const char *config_path, uint64_t seed, bool quantize_int8,
+                               lm_backend *backend, lm_model **out, lm_error *err) {
+    lm_model_load_options o = {.random_weights = true, .random_seed = seed, .quantize_int8 = quantize_int8};
     return open_family(config_path, NULL, &o, backend, out, err);
 }

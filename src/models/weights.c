@@ -7,6 +7,9 @@
 
 #include "base/bf16.h"
 #include "base/big_alloc.h"
+#include "base/quant.h"
+#include "io/json_fields.h"
+#include "io/json_file.h"
 
 void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend *backend) {
     memset(w, 0, sizeof *w);
@@ -21,6 +24,8 @@ void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head, lm_b
     w->random_has_lm_head = has_lm_head;
     w->random_state = seed ? seed : 0x9e3779b97f4a7c15ull;
 }
+
+void lm_weights_set_quant(lm_weights *w, const lm_weights_quant *q) { w->quant = *q; }
 
 static uint64_t next_random(uint64_t *state) { /* xorshift64* */
     uint64_t x = *state;
@@ -44,6 +49,7 @@ void lm_weights_free(lm_weights *w) {
     for (size_t i = 0; i < w->n_owned; i++) free(w->owned[i]);
     free(w->owned);
     free(w->used);
+    free(w->released);
     memset(w, 0, sizeof *w);
 }
 
@@ -170,24 +176,6 @@ static const lm_tensor *require(lm_weights *w, const char *name, int n_dims, con
     return t;
 }
 
-lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64_t cols,
-                            lm_matrix *out, lm_error *err) {
-    const int64_t shape[2] = {rows, cols};
-    const lm_tensor *t = require(w, name, 2, shape, err);
-    if (!t) return err->code;
-    if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols)
-        return lm_fail(err, LM_ERR_FORMAT,
-                       "%s: tensor '%s' has %d dims [%lld, %lld...]; expected [%lld, %lld]", t->file,
-                       name, t->n_dims, (long long)t->shape[0],
-                       (long long)(t->n_dims > 1 ? t->shape[1] : 0), (long long)rows,
-                       (long long)cols);
-    lm_buffer *buffer;
-    lm_status st = import(w, t->data, t->n_bytes, name, &buffer, err);
-    if (st != LM_OK) return st;
-    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = rows, .cols = cols};
-    return LM_OK;
-}
-
 lm_status lm_weights_host_vector(lm_weights *w, const char *name, int64_t n, float offset,
                                  bool any_shape, float **out, lm_error *err) {
     const lm_tensor *t = require(w, name, 1, &n, err);
@@ -271,25 +259,6 @@ void lm_weights_print_groups_of(const lm_weights *const *ws, int n_ws, bool want
     }
 }
 
-lm_status lm_weights_stacked(lm_weights *w, const char *name, int64_t n, int64_t rows, int64_t cols,
-                             lm_matrix *out, lm_error *err) {
-    const int64_t shape[3] = {n, rows, cols};
-    const lm_tensor *t = require(w, name, 3, shape, err);
-    if (!t) return err->code;
-    if (t->n_dims != 3 || t->shape[0] != n || t->shape[1] != rows || t->shape[2] != cols)
-        return lm_fail(err, LM_ERR_FORMAT,
-                       "%s: tensor '%s' has %d dims [%lld, %lld, %lld...]; expected [%lld, %lld, %lld]",
-                       t->file, name, t->n_dims, (long long)t->shape[0],
-                       (long long)(t->n_dims > 1 ? t->shape[1] : 0),
-                       (long long)(t->n_dims > 2 ? t->shape[2] : 0), (long long)n, (long long)rows,
-                       (long long)cols);
-    lm_buffer *buffer;
-    lm_status st = import(w, t->data, t->n_bytes, name, &buffer, err);
-    if (st != LM_OK) return st;
-    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = n * rows, .cols = cols};
-    return LM_OK;
-}
-
 /* A float tensor of exactly `shape`, or an error that shows both shapes. */
 static const lm_tensor *require_shape(lm_weights *w, const char *name, int n_dims,
                                       const int64_t *shape, lm_error *err) {
@@ -351,9 +320,289 @@ lm_status lm_weights_conv2d_as_rows(lm_weights *w, const char *name, int64_t out
 }
 
 lm_matrix lm_matrix_rows(const lm_matrix *m, int64_t first, int64_t rows) {
-    return (lm_matrix){.data = lm_mem_bytes(m->data, (size_t)first * (size_t)m->cols *
-                                                         lm_dtype_size(m->dtype)),
+    return (lm_matrix){.data = lm_mem_bytes(m->data, (size_t)first * lm_dtype_row_bytes(m->dtype, m->cols)),
                        .dtype = m->dtype,
                        .rows = rows,
                        .cols = m->cols};
+}
+
+/* ---- matrices: as stored, Q8_0 made from float weights, or from FP8 ---- */
+
+/* Host memory owned by w (freed with it), for weights made at load. */
+static void *owned_bytes(lm_weights *w, size_t bytes, const char *name, lm_error *err) {
+    void *p = lm_big_alloc(bytes ? bytes : 1);
+    if (!p || !push_pointer((void ***)&w->owned, &w->n_owned, &w->cap_owned, p)) {
+        free(p);
+        lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s' (%zu MB)", name, bytes >> 20);
+        return NULL;
+    }
+    return p;
+}
+
+static lm_status need_q8(lm_weights *w, const char *name, lm_error *err) {
+    if (lm_backend_supports_weights(w->backend, LM_DTYPE_Q8_0)) return LM_OK;
+    return lm_fail(err, LM_ERR_UNSUPPORTED,
+                   "the %s backend has no int8 weights yet, which '%s' needs (--quantize int8, and FP8 "
+                   "checkpoints, which load as int8): run it with --device cpu, or without --quantize",
+                   w->backend->ops->name, name);
+}
+
+/* Row r of a float tensor of `cols` columns as float32. */
+static void float_row(const lm_tensor *t, int64_t r, int64_t cols, float *out) {
+    const uint16_t *half = (const uint16_t *)t->data + r * cols;
+    switch (t->dtype) {
+    case LM_DTYPE_BF16:
+        for (int64_t c = 0; c < cols; c++) out[c] = lm_bf16_to_f32(half[c]);
+        return;
+    case LM_DTYPE_F16:
+        for (int64_t c = 0; c < cols; c++) out[c] = lm_f16_to_f32(half[c]);
+        return;
+    default: memcpy(out, (const float *)t->data + r * cols, sizeof(float) * (size_t)cols); return;
+    }
+}
+
+/* The FP8 checkpoint's inverse-scale tensor of `t`, checked: name + "_scale_inv",
+ * float, shape [n,] ceil(rows / br), ceil(cols / bc). */
+static const lm_tensor *fp8_scales(lm_weights *w, const lm_tensor *t, const char *name, int n_dims,
+                                   const int64_t *shape, lm_error *err) {
+    int br = w->quant.fp8_block_rows, bc = w->quant.fp8_block_cols;
+    if (br <= 0 || bc <= 0) {
+        lm_fail(err, LM_ERR_FORMAT,
+                "%s: tensor '%s' is F8_E4M3 but config.json has no quantization_config with quant_method "
+                "\"fp8\" and a weight_block_size: loom reads block-scaled FP8 checkpoints only",
+                t->file, name);
+        return NULL;
+    }
+    char scale_name[320];
+    snprintf(scale_name, sizeof scale_name, "%s_scale_inv", name);
+    const lm_tensor *s = lm_weights_find(w, scale_name);
+    if (!s) {
+        lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' is F8_E4M3 but its block scales '%s' are missing",
+                t->file, name, scale_name);
+        return NULL;
+    }
+    if (!is_float_dtype(s->dtype)) {
+        lm_fail(err, LM_ERR_FORMAT, "%s: '%s' has dtype %s; expected F32, BF16 or F16", s->file,
+                scale_name, lm_dtype_name(s->dtype));
+        return NULL;
+    }
+    int64_t want[3] = {0};
+    int d = 0;
+    if (n_dims == 3) want[d++] = shape[0];
+    want[d++] = (shape[n_dims - 2] + br - 1) / br;
+    want[d++] = (shape[n_dims - 1] + bc - 1) / bc;
+    bool same = s->n_dims == n_dims;
+    for (int i = 0; same && i < n_dims; i++) same = s->shape[i] == want[i];
+    if (!same) {
+        char got[160] = "";
+        for (int i = 0; i < s->n_dims && i < LM_TENSOR_MAX_DIMS; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
+                     (long long)s->shape[i]);
+        char want_text[96] = "";
+        for (int i = 0; i < n_dims; i++)
+            snprintf(want_text + strlen(want_text), sizeof want_text - strlen(want_text), "%s%lld",
+                     i ? ", " : "", (long long)want[i]);
+        lm_fail(err, LM_ERR_FORMAT,
+                "%s: '%s' has shape [%s]; expected [%s]: one scale per %dx%d block of '%s' "
+                "(config.json's weight_block_size)",
+                s->file, scale_name, got, want_text, br, bc, name);
+        return NULL;
+    }
+    return s;
+}
+
+static float scale_at(const lm_tensor *s, int64_t i) {
+    switch (s->dtype) {
+    case LM_DTYPE_BF16: return lm_bf16_to_f32(((const uint16_t *)s->data)[i]);
+    case LM_DTYPE_F16: return lm_f16_to_f32(((const uint16_t *)s->data)[i]);
+    default: return ((const float *)s->data)[i];
+    }
+}
+
+/* Row r (of rows_total = n * rows) of an FP8 tensor times its block scales. */
+static lm_status fp8_row(const lm_weights *w, const lm_tensor *t, const lm_tensor *s, const char *name,
+                         int64_t rows, int64_t cols, int64_t r, float *out, lm_error *err) {
+    int br = w->quant.fp8_block_rows, bc = w->quant.fp8_block_cols;
+    int64_t m = r / rows, rr = r % rows, srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
+    const uint8_t *q = (const uint8_t *)t->data + r * cols;
+    const int64_t sbase = (m * srows + rr / br) * scols;
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+        float scale = scale_at(s, sbase + c0 / bc);
+        if (!isfinite(scale))
+            return lm_fail(err, LM_ERR_FORMAT, "%s: a block scale of '%s' is not finite", s->file, name);
+        int64_t c1 = c0 + bc < cols ? c0 + bc : cols;
+        for (int64_t c = c0; c < c1; c++) {
+            if (lm_e4m3_is_nan(q[c]))
+                return lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' holds a NaN (row %lld, column %lld)",
+                               t->file, name, (long long)r, (long long)c);
+            out[c] = lm_e4m3_to_f32(q[c]) * scale;
+        }
+    }
+    return LM_OK;
+}
+
+/* The matrix [n * rows, cols] of tensor t as Q8_0 (to_q8) or float32, made
+ * on the host row by row (from float weights, or FP8 weights times their
+ * scales s), then imported. */
+static lm_status convert_matrix(lm_weights *w, const lm_tensor *t, const lm_tensor *s, const char *name,
+                                int64_t n, int64_t rows, int64_t cols, bool to_q8, lm_matrix *out,
+                                lm_error *err) {
+    lm_dtype dtype = to_q8 ? LM_DTYPE_Q8_0 : LM_DTYPE_F32;
+    int64_t total = n * rows;
+    size_t row_bytes = lm_dtype_row_bytes(dtype, cols), bytes = row_bytes * (size_t)total;
+    uint8_t *dst = owned_bytes(w, bytes, name, err);
+    float *row = malloc(sizeof(float) * (size_t)(cols > 0 ? cols : 1));
+    if (!dst || !row) {
+        free(row);
+        return dst ? lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name) : err->code;
+    }
+    lm_status st = LM_OK;
+    for (int64_t r = 0; r < total && st == LM_OK; r++) {
+        float *target = to_q8 ? row : (float *)(dst + (size_t)r * row_bytes);
+        if (s) st = fp8_row(w, t, s, name, rows, cols, r, target, err);
+        else float_row(t, r, cols, target);
+        if (st == LM_OK && to_q8 && !lm_q8_quantize_row(row, cols, dst + (size_t)r * row_bytes))
+            st = lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite",
+                         t->file, name, (long long)r);
+    }
+    free(row);
+    if (st != LM_OK) return st;
+    lm_buffer *buffer;
+    st = import(w, dst, bytes, name, &buffer, err);
+    if (st != LM_OK) return st;
+    if (to_q8) w->q8_bytes += bytes;
+    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = dtype, .rows = total, .cols = cols};
+    return LM_OK;
+}
+
+static bool was_released(const lm_weights *w, const lm_tensor *t) {
+    for (size_t i = 0; i < w->n_released; i++)
+        if (w->released[i] == t) return true;
+    return false;
+}
+
+/* After t's data was converted: its memory goes back to the system (the
+ * int8 model then holds about half the bytes of the bf16 one), and t is
+ * never handed out again. */
+static void release_source(lm_weights *w, const lm_tensor *t) {
+    if (push_pointer((void ***)&w->released, &w->n_released, &w->cap_released, (void *)t))
+        lm_big_release(t->data, t->n_bytes);
+}
+
+/* A matrix [rows, cols] (n_dims 2) or a stack [n, rows, cols] (n_dims 3). */
+static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_t n, int64_t rows,
+                             int64_t cols, bool linear, lm_matrix *out, lm_error *err) {
+    const int64_t shape2[2] = {rows, cols}, shape3[3] = {n, rows, cols};
+    const int64_t *shape = n_dims == 3 ? shape3 : shape2;
+    const lm_tensor *t;
+    if (!w->random && (t = lm_checkpoint_find(w->checkpoint, name)) && t->dtype == LM_DTYPE_F8_E4M3) {
+        lm_weights_find(w, name); /* marks it used */
+        bool same = t->n_dims == n_dims;
+        for (int d = 0; same && d < n_dims; d++) same = t->shape[d] == shape[d];
+        if (!same) {
+            lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' has %d dims [%lld, %lld...]; expected %s[%lld, %lld]",
+                    t->file, name, t->n_dims, (long long)t->shape[0],
+                    (long long)(t->n_dims > 1 ? t->shape[1] : 0), n_dims == 3 ? "a stack of " : "",
+                    (long long)rows, (long long)cols);
+            return err->code;
+        }
+        if (was_released(w, t))
+            return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
+        const lm_tensor *s = fp8_scales(w, t, name, n_dims, shape, err);
+        if (!s) return err->code;
+        bool to_q8 = cols % LM_Q8_BLOCK == 0;
+        if (to_q8 && need_q8(w, name, err) != LM_OK) return err->code;
+        lm_status st = convert_matrix(w, t, s, name, n, rows, cols, to_q8, out, err);
+        if (st == LM_OK) release_source(w, t);
+        return st;
+    }
+    t = require_shape(w, name, n_dims, shape, err);
+    if (!t) return err->code;
+    if (was_released(w, t))
+        return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
+    if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0) {
+        if (need_q8(w, name, err) != LM_OK) return err->code;
+        lm_status st = convert_matrix(w, t, NULL, name, n, rows, cols, true, out, err);
+        if (st == LM_OK) release_source(w, t);
+        return st;
+    }
+    lm_buffer *buffer;
+    lm_status st = import(w, t->data, t->n_bytes, name, &buffer, err);
+    if (st != LM_OK) return st;
+    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = n * rows, .cols = cols};
+    return LM_OK;
+}
+
+lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64_t cols,
+                            lm_matrix *out, lm_error *err) {
+    return load_matrix(w, name, 2, 1, rows, cols, false, out, err);
+}
+
+lm_status lm_weights_linear(lm_weights *w, const char *name, int64_t rows, int64_t cols,
+                            lm_matrix *out, lm_error *err) {
+    return load_matrix(w, name, 2, 1, rows, cols, true, out, err);
+}
+
+lm_status lm_weights_stacked(lm_weights *w, const char *name, int64_t n, int64_t rows, int64_t cols,
+                             lm_matrix *out, lm_error *err) {
+    return load_matrix(w, name, 3, n, rows, cols, false, out, err);
+}
+
+lm_status lm_weights_linear_stacked(lm_weights *w, const char *name, int64_t n, int64_t rows,
+                                    int64_t cols, lm_matrix *out, lm_error *err) {
+    return load_matrix(w, name, 3, n, rows, cols, true, out, err);
+}
+
+/* ---- config.json's quantization_config ---- */
+
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+
+static lm_status read_quant(const lm_json_fields *q, lm_weights_quant *out) {
+    char method[32] = "", fmt[32] = "", activation[32] = "";
+    lm_status s = lm_json_read_string(q, "quant_method", method, sizeof method);
+    if (s != LM_OK) return s;
+    if (strcmp(method, "fp8") != 0)
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "quant_method",
+                                   "is '%s': loom reads bf16 checkpoints and block-scaled FP8 ones "
+                                   "(quant_method \"fp8\"); for int8 weights load the bf16 checkpoint "
+                                   "with --quantize int8",
+                                   method[0] ? method : "(missing)");
+    if ((s = lm_json_read_string(q, "fmt", fmt, sizeof fmt)) != LM_OK) return s;
+    if (fmt[0] && strcmp(fmt, "e4m3") != 0)
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "fmt", "is '%s': loom reads FP8 E4M3 weights only", fmt);
+    if ((s = lm_json_read_string(q, "activation_scheme", activation, sizeof activation)) != LM_OK) return s;
+    if (activation[0] && strcmp(activation, "dynamic") != 0 && strcmp(activation, "static") != 0)
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "activation_scheme",
+                                   "is '%s': expected dynamic or static", activation);
+    int block[2];
+    size_t n = 0;
+    const cJSON *field = lm_json_field(q, "weight_block_size");
+    if (!field)
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "weight_block_size",
+                                   "is missing: loom reads block-scaled FP8 checkpoints only "
+                                   "(weight_scale_inv per block, e.g. [128, 128])");
+    if (!cJSON_IsArray(field) || cJSON_GetArraySize(field) != 2)
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "weight_block_size",
+                                   "must be a list of two block sizes [rows, cols], e.g. [128, 128]");
+    if ((s = lm_json_read_int_array(q, "weight_block_size", 1, 65536, 2, 2, false, block, &n)) != LM_OK)
+        return s;
+    out->fp8_block_rows = block[0];
+    out->fp8_block_cols = block[1];
+    return LM_OK;
+}
+
+lm_status lm_weights_quant_config(const char *config_path, lm_weights_quant *q, lm_error *err) {
+    q->fp8_block_rows = q->fp8_block_cols = 0;
+    cJSON *root = NULL;
+    lm_status s = lm_json_read_file(config_path, MAX_CONFIG_BYTES, &root, err);
+    if (s != LM_OK) return s;
+    lm_json_fields top = lm_json_fields_of(config_path, root, err), text, qc;
+    s = lm_json_fields_sub(&top, "quantization_config", &qc);
+    if (s == LM_OK && !qc.object) {
+        s = lm_json_fields_sub(&top, "text_config", &text);
+        if (s == LM_OK) s = lm_json_fields_sub(&text, "quantization_config", &qc);
+    }
+    if (s == LM_OK && qc.object) s = read_quant(&qc, q);
+    cJSON_Delete(root);
+    return s;
 }

@@ -12,6 +12,22 @@
 #include "io/checkpoint.h"
 #include "ops/ops.h"
 
+/* How weights are made at load (lm_weights_set_quant; lm_model_load_options
+ * carries it): Linear layers' float matrices as stored or int8 (Q8_0), and
+ * the block shape of an FP8 checkpoint's weight_scale_inv. */
+typedef struct {
+    bool int8_linear;      /* --quantize int8: lm_weights_linear makes Q8_0 */
+    int fp8_block_rows;    /* > 0: config.json says FP8 with weight_block_size */
+    int fp8_block_cols;    /* [fp8_block_rows, fp8_block_cols] */
+} lm_weights_quant;
+
+/* config.json's quantization_config (top level, else text_config's): none,
+ * or quant_method "fp8" with a weight_block_size of two ints in [1, 65536]
+ * (fmt, when given, "e4m3"; activation_scheme "dynamic" or "static": loom
+ * computes activations in float32 either way).  Anything else is an error
+ * naming the field.  int8_linear is left as it was. */
+lm_status lm_weights_quant_config(const char *config_path, lm_weights_quant *q, lm_error *err);
+
 typedef struct {
     const lm_checkpoint *checkpoint; /* NULL in random mode */
     lm_backend *backend;             /* where the weights go */
@@ -30,11 +46,19 @@ typedef struct {
     float **owned;          /* host copies made at load (float32 conversions, reordered
                              * weights of any dtype), freed with lm_weights_free */
     size_t n_owned, cap_owned;
+    lm_weights_quant quant;
+    size_t q8_bytes; /* bytes of the Q8_0 matrices made at load */
+    /* Tensors whose data was converted at load and then handed back to the
+     * system (lm_big_release): never handed out again. */
+    const lm_tensor **released;
+    size_t n_released, cap_released;
 } lm_weights;
 
 void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend *backend);
 /* Random mode; has_lm_head says whether "lm_head.weight" exists (untied). */
 void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head, lm_backend *backend);
+/* The quantization of the weights made from here on (default: none). */
+void lm_weights_set_quant(lm_weights *w, const lm_weights_quant *q);
 /* Bytes of weight data handed out so far (matrices and vectors as stored). */
 size_t lm_weights_bytes_used(const lm_weights *w);
 void lm_weights_free(lm_weights *w);
@@ -47,6 +71,17 @@ bool lm_weights_has(const lm_weights *w, const char *name);
  * backend uses the checkpoint's memory in place). */
 lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                             lm_matrix *out, lm_error *err);
+/* A Linear layer's weight [rows, cols]: lm_weights_matrix, except that it is
+ * made Q8_0 (base/dtype.h) when the quantization says int8_linear and cols
+ * is a multiple of LM_Q8_BLOCK.  Every matrix (linear or not) stored as
+ * F8_E4M3 with its `<name>_scale_inv` block scales is converted to Q8_0
+ * (float32 when cols is not a multiple of LM_Q8_BLOCK).  A backend without
+ * Q8_0 weights gets an error saying so. */
+lm_status lm_weights_linear(lm_weights *w, const char *name, int64_t rows, int64_t cols,
+                            lm_matrix *out, lm_error *err);
+/* The same for a 3-D [n, rows, cols] tensor (fused experts). */
+lm_status lm_weights_linear_stacked(lm_weights *w, const char *name, int64_t n, int64_t rows,
+                                    int64_t cols, lm_matrix *out, lm_error *err);
 /* A 3-D float tensor [n, rows, cols] as stored (fused experts), on the
  * backend, as one [n * rows, cols] matrix: lm_matrix_rows cuts its slices
  * without copying. */

@@ -48,7 +48,9 @@ static inline lm_mem lm_mem_i32(lm_mem m, size_t index) { return lm_mem_bytes(m,
 static inline lm_mem lm_mem_of(lm_buffer *buffer) { return (lm_mem){buffer, 0}; }
 
 /* A weight matrix [rows, cols] row-major, as checkpoints store Linear weights
- * ([out, in]).  dtype is LM_DTYPE_BF16, LM_DTYPE_F16 or LM_DTYPE_F32. */
+ * ([out, in]).  dtype is LM_DTYPE_BF16, LM_DTYPE_F16 or LM_DTYPE_F32, or, on
+ * backends whose weight_dtype_supported says so, LM_DTYPE_Q8_0 (loom's int8
+ * blocks, base/dtype.h: rows of lm_dtype_row_bytes bytes). */
 typedef struct {
     lm_mem data;
     lm_dtype dtype;
@@ -213,6 +215,11 @@ typedef struct {
      * sums (still batch-invariant).  Set it before the first op. */
     lm_status (*set_compute_dtype)(lm_backend *be, lm_dtype dtype, lm_error *err);
     lm_dtype (*compute_dtype)(const lm_backend *be);
+    /* Optional (NULL: LM_DTYPE_BF16, F16 and F32 only): whether matmul,
+     * matmul_group, embed, moe_experts and add_weighted_rows take weight
+     * matrices of `dtype` (LM_DTYPE_Q8_0).  Loaders ask before they make
+     * such weights, so a backend without them refuses at load. */
+    bool (*weight_dtype_supported)(const lm_backend *be, lm_dtype dtype);
 
     /* ---- dense ---- */
     /* y[n, w.rows] = x[n, w.cols] · wᵀ */
@@ -352,6 +359,11 @@ lm_status lm_backend_set_compute(lm_backend *be, const char *name, lm_error *err
 const char *lm_backend_compute(const lm_backend *be);
 
 /* ---- wrappers ---- */
+
+static inline bool lm_backend_supports_weights(const lm_backend *be, lm_dtype dtype) {
+    if (be->ops->weight_dtype_supported) return be->ops->weight_dtype_supported(be, dtype);
+    return dtype == LM_DTYPE_BF16 || dtype == LM_DTYPE_F16 || dtype == LM_DTYPE_F32;
+}
 
 static inline lm_status lm_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out,
                                  lm_error *err) {

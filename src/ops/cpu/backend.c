@@ -198,6 +198,12 @@ static void cpu_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem 
                        lm_host_ptr(scratch));
 }
 
+static bool cpu_weight_dtype_supported(const lm_backend *be, lm_dtype dtype) {
+    (void)be;
+    return dtype == LM_DTYPE_BF16 || dtype == LM_DTYPE_F16 || dtype == LM_DTYPE_F32 ||
+           dtype == LM_DTYPE_Q8_0;
+}
+
 const lm_backend_ops lm_cpu_backend_ops = {
     .name = "cpu",
     /* LM_HOST_MEMORY_OPS, with download and synchronize reporting the
@@ -213,6 +219,7 @@ const lm_backend_ops lm_cpu_backend_ops = {
     .synchronize = cpu_synchronize,
     .set_compute_dtype = cpu_set_compute_dtype,
     .compute_dtype = cpu_compute_dtype,
+    .weight_dtype_supported = cpu_weight_dtype_supported,
     .matmul = cpu_matmul,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,

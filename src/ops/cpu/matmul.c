@@ -1,4 +1,5 @@
-/* y[n, rows] = x[n, cols] · Wᵀ with W bf16, f16 or f32; x, y float32.
+/* y[n, rows] = x[n, cols] · Wᵀ with W bf16, f16, f32 or Q8_0 (the row kernels of matmul_q8.c);
+ * x, y float32.
  *
  * Vectorised along cols (the dot-product direction, contiguous in both x and
  * W).  Weights are widened to float32 in registers (bf16: zero-extend and
@@ -24,6 +25,7 @@
 #include "base/bf16.h"
 #include "base/simd.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_q8.h"
 #include "ops/ref/reference.h"
 
 #ifndef TILE_MAX_T
@@ -38,6 +40,9 @@
 #ifndef TASKS_PER_THREAD
 #define TASKS_PER_THREAD 4
 #endif
+/* Tokens per pass over a Q8_0 row: two accumulators per token stay in
+ * registers (32 zmm on AVX-512, 16 ymm on AVX2). */
+#define Q8_TILE_T (LM_VF_WIDTH == 16 ? 8 : 4)
 /* Task and panel row counts are multiples of this (whole cache lines of y). */
 #define TASK_ROW_ALIGN 16
 
@@ -158,6 +163,20 @@ static void matmul_task(void *ctx, int task, int n_tasks) {
     int64_t row_begin = (int64_t)task * job->rows_per_task;
     int64_t row_end = row_begin + job->rows_per_task;
     if (row_end > job->rows) row_end = job->rows;
+    if (job->dtype == LM_DTYPE_Q8_0) {
+        /* matmul_q8.c: whole rows, no column blocks; tiles of Q8_TILE_T
+         * tokens, so widening a block's int8 weights is shared by more
+         * tokens (the arithmetic of a (row, token) is the same for any tile) */
+        for (int64_t p0 = row_begin; p0 < row_end; p0 += job->panel_rows) {
+            int64_t p1 = p0 + job->panel_rows < row_end ? p0 + job->panel_rows : row_end;
+            for (int t0 = 0; t0 < job->n; t0 += Q8_TILE_T) {
+                int T = job->n - t0 < Q8_TILE_T ? job->n - t0 : Q8_TILE_T;
+                for (int64_t r = p0; r < p1; r++)
+                    lm_cpu_q8_rows[T](job->y, job->x, job->w, job->rows, job->cols, r, t0);
+            }
+        }
+        return;
+    }
     const row_fn *kernels = job->dtype == LM_DTYPE_BF16  ? rows_bf16
                             : job->dtype == LM_DTYPE_F16 ? rows_f16
                                                          : rows_f32;
@@ -186,11 +205,13 @@ static matmul_job job_of(float *y, const float *x, int n, const lm_host_matrix *
         .cols = w->cols,
         .n = n,
         .dtype = w->dtype,
-        .col_block = n == 1 || w->cols <= PREFILL_COL_BLOCK ? w->cols : PREFILL_COL_BLOCK,
+        .col_block = n == 1 || w->cols <= PREFILL_COL_BLOCK || w->dtype == LM_DTYPE_Q8_0
+                         ? w->cols
+                         : PREFILL_COL_BLOCK,
         .rows_per_task = per,
     };
-    int64_t elem = w->dtype == LM_DTYPE_F32 ? 4 : 2;
-    int64_t panel = PANEL_BYTES / (elem * (job.col_block > 0 ? job.col_block : 1));
+    int64_t block_bytes = (int64_t)lm_dtype_row_bytes(w->dtype, job.col_block);
+    int64_t panel = PANEL_BYTES / (block_bytes > 0 ? block_bytes : 1);
     panel = panel / TASK_ROW_ALIGN * TASK_ROW_ALIGN;
     job.panel_rows = panel > TASK_ROW_ALIGN ? panel : TASK_ROW_ALIGN;
     return job;
@@ -206,7 +227,7 @@ static int64_t rows_per_task(lm_pool *pool, int64_t rows) {
 }
 
 static bool kernel_dtype(lm_dtype d) {
-    return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32;
+    return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32 || d == LM_DTYPE_Q8_0;
 }
 
 void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host_matrix *w) {

@@ -135,9 +135,16 @@ static void ref_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem 
     lm_ref_moe_experts(F32(out), F32(x), n, I32(ids), F32(weights), top_k, experts, lm_host_ptr(scratch));
 }
 
+static bool ref_weight_dtype_supported(const lm_backend *be, lm_dtype dtype) {
+    (void)be;
+    return dtype == LM_DTYPE_BF16 || dtype == LM_DTYPE_F16 || dtype == LM_DTYPE_F32 ||
+           dtype == LM_DTYPE_Q8_0;
+}
+
 const lm_backend_ops lm_ref_backend_ops = {
     .name = "ref",
     LM_HOST_MEMORY_OPS,
+    .weight_dtype_supported = ref_weight_dtype_supported,
     .matmul = ref_matmul,
     .embed = ref_embed,
     .rmsnorm = ref_rmsnorm,

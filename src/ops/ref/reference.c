@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "base/quant.h"
 
 float lm_ref_weight_at(const lm_host_matrix *w, int64_t row, int64_t col) {
     int64_t i = row * w->cols + col;
@@ -12,6 +13,9 @@ float lm_ref_weight_at(const lm_host_matrix *w, int64_t row, int64_t col) {
     case LM_DTYPE_BF16: return lm_bf16_to_f32(((const uint16_t *)w->data)[i]);
     case LM_DTYPE_F16: return lm_f16_to_f32(((const uint16_t *)w->data)[i]);
     case LM_DTYPE_F32: return ((const float *)w->data)[i];
+    case LM_DTYPE_Q8_0:
+        return lm_q8_weight_at((const uint8_t *)w->data + (size_t)row * lm_dtype_row_bytes(w->dtype, w->cols),
+                               col);
     default: return NAN; /* loaders only hand float matrices to kernels */
     }
 }
@@ -35,6 +39,17 @@ static double dot_row(const lm_host_matrix *w, int64_t o, const float *x) {
     case LM_DTYPE_F32: {
         const float *row = (const float *)w->data + o * cols;
         for (int64_t i = 0; i < cols; i++) acc += (double)row[i] * x[i];
+        return acc;
+    }
+    case LM_DTYPE_Q8_0: { /* Σ_blocks s · Σ_i q_i x_i, exact products in float64 */
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * lm_dtype_row_bytes(w->dtype, cols);
+        for (int64_t b = 0; b < cols / LM_Q8_BLOCK; b++) {
+            const uint8_t *block = row + b * LM_Q8_BLOCK_BYTES;
+            double sum = 0;
+            for (int i = 0; i < LM_Q8_BLOCK; i++)
+                sum += (double)(int8_t)block[2 + i] * x[b * LM_Q8_BLOCK + i];
+            acc += (double)lm_q8_block_scale(block) * sum;
+        }
         return acc;
     }
     default: return NAN; /* loaders only hand float matrices to kernels */
