@@ -451,6 +451,11 @@ static int keep_writable(loom_engine *e, int n) {
 
 /* One scheduler step: returns false when there was nothing to run. */
 static bool step(loom_engine *e) {
+    /* Speculation learns what a step of this many rows costs: scheduling,
+     * forward, sampling and rollbacks; the MTP head's call is timed apart
+     * (spec_control.h). */
+    lm_timed_work work = {.phase = LM_TIMED_STEP};
+    uint64_t t0 = e->spec_k > 0 ? lm_spec_now(&e->spec, &work) : 0;
     cancel_requested(e);
     int n = schedule(e, e->plan);
     if (n == 0) return false;
@@ -461,6 +466,16 @@ static bool step(loom_engine *e) {
     lm_step_batch batch = build_batch(e, n);
     lm_error err = {0};
     lm_forward_out out = {.logits = e->logits};
+    if (e->spec_k > 0) {
+        lm_spec_step_begin(&e->spec);
+        int drafts = 0, sampled = 0;
+        for (int i = 0; i < n; i++) {
+            drafts += e->plan[i].n_drafts;
+            sampled += e->plan[i].wants_logits;
+        }
+        e->spec_base_rows = batch.n_tokens - drafts;
+        e->spec_base_tokens = sampled;
+    }
     lm_status st = lm_model_forward(e->context, &batch, &out, &err);
     e->counters.steps++;
     if (st != LM_OK) {
@@ -512,6 +527,10 @@ static bool step(loom_engine *e) {
             lm_engine_queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
     }
     bool states_ok = lm_engine_apply_rollbacks(e);
+    if (e->spec_k > 0) { /* measured before this step's drafts are chosen */
+        work = (lm_timed_work){.phase = LM_TIMED_STEP, .rows = batch.n_tokens, .end = true};
+        lm_spec_observe_forward(&e->spec, batch.n_tokens, (double)(lm_spec_now(&e->spec, &work) - t0) * 1e-9);
+    }
     lm_engine_catch_up_and_draft(e);
     settle_retiring(e, states_ok);
     return true;
@@ -768,6 +787,12 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     /* Logit rows: one per sequence, or k+1 for a speculative verify. */
     int logit_rows = max_seqs * (1 + e->spec_k);
     if (logit_rows > B) logit_rows = B;
+    if (e->spec_k > 0) {
+        st = lm_spec_control_init(&e->spec, e->spec_k, B, o.max_running, &err);
+        e->spec_candidates = calloc((size_t)o.max_running, sizeof *e->spec_candidates);
+        if (st == LM_OK && !e->spec_candidates) st = lm_fail(&err, LM_ERR_NOMEM, "out of memory");
+        if (st != LM_OK) goto fail;
+    }
     e->kv_block_size = o.kv_block_size;
     lm_context_options context = {.kv_block_size = o.kv_block_size,
                                   .kv_blocks = n_blocks,
@@ -870,6 +895,8 @@ void loom_engine_destroy(loom_engine *e) {
     free(e->catch_up);
     free(e->catch_up_seq);
     free(e->rollbacks);
+    lm_spec_control_free(&e->spec);
+    free(e->spec_candidates);
     free(e);
 }
 
