@@ -289,8 +289,8 @@ static void test_adaptive_cheap_rows_keep_the_maximum(void) {
     adaptive_run run;
     CHECK(run_adaptive(K, &costs, &drafter, prompts, N, T, spec, &run));
     CHECK_MSG(same_tokens(spec, plain, N, T), "adaptive speculation changed the greedy output");
-    /* one step without drafts measures the plain step's cost, then K always */
-    CHECK_MSG(run.spec.zero_decisions <= N && run.spec.cold_entries == 0,
+    /* the first steps without drafts measure the plain step's cost, then K always */
+    CHECK_MSG(run.spec.zero_decisions <= 3 * N && run.spec.cold_entries == 0,
               "%llu decisions of no drafts, %llu cold", (unsigned long long)run.spec.zero_decisions,
               (unsigned long long)run.spec.cold_entries);
     /* every verify but the last of each request (cut by max_tokens) drafts K */

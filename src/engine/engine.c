@@ -451,11 +451,19 @@ static int keep_writable(loom_engine *e, int n) {
 
 /* One scheduler step: returns false when there was nothing to run. */
 static bool step(loom_engine *e) {
-    /* Speculation learns what a step of this many rows costs: scheduling,
-     * forward, sampling and rollbacks; the MTP head's call is timed apart
-     * (spec_control.h). */
-    lm_timed_work work = {.phase = LM_TIMED_STEP};
-    uint64_t t0 = e->spec_k > 0 ? lm_spec_now(&e->spec, &work) : 0;
+    /* Speculation learns what a step of this many rows costs: the time
+     * from one step's start to the next one's (scheduling, forward,
+     * sampling, rollbacks, events, the engine loop), less the MTP head's
+     * call, timed apart (spec_control.h); not across an idle wait. */
+    if (e->spec_k > 0) {
+        lm_timed_work work = {.phase = LM_TIMED_STEP, .end = e->spec_timing, .rows = e->spec_rows};
+        uint64_t now = lm_spec_now(&e->spec, &work);
+        if (e->spec_timing)
+            lm_spec_observe_forward(&e->spec, e->spec_rows, (double)(now - e->spec_start) * 1e-9 - e->spec_head_seconds);
+        e->spec_start = now;
+        e->spec_timing = false;
+        e->spec_head_seconds = 0;
+    }
     cancel_requested(e);
     int n = schedule(e, e->plan);
     if (n == 0) return false;
@@ -475,6 +483,7 @@ static bool step(loom_engine *e) {
         }
         e->spec_base_rows = batch.n_tokens - drafts;
         e->spec_base_tokens = sampled;
+        e->spec_rows = batch.n_tokens;
     }
     lm_status st = lm_model_forward(e->context, &batch, &out, &err);
     e->counters.steps++;
@@ -527,12 +536,9 @@ static bool step(loom_engine *e) {
             lm_engine_queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
     }
     bool states_ok = lm_engine_apply_rollbacks(e);
-    if (e->spec_k > 0) { /* measured before this step's drafts are chosen */
-        work = (lm_timed_work){.phase = LM_TIMED_STEP, .rows = batch.n_tokens, .end = true};
-        lm_spec_observe_forward(&e->spec, batch.n_tokens, (double)(lm_spec_now(&e->spec, &work) - t0) * 1e-9);
-    }
     lm_engine_catch_up_and_draft(e);
     settle_retiring(e, states_ok);
+    e->spec_timing = e->spec_k > 0; /* the next step's start ends this one */
     return true;
 }
 
@@ -611,6 +617,7 @@ static void *engine_main(void *arg) {
         while (!e->shutdown && (e->held || (e->n_inbox == 0 && e->running.n == 0 &&
                                             e->waiting.n == 0 && !e->has_work))) {
             pthread_cond_wait(&e->wake, &e->mutex);
+            e->spec_timing = false; /* idle time is no step's cost */
             if (!e->held) take_inbox(e);
             answer_resets(e);
         }

@@ -96,6 +96,10 @@ struct loom_engine {
     int spec_k;                 /* the most drafts per step, 0 = off */
     lm_spec_control spec;       /* chooses each step's drafts (when spec_k > 0) */
     int spec_base_rows, spec_base_tokens; /* the last step's rows and sampled tokens without drafts */
+    bool spec_timing;                     /* a step ran since spec_start, without an idle wait */
+    uint64_t spec_start;                  /* the clock at its start */
+    int spec_rows;                        /* its rows */
+    double spec_head_seconds;             /* its MTP head call */
     lm_spec_candidate *spec_candidates;   /* [max_running] */
     lm_draft_seq *catch_up;     /* [max step sequences]: after a step, for the MTP head */
     lm_sequence **catch_up_seq; /* whose each entry is */

@@ -3,8 +3,9 @@
  * acceptance so that speculation is never slower than plain decoding.
  *
  * Costs, learnt online from the engine's own steps:
- * - an engine step of R rows (scheduling, forward, sampling, rollbacks;
- *   up to the head's call): an
+ * - an engine step of R rows (from its start to the next one's:
+ *   scheduling, forward, sampling, rollbacks, events, the engine loop;
+ *   less the head's call): an
  *   exponential moving average per R, and through them a line a + b * R
  *   (least squares, each R weighted by its samples up to a bound), so that
  *   one noisy row count does not decide alone;
@@ -39,14 +40,14 @@
 #include "base/error.h"
 
 /* What a timed interval covered, given to the clock so that a test clock
- * can charge for the work instead of reading the time: an engine step up
- * to its drafting (its rows are known at its end), then the MTP head's
- * call. */
+ * can charge for the work instead of reading the time: an engine step,
+ * from its start to the next step's start (the call there ends one and
+ * starts the other), and inside it the MTP head's call. */
 typedef enum { LM_TIMED_STEP, LM_TIMED_HEAD } lm_timed_phase;
 typedef struct {
     lm_timed_phase phase;
-    bool end;   /* the call at the interval's end (a fake clock charges there) */
-    int rows;   /* STEP: the step's rows (at the end); HEAD: catch-up rows + drafts */
+    bool end;   /* the call ends an interval (a fake clock charges there) */
+    int rows;   /* STEP: the ending step's rows; HEAD: catch-up rows + drafts */
     int rounds; /* HEAD: the head's forward rounds */
 } lm_timed_work;
 

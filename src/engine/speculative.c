@@ -160,7 +160,8 @@ void lm_engine_catch_up_and_draft(loom_engine *e) {
         return;
     }
     work.end = true;
-    lm_spec_observe_head(&e->spec, rounds, rows, (double)(lm_spec_now(&e->spec, &work) - t0) * 1e-9);
+    e->spec_head_seconds = (double)(lm_spec_now(&e->spec, &work) - t0) * 1e-9;
+    lm_spec_observe_head(&e->spec, rounds, rows, e->spec_head_seconds);
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->catch_up_seq[i];
         int made = e->catch_up[i].n_drafts;
