@@ -14,14 +14,16 @@ enum {
     PROBE_INTERVAL_MIN = 16, /* steps a cold sequence waits for its first probe */
     PROBE_INTERVAL_MAX = 256,
 };
-#define FORWARD_ALPHA 0.25   /* moving average of a row count's step time */
-#define FORWARD_CLIP 2.0     /* a sample counts at most this many times the estimate */
+#define FORWARD_ALPHA 0.1    /* moving average of a row count's step time */
+#define FORWARD_CLIP 1.5     /* a sample counts at most this many times the estimate (the
+                                machine busy elsewhere only ever adds time) */
 #define FORWARD_WEIGHT 8.0   /* the most weight one row count has in the fit */
 #define HEAD_DECAY 0.9       /* per head measurement */
 #define ACCEPT_DECAY 0.9     /* per verify of a sequence */
 #define ACCEPT_PRIOR 2.0     /* pseudo-tries of the engine-wide rate in a sequence's estimate */
 #define ACCEPT_GLOBAL 0.05   /* moving average of the engine-wide rate, per verify */
-#define MARGIN 1.03          /* drafting must beat plain decoding by this much */
+#define MARGIN 1.03          /* drafting must beat plain decoding by this much to start,
+                                and lose by this much to stop */
 
 uint64_t lm_spec_monotonic_clock(void *ctx, const lm_timed_work *work) {
     (void)ctx;
@@ -264,9 +266,13 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
      * most expected tokens per second of the next step (forward and head). */
     int base_rows = step->base_rows > 0 ? step->base_rows : 1;
     double base_tokens = step->base_tokens > 0 ? step->base_tokens : 1;
+    /* The plain step: its own average once it has a few samples (it is run
+     * most), else the line; each draft adds the line's slope, the cost of a
+     * row around this batch size. */
     double fa, fb;
     bool measured = forward_fit(c, 2 * (base_rows + forced_rows + n_gain), &fa, &fb);
-    double plain = fa + fb * base_rows;
+    double plain = base_rows <= c->max_rows && c->samples[base_rows] >= FORWARD_WARMUP ? c->forward[base_rows]
+                                                                                       : fa + fb * base_rows;
     int best_m = n_gain; /* nothing measured yet: draft everything, and measure */
     if (measured && plain > 0) {
         double plain_rate = base_tokens / plain, best_rate = 0, gain = 0;
@@ -280,7 +286,7 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
                 if (++count[o] > max_k) max_k = count[o];
             }
             int rounds = max_k > 0 ? max_k : step->head_rows > 0;
-            double t = fa + fb * (base_rows + forced_rows + m) +
+            double t = plain + fb * (forced_rows + m) +
                        lm_spec_head_seconds(c, rounds, step->head_rows + forced_rows + m);
             double rate = (base_tokens + forced_gain + gain) / t;
             if (m == 0 || rate > best_rate) {
@@ -288,8 +294,11 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
                 best_m = m;
             }
         }
-        if (best_rate < plain_rate * MARGIN) best_m = 0;
+        /* hysteresis: near break-even, measurement noise must not flip
+         * drafting on and off (each flip costs the head's cold spells) */
+        if (best_rate < plain_rate * (c->drafting ? 1 / MARGIN : MARGIN)) best_m = 0;
     }
+    c->drafting = best_m > 0;
     for (int m = 0; m < best_m; m++) cands[owner[order[m]]].k++;
 
     c->decisions++;

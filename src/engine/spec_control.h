@@ -8,7 +8,8 @@
  *   less the head's call): an
  *   exponential moving average per R, and through them a line a + b * R
  *   (least squares, each R weighted by its samples up to a bound), so that
- *   one noisy row count does not decide alone;
+ *   one noisy row count does not decide alone: a step with drafts costs the
+ *   plain step (its own average) plus the line's slope per draft row;
  * - the MTP head's call (catch-up rows and drafting rounds): time =
  *   per_round * rounds + per_row * rows, fitted by exponentially weighted
  *   least squares.
@@ -21,7 +22,7 @@
  * Each step the drafters' candidate drafts are ranked by expected gain and
  * the number m of drafts that maximises expected tokens per second of the
  * next step is taken (m = 0 included); that is compared with plain steps
- * without the head at all.  A sequence that drafts nothing for a few steps
+ * without the head at all (a 3% margin each way, against flip-flopping).  A sequence that drafts nothing for a few steps
  * goes cold: the head stops catching up on it, so it costs exactly a plain
  * sequence.  Cold sequences come back when the cost model says drafting
  * would pay at their acceptance, and otherwise on a probe: every
@@ -88,6 +89,7 @@ typedef struct {
     double h_rr, h_rw, h_ww, h_rt, h_wt;
     double acceptance;    /* engine-wide moving average */
     bool probe_started;   /* a probe started in this step */
+    bool drafting;        /* the last decision drafted */
     /* decisions, for tests and stats */
     uint64_t decisions, zero_decisions, cold_entries, probes, rewarms;
     /* scratch for the choice */
