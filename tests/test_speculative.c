@@ -313,7 +313,7 @@ static void test_adaptive_probes_bring_drafts_back(void) {
     CHECK(run_all(0, 512, prompts, N, NULL, T, false, plain, NULL));
     late_oracle drafter = {.o = {.plain = plain, .n = N}, .right_from = 30};
     memcpy(drafter.o.prompts, prompts, sizeof(prompt) * N);
-    lm_spec_sim_clock costs = {.fixed = 2e-3, .per_row = 2e-4, .head_round = 1e-4, .head_row = 2e-5};
+    lm_spec_sim_clock costs = {.fixed = 2e-3, .per_row = 2e-4, .head_round = 1e-5, .head_row = 2e-6};
     adaptive_run run;
     CHECK(run_adaptive(K, &costs, &drafter, prompts, N, T, spec, &run));
     CHECK_MSG(same_tokens(spec, plain, N, T), "adaptive speculation changed the greedy output");

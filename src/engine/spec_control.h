@@ -22,13 +22,17 @@
  * Each step the drafters' candidate drafts are ranked by expected gain and
  * the number m of drafts that maximises expected tokens per second of the
  * next step is taken (m = 0 included); that is compared with plain steps
- * without the head at all (a 3% margin each way, against flip-flopping).  A sequence that drafts nothing for a few steps
- * goes cold: the head stops catching up on it, so it costs exactly a plain
- * sequence.  Cold sequences come back when the cost model says drafting
- * would pay at their acceptance, and otherwise on a probe: every
- * probe_interval steps (doubling while probes keep failing, at most one
- * probe starting per step) one of them catches up again for a few steps and
- * drafts the maximum once, which refreshes its acceptance.
+ * without the head at all (a 3% margin each way, against flip-flopping).
+ * A sequence that drafts nothing for 3 steps goes cold: the head stops
+ * catching up on it, so it costs exactly a plain sequence.  Cold sequences
+ * come back when the cost model says drafting would pay at their
+ * acceptance, and otherwise on a probe: every probe_interval steps
+ * (doubling while probes keep failing, at most one probe starting per step,
+ * all probes together spending at most 2% of the measured step time) one
+ * of them catches up again for 16 steps and drafts the maximum once, which
+ * refreshes its acceptance.  A returning sequence always catches up for 16
+ * steps before it drafts: the head's KV entries of its cold spell are stale
+ * and its drafts lean on the recent ones.
  *
  * Only the number of drafts depends on time; every draft is verified, so
  * outputs do not (tests/test_speculative.c). */
@@ -89,6 +93,7 @@ typedef struct {
     double h_rr, h_rw, h_ww, h_rt, h_wt;
     double acceptance;    /* engine-wide moving average */
     bool probe_started;   /* a probe started in this step */
+    double probe_credit;  /* seconds probes may spend now (a share of the measured steps) */
     bool drafting;        /* the last decision drafted */
     /* decisions, for tests and stats */
     uint64_t decisions, zero_decisions, cold_entries, probes, rewarms;
