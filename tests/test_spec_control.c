@@ -133,11 +133,17 @@ static void test_cheap_rows_and_high_acceptance_give_the_most(void) {
         lm_spec_seq_init(&s[i]);
         for (int j = 0; j < 10; j++) lm_spec_observe_verify(&c, &s[i], 3, j % 3 ? 3 : 2);
     }
-    int ks[4];
-    for (int step = 0; step < 10; step++) {
+    int ks[4], plain_steps = 0;
+    for (int step = 0; step < 64; step++) {
         decide(&c, &k, s, 4, ks);
+        /* one step in 32 runs plain, to keep measuring the plain step */
+        if (ks[0] + ks[1] + ks[2] + ks[3] == 0) {
+            plain_steps++;
+            continue;
+        }
         for (int i = 0; i < 4; i++) CHECK_MSG(ks[i] == K, "step %d: sequence %d drafts %d", step, i, ks[i]);
     }
+    CHECK_MSG(plain_steps == 2, "%d plain steps in 64", plain_steps);
     CHECK(c.zero_decisions == 0 && c.cold_entries == 0);
     lm_spec_control_free(&c);
 }

@@ -15,6 +15,7 @@ enum {
                                 an always caught-up head) */
     PROBE_INTERVAL_MIN = 16, /* steps a cold sequence waits for its first probe */
     PROBE_INTERVAL_MAX = 256,
+    PLAIN_REFRESH = 32,      /* while drafting, one step in this many runs plain */
 };
 #define FORWARD_ALPHA 0.1    /* moving average of a row count's step time */
 #define FORWARD_CLIP 1.5     /* a sample counts at most this many times the estimate (the
@@ -313,7 +314,16 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
          * drafting on and off (each flip costs the head's cold spells) */
         if (best_rate < plain_rate * (c->drafting ? 1 / MARGIN : MARGIN)) best_m = 0;
     }
-    c->drafting = best_m > 0;
+    /* While drafting, the plain step's average is not measured: every
+     * PLAIN_REFRESH decisions one step runs without drafts (nobody's streak
+     * counts it), so that a plain step's cost follows the machine. */
+    bool refresh = false;
+    if (best_m > 0 && measured && ++c->since_plain >= PLAIN_REFRESH) {
+        best_m = 0;
+        refresh = true;
+    }
+    if (best_m == 0) c->since_plain = 0;
+    c->drafting = best_m > 0 || refresh;
     for (int m = 0; m < best_m; m++) cands[owner[order[m]]].k++;
 
     c->decisions++;
@@ -336,7 +346,7 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
             s->probing = cands[i].budget <= 0; /* probes when it may draft */
             continue;
         }
-        if (cands[i].budget <= 0) continue; /* it may not draft: says nothing about paying */
+        if (cands[i].budget <= 0 || refresh) continue; /* says nothing about paying */
         if (cands[i].k > 0) {
             s->zero_streak = 0;
             s->probe_interval = 0; /* it pays: the next cold spell probes soon */

@@ -22,7 +22,9 @@
  * Each step the drafters' candidate drafts are ranked by expected gain and
  * the number m of drafts that maximises expected tokens per second of the
  * next step is taken (m = 0 included); that is compared with plain steps
- * without the head at all (a 3% margin each way, against flip-flopping).
+ * without the head at all (a 3% margin each way, against flip-flopping);
+ * while drafting, one step in 32 runs without drafts, so that the plain
+ * step's cost is measured as the machine's load changes.
  * A sequence that drafts nothing for 3 steps goes cold: the head stops
  * catching up on it, so it costs exactly a plain sequence.  Cold sequences
  * come back when the cost model says drafting would pay at their
@@ -95,6 +97,7 @@ typedef struct {
     bool probe_started;   /* a probe started in this step */
     double probe_credit;  /* seconds probes may spend now (a share of the measured steps) */
     bool drafting;        /* the last decision drafted */
+    int since_plain;      /* decisions since the last one without drafts */
     /* decisions, for tests and stats */
     uint64_t decisions, zero_decisions, cold_entries, probes, rewarms;
     /* scratch for the choice */
