@@ -477,13 +477,15 @@ static bool step(loom_engine *e) {
     if (e->spec_k > 0) {
         lm_spec_step_begin(&e->spec);
         int drafts = 0, sampled = 0;
+        bool decode = true; /* every row a decode or verify row: no prompt chunk */
         for (int i = 0; i < n; i++) {
             drafts += e->plan[i].n_drafts;
             sampled += e->plan[i].wants_logits;
+            decode &= e->plan[i].n_new == 1 + e->plan[i].n_drafts;
         }
         e->spec_base_rows = batch.n_tokens - drafts;
         e->spec_base_tokens = sampled;
-        e->spec_rows = batch.n_tokens;
+        e->spec_rows = decode ? batch.n_tokens : 0;
     }
     lm_status st = lm_model_forward(e->context, &batch, &out, &err);
     e->counters.steps++;
@@ -538,7 +540,9 @@ static bool step(loom_engine *e) {
     bool states_ok = lm_engine_apply_rollbacks(e);
     lm_engine_catch_up_and_draft(e);
     settle_retiring(e, states_ok);
-    e->spec_timing = e->spec_k > 0; /* the next step's start ends this one */
+    /* The next step's start ends this one; steps with prompt chunks are not
+     * measured (their rows cost differently: most need no logits). */
+    e->spec_timing = e->spec_k > 0 && e->spec_rows > 0;
     return true;
 }
 
@@ -564,6 +568,7 @@ static void take_inbox(loom_engine *e) {
             if (c == 0) parent = seq;
             else seq->fork_parent = parent;
             seq->speculate = e->spec_k > 0 && r->params.n == 1 && !r->params.no_speculation;
+            if (seq->speculate) lm_spec_seq_start(&e->spec, &seq->spec_ctl);
         }
     }
     e->n_inbox = 0;

@@ -17,9 +17,10 @@ enum {
     PROBE_INTERVAL_MAX = 256,
     PLAIN_REFRESH = 32,      /* while drafting, one step in this many runs plain */
 };
-#define FORWARD_ALPHA 0.1    /* moving average of a row count's step time */
-#define FORWARD_CLIP 1.5     /* a sample counts at most this many times the estimate (the
-                                machine busy elsewhere only ever adds time) */
+#define FORWARD_ALPHA 0.05   /* moving average of a row count's step time (steps are
+                                milliseconds: this still follows the load within a second) */
+#define FORWARD_CLIP 4.0     /* a sample counts at most this many times the estimate: the
+                                mean is what throughput pays, so only rare stalls are cut */
 #define FORWARD_WEIGHT 8.0   /* the most weight one row count has in the fit */
 #define HEAD_DECAY 0.9       /* per head measurement */
 #define ACCEPT_DECAY 0.9     /* per verify of a sequence */
@@ -98,6 +99,12 @@ void lm_spec_control_simulate(lm_spec_control *c, const lm_spec_sim_clock *costs
 uint64_t lm_spec_now(const lm_spec_control *c, const lm_timed_work *work) { return c->clock(c->clock_ctx, work); }
 
 void lm_spec_seq_init(lm_spec_seq *s) { memset(s, 0, sizeof *s); }
+
+void lm_spec_seq_start(const lm_spec_control *c, lm_spec_seq *s) {
+    lm_spec_seq_init(s);
+    /* Not drafting now (measured): it starts as a plain sequence. */
+    if (c->decisions > 0 && !c->drafting) s->cold = true;
+}
 
 /* ------------------------------------------------------------- measuring */
 

@@ -131,6 +131,10 @@ void lm_spec_control_simulate(lm_spec_control *c, const lm_spec_sim_clock *costs
 uint64_t lm_spec_now(const lm_spec_control *c, const lm_timed_work *work);
 
 void lm_spec_seq_init(lm_spec_seq *s);
+/* A new speculating sequence: cold from the start when the engine is not
+ * drafting now (its head catch-up, prompt included, would be paid for
+ * nothing), else warm with the engine-wide acceptance as its prior. */
+void lm_spec_seq_start(const lm_spec_control *c, lm_spec_seq *s);
 /* Measurements. */
 void lm_spec_observe_forward(lm_spec_control *c, int rows, double seconds);
 void lm_spec_observe_head(lm_spec_control *c, int rounds, int rows, double seconds);
