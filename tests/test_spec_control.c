@@ -148,6 +148,30 @@ static void test_cheap_rows_and_high_acceptance_give_the_most(void) {
     lm_spec_control_free(&c);
 }
 
+/* A step bound by its overhead under noise: more rows measured slightly
+ * faster than fewer.  Rows are taken as free (slope 0), not as costing the
+ * whole step each, and a sequence that accepts drafts gets the most. */
+static void test_rows_measured_free_give_drafts(void) {
+    lm_spec_control c;
+    CHECK(open_control(&c));
+    for (int rep = 0; rep < 8; rep++) {
+        lm_spec_observe_forward(&c, 1, 10e-3);
+        lm_spec_observe_forward(&c, 2, 9.9e-3);
+        lm_spec_observe_forward(&c, 3, 9.8e-3);
+        lm_spec_observe_head(&c, 2, 4, 0.5e-3);
+        lm_spec_observe_head(&c, 1, 1, 0.3e-3);
+    }
+    CHECK_NEAR(lm_spec_forward_seconds(&c, 4), 9.9e-3, 1e-4);
+    lm_spec_seq s;
+    lm_spec_seq_init(&s);
+    for (int j = 0; j < 10; j++) lm_spec_observe_verify(&c, &s, 3, j % 4 ? 3 : 1);
+    costs k = {10e-3, 0, 0, 0};
+    int ks;
+    decide(&c, &k, &s, 1, &ks);
+    CHECK_MSG(ks == K, "drafts %d", ks);
+    lm_spec_control_free(&c);
+}
+
 /* Rows of moderate cost: the sequence that accepts drafts gets them, the
  * one that rejects them does not. */
 static void test_drafts_go_where_they_are_accepted(void) {
@@ -255,6 +279,7 @@ int main(void) {
     RUN_TEST(test_expensive_rows_give_no_drafts);
     RUN_TEST(test_cheap_rows_and_high_acceptance_give_the_most);
     RUN_TEST(test_drafts_go_where_they_are_accepted);
+    RUN_TEST(test_rows_measured_free_give_drafts);
     RUN_TEST(test_a_cold_sequence_is_probed_and_comes_back);
     RUN_TEST(test_probes_back_off_and_take_turns);
     RUN_TEST(test_probes_spend_a_bounded_share);

@@ -152,9 +152,9 @@ double lm_spec_seq_acceptance(const lm_spec_control *c, const lm_spec_seq *s) {
 /* The step time as a line a + b * rows, fitted by least squares over the
  * measured row counts up to `upto`, each weighted by its samples (at most
  * FORWARD_WEIGHT): pooling the row counts smooths one count's noise.  With
- * one row count measured, or a slope that is not positive, the line goes
- * through the origin and the weighted mean (all of the time proportional
- * to the rows: no cheaper rows than measured).  false: nothing measured. */
+ * one row count measured the line goes through the origin and the mean
+ * (all of the time proportional to the rows: no cheaper rows than
+ * measured).  false: nothing measured. */
 static bool forward_fit(const lm_spec_control *c, int upto, double *a, double *b) {
     if (upto > c->max_rows) upto = c->max_rows;
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -180,12 +180,16 @@ static bool forward_fit(const lm_spec_control *c, int upto, double *a, double *b
         return false;
     }
     double var = sxx - sx * sx / sw;
-    *b = distinct > 1 && var > 0 ? (sxy - sx * sy / sw) / var : 0;
-    *a = (sy - *b * sx) / sw;
-    if (!(*b > 0)) {
+    if (distinct < 2 || !(var > 0)) {
         *a = 0;
         *b = sy / sx;
+        return true;
     }
+    /* A slope below zero is noise around rows that cost nothing measurable
+     * (a step bound by its overhead): 0, not less. */
+    *b = (sxy - sx * sy / sw) / var;
+    if (*b < 0) *b = 0;
+    *a = (sy - *b * sx) / sw;
     return true;
 }
 
