@@ -322,8 +322,9 @@ static void test_adaptive_probes_bring_drafts_back(void) {
     CHECK_MSG(run.spec.cold_entries >= N && run.spec.probes >= 1 && run.spec.probes + run.spec.rewarms >= N,
               "%llu cold, %llu probes, %llu brought back", (unsigned long long)run.spec.cold_entries,
               (unsigned long long)run.spec.probes, (unsigned long long)run.spec.rewarms);
-    /* after the change, most tokens come from accepted drafts */
-    CHECK_MSG(run.stats.spec_accepted_tokens > (uint64_t)N * (T - 30) / 2,
+    /* after the change (and a probe, and 16 steps of catch-up), a good
+     * share of the tokens come from accepted drafts */
+    CHECK_MSG(run.stats.spec_accepted_tokens > (uint64_t)N * (T - 30) / 3,
               "%llu drafts accepted of %d tokens after the drafts became right",
               (unsigned long long)run.stats.spec_accepted_tokens, N * (T - 30));
 }

@@ -476,14 +476,17 @@ static bool step(loom_engine *e) {
     lm_forward_out out = {.logits = e->logits};
     if (e->spec_k > 0) {
         lm_spec_step_begin(&e->spec);
-        int drafts = 0, sampled = 0;
+        /* The next step without drafts, as the controller sees it: a decode
+         * row for each sequence that samples now, and the prompt chunks
+         * that do not end now going on as large. */
+        int chunks = 0, sampled = 0;
         bool decode = true; /* every row a decode or verify row: no prompt chunk */
         for (int i = 0; i < n; i++) {
-            drafts += e->plan[i].n_drafts;
             sampled += e->plan[i].wants_logits;
+            if (!e->plan[i].wants_logits) chunks += e->plan[i].n_new;
             decode &= e->plan[i].n_new == 1 + e->plan[i].n_drafts;
         }
-        e->spec_base_rows = batch.n_tokens - drafts;
+        e->spec_base_rows = sampled + chunks;
         e->spec_base_tokens = sampled;
         e->spec_rows = decode ? batch.n_tokens : 0;
     }

@@ -95,7 +95,7 @@ struct loom_engine {
     /* speculative decoding (engine thread; speculative.c) */
     int spec_k;                 /* the most drafts per step, 0 = off */
     lm_spec_control spec;       /* chooses each step's drafts (when spec_k > 0) */
-    int spec_base_rows, spec_base_tokens; /* the last step's rows and sampled tokens without drafts */
+    int spec_base_rows, spec_base_tokens; /* the next step's rows and sampled tokens without drafts */
     bool spec_timing;                     /* a step ran since spec_start, without an idle wait */
     uint64_t spec_start;                  /* the clock at its start */
     int spec_rows;                        /* its rows */

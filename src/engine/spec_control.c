@@ -154,8 +154,8 @@ double lm_spec_seq_acceptance(const lm_spec_control *c, const lm_spec_seq *s) {
  * FORWARD_WEIGHT): pooling the row counts smooths one count's noise.  With
  * one row count measured the line goes through the origin and the mean
  * (all of the time proportional to the rows: no cheaper rows than
- * measured).  false: nothing measured. */
-static bool forward_fit(const lm_spec_control *c, int upto, double *a, double *b) {
+ * measured).  Returns how many row counts were measured (0: none). */
+static int forward_fit(const lm_spec_control *c, int upto, double *a, double *b) {
     if (upto > c->max_rows) upto = c->max_rows;
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
     int distinct = 0;
@@ -175,28 +175,28 @@ static bool forward_fit(const lm_spec_control *c, int upto, double *a, double *b
             if (c->samples[r]) {
                 *a = 0;
                 *b = c->forward[r] / r;
-                return true;
+                return 1;
             }
-        return false;
+        return 0;
     }
     double var = sxx - sx * sx / sw;
     if (distinct < 2 || !(var > 0)) {
         *a = 0;
         *b = sy / sx;
-        return true;
+        return 1;
     }
     /* A slope below zero is noise around rows that cost nothing measurable
      * (a step bound by its overhead): 0, not less. */
     *b = (sxy - sx * sy / sw) / var;
     if (*b < 0) *b = 0;
     *a = (sy - *b * sx) / sw;
-    return true;
+    return distinct;
 }
 
 double lm_spec_forward_seconds(const lm_spec_control *c, int rows) {
     double a, b;
     if (rows < 1) return 0;
-    if (!forward_fit(c, 2 * rows, &a, &b)) return -1;
+    if (forward_fit(c, 2 * rows, &a, &b) == 0) return -1;
     double t = a + b * rows;
     return t > 0 ? t : b * rows;
 }
@@ -297,10 +297,14 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
      * most), else the line; each draft adds the line's slope, the cost of a
      * row around this batch size. */
     double fa, fb;
-    bool measured = forward_fit(c, 2 * (base_rows + forced_rows + n_gain), &fa, &fb);
+    /* Until the plain step and one more row count are measured, explore:
+     * plain steps until the plain step has a sample, then drafts, whose
+     * verify step gives the second row count (after that, the line). */
+    bool measured = forward_fit(c, 2 * (base_rows + forced_rows + n_gain), &fa, &fb) >= 2;
+    bool plain_known = base_rows <= c->max_rows && c->samples[base_rows] > 0;
     double plain = base_rows <= c->max_rows && c->samples[base_rows] >= FORWARD_WARMUP ? c->forward[base_rows]
                                                                                        : fa + fb * base_rows;
-    int best_m = n_gain; /* nothing measured yet: draft everything, and measure */
+    int best_m = plain_known ? n_gain : 0; /* not measured yet: explore */
     if (measured && plain > 0) {
         double plain_rate = base_tokens / plain, best_rate = 0, gain = 0;
         int max_k = forced_k;
