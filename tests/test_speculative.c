@@ -293,9 +293,10 @@ static void test_adaptive_cheap_rows_keep_the_maximum(void) {
     CHECK_MSG(run.spec.zero_decisions <= 3 * N && run.spec.cold_entries == 0,
               "%llu decisions of no drafts, %llu cold", (unsigned long long)run.spec.zero_decisions,
               (unsigned long long)run.spec.cold_entries);
-    /* every verify but the last of each request (cut by max_tokens) drafts K */
+    /* every verify drafts K but, per request, the last (cut by max_tokens)
+     * and one of the first (while the costs are being explored) */
     uint64_t v = run.stats.spec_verify_steps, d = run.stats.spec_drafted_tokens;
-    CHECK_MSG(v > 0 && d + (uint64_t)N * K >= (uint64_t)K * v, "%llu drafts in %llu verifies, K = %d",
+    CHECK_MSG(v > 0 && d + 2 * (uint64_t)N * K >= (uint64_t)K * v, "%llu drafts in %llu verifies, K = %d",
               (unsigned long long)d, (unsigned long long)v, K);
     CHECK_MSG(1.0 + (double)run.stats.spec_accepted_tokens / (double)v > K,
               "mean accepted length %.2f", 1.0 + (double)run.stats.spec_accepted_tokens / (double)v);

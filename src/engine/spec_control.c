@@ -298,13 +298,14 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
      * row around this batch size. */
     double fa, fb;
     /* Until the plain step and one more row count are measured, explore:
-     * plain steps until the plain step has a sample, then drafts, whose
-     * verify step gives the second row count (after that, the line). */
+     * plain steps until the plain step has a sample, then the k_max best
+     * drafts (one sequence's worth, cheap at any batch), whose verify step
+     * gives the second row count (after that, the line). */
     bool measured = forward_fit(c, 2 * (base_rows + forced_rows + n_gain), &fa, &fb) >= 2;
     bool plain_known = base_rows <= c->max_rows && c->samples[base_rows] > 0;
     double plain = base_rows <= c->max_rows && c->samples[base_rows] >= FORWARD_WARMUP ? c->forward[base_rows]
                                                                                        : fa + fb * base_rows;
-    int best_m = plain_known ? n_gain : 0; /* not measured yet: explore */
+    int best_m = plain_known ? (n_gain < c->k_max ? n_gain : c->k_max) : 0; /* not measured yet: explore */
     if (measured && plain > 0) {
         double plain_rate = base_tokens / plain, best_rate = 0, gain = 0;
         int max_k = forced_k;
