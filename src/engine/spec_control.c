@@ -295,12 +295,11 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
     double base_tokens = step->base_tokens > 0 ? step->base_tokens : 1;
     /* The plain step: its own average once it has a few samples (it is run
      * most), else the line; each draft adds the line's slope, the cost of a
-     * row around this batch size. */
+     * row around this batch size.  Until the plain step and one more row
+     * count are measured, explore: plain steps until the plain step has a
+     * sample, then the k_max best drafts (one sequence's worth, cheap at
+     * any batch), whose verify step gives the second row count. */
     double fa, fb;
-    /* Until the plain step and one more row count are measured, explore:
-     * plain steps until the plain step has a sample, then the k_max best
-     * drafts (one sequence's worth, cheap at any batch), whose verify step
-     * gives the second row count (after that, the line). */
     bool measured = forward_fit(c, 2 * (base_rows + forced_rows + n_gain), &fa, &fb) >= 2;
     bool plain_known = base_rows <= c->max_rows && c->samples[base_rows] > 0;
     double plain = base_rows <= c->max_rows && c->samples[base_rows] >= FORWARD_WARMUP ? c->forward[base_rows]
