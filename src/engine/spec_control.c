@@ -305,7 +305,8 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
     double plain = base_rows <= c->max_rows && c->samples[base_rows] >= FORWARD_WARMUP ? c->forward[base_rows]
                                                                                        : fa + fb * base_rows;
     int best_m = plain_known ? (n_gain < c->k_max ? n_gain : c->k_max) : 0; /* not measured yet: explore */
-    if (measured && plain > 0) {
+    bool exploring = !(measured && plain > 0);
+    if (!exploring) {
         double plain_rate = base_tokens / plain, best_rate = 0, gain = 0;
         int max_k = forced_k;
         memset(count, 0, sizeof *count * (size_t)n);
@@ -361,7 +362,7 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
             s->probing = cands[i].budget <= 0; /* probes when it may draft */
             continue;
         }
-        if (cands[i].budget <= 0 || refresh) continue; /* says nothing about paying */
+        if (cands[i].budget <= 0 || refresh || exploring) continue; /* says nothing about paying */
         if (cands[i].k > 0) {
             s->zero_streak = 0;
             s->probe_interval = 0; /* it pays: the next cold spell probes soon */
