@@ -204,6 +204,16 @@ double lm_spec_forward_seconds(const lm_spec_control *c, int rows) {
 /* Least squares of time = per_round * rounds + per_row * rows, both >= 0;
  * 0 before any measurement (drafting looks free until measured). */
 static void head_fit(const lm_spec_control *c, double *per_round, double *per_row) {
+    /* Calls that all had rows in one proportion to rounds (catch-up only:
+     * one round of one row per sequence) cannot tell the two apart; the
+     * time is the rounds' (a round's fixed cost, the lm_head above all,
+     * is what a call pays at these sizes), not split between them, which
+     * would price a draft's extra rows as whole rounds. */
+    if (c->h_rr > 0 && c->h_rr * c->h_ww - c->h_rw * c->h_rw <= 1e-3 * c->h_rr * c->h_ww) {
+        *per_round = c->h_rt > 0 ? c->h_rt / c->h_rr : 0;
+        *per_row = 0;
+        return;
+    }
     double eps = 1e-9 * (c->h_rr + c->h_ww) + 1e-30;
     double a = c->h_rr + eps, b = c->h_rw, d = c->h_ww + eps;
     double det = a * d - b * b;
