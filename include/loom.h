@@ -50,7 +50,9 @@ typedef struct {
     int max_batch_tokens;      /* token budget of one step; long prompts are chunked (default 512) */
     int max_model_len;         /* prompt + output limit per sequence (0 = model's, capped at 32768) */
     int max_waiting;           /* queued requests before submit answers LOOM_ERR_BUSY (default 1024) */
-    int speculative_tokens;    /* K draft tokens per step from the model's MTP head (0 = off, max 8);
+    int speculative_tokens;    /* up to K draft tokens per sequence and step from the model's MTP
+                                  head (0 = off, max 8); each step the engine drafts 0..K per
+                                  sequence, what pays at its measured step costs and acceptance;
                                   ignored when the checkpoint has no usable head */
     loom_mtp_norms mtp_norms;  /* default AUTO: detected from the stored weights */
     /* Images (models with a vision tower): the most pixels an image keeps
@@ -249,7 +251,8 @@ typedef struct {
     /* Constrained decoding: token masks computed, and the engine thread's
      * time in grammars (masks, advancing states, checking drafts). */
     uint64_t grammar_masks, grammar_ns;
-    int speculative_tokens;    /* K in use (0 when speculation is off or the model has no head) */
+    int speculative_tokens;    /* the most drafts per step in use (0 when speculation is off or
+                                   the model has no head) */
     uint64_t images_encoded;   /* images run through the vision tower */
     uint64_t image_cache_hits; /* images whose rows came from the cache instead */
     uint64_t image_cache_bytes; /* held by the cache now */

@@ -76,6 +76,11 @@ loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens
         fprintf(stderr, "engine: %s\n", error);
         return NULL;
     }
+    /* Adaptive speculation chooses the drafts from measured step times;
+     * tests see made-up costs instead, where drafting pays (a step's time
+     * is its fixed overhead), so what they draft does not depend on the
+     * machine. */
+    if (speculative_tokens > 0) test_engine_simulate_costs(e, 1e-3, 1e-7, 1e-7, 1e-8);
     return e;
 }
 
@@ -143,4 +148,9 @@ bool test_engine_preemption_keeps_outputs(const char *model_dir, const int32_t *
         }
     }
     return true;
+}
+
+void test_engine_simulate_costs(loom_engine *e, double fixed, double per_row, double head_round, double head_row) {
+    lm_spec_sim_clock costs = {.fixed = fixed, .per_row = per_row, .head_round = head_round, .head_row = head_row};
+    lm_engine_simulate_costs(e, &costs);
 }

@@ -188,6 +188,176 @@ static void test_accepted_drafts_keep_greedy(void) {
     CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
 }
 
+/* Adaptive speculation under a fake clock (engine/spec_control.h's
+ * simulated one): it charges each step and each MTP head call for its
+ * rows, so the costs are what the test says whatever the machine does.  Drafts come
+ * from the oracle (always right after `right_from` generated tokens,
+ * always wrong before).  Outputs must equal plain greedy in every case. */
+typedef struct {
+    oracle o;
+    int right_from; /* generated tokens before which every draft is wrong */
+} late_oracle;
+
+static int late_oracle_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt, int32_t *drafts, int k) {
+    late_oracle *l = ctx;
+    for (int i = 0; i < l->o.n; i++) {
+        const prompt *p = &l->o.prompts[i];
+        if (p->n != n_prompt || memcmp(p->ids, tokens, sizeof(int32_t) * (size_t)n_prompt)) continue;
+        int g = n_tokens - n_prompt, made = 0;
+        for (int j = 0; j < k && g + j < l->o.plain[i].n_tokens; j++) {
+            int32_t t = l->o.plain[i].tokens[g + j];
+            drafts[made++] = g < l->right_from ? (t + 1) % 1000 : t;
+        }
+        return made;
+    }
+    return 0;
+}
+
+typedef struct {
+    loom_stats stats;
+    lm_spec_control spec; /* its counters (the tables are freed with the engine) */
+} adaptive_run;
+
+static bool run_adaptive(int k, const lm_spec_sim_clock *costs, late_oracle *drafter, const prompt *prompts, int n,
+                         int max_tokens, collected *out, adaptive_run *run) {
+    loom_engine *e = engine_with(k, 512);
+    if (!e) return false;
+    lm_engine_simulate_costs(e, costs);
+    lm_engine_set_draft_override(e, late_oracle_drafts, drafter);
+    loom_request *reqs[8];
+    char error[256];
+    lm_engine_hold(e, true); /* they start together */
+    for (int i = 0; i < n; i++) {
+        loom_request_params p;
+        params_for(&p, prompts[i], max_tokens, false, 0);
+        if (loom_submit(e, &p, &reqs[i], error, sizeof error) != LOOM_OK) {
+            fprintf(stderr, "submit: %s\n", error);
+            return false;
+        }
+    }
+    lm_engine_hold(e, false);
+    for (int i = 0; i < n; i++) collect_all(reqs[i], &out[i], 1);
+    for (int i = 0; i < n; i++) loom_request_free(reqs[i]);
+    run->stats = wait_idle(e);
+    run->spec = e->spec;
+    loom_engine_destroy(e);
+    return true;
+}
+
+static bool same_tokens(const collected *a, const collected *b, int n, int max_tokens) {
+    for (int i = 0; i < n; i++)
+        if (a[i].n_tokens != max_tokens || b[i].n_tokens != max_tokens ||
+            memcmp(a[i].tokens, b[i].tokens, sizeof(int32_t) * (size_t)max_tokens))
+            return false;
+    return true;
+}
+
+/* A step's time proportional to its rows (compute-bound) and a head that
+ * costs: a verify row costs a full row, so even drafts that are always
+ * accepted lose, and the controller stops drafting. */
+static void test_adaptive_expensive_rows_stop_drafting(void) {
+    enum { N = 4, T = 60 };
+    prompt prompts[8];
+    make_prompts(prompts);
+    collected plain[N], spec[N];
+    CHECK(run_all(0, 512, prompts, N, NULL, T, false, plain, NULL));
+    late_oracle drafter = {.o = {.plain = plain, .n = N}, .right_from = 0};
+    memcpy(drafter.o.prompts, prompts, sizeof(prompt) * N);
+    lm_spec_sim_clock costs = {.fixed = 1e-5, .per_row = 1e-3, .head_round = 2e-4, .head_row = 2e-4};
+    adaptive_run run;
+    CHECK(run_adaptive(4, &costs, &drafter, prompts, N, T, spec, &run));
+    CHECK_MSG(same_tokens(spec, plain, N, T), "adaptive speculation changed the greedy output");
+    /* the first step drafts (nothing is measured yet), then only the probes
+     * (at most two each in 60 steps) */
+    CHECK_MSG(run.stats.spec_verify_steps <= 3 * N, "%llu verifies of %d tokens though every verify row costs a "
+              "full row", (unsigned long long)run.stats.spec_verify_steps, N * T);
+    CHECK_MSG(run.spec.cold_entries >= N, "%llu sequences went cold of %d", (unsigned long long)run.spec.cold_entries, N);
+    CHECK(run.stats.kv_blocks_free == run.stats.kv_blocks_total);
+}
+
+/* A step's time is nearly all fixed overhead and drafts are always right:
+ * every verify drafts the maximum. */
+static void test_adaptive_cheap_rows_keep_the_maximum(void) {
+    enum { N = 4, T = 40, K = 4 };
+    prompt prompts[8];
+    make_prompts(prompts);
+    collected plain[N], spec[N];
+    CHECK(run_all(0, 512, prompts, N, NULL, T, false, plain, NULL));
+    late_oracle drafter = {.o = {.plain = plain, .n = N}, .right_from = 0};
+    memcpy(drafter.o.prompts, prompts, sizeof(prompt) * N);
+    lm_spec_sim_clock costs = {.fixed = 5e-3, .per_row = 1e-6, .head_round = 1e-6, .head_row = 1e-7};
+    adaptive_run run;
+    CHECK(run_adaptive(K, &costs, &drafter, prompts, N, T, spec, &run));
+    CHECK_MSG(same_tokens(spec, plain, N, T), "adaptive speculation changed the greedy output");
+    /* the first steps without drafts measure the plain step's cost, then K always */
+    CHECK_MSG(run.spec.zero_decisions <= 3 * N && run.spec.cold_entries == 0,
+              "%llu decisions of no drafts, %llu cold", (unsigned long long)run.spec.zero_decisions,
+              (unsigned long long)run.spec.cold_entries);
+    /* every verify drafts K but, per request, the last (cut by max_tokens)
+     * and one of the first (while the costs are being explored) */
+    uint64_t v = run.stats.spec_verify_steps, d = run.stats.spec_drafted_tokens;
+    CHECK_MSG(v > 0 && d + 2 * (uint64_t)N * K >= (uint64_t)K * v, "%llu drafts in %llu verifies, K = %d",
+              (unsigned long long)d, (unsigned long long)v, K);
+    CHECK_MSG(1.0 + (double)run.stats.spec_accepted_tokens / (double)v > K,
+              "mean accepted length %.2f", 1.0 + (double)run.stats.spec_accepted_tokens / (double)v);
+}
+
+/* Drafts that pay only when accepted: wrong for the first 30 tokens (the
+ * sequences go cold), right afterwards (a probe finds it out and they draft
+ * again). */
+static void test_adaptive_probes_bring_drafts_back(void) {
+    enum { N = 2, T = 150, K = 3 };
+    prompt prompts[8];
+    make_prompts(prompts);
+    prompts[0] = prompts[2]; /* short ones: 70 + 150 tokens fit the context */
+    collected plain[N], spec[N];
+    CHECK(run_all(0, 512, prompts, N, NULL, T, false, plain, NULL));
+    late_oracle drafter = {.o = {.plain = plain, .n = N}, .right_from = 30};
+    memcpy(drafter.o.prompts, prompts, sizeof(prompt) * N);
+    lm_spec_sim_clock costs = {.fixed = 2e-3, .per_row = 2e-4, .head_round = 1e-5, .head_row = 2e-6};
+    adaptive_run run;
+    CHECK(run_adaptive(K, &costs, &drafter, prompts, N, T, spec, &run));
+    CHECK_MSG(same_tokens(spec, plain, N, T), "adaptive speculation changed the greedy output");
+    /* each came back by a probe, or because the others' acceptance (the
+     * prior of its own) made drafting pay */
+    CHECK_MSG(run.spec.cold_entries >= N && run.spec.probes >= 1 && run.spec.probes + run.spec.rewarms >= N,
+              "%llu cold, %llu probes, %llu brought back", (unsigned long long)run.spec.cold_entries,
+              (unsigned long long)run.spec.probes, (unsigned long long)run.spec.rewarms);
+    /* after the change (and a probe, and 16 steps of catch-up), a good
+     * share of the tokens come from accepted drafts */
+    CHECK_MSG(run.stats.spec_accepted_tokens > (uint64_t)N * (T - 30) / 3,
+              "%llu drafts accepted of %d tokens after the drafts became right",
+              (unsigned long long)run.stats.spec_accepted_tokens, N * (T - 30));
+}
+
+/* The machine's own clock: whatever K the controller picks from real
+ * step times (they differ run to run), greedy output is plain greedy. */
+static void test_adaptive_real_clock_keeps_greedy(void) {
+    enum { N = 8, T = 40 };
+    prompt prompts[8];
+    make_prompts(prompts);
+    collected plain[N], spec[N];
+    CHECK(run_all(0, 512, prompts, N, NULL, T, false, plain, NULL));
+    for (int k = 2; k <= 4; k += 2) {
+        loom_engine *e = engine_with(k, 64);
+        CHECK(e);
+        lm_engine_set_clock(e, NULL, NULL); /* the monotonic clock */
+        loom_request *reqs[N];
+        char error[256];
+        for (int i = 0; i < N; i++) {
+            loom_request_params p;
+            params_for(&p, prompts[i], T, false, 0);
+            CHECK_MSG(loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK, "%s", error);
+        }
+        for (int i = 0; i < N; i++) collect_all(reqs[i], &spec[i], 1);
+        for (int i = 0; i < N; i++) loom_request_free(reqs[i]);
+        loom_stats stats = wait_idle(e);
+        loom_engine_destroy(e);
+        CHECK_MSG(same_tokens(spec, plain, N, T), "K=%d: adaptive speculation changed the greedy output", k);
+        CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
+    }
+}
+
 /* Chi-square: with exact target distributions from the model, the first
  * three sampled tokens of many seeded requests (temperature 1, top_k 5) under
  * speculation (K = 2, drafts proposing the likeliest continuation, so rows
@@ -452,6 +622,10 @@ int main(void) {
     RUN_TEST(test_accepted_drafts_keep_greedy);
     RUN_TEST(test_mixed_batch_equals_plain);
     RUN_TEST(test_seeded_sampling_equals_plain);
+    RUN_TEST(test_adaptive_expensive_rows_stop_drafting);
+    RUN_TEST(test_adaptive_cheap_rows_keep_the_maximum);
+    RUN_TEST(test_adaptive_probes_bring_drafts_back);
+    RUN_TEST(test_adaptive_real_clock_keeps_greedy);
     RUN_TEST(test_speculative_sampling_keeps_the_distribution);
     lm_safetensors_close(reference);
     return test_summary("test_speculative");

@@ -351,11 +351,14 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
                 uint64_t drafted = after.spec_drafted_tokens - before.spec_drafted_tokens;
                 uint64_t accepted = after.spec_accepted_tokens - before.spec_accepted_tokens;
                 uint64_t verifies = after.spec_verify_steps - before.spec_verify_steps;
-                printf("  K=%d: acceptance %.1f%% (%llu of %llu drafts), mean accepted length %.2f "
-                       "tokens per step, speedup over K=0 %.2fx\n",
+                uint64_t generated = after.generation_tokens - before.generation_tokens;
+                /* K is the most: the engine drafts what pays at this concurrency */
+                printf("  K<=%d: acceptance %.1f%% (%llu of %llu drafts), mean accepted length %.2f "
+                       "tokens per verify, %.2f drafts per output token, speedup over K=0 %.2fx\n",
                        k, drafted ? 100.0 * (double)accepted / (double)drafted : 0.0,
                        (unsigned long long)accepted, (unsigned long long)drafted,
                        verifies ? 1.0 + (double)accepted / (double)verifies : 1.0,
+                       generated ? (double)drafted / (double)generated : 0.0,
                        index < 64 && plain[index] > 0 ? tps / plain[index] : 0.0);
             }
         }

@@ -52,7 +52,8 @@ void lm_cli_log_startup(const lm_log *log, const lm_startup_facts *f) {
                   (long long)e->kv_cache_tokens, e->kv_block_size, full, full == 1 ? "" : "s", raised, e->state_slots,
                   e->max_batch_tokens);
     if (e->speculative_tokens > 0)
-        lm_log_printf(log, LM_LOG_INFO, "speculative decoding on: %d MTP drafts per step", e->speculative_tokens);
+        lm_log_printf(log, LM_LOG_INFO, "speculative decoding on: up to %d MTP drafts per sequence and step (as many as pay)",
+                      e->speculative_tokens);
     else if (f->speculative_asked > 0)
         lm_log_printf(log, LM_LOG_WARNING, "speculative decoding off: %s", e->speculative_status);
     else

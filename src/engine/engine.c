@@ -461,6 +461,19 @@ static int keep_writable(loom_engine *e, int n) {
 
 /* One scheduler step: returns false when there was nothing to run. */
 static bool step(loom_engine *e) {
+    /* Speculation learns what a step of this many rows costs: the time
+     * from one step's start to the next one's (scheduling, forward,
+     * sampling, rollbacks, events, the engine loop), less the MTP head's
+     * call, timed apart (spec_control.h); not across an idle wait. */
+    if (e->spec_k > 0) {
+        lm_timed_work work = {.phase = LM_TIMED_STEP, .end = e->spec_timing, .rows = e->spec_rows};
+        uint64_t now = lm_spec_now(&e->spec, &work);
+        if (e->spec_timing)
+            lm_spec_observe_forward(&e->spec, e->spec_rows, (double)(now - e->spec_start) * 1e-9 - e->spec_head_seconds);
+        e->spec_start = now;
+        e->spec_timing = false;
+        e->spec_head_seconds = 0;
+    }
     cancel_requested(e);
     int n = schedule(e, e->plan);
     if (n == 0) return false;
@@ -471,6 +484,22 @@ static bool step(loom_engine *e) {
     lm_step_batch batch = build_batch(e, n);
     lm_error err = {0};
     lm_forward_out out = {.logits = e->logits};
+    if (e->spec_k > 0) {
+        lm_spec_step_begin(&e->spec);
+        /* The next step without drafts, as the controller sees it: a decode
+         * row for each sequence that samples now, and the prompt chunks
+         * that do not end now going on as large. */
+        int chunks = 0, sampled = 0;
+        bool decode = true; /* every row a decode or verify row: no prompt chunk */
+        for (int i = 0; i < n; i++) {
+            sampled += e->plan[i].wants_logits;
+            if (!e->plan[i].wants_logits) chunks += e->plan[i].n_new;
+            decode &= e->plan[i].n_new == 1 + e->plan[i].n_drafts;
+        }
+        e->spec_base_rows = sampled + chunks;
+        e->spec_base_tokens = sampled;
+        e->spec_rows = decode ? batch.n_tokens : 0;
+    }
     lm_status st = lm_model_forward(e->context, &batch, &out, &err);
     e->counters.steps++;
     if (st != LM_OK) {
@@ -524,6 +553,9 @@ static bool step(loom_engine *e) {
     bool states_ok = lm_engine_apply_rollbacks(e);
     lm_engine_catch_up_and_draft(e);
     settle_retiring(e, states_ok);
+    /* The next step's start ends this one; steps with prompt chunks are not
+     * measured (their rows cost differently: most need no logits). */
+    e->spec_timing = e->spec_k > 0 && e->spec_rows > 0;
     return true;
 }
 
@@ -549,6 +581,7 @@ static void take_inbox(loom_engine *e) {
             if (c == 0) parent = seq;
             else seq->fork_parent = parent;
             seq->speculate = e->spec_k > 0 && r->params.n == 1 && !r->params.no_speculation;
+            if (seq->speculate) lm_spec_seq_start(&e->spec, &seq->spec_ctl);
         }
     }
     e->n_inbox = 0;
@@ -604,6 +637,7 @@ static void *engine_main(void *arg) {
         while (!e->shutdown && (e->held || (e->n_inbox == 0 && e->running.n == 0 &&
                                             e->waiting.n == 0 && !e->has_work))) {
             pthread_cond_wait(&e->wake, &e->mutex);
+            e->spec_timing = false; /* idle time is no step's cost */
             if (!e->held) take_inbox(e);
             answer_resets(e);
         }
@@ -784,6 +818,12 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     /* Logit rows: one per sequence, or k+1 for a speculative verify. */
     int logit_rows = max_seqs * (1 + e->spec_k);
     if (logit_rows > B) logit_rows = B;
+    if (e->spec_k > 0) {
+        st = lm_spec_control_init(&e->spec, e->spec_k, B, o.max_running, &err);
+        e->spec_candidates = calloc((size_t)o.max_running, sizeof *e->spec_candidates);
+        if (st == LM_OK && !e->spec_candidates) st = lm_fail(&err, LM_ERR_NOMEM, "out of memory");
+        if (st != LM_OK) goto fail;
+    }
     e->kv_block_size = o.kv_block_size;
     lm_context_options context = {.kv_block_size = o.kv_block_size,
                                   .kv_blocks = n_blocks,
@@ -887,6 +927,8 @@ void loom_engine_destroy(loom_engine *e) {
     free(e->catch_up);
     free(e->catch_up_seq);
     free(e->rollbacks);
+    lm_spec_control_free(&e->spec);
+    free(e->spec_candidates);
     free(e);
 }
 

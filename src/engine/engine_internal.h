@@ -13,6 +13,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"
+#include "engine/spec_control.h"
 #include "engine/state_snapshots.h"
 #include "loom.h"
 #include "models/model.h"
@@ -40,6 +41,11 @@ typedef struct {
 typedef int (*lm_draft_override)(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt,
                                  int32_t *drafts, int k);
 void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ctx);
+/* Tests: the adaptive speculation's time source (NULL: the monotonic
+ * clock); set before any request. */
+void lm_engine_set_clock(loom_engine *e, lm_spec_clock clock, void *ctx);
+/* Tests: the controller's simulated clock with these costs (spec_control.h). */
+void lm_engine_simulate_costs(loom_engine *e, const lm_spec_sim_clock *costs);
 /* Tests: while held, the engine thread neither takes submitted requests nor
  * runs steps, so requests submitted meanwhile start together. */
 void lm_engine_hold(loom_engine *e, bool held);
@@ -92,7 +98,14 @@ struct loom_engine {
     lm_plan_entry *plan;
 
     /* speculative decoding (engine thread; speculative.c) */
-    int spec_k;                 /* drafts per step, 0 = off */
+    int spec_k;                 /* the most drafts per step, 0 = off */
+    lm_spec_control spec;       /* chooses each step's drafts (when spec_k > 0) */
+    int spec_base_rows, spec_base_tokens; /* the next step's rows and sampled tokens without drafts */
+    bool spec_timing;                     /* a step ran since spec_start, without an idle wait */
+    uint64_t spec_start;                  /* the clock at its start */
+    int spec_rows;                        /* its rows */
+    double spec_head_seconds;             /* its MTP head call */
+    lm_spec_candidate *spec_candidates;   /* [max_running] */
     lm_draft_seq *catch_up;     /* [max step sequences]: after a step, for the MTP head */
     lm_sequence **catch_up_seq; /* whose each entry is */
     int n_catch_up;

@@ -10,6 +10,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence_grammar.h"
+#include "engine/spec_control.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
@@ -50,6 +51,7 @@ typedef struct lm_sequence {
     int32_t drafts[LM_SEQUENCE_MAX_DRAFTS];
     int n_drafts;               /* drafts waiting to be verified in the next step */
     int drafted, accepted;      /* totals for the usage report */
+    lm_spec_seq spec_ctl;       /* how many to draft: its acceptance, cold or not (spec_control.h) */
 
     lm_rng rng;
     lm_token_counts counts;

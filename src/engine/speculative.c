@@ -17,6 +17,8 @@
 
 void lm_engine_queue_catch_up(loom_engine *e, lm_sequence *seq, int from, int count, int row) {
     if (!seq->speculate || e->spec_k == 0) return;
+    /* A cold sequence (drafting did not pay) costs the head nothing. */
+    if (!lm_spec_wants_head(&e->spec, &seq->spec_ctl)) return;
     e->catch_up_seq[e->n_catch_up] = seq;
     /* the step's rows of seq start at `row`: their positions are the
      * target's (model-spec §C.6), drafts past them at index + rope delta */
@@ -60,6 +62,7 @@ int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, const float *logit
     }
     seq->n_cached = n_before + kept;
     seq->n_drafts = 0;
+    lm_spec_observe_verify(&e->spec, &seq->spec_ctl, k, kept - 1);
     /* Rejected rows left the recurrent state ahead of the accepted prefix;
      * the model replays it after the step (KV entries past n_cached are
      * simply overwritten later). */
@@ -88,39 +91,77 @@ bool lm_engine_apply_rollbacks(loom_engine *e) {
 }
 
 /* Drafts a sequence may make now: bounded by K, its remaining max_tokens
- * and the context limit, and by KV blocks for the verify step. */
-static int draft_budget(loom_engine *e, lm_sequence *seq) {
+ * and the context limit (the KV blocks are asked for once chosen). */
+static int draft_budget(const loom_engine *e, const lm_sequence *seq) {
     const loom_request_params *p = &seq->request->params;
     int k = e->spec_k;
     int left = p->max_tokens - lm_sequence_generated(seq) - 1; /* the verify emits one more */
     if (k > left) k = left;
     int room = e->max_model_len - seq->n_tokens - 1;
     if (k > room) k = room;
-    if (k <= 0) return 0;
-    if (!lm_engine_ensure_blocks(e, seq, seq->n_cached + k + 1)) return 0;
-    return k;
+    return k > 0 ? k : 0;
+}
+
+static bool pending(const lm_sequence *seq) { return seq->n_cached == seq->n_tokens - 1; }
+
+/* How many drafts each sequence makes now (spec_control.h): the queued
+ * ones with a pending token, and the cold ones, which may be brought back.
+ * Fills each catch-up entry's n_drafts. */
+static void choose_drafts(loom_engine *e, int n) {
+    lm_spec_candidate *cands = e->spec_candidates;
+    int n_cands = 0, head_rows = 0;
+    for (int i = 0; i < n; i++) {
+        lm_sequence *seq = e->catch_up_seq[i];
+        head_rows += e->catch_up[i].count;
+        e->catch_up[i].n_drafts = 0;
+        if (pending(seq) && n_cands < e->options.max_running)
+            cands[n_cands++] = (lm_spec_candidate){.state = &seq->spec_ctl, .budget = draft_budget(e, seq)};
+    }
+    int n_warm = n_cands;
+    for (int i = 0; i < e->running.n && n_cands < e->options.max_running; i++) {
+        lm_sequence *seq = e->running.items[i];
+        if (seq->speculate && seq->spec_ctl.cold && seq->state == LM_SEQ_RUNNING && pending(seq))
+            cands[n_cands++] = (lm_spec_candidate){.state = &seq->spec_ctl, .budget = draft_budget(e, seq)};
+    }
+    if (n_cands == 0) return;
+    lm_spec_step step = {.base_rows = e->spec_base_rows, .base_tokens = e->spec_base_tokens,
+                         .head_rows = head_rows};
+    lm_spec_choose(&e->spec, &step, cands, n_cands);
+    for (int i = 0, c = 0; i < n && c < n_warm; i++) {
+        lm_sequence *seq = e->catch_up_seq[i];
+        if (!pending(seq)) continue;
+        int k = cands[c++].k;
+        if (k > 0 && !lm_engine_ensure_blocks(e, seq, seq->n_cached + k + 1)) k = 0;
+        e->catch_up[i].n_drafts = k;
+    }
 }
 
 void lm_engine_catch_up_and_draft(loom_engine *e) {
     int n = e->n_catch_up;
     e->n_catch_up = 0;
     if (n == 0) return;
+    choose_drafts(e, n);
+    int rows = 0, rounds = 1;
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->catch_up_seq[i];
         lm_draft_seq *d = &e->catch_up[i];
-        /* Only a sequence with a pending token (its last sample) drafts. */
-        bool pending = seq->n_cached == seq->n_tokens - 1;
-        d->n_drafts = pending ? draft_budget(e, seq) : 0;
         d->drafts = seq->drafts;
         d->block_table = seq->blocks;
         d->n_blocks = seq->n_blocks;
         seq->n_drafts = 0;
+        rows += d->count + d->n_drafts;
+        if (d->n_drafts > rounds) rounds = d->n_drafts;
     }
     lm_error err = {0};
+    lm_timed_work work = {.phase = LM_TIMED_HEAD, .rows = rows, .rounds = rounds};
+    uint64_t t0 = lm_spec_now(&e->spec, &work);
     if (lm_model_draft(e->context, e->catch_up, n, &err) != LM_OK) {
         fprintf(stderr, "loom: MTP drafting failed, continuing without: %s\n", err.message);
         return;
     }
+    work.end = true;
+    e->spec_head_seconds = (double)(lm_spec_now(&e->spec, &work) - t0) * 1e-9;
+    lm_spec_observe_head(&e->spec, rounds, rows, e->spec_head_seconds);
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->catch_up_seq[i];
         int made = e->catch_up[i].n_drafts;
@@ -137,6 +178,14 @@ void lm_engine_catch_up_and_draft(loom_engine *e) {
         seq->n_drafts = made;
         e->spec_counters.drafted += (uint64_t)made;
     }
+}
+
+void lm_engine_set_clock(loom_engine *e, lm_spec_clock clock, void *ctx) {
+    lm_spec_control_set_clock(&e->spec, clock, ctx);
+}
+
+void lm_engine_simulate_costs(loom_engine *e, const lm_spec_sim_clock *costs) {
+    lm_spec_control_simulate(&e->spec, costs);
 }
 
 void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ctx) {
