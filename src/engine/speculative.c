@@ -154,13 +154,13 @@ void lm_engine_catch_up_and_draft(loom_engine *e) {
     }
     lm_error err = {0};
     lm_timed_work work = {.phase = LM_TIMED_HEAD, .rows = rows, .rounds = rounds};
-    uint64_t t0 = lm_spec_now(&e->spec, &work);
+    uint64_t head_start = lm_spec_now(&e->spec, &work);
     if (lm_model_draft(e->context, e->catch_up, n, &err) != LM_OK) {
         fprintf(stderr, "loom: MTP drafting failed, continuing without: %s\n", err.message);
         return;
     }
     work.end = true;
-    e->spec_head_seconds = (double)(lm_spec_now(&e->spec, &work) - t0) * 1e-9;
+    e->spec_head_seconds = (double)(lm_spec_now(&e->spec, &work) - head_start) * 1e-9;
     lm_spec_observe_head(&e->spec, rounds, rows, e->spec_head_seconds);
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->catch_up_seq[i];
