@@ -198,6 +198,14 @@ typedef struct {
     int right_from; /* generated tokens before which every draft is wrong */
 } late_oracle;
 
+/* A drafter that knows prompts' plain greedy outputs (plain, n of them),
+ * right from `right_from` generated tokens on. */
+static late_oracle late_oracle_over(const prompt *prompts, collected *plain, int n, int right_from) {
+    late_oracle l = {.o = {.plain = plain, .n = n}, .right_from = right_from};
+    memcpy(l.o.prompts, prompts, sizeof(prompt) * (size_t)n);
+    return l;
+}
+
 static int late_oracle_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt, int32_t *drafts, int k) {
     late_oracle *l = ctx;
     for (int i = 0; i < l->o.n; i++) {
@@ -261,8 +269,7 @@ static void test_adaptive_expensive_rows_stop_drafting(void) {
     make_prompts(prompts);
     collected plain[N], spec[N];
     CHECK(run_all(0, 512, prompts, N, NULL, T, false, plain, NULL));
-    late_oracle drafter = {.o = {.plain = plain, .n = N}, .right_from = 0};
-    memcpy(drafter.o.prompts, prompts, sizeof(prompt) * N);
+    late_oracle drafter = late_oracle_over(prompts, plain, N, 0);
     lm_spec_sim_clock costs = {.fixed = 1e-5, .per_row = 1e-3, .head_round = 2e-4, .head_row = 2e-4};
     adaptive_run run;
     CHECK(run_adaptive(4, &costs, &drafter, prompts, N, T, spec, &run));
@@ -283,8 +290,7 @@ static void test_adaptive_cheap_rows_keep_the_maximum(void) {
     make_prompts(prompts);
     collected plain[N], spec[N];
     CHECK(run_all(0, 512, prompts, N, NULL, T, false, plain, NULL));
-    late_oracle drafter = {.o = {.plain = plain, .n = N}, .right_from = 0};
-    memcpy(drafter.o.prompts, prompts, sizeof(prompt) * N);
+    late_oracle drafter = late_oracle_over(prompts, plain, N, 0);
     lm_spec_sim_clock costs = {.fixed = 5e-3, .per_row = 1e-6, .head_round = 1e-6, .head_row = 1e-7};
     adaptive_run run;
     CHECK(run_adaptive(K, &costs, &drafter, prompts, N, T, spec, &run));
@@ -312,8 +318,7 @@ static void test_adaptive_probes_bring_drafts_back(void) {
     prompts[0] = prompts[2]; /* short ones: 70 + 150 tokens fit the context */
     collected plain[N], spec[N];
     CHECK(run_all(0, 512, prompts, N, NULL, T, false, plain, NULL));
-    late_oracle drafter = {.o = {.plain = plain, .n = N}, .right_from = 30};
-    memcpy(drafter.o.prompts, prompts, sizeof(prompt) * N);
+    late_oracle drafter = late_oracle_over(prompts, plain, N, 30);
     lm_spec_sim_clock costs = {.fixed = 2e-3, .per_row = 2e-4, .head_round = 1e-5, .head_row = 2e-6};
     adaptive_run run;
     CHECK(run_adaptive(K, &costs, &drafter, prompts, N, T, spec, &run));
