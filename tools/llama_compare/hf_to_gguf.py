@@ -251,6 +251,7 @@ def convert(model_dir, out_path, tok_dir, pre):
     n_tok = write_tokenizer(w, tok_dir, t["vocab_size"], pre)
 
     order = tiled_value_order(n_k, n_v) if n_v != n_k else None
+    conv_dim, kernel = 2 * n_k * dk + n_v * dv, t["linear_conv_kernel_dim"]
     counts = {"bf16": 0, "f32": 0}
 
     def put_matrix(gguf_name, entry, transform=None):
@@ -312,8 +313,11 @@ def convert(model_dir, out_path, tok_dir, pre):
         put_matrix(B + "ssm_alpha.weight", find(A + "in_proj_a.weight"), rows(1))
         put_matrix(B + "ssm_out.weight", find(A + "out_proj.weight"),
                    None if order is None else (lambda a: reorder_heads(a, 1, order, dv)))
+        # [C, 1, K] in Hugging Face checkpoints; loom's random ones hold it flat
         dtype, shape, data = find(A + "conv1d.weight")
-        conv = to_f32(dtype, data).reshape(shape[0], shape[-1])
+        if math.prod(shape) != conv_dim * kernel:
+            raise ConvertError(f"{A}conv1d.weight has shape {list(shape)}, not {conv_dim} x {kernel} values")
+        conv = to_f32(dtype, data).reshape(conv_dim, kernel)
         if order is not None:
             conv = rows(dv, qk)(conv)
         put_f32(B + "ssm_conv1d.weight", conv)
