@@ -14,6 +14,10 @@
 #   CKPT      the checkpoint folder loom reads   [/work/llama-work/q08b]
 #   GGUF_BF16 its GGUF conversion                [/work/llama-work/gguf/q08b-bf16.gguf]
 #   GGUF_Q8   llama-quantize's Q8_0 of it        [/work/llama-work/gguf/q08b-q8_0.gguf]
+#   FIRST     the first round's number, to add rounds to a folder [1]
+#   QUIET     before each run, wait until the CPUs were this % idle over 3 s
+#             and no other benchmark runs (a shared machine)            [70]
+#   MAXWAIT   ... but no longer than this many seconds, then run anyway [240]
 set -u
 T=${1:?threads}
 ROUNDS=${2:?rounds}
@@ -26,6 +30,34 @@ CKPT=${CKPT:-/work/llama-work/q08b}
 GGUF_BF16=${GGUF_BF16:-/work/llama-work/gguf/q08b-bf16.gguf}
 GGUF_Q8=${GGUF_Q8:-/work/llama-work/gguf/q08b-q8_0.gguf}
 
+QUIET=${QUIET:-70}
+MAXWAIT=${MAXWAIT:-240}
+
+# idle_percent: the CPUs' idle share over the next 3 seconds, from /proc/stat.
+idle_percent() {
+    local a b
+    read -ra a < /proc/stat
+    sleep 3
+    read -ra b < /proc/stat
+    local total=0 i
+    for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+    echo $(( total > 0 ? 100 * (b[4] - a[4]) / total : 0 ))
+}
+
+# wait_quiet: until the machine is quiet (QUIET) or MAXWAIT has passed;
+# prints what it saw.
+wait_quiet() {
+    local waited=0 idle others
+    while :; do
+        idle=$(idle_percent)
+        others=$(pgrep -fc 'loom[^ ]* bench|llama-bench|llama-batched-bench|ops-bench/|bench/membw' || true)
+        if [ "$idle" -ge "$QUIET" ] && [ "$others" -eq 0 ]; then break; fi
+        if [ "$waited" -ge "$MAXWAIT" ]; then break; fi
+        waited=$((waited + 3))
+    done
+    echo "waited ${waited}s: idle ${idle}% over 3 s, ${others} other benchmark processes"
+}
+
 # run CELL ENGINE ROUND COMMAND...: one run, its output and load average kept.
 run() {
     local cell=$1 engine=$2 round=$3
@@ -33,8 +65,11 @@ run() {
     local dir="$OUT/t$T/$cell"
     mkdir -p "$dir"
     local f="$dir/$engine.$round.txt"
+    local quiet
+    quiet=$(wait_quiet)
     {
         echo "# $(date -u +%FT%TZ) $(uptime)"
+        echo "# $quiet"
         echo "# $*"
         "$@" 2>&1
         echo "# exit $? $(date -u +%FT%TZ) $(uptime)"
@@ -45,7 +80,7 @@ run() {
 loom() { "$LOOM" bench "$CKPT" --threads "$T" "$@"; }
 llama_bench() { "$LLAMA_BIN/llama-bench" -t "$T" -r 1 -o json "$@"; }
 
-for r in $(seq 1 "$ROUNDS"); do
+for r in $(seq "${FIRST:-1}" "$ROUNDS"); do
     for cell in $CELLS; do
         case $cell in
         pp512)
