@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Tables from tools/llama_compare/bench_pairs.sh's output folder.
 
-Usage: python3 tools/llama_compare/summarize.py OUT [THREADS...]
+Usage: python3 tools/llama_compare/summarize.py OUT [THREADS...] [--min-idle N]
+
+--min-idle N keeps only the runs bench_pairs.sh started on CPUs at least N%
+idle with no other benchmark running (a pair counts when both runs do).
 
 For each cell and thread count: every run's figure in round order, the
 median, and the ratio of each round's loom run to the same round's llama.cpp
 run (then the median of those ratios), as markdown table rows; with the
-range of 1-minute load averages seen before the runs.
+range of 1-minute load averages seen before the runs (and of the CPUs' idle
+share bench_pairs.sh measured just before them).
 """
 
 import glob
@@ -20,6 +24,12 @@ import sys
 def load_average(text):
     m = re.search(r"load average: ([0-9.]+)", text)
     return float(m.group(1)) if m else None
+
+
+def idle_before(text):
+    """bench_pairs.sh's check just before the run: % idle over 3 s."""
+    m = re.search(r"^# waited \d+s: idle (\d+)%", text, re.M)
+    return int(m.group(1)) if m else None
 
 
 def loom_figure(text, what, level=None):
@@ -52,13 +62,20 @@ def batched_figure(text, level):
     return None
 
 
+MIN_IDLE = None
+
+
 def runs(folder, engine, parse):
     out = []
     for path in sorted(glob.glob(os.path.join(folder, engine + ".*.txt")),
                        key=lambda p: int(p.rsplit(".", 2)[1])):
         with open(path) as f:
             text = f.read()
-        out.append((int(path.rsplit(".", 2)[1]), parse(text), load_average(text)))
+        idle = idle_before(text)
+        if MIN_IDLE is not None and (idle is None or idle < MIN_IDLE
+                                     or not re.search(r"^# waited .*, 0 other benchmark", text, re.M)):
+            continue
+        out.append((int(path.rsplit(".", 2)[1]), parse(text), load_average(text), idle))
     return out
 
 
@@ -67,12 +84,15 @@ def fmt(x):
 
 
 def row(threads, label, mine, theirs, mine_label, theirs_label):
-    a = {r: v for r, v, _ in mine if v is not None}
-    b = {r: v for r, v, _ in theirs if v is not None}
+    a = {r: v for r, v, _, _ in mine if v is not None}
+    b = {r: v for r, v, _, _ in theirs if v is not None}
     ratios = [a[r] / b[r] for r in sorted(a) if r in b]
     med = lambda d: statistics.median(d.values()) if d else None
-    loads = [la for _, _, la in mine + theirs if la is not None]
+    loads = [la for _, _, la, _ in mine + theirs if la is not None]
     load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
+    idles = [i for _, _, _, i in mine + theirs if i is not None]
+    if idles:
+        load += f"; idle {min(idles)}-{max(idles)}%"
     rstr = ", ".join(f"{x:.2f}" for x in ratios)
     ratio_med = f"**{statistics.median(ratios):.2f}x**" if ratios else "-"
     return (f"| {threads} | {label} | {mine_label} **{fmt(med(a))}** ({', '.join(fmt(a[r]) for r in sorted(a))}) "
@@ -81,9 +101,15 @@ def row(threads, label, mine, theirs, mine_label, theirs_label):
 
 
 def main():
-    out = sys.argv[1]
-    threads = sys.argv[2:] or sorted(d[1:] for d in os.listdir(out) if d.startswith("t"))
-    print("| threads | measurement (tokens/s) | loom | llama.cpp | loom / llama.cpp, median (per pair) | load |")
+    global MIN_IDLE
+    args = sys.argv[1:]
+    if "--min-idle" in args:
+        i = args.index("--min-idle")
+        MIN_IDLE = int(args[i + 1])
+        del args[i:i + 2]
+    out = args[0]
+    threads = args[1:] or sorted(d[1:] for d in os.listdir(out) if d.startswith("t"))
+    print("| threads | measurement (tokens/s) | loom | llama.cpp | loom / llama.cpp, median (per pair) | load (idle before) |")
     print("|---|---|---|---|---|---|")
     for t in threads:
         base = os.path.join(out, "t" + t)
