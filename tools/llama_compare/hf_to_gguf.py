@@ -17,8 +17,10 @@ to config.json's vocab_size, so a random checkpoint of the 0.8B shape (248,320
 ids) can carry the Qwen3 tokenizer (151,669 ids). Only the weights and the shape
 matter for timing; the tokenizer is there because llama.cpp needs one to load.
 
-What it needs: Python 3 with numpy, and llama.cpp's gguf-py package on
-PYTHONPATH (the writer of the file format; nothing else of llama.cpp is used).
+What it needs: Python 3 with numpy (on Debian `apt-get install python3-numpy
+python3-yaml` and run /usr/bin/python3: a pyenv python3 first on PATH may lack
+numpy), and llama.cpp's gguf-py package on PYTHONPATH (the writer of the file
+format; nothing else of llama.cpp is used).
 The safetensors files are read here with numpy (8-byte header length, JSON
 header, raw little-endian data), without the safetensors package.
 
