@@ -35,15 +35,14 @@ void lm_engine_queue_catch_up(loom_engine *e, lm_sequence *seq, int from, int co
  * from the target distribution exactly as plain decoding would draw it
  * (one draw per token, same RNG stream), so greedy output is plain greedy
  * output and seeded sampling reproduces plain seeded sampling. */
-int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, const float *logits, int k) {
-    size_t V = (size_t)e->vocab_size;
+int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, int first_row, int k) {
     int n_before = seq->n_cached, kept = 0;
     e->spec_counters.verify_steps++;
     seq->drafted += k;
     for (int i = 0; i <= k; i++) {
         int32_t draft = i < k ? seq->drafts[i] : -1;
         int at = seq->n_tokens, retiring = e->retiring.n;
-        if (!lm_engine_sample_and_accept(e, seq, logits + V * (size_t)i)) {
+        if (!lm_engine_sample_and_accept(e, seq, first_row + i)) {
             /* A turn that ended here and keeps its caches until the step
              * ends (for the prefix cache: it joined the retiring list; else
              * it is freed) goes back to the rows it accepted, as a running
