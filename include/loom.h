@@ -269,6 +269,17 @@ typedef struct {
 
 void loom_engine_stats(loom_engine *engine, loom_stats *stats);
 
+/* Benchmarks (loom bench --planted-acceptance): after the model's MTP head
+ * has drafted k tokens for a sequence, `fn` may overwrite them (given the
+ * sequence's prompt + generated tokens) and returns how many to keep
+ * (0..k).  Drafts are verified as always, so outputs do not change; what
+ * changes is how many are accepted, which lets a benchmark measure
+ * speculation's cost at an acceptance it chooses.  Called on the engine
+ * thread; set it before submitting requests.  NULL removes it. */
+typedef int (*loom_draft_override)(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt,
+                                   int32_t *drafts, int k);
+void loom_engine_set_draft_override(loom_engine *engine, loom_draft_override fn, void *ctx);
+
 /* Empties the prefix cache: every cached KV block no request holds becomes
  * free and every state snapshot is dropped (blocks held by running
  * requests stay theirs).  Waits for the engine thread to do it. */

@@ -36,10 +36,8 @@ typedef struct {
 
 #define LM_MAX_SPECULATIVE LM_SEQUENCE_MAX_DRAFTS
 
-/* A test hook: given a sequence's tokens so far (prompt + generated), fills
- * up to k drafts and returns how many. */
-typedef int (*lm_draft_override)(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt,
-                                 int32_t *drafts, int k);
+/* loom_engine_set_draft_override (loom.h), by its internal name for tests. */
+typedef loom_draft_override lm_draft_override;
 void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ctx);
 /* Tests: the adaptive speculation's time source (NULL: the monotonic
  * clock); set before any request. */

@@ -164,9 +164,11 @@ void lm_engine_catch_up_and_draft(loom_engine *e) {
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->catch_up_seq[i];
         int made = e->catch_up[i].n_drafts;
-        if (e->draft_override && made > 0)
-            made = e->draft_override(e->draft_override_ctx, seq->tokens, seq->n_tokens, seq->n_prompt,
-                                     seq->drafts, made);
+        if (e->draft_override && made > 0) {
+            int kept = e->draft_override(e->draft_override_ctx, seq->tokens, seq->n_tokens, seq->n_prompt,
+                                         seq->drafts, made);
+            made = kept < 0 ? 0 : kept < made ? kept : made;
+        }
         /* A draft the grammar refuses could never be accepted (the verify
          * samples under the mask): stop the drafts before it. */
         if (seq->grammar && made > 0) {
@@ -190,4 +192,8 @@ void lm_engine_simulate_costs(loom_engine *e, const lm_spec_sim_clock *costs) {
 void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ctx) {
     e->draft_override = fn;
     e->draft_override_ctx = ctx;
+}
+
+void loom_engine_set_draft_override(loom_engine *engine, loom_draft_override fn, void *ctx) {
+    lm_engine_set_draft_override(engine, fn, ctx);
 }
