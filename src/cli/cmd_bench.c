@@ -574,7 +574,12 @@ int cmd_bench_main(int argc, char **argv) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((x >> 33) % (uint64_t)V);
     }
-    if (lm_sequence_runner_init(&runner, model, (int)(prompt_tokens + gen_tokens), &err) != LM_OK)
+    /* prefill in the engine's steps: --max-num-batched-tokens, or its default */
+    loom_engine_options engine_defaults;
+    loom_engine_options_default(&engine_defaults);
+    int chunk = settings.engine.max_batch_tokens > 0 ? settings.engine.max_batch_tokens
+                                                    : engine_defaults.max_batch_tokens;
+    if (lm_sequence_runner_init_sized(&runner, model, (int)(prompt_tokens + gen_tokens), chunk, 0, &err) != LM_OK)
         goto done;
 
     bool int8 = settings.engine.quantize && strcmp(settings.engine.quantize, "int8") == 0;
@@ -612,8 +617,8 @@ int cmd_bench_main(int argc, char **argv) {
     }
     double roofline = bandwidth * 1e9 / bytes;
 
-    printf("prefill: %ld tokens in %.3f s = %.1f tokens/s\n", prompt_tokens, prefill_s,
-           (double)prompt_tokens / prefill_s);
+    printf("prefill: %ld tokens in %.3f s = %.1f tokens/s (steps of %d tokens)\n", prompt_tokens, prefill_s,
+           (double)prompt_tokens / prefill_s, runner.prefill_chunk);
     printf("decode:  %ld tokens in %.3f s = %.2f tokens/s (%.1f ms/token)\n", gen_tokens - 1,
            decode_s, decode_tps, decode_tps > 0 ? 1e3 / decode_tps : 0);
     printf("roofline: %.1f GB/s read bandwidth / %.1f MB per token = %.2f tokens/s; reached %.0f%%\n",
