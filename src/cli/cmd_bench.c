@@ -575,10 +575,8 @@ int cmd_bench_main(int argc, char **argv) {
         prompt[i] = (int32_t)((x >> 33) % (uint64_t)V);
     }
     /* prefill in the engine's steps: --max-num-batched-tokens, or its default */
-    loom_engine_options engine_defaults;
-    loom_engine_options_default(&engine_defaults);
     int chunk = settings.engine.max_batch_tokens > 0 ? settings.engine.max_batch_tokens
-                                                    : engine_defaults.max_batch_tokens;
+                                                    : loom_default_batch_tokens(backend_name);
     if (lm_sequence_runner_init_sized(&runner, model, (int)(prompt_tokens + gen_tokens), chunk, 0, &err) != LM_OK)
         goto done;
 
