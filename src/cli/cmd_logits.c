@@ -87,7 +87,8 @@ int cmd_logits_main(int argc, char **argv) {
                                        .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms,
                                        .quantize_int8 = settings.engine.quantize &&
                                                         strcmp(settings.engine.quantize, "int8") == 0},
-                              .backend = settings.engine.backend};
+                              .backend = settings.engine.backend,
+                              .compute = settings.engine.compute_dtype};
     char model_buf[4096];
     const char *model_dir = NULL;
     lm_error derr = {0};
