@@ -47,7 +47,8 @@ typedef struct {
     int kv_block_size;         /* tokens per KV-cache block (default 32) */
     int64_t kv_cache_tokens;   /* KV pool size in tokens, all sequences together (0 = default) */
     int max_running;           /* sequences decoding at once = recurrent-state slots (default 64) */
-    int max_batch_tokens;      /* token budget of one step; long prompts are chunked (default 512) */
+    int max_batch_tokens;      /* token budget of one step; long prompts are chunked (0: by device,
+                                  loom_default_batch_tokens) */
     int max_model_len;         /* prompt + output limit per sequence (0 = model's, capped at 32768) */
     int max_waiting;           /* queued requests before submit answers LOOM_ERR_BUSY (default 1024) */
     int speculative_tokens;    /* up to K draft tokens per sequence and step from the model's MTP
@@ -93,6 +94,9 @@ typedef struct {
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);
+/* The step budget an engine on this backend ("cpu", "ref", "cuda"; NULL:
+ * cpu) takes when max_batch_tokens is 0: 2048 on a GPU, 512 on a CPU. */
+int loom_default_batch_tokens(const char *backend);
 int loom_engine_create(const loom_engine_options *options, loom_engine **out, char *error,
                        size_t error_size);
 /* Cancels what is in flight, stops the engine thread and frees everything.
@@ -268,6 +272,17 @@ typedef struct {
 } loom_stats;
 
 void loom_engine_stats(loom_engine *engine, loom_stats *stats);
+
+/* Benchmarks (loom bench --planted-acceptance): after the model's MTP head
+ * has drafted k tokens for a sequence, `fn` may overwrite them (given the
+ * sequence's prompt + generated tokens) and returns how many to keep
+ * (0..k).  Drafts are verified as always, so outputs do not change; what
+ * changes is how many are accepted, which lets a benchmark measure
+ * speculation's cost at an acceptance it chooses.  Called on the engine
+ * thread; set it before submitting requests.  NULL removes it. */
+typedef int (*loom_draft_override)(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt,
+                                   int32_t *drafts, int k);
+void loom_engine_set_draft_override(loom_engine *engine, loom_draft_override fn, void *ctx);
 
 /* Empties the prefix cache: every cached KV block no request holds becomes
  * free and every state snapshot is dropped (blocks held by running

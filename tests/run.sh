@@ -20,7 +20,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 passed=0; failed=0
 run_suite() { # $1 = label, rest = command
     local label=$1; shift
-    local out rc line
+    local out rc line start=$SECONDS
     out=$("$@" 2>&1); rc=$?
     line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z0-9_./-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     if [ -z "$line" ]; then
@@ -33,7 +33,7 @@ run_suite() { # $1 = label, rest = command
     f=$(sed -E 's/.*passed, ([0-9]+) failed/\1/' <<<"$line")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     [ "$f" -ne 0 ] && printf '%s\n' "$out" | grep -v ': [0-9]* passed, ' | tail -n 40
-    echo "$label: $p passed, $f failed"
+    echo "$label: $p passed, $f failed ($((SECONDS - start)) s)"
     passed=$((passed + p)); failed=$((failed + f))
 }
 
@@ -69,5 +69,6 @@ done
 for t in "$root"/tests/test_*.sh; do
     [ -f "$t" ] && run_suite "$(basename "$t")" bash "$t"
 done
+echo "suites took $SECONDS s in all"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

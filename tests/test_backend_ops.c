@@ -1715,6 +1715,17 @@ static void test_kv_write_and_attention(void) {
          * sequences sharing one, keys over several tiles */
         {16, 4, 256, 16, 2, {0, 37, 0}, {150, 3, 0}},
         {8, 2, 128, 16, 3, {100, 0, 5}, {70, 20, 1}},
+        /* the cpu's query tiles (four queries x a block of 16 keys, a
+         * query's last partial block alone): long prefill chunks beside
+         * decode rows, at the 0.8B shape (4 heads a kv head: whole tiles of
+         * one token's heads), the bundled model's (2: tiles mix tokens) and
+         * groups of 1 and 3 (tiles of 1-3 queries, split over tokens); the
+         * alone-vs-batch check below makes each tile's bits equal a lone
+         * token's */
+        {8, 2, 256, 16, 3, {0, 700, 90}, {300, 1, 64}},
+        {4, 2, 128, 16, 3, {333, 0, 1000}, {1, 260, 2}},
+        {3, 3, 64, 32, 2, {17, 250}, {200, 1}},
+        {6, 2, 40, 16, 2, {0, 31}, {97, 66}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         check_attention(&bs, &v, &r, &cases[c]);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/sampler.h"
+#include "engine/token_counts.h"
 #include "harness.h"
 
 #define PROB_TOL 1e-6
@@ -354,6 +355,54 @@ static void test_min_tokens_masking(void) {
     CHECK_OK(distribution(&s, lf, 5, &ctx, probs, &err), &err);
     softmax_kept(l, 5, 1.0, NULL, expected);
     CHECK_DIST(probs, expected, 5);
+}
+
+/* lm_sample_is_raw_argmax: true for plain greedy, where the draw is the
+ * raw argmax; false for each option that could move the draw off it (each
+ * case below does move it) or that needs the row (logprobs, sampling). */
+static void test_raw_argmax_predicate(void) {
+    enum { V = 6 };
+    const float logits[V] = {1.0f, 2.0f, 0.5f, 2.2f, -1.0f, 2.1f}; /* raw argmax: 3 */
+    lm_token_counts counts;
+    lm_error err;
+    CHECK_OK(lm_token_counts_init(&counts, 4, &err), &err);
+    CHECK_OK(lm_token_counts_add_output(&counts, 3, &err), &err);
+    const int32_t stops[] = {3};
+    const int32_t bias_ids[] = {3};
+    const float bias_values[] = {-1.0f};
+    lm_sampler_scratch scratch;
+    CHECK_OK(lm_sampler_scratch_init(&scratch, V, &err), &err);
+    enum { PLAIN, SAMPLED, LOGPROBS, BIAS, MIN_TOKENS, REPETITION, PRESENCE, FREQUENCY, N_CASES };
+    for (int c = 0; c < N_CASES; c++) {
+        loom_sampling s;
+        lm_sampling_defaults(&s);
+        s.temperature = 0;
+        lm_sample_context ctx = {.counts = &counts, .n_generated = 1, .min_tokens = 0, .stop_ids = stops, .n_stop_ids = 1};
+        if (c == SAMPLED) s.temperature = 0.7f;
+        if (c == LOGPROBS) s.logprobs = 0;
+        if (c == BIAS) s.logit_bias_ids = bias_ids, s.logit_bias_values = bias_values, s.n_logit_bias = 1;
+        if (c == MIN_TOKENS) ctx.min_tokens = 2;
+        if (c == REPETITION) s.repetition_penalty = 2.0f;
+        if (c == PRESENCE) s.presence_penalty = 0.5f;
+        if (c == FREQUENCY) s.frequency_penalty = 0.5f;
+        bool raw = lm_sample_is_raw_argmax(&s, &ctx);
+        CHECK_MSG(raw == (c == PLAIN), "case %d: predicate says %d", c, raw);
+        if (c == SAMPLED || c == LOGPROBS) continue;
+        float copy[V];
+        memcpy(copy, logits, sizeof copy);
+        lm_sample_result r;
+        CHECK_OK(lm_sample(&s, copy, V, &ctx, NULL, &scratch, &r, &err), &err);
+        CHECK_MSG((r.token == 3) == (c == PLAIN), "case %d: drew %d", c, r.token);
+    }
+    /* with min_tokens reached, or no history to penalise, greedy is raw again */
+    loom_sampling s;
+    lm_sampling_defaults(&s);
+    s.temperature = 0;
+    s.repetition_penalty = 2.0f;
+    lm_sample_context no_history = {.n_generated = 2, .min_tokens = 2, .stop_ids = stops, .n_stop_ids = 1};
+    CHECK(lm_sample_is_raw_argmax(&s, &no_history));
+    lm_sampler_scratch_free(&scratch);
+    lm_token_counts_free(&counts);
 }
 
 /* ------------------------------------------------------------ everything at once */
@@ -1049,6 +1098,7 @@ int main(void) {
     RUN_TEST(test_presence_frequency);
     RUN_TEST(test_logit_bias);
     RUN_TEST(test_min_tokens_masking);
+    RUN_TEST(test_raw_argmax_predicate);
     RUN_TEST(test_combined);
     RUN_TEST(test_sampling_frequencies);
     RUN_TEST(test_sampling_frequencies_across_blocks);

@@ -308,6 +308,48 @@ static void test_adaptive_cheap_rows_keep_the_maximum(void) {
               "mean accepted length %.2f", 1.0 + (double)run.stats.spec_accepted_tokens / (double)v);
 }
 
+/* One request after another at batch 1 with rows that cost little (a GPU
+ * reading its weights once for a few rows) and a head round that costs a
+ * tenth of a step (its lm_head over a large vocabulary): always-right
+ * drafts pay about 2x, so every request drafts nearly every step, the
+ * ones after the first too (each ends on a step where it may not draft,
+ * which says nothing about whether drafting pays). */
+static void test_adaptive_sequential_requests_keep_drafting(void) {
+    enum { N = 4, T = 60, K = 2 };
+    prompt prompts[8];
+    make_prompts(prompts);
+    collected plain[N], spec[N];
+    CHECK(run_all(0, 512, prompts, N, NULL, T, false, plain, NULL));
+    late_oracle drafter = late_oracle_over(prompts, plain, N, 0);
+    lm_spec_sim_clock costs = {.fixed = 7e-3, .per_row = 3e-5, .head_round = 7e-4, .head_row = 1e-5};
+    loom_engine *e = engine_with(K, 512);
+    CHECK(e);
+    if (!e) return;
+    lm_engine_simulate_costs(e, &costs);
+    lm_engine_set_draft_override(e, late_oracle_drafts, &drafter);
+    uint64_t drafted_before = 0;
+    for (int i = 0; i < N; i++) {
+        loom_request_params p;
+        params_for(&p, prompts[i], T, false, 0);
+        loom_request *r;
+        char error[256];
+        CHECK_MSG(loom_submit(e, &p, &r, error, sizeof error) == LOOM_OK, "%s", error);
+        collect_all(r, &spec[i], 1);
+        loom_request_free(r);
+        loom_stats st = wait_idle(e);
+        uint64_t drafted = st.spec_drafted_tokens - drafted_before;
+        drafted_before = st.spec_drafted_tokens;
+        if (getenv("LOOM_TEST_VERBOSE"))
+            fprintf(stderr, "    request %d: %llu drafts, %llu accepted in all\n", i, (unsigned long long)drafted,
+                    (unsigned long long)st.spec_accepted_tokens);
+        /* T tokens take about T / 3 verifies of 2 drafts */
+        CHECK_MSG(drafted >= (uint64_t)(T / 2), "request %d: %llu drafts for %d tokens", i,
+                  (unsigned long long)drafted, T);
+    }
+    loom_engine_destroy(e);
+    CHECK_MSG(same_tokens(spec, plain, N, T), "adaptive speculation changed the greedy output");
+}
+
 /* Drafts that pay only when accepted: wrong for the first 30 tokens (the
  * sequences go cold), right afterwards (a probe finds it out and they draft
  * again). */
@@ -629,6 +671,7 @@ int main(void) {
     RUN_TEST(test_seeded_sampling_equals_plain);
     RUN_TEST(test_adaptive_expensive_rows_stop_drafting);
     RUN_TEST(test_adaptive_cheap_rows_keep_the_maximum);
+    RUN_TEST(test_adaptive_sequential_requests_keep_drafting);
     RUN_TEST(test_adaptive_probes_bring_drafts_back);
     RUN_TEST(test_adaptive_real_clock_keeps_greedy);
     RUN_TEST(test_speculative_sampling_keeps_the_distribution);

@@ -17,6 +17,7 @@
 #include "cli/engine_options.h"
 #include "engine/sequence_runner.h"
 #include "io/json_file.h"
+#include "cli/bench_oracle.h"
 #include "loom.h"
 #include "models/image_processor.h"
 #include "models/multimodal_prompt.h"
@@ -34,7 +35,7 @@ typedef struct {
     bool random_weights, chat;
     int prompt_tokens, gen_tokens, requests, rounds;
     int64_t seed;
-    float temperature, bandwidth;
+    float temperature, bandwidth, planted_acceptance;
 } bench_args;
 
 #define ARG(field) offsetof(bench_args, field)
@@ -67,6 +68,11 @@ static const lm_opt bench_opts[] = {
     {"--json-schema", LM_OPT_STRING, "FILE", ARG(json_schema), 0, 0,
      "with --concurrency: every request constrained to this JSON schema\n(structured outputs); each level runs "
      "without, then with it, and reports\nthe cost",
+     NULL, NULL, NULL},
+    {"--planted-acceptance", LM_OPT_FLOAT, "P", ARG(planted_acceptance), 0, 1,
+     "with --speculative-tokens (greedy): the plain pass records each prompt's\noutput, and in the speculative pass "
+     "each MTP draft is replaced by the\ntrue next token with probability P: speculation's cost at a chosen\n"
+     "acceptance",
      NULL, NULL, NULL},
     {"--rounds", LM_OPT_INT, "N", ARG(rounds), 1, LM_BENCH_MAX_ROUNDS,
      "with --json-schema: runs of each kind per level, alternating (default 3)", NULL, NULL, NULL},
@@ -106,7 +112,7 @@ typedef struct {
  * i sends prompt i modulo the set) of `gen_tokens` outputs, `level` in flight. */
 static int throughput_level(loom_engine *engine, int level, int n_requests, const lm_bench_prompts *prompts,
                             int gen_tokens, float temperature, uint64_t seed, const loom_grammar *grammar,
-                            double *tokens_per_s, double *time_per_token_ms) {
+                            lm_bench_oracle *record, double *tokens_per_s, double *time_per_token_ms) {
     request_timing *t = calloc((size_t)n_requests, sizeof *t);
     loom_request **live = calloc((size_t)n_requests, sizeof *live);
     if (!t || !live) {
@@ -158,6 +164,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
                 wait_ms = 0;
                 if (ev.type == LOOM_EVENT_TOKEN) {
                     if (t[i].tokens++ == 0) t[i].first_token = now_seconds();
+                    if (record && i < prompts->count) lm_bench_oracle_record(record, i, ev.token);
                 } else if (ev.type == LOOM_EVENT_ERROR) {
                     fprintf(stderr, "loom bench: %s\n", ev.error);
                     rc = 1;
@@ -236,7 +243,7 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
                           int threads, uint64_t seed, const char *levels, int requests,
                           int prompt_tokens, int gen_tokens, int speculative_tokens,
                           const char *prompt_file, bool chat, float temperature, const char *schema_path,
-                          int rounds) {
+                          int rounds, double planted) {
     int max_level = 0;
     for (const char *p = levels; *p;) {
         long level = strtol(p, (char **)&p, 10);
@@ -283,6 +290,8 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
     }
     double plain[64] = {0};
     int rc = 0;
+    lm_bench_oracle oracle = {0};
+    bool planting = planted >= 0;
     for (int pass = 0; pass < (speculative_tokens > 0 ? 2 : 1) && rc == 0; pass++) {
         int k = pass == 0 ? 0 : speculative_tokens;
         loom_engine *engine = bench_engine(base, backend, model_dir, config_path, mmap_weights, threads, seed,
@@ -302,6 +311,21 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
                 break;
             }
         }
+        if (planting && pass == 0) {
+            lm_error err = {0};
+            if (lm_bench_oracle_init(&oracle, &prompts, gen_tokens, planted, loom_engine_vocab_size(engine), &err) !=
+                LM_OK) {
+                fprintf(stderr, "loom bench: %s\n", err.message);
+                loom_engine_destroy(engine);
+                rc = 1;
+                break;
+            }
+        }
+        if (planting && pass == 1) {
+            loom_engine_set_draft_override(engine, lm_bench_oracle_draft, &oracle);
+            printf("planted acceptance: each MTP draft replaced by the true next token with probability %.2f\n",
+                   planted);
+        }
         int index = 0;
         bool grammar_warm = false;
         for (const char *p = levels; *p && rc == 0; index++) {
@@ -314,11 +338,11 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
                  * first constrained one builds the schema's token-mask frames
                  * (kept by the engine for the requests that follow) */
                 double wtps, wtpot;
-                rc = throughput_level(engine, 1, 1, &prompts, gen_tokens, temperature, (uint64_t)seed, NULL, &wtps,
-                                      &wtpot);
+                rc = throughput_level(engine, 1, 1, &prompts, gen_tokens, temperature, (uint64_t)seed, NULL, NULL,
+                                      &wtps, &wtpot);
                 if (rc == 0)
                     rc = throughput_level(engine, 1, 1, &prompts, gen_tokens, temperature, (uint64_t)seed, grammar,
-                                          &wtps, &wtpot);
+                                          NULL, &wtps, &wtpot);
                 grammar_warm = true;
             }
             /* with a grammar, unconstrained and constrained runs alternate,
@@ -329,11 +353,11 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
             for (int r = 0; r < n_rounds && rc == 0; r++) {
                 if (r == 0) loom_engine_stats(engine, &before);
                 rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, temperature, (uint64_t)seed, NULL,
-                                      &ptps[r], &ptpot[r]);
+                                      planting && k == 0 ? &oracle : NULL, &ptps[r], &ptpot[r]);
                 if (r == 0) loom_engine_stats(engine, &after);
                 if (grammar && rc == 0)
                     rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, temperature, (uint64_t)seed,
-                                          grammar, &gtps[r], &gtpot[r]);
+                                          grammar, NULL, &gtps[r], &gtpot[r]);
             }
             if (rc == 0) {
                 tps = median(ptps, n_rounds);
@@ -365,6 +389,7 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
         loom_engine_destroy(engine);
     }
     lm_bench_prompts_free(&prompts);
+    lm_bench_oracle_free(&oracle);
     loom_grammar_free(grammar);
     return rc;
 }
@@ -462,7 +487,7 @@ done:
 }
 
 int cmd_bench_main(int argc, char **argv) {
-    bench_args args = {.prompt_tokens = 256, .gen_tokens = 32, .seed = 1, .rounds = 3};
+    bench_args args = {.prompt_tokens = 256, .gen_tokens = 32, .seed = 1, .rounds = 3, .planted_acceptance = -1};
     lm_cli_engine_settings settings;
     lm_cli_spec cli;
     lm_cli_spec_init(&cli, "bench", synopsis, &settings, true);
@@ -485,6 +510,9 @@ int cmd_bench_main(int argc, char **argv) {
         return lm_cli_usage_error("bench", "give a model folder, or --config FILE with --random-weights");
     if ((prompt_file || chat || temperature > 0 || args.json_schema) && !levels)
         return lm_cli_usage_error("bench", "--prompt-file, --chat, --temperature and --json-schema need --concurrency");
+    if (args.planted_acceptance >= 0 && (speculative <= 0 || temperature > 0 || args.json_schema))
+        return lm_cli_usage_error("bench", "--planted-acceptance needs --speculative-tokens, greedy decoding and no "
+                                           "--json-schema");
     if (chat && !prompt_file)
         return lm_cli_usage_error("bench", "--chat needs --prompt-file");
     if (prompt_file && config_path)
@@ -504,7 +532,7 @@ int cmd_bench_main(int argc, char **argv) {
         return run_throughput(&settings.engine, backend_name, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
                               (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
-                              temperature, args.json_schema, args.rounds);
+                              temperature, args.json_schema, args.rounds, args.planted_acceptance);
     if (speculative > 0)
         return lm_cli_usage_error("bench", "--speculative-tokens needs --concurrency (it runs through the engine)");
 
@@ -546,7 +574,10 @@ int cmd_bench_main(int argc, char **argv) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((x >> 33) % (uint64_t)V);
     }
-    if (lm_sequence_runner_init(&runner, model, (int)(prompt_tokens + gen_tokens), &err) != LM_OK)
+    /* prefill in the engine's steps: --max-num-batched-tokens, or its default */
+    int chunk = settings.engine.max_batch_tokens > 0 ? settings.engine.max_batch_tokens
+                                                    : loom_default_batch_tokens(backend_name);
+    if (lm_sequence_runner_init_sized(&runner, model, (int)(prompt_tokens + gen_tokens), chunk, 0, &err) != LM_OK)
         goto done;
 
     bool int8 = settings.engine.quantize && strcmp(settings.engine.quantize, "int8") == 0;
@@ -584,8 +615,8 @@ int cmd_bench_main(int argc, char **argv) {
     }
     double roofline = bandwidth * 1e9 / bytes;
 
-    printf("prefill: %ld tokens in %.3f s = %.1f tokens/s\n", prompt_tokens, prefill_s,
-           (double)prompt_tokens / prefill_s);
+    printf("prefill: %ld tokens in %.3f s = %.1f tokens/s (steps of %d tokens)\n", prompt_tokens, prefill_s,
+           (double)prompt_tokens / prefill_s, runner.prefill_chunk);
     printf("decode:  %ld tokens in %.3f s = %.2f tokens/s (%.1f ms/token)\n", gen_tokens - 1,
            decode_s, decode_tps, decode_tps > 0 ? 1e3 / decode_tps : 0);
     printf("roofline: %.1f GB/s read bandwidth / %.1f MB per token = %.2f tokens/s; reached %.0f%%\n",

@@ -129,7 +129,7 @@ static const lm_opt engine_opts[] = {
      "KV-cache pool in tokens, all sequences together (default: 4 x\nmax-model-len; at least one full sequence)",
      NULL, NULL, NULL},
     {"--max-num-batched-tokens|--max-batch-tokens|-b|--batch-size", LM_OPT_INT, "N", ENGINE(max_batch_tokens), 1,
-     1 << 20, "token budget of one engine step; longer prompts are chunked (default 512)", NULL, NULL, NULL},
+     1 << 20, "token budget of one engine step; longer prompts are chunked (default\n512 on the cpu, 2048 with --device cuda)", NULL, NULL, NULL},
     {"--speculative-tokens|--num-speculative-tokens", LM_OPT_INT, "K", ENGINE(speculative_tokens), 0, 8,
      "draft up to K tokens per sequence and step with the model's MTP head, as\nmany as pay at the measured step costs and acceptance (default 0: off)",
      NULL, NULL, NULL},

@@ -330,34 +330,12 @@ static bool apply_grammar(loom_engine *e, lm_sequence *seq, lm_error *err) {
                                     err) == LM_OK;
 }
 
-/* Samples the next token of seq from its logits row, applies the stop rules
- * and posts the events.  Returns false if the sequence finished. */
-static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row) {
-    int V = e->vocab_size;
-    memcpy(e->sample_row, logits_row, sizeof(float) * (size_t)V);
+/* The drawn token joins seq: stop rules, grammar state, events.  Returns
+ * false if the sequence finished. */
+static bool accept_token(loom_engine *e, lm_sequence *seq, const lm_sample_result *result) {
     const loom_request_params *p = &seq->request->params;
     lm_error err = {0};
-    if (p->grammar) {
-        uint64_t t0 = lm_engine_now_ns();
-        bool masked = apply_grammar(e, seq, &err);
-        e->grammar_counters.ns += lm_engine_now_ns() - t0;
-        e->grammar_counters.masks++;
-        if (!masked) {
-            finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
-            return false;
-        }
-    }
-    lm_sample_result result;
-    lm_sample_context ctx = {.counts = &seq->counts,
-                             .n_generated = lm_sequence_generated(seq),
-                             .min_tokens = p->min_tokens,
-                             .stop_ids = seq->stop_ids,
-                             .n_stop_ids = seq->n_stop_ids};
-    if (lm_sample(&p->sampling, e->sample_row, V, &ctx, &seq->rng, &e->scratch, &result, &err) != LM_OK) {
-        finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
-        return false;
-    }
-    int32_t token = result.token;
+    int32_t token = result->token;
     lm_token_outcome outcome;
     if (lm_sequence_accept(seq, token, e->eos_ids, e->n_eos, e->max_model_len, &outcome, &err) != LM_OK) {
         finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
@@ -385,9 +363,9 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *log
                          .token = token,
                          .text = seq->has_detokenizer ? outcome.text : NULL,
                          .text_len = outcome.text_len,
-                         .logprob = result.logprob,
-                         .n_top = p->sampling.logprobs > 0 ? result.n_top : 0,
-                         .top = result.top};
+                         .logprob = result->logprob,
+                         .n_top = p->sampling.logprobs > 0 ? result->n_top : 0,
+                         .top = result->top};
         if (seq->has_detokenizer && !ev.text) ev.text = "";
         lm_request_push(seq->request, &ev);
     }
@@ -398,8 +376,75 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, const float *log
     return true;
 }
 
-bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row) {
-    return sample_and_accept(e, seq, logits_row);
+static lm_sample_context sample_context_of(const lm_sequence *seq) {
+    return (lm_sample_context){.counts = &seq->counts,
+                               .n_generated = lm_sequence_generated(seq),
+                               .min_tokens = seq->request->params.min_tokens,
+                               .stop_ids = seq->stop_ids,
+                               .n_stop_ids = seq->n_stop_ids};
+}
+
+/* Whether seq's next draw needs its logits row on the host: anything but a
+ * plain argmax (a grammar, sampling, penalties, logprobs), and the first
+ * choice of a request of several (the others sample from its row). */
+static bool needs_logits_row(const loom_engine *e, const lm_sequence *seq) {
+    const loom_request_params *p = &seq->request->params;
+    if (e->all_logits || p->grammar || (seq->choice == 0 && p->n > 1)) return true;
+    lm_sample_context ctx = sample_context_of(seq);
+    return !lm_sample_is_raw_argmax(&p->sampling, &ctx);
+}
+
+/* Which of the step's logit rows come back whole (plan order: a verify's
+ * k + 1 rows, a sampling chunk's one row). */
+static void plan_logit_rows(loom_engine *e, int n) {
+    int row = 0;
+    for (int i = 0; i < n; i++) {
+        int rows = e->plan[i].n_drafts > 0 ? e->plan[i].n_drafts + 1 : e->plan[i].wants_logits;
+        bool whole = needs_logits_row(e, e->plan[i].seq);
+        for (int r = 0; r < rows; r++) e->logits_wanted[row++] = whole;
+    }
+}
+
+/* Samples the next token of seq from logit row `row` of the step, applies
+ * the stop rules and posts the events.  Returns false if the sequence
+ * finished. */
+static bool sample_and_accept(loom_engine *e, lm_sequence *seq, int row) {
+    int V = e->vocab_size;
+    const loom_request_params *p = &seq->request->params;
+    lm_error err = {0};
+    lm_sample_result result = {0};
+    lm_sample_context ctx = sample_context_of(seq);
+    if (!e->logits_wanted[row]) {
+        /* planned as a plain argmax; nothing a draw depends on changes
+         * between planning and here but the output count, which can only
+         * lift min_tokens' mask */
+        if (needs_logits_row(e, seq)) {
+            finish(e, seq, LOOM_FINISH_ERROR, -1, -1, "engine: a row's logits were left on the device");
+            return false;
+        }
+        result.token = e->logit_argmax[row];
+        return accept_token(e, seq, &result);
+    }
+    memcpy(e->sample_row, e->logits + (size_t)V * (size_t)row, sizeof(float) * (size_t)V);
+    if (p->grammar) {
+        uint64_t t0 = lm_engine_now_ns();
+        bool masked = apply_grammar(e, seq, &err);
+        e->grammar_counters.ns += lm_engine_now_ns() - t0;
+        e->grammar_counters.masks++;
+        if (!masked) {
+            finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
+            return false;
+        }
+    }
+    if (lm_sample(&p->sampling, e->sample_row, V, &ctx, &seq->rng, &e->scratch, &result, &err) != LM_OK) {
+        finish(e, seq, LOOM_FINISH_ERROR, -1, -1, err.message);
+        return false;
+    }
+    return accept_token(e, seq, &result);
+}
+
+bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, int logit_row) {
+    return sample_and_accept(e, seq, logit_row);
 }
 
 /* The StepBatch of a plan (host memory; the model uploads it). */
@@ -483,7 +528,8 @@ static bool step(loom_engine *e) {
 
     lm_step_batch batch = build_batch(e, n);
     lm_error err = {0};
-    lm_forward_out out = {.logits = e->logits};
+    plan_logit_rows(e, n);
+    lm_forward_out out = {.logits = e->logits, .argmax = e->logit_argmax, .logits_wanted = e->logits_wanted};
     if (e->spec_k > 0) {
         lm_spec_step_begin(&e->spec);
         /* The next step without drafts, as the controller sees it: a decode
@@ -507,7 +553,6 @@ static bool step(loom_engine *e) {
         settle_retiring(e, false);
         return true;
     }
-    size_t V = (size_t)e->vocab_size;
     int row = 0;
     e->n_catch_up = 0;
     e->n_rollbacks = 0;
@@ -516,7 +561,7 @@ static bool step(loom_engine *e) {
         int n_before = seq->n_cached;
         int first_row = e->step_seqs[i].first;
         if (e->plan[i].n_drafts > 0) {
-            int kept = lm_engine_verify_drafts(e, seq, e->logits + V * (size_t)row, e->plan[i].n_drafts);
+            int kept = lm_engine_verify_drafts(e, seq, row, e->plan[i].n_drafts);
             row += e->plan[i].n_drafts + 1;
             if (kept > 0) {
                 lm_engine_queue_catch_up(e, seq, n_before, kept, first_row);
@@ -531,7 +576,7 @@ static bool step(loom_engine *e) {
             continue;
         }
         lm_prefix_cache_progress(e, seq, false);
-        const float *logits = e->logits + V * (size_t)row++;
+        int logit_row = row++;
         bool prompt_done = seq->n_tokens == seq->n_prompt;
         /* Later choices of the request copy this prompt state and sample
          * from the same logits. */
@@ -540,14 +585,14 @@ static bool step(loom_engine *e) {
                 lm_sequence *child = e->waiting.items[w];
                 if (child->fork_parent == seq) {
                     if (fork_from(e, child, seq)) {
-                        sample_and_accept(e, child, logits);
+                        sample_and_accept(e, child, logit_row);
                         continue; /* the child left the waiting list */
                     }
                     child->fork_parent = NULL; /* no room now: it will prefill by itself */
                 }
                 w++;
             }
-        if (sample_and_accept(e, seq, logits))
+        if (sample_and_accept(e, seq, logit_row))
             lm_engine_queue_catch_up(e, seq, n_before, e->plan[i].n_new, first_row);
     }
     bool states_ok = lm_engine_apply_rollbacks(e);
@@ -681,8 +726,17 @@ void loom_engine_options_default(loom_engine_options *o) {
     memset(o, 0, sizeof *o);
     o->kv_block_size = 32;
     o->max_running = 64;
-    o->max_batch_tokens = 512;
+    o->max_batch_tokens = 0; /* by device: loom_default_batch_tokens */
     o->max_waiting = 1024;
+}
+
+/* A GPU reads every weight once per step whatever its rows, and a MoE
+ * model's experts once per step for the tokens routed to them: the larger
+ * the step, the fewer reads per prompt token (H200, 35B-A3B shape, 4096-
+ * token prompt: 8159 tokens/s in steps of 512, 13654 in 2048, 15389 in
+ * 4096; docs/PERF.md).  A CPU is compute-bound already at 512. */
+int loom_default_batch_tokens(const char *backend) {
+    return backend && strcmp(backend, "cuda") == 0 ? 2048 : 512;
 }
 
 void loom_request_params_default(loom_request_params *p) {
@@ -752,7 +806,7 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     loom_engine_options_default(&defaults);
     if (o.kv_block_size <= 0) o.kv_block_size = defaults.kv_block_size;
     if (o.max_running <= 0) o.max_running = defaults.max_running;
-    if (o.max_batch_tokens <= 0) o.max_batch_tokens = defaults.max_batch_tokens;
+    if (o.max_batch_tokens <= 0) o.max_batch_tokens = loom_default_batch_tokens(o.backend);
     if (o.max_waiting <= 0) o.max_waiting = defaults.max_waiting;
     if (o.kv_block_size > 4096 || o.max_running > 4096 || o.max_batch_tokens > (1 << 20) ||
         o.speculative_tokens < 0 || o.speculative_tokens > LM_MAX_SPECULATIVE)
@@ -852,6 +906,10 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     e->step_input_rows = calloc((size_t)B, sizeof *e->step_input_rows);
     e->logits = malloc(sizeof(float) * (size_t)V * (size_t)logit_rows);
     e->sample_row = malloc(sizeof(float) * (size_t)V);
+    e->logit_argmax = malloc(sizeof(int32_t) * (size_t)logit_rows);
+    e->logits_wanted = malloc(sizeof(bool) * (size_t)logit_rows);
+    const char *all_logits = getenv("LOOM_DOWNLOAD_ALL_LOGITS");
+    e->all_logits = all_logits && strcmp(all_logits, "1") == 0;
     e->inbox = malloc(sizeof(*e->inbox) * (size_t)o.max_waiting);
     e->preempted = malloc(sizeof(*e->preempted) * (size_t)o.max_running);
     e->too_large = malloc(sizeof(*e->too_large) * (size_t)o.max_running);
@@ -859,7 +917,7 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     e->catch_up_seq = calloc((size_t)max_seqs, sizeof *e->catch_up_seq);
     e->rollbacks = calloc((size_t)max_seqs, sizeof *e->rollbacks);
     if (!e->plan || !e->step_seqs || !e->step_tokens || !e->step_positions || !e->step_input_rows || !e->logits ||
-        !e->sample_row || !e->inbox || !e->preempted || !e->too_large || !e->catch_up ||
+        !e->sample_row || !e->logit_argmax || !e->logits_wanted || !e->inbox || !e->preempted || !e->too_large || !e->catch_up ||
         !e->catch_up_seq || !e->rollbacks) {
         st = lm_fail(&err, LM_ERR_NOMEM, "out of memory for the engine's step buffers");
         goto fail;
@@ -920,6 +978,8 @@ void loom_engine_destroy(loom_engine *e) {
     free(e->step_input_rows);
     lm_image_cache_free(&e->image_cache);
     free(e->logits);
+    free(e->logit_argmax);
+    free(e->logits_wanted);
     free(e->sample_row);
     free(e->inbox);
     free(e->preempted);

@@ -36,10 +36,8 @@ typedef struct {
 
 #define LM_MAX_SPECULATIVE LM_SEQUENCE_MAX_DRAFTS
 
-/* A test hook: given a sequence's tokens so far (prompt + generated), fills
- * up to k drafts and returns how many. */
-typedef int (*lm_draft_override)(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt,
-                                 int32_t *drafts, int k);
+/* loom_engine_set_draft_override (loom.h), by its internal name for tests. */
+typedef loom_draft_override lm_draft_override;
 void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ctx);
 /* Tests: the adaptive speculation's time source (NULL: the monotonic
  * clock); set before any request. */
@@ -94,6 +92,13 @@ struct loom_engine {
     int32_t *step_tokens, *step_positions;
     const float **step_input_rows; /* [max_batch_tokens]: image rows, else NULL */
     float *logits, *sample_row;
+    /* The step's logit rows as brought back: logits_wanted[r] false means
+     * row r's draw is its argmax (lm_sample_is_raw_argmax), logit_argmax[r],
+     * and its logits stayed on the device.  all_logits (the environment's
+     * LOOM_DOWNLOAD_ALL_LOGITS=1, for measuring) brings every row back. */
+    int32_t *logit_argmax;
+    bool *logits_wanted;
+    bool all_logits;
     lm_sampler_scratch scratch;
     lm_plan_entry *plan;
 
@@ -192,13 +197,13 @@ void lm_engine_catch_up_and_draft(loom_engine *e);
 /* speculative.c: a verify step fed [pending, d_1..d_k]: accepts the rows
  * that match and queues the rollback of the rest.  Returns the rows kept
  * (1..k+1), or 0 if the sequence finished (it is freed then). */
-int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, const float *logits, int k);
+int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, int first_row, int k);
 /* speculative.c: rolls back every verify of the step that rejected rows;
  * false when that failed (the states of the sequences involved are lost). */
 bool lm_engine_apply_rollbacks(loom_engine *e);
 /* engine.c, for speculative.c */
 bool lm_engine_ensure_blocks(loom_engine *e, lm_sequence *seq, int n_tokens);
-bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, const float *logits_row);
+bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, int logit_row);
 void lm_engine_finish_error(loom_engine *e, lm_sequence *seq, const char *message);
 
 /* A monotonic clock in nanoseconds (the grammar's time counter). */

@@ -129,14 +129,23 @@ static void mask_stop_ids(const lm_sample_context *ctx, float *logits, int vocab
     }
 }
 
+static bool repetition_on(const loom_sampling *p) {
+    float rep = p->repetition_penalty;
+    return isfinite(rep) && rep > 0 && rep != 1.0f;
+}
+static bool presence_on(const loom_sampling *p) {
+    return isfinite(p->presence_penalty) && p->presence_penalty != 0;
+}
+static bool frequency_on(const loom_sampling *p) {
+    return isfinite(p->frequency_penalty) && p->frequency_penalty != 0;
+}
+
 static void apply_penalties(const loom_sampling *p, const lm_sample_context *ctx, float *logits,
                             int vocab) {
     if (!ctx || !ctx->counts || !ctx->counts->entries) return;
     float rep = p->repetition_penalty, presence = p->presence_penalty, frequency = p->frequency_penalty;
-    bool rep_on = isfinite(rep) && rep > 0 && rep != 1.0f;
-    bool presence_on = isfinite(presence) && presence != 0;
-    bool frequency_on = isfinite(frequency) && frequency != 0;
-    if (!rep_on && !presence_on && !frequency_on) return;
+    bool rep_on = repetition_on(p), presence_is_on = presence_on(p), frequency_is_on = frequency_on(p);
+    if (!rep_on && !presence_is_on && !frequency_is_on) return;
     const lm_token_counts *counts = ctx->counts;
     for (int i = 0; i < counts->n_distinct; i++) {
         const lm_token_count_entry *e = &counts->entries[i];
@@ -145,10 +154,22 @@ static void apply_penalties(const loom_sampling *p, const lm_sample_context *ctx
         if (!in_output && !e->in_prompt) continue;
         float l = logits[e->id];
         if (rep_on) l = l > 0 ? l / rep : l * rep;
-        if (frequency_on) l -= frequency * (float)e->output_count;
-        if (presence_on && in_output) l -= presence;
+        if (frequency_is_on) l -= frequency * (float)e->output_count;
+        if (presence_is_on && in_output) l -= presence;
         logits[e->id] = l;
     }
+}
+
+/* Steps 1-3 change no logit and step 4 is greedy: the token is the argmax
+ * of the logits as given.  Mirrors the "off" tests of steps 1-3. */
+bool lm_sample_is_raw_argmax(const loom_sampling *p, const lm_sample_context *ctx) {
+    if (p->temperature >= LM_SAMPLER_GREEDY_TEMPERATURE) return false;
+    if (p->logprobs >= 0) return false;
+    if (p->n_logit_bias > 0 && p->logit_bias_ids && p->logit_bias_values) return false;
+    bool stops_masked = ctx && ctx->n_generated < ctx->min_tokens && ctx->stop_ids && ctx->n_stop_ids > 0;
+    if (stops_masked) return false;
+    bool has_history = ctx && ctx->counts && ctx->counts->entries;
+    return !has_history || (!repetition_on(p) && !presence_on(p) && !frequency_on(p));
 }
 
 /* ------------------------------------------------------------ steps 4-7 */

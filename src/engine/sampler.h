@@ -107,6 +107,13 @@ lm_status lm_sample(const loom_sampling *params, float *logits, int vocab,
                     const lm_sample_context *ctx, lm_rng *rng, lm_sampler_scratch *scratch,
                     lm_sample_result *result, lm_error *err);
 
+/* True when lm_sample would return the argmax of the logits as given
+ * (lowest id among the largest, NaN never): greedy, no logprobs, and no
+ * logit_bias, stop-id mask or penalty that would change a logit.  The
+ * engine then takes the backend's argmax of the row and leaves the row's
+ * logits on the device. */
+bool lm_sample_is_raw_argmax(const loom_sampling *params, const lm_sample_context *ctx);
+
 /* The distribution lm_sample draws from, as probs [vocab] (zeros for dropped
  * tokens; one-hot for greedy).  For tests and for speculative acceptance.
  * logits are processed in place as in lm_sample. */

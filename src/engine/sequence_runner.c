@@ -4,23 +4,33 @@
 #include <string.h>
 
 #define KV_BLOCK_SIZE 32
-/* Rows per forward; with all_logits every row is a logit row, so this also
- * bounds the context's logits buffer (rows x vocab floats). */
+/* Rows per forward by default; with all_logits every row is a logit row,
+ * so at most LOGIT_CHUNK rows a forward then (it bounds the context's
+ * logits buffer: rows x vocab floats). */
 #define PREFILL_CHUNK 128
+#define LOGIT_CHUNK 128
 
 lm_status lm_sequence_runner_init(lm_sequence_runner *r, lm_model *model, int max_tokens,
                                   lm_error *err) {
-    return lm_sequence_runner_init_vision(r, model, max_tokens, 0, err);
+    return lm_sequence_runner_init_sized(r, model, max_tokens, PREFILL_CHUNK, 0, err);
 }
 
 lm_status lm_sequence_runner_init_vision(lm_sequence_runner *r, lm_model *model, int max_tokens,
                                          int max_image_patches, lm_error *err) {
+    return lm_sequence_runner_init_sized(r, model, max_tokens, PREFILL_CHUNK, max_image_patches, err);
+}
+
+lm_status lm_sequence_runner_init_sized(lm_sequence_runner *r, lm_model *model, int max_tokens, int chunk,
+                                        int max_image_patches, lm_error *err) {
     memset(r, 0, sizeof *r);
     if (max_tokens <= 0 || max_tokens > (1 << 24))
         return lm_fail(err, LM_ERR_INVALID, "sequence length %d out of range", max_tokens);
+    if (chunk <= 0 || chunk > (1 << 20))
+        return lm_fail(err, LM_ERR_INVALID, "prefill chunk of %d tokens out of range", chunk);
     r->model = model;
     r->max_tokens = max_tokens;
-    r->prefill_chunk = max_tokens < PREFILL_CHUNK ? max_tokens : PREFILL_CHUNK;
+    r->prefill_chunk = max_tokens < chunk ? max_tokens : chunk;
+    r->logit_chunk = r->prefill_chunk < LOGIT_CHUNK ? r->prefill_chunk : LOGIT_CHUNK;
     r->n_blocks = (max_tokens + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
     lm_context_options o = {.kv_block_size = KV_BLOCK_SIZE,
                             .kv_blocks = r->n_blocks,
@@ -28,7 +38,7 @@ lm_status lm_sequence_runner_init_vision(lm_sequence_runner *r, lm_model *model,
                             .max_step_tokens = r->prefill_chunk,
                             .max_step_seqs = 1,
                             .max_blocks_per_seq = r->n_blocks,
-                            .max_logit_rows = r->prefill_chunk,
+                            .max_logit_rows = r->logit_chunk,
                             .max_image_patches = max_image_patches};
     lm_status st = lm_model_context_create(model, &o, &r->context, err);
     if (st != LM_OK) return st;
@@ -64,11 +74,12 @@ lm_status lm_sequence_runner_feed_inputs(lm_sequence_runner *r, const int32_t *i
     if (n <= 0) return lm_fail(err, LM_ERR_INVALID, "nothing to feed");
     if (n > r->max_tokens - r->n_cached)
         return lm_fail(err, LM_ERR_INVALID, "sequence would exceed %d tokens", r->max_tokens);
-    if (layer_hidden && n > r->prefill_chunk)
+    int step = all_logits ? r->logit_chunk : r->prefill_chunk;
+    if (layer_hidden && n > step)
         return lm_fail(err, LM_ERR_INVALID, "capturing layers needs the whole input in one step");
     const lm_model_info *info = lm_model_describe(r->model);
     for (int done = 0; done < n;) {
-        int chunk = n - done < r->prefill_chunk ? n - done : r->prefill_chunk;
+        int chunk = n - done < step ? n - done : step;
         bool last = done + chunk == n;
         if (positions)
             memcpy(r->positions, positions + 3 * (size_t)done, sizeof(int32_t) * 3 * (size_t)chunk);

@@ -10,7 +10,9 @@ typedef struct {
     lm_model *model;
     lm_model_context *context;
     int32_t *block_table;
-    int max_tokens, n_cached, n_blocks, prefill_chunk;
+    int max_tokens, n_cached, n_blocks;
+    int prefill_chunk; /* rows a forward */
+    int logit_chunk;   /* rows a forward with all_logits (<= prefill_chunk) */
     int32_t *positions; /* [prefill_chunk][3] */
     /* Text tokens fed without positions sit at index + position_delta (the
      * rope delta of an image prompt, model-spec §D.5). */
@@ -24,6 +26,10 @@ lm_status lm_sequence_runner_init(lm_sequence_runner *r, lm_model *model, int ma
  * patches (0: none), for lm_model_encode_image on r->context. */
 lm_status lm_sequence_runner_init_vision(lm_sequence_runner *r, lm_model *model, int max_tokens,
                                          int max_image_patches, lm_error *err);
+/* The same with `chunk` rows a forward (128 above; `loom bench` gives the
+ * engine's step budget, so its prefill measures the steps a server runs). */
+lm_status lm_sequence_runner_init_sized(lm_sequence_runner *r, lm_model *model, int max_tokens, int chunk,
+                                        int max_image_patches, lm_error *err);
 void lm_sequence_runner_free(lm_sequence_runner *r);
 
 /* Appends n tokens.  logits receives [n, V] when all_logits, else the last

@@ -349,7 +349,10 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
         refresh = true;
     }
     if (best_m == 0) c->since_plain = 0;
-    c->drafting = best_m > 0 || refresh;
+    /* A step where nobody may draft (a sequence's last token, a prompt
+     * chunk) says nothing about whether drafting pays: a new sequence
+     * after it must not start cold for it. */
+    if (n_gain > 0 || forced_rows > 0) c->drafting = best_m > 0 || refresh;
     for (int m = 0; m < best_m; m++) cands[owner[order[m]]].k++;
 
     c->decisions++;

@@ -35,15 +35,14 @@ void lm_engine_queue_catch_up(loom_engine *e, lm_sequence *seq, int from, int co
  * from the target distribution exactly as plain decoding would draw it
  * (one draw per token, same RNG stream), so greedy output is plain greedy
  * output and seeded sampling reproduces plain seeded sampling. */
-int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, const float *logits, int k) {
-    size_t V = (size_t)e->vocab_size;
+int lm_engine_verify_drafts(loom_engine *e, lm_sequence *seq, int first_row, int k) {
     int n_before = seq->n_cached, kept = 0;
     e->spec_counters.verify_steps++;
     seq->drafted += k;
     for (int i = 0; i <= k; i++) {
         int32_t draft = i < k ? seq->drafts[i] : -1;
         int at = seq->n_tokens, retiring = e->retiring.n;
-        if (!lm_engine_sample_and_accept(e, seq, logits + V * (size_t)i)) {
+        if (!lm_engine_sample_and_accept(e, seq, first_row + i)) {
             /* A turn that ended here and keeps its caches until the step
              * ends (for the prefix cache: it joined the retiring list; else
              * it is freed) goes back to the rows it accepted, as a running
@@ -165,9 +164,11 @@ void lm_engine_catch_up_and_draft(loom_engine *e) {
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = e->catch_up_seq[i];
         int made = e->catch_up[i].n_drafts;
-        if (e->draft_override && made > 0)
-            made = e->draft_override(e->draft_override_ctx, seq->tokens, seq->n_tokens, seq->n_prompt,
-                                     seq->drafts, made);
+        if (e->draft_override && made > 0) {
+            int kept = e->draft_override(e->draft_override_ctx, seq->tokens, seq->n_tokens, seq->n_prompt,
+                                         seq->drafts, made);
+            made = kept < 0 ? 0 : kept < made ? kept : made;
+        }
         /* A draft the grammar refuses could never be accepted (the verify
          * samples under the mask): stop the drafts before it. */
         if (seq->grammar && made > 0) {
@@ -191,4 +192,8 @@ void lm_engine_simulate_costs(loom_engine *e, const lm_spec_sim_clock *costs) {
 void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ctx) {
     e->draft_override = fn;
     e->draft_override_ctx = ctx;
+}
+
+void loom_engine_set_draft_override(loom_engine *engine, loom_draft_override fn, void *ctx) {
+    lm_engine_set_draft_override(engine, fn, ctx);
 }

@@ -61,6 +61,25 @@ lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,
     if (st == LM_OK && out->hidden) st = lm_download(be, out->hidden, head->logit_x, hidden_bytes, err);
     if (st != LM_OK) return st;
     lm_matmul(be, head->logits, head->logit_x, rows, head->lm_head);
-    return lm_download(be, out->logits, head->logits,
-                       sizeof(float) * (size_t)rows * (size_t)head->lm_head->rows, err);
+    int V = head->lm_head->rows;
+    size_t row_bytes = sizeof(float) * (size_t)V;
+    if (out->argmax) {
+        lm_argmax_rows(be, head->logit_ids, head->logits, rows, V);
+        st = lm_download(be, out->argmax, head->logit_ids, sizeof(int32_t) * (size_t)rows, err);
+        if (st != LM_OK) return st;
+    }
+    if (!out->argmax || !out->logits_wanted) return lm_download(be, out->logits, head->logits, row_bytes * (size_t)rows, err);
+    /* one download per run of wanted rows */
+    for (int r = 0; r < rows && st == LM_OK;) {
+        if (!out->logits_wanted[r]) {
+            r++;
+            continue;
+        }
+        int run = 1;
+        while (r + run < rows && out->logits_wanted[r + run]) run++;
+        st = lm_download(be, out->logits + (size_t)r * (size_t)V, lm_mem_bytes(head->logits, row_bytes * (size_t)r),
+                         row_bytes * (size_t)run, err);
+        r += run;
+    }
+    return st;
 }

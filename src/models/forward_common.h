@@ -22,14 +22,16 @@ lm_status lm_context_check_images(const lm_context_options *o, bool has_tower, l
 
 /* The step's end: the logit rows of h [n_tokens, H] gathered into logit_x,
  * final-normed, downloaded to out->hidden / out->layer_hidden[n_layers] when
- * asked, multiplied by lm_head into logits and downloaded to out->logits:
- * the one place a step waits for the backend. */
+ * asked, multiplied by lm_head into logits and downloaded to out->logits
+ * (the rows out->logits_wanted asks for) and, when asked, their argmax to
+ * out->argmax: the one place a step waits for the backend. */
 typedef struct {
     lm_mem final_norm;
     float eps;
     const lm_matrix *lm_head; /* [vocab, H] */
     int hidden, n_layers;
     lm_mem logit_x, logits;   /* [rows, H], [rows, vocab] scratch */
+    lm_mem logit_ids;         /* [rows] int32 scratch: the argmax of each row */
 } lm_logits_head;
 
 lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,

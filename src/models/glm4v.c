@@ -378,7 +378,8 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
     }
     /* Final norm and lm_head only on the rows that need logits. */
     lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps, .lm_head = &m->lm_head,
-                           .hidden = H, .n_layers = L, .logit_x = ctx->logit_x, .logits = ctx->logits};
+                           .hidden = H, .n_layers = L, .logit_x = ctx->logit_x, .logits = ctx->logits,
+                           .logit_ids = ctx->logit_ids};
     return lm_forward_logits(be, &step, h, &head, out, err);
 }
 

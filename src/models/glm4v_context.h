@@ -33,6 +33,7 @@ typedef struct {
     lm_glm4v_scratch scratch;
     lm_mem logit_x;     /* [rows, H] the normed logit rows */
     lm_mem logits;      /* [rows, V] */
+    lm_mem logit_ids;   /* [rows] int32: each row's argmax */
     lm_mem descriptor;  /* the int32 step descriptor */
     size_t descriptor_ints;
     int32_t *host_descriptor; /* staging, descriptor_ints */

@@ -120,6 +120,13 @@ typedef struct {
 /* Where one forward leaves its results (host memory). */
 typedef struct {
     float *logits; /* [lm_step_batch_logit_rows, vocab] */
+    /* optional [logit rows]: each row's argmax over the vocabulary (lowest
+     * id among the largest, NaN never), computed where the logits are. */
+    int32_t *argmax;
+    /* optional [logit rows], with argmax: false leaves that row of logits
+     * undownloaded (its bytes undefined); NULL: every row is downloaded.  A
+     * greedy batch on a GPU then brings back ids, not [rows, vocab] floats. */
+    const bool *logits_wanted;
     float *hidden; /* optional: the post-final-norm state of the same rows [rows, H] */
     /* optional (tests): layer_hidden[l] receives the [n_tokens, H] state
      * entering layer l, layer_hidden[n_layers] the final normed state of the

@@ -81,6 +81,7 @@ static void layout(lm_qwen35_context *ctx, lm_carver *c) {
     if (K > 0) lm_carve(c, &ctx->hidden_all, N * H);
     lm_carve(c, &ctx->logit_x, R * H);
     lm_carve(c, &ctx->logits, R * V);
+    lm_carve(c, &ctx->logit_ids, R);
     lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
     if (mtp) {
         lm_carve(c, &ctx->mtp_normed, N * H);

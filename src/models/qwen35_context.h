@@ -68,6 +68,7 @@ typedef struct {
     lm_mem hidden_all;  /* [N, H] post-final-norm rows of the last step (MTP input) */
     lm_mem logit_x;     /* [rows, H] the normed logit rows */
     lm_mem logits;      /* [rows, V] */
+    lm_mem logit_ids;   /* [rows] int32: each row's argmax */
     lm_mem descriptor;  /* the int32 step descriptor */
     size_t descriptor_ints;
     /* MTP workspace */

@@ -159,17 +159,25 @@ typedef struct {
 
 /* Scratch bytes moe_experts needs for n tokens of top_k experts each: room
  * for the inputs and the two SwiGLU halves of a wave of
- * lm_moe_wave_rows(n, top_k) (token, expert) pairs, and every pair's output. */
+ * lm_moe_wave_rows(n, top_k) (token, expert) pairs, or the SwiGLU rows of
+ * every pair at once (a GPU runs all experts in one wave), whichever is
+ * larger (lm_moe_wave_floats); every pair's output; the pairs' order and
+ * the experts' starts; and a work list of up to 2 (pairs + experts + 1)
+ * ints (a GPU's tiles of pairs). */
 #define LM_MOE_WAVE_PAIRS 256
 static inline size_t lm_moe_wave_rows(int n, int top_k) {
     size_t pairs = (size_t)n * (size_t)top_k, wave = pairs < LM_MOE_WAVE_PAIRS ? pairs : LM_MOE_WAVE_PAIRS;
     return wave > (size_t)n ? wave : (size_t)n; /* one expert may take every token */
 }
-static inline size_t lm_moe_scratch_bytes(int n, int top_k, const lm_moe_experts *e) {
+static inline size_t lm_moe_wave_floats(int n, int top_k, const lm_moe_experts *e) {
     size_t pairs = (size_t)n * (size_t)top_k, wave = lm_moe_wave_rows(n, top_k);
-    return sizeof(float) * (wave * (2 * (size_t)e->inter + (size_t)e->hidden) +
-                            pairs * (size_t)e->hidden) +
-           sizeof(int32_t) * (pairs + (size_t)e->n_experts + 1) + 64;
+    size_t floats = wave * (2 * (size_t)e->inter + (size_t)e->hidden);
+    return pairs * (size_t)e->inter > floats ? pairs * (size_t)e->inter : floats;
+}
+static inline size_t lm_moe_scratch_bytes(int n, int top_k, const lm_moe_experts *e) {
+    size_t pairs = (size_t)n * (size_t)top_k;
+    return sizeof(float) * (lm_moe_wave_floats(n, top_k, e) + pairs * (size_t)e->hidden) +
+           sizeof(int32_t) * 3 * (pairs + (size_t)e->n_experts + 1) + 64;
 }
 
 /* One product of a matmul_group: y = x · wᵀ. */

@@ -93,12 +93,16 @@ void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits
                        const lm_moe_routing *routing);
 void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights, int top_k,
                          const lm_moe_experts *experts, lm_mem scratch);
-/* moe_mma.cu: the experts' products of every wave on the tensor cores
- * (bf16 compute): act [wave, I] and y [pairs, H] as moe.cu lays them out;
- * false (nothing queued) when the experts are not all bf16 with 16-byte
- * rows or H, I are not multiples of 32. */
+/* moe_mma.cu: the experts' products on the tensor cores (bf16 compute),
+ * every expert at once: act [pairs, I] and y [pairs, H] as moe.cu lays
+ * them out, the blocks taking the tiles of pairs moe.cu's sort listed
+ * (tile_expert / tile_first [*tile_count]); false (nothing queued) when the
+ * experts are not all bf16 with 16-byte rows or H, I are not multiples of
+ * 32. */
+#define LM_CUDA_MOE_TILE 64 /* pairs of one tensor-core block */
 bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
-                             const int32_t *start, int pairs, int wave, int top_k, const lm_moe_experts *experts);
+                             const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
+                             const int32_t *tile_count, int pairs, int top_k, const lm_moe_experts *experts);
 
 /* ---- cuda-a: matmul, norms, rotary, weighted rows ---- */
 /* matmul.cu */

@@ -14,6 +14,7 @@ struct lm_cuda_state {
     cudaError_t first_error;      /* the first error since the last synchronize */
     char first_error_what[64];
     void *blas;                   /* cublasLtHandle_t (matmul.cu) */
+    struct lm_cublaslt *blas_api; /* the library's entry points, opened at init (cublaslt_loader.h) */
     /* bf16 compute (lm_backend_set_compute): products of more than a few
      * rows through cuBLASLt with the activations rounded to 16 bits (fast,
      * not batch-invariant: its algorithm depends on n) instead of the

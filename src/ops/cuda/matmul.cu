@@ -26,13 +26,13 @@
 //
 // Later: the heuristic query runs on every call (some microseconds); a small
 // cache by (dtype, m, n, k, alignments) would remove it.
-#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cuda/cublaslt_loader.h"
 #include "ops/cuda/launch.h"
 
 #define THREADS 256
@@ -335,25 +335,25 @@ typedef struct {
     cublasLtMatrixLayout_t la, lb, ly;
 } blas_descriptors;
 
-static void blas_destroy(blas_descriptors *d) {
-    if (d->ly) cublasLtMatrixLayoutDestroy(d->ly);
-    if (d->lb) cublasLtMatrixLayoutDestroy(d->lb);
-    if (d->la) cublasLtMatrixLayoutDestroy(d->la);
-    if (d->op) cublasLtMatmulDescDestroy(d->op);
+static void blas_destroy(const lm_cublaslt *lt, blas_descriptors *d) {
+    if (d->ly) lt->MatrixLayoutDestroy(d->ly);
+    if (d->lb) lt->MatrixLayoutDestroy(d->lb);
+    if (d->la) lt->MatrixLayoutDestroy(d->la);
+    if (d->op) lt->MatmulDescDestroy(d->op);
 }
 
-static bool blas_describe(const lm_cuda_blas_call *c, blas_descriptors *d) {
+static bool blas_describe(const lm_cublaslt *lt, const lm_cuda_blas_call *c, blas_descriptors *d) {
     memset(d, 0, sizeof *d);
     cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
     cudaDataType_t type = (cudaDataType_t)c->type;
-    bool ok = cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-              !cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa) &&
-              !cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb) &&
+    bool ok = lt->MatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+              !lt->MatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa) &&
+              !lt->MatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb) &&
               // A as stored: k x m column-major (w's rows of k), read transposed.
-              !cublasLtMatrixLayoutCreate(&d->la, type, (uint64_t)c->k, (uint64_t)c->m, c->k) &&
-              !cublasLtMatrixLayoutCreate(&d->lb, type, (uint64_t)c->k, (uint64_t)c->n, c->k) &&
-              !cublasLtMatrixLayoutCreate(&d->ly, CUDA_R_32F, (uint64_t)c->m, (uint64_t)c->n, c->m);
-    if (!ok) blas_destroy(d);
+              !lt->MatrixLayoutCreate(&d->la, type, (uint64_t)c->k, (uint64_t)c->m, c->k) &&
+              !lt->MatrixLayoutCreate(&d->lb, type, (uint64_t)c->k, (uint64_t)c->n, c->k) &&
+              !lt->MatrixLayoutCreate(&d->ly, CUDA_R_32F, (uint64_t)c->m, (uint64_t)c->n, c->m);
+    if (!ok) blas_destroy(lt, d);
     return ok;
 }
 
@@ -362,34 +362,35 @@ static bool blas_describe(const lm_cuda_blas_call *c, blas_descriptors *d) {
 static bool blas_plan(lm_backend *be, lm_cuda_blas_call *c) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     cublasLtHandle_t handle = (cublasLtHandle_t)s->blas;
-    if (!handle) return false;
+    const lm_cublaslt *lt = s->blas_api;
+    if (!handle || !lt) return false;
     blas_descriptors d;
-    if (!blas_describe(c, &d)) return false;
+    if (!blas_describe(lt, c, &d)) return false;
     cublasLtMatmulPreference_t pref = NULL;
     uint64_t workspace = s->blas_workspace_bytes;
     uint32_t align_a = alignment_of(c->a), align_b = alignment_of(c->b), align_y = alignment_of(c->y);
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    bool ok = !cublasLtMatmulPreferenceCreate(&pref) &&
-              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+    bool ok = !lt->MatmulPreferenceCreate(&pref) &&
+              !lt->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                     sizeof workspace) &&
-              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+              !lt->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                     sizeof align_a) &&
-              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+              !lt->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
                                                     sizeof align_b) &&
-              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_y,
+              !lt->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_y,
                                                     sizeof align_y) &&
-              !cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_y,
+              !lt->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_y,
                                                     sizeof align_y) &&
-              cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.la, d.lb, d.ly, d.ly, pref, 1, &result, &found) ==
+              lt->MatmulAlgoGetHeuristic(handle, d.op, d.la, d.lb, d.ly, d.ly, pref, 1, &result, &found) ==
                   CUBLAS_STATUS_SUCCESS &&
               found >= 1;
     if (ok) {
         static_assert(sizeof c->algo == sizeof result.algo, "cublasLtMatmulAlgo_t");
         memcpy(c->algo, &result.algo, sizeof result.algo);
     }
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    blas_destroy(&d);
+    if (pref) lt->MatmulPreferenceDestroy(pref);
+    blas_destroy(lt, &d);
     return ok;
 }
 
@@ -398,15 +399,16 @@ static bool blas_plan(lm_backend *be, lm_cuda_blas_call *c) {
 // ours).  C = y with beta 0: never read.
 cudaError_t lm_cuda_blas_run(lm_backend *be, const lm_cuda_blas_call *c) {
     lm_cuda_state *s = lm_cuda_state_of(be);
+    const lm_cublaslt *lt = s->blas_api;
     blas_descriptors d;
-    if (!blas_describe(c, &d)) return cudaErrorUnknown;
+    if (!lt || !blas_describe(lt, c, &d)) return cudaErrorUnknown;
     const float alpha = 1.0f, beta = 0.0f;
     cublasLtMatmulAlgo_t algo;
     memcpy(&algo, c->algo, sizeof algo);
-    cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)s->blas, d.op, &alpha, c->a, d.la, c->b, d.lb, &beta,
+    cublasStatus_t st = lt->Matmul((cublasLtHandle_t)s->blas, d.op, &alpha, c->a, d.la, c->b, d.lb, &beta,
                                        c->y, d.ly, c->y, d.ly, &algo, s->blas_workspace, s->blas_workspace_bytes,
                                        s->stream);
-    blas_destroy(&d);
+    blas_destroy(lt, &d);
     return st == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
 }
 
@@ -502,10 +504,19 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 
 extern "C" lm_status lm_cuda_blas_init(lm_cuda_state *s, lm_error *err) {
+    s->blas_api = (lm_cublaslt *)calloc(1, sizeof *s->blas_api);
+    if (!s->blas_api) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    lm_status ls = lm_cublaslt_load(s->blas_api, err);
+    if (ls != LM_OK) {
+        free(s->blas_api);
+        s->blas_api = NULL;
+        return ls;
+    }
     cublasLtHandle_t handle = NULL;
-    cublasStatus_t st = cublasLtCreate(&handle);
+    cublasStatus_t st = s->blas_api->Create(&handle);
     if (st != CUBLAS_STATUS_SUCCESS)
-        return lm_fail(err, LM_ERR_INTERNAL, "cuda: cannot create a cuBLASLt handle: %s", cublasLtGetStatusString(st));
+        return lm_fail(err, LM_ERR_INTERNAL, "cuda: cannot create a cuBLASLt handle: %s",
+                       s->blas_api->GetStatusString(st));
     s->blas = handle;
     cudaError_t e = cudaMalloc(&s->blas_workspace, WORKSPACE_BYTES);
     if (e != cudaSuccess) {
@@ -529,6 +540,9 @@ extern "C" lm_dtype lm_cuda_compute_dtype(const lm_backend *be) {
 }
 
 extern "C" void lm_cuda_blas_free(lm_cuda_state *s) {
-    if (s->blas) cublasLtDestroy((cublasLtHandle_t)s->blas);
+    if (s->blas) s->blas_api->Destroy((cublasLtHandle_t)s->blas);
     s->blas = NULL;
+    if (s->blas_api) lm_cublaslt_unload(s->blas_api);
+    free(s->blas_api);
+    s->blas_api = NULL;
 }

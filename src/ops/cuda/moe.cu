@@ -193,7 +193,8 @@ void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits
 // Counting sort of the pairs p < pairs by expert ids[p]: start[e] ..
 // start[e + 1] of order are expert e's pairs (in no particular order).
 __global__ static void __launch_bounds__(SORT_THREADS)
-moe_sort_kernel(int32_t *order, int32_t *start, const int32_t *ids, int pairs, int E) {
+moe_sort_kernel(int32_t *order, int32_t *start, int32_t *tile_expert, int32_t *tile_first, int32_t *tile_count,
+                const int32_t *ids, int pairs, int E) {
     __shared__ int count[MOE_MAX_EXPERTS], next[MOE_MAX_EXPERTS];
     int tid = threadIdx.x;
     for (int e = tid; e < E; e += blockDim.x) count[e] = 0;
@@ -201,13 +202,19 @@ moe_sort_kernel(int32_t *order, int32_t *start, const int32_t *ids, int pairs, i
     for (int p = tid; p < pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
     __syncthreads();
     if (tid == 0) {
-        int at = 0;
+        int at = 0, tiles = 0;
         for (int e = 0; e < E; e++) {
             start[e] = at;
             next[e] = at;
+            /* the tensor-core kernels' work list: each expert's pairs in tiles */
+            for (int f = at; f < at + count[e]; f += LM_CUDA_MOE_TILE) {
+                tile_expert[tiles] = e;
+                tile_first[tiles++] = f;
+            }
             at += count[e];
         }
         start[E] = at;
+        *tile_count = tiles;
     }
     __syncthreads();
     for (int p = tid; p < pairs; p += blockDim.x) order[atomicAdd(&next[ids[p]], 1)] = p;
@@ -337,21 +344,25 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
         return;
     }
     // scratch (ops.h's lm_moe_scratch_bytes): the SwiGLU rows of a wave
-    // [wave, I] within the wave's [wave, 2I + H] | per-pair outputs
-    // [pairs, H] | pair order [pairs] | expert starts [E + 1]
+    // [wave, I] (of every pair for the tensor cores) within
+    // lm_moe_wave_floats | per-pair outputs [pairs, H] | pair order [pairs] |
+    // expert starts [E + 1] | tiles' experts and first pairs [pairs + E]
+    // each, and their count
     size_t pairs = (size_t)n * (size_t)top_k, wave = lm_moe_wave_rows(n, top_k);
     float *act = lm_cuda_f32(scratch);
-    float *y = act + wave * (2 * (size_t)I + (size_t)H);
+    float *y = act + lm_moe_wave_floats(n, top_k, ex);
     int32_t *order = (int32_t *)(y + pairs * (size_t)H), *start = order + pairs;
-    lm_cuda_launch(be, "moe_experts (sort)", moe_sort_kernel, 1, SORT_THREADS, 0, order, start,
-                   lm_cuda_i32(ids), (int)pairs, E);
+    int32_t *tile_expert = start + E + 1, *tile_first = tile_expert + pairs + E, *tile_count = tile_first + pairs + E;
+    lm_cuda_launch(be, "moe_experts (sort)", moe_sort_kernel, 1, SORT_THREADS, 0, order, start, tile_expert,
+                   tile_first, tile_count, lm_cuda_i32(ids), (int)pairs, E);
     // bf16 compute, bf16 experts, 9 tokens or more (as the dense products'
     // cuBLASLt threshold): the tensor-core kernels (moe_mma.cu).  Below it
     // a step reads each touched expert once either way, and the warp-per-row
     // kernels below measured faster (35B-A3B decode 96.5 tokens/s against
     // 85.6 on an H200).
     if (lm_cuda_state_of(be)->blas_matmul && n >= MOE_MMA_MIN_TOKENS &&
-        lm_cuda_moe_experts_mma(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k, ex))
+        lm_cuda_moe_experts_mma(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first, tile_count,
+                                (int)pairs, top_k, ex))
         ;
     else if (E <= 64)
         run_experts<64>(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k, ex);
