@@ -749,6 +749,92 @@ static void test_matmul_group(void) {
     CHECK_VERDICT(v);
 }
 
+/* The same backend with one optional op taken out of its table: the
+ * wrappers of ops.h then run that op's parts, so a fused op can be checked
+ * against its parts on one backend. */
+typedef struct {
+    lm_backend_ops ops;
+    lm_backend be;
+} parts_backend;
+
+static lm_backend *without_op(parts_backend *p, const lm_backend *be, size_t offset) {
+    p->ops = *be->ops;
+    memset((char *)&p->ops + offset, 0, sizeof(void (*)(void)));
+    p->be = (lm_backend){.ops = &p->ops, .impl = be->impl};
+    return &p->be;
+}
+#define WITHOUT(p, be, op) without_op((p), (be), offsetof(lm_backend_ops, op))
+
+/* matmul_swiglu: exactly the bits of matmul_group of gate and up, then
+ * silu_mul, on the same backend; `taken` counts the calls a backend ran
+ * fused (its op returned true). */
+static void check_matmul_swiglu(const backends *bs, verdict *v, rng *r, int n, int64_t rows, int64_t cols,
+                                int *taken) {
+    size_t nw = (size_t)(rows * cols), ny = (size_t)n * (size_t)rows;
+    float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
+    float *gv = malloc(sizeof(float) * nw), *uv = malloc(sizeof(float) * nw);
+    void *gw = gv ? random_weights(r, LM_DTYPE_BF16, nw, gv) : NULL;
+    void *uw = uv ? random_weights(r, LM_DTYPE_BF16, nw, uv) : NULL;
+    if (!x || !gw || !uw) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix gate = import_matrix(&a, gw, LM_DTYPE_BF16, rows, cols);
+        lm_matrix up = import_matrix(&a, uw, LM_DTYPE_BF16, rows, cols);
+        lm_mem xm = up_f32(&a, x, (size_t)n * (size_t)cols);
+        lm_mem fused = poisoned(&a, ny), parts = poisoned(&a, ny), scratch = poisoned(&a, ny);
+        if (!a.ok) {
+            fail(v, "%s: backend memory failed", bs->label[b]);
+            arena_free(&a);
+            break;
+        }
+        if (a.be->ops->matmul_swiglu && a.be->ops->matmul_swiglu(a.be, fused, xm, n, &gate, &up))
+            (*taken)++;
+        else
+            lm_matmul_swiglu(a.be, fused, scratch, xm, n, &gate, &up);
+        parts_backend pb;
+        lm_matmul_swiglu(WITHOUT(&pb, a.be, matmul_swiglu), parts, scratch, xm, n, &gate, &up);
+        float *got = down_f32(&a, fused, ny), *want = down_f32(&a, parts, ny);
+        if (!got || !want)
+            fail(v, "%s: backend memory failed", bs->label[b]);
+        else if (memcmp(got, want, ny * sizeof(float)) != 0)
+            fail(v, "matmul_swiglu n=%d %lldx%lld on %s differs bitwise from matmul_group, then silu_mul", n,
+                 (long long)rows, (long long)cols, bs->label[b]);
+        free(got);
+        free(want);
+        arena_free(&a);
+    }
+done:
+    free(x);
+    free(gv);
+    free(uv);
+    free(gw);
+    free(uw);
+}
+
+static void test_matmul_swiglu(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, matmul);
+    verdict v = {0};
+    rng r = {0x5a1f};
+    int taken = 0;
+    /* an MLP's width, row tails that fill no block, a width the vector
+     * kernel does not take (the parts run) */
+    static const int ns[] = {1, 2, 3, 4, 5, 8, 9, 17};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        check_matmul_swiglu(&bs, &v, &r, ns[k], 256, 1024, &taken);
+        check_matmul_swiglu(&bs, &v, &r, ns[k], 13, 136, &taken);
+        check_matmul_swiglu(&bs, &v, &r, ns[k], 7, 64, &taken);
+        check_matmul_swiglu(&bs, &v, &r, ns[k], 24, 100, &taken);
+    }
+    printf("matmul_swiglu: %d of the calls ran fused\n", taken);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* bf16 compute on the cpu (AVX-512 BF16): every product of bf16 weights
  * rounds each activation row to bf16 and sums in float32.  Checked against
  * a float64 sum over the rounded activations (the products of two bf16 are
@@ -2193,6 +2279,125 @@ static void test_gated_delta_rule_batched(void) {
     CHECK_VERDICT(v);
 }
 
+/* ---- gdn_prepare: the delta rule's inputs in one op ---- */
+
+typedef struct {
+    float *q, *k, *v, *beta, *g, *states;
+} prepare_result;
+
+static void prepare_result_free(prepare_result *p) {
+    free(p->q), free(p->k), free(p->v), free(p->beta), free(p->g), free(p->states);
+}
+
+/* Runs lm_gdn_prepare on be over the layout's rows; *fused: whether the
+ * backend's own op took the call. */
+static bool run_prepare(lm_backend *be, lm_gdn_prepare_args args, const seq_layout *l, const float *mixed,
+                        const float *beta, const float *g, const float *weight, const float *states,
+                        const float *neg_exp_A, const float *dt_bias, prepare_result *out, bool *fused) {
+    arena a = arena_on(be);
+    size_t rows = (size_t)l->rows, kd = (size_t)args.Hk * args.dk, vd = (size_t)args.Hv * args.dv;
+    size_t cd = 2 * kd + vd, gates = rows * (size_t)args.Hv;
+    size_t states_n = (size_t)l->slots * (size_t)args.conv_slot_stride;
+    lm_seq_batch seqs = upload_layout(&a, l);
+    args.q = poisoned(&a, rows * kd), args.k = poisoned(&a, rows * kd), args.v = poisoned(&a, rows * vd);
+    args.beta = up_f32(&a, beta, gates), args.g = up_f32(&a, g, gates);
+    args.mixed = up_f32(&a, mixed, rows * cd);
+    args.conv_weight = up_f32(&a, weight, cd * (size_t)args.conv_kernel);
+    args.conv_states = up_f32(&a, states, states_n);
+    args.neg_exp_A = up_f32(&a, neg_exp_A, (size_t)args.Hv), args.dt_bias = up_f32(&a, dt_bias, (size_t)args.Hv);
+    args.seqs = &seqs, args.n = l->rows;
+    lm_mem conv_out = poisoned(&a, rows * cd);
+    if (!a.ok) {
+        arena_free(&a);
+        return false;
+    }
+    *fused = be->ops->gdn_prepare && be->ops->gdn_prepare(be, &args);
+    if (!*fused) lm_gdn_prepare(be, &args, conv_out);
+    *out = (prepare_result){down_f32(&a, args.q, rows * kd), down_f32(&a, args.k, rows * kd),
+                            down_f32(&a, args.v, rows * vd),  down_f32(&a, args.beta, gates),
+                            down_f32(&a, args.g, gates),      down_f32(&a, args.conv_states, states_n)};
+    arena_free(&a);
+    return out->q && out->k && out->v && out->beta && out->g && out->states;
+}
+
+/* Whether the sequences' rows (width floats each) agree bit for bit. */
+static bool same_sequence_rows(const float *a, const float *b, const seq_layout *l, size_t width) {
+    for (int s = 0; s < l->n_seqs; s++)
+        if (memcmp(a + (size_t)l->first[s] * width, b + (size_t)l->first[s] * width,
+                   (size_t)l->length[s] * width * sizeof(float)) != 0)
+            return false;
+    return true;
+}
+
+/* gdn_prepare against its parts (gdn_gates, causal_conv1d_silu, the split,
+ * l2norm_scale) on the same backend: the same bits in every sequence row
+ * and the same windows. */
+static void check_gdn_prepare(const backends *bs, verdict *v, rng *r, int Hk, int Hv, int dk, int dv, int K,
+                              const int *lengths, int n_seqs, int *taken) {
+    seq_layout l = make_layout(r, lengths, n_seqs);
+    size_t rows = (size_t)l.rows, kd = (size_t)Hk * dk, vd = (size_t)Hv * dv, cd = 2 * kd + vd;
+    int64_t stride = (int64_t)cd * (K - 1) + 3;
+    size_t states_n = (size_t)l.slots * (size_t)stride;
+    float *mixed = random_floats(r, rows * cd, 2.0f), *weight = random_floats(r, cd * (size_t)K, 0.5f);
+    float *states = random_floats(r, states_n, 1.0f), *beta = random_floats(r, rows * (size_t)Hv, 4.0f);
+    float *g = random_floats(r, rows * (size_t)Hv, 4.0f), *neg_exp_A = random_floats(r, (size_t)Hv, 1.0f);
+    float *dt_bias = random_floats(r, (size_t)Hv, 1.0f);
+    if (!mixed || !weight || !states || !beta || !g || !neg_exp_A || !dt_bias) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int h = 0; h < Hv; h++) neg_exp_A[h] = -expf(neg_exp_A[h]);
+    lm_gdn_prepare_args args = {.conv_kernel = K, .conv_slot_stride = stride, .Hk = Hk, .Hv = Hv, .dk = dk,
+                                .dv = dv, .q_scale = 1.0f / sqrtf((float)dk), .eps = 1e-6f};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        prepare_result got = {0}, want = {0};
+        bool fused = false, parts_fused = false;
+        parts_backend pb;
+        if (!run_prepare(bs->be[b], args, &l, mixed, beta, g, weight, states, neg_exp_A, dt_bias, &got, &fused) ||
+            !run_prepare(WITHOUT(&pb, bs->be[b], gdn_prepare), args, &l, mixed, beta, g, weight, states,
+                         neg_exp_A, dt_bias, &want, &parts_fused))
+            fail(v, "gdn_prepare on %s: backend memory failed", bs->label[b]);
+        else if (!same_sequence_rows(got.q, want.q, &l, kd) || !same_sequence_rows(got.k, want.k, &l, kd) ||
+                 !same_sequence_rows(got.v, want.v, &l, vd) ||
+                 !same_sequence_rows(got.beta, want.beta, &l, (size_t)Hv) ||
+                 !same_sequence_rows(got.g, want.g, &l, (size_t)Hv) ||
+                 memcmp(got.states, want.states, states_n * sizeof(float)) != 0)
+            fail(v, "gdn_prepare Hk=%d Hv=%d dk=%d dv=%d K=%d (%d sequences, longest %d) on %s differs bitwise "
+                 "from its parts", Hk, Hv, dk, dv, K, n_seqs, l.max_length, bs->label[b]);
+        *taken += fused;
+        prepare_result_free(&got);
+        prepare_result_free(&want);
+    }
+done:
+    free(mixed), free(weight), free(states), free(beta), free(g), free(neg_exp_A), free(dt_bias);
+}
+
+static void test_gdn_prepare(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, causal_conv1d_silu);
+    verdict v = {0};
+    rng r = {67};
+    int taken = 0;
+    static const int decode16[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    /* the fixture's heads; released 9B/35B (16 / 32 of 128) and 0.8B (16 /
+     * 16); decode, verify rows, a zero-length sequence, sequences longer
+     * than a fused launch takes (the parts run), key heads wider than a
+     * block's threads, K = 1 and 2 */
+    check_gdn_prepare(&bs, &v, &r, 2, 4, 16, 16, 4, decode16, 16, &taken);
+    check_gdn_prepare(&bs, &v, &r, 2, 4, 16, 16, 4, (const int[]){3, 1, 4, 0}, 4, &taken);
+    check_gdn_prepare(&bs, &v, &r, 16, 32, 128, 128, 4, (const int[]){1}, 1, &taken);
+    check_gdn_prepare(&bs, &v, &r, 16, 32, 128, 128, 4, (const int[]){3, 1, 3}, 3, &taken);
+    check_gdn_prepare(&bs, &v, &r, 16, 16, 128, 128, 4, (const int[]){16, 2}, 2, &taken);
+    check_gdn_prepare(&bs, &v, &r, 2, 4, 24, 20, 4, (const int[]){17, 1}, 2, &taken);
+    check_gdn_prepare(&bs, &v, &r, 1, 2, 300, 40, 4, (const int[]){2, 1}, 2, &taken);
+    check_gdn_prepare(&bs, &v, &r, 3, 6, 33, 40, 1, (const int[]){5, 1}, 2, &taken);
+    check_gdn_prepare(&bs, &v, &r, 1, 1, 16, 80, 2, (const int[]){9, 2}, 2, &taken);
+    printf("gdn_prepare: %d of the calls ran fused\n", taken);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* ------------------------------------------------------------ mixture of experts */
 
 /* ---- sigmoid_scale_rows (Qwen3.5's shared-expert gate) ---- */
@@ -3064,6 +3269,7 @@ int main(void) {
     RUN_TEST(test_matmul_bf16_compute);
     RUN_TEST(test_matmul_zero_cols);
     RUN_TEST(test_matmul_group);
+    RUN_TEST(test_matmul_swiglu);
     RUN_TEST(test_embed);
     RUN_TEST(test_norms);
     RUN_TEST(test_add_rmsnorm);
@@ -3077,6 +3283,7 @@ int main(void) {
     RUN_TEST(test_gdn_gates);
     RUN_TEST(test_causal_conv1d_silu_batched);
     RUN_TEST(test_gated_delta_rule_batched);
+    RUN_TEST(test_gdn_prepare);
     RUN_TEST(test_sigmoid_scale_rows);
     RUN_TEST(test_add_rows);
     RUN_TEST(test_add_weighted_rows);

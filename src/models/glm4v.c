@@ -306,13 +306,11 @@ static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
     lm_matmul(be, s->x, s->attn, N, &a->o_proj); /* no bias */
 }
 
-/* SwiGLU of width `width`: s->x -> out. */
-static void swiglu(lm_glm4v_context *ctx, int N, const lm_swiglu *w, int64_t width, lm_mem out) {
+/* SwiGLU: s->x -> out. */
+static void swiglu(lm_glm4v_context *ctx, int N, const lm_swiglu *w, lm_mem out) {
     const lm_glm4v_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
-    lm_matmul_out projections[] = {{s->proj, &w->gate_proj}, {s->proj2, &w->up_proj}};
-    lm_matmul_group(be, s->x, N, projections, 2);
-    lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * width);
+    lm_matmul_swiglu(be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
     lm_matmul(be, out, s->proj, N, &w->down_proj);
 }
 
@@ -326,7 +324,7 @@ static void moe(lm_glm4v_context *ctx, int N, const lm_glm4v_moe *moe) {
     lm_moe_route(be, s->ids, s->weights, s->router_logits, N, &moe->routing);
     lm_moe_apply_experts(be, s->routed, s->x, N, s->ids, s->weights, c->num_experts_per_tok,
                          &moe->experts.view, s->expert_scratch);
-    swiglu(ctx, N, &moe->shared, (int64_t)c->moe_intermediate_size * c->n_shared_experts, s->shared);
+    swiglu(ctx, N, &moe->shared, s->shared);
     lm_add(be, s->routed, s->shared, (int64_t)N * c->hidden_size);
 }
 
@@ -349,7 +347,7 @@ static void decoder_layer(lm_glm4v_context *ctx, const lm_step_view *step,
         moe(ctx, N, &layer->moe);
         out = s->routed;
     } else {
-        swiglu(ctx, N, &layer->mlp, c->intermediate_size, s->x);
+        swiglu(ctx, N, &layer->mlp, s->x);
     }
     if (m->sandwich_norms) lm_rmsnorm(be, out, out, layer->post_mlp_norm, N, H, eps);
     lm_add(be, s->h, out, (int64_t)N * H);

@@ -412,7 +412,6 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
     int N = step->n_tokens;
     int Hk = c->linear_num_key_heads, Hv = c->linear_num_value_heads;
     int dk = c->linear_key_head_dim, dv = c->linear_value_head_dim;
-    int kd = m->key_dim, vd = m->value_dim, cd = m->conv_dim;
     lm_mem mixed = s->proj, conv_out = s->proj2, z = s->gates;
     lm_seq_batch seqs = lm_step_sequences(step);
 
@@ -423,20 +422,18 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
         {s->g, &la->in_proj_a},    /* [N, Hv] */
     };
     lm_matmul_group(be, s->x, N, projections, 4);
-    /* beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias) */
-    lm_gdn_gates(be, s->beta, s->g, la->neg_exp_A, la->dt_bias, N, Hv);
 
     record_before(ctx, b, layer, mixed);
-    lm_causal_conv1d_silu(be, conv_out, mixed, cd, la->conv_weight, c->linear_conv_kernel_dim,
-                          lm_qwen35_conv_states(ctx, layer->cache_index),
-                          (int64_t)ctx->conv_floats, &seqs);
-
-    /* Split into q [N, Hk, dk], k [N, Hk, dk], v [N, Hv, dv]. */
-    lm_copy_rows(be, s->q, kd, conv_out, cd, N, kd);
-    lm_copy_rows(be, s->k, kd, lm_mem_f32(conv_out, (size_t)kd), cd, N, kd);
-    lm_copy_rows(be, s->v, vd, lm_mem_f32(conv_out, 2 * (size_t)kd), cd, N, vd);
-    lm_l2norm_scale(be, s->q, N * Hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
-    lm_l2norm_scale(be, s->k, N * Hk, dk, 1e-6f, 1.0f);
+    /* beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias); the
+     * causal conv + SiLU of q | k | v, split into q [N, Hk, dk] (l2-normed,
+     * times 1/sqrt(dk)), k [N, Hk, dk] (l2-normed) and v [N, Hv, dv]. */
+    lm_gdn_prepare_args prep = {
+        .q = s->q, .k = s->k, .v = s->v, .beta = s->beta, .g = s->g, .mixed = mixed,
+        .conv_weight = la->conv_weight, .conv_states = lm_qwen35_conv_states(ctx, layer->cache_index),
+        .conv_slot_stride = (int64_t)ctx->conv_floats, .neg_exp_A = la->neg_exp_A,
+        .dt_bias = la->dt_bias, .seqs = &seqs, .n = N, .conv_kernel = c->linear_conv_kernel_dim,
+        .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .q_scale = 1.0f / sqrtf((float)dk), .eps = 1e-6f};
+    lm_gdn_prepare(be, &prep, conv_out);
     record_inputs(ctx, b, layer, s);
 
     lm_mem core = mixed; /* reuse: [N, Hv, dv] */
@@ -480,20 +477,20 @@ static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
     lm_matmul(be, s->x, attn, N, &fa->o_proj);
 }
 
-static void mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w, lm_mem h) {
-    const lm_qwen35_config *c = &ctx->model->config;
+/* The SwiGLU MLP of x = s->x; its output (in s->x) is returned, not yet
+ * added to the residual stream. */
+static lm_mem mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w) {
     const lm_qwen35_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
-    lm_matmul_out projections[] = {{s->proj, &w->gate_proj}, {s->proj2, &w->up_proj}};
-    lm_matmul_group(be, s->x, N, projections, 2);
-    lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * c->intermediate_size);
+    lm_matmul_swiglu(be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
     lm_matmul(be, s->x, s->proj, N, &w->down_proj);
-    lm_add(be, h, s->x, (int64_t)N * c->hidden_size);
+    return s->x;
 }
 
 /* The sparse MoE block (model-spec §B.2): the routed experts, plus the
- * shared expert scaled by sigmoid(x·shared_gateᵀ), added into h. */
-static void moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, lm_mem h) {
+ * shared expert scaled by sigmoid(x·shared_gateᵀ); the sum is returned,
+ * not yet added to the residual stream. */
+static lm_mem moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_scratch *s = &ctx->scratch;
@@ -514,18 +511,24 @@ static void moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, lm_
     lm_matmul(be, ms->shared, s->proj, N, &moe->shared.down_proj);
     lm_sigmoid_scale_rows(be, ms->shared, ms->shared_gate, N, H);
     lm_add(be, ms->routed, ms->shared, (int64_t)N * H);
-    lm_add(be, h, ms->routed, (int64_t)N * H);
+    return ms->routed;
 }
 
 /* One decoder layer (model-spec §A.4) on the residual stream h: full
  * attention over kv, or Gated DeltaNet (b: the step's sequences, for the
- * rollback records), then the MLP. */
-static void decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step,
-                          const lm_step_batch *b, const lm_qwen35_layer *layer,
-                          const lm_kv_layer *kv, lm_mem h) {
+ * rollback records), then the MLP.  The MLP's output is returned, not yet
+ * added to h: the next layer's input norm adds it (one launch,
+ * add_rmsnorm), passed back as `pending` (NULL: nothing to add). */
+static lm_mem decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step,
+                            const lm_step_batch *b, const lm_qwen35_layer *layer,
+                            const lm_kv_layer *kv, lm_mem h, const lm_mem *pending) {
     const lm_qwen35_config *c = &ctx->model->config;
     int N = step->n_tokens, H = c->hidden_size;
-    lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->input_norm, N, H, c->rms_norm_eps);
+    if (pending)
+        lm_add_rmsnorm(ctx->be, ctx->scratch.x, h, *pending, layer->input_norm, N, H,
+                       c->rms_norm_eps);
+    else
+        lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->input_norm, N, H, c->rms_norm_eps);
     if (layer->type == LM_LAYER_FULL_ATTENTION)
         full_attention(ctx, step, layer, kv);
     else
@@ -533,15 +536,13 @@ static void decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step,
     /* h += attention's output; x = post_attention_norm(h) */
     lm_add_rmsnorm(ctx->be, ctx->scratch.x, h, ctx->scratch.x, layer->post_attention_norm, N, H,
                    c->rms_norm_eps);
-    if (layer->is_moe)
-        moe_mlp(ctx, N, &layer->moe, h);
-    else
-        mlp(ctx, N, &layer->mlp, h);
+    return layer->is_moe ? moe_mlp(ctx, N, &layer->moe) : mlp(ctx, N, &layer->mlp);
 }
 
 void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_step_view *step,
                                const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h) {
-    decoder_layer(ctx, step, NULL, layer, kv, h);
+    lm_mem delta = decoder_layer(ctx, step, NULL, layer, kv, h, NULL);
+    lm_add(ctx->be, h, delta, (int64_t)step->n_tokens * ctx->model->config.hidden_size);
 }
 
 lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
@@ -561,15 +562,22 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
                 b->seqs[q].record_for_rollback ? b->seqs[q].n_new : 0;
 
     lm_forward_embed_inputs(be, h, step.tokens, b, &m->embed_tokens, H);
+    lm_mem pending = {0}; /* the last layer's MLP output, not yet in h */
+    bool has_pending = false;
     for (int i = 0; i < L; i++) {
         if (out->layer_hidden && out->layer_hidden[i]) {
+            if (has_pending) lm_add(be, h, pending, (int64_t)N * H);
+            has_pending = false;
             st = lm_download(be, out->layer_hidden[i], h, rows_bytes, err);
             if (st != LM_OK) return st;
         }
         const lm_qwen35_layer *layer = &m->layers[i];
-        decoder_layer(ctx, &step, b, layer,
-                      layer->type == LM_LAYER_FULL_ATTENTION ? &ctx->kv[layer->cache_index] : NULL, h);
+        pending = decoder_layer(ctx, &step, b, layer,
+                                layer->type == LM_LAYER_FULL_ATTENTION ? &ctx->kv[layer->cache_index] : NULL,
+                                h, has_pending ? &pending : NULL);
+        has_pending = true;
     }
+    if (has_pending) lm_add(be, h, pending, (int64_t)N * H);
     /* The MTP head drafts from the post-norm state of every committed row. */
     if (ctx->options.speculative_tokens > 0)
         lm_rmsnorm(be, ctx->hidden_all, h, m->final_norm, N, H, c->rms_norm_eps);

@@ -180,6 +180,21 @@ static inline size_t lm_moe_scratch_bytes(int n, int top_k, const lm_moe_experts
            sizeof(int32_t) * 3 * (pairs + (size_t)e->n_experts + 1) + 64;
 }
 
+/* Gated DeltaNet's inputs (model-spec §A.7 steps 1-4) for gdn_prepare. */
+typedef struct lm_gdn_prepare_args {
+    lm_mem q, k, v;   /* out: [n, Hk, dk] l2-normalised and times q_scale, [n, Hk, dk]
+                       * l2-normalised, [n, Hv, dv] */
+    lm_mem beta, g;   /* in place [n, Hv]: the b and a projections -> the gates (gdn_gates) */
+    lm_mem mixed;     /* in: [n, 2·Hk·dk + Hv·dv], q | k | v before the conv */
+    lm_mem conv_weight; /* [conv_dim, conv_kernel] */
+    lm_mem conv_states; /* causal_conv1d_silu's windows, updated */
+    int64_t conv_slot_stride;
+    lm_mem neg_exp_A, dt_bias; /* [Hv] */
+    const lm_seq_batch *seqs;
+    int n, conv_kernel, Hk, Hv, dk, dv;
+    float q_scale, eps; /* l2norm_scale's */
+} lm_gdn_prepare_args;
+
 /* One product of a matmul_group: y = x · wᵀ. */
 #define LM_MATMUL_GROUP_MAX 4
 typedef struct {
@@ -238,6 +253,13 @@ typedef struct {
      * writes.  A device backend runs them as one launch, so the small
      * projections (a layer's gates) ride with the large ones. */
     void (*matmul_group)(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs, int count);
+    /* Optional (NULL, or false returned: the caller runs matmul_group of
+     * both, then silu_mul): the SwiGLU MLP's first half, y[n, rows] =
+     * silu(x · gateᵀ) * (x · upᵀ), gate and up of one shape, with exactly
+     * the bits of those two ops.  A device backend saves the two [n, rows]
+     * intermediates and a launch. */
+    bool (*matmul_swiglu)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *gate,
+                          const lm_matrix *up);
     /* out[i] = table row ids[i] as float32 (table [vocab, dim]; ids int32 [n]) */
     void (*embed)(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
 
@@ -339,6 +361,13 @@ typedef struct {
     void (*gated_delta_rule)(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g,
                              lm_mem beta, lm_mem states, int64_t slot_stride,
                              const lm_seq_batch *seqs, int Hk, int Hv, int dk, int dv);
+    /* Optional (NULL, or false returned: the caller runs the parts, see
+     * lm_gdn_prepare): the delta rule's inputs from the layer's
+     * projections, with exactly the bits of gdn_gates, causal_conv1d_silu,
+     * the split of the conv's output into q | k | v and l2norm_scale of q
+     * and k.  A device backend does it in one launch for decode and verify
+     * steps (where these are a few microseconds each, not bandwidth). */
+    bool (*gdn_prepare)(lm_backend *be, const struct lm_gdn_prepare_args *a);
 } lm_backend_ops;
 
 struct lm_backend {
@@ -437,6 +466,15 @@ static inline void lm_rope(lm_backend *be, lm_mem x, int n, int n_heads, int hea
 static inline void lm_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
     be->ops->silu_mul(be, out, gate, up, n);
 }
+/* silu(x · gateᵀ) * (x · upᵀ) into y [n, gate.rows]; up_scratch: [n,
+ * up.rows] floats the parts may use. */
+static inline void lm_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem up_scratch, lm_mem x, int n,
+                                    const lm_matrix *gate, const lm_matrix *up) {
+    if (be->ops->matmul_swiglu && be->ops->matmul_swiglu(be, y, x, n, gate, up)) return;
+    lm_matmul_out outs[] = {{y, gate}, {up_scratch, up}};
+    lm_matmul_group(be, x, n, outs, 2);
+    be->ops->silu_mul(be, y, y, up_scratch, (int64_t)n * gate->rows);
+}
 static inline void lm_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias,
                                 int rows, int dim, float eps) {
     be->ops->layernorm(be, out, x, weight, bias, rows, dim, eps);
@@ -511,6 +549,21 @@ static inline void lm_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_
                                        lm_mem g, lm_mem beta, lm_mem states, int64_t slot_stride,
                                        const lm_seq_batch *seqs, int Hk, int Hv, int dk, int dv) {
     be->ops->gated_delta_rule(be, out, q, k, v, g, beta, states, slot_stride, seqs, Hk, Hv, dk, dv);
+}
+
+/* gdn_prepare, or its parts: conv_out is [n, conv_dim] floats for the
+ * conv's output when the backend runs the parts. */
+static inline void lm_gdn_prepare(lm_backend *be, const lm_gdn_prepare_args *a, lm_mem conv_out) {
+    if (be->ops->gdn_prepare && be->ops->gdn_prepare(be, a)) return;
+    int n = a->n, kd = a->Hk * a->dk, vd = a->Hv * a->dv, cd = 2 * kd + vd;
+    lm_gdn_gates(be, a->beta, a->g, a->neg_exp_A, a->dt_bias, n, a->Hv);
+    lm_causal_conv1d_silu(be, conv_out, a->mixed, cd, a->conv_weight, a->conv_kernel, a->conv_states,
+                          a->conv_slot_stride, a->seqs);
+    lm_copy_rows(be, a->q, kd, conv_out, cd, n, kd);
+    lm_copy_rows(be, a->k, kd, lm_mem_f32(conv_out, (size_t)kd), cd, n, kd);
+    lm_copy_rows(be, a->v, vd, lm_mem_f32(conv_out, 2 * (size_t)kd), cd, n, vd);
+    lm_l2norm_scale(be, a->q, n * a->Hk, a->dk, a->eps, a->q_scale);
+    lm_l2norm_scale(be, a->k, n * a->Hk, a->dk, a->eps, 1.0f);
 }
 
 #endif

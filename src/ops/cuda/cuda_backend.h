@@ -76,6 +76,7 @@ bool lm_cuda_attention_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_lay
                            const lm_attention_batch *batch);
 /* gdn.cu */
 void lm_cuda_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H);
+bool lm_cuda_gdn_prepare(lm_backend *be, const lm_gdn_prepare_args *a);
 void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
                                 lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs);
 void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
@@ -108,6 +109,7 @@ bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *
 /* matmul.cu */
 void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
 void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs, int count);
+bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *gate, const lm_matrix *up);
 /* norms.cu */
 void lm_cuda_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim, float eps);
 void lm_cuda_add_rmsnorm(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta, lm_mem weight, int rows, int dim,

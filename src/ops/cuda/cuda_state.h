@@ -28,6 +28,7 @@ struct lm_cuda_state {
     int gemv_grid_cap;            /* 0, or its most blocks (LOOM_CUDA_GEMV_BLOCKS per SM) */
     bool gdn_recurrent_only;      /* LOOM_CUDA_GDN_CHUNKED=0: prefill walks tokens too (bench/cuda_gdn.c) */
     bool attention_simt_only;     /* LOOM_CUDA_ATTENTION_MMA=0: bf16 compute keeps the float32 attention */
+    bool unfused;                 /* LOOM_CUDA_FUSE=0: gdn_prepare and matmul_swiglu decline (their parts run) */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
 };
 

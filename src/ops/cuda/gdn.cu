@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "ops/cuda/block_reduce.h"
 #include "ops/cuda/cuda_state.h"
 #include "ops/cuda/launch.h"
 
@@ -103,6 +104,88 @@ void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm
                        lm_cuda_f32(in), C, K, lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first),
                        lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot));
     }
+}
+
+// ---- gdn_prepare: gates, conv, split and l2 norms in one launch ----
+// Block (head, sequence): heads 0..Hk-1 are q's, Hk..2Hk-1 k's, the rest
+// v's, each a run of the conv's channels.  A thread computes its channels'
+// conv outputs for every row of the sequence exactly as conv1d_kernel
+// does, writing them straight into q, k or v; a q or k head's block then
+// scales the row as l2norm_scale_kernel does (same threads per row, same
+// sums), and a v head's first thread makes that head's gates as
+// gdn_gates_kernel does.  Each thread owns its channels' windows, so it
+// updates them after its last row, as conv1d_state_kernel would.  Only
+// for short sequences (decode, verify): a long one would run its rows in
+// one block.
+#define PREPARE_MAX_T 16
+
+__global__ static void gdn_prepare_kernel(float *q, float *k, float *v, float *beta, float *g, const float *mixed,
+                                          const float *weight, int K, float *states, int64_t slot_stride,
+                                          const int32_t *first, const int32_t *length, const int32_t *slot,
+                                          const float *neg_exp_A, const float *dt_bias, int Hk, int Hv, int dk,
+                                          int dv, float q_scale, float eps) {
+    int head = blockIdx.x, s = blockIdx.y, hist = K - 1;
+    int C = 2 * Hk * dk + Hv * dv, T = length[s];
+    int64_t f = first[s];
+    int c0, dim, hv = -1;
+    int64_t stride;
+    float *dst, scale = 1.0f;
+    if (head < Hk) {
+        c0 = head * dk, dim = dk, dst = q + head * dk, stride = (int64_t)Hk * dk, scale = q_scale;
+    } else if (head < 2 * Hk) {
+        c0 = head * dk, dim = dk, dst = k + (head - Hk) * dk, stride = (int64_t)Hk * dk;
+    } else {
+        hv = head - 2 * Hk;
+        c0 = 2 * Hk * dk + hv * dv, dim = dv, dst = v + hv * dv, stride = (int64_t)Hv * dv;
+    }
+    float *st = states + (int64_t)slot[s] * slot_stride;
+    for (int t = 0; t < T; t++) {
+        float *out = dst + (f + t) * stride;
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+            int c = c0 + i;
+            const float *w = weight + (int64_t)c * K, *stc = st + (int64_t)c * hist;
+            double acc = 0;
+            for (int j = 0; j < K; j++) {
+                int src = t - hist + j;
+                float xv = src >= 0 ? mixed[(f + src) * C + c] : stc[hist + src];
+                acc += (double)w[j] * xv;
+            }
+            out[i] = silu_f((float)acc);
+        }
+        if (hv < 0) { // l2norm_scale of this row of the head (each thread reads back what it wrote)
+            float ss = 0;
+            for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += out[i] * out[i];
+            float factor = 1.0f / sqrtf(lm_cuda_block_sum(ss) + eps) * scale;
+            for (int i = threadIdx.x; i < dim; i += blockDim.x) out[i] *= factor;
+        } else if (threadIdx.x == 0) {
+            int64_t i = (f + t) * Hv + hv;
+            beta[i] = 1.0f / (1.0f + expf_rounded(-beta[i]));
+            g[i] = neg_exp_A[hv] * softplus_f(g[i] + dt_bias[hv]);
+        }
+    }
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) { // the windows, after every row has read them
+        int c = c0 + i;
+        float *stc = st + (int64_t)c * hist;
+        for (int j = 0; j < hist; j++) {
+            int src = T + j;
+            stc[j] = src < hist ? stc[src] : mixed[(f + src - hist) * C + c];
+        }
+    }
+}
+
+extern "C" bool lm_cuda_gdn_prepare(lm_backend *be, const lm_gdn_prepare_args *a) {
+    const lm_seq_batch *seqs = a->seqs;
+    if (lm_cuda_state_of(be)->unfused || seqs->n_seqs <= 0 || seqs->max_length > PREPARE_MAX_T || a->conv_kernel <= 0 || a->Hk <= 0 ||
+        a->Hv <= 0 || a->dk <= 0 || a->dv <= 0 || 2 * a->Hk + a->Hv > 65535 || seqs->n_seqs > 65535)
+        return false;
+    dim3 grid((unsigned)(2 * a->Hk + a->Hv), (unsigned)seqs->n_seqs);
+    lm_cuda_launch(be, "gdn_prepare", gdn_prepare_kernel, grid, lm_cuda_row_threads(a->dk), 0, lm_cuda_f32(a->q),
+                   lm_cuda_f32(a->k), lm_cuda_f32(a->v), lm_cuda_f32(a->beta), lm_cuda_f32(a->g),
+                   lm_cuda_f32(a->mixed), lm_cuda_f32(a->conv_weight), a->conv_kernel, lm_cuda_f32(a->conv_states),
+                   a->conv_slot_stride, lm_cuda_i32(seqs->first), lm_cuda_i32(seqs->length),
+                   lm_cuda_i32(seqs->slot), lm_cuda_f32(a->neg_exp_A), lm_cuda_f32(a->dt_bias), a->Hk, a->Hv,
+                   a->dk, a->dv, a->q_scale, a->eps);
+    return true;
 }
 
 // ---- gated delta rule, recurrent ----

@@ -110,21 +110,30 @@ __device__ static float dot8(uint4 p, float4 a, float4 b, float acc) {
 // shape of block runs them: batched == alone, bit for bit.  Measured on the
 // H200 against one warp per row with 16 loads in flight (9B shape,
 // decode): 121.5 against 111-113 tokens/s.
-template <int ROWS, int LOADS>
-__device__ static inline void load_weights(uint4 (&p)[ROWS][LOADS], const uint4 *w, int64_t g0, int64_t g_end,
-                                           int64_t o0, int64_t rows, int64_t groups) {
+// Row r of a block reads row0 + r·groups, or with HALF < ROWS, rows r >=
+// HALF read half0 + (r - HALF)·groups: the gate and up rows of one SwiGLU
+// output share a block (matmul_swiglu).  A row at or past `valid` of its
+// matrix loads zeros.  HALF is a constant, so the lone product's code is
+// what it was.
+template <int ROWS, int LOADS, int HALF>
+__device__ static inline void load_weights(uint4 (&p)[ROWS][LOADS], const uint4 *row0, const uint4 *half0, int64_t g0,
+                                           int64_t g_end, int64_t valid, int64_t groups) {
 #pragma unroll
     for (int r = 0; r < ROWS; r++)
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
             int64_t g = g0 + 32 * u;
-            p[r][u] = g < g_end && o0 + r < rows ? __ldg(w + (o0 + r) * groups + g) : make_uint4(0, 0, 0, 0);
+            int rr = r < HALF ? r : r - HALF;
+            const uint4 *base = r < HALF ? row0 : half0;
+            p[r][u] = g < g_end && rr < valid ? __ldg(base + rr * groups + g) : make_uint4(0, 0, 0, 0);
         }
 }
 
-template <int TILE, int ROWS, int LOADS>
-__device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
-                                 int64_t o0, float (*part)[ROWS][TILE]) {
+// The sums of a block's ROWS rows for its tile of tokens, left in part
+// (one per warp's slice, added by the epilogue in slice order).
+template <int TILE, int ROWS, int LOADS, int HALF>
+__device__ static void bf16_partials(const float *x, const uint4 *row0, const uint4 *half0, int64_t valid, int n,
+                                     int64_t cols, float (*part)[ROWS][TILE]) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
     int nt = n - t0 < TILE ? n - t0 : TILE;
     int64_t groups = cols / 8, per_slice = (groups + WARPS - 1) / WARPS;
@@ -140,7 +149,7 @@ __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n
     // next ones while the current are summed.  The order of the sums is
     // the same either way.
     uint4 p[ROWS][LOADS];
-    load_weights<ROWS, LOADS>(p, w, g_begin + lane, g_end, o0, rows, groups);
+    load_weights<ROWS, LOADS, HALF>(p, row0, half0, g_begin + lane, g_end, valid, groups);
     lm_cuda_wait_for_prior();
     for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * LOADS) {
 #pragma unroll
@@ -157,7 +166,8 @@ __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n
                 }
             }
         }
-        if (g0 + 32 * LOADS < g_end) load_weights<ROWS, LOADS>(p, w, g0 + 32 * LOADS, g_end, o0, rows, groups);
+        if (g0 + 32 * LOADS < g_end)
+            load_weights<ROWS, LOADS, HALF>(p, row0, half0, g0 + 32 * LOADS, g_end, valid, groups);
     }
 #pragma unroll
     for (int r = 0; r < ROWS; r++)
@@ -167,14 +177,26 @@ __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n
             if (lane == 0) part[warp][r][t] = v;
         }
     __syncthreads();
+}
+
+// A row's total: its slices' sums in slice order.
+template <int ROWS, int TILE>
+__device__ static inline float slice_total(float (*part)[ROWS][TILE], int r, int t) {
+    float total = 0.0f;
+    for (int k = 0; k < WARPS; k++)
+        total += part[k][r][t];
+    return total;
+}
+
+template <int TILE, int ROWS, int LOADS>
+__device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
+                                 int64_t o0, float (*part)[ROWS][TILE]) {
+    const uint4 *row0 = w + o0 * (cols / 8);
+    bf16_partials<TILE, ROWS, LOADS, ROWS>(x, row0, row0, rows - o0, n, cols, part);
+    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
     if (threadIdx.x < ROWS * TILE) {
         int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
-        if (t < nt && o0 + r < rows) {
-            float total = 0.0f;
-            for (int k = 0; k < WARPS; k++)
-                total += part[k][r][t];
-            y[(int64_t)(t0 + t) * rows + o0 + r] = total;
-        }
+        if (t < nt && o0 + r < rows) y[(int64_t)(t0 + t) * rows + o0 + r] = slice_total<ROWS, TILE>(part, r, t);
     }
     __syncthreads(); // part is rewritten by the next rows
 }
@@ -218,6 +240,29 @@ __global__ static void __launch_bounds__(THREADS)
     bf16_rows<TILE, ROWS, LOADS>(y, x, w, n, rows, cols, (int64_t)(b - first) * ROWS, part);
 }
 
+// matmul_swiglu: y[t, o] = silu(x·gate_oᵀ) · (x·up_oᵀ).  A block owns
+// HALF = ROWS / 2 outputs: its first HALF rows are gate's, the others up's,
+// each summed exactly as a lone product sums it (the order depends on cols
+// only), then combined with silu_mul's expression: the bits of matmul_group
+// then silu_mul, without the two [n, rows] round trips and a launch.
+template <int TILE, int ROWS, int LOADS>
+__global__ static void __launch_bounds__(THREADS)
+    matmul_swiglu_kernel(float *y, const float *x, const uint4 *gate, const uint4 *up, int n, int64_t rows,
+                         int64_t cols) {
+    constexpr int HALF = ROWS / 2;
+    __shared__ float part[WARPS][ROWS][TILE];
+    int64_t o0 = (int64_t)blockIdx.y * HALF, groups = cols / 8;
+    bf16_partials<TILE, ROWS, LOADS, HALF>(x, gate + o0 * groups, up + o0 * groups, rows - o0, n, cols, part);
+    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
+    if (threadIdx.x < HALF * TILE) {
+        int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
+        if (t < nt && o0 + r < rows) {
+            float g = slice_total<ROWS, TILE>(part, r, t), u = slice_total<ROWS, TILE>(part, r + HALF, t);
+            y[(int64_t)(t0 + t) * rows + o0 + r] = g / (1.0f + expf(-g)) * u;
+        }
+    }
+}
+
 // The shapes of block that run a product (lm_cuda_state.gemv_shape; the
 // bits are the same for all of them, only the speed differs): rows per
 // block and loads per row in flight, for tiles of 1 and 2 tokens (wider
@@ -225,22 +270,28 @@ __global__ static void __launch_bounds__(THREADS)
 // is made, for measuring them (bench/cuda_gemv.c).
 typedef void (*bf16_kernel_fn)(float *, const float *, const uint4 *, int, int64_t, int64_t);
 typedef void (*group_kernel_fn)(group_args, const float *, int, int64_t);
+typedef void (*swiglu_kernel_fn)(float *, const float *, const uint4 *, const uint4 *, int, int64_t, int64_t);
 typedef struct {
     int rows, unroll;
     bf16_kernel_fn single[2];
     group_kernel_fn group[2];
+    swiglu_kernel_fn swiglu[2]; // NULL for one row a block: no pair to share it
 } gemv_shape;
 
-#define SHAPE(R, U)                                                                                     \
+#define SHAPE_OF(R, U, ...)                                                                             \
     {R, U, {matmul_bf16_kernel<1, R, U>, matmul_bf16_kernel<2, R, U>},                                  \
-     {matmul_group_kernel<1, R, U>, matmul_group_kernel<2, R, U>}}
+     {matmul_group_kernel<1, R, U>, matmul_group_kernel<2, R, U>}, __VA_ARGS__}
+#define SHAPE(R, U) SHAPE_OF(R, U, {matmul_swiglu_kernel<1, R, U>, matmul_swiglu_kernel<2, R, U>})
+#define SHAPE1(R, U) SHAPE_OF(R, U, {nullptr, nullptr})
 // The first is the default: 8 rows a block, one load per row in flight
 // (74 registers, three blocks an SM) measured fastest on the H200 (9B
 // decode 142.3 tokens/s against 139.6 for 4x2 and 130.2 for 4x4; single
 // 12288 x 4096 products 31.7 us against 37.9, bench/cuda_gemv).
 static const gemv_shape gemv_shapes[] = {SHAPE(8, 1), SHAPE(4, 4), SHAPE(4, 2), SHAPE(2, 4),
-                                         SHAPE(2, 2), SHAPE(8, 2), SHAPE(1, 4), SHAPE(1, 8)};
+                                         SHAPE(2, 2), SHAPE(8, 2), SHAPE1(1, 4), SHAPE1(1, 8)};
 #undef SHAPE
+#undef SHAPE1
+#undef SHAPE_OF
 #define N_GEMV_SHAPES ((int)(sizeof gemv_shapes / sizeof gemv_shapes[0]))
 #define WIDE_ROWS 4
 
@@ -497,6 +548,30 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
                                       : matmul_group_kernel<TOKENS, WIDE_ROWS, 4>;
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
     lm_cuda_launch_early(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
+}
+
+// matmul_swiglu where matmul_group would take the bf16 kernel in one
+// launch; false (the caller runs the group and silu_mul) otherwise.
+extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *gate,
+                                      const lm_matrix *up) {
+    const void *xp = lm_cuda_ptr(x), *gp = lm_cuda_ptr(gate->data), *up_p = lm_cuda_ptr(up->data);
+    if (n <= 0 || lm_cuda_state_of(be)->unfused || (lm_cuda_state_of(be)->blas_matmul && n >= BLAS_MIN_ROWS))
+        return false;
+    if (!bf16_vector_ok(gate, gp, xp) || !bf16_vector_ok(up, up_p, xp) || gate->rows != up->rows ||
+        gate->cols != up->cols || gate->rows <= 0)
+        return false;
+    const gemv_shape *sh = shape_of(be);
+    swiglu_kernel_fn kernel = n == 1   ? sh->swiglu[0]
+                              : n == 2 ? sh->swiglu[1]
+                              : n <= 4 ? matmul_swiglu_kernel<4, WIDE_ROWS, 4>
+                                       : matmul_swiglu_kernel<TOKENS, WIDE_ROWS, 4>;
+    int half = rows_per_block(be, n) / 2;
+    int64_t blocks = half > 0 ? (gate->rows + half - 1) / half : 0;
+    if (!kernel || blocks > 65535) return false;
+    dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
+    lm_cuda_launch_early(be, "matmul (swiglu)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+                         (const uint4 *)gp, (const uint4 *)up_p, n, gate->rows, gate->cols);
+    return true;
 }
 
 // ---- the handle and its workspace (lm_cuda_state_init / _free, state.cu) ----

@@ -7,34 +7,15 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "ops/cuda/block_reduce.h"
 #include "ops/cuda/launch.h"
 
 #define THREADS 256
 
-// The sum of every thread's v, returned to all threads of the block
-// (blockDim.x a multiple of 32, at most 1024).
-__device__ static float block_sum(float v) {
-    __shared__ float partial[32];
-    __shared__ float total;
-    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f;
-        for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) total = v;
-    }
-    __syncthreads();
-    float t = total;
-    __syncthreads(); // partial and total may be reused by the next call
-    return t;
-}
-
 __device__ static float sum_squares(const float *x, int dim) {
     float ss = 0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += x[i] * x[i];
-    return block_sum(ss);
+    return lm_cuda_block_sum(ss);
 }
 
 __device__ static float silu(float z) { return z / (1.0f + expf(-z)); }
@@ -74,36 +55,28 @@ __global__ static void add_rmsnorm_kernel(float *out, float *h, const float *del
         hr[i] = v;
         ss += v * v;
     }
-    float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
+    float inv = 1.0f / sqrtf(lm_cuda_block_sum(ss) / (float)dim + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = hr[i] * inv * w[i];
-}
-
-// Threads per row block: enough for wide rows, no idle warps for narrow ones.
-static int threads_for(int dim) {
-    if (dim >= 4096) return 1024;
-    if (dim >= 1024) return 512;
-    if (dim >= 256) return THREADS;
-    return dim > 64 ? 128 : 64; // at least two warps: block_sum wants a multiple of 32
 }
 
 extern "C" void lm_cuda_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim,
                                 float eps) {
     if (rows <= 0 || dim <= 0) return;
-    lm_cuda_launch(be, "rmsnorm", rmsnorm_kernel, rows, threads_for(dim), 0, lm_cuda_f32(out), lm_cuda_f32(x),
+    lm_cuda_launch(be, "rmsnorm", rmsnorm_kernel, rows, lm_cuda_row_threads(dim), 0, lm_cuda_f32(out), lm_cuda_f32(x),
                    nullptr, lm_cuda_f32(weight), dim, eps);
 }
 
 extern "C" void lm_cuda_add_rmsnorm(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta, lm_mem weight, int rows,
                                     int dim, float eps) {
     if (rows <= 0 || dim <= 0) return;
-    lm_cuda_launch(be, "add_rmsnorm", add_rmsnorm_kernel, rows, threads_for(dim), 0, lm_cuda_f32(out),
+    lm_cuda_launch(be, "add_rmsnorm", add_rmsnorm_kernel, rows, lm_cuda_row_threads(dim), 0, lm_cuda_f32(out),
                    lm_cuda_f32(h), lm_cuda_f32(delta), lm_cuda_f32(weight), dim, eps);
 }
 
 extern "C" void lm_cuda_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows,
                                       int dim, float eps) {
     if (rows <= 0 || dim <= 0) return;
-    lm_cuda_launch(be, "gated_rmsnorm", rmsnorm_kernel, rows, threads_for(dim), 0, lm_cuda_f32(out),
+    lm_cuda_launch(be, "gated_rmsnorm", rmsnorm_kernel, rows, lm_cuda_row_threads(dim), 0, lm_cuda_f32(out),
                    lm_cuda_f32(x), lm_cuda_f32(z), lm_cuda_f32(weight), dim, eps);
 }
 
@@ -115,7 +88,7 @@ __global__ static void l2norm_scale_kernel(float *x, int dim, float eps, float s
 
 extern "C" void lm_cuda_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale) {
     if (rows <= 0 || dim <= 0) return;
-    lm_cuda_launch(be, "l2norm_scale", l2norm_scale_kernel, rows, threads_for(dim), 0, lm_cuda_f32(x), dim,
+    lm_cuda_launch(be, "l2norm_scale", l2norm_scale_kernel, rows, lm_cuda_row_threads(dim), 0, lm_cuda_f32(x), dim,
                    eps, scale);
 }
 
@@ -128,20 +101,20 @@ __global__ static void layernorm_kernel(float *out, const float *x, const float 
     float *yr = out + r * dim;
     float s = 0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
-    float mean = block_sum(s) / (float)dim;
+    float mean = lm_cuda_block_sum(s) / (float)dim;
     float ss = 0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float d = xr[i] - mean;
         ss += d * d;
     }
-    float inv = 1.0f / sqrtf(block_sum(ss) / (float)dim + eps);
+    float inv = 1.0f / sqrtf(lm_cuda_block_sum(ss) / (float)dim + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
 }
 
 extern "C" void lm_cuda_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias, int rows,
                                   int dim, float eps) {
     if (rows <= 0 || dim <= 0) return;
-    lm_cuda_launch(be, "layernorm", layernorm_kernel, rows, threads_for(dim), 0, lm_cuda_f32(out),
+    lm_cuda_launch(be, "layernorm", layernorm_kernel, rows, lm_cuda_row_threads(dim), 0, lm_cuda_f32(out),
                    lm_cuda_f32(x), lm_cuda_f32(weight), lm_cuda_f32(bias), dim, eps);
 }
 

@@ -17,6 +17,8 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     s->gdn_recurrent_only = chunked && chunked[0] == '0';
     const char *mma = getenv("LOOM_CUDA_ATTENTION_MMA"); // 0: the float32 kernel in bf16 compute too, to compare
     s->attention_simt_only = mma && mma[0] == '0';
+    const char *fuse = getenv("LOOM_CUDA_FUSE"); // 0: the fused ops decline (their parts run), to compare
+    s->unfused = fuse && fuse[0] == '0';
     const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows
     int sms = 0;
     if (per_sm && atoi(per_sm) > 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s->device) == cudaSuccess)

@@ -36,12 +36,14 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .gdn_gates = lm_cuda_gdn_gates,
     .causal_conv1d_silu = lm_cuda_causal_conv1d_silu,
     .gated_delta_rule = lm_cuda_gated_delta_rule,
+    .gdn_prepare = lm_cuda_gdn_prepare,
     /* moe.cu */
     .moe_route = lm_cuda_moe_route,
     .moe_experts = lm_cuda_moe_experts,
     /* ---- cuda-a: matmul.cu, norms.cu, rope.cu ---- */
     .matmul = lm_cuda_matmul,
     .matmul_group = lm_cuda_matmul_group,
+    .matmul_swiglu = lm_cuda_matmul_swiglu,
     .rmsnorm = lm_cuda_rmsnorm,
     .add_rmsnorm = lm_cuda_add_rmsnorm,
     .gated_rmsnorm = lm_cuda_gated_rmsnorm,

@@ -1,0 +1,40 @@
+/* The row reduction the norms share (norms.cu, and gdn_prepare in gdn.cu,
+ * which must sum a row exactly as l2norm_scale does): how many threads a
+ * row's block has, and the block-wide sum.  Private to src/ops/cuda. */
+#ifndef LOOM_OPS_CUDA_BLOCK_REDUCE_H
+#define LOOM_OPS_CUDA_BLOCK_REDUCE_H
+
+/* Threads per row block: enough for wide rows, no idle warps for narrow
+ * ones.  The order of a row's sums depends on it: kernels that must agree
+ * bit for bit use the same count. */
+static inline int lm_cuda_row_threads(int dim) {
+    if (dim >= 4096) return 1024;
+    if (dim >= 1024) return 512;
+    if (dim >= 256) return 256;
+    return dim > 64 ? 128 : 64; /* at least two warps: lm_cuda_block_sum wants a multiple of 32 */
+}
+
+#ifdef __CUDACC__
+/* The sum of every thread's v, returned to all threads of the block
+ * (blockDim.x a multiple of 32, at most 1024): a warp-shuffle tree, then
+ * the warps' sums by the first warp. */
+__device__ static inline float lm_cuda_block_sum(float v) {
+    __shared__ float partial[32];
+    __shared__ float total;
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f;
+        for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0) total = v;
+    }
+    __syncthreads();
+    float t = total;
+    __syncthreads(); /* partial and total may be reused by the next call */
+    return t;
+}
+#endif
+
+#endif
