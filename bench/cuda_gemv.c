@@ -13,6 +13,7 @@
  *
  * usage: cuda_gemv [shapes, comma separated (default all)] [rounds (default 20)]
  * Prints "cuda_gemv: no cuda backend (...)" and exits 0 without a GPU. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,18 +31,20 @@ typedef struct {
     int count;
     int64_t rows[MAX_GROUP];
     int64_t cols;
+    bool swiglu; /* silu(x·w0ᵀ) * (x·w1ᵀ) (matmul_swiglu): one output, w1's is scratch */
 } product;
 
 /* The 9B shape (hidden 4096, intermediate 12288, 16 key / 32 value heads of 128). */
 static const product products[] = {
-    {"gdn in (qkv|z|b|a)", 4, {8192, 4096, 32, 32}, 4096},
-    {"gdn qkv alone", 1, {8192}, 4096},
-    {"gdn b alone", 1, {32}, 4096},
-    {"out_proj 4096", 1, {4096}, 4096},
-    {"mlp gate|up", 2, {12288, 12288}, 4096},
-    {"mlp gate alone", 1, {12288}, 4096},
-    {"mlp down", 1, {4096}, 12288},
-    {"lm_head", 1, {248320}, 4096},
+    {"gdn in (qkv|z|b|a)", 4, {8192, 4096, 32, 32}, 4096, false},
+    {"gdn qkv alone", 1, {8192}, 4096, false},
+    {"gdn b alone", 1, {32}, 4096, false},
+    {"out_proj 4096", 1, {4096}, 4096, false},
+    {"mlp gate|up", 2, {12288, 12288}, 4096, false},
+    {"mlp swiglu", 2, {12288, 12288}, 4096, true},
+    {"mlp gate alone", 1, {12288}, 4096, false},
+    {"mlp down", 1, {4096}, 12288, false},
+    {"lm_head", 1, {248320}, 4096, false},
 };
 #define N_PRODUCTS ((int)(sizeof products / sizeof products[0]))
 
@@ -111,7 +114,9 @@ static void queue_round(lm_backend *be, const product *p, product_weights *pw, l
         int c = k % pw->copies;
         lm_matmul_out outs[MAX_GROUP];
         for (int i = 0; i < p->count; i++) outs[i] = (lm_matmul_out){y[i], &pw->m[i][c]};
-        if (p->count == 1)
+        if (p->swiglu)
+            lm_matmul_swiglu(be, y[0], y[1], x, n, &pw->m[0][c], &pw->m[1][c]);
+        else if (p->count == 1)
             lm_matmul(be, y[0], x, n, &pw->m[0][c]);
         else
             lm_matmul_group(be, x, n, outs, p->count);
@@ -192,7 +197,7 @@ int main(int argc, char **argv) {
                 float *out = malloc(sizeof(float) * out_floats);
                 if (!out) return 1;
                 size_t at = 0;
-                for (int i = 0; i < p->count; i++) {
+                for (int i = 0; i < (p->swiglu ? 1 : p->count); i++) {
                     size_t floats = (size_t)n * (size_t)p->rows[i];
                     if (lm_download(be, out + at, y[i], sizeof(float) * floats, &err) != LM_OK) return 1;
                     at += floats;

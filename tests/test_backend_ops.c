@@ -1812,6 +1812,9 @@ static void test_kv_write_and_attention(void) {
         {4, 2, 128, 16, 3, {333, 0, 1000}, {1, 260, 2}},
         {3, 3, 64, 32, 2, {17, 250}, {200, 1}},
         {6, 2, 40, 16, 2, {0, 31}, {97, 66}},
+        /* the cuda kernel's runs of keys: 64 runs a token (its most), and
+         * with main's 2 MB of partials, one token a wave */
+        {16, 4, 256, 16, 1, {2100, 0, 0}, {3, 0, 0}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         check_attention(&bs, &v, &r, &cases[c]);
@@ -3262,6 +3265,9 @@ static void test_poison_catches_broken_ops(void) {
 }
 
 int main(void) {
+    /* The cuda attention's partials at 2 MB (64 MB by default): calls of
+     * many tokens at long contexts run in several waves here. */
+    setenv("LOOM_CUDA_ATTENTION_PARTIALS", "2097152", 0);
     RUN_TEST(test_backend_create_by_name);
     RUN_TEST(test_memory_ops);
     RUN_TEST(test_matmul);

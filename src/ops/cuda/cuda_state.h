@@ -22,12 +22,15 @@ struct lm_cuda_state {
     bool blas_matmul;
     void *blas_workspace;         /* cuBLASLt's scratch */
     size_t blas_workspace_bytes;
+    void *attention_partials;     /* the float32 attention's runs (attention.cu), made with the backend */
+    size_t attention_partial_bytes;
     void *scratch;                /* bf16 copies of matmul inputs, grown on demand */
     size_t scratch_bytes;
     int gemv_shape;               /* the bf16 kernel's block shape (matmul.cu; LOOM_CUDA_GEMV) */
     int gemv_grid_cap;            /* 0, or its most blocks (LOOM_CUDA_GEMV_BLOCKS per SM) */
     bool gdn_recurrent_only;      /* LOOM_CUDA_GDN_CHUNKED=0: prefill walks tokens too (bench/cuda_gdn.c) */
     bool attention_simt_only;     /* LOOM_CUDA_ATTENTION_MMA=0: bf16 compute keeps the float32 attention */
+    bool attention_one_run;       /* LOOM_CUDA_ATTENTION_SPLIT=0: a block walks a token's whole context, to compare */
     bool unfused;                 /* LOOM_CUDA_FUSE=0: gdn_prepare and matmul_swiglu decline (their parts run) */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
 };

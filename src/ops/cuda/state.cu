@@ -17,12 +17,23 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     s->gdn_recurrent_only = chunked && chunked[0] == '0';
     const char *mma = getenv("LOOM_CUDA_ATTENTION_MMA"); // 0: the float32 kernel in bf16 compute too, to compare
     s->attention_simt_only = mma && mma[0] == '0';
+    const char *split = getenv("LOOM_CUDA_ATTENTION_SPLIT"); // 0: one run of keys a token, to compare
+    s->attention_one_run = split && split[0] == '0';
     const char *fuse = getenv("LOOM_CUDA_FUSE"); // 0: the fused ops decline (their parts run), to compare
     s->unfused = fuse && fuse[0] == '0';
     const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows
     int sms = 0;
     if (per_sm && atoi(per_sm) > 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s->device) == cudaSuccess)
         s->gemv_grid_cap = atoi(per_sm) * sms;
+    // The float32 attention's partial results: 64 MB holds a decode step of
+    // 60 sequences x 16 query heads of 256 at any context (64 runs each);
+    // larger calls run in waves (attention.cu).
+    const char *partials = getenv("LOOM_CUDA_ATTENTION_PARTIALS"); // bytes: small ones make the tests run waves
+    s->attention_partial_bytes = partials && atoll(partials) > 0 ? (size_t)atoll(partials) : (size_t)64 << 20;
+    e = cudaMalloc(&s->attention_partials, s->attention_partial_bytes);
+    if (e != cudaSuccess)
+        return lm_fail(err, LM_ERR_NOMEM, "cuda: cannot allocate the attention's %zu bytes of partials: %s",
+                       s->attention_partial_bytes, cudaGetErrorString(e));
     return lm_cuda_blas_init(s, err); /* cuBLASLt handle and workspace (matmul.cu) */
 }
 
@@ -32,4 +43,5 @@ extern "C" void lm_cuda_state_free(lm_cuda_state *s) {
     if (s->stream) cudaStreamDestroy(s->stream);
     cudaFree(s->blas_workspace);
     cudaFree(s->scratch);
+    cudaFree(s->attention_partials);
 }
