@@ -4,9 +4,10 @@
 // moe_experts sorts the step's (token, slot) pairs by expert (a counting
 // sort on the device), then takes the sorted pairs in waves of
 // lm_moe_wave_rows: per wave one kernel computes silu(x·gateᵀ) ⊙ x·upᵀ and
-// one the down projection, each a grid of (row tile, expert) blocks, so an
-// expert's weight rows are read by one block for all of its pairs of the
-// wave (an untouched expert's blocks return at once).  Every pair's output
+// one the down projection, each a grid of (row tile, sorted tile) blocks,
+// a sorted tile being up to LM_CUDA_MOE_TILE pairs of one expert (the
+// sort lists them), so an expert's weight rows are read by one block for
+// up to that many of its pairs, and untouched experts get no blocks.  Every pair's output
 // row has its own place; a last kernel sums each token's rows in slot
 // order with its weights, so the result depends on neither the order of
 // the sort nor the waves.  The experts' matrices go to the kernels by value
@@ -241,53 +242,83 @@ __device__ static float warp_sum(float v) {
     return v;
 }
 
-// Block (row tile, expert e = blockIdx.y); warp = row r of gate[e] and
-// up[e].  For each of e's pairs at sorted places [w0, w1):
+// x · w for one row of an expert: lanes over the columns, then a shuffle
+// sum.  VEC (every expert bf16, 16-byte rows): 16-byte loads of 8 weights,
+// each summed in column order (the scalar loop's 2-byte loads used an
+// eighth of each memory transaction: decode was bound by them).
+template <bool VEC>
+__device__ static float row_dot(const void *w, int dtype, int64_t row, const float *x, int n) {
+    float acc = 0.0f;
+    if (VEC) {
+        const uint4 *wr = (const uint4 *)w + row / 8;
+        const float4 *x4 = (const float4 *)x;
+        for (int g = threadIdx.x & 31; g < n / 8; g += 32) {
+            uint4 p = __ldg(wr + g);
+            float4 a = x4[2 * g], b = x4[2 * g + 1];
+            acc = __fmaf_rn(__uint_as_float(p.x << 16), a.x, acc);
+            acc = __fmaf_rn(__uint_as_float(p.x & 0xffff0000u), a.y, acc);
+            acc = __fmaf_rn(__uint_as_float(p.y << 16), a.z, acc);
+            acc = __fmaf_rn(__uint_as_float(p.y & 0xffff0000u), a.w, acc);
+            acc = __fmaf_rn(__uint_as_float(p.z << 16), b.x, acc);
+            acc = __fmaf_rn(__uint_as_float(p.z & 0xffff0000u), b.y, acc);
+            acc = __fmaf_rn(__uint_as_float(p.w << 16), b.z, acc);
+            acc = __fmaf_rn(__uint_as_float(p.w & 0xffff0000u), b.w, acc);
+        }
+    } else {
+        for (int i = threadIdx.x & 31; i < n; i += 32) acc += weight_at(w, dtype, row + i) * x[i];
+    }
+    return warp_sum(acc);
+}
+
+// The pairs of the sort's tile blockIdx.y (one expert's, at most
+// LM_CUDA_MOE_TILE) within the wave [w0, w1): [*lo, *hi) of the sorted
+// places; false when the block has none.  The grid covers the most tiles
+// there can be; only the touched experts' tiles do work.
+__device__ static bool tile_pairs(const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
+                                  const int32_t *tile_count, int w0, int w1, int *e, int *lo, int *hi) {
+    int tile = blockIdx.y;
+    if (tile >= *tile_count) return false;
+    *e = tile_expert[tile];
+    int first = tile_first[tile], last = min(first + LM_CUDA_MOE_TILE, start[*e + 1]);
+    *lo = max(first, w0), *hi = min(last, w1);
+    return *lo < *hi;
+}
+
+// Block (row tile, sorted tile of pairs); warp = row r of gate[e] and
+// up[e].  For each of the tile's pairs at sorted places [lo, hi):
 // act[(place - w0), r] = silu(x_t · gate[e][r]) · (x_t · up[e][r]).
-template <int MAXE>
+template <int MAXE, bool VEC>
 __global__ static void __launch_bounds__(MOE_THREADS)
-moe_gate_up_kernel(float *act, const float *x, const int32_t *order, const int32_t *start, int top_k,
+moe_gate_up_kernel(float *act, const float *x, const int32_t *order, const int32_t *start,
+                   const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int top_k,
                    int H, int I, int w0, int w1, const __grid_constant__ expert_mats<MAXE, 2> m) {
-    int e = blockIdx.y, lane = threadIdx.x & 31;
-    int r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
-    int lo = max(start[e], w0), hi = min(start[e + 1], w1);
-    if (lo >= hi || r >= I) return;
+    int e, lo, hi, r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
+    if (r >= I || !tile_pairs(start, tile_expert, tile_first, tile_count, w0, w1, &e, &lo, &hi)) return;
     const void *gw = m.w[0][e], *uw = m.w[1][e];
     int gd = m.dtype[0][e], ud = m.dtype[1][e];
     int64_t row = (int64_t)r * H;
     for (int q = lo; q < hi; q++) {
         const float *xt = x + (int64_t)(order[q] / top_k) * H;
-        float g = 0.0f, u = 0.0f;
-        for (int i = lane; i < H; i += 32) {
-            float xv = xt[i];
-            g += weight_at(gw, gd, row + i) * xv;
-            u += weight_at(uw, ud, row + i) * xv;
-        }
-        g = warp_sum(g);
-        u = warp_sum(u);
-        if (lane == 0) act[(int64_t)(q - w0) * I + r] = g / (1.0f + expf(-g)) * u;
+        float g = row_dot<VEC>(gw, gd, row, xt, H), u = row_dot<VEC>(uw, ud, row, xt, H);
+        if ((threadIdx.x & 31) == 0) act[(int64_t)(q - w0) * I + r] = g / (1.0f + expf(-g)) * u;
     }
 }
 
-// Block (row tile, expert e); warp = row r of down[e] ([H, I]):
-// y[pair, r] = act[(place - w0)] · down[e][r] for e's pairs at [w0, w1).
-template <int MAXE>
+// Block (row tile, sorted tile of pairs); warp = row r of down[e] ([H, I]):
+// y[pair, r] = act[(place - w0)] · down[e][r] for the tile's pairs.
+template <int MAXE, bool VEC>
 __global__ static void __launch_bounds__(MOE_THREADS)
-moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t *start, int H, int I, int w0,
-                int w1, const __grid_constant__ expert_mats<MAXE, 1> m) {
-    int e = blockIdx.y, lane = threadIdx.x & 31;
-    int r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
-    int lo = max(start[e], w0), hi = min(start[e + 1], w1);
-    if (lo >= hi || r >= H) return;
+moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t *start, const int32_t *tile_expert,
+                const int32_t *tile_first, const int32_t *tile_count, int H, int I, int w0, int w1,
+                const __grid_constant__ expert_mats<MAXE, 1> m) {
+    int e, lo, hi, r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
+    if (r >= H || !tile_pairs(start, tile_expert, tile_first, tile_count, w0, w1, &e, &lo, &hi)) return;
     const void *dw = m.w[0][e];
     int dd = m.dtype[0][e];
     int64_t row = (int64_t)r * I;
     for (int q = lo; q < hi; q++) {
-        const float *a = act + (int64_t)(q - w0) * I;
-        float acc = 0.0f;
-        for (int i = lane; i < I; i += 32) acc += weight_at(dw, dd, row + i) * a[i];
-        acc = warp_sum(acc);
-        if (lane == 0) y[(int64_t)order[q] * H + r] = acc;
+        float acc = row_dot<VEC>(dw, dd, row, act + (int64_t)(q - w0) * I, I);
+        if ((threadIdx.x & 31) == 0) y[(int64_t)order[q] * H + r] = acc;
     }
 }
 
@@ -306,12 +337,14 @@ __global__ static void moe_combine_kernel(float *out, const float *y, const floa
 
 template <int MAXE>
 static void run_experts(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
-                        const int32_t *start, int pairs, int wave, int top_k, const lm_moe_experts *ex) {
+                        const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
+                        const int32_t *tile_count, int pairs, int wave, int top_k, const lm_moe_experts *ex) {
     int E = ex->n_experts, H = ex->hidden, I = ex->inter;
     expert_mats<MAXE, 2> gu;
     expert_mats<MAXE, 1> dn;
     memset(&gu, 0, sizeof gu); // every byte is a kernel argument the queue compares (launch.h)
     memset(&dn, 0, sizeof dn);
+    bool vec = H % 8 == 0 && I % 8 == 0 && ((uintptr_t)x % 16) == 0;
     for (int e = 0; e < E; e++) {
         gu.w[0][e] = lm_cuda_ptr(ex->gate[e].data);
         gu.dtype[0][e] = (unsigned char)ex->gate[e].dtype;
@@ -319,15 +352,28 @@ static void run_experts(lm_backend *be, float *act, float *y, const float *x, co
         gu.dtype[1][e] = (unsigned char)ex->up[e].dtype;
         dn.w[0][e] = lm_cuda_ptr(ex->down[e].data);
         dn.dtype[0][e] = (unsigned char)ex->down[e].dtype;
+        for (int k = 0; k < 2; k++)
+            vec = vec && gu.dtype[k][e] == LM_DTYPE_BF16 && ((uintptr_t)gu.w[k][e] % 16) == 0;
+        vec = vec && dn.dtype[0][e] == LM_DTYPE_BF16 && ((uintptr_t)dn.w[0][e] % 16) == 0;
     }
+    // The sort's tiles: one per touched expert and LM_CUDA_MOE_TILE of its
+    // pairs, so at most this many (a decode step of top_k pairs: top_k).
+    int64_t tiles = (pairs + LM_CUDA_MOE_TILE - 1) / LM_CUDA_MOE_TILE + (pairs < E ? pairs : E);
+    unsigned grid_y = (unsigned)(tiles < 65535 ? tiles : 65535);
     for (int w0 = 0; w0 < pairs; w0 += wave) {
         int w1 = w0 + wave < pairs ? w0 + wave : pairs;
-        lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE>,
-                       dim3(lm_cuda_blocks(I, MOE_WARPS), (unsigned)E), MOE_THREADS, 0, act, x, order, start,
-                       top_k, H, I, w0, w1, gu);
-        lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE>,
-                       dim3(lm_cuda_blocks(H, MOE_WARPS), (unsigned)E), MOE_THREADS, 0, y, act, order, start,
-                       H, I, w0, w1, dn);
+        dim3 gu_grid(lm_cuda_blocks(I, MOE_WARPS), grid_y), dn_grid(lm_cuda_blocks(H, MOE_WARPS), grid_y);
+        if (vec) {
+            lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE, true>, gu_grid, MOE_THREADS, 0,
+                           act, x, order, start, tile_expert, tile_first, tile_count, top_k, H, I, w0, w1, gu);
+            lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE, true>, dn_grid, MOE_THREADS, 0, y, act,
+                           order, start, tile_expert, tile_first, tile_count, H, I, w0, w1, dn);
+        } else {
+            lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE, false>, gu_grid, MOE_THREADS, 0,
+                           act, x, order, start, tile_expert, tile_first, tile_count, top_k, H, I, w0, w1, gu);
+            lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE, false>, dn_grid, MOE_THREADS, 0, y,
+                           act, order, start, tile_expert, tile_first, tile_count, H, I, w0, w1, dn);
+        }
     }
 }
 
@@ -365,12 +411,14 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
                                 (int)pairs, top_k, ex))
         ;
     else if (E <= 64)
-        run_experts<64>(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k, ex);
+        run_experts<64>(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first, tile_count, (int)pairs,
+                        (int)wave, top_k, ex);
     else if (E <= 256)
-        run_experts<256>(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k, ex);
+        run_experts<256>(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first, tile_count,
+                         (int)pairs, (int)wave, top_k, ex);
     else
-        run_experts<MOE_MAX_EXPERTS>(be, act, y, lm_cuda_f32(x), order, start, (int)pairs, (int)wave, top_k,
-                                     ex);
+        run_experts<MOE_MAX_EXPERTS>(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first,
+                                     tile_count, (int)pairs, (int)wave, top_k, ex);
     lm_cuda_launch(be, "moe_experts (combine)", moe_combine_kernel, n, MOE_THREADS, 0, lm_cuda_f32(out), y,
                    lm_cuda_f32(weights), top_k, H);
 }
