@@ -27,6 +27,7 @@ struct lm_cuda_state {
     void *scratch;                /* bf16 copies of matmul inputs, grown on demand */
     size_t scratch_bytes;
     int gemv_shape;               /* the bf16 kernel's block shape (matmul.cu; LOOM_CUDA_GEMV) */
+    int gemv_wide;                /* its shape for tiles of 3-8 tokens (matmul.cu; LOOM_CUDA_GEMV_WIDE) */
     int gemv_grid_cap;            /* 0, or its most blocks (LOOM_CUDA_GEMV_BLOCKS per SM) */
     bool gdn_recurrent_only;      /* LOOM_CUDA_GDN_CHUNKED=0: prefill walks tokens too (bench/cuda_gdn.c) */
     bool attention_simt_only;     /* LOOM_CUDA_ATTENTION_MMA=0: bf16 compute keeps the float32 attention */
@@ -50,6 +51,7 @@ void lm_cuda_queue_free(lm_cuda_state *s);
 lm_status lm_cuda_blas_init(lm_cuda_state *s, lm_error *err);
 /* The index of a block shape "ROWSxUNROLL" of the bf16 kernel; -1: none. */
 int lm_cuda_gemv_shape_named(const char *name);
+int lm_cuda_gemv_wide_named(const char *name); /* the same for tiles of 3-8 tokens */
 void lm_cuda_blas_free(lm_cuda_state *s); /* the handle; state_free frees the memory */
 /* ---- end cuda-a ---- */
 }

@@ -293,7 +293,40 @@ static const gemv_shape gemv_shapes[] = {SHAPE(8, 1), SHAPE(4, 4), SHAPE(4, 2), 
 #undef SHAPE1
 #undef SHAPE_OF
 #define N_GEMV_SHAPES ((int)(sizeof gemv_shapes / sizeof gemv_shapes[0]))
-#define WIDE_ROWS 4
+
+// The shapes for tiles of 3-4 and 5-8 tokens (lm_cuda_state.gemv_wide;
+// LOOM_CUDA_GEMV_WIDE=ROWSxLOADS picks one when the backend is made).  A
+// tile's activations are read once per block for its ROWS rows, so wider
+// tiles want more rows a block.  The first is the default: 8 rows, one load
+// in flight (bench/cuda_gemv on the H200, 12288 x 4096: 49.3 us at 4
+// tokens and 72.1 at 8 against 54.8 and 124.7 for 4 x 4; 9B speculation
+// at planted acceptance 1.47x against 1.22x: a verify step's 3 rows).
+typedef struct {
+    int rows, unroll;
+    bf16_kernel_fn single[2]; // tiles of 4, of TOKENS
+    group_kernel_fn group[2];
+    swiglu_kernel_fn swiglu[2];
+} wide_shape;
+#define WIDE(R, U)                                                                                      \
+    {R, U, {matmul_bf16_kernel<4, R, U>, matmul_bf16_kernel<TOKENS, R, U>},                             \
+     {matmul_group_kernel<4, R, U>, matmul_group_kernel<TOKENS, R, U>},                                 \
+     {matmul_swiglu_kernel<4, R, U>, matmul_swiglu_kernel<TOKENS, R, U>}}
+static const wide_shape wide_shapes[] = {WIDE(8, 1), WIDE(4, 4), WIDE(8, 2), WIDE(16, 1)};
+#undef WIDE
+#define N_WIDE_SHAPES ((int)(sizeof wide_shapes / sizeof wide_shapes[0]))
+
+extern "C" int lm_cuda_gemv_wide_named(const char *name) {
+    int r = 0, u = 0;
+    if (!name || sscanf(name, "%dx%d", &r, &u) != 2) return -1;
+    for (int i = 0; i < N_WIDE_SHAPES; i++)
+        if (wide_shapes[i].rows == r && wide_shapes[i].unroll == u) return i;
+    return -1;
+}
+
+static const wide_shape *wide_of(lm_backend *be) {
+    int i = lm_cuda_state_of(be)->gemv_wide;
+    return &wide_shapes[i >= 0 && i < N_WIDE_SHAPES ? i : 0];
+}
 
 extern "C" int lm_cuda_gemv_shape_named(const char *name) {
     int r = 0, u = 0;
@@ -309,7 +342,7 @@ static const gemv_shape *shape_of(lm_backend *be) {
 }
 
 // Rows per block for a tile of n tokens.
-static int rows_per_block(lm_backend *be, int n) { return n <= 2 ? shape_of(be)->rows : WIDE_ROWS; }
+static int rows_per_block(lm_backend *be, int n) { return n <= 2 ? shape_of(be)->rows : wide_of(be)->rows; }
 
 static bool bf16_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
     return w->dtype == LM_DTYPE_BF16 && w->cols % 8 == 0 && ((uintptr_t)wp % 16) == 0 && ((uintptr_t)xp % 16) == 0;
@@ -327,8 +360,7 @@ static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matr
         const gemv_shape *sh = shape_of(be);
         bf16_kernel_fn kernel = n == 1   ? sh->single[0]
                                 : n == 2 ? sh->single[1]
-                                : n <= 4 ? matmul_bf16_kernel<4, WIDE_ROWS, 4>
-                                         : matmul_bf16_kernel<TOKENS, WIDE_ROWS, 4>;
+                                         : wide_of(be)->single[n <= 4 ? 0 : 1];
         lm_cuda_launch_early(be, "matmul", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                        (const uint4 *)wp, n, w->rows, w->cols);
     } else
@@ -544,8 +576,7 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
     const gemv_shape *sh = shape_of(be);
     group_kernel_fn kernel = n == 1   ? sh->group[0]
                              : n == 2 ? sh->group[1]
-                             : n <= 4 ? matmul_group_kernel<4, WIDE_ROWS, 4>
-                                      : matmul_group_kernel<TOKENS, WIDE_ROWS, 4>;
+                                      : wide_of(be)->group[n <= 4 ? 0 : 1];
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
     lm_cuda_launch_early(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
 }
@@ -563,8 +594,7 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
     const gemv_shape *sh = shape_of(be);
     swiglu_kernel_fn kernel = n == 1   ? sh->swiglu[0]
                               : n == 2 ? sh->swiglu[1]
-                              : n <= 4 ? matmul_swiglu_kernel<4, WIDE_ROWS, 4>
-                                       : matmul_swiglu_kernel<TOKENS, WIDE_ROWS, 4>;
+                                       : wide_of(be)->swiglu[n <= 4 ? 0 : 1];
     int half = rows_per_block(be, n) / 2;
     int64_t blocks = half > 0 ? (gate->rows + half - 1) / half : 0;
     if (!kernel || blocks > 65535) return false;

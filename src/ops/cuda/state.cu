@@ -13,6 +13,11 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     if (s->gemv_shape < 0)
         return lm_fail(err, LM_ERR_INVALID, "LOOM_CUDA_GEMV=%s is not a block shape of the bf16 kernel "
                        "(ROWSxLOADS: 8x1, 4x4, 4x2, 2x4, 2x2, 8x2, 1x4, 1x8)", shape);
+    const char *wide = getenv("LOOM_CUDA_GEMV_WIDE"); // the same for tiles of 3-8 tokens
+    s->gemv_wide = wide ? lm_cuda_gemv_wide_named(wide) : 0;
+    if (s->gemv_wide < 0)
+        return lm_fail(err, LM_ERR_INVALID, "LOOM_CUDA_GEMV_WIDE=%s is not a wide block shape of the bf16 kernel "
+                       "(ROWSxLOADS: 8x1, 4x4, 8x2, 16x1)", wide);
     const char *chunked = getenv("LOOM_CUDA_GDN_CHUNKED"); // 0: the recurrent form only, to compare
     s->gdn_recurrent_only = chunked && chunked[0] == '0';
     const char *mma = getenv("LOOM_CUDA_ATTENTION_MMA"); // 0: the float32 kernel in bf16 compute too, to compare
