@@ -72,6 +72,15 @@ SCHEMAS = [
 SEEDS = 8
 
 
+def metric(port, name):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    m = re.search(r"^%s\{[^}]*\} ([0-9.e+-]+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else None
+
+
 def ask(port, extra, seed, max_tokens=600):
     body = {"model": "m", "messages": [{"role": "user", "content": "Give me some data."}],
             "temperature": 1.0, "seed": seed, "max_tokens": max_tokens}
@@ -84,6 +93,11 @@ def main():
     seeds = 3 if "--quick" in sys.argv else SEEDS
     server, port = start(binary, model)
     try:
+        masks0, seconds0 = metric(port, "loom_grammar_masks_total"), metric(port, "loom_grammar_seconds_total")
+        check(masks0 == 0 and seconds0 == 0, "grammar counters start at 0: %s %s" % (masks0, seconds0))
+        status, r = ask(port, {}, 0, 8)
+        check(status == 200 and metric(port, "loom_grammar_masks_total") == 0,
+              "an unconstrained request computes no mask")
         for i, schema in enumerate(SCHEMAS):
             rf = {"type": "json_schema", "json_schema": {"name": "s%d" % i, "schema": schema, "strict": True}}
             bad = []
@@ -149,6 +163,9 @@ def main():
             except Exception as e:
                 bad.append("%d %s: %s" % (status, json.dumps(r)[:200], e))
         check(not bad, "forced call arguments: %s" % bad[:2])
+        masks, seconds = metric(port, "loom_grammar_masks_total"), metric(port, "loom_grammar_seconds_total")
+        check(masks is not None and masks >= 100 and seconds is not None and seconds > 0,
+              "grammar counters in /metrics: %s masks, %s s" % (masks, seconds))
     finally:
         server.terminate()
         server.wait(timeout=30)

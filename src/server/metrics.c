@@ -99,6 +99,13 @@ void lm_metrics_render(lm_metrics *m, const loom_stats *s, const char *model_nam
                    lbl, (unsigned long long)s->spec_drafted_tokens, lbl,
                    (unsigned long long)s->spec_accepted_tokens, lbl, mean_accepted);
     lm_sbuf_printf(out,
+                   "# HELP loom_grammar_masks_total Token masks computed for constrained decoding.\n"
+                   "# TYPE loom_grammar_masks_total counter\nloom_grammar_masks_total{%s} %llu\n"
+                   "# HELP loom_grammar_seconds_total Engine-thread time in grammars (masks, advancing, "
+                   "checking drafts).\n"
+                   "# TYPE loom_grammar_seconds_total counter\nloom_grammar_seconds_total{%s} %.6f\n",
+                   lbl, (unsigned long long)s->grammar_masks, lbl, (double)s->grammar_ns * 1e-9);
+    lm_sbuf_printf(out,
                    "# HELP loom_images_encoded_total Images run through the vision tower.\n"
                    "# TYPE loom_images_encoded_total counter\nloom_images_encoded_total{%s} %llu\n"
                    "# HELP loom_image_cache_hits_total Images whose vision-tower rows came from the cache.\n"
