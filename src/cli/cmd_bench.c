@@ -396,9 +396,9 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
 
 /* --image-size: one image through preprocessing, the tower and the prefill
  * of its rows plus `prompt_tokens` of text, each timed (batch 1, the
- * sequence runner: no engine between).  The image is a smooth gradient
+ * sequence runner in the engine's steps of `chunk` rows: no engine between).  The image is a smooth gradient
  * with noise, so the resampler and the tower see ordinary pixels. */
-static int run_image(lm_model *model, int width, int height, int prompt_tokens, uint64_t seed) {
+static int run_image(lm_model *model, int width, int height, int prompt_tokens, int chunk, uint64_t seed) {
     const lm_model_info *info = lm_model_describe(model);
     const lm_vision_info *vi = &info->vision;
     lm_error err = {0};
@@ -429,7 +429,7 @@ static int run_image(lm_model *model, int width, int height, int prompt_tokens, 
     if (lm_image_preprocess(&vi->processor, &rgb, &patches, &err) != LM_OK) goto done;
     double preprocess_s = now_seconds() - t0;
     int N = patches.n_patches, image_tokens = lm_image_tokens(&patches), T = image_tokens + prompt_tokens;
-    if (lm_sequence_runner_init_vision(&runner, model, T + 1, N, &err) != LM_OK) goto done;
+    if (lm_sequence_runner_init_sized(&runner, model, T + 1, chunk, N, &err) != LM_OK) goto done;
     embeds = malloc(sizeof(float) * (size_t)image_tokens * (size_t)info->hidden_size);
     ids = malloc(sizeof(int32_t) * (size_t)T);
     positions = malloc(sizeof(int32_t) * 3 * (size_t)T);
@@ -469,8 +469,8 @@ static int run_image(lm_model *model, int width, int height, int prompt_tokens, 
     printf("preprocess: %.1f ms\n", preprocess_s * 1e3);
     printf("vision tower: %.3f s; matmuls %.1f GFLOP + attention %.1f GFLOP = %.1f GFLOP/s\n", encode_s,
            matmul_flops / 1e9, attention_flops / 1e9, (matmul_flops + attention_flops) / encode_s / 1e9);
-    printf("prefill: %d tokens (%d image + %d text) in %.3f s = %.1f tokens/s\n", T, image_tokens,
-           prompt_tokens, prefill_s, T / prefill_s);
+    printf("prefill: %d tokens (%d image + %d text) in %.3f s = %.1f tokens/s (steps of %d tokens)\n", T,
+           image_tokens, prompt_tokens, prefill_s, T / prefill_s, runner.prefill_chunk);
     printf("time to first token: %.3f s (preprocess + tower + prefill)\n", preprocess_s + encode_s + prefill_s);
     rc = 0;
 done:
@@ -551,11 +551,14 @@ int cmd_bench_main(int argc, char **argv) {
         return 1;
     }
     double load_s = now_seconds() - t0;
+    /* prefill in the engine's steps: --max-num-batched-tokens, or its default */
+    int chunk = settings.engine.max_batch_tokens > 0 ? settings.engine.max_batch_tokens
+                                                    : loom_default_batch_tokens(backend_name);
     if (image_width > 0) {
         printf("model: %s, %s, %s backend, %d threads, loaded in %.1f s\n",
                model_dir ? model_dir : config_path, model_dir ? "checkpoint" : "random bf16 weights",
                backend->ops->name, lm_backend_threads(backend), load_s);
-        int image_rc = run_image(model, image_width, image_height, (int)prompt_tokens, (uint64_t)seed);
+        int image_rc = run_image(model, image_width, image_height, (int)prompt_tokens, chunk, (uint64_t)seed);
         lm_cli_close_model(backend, model);
         return image_rc;
     }
@@ -574,9 +577,6 @@ int cmd_bench_main(int argc, char **argv) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((x >> 33) % (uint64_t)V);
     }
-    /* prefill in the engine's steps: --max-num-batched-tokens, or its default */
-    int chunk = settings.engine.max_batch_tokens > 0 ? settings.engine.max_batch_tokens
-                                                    : loom_default_batch_tokens(backend_name);
     if (lm_sequence_runner_init_sized(&runner, model, (int)(prompt_tokens + gen_tokens), chunk, 0, &err) != LM_OK)
         goto done;
 
