@@ -4,22 +4,14 @@
 # built) with the quick subset.  LOOM_SERVE_ARGS adds
 # server flags (LOOM_SERVE_ARGS="--device cuda" on a machine with a GPU).
 cd "$(dirname "$0")/.." || exit 1
+. tests/lib/client_suite.sh
 build=${LOOM_BUILD:-build}
 model=${LOOM_FIXTURES:-../shared/fixtures}/models/qwen35-dense
-passed=0; failed=0
 if [ ! -d tests/node/node_modules/openai ]; then
     echo "test_server_responses.sh: the openai SDK is missing (npm install --prefix tests/node)"
     echo "test_server_responses.sh: 0 passed, 1 failed"; exit 1
 fi
-run() {
-    local out line
-    out=$(timeout 180 node tests/node/server_responses.mjs "$@" 2>&1)
-    line=$(printf '%s\n' "$out" | grep -E ': [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
-    if [ -z "$line" ]; then printf '%s\n' "$out" | tail -n 30; failed=$((failed + 1)); return; fi
-    printf '%s\n' "$out" | grep -v ' passed, ' | tail -n 30
-    passed=$((passed + $(sed -E 's/.*: ([0-9]+) passed.*/\1/' <<<"$line")))
-    failed=$((failed + $(sed -E 's/.*passed, ([0-9]+) failed/\1/' <<<"$line")))
-}
+run() { run_client 180 node tests/node/server_responses.mjs "$@"; }
 run "$build/loom" "$model"
 if [ -x "$build/asan/loom" ] && [ "${LOOM_SKIP_ASAN:-0}" != 1 ]; then
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} run "$build/asan/loom" "$model" --quick
