@@ -1,0 +1,295 @@
+/* The host communicator (ops/comm.h): ranks as threads, each with its own
+ * cpu backend.  all_reduce_sum gives every rank the sum in rank order, the
+ * same bits on every rank (checked against a sum made here in that order,
+ * on values whose sum depends on the order); all_gather concatenates in
+ * rank order; many collectives in a row (the barrier's phases reused);
+ * ranks that disagree on the count, or a backend whose memory is not the
+ * host's, fail on every rank and leave the group usable. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "ops/comm.h"
+
+#define MAX_RANKS 8
+
+/* A value of rank r at element i: magnitudes from 1e-4 to 1e4, so a sum's
+ * bits depend on the order of its terms. */
+static float value_at(int rank, size_t i, uint64_t salt) {
+    uint64_t x = (uint64_t)rank * 0x9e3779b97f4a7c15ull ^ (uint64_t)i * 0xbf58476d1ce4e5b9ull ^ salt;
+    x ^= x >> 31;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 29;
+    float mantissa = (float)(x >> 40) / (float)(1 << 24) - 0.5f;
+    int exponent = (int)((x >> 8) % 9) - 4;
+    return mantissa * powf(10.0f, (float)exponent);
+}
+
+typedef enum { REDUCE, GATHER, MIXED, MISMATCH, FOREIGN } job_kind;
+
+typedef struct {
+    job_kind kind;
+    int rank, n_ranks, rounds;
+    size_t n;
+    lm_comm *comm;
+    float *result;   /* what the rank's memory held after the (last) collective */
+    lm_status status; /* of the (last) collective */
+    char message[sizeof(((lm_error *)0)->message)];
+    bool wrong;      /* MIXED: a round's result differed from what was expected */
+} rank_job;
+
+/* Element i of the rank-order sum over n_ranks ranks. */
+static float rank_order_sum(int n_ranks, size_t i, uint64_t salt) {
+    float s = value_at(0, i, salt);
+    for (int r = 1; r < n_ranks; r++) s += value_at(r, i, salt);
+    return s;
+}
+
+static lm_status reduce_once(rank_job *j, lm_backend *be, size_t n, uint64_t salt, float **out, lm_error *err) {
+    lm_buffer *buf = NULL;
+    lm_status st = lm_alloc(be, sizeof(float) * (n ? n : 1), "x", &buf, err);
+    if (st != LM_OK) return st;
+    float *host = malloc(sizeof(float) * (n ? n : 1));
+    if (!host) {
+        lm_buffer_free(be, buf);
+        return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) host[i] = value_at(j->rank, i, salt);
+    lm_upload(be, lm_mem_of(buf), host, sizeof(float) * n);
+    st = lm_all_reduce_sum(j->comm, be, lm_mem_of(buf), n, err);
+    if (st == LM_OK) st = lm_download(be, host, lm_mem_of(buf), sizeof(float) * n, err);
+    lm_buffer_free(be, buf);
+    if (st != LM_OK) {
+        free(host);
+        return st;
+    }
+    *out = host;
+    return LM_OK;
+}
+
+static lm_status gather_once(rank_job *j, lm_backend *be, size_t n, uint64_t salt, float **out, lm_error *err) {
+    size_t all = n * (size_t)j->n_ranks;
+    lm_buffer *xb = NULL, *ob = NULL;
+    lm_status st = lm_alloc(be, sizeof(float) * (n ? n : 1), "x", &xb, err);
+    if (st == LM_OK) st = lm_alloc(be, sizeof(float) * (all ? all : 1), "out", &ob, err);
+    float *host = malloc(sizeof(float) * (all ? all : 1));
+    if (st == LM_OK && !host) st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    if (st == LM_OK) {
+        for (size_t i = 0; i < n; i++) host[i] = value_at(j->rank, i, salt);
+        lm_upload(be, lm_mem_of(xb), host, sizeof(float) * n);
+        st = lm_all_gather(j->comm, be, lm_mem_of(ob), lm_mem_of(xb), n, err);
+    }
+    if (st == LM_OK) st = lm_download(be, host, lm_mem_of(ob), sizeof(float) * all, err);
+    lm_buffer_free(be, xb);
+    lm_buffer_free(be, ob);
+    if (st != LM_OK) {
+        free(host);
+        return st;
+    }
+    *out = host;
+    return LM_OK;
+}
+
+static bool reduce_right(const float *got, int n_ranks, size_t n, uint64_t salt) {
+    for (size_t i = 0; i < n; i++) {
+        float want = rank_order_sum(n_ranks, i, salt);
+        if (memcmp(&got[i], &want, sizeof want) != 0) return false;
+    }
+    return true;
+}
+
+static bool gather_right(const float *got, int n_ranks, size_t n, uint64_t salt) {
+    for (int r = 0; r < n_ranks; r++)
+        for (size_t i = 0; i < n; i++)
+            if (got[(size_t)r * n + i] != value_at(r, i, salt)) return false;
+    return true;
+}
+
+/* A host backend's table with another alloc: the communicator must see
+ * that this memory is not the host's (as a device backend's is not). */
+static lm_status foreign_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out, lm_error *err) {
+    (void)be;
+    *out = NULL;
+    return lm_fail(err, LM_ERR_UNSUPPORTED, "foreign memory (%zu bytes of %s)", bytes, what);
+}
+
+static void *rank_main(void *arg) {
+    rank_job *j = arg;
+    lm_error err = {0};
+    lm_backend *be = NULL;
+    j->status = lm_backend_create("cpu", 1, &be, &err);
+    if (j->status != LM_OK) goto done;
+    switch (j->kind) {
+    case REDUCE: j->status = reduce_once(j, be, j->n, 7, &j->result, &err); break;
+    case GATHER: j->status = gather_once(j, be, j->n, 11, &j->result, &err); break;
+    case MIXED:
+        for (int round = 0; round < j->rounds && j->status == LM_OK; round++) {
+            size_t n = (size_t)(round * 37 % 301); /* 0 included */
+            float *got = NULL;
+            uint64_t salt = (uint64_t)round + 100;
+            if (round % 2 == 0) {
+                j->status = reduce_once(j, be, n, salt, &got, &err);
+                if (j->status == LM_OK && !reduce_right(got, j->n_ranks, n, salt)) j->wrong = true;
+            } else {
+                j->status = gather_once(j, be, n, salt, &got, &err);
+                if (j->status == LM_OK && !gather_right(got, j->n_ranks, n, salt)) j->wrong = true;
+            }
+            free(got);
+        }
+        break;
+    case MISMATCH: {
+        /* rank 1 passes one element more; then all agree, and it must work */
+        float *got = NULL;
+        j->status = reduce_once(j, be, j->n + (j->rank == 1), 3, &got, &err);
+        free(got);
+        got = NULL;
+        snprintf(j->message, sizeof j->message, "%s", err.message);
+        lm_status first = j->status;
+        lm_error err2 = {0};
+        lm_status again = reduce_once(j, be, j->n, 5, &got, &err2);
+        j->wrong = again != LM_OK || !reduce_right(got, j->n_ranks, j->n, 5);
+        free(got);
+        j->status = first;
+        break;
+    }
+    case FOREIGN: {
+        /* rank 0's backend claims foreign memory: its buffer still lives on
+         * the host, but the communicator must refuse, on every rank */
+        lm_backend_ops ops = *be->ops;
+        lm_backend shadow = {.ops = &ops, .impl = be->impl};
+        if (j->rank == 0) ops.alloc = foreign_alloc;
+        lm_buffer *buf = NULL;
+        j->status = lm_alloc(be, sizeof(float) * 4, "x", &buf, &err);
+        if (j->status == LM_OK) j->status = lm_all_reduce_sum(j->comm, &shadow, lm_mem_of(buf), 4, &err);
+        snprintf(j->message, sizeof j->message, "%s", err.message);
+        lm_buffer_free(be, buf);
+        break;
+    }
+    }
+done:
+    if (j->status != LM_OK && !j->message[0]) snprintf(j->message, sizeof j->message, "%s", err.message);
+    lm_backend_destroy(be);
+    return NULL;
+}
+
+/* Runs one job on n_ranks threads. */
+static bool run_ranks(job_kind kind, int n_ranks, size_t n, int rounds, rank_job *jobs) {
+    lm_host_comm_group *group = NULL;
+    lm_error err = {0};
+    if (lm_host_comm_group_create(n_ranks, &group, &err) != LM_OK) return false;
+    pthread_t threads[MAX_RANKS];
+    for (int r = 0; r < n_ranks; r++) {
+        jobs[r] = (rank_job){.kind = kind, .rank = r, .n_ranks = n_ranks, .rounds = rounds, .n = n,
+                             .comm = lm_host_comm_rank(group, r)};
+        if (pthread_create(&threads[r], NULL, rank_main, &jobs[r]) != 0) return false;
+    }
+    for (int r = 0; r < n_ranks; r++) pthread_join(threads[r], NULL);
+    lm_host_comm_group_destroy(group);
+    return true;
+}
+
+static void free_results(rank_job *jobs, int n_ranks) {
+    for (int r = 0; r < n_ranks; r++) free(jobs[r].result);
+}
+
+static void test_all_reduce_is_the_rank_order_sum(void) {
+    static const int ranks[] = {1, 2, 3, 4, 7};
+    static const size_t sizes[] = {0, 1, 5, 1000, 4099};
+    /* the values are such that the order of the terms shows in the bits */
+    bool order_shows = false;
+    for (size_t i = 0; i < 1000 && !order_shows; i++) {
+        float reverse = value_at(3, i, 7);
+        for (int r = 2; r >= 0; r--) reverse += value_at(r, i, 7);
+        order_shows = reverse != rank_order_sum(4, i, 7);
+    }
+    CHECK_MSG(order_shows, "the test's values sum the same in any order: it could not see a wrong order");
+    for (size_t a = 0; a < sizeof ranks / sizeof *ranks; a++)
+        for (size_t b = 0; b < sizeof sizes / sizeof *sizes; b++) {
+            rank_job jobs[MAX_RANKS];
+            CHECK(run_ranks(REDUCE, ranks[a], sizes[b], 1, jobs));
+            for (int r = 0; r < ranks[a]; r++) {
+                if (jobs[r].status != LM_OK) free_results(jobs, ranks[a]);
+                CHECK_MSG(jobs[r].status == LM_OK, "%d ranks, %zu floats: rank %d: %s", ranks[a], sizes[b], r,
+                          jobs[r].message);
+            }
+            bool right = true;
+            for (int r = 0; r < ranks[a]; r++) right = right && reduce_right(jobs[r].result, ranks[a], sizes[b], 7);
+            free_results(jobs, ranks[a]);
+            CHECK_MSG(right, "%d ranks, %zu floats: a rank's sum is not the rank-order sum", ranks[a], sizes[b]);
+        }
+}
+
+static void test_all_gather_concatenates_in_rank_order(void) {
+    static const int ranks[] = {1, 2, 5};
+    static const size_t sizes[] = {0, 3, 777};
+    for (size_t a = 0; a < sizeof ranks / sizeof *ranks; a++)
+        for (size_t b = 0; b < sizeof sizes / sizeof *sizes; b++) {
+            rank_job jobs[MAX_RANKS];
+            CHECK(run_ranks(GATHER, ranks[a], sizes[b], 1, jobs));
+            bool ok = true, right = true;
+            for (int r = 0; r < ranks[a]; r++) {
+                ok = ok && jobs[r].status == LM_OK;
+                right = right && ok && gather_right(jobs[r].result, ranks[a], sizes[b], 11);
+            }
+            free_results(jobs, ranks[a]);
+            CHECK_MSG(ok && right, "all_gather, %d ranks, %zu floats: %s", ranks[a], sizes[b],
+                      ok ? "wrong values" : "failed");
+        }
+}
+
+static void test_many_collectives_in_a_row(void) {
+    rank_job jobs[MAX_RANKS];
+    CHECK(run_ranks(MIXED, 4, 0, 200, jobs));
+    for (int r = 0; r < 4; r++) {
+        CHECK_MSG(jobs[r].status == LM_OK, "rank %d: %s", r, jobs[r].message);
+        CHECK_MSG(!jobs[r].wrong, "rank %d: a round's result was wrong", r);
+    }
+}
+
+static void test_count_mismatch_fails_everywhere(void) {
+    rank_job jobs[MAX_RANKS];
+    CHECK(run_ranks(MISMATCH, 3, 10, 1, jobs));
+    for (int r = 0; r < 3; r++) {
+        CHECK_MSG(jobs[r].status == LM_ERR_INVALID, "rank %d: status %d", r, (int)jobs[r].status);
+        CHECK_MSG(strstr(jobs[r].message, "10, 11, 10") != NULL, "rank %d: '%s' does not name the counts", r,
+                  jobs[r].message);
+        CHECK_MSG(!jobs[r].wrong, "rank %d: the group was not usable after the refusal", r);
+    }
+}
+
+static void test_refuses_memory_not_on_the_host(void) {
+    rank_job jobs[MAX_RANKS];
+    CHECK(run_ranks(FOREIGN, 2, 4, 1, jobs));
+    for (int r = 0; r < 2; r++) {
+        CHECK_MSG(jobs[r].status == LM_ERR_UNSUPPORTED, "rank %d: status %d (%s)", r, (int)jobs[r].status,
+                  jobs[r].message);
+        CHECK_MSG(strstr(jobs[r].message, "host backends") != NULL, "rank %d: '%s'", r, jobs[r].message);
+    }
+}
+
+static void test_group_bounds(void) {
+    lm_host_comm_group *g = NULL;
+    lm_error err = {0};
+    CHECK(lm_host_comm_group_create(0, &g, &err) == LM_ERR_INVALID && g == NULL);
+    CHECK(lm_host_comm_group_create(LM_COMM_MAX_RANKS + 1, &g, &err) == LM_ERR_INVALID && g == NULL);
+    CHECK_OK(lm_host_comm_group_create(2, &g, &err), &err);
+    bool ok = lm_host_comm_rank(g, 0) && lm_host_comm_rank(g, 1) && !lm_host_comm_rank(g, 2) &&
+              !lm_host_comm_rank(g, -1) && lm_host_comm_rank(g, 1)->rank == 1 &&
+              lm_host_comm_rank(g, 1)->n_ranks == 2;
+    lm_host_comm_group_destroy(g);
+    CHECK(ok);
+}
+
+int main(void) {
+    RUN_TEST(test_all_reduce_is_the_rank_order_sum);
+    RUN_TEST(test_all_gather_concatenates_in_rank_order);
+    RUN_TEST(test_many_collectives_in_a_row);
+    RUN_TEST(test_count_mismatch_fails_everywhere);
+    RUN_TEST(test_refuses_memory_not_on_the_host);
+    RUN_TEST(test_group_bounds);
+    return test_summary("test_comm");
+}
