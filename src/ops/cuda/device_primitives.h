@@ -7,6 +7,20 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+/* acc + the dot product of 8 bf16 weights (one 16-byte load, low half of
+ * each word first) with 8 floats (a then b), each product an explicit fma
+ * in column order: the float32 products' batch-invariant step. */
+__device__ __forceinline__ static float lm_dot8_bf16(uint4 p, float4 a, float4 b, float acc) {
+    acc = __fmaf_rn(__uint_as_float(p.x << 16), a.x, acc);
+    acc = __fmaf_rn(__uint_as_float(p.x & 0xffff0000u), a.y, acc);
+    acc = __fmaf_rn(__uint_as_float(p.y << 16), a.z, acc);
+    acc = __fmaf_rn(__uint_as_float(p.y & 0xffff0000u), a.w, acc);
+    acc = __fmaf_rn(__uint_as_float(p.z << 16), b.x, acc);
+    acc = __fmaf_rn(__uint_as_float(p.z & 0xffff0000u), b.y, acc);
+    acc = __fmaf_rn(__uint_as_float(p.w << 16), b.z, acc);
+    return __fmaf_rn(__uint_as_float(p.w & 0xffff0000u), b.w, acc);
+}
+
 /* Two floats rounded to bf16 in one register, lo in the low half (the
  * lower index of an mma operand pair). */
 __device__ __forceinline__ static uint32_t lm_pack_bf16(float lo, float hi) {

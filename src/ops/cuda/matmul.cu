@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "ops/cuda/cublaslt_loader.h"
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define THREADS 256
@@ -85,17 +86,6 @@ __global__ static void __launch_bounds__(THREADS)
     }
 }
 
-__device__ static float dot8(uint4 p, float4 a, float4 b, float acc) {
-    acc = __fmaf_rn(__uint_as_float(p.x << 16), a.x, acc);
-    acc = __fmaf_rn(__uint_as_float(p.x & 0xffff0000u), a.y, acc);
-    acc = __fmaf_rn(__uint_as_float(p.y << 16), a.z, acc);
-    acc = __fmaf_rn(__uint_as_float(p.y & 0xffff0000u), a.w, acc);
-    acc = __fmaf_rn(__uint_as_float(p.z << 16), b.x, acc);
-    acc = __fmaf_rn(__uint_as_float(p.z & 0xffff0000u), b.y, acc);
-    acc = __fmaf_rn(__uint_as_float(p.w << 16), b.z, acc);
-    acc = __fmaf_rn(__uint_as_float(p.w & 0xffff0000u), b.w, acc);
-    return acc;
-}
 
 // bf16 weights, cols a multiple of 8, 16-byte aligned rows (the released
 // checkpoints' case): a block owns ROWS rows and a tile of TILE tokens; its
@@ -162,7 +152,7 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
                     float4 a = xt[0], b = xt[1];
 #pragma unroll
                     for (int r = 0; r < ROWS; r++)
-                        acc[r][t] = dot8(p[r][u], a, b, acc[r][t]);
+                        acc[r][t] = lm_dot8_bf16(p[r][u], a, b, acc[r][t]);
                 }
             }
         }

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_state.h"
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define MOE_MAX_EXPERTS 1024 /* as the reference (LM_MOE_MAX_EXPERTS) */
@@ -280,16 +281,6 @@ __device__ static float warp_sum(float v) {
 // loop's 2-byte loads used an eighth of each memory transaction: decode
 // was bound by them); gate and up rows are read in the same loop, so both
 // loads are in flight at once.
-__device__ static inline float dot8_bf16(uint4 p, float4 a, float4 b, float acc) {
-    acc = __fmaf_rn(__uint_as_float(p.x << 16), a.x, acc);
-    acc = __fmaf_rn(__uint_as_float(p.x & 0xffff0000u), a.y, acc);
-    acc = __fmaf_rn(__uint_as_float(p.y << 16), a.z, acc);
-    acc = __fmaf_rn(__uint_as_float(p.y & 0xffff0000u), a.w, acc);
-    acc = __fmaf_rn(__uint_as_float(p.z << 16), b.x, acc);
-    acc = __fmaf_rn(__uint_as_float(p.z & 0xffff0000u), b.y, acc);
-    acc = __fmaf_rn(__uint_as_float(p.w << 16), b.z, acc);
-    return __fmaf_rn(__uint_as_float(p.w & 0xffff0000u), b.w, acc);
-}
 
 template <bool VEC, bool TWO>
 __device__ static void row_dots(const void *w, int dtype, const void *w2, int dtype2, int64_t row, const float *x,
@@ -302,8 +293,8 @@ __device__ static void row_dots(const void *w, int dtype, const void *w2, int dt
         for (int g = threadIdx.x & 31; g < n / 8; g += 32) {
             uint4 p = __ldg(wr + g), p2 = TWO ? __ldg(wr2 + g) : p;
             float4 a = x4[2 * g], b = x4[2 * g + 1];
-            acc = dot8_bf16(p, a, b, acc);
-            if (TWO) acc2 = dot8_bf16(p2, a, b, acc2);
+            acc = lm_dot8_bf16(p, a, b, acc);
+            if (TWO) acc2 = lm_dot8_bf16(p2, a, b, acc2);
         }
     } else {
         for (int i = threadIdx.x & 31; i < n; i += 32) {
