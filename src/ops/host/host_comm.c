@@ -61,23 +61,28 @@ static lm_status count_mismatch(lm_host_comm_group *g, const char *what, lm_erro
                    used + 24 >= sizeof counts ? ", ..." : "");
 }
 
-static lm_status host_all_reduce_sum(lm_comm *c, lm_backend *be, lm_mem xm, size_t n, lm_error *err) {
-    host_rank *hr = (host_rank *)c;
-    lm_host_comm_group *g = hr->group;
-    /* every rank takes the same path through the barriers, whatever fails */
+/* A collective's first phase: publishes this rank's view and count, and
+ * checks that every rank's backend keeps its memory on the host and that
+ * the counts agree.  Every rank takes the same path through the barriers
+ * whatever fails, and a failure is every rank's (after one more barrier). */
+static lm_status begin(lm_host_comm_group *g, const lm_comm *c, lm_backend *be, lm_mem xm, size_t n,
+                       const char *what, float **x, lm_error *err) {
     bool ok_backend = host_backend(be);
-    float *x = ok_backend ? lm_host_f32(xm) : NULL;
-    if (!publish(g, c->rank, x, ok_backend ? n : SIZE_MAX)) {
-        bool any_backend_bad = false;
-        for (int r = 0; r < g->n_ranks; r++) any_backend_bad |= g->n[r] == SIZE_MAX;
-        if (any_backend_bad) {
-            pthread_barrier_wait(&g->barrier);
-            return lm_fail(err, LM_ERR_UNSUPPORTED,
-                           "all_reduce_sum: the host communicator takes host backends (cpu, ref) only%s",
-                           ok_backend ? " (another rank's is not)" : "");
-        }
-        return count_mismatch(g, "all_reduce_sum", err);
-    }
+    *x = ok_backend ? lm_host_f32(xm) : NULL;
+    if (publish(g, c->rank, *x, ok_backend ? n : SIZE_MAX)) return LM_OK;
+    bool any_backend_bad = false;
+    for (int r = 0; r < g->n_ranks; r++) any_backend_bad |= g->n[r] == SIZE_MAX;
+    if (!any_backend_bad) return count_mismatch(g, what, err);
+    pthread_barrier_wait(&g->barrier);
+    return lm_fail(err, LM_ERR_UNSUPPORTED, "%s: the host communicator takes host backends (cpu, ref) only%s", what,
+                   ok_backend ? " (another rank's is not)" : "");
+}
+
+static lm_status host_all_reduce_sum(lm_comm *c, lm_backend *be, lm_mem xm, size_t n, lm_error *err) {
+    lm_host_comm_group *g = ((host_rank *)c)->group;
+    float *x = NULL;
+    lm_status st = begin(g, c, be, xm, n, "all_reduce_sum", &x, err);
+    if (st != LM_OK) return st;
     if (c->rank == 0 && g->scratch_floats < n) {
         float *grown = realloc(g->scratch, sizeof(float) * n);
         g->scratch_failed = !grown;
@@ -103,21 +108,10 @@ static lm_status host_all_reduce_sum(lm_comm *c, lm_backend *be, lm_mem xm, size
 }
 
 static lm_status host_all_gather(lm_comm *c, lm_backend *be, lm_mem outm, lm_mem xm, size_t n, lm_error *err) {
-    host_rank *hr = (host_rank *)c;
-    lm_host_comm_group *g = hr->group;
-    bool ok_backend = host_backend(be);
-    float *x = ok_backend ? lm_host_f32(xm) : NULL;
-    if (!publish(g, c->rank, x, ok_backend ? n : SIZE_MAX)) {
-        bool any_backend_bad = false;
-        for (int r = 0; r < g->n_ranks; r++) any_backend_bad |= g->n[r] == SIZE_MAX;
-        if (any_backend_bad) {
-            pthread_barrier_wait(&g->barrier);
-            return lm_fail(err, LM_ERR_UNSUPPORTED,
-                           "all_gather: the host communicator takes host backends (cpu, ref) only%s",
-                           ok_backend ? " (another rank's is not)" : "");
-        }
-        return count_mismatch(g, "all_gather", err);
-    }
+    lm_host_comm_group *g = ((host_rank *)c)->group;
+    float *x = NULL;
+    lm_status st = begin(g, c, be, xm, n, "all_gather", &x, err);
+    if (st != LM_OK) return st;
     float *out = lm_host_f32(outm);
     for (int r = 0; r < g->n_ranks && n; r++) memcpy(out + (size_t)r * n, g->x[r], sizeof(float) * n);
     pthread_barrier_wait(&g->barrier);
