@@ -553,6 +553,98 @@ lm_status lm_weights_linear_stacked(lm_weights *w, const char *name, int64_t n, 
     return load_matrix(w, name, 3, n, rows, cols, true, out, err);
 }
 
+/* ---- a rank's slice of a matrix (tensor parallelism) ---- */
+
+static lm_status check_slice(const char *name, int64_t rows, int64_t cols, const lm_weights_slice *sl,
+                             int64_t *out_rows, int64_t *out_cols, lm_error *err) {
+    if (sl->n_runs < 0 || sl->n_runs > LM_SLICE_MAX_RUNS)
+        return lm_fail(err, LM_ERR_INVALID, "'%s': a slice of %d runs of rows (at most %d)", name, sl->n_runs,
+                       LM_SLICE_MAX_RUNS);
+    int64_t total = sl->n_runs ? 0 : rows;
+    for (int i = 0; i < sl->n_runs; i++) {
+        int64_t first = sl->runs[i].first, count = sl->runs[i].count;
+        if (first < 0 || count <= 0 || first > rows - count)
+            return lm_fail(err, LM_ERR_INVALID, "'%s': rows [%lld, %lld) are not inside its %lld rows", name,
+                           (long long)first, (long long)(first + count), (long long)rows);
+        total += count;
+    }
+    int64_t c0 = sl->col_first, cn = sl->col_count ? sl->col_count : cols - c0;
+    if (c0 < 0 || cn <= 0 || c0 > cols - cn)
+        return lm_fail(err, LM_ERR_INVALID, "'%s': columns [%lld, %lld) are not inside its %lld columns", name,
+                       (long long)c0, (long long)(c0 + cn), (long long)cols);
+    *out_rows = total;
+    *out_cols = cn;
+    return LM_OK;
+}
+
+/* Row i of the slice: the tensor's row. */
+static int64_t slice_row(const lm_weights_slice *sl, int64_t i) {
+    for (int r = 0; r < sl->n_runs; r++) {
+        if (i < sl->runs[r].count) return sl->runs[r].first + i;
+        i -= sl->runs[r].count;
+    }
+    return i; /* no runs: every row */
+}
+
+lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows, int64_t cols,
+                                  const lm_weights_slice *slice, lm_matrix *out, lm_error *err) {
+    int64_t n_rows = 0, n_cols = 0;
+    lm_status st = check_slice(name, rows, cols, slice, &n_rows, &n_cols, err);
+    if (st != LM_OK) return st;
+    const lm_tensor *t;
+    if (!w->random && (t = lm_checkpoint_find(w->checkpoint, name)) && t->dtype == LM_DTYPE_F8_E4M3)
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "%s: tensor '%s' is FP8: slices of FP8 weights are not supported yet",
+                       t->file, name);
+    const int64_t shape[2] = {rows, cols};
+    t = require_shape(w, name, 2, shape, err);
+    if (!t) return err->code;
+    if (was_released(w, t))
+        return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for after its conversion", name);
+    int64_t c0 = slice->col_first;
+    bool whole_rows = n_cols == cols;
+    if (w->quant.int8_linear && n_cols % LM_Q8_BLOCK == 0) {
+        if (need_q8(w, name, err) != LM_OK) return err->code;
+        size_t row_bytes = lm_dtype_row_bytes(LM_DTYPE_Q8_0, n_cols), bytes = row_bytes * (size_t)n_rows;
+        uint8_t *dst = owned_bytes(w, bytes, name, err);
+        float *row = malloc(sizeof(float) * (size_t)cols);
+        if (!dst || !row) {
+            free(row);
+            return dst ? lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name) : err->code;
+        }
+        for (int64_t i = 0; i < n_rows && st == LM_OK; i++) {
+            float_row(t, slice_row(slice, i), cols, row);
+            if (!lm_q8_quantize_row(row + c0, n_cols, dst + (size_t)i * row_bytes))
+                st = lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite",
+                             t->file, name, (long long)slice_row(slice, i));
+        }
+        free(row);
+        lm_buffer *buffer;
+        if (st == LM_OK) st = import(w, dst, bytes, name, &buffer, err);
+        if (st != LM_OK) return st;
+        w->q8_bytes += bytes;
+        *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = LM_DTYPE_Q8_0, .rows = n_rows, .cols = n_cols};
+        return LM_OK;
+    }
+    size_t elem = lm_dtype_row_bytes(t->dtype, 1), src_row = elem * (size_t)cols;
+    size_t dst_row = elem * (size_t)n_cols, bytes = dst_row * (size_t)n_rows;
+    const uint8_t *src = t->data;
+    lm_buffer *buffer;
+    if (whole_rows && slice->n_runs <= 1) { /* one run of whole rows: the stored bytes, in place */
+        int64_t first = slice->n_runs ? slice->runs[0].first : 0;
+        st = import(w, src + (size_t)first * src_row, bytes, name, &buffer, err);
+    } else {
+        uint8_t *dst = owned_bytes(w, bytes, name, err);
+        if (!dst) return err->code;
+        for (int64_t i = 0; i < n_rows; i++)
+            memcpy(dst + (size_t)i * dst_row, src + (size_t)slice_row(slice, i) * src_row + elem * (size_t)c0,
+                   dst_row);
+        st = import(w, dst, bytes, name, &buffer, err);
+    }
+    if (st != LM_OK) return st;
+    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = n_rows, .cols = n_cols};
+    return LM_OK;
+}
+
 /* ---- config.json's quantization_config ---- */
 
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)

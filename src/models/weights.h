@@ -82,6 +82,28 @@ lm_status lm_weights_linear(lm_weights *w, const char *name, int64_t rows, int64
 /* The same for a 3-D [n, rows, cols] tensor (fused experts). */
 lm_status lm_weights_linear_stacked(lm_weights *w, const char *name, int64_t n, int64_t rows,
                                     int64_t cols, lm_matrix *out, lm_error *err);
+/* The part of a 2-D weight that one rank of a tensor-parallel group keeps
+ * (issue 19): up to LM_SLICE_MAX_RUNS runs of rows, concatenated in order
+ * (a fused q | k | v projection gives a rank one run of each), and one
+ * window of columns (a row-parallel projection's share of its input). */
+#define LM_SLICE_MAX_RUNS 4
+typedef struct {
+    int n_runs; /* 0: every row */
+    struct {
+        int64_t first, count;
+    } runs[LM_SLICE_MAX_RUNS];
+    int64_t col_first, col_count; /* col_count 0: every column */
+} lm_weights_slice;
+
+/* lm_weights_linear of a slice of the [rows, cols] tensor `name`: the
+ * matrix holds the slice's rows and columns, and only they are read from
+ * the checkpoint.  One run of whole rows is imported as stored (in place
+ * on the cpu backend); other slices are copied on the host first.  int8
+ * (lm_weights_quant) is made from the slice when its columns are a
+ * multiple of LM_Q8_BLOCK.  A slice outside the tensor, and FP8 tensors
+ * (not yet), are errors naming the tensor. */
+lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows, int64_t cols,
+                                  const lm_weights_slice *slice, lm_matrix *out, lm_error *err);
 /* A 3-D float tensor [n, rows, cols] as stored (fused experts), on the
  * backend, as one [n * rows, cols] matrix: lm_matrix_rows cuts its slices
  * without copying. */

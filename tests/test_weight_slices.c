@@ -1,0 +1,178 @@
+/* A rank's slice of a weight (lm_weights_linear_slice, tensor
+ * parallelism): on the qwen35-dense fixture, each slice equals, byte for
+ * byte, the same rows and columns of the whole matrix loaded as usual: one
+ * run of rows (imported in place), several runs with a window of columns
+ * (the fused q | k | v projection's share), a column window alone (a
+ * row-parallel projection's), and int8 made from a 32-aligned window
+ * equal to the whole row's int8 blocks there.  Slices outside the tensor
+ * are errors naming it. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "harness.h"
+#include "io/checkpoint.h"
+#include "models/weights.h"
+
+#define QKV "model.language_model.layers.0.linear_attn.in_proj_qkv.weight" /* [128, 64] */
+#define OUT "model.language_model.layers.0.linear_attn.out_proj.weight"    /* [64, 64] */
+#define DOWN "model.language_model.layers.0.mlp.down_proj.weight"          /* [64, 128] */
+
+typedef struct {
+    lm_checkpoint *ck;
+    lm_backend *be;
+    lm_weights w;
+} fixture;
+
+static bool open_fixture(fixture *f, bool int8, lm_error *err) {
+    char dir[1024];
+    memset(f, 0, sizeof *f);
+    if (lm_checkpoint_open(test_fixture_path(dir, sizeof dir, "models/qwen35-dense"), LM_LOAD_READ, &f->ck, err) !=
+            LM_OK ||
+        lm_backend_create("cpu", 1, &f->be, err) != LM_OK)
+        return false;
+    lm_weights_init(&f->w, f->ck, f->be);
+    lm_weights_set_quant(&f->w, &(lm_weights_quant){.int8_linear = int8});
+    return true;
+}
+
+static void close_fixture(fixture *f) {
+    lm_weights_free(&f->w);
+    lm_backend_destroy(f->be);
+    lm_checkpoint_close(f->ck);
+}
+
+/* The matrix's bytes, downloaded (NULL on failure). */
+static uint8_t *bytes_of(lm_backend *be, const lm_matrix *m, size_t *size) {
+    *size = lm_dtype_row_bytes(m->dtype, m->cols) * (size_t)m->rows;
+    uint8_t *out = malloc(*size ? *size : 1);
+    lm_error err = {0};
+    if (out && lm_download(be, out, m->data, *size, &err) != LM_OK) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Whether slice sl of `name` equals those rows and columns of the whole. */
+static bool slice_matches(bool int8, const char *name, int64_t rows, int64_t cols, const lm_weights_slice *sl,
+                          char *why, size_t why_size) {
+    fixture whole, part;
+    lm_error err = {0};
+    bool ok = false;
+    uint8_t *a = NULL, *b = NULL;
+    if (!open_fixture(&whole, int8, &err) || !open_fixture(&part, int8, &err)) {
+        snprintf(why, why_size, "fixture: %s", err.message);
+        return false;
+    }
+    lm_matrix full, sliced;
+    if (lm_weights_linear(&whole.w, name, rows, cols, &full, &err) != LM_OK ||
+        lm_weights_linear_slice(&part.w, name, rows, cols, sl, &sliced, &err) != LM_OK) {
+        snprintf(why, why_size, "load: %s", err.message);
+        goto done;
+    }
+    size_t full_size = 0, slice_size = 0;
+    a = bytes_of(whole.be, &full, &full_size);
+    b = bytes_of(part.be, &sliced, &slice_size);
+    if (!a || !b) {
+        snprintf(why, why_size, "download failed");
+        goto done;
+    }
+    int64_t want_cols = sl->col_count ? sl->col_count : cols;
+    if (sliced.cols != want_cols || sliced.dtype != full.dtype) {
+        snprintf(why, why_size, "slice is %lld columns of %s; want %lld of %s", (long long)sliced.cols,
+                 lm_dtype_name(sliced.dtype), (long long)want_cols, lm_dtype_name(full.dtype));
+        goto done;
+    }
+    /* a window's bytes in a row: int8 windows are whole blocks */
+    size_t full_row = lm_dtype_row_bytes(full.dtype, cols), slice_row = lm_dtype_row_bytes(full.dtype, want_cols);
+    size_t skip = lm_dtype_row_bytes(full.dtype, sl->col_first);
+    int64_t i = 0;
+    for (int r = 0; r < (sl->n_runs ? sl->n_runs : 1); r++) {
+        int64_t first = sl->n_runs ? sl->runs[r].first : 0, count = sl->n_runs ? sl->runs[r].count : rows;
+        for (int64_t k = 0; k < count; k++, i++)
+            if (memcmp(b + (size_t)i * slice_row, a + (size_t)(first + k) * full_row + skip, slice_row) != 0) {
+                snprintf(why, why_size, "slice row %lld differs from row %lld", (long long)i, (long long)(first + k));
+                goto done;
+            }
+    }
+    if (sliced.rows != i) {
+        snprintf(why, why_size, "slice has %lld rows; want %lld", (long long)sliced.rows, (long long)i);
+        goto done;
+    }
+    ok = true;
+done:
+    free(a);
+    free(b);
+    close_fixture(&whole);
+    close_fixture(&part);
+    return ok;
+}
+
+static void test_one_run_of_rows(void) {
+    char why[600] = "";
+    lm_weights_slice sl = {.n_runs = 1, .runs = {{32, 64}}};
+    CHECK_MSG(slice_matches(false, QKV, 128, 64, &sl, why, sizeof why), "%s", why);
+    lm_weights_slice all = {0};
+    CHECK_MSG(slice_matches(false, QKV, 128, 64, &all, why, sizeof why), "the whole: %s", why);
+}
+
+static void test_runs_and_a_window(void) {
+    char why[600] = "";
+    /* rank 1 of 2 of q | k | v (32 | 32 | 64 rows): q rows 16-31, k 48-63, v 96-127 */
+    lm_weights_slice qkv = {.n_runs = 3, .runs = {{16, 16}, {48, 16}, {96, 32}}};
+    CHECK_MSG(slice_matches(false, QKV, 128, 64, &qkv, why, sizeof why), "%s", why);
+    qkv.col_first = 8, qkv.col_count = 40;
+    CHECK_MSG(slice_matches(false, QKV, 128, 64, &qkv, why, sizeof why), "with a window: %s", why);
+}
+
+static void test_column_window(void) {
+    char why[600] = "";
+    lm_weights_slice half = {.col_first = 32, .col_count = 32};
+    CHECK_MSG(slice_matches(false, OUT, 64, 64, &half, why, sizeof why), "%s", why);
+    lm_weights_slice down = {.col_first = 64, .col_count = 64};
+    CHECK_MSG(slice_matches(false, DOWN, 64, 128, &down, why, sizeof why), "%s", why);
+}
+
+static void test_int8_from_the_slice(void) {
+    char why[600] = "";
+    lm_weights_slice down = {.n_runs = 2, .runs = {{0, 8}, {40, 24}}, .col_first = 64, .col_count = 64};
+    CHECK_MSG(slice_matches(true, DOWN, 64, 128, &down, why, sizeof why), "%s", why);
+    lm_weights_slice rows = {.n_runs = 1, .runs = {{64, 64}}};
+    CHECK_MSG(slice_matches(true, QKV, 128, 64, &rows, why, sizeof why), "%s", why);
+}
+
+static void test_slices_outside_refused(void) {
+    fixture f;
+    lm_error err = {0};
+    CHECK_MSG(open_fixture(&f, false, &err), "%s", err.message);
+    lm_matrix m;
+    lm_weights_slice past = {.n_runs = 1, .runs = {{100, 40}}};
+    lm_weights_slice window = {.col_first = 60, .col_count = 8};
+    lm_weights_slice runs = {.n_runs = LM_SLICE_MAX_RUNS + 1};
+    lm_weights_slice empty = {.n_runs = 1, .runs = {{0, 0}}};
+    lm_status a = lm_weights_linear_slice(&f.w, QKV, 128, 64, &past, &m, &err);
+    bool names_a = strstr(err.message, "in_proj_qkv") && strstr(err.message, "[100, 140)");
+    lm_status b = lm_weights_linear_slice(&f.w, QKV, 128, 64, &window, &m, &err);
+    bool names_b = strstr(err.message, "columns [60, 68)") != NULL;
+    lm_status c = lm_weights_linear_slice(&f.w, QKV, 128, 64, &runs, &m, &err);
+    lm_status d = lm_weights_linear_slice(&f.w, QKV, 128, 64, &empty, &m, &err);
+    lm_status e = lm_weights_linear_slice(&f.w, QKV, 64, 64, &(lm_weights_slice){0}, &m, &err);
+    bool names_e = strstr(err.message, "shape") != NULL;
+    close_fixture(&f);
+    CHECK(a == LM_ERR_INVALID && names_a);
+    CHECK(b == LM_ERR_INVALID && names_b);
+    CHECK(c == LM_ERR_INVALID && d == LM_ERR_INVALID);
+    CHECK(e == LM_ERR_FORMAT && names_e);
+}
+
+int main(void) {
+    RUN_TEST(test_one_run_of_rows);
+    RUN_TEST(test_runs_and_a_window);
+    RUN_TEST(test_column_window);
+    RUN_TEST(test_int8_from_the_slice);
+    RUN_TEST(test_slices_outside_refused);
+    return test_summary("test_weight_slices");
+}
