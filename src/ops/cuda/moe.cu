@@ -397,7 +397,11 @@ static void run_experts(lm_backend *be, float *act, float *y, const float *x, co
     // The sort's tiles: one per touched expert and LM_CUDA_MOE_TILE of its
     // pairs, so at most this many (a decode step of top_k pairs: top_k).
     int64_t tiles = (pairs + LM_CUDA_MOE_TILE - 1) / LM_CUDA_MOE_TILE + (pairs < E ? pairs : E);
-    unsigned grid_y = (unsigned)(tiles < 65535 ? tiles : 65535);
+    if (tiles > 65535) { // a grid's y limit: 4 M pairs a step, far past any step budget
+        lm_cuda_note_error(be, cudaErrorInvalidValue, "moe_experts (more than 65535 tiles of pairs)");
+        return;
+    }
+    unsigned grid_y = (unsigned)tiles;
     for (int w0 = 0; w0 < pairs; w0 += wave) {
         int w1 = w0 + wave < pairs ? w0 + wave : pairs;
         dim3 gu_grid(lm_cuda_blocks(I, MOE_WARPS), grid_y), dn_grid(lm_cuda_blocks(H, MOE_WARPS), grid_y);
