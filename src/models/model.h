@@ -24,6 +24,7 @@
 #include "io/safetensors.h"
 #include "models/image_processor.h"
 #include "models/step_batch.h"
+#include "ops/comm.h"
 #include "ops/ops.h"
 
 #define LM_MODEL_MAX_EOS 8
@@ -94,6 +95,11 @@ typedef struct {
     /* Set by lm_model_open from config.json's quantization_config: the
      * block shape of an FP8 checkpoint's weight_scale_inv (0: none). */
     int fp8_block_rows, fp8_block_cols;
+    /* Tensor parallelism (issue 19): this model is rank tp->rank of
+     * tp->n_ranks, holding its share of the heads and MLP columns and
+     * adding the ranks' partial products with tp's all_reduce_sum; every
+     * rank runs the same steps.  NULL (or one rank): the whole model. */
+    lm_comm *tensor_parallel;
 } lm_model_load_options;
 
 /* Sizes a context is made for. */

@@ -44,24 +44,91 @@ static lm_status vector_at(lm_weights *w, const char *prefix, int layer, const c
         if (try_status_ != LM_OK) return try_status_; \
     } while (0)
 
+/* ---- tensor parallelism: this rank's share of each weight ----
+ *
+ * m->config holds this rank's heads and MLP width; the checkpoint's are
+ * tp_size times them.  A column-parallel projection (its output split: q,
+ * k, v, the GDN inputs, gate and up) keeps a run of rows per part, a
+ * row-parallel one (its input split: o_proj, out_proj, down) a window of
+ * columns, whose partial products the forward sums over the ranks. */
+
+/* Rows [rank·local, (rank+1)·local) of a part that begins at `base`. */
+static void add_run(const lm_qwen35_model *m, lm_weights_slice *sl, int64_t base, int64_t local) {
+    sl->runs[sl->n_runs].first = base + (int64_t)m->tp_rank * local;
+    sl->runs[sl->n_runs++].count = local;
+}
+
+/* The matrix [rows, cols] (the checkpoint's shape) of layer i, this rank's slice. */
+static lm_status shard_at(const lm_qwen35_model *m, lm_weights *w, const char *prefix, int layer,
+                          const char *name, int64_t rows, int64_t cols, const lm_weights_slice *sl,
+                          lm_matrix *out, lm_error *err) {
+    if (m->tp_size <= 1) return matrix_at(w, prefix, layer, name, rows, cols, out, err);
+    char full[256];
+    snprintf(full, sizeof full, "%slayers.%d.%s", prefix, layer, name);
+    return lm_weights_linear_slice(w, full, rows, cols, sl, out, err);
+}
+
+/* A column-parallel projection: `local` output rows a rank. */
+static lm_status rows_at(const lm_qwen35_model *m, lm_weights *w, const char *prefix, int layer, const char *name,
+                         int64_t local, int64_t cols, lm_matrix *out, lm_error *err) {
+    lm_weights_slice sl = {0};
+    add_run(m, &sl, 0, local);
+    return shard_at(m, w, prefix, layer, name, local * m->tp_size, cols, &sl, out, err);
+}
+
+/* A row-parallel projection: `local` input columns a rank. */
+static lm_status cols_at(const lm_qwen35_model *m, lm_weights *w, const char *prefix, int layer, const char *name,
+                         int64_t rows, int64_t local, lm_matrix *out, lm_error *err) {
+    lm_weights_slice sl = {.col_first = (int64_t)m->tp_rank * local, .col_count = local};
+    return shard_at(m, w, prefix, layer, name, rows, local * m->tp_size, &sl, out, err);
+}
+
+/* A host vector of the checkpoint's n_parts · part floats (parts of `part`
+ * floats: heads, channels), this rank's runs of parts moved to its front
+ * (runs[k] parts beginning at part base[k]).  The vector is the weights'
+ * own host copy, and a run never moves backwards past an unread one. */
+static void keep_runs(const lm_qwen35_model *m, float *v, int64_t part, const int64_t *base, const int64_t *local,
+                      int n_runs) {
+    int64_t at = 0;
+    for (int k = 0; k < n_runs; k++) {
+        int64_t from = (base[k] + (int64_t)m->tp_rank * local[k]) * part, n = local[k] * part;
+        memmove(v + at, v + from, sizeof(float) * (size_t)n);
+        at += n;
+    }
+}
+
 static lm_status load_linear_attention(lm_qwen35_model *m, const char *prefix, int i,
                                        lm_qwen35_linear_attention *la, lm_error *err) {
     const lm_qwen35_config *c = &m->config;
     lm_weights *w = &m->weights;
-    int H = c->hidden_size, Hv = c->linear_num_value_heads;
-    TRY(matrix_at(w, prefix, i, "linear_attn.in_proj_qkv.weight", m->conv_dim, H, &la->in_proj_qkv, err));
-    TRY(matrix_at(w, prefix, i, "linear_attn.in_proj_z.weight", m->value_dim, H, &la->in_proj_z, err));
-    TRY(matrix_at(w, prefix, i, "linear_attn.in_proj_b.weight", Hv, H, &la->in_proj_b, err));
-    TRY(matrix_at(w, prefix, i, "linear_attn.in_proj_a.weight", Hv, H, &la->in_proj_a, err));
-    TRY(matrix_at(w, prefix, i, "linear_attn.out_proj.weight", H, m->value_dim, &la->out_proj, err));
-    TRY(vector_at(w, prefix, i, "linear_attn.conv1d.weight",
-                  (int64_t)m->conv_dim * c->linear_conv_kernel_dim, 0, true, &la->conv_weight, err));
+    int H = c->hidden_size, Hv = c->linear_num_value_heads, K = c->linear_conv_kernel_dim, n = m->tp_size;
+    int64_t kd = m->key_dim, vd = m->value_dim; /* this rank's */
+    /* q | k | v: a run of each part's heads */
+    lm_weights_slice qkv = {0};
+    add_run(m, &qkv, 0, kd);
+    add_run(m, &qkv, kd * n, kd);
+    add_run(m, &qkv, 2 * kd * n, vd);
+    TRY(shard_at(m, w, prefix, i, "linear_attn.in_proj_qkv.weight", (int64_t)m->conv_dim * n, H, &qkv,
+                 &la->in_proj_qkv, err));
+    TRY(rows_at(m, w, prefix, i, "linear_attn.in_proj_z.weight", vd, H, &la->in_proj_z, err));
+    TRY(rows_at(m, w, prefix, i, "linear_attn.in_proj_b.weight", Hv, H, &la->in_proj_b, err));
+    TRY(rows_at(m, w, prefix, i, "linear_attn.in_proj_a.weight", Hv, H, &la->in_proj_a, err));
+    TRY(cols_at(m, w, prefix, i, "linear_attn.out_proj.weight", H, vd, &la->out_proj, err));
+    /* the conv's channels are q | k | v too: the same runs, K taps a channel */
+    float *conv;
+    TRY(host_vector_at(w, prefix, i, "linear_attn.conv1d.weight", (int64_t)m->conv_dim * n * K, 0, true, &conv,
+                       err));
+    keep_runs(m, conv, K, (const int64_t[]){0, kd * n, 2 * kd * n}, (const int64_t[]){kd, kd, vd}, 3);
+    TRY(lm_weights_import(w, conv, (int64_t)m->conv_dim * K, "linear_attn.conv1d.weight", &la->conv_weight, err));
     /* The decay rate is used as -exp(A_log): computed once, here. */
-    float *neg_exp_A;
-    TRY(host_vector_at(w, prefix, i, "linear_attn.A_log", Hv, 0, false, &neg_exp_A, err));
+    float *neg_exp_A, *dt_bias;
+    TRY(host_vector_at(w, prefix, i, "linear_attn.A_log", (int64_t)Hv * n, 0, false, &neg_exp_A, err));
+    keep_runs(m, neg_exp_A, 1, (const int64_t[]){0}, (const int64_t[]){Hv}, 1);
     for (int h = 0; h < Hv; h++) neg_exp_A[h] = -expf(neg_exp_A[h]);
     TRY(lm_weights_import(w, neg_exp_A, Hv, "linear_attn.A_log", &la->neg_exp_A, err));
-    TRY(vector_at(w, prefix, i, "linear_attn.dt_bias", Hv, 0, false, &la->dt_bias, err));
+    TRY(host_vector_at(w, prefix, i, "linear_attn.dt_bias", (int64_t)Hv * n, 0, false, &dt_bias, err));
+    keep_runs(m, dt_bias, 1, (const int64_t[]){0}, (const int64_t[]){Hv}, 1);
+    TRY(lm_weights_import(w, dt_bias, Hv, "linear_attn.dt_bias", &la->dt_bias, err));
     /* The gated norm is plain w (model-spec trap 1): no offset. */
     TRY(vector_at(w, prefix, i, "linear_attn.norm.weight", c->linear_value_head_dim, 0, false,
                   &la->norm, err));
@@ -75,10 +142,10 @@ static lm_status load_full_attention(lm_qwen35_model *m, const char *prefix, int
     lm_weights *w = &m->weights;
     int H = c->hidden_size, D = c->head_dim, nH = c->num_attention_heads, nKV = c->num_key_value_heads;
     /* q_proj carries the output gate: per head [q (D) | gate (D)]. */
-    TRY(matrix_at(w, prefix, i, "self_attn.q_proj.weight", (int64_t)nH * 2 * D, H, &fa->q_proj, err));
-    TRY(matrix_at(w, prefix, i, "self_attn.k_proj.weight", (int64_t)nKV * D, H, &fa->k_proj, err));
-    TRY(matrix_at(w, prefix, i, "self_attn.v_proj.weight", (int64_t)nKV * D, H, &fa->v_proj, err));
-    TRY(matrix_at(w, prefix, i, "self_attn.o_proj.weight", H, (int64_t)nH * D, &fa->o_proj, err));
+    TRY(rows_at(m, w, prefix, i, "self_attn.q_proj.weight", (int64_t)nH * 2 * D, H, &fa->q_proj, err));
+    TRY(rows_at(m, w, prefix, i, "self_attn.k_proj.weight", (int64_t)nKV * D, H, &fa->k_proj, err));
+    TRY(rows_at(m, w, prefix, i, "self_attn.v_proj.weight", (int64_t)nKV * D, H, &fa->v_proj, err));
+    TRY(cols_at(m, w, prefix, i, "self_attn.o_proj.weight", H, (int64_t)nH * D, &fa->o_proj, err));
     TRY(vector_at(w, prefix, i, "self_attn.q_norm.weight", D, norm_offset, false, &fa->q_norm, err));
     TRY(vector_at(w, prefix, i, "self_attn.k_norm.weight", D, norm_offset, false, &fa->k_norm, err));
     return LM_OK;
@@ -86,10 +153,15 @@ static lm_status load_full_attention(lm_qwen35_model *m, const char *prefix, int
 
 static lm_status load_mlp(lm_qwen35_model *m, const char *prefix, int i, lm_qwen35_mlp *mlp,
                           lm_error *err) {
+    int64_t I = m->config.intermediate_size, H = m->config.hidden_size;
+    if (m->tp_size > 1) {
+        TRY(rows_at(m, &m->weights, prefix, i, "mlp.gate_proj.weight", I, H, &mlp->gate_proj, err));
+        TRY(rows_at(m, &m->weights, prefix, i, "mlp.up_proj.weight", I, H, &mlp->up_proj, err));
+        return cols_at(m, &m->weights, prefix, i, "mlp.down_proj.weight", H, I, &mlp->down_proj, err);
+    }
     char name[160];
     snprintf(name, sizeof name, "%slayers.%d.mlp.", prefix, i);
-    return lm_swiglu_load(&m->weights, name, m->config.intermediate_size, m->config.hidden_size,
-                          mlp, err);
+    return lm_swiglu_load(&m->weights, name, I, H, mlp, err);
 }
 
 static lm_status load_moe(lm_qwen35_model *m, const char *prefix, int i, lm_qwen35_moe *moe,
@@ -230,6 +302,34 @@ static void qwen35_free(lm_qwen35_model *m) {
 
 static void qwen35_destroy(lm_model *base) { qwen35_free((lm_qwen35_model *)base); }
 
+/* Rank tp->rank of tp->n_ranks keeps 1/n of the attention heads (query
+ * and kv), the Gated DeltaNet heads (key and value) and the MLP width:
+ * m->config becomes this rank's share.  The embedding, lm_head, norms and
+ * vision tower stay whole on every rank. */
+static lm_status take_share(lm_qwen35_model *m, lm_comm *tp, lm_error *err) {
+    lm_qwen35_config *c = &m->config;
+    int n = tp->n_ranks;
+    if (c->is_moe)
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "tensor parallelism of MoE models is not supported yet");
+    const struct {
+        const char *what;
+        int *value;
+    } parts[] = {{"num_attention_heads", &c->num_attention_heads},
+                 {"num_key_value_heads", &c->num_key_value_heads},
+                 {"linear_num_key_heads", &c->linear_num_key_heads},
+                 {"linear_num_value_heads", &c->linear_num_value_heads},
+                 {"intermediate_size", &c->intermediate_size}};
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+        if (*parts[k].value % n != 0)
+            return lm_fail(err, LM_ERR_INVALID, "tensor parallelism over %d ranks: %s (%d) is not a multiple of %d",
+                           n, parts[k].what, *parts[k].value, n);
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) *parts[k].value /= n;
+    m->tp = tp;
+    m->tp_rank = tp->rank;
+    m->tp_size = n;
+    return LM_OK;
+}
+
 lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *config,
                          const lm_model_load_options *options, lm_backend *backend,
                          lm_qwen35_model **out, lm_error *err) {
@@ -241,6 +341,7 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     m->base.ops = &qwen35_ops;
     m->base.backend = backend;
     m->config = *config;
+    m->tp_size = 1;
     m->checkpoint = checkpoint;
     const lm_qwen35_config *c = &m->config;
     if (checkpoint)
@@ -254,6 +355,9 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
                                    .fp8_block_rows = options->fp8_block_rows,
                                    .fp8_block_cols = options->fp8_block_cols};
     lm_weights_set_quant(&m->weights, &quant);
+    lm_status st = LM_OK;
+    if (options && options->tensor_parallel && options->tensor_parallel->n_ranks > 1)
+        st = take_share(m, options->tensor_parallel, err);
     m->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
     m->value_dim = c->linear_num_value_heads * c->linear_value_head_dim;
     m->conv_dim = 2 * m->key_dim + m->value_dim;
@@ -278,13 +382,17 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
                              : "model.";
     char name[256];
     snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
+    if (st != LM_OK) {
+        qwen35_free(m);
+        return st;
+    }
     /* The embedding table stays as stored (a step reads a few of its rows),
      * unless it is also the (tied) lm_head, which every decode step reads
      * whole: then it is quantized like the other Linear layers, and the
      * embedding rows are read from the int8 table. */
     bool tied = !lm_weights_has(&m->weights, "lm_head.weight");
-    lm_status st = (tied ? lm_weights_linear : lm_weights_matrix)(&m->weights, name, c->vocab_size,
-                                                                  c->hidden_size, &m->embed_tokens, err);
+    st = (tied ? lm_weights_linear : lm_weights_matrix)(&m->weights, name, c->vocab_size, c->hidden_size,
+                                                        &m->embed_tokens, err);
     if (st == LM_OK) {
         /* Tie rule: use lm_head.weight when present, else the embedding. */
         m->lm_head_tied = tied;
@@ -400,6 +508,15 @@ static void record_inputs(lm_qwen35_context *ctx, const lm_step_batch *b,
     }
 }
 
+/* Tensor parallelism: x [N, H] holds this rank's partial product of a
+ * row-parallel projection; the sum over the ranks replaces it on every
+ * rank.  The first failure is kept and the forward returns it. */
+static void sum_over_ranks(lm_qwen35_context *ctx, lm_mem x, int N) {
+    const lm_qwen35_model *m = ctx->model;
+    if (!m->tp || ctx->tp_status != LM_OK) return;
+    ctx->tp_status = lm_all_reduce_sum(m->tp, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
+}
+
 /* Gated DeltaNet (model-spec §A.7): s->x [N, H] -> s->x, the layer's
  * output before the residual add. */
 static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
@@ -442,6 +559,7 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
                         (int64_t)ctx->recurrent_floats, &seqs, Hk, Hv, dk, dv);
     lm_gated_rmsnorm(be, core, core, z, la->norm, N * Hv, dv, c->rms_norm_eps);
     lm_matmul(be, s->x, core, N, &la->out_proj);
+    sum_over_ranks(ctx, s->x, N);
 }
 
 /* Gated full attention (model-spec §A.5) over a paged KV cache layer:
@@ -475,6 +593,7 @@ static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
     lm_attention(be, attn, s->q, kv, &ab);
     lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D);
     lm_matmul(be, s->x, attn, N, &fa->o_proj);
+    sum_over_ranks(ctx, s->x, N);
 }
 
 /* The SwiGLU MLP of x = s->x; its output (in s->x) is returned, not yet
@@ -484,6 +603,7 @@ static lm_mem mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w) {
     lm_backend *be = ctx->be;
     lm_matmul_swiglu(be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
     lm_matmul(be, s->x, s->proj, N, &w->down_proj);
+    sum_over_ranks(ctx, s->x, N);
     return s->x;
 }
 
@@ -561,12 +681,14 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
             ctx->records.recorded_rows[b->seqs[q].state_slot] =
                 b->seqs[q].record_for_rollback ? b->seqs[q].n_new : 0;
 
+    ctx->tp_status = LM_OK;
     lm_forward_embed_inputs(be, h, step.tokens, b, &m->embed_tokens, H);
     lm_mem pending = {0}; /* the last layer's MLP output, not yet in h */
     bool has_pending = false;
     for (int i = 0; i < L; i++) {
         if (out->layer_hidden && out->layer_hidden[i]) {
             if (has_pending) lm_add(be, h, pending, (int64_t)N * H);
+    if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
             has_pending = false;
             st = lm_download(be, out->layer_hidden[i], h, rows_bytes, err);
             if (st != LM_OK) return st;
@@ -578,6 +700,7 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
         has_pending = true;
     }
     if (has_pending) lm_add(be, h, pending, (int64_t)N * H);
+    if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
     /* The MTP head drafts from the post-norm state of every committed row. */
     if (ctx->options.speculative_tokens > 0)
         lm_rmsnorm(be, ctx->hidden_all, h, m->final_norm, N, H, c->rms_norm_eps);

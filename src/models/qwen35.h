@@ -65,8 +65,12 @@ typedef struct {
     int n_full_layers, n_linear_layers;
     lm_rope_params rope;
     lm_moe_routing routing; /* MoE models: softmax, top-k, renormalised */
-    /* derived sizes */
+    /* derived sizes (this rank's share under tensor parallelism) */
     int key_dim, value_dim, conv_dim;
+    /* Tensor parallelism: config holds this rank's heads and MLP width
+     * (the checkpoint's divided by tp_size); tp is NULL for the whole model. */
+    lm_comm *tp;
+    int tp_rank, tp_size;
     /* The Multi-Token-Prediction head (models/qwen35_mtp.h), loaded with the
      * model when the config declares one.  A head that is absent, incomplete
      * or unsupported leaves has_mtp false (the engine then runs without

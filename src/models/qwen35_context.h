@@ -82,6 +82,8 @@ typedef struct {
     int32_t *host_draft_ids;  /* [K][S] */
     lm_qwen35_draft_host draft_host;
     int last_step_tokens;     /* rows of the last forward (hidden_all) */
+    lm_status tp_status;      /* tensor parallelism: the first failed sum of a forward */
+    lm_error tp_error;
 } lm_qwen35_context;
 
 /* Checks the batch against the context and builds + uploads its

@@ -1,0 +1,184 @@
+/* Tensor parallelism of the Qwen3.5 dense model on the cpu (issue 19):
+ * ranks as threads, each loading its share of the qwen35-dense fixture
+ * (half the attention, Gated DeltaNet heads and MLP columns at 2 ranks)
+ * and summing its row-parallel products with the host communicator.  Every
+ * prompt's logits match transformers' reference at the golden tolerance,
+ * the whole model's within float32 rounding, and every rank holds the same
+ * bits; greedy decoding after the prompt (the recurrent states and KV
+ * caches kept per rank) follows the reference continuation.  Shares that
+ * do not divide, and MoE models, are refused with a sentence. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "io/safetensors.h"
+#include "model_util.h"
+#include "models/registry.h"
+#include "ops/comm.h"
+
+#define MAX_RANKS 4
+#define MARGIN_RULE 1e-3 /* fixtures/README.md */
+#define WHOLE_TOLERANCE 1e-5 /* against the unsplit model: float32 sums in another order */
+
+typedef struct {
+    const char *dir;
+    lm_comm *comm;
+    const int32_t *ids;
+    int n;
+    const int32_t *continuation; /* greedy reference (NULL: prefill only) */
+    int G;
+    float *logits; /* [n, V] out */
+    test_greedy_result greedy;
+    lm_status status;
+    char message[LM_ERROR_MESSAGE_MAX];
+} rank_job;
+
+static void *rank_main(void *arg) {
+    rank_job *j = arg;
+    test_model tm;
+    lm_error err = {0};
+    lm_model_load_options o = {.tensor_parallel = j->comm};
+    if (!test_model_open_with(&tm, j->dir, 1, &o)) {
+        j->status = LM_ERR_INVALID;
+        snprintf(j->message, sizeof j->message, "the model did not load (see stderr)");
+        return NULL;
+    }
+    j->logits = test_prefill(tm.model, j->ids, j->n, NULL, NULL, &err);
+    j->status = j->logits ? LM_OK : err.code;
+    if (j->status == LM_OK && j->continuation)
+        j->status = test_greedy_run(tm.model, j->ids, j->n, j->continuation, j->G, &j->greedy, &err);
+    if (j->status != LM_OK) snprintf(j->message, sizeof j->message, "%s", err.message);
+    test_model_close(&tm);
+    return NULL;
+}
+
+/* Runs the prompt on n_ranks ranks; jobs[r] holds rank r's results. */
+static bool run_ranks(const char *dir, int n_ranks, const int32_t *ids, int n, const int32_t *continuation, int G,
+                      rank_job *jobs) {
+    lm_host_comm_group *group = NULL;
+    lm_error err = {0};
+    if (lm_host_comm_group_create(n_ranks, &group, &err) != LM_OK) return false;
+    pthread_t threads[MAX_RANKS];
+    for (int r = 0; r < n_ranks; r++) {
+        jobs[r] = (rank_job){.dir = dir, .comm = lm_host_comm_rank(group, r), .ids = ids, .n = n,
+                             .continuation = continuation, .G = G};
+        if (pthread_create(&threads[r], NULL, rank_main, &jobs[r]) != 0) return false;
+    }
+    for (int r = 0; r < n_ranks; r++) pthread_join(threads[r], NULL);
+    lm_host_comm_group_destroy(group);
+    return true;
+}
+
+static bool host_backend_under_test(void) { return strcmp(test_backend_name(), "cuda") != 0; }
+
+static void test_two_ranks_match_the_reference(void) {
+    if (!host_backend_under_test()) {
+        printf("  skipped: the host communicator needs host backends (LOOM_TEST_BACKEND=%s)\n", test_backend_name());
+        return;
+    }
+    char dir[1024], path[1200];
+    test_fixture_path(dir, sizeof dir, "models/qwen35-dense");
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    lm_safetensors *reference = NULL;
+    lm_error err = {0};
+    CHECK_OK(lm_safetensors_open(path, LM_LOAD_READ, &reference, &err), &err);
+    test_model whole;
+    bool opened = test_model_open(&whole, dir, 1);
+    if (!opened) lm_safetensors_close(reference);
+    CHECK(opened);
+    int V = lm_model_describe(whole.model)->vocab_size;
+    static const char *prompts[] = {"p0", "p1", "p2", "p3"};
+    char why[600] = "";
+    for (size_t p = 0; p < sizeof prompts / sizeof *prompts && !why[0]; p++) {
+        int n = 0;
+        const int32_t *ids = test_reference_ids(reference, prompts[p], &n);
+        char key[64];
+        snprintf(key, sizeof key, "%s.logits", prompts[p]);
+        const lm_tensor *want = lm_safetensors_find(reference, key);
+        snprintf(key, sizeof key, "%s.greedy", prompts[p]);
+        const lm_tensor *greedy = lm_safetensors_find(reference, key);
+        snprintf(key, sizeof key, "%s.greedy_margin", prompts[p]);
+        const lm_tensor *margin = lm_safetensors_find(reference, key);
+        if (!greedy || !margin) {
+            snprintf(why, sizeof why, "%s: no greedy reference", prompts[p]);
+            break;
+        }
+        if (!ids || !want) {
+            snprintf(why, sizeof why, "%s: no reference", prompts[p]);
+            break;
+        }
+        float *alone = test_prefill(whole.model, ids, n, NULL, NULL, &err);
+        rank_job jobs[2];
+        if (!alone || !run_ranks(dir, 2, ids, n, greedy->data, (int)greedy->n_elements, jobs)) {
+            snprintf(why, sizeof why, "%s: could not run", prompts[p]);
+            free(alone);
+            break;
+        }
+        size_t count = (size_t)n * (size_t)V;
+        for (int r = 0; r < 2 && !why[0]; r++)
+            if (jobs[r].status != LM_OK) snprintf(why, sizeof why, "%s rank %d: %s", prompts[p], r, jobs[r].message);
+        if (!why[0]) {
+            double e_ref = test_normalized_error(jobs[0].logits, want->data, count);
+            double e_whole = test_normalized_error(jobs[0].logits, alone, count);
+            if (!(e_ref < test_logit_tolerance()))
+                snprintf(why, sizeof why, "%s: 2 ranks' logits %.3g of the std from the reference", prompts[p], e_ref);
+            else if (!(e_whole < WHOLE_TOLERANCE))
+                snprintf(why, sizeof why, "%s: 2 ranks' logits %.3g of the std from the whole model's", prompts[p],
+                         e_whole);
+            else if (memcmp(jobs[0].logits, jobs[1].logits, count * sizeof(float)) != 0)
+                snprintf(why, sizeof why, "%s: the ranks' logits differ", prompts[p]);
+            else if (jobs[0].greedy.mismatch_at >= 0 &&
+                     !(((const float *)margin->data)[jobs[0].greedy.mismatch_at] < MARGIN_RULE))
+                /* the fixtures' margin rule: only a near tie may go the other way */
+                snprintf(why, sizeof why, "%s: greedy decoding on 2 ranks left the reference at step %d", prompts[p],
+                         jobs[0].greedy.mismatch_at);
+            else if (jobs[0].greedy.compared < 1)
+                snprintf(why, sizeof why, "%s: no greedy step compared", prompts[p]);
+        }
+        free(alone);
+        for (int r = 0; r < 2; r++) free(jobs[r].logits);
+    }
+    test_model_close(&whole);
+    lm_safetensors_close(reference);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
+/* A load that must fail on every rank, with a message holding `words`. */
+static void check_refused(const char *fixture, int n_ranks, lm_status want, const char *words) {
+    char dir[1024];
+    test_fixture_path(dir, sizeof dir, fixture);
+    lm_host_comm_group *group = NULL;
+    lm_error err = {0};
+    CHECK_OK(lm_host_comm_group_create(n_ranks, &group, &err), &err);
+    lm_backend *be = NULL;
+    lm_status st = lm_backend_create("cpu", 1, &be, &err);
+    lm_model *model = NULL;
+    if (st == LM_OK) {
+        lm_model_load_options o = {.tensor_parallel = lm_host_comm_rank(group, 0)};
+        st = lm_model_open(dir, &o, be, &model, &err);
+    }
+    lm_model_free(model);
+    lm_backend_destroy(be);
+    lm_host_comm_group_destroy(group);
+    CHECK_MSG(st == want && strstr(err.message, words), "%s on %d ranks: status %d, '%s'", fixture, n_ranks,
+              (int)st, err.message);
+}
+
+static void test_shares_that_do_not_divide_are_refused(void) {
+    /* 2 kv heads cannot go to 4 ranks */
+    check_refused("models/qwen35-dense", 4, LM_ERR_INVALID, "num_key_value_heads (2) is not a multiple of 4");
+}
+
+static void test_moe_is_refused(void) {
+    check_refused("models/qwen35-moe", 2, LM_ERR_UNSUPPORTED, "MoE");
+}
+
+int main(void) {
+    RUN_TEST(test_two_ranks_match_the_reference);
+    RUN_TEST(test_shares_that_do_not_divide_are_refused);
+    RUN_TEST(test_moe_is_refused);
+    return test_summary("test_tensor_parallel");
+}
