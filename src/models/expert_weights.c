@@ -20,8 +20,28 @@ lm_status lm_swiglu_load(lm_weights *w, const char *prefix, int64_t width, int64
     return lm_weights_linear(w, name, H, width, &out->down_proj, err);
 }
 
+lm_status lm_swiglu_load_share(lm_weights *w, const char *prefix, int64_t width, int64_t H, int rank,
+                               int n_ranks, lm_swiglu *out, lm_error *err) {
+    if (n_ranks <= 1) return lm_swiglu_load(w, prefix, width, H, out, err);
+    int64_t full = width * n_ranks;
+    lm_weights_slice rows = {.n_runs = 1, .runs = {{rank * width, width}}};
+    lm_weights_slice cols = {.col_first = rank * width, .col_count = width};
+    char name[320];
+    snprintf(name, sizeof name, "%sgate_proj.weight", prefix);
+    TRY(lm_weights_linear_slice(w, name, full, H, &rows, &out->gate_proj, err));
+    snprintf(name, sizeof name, "%sup_proj.weight", prefix);
+    TRY(lm_weights_linear_slice(w, name, full, H, &rows, &out->up_proj, err));
+    snprintf(name, sizeof name, "%sdown_proj.weight", prefix);
+    return lm_weights_linear_slice(w, name, H, full, &cols, &out->down_proj, err);
+}
+
 lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int E, int I, int H,
                                  lm_expert_weights *out, lm_error *err) {
+    return lm_expert_weights_load_share(w, mlp_prefix, E, I, H, 0, 1, out, err);
+}
+
+lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, int E, int I, int H, int rank,
+                                       int n_ranks, lm_expert_weights *out, lm_error *err) {
     out->matrices = calloc(3 * (size_t)E, sizeof *out->matrices);
     if (!out->matrices) return lm_fail(err, LM_ERR_NOMEM, "out of memory for %d experts", E);
     lm_matrix *gate = out->matrices, *up = gate + E, *down = up + E;
@@ -30,6 +50,9 @@ lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int E, i
     char name[320];
     snprintf(name, sizeof name, "%sexperts.gate_up_proj", mlp_prefix);
     out->fused = lm_weights_has(w, name);
+    if (out->fused && n_ranks > 1)
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "tensor parallelism of fused experts ('%s') is not supported yet", name);
     if (out->fused) {
         lm_matrix gate_up, downs;
         TRY(lm_weights_linear_stacked(w, name, E, 2 * (int64_t)I, H, &gate_up, err));
@@ -45,7 +68,7 @@ lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int E, i
     for (int e = 0; e < E; e++) {
         lm_swiglu expert;
         snprintf(name, sizeof name, "%sexperts.%d.", mlp_prefix, e);
-        TRY(lm_swiglu_load(w, name, I, H, &expert, err));
+        TRY(lm_swiglu_load_share(w, name, I, H, rank, n_ranks, &expert, err));
         gate[e] = expert.gate_proj;
         up[e] = expert.up_proj;
         down[e] = expert.down_proj;

@@ -20,6 +20,12 @@ typedef struct {
 lm_status lm_swiglu_load(lm_weights *w, const char *prefix, int64_t width, int64_t hidden,
                          lm_swiglu *out, lm_error *err);
 
+/* Rank `rank` of `n_ranks`' share of a SwiGLU of `width` columns a rank
+ * (the checkpoint's width · n_ranks): rows of gate and up, a window of
+ * down's columns (lm_weights_linear_slice).  One rank: lm_swiglu_load. */
+lm_status lm_swiglu_load_share(lm_weights *w, const char *prefix, int64_t width, int64_t hidden, int rank,
+                               int n_ranks, lm_swiglu *out, lm_error *err);
+
 /* The routed experts of one layer: host descriptors of backend memory. */
 typedef struct {
     lm_matrix *matrices;   /* [3][E]: gate, up, down of every expert (owned) */
@@ -27,9 +33,13 @@ typedef struct {
     bool fused;            /* which layout the checkpoint had */
 } lm_expert_weights;
 
-/* mlp_prefix ends in "mlp." (e.g. "model.language_model.layers.3.mlp."). */
+/* mlp_prefix ends in "mlp." (e.g. "model.language_model.layers.3.mlp.").
+ * With n_ranks > 1, each expert's share (I columns a rank, rank's
+ * lm_swiglu_load_share); fused checkpoints are refused there for now. */
 lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int n_experts, int inter,
                                  int hidden, lm_expert_weights *out, lm_error *err);
+lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, int n_experts, int inter, int hidden,
+                                       int rank, int n_ranks, lm_expert_weights *out, lm_error *err);
 void lm_expert_weights_free(lm_expert_weights *e);
 
 /* Bytes one token's pass through top_k of these experts reads. */

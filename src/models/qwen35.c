@@ -153,15 +153,10 @@ static lm_status load_full_attention(lm_qwen35_model *m, const char *prefix, int
 
 static lm_status load_mlp(lm_qwen35_model *m, const char *prefix, int i, lm_qwen35_mlp *mlp,
                           lm_error *err) {
-    int64_t I = m->config.intermediate_size, H = m->config.hidden_size;
-    if (m->tp_size > 1) {
-        TRY(rows_at(m, &m->weights, prefix, i, "mlp.gate_proj.weight", I, H, &mlp->gate_proj, err));
-        TRY(rows_at(m, &m->weights, prefix, i, "mlp.up_proj.weight", I, H, &mlp->up_proj, err));
-        return cols_at(m, &m->weights, prefix, i, "mlp.down_proj.weight", H, I, &mlp->down_proj, err);
-    }
     char name[160];
     snprintf(name, sizeof name, "%slayers.%d.mlp.", prefix, i);
-    return lm_swiglu_load(&m->weights, name, I, H, mlp, err);
+    return lm_swiglu_load_share(&m->weights, name, m->config.intermediate_size, m->config.hidden_size, m->tp_rank,
+                                m->tp_size, mlp, err);
 }
 
 static lm_status load_moe(lm_qwen35_model *m, const char *prefix, int i, lm_qwen35_moe *moe,
@@ -172,11 +167,11 @@ static lm_status load_moe(lm_qwen35_model *m, const char *prefix, int i, lm_qwen
     snprintf(name, sizeof name, "%smlp.gate.weight", layer_prefix);
     TRY(lm_weights_matrix(&m->weights, name, c->num_experts, c->hidden_size, &moe->router, err));
     snprintf(name, sizeof name, "%smlp.", layer_prefix);
-    TRY(lm_expert_weights_load(&m->weights, name, c->num_experts, c->moe_intermediate_size,
-                               c->hidden_size, &moe->experts, err));
+    TRY(lm_expert_weights_load_share(&m->weights, name, c->num_experts, c->moe_intermediate_size, c->hidden_size,
+                                     m->tp_rank, m->tp_size, &moe->experts, err));
     snprintf(name, sizeof name, "%smlp.shared_expert.", layer_prefix);
-    TRY(lm_swiglu_load(&m->weights, name, c->shared_expert_intermediate_size, c->hidden_size,
-                       &moe->shared, err));
+    TRY(lm_swiglu_load_share(&m->weights, name, c->shared_expert_intermediate_size, c->hidden_size, m->tp_rank,
+                             m->tp_size, &moe->shared, err));
     snprintf(name, sizeof name, "%smlp.shared_expert_gate.weight", layer_prefix);
     return lm_weights_matrix(&m->weights, name, 1, c->hidden_size, &moe->shared_gate, err);
 }
@@ -303,14 +298,15 @@ static void qwen35_free(lm_qwen35_model *m) {
 static void qwen35_destroy(lm_model *base) { qwen35_free((lm_qwen35_model *)base); }
 
 /* Rank tp->rank of tp->n_ranks keeps 1/n of the attention heads (query
- * and kv), the Gated DeltaNet heads (key and value) and the MLP width:
- * m->config becomes this rank's share.  The embedding, lm_head, norms and
+ * and kv), the Gated DeltaNet heads (key and value) and the MLP width (of
+ * every expert and the shared expert in MoE): m->config becomes this
+ * rank's share.  The embedding, lm_head, norms and
  * vision tower stay whole on every rank. */
 static lm_status take_share(lm_qwen35_model *m, lm_comm *tp, lm_error *err) {
     lm_qwen35_config *c = &m->config;
     int n = tp->n_ranks;
-    if (c->is_moe)
-        return lm_fail(err, LM_ERR_UNSUPPORTED, "tensor parallelism of MoE models is not supported yet");
+    /* MoE: every rank routes every token (the router and the shared
+     * expert's gate whole) and keeps a share of every expert's width */
     const struct {
         const char *what;
         int *value;
@@ -318,12 +314,16 @@ static lm_status take_share(lm_qwen35_model *m, lm_comm *tp, lm_error *err) {
                  {"num_key_value_heads", &c->num_key_value_heads},
                  {"linear_num_key_heads", &c->linear_num_key_heads},
                  {"linear_num_value_heads", &c->linear_num_value_heads},
-                 {"intermediate_size", &c->intermediate_size}};
-    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+                 {c->is_moe ? "moe_intermediate_size" : "intermediate_size",
+                  c->is_moe ? &c->moe_intermediate_size : &c->intermediate_size},
+                 {c->is_moe ? "shared_expert_intermediate_size" : "intermediate_size",
+                  c->is_moe ? &c->shared_expert_intermediate_size : &c->intermediate_size}};
+    int n_parts = c->is_moe ? 6 : 5;
+    for (int k = 0; k < n_parts; k++)
         if (*parts[k].value % n != 0)
             return lm_fail(err, LM_ERR_INVALID, "tensor parallelism over %d ranks: %s (%d) is not a multiple of %d",
                            n, parts[k].what, *parts[k].value, n);
-    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) *parts[k].value /= n;
+    for (int k = 0; k < n_parts; k++) *parts[k].value /= n;
     m->tp = tp;
     m->tp_rank = tp->rank;
     m->tp_size = n;
@@ -631,6 +631,7 @@ static lm_mem moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe) {
     lm_matmul(be, ms->shared, s->proj, N, &moe->shared.down_proj);
     lm_sigmoid_scale_rows(be, ms->shared, ms->shared_gate, N, H);
     lm_add(be, ms->routed, ms->shared, (int64_t)N * H);
+    sum_over_ranks(ctx, ms->routed, N);
     return ms->routed;
 }
 
