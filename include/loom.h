@@ -91,6 +91,13 @@ typedef struct {
     /* != 0: the seed unseeded requests draw theirs from, so that a run's
      * results repeat (vLLM's --seed); 0: one from the clock. */
     uint64_t seed;
+    /* Tensor parallelism (vLLM's --tensor-parallel-size): the model split
+     * over this many ranks, each with its share of the attention and
+     * Gated DeltaNet heads and of the MLP width (every expert's in MoE),
+     * threads of this process summing their partial products.  0 or 1: one.
+     * The cpu and ref backends for now (threads shared out among the
+     * ranks); a checkpoint folder, Qwen3.5 families. */
+    int tensor_parallel_size;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);

@@ -88,6 +88,16 @@ for loom in binaries:
              "--ignore-eos", "--print-ids"])
     want = ",".join(str(i) for i in ref["p0.greedy"])
     check(f"{tag} run greedy", r.returncode == 0 and r.stdout.strip() == want, f"{r.stdout!r} vs {want!r} {r.stderr}")
+    # tensor parallelism: 2 ranks give the same greedy ids, also with MTP drafts (draft and rollback
+    # on every rank) and 4 prompts at once; a split that does not divide is refused with a sentence
+    for extra in ([], ["--speculative-tokens", "2"]):
+        r = run([loom, "run", "--model", model, "--ids", ids, "--max-tokens", str(G), "--temperature", "0",
+                 "--ignore-eos", "--print-ids", "--tensor-parallel-size", "2"] + extra)
+        check(f"{tag} run -tp 2 {' '.join(extra)}", r.returncode == 0 and r.stdout.strip() == want,
+              f"{r.stdout!r} vs {want!r} {r.stderr}")
+    r = run([loom, "run", "--model", model, "--ids", ids, "--max-tokens", "4", "-tp", "3"])
+    check(f"{tag} run -tp 3 refused", r.returncode == 1 and "num_attention_heads (4) is not a multiple of 3" in r.stderr,
+          r.stderr)
     # --ids-file: one line per prompt, in input order, equal to each prompt run alone
     prompts = [ref["p0.input_ids"], ref["p1.input_ids"], ref["p2.input_ids"][:33], ref["p3.input_ids"]]
     ids_file = os.path.join(tmp, "prompts.txt")
@@ -98,6 +108,9 @@ for loom in binaries:
              "--concurrency", "3", "--max-batch-tokens", "16"])
     lines = r.stdout.strip().split("\n")
     check(f"{tag} ids-file", r.returncode == 0 and len(lines) == 4, r.stdout + r.stderr)
+    tp = run([loom, "run", "--model", model, "--ids-file", ids_file, "--max-tokens", "8", "--ignore-eos",
+              "--concurrency", "3", "--max-batch-tokens", "16", "-tp", "2"])
+    check(f"{tag} ids-file -tp 2", tp.returncode == 0 and tp.stdout == r.stdout, tp.stdout + tp.stderr)
     for k, pr in enumerate(prompts):
         alone = run([loom, "run", "--model", model, "--ids", ",".join(str(i) for i in pr), "--max-tokens", "8",
                      "--ignore-eos", "--print-ids"])

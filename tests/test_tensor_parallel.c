@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "model_util.h"
 #include "models/registry.h"
+#include "models/tensor_parallel.h"
 #include "ops/comm.h"
 
 #define MAX_RANKS 4
@@ -150,6 +151,73 @@ static void test_dense_on_two_ranks(void) { check_two_ranks("models/qwen35-dense
 /* every rank routes every token and keeps half of each expert's width */
 static void test_moe_on_two_ranks(void) { check_two_ranks("models/qwen35-moe"); }
 
+/* One lm_model over 2 ranks (lm_tensor_parallel_open), as the engine sees
+ * it: the prompts' logits, greedy decoding (cache moves and states on
+ * every rank) and the MTP head's logits against the reference. */
+static void test_one_model_over_two_ranks(void) {
+    if (!host_backend_under_test()) {
+        printf("  skipped: the host communicator needs host backends (LOOM_TEST_BACKEND=%s)\n", test_backend_name());
+        return;
+    }
+    char dir[1024], path[1200];
+    test_fixture_path(dir, sizeof dir, "models/qwen35-dense");
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    lm_safetensors *reference = NULL;
+    lm_error err = {0};
+    CHECK_OK(lm_safetensors_open(path, LM_LOAD_READ, &reference, &err), &err);
+    lm_backend *backend = NULL;
+    lm_model *model = NULL;
+    lm_status st = lm_backend_create(test_backend_name(), 2, &backend, &err);
+    if (st == LM_OK) st = lm_tensor_parallel_open(dir, NULL, backend, 2, &model, &err);
+    char why[600] = "";
+    if (st != LM_OK) snprintf(why, sizeof why, "open: %s", err.message);
+    int V = model ? lm_model_describe(model)->vocab_size : 0, H = model ? lm_model_describe(model)->hidden_size : 0;
+    for (int p = 0; p < 4 && !why[0]; p++) {
+        char name[16], key[64];
+        snprintf(name, sizeof name, "p%d", p);
+        int n = 0;
+        const int32_t *ids = test_reference_ids(reference, name, &n);
+        snprintf(key, sizeof key, "%s.logits", name);
+        const lm_tensor *want = lm_safetensors_find(reference, key);
+        snprintf(key, sizeof key, "%s.mtp_logits", name);
+        const lm_tensor *want_mtp = lm_safetensors_find(reference, key);
+        snprintf(key, sizeof key, "%s.greedy", name);
+        const lm_tensor *greedy = lm_safetensors_find(reference, key);
+        snprintf(key, sizeof key, "%s.greedy_margin", name);
+        const lm_tensor *margin = lm_safetensors_find(reference, key);
+        if (!ids || !want) continue;
+        float *hidden = malloc(sizeof(float) * (size_t)n * (size_t)H);
+        float *logits = hidden ? test_prefill(model, ids, n, hidden, NULL, &err) : NULL;
+        double e = logits ? test_normalized_error(logits, want->data, (size_t)n * (size_t)V) : INFINITY;
+        if (!(e < test_logit_tolerance())) snprintf(why, sizeof why, "%s: logits %.3g of the std off (%s)", name, e,
+                                                    logits ? "" : err.message);
+        if (!why[0] && want_mtp && lm_model_has_mtp_logits(model)) {
+            float *mtp = malloc(sizeof(float) * (size_t)(n - 1) * (size_t)V);
+            st = mtp ? lm_model_mtp_sequence_logits(model, hidden, ids + 1, NULL, n - 1, mtp, &err) : LM_ERR_NOMEM;
+            e = st == LM_OK ? test_normalized_error(mtp, want_mtp->data, (size_t)(n - 1) * (size_t)V) : INFINITY;
+            if (!(e < test_logit_tolerance()))
+                snprintf(why, sizeof why, "%s: MTP logits %.3g of the std off (%s)", name, e,
+                         st == LM_OK ? "" : err.message);
+            free(mtp);
+        }
+        if (!why[0] && greedy && margin) {
+            test_greedy_result g;
+            st = test_greedy_run(model, ids, n, greedy->data, (int)greedy->n_elements, &g, &err);
+            if (st != LM_OK) snprintf(why, sizeof why, "%s: greedy: %s", name, err.message);
+            else if (g.mismatch_at >= 0 && !(((const float *)margin->data)[g.mismatch_at] < MARGIN_RULE))
+                snprintf(why, sizeof why, "%s: greedy left the reference at step %d", name, g.mismatch_at);
+        }
+        free(logits);
+        free(hidden);
+    }
+    bool mtp_present = model && lm_model_has_mtp_logits(model);
+    lm_model_free(model);
+    lm_backend_destroy(backend);
+    lm_safetensors_close(reference);
+    CHECK_MSG(!why[0], "%s", why);
+    CHECK_MSG(mtp_present, "the MTP head did not come through the ranks");
+}
+
 /* A load that must fail on every rank, with a message holding `words`. */
 static void check_refused(const char *fixture, int n_ranks, lm_status want, const char *words) {
     char dir[1024];
@@ -171,6 +239,24 @@ static void check_refused(const char *fixture, int n_ranks, lm_status want, cons
               (int)st, err.message);
 }
 
+static void test_device_backends_refused(void) {
+    /* a backend of another kind (as cuda): its communicator is not built yet */
+    lm_backend *cpu = NULL;
+    lm_error err = {0};
+    CHECK_OK(lm_backend_create("cpu", 1, &cpu, &err), &err);
+    lm_backend_ops ops = *cpu->ops;
+    ops.name = "device";
+    lm_backend device = {.ops = &ops, .impl = cpu->impl};
+    char dir[1024];
+    lm_model *model = NULL;
+    lm_status st = lm_tensor_parallel_open(test_fixture_path(dir, sizeof dir, "models/qwen35-dense"), NULL, &device,
+                                           2, &model, &err);
+    lm_model_free(model);
+    lm_backend_destroy(cpu);
+    CHECK_MSG(st == LM_ERR_UNSUPPORTED && strstr(err.message, "not device") && strstr(err.message, "NCCL"), "%d '%s'",
+              (int)st, err.message);
+}
+
 static void test_shares_that_do_not_divide_are_refused(void) {
     /* 2 kv heads cannot go to 4 ranks */
     check_refused("models/qwen35-dense", 4, LM_ERR_INVALID, "num_key_value_heads (2) is not a multiple of 4");
@@ -184,6 +270,8 @@ static void test_moe_shares_that_do_not_divide_are_refused(void) {
 int main(void) {
     RUN_TEST(test_dense_on_two_ranks);
     RUN_TEST(test_moe_on_two_ranks);
+    RUN_TEST(test_one_model_over_two_ranks);
+    RUN_TEST(test_device_backends_refused);
     RUN_TEST(test_shares_that_do_not_divide_are_refused);
     RUN_TEST(test_moe_shares_that_do_not_divide_are_refused);
     return test_summary("test_tensor_parallel");

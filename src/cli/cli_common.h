@@ -21,6 +21,7 @@ typedef struct {
     const char *backend; /* NULL: cpu */
     const char *compute; /* "f32" / "bf16" (lm_backend_set_compute); NULL = f32 */
     int threads;
+    int tensor_parallel_size; /* > 1: split over that many ranks (models/tensor_parallel.h) */
     lm_model_load_options load;
 } lm_cli_model_spec;
 lm_status lm_cli_open_model(const lm_cli_model_spec *spec, lm_backend **backend, lm_model **model,

@@ -540,7 +540,8 @@ int cmd_bench_main(int argc, char **argv) {
     lm_backend *backend;
     lm_model *model;
     double t0 = now_seconds();
-    lm_cli_model_spec spec = {.dir = model_dir, .random_config = config_path, .seed = (uint64_t)seed,
+    lm_cli_model_spec spec = {.tensor_parallel_size = settings.engine.tensor_parallel_size,
+                              .dir = model_dir, .random_config = config_path, .seed = (uint64_t)seed,
                               .backend = backend_name, .compute = settings.engine.compute_dtype,
                               .threads = (int)threads,
                               .load = {.mode = mode, .quantize_int8 = settings.engine.quantize &&

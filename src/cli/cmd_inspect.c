@@ -23,7 +23,8 @@ int cmd_inspect_main(int argc, char **argv) {
     lm_cli_spec_init(&cli, "inspect", synopsis, &settings, true);
     int parsed = lm_cli_parse(&cli, argc, argv);
     if (parsed >= 0) return parsed;
-    lm_cli_model_spec spec = {.load = {.mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
+    lm_cli_model_spec spec = {.tensor_parallel_size = settings.engine.tensor_parallel_size,
+                              .load = {.mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
                                        .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms,
                                        .quantize_int8 = settings.engine.quantize &&
                                                         strcmp(settings.engine.quantize, "int8") == 0},

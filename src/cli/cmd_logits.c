@@ -83,7 +83,8 @@ int cmd_logits_main(int argc, char **argv) {
     int64_t pixel_cap = settings.engine.max_image_pixels > 0 ? settings.engine.max_image_pixels : 0;
     if (!!ids_text + !!text != 1) return lm_cli_usage_error("logits", "give one of --ids or --prompt");
     if (!out_path) return lm_cli_usage_error("logits", "--out FILE is required");
-    lm_cli_model_spec spec = {.load = {.mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
+    lm_cli_model_spec spec = {.tensor_parallel_size = settings.engine.tensor_parallel_size,
+                              .load = {.mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
                                        .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms,
                                        .quantize_int8 = settings.engine.quantize &&
                                                         strcmp(settings.engine.quantize, "int8") == 0},

@@ -112,6 +112,9 @@ static const lm_opt engine_opts[] = {
      NULL, NULL, NULL},
     {"--threads|-t", LM_OPT_INT, "N", ENGINE(threads), 1, 1024, "CPU threads (default: one per core)", NULL, NULL,
      NULL},
+    {"--tensor-parallel-size|-tp", LM_OPT_INT, "N", ENGINE(tensor_parallel_size), 1, 64,
+     "split the model over N ranks (threads of this process, each with its\nshare of the heads and MLP width; "
+     "cpu and ref backends for now)", NULL, NULL, NULL},
     {"--device|--backend", LM_OPT_CUSTOM, "NAME", ENGINE(backend), 0, 0,
      "cpu (default), ref (the plain reference kernels) or, in builds with\nnvcc, cuda",
      parse_backend, NULL, NULL},
@@ -178,8 +181,6 @@ static const lm_opt compat_opts[] = {
      "not needed: loom runs no Python; its model families are built in", NULL, NULL, NULL},
     {"--cont-batching|-cb", LM_OPT_NOTE, NULL, 0, 0, 0, "not needed: batching is always continuous", NULL, NULL,
      NULL},
-    {"--tensor-parallel-size|-tp", LM_OPT_REFUSED, "N", 0, 0, 0,
-     "loom runs a model on one device (pick it with --device)", NULL, NULL, NULL},
     {"--n-gpu-layers|-ngl|--gpu-layers", LM_OPT_REFUSED, "N", 0, 0, 0,
      "loom runs the whole model on one backend: --device cuda (or cpu)", NULL, NULL, NULL},
     {"--quantization|-q", LM_OPT_REFUSED, "METHOD", 0, 0, 0,

@@ -13,6 +13,7 @@
 #include "engine/engine_internal.h"
 #include "engine/request_images.h"
 #include "models/registry.h"
+#include "models/tensor_parallel.h"
 
 /* ------------------------------------------------------------ small arrays */
 
@@ -809,7 +810,8 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     if (o.max_batch_tokens <= 0) o.max_batch_tokens = loom_default_batch_tokens(o.backend);
     if (o.max_waiting <= 0) o.max_waiting = defaults.max_waiting;
     if (o.kv_block_size > 4096 || o.max_running > 4096 || o.max_batch_tokens > (1 << 20) ||
-        o.speculative_tokens < 0 || o.speculative_tokens > LM_MAX_SPECULATIVE)
+        o.speculative_tokens < 0 || o.speculative_tokens > LM_MAX_SPECULATIVE || o.tensor_parallel_size < 0 ||
+        o.tensor_parallel_size > LM_COMM_MAX_RANKS)
         return report(LM_ERR_INVALID, "engine options out of range", error, error_size);
 
     loom_engine *e = calloc(1, sizeof *e);
@@ -831,12 +833,17 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
                                       .quantize_int8 = int8};
         if (o.quantize && !int8 && strcmp(o.quantize, "none") != 0)
             st = lm_fail(&err, LM_ERR_INVALID, "unknown weight quantization '%.40s' (none or int8)", o.quantize);
+        else if (o.random_weights && o.tensor_parallel_size > 1)
+            st = lm_fail(&err, LM_ERR_UNSUPPORTED, "tensor parallelism needs a checkpoint folder (not random weights)");
         else if (o.random_weights)
             st = o.config_path ? lm_model_open_random(o.config_path, o.random_seed, int8, e->backend, &e->model, &err)
                                : lm_fail(&err, LM_ERR_INVALID, "random weights need a config path");
+        else if (!o.model_dir)
+            st = lm_fail(&err, LM_ERR_INVALID, "no model folder given");
+        else if (o.tensor_parallel_size > 1)
+            st = lm_tensor_parallel_open(o.model_dir, &load, e->backend, o.tensor_parallel_size, &e->model, &err);
         else
-            st = o.model_dir ? lm_model_open(o.model_dir, &load, e->backend, &e->model, &err)
-                             : lm_fail(&err, LM_ERR_INVALID, "no model folder given");
+            st = lm_model_open(o.model_dir, &load, e->backend, &e->model, &err);
     }
     if (st != LM_OK) goto fail;
     const lm_model_info *info = lm_model_describe(e->model);

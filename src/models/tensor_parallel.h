@@ -1,0 +1,25 @@
+/* A model split over the ranks of a tensor-parallel group (issue 19), as
+ * one lm_model: n_ranks models of one family, each holding its rank's
+ * share on its own backend (lm_model_load_options.tensor_parallel), driven
+ * in lockstep.  Every op with collectives (forward, draft, rollback, the
+ * MTP head's sequence logits) runs on all ranks at once, ranks 1.. on
+ * threads of their own; the cache moves run on each rank in turn; images go
+ * through rank 0's tower alone (the rows it makes feed every rank's
+ * forward).  Rank 0's outputs are the model's: the ranks compute the same
+ * bits.  The engine sees one model. */
+#ifndef LOOM_MODELS_TENSOR_PARALLEL_H
+#define LOOM_MODELS_TENSOR_PARALLEL_H
+
+#include "models/model.h"
+
+/* The checkpoint folder dir over n_ranks ranks: rank 0 on `backend` (the
+ * caller's, which outlives the model), ranks 1.. on backends the model
+ * makes of the same kind and compute dtype, with backend's threads shared
+ * out (at least one a rank), and frees.  The ranks' sums go through the
+ * host communicator, so the backend must keep its memory on the host (cpu,
+ * ref): a device communicator (NCCL) is not built yet.  options may be
+ * NULL; its tensor_parallel is the group's, whatever it says. */
+lm_status lm_tensor_parallel_open(const char *dir, const lm_model_load_options *options, lm_backend *backend,
+                                  int n_ranks, lm_model **out, lm_error *err);
+
+#endif
