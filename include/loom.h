@@ -96,7 +96,7 @@ typedef struct {
      * Gated DeltaNet heads and of the MLP width (every expert's in MoE),
      * threads of this process summing their partial products.  0 or 1: one.
      * The cpu and ref backends for now (threads shared out among the
-     * ranks); a checkpoint folder, Qwen3.5 families. */
+     * ranks); a checkpoint folder of the Qwen3.5 or GLM-4.6V families. */
     int tensor_parallel_size;
 } loom_engine_options;
 

@@ -7,7 +7,7 @@
  * bits; greedy decoding after the prompt (the recurrent states and KV
  * caches kept per rank) follows the reference continuation; the same for
  * the MoE fixture (every rank routes every token, half of each expert's and
- * the shared expert's width a rank).  Shares that do not divide are
+ * the shared expert's width a rank), and for GLM-4.6V's.  Shares that do not divide are
  * refused with a sentence. */
 #include <math.h>
 #include <pthread.h>
@@ -150,6 +150,8 @@ static void check_two_ranks(const char *fixture) {
 static void test_dense_on_two_ranks(void) { check_two_ranks("models/qwen35-dense"); }
 /* every rank routes every token and keeps half of each expert's width */
 static void test_moe_on_two_ranks(void) { check_two_ranks("models/qwen35-moe"); }
+/* GLM-4.6V: q/k/v biases by head, a dense first layer, sigmoid routing */
+static void test_glm_on_two_ranks(void) { check_two_ranks("models/glm46v-moe"); }
 
 /* One lm_model over 2 ranks (lm_tensor_parallel_open), as the engine sees
  * it: the prompts' logits, greedy decoding (cache moves and states on
@@ -270,6 +272,7 @@ static void test_moe_shares_that_do_not_divide_are_refused(void) {
 int main(void) {
     RUN_TEST(test_dense_on_two_ranks);
     RUN_TEST(test_moe_on_two_ranks);
+    RUN_TEST(test_glm_on_two_ranks);
     RUN_TEST(test_one_model_over_two_ranks);
     RUN_TEST(test_device_backends_refused);
     RUN_TEST(test_shares_that_do_not_divide_are_refused);

@@ -22,28 +22,48 @@
 
 /* ------------------------------------------------------------------ loading */
 
+/* Tensor parallelism (m->config holds this rank's share): a
+ * column-parallel projection keeps `local` rows a rank, a row-parallel one
+ * `local` columns, whose partial products the forward sums over the ranks. */
+static lm_status linear_share(lm_glm4v_model *m, const char *name, int64_t rows, int64_t cols, bool split_rows,
+                              lm_matrix *out, lm_error *err) {
+    if (m->tp_size <= 1) return lm_weights_linear(&m->weights, name, rows, cols, out, err);
+    int64_t local = split_rows ? rows : cols, first = (int64_t)m->tp_rank * local;
+    lm_weights_slice sl = split_rows ? (lm_weights_slice){.n_runs = 1, .runs = {{first, local}}}
+                                     : (lm_weights_slice){.col_first = first, .col_count = local};
+    return lm_weights_linear_slice(&m->weights, name, split_rows ? rows * m->tp_size : rows,
+                                   split_rows ? cols : cols * m->tp_size, &sl, out, err);
+}
+
+/* A bias of `local` entries a rank: this rank's run of the checkpoint's. */
+static lm_status bias_share(lm_glm4v_model *m, const char *name, int64_t local, lm_mem *out, lm_error *err) {
+    float *host;
+    TRY(lm_weights_host_vector(&m->weights, name, local * m->tp_size, 0, false, &host, err));
+    memmove(host, host + (int64_t)m->tp_rank * local, sizeof(float) * (size_t)local);
+    return lm_weights_import(&m->weights, host, local, name, out, err);
+}
+
 static lm_status load_attention(lm_glm4v_model *m, const char *lp, lm_glm4v_attention *a,
                                 lm_error *err) {
     const lm_glm4v_config *c = &m->config;
-    lm_weights *w = &m->weights;
     int64_t H = c->hidden_size, q = (int64_t)c->num_attention_heads * c->head_dim;
     int64_t kv = (int64_t)c->num_key_value_heads * c->head_dim;
     char name[320];
     snprintf(name, sizeof name, "%sself_attn.q_proj.weight", lp);
-    TRY(lm_weights_linear(w, name, q, H, &a->q_proj, err));
+    TRY(linear_share(m, name, q, H, true, &a->q_proj, err));
     snprintf(name, sizeof name, "%sself_attn.k_proj.weight", lp);
-    TRY(lm_weights_linear(w, name, kv, H, &a->k_proj, err));
+    TRY(linear_share(m, name, kv, H, true, &a->k_proj, err));
     snprintf(name, sizeof name, "%sself_attn.v_proj.weight", lp);
-    TRY(lm_weights_linear(w, name, kv, H, &a->v_proj, err));
+    TRY(linear_share(m, name, kv, H, true, &a->v_proj, err));
     snprintf(name, sizeof name, "%sself_attn.o_proj.weight", lp);
-    TRY(lm_weights_linear(w, name, H, q, &a->o_proj, err));
+    TRY(linear_share(m, name, H, q, false, &a->o_proj, err));
     if (!c->attention_bias) return LM_OK;
     snprintf(name, sizeof name, "%sself_attn.q_proj.bias", lp);
-    TRY(lm_weights_vector(w, name, q, 0, false, &a->q_bias, err));
+    TRY(bias_share(m, name, q, &a->q_bias, err));
     snprintf(name, sizeof name, "%sself_attn.k_proj.bias", lp);
-    TRY(lm_weights_vector(w, name, kv, 0, false, &a->k_bias, err));
+    TRY(bias_share(m, name, kv, &a->k_bias, err));
     snprintf(name, sizeof name, "%sself_attn.v_proj.bias", lp);
-    return lm_weights_vector(w, name, kv, 0, false, &a->v_bias, err);
+    return bias_share(m, name, kv, &a->v_bias, err);
 }
 
 /* The dense MLP: mlp.{gate,up,down}_proj, or (GLM-4.6V-Flash) mlp.gate_up_proj
@@ -55,14 +75,18 @@ static lm_status load_dense_mlp(lm_glm4v_model *m, const char *lp, lm_swiglu *ml
     snprintf(name, sizeof name, "%smlp.gate_up_proj.weight", lp);
     if (!m->weights.random && lm_weights_has(&m->weights, name)) {
         lm_matrix gate_up;
-        TRY(lm_weights_linear(&m->weights, name, 2 * I, H, &gate_up, err));
+        int64_t n = m->tp_size, first = (int64_t)m->tp_rank * I;
+        /* this rank's gate rows, then its up rows (one run of each half) */
+        lm_weights_slice sl = {.n_runs = 2, .runs = {{first, I}, {I * n + first, I}}};
+        TRY(n > 1 ? lm_weights_linear_slice(&m->weights, name, 2 * I * n, H, &sl, &gate_up, err)
+                  : lm_weights_linear(&m->weights, name, 2 * I, H, &gate_up, err));
         mlp->gate_proj = lm_matrix_rows(&gate_up, 0, I);
         mlp->up_proj = lm_matrix_rows(&gate_up, I, I);
         snprintf(name, sizeof name, "%smlp.down_proj.weight", lp);
-        return lm_weights_linear(&m->weights, name, H, I, &mlp->down_proj, err);
+        return linear_share(m, name, H, I, false, &mlp->down_proj, err);
     }
     snprintf(name, sizeof name, "%smlp.", lp);
-    return lm_swiglu_load(&m->weights, name, I, H, mlp, err);
+    return lm_swiglu_load_share(&m->weights, name, I, H, m->tp_rank, m->tp_size, mlp, err);
 }
 
 static lm_status load_moe(lm_glm4v_model *m, const char *lp, lm_glm4v_moe *moe, lm_error *err) {
@@ -83,11 +107,12 @@ static lm_status load_moe(lm_glm4v_model *m, const char *lp, lm_glm4v_moe *moe, 
                                     .renormalize = c->norm_topk_prob,
                                     .scale = c->routed_scaling_factor};
     snprintf(name, sizeof name, "%smlp.", lp);
-    TRY(lm_expert_weights_load(&m->weights, name, E, c->moe_intermediate_size, H, &moe->experts, err));
+    TRY(lm_expert_weights_load_share(&m->weights, name, E, c->moe_intermediate_size, H, m->tp_rank, m->tp_size,
+                                     &moe->experts, err));
     /* Plural: mlp.shared_experts (model-spec §E.2.5). */
     snprintf(name, sizeof name, "%smlp.shared_experts.", lp);
-    return lm_swiglu_load(&m->weights, name, (int64_t)c->moe_intermediate_size * c->n_shared_experts,
-                          H, &moe->shared, err);
+    return lm_swiglu_load_share(&m->weights, name, (int64_t)c->moe_intermediate_size * c->n_shared_experts, H,
+                                m->tp_rank, m->tp_size, &moe->shared, err);
 }
 
 static lm_status load_layer(lm_glm4v_model *m, const char *prefix, int i, lm_glm4v_layer *layer,
@@ -214,6 +239,32 @@ static lm_status load_model(lm_glm4v_model *m, lm_error *err) {
     return LM_OK;
 }
 
+/* Rank tp->rank of tp->n_ranks keeps 1/n of the attention heads (query and
+ * kv) and of the MLP widths (the dense layers', every expert's and the
+ * shared experts'): m->config becomes this rank's share.  The router, the
+ * embedding, lm_head, norms and the vision tower stay whole. */
+static lm_status take_share(lm_glm4v_model *m, lm_comm *tp, lm_error *err) {
+    lm_glm4v_config *c = &m->config;
+    int n = tp->n_ranks;
+    const struct {
+        const char *what;
+        int *value;
+    } parts[] = {{"num_attention_heads", &c->num_attention_heads},
+                 {"num_key_value_heads", &c->num_key_value_heads},
+                 {"intermediate_size", &c->intermediate_size},
+                 {"moe_intermediate_size", &c->moe_intermediate_size}};
+    int n_parts = c->is_moe ? 4 : 3;
+    for (int k = 0; k < n_parts; k++)
+        if (*parts[k].value % n != 0)
+            return lm_fail(err, LM_ERR_INVALID, "tensor parallelism over %d ranks: %s (%d) is not a multiple of %d",
+                           n, parts[k].what, *parts[k].value, n);
+    for (int k = 0; k < n_parts; k++) *parts[k].value /= n;
+    m->tp = tp;
+    m->tp_rank = tp->rank;
+    m->tp_size = n;
+    return LM_OK;
+}
+
 static lm_status glm4v_open(const char *config_path, const char *dir,
                             const lm_model_load_options *options, lm_backend *backend,
                             lm_model **out, lm_error *err) {
@@ -232,6 +283,13 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
     m->base.backend = backend;
     m->config = config;
     m->checkpoint = checkpoint;
+    m->tp_size = 1;
+    if (options->tensor_parallel && options->tensor_parallel->n_ranks > 1 &&
+        (st = take_share(m, options->tensor_parallel, err)) != LM_OK) {
+        lm_checkpoint_close(checkpoint);
+        free(m);
+        return st;
+    }
     if (checkpoint)
         lm_weights_init(&m->weights, checkpoint, backend);
     else
@@ -282,6 +340,15 @@ static void add_bias(lm_backend *be, lm_mem y, int n, const lm_matrix *w, lm_mem
     if (bias.buffer) lm_add_rows(be, y, bias, n, (int)w->rows);
 }
 
+/* Tensor parallelism: x [N, H] holds this rank's partial product of a
+ * row-parallel projection; the sum over the ranks replaces it on every
+ * rank (before the sandwich norms, which need the whole). */
+static void sum_over_ranks(lm_glm4v_context *ctx, lm_mem x, int N) {
+    const lm_glm4v_model *m = ctx->model;
+    if (!m->tp || ctx->tp_status != LM_OK) return;
+    ctx->tp_status = lm_all_reduce_sum(m->tp, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
+}
+
 /* Attention (model-spec §E.2.1): s->x [N, H] -> s->x, the o_proj output. */
 static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_glm4v_layer *layer,
                       const lm_kv_layer *kv) {
@@ -304,6 +371,7 @@ static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
     lm_attention(be, s->attn, s->q, kv, &ab);
     lm_matmul(be, s->x, s->attn, N, &a->o_proj); /* no bias */
+    sum_over_ranks(ctx, s->x, N);
 }
 
 /* SwiGLU: s->x -> out. */
@@ -349,6 +417,7 @@ static void decoder_layer(lm_glm4v_context *ctx, const lm_step_view *step,
     } else {
         swiglu(ctx, N, &layer->mlp, s->x);
     }
+    sum_over_ranks(ctx, out, N);
     if (m->sandwich_norms) lm_rmsnorm(be, out, out, layer->post_mlp_norm, N, H, eps);
     lm_add(be, s->h, out, (int64_t)N * H);
 }
@@ -366,6 +435,7 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
     size_t rows_bytes = sizeof(float) * (size_t)N * (size_t)H;
     lm_mem h = ctx->scratch.h;
 
+    ctx->tp_status = LM_OK;
     lm_forward_embed_inputs(be, h, step.tokens, b, &m->embed_tokens, H);
     for (int i = 0; i < L; i++) {
         if (out->layer_hidden && out->layer_hidden[i]) {
@@ -374,6 +444,7 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
         }
         decoder_layer(ctx, &step, &m->layers[i], &ctx->kv[i]);
     }
+    if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
     /* Final norm and lm_head only on the rows that need logits. */
     lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps, .lm_head = &m->lm_head,
                            .hidden = H, .n_layers = L, .logit_x = ctx->logit_x, .logits = ctx->logits,

@@ -52,6 +52,10 @@ typedef struct {
     lm_glm4v_layer *layers;
     lm_rope_params rope;
     bool sandwich_norms; /* glm4v (dense): four norms per layer */
+    /* Tensor parallelism: config holds this rank's heads and MLP widths
+     * (the checkpoint's divided by tp_size); tp is NULL for the whole model. */
+    lm_comm *tp;
+    int tp_rank, tp_size;
     /* The vision tower (models/glm4v_vision.h), when config.json has a
      * vision_config and the checkpoint its tensors; else NULL. */
     struct lm_glm4v_vision *vision;
