@@ -77,13 +77,18 @@ static bool run_ranks(const char *dir, int n_ranks, const int32_t *ids, int n, c
 
 static bool host_backend_under_test(void) { return strcmp(test_backend_name(), "cuda") != 0; }
 
-static void check_two_ranks(const char *fixture) {
+/* The fixture (a folder of LOOM_FIXTURES, or under tests/ when it begins
+ * so) on n_ranks ranks. */
+static void check_ranks(const char *fixture, int n_ranks) {
     if (!host_backend_under_test()) {
         printf("  skipped: the host communicator needs host backends (LOOM_TEST_BACKEND=%s)\n", test_backend_name());
         return;
     }
     char dir[1024], path[1200];
-    test_fixture_path(dir, sizeof dir, fixture);
+    if (strncmp(fixture, "tests/", 6) == 0)
+        snprintf(dir, sizeof dir, "%s", fixture);
+    else
+        test_fixture_path(dir, sizeof dir, fixture);
     snprintf(path, sizeof path, "%s/reference.safetensors", dir);
     lm_safetensors *reference = NULL;
     lm_error err = {0};
@@ -110,48 +115,61 @@ static void check_two_ranks(const char *fixture) {
         if (!ids || !want) continue; /* the fixture has fewer prompts */
         checked++;
         float *alone = test_prefill(whole.model, ids, n, NULL, NULL, &err);
-        rank_job jobs[2];
-        if (!alone || !run_ranks(dir, 2, ids, n, greedy ? greedy->data : NULL, greedy ? (int)greedy->n_elements : 0,
-                                 jobs)) {
+        rank_job jobs[MAX_RANKS];
+        if (!alone || !run_ranks(dir, n_ranks, ids, n, greedy ? greedy->data : NULL,
+                                 greedy ? (int)greedy->n_elements : 0, jobs)) {
             snprintf(why, sizeof why, "%s: could not run", prompts[p]);
             free(alone);
             break;
         }
         size_t count = (size_t)n * (size_t)V;
-        for (int r = 0; r < 2 && !why[0]; r++)
+        for (int r = 0; r < n_ranks && !why[0]; r++)
             if (jobs[r].status != LM_OK) snprintf(why, sizeof why, "%s rank %d: %s", prompts[p], r, jobs[r].message);
         if (!why[0]) {
             double e_ref = test_normalized_error(jobs[0].logits, want->data, count);
             double e_whole = test_normalized_error(jobs[0].logits, alone, count);
+            int differs = 0; /* the first rank whose logits are not rank 0's bits */
+            for (int r = n_ranks - 1; r >= 1; r--)
+                if (memcmp(jobs[0].logits, jobs[r].logits, count * sizeof(float)) != 0) differs = r;
+            const test_greedy_result *g = &jobs[0].greedy;
             if (!(e_ref < test_logit_tolerance()))
-                snprintf(why, sizeof why, "%s: 2 ranks' logits %.3g of the std from the reference", prompts[p], e_ref);
+                snprintf(why, sizeof why, "%s: the logits are %.3g of the std from the reference", prompts[p], e_ref);
             else if (!(e_whole < WHOLE_TOLERANCE))
-                snprintf(why, sizeof why, "%s: 2 ranks' logits %.3g of the std from the whole model's", prompts[p],
+                snprintf(why, sizeof why, "%s: the logits are %.3g of the std from the whole model's", prompts[p],
                          e_whole);
-            else if (memcmp(jobs[0].logits, jobs[1].logits, count * sizeof(float)) != 0)
-                snprintf(why, sizeof why, "%s: the ranks' logits differ", prompts[p]);
-            else if (greedy && jobs[0].greedy.mismatch_at >= 0 &&
-                     !(((const float *)margin->data)[jobs[0].greedy.mismatch_at] < MARGIN_RULE))
+            else if (differs)
+                snprintf(why, sizeof why, "%s: rank %d's logits differ from rank 0's", prompts[p], differs);
+            else if (greedy && g->mismatch_at >= 0 && !(((const float *)margin->data)[g->mismatch_at] < MARGIN_RULE))
                 /* the fixtures' margin rule: only a near tie may go the other way */
-                snprintf(why, sizeof why, "%s: greedy decoding on 2 ranks left the reference at step %d", prompts[p],
-                         jobs[0].greedy.mismatch_at);
-            else if (greedy && jobs[0].greedy.compared < 1)
+                snprintf(why, sizeof why, "%s: greedy decoding left the reference at step %d", prompts[p],
+                         g->mismatch_at);
+            else if (greedy && g->compared < 1)
                 snprintf(why, sizeof why, "%s: no greedy step compared", prompts[p]);
         }
         free(alone);
-        for (int r = 0; r < 2; r++) free(jobs[r].logits);
+        for (int r = 0; r < n_ranks; r++) free(jobs[r].logits);
     }
     test_model_close(&whole);
     lm_safetensors_close(reference);
-    CHECK_MSG(!why[0], "%s: %s", fixture, why);
+    CHECK_MSG(!why[0], "%s on %d ranks: %s", fixture, n_ranks, why);
     CHECK_MSG(checked >= 2, "%s: %d prompts with a reference", fixture, checked);
 }
 
-static void test_dense_on_two_ranks(void) { check_two_ranks("models/qwen35-dense"); }
+static void test_dense_on_two_ranks(void) { check_ranks("models/qwen35-dense", 2); }
 /* every rank routes every token and keeps half of each expert's width */
-static void test_moe_on_two_ranks(void) { check_two_ranks("models/qwen35-moe"); }
-/* GLM-4.6V: q/k/v biases by head, a dense first layer, sigmoid routing */
-static void test_glm_on_two_ranks(void) { check_two_ranks("models/glm46v-moe"); }
+static void test_moe_on_two_ranks(void) { check_ranks("models/qwen35-moe", 2); }
+/* GLM-4.6V: q/k/v biases by head, a dense first layer, sigmoid routing;
+ * at 4 ranks its 2 kv heads are each kept by 2 ranks */
+static void test_glm_on_two_and_four_ranks(void) {
+    check_ranks("models/glm46v-moe", 2);
+    check_ranks("models/glm46v-moe", 4);
+}
+/* 8 query heads over 2 kv heads, 4 GDN key and value heads, 8 layers: at 4
+ * ranks each kv head is kept by 2 ranks */
+static void test_shape_on_two_and_four_ranks(void) {
+    check_ranks("tests/data/shapes/deep8-tied-theta1e7-gqa4", 2);
+    check_ranks("tests/data/shapes/deep8-tied-theta1e7-gqa4", 4);
+}
 
 /* One lm_model over 2 ranks (lm_tensor_parallel_open), as the engine sees
  * it: the prompts' logits, greedy decoding (cache moves and states on
@@ -260,8 +278,10 @@ static void test_device_backends_refused(void) {
 }
 
 static void test_shares_that_do_not_divide_are_refused(void) {
-    /* 2 kv heads cannot go to 4 ranks */
-    check_refused("models/qwen35-dense", 4, LM_ERR_INVALID, "num_key_value_heads (2) is not a multiple of 4");
+    /* 2 kv heads go to 4 ranks (each kept by 2), 2 GDN key heads do not */
+    check_refused("models/qwen35-dense", 4, LM_ERR_INVALID, "linear_num_key_heads (2) is not a multiple of 4");
+    /* 2 kv heads cannot be kept whole by 3 ranks */
+    check_refused("models/glm46v-moe", 3, LM_ERR_INVALID, "is not a multiple of 3");
 }
 
 static void test_moe_shares_that_do_not_divide_are_refused(void) {
@@ -272,7 +292,8 @@ static void test_moe_shares_that_do_not_divide_are_refused(void) {
 int main(void) {
     RUN_TEST(test_dense_on_two_ranks);
     RUN_TEST(test_moe_on_two_ranks);
-    RUN_TEST(test_glm_on_two_ranks);
+    RUN_TEST(test_glm_on_two_and_four_ranks);
+    RUN_TEST(test_shape_on_two_and_four_ranks);
     RUN_TEST(test_one_model_over_two_ranks);
     RUN_TEST(test_device_backends_refused);
     RUN_TEST(test_shares_that_do_not_divide_are_refused);

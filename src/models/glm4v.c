@@ -35,12 +35,18 @@ static lm_status linear_share(lm_glm4v_model *m, const char *name, int64_t rows,
                                    split_rows ? cols : cols * m->tp_size, &sl, out, err);
 }
 
+/* Entries [first, first + count) of a bias of n entries. */
+static lm_status bias_run(lm_glm4v_model *m, const char *name, int64_t n, int64_t first, int64_t count, lm_mem *out,
+                          lm_error *err) {
+    float *host;
+    TRY(lm_weights_host_vector(&m->weights, name, n, 0, false, &host, err));
+    memmove(host, host + first, sizeof(float) * (size_t)count);
+    return lm_weights_import(&m->weights, host, count, name, out, err);
+}
+
 /* A bias of `local` entries a rank: this rank's run of the checkpoint's. */
 static lm_status bias_share(lm_glm4v_model *m, const char *name, int64_t local, lm_mem *out, lm_error *err) {
-    float *host;
-    TRY(lm_weights_host_vector(&m->weights, name, local * m->tp_size, 0, false, &host, err));
-    memmove(host, host + (int64_t)m->tp_rank * local, sizeof(float) * (size_t)local);
-    return lm_weights_import(&m->weights, host, local, name, out, err);
+    return bias_run(m, name, local * m->tp_size, (int64_t)m->tp_rank * local, local, out, err);
 }
 
 static lm_status load_attention(lm_glm4v_model *m, const char *lp, lm_glm4v_attention *a,
@@ -51,19 +57,24 @@ static lm_status load_attention(lm_glm4v_model *m, const char *lp, lm_glm4v_atte
     char name[320];
     snprintf(name, sizeof name, "%sself_attn.q_proj.weight", lp);
     TRY(linear_share(m, name, q, H, true, &a->q_proj, err));
+    /* this rank's kv heads: a run from kv_head_first of the checkpoint's */
+    int64_t kv_rows = (int64_t)m->config_kv_heads * c->head_dim, kv_first = (int64_t)m->kv_head_first * c->head_dim;
+    lm_weights_slice kv_sl = {.n_runs = 1, .runs = {{kv_first, kv}}};
     snprintf(name, sizeof name, "%sself_attn.k_proj.weight", lp);
-    TRY(linear_share(m, name, kv, H, true, &a->k_proj, err));
+    TRY(m->tp_size > 1 ? lm_weights_linear_slice(&m->weights, name, kv_rows, H, &kv_sl, &a->k_proj, err)
+                       : lm_weights_linear(&m->weights, name, kv, H, &a->k_proj, err));
     snprintf(name, sizeof name, "%sself_attn.v_proj.weight", lp);
-    TRY(linear_share(m, name, kv, H, true, &a->v_proj, err));
+    TRY(m->tp_size > 1 ? lm_weights_linear_slice(&m->weights, name, kv_rows, H, &kv_sl, &a->v_proj, err)
+                       : lm_weights_linear(&m->weights, name, kv, H, &a->v_proj, err));
     snprintf(name, sizeof name, "%sself_attn.o_proj.weight", lp);
     TRY(linear_share(m, name, H, q, false, &a->o_proj, err));
     if (!c->attention_bias) return LM_OK;
     snprintf(name, sizeof name, "%sself_attn.q_proj.bias", lp);
     TRY(bias_share(m, name, q, &a->q_bias, err));
     snprintf(name, sizeof name, "%sself_attn.k_proj.bias", lp);
-    TRY(bias_share(m, name, kv, &a->k_bias, err));
+    TRY(bias_run(m, name, kv_rows, kv_first, kv, &a->k_bias, err));
     snprintf(name, sizeof name, "%sself_attn.v_proj.bias", lp);
-    return bias_share(m, name, kv, &a->v_bias, err);
+    return bias_run(m, name, kv_rows, kv_first, kv, &a->v_bias, err);
 }
 
 /* The dense MLP: mlp.{gate,up,down}_proj, or (GLM-4.6V-Flash) mlp.gate_up_proj
@@ -254,11 +265,22 @@ static lm_status take_share(lm_glm4v_model *m, lm_comm *tp, lm_error *err) {
                  {"intermediate_size", &c->intermediate_size},
                  {"moe_intermediate_size", &c->moe_intermediate_size}};
     int n_parts = c->is_moe ? 4 : 3;
+    /* fewer kv heads than ranks: each kept whole by n / heads ranks */
+    int kv = c->num_key_value_heads;
+    bool repeat_kv = kv < n && n % kv == 0 && c->num_attention_heads % n == 0;
+    m->config_kv_heads = kv;
     for (int k = 0; k < n_parts; k++)
-        if (*parts[k].value % n != 0)
+        if (*parts[k].value % n != 0 && !(repeat_kv && parts[k].value == &c->num_key_value_heads))
             return lm_fail(err, LM_ERR_INVALID, "tensor parallelism over %d ranks: %s (%d) is not a multiple of %d",
                            n, parts[k].what, *parts[k].value, n);
-    for (int k = 0; k < n_parts; k++) *parts[k].value /= n;
+    for (int k = 0; k < n_parts; k++)
+        if (!(repeat_kv && parts[k].value == &c->num_key_value_heads)) *parts[k].value /= n;
+    if (repeat_kv) {
+        c->num_key_value_heads = 1;
+        m->kv_head_first = tp->rank / (n / kv);
+    } else {
+        m->kv_head_first = tp->rank * c->num_key_value_heads;
+    }
     m->tp = tp;
     m->tp_rank = tp->rank;
     m->tp_size = n;
@@ -284,6 +306,7 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
     m->config = config;
     m->checkpoint = checkpoint;
     m->tp_size = 1;
+    m->config_kv_heads = config.num_key_value_heads;
     if (options->tensor_parallel && options->tensor_parallel->n_ranks > 1 &&
         (st = take_share(m, options->tensor_parallel, err)) != LM_OK) {
         lm_checkpoint_close(checkpoint);

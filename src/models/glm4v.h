@@ -56,6 +56,8 @@ typedef struct {
      * (the checkpoint's divided by tp_size); tp is NULL for the whole model. */
     lm_comm *tp;
     int tp_rank, tp_size;
+    int kv_head_first;   /* this rank's first kv head (qwen35.h says how) */
+    int config_kv_heads; /* the checkpoint's */
     /* The vision tower (models/glm4v_vision.h), when config.json has a
      * vision_config and the checkpoint its tensors; else NULL. */
     struct lm_glm4v_vision *vision;

@@ -143,8 +143,11 @@ static lm_status load_full_attention(lm_qwen35_model *m, const char *prefix, int
     int H = c->hidden_size, D = c->head_dim, nH = c->num_attention_heads, nKV = c->num_key_value_heads;
     /* q_proj carries the output gate: per head [q (D) | gate (D)]. */
     TRY(rows_at(m, w, prefix, i, "self_attn.q_proj.weight", (int64_t)nH * 2 * D, H, &fa->q_proj, err));
-    TRY(rows_at(m, w, prefix, i, "self_attn.k_proj.weight", (int64_t)nKV * D, H, &fa->k_proj, err));
-    TRY(rows_at(m, w, prefix, i, "self_attn.v_proj.weight", (int64_t)nKV * D, H, &fa->v_proj, err));
+    /* this rank's kv heads: a run from kv_head_first of the checkpoint's */
+    lm_weights_slice kv = {.n_runs = 1, .runs = {{(int64_t)m->kv_head_first * D, (int64_t)nKV * D}}};
+    int64_t kv_rows = (int64_t)m->config_kv_heads * D;
+    TRY(shard_at(m, w, prefix, i, "self_attn.k_proj.weight", kv_rows, H, &kv, &fa->k_proj, err));
+    TRY(shard_at(m, w, prefix, i, "self_attn.v_proj.weight", kv_rows, H, &kv, &fa->v_proj, err));
     TRY(cols_at(m, w, prefix, i, "self_attn.o_proj.weight", H, (int64_t)nH * D, &fa->o_proj, err));
     TRY(vector_at(w, prefix, i, "self_attn.q_norm.weight", D, norm_offset, false, &fa->q_norm, err));
     TRY(vector_at(w, prefix, i, "self_attn.k_norm.weight", D, norm_offset, false, &fa->k_norm, err));
@@ -319,11 +322,23 @@ static lm_status take_share(lm_qwen35_model *m, lm_comm *tp, lm_error *err) {
                  {c->is_moe ? "shared_expert_intermediate_size" : "intermediate_size",
                   c->is_moe ? &c->shared_expert_intermediate_size : &c->intermediate_size}};
     int n_parts = c->is_moe ? 6 : 5;
+    /* fewer kv heads than ranks: each kept whole by n / heads ranks, the
+     * ranks whose query heads use it (vLLM's replication) */
+    int kv = c->num_key_value_heads, q_heads = c->num_attention_heads;
+    bool repeat_kv = kv < n && n % kv == 0 && q_heads % n == 0;
+    m->config_kv_heads = kv;
     for (int k = 0; k < n_parts; k++)
-        if (*parts[k].value % n != 0)
+        if (*parts[k].value % n != 0 && !(repeat_kv && parts[k].value == &c->num_key_value_heads))
             return lm_fail(err, LM_ERR_INVALID, "tensor parallelism over %d ranks: %s (%d) is not a multiple of %d",
                            n, parts[k].what, *parts[k].value, n);
-    for (int k = 0; k < n_parts; k++) *parts[k].value /= n;
+    for (int k = 0; k < n_parts; k++)
+        if (!(repeat_kv && parts[k].value == &c->num_key_value_heads)) *parts[k].value /= n;
+    if (repeat_kv) {
+        c->num_key_value_heads = 1;
+        m->kv_head_first = tp->rank / (n / kv);
+    } else {
+        m->kv_head_first = tp->rank * c->num_key_value_heads;
+    }
     m->tp = tp;
     m->tp_rank = tp->rank;
     m->tp_size = n;
@@ -342,6 +357,7 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     m->base.backend = backend;
     m->config = *config;
     m->tp_size = 1;
+    m->config_kv_heads = config->num_key_value_heads;
     m->checkpoint = checkpoint;
     const lm_qwen35_config *c = &m->config;
     if (checkpoint)

@@ -71,6 +71,11 @@ typedef struct {
      * (the checkpoint's divided by tp_size); tp is NULL for the whole model. */
     lm_comm *tp;
     int tp_rank, tp_size;
+    /* the first of this rank's kv heads: rank·local, or with fewer kv heads
+     * than ranks (each then kept by tp_size / heads ranks, one a rank) the
+     * one its query heads use */
+    int kv_head_first;
+    int config_kv_heads; /* the checkpoint's */
     /* The Multi-Token-Prediction head (models/qwen35_mtp.h), loaded with the
      * model when the config declares one.  A head that is absent, incomplete
      * or unsupported leaves has_mtp false (the engine then runs without
