@@ -70,6 +70,7 @@ loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens
     o.speculative_tokens = speculative_tokens;
     o.enable_prefix_caching = prefix_caching;
     o.prefix_snapshot_bytes = snapshot_bytes;
+    o.tensor_parallel_size = test_tensor_parallel_size();
     loom_engine *e = NULL;
     char error[256];
     if (loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK) {

@@ -22,6 +22,12 @@ const char *test_quantize_name(void) {
     return name && *name ? name : "none";
 }
 
+/* LOOM_TEST_TP=N: the engine tests split their model over N ranks. */
+int test_tensor_parallel_size(void) {
+    const char *n = getenv("LOOM_TEST_TP");
+    return n && *n ? atoi(n) : 0;
+}
+
 double test_logit_tolerance(void) {
     return strcmp(test_compute_name(), "bf16") == 0 ? 1e-2 : 1e-4;
 }

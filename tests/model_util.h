@@ -33,6 +33,8 @@ const char *test_compute_name(void);
  * so), default "none". */
 const char *test_quantize_name(void);
 double test_logit_tolerance(void);
+/* LOOM_TEST_TP: the ranks the engine tests split their model over (0: one). */
+int test_tensor_parallel_size(void);
 
 /* Loads dir's checkpoint (options NULL: the defaults) on a new backend
  * (test_backend_name(), `threads` threads); on failure prints why,

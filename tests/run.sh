@@ -59,6 +59,14 @@ if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
 else
     echo "bf16/*: skipped (this CPU has no avx512_bf16, so the cpu backend computes in f32 only)"
 fi
+# tensor parallelism (issue 19): the engine tests again with every model
+# split over 2 ranks (threads, the host communicator): batch invariance,
+# speculative == plain greedy, prefix caching, grammars and images.
+tp_tests="test_engine test_speculative test_prefix_cache test_grammar_engine test_engine_images test_qwen35_moe"
+for name in $tp_tests; do
+    t="$build/tests/$name"
+    [ -x "$t" ] && run_suite "tp2/$name" env LOOM_TEST_TP=2 "$t"
+done
 # int8 weights (--quantize int8): the batch-invariance tests again, every
 # test model made int8 at load (test_quantized checks the logits' quality).
 int8_tests="test_engine test_speculative test_prefix_cache test_engine_images"

@@ -174,13 +174,13 @@ static void test_shape_on_two_and_four_ranks(void) {
 /* One lm_model over 2 ranks (lm_tensor_parallel_open), as the engine sees
  * it: the prompts' logits, greedy decoding (cache moves and states on
  * every rank) and the MTP head's logits against the reference. */
-static void test_one_model_over_two_ranks(void) {
+static void check_one_model(const char *fixture) {
     if (!host_backend_under_test()) {
         printf("  skipped: the host communicator needs host backends (LOOM_TEST_BACKEND=%s)\n", test_backend_name());
         return;
     }
     char dir[1024], path[1200];
-    test_fixture_path(dir, sizeof dir, "models/qwen35-dense");
+    test_fixture_path(dir, sizeof dir, fixture);
     snprintf(path, sizeof path, "%s/reference.safetensors", dir);
     lm_safetensors *reference = NULL;
     lm_error err = {0};
@@ -234,9 +234,13 @@ static void test_one_model_over_two_ranks(void) {
     lm_model_free(model);
     lm_backend_destroy(backend);
     lm_safetensors_close(reference);
-    CHECK_MSG(!why[0], "%s", why);
-    CHECK_MSG(mtp_present, "the MTP head did not come through the ranks");
+    CHECK_MSG(!why[0], "%s: %s", fixture, why);
+    CHECK_MSG(mtp_present, "%s: the MTP head did not come through the ranks", fixture);
 }
+
+static void test_one_model_over_two_ranks(void) { check_one_model("models/qwen35-dense"); }
+/* its MTP head's experts are stored fused ([E, 2I, H]): each rank slices every one */
+static void test_one_moe_model_over_two_ranks(void) { check_one_model("models/qwen35-moe"); }
 
 /* A load that must fail on every rank, with a message holding `words`. */
 static void check_refused(const char *fixture, int n_ranks, lm_status want, const char *words) {
@@ -295,6 +299,7 @@ int main(void) {
     RUN_TEST(test_glm_on_two_and_four_ranks);
     RUN_TEST(test_shape_on_two_and_four_ranks);
     RUN_TEST(test_one_model_over_two_ranks);
+    RUN_TEST(test_one_moe_model_over_two_ranks);
     RUN_TEST(test_device_backends_refused);
     RUN_TEST(test_shares_that_do_not_divide_are_refused);
     RUN_TEST(test_moe_shares_that_do_not_divide_are_refused);

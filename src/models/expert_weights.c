@@ -50,14 +50,20 @@ lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, in
     char name[320];
     snprintf(name, sizeof name, "%sexperts.gate_up_proj", mlp_prefix);
     out->fused = lm_weights_has(w, name);
-    if (out->fused && n_ranks > 1)
-        return lm_fail(err, LM_ERR_UNSUPPORTED,
-                       "tensor parallelism of fused experts ('%s') is not supported yet", name);
     if (out->fused) {
         lm_matrix gate_up, downs;
-        TRY(lm_weights_linear_stacked(w, name, E, 2 * (int64_t)I, H, &gate_up, err));
-        snprintf(name, sizeof name, "%sexperts.down_proj", mlp_prefix);
-        TRY(lm_weights_linear_stacked(w, name, E, H, I, &downs, err));
+        if (n_ranks > 1) { /* each expert's share: its gate rows and up rows, a window of down's columns */
+            int64_t full = (int64_t)I * n_ranks, first = (int64_t)rank * I;
+            lm_weights_slice rows = {.n_runs = 2, .runs = {{first, I}, {full + first, I}}};
+            lm_weights_slice cols = {.col_first = first, .col_count = I};
+            TRY(lm_weights_linear_stacked_slice(w, name, E, 2 * full, H, &rows, &gate_up, err));
+            snprintf(name, sizeof name, "%sexperts.down_proj", mlp_prefix);
+            TRY(lm_weights_linear_stacked_slice(w, name, E, H, full, &cols, &downs, err));
+        } else {
+            TRY(lm_weights_linear_stacked(w, name, E, 2 * (int64_t)I, H, &gate_up, err));
+            snprintf(name, sizeof name, "%sexperts.down_proj", mlp_prefix);
+            TRY(lm_weights_linear_stacked(w, name, E, H, I, &downs, err));
+        }
         for (int e = 0; e < E; e++) {
             gate[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e, I);
             up[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e + I, I);

@@ -35,7 +35,8 @@ typedef struct {
 
 /* mlp_prefix ends in "mlp." (e.g. "model.language_model.layers.3.mlp.").
  * With n_ranks > 1, each expert's share (I columns a rank, rank's
- * lm_swiglu_load_share); fused checkpoints are refused there for now. */
+ * lm_swiglu_load_share; of fused experts the same rows and columns of each
+ * stacked matrix). */
 lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int n_experts, int inter,
                                  int hidden, lm_expert_weights *out, lm_error *err);
 lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, int n_experts, int inter, int hidden,

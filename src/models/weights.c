@@ -586,17 +586,21 @@ static int64_t slice_row(const lm_weights_slice *sl, int64_t i) {
     return i; /* no runs: every row */
 }
 
-lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows, int64_t cols,
-                                  const lm_weights_slice *slice, lm_matrix *out, lm_error *err) {
-    int64_t n_rows = 0, n_cols = 0;
-    lm_status st = check_slice(name, rows, cols, slice, &n_rows, &n_cols, err);
+/* The slice of each of the n matrices [rows, cols] of a tensor of n_dims
+ * dims ([rows, cols], or [n, rows, cols] stacked), as one matrix
+ * [n · slice rows, slice cols]. */
+static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t n, int64_t rows, int64_t cols,
+                            const lm_weights_slice *slice, lm_matrix *out, lm_error *err) {
+    int64_t s_rows = 0, n_cols = 0;
+    lm_status st = check_slice(name, rows, cols, slice, &s_rows, &n_cols, err);
     if (st != LM_OK) return st;
+    int64_t n_rows = n * s_rows;
     const lm_tensor *t;
     if (!w->random && (t = lm_checkpoint_find(w->checkpoint, name)) && t->dtype == LM_DTYPE_F8_E4M3)
         return lm_fail(err, LM_ERR_UNSUPPORTED, "%s: tensor '%s' is FP8: slices of FP8 weights are not supported yet",
                        t->file, name);
-    const int64_t shape[2] = {rows, cols};
-    t = require_shape(w, name, 2, shape, err);
+    const int64_t shape2[2] = {rows, cols}, shape3[3] = {n, rows, cols};
+    t = require_shape(w, name, n_dims, n_dims == 3 ? shape3 : shape2, err);
     if (!t) return err->code;
     if (was_released(w, t))
         return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for after its conversion", name);
@@ -612,10 +616,11 @@ lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows,
             return dst ? lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name) : err->code;
         }
         for (int64_t i = 0; i < n_rows && st == LM_OK; i++) {
-            float_row(t, slice_row(slice, i), cols, row);
+            int64_t src = (i / s_rows) * rows + slice_row(slice, i % s_rows);
+            float_row(t, src, cols, row);
             if (!lm_q8_quantize_row(row + c0, n_cols, dst + (size_t)i * row_bytes))
                 st = lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite",
-                             t->file, name, (long long)slice_row(slice, i));
+                             t->file, name, (long long)src);
         }
         free(row);
         lm_buffer *buffer;
@@ -629,20 +634,31 @@ lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows,
     size_t dst_row = elem * (size_t)n_cols, bytes = dst_row * (size_t)n_rows;
     const uint8_t *src = t->data;
     lm_buffer *buffer;
-    if (whole_rows && slice->n_runs <= 1) { /* one run of whole rows: the stored bytes, in place */
+    if (whole_rows && slice->n_runs <= 1 && n == 1) { /* one run of whole rows: the stored bytes, in place */
         int64_t first = slice->n_runs ? slice->runs[0].first : 0;
         st = import(w, src + (size_t)first * src_row, bytes, name, &buffer, err);
     } else {
         uint8_t *dst = owned_bytes(w, bytes, name, err);
         if (!dst) return err->code;
-        for (int64_t i = 0; i < n_rows; i++)
-            memcpy(dst + (size_t)i * dst_row, src + (size_t)slice_row(slice, i) * src_row + elem * (size_t)c0,
-                   dst_row);
+        for (int64_t i = 0; i < n_rows; i++) {
+            int64_t r = (i / s_rows) * rows + slice_row(slice, i % s_rows);
+            memcpy(dst + (size_t)i * dst_row, src + (size_t)r * src_row + elem * (size_t)c0, dst_row);
+        }
         st = import(w, dst, bytes, name, &buffer, err);
     }
     if (st != LM_OK) return st;
     *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = t->dtype, .rows = n_rows, .cols = n_cols};
     return LM_OK;
+}
+
+lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows, int64_t cols,
+                                  const lm_weights_slice *slice, lm_matrix *out, lm_error *err) {
+    return load_slice(w, name, 2, 1, rows, cols, slice, out, err);
+}
+
+lm_status lm_weights_linear_stacked_slice(lm_weights *w, const char *name, int64_t n, int64_t rows, int64_t cols,
+                                          const lm_weights_slice *slice, lm_matrix *out, lm_error *err) {
+    return load_slice(w, name, 3, n, rows, cols, slice, out, err);
 }
 
 /* ---- config.json's quantization_config ---- */

@@ -104,6 +104,10 @@ typedef struct {
  * (not yet), are errors naming the tensor. */
 lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                                   const lm_weights_slice *slice, lm_matrix *out, lm_error *err);
+/* The same slice of each matrix of a 3-D [n, rows, cols] tensor (fused
+ * experts), as one matrix [n · slice rows, slice cols]. */
+lm_status lm_weights_linear_stacked_slice(lm_weights *w, const char *name, int64_t n, int64_t rows, int64_t cols,
+                                          const lm_weights_slice *slice, lm_matrix *out, lm_error *err);
 /* A 3-D float tensor [n, rows, cols] as stored (fused experts), on the
  * backend, as one [n * rows, cols] matrix: lm_matrix_rows cuts its slices
  * without copying. */
