@@ -359,6 +359,9 @@ lm_status lm_tensor_parallel_open(const char *dir, const lm_model_load_options *
     for (int r = 0; r < n_ranks && st == LM_OK; r++) {
         lm_model_load_options o = options ? *options : (lm_model_load_options){0};
         o.tensor_parallel = lm_host_comm_rank(m->group, r);
+        /* Mapped, so that a rank reads only the bytes of its slices (the
+         * ranks share the page cache) instead of each reading every shard. */
+        o.mode = LM_LOAD_MMAP;
         st = lm_model_open(dir, &o, r ? m->owned[r] : backend, &m->rank[r], err);
         if (st == LM_OK) m->n = r + 1;
     }

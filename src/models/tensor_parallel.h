@@ -18,7 +18,8 @@
  * out (at least one a rank), and frees.  The ranks' sums go through the
  * host communicator, so the backend must keep its memory on the host (cpu,
  * ref): a device communicator (NCCL) is not built yet.  options may be
- * NULL; its tensor_parallel is the group's, whatever it says. */
+ * NULL; its tensor_parallel is the group's and its mode LM_LOAD_MMAP (a
+ * rank reads only its slices), whatever it says. */
 lm_status lm_tensor_parallel_open(const char *dir, const lm_model_load_options *options, lm_backend *backend,
                                   int n_ranks, lm_model **out, lm_error *err);
 
