@@ -62,10 +62,11 @@ include_rule "base/ includes only base/" base '.' '^base/'
 include_rule "engine/ must not include a backend-private header (ops/<backend>/)" engine \
     '^ops/[^/]+/'
 # The family-agnostic contracts of models/: the interface, the StepBatch, the
-# registry, and the prompt side of images every family shares (the image
-# processor's settings and patches, placeholder expansion and positions).
+# registry, the prompt side of images every family shares (the image
+# processor's settings and patches, placeholder expansion and positions), and
+# the tensor-parallel model, which drives any family's ranks as one model.
 include_rule "engine/ must not include a model family header" engine '^models/' \
-    '^models/(model|step_batch|registry|image_processor|multimodal_prompt)\.h$'
+    '^models/(model|step_batch|registry|image_processor|multimodal_prompt|tensor_parallel)\.h$'
 
 # engine/ names no model family: identifiers outside comments and string literals.
 family_names() {
