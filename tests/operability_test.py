@@ -59,11 +59,18 @@ check("vLLM no-op flags accepted", r.returncode == 0 and r.stdout == want, r.std
 for flag in ("--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser", "--dtype", "--trust-remote-code"):
     line = [l for l in r.stderr.split("\n") if l.startswith(f"loom run: {flag}:")]
     check(f"{flag} has a one-line note", len(line) == 1 and len(line[0]) > len(flag) + 20, r.stderr)
-for args, names in ((["--dtype", "float16"], "bfloat16"), (["--tensor-parallel-size", "2"], "--device"),
-                    (["-ngl", "99"], "--device"), (["-hf", "Qwen/Qwen3.5-0.8B"], "--model"),
+for args, names in ((["--dtype", "float16"], "bfloat16"), (["-ngl", "99"], "--device"), (["-hf", "Qwen/Qwen3.5-0.8B"], "--model"),
                     (["--n-predict", "8"], "--max-tokens"), (["--quantization", "fp8"], "--quantize int8")):
     r = run("serve", tiny, *args)
     check(f"{args[0]} refused naming {names}", r.returncode == 2 and names in r.stderr, r.stderr)
+
+# --tensor-parallel-size is loom's now (issue 19): a split the heads do not divide is refused naming
+# the count, and on a device backend it waits for the NCCL communicator
+r = run("run", tiny, "--tensor-parallel-size", "3", *IDS)
+check("--tensor-parallel-size 3 refused naming the count", r.returncode == 1 and "is not a multiple of 3" in r.stderr,
+      r.stderr)
+r = run("run", tiny, "--tensor-parallel-size", "2", *IDS)
+check("--tensor-parallel-size 2 gives the same ids", r.returncode == 0 and r.stdout == want, r.stderr)
 
 # the shared table's prefix-cache and precision flags: every model-loading command takes them
 for cmd in ("run", "bench"):
