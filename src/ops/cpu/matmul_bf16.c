@@ -111,14 +111,22 @@ static inline int slot_lane(int slot) { return (slot % 4) * 4 + slot / 4; }
 
 /* ---- step 2: one tile of R rows x T tokens ---- */
 
-/* Rows [r0, r0+R) ∩ [.., r_end) and tokens [t0, t0+T) ∩ [.., n).  R and T are
- * literals at every call (always_inline), so the accumulators are registers. */
+/* Rows [r0, r0+R) ∩ [.., r_end) and tokens [t0, t0+T) ∩ [.., n).  R, T and
+ * prefetch are literals at every call (always_inline), so the accumulators
+ * are registers.  With prefetch (the first token tile over a panel, whose
+ * weights come from memory) each step also prefetches the same columns of
+ * the next R rows: the hardware prefetcher alone kept the R row streams of
+ * a tile too short to cover the memory latency. */
 static BF16_INLINE void tile(const bf16_job *j, const int R, const int T, int64_t r0, int64_t r_end,
-                             int t0) {
+                             int t0, const bool prefetch) {
     const uint16_t *wr[16];
     const uint16_t *xr[TOKENS_PER_TILE];
     UNROLL
     for (int i = 0; i < R; i++) wr[i] = j->w + (r0 + i < r_end ? r0 + i : r_end - 1) * j->cols;
+    const uint16_t *pr[16]; /* the rows to prefetch: the next R, within the matrix */
+    UNROLL
+    for (int i = 0; i < R; i++)
+        pr[i] = prefetch ? j->w + (r0 + R + i < j->rows ? r0 + R + i : j->rows - 1) * j->cols : NULL;
     UNROLL
     for (int t = 0; t < T; t++) xr[t] = j->xb + (int64_t)(t0 + t < j->n ? t0 + t : j->n - 1) * j->kpad;
     __m512 acc[16];
@@ -126,6 +134,11 @@ static BF16_INLINE void tile(const bf16_job *j, const int R, const int T, int64_
     for (int s = 0; s < 16; s++) acc[s] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= j->cols; k += 32) {
+        if (prefetch) {
+            UNROLL
+            for (int i = 0; i < R; i++)
+                _mm_prefetch((const char *)(pr[i] + k), _MM_HINT_T0);
+        }
         __m512bh xv[TOKENS_PER_TILE];
         UNROLL
         for (int t = 0; t < T; t++) xv[t] = (__m512bh)_mm512_loadu_si512((const void *)(xr[t] + k));
@@ -165,19 +178,30 @@ static BF16_INLINE void tile(const bf16_job *j, const int R, const int T, int64_
 #define TILE_ROWS_3 5
 #define TILE_ROWS_4 4
 
+/* The tiles of rows [p0, p1) for tokens [t0, t0+T); the first token tile
+ * (t0 = 0) of 3 or 4 tokens prefetches (1 and 2 measured no better: at
+ * decode the 8-row tiles are latency-bound, not waiting on memory). */
+#define TILES(R, T)                                                                                \
+    do {                                                                                           \
+        if (t0 == 0 && T >= 3)                                                                     \
+            for (int64_t r = p0; r < p1; r += R) tile(j, R, T, r, p1, t0, true);                   \
+        else                                                                                       \
+            for (int64_t r = p0; r < p1; r += R) tile(j, R, T, r, p1, t0, false);                  \
+    } while (0)
+
 static BF16_TARGET void rows_of_tiles(const bf16_job *j, int T, int64_t p0, int64_t p1, int t0) {
     switch (T) {
     case 1:
-        for (int64_t r = p0; r < p1; r += TILE_ROWS_1) tile(j, TILE_ROWS_1, 1, r, p1, t0);
+        TILES(TILE_ROWS_1, 1);
         break;
     case 2:
-        for (int64_t r = p0; r < p1; r += TILE_ROWS_2) tile(j, TILE_ROWS_2, 2, r, p1, t0);
+        TILES(TILE_ROWS_2, 2);
         break;
     case 3:
-        for (int64_t r = p0; r < p1; r += TILE_ROWS_3) tile(j, TILE_ROWS_3, 3, r, p1, t0);
+        TILES(TILE_ROWS_3, 3);
         break;
     default:
-        for (int64_t r = p0; r < p1; r += TILE_ROWS_4) tile(j, TILE_ROWS_4, 4, r, p1, t0);
+        TILES(TILE_ROWS_4, 4);
         break;
     }
 }
