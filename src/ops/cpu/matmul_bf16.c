@@ -118,7 +118,7 @@ static inline int slot_lane(int slot) { return (slot % 4) * 4 + slot / 4; }
  * the next R rows: the hardware prefetcher alone kept the R row streams of
  * a tile too short to cover the memory latency. */
 static BF16_INLINE void tile(const bf16_job *j, const int R, const int T, int64_t r0, int64_t r_end,
-                             int t0, const bool prefetch) {
+                             int t0, const bool prefetch, int64_t pf0) {
     const uint16_t *wr[16];
     const uint16_t *xr[TOKENS_PER_TILE];
     UNROLL
@@ -126,7 +126,7 @@ static BF16_INLINE void tile(const bf16_job *j, const int R, const int T, int64_
     const uint16_t *pr[16]; /* the rows to prefetch: the next R, within the matrix */
     UNROLL
     for (int i = 0; i < R; i++)
-        pr[i] = prefetch ? j->w + (r0 + R + i < j->rows ? r0 + R + i : j->rows - 1) * j->cols : NULL;
+        pr[i] = prefetch ? j->w + (pf0 + i < j->rows ? pf0 + i : j->rows - 1) * j->cols : NULL;
     UNROLL
     for (int t = 0; t < T; t++) xr[t] = j->xb + (int64_t)(t0 + t < j->n ? t0 + t : j->n - 1) * j->kpad;
     __m512 acc[16];
@@ -178,18 +178,33 @@ static BF16_INLINE void tile(const bf16_job *j, const int R, const int T, int64_
 #define TILE_ROWS_3 5
 #define TILE_ROWS_4 4
 
-/* The tiles of rows [p0, p1) for tokens [t0, t0+T); the first token tile
- * (t0 = 0) of 3 or 4 tokens prefetches (1 and 2 measured no better: at
- * decode the 8-row tiles are latency-bound, not waiting on memory). */
+/* The tiles of rows [p0, p1) for tokens [t0, t0+T), pass `pass` of n_pass
+ * over the panel.  Tiles of 3 or 4 tokens prefetch (1 and 2 measured no
+ * better: at decode the 8-row tiles are latency-bound): in the first pass,
+ * whose weights come from memory, every tile the next R rows; in the later
+ * passes, which run from L2 while the memory would be idle, every
+ * (n_pass-1)-th tile the rows of the next panel at its place, so the next
+ * panel is on its way by the time its first pass starts. */
 #define TILES(R, T)                                                                                \
     do {                                                                                           \
-        if (t0 == 0 && T >= 3)                                                                     \
-            for (int64_t r = p0; r < p1; r += R) tile(j, R, T, r, p1, t0, true);                   \
-        else                                                                                       \
-            for (int64_t r = p0; r < p1; r += R) tile(j, R, T, r, p1, t0, false);                  \
+        if (T < 3) {                                                                               \
+            for (int64_t r = p0; r < p1; r += R) tile(j, R, T, r, p1, t0, false, 0);               \
+        } else if (pass == 0) {                                                                    \
+            for (int64_t r = p0; r < p1; r += R) tile(j, R, T, r, p1, t0, true, r + R);            \
+        } else {                                                                                   \
+            int64_t ti = 0;                                                                        \
+            for (int64_t r = p0; r < p1; r += R, ti++) {                                           \
+                int64_t next = r + (p1 - p0);                                                      \
+                if (next < q1 && ti % (n_pass - 1) == pass - 1)                                    \
+                    tile(j, R, T, r, p1, t0, true, next);                                          \
+                else                                                                               \
+                    tile(j, R, T, r, p1, t0, false, 0);                                            \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
 
-static BF16_TARGET void rows_of_tiles(const bf16_job *j, int T, int64_t p0, int64_t p1, int t0) {
+static BF16_TARGET void rows_of_tiles(const bf16_job *j, int T, int64_t p0, int64_t p1, int t0,
+                                      int pass, int n_pass, int64_t q1) {
     switch (T) {
     case 1:
         TILES(TILE_ROWS_1, 1);
@@ -213,9 +228,12 @@ static BF16_TARGET void matmul_task(void *ctx, int task, int n_tasks) {
     int64_t row_end = row_begin + j->rows_per_task < j->rows ? row_begin + j->rows_per_task : j->rows;
     for (int64_t p0 = row_begin; p0 < row_end; p0 += j->panel_rows) {
         int64_t p1 = p0 + j->panel_rows < row_end ? p0 + j->panel_rows : row_end;
-        for (int t0 = 0; t0 < j->n; t0 += TOKENS_PER_TILE) {
+        /* the next panel: [p1, q1) */
+        int64_t q1 = p1 + j->panel_rows < row_end ? p1 + j->panel_rows : row_end;
+        int n_pass = (j->n + TOKENS_PER_TILE - 1) / TOKENS_PER_TILE;
+        for (int t0 = 0, pass = 0; t0 < j->n; t0 += TOKENS_PER_TILE, pass++) {
             int T = j->n - t0 < TOKENS_PER_TILE ? j->n - t0 : TOKENS_PER_TILE;
-            rows_of_tiles(j, T, p0, p1, t0);
+            rows_of_tiles(j, T, p0, p1, t0, pass, n_pass, q1);
         }
     }
 }
