@@ -2096,6 +2096,7 @@ static void test_causal_conv1d_silu_batched(void) {
     /* odd: a channel tail, K = 1, 2, a kernel wider than the vector path,
      * and a zero-length sequence in the batch */
     check_conv_batch(&bs, &v, &r, 70, 4, (const int[]){2, 3, 10, 0}, 4);
+    check_conv_batch(&bs, &v, &r, 70, 4, (const int[]){1, 1, 1}, 3); /* decode rows, a tail */
     check_conv_batch(&bs, &v, &r, 17, 1, (const int[]){5, 9}, 2);
     check_conv_batch(&bs, &v, &r, 33, 2, (const int[]){5, 9, 1}, 3);
     check_conv_batch(&bs, &v, &r, 20, 10, (const int[]){3, 12, 1}, 3);

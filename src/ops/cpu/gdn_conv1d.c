@@ -6,7 +6,9 @@
  * of 16 channels is one vector.  Tokens are the outer loop and channels the
  * inner one, so input and output rows stream through memory in order.
  *   Short calls (decode): ranges of SMALL_RANGE channels with their copies
- *   on the stack.  Long calls (prefill): one range per thread, copies in one
+ *   on the stack; in a batch, the one-token rows of all sequences go
+ *   16 channels at a time together (conv_decode_groups: taps loaded once,
+ *   states spread by permutes, no gathers per sequence).  Long calls (prefill): one range per thread, copies in one
  *   heap buffer; walking [T, C] a narrow channel block at a time instead
  *   hops a page per token and ran 5x slower, bound by cache misses. */
 #include <math.h>
@@ -153,6 +155,114 @@ static void conv_one_token_avx512(const conv_job *job, int c0, int n) {
 }
 #endif
 
+#ifdef LM_GDN_AVX512
+/* The decode rows (one token) of several sequences, 16 channels at a time
+ * for all of them: the group's taps are gathered once and kept in
+ * registers, and each sequence's 16 states (hist · 16 consecutive floats,
+ * channel-major) are loaded as hist vectors and spread into tap vectors
+ * with permutes, which replace conv_one_token_avx512's gathers.  The sums
+ * are that function's, in its order, so the bits are too. */
+typedef struct {
+    __m512i tap_index[MAX_TAPS - 1];     /* tap j, lane c: (hist·c + j) % 16 */
+    __mmask16 tap_mask[MAX_TAPS - 1][MAX_TAPS - 1]; /* [j][v]: lanes whose tap lies in vector v */
+    __m512i in_index[MAX_TAPS - 1];      /* state vector v, lane l: the channel (16v + l) / hist */
+    __mmask16 in_mask[MAX_TAPS - 1];     /* ... where 16v + l is a channel's last slot */
+} conv_decode_layout;
+
+static void conv_decode_layout_of(conv_decode_layout *L, int hist) {
+    int32_t idx[16];
+    for (int j = 0; j < hist; j++) {
+        for (int v = 0; v < hist; v++) L->tap_mask[j][v] = 0;
+        for (int c = 0; c < 16; c++) {
+            int p = hist * c + j;
+            idx[c] = p % 16;
+            L->tap_mask[j][p / 16] |= (__mmask16)(1u << c);
+        }
+        L->tap_index[j] = _mm512_loadu_si512(idx);
+    }
+    for (int v = 0; v < hist; v++) {
+        L->in_mask[v] = 0;
+        for (int l = 0; l < 16; l++) {
+            int p = 16 * v + l;
+            idx[l] = p / hist;
+            if (p % hist == hist - 1) L->in_mask[v] |= (__mmask16)(1u << l);
+        }
+        L->in_index[v] = _mm512_loadu_si512(idx);
+    }
+}
+
+/* Channels [c0, c1) (whole groups of 16) of the decode sequences jobs[0..n). */
+static void conv_decode_groups(const conv_job *jobs, int n, const conv_decode_layout *L, int c0,
+                               int c1) {
+    const int K = jobs[0].K, hist = K - 1;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i w_index = _mm512_mullo_epi32(lane, _mm512_set1_epi32(K));
+    for (int c = c0; c < c1; c += 16) {
+        __m512 wt[MAX_TAPS];
+        const float *w = jobs[0].weight + (size_t)c * (size_t)K;
+        for (int j = 0; j < K; j++) wt[j] = _mm512_i32gather_ps(w_index, w + j, 4);
+        for (int s = 0; s < n; s++) {
+            const conv_job *job = &jobs[s];
+            float *st = job->state + (size_t)c * (size_t)hist;
+            __m512 old[MAX_TAPS - 1], fresh[MAX_TAPS - 1];
+            for (int v = 0; v < hist; v++) old[v] = _mm512_loadu_ps(st + 16 * v);
+            __m512 in = _mm512_loadu_ps(job->in + c);
+            __m512 acc = _mm512_setzero_ps();
+            for (int j = 0; j < hist; j++) {
+                __m512 tap = _mm512_setzero_ps();
+                for (int v = 0; v < hist; v++)
+                    tap = _mm512_mask_permutexvar_ps(tap, L->tap_mask[j][v], L->tap_index[j],
+                                                     old[v]);
+                acc = _mm512_fmadd_ps(wt[j], tap, acc);
+            }
+            acc = _mm512_fmadd_ps(wt[hist], in, acc);
+            _mm512_storeu_ps(job->out + c, lm_gdn_silu512(acc));
+            /* the state moves up one slot; each channel's last slot takes its input */
+            for (int v = 0; v < hist; v++) {
+                __m512 up = _mm512_maskz_loadu_ps(v + 1 < hist ? 0xFFFF : 0x7FFF, st + 16 * v + 1);
+                fresh[v] = _mm512_mask_permutexvar_ps(up, L->in_mask[v], L->in_index[v], in);
+            }
+            for (int v = 0; v < hist; v++) _mm512_storeu_ps(st + 16 * v, fresh[v]);
+        }
+    }
+}
+
+#define DECODE_TASK_GROUPS 24 /* 16-channel groups per task */
+
+typedef struct {
+    const conv_job *seq;
+    int n_seqs, full_groups;
+    conv_decode_layout layout;
+} decode_batch_job;
+
+static void decode_batch_task(void *ctx, int task, int n_tasks) {
+    (void)n_tasks;
+    const decode_batch_job *job = ctx;
+    int g0 = task * DECODE_TASK_GROUPS;
+    int g1 = g0 + DECODE_TASK_GROUPS;
+    if (g1 > job->full_groups) g1 = job->full_groups;
+    if (g0 < g1) conv_decode_groups(job->seq, job->n_seqs, &job->layout, 16 * g0, 16 * g1);
+    /* the last task also takes the channels past the last whole group */
+    if (g1 == job->full_groups && job->seq[0].C > 16 * g1)
+        for (int s = 0; s < job->n_seqs; s++)
+            conv_one_token_avx512(&job->seq[s], 16 * g1, job->seq[0].C - 16 * g1);
+}
+
+/* Whether the decode rows of a batch take conv_decode_groups. */
+static bool decode_groups_apply(int K, int C, bool simd) {
+    return simd && K >= 2 && K <= MAX_TAPS && (long)C * K <= INT32_MAX;
+}
+
+static void run_decode_batch(lm_pool *pool, const conv_job *seqs, int n) {
+    decode_batch_job job = {.seq = seqs, .n_seqs = n, .full_groups = seqs[0].C / 16};
+    conv_decode_layout_of(&job.layout, seqs[0].K - 1);
+    int n_tasks = (job.full_groups + DECODE_TASK_GROUPS - 1) / DECODE_TASK_GROUPS;
+    if (n_tasks == 0) n_tasks = 1;
+    lm_gdn_run((long)n * seqs[0].C < PARALLEL_MIN_WORK ? NULL : pool, n_tasks, decode_batch_task,
+               &job);
+}
+#endif
+
 /* Channels [c_begin, c_end) of one call. */
 static void conv_channels(const conv_job *job, long c_begin, long c_end) {
     if (c_begin >= c_end) return;
@@ -217,21 +327,33 @@ void lm_gdn_conv1d_silu(lm_pool *pool, float *out, const float *in, int T, int C
     free(job.taps);
 }
 
-/* Short sequences of a batch, up to SHORT_GROUP per pool run, as
- * (sequence, channel chunk) tasks.  A chunk is computed exactly as in a
- * call of that sequence alone (the same conv_small_chunk), so batching does
- * not change a bit. */
+/* Short sequences of a batch, up to SHORT_GROUP per pool run.  A task is
+ * a range of SHORT_TASK_CHUNKS channel chunks of every sequence of the
+ * group (a task per (sequence, chunk) cost more in taking tasks than in
+ * the work at batched decode).  A chunk is computed exactly as in a call
+ * of that sequence alone (the same conv_small_chunk), so batching does not
+ * change a bit. */
 #define SHORT_GROUP 64
+#define SHORT_TASK_CHUNKS 8
 
 typedef struct {
     conv_job seq[SHORT_GROUP];
+    int n_seqs;
     int chunks; /* per sequence */
 } short_batch_job;
 
 static void short_batch_task(void *ctx, int task, int n_tasks) {
     (void)n_tasks;
     const short_batch_job *job = ctx;
-    conv_small_chunk(&job->seq[task / job->chunks], task % job->chunks);
+    int c0 = task * SHORT_TASK_CHUNKS;
+    int c1 = c0 + SHORT_TASK_CHUNKS < job->chunks ? c0 + SHORT_TASK_CHUNKS : job->chunks;
+    for (int c = c0; c < c1; c++)
+        for (int s = 0; s < job->n_seqs; s++) conv_small_chunk(&job->seq[s], c);
+}
+
+static void run_short_batch(lm_pool *pool, short_batch_job *job, long work) {
+    lm_gdn_run(work < PARALLEL_MIN_WORK ? NULL : pool,
+               (job->chunks + SHORT_TASK_CHUNKS - 1) / SHORT_TASK_CHUNKS, short_batch_task, job);
 }
 
 void lm_gdn_conv1d_silu_batch(lm_pool *pool, float *out, const float *in, int C,
@@ -242,6 +364,10 @@ void lm_gdn_conv1d_silu_batch(lm_pool *pool, float *out, const float *in, int C,
     job.chunks = (C + SMALL_RANGE - 1) / SMALL_RANGE;
     int n = 0;
     long work = 0;
+#ifdef LM_GDN_AVX512
+    conv_job decode[SHORT_GROUP]; /* one-token rows, when decode_groups_apply */
+    int n_decode = 0;
+#endif
     for (int s = 0; s < seqs->n_seqs; s++) {
         int T = seqs->length[s];
         if (T <= 0) continue;
@@ -252,22 +378,38 @@ void lm_gdn_conv1d_silu_batch(lm_pool *pool, float *out, const float *in, int C,
                                K, simd);
             continue;
         }
-        job.seq[n++] = (conv_job){.out = out + f * (size_t)C,
-                                  .in = in + f * (size_t)C,
-                                  .state = state,
-                                  .weight = weight,
-                                  .T = T,
-                                  .C = C,
-                                  .K = K,
-                                  .simd = simd};
+        conv_job one = {.out = out + f * (size_t)C,
+                        .in = in + f * (size_t)C,
+                        .state = state,
+                        .weight = weight,
+                        .T = T,
+                        .C = C,
+                        .K = K,
+                        .simd = simd};
+#ifdef LM_GDN_AVX512
+        if (T == 1 && decode_groups_apply(K, C, simd)) {
+            decode[n_decode++] = one;
+            if (n_decode == SHORT_GROUP) {
+                run_decode_batch(pool, decode, n_decode);
+                n_decode = 0;
+            }
+            continue;
+        }
+#endif
+        job.seq[n++] = one;
         work += (long)T * C;
         if (n == SHORT_GROUP) {
-            lm_gdn_run(work < PARALLEL_MIN_WORK ? NULL : pool, n * job.chunks, short_batch_task,
-                       &job);
+            job.n_seqs = n;
+            run_short_batch(pool, &job, work);
             n = 0;
             work = 0;
         }
     }
-    if (n > 0)
-        lm_gdn_run(work < PARALLEL_MIN_WORK ? NULL : pool, n * job.chunks, short_batch_task, &job);
+    if (n > 0) {
+        job.n_seqs = n;
+        run_short_batch(pool, &job, work);
+    }
+#ifdef LM_GDN_AVX512
+    if (n_decode > 0) run_decode_batch(pool, decode, n_decode);
+#endif
 }

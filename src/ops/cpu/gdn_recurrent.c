@@ -193,11 +193,25 @@ static inline __attribute__((always_inline)) void tile_avx512_body(const lm_gdn_
     float *W = use_work ? work_rows : S;
     const size_t wld = use_work ? WORK_LD : dv;
 
-    /* first pass: Sᵀk and Sᵀq for token 0 (and the copy into W) */
+    /* first pass: Sᵀk and Sᵀq for token 0 (and the copy into W); it also
+     * prefetches the next tile's columns of the same rows (the next head's
+     * first tile after the last), so the state streams in while this tile
+     * computes instead of in a burst at the next one's start */
+    const float *ahead = j0 + TILE < p->dv ? S + TILE
+                        : hv + 1 < p->Hv  ? p->state + (size_t)(hv + 1) * (size_t)dk * dv
+                                          : NULL;
     token_view cur = token_at(p, 0, hv, hk, j0, true);
     tile_dots acc;
     dots_zero(&acc);
     for (int i = 0; i < dk; i += 2) { /* two rows a step: parities 0 and 1 are literals */
+        if (ahead) {
+            _mm_prefetch((const char *)(ahead + (size_t)i * dv), _MM_HINT_T0);
+            _mm_prefetch((const char *)(ahead + (size_t)i * dv + 16), _MM_HINT_T0);
+            if (i + 1 < dk) {
+                _mm_prefetch((const char *)(ahead + (size_t)(i + 1) * dv), _MM_HINT_T0);
+                _mm_prefetch((const char *)(ahead + (size_t)(i + 1) * dv + 16), _MM_HINT_T0);
+            }
+        }
         __m512 s0 = load_half(S + (size_t)i * dv, m0, s_masked);
         __m512 s1 = load_half(S + (size_t)i * dv + 16, m1, s_masked);
         if (use_work) {
