@@ -59,8 +59,13 @@ lm_status lm_cli_open_model(const lm_cli_model_spec *spec, lm_backend **backend,
     *model = NULL;
     lm_status st = lm_backend_create(spec->backend ? spec->backend : "cpu", spec->threads, backend, err);
     if (st == LM_OK && spec->compute) st = lm_backend_set_compute(*backend, spec->compute, err);
-    if (st == LM_OK && spec->tensor_parallel_size > 1)
-        st = lm_tensor_parallel_open(spec->dir, &spec->load, *backend, spec->tensor_parallel_size, model, err);
+    if (st == LM_OK && spec->tensor_parallel_size > 1) {
+        lm_model_load_options o = spec->load;
+        o.random_weights = !spec->dir;
+        o.random_seed = spec->seed;
+        st = lm_tensor_parallel_open(spec->dir, spec->random_config, &o, *backend, spec->tensor_parallel_size, model,
+                                     err);
+    }
     else if (st == LM_OK)
         st = spec->dir ? lm_model_open(spec->dir, &spec->load, *backend, model, err)
                        : lm_model_open_random(spec->random_config, spec->seed, spec->load.quantize_int8, *backend,

@@ -833,15 +833,16 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
                                       .quantize_int8 = int8};
         if (o.quantize && !int8 && strcmp(o.quantize, "none") != 0)
             st = lm_fail(&err, LM_ERR_INVALID, "unknown weight quantization '%.40s' (none or int8)", o.quantize);
-        else if (o.random_weights && o.tensor_parallel_size > 1)
-            st = lm_fail(&err, LM_ERR_UNSUPPORTED, "tensor parallelism needs a checkpoint folder (not random weights)");
-        else if (o.random_weights)
+        else if (o.tensor_parallel_size > 1) {
+            load.random_weights = o.random_weights;
+            load.random_seed = o.random_seed;
+            st = lm_tensor_parallel_open(o.random_weights ? NULL : o.model_dir, o.config_path, &load, e->backend,
+                                         o.tensor_parallel_size, &e->model, &err);
+        } else if (o.random_weights)
             st = o.config_path ? lm_model_open_random(o.config_path, o.random_seed, int8, e->backend, &e->model, &err)
                                : lm_fail(&err, LM_ERR_INVALID, "random weights need a config path");
         else if (!o.model_dir)
             st = lm_fail(&err, LM_ERR_INVALID, "no model folder given");
-        else if (o.tensor_parallel_size > 1)
-            st = lm_tensor_parallel_open(o.model_dir, &load, e->backend, o.tensor_parallel_size, &e->model, &err);
         else
             st = lm_model_open(o.model_dir, &load, e->backend, &e->model, &err);
     }

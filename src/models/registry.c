@@ -82,3 +82,10 @@ lm_status lm_model_open_random(const char *config_path, uint64_t seed, bool quan
     lm_model_load_options o = {.random_weights = true, .random_seed = seed, .quantize_int8 = quantize_int8};
     return open_family(config_path, NULL, &o, backend, out, err);
 }
+
+lm_status lm_model_open_random_with(const char *config_path, const lm_model_load_options *options,
+                                    lm_backend *backend, lm_model **out, lm_error *err) {
+    lm_model_load_options o = *options;
+    o.random_weights = true;
+    return open_family(config_path, NULL, &o, backend, out, err);
+}

@@ -25,6 +25,10 @@ lm_status lm_model_open(const char *dir, const lm_model_load_options *options, l
  * layers made int8 when quantize_int8 (as --quantize int8 makes them). */
 lm_status lm_model_open_random(const char *config_path, uint64_t seed, bool quantize_int8,
                                lm_backend *backend, lm_model **out, lm_error *err);
+/* The same with every load option (random_weights is taken as set):
+ * a tensor-parallel rank's share of random weights. */
+lm_status lm_model_open_random_with(const char *config_path, const lm_model_load_options *options,
+                                    lm_backend *backend, lm_model **out, lm_error *err);
 /* The family that loads model_type, or NULL. */
 const lm_model_family *lm_model_family_for(const char *model_type);
 

@@ -26,7 +26,7 @@ typedef struct {
     int n;
     lm_model *rank[LM_COMM_MAX_RANKS];
     lm_backend *owned[LM_COMM_MAX_RANKS]; /* ranks 1..'s backends */
-    lm_host_comm_group *group;
+    lm_comm_group *group;
     tp_workers workers;
     bool workers_made; /* its mutex and conditions exist */
     struct worker_arg {
@@ -143,8 +143,8 @@ static void tp_destroy(lm_model *base) {
     tp_model *m = (tp_model *)base;
     stop_workers(m);
     for (int r = 0; r < m->n; r++) lm_model_free(m->rank[r]);
+    lm_comm_group_destroy(m->group); /* before the backends it queues on */
     for (int r = 1; r < LM_COMM_MAX_RANKS; r++) lm_backend_destroy(m->owned[r]);
-    lm_host_comm_group_destroy(m->group);
     free(m);
 }
 
@@ -339,30 +339,41 @@ static const lm_model_ops tp_ops = {
     .describe = tp_describe,
 };
 
-lm_status lm_tensor_parallel_open(const char *dir, const lm_model_load_options *options, lm_backend *backend,
-                                  int n_ranks, lm_model **out, lm_error *err) {
+lm_status lm_tensor_parallel_open(const char *dir, const char *random_config, const lm_model_load_options *options,
+                                  lm_backend *backend, int n_ranks, lm_model **out, lm_error *err) {
     *out = NULL;
     const char *kind = backend->ops->name;
-    if (strcmp(kind, "cpu") != 0 && strcmp(kind, "ref") != 0)
-        return lm_fail(err, LM_ERR_UNSUPPORTED,
-                       "tensor parallelism runs on the cpu and ref backends for now, not %s (its communicator "
-                       "over NCCL is not built yet)", kind);
-    if (!dir) return lm_fail(err, LM_ERR_UNSUPPORTED, "tensor parallelism needs a checkpoint folder (not random weights)");
+    bool random = options && options->random_weights;
+    if (random ? !random_config : !dir)
+        return lm_fail(err, LM_ERR_INVALID, random ? "random weights need a config path" : "no model folder given");
+    if (n_ranks < 1 || n_ranks > LM_COMM_MAX_RANKS)
+        return lm_fail(err, LM_ERR_INVALID, "tensor parallelism over %d ranks (1..%d)", n_ranks, LM_COMM_MAX_RANKS);
+    /* A host backend's ranks share the host; a GPU's take one device each,
+     * rank r device r (CUDA_VISIBLE_DEVICES picks which ones). */
+    bool host = lm_backend_is_host(backend);
+    int devices = lm_backend_device_count(kind);
+    if (!host && devices < n_ranks)
+        return lm_fail(err, LM_ERR_INVALID, "tensor parallelism over %d ranks needs %d GPUs: this machine shows %d",
+                       n_ranks, n_ranks, devices);
     tp_model *m = calloc(1, sizeof *m);
     if (!m) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
-    lm_status st = lm_host_comm_group_create(n_ranks, &m->group, err);
+    lm_status st = LM_OK;
     int threads = lm_backend_threads(backend) / n_ranks;
     for (int r = 1; r < n_ranks && st == LM_OK; r++) {
-        st = lm_backend_create(kind, threads > 0 ? threads : 1, &m->owned[r], err);
+        st = lm_backend_create_on(kind, host ? 0 : r, threads > 0 ? threads : 1, &m->owned[r], err);
         if (st == LM_OK) st = lm_backend_set_compute(m->owned[r], lm_backend_compute(backend), err);
     }
+    lm_backend *backends[LM_COMM_MAX_RANKS] = {backend};
+    for (int r = 1; r < n_ranks; r++) backends[r] = m->owned[r];
+    if (st == LM_OK) st = lm_comm_group_create(backends, n_ranks, &m->group, err);
     for (int r = 0; r < n_ranks && st == LM_OK; r++) {
         lm_model_load_options o = options ? *options : (lm_model_load_options){0};
-        o.tensor_parallel = lm_host_comm_rank(m->group, r);
+        o.tensor_parallel = lm_comm_group_rank(m->group, r);
         /* Mapped, so that a rank reads only the bytes of its slices (the
          * ranks share the page cache) instead of each reading every shard. */
         o.mode = LM_LOAD_MMAP;
-        st = lm_model_open(dir, &o, r ? m->owned[r] : backend, &m->rank[r], err);
+        st = random ? lm_model_open_random_with(random_config, &o, backends[r], &m->rank[r], err)
+                    : lm_model_open(dir, &o, backends[r], &m->rank[r], err);
         if (st == LM_OK) m->n = r + 1;
     }
     if (st == LM_OK) st = start_workers(m, err);

@@ -12,15 +12,17 @@
 
 #include "models/model.h"
 
-/* The checkpoint folder dir over n_ranks ranks: rank 0 on `backend` (the
- * caller's, which outlives the model), ranks 1.. on backends the model
- * makes of the same kind and compute dtype, with backend's threads shared
- * out (at least one a rank), and frees.  The ranks' sums go through the
- * host communicator, so the backend must keep its memory on the host (cpu,
- * ref): a device communicator (NCCL) is not built yet.  options may be
- * NULL; its tensor_parallel is the group's and its mode LM_LOAD_MMAP (a
+/* The checkpoint folder dir (or, with options->random_weights, random
+ * weights of random_config's shape: each rank makes its share's own values,
+ * for benchmarks) over n_ranks ranks: rank 0 on `backend` (the caller's,
+ * which outlives the model), ranks 1.. on backends the model makes of the
+ * same kind and compute dtype and frees.  A host backend's ranks share the
+ * host, its threads shared out (at least one a rank), and sum through the
+ * host communicator; cuda ranks take GPUs 0..n_ranks-1, one each (rank 0's
+ * backend must be GPU 0's), and sum through NCCL (ops/comm.h).  options may
+ * be NULL; its tensor_parallel is the group's and its mode LM_LOAD_MMAP (a
  * rank reads only its slices), whatever it says. */
-lm_status lm_tensor_parallel_open(const char *dir, const lm_model_load_options *options, lm_backend *backend,
-                                  int n_ranks, lm_model **out, lm_error *err);
+lm_status lm_tensor_parallel_open(const char *dir, const char *random_config, const lm_model_load_options *options,
+                                  lm_backend *backend, int n_ranks, lm_model **out, lm_error *err);
 
 #endif

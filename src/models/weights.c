@@ -595,6 +595,16 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
     lm_status st = check_slice(name, rows, cols, slice, &s_rows, &n_cols, err);
     if (st != LM_OK) return st;
     int64_t n_rows = n * s_rows;
+    const lm_weights_slice whole = {0};
+    if (w->random) {
+        /* Random weights are made at the slice's shape: a rank never makes
+         * the whole tensor (a benchmark shape's ranks would each hold the
+         * whole model on the host).  The ranks' values are their own, not
+         * slices of one model's. */
+        rows = s_rows;
+        cols = n_cols;
+        slice = &whole;
+    }
     const lm_tensor *t;
     if (!w->random && (t = lm_checkpoint_find(w->checkpoint, name)) && t->dtype == LM_DTYPE_F8_E4M3)
         return lm_fail(err, LM_ERR_UNSUPPORTED, "%s: tensor '%s' is FP8: slices of FP8 weights are not supported yet",

@@ -5,9 +5,14 @@
 
 #include "ops/backend_kinds.h"
 
-static lm_status create_ref(int n_threads, lm_backend **out, lm_error *err) {
+static lm_status create_ref(int device, int n_threads, lm_backend **out, lm_error *err) {
+    (void)device;
     (void)n_threads; /* always one */
     return lm_backend_ref_create(out, err);
+}
+static lm_status create_cpu(int device, int n_threads, lm_backend **out, lm_error *err) {
+    (void)device;
+    return lm_backend_cpu_create(n_threads, out, err);
 }
 static int one_thread(const lm_backend *be) {
     (void)be;
@@ -17,30 +22,32 @@ static int one_thread(const lm_backend *be) {
 typedef struct {
     const char *name;
     const lm_backend_ops *ops;
-    lm_status (*create)(int n_threads, lm_backend **out, lm_error *err);
+    lm_status (*create)(int device, int n_threads, lm_backend **out, lm_error *err);
     void (*destroy)(lm_backend *be);
     int (*threads)(const lm_backend *be);
+    bool host;                 /* one device, the host's memory */
+    int (*device_count)(void); /* GPU kinds */
 } backend_kind;
 
 #ifdef LOOM_HAVE_CUDA
-/* n_threads means nothing on a GPU; device 0 (CUDA_VISIBLE_DEVICES picks).
+/* n_threads means nothing on a GPU; lm_backend_create takes device 0
+ * (CUDA_VISIBLE_DEVICES picks which GPUs are there).
  * A build whose table still has holes is refused, naming them: the models
  * call every op. */
-static lm_status create_cuda(int n_threads, lm_backend **out, lm_error *err) {
+static lm_status create_cuda(int device, int n_threads, lm_backend **out, lm_error *err) {
     (void)n_threads;
     char missing[512];
     if (lm_backend_missing_ops(&lm_cuda_backend_ops, missing, sizeof missing) > 0)
         return lm_fail(err, LM_ERR_UNSUPPORTED, "the cuda backend of this build lacks: %s", missing);
-    return lm_backend_cuda_create(0, out, err);
+    return lm_backend_cuda_create(device, out, err);
 }
 #endif
 
 static const backend_kind kinds[] = {
-    {"cpu", &lm_cpu_backend_ops, lm_backend_cpu_create, lm_cpu_backend_destroy,
-     lm_cpu_backend_threads},
-    {"ref", &lm_ref_backend_ops, create_ref, lm_ref_backend_destroy, one_thread},
+    {"cpu", &lm_cpu_backend_ops, create_cpu, lm_cpu_backend_destroy, lm_cpu_backend_threads, true, NULL},
+    {"ref", &lm_ref_backend_ops, create_ref, lm_ref_backend_destroy, one_thread, true, NULL},
 #ifdef LOOM_HAVE_CUDA
-    {"cuda", &lm_cuda_backend_ops, create_cuda, lm_cuda_backend_destroy, one_thread},
+    {"cuda", &lm_cuda_backend_ops, create_cuda, lm_cuda_backend_destroy, one_thread, false, lm_cuda_device_count},
 #endif
 };
 #define N_KINDS (sizeof kinds / sizeof kinds[0])
@@ -79,9 +86,17 @@ int lm_backend_missing_ops(const lm_backend_ops *ops, char *buf, size_t size) {
 }
 
 lm_status lm_backend_create(const char *name, int n_threads, lm_backend **out, lm_error *err) {
+    return lm_backend_create_on(name, 0, n_threads, out, err);
+}
+
+lm_status lm_backend_create_on(const char *name, int device, int n_threads, lm_backend **out, lm_error *err) {
     *out = NULL;
-    for (size_t i = 0; i < N_KINDS; i++)
-        if (name && strcmp(name, kinds[i].name) == 0) return kinds[i].create(n_threads, out, err);
+    for (size_t i = 0; i < N_KINDS; i++) {
+        if (!name || strcmp(name, kinds[i].name) != 0) continue;
+        if (kinds[i].host && device != 0)
+            return lm_fail(err, LM_ERR_INVALID, "the %s backend has one device (0), not %d", name, device);
+        return kinds[i].create(device, n_threads, out, err);
+    }
     return lm_fail(err, LM_ERR_INVALID, "unknown backend '%s' (this build has: %s)",
                    name ? name : "(null)", lm_backend_names());
 }
@@ -96,6 +111,17 @@ void lm_backend_destroy(lm_backend *be) {
     if (!be) return;
     const backend_kind *k = kind_of(be);
     if (k) k->destroy(be);
+}
+
+bool lm_backend_is_host(const lm_backend *be) {
+    const backend_kind *k = kind_of(be);
+    return k && k->host;
+}
+
+int lm_backend_device_count(const char *name) {
+    for (size_t i = 0; i < N_KINDS; i++)
+        if (name && strcmp(name, kinds[i].name) == 0) return kinds[i].host ? 1 : kinds[i].device_count();
+    return 0;
 }
 
 int lm_backend_threads(const lm_backend *be) {

@@ -5,6 +5,8 @@
 
 #include "ops/ops.h"
 
+struct lm_comm;
+
 extern const lm_backend_ops lm_cpu_backend_ops;
 void lm_cpu_backend_destroy(lm_backend *be);
 int lm_cpu_backend_threads(const lm_backend *be);
@@ -16,6 +18,12 @@ void lm_ref_backend_destroy(lm_backend *be);
 extern const lm_backend_ops lm_cuda_backend_ops;
 lm_status lm_backend_cuda_create(int device, lm_backend **out, lm_error *err);
 void lm_cuda_backend_destroy(lm_backend *be);
+int lm_cuda_device_count(void);
+/* NCCL communicators for cuda backends on distinct devices (nccl_comm.cu):
+ * comms[r] is ranks[r]'s; *group frees them (lm_cuda_comm_group_destroy). */
+lm_status lm_cuda_comm_group_create(lm_backend *const *ranks, int n_ranks, struct lm_comm **comms, void **group,
+                                    lm_error *err);
+void lm_cuda_comm_group_destroy(void *group);
 #endif
 
 /* The names of the ops a table leaves NULL, comma-separated into buf;

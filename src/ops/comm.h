@@ -10,8 +10,11 @@
  * reproducible, and with N = 1 a collective is the identity.
  *
  * Plain C vtable, like the backends' table: the host communicator below
- * (threads of one process over host backends, for the cpu and the tests);
- * a device one (NCCL) joins it for the cuda backend. */
+ * (threads of one process over host backends, for the cpu and the tests)
+ * and NCCL's for the cuda backend (ops/cuda/nccl_comm.cu: a collective is
+ * queued on the rank's stream like a kernel, and captured in its graphs).
+ * NCCL cannot check that the ranks agree on a count (a disagreement hangs
+ * there): the ranks run the same model code, so they do. */
 #ifndef LOOM_OPS_COMM_H
 #define LOOM_OPS_COMM_H
 
@@ -43,6 +46,20 @@ static inline lm_status lm_all_gather(lm_comm *c, lm_backend *be, lm_mem out, lm
                                       lm_error *err) {
     return c->ops->all_gather(c, be, out, x, n, err);
 }
+
+/* ---- a group of ranks, one backend each ---- */
+
+typedef struct lm_comm_group lm_comm_group;
+
+/* Communicators joining ranks[0..n_ranks): the host communicator when the
+ * backends keep their memory on the host, NCCL when they are cuda backends
+ * on distinct GPUs (one rank a device; NCCL is opened here, at run time:
+ * libnccl.so.2, or the file LOOM_NCCL_LIBRARY names).  Mixed kinds are
+ * refused.  The backends outlive the group. */
+lm_status lm_comm_group_create(lm_backend *const *ranks, int n_ranks, lm_comm_group **out, lm_error *err);
+lm_comm *lm_comm_group_rank(lm_comm_group *group, int rank);
+/* After every rank's last collective. */
+void lm_comm_group_destroy(lm_comm_group *group);
 
 /* ---- the host communicator: ranks are threads of this process ---- */
 

@@ -380,11 +380,21 @@ struct lm_backend {
  * thread, for checking the others).  An unknown name is LM_ERR_INVALID
  * naming the ones there are. */
 lm_status lm_backend_create(const char *name, int n_threads, lm_backend **out, lm_error *err);
+/* The same on a given device of the kind: the GPU's index for cuda (a
+ * device that is not there is refused naming the count); a host backend
+ * has one device, 0, and refuses others. */
+lm_status lm_backend_create_on(const char *name, int device, int n_threads, lm_backend **out, lm_error *err);
 lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err);
 lm_status lm_backend_ref_create(lm_backend **out, lm_error *err);
 void lm_backend_destroy(lm_backend *be);
 /* Names of the backends of this build, for --help and errors ("cpu, ref"). */
 const char *lm_backend_names(void);
+/* Whether the backend keeps its memory on the host (cpu, ref): one device
+ * that any number of ranks share. */
+bool lm_backend_is_host(const lm_backend *be);
+/* How many devices the kind `name` has here (1 for a host kind; 0 when a
+ * GPU kind finds none). */
+int lm_backend_device_count(const char *name);
 /* Worker threads of the backend (1 for ref). */
 int lm_backend_threads(const lm_backend *be);
 /* The precision of the dense products (ops table, set_compute_dtype):

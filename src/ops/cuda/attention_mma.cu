@@ -210,6 +210,7 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
 template <int D>
 static bool launch_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv, const lm_attention_batch *b,
                        int tq) {
+    lm_cuda_use_device(lm_cuda_state_of(be)); /* the attribute is the current GPU's */
     if (cudaFuncSetAttribute(attention_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)fa_tile<D>::SHARED) != cudaSuccess) {
         (void)cudaGetLastError(); /* not sticky: the float32 kernel takes the call */

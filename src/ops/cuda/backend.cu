@@ -33,8 +33,8 @@ static lm_status take_error(lm_backend *be, lm_error *err) {
 
 extern "C" lm_status lm_cuda_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out,
                             lm_error *err) {
-    (void)be;
     *out = NULL;
+    lm_cuda_use_device(state_of(be));
     lm_buffer *b = (lm_buffer *)calloc(1, sizeof *b);
     if (!b) return lm_fail(err, LM_ERR_NOMEM, "out of host memory for a buffer handle (%s)", what);
     cudaError_t e = cudaMalloc(&b->device, bytes ? bytes : 1);
@@ -65,6 +65,7 @@ extern "C" lm_status lm_cuda_import(lm_backend *be, const void *data, size_t byt
 extern "C" void lm_cuda_free(lm_backend *be, lm_buffer *b) {
     if (!b) return;
     lm_cuda_flush(be); /* pending kernels may still use it */
+    lm_cuda_use_device(state_of(be));
     cudaFree(b->device);
     free(b);
 }
@@ -74,6 +75,7 @@ extern "C" size_t lm_cuda_buffer_size(const lm_buffer *b) { return b->size; }
 extern "C" void lm_cuda_upload(lm_backend *be, lm_mem dst, const void *src, size_t bytes) {
     if (!bytes) return;
     lm_cuda_flush(be); /* the queued work runs first, in order */
+    lm_cuda_use_device(state_of(be));
     // From pageable memory the copy is staged before it returns, so the
     // caller may reuse src at once (ops.h).
     lm_cuda_note_error(be, cudaMemcpyAsync(lm_cuda_ptr(dst), src, bytes, cudaMemcpyHostToDevice,
@@ -82,6 +84,7 @@ extern "C" void lm_cuda_upload(lm_backend *be, lm_mem dst, const void *src, size
 
 extern "C" lm_status lm_cuda_download(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err) {
     lm_cuda_flush(be);
+    lm_cuda_use_device(state_of(be));
     if (bytes)
         lm_cuda_note_error(be, cudaMemcpyAsync(dst, lm_cuda_ptr(src), bytes, cudaMemcpyDeviceToHost,
                                                state_of(be)->stream), "download");
@@ -99,6 +102,7 @@ extern "C" void lm_cuda_fill(lm_backend *be, lm_mem dst, uint8_t byte, size_t by
 
 extern "C" lm_status lm_cuda_synchronize(lm_backend *be, lm_error *err) {
     lm_cuda_flush(be);
+    lm_cuda_use_device(state_of(be));
     lm_cuda_note_error(be, cudaStreamSynchronize(state_of(be)->stream), "synchronize");
     return take_error(be, err);
 }
@@ -108,9 +112,19 @@ extern "C" lm_status lm_cuda_memory_info(lm_backend *be, size_t *free_bytes, siz
                                           lm_error *err) {
     lm_status st = lm_cuda_synchronize(be, err); /* frees of the queue's past are done */
     if (st != LM_OK) return st;
+    lm_cuda_use_device(state_of(be));
     cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
     if (e != cudaSuccess) return lm_fail(err, LM_ERR_INTERNAL, "cuda: reading the memory in use: %s", cudaGetErrorString(e));
     return LM_OK;
+}
+
+extern "C" int lm_cuda_device_count(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count;
 }
 
 extern "C" lm_status lm_backend_cuda_create(int device, lm_backend **out, lm_error *err) {
@@ -147,6 +161,7 @@ extern "C" void lm_cuda_backend_destroy(lm_backend *be) {
     if (!be) return;
     lm_cuda_state *s = state_of(be);
     if (s) {
+        lm_cuda_use_device(s);
         if (s->queue && s->stream) {
             lm_cuda_flush(be);
             cudaStreamSynchronize(s->stream);

@@ -37,6 +37,11 @@ struct lm_cuda_state {
 };
 
 static inline lm_cuda_state *lm_cuda_state_of(lm_backend *be) { return (lm_cuda_state *)be->impl; }
+/* Makes the calling thread's current GPU the backend's.  Every entry point
+ * that calls the CUDA API does it first: with tensor parallelism one
+ * thread drives backends of several GPUs (it loads every rank's weights),
+ * and each rank's thread runs ops on its own. */
+static inline void lm_cuda_use_device(const lm_cuda_state *s) { cudaSetDevice(s->device); }
 static inline cudaStream_t lm_cuda_stream(lm_backend *be) { return lm_cuda_state_of(be)->stream; }
 
 extern "C" {

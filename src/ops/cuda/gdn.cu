@@ -348,6 +348,7 @@ void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm
     int in_shared = stage + state <= GDN_SHARED_MAX;
     size_t shared = stage + (in_shared ? state : 0);
     if (shared > 48 * 1024) {
+        lm_cuda_use_device(lm_cuda_state_of(be)); /* the attribute is the current GPU's */
         cudaError_t e = cudaFuncSetAttribute(gated_delta_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)shared);
         if (e != cudaSuccess) {

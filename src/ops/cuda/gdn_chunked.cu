@@ -328,6 +328,7 @@ bool lm_cuda_gated_delta_chunked(lm_backend *be, lm_mem out, lm_mem q, lm_mem k,
                                  int dk, int dv, int min_T) {
     if (!lm_cuda_gdn_chunked_fits(dk)) return false;
     size_t shared = chunked_shared_bytes(dk);
+    lm_cuda_use_device(lm_cuda_state_of(be)); /* the attribute is the current GPU's */
     cudaError_t e = cudaFuncSetAttribute(gated_delta_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)shared);
     if (e != cudaSuccess) {

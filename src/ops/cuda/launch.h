@@ -19,6 +19,7 @@
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <tuple>
 #include <type_traits>
@@ -40,10 +41,25 @@ typedef struct {
 } lm_cuda_blas_call;
 cudaError_t lm_cuda_blas_run(lm_backend *be, const lm_cuda_blas_call *call);
 
+/* One NCCL collective on the rank's stream (nccl_comm.cu): plain bytes
+ * like the blas call, zeroed before filling. */
+enum { LM_CUDA_ALL_REDUCE_SUM = 1, LM_CUDA_ALL_GATHER = 2 };
+typedef struct {
+    const struct lm_nccl_api *api; /* the opened library */
+    void *comm;                    /* ncclComm_t */
+    const void *send;
+    void *recv;
+    uint64_t count; /* floats sent by each rank */
+    int32_t kind;
+    int32_t unused;
+} lm_cuda_collective_call;
+cudaError_t lm_cuda_collective_run(lm_backend *be, const lm_cuda_collective_call *call);
+
 /* The queue's entry points (queue.cu). */
 void lm_cuda_enqueue_blas(lm_backend *be, const char *what, const lm_cuda_blas_call *call);
 void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
                             size_t shared, void **args, const size_t *sizes, int n_args, bool early);
+void lm_cuda_enqueue_collective(lm_backend *be, const char *what, const lm_cuda_collective_call *call);
 void lm_cuda_enqueue_copy(lm_backend *be, const char *what, void *dst, const void *src, size_t bytes);
 void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte, size_t bytes);
 /* Runs the pending work on the stream (replayed or captured as a graph

@@ -32,7 +32,7 @@
 #define MAX_ARGS 64
 #define PROFILE_NAMES 256
 
-enum { OP_KERNEL = 1, OP_COPY = 2, OP_FILL = 3, OP_BLAS = 4 };
+enum { OP_KERNEL = 1, OP_COPY = 2, OP_FILL = 3, OP_BLAS = 4, OP_COLLECTIVE = 5 };
 
 struct op_header {
     uint32_t kind, n_args;
@@ -235,16 +235,25 @@ void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte,
     enqueue_memory_op(be, OP_FILL, what, dst, NULL, byte, bytes);
 }
 
-void lm_cuda_enqueue_blas(lm_backend *be, const char *what, const lm_cuda_blas_call *call) {
+// An op whose one argument is a plain struct the runner reads (a cuBLASLt
+// product, an NCCL collective).
+static void enqueue_call(lm_backend *be, uint32_t kind, const char *what, const void *call, size_t size) {
     op_header h;
     memset(&h, 0, sizeof h);
-    h.kind = OP_BLAS;
+    h.kind = kind;
     h.n_args = 1;
     h.what = what;
-    size_t size = sizeof *call;
     void *arg = (void *)call;
     h.record_bytes = round16(sizeof h) + round16(sizeof(uint32_t)) + round16(size);
     append(be, &h, &arg, &size);
+}
+
+void lm_cuda_enqueue_blas(lm_backend *be, const char *what, const lm_cuda_blas_call *call) {
+    enqueue_call(be, OP_BLAS, what, call, sizeof *call);
+}
+
+void lm_cuda_enqueue_collective(lm_backend *be, const char *what, const lm_cuda_collective_call *call) {
+    enqueue_call(be, OP_COLLECTIVE, what, call, sizeof *call);
 }
 
 static profile_row *profile_row_of(lm_cuda_queue *q, const char *what) {
@@ -291,6 +300,8 @@ static cudaError_t launch_record(lm_backend *be, const unsigned char *record, si
         }
         if (h->kind == OP_BLAS) {
             e = lm_cuda_blas_run(be, (const lm_cuda_blas_call *)args[0]);
+        } else if (h->kind == OP_COLLECTIVE) {
+            e = lm_cuda_collective_run(be, (const lm_cuda_collective_call *)args[0]);
         } else if (h->kind == OP_KERNEL && h->early) {
             cudaLaunchConfig_t config = {};
             cudaLaunchAttribute attr[1] = {};
@@ -404,6 +415,7 @@ void lm_cuda_flush(lm_backend *be) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     lm_cuda_queue *q = s->queue;
     if (!q || q->used == 0) return;
+    lm_cuda_use_device(s);
     graph_entry *g = NULL;
     if (q->graphs && q->n_ops >= MIN_GRAPH_OPS) {
         uint64_t hash = hash_bytes(q->record, q->used);
