@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "model_util.h"
 #include "ops/comm.h"
 
 #define MAX_RANKS 8
@@ -284,7 +285,161 @@ static void test_group_bounds(void) {
     CHECK(ok);
 }
 
+/* ---- a device backend's group (cuda: NCCL), when the backend under test
+ * is one and the machine has 2 or more of its devices ---- */
+
+typedef struct {
+    lm_backend *be;
+    lm_comm *comm;
+    int rank, n_ranks, rounds;
+    size_t n;
+    float *reduced, *doubled, *gathered; /* the last round's */
+    bool unequal_rounds;                 /* a round's results differed from the first's */
+    lm_status status;
+    char message[sizeof(((lm_error *)0)->message)];
+} device_job;
+
+/* Each round queues copy, all_reduce, copy, all_reduce, all_gather
+ * between an upload and the downloads: one run of the backend's queue with
+ * collectives among kernels, the same bytes every round (a GPU backend
+ * replays such a run as a captured graph from the second time on). */
+static void *device_rank_main(void *arg) {
+    device_job *j = arg;
+    lm_error err = {0};
+    lm_backend *be = j->be;
+    size_t n = j->n, all = n * (size_t)j->n_ranks;
+    lm_buffer *x = NULL, *y = NULL, *z = NULL, *g = NULL;
+    float *host = malloc(sizeof(float) * all), *first = malloc(sizeof(float) * (2 * n + all));
+    j->reduced = malloc(sizeof(float) * n);
+    j->doubled = malloc(sizeof(float) * n);
+    j->gathered = malloc(sizeof(float) * all);
+    lm_status st = host && first && j->reduced && j->doubled && j->gathered ? LM_OK
+                                                                          : lm_fail(&err, LM_ERR_NOMEM, "out of memory");
+    if (st == LM_OK) st = lm_alloc(be, sizeof(float) * n, "x", &x, &err);
+    if (st == LM_OK) st = lm_alloc(be, sizeof(float) * n, "y", &y, &err);
+    if (st == LM_OK) st = lm_alloc(be, sizeof(float) * n, "z", &z, &err);
+    if (st == LM_OK) st = lm_alloc(be, sizeof(float) * all, "gathered", &g, &err);
+    for (int round = 0; round < j->rounds && st == LM_OK; round++) {
+        for (size_t i = 0; i < n; i++) host[i] = value_at(j->rank, i, 21);
+        lm_upload(be, lm_mem_of(x), host, sizeof(float) * n);
+        lm_copy(be, lm_mem_of(y), lm_mem_of(x), sizeof(float) * n);
+        st = lm_all_reduce_sum(j->comm, be, lm_mem_of(y), n, &err);
+        lm_copy(be, lm_mem_of(z), lm_mem_of(y), sizeof(float) * n);
+        if (st == LM_OK) st = lm_all_reduce_sum(j->comm, be, lm_mem_of(z), n, &err);
+        if (st == LM_OK) st = lm_all_gather(j->comm, be, lm_mem_of(g), lm_mem_of(x), n, &err);
+        if (st == LM_OK) st = lm_download(be, j->reduced, lm_mem_of(y), sizeof(float) * n, &err);
+        if (st == LM_OK) st = lm_download(be, j->doubled, lm_mem_of(z), sizeof(float) * n, &err);
+        if (st == LM_OK) st = lm_download(be, j->gathered, lm_mem_of(g), sizeof(float) * all, &err);
+        if (st != LM_OK) break;
+        if (round == 0) {
+            memcpy(first, j->reduced, sizeof(float) * n);
+            memcpy(first + n, j->doubled, sizeof(float) * n);
+            memcpy(first + 2 * n, j->gathered, sizeof(float) * all);
+        } else if (memcmp(first, j->reduced, sizeof(float) * n) || memcmp(first + n, j->doubled, sizeof(float) * n) ||
+                   memcmp(first + 2 * n, j->gathered, sizeof(float) * all)) {
+            j->unequal_rounds = true;
+        }
+    }
+    if (st == LM_OK) {
+        /* a rank's communicator takes its own backend only */
+        lm_error refused = {0};
+        device_job *other = j; /* any backend but this rank's: a copy of its table */
+        lm_backend shadow = {.ops = other->be->ops, .impl = other->be->impl};
+        if (lm_all_reduce_sum(j->comm, &shadow, lm_mem_of(x), n, &refused) != LM_ERR_INVALID ||
+            !strstr(refused.message, "its own backend"))
+            st = lm_fail(&err, LM_ERR_INTERNAL, "a foreign backend was not refused: '%s'", refused.message);
+    }
+    j->status = st;
+    if (st != LM_OK) snprintf(j->message, sizeof j->message, "%s", err.message);
+    lm_buffer_free(be, x);
+    lm_buffer_free(be, y);
+    lm_buffer_free(be, z);
+    lm_buffer_free(be, g);
+    free(host);
+    free(first);
+    return NULL;
+}
+
+static void test_device_group(void) {
+    const char *kind = test_backend_name();
+    int devices = lm_backend_device_count(kind);
+    if (strcmp(kind, "cuda") != 0 || devices < 2) {
+        printf("  skipped: needs LOOM_TEST_BACKEND=cuda and 2 GPUs (%s, %d devices)\n", kind, devices);
+        return;
+    }
+    int n_ranks = devices < 4 ? devices : 4;
+    const size_t n = 100003; /* NCCL's pipeline cuts it in chunks */
+    lm_backend *backends[MAX_RANKS] = {0};
+    lm_error err = {0};
+    for (int r = 0; r < n_ranks; r++) CHECK_OK(lm_backend_create_on(kind, r, 1, &backends[r], &err), &err);
+    lm_comm_group *group = NULL;
+    CHECK_OK(lm_comm_group_create(backends, n_ranks, &group, &err), &err);
+    device_job jobs[MAX_RANKS];
+    pthread_t threads[MAX_RANKS];
+    for (int r = 0; r < n_ranks; r++) {
+        jobs[r] = (device_job){.be = backends[r], .comm = lm_comm_group_rank(group, r), .rank = r,
+                               .n_ranks = n_ranks, .rounds = 4, .n = n};
+        CHECK(pthread_create(&threads[r], NULL, device_rank_main, &jobs[r]) == 0);
+    }
+    for (int r = 0; r < n_ranks; r++) pthread_join(threads[r], NULL);
+    char why[400] = "";
+    for (int r = 0; r < n_ranks && !why[0]; r++) {
+        device_job *j = &jobs[r];
+        if (j->status != LM_OK) {
+            snprintf(why, sizeof why, "rank %d: %s", r, j->message);
+            break;
+        }
+        if (j->unequal_rounds) snprintf(why, sizeof why, "rank %d: a later round (a replayed graph) differed", r);
+        for (size_t i = 0; i < n && !why[0]; i++) {
+            float want = rank_order_sum(n_ranks, i, 21);
+            /* 2 ranks: one addition, exact; more: NCCL's order, within rounding */
+            bool close = n_ranks == 2 ? memcmp(&j->reduced[i], &want, sizeof want) == 0
+                                      : fabsf(j->reduced[i] - want) <= 1e-5f * (fabsf(want) + 1e-3f) * n_ranks;
+            if (!close) snprintf(why, sizeof why, "rank %d: element %zu summed to %.9g, want %.9g", r, i, j->reduced[i], want);
+            else if (memcmp(&j->reduced[i], &jobs[0].reduced[i], sizeof want) != 0)
+                snprintf(why, sizeof why, "rank %d: element %zu differs from rank 0's", r, i);
+            else if (j->doubled[i] != (float)n_ranks * j->reduced[i] && n_ranks == 2)
+                snprintf(why, sizeof why, "rank %d: the second all_reduce gave %.9g at %zu", r, j->doubled[i], i);
+        }
+        for (int q = 0; q < n_ranks && !why[0]; q++)
+            for (size_t i = 0; i < n && !why[0]; i += 97)
+                if (j->gathered[(size_t)q * n + i] != value_at(q, i, 21))
+                    snprintf(why, sizeof why, "rank %d: gathered rank %d's element %zu wrong", r, q, i);
+    }
+    for (int r = 0; r < n_ranks; r++) {
+        free(jobs[r].reduced);
+        free(jobs[r].doubled);
+        free(jobs[r].gathered);
+    }
+    lm_comm_group_destroy(group);
+    for (int r = 0; r < n_ranks; r++) lm_backend_destroy(backends[r]);
+    CHECK_MSG(!why[0], "%d ranks on %s: %s", n_ranks, kind, why);
+}
+
+/* Groups refuse ranks of mixed kinds, and host groups work through the
+ * same entry point. */
+static void test_group_of_backends(void) {
+    lm_backend *cpu = NULL, *ref = NULL;
+    lm_error err = {0};
+    CHECK_OK(lm_backend_create("cpu", 1, &cpu, &err), &err);
+    CHECK_OK(lm_backend_create("ref", 1, &ref, &err), &err);
+    lm_backend *mixed[2] = {cpu, ref}, *same[2] = {cpu, cpu};
+    lm_comm_group *g = NULL;
+    lm_status st = lm_comm_group_create(mixed, 2, &g, &err);
+    bool refused = st == LM_ERR_INVALID && g == NULL && strstr(err.message, "one kind");
+    st = lm_comm_group_create(same, 2, &g, &err);
+    bool made = st == LM_OK && lm_comm_group_rank(g, 1) && lm_comm_group_rank(g, 1)->rank == 1 &&
+                !lm_comm_group_rank(g, 2) && strcmp(lm_comm_group_rank(g, 0)->ops->name, "host") == 0;
+    lm_comm_group_destroy(g);
+    lm_backend_destroy(cpu);
+    lm_backend_destroy(ref);
+    CHECK_MSG(refused, "mixed kinds: '%s'", err.message);
+    CHECK(made);
+}
+
 int main(void) {
+    RUN_TEST(test_device_group);
+    RUN_TEST(test_group_of_backends);
     RUN_TEST(test_all_reduce_is_the_rank_order_sum);
     RUN_TEST(test_all_gather_concatenates_in_rank_order);
     RUN_TEST(test_many_collectives_in_a_row);

@@ -114,7 +114,7 @@ static const lm_opt engine_opts[] = {
      NULL},
     {"--tensor-parallel-size|-tp", LM_OPT_INT, "N", ENGINE(tensor_parallel_size), 1, 64,
      "split the model over N ranks (threads of this process, each with its\nshare of the heads and MLP width; "
-     "cpu and ref backends for now)", NULL, NULL, NULL},
+     "with cuda one GPU a rank,\nGPUs 0..N-1, summing over NCCL)", NULL, NULL, NULL},
     {"--device|--backend", LM_OPT_CUSTOM, "NAME", ENGINE(backend), 0, 0,
      "cpu (default), ref (the plain reference kernels) or, in builds with\nnvcc, cuda",
      parse_backend, NULL, NULL},

@@ -65,6 +65,9 @@ void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte,
 /* Runs the pending work on the stream (replayed or captured as a graph
  * when it repeats); after it, the stream holds every op queued so far. */
 void lm_cuda_flush(lm_backend *be);
+/* Destroys the graphs captured so far (before a communicator whose
+ * collectives they hold). */
+void lm_cuda_drop_graphs(lm_backend *be);
 
 namespace lm_cuda_detail {
 template <typename Tuple, size_t... I>

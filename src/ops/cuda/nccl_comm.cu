@@ -38,6 +38,9 @@ struct lm_nccl_api {
     const char *(*GetErrorString)(nccl_result result);
     nccl_result (*CommInitAll)(void **comms, int n_devices, const int *devices);
     nccl_result (*CommDestroy)(void *comm);
+    nccl_result (*CommFinalize)(void *comm);
+    nccl_result (*GroupStart)(void);
+    nccl_result (*GroupEnd)(void);
     nccl_result (*AllReduce)(const void *send, void *recv, size_t count, int dtype, int op, void *comm,
                              cudaStream_t stream);
     nccl_result (*AllGather)(const void *send, void *recv, size_t count, int dtype, void *comm,
@@ -87,6 +90,9 @@ static lm_status open_nccl(lm_nccl_api *api, lm_error *err) {
     RESOLVE(GetErrorString, ncclGetErrorString);
     RESOLVE(CommInitAll, ncclCommInitAll);
     RESOLVE(CommDestroy, ncclCommDestroy);
+    RESOLVE(CommFinalize, ncclCommFinalize);
+    RESOLVE(GroupStart, ncclGroupStart);
+    RESOLVE(GroupEnd, ncclGroupEnd);
     RESOLVE(AllReduce, ncclAllReduce);
     RESOLVE(AllGather, ncclAllGather);
 #undef RESOLVE
@@ -222,6 +228,15 @@ extern "C" void lm_cuda_comm_group_destroy(void *group) {
         cudaSetDevice(lm_cuda_state_of(g->ranks[k].be)->device);
         cudaStreamSynchronize(lm_cuda_stream(g->ranks[k].be));
     }
+    // The captured graphs hold NCCL's plans of their collectives, which a
+    // communicator waits for when it is destroyed: they go first.
+    for (int k = 0; k < g->n_ranks; k++) lm_cuda_drop_graphs(g->ranks[k].be);
+    // Finalizing is collective: one thread finalizing every rank's
+    // communicator does it inside a group (alone, the first would wait for
+    // the others forever); destroying is then local.
+    g->api.GroupStart();
+    for (int k = 0; k < g->n_ranks; k++) g->api.CommFinalize(g->ranks[k].nccl);
+    g->api.GroupEnd();
     for (int k = 0; k < g->n_ranks; k++) g->api.CommDestroy(g->ranks[k].nccl);
     if (g->api.lib) dlclose(g->api.lib);
     free(g);

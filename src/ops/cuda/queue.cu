@@ -139,6 +139,21 @@ extern "C" void lm_cuda_queue_free(lm_cuda_state *s) {
     s->queue = NULL;
 }
 
+// Destroys the captured graphs (the queue itself stays usable: a run seen
+// again is captured anew).  A graph that holds NCCL collectives holds
+// their communicator's resources, which it frees only when the graph goes.
+void lm_cuda_drop_graphs(lm_backend *be) {
+    lm_cuda_state *s = lm_cuda_state_of(be);
+    lm_cuda_queue *q = s->queue;
+    if (!q) return;
+    lm_cuda_use_device(s);
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        if (q->cache[i].exec) cudaGraphExecDestroy(q->cache[i].exec);
+        free(q->cache[i].record);
+        memset(&q->cache[i], 0, sizeof q->cache[i]);
+    }
+}
+
 // Room for `bytes` more at the end of the record; flushes first when the
 // record would pass MAX_RECORD or cannot grow (so appending never fails).
 static unsigned char *reserve(lm_backend *be, size_t bytes) {
