@@ -35,6 +35,7 @@ typedef struct {
     int G;
     float *logits; /* [n, V] out */
     test_greedy_result greedy;
+    bool vocab_split; /* the rank's description says its lm_head is a run of vocabulary rows */
     lm_status status;
     char message[LM_ERROR_MESSAGE_MAX];
 } rank_job;
@@ -48,6 +49,15 @@ static void *rank_main(void *arg) {
         j->status = LM_ERR_INVALID;
         snprintf(j->message, sizeof j->message, "the model did not load (see stderr)");
         return NULL;
+    }
+    char *text = NULL;
+    size_t text_size = 0;
+    FILE *f = open_memstream(&text, &text_size);
+    if (f) {
+        lm_model_print_description(tm.model, f);
+        fclose(f);
+        j->vocab_split = text && strstr(text, "vocabulary rows");
+        free(text);
     }
     j->logits = test_prefill(tm.model, j->ids, j->n, NULL, NULL, &err);
     j->status = j->logits ? LM_OK : err.code;
@@ -139,6 +149,9 @@ static void check_ranks(const char *fixture, int n_ranks) {
                          e_whole);
             else if (differs)
                 snprintf(why, sizeof why, "%s: rank %d's logits differ from rank 0's", prompts[p], differs);
+            else if (V % n_ranks == 0 && !(jobs[0].vocab_split && jobs[n_ranks - 1].vocab_split))
+                snprintf(why, sizeof why, "%s: the lm_head was not split by vocabulary (%d over %d ranks)", prompts[p],
+                         V, n_ranks);
             else if (greedy && g->mismatch_at >= 0 && !(((const float *)margin->data)[g->mismatch_at] < MARGIN_RULE))
                 /* the fixtures' margin rule: only a near tie may go the other way */
                 snprintf(why, sizeof why, "%s: greedy decoding left the reference at step %d", prompts[p],

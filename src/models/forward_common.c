@@ -60,8 +60,9 @@ lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,
         st = lm_download(be, out->layer_hidden[head->n_layers], head->logit_x, hidden_bytes, err);
     if (st == LM_OK && out->hidden) st = lm_download(be, out->hidden, head->logit_x, hidden_bytes, err);
     if (st != LM_OK) return st;
-    lm_matmul(be, head->logits, head->logit_x, rows, head->lm_head);
-    int V = head->lm_head->rows;
+    st = lm_vocab_head_matmul(be, &head->lm_head, head->logits, head->logit_x, rows, err);
+    if (st != LM_OK) return st;
+    int V = head->lm_head.vocab;
     size_t row_bytes = sizeof(float) * (size_t)V;
     if (out->argmax) {
         lm_argmax_rows(be, head->logit_ids, head->logits, rows, V);
@@ -82,4 +83,24 @@ lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,
         r += run;
     }
     return st;
+}
+
+lm_status lm_vocab_head_matmul(lm_backend *be, const lm_vocab_head *head, lm_mem logits, lm_mem x, int rows,
+                               lm_error *err) {
+    if (!head->tp) {
+        lm_matmul(be, logits, x, rows, head->weight);
+        return LM_OK;
+    }
+    int n = head->tp->n_ranks, share = head->vocab / n;
+    size_t local_floats = (size_t)rows * (size_t)share;
+    lm_mem local = head->scratch, gathered = lm_mem_f32(head->scratch, local_floats);
+    lm_matmul(be, local, x, rows, head->weight);
+    /* gathered = rank 0's [rows, V/n] | rank 1's | ...: each rank's block
+     * of columns into its place in every row */
+    lm_status st = lm_all_gather(head->tp, be, gathered, local, local_floats, err);
+    if (st != LM_OK) return st;
+    for (int r = 0; r < n; r++)
+        lm_copy_rows(be, lm_mem_f32(logits, (size_t)r * (size_t)share), head->vocab,
+                     lm_mem_f32(gathered, (size_t)r * local_floats), share, rows, share);
+    return LM_OK;
 }

@@ -6,6 +6,7 @@
 
 #include "models/model.h"
 #include "models/step_descriptor.h"
+#include "ops/comm.h"
 
 /* The KV pool and step sizes in range (state slots and speculation are the
  * family's to check). */
@@ -20,6 +21,29 @@ void lm_forward_embed_inputs(lm_backend *be, lm_mem h, lm_mem tokens, const lm_s
 /* max_image_patches in range, and 0 unless the model has a vision tower. */
 lm_status lm_context_check_images(const lm_context_options *o, bool has_tower, lm_error *err);
 
+/* The lm_head, whole or split by vocabulary over a tensor-parallel group:
+ * rank r of n holds rows [r V/n, (r+1) V/n) (every rank reads 1/n of it a
+ * step instead of all of it), and the ranks' columns are gathered. */
+typedef struct {
+    const lm_matrix *weight; /* [vocab, H], or this rank's [vocab / n, H] */
+    int vocab;               /* the whole vocabulary */
+    lm_comm *tp;             /* NULL: weight is whole */
+    lm_mem scratch;          /* with tp: lm_vocab_split_scratch floats */
+} lm_vocab_head;
+
+/* Whether tensor parallelism over n ranks splits a vocabulary (when it
+ * divides; else every rank keeps the lm_head whole). */
+static inline bool lm_vocab_splits(int vocab, int n_ranks) { return n_ranks > 1 && vocab % n_ranks == 0; }
+/* The scratch floats a split head needs for `rows` rows. */
+static inline size_t lm_vocab_split_scratch(int vocab, int n_ranks, size_t rows) {
+    return lm_vocab_splits(vocab, n_ranks) ? rows * ((size_t)vocab + (size_t)vocab / (size_t)n_ranks) : 0;
+}
+/* logits [rows, vocab] = x [rows, H] · lm_headᵀ, in vocabulary order on
+ * every rank (the split's columns gathered: the same bits as the whole
+ * product, a logit being one row's dot product either way). */
+lm_status lm_vocab_head_matmul(lm_backend *be, const lm_vocab_head *head, lm_mem logits, lm_mem x, int rows,
+                               lm_error *err);
+
 /* The step's end: the logit rows of h [n_tokens, H] gathered into logit_x,
  * final-normed, downloaded to out->hidden / out->layer_hidden[n_layers] when
  * asked, multiplied by lm_head into logits and downloaded to out->logits
@@ -28,7 +52,7 @@ lm_status lm_context_check_images(const lm_context_options *o, bool has_tower, l
 typedef struct {
     lm_mem final_norm;
     float eps;
-    const lm_matrix *lm_head; /* [vocab, H] */
+    lm_vocab_head lm_head;
     int hidden, n_layers;
     lm_mem logit_x, logits;   /* [rows, H], [rows, vocab] scratch */
     lm_mem logit_ids;         /* [rows] int32 scratch: the argmax of each row */

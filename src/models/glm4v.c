@@ -235,11 +235,8 @@ static lm_status load_model(lm_glm4v_model *m, lm_error *err) {
     m->lm_head_tied = !lm_weights_has(&m->weights, "lm_head.weight");
     TRY((m->lm_head_tied ? lm_weights_linear : lm_weights_matrix)(&m->weights, name, c->vocab_size,
                                                                   c->hidden_size, &m->embed_tokens, err));
-    if (m->lm_head_tied)
-        m->lm_head = m->embed_tokens;
-    else
-        TRY(lm_weights_linear(&m->weights, "lm_head.weight", c->vocab_size, c->hidden_size,
-                              &m->lm_head, err));
+    TRY(lm_weights_lm_head(&m->weights, &m->embed_tokens, m->lm_head_tied, c->vocab_size, c->hidden_size,
+                           m->tp_rank, m->tp_size, &m->lm_head, &m->vocab_split, err));
     snprintf(name, sizeof name, "%snorm.weight", prefix);
     TRY(lm_weights_vector(&m->weights, name, c->hidden_size, 0, false, &m->final_norm, err));
     m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
@@ -469,7 +466,9 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
     }
     if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
     /* Final norm and lm_head only on the rows that need logits. */
-    lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps, .lm_head = &m->lm_head,
+    lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps,
+                           .lm_head = {.weight = &m->lm_head, .vocab = c->vocab_size,
+                                       .tp = m->vocab_split ? m->tp : NULL, .scratch = ctx->vocab_scratch},
                            .hidden = H, .n_layers = L, .logit_x = ctx->logit_x, .logits = ctx->logits,
                            .logit_ids = ctx->logit_ids};
     return lm_forward_logits(be, &step, h, &head, out, err);
@@ -530,6 +529,10 @@ static void glm4v_describe(const lm_model *base, FILE *f) {
     fprintf(f, "text model: complete (%zu tensors used, %.1f MB, lm_head %s)\n", m->weights.n_used,
             (double)lm_weights_bytes_used(&m->weights) / 1e6,
             m->lm_head_tied ? "tied to embed_tokens" : "separate");
+    if (m->vocab_split)
+        fprintf(f, "lm_head: vocabulary rows %lld..%lld of this rank (split over %d ranks, logits gathered)\n",
+                (long long)m->lm_head.rows * m->tp_rank, (long long)m->lm_head.rows * (m->tp_rank + 1) - 1,
+                m->tp_size);
     if (m->checkpoint) {
         fprintf(f, "  used (text model):\n");
         lm_weights_print_groups(&m->weights, true, f);

@@ -46,7 +46,8 @@ typedef struct {
     lm_glm4v_config config;
     lm_checkpoint *checkpoint; /* owned; NULL for random weights */
     lm_weights weights;
-    lm_matrix embed_tokens, lm_head;
+    lm_matrix embed_tokens, lm_head; /* lm_head: this rank's rows when vocab_split */
+    bool vocab_split; /* tensor parallelism: the lm_head split by vocabulary (lm_vocab_splits) */
     bool lm_head_tied;
     lm_mem final_norm;
     lm_glm4v_layer *layers;

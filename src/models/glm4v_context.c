@@ -47,6 +47,8 @@ static void layout(lm_glm4v_context *ctx, lm_carver *c) {
     }
     lm_carve(c, &ctx->logit_x, R * H);
     lm_carve(c, &ctx->logits, R * V);
+    if (ctx->model->vocab_split)
+        lm_carve(c, &ctx->vocab_scratch, lm_vocab_split_scratch((int)V, ctx->model->tp_size, R));
     lm_carve(c, &ctx->logit_ids, R);
     lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
     if (ctx->vision.max_patches > 0) lm_vision_layout(&ctx->vision, c);

@@ -39,6 +39,7 @@ typedef struct {
     int32_t *host_descriptor; /* staging, descriptor_ints */
     /* images (max_image_patches > 0): the vision tower's workspace */
     lm_vision_workspace vision;
+    lm_mem vocab_scratch; /* a split lm_head's (lm_vocab_split_scratch) */
     lm_status tp_status; /* tensor parallelism: the first failed sum of a forward */
     lm_error tp_error;
 } lm_glm4v_context;

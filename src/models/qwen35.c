@@ -412,11 +412,8 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     if (st == LM_OK) {
         /* Tie rule: use lm_head.weight when present, else the embedding. */
         m->lm_head_tied = tied;
-        if (m->lm_head_tied)
-            m->lm_head = m->embed_tokens;
-        else
-            st = lm_weights_linear(&m->weights, "lm_head.weight", c->vocab_size, c->hidden_size,
-                                   &m->lm_head, err);
+        st = lm_weights_lm_head(&m->weights, &m->embed_tokens, tied, c->vocab_size, c->hidden_size, m->tp_rank,
+                             m->tp_size, &m->lm_head, &m->vocab_split, err);
     }
     if (st == LM_OK) {
         snprintf(name, sizeof name, "%snorm.weight", prefix);
@@ -724,7 +721,7 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
     ctx->last_step_tokens = N;
 
     /* Final norm and lm_head only on the rows that need logits. */
-    lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps, .lm_head = &m->lm_head,
+    lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps, .lm_head = lm_qwen35_vocab_head(ctx),
                            .hidden = H, .n_layers = L, .logit_x = ctx->logit_x, .logits = ctx->logits,
                            .logit_ids = ctx->logit_ids};
     return lm_forward_logits(be, &step, h, &head, out, err);
@@ -791,6 +788,10 @@ static void qwen35_describe(const lm_model *base, FILE *f) {
     fprintf(f, "text model: complete (%zu tensors used, %.1f MB, lm_head %s)\n", m->weights.n_used,
             (double)lm_weights_bytes_used(&m->weights) / 1e6,
             m->lm_head_tied ? "tied to embed_tokens" : "separate");
+    if (m->vocab_split)
+        fprintf(f, "lm_head: vocabulary rows %lld..%lld of this rank (split over %d ranks, logits gathered)\n",
+                (long long)m->lm_head.rows * m->tp_rank, (long long)m->lm_head.rows * (m->tp_rank + 1) - 1,
+                m->tp_size);
     lm_qwen35_mtp_describe(m, f);
     if (m->checkpoint) {
         fprintf(f, "  used (text model and mtp head):\n");

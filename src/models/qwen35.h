@@ -58,8 +58,9 @@ typedef struct {
     lm_qwen35_config config;
     lm_checkpoint *checkpoint; /* owned; NULL for random weights */
     lm_weights weights;
-    lm_matrix embed_tokens, lm_head;
+    lm_matrix embed_tokens, lm_head; /* lm_head: this rank's rows when vocab_split */
     bool lm_head_tied;
+    bool vocab_split; /* tensor parallelism: the lm_head split by vocabulary (lm_vocab_splits) */
     lm_mem final_norm; /* 1 + w */
     lm_qwen35_layer *layers;
     int n_full_layers, n_linear_layers;

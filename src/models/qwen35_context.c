@@ -11,6 +11,12 @@
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Lays out every array; with c->buffer NULL it only adds up the size. */
+lm_vocab_head lm_qwen35_vocab_head(const lm_qwen35_context *ctx) {
+    const lm_qwen35_model *m = ctx->model;
+    return (lm_vocab_head){.weight = &m->lm_head, .vocab = m->config.vocab_size,
+                           .tp = m->vocab_split ? m->tp : NULL, .scratch = ctx->vocab_scratch};
+}
+
 static void layout(lm_qwen35_context *ctx, lm_carver *c) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *cfg = &m->config;
@@ -81,6 +87,8 @@ static void layout(lm_qwen35_context *ctx, lm_carver *c) {
     if (K > 0) lm_carve(c, &ctx->hidden_all, N * H);
     lm_carve(c, &ctx->logit_x, R * H);
     lm_carve(c, &ctx->logits, R * V);
+    if (ctx->model->vocab_split)
+        lm_carve(c, &ctx->vocab_scratch, lm_vocab_split_scratch((int)V, ctx->model->tp_size, max_size(S, R)));
     lm_carve(c, &ctx->logit_ids, R);
     lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
     if (mtp) {

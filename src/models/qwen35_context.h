@@ -4,6 +4,7 @@
 #ifndef LOOM_MODELS_QWEN35_CONTEXT_H
 #define LOOM_MODELS_QWEN35_CONTEXT_H
 
+#include "models/forward_common.h"
 #include "models/qwen35.h"
 #include "models/step_descriptor.h"
 #include "models/vision_common.h"
@@ -74,6 +75,7 @@ typedef struct {
     /* MTP workspace */
     lm_mem mtp_normed, mtp_concat, mtp_u, mtp_hidden; /* [N, H], [N, 2H], [N, H], [N, H] */
     lm_mem mtp_logits;  /* [max(S, max_logit_rows), V] */
+    lm_mem vocab_scratch; /* a split lm_head's (lm_vocab_split_scratch of max(S, max_logit_rows) rows) */
     lm_mem draft_ids;   /* [K][S] int32 */
     /* images (max_image_patches > 0): the vision tower's workspace */
     lm_vision_workspace vision;
@@ -99,6 +101,8 @@ void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_step_view *step,
                                const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h);
 
 /* The family's interface functions, in their files. */
+/* The lm_head as the context runs it (split by vocabulary or whole). */
+lm_vocab_head lm_qwen35_vocab_head(const lm_qwen35_context *ctx);
 lm_status lm_qwen35_context_create(lm_model *m, const lm_context_options *o,
                                    lm_model_context **out, lm_error *err);
 void lm_qwen35_context_destroy(lm_model_context *ctx);
