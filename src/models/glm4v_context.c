@@ -24,7 +24,7 @@ static void layout(lm_glm4v_context *ctx, lm_carver *c) {
     }
     size_t wide = (size_t)cfg->intermediate_size;
     if (cfg->is_moe)
-        wide = max_size(wide, (size_t)cfg->moe_intermediate_size * (size_t)cfg->n_shared_experts);
+        wide = max_size(wide, (size_t)ctx->model->shared_experts_width); /* this rank's */
     lm_glm4v_scratch *s = &ctx->scratch;
     lm_carve(c, &s->h, N * H);
     lm_carve(c, &s->x, N * H);
