@@ -98,6 +98,18 @@ typedef struct {
      * The cpu and ref backends for now (threads shared out among the
      * ranks); a checkpoint folder of the Qwen3.5 or GLM-4.6V families. */
     int tensor_parallel_size;
+    /* Expert parallelism (vLLM's --enable-expert-parallel), with
+     * tensor_parallel_size N > 1: the MoE layers' routed experts are dealt
+     * out whole, rank r keeping experts [r·E/N, (r+1)·E/N), instead of a
+     * share of every expert's width; attention, Gated DeltaNet, dense MLPs
+     * and the shared experts stay split as above.  Every rank holds every
+     * token (the activations are replicated over the group), so it routes
+     * them all and computes only the pairs of its own experts: no
+     * all-to-all, the all-reduce after the MoE block combines.  The number
+     * of experts must be a multiple of N.  With one rank, or a dense
+     * model, it changes nothing (as in vLLM, whose expert-parallel size is
+     * the tensor-parallel one). */
+    bool expert_parallel;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);
