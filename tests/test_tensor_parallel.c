@@ -7,8 +7,10 @@
  * bits; greedy decoding after the prompt (the recurrent states and KV
  * caches kept per rank) follows the reference continuation; the same for
  * the MoE fixture (every rank routes every token, half of each expert's and
- * the shared expert's width a rank), and for GLM-4.6V's.  Shares that do not divide are
- * refused with a sentence.
+ * the shared expert's width a rank), and for GLM-4.6V's; at 4 ranks, with
+ * fewer kv heads or Gated DeltaNet key heads than ranks, each such head is
+ * kept whole by the ranks whose heads use it.  Shares that do not divide
+ * are refused with a sentence.
  *
  * Expert parallelism (lm_model_load_options.expert_parallel): the same
  * checks on the MoE fixtures, each rank holding E / n whole experts (rank r
@@ -111,6 +113,14 @@ static bool run_ranks(const char *dir, int n_ranks, bool expert_parallel, const 
     return true;
 }
 
+/* A folder of LOOM_FIXTURES, or under tests/ when it begins so. */
+static void fixture_dir(char *dir, size_t size, const char *fixture) {
+    if (strncmp(fixture, "tests/", 6) == 0)
+        snprintf(dir, size, "%s", fixture);
+    else
+        test_fixture_path(dir, size, fixture);
+}
+
 static bool host_backend_under_test(void) { return strcmp(test_backend_name(), "cuda") != 0; }
 
 /* Whether rank r holds the experts it should of the whole model's (E of
@@ -139,10 +149,7 @@ static void check_split(const char *fixture, int n_ranks, bool expert_parallel) 
         return;
     }
     char dir[1024], path[1200];
-    if (strncmp(fixture, "tests/", 6) == 0)
-        snprintf(dir, sizeof dir, "%s", fixture);
-    else
-        test_fixture_path(dir, sizeof dir, fixture);
+    fixture_dir(dir, sizeof dir, fixture);
     snprintf(path, sizeof path, "%s/reference.safetensors", dir);
     lm_safetensors *reference = NULL;
     lm_error err = {0};
@@ -309,7 +316,7 @@ static void test_one_moe_model_over_two_ranks(void) { check_one_model("models/qw
 static void check_refused_with(const char *fixture, int n_ranks, bool expert_parallel, lm_status want,
                                const char *words) {
     char dir[1024];
-    test_fixture_path(dir, sizeof dir, fixture);
+    fixture_dir(dir, sizeof dir, fixture);
     lm_host_comm_group *group = NULL;
     lm_error err = {0};
     CHECK_OK(lm_host_comm_group_create(n_ranks, &group, &err), &err);
@@ -350,21 +357,40 @@ static void test_device_backends_refused(void) {
 }
 
 static void test_shares_that_do_not_divide_are_refused(void) {
-    /* 2 kv heads go to 4 ranks (each kept by 2), 2 GDN key heads do not */
-    check_refused("models/qwen35-dense", 4, LM_ERR_INVALID, "linear_num_key_heads (2) is not a multiple of 4");
-    /* 2 kv heads cannot be kept whole by 3 ranks */
+    check_refused("models/qwen35-dense", 3, LM_ERR_INVALID, "num_attention_heads (4) is not a multiple of 3");
+    /* 6 query heads go to 3 ranks, but 2 kv heads cannot be kept whole by 3 */
+    check_refused("tests/data/shapes/gqa3-conv3-dk32-dv24", 3, LM_ERR_INVALID,
+                  "num_key_value_heads (2) is not a multiple of 3");
     check_refused("models/glm46v-moe", 3, LM_ERR_INVALID, "is not a multiple of 3");
 }
+
+/* Gated DeltaNet with fewer key heads than ranks: each key head kept whole
+ * by the ranks whose value heads use it (value head h uses key head
+ * h / (Hv / Hk)), as the kv heads: qwen35-dense's 2 key heads over 4 ranks
+ * (one value head a rank), and a shape of 1 key head over 4 value heads,
+ * kept by every rank */
+static void test_gdn_key_heads_repeated_over_ranks(void) {
+    check_ranks("models/qwen35-dense", 4);
+    check_ranks("tests/data/shapes/h128-ratio4-dk24-dv20", 2);
+    check_ranks("tests/data/shapes/h128-ratio4-dk24-dv20", 4);
+}
+
+/* tensor parallelism at 4 ranks: 8 columns of each expert's 32 a rank */
+static void test_moe_on_four_ranks(void) { check_ranks("models/qwen35-moe", 4); }
 
 static void test_moe_shares_that_do_not_divide_are_refused(void) {
     /* 8 experts of 32 columns: 3 ranks cannot share them */
     check_refused("models/qwen35-moe", 3, LM_ERR_INVALID, "is not a multiple of 3");
 }
 
-/* Expert parallelism: 8 experts, 4 whole ones a rank at 2 ranks (the
- * per-expert tensors of the text model, each rank reading only its own),
- * attention and Gated DeltaNet heads split as with tensor parallelism */
-static void test_experts_over_two_ranks(void) { check_split("models/qwen35-moe", 2, true); }
+/* Expert parallelism: 8 experts, 4 whole ones a rank at 2 ranks, 2 at 4
+ * (the per-expert tensors of the text model, each rank reading only its
+ * own), attention and Gated DeltaNet heads split as with tensor
+ * parallelism (at 4 ranks each kv and GDN key head kept by 2 ranks) */
+static void test_experts_over_two_and_four_ranks(void) {
+    check_split("models/qwen35-moe", 2, true);
+    check_split("models/qwen35-moe", 4, true);
+}
 /* GLM-4.6V: sigmoid routing in 2 groups of 4 experts (at 2 ranks a rank
  * holds one group), 2 experts a rank at 4 ranks, where the 2 kv heads are
  * each kept by 2 ranks; the shared expert is split by width */
@@ -398,8 +424,10 @@ int main(void) {
     RUN_TEST(test_one_moe_model_over_two_ranks);
     RUN_TEST(test_device_backends_refused);
     RUN_TEST(test_shares_that_do_not_divide_are_refused);
+    RUN_TEST(test_moe_on_four_ranks);
     RUN_TEST(test_moe_shares_that_do_not_divide_are_refused);
-    RUN_TEST(test_experts_over_two_ranks);
+    RUN_TEST(test_gdn_key_heads_repeated_over_ranks);
+    RUN_TEST(test_experts_over_two_and_four_ranks);
     RUN_TEST(test_glm_experts_over_two_and_four_ranks);
     RUN_TEST(test_expert_parallel_dense_is_tensor_parallel);
     RUN_TEST(test_one_model_experts_over_two_ranks);

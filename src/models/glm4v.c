@@ -57,8 +57,8 @@ static lm_status load_attention(lm_glm4v_model *m, const char *lp, lm_glm4v_atte
     char name[320];
     snprintf(name, sizeof name, "%sself_attn.q_proj.weight", lp);
     TRY(linear_share(m, name, q, H, true, &a->q_proj, err));
-    /* this rank's kv heads: a run from kv_head_first of the checkpoint's */
-    int64_t kv_rows = (int64_t)m->share.config_kv_heads * c->head_dim, kv_first = (int64_t)m->share.kv_head_first * c->head_dim;
+    /* this rank's kv heads: a run from share.kv.first of the checkpoint's */
+    int64_t kv_rows = (int64_t)m->share.kv.total * c->head_dim, kv_first = (int64_t)m->share.kv.first * c->head_dim;
     lm_weights_slice kv_sl = {.n_runs = 1, .runs = {{kv_first, kv}}};
     snprintf(name, sizeof name, "%sself_attn.k_proj.weight", lp);
     TRY(m->share.n_ranks > 1 ? lm_weights_linear_slice(&m->weights, name, kv_rows, H, &kv_sl, &a->k_proj, err)
@@ -259,8 +259,8 @@ static lm_status take_share(lm_glm4v_model *m, const lm_model_load_options *opti
     lm_glm4v_config *c = &m->config;
     m->shared_experts_width = c->moe_intermediate_size * c->n_shared_experts;
     lm_share_plan plan = {
-        .query_heads = {"num_attention_heads", &c->num_attention_heads},
-        .kv_heads = {"num_key_value_heads", &c->num_key_value_heads},
+        .attention = {{"num_attention_heads", &c->num_attention_heads},
+                      {"num_key_value_heads", &c->num_key_value_heads}},
         .parts = {{"intermediate_size", &c->intermediate_size},
                   {"moe_intermediate_size x n_shared_experts", &m->shared_experts_width}},
         .n_parts = c->is_moe ? 2 : 1,

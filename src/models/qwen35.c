@@ -47,15 +47,16 @@ static lm_status vector_at(lm_weights *w, const char *prefix, int layer, const c
 /* ---- tensor parallelism: this rank's share of each weight ----
  *
  * m->config holds this rank's heads and MLP width; the checkpoint's are
- * tp_size times them.  A column-parallel projection (its output split: q,
+ * share.n_ranks times them (kv heads and GDN key heads: share.kv,
+ * share.linear_keys).  A column-parallel projection (its output split: q,
  * k, v, the GDN inputs, gate and up) keeps a run of rows per part, a
  * row-parallel one (its input split: o_proj, out_proj, down) a window of
  * columns, whose partial products the forward sums over the ranks. */
 
-/* Rows [rank·local, (rank+1)·local) of a part that begins at `base`. */
-static void add_run(const lm_qwen35_model *m, lm_weights_slice *sl, int64_t base, int64_t local) {
-    sl->runs[sl->n_runs].first = base + (int64_t)m->share.rank * local;
-    sl->runs[sl->n_runs++].count = local;
+/* Rows [first, first + count) of the checkpoint's matrix, next in the slice. */
+static void add_run(lm_weights_slice *sl, int64_t first, int64_t count) {
+    sl->runs[sl->n_runs].first = first;
+    sl->runs[sl->n_runs++].count = count;
 }
 
 /* The matrix [rows, cols] (the checkpoint's shape) of layer i, this rank's slice. */
@@ -72,7 +73,7 @@ static lm_status shard_at(const lm_qwen35_model *m, lm_weights *w, const char *p
 static lm_status rows_at(const lm_qwen35_model *m, lm_weights *w, const char *prefix, int layer, const char *name,
                          int64_t local, int64_t cols, lm_matrix *out, lm_error *err) {
     lm_weights_slice sl = {0};
-    add_run(m, &sl, 0, local);
+    add_run(&sl, (int64_t)m->share.rank * local, local);
     return shard_at(m, w, prefix, layer, name, local * m->share.n_ranks, cols, &sl, out, err);
 }
 
@@ -83,15 +84,14 @@ static lm_status cols_at(const lm_qwen35_model *m, lm_weights *w, const char *pr
     return shard_at(m, w, prefix, layer, name, rows, local * m->share.n_ranks, &sl, out, err);
 }
 
-/* A host vector of the checkpoint's n_parts · part floats (parts of `part`
- * floats: heads, channels), this rank's runs of parts moved to its front
- * (runs[k] parts beginning at part base[k]).  The vector is the weights'
- * own host copy, and a run never moves backwards past an unread one. */
-static void keep_runs(const lm_qwen35_model *m, float *v, int64_t part, const int64_t *base, const int64_t *local,
-                      int n_runs) {
+/* A host vector of the checkpoint's parts of `part` floats (heads,
+ * channels), this rank's runs of parts moved to its front (count[k] parts
+ * from part first[k], in increasing order).  The vector is the weights' own
+ * host copy, and a run never moves backwards past an unread one. */
+static void keep_runs(float *v, int64_t part, const int64_t *first, const int64_t *count, int n_runs) {
     int64_t at = 0;
     for (int k = 0; k < n_runs; k++) {
-        int64_t from = (base[k] + (int64_t)m->share.rank * local[k]) * part, n = local[k] * part;
+        int64_t from = first[k] * part, n = count[k] * part;
         memmove(v + at, v + from, sizeof(float) * (size_t)n);
         at += n;
     }
@@ -103,31 +103,35 @@ static lm_status load_linear_attention(lm_qwen35_model *m, const char *prefix, i
     lm_weights *w = &m->weights;
     int H = c->hidden_size, Hv = c->linear_num_value_heads, K = c->linear_conv_kernel_dim, n = m->share.n_ranks;
     int64_t kd = m->key_dim, vd = m->value_dim; /* this rank's */
+    /* the checkpoint's key dim and this rank's first key channel in it
+     * (with fewer key heads than ranks, the one head its value heads use),
+     * its first value channel, and the checkpoint's q | k | v channels */
+    int64_t all_kd = (int64_t)m->share.linear_keys.total * c->linear_key_head_dim;
+    int64_t k0 = (int64_t)m->share.linear_keys.first * c->linear_key_head_dim, v0 = (int64_t)m->share.rank * vd;
+    int64_t channels = 2 * all_kd + vd * n;
+    const int64_t first[3] = {k0, all_kd + k0, 2 * all_kd + v0}, count[3] = {kd, kd, vd};
     /* q | k | v: a run of each part's heads */
     lm_weights_slice qkv = {0};
-    add_run(m, &qkv, 0, kd);
-    add_run(m, &qkv, kd * n, kd);
-    add_run(m, &qkv, 2 * kd * n, vd);
-    TRY(shard_at(m, w, prefix, i, "linear_attn.in_proj_qkv.weight", (int64_t)m->conv_dim * n, H, &qkv,
-                 &la->in_proj_qkv, err));
+    for (int part = 0; part < 3; part++) add_run(&qkv, first[part], count[part]);
+    TRY(shard_at(m, w, prefix, i, "linear_attn.in_proj_qkv.weight", channels, H, &qkv, &la->in_proj_qkv, err));
     TRY(rows_at(m, w, prefix, i, "linear_attn.in_proj_z.weight", vd, H, &la->in_proj_z, err));
     TRY(rows_at(m, w, prefix, i, "linear_attn.in_proj_b.weight", Hv, H, &la->in_proj_b, err));
     TRY(rows_at(m, w, prefix, i, "linear_attn.in_proj_a.weight", Hv, H, &la->in_proj_a, err));
     TRY(cols_at(m, w, prefix, i, "linear_attn.out_proj.weight", H, vd, &la->out_proj, err));
     /* the conv's channels are q | k | v too: the same runs, K taps a channel */
     float *conv;
-    TRY(host_vector_at(w, prefix, i, "linear_attn.conv1d.weight", (int64_t)m->conv_dim * n * K, 0, true, &conv,
-                       err));
-    keep_runs(m, conv, K, (const int64_t[]){0, kd * n, 2 * kd * n}, (const int64_t[]){kd, kd, vd}, 3);
+    TRY(host_vector_at(w, prefix, i, "linear_attn.conv1d.weight", channels * K, 0, true, &conv, err));
+    keep_runs(conv, K, first, count, 3);
     TRY(lm_weights_import(w, conv, (int64_t)m->conv_dim * K, "linear_attn.conv1d.weight", &la->conv_weight, err));
     /* The decay rate is used as -exp(A_log): computed once, here. */
     float *neg_exp_A, *dt_bias;
     TRY(host_vector_at(w, prefix, i, "linear_attn.A_log", (int64_t)Hv * n, 0, false, &neg_exp_A, err));
-    keep_runs(m, neg_exp_A, 1, (const int64_t[]){0}, (const int64_t[]){Hv}, 1);
+    const int64_t heads0 = (int64_t)m->share.rank * Hv, heads = Hv;
+    keep_runs(neg_exp_A, 1, &heads0, &heads, 1);
     for (int h = 0; h < Hv; h++) neg_exp_A[h] = -expf(neg_exp_A[h]);
     TRY(lm_weights_import(w, neg_exp_A, Hv, "linear_attn.A_log", &la->neg_exp_A, err));
     TRY(host_vector_at(w, prefix, i, "linear_attn.dt_bias", (int64_t)Hv * n, 0, false, &dt_bias, err));
-    keep_runs(m, dt_bias, 1, (const int64_t[]){0}, (const int64_t[]){Hv}, 1);
+    keep_runs(dt_bias, 1, &heads0, &heads, 1);
     TRY(lm_weights_import(w, dt_bias, Hv, "linear_attn.dt_bias", &la->dt_bias, err));
     /* The gated norm is plain w (model-spec trap 1): no offset. */
     TRY(vector_at(w, prefix, i, "linear_attn.norm.weight", c->linear_value_head_dim, 0, false,
@@ -143,9 +147,9 @@ static lm_status load_full_attention(lm_qwen35_model *m, const char *prefix, int
     int H = c->hidden_size, D = c->head_dim, nH = c->num_attention_heads, nKV = c->num_key_value_heads;
     /* q_proj carries the output gate: per head [q (D) | gate (D)]. */
     TRY(rows_at(m, w, prefix, i, "self_attn.q_proj.weight", (int64_t)nH * 2 * D, H, &fa->q_proj, err));
-    /* this rank's kv heads: a run from kv_head_first of the checkpoint's */
-    lm_weights_slice kv = {.n_runs = 1, .runs = {{(int64_t)m->share.kv_head_first * D, (int64_t)nKV * D}}};
-    int64_t kv_rows = (int64_t)m->share.config_kv_heads * D;
+    /* this rank's kv heads: a run from share.kv.first of the checkpoint's */
+    lm_weights_slice kv = {.n_runs = 1, .runs = {{(int64_t)m->share.kv.first * D, (int64_t)nKV * D}}};
+    int64_t kv_rows = (int64_t)m->share.kv.total * D;
     TRY(shard_at(m, w, prefix, i, "self_attn.k_proj.weight", kv_rows, H, &kv, &fa->k_proj, err));
     TRY(shard_at(m, w, prefix, i, "self_attn.v_proj.weight", kv_rows, H, &kv, &fa->v_proj, err));
     TRY(cols_at(m, w, prefix, i, "self_attn.o_proj.weight", H, (int64_t)nH * D, &fa->o_proj, err));
@@ -310,13 +314,13 @@ static void qwen35_destroy(lm_model *base) { qwen35_free((lm_qwen35_model *)base
 static lm_status take_share(lm_qwen35_model *m, const lm_model_load_options *options, lm_error *err) {
     lm_qwen35_config *c = &m->config;
     lm_share_plan plan = {
-        .query_heads = {"num_attention_heads", &c->num_attention_heads},
-        .kv_heads = {"num_key_value_heads", &c->num_key_value_heads},
-        .parts = {{"linear_num_key_heads", &c->linear_num_key_heads},
-                  {"linear_num_value_heads", &c->linear_num_value_heads},
-                  c->is_moe ? (lm_share_part){"shared_expert_intermediate_size", &c->shared_expert_intermediate_size}
+        .attention = {{"num_attention_heads", &c->num_attention_heads},
+                      {"num_key_value_heads", &c->num_key_value_heads}},
+        .linear_attention = {{"linear_num_value_heads", &c->linear_num_value_heads},
+                             {"linear_num_key_heads", &c->linear_num_key_heads}},
+        .parts = {c->is_moe ? (lm_share_part){"shared_expert_intermediate_size", &c->shared_expert_intermediate_size}
                             : (lm_share_part){"intermediate_size", &c->intermediate_size}},
-        .n_parts = 3,
+        .n_parts = 1,
     };
     if (c->is_moe) {
         plan.experts = (lm_share_part){"num_experts", &c->num_experts};

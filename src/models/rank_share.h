@@ -1,10 +1,12 @@
 /* What one rank of a tensor-parallel group keeps of a model (issue 19),
  * decided once at load from the config, the same way for every family:
- *   - 1/n of the attention's query heads and kv heads; with fewer kv heads
- *     than ranks (n a multiple of them) each is kept whole by the n / kv
- *     ranks whose query heads use it (vLLM's replication);
- *   - 1/n of each other count or width the family lists (Gated DeltaNet
- *     heads, the dense MLP's width, the shared experts' width);
+ *   - 1/n of the heads of each group of heads that share fewer heads
+ *     (attention's query heads over its kv heads, Gated DeltaNet's value
+ *     heads over its key heads) and 1/n of the shared ones; with fewer
+ *     shared heads than ranks (n a multiple of them) each is kept whole by
+ *     the n / shared ranks whose heads use it (vLLM's replication);
+ *   - 1/n of each other count or width the family lists (the dense MLP's
+ *     width, the shared experts' width);
  *   - of the routed experts, either 1/n of every expert's width (tensor
  *     parallelism), or with expert parallelism whole experts: rank r keeps
  *     experts [r·E/n, (r+1)·E/n).  The router stays whole either way: every
@@ -20,14 +22,21 @@
 #include "base/error.h"
 #include "ops/comm.h"
 
+/* A rank's run of shared heads (kv heads, Gated DeltaNet key heads). */
 typedef struct {
-    lm_comm *comm;         /* NULL: the whole model on one rank */
-    int rank, n_ranks;     /* 0 and 1 for the whole model */
-    int kv_head_first;     /* this rank's first kv head of the checkpoint's */
-    int config_kv_heads;   /* the checkpoint's kv heads */
-    bool expert_parallel;  /* routed experts dealt out whole (MoE models only) */
-    int expert_first;      /* this rank's routed experts: [expert_first, */
-    int expert_count;      /*   expert_first + expert_count) of each layer's */
+    int first; /* its first of the checkpoint's: rank · local, or with each
+                * head repeated over several ranks the one its heads use */
+    int total; /* the checkpoint's */
+} lm_shared_heads;
+
+typedef struct {
+    lm_comm *comm;              /* NULL: the whole model on one rank */
+    int rank, n_ranks;          /* 0 and 1 for the whole model */
+    lm_shared_heads kv;         /* attention's kv heads */
+    lm_shared_heads linear_keys; /* Gated DeltaNet's key heads (none: 0, 0) */
+    bool expert_parallel;       /* routed experts dealt out whole (MoE models only) */
+    int expert_first;           /* this rank's routed experts: [expert_first, */
+    int expert_count;           /*   expert_first + expert_count) of each layer's */
 } lm_rank_share;
 
 /* A count or width of config.json a rank keeps 1/n of: its name (for the
@@ -37,12 +46,18 @@ typedef struct {
     int *value;
 } lm_share_part;
 
-#define LM_SHARE_MAX_PARTS 6
+/* Heads over the fewer heads they share (heads a multiple of shared). */
+typedef struct {
+    lm_share_part heads, shared;
+} lm_share_group;
+
+#define LM_SHARE_MAX_PARTS 4
 
 /* What a family splits. */
 typedef struct {
-    lm_share_part query_heads, kv_heads;         /* attention */
-    lm_share_part parts[LM_SHARE_MAX_PARTS];     /* split evenly in either mode */
+    lm_share_group attention;        /* query heads over kv heads */
+    lm_share_group linear_attention; /* value heads over key heads (heads.value NULL: none) */
+    lm_share_part parts[LM_SHARE_MAX_PARTS]; /* split evenly in either mode */
     int n_parts;
     /* MoE (experts.value NULL: a dense model, where expert parallelism
      * changes nothing): the routed experts' count, never rewritten (the
