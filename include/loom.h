@@ -95,8 +95,9 @@ typedef struct {
      * over this many ranks, each with its share of the attention and
      * Gated DeltaNet heads and of the MLP width (every expert's in MoE),
      * threads of this process summing their partial products.  0 or 1: one.
-     * The cpu and ref backends for now (threads shared out among the
-     * ranks); a checkpoint folder of the Qwen3.5 or GLM-4.6V families. */
+     * The cpu and ref backends (threads shared out among the ranks), or
+     * cuda with rank r on GPU r (summed through NCCL); a checkpoint folder
+     * (or random weights) of the Qwen3.5 or GLM-4.6V families. */
     int tensor_parallel_size;
     /* Expert parallelism (vLLM's --enable-expert-parallel), with
      * tensor_parallel_size N > 1: the MoE layers' routed experts are dealt

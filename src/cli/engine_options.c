@@ -114,7 +114,7 @@ static const lm_opt engine_opts[] = {
      NULL},
     {"--tensor-parallel-size|-tp", LM_OPT_INT, "N", ENGINE(tensor_parallel_size), 1, 64,
      "split the model over N ranks (threads of this process, each with its\nshare of the heads and MLP width; "
-     "cpu and ref backends for now)", NULL, NULL, NULL},
+     "with --device cuda one GPU a rank)", NULL, NULL, NULL},
     {"--enable-expert-parallel|-ep", LM_OPT_FLAG, NULL, ENGINE(expert_parallel), 0, 0,
      "with --tensor-parallel-size N > 1: deal the MoE layers' routed experts\nout whole, E/N a rank, instead of "
      "a share of every expert's width\n(attention and the shared experts stay split; the number of experts\n"
