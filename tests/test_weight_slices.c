@@ -44,7 +44,9 @@ static bool open_model(fixture *f, const char *model, bool int8, lm_error *err) 
     return true;
 }
 
-static bool open_fixture(fixture *f, bool int8, lm_error *err) { return open_model(f, "models/qwen35-dense", int8, err); }
+static bool open_fixture(fixture *f, bool int8, lm_error *err) {
+    return open_model(f, "models/qwen35-dense", int8, err);
+}
 
 static void close_fixture(fixture *f) {
     lm_weights_free(&f->w);

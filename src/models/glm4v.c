@@ -62,10 +62,10 @@ static lm_status load_attention(lm_glm4v_model *m, const char *lp, lm_glm4v_atte
     lm_weights_slice kv_sl = {.n_runs = 1, .runs = {{kv_first, kv}}};
     snprintf(name, sizeof name, "%sself_attn.k_proj.weight", lp);
     TRY(m->share.n_ranks > 1 ? lm_weights_linear_slice(&m->weights, name, kv_rows, H, &kv_sl, &a->k_proj, err)
-                       : lm_weights_linear(&m->weights, name, kv, H, &a->k_proj, err));
+                             : lm_weights_linear(&m->weights, name, kv, H, &a->k_proj, err));
     snprintf(name, sizeof name, "%sself_attn.v_proj.weight", lp);
     TRY(m->share.n_ranks > 1 ? lm_weights_linear_slice(&m->weights, name, kv_rows, H, &kv_sl, &a->v_proj, err)
-                       : lm_weights_linear(&m->weights, name, kv, H, &a->v_proj, err));
+                             : lm_weights_linear(&m->weights, name, kv, H, &a->v_proj, err));
     snprintf(name, sizeof name, "%sself_attn.o_proj.weight", lp);
     TRY(linear_share(m, name, H, q, false, &a->o_proj, err));
     if (!c->attention_bias) return LM_OK;
@@ -351,7 +351,8 @@ static void add_bias(lm_backend *be, lm_mem y, int n, const lm_matrix *w, lm_mem
 static void sum_over_ranks(lm_glm4v_context *ctx, lm_mem x, int N) {
     const lm_glm4v_model *m = ctx->model;
     if (!m->share.comm || ctx->tp_status != LM_OK) return;
-    ctx->tp_status = lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
+    ctx->tp_status =
+        lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
 }
 
 /* Attention (model-spec §E.2.1): s->x [N, H] -> s->x, the o_proj output. */

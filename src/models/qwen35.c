@@ -511,7 +511,8 @@ static void record_inputs(lm_qwen35_context *ctx, const lm_step_batch *b,
 static void sum_over_ranks(lm_qwen35_context *ctx, lm_mem x, int N) {
     const lm_qwen35_model *m = ctx->model;
     if (!m->share.comm || ctx->tp_status != LM_OK) return;
-    ctx->tp_status = lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
+    ctx->tp_status =
+        lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
 }
 
 /* Gated DeltaNet (model-spec §A.7): s->x [N, H] -> s->x, the layer's
