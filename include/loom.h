@@ -95,9 +95,22 @@ typedef struct {
      * over this many ranks, each with its share of the attention and
      * Gated DeltaNet heads and of the MLP width (every expert's in MoE),
      * threads of this process summing their partial products.  0 or 1: one.
-     * The cpu and ref backends for now (threads shared out among the
-     * ranks); a checkpoint folder of the Qwen3.5 or GLM-4.6V families. */
+     * The cpu and ref backends (threads shared out among the ranks), or
+     * cuda with rank r on GPU r (summed through NCCL); a checkpoint folder
+     * (or random weights) of the Qwen3.5 or GLM-4.6V families. */
     int tensor_parallel_size;
+    /* Expert parallelism (vLLM's --enable-expert-parallel), with
+     * tensor_parallel_size N > 1: the MoE layers' routed experts are dealt
+     * out whole, rank r keeping experts [r·E/N, (r+1)·E/N), instead of a
+     * share of every expert's width; attention, Gated DeltaNet, dense MLPs
+     * and the shared experts stay split as above.  Every rank holds every
+     * token (the activations are replicated over the group), so it routes
+     * them all and computes only the pairs of its own experts: no
+     * all-to-all, the all-reduce after the MoE block combines.  The number
+     * of experts must be a multiple of N.  With one rank, or a dense
+     * model, it changes nothing (as in vLLM, whose expert-parallel size is
+     * the tensor-parallel one). */
+    bool expert_parallel;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);

@@ -6,6 +6,7 @@ import json, os, shutil, struct, subprocess, sys, tempfile
 build = os.environ.get("LOOM_BUILD", "build")
 fixtures = os.environ.get("LOOM_FIXTURES", "../shared/fixtures")
 model = os.path.join(fixtures, "models", "qwen35-dense")
+moe_model = os.path.join(fixtures, "models", "qwen35-moe")
 binaries = [os.path.join(build, "loom"), os.path.join(build, "asan", "loom")]
 binaries = [b for b in binaries if os.path.exists(b)]
 passed = failed = 0
@@ -97,6 +98,34 @@ for loom in binaries:
               f"{r.stdout!r} vs {want!r} {r.stderr}")
     r = run([loom, "run", "--model", model, "--ids", ids, "--max-tokens", "4", "-tp", "3"])
     check(f"{tag} run -tp 3 refused", r.returncode == 1 and "num_attention_heads (4) is not a multiple of 3" in r.stderr,
+          r.stderr)
+    # expert parallelism on the MoE fixture: 4 whole experts a rank give its greedy ids (with MTP
+    # drafts too) and its logits; on one rank the flag changes nothing; 8 experts over 3 ranks are
+    # refused naming the count
+    moe_ref = safetensors(os.path.join(moe_model, "reference.safetensors"))
+    moe_ids = ",".join(str(i) for i in moe_ref["p0.input_ids"])
+    moe_want = ",".join(str(i) for i in moe_ref["p0.greedy"])
+    for extra in (["--enable-expert-parallel", "-tp", "2"], ["-ep", "-tp", "2", "--speculative-tokens", "2"],
+                  ["--enable-expert-parallel"]):
+        r = run([loom, "run", "--model", moe_model, "--ids", moe_ids, "--max-tokens", str(len(moe_ref["p0.greedy"])),
+                 "--temperature", "0", "--ignore-eos", "--print-ids"] + extra)
+        check(f"{tag} moe run {' '.join(extra)}", r.returncode == 0 and r.stdout.strip() == moe_want,
+              f"{r.stdout!r} vs {moe_want!r} {r.stderr}")
+    out = os.path.join(tmp, "moe-ep.bin")
+    r = run([loom, "logits", "--model", moe_model, "--ids", moe_ids, "--out", out, "-tp", "2", "-ep"])
+    check(f"{tag} moe logits -tp 2 -ep exit", r.returncode == 0, r.stderr)
+    if r.returncode == 0:
+        moe_V = json.load(open(os.path.join(moe_model, "config.json")))["text_config"]["vocab_size"]
+        T = len(moe_ref["p0.input_ids"])
+        got = struct.unpack(f"<{T * moe_V}f", open(out, "rb").read())
+        want_logits = moe_ref["p0.logits"]
+        mean = sum(want_logits) / len(want_logits)
+        std = (sum((w - mean) ** 2 for w in want_logits) / len(want_logits)) ** 0.5
+        err = max(abs(a - b) for a, b in zip(got, want_logits)) / std
+        check(f"{tag} moe logits -tp 2 -ep values", err < 1e-4, f"normalized error {err:.3g}")
+    r = run([loom, "run", "--model", moe_model, "--ids", moe_ids, "--max-tokens", "4", "-tp", "3", "-ep"])
+    check(f"{tag} moe run -tp 3 -ep refused",
+          r.returncode == 1 and "expert parallelism over 3 ranks: num_experts (8) is not a multiple of 3" in r.stderr,
           r.stderr)
     # --ids-file: one line per prompt, in input order, equal to each prompt run alone
     prompts = [ref["p0.input_ids"], ref["p1.input_ids"], ref["p2.input_ids"][:33], ref["p3.input_ids"]]

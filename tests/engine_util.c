@@ -71,6 +71,7 @@ loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens
     o.enable_prefix_caching = prefix_caching;
     o.prefix_snapshot_bytes = snapshot_bytes;
     o.tensor_parallel_size = test_tensor_parallel_size();
+    o.expert_parallel = test_expert_parallel();
     loom_engine *e = NULL;
     char error[256];
     if (loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK) {

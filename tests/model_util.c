@@ -28,6 +28,12 @@ int test_tensor_parallel_size(void) {
     return n && *n ? atoi(n) : 0;
 }
 
+/* LOOM_TEST_EP=1: ... with the MoE layers' experts dealt out whole. */
+bool test_expert_parallel(void) {
+    const char *on = getenv("LOOM_TEST_EP");
+    return on && *on && strcmp(on, "0") != 0;
+}
+
 double test_logit_tolerance(void) {
     return strcmp(test_compute_name(), "bf16") == 0 ? 1e-2 : 1e-4;
 }

@@ -35,6 +35,9 @@ const char *test_quantize_name(void);
 double test_logit_tolerance(void);
 /* LOOM_TEST_TP: the ranks the engine tests split their model over (0: one). */
 int test_tensor_parallel_size(void);
+/* LOOM_TEST_EP=1: with LOOM_TEST_TP, expert parallelism too (the MoE
+ * models' routed experts dealt out whole over the ranks). */
+bool test_expert_parallel(void);
 
 /* Loads dir's checkpoint (options NULL: the defaults) on a new backend
  * (test_backend_name(), `threads` threads); on failure prints why,

@@ -71,6 +71,14 @@ check("--tensor-parallel-size 3 refused naming the count", r.returncode == 1 and
       r.stderr)
 r = run("run", tiny, "--tensor-parallel-size", "2", *IDS)
 check("--tensor-parallel-size 2 gives the same ids", r.returncode == 0 and r.stdout == want, r.stderr)
+# vLLM's --enable-expert-parallel (and -ep) is loom's too: on a dense model, or one rank, it changes
+# nothing (tests/cli_test.py runs it on the MoE fixture)
+for args in (["--enable-expert-parallel", "--tensor-parallel-size", "2"], ["-ep"]):
+    r = run("run", tiny, *args, *IDS)
+    check(f"{' '.join(args)} on the dense model gives the same ids", r.returncode == 0 and r.stdout == want, r.stderr)
+r = run("run", "--help")
+check("run --help lists --enable-expert-parallel", r.returncode == 0 and "--enable-expert-parallel, -ep" in r.stdout,
+      r.stdout[-500:])
 
 # the shared table's prefix-cache and precision flags: every model-loading command takes them
 for cmd in ("run", "bench"):

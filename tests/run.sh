@@ -67,6 +67,14 @@ for name in $tp_tests; do
     t="$build/tests/$name"
     [ -x "$t" ] && run_suite "tp2/$name" env LOOM_TEST_TP=2 "$t"
 done
+# expert parallelism: the engine tests that run a MoE model (the Qwen3.5-MoE
+# fixture with its MTP head; GLM-4.6V's with images and prefix caching)
+# again over 2 ranks holding half the experts each, whole.
+ep_tests="test_qwen35_moe test_engine_images test_prefix_cache"
+for name in $ep_tests; do
+    t="$build/tests/$name"
+    [ -x "$t" ] && run_suite "ep2/$name" env LOOM_TEST_TP=2 LOOM_TEST_EP=1 "$t"
+done
 # int8 weights (--quantize int8): the batch-invariance tests again, every
 # test model made int8 at load (test_quantized checks the logits' quality).
 int8_tests="test_engine test_speculative test_prefix_cache test_engine_images"

@@ -2889,6 +2889,32 @@ static bool bytes_all(const uint8_t *p, size_t n, uint8_t byte) {
     return true;
 }
 
+/* mats [3E] (gate, up, down of every expert) over the host tensors
+ * gate_up and down of s's layout: slices of the two fused tensors or 3E
+ * separate imports. */
+static void import_experts(arena *a, const expert_set *s, const uint8_t *gate_up, const uint8_t *down, bool fused,
+                           lm_matrix *mats) {
+    int E = s->E, H = s->H, I = s->I;
+    size_t elem = dtype_bytes(s->dtype);
+    if (fused) {
+        lm_matrix gu = import_matrix(a, gate_up, s->dtype, (int64_t)E * 2 * I, H);
+        lm_matrix dn = import_matrix(a, down, s->dtype, (int64_t)E * H, I);
+        for (int e = 0; e < E; e++) {
+            size_t g_off = (size_t)e * 2 * I * H * elem, u_off = g_off + (size_t)I * H * elem;
+            mats[e] = (lm_matrix){lm_mem_bytes(gu.data, g_off), s->dtype, I, H};
+            mats[E + e] = (lm_matrix){lm_mem_bytes(gu.data, u_off), s->dtype, I, H};
+            mats[2 * E + e] = (lm_matrix){lm_mem_bytes(dn.data, (size_t)e * H * I * elem), s->dtype, H, I};
+        }
+        return;
+    }
+    for (int e = 0; e < E; e++) {
+        const uint8_t *g = gate_up + (size_t)e * 2 * I * H * elem;
+        mats[e] = import_matrix(a, g, s->dtype, I, H);
+        mats[E + e] = import_matrix(a, g + (size_t)I * H * elem, s->dtype, I, H);
+        mats[2 * E + e] = import_matrix(a, down + (size_t)e * H * I * elem, s->dtype, H, I);
+    }
+}
+
 /* n tokens of k experts each over the experts of s, imported as slices of
  * the two fused tensors or as 3E separate ones.  Experts e % 4 == 1 stay
  * unused (while the others are enough) and hold NaN: an untouched expert
@@ -2955,26 +2981,8 @@ static void check_moe_experts(const backends *bs, verdict *v, rng *r, const expe
             fail(v, "out of memory");
             break;
         }
-        if (fused) {
-            lm_matrix gu = import_matrix(&a, gate_up, s->dtype, (int64_t)E * 2 * I, H);
-            lm_matrix dn = import_matrix(&a, down, s->dtype, (int64_t)E * H, I);
-            for (int e = 0; e < E; e++) {
-                size_t g_off = (size_t)e * 2 * I * H * elem, u_off = g_off + (size_t)I * H * elem;
-                mats[e] = (lm_matrix){lm_mem_bytes(gu.data, g_off), s->dtype, I, H};
-                mats[E + e] = (lm_matrix){lm_mem_bytes(gu.data, u_off), s->dtype, I, H};
-                mats[2 * E + e] =
-                    (lm_matrix){lm_mem_bytes(dn.data, (size_t)e * H * I * elem), s->dtype, H, I};
-            }
-        } else {
-            for (int e = 0; e < E; e++) {
-                const uint8_t *g = gate_up + (size_t)e * 2 * I * H * elem;
-                mats[e] = import_matrix(&a, g, s->dtype, I, H);
-                mats[E + e] = import_matrix(&a, g + (size_t)I * H * elem, s->dtype, I, H);
-                mats[2 * E + e] =
-                    import_matrix(&a, down + (size_t)e * H * I * elem, s->dtype, H, I);
-            }
-        }
-        lm_moe_experts ex = {E, H, I, mats, mats + E, mats + 2 * E};
+        import_experts(&a, s, gate_up, down, fused, mats);
+        lm_moe_experts ex = {E, H, I, mats, mats + E, mats + 2 * E, 0};
         size_t scratch_bytes = lm_moe_scratch_bytes(n, k, &ex);
         size_t total = FRONT + scratch_bytes + GUARD;
         lm_mem sbuf = arena_alloc(&a, total), scratch = lm_mem_bytes(sbuf, FRONT);
@@ -3028,6 +3036,140 @@ done:
     free(want);
     free(y);
     free(act);
+}
+
+/* Expert parallelism: the layer's E experts dealt out over n_ranks ranks,
+ * rank q holding the range [q·E/R, (q+1)·E/R) (uneven where R does not
+ * divide E), each running moe_experts on its range alone (those matrices
+ * only, first_expert its first id) with its own scratch of
+ * lm_moe_scratch_bytes for that range, guarded.  The ranks' outputs summed
+ * in rank order must be the whole layer's within the tolerance; token 0's
+ * experts all lie in rank 0's range (when it holds top_k), so every other
+ * rank must give it a row of exact zeros (the outputs are NaN-poisoned, so
+ * an unwritten row fails).  *zero_rows counts the rows so checked. */
+static void check_moe_experts_split(const backends *bs, verdict *v, rng *r, const expert_set *s, int k, int n,
+                                    int n_ranks, bool fused, int *zero_rows) {
+    enum { FRONT = 256, GUARD = 4096 };
+    int E = s->E, H = s->H, I = s->I;
+    size_t nk = (size_t)n * k, nx = (size_t)n * H;
+    char what[160];
+    snprintf(what, sizeof what, "moe_experts over %d ranks %s E=%d I=%d H=%d top_k=%d n=%d %s", n_ranks,
+             lm_dtype_name(s->dtype), E, I, H, k, n, fused ? "fused" : "per-expert");
+    int32_t *ids = malloc(sizeof(int32_t) * nk), *pool = malloc(sizeof(int32_t) * (size_t)E);
+    float *w = malloc(sizeof(float) * nk), *x = random_floats(r, nx, 2.0f), *sum = malloc(sizeof(float) * nx);
+    double *want = doubles(nx), *y = doubles((size_t)H), *act = doubles((size_t)I);
+    if (!ids || !pool || !w || !x || !sum || !want || !y || !act) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    bool token0_in_rank0 = E / n_ranks >= k; /* rank 0's range is [0, E/R) */
+    for (int t = 0; t < n; t++) {
+        int choices = t == 0 && token0_in_rank0 ? E / n_ranks : E;
+        for (int e = 0; e < E; e++) pool[e] = e;
+        for (int j = 0; j < k; j++) { /* k distinct experts of the first `choices` */
+            int pick = j + (int)(rng_next(r) % (uint64_t)(choices - j));
+            int32_t tmp = pool[j];
+            pool[j] = pool[pick];
+            pool[pick] = tmp;
+            ids[(size_t)t * k + j] = pool[j];
+            w[(size_t)t * k + j] = 0.05f + 0.475f * (rng_float(r) + 1.0f);
+        }
+    }
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            size_t p = (size_t)t * k + j;
+            expert64(s, ids[p], x + (size_t)t * H, y, act);
+            for (int o = 0; o < H; o++) want[(size_t)t * H + o] += (double)w[p] * y[o];
+        }
+    same_bits same = {0};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix *mats = malloc(sizeof(lm_matrix) * 3 * (size_t)E);
+        if (!mats) {
+            fail(v, "out of memory");
+            break;
+        }
+        import_experts(&a, s, s->gate_up, s->down, fused, mats);
+        lm_mem xm = up_f32(&a, x, nx), idm = up_i32(&a, ids, nk), wm = up_f32(&a, w, nk);
+        for (size_t i = 0; i < nx; i++) sum[i] = 0.0f;
+        for (int q = 0; q < n_ranks && !v->failed; q++) {
+            int first = q * E / n_ranks, count = (q + 1) * E / n_ranks - first;
+            lm_moe_experts ex = {count, H, I, mats + first, mats + E + first, mats + 2 * E + first, first};
+            size_t scratch_bytes = lm_moe_scratch_bytes(n, k, &ex), total = FRONT + scratch_bytes + GUARD;
+            lm_mem sbuf = arena_alloc(&a, total), scratch = lm_mem_bytes(sbuf, FRONT), out = poisoned(&a, nx);
+            if (a.ok) {
+                lm_fill(a.be, sbuf, 0xA5, total);
+                lm_fill(a.be, scratch, 0xFF, scratch_bytes);
+                lm_moe_apply_experts(a.be, out, xm, n, idm, wm, k, &ex, scratch);
+            }
+            float *got = down_f32(&a, out, nx);
+            uint8_t *guard = malloc(total);
+            lm_error err = {0};
+            if (!got || !guard || !a.ok || lm_download(a.be, guard, sbuf, total, &err) != LM_OK) {
+                fail(v, "%s on %s: backend memory failed", what, bs->label[b]);
+            } else {
+                if (!bytes_all(guard, FRONT, 0xA5) || !bytes_all(guard + FRONT + scratch_bytes, GUARD, 0xA5))
+                    fail(v, "%s on %s: rank %d wrote outside its %zu scratch bytes", what, bs->label[b], q,
+                         scratch_bytes);
+                if (q > 0 && token0_in_rank0) {
+                    for (int o = 0; o < H; o++)
+                        if (got[o] != 0.0f) {
+                            fail(v, "%s on %s: rank %d holds none of token 0's experts but gave it %g", what,
+                                 bs->label[b], q, (double)got[o]);
+                            break;
+                        }
+                    ++*zero_rows;
+                }
+                for (size_t i = 0; i < nx; i++) sum[i] += got[i];
+            }
+            free(got);
+            free(guard);
+        }
+        if (!v->failed) {
+            bool rounds = rounds_activations(bs, b, s->dtype);
+            double e = rounds ? rel_l2_error(sum, want, nx) : rel_error(sum, want, nx);
+            if (!(e < (rounds ? BF16_TOLERANCE : TOLERANCE)))
+                fail(v, "%s on %s: the ranks' sum is %g off the whole layer", what, bs->label[b], e);
+            same_bits_check(&same, v, bs->family[b], "moe_experts over ranks", sum, nx * 4, bs->label[b]);
+        }
+        free(mats);
+        arena_free(&a);
+    }
+    same_bits_free(&same);
+done:
+    free(ids);
+    free(pool);
+    free(w);
+    free(x);
+    free(sum);
+    free(want);
+    free(y);
+    free(act);
+}
+
+static void test_moe_experts_over_ranks(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, moe_experts);
+    verdict v = {0};
+    rng r = {91};
+    static const struct {
+        int E, I, H;
+        lm_dtype dtype;
+    } sets[] = {{8, 32, 64, LM_DTYPE_BF16}, {8, 32, 64, LM_DTYPE_F32}, {64, 128, 256, LM_DTYPE_BF16}};
+    static const int ks[] = {2, 8}, ns[] = {1, 5, 130};
+    int zero_rows = 0, turn = 0;
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !v.failed; i++) {
+        expert_set s;
+        if (!expert_set_make(&s, &r, sets[i].E, sets[i].H, sets[i].I, sets[i].dtype)) fail(&v, "out of memory");
+        for (size_t k = 0; k < 2 && !v.failed; k++)
+            for (size_t j = 0; j < 3 && !v.failed; j++, turn++) /* 2, 3 and 4 ranks in turn, both layouts */
+                check_moe_experts_split(&bs, &v, &r, &s, ks[k], ns[j], 2 + turn % 3, turn % 2 == 0, &zero_rows);
+        expert_set_free(&s);
+    }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+    CHECK_MSG(zero_rows > 0, "no rank was checked on a token with none of its experts");
 }
 
 static void test_moe_experts(void) {
@@ -3296,6 +3438,7 @@ int main(void) {
     RUN_TEST(test_add_weighted_rows);
     RUN_TEST(test_moe_route);
     RUN_TEST(test_moe_experts);
+    RUN_TEST(test_moe_experts_over_ranks);
     RUN_TEST(test_poison_catches_broken_ops);
     return test_summary("test_backend_ops");
 }

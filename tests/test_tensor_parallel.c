@@ -7,8 +7,17 @@
  * bits; greedy decoding after the prompt (the recurrent states and KV
  * caches kept per rank) follows the reference continuation; the same for
  * the MoE fixture (every rank routes every token, half of each expert's and
- * the shared expert's width a rank), and for GLM-4.6V's.  Shares that do not divide are
- * refused with a sentence. */
+ * the shared expert's width a rank), and for GLM-4.6V's; at 4 ranks, with
+ * fewer kv heads or Gated DeltaNet key heads than ranks, each such head is
+ * kept whole by the ranks whose heads use it.  Shares that do not divide
+ * are refused with a sentence.
+ *
+ * Expert parallelism (lm_model_load_options.expert_parallel): the same
+ * checks on the MoE fixtures, each rank holding E / n whole experts (rank r
+ * experts [r·E/n, (r+1)·E/n), at their whole width) while attention stays
+ * split by heads; with the MTP head (its fused experts sliced by range)
+ * through lm_tensor_parallel_open; a count of experts the ranks do not
+ * divide refused naming it. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +27,7 @@
 #include "harness.h"
 #include "io/safetensors.h"
 #include "model_util.h"
+#include "models/glm4v.h"
 #include "models/registry.h"
 #include "models/tensor_parallel.h"
 #include "ops/comm.h"
@@ -26,9 +36,35 @@
 #define MARGIN_RULE 1e-3 /* fixtures/README.md */
 #define WHOLE_TOLERANCE 1e-5 /* against the unsplit model: float32 sums in another order */
 
+/* The routed experts a rank holds in its first MoE layer. */
+typedef struct {
+    int count, first, width; /* count 0: no MoE layer */
+} held_experts;
+
+static held_experts experts_held(lm_model *model) {
+    const char *family = lm_model_describe(model)->family;
+    if (strcmp(family, lm_qwen35_family.name) == 0) {
+        const lm_qwen35_model *q = (const lm_qwen35_model *)model;
+        for (int i = 0; i < q->config.num_hidden_layers; i++)
+            if (q->layers[i].is_moe) {
+                const lm_moe_experts *v = &q->layers[i].moe.experts.view;
+                return (held_experts){v->n_experts, v->first_expert, v->inter};
+            }
+    } else if (strcmp(family, lm_glm4v_family.name) == 0) {
+        const lm_glm4v_model *g = (const lm_glm4v_model *)model;
+        for (int i = 0; i < g->config.num_hidden_layers; i++)
+            if (g->layers[i].is_moe) {
+                const lm_moe_experts *v = &g->layers[i].moe.experts.view;
+                return (held_experts){v->n_experts, v->first_expert, v->inter};
+            }
+    }
+    return (held_experts){0};
+}
+
 typedef struct {
     const char *dir;
     lm_comm *comm;
+    bool expert_parallel;
     const int32_t *ids;
     int n;
     const int32_t *continuation; /* greedy reference (NULL: prefill only) */
@@ -36,6 +72,7 @@ typedef struct {
     float *logits; /* [n, V] out */
     test_greedy_result greedy;
     bool vocab_split; /* the rank's description says its lm_head is a run of vocabulary rows */
+    held_experts held;
     lm_status status;
     char message[LM_ERROR_MESSAGE_MAX];
 } rank_job;
@@ -44,7 +81,7 @@ static void *rank_main(void *arg) {
     rank_job *j = arg;
     test_model tm;
     lm_error err = {0};
-    lm_model_load_options o = {.tensor_parallel = j->comm};
+    lm_model_load_options o = {.tensor_parallel = j->comm, .expert_parallel = j->expert_parallel};
     if (!test_model_open_with(&tm, j->dir, 1, &o)) {
         j->status = LM_ERR_INVALID;
         snprintf(j->message, sizeof j->message, "the model did not load (see stderr)");
@@ -59,6 +96,7 @@ static void *rank_main(void *arg) {
         j->vocab_split = text && strstr(text, "vocabulary rows");
         free(text);
     }
+    j->held = experts_held(tm.model);
     j->logits = test_prefill(tm.model, j->ids, j->n, NULL, NULL, &err);
     j->status = j->logits ? LM_OK : err.code;
     if (j->status == LM_OK && j->continuation)
@@ -69,15 +107,15 @@ static void *rank_main(void *arg) {
 }
 
 /* Runs the prompt on n_ranks ranks; jobs[r] holds rank r's results. */
-static bool run_ranks(const char *dir, int n_ranks, const int32_t *ids, int n, const int32_t *continuation, int G,
-                      rank_job *jobs) {
+static bool run_ranks(const char *dir, int n_ranks, bool expert_parallel, const int32_t *ids, int n,
+                      const int32_t *continuation, int G, rank_job *jobs) {
     lm_host_comm_group *group = NULL;
     lm_error err = {0};
     if (lm_host_comm_group_create(n_ranks, &group, &err) != LM_OK) return false;
     pthread_t threads[MAX_RANKS];
     for (int r = 0; r < n_ranks; r++) {
-        jobs[r] = (rank_job){.dir = dir, .comm = lm_host_comm_rank(group, r), .ids = ids, .n = n,
-                             .continuation = continuation, .G = G};
+        jobs[r] = (rank_job){.dir = dir, .comm = lm_host_comm_rank(group, r), .expert_parallel = expert_parallel,
+                             .ids = ids, .n = n, .continuation = continuation, .G = G};
         if (pthread_create(&threads[r], NULL, rank_main, &jobs[r]) != 0) return false;
     }
     for (int r = 0; r < n_ranks; r++) pthread_join(threads[r], NULL);
@@ -85,20 +123,43 @@ static bool run_ranks(const char *dir, int n_ranks, const int32_t *ids, int n, c
     return true;
 }
 
+/* A folder of LOOM_FIXTURES, or under tests/ when it begins so. */
+static void fixture_dir(char *dir, size_t size, const char *fixture) {
+    if (strncmp(fixture, "tests/", 6) == 0)
+        snprintf(dir, size, "%s", fixture);
+    else
+        test_fixture_path(dir, size, fixture);
+}
+
 static bool host_backend_under_test(void) { return strcmp(test_backend_name(), "cuda") != 0; }
 
+/* Whether rank r holds the experts it should of the whole model's (E of
+ * width I): with expert parallelism E / n whole ones from r·E / n, else
+ * all E at width I / n; a dense model none.  why gets the difference. */
+static void check_held(const held_experts *whole, const held_experts *held, int r, int n_ranks, bool expert_parallel,
+                       char *why, size_t why_size) {
+    held_experts want = *whole;
+    if (whole->count > 0 && expert_parallel) {
+        want.count = whole->count / n_ranks;
+        want.first = r * want.count;
+    } else if (whole->count > 0) {
+        want.width = whole->width / n_ranks;
+    }
+    if (held->count != want.count || held->first != want.first || held->width != want.width)
+        snprintf(why, why_size, "rank %d holds experts [%d, %d) of width %d; want [%d, %d) of width %d", r,
+                 held->first, held->first + held->count, held->width, want.first, want.first + want.count,
+                 want.width);
+}
+
 /* The fixture (a folder of LOOM_FIXTURES, or under tests/ when it begins
- * so) on n_ranks ranks. */
-static void check_ranks(const char *fixture, int n_ranks) {
+ * so) on n_ranks ranks, with or without expert parallelism. */
+static void check_split(const char *fixture, int n_ranks, bool expert_parallel) {
     if (!host_backend_under_test()) {
         printf("  skipped: the host communicator needs host backends (LOOM_TEST_BACKEND=%s)\n", test_backend_name());
         return;
     }
     char dir[1024], path[1200];
-    if (strncmp(fixture, "tests/", 6) == 0)
-        snprintf(dir, sizeof dir, "%s", fixture);
-    else
-        test_fixture_path(dir, sizeof dir, fixture);
+    fixture_dir(dir, sizeof dir, fixture);
     snprintf(path, sizeof path, "%s/reference.safetensors", dir);
     lm_safetensors *reference = NULL;
     lm_error err = {0};
@@ -108,6 +169,7 @@ static void check_ranks(const char *fixture, int n_ranks) {
     if (!opened) lm_safetensors_close(reference);
     CHECK(opened);
     int V = lm_model_describe(whole.model)->vocab_size;
+    held_experts all = experts_held(whole.model);
     static const char *prompts[] = {"p0", "p1", "p2", "p3"};
     char why[600] = "";
     int checked = 0;
@@ -126,7 +188,7 @@ static void check_ranks(const char *fixture, int n_ranks) {
         checked++;
         float *alone = test_prefill(whole.model, ids, n, NULL, NULL, &err);
         rank_job jobs[MAX_RANKS];
-        if (!alone || !run_ranks(dir, n_ranks, ids, n, greedy ? greedy->data : NULL,
+        if (!alone || !run_ranks(dir, n_ranks, expert_parallel, ids, n, greedy ? greedy->data : NULL,
                                  greedy ? (int)greedy->n_elements : 0, jobs)) {
             snprintf(why, sizeof why, "%s: could not run", prompts[p]);
             free(alone);
@@ -135,6 +197,8 @@ static void check_ranks(const char *fixture, int n_ranks) {
         size_t count = (size_t)n * (size_t)V;
         for (int r = 0; r < n_ranks && !why[0]; r++)
             if (jobs[r].status != LM_OK) snprintf(why, sizeof why, "%s rank %d: %s", prompts[p], r, jobs[r].message);
+        for (int r = 0; r < n_ranks && !why[0]; r++)
+            check_held(&all, &jobs[r].held, r, n_ranks, expert_parallel, why, sizeof why);
         if (!why[0]) {
             double e_ref = test_normalized_error(jobs[0].logits, want->data, count);
             double e_whole = test_normalized_error(jobs[0].logits, alone, count);
@@ -164,9 +228,11 @@ static void check_ranks(const char *fixture, int n_ranks) {
     }
     test_model_close(&whole);
     lm_safetensors_close(reference);
-    CHECK_MSG(!why[0], "%s on %d ranks: %s", fixture, n_ranks, why);
+    CHECK_MSG(!why[0], "%s on %d ranks%s: %s", fixture, n_ranks, expert_parallel ? " (expert parallel)" : "", why);
     CHECK_MSG(checked >= 2, "%s: %d prompts with a reference", fixture, checked);
 }
+
+static void check_ranks(const char *fixture, int n_ranks) { check_split(fixture, n_ranks, false); }
 
 static void test_dense_on_two_ranks(void) { check_ranks("models/qwen35-dense", 2); }
 /* every rank routes every token and keeps half of each expert's width */
@@ -187,7 +253,7 @@ static void test_shape_on_two_and_four_ranks(void) {
 /* One lm_model over 2 ranks (lm_tensor_parallel_open), as the engine sees
  * it: the prompts' logits, greedy decoding (cache moves and states on
  * every rank) and the MTP head's logits against the reference. */
-static void check_one_model(const char *fixture) {
+static void check_one_model_with(const char *fixture, const lm_model_load_options *options) {
     /* cuda: one rank a GPU, the sums through NCCL */
     if (!host_backend_under_test() && lm_backend_device_count(test_backend_name()) < 2) {
         printf("  skipped: 2 ranks of %s need 2 GPUs (this machine shows %d)\n", test_backend_name(),
@@ -203,7 +269,7 @@ static void check_one_model(const char *fixture) {
     lm_backend *backend = NULL;
     lm_model *model = NULL;
     lm_status st = lm_backend_create(test_backend_name(), 2, &backend, &err);
-    if (st == LM_OK) st = lm_tensor_parallel_open(dir, NULL, NULL, backend, 2, &model, &err);
+    if (st == LM_OK) st = lm_tensor_parallel_open(dir, NULL, options, backend, 2, &model, &err);
     char why[600] = "";
     if (st != LM_OK) snprintf(why, sizeof why, "open: %s", err.message);
     int V = model ? lm_model_describe(model)->vocab_size : 0, H = model ? lm_model_describe(model)->hidden_size : 0;
@@ -253,14 +319,17 @@ static void check_one_model(const char *fixture) {
     CHECK_MSG(mtp_present, "%s: the MTP head did not come through the ranks", fixture);
 }
 
+static void check_one_model(const char *fixture) { check_one_model_with(fixture, NULL); }
+
 static void test_one_model_over_two_ranks(void) { check_one_model("models/qwen35-dense"); }
 /* its MTP head's experts are stored fused ([E, 2I, H]): each rank slices every one */
 static void test_one_moe_model_over_two_ranks(void) { check_one_model("models/qwen35-moe"); }
 
 /* A load that must fail on every rank, with a message holding `words`. */
-static void check_refused(const char *fixture, int n_ranks, lm_status want, const char *words) {
+static void check_refused_with(const char *fixture, int n_ranks, bool expert_parallel, lm_status want,
+                               const char *words) {
     char dir[1024];
-    test_fixture_path(dir, sizeof dir, fixture);
+    fixture_dir(dir, sizeof dir, fixture);
     lm_host_comm_group *group = NULL;
     lm_error err = {0};
     CHECK_OK(lm_host_comm_group_create(n_ranks, &group, &err), &err);
@@ -268,7 +337,7 @@ static void check_refused(const char *fixture, int n_ranks, lm_status want, cons
     lm_status st = lm_backend_create("cpu", 1, &be, &err);
     lm_model *model = NULL;
     if (st == LM_OK) {
-        lm_model_load_options o = {.tensor_parallel = lm_host_comm_rank(group, 0)};
+        lm_model_load_options o = {.tensor_parallel = lm_host_comm_rank(group, 0), .expert_parallel = expert_parallel};
         st = lm_model_open(dir, &o, be, &model, &err);
     }
     lm_model_free(model);
@@ -276,6 +345,10 @@ static void check_refused(const char *fixture, int n_ranks, lm_status want, cons
     lm_host_comm_group_destroy(group);
     CHECK_MSG(st == want && strstr(err.message, words), "%s on %d ranks: status %d, '%s'", fixture, n_ranks,
               (int)st, err.message);
+}
+
+static void check_refused(const char *fixture, int n_ranks, lm_status want, const char *words) {
+    check_refused_with(fixture, n_ranks, false, want, words);
 }
 
 static void test_device_backends_refused(void) {
@@ -297,15 +370,62 @@ static void test_device_backends_refused(void) {
 }
 
 static void test_shares_that_do_not_divide_are_refused(void) {
-    /* 2 kv heads go to 4 ranks (each kept by 2), 2 GDN key heads do not */
-    check_refused("models/qwen35-dense", 4, LM_ERR_INVALID, "linear_num_key_heads (2) is not a multiple of 4");
-    /* 2 kv heads cannot be kept whole by 3 ranks */
+    check_refused("models/qwen35-dense", 3, LM_ERR_INVALID, "num_attention_heads (4) is not a multiple of 3");
+    /* 6 query heads go to 3 ranks, but 2 kv heads cannot be kept whole by 3 */
+    check_refused("tests/data/shapes/gqa3-conv3-dk32-dv24", 3, LM_ERR_INVALID,
+                  "num_key_value_heads (2) is not a multiple of 3");
     check_refused("models/glm46v-moe", 3, LM_ERR_INVALID, "is not a multiple of 3");
 }
+
+/* Gated DeltaNet with fewer key heads than ranks: each key head kept whole
+ * by the ranks whose value heads use it (value head h uses key head
+ * h / (Hv / Hk)), as the kv heads: qwen35-dense's 2 key heads over 4 ranks
+ * (one value head a rank), and a shape of 1 key head over 4 value heads,
+ * kept by every rank */
+static void test_gdn_key_heads_repeated_over_ranks(void) {
+    check_ranks("models/qwen35-dense", 4);
+    check_ranks("tests/data/shapes/h128-ratio4-dk24-dv20", 2);
+    check_ranks("tests/data/shapes/h128-ratio4-dk24-dv20", 4);
+}
+
+/* tensor parallelism at 4 ranks: 8 columns of each expert's 32 a rank */
+static void test_moe_on_four_ranks(void) { check_ranks("models/qwen35-moe", 4); }
 
 static void test_moe_shares_that_do_not_divide_are_refused(void) {
     /* 8 experts of 32 columns: 3 ranks cannot share them */
     check_refused("models/qwen35-moe", 3, LM_ERR_INVALID, "is not a multiple of 3");
+}
+
+/* Expert parallelism: 8 experts, 4 whole ones a rank at 2 ranks, 2 at 4
+ * (the per-expert tensors of the text model, each rank reading only its
+ * own), attention and Gated DeltaNet heads split as with tensor
+ * parallelism (at 4 ranks each kv and GDN key head kept by 2 ranks) */
+static void test_experts_over_two_and_four_ranks(void) {
+    check_split("models/qwen35-moe", 2, true);
+    check_split("models/qwen35-moe", 4, true);
+}
+/* GLM-4.6V: sigmoid routing in 2 groups of 4 experts (at 2 ranks a rank
+ * holds one group), 2 experts a rank at 4 ranks, where the 2 kv heads are
+ * each kept by 2 ranks; the shared expert is split by width */
+static void test_glm_experts_over_two_and_four_ranks(void) {
+    check_split("models/glm46v-moe", 2, true);
+    check_split("models/glm46v-moe", 4, true);
+}
+/* a dense model has no experts to deal out: the flag changes nothing */
+static void test_expert_parallel_dense_is_tensor_parallel(void) { check_split("models/qwen35-dense", 2, true); }
+
+/* One lm_model over 2 ranks: greedy and the MTP head, whose experts are
+ * stored fused ([E, 2I, H]): each rank reads its 4 experts of the stacks */
+static void test_one_model_experts_over_two_ranks(void) {
+    lm_model_load_options o = {.expert_parallel = true};
+    check_one_model_with("models/qwen35-moe", &o);
+}
+
+static void test_experts_that_do_not_divide_are_refused(void) {
+    check_refused_with("models/qwen35-moe", 3, true, LM_ERR_INVALID,
+                       "expert parallelism over 3 ranks: num_experts (8) is not a multiple of 3");
+    check_refused_with("models/glm46v-moe", 3, true, LM_ERR_INVALID,
+                       "expert parallelism over 3 ranks: n_routed_experts (8) is not a multiple of 3");
 }
 
 int main(void) {
@@ -317,6 +437,13 @@ int main(void) {
     RUN_TEST(test_one_moe_model_over_two_ranks);
     RUN_TEST(test_device_backends_refused);
     RUN_TEST(test_shares_that_do_not_divide_are_refused);
+    RUN_TEST(test_moe_on_four_ranks);
     RUN_TEST(test_moe_shares_that_do_not_divide_are_refused);
+    RUN_TEST(test_gdn_key_heads_repeated_over_ranks);
+    RUN_TEST(test_experts_over_two_and_four_ranks);
+    RUN_TEST(test_glm_experts_over_two_and_four_ranks);
+    RUN_TEST(test_expert_parallel_dense_is_tensor_parallel);
+    RUN_TEST(test_one_model_experts_over_two_ranks);
+    RUN_TEST(test_experts_that_do_not_divide_are_refused);
     return test_summary("test_tensor_parallel");
 }

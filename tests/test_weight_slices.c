@@ -5,7 +5,11 @@
  * (the fused q | k | v projection's share), a column window alone (a
  * row-parallel projection's), and int8 made from a 32-aligned window
  * equal to the whole row's int8 blocks there.  Slices outside the tensor
- * are errors naming it. */
+ * are errors naming it.  A range of a stack's matrices (a rank's experts
+ * under expert parallelism, lm_weights_linear_stacked_range) equals those
+ * matrices of the whole stack, as stored and as int8, on the qwen35-moe
+ * fixture's fused MTP experts; with random weights it is made at the
+ * range's shape. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +23,9 @@
 #define QKV "model.language_model.layers.0.linear_attn.in_proj_qkv.weight" /* [128, 64] */
 #define OUT "model.language_model.layers.0.linear_attn.out_proj.weight"    /* [64, 64] */
 #define DOWN "model.language_model.layers.0.mlp.down_proj.weight"          /* [64, 128] */
+/* qwen35-moe's MTP layer: 8 fused experts of width 32 over hidden 64 */
+#define GATE_UP "mtp.layers.0.mlp.experts.gate_up_proj" /* [8, 64, 64] */
+#define DOWNS "mtp.layers.0.mlp.experts.down_proj"      /* [8, 64, 32] */
 
 typedef struct {
     lm_checkpoint *ck;
@@ -26,16 +33,19 @@ typedef struct {
     lm_weights w;
 } fixture;
 
-static bool open_fixture(fixture *f, bool int8, lm_error *err) {
+static bool open_model(fixture *f, const char *model, bool int8, lm_error *err) {
     char dir[1024];
     memset(f, 0, sizeof *f);
-    if (lm_checkpoint_open(test_fixture_path(dir, sizeof dir, "models/qwen35-dense"), LM_LOAD_READ, &f->ck, err) !=
-            LM_OK ||
+    if (lm_checkpoint_open(test_fixture_path(dir, sizeof dir, model), LM_LOAD_READ, &f->ck, err) != LM_OK ||
         lm_backend_create("cpu", 1, &f->be, err) != LM_OK)
         return false;
     lm_weights_init(&f->w, f->ck, f->be);
     lm_weights_set_quant(&f->w, &(lm_weights_quant){.int8_linear = int8});
     return true;
+}
+
+static bool open_fixture(fixture *f, bool int8, lm_error *err) {
+    return open_model(f, "models/qwen35-dense", int8, err);
 }
 
 static void close_fixture(fixture *f) {
@@ -168,11 +178,89 @@ static void test_slices_outside_refused(void) {
     CHECK(e == LM_ERR_FORMAT && names_e);
 }
 
+/* Whether matrices [first, first + count) of the stack `name` [n, rows,
+ * cols] loaded alone equal those of the whole stack, byte for byte. */
+static bool range_matches(bool int8, const char *name, int64_t n, int64_t rows, int64_t cols, int64_t first,
+                          int64_t count, char *why, size_t why_size) {
+    fixture whole, part;
+    lm_error err = {0};
+    bool ok = false;
+    uint8_t *a = NULL, *b = NULL;
+    if (!open_model(&whole, "models/qwen35-moe", int8, &err) || !open_model(&part, "models/qwen35-moe", int8, &err)) {
+        snprintf(why, why_size, "fixture: %s", err.message);
+        return false;
+    }
+    lm_matrix full, range;
+    if (lm_weights_linear_stacked(&whole.w, name, n, rows, cols, &full, &err) != LM_OK ||
+        lm_weights_linear_stacked_range(&part.w, name, n, first, count, rows, cols, &range, &err) != LM_OK) {
+        snprintf(why, why_size, "load: %s", err.message);
+        goto done;
+    }
+    size_t full_size = 0, range_size = 0;
+    a = bytes_of(whole.be, &full, &full_size);
+    b = bytes_of(part.be, &range, &range_size);
+    size_t matrix_bytes = lm_dtype_row_bytes(full.dtype, cols) * (size_t)rows;
+    if (!a || !b)
+        snprintf(why, why_size, "download failed");
+    else if (range.rows != count * rows || range.cols != cols || range.dtype != full.dtype)
+        snprintf(why, why_size, "the range is [%lld, %lld] of %s; want [%lld, %lld] of %s", (long long)range.rows,
+                 (long long)range.cols, lm_dtype_name(range.dtype), (long long)(count * rows), (long long)cols,
+                 lm_dtype_name(full.dtype));
+    else if (memcmp(b, a + (size_t)first * matrix_bytes, (size_t)count * matrix_bytes) != 0)
+        snprintf(why, why_size, "the range's bytes differ from matrices [%lld, %lld) of the whole", (long long)first,
+                 (long long)(first + count));
+    else
+        ok = true;
+done:
+    free(a);
+    free(b);
+    close_fixture(&whole);
+    close_fixture(&part);
+    return ok;
+}
+
+static void test_range_of_stacked_matrices(void) {
+    char why[600] = "";
+    /* rank 1 of 4's experts 2 and 3; rank 1 of 2's 4 to 7; a lone expert */
+    CHECK_MSG(range_matches(false, GATE_UP, 8, 64, 64, 2, 2, why, sizeof why), "%s", why);
+    CHECK_MSG(range_matches(false, DOWNS, 8, 64, 32, 4, 4, why, sizeof why), "%s", why);
+    CHECK_MSG(range_matches(false, DOWNS, 8, 64, 32, 7, 1, why, sizeof why), "%s", why);
+    CHECK_MSG(range_matches(true, GATE_UP, 8, 64, 64, 6, 2, why, sizeof why), "int8: %s", why);
+    CHECK_MSG(range_matches(true, DOWNS, 8, 64, 32, 0, 4, why, sizeof why), "int8: %s", why);
+}
+
+static void test_ranges_outside_refused_and_random_ranges_made_small(void) {
+    fixture f;
+    lm_error err = {0};
+    CHECK_MSG(open_model(&f, "models/qwen35-moe", false, &err), "%s", err.message);
+    lm_matrix m;
+    lm_status past = lm_weights_linear_stacked_range(&f.w, DOWNS, 8, 6, 4, 64, 32, &m, &err);
+    bool names_past = strstr(err.message, "down_proj") && strstr(err.message, "[6, 10)");
+    lm_status none = lm_weights_linear_stacked_range(&f.w, DOWNS, 8, 0, 0, 64, 32, &m, &err);
+    close_fixture(&f);
+    CHECK_MSG(past == LM_ERR_INVALID && names_past, "%d '%s'", (int)past, err.message);
+    CHECK(none == LM_ERR_INVALID);
+    /* random weights: only the range is made, [2 · 64, 32] */
+    lm_backend *be = NULL;
+    CHECK_OK(lm_backend_create("cpu", 1, &be, &err), &err);
+    lm_weights w;
+    lm_weights_init_random(&w, 7, false, be);
+    lm_status st = lm_weights_linear_stacked_range(&w, DOWNS, 8, 2, 2, 64, 32, &m, &err);
+    size_t made = lm_weights_bytes_used(&w);
+    lm_weights_free(&w);
+    lm_backend_destroy(be);
+    CHECK_OK(st, &err);
+    CHECK_MSG(m.rows == 128 && m.cols == 32 && made == 2 * 64 * 32 * 2, "rows %lld, cols %lld, %zu bytes made",
+              (long long)m.rows, (long long)m.cols, made);
+}
+
 int main(void) {
     RUN_TEST(test_one_run_of_rows);
     RUN_TEST(test_runs_and_a_window);
     RUN_TEST(test_column_window);
     RUN_TEST(test_int8_from_the_slice);
     RUN_TEST(test_slices_outside_refused);
+    RUN_TEST(test_range_of_stacked_matrices);
+    RUN_TEST(test_ranges_outside_refused_and_random_ranges_made_small);
     return test_summary("test_weight_slices");
 }

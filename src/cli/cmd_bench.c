@@ -544,8 +544,10 @@ int cmd_bench_main(int argc, char **argv) {
                               .dir = model_dir, .random_config = config_path, .seed = (uint64_t)seed,
                               .backend = backend_name, .compute = settings.engine.compute_dtype,
                               .threads = (int)threads,
-                              .load = {.mode = mode, .quantize_int8 = settings.engine.quantize &&
-                                                                      strcmp(settings.engine.quantize, "int8") == 0}};
+                              .load = {.mode = mode,
+                                       .quantize_int8 = settings.engine.quantize &&
+                                                        strcmp(settings.engine.quantize, "int8") == 0,
+                                       .expert_parallel = settings.engine.expert_parallel}};
     lm_status st = lm_cli_open_model(&spec, &backend, &model, &err);
     if (st != LM_OK) {
         fprintf(stderr, "loom bench: %s\n", err.message);

@@ -27,7 +27,8 @@ int cmd_inspect_main(int argc, char **argv) {
                               .load = {.mode = settings.engine.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
                                        .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms,
                                        .quantize_int8 = settings.engine.quantize &&
-                                                        strcmp(settings.engine.quantize, "int8") == 0},
+                                                        strcmp(settings.engine.quantize, "int8") == 0,
+                                       .expert_parallel = settings.engine.expert_parallel},
                               .backend = settings.engine.backend,
                               .threads = 1};
     lm_error err = {0};

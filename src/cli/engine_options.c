@@ -115,6 +115,11 @@ static const lm_opt engine_opts[] = {
     {"--tensor-parallel-size|-tp", LM_OPT_INT, "N", ENGINE(tensor_parallel_size), 1, 64,
      "split the model over N ranks (threads of this process, each with its\nshare of the heads and MLP width; "
      "with cuda one GPU a rank,\nGPUs 0..N-1, summing over NCCL)", NULL, NULL, NULL},
+    {"--enable-expert-parallel|-ep", LM_OPT_FLAG, NULL, ENGINE(expert_parallel), 0, 0,
+     "with --tensor-parallel-size N > 1: deal the MoE layers' routed experts\nout whole, E/N a rank, instead of "
+     "a share of every expert's width\n(attention and the shared experts stay split; the number of experts\n"
+     "must be a multiple of N; on one rank or a dense model no effect)",
+     NULL, NULL, NULL},
     {"--device|--backend", LM_OPT_CUSTOM, "NAME", ENGINE(backend), 0, 0,
      "cpu (default), ref (the plain reference kernels) or, in builds with\nnvcc, cuda",
      parse_backend, NULL, NULL},

@@ -836,6 +836,7 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
         else if (o.tensor_parallel_size > 1) {
             load.random_weights = o.random_weights;
             load.random_seed = o.random_seed;
+            load.expert_parallel = o.expert_parallel;
             st = lm_tensor_parallel_open(o.random_weights ? NULL : o.model_dir, o.config_path, &load, e->backend,
                                          o.tensor_parallel_size, &e->model, &err);
         } else if (o.random_weights)

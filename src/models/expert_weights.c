@@ -37,25 +37,36 @@ lm_status lm_swiglu_load_share(lm_weights *w, const char *prefix, int64_t width,
 
 lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int E, int I, int H,
                                  lm_expert_weights *out, lm_error *err) {
-    return lm_expert_weights_load_share(w, mlp_prefix, E, I, H, 0, 1, out, err);
+    return lm_expert_weights_load_share(w, mlp_prefix, E, I, H, NULL, out, err);
 }
 
-lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, int E, int I, int H, int rank,
-                                       int n_ranks, lm_expert_weights *out, lm_error *err) {
-    out->matrices = calloc(3 * (size_t)E, sizeof *out->matrices);
-    if (!out->matrices) return lm_fail(err, LM_ERR_NOMEM, "out of memory for %d experts", E);
-    lm_matrix *gate = out->matrices, *up = gate + E, *down = up + E;
-    out->view = (lm_moe_experts){.n_experts = E, .hidden = H, .inter = I,
-                                 .gate = gate, .up = up, .down = down};
+lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, int E, int I, int H,
+                                       const lm_rank_share *share, lm_expert_weights *out, lm_error *err) {
+    int n_ranks = share ? share->n_ranks : 1, rank = share ? share->rank : 0;
+    bool whole_experts = share && share->expert_parallel && n_ranks > 1;
+    /* the experts held: all, or this rank's range under expert parallelism */
+    int first = whole_experts ? share->expert_first : 0, count = whole_experts ? share->expert_count : E;
+    if (first < 0 || count <= 0 || first > E - count)
+        return lm_fail(err, LM_ERR_INVALID, "%s: experts [%d, %d) of %d", mlp_prefix, first, first + count, E);
+    out->matrices = calloc(3 * (size_t)count, sizeof *out->matrices);
+    if (!out->matrices) return lm_fail(err, LM_ERR_NOMEM, "out of memory for %d experts", count);
+    lm_matrix *gate = out->matrices, *up = gate + count, *down = up + count;
+    out->view = (lm_moe_experts){.n_experts = count, .hidden = H, .inter = I,
+                                 .gate = gate, .up = up, .down = down, .first_expert = first};
+    out->layer_experts = E;
     char name[320];
     snprintf(name, sizeof name, "%sexperts.gate_up_proj", mlp_prefix);
     out->fused = lm_weights_has(w, name);
     if (out->fused) {
         lm_matrix gate_up, downs;
-        if (n_ranks > 1) { /* each expert's share: its gate rows and up rows, a window of down's columns */
-            int64_t full = (int64_t)I * n_ranks, first = (int64_t)rank * I;
-            lm_weights_slice rows = {.n_runs = 2, .runs = {{first, I}, {full + first, I}}};
-            lm_weights_slice cols = {.col_first = first, .col_count = I};
+        if (whole_experts) { /* this rank's experts, only their bytes read */
+            TRY(lm_weights_linear_stacked_range(w, name, E, first, count, 2 * (int64_t)I, H, &gate_up, err));
+            snprintf(name, sizeof name, "%sexperts.down_proj", mlp_prefix);
+            TRY(lm_weights_linear_stacked_range(w, name, E, first, count, H, I, &downs, err));
+        } else if (n_ranks > 1) { /* each expert's share: its gate rows and up rows, a window of down's columns */
+            int64_t full = (int64_t)I * n_ranks, col0 = (int64_t)rank * I;
+            lm_weights_slice rows = {.n_runs = 2, .runs = {{col0, I}, {full + col0, I}}};
+            lm_weights_slice cols = {.col_first = col0, .col_count = I};
             TRY(lm_weights_linear_stacked_slice(w, name, E, 2 * full, H, &rows, &gate_up, err));
             snprintf(name, sizeof name, "%sexperts.down_proj", mlp_prefix);
             TRY(lm_weights_linear_stacked_slice(w, name, E, H, full, &cols, &downs, err));
@@ -64,17 +75,18 @@ lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, in
             snprintf(name, sizeof name, "%sexperts.down_proj", mlp_prefix);
             TRY(lm_weights_linear_stacked(w, name, E, H, I, &downs, err));
         }
-        for (int e = 0; e < E; e++) {
+        for (int e = 0; e < count; e++) {
             gate[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e, I);
             up[e] = lm_matrix_rows(&gate_up, 2 * (int64_t)I * e + I, I);
             down[e] = lm_matrix_rows(&downs, (int64_t)H * e, H);
         }
         return LM_OK;
     }
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < count; e++) {
         lm_swiglu expert;
-        snprintf(name, sizeof name, "%sexperts.%d.", mlp_prefix, e);
-        TRY(lm_swiglu_load_share(w, name, I, H, rank, n_ranks, &expert, err));
+        snprintf(name, sizeof name, "%sexperts.%d.", mlp_prefix, first + e);
+        TRY(whole_experts ? lm_swiglu_load(w, name, I, H, &expert, err)
+                          : lm_swiglu_load_share(w, name, I, H, rank, n_ranks, &expert, err));
         gate[e] = expert.gate_proj;
         up[e] = expert.up_proj;
         down[e] = expert.down_proj;
@@ -97,7 +109,8 @@ double lm_swiglu_bytes(const lm_swiglu *s) {
 }
 
 double lm_expert_bytes_per_token(const lm_expert_weights *e, int top_k) {
-    if (e->view.n_experts <= 0) return 0;
-    return top_k * (lm_matrix_bytes(&e->view.gate[0]) + lm_matrix_bytes(&e->view.up[0]) +
-                    lm_matrix_bytes(&e->view.down[0]));
+    if (e->view.n_experts <= 0 || e->layer_experts <= 0) return 0;
+    double held = (double)e->view.n_experts / e->layer_experts; /* the share of a token's experts found here */
+    return top_k * held *
+           (lm_matrix_bytes(&e->view.gate[0]) + lm_matrix_bytes(&e->view.up[0]) + lm_matrix_bytes(&e->view.down[0]));
 }

@@ -8,6 +8,7 @@
 #ifndef LOOM_MODELS_EXPERT_WEIGHTS_H
 #define LOOM_MODELS_EXPERT_WEIGHTS_H
 
+#include "models/rank_share.h"
 #include "models/weights.h"
 #include "ops/ops.h"
 
@@ -26,24 +27,32 @@ lm_status lm_swiglu_load(lm_weights *w, const char *prefix, int64_t width, int64
 lm_status lm_swiglu_load_share(lm_weights *w, const char *prefix, int64_t width, int64_t hidden, int rank,
                                int n_ranks, lm_swiglu *out, lm_error *err);
 
-/* The routed experts of one layer: host descriptors of backend memory. */
+/* The routed experts of one layer (or a rank's range of them): host
+ * descriptors of backend memory. */
 typedef struct {
-    lm_matrix *matrices;   /* [3][E]: gate, up, down of every expert (owned) */
+    lm_matrix *matrices;   /* [3][view.n_experts]: gate, up, down of each expert held (owned) */
     lm_moe_experts view;   /* the op's view of them */
+    int layer_experts;     /* the layer's experts, held here or not */
     bool fused;            /* which layout the checkpoint had */
 } lm_expert_weights;
 
-/* mlp_prefix ends in "mlp." (e.g. "model.language_model.layers.3.mlp.").
- * With n_ranks > 1, each expert's share (I columns a rank, rank's
- * lm_swiglu_load_share; of fused experts the same rows and columns of each
- * stacked matrix). */
+/* mlp_prefix ends in "mlp." (e.g. "model.language_model.layers.3.mlp."). */
 lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int n_experts, int inter,
                                  int hidden, lm_expert_weights *out, lm_error *err);
+/* A rank's share of the layer's n_experts (share NULL or one rank: every
+ * expert whole).  Tensor parallelism: every expert, each its share of
+ * `inter` columns a rank (lm_swiglu_load_share; of fused experts the same
+ * rows and columns of each stacked matrix).  Expert parallelism: experts
+ * [share->expert_first, + expert_count) whole, `inter` their width; of
+ * fused experts only their matrices of the stacks are read;
+ * view.first_expert is the first's id. */
 lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, int n_experts, int inter, int hidden,
-                                       int rank, int n_ranks, lm_expert_weights *out, lm_error *err);
+                                       const lm_rank_share *share, lm_expert_weights *out, lm_error *err);
 void lm_expert_weights_free(lm_expert_weights *e);
 
-/* Bytes one token's pass through top_k of these experts reads. */
+/* Bytes one token's pass through top_k of the layer's experts reads here
+ * (with expert parallelism, on average the top_k · held / layer's that
+ * are held here). */
 double lm_expert_bytes_per_token(const lm_expert_weights *e, int top_k);
 double lm_matrix_bytes(const lm_matrix *m);
 double lm_swiglu_bytes(const lm_swiglu *s);

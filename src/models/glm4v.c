@@ -27,12 +27,12 @@
  * `local` columns, whose partial products the forward sums over the ranks. */
 static lm_status linear_share(lm_glm4v_model *m, const char *name, int64_t rows, int64_t cols, bool split_rows,
                               lm_matrix *out, lm_error *err) {
-    if (m->tp_size <= 1) return lm_weights_linear(&m->weights, name, rows, cols, out, err);
-    int64_t local = split_rows ? rows : cols, first = (int64_t)m->tp_rank * local;
+    if (m->share.n_ranks <= 1) return lm_weights_linear(&m->weights, name, rows, cols, out, err);
+    int64_t local = split_rows ? rows : cols, first = (int64_t)m->share.rank * local;
     lm_weights_slice sl = split_rows ? (lm_weights_slice){.n_runs = 1, .runs = {{first, local}}}
                                      : (lm_weights_slice){.col_first = first, .col_count = local};
-    return lm_weights_linear_slice(&m->weights, name, split_rows ? rows * m->tp_size : rows,
-                                   split_rows ? cols : cols * m->tp_size, &sl, out, err);
+    return lm_weights_linear_slice(&m->weights, name, split_rows ? rows * m->share.n_ranks : rows,
+                                   split_rows ? cols : cols * m->share.n_ranks, &sl, out, err);
 }
 
 /* Entries [first, first + count) of a bias of n entries. */
@@ -46,7 +46,7 @@ static lm_status bias_run(lm_glm4v_model *m, const char *name, int64_t n, int64_
 
 /* A bias of `local` entries a rank: this rank's run of the checkpoint's. */
 static lm_status bias_share(lm_glm4v_model *m, const char *name, int64_t local, lm_mem *out, lm_error *err) {
-    return bias_run(m, name, local * m->tp_size, (int64_t)m->tp_rank * local, local, out, err);
+    return bias_run(m, name, local * m->share.n_ranks, (int64_t)m->share.rank * local, local, out, err);
 }
 
 static lm_status load_attention(lm_glm4v_model *m, const char *lp, lm_glm4v_attention *a,
@@ -57,15 +57,15 @@ static lm_status load_attention(lm_glm4v_model *m, const char *lp, lm_glm4v_atte
     char name[320];
     snprintf(name, sizeof name, "%sself_attn.q_proj.weight", lp);
     TRY(linear_share(m, name, q, H, true, &a->q_proj, err));
-    /* this rank's kv heads: a run from kv_head_first of the checkpoint's */
-    int64_t kv_rows = (int64_t)m->config_kv_heads * c->head_dim, kv_first = (int64_t)m->kv_head_first * c->head_dim;
+    /* this rank's kv heads: a run from share.kv.first of the checkpoint's */
+    int64_t kv_rows = (int64_t)m->share.kv.total * c->head_dim, kv_first = (int64_t)m->share.kv.first * c->head_dim;
     lm_weights_slice kv_sl = {.n_runs = 1, .runs = {{kv_first, kv}}};
     snprintf(name, sizeof name, "%sself_attn.k_proj.weight", lp);
-    TRY(m->tp_size > 1 ? lm_weights_linear_slice(&m->weights, name, kv_rows, H, &kv_sl, &a->k_proj, err)
-                       : lm_weights_linear(&m->weights, name, kv, H, &a->k_proj, err));
+    TRY(m->share.n_ranks > 1 ? lm_weights_linear_slice(&m->weights, name, kv_rows, H, &kv_sl, &a->k_proj, err)
+                             : lm_weights_linear(&m->weights, name, kv, H, &a->k_proj, err));
     snprintf(name, sizeof name, "%sself_attn.v_proj.weight", lp);
-    TRY(m->tp_size > 1 ? lm_weights_linear_slice(&m->weights, name, kv_rows, H, &kv_sl, &a->v_proj, err)
-                       : lm_weights_linear(&m->weights, name, kv, H, &a->v_proj, err));
+    TRY(m->share.n_ranks > 1 ? lm_weights_linear_slice(&m->weights, name, kv_rows, H, &kv_sl, &a->v_proj, err)
+                             : lm_weights_linear(&m->weights, name, kv, H, &a->v_proj, err));
     snprintf(name, sizeof name, "%sself_attn.o_proj.weight", lp);
     TRY(linear_share(m, name, H, q, false, &a->o_proj, err));
     if (!c->attention_bias) return LM_OK;
@@ -86,7 +86,7 @@ static lm_status load_dense_mlp(lm_glm4v_model *m, const char *lp, lm_swiglu *ml
     snprintf(name, sizeof name, "%smlp.gate_up_proj.weight", lp);
     if (!m->weights.random && lm_weights_has(&m->weights, name)) {
         lm_matrix gate_up;
-        int64_t n = m->tp_size, first = (int64_t)m->tp_rank * I;
+        int64_t n = m->share.n_ranks, first = (int64_t)m->share.rank * I;
         /* this rank's gate rows, then its up rows (one run of each half) */
         lm_weights_slice sl = {.n_runs = 2, .runs = {{first, I}, {I * n + first, I}}};
         TRY(n > 1 ? lm_weights_linear_slice(&m->weights, name, 2 * I * n, H, &sl, &gate_up, err)
@@ -97,7 +97,7 @@ static lm_status load_dense_mlp(lm_glm4v_model *m, const char *lp, lm_swiglu *ml
         return linear_share(m, name, H, I, false, &mlp->down_proj, err);
     }
     snprintf(name, sizeof name, "%smlp.", lp);
-    return lm_swiglu_load_share(&m->weights, name, I, H, m->tp_rank, m->tp_size, mlp, err);
+    return lm_swiglu_load_share(&m->weights, name, I, H, m->share.rank, m->share.n_ranks, mlp, err);
 }
 
 static lm_status load_moe(lm_glm4v_model *m, const char *lp, lm_glm4v_moe *moe, lm_error *err) {
@@ -118,12 +118,12 @@ static lm_status load_moe(lm_glm4v_model *m, const char *lp, lm_glm4v_moe *moe, 
                                     .renormalize = c->norm_topk_prob,
                                     .scale = c->routed_scaling_factor};
     snprintf(name, sizeof name, "%smlp.", lp);
-    TRY(lm_expert_weights_load_share(&m->weights, name, E, c->moe_intermediate_size, H, m->tp_rank, m->tp_size,
-                                     &moe->experts, err));
+    TRY(lm_expert_weights_load_share(&m->weights, name, E, c->moe_intermediate_size, H, &m->share, &moe->experts,
+                                     err));
     /* Plural: mlp.shared_experts (model-spec §E.2.5). */
     snprintf(name, sizeof name, "%smlp.shared_experts.", lp);
-    return lm_swiglu_load_share(&m->weights, name, (int64_t)c->moe_intermediate_size * c->n_shared_experts, H,
-                                m->tp_rank, m->tp_size, &moe->shared, err);
+    return lm_swiglu_load_share(&m->weights, name, m->shared_experts_width, H, m->share.rank, m->share.n_ranks,
+                                &moe->shared, err);
 }
 
 static lm_status load_layer(lm_glm4v_model *m, const char *prefix, int i, lm_glm4v_layer *layer,
@@ -236,7 +236,7 @@ static lm_status load_model(lm_glm4v_model *m, lm_error *err) {
     TRY((m->lm_head_tied ? lm_weights_linear : lm_weights_matrix)(&m->weights, name, c->vocab_size,
                                                                   c->hidden_size, &m->embed_tokens, err));
     TRY(lm_weights_lm_head(&m->weights, &m->embed_tokens, m->lm_head_tied, c->vocab_size, c->hidden_size,
-                           m->tp_rank, m->tp_size, &m->lm_head, &m->vocab_split, err));
+                           m->share.rank, m->share.n_ranks, &m->lm_head, &m->vocab_split, err));
     snprintf(name, sizeof name, "%snorm.weight", prefix);
     TRY(lm_weights_vector(&m->weights, name, c->hidden_size, 0, false, &m->final_norm, err));
     m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
@@ -247,41 +247,26 @@ static lm_status load_model(lm_glm4v_model *m, lm_error *err) {
     return LM_OK;
 }
 
-/* Rank tp->rank of tp->n_ranks keeps 1/n of the attention heads (query and
- * kv) and of the MLP widths (the dense layers', every expert's and the
- * shared experts'): m->config becomes this rank's share.  The router, the
+/* This rank's share (models/rank_share.h): of the attention heads (query
+ * and kv), the dense layers' MLP width, the shared experts' width and the
+ * routed experts (a share of every expert's width, or whole experts with
+ * expert parallelism); m->config becomes the rank's.  The router, the
  * embedding, lm_head, norms and the vision tower stay whole. */
-static lm_status take_share(lm_glm4v_model *m, lm_comm *tp, lm_error *err) {
+static lm_status take_share(lm_glm4v_model *m, const lm_model_load_options *options, lm_error *err) {
     lm_glm4v_config *c = &m->config;
-    int n = tp->n_ranks;
-    const struct {
-        const char *what;
-        int *value;
-    } parts[] = {{"num_attention_heads", &c->num_attention_heads},
-                 {"num_key_value_heads", &c->num_key_value_heads},
-                 {"intermediate_size", &c->intermediate_size},
-                 {"moe_intermediate_size", &c->moe_intermediate_size}};
-    int n_parts = c->is_moe ? 4 : 3;
-    /* fewer kv heads than ranks: each kept whole by n / heads ranks */
-    int kv = c->num_key_value_heads;
-    bool repeat_kv = kv < n && n % kv == 0 && c->num_attention_heads % n == 0;
-    m->config_kv_heads = kv;
-    for (int k = 0; k < n_parts; k++)
-        if (*parts[k].value % n != 0 && !(repeat_kv && parts[k].value == &c->num_key_value_heads))
-            return lm_fail(err, LM_ERR_INVALID, "tensor parallelism over %d ranks: %s (%d) is not a multiple of %d",
-                           n, parts[k].what, *parts[k].value, n);
-    for (int k = 0; k < n_parts; k++)
-        if (!(repeat_kv && parts[k].value == &c->num_key_value_heads)) *parts[k].value /= n;
-    if (repeat_kv) {
-        c->num_key_value_heads = 1;
-        m->kv_head_first = tp->rank / (n / kv);
-    } else {
-        m->kv_head_first = tp->rank * c->num_key_value_heads;
+    m->shared_experts_width = c->moe_intermediate_size * c->n_shared_experts;
+    lm_share_plan plan = {
+        .attention = {{"num_attention_heads", &c->num_attention_heads},
+                      {"num_key_value_heads", &c->num_key_value_heads}},
+        .parts = {{"intermediate_size", &c->intermediate_size},
+                  {"moe_intermediate_size x n_shared_experts", &m->shared_experts_width}},
+        .n_parts = c->is_moe ? 2 : 1,
+    };
+    if (c->is_moe) {
+        plan.experts = (lm_share_part){"n_routed_experts", &c->n_routed_experts};
+        plan.expert_width = (lm_share_part){"moe_intermediate_size", &c->moe_intermediate_size};
     }
-    m->tp = tp;
-    m->tp_rank = tp->rank;
-    m->tp_size = n;
-    return LM_OK;
+    return lm_rank_share_take(&m->share, options->tensor_parallel, options->expert_parallel, &plan, err);
 }
 
 static lm_status glm4v_open(const char *config_path, const char *dir,
@@ -302,10 +287,7 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
     m->base.backend = backend;
     m->config = config;
     m->checkpoint = checkpoint;
-    m->tp_size = 1;
-    m->config_kv_heads = config.num_key_value_heads;
-    if (options->tensor_parallel && options->tensor_parallel->n_ranks > 1 &&
-        (st = take_share(m, options->tensor_parallel, err)) != LM_OK) {
+    if ((st = take_share(m, options, err)) != LM_OK) {
         lm_checkpoint_close(checkpoint);
         free(m);
         return st;
@@ -365,8 +347,9 @@ static void add_bias(lm_backend *be, lm_mem y, int n, const lm_matrix *w, lm_mem
  * rank (before the sandwich norms, which need the whole). */
 static void sum_over_ranks(lm_glm4v_context *ctx, lm_mem x, int N) {
     const lm_glm4v_model *m = ctx->model;
-    if (!m->tp || ctx->tp_status != LM_OK) return;
-    ctx->tp_status = lm_all_reduce_sum(m->tp, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
+    if (!m->share.comm || ctx->tp_status != LM_OK) return;
+    ctx->tp_status =
+        lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
 }
 
 /* Attention (model-spec §E.2.1): s->x [N, H] -> s->x, the o_proj output. */
@@ -468,7 +451,7 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
     /* Final norm and lm_head only on the rows that need logits. */
     lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps,
                            .lm_head = {.weight = &m->lm_head, .vocab = c->vocab_size,
-                                       .tp = m->vocab_split ? m->tp : NULL, .scratch = ctx->vocab_scratch},
+                                       .tp = m->vocab_split ? m->share.comm : NULL, .scratch = ctx->vocab_scratch},
                            .hidden = H, .n_layers = L, .logit_x = ctx->logit_x, .logits = ctx->logits,
                            .logit_ids = ctx->logit_ids};
     return lm_forward_logits(be, &step, h, &head, out, err);
@@ -531,8 +514,8 @@ static void glm4v_describe(const lm_model *base, FILE *f) {
             m->lm_head_tied ? "tied to embed_tokens" : "separate");
     if (m->vocab_split)
         fprintf(f, "lm_head: vocabulary rows %lld..%lld of this rank (split over %d ranks, logits gathered)\n",
-                (long long)m->lm_head.rows * m->tp_rank, (long long)m->lm_head.rows * (m->tp_rank + 1) - 1,
-                m->tp_size);
+                (long long)m->lm_head.rows * m->share.rank, (long long)m->lm_head.rows * (m->share.rank + 1) - 1,
+                m->share.n_ranks);
     if (m->checkpoint) {
         fprintf(f, "  used (text model):\n");
         lm_weights_print_groups(&m->weights, true, f);

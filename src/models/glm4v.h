@@ -12,6 +12,7 @@
 #include "models/expert_weights.h"
 #include "models/glm4v_config.h"
 #include "models/model.h"
+#include "models/rank_share.h"
 #include "models/registry.h"
 #include "models/weights.h"
 #include "ops/ops.h"
@@ -53,12 +54,14 @@ typedef struct {
     lm_glm4v_layer *layers;
     lm_rope_params rope;
     bool sandwich_norms; /* glm4v (dense): four norms per layer */
-    /* Tensor parallelism: config holds this rank's heads and MLP widths
-     * (the checkpoint's divided by tp_size); tp is NULL for the whole model. */
-    lm_comm *tp;
-    int tp_rank, tp_size;
-    int kv_head_first;   /* this rank's first kv head (qwen35.h says how) */
-    int config_kv_heads; /* the checkpoint's */
+    /* Tensor parallelism (models/rank_share.h): config holds this rank's
+     * heads and MLP widths (the checkpoint's divided by share.n_ranks),
+     * share where its slices begin; share.comm is NULL for the whole model. */
+    lm_rank_share share;
+    /* The shared experts' width, moe_intermediate_size · n_shared_experts
+     * of the checkpoint, this rank's share: split by the ranks also when
+     * expert parallelism keeps the routed experts' width whole. */
+    int shared_experts_width;
     /* The vision tower (models/glm4v_vision.h), when config.json has a
      * vision_config and the checkpoint its tensors; else NULL. */
     struct lm_glm4v_vision *vision;

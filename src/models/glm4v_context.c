@@ -24,7 +24,7 @@ static void layout(lm_glm4v_context *ctx, lm_carver *c) {
     }
     size_t wide = (size_t)cfg->intermediate_size;
     if (cfg->is_moe)
-        wide = max_size(wide, (size_t)cfg->moe_intermediate_size * (size_t)cfg->n_shared_experts);
+        wide = max_size(wide, (size_t)ctx->model->shared_experts_width); /* this rank's */
     lm_glm4v_scratch *s = &ctx->scratch;
     lm_carve(c, &s->h, N * H);
     lm_carve(c, &s->x, N * H);
@@ -48,7 +48,7 @@ static void layout(lm_glm4v_context *ctx, lm_carver *c) {
     lm_carve(c, &ctx->logit_x, R * H);
     lm_carve(c, &ctx->logits, R * V);
     if (ctx->model->vocab_split)
-        lm_carve(c, &ctx->vocab_scratch, lm_vocab_split_scratch((int)V, ctx->model->tp_size, R));
+        lm_carve(c, &ctx->vocab_scratch, lm_vocab_split_scratch((int)V, ctx->model->share.n_ranks, R));
     lm_carve(c, &ctx->logit_ids, R);
     lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
     if (ctx->vision.max_patches > 0) lm_vision_layout(&ctx->vision, c);

@@ -100,6 +100,14 @@ typedef struct {
      * adding the ranks' partial products with tp's all_reduce_sum; every
      * rank runs the same steps.  NULL (or one rank): the whole model. */
     lm_comm *tensor_parallel;
+    /* Expert parallelism (with tensor_parallel over n > 1 ranks, MoE
+     * models): the routed experts are dealt out whole, rank r keeping
+     * experts [r·E/n, (r+1)·E/n), instead of a share of every expert's
+     * width; everything else is split as above (models/rank_share.h).
+     * Each rank routes every token and computes the pairs of its own
+     * experts; the all-reduce after the MoE block sums them.  E must be a
+     * multiple of n.  No effect on one rank or a dense model. */
+    bool expert_parallel;
 } lm_model_load_options;
 
 /* Sizes a context is made for. */

@@ -47,22 +47,23 @@ static lm_status vector_at(lm_weights *w, const char *prefix, int layer, const c
 /* ---- tensor parallelism: this rank's share of each weight ----
  *
  * m->config holds this rank's heads and MLP width; the checkpoint's are
- * tp_size times them.  A column-parallel projection (its output split: q,
+ * share.n_ranks times them (kv heads and GDN key heads: share.kv,
+ * share.linear_keys).  A column-parallel projection (its output split: q,
  * k, v, the GDN inputs, gate and up) keeps a run of rows per part, a
  * row-parallel one (its input split: o_proj, out_proj, down) a window of
  * columns, whose partial products the forward sums over the ranks. */
 
-/* Rows [rank·local, (rank+1)·local) of a part that begins at `base`. */
-static void add_run(const lm_qwen35_model *m, lm_weights_slice *sl, int64_t base, int64_t local) {
-    sl->runs[sl->n_runs].first = base + (int64_t)m->tp_rank * local;
-    sl->runs[sl->n_runs++].count = local;
+/* Rows [first, first + count) of the checkpoint's matrix, next in the slice. */
+static void add_run(lm_weights_slice *sl, int64_t first, int64_t count) {
+    sl->runs[sl->n_runs].first = first;
+    sl->runs[sl->n_runs++].count = count;
 }
 
 /* The matrix [rows, cols] (the checkpoint's shape) of layer i, this rank's slice. */
 static lm_status shard_at(const lm_qwen35_model *m, lm_weights *w, const char *prefix, int layer,
                           const char *name, int64_t rows, int64_t cols, const lm_weights_slice *sl,
                           lm_matrix *out, lm_error *err) {
-    if (m->tp_size <= 1) return matrix_at(w, prefix, layer, name, rows, cols, out, err);
+    if (m->share.n_ranks <= 1) return matrix_at(w, prefix, layer, name, rows, cols, out, err);
     char full[256];
     snprintf(full, sizeof full, "%slayers.%d.%s", prefix, layer, name);
     return lm_weights_linear_slice(w, full, rows, cols, sl, out, err);
@@ -72,26 +73,25 @@ static lm_status shard_at(const lm_qwen35_model *m, lm_weights *w, const char *p
 static lm_status rows_at(const lm_qwen35_model *m, lm_weights *w, const char *prefix, int layer, const char *name,
                          int64_t local, int64_t cols, lm_matrix *out, lm_error *err) {
     lm_weights_slice sl = {0};
-    add_run(m, &sl, 0, local);
-    return shard_at(m, w, prefix, layer, name, local * m->tp_size, cols, &sl, out, err);
+    add_run(&sl, (int64_t)m->share.rank * local, local);
+    return shard_at(m, w, prefix, layer, name, local * m->share.n_ranks, cols, &sl, out, err);
 }
 
 /* A row-parallel projection: `local` input columns a rank. */
 static lm_status cols_at(const lm_qwen35_model *m, lm_weights *w, const char *prefix, int layer, const char *name,
                          int64_t rows, int64_t local, lm_matrix *out, lm_error *err) {
-    lm_weights_slice sl = {.col_first = (int64_t)m->tp_rank * local, .col_count = local};
-    return shard_at(m, w, prefix, layer, name, rows, local * m->tp_size, &sl, out, err);
+    lm_weights_slice sl = {.col_first = (int64_t)m->share.rank * local, .col_count = local};
+    return shard_at(m, w, prefix, layer, name, rows, local * m->share.n_ranks, &sl, out, err);
 }
 
-/* A host vector of the checkpoint's n_parts · part floats (parts of `part`
- * floats: heads, channels), this rank's runs of parts moved to its front
- * (runs[k] parts beginning at part base[k]).  The vector is the weights'
- * own host copy, and a run never moves backwards past an unread one. */
-static void keep_runs(const lm_qwen35_model *m, float *v, int64_t part, const int64_t *base, const int64_t *local,
-                      int n_runs) {
+/* A host vector of the checkpoint's parts of `part` floats (heads,
+ * channels), this rank's runs of parts moved to its front (count[k] parts
+ * from part first[k], in increasing order).  The vector is the weights' own
+ * host copy, and a run never moves backwards past an unread one. */
+static void keep_runs(float *v, int64_t part, const int64_t *first, const int64_t *count, int n_runs) {
     int64_t at = 0;
     for (int k = 0; k < n_runs; k++) {
-        int64_t from = (base[k] + (int64_t)m->tp_rank * local[k]) * part, n = local[k] * part;
+        int64_t from = first[k] * part, n = count[k] * part;
         memmove(v + at, v + from, sizeof(float) * (size_t)n);
         at += n;
     }
@@ -101,33 +101,37 @@ static lm_status load_linear_attention(lm_qwen35_model *m, const char *prefix, i
                                        lm_qwen35_linear_attention *la, lm_error *err) {
     const lm_qwen35_config *c = &m->config;
     lm_weights *w = &m->weights;
-    int H = c->hidden_size, Hv = c->linear_num_value_heads, K = c->linear_conv_kernel_dim, n = m->tp_size;
+    int H = c->hidden_size, Hv = c->linear_num_value_heads, K = c->linear_conv_kernel_dim, n = m->share.n_ranks;
     int64_t kd = m->key_dim, vd = m->value_dim; /* this rank's */
+    /* the checkpoint's key dim and this rank's first key channel in it
+     * (with fewer key heads than ranks, the one head its value heads use),
+     * its first value channel, and the checkpoint's q | k | v channels */
+    int64_t all_kd = (int64_t)m->share.linear_keys.total * c->linear_key_head_dim;
+    int64_t k0 = (int64_t)m->share.linear_keys.first * c->linear_key_head_dim, v0 = (int64_t)m->share.rank * vd;
+    int64_t channels = 2 * all_kd + vd * n;
+    const int64_t first[3] = {k0, all_kd + k0, 2 * all_kd + v0}, count[3] = {kd, kd, vd};
     /* q | k | v: a run of each part's heads */
     lm_weights_slice qkv = {0};
-    add_run(m, &qkv, 0, kd);
-    add_run(m, &qkv, kd * n, kd);
-    add_run(m, &qkv, 2 * kd * n, vd);
-    TRY(shard_at(m, w, prefix, i, "linear_attn.in_proj_qkv.weight", (int64_t)m->conv_dim * n, H, &qkv,
-                 &la->in_proj_qkv, err));
+    for (int part = 0; part < 3; part++) add_run(&qkv, first[part], count[part]);
+    TRY(shard_at(m, w, prefix, i, "linear_attn.in_proj_qkv.weight", channels, H, &qkv, &la->in_proj_qkv, err));
     TRY(rows_at(m, w, prefix, i, "linear_attn.in_proj_z.weight", vd, H, &la->in_proj_z, err));
     TRY(rows_at(m, w, prefix, i, "linear_attn.in_proj_b.weight", Hv, H, &la->in_proj_b, err));
     TRY(rows_at(m, w, prefix, i, "linear_attn.in_proj_a.weight", Hv, H, &la->in_proj_a, err));
     TRY(cols_at(m, w, prefix, i, "linear_attn.out_proj.weight", H, vd, &la->out_proj, err));
     /* the conv's channels are q | k | v too: the same runs, K taps a channel */
     float *conv;
-    TRY(host_vector_at(w, prefix, i, "linear_attn.conv1d.weight", (int64_t)m->conv_dim * n * K, 0, true, &conv,
-                       err));
-    keep_runs(m, conv, K, (const int64_t[]){0, kd * n, 2 * kd * n}, (const int64_t[]){kd, kd, vd}, 3);
+    TRY(host_vector_at(w, prefix, i, "linear_attn.conv1d.weight", channels * K, 0, true, &conv, err));
+    keep_runs(conv, K, first, count, 3);
     TRY(lm_weights_import(w, conv, (int64_t)m->conv_dim * K, "linear_attn.conv1d.weight", &la->conv_weight, err));
     /* The decay rate is used as -exp(A_log): computed once, here. */
     float *neg_exp_A, *dt_bias;
     TRY(host_vector_at(w, prefix, i, "linear_attn.A_log", (int64_t)Hv * n, 0, false, &neg_exp_A, err));
-    keep_runs(m, neg_exp_A, 1, (const int64_t[]){0}, (const int64_t[]){Hv}, 1);
+    const int64_t heads0 = (int64_t)m->share.rank * Hv, heads = Hv;
+    keep_runs(neg_exp_A, 1, &heads0, &heads, 1);
     for (int h = 0; h < Hv; h++) neg_exp_A[h] = -expf(neg_exp_A[h]);
     TRY(lm_weights_import(w, neg_exp_A, Hv, "linear_attn.A_log", &la->neg_exp_A, err));
     TRY(host_vector_at(w, prefix, i, "linear_attn.dt_bias", (int64_t)Hv * n, 0, false, &dt_bias, err));
-    keep_runs(m, dt_bias, 1, (const int64_t[]){0}, (const int64_t[]){Hv}, 1);
+    keep_runs(dt_bias, 1, &heads0, &heads, 1);
     TRY(lm_weights_import(w, dt_bias, Hv, "linear_attn.dt_bias", &la->dt_bias, err));
     /* The gated norm is plain w (model-spec trap 1): no offset. */
     TRY(vector_at(w, prefix, i, "linear_attn.norm.weight", c->linear_value_head_dim, 0, false,
@@ -143,9 +147,9 @@ static lm_status load_full_attention(lm_qwen35_model *m, const char *prefix, int
     int H = c->hidden_size, D = c->head_dim, nH = c->num_attention_heads, nKV = c->num_key_value_heads;
     /* q_proj carries the output gate: per head [q (D) | gate (D)]. */
     TRY(rows_at(m, w, prefix, i, "self_attn.q_proj.weight", (int64_t)nH * 2 * D, H, &fa->q_proj, err));
-    /* this rank's kv heads: a run from kv_head_first of the checkpoint's */
-    lm_weights_slice kv = {.n_runs = 1, .runs = {{(int64_t)m->kv_head_first * D, (int64_t)nKV * D}}};
-    int64_t kv_rows = (int64_t)m->config_kv_heads * D;
+    /* this rank's kv heads: a run from share.kv.first of the checkpoint's */
+    lm_weights_slice kv = {.n_runs = 1, .runs = {{(int64_t)m->share.kv.first * D, (int64_t)nKV * D}}};
+    int64_t kv_rows = (int64_t)m->share.kv.total * D;
     TRY(shard_at(m, w, prefix, i, "self_attn.k_proj.weight", kv_rows, H, &kv, &fa->k_proj, err));
     TRY(shard_at(m, w, prefix, i, "self_attn.v_proj.weight", kv_rows, H, &kv, &fa->v_proj, err));
     TRY(cols_at(m, w, prefix, i, "self_attn.o_proj.weight", H, (int64_t)nH * D, &fa->o_proj, err));
@@ -158,8 +162,8 @@ static lm_status load_mlp(lm_qwen35_model *m, const char *prefix, int i, lm_qwen
                           lm_error *err) {
     char name[160];
     snprintf(name, sizeof name, "%slayers.%d.mlp.", prefix, i);
-    return lm_swiglu_load_share(&m->weights, name, m->config.intermediate_size, m->config.hidden_size, m->tp_rank,
-                                m->tp_size, mlp, err);
+    return lm_swiglu_load_share(&m->weights, name, m->config.intermediate_size, m->config.hidden_size, m->share.rank,
+                                m->share.n_ranks, mlp, err);
 }
 
 static lm_status load_moe(lm_qwen35_model *m, const char *prefix, int i, lm_qwen35_moe *moe,
@@ -171,10 +175,10 @@ static lm_status load_moe(lm_qwen35_model *m, const char *prefix, int i, lm_qwen
     TRY(lm_weights_matrix(&m->weights, name, c->num_experts, c->hidden_size, &moe->router, err));
     snprintf(name, sizeof name, "%smlp.", layer_prefix);
     TRY(lm_expert_weights_load_share(&m->weights, name, c->num_experts, c->moe_intermediate_size, c->hidden_size,
-                                     m->tp_rank, m->tp_size, &moe->experts, err));
+                                     &m->share, &moe->experts, err));
     snprintf(name, sizeof name, "%smlp.shared_expert.", layer_prefix);
-    TRY(lm_swiglu_load_share(&m->weights, name, c->shared_expert_intermediate_size, c->hidden_size, m->tp_rank,
-                             m->tp_size, &moe->shared, err));
+    TRY(lm_swiglu_load_share(&m->weights, name, c->shared_expert_intermediate_size, c->hidden_size, m->share.rank,
+                             m->share.n_ranks, &moe->shared, err));
     snprintf(name, sizeof name, "%smlp.shared_expert_gate.weight", layer_prefix);
     return lm_weights_matrix(&m->weights, name, 1, c->hidden_size, &moe->shared_gate, err);
 }
@@ -300,49 +304,30 @@ static void qwen35_free(lm_qwen35_model *m) {
 
 static void qwen35_destroy(lm_model *base) { qwen35_free((lm_qwen35_model *)base); }
 
-/* Rank tp->rank of tp->n_ranks keeps 1/n of the attention heads (query
- * and kv), the Gated DeltaNet heads (key and value) and the MLP width (of
- * every expert and the shared expert in MoE): m->config becomes this
- * rank's share.  The embedding, lm_head, norms and
- * vision tower stay whole on every rank. */
-static lm_status take_share(lm_qwen35_model *m, lm_comm *tp, lm_error *err) {
+/* This rank's share (models/rank_share.h): of the attention heads (query
+ * and kv), the Gated DeltaNet heads (key and value), the MLP width, and in
+ * MoE the shared expert's width and the routed experts (a share of every
+ * expert's width, or whole experts with expert parallelism); m->config
+ * becomes the rank's.  The router, the shared expert's gate, the
+ * embedding, lm_head, norms and vision tower stay whole on every rank.
+ * Without options or a communicator: the whole model. */
+static lm_status take_share(lm_qwen35_model *m, const lm_model_load_options *options, lm_error *err) {
     lm_qwen35_config *c = &m->config;
-    int n = tp->n_ranks;
-    /* MoE: every rank routes every token (the router and the shared
-     * expert's gate whole) and keeps a share of every expert's width */
-    const struct {
-        const char *what;
-        int *value;
-    } parts[] = {{"num_attention_heads", &c->num_attention_heads},
-                 {"num_key_value_heads", &c->num_key_value_heads},
-                 {"linear_num_key_heads", &c->linear_num_key_heads},
-                 {"linear_num_value_heads", &c->linear_num_value_heads},
-                 {c->is_moe ? "moe_intermediate_size" : "intermediate_size",
-                  c->is_moe ? &c->moe_intermediate_size : &c->intermediate_size},
-                 {c->is_moe ? "shared_expert_intermediate_size" : "intermediate_size",
-                  c->is_moe ? &c->shared_expert_intermediate_size : &c->intermediate_size}};
-    int n_parts = c->is_moe ? 6 : 5;
-    /* fewer kv heads than ranks: each kept whole by n / heads ranks, the
-     * ranks whose query heads use it (vLLM's replication) */
-    int kv = c->num_key_value_heads, q_heads = c->num_attention_heads;
-    bool repeat_kv = kv < n && n % kv == 0 && q_heads % n == 0;
-    m->config_kv_heads = kv;
-    for (int k = 0; k < n_parts; k++)
-        if (*parts[k].value % n != 0 && !(repeat_kv && parts[k].value == &c->num_key_value_heads))
-            return lm_fail(err, LM_ERR_INVALID, "tensor parallelism over %d ranks: %s (%d) is not a multiple of %d",
-                           n, parts[k].what, *parts[k].value, n);
-    for (int k = 0; k < n_parts; k++)
-        if (!(repeat_kv && parts[k].value == &c->num_key_value_heads)) *parts[k].value /= n;
-    if (repeat_kv) {
-        c->num_key_value_heads = 1;
-        m->kv_head_first = tp->rank / (n / kv);
-    } else {
-        m->kv_head_first = tp->rank * c->num_key_value_heads;
+    lm_share_plan plan = {
+        .attention = {{"num_attention_heads", &c->num_attention_heads},
+                      {"num_key_value_heads", &c->num_key_value_heads}},
+        .linear_attention = {{"linear_num_value_heads", &c->linear_num_value_heads},
+                             {"linear_num_key_heads", &c->linear_num_key_heads}},
+        .parts = {c->is_moe ? (lm_share_part){"shared_expert_intermediate_size", &c->shared_expert_intermediate_size}
+                            : (lm_share_part){"intermediate_size", &c->intermediate_size}},
+        .n_parts = 1,
+    };
+    if (c->is_moe) {
+        plan.experts = (lm_share_part){"num_experts", &c->num_experts};
+        plan.expert_width = (lm_share_part){"moe_intermediate_size", &c->moe_intermediate_size};
     }
-    m->tp = tp;
-    m->tp_rank = tp->rank;
-    m->tp_size = n;
-    return LM_OK;
+    return lm_rank_share_take(&m->share, options ? options->tensor_parallel : NULL,
+                              options && options->expert_parallel, &plan, err);
 }
 
 lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *config,
@@ -356,8 +341,6 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     m->base.ops = &qwen35_ops;
     m->base.backend = backend;
     m->config = *config;
-    m->tp_size = 1;
-    m->config_kv_heads = config->num_key_value_heads;
     m->checkpoint = checkpoint;
     const lm_qwen35_config *c = &m->config;
     if (checkpoint)
@@ -371,9 +354,7 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
                                    .fp8_block_rows = options->fp8_block_rows,
                                    .fp8_block_cols = options->fp8_block_cols};
     lm_weights_set_quant(&m->weights, &quant);
-    lm_status st = LM_OK;
-    if (options && options->tensor_parallel && options->tensor_parallel->n_ranks > 1)
-        st = take_share(m, options->tensor_parallel, err);
+    lm_status st = take_share(m, options, err);
     m->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
     m->value_dim = c->linear_num_value_heads * c->linear_value_head_dim;
     m->conv_dim = 2 * m->key_dim + m->value_dim;
@@ -412,8 +393,8 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     if (st == LM_OK) {
         /* Tie rule: use lm_head.weight when present, else the embedding. */
         m->lm_head_tied = tied;
-        st = lm_weights_lm_head(&m->weights, &m->embed_tokens, tied, c->vocab_size, c->hidden_size, m->tp_rank,
-                             m->tp_size, &m->lm_head, &m->vocab_split, err);
+        st = lm_weights_lm_head(&m->weights, &m->embed_tokens, tied, c->vocab_size, c->hidden_size, m->share.rank,
+                             m->share.n_ranks, &m->lm_head, &m->vocab_split, err);
     }
     if (st == LM_OK) {
         snprintf(name, sizeof name, "%snorm.weight", prefix);
@@ -526,8 +507,9 @@ static void record_inputs(lm_qwen35_context *ctx, const lm_step_batch *b,
  * rank.  The first failure is kept and the forward returns it. */
 static void sum_over_ranks(lm_qwen35_context *ctx, lm_mem x, int N) {
     const lm_qwen35_model *m = ctx->model;
-    if (!m->tp || ctx->tp_status != LM_OK) return;
-    ctx->tp_status = lm_all_reduce_sum(m->tp, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
+    if (!m->share.comm || ctx->tp_status != LM_OK) return;
+    ctx->tp_status =
+        lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
 }
 
 /* Gated DeltaNet (model-spec §A.7): s->x [N, H] -> s->x, the layer's
@@ -790,8 +772,8 @@ static void qwen35_describe(const lm_model *base, FILE *f) {
             m->lm_head_tied ? "tied to embed_tokens" : "separate");
     if (m->vocab_split)
         fprintf(f, "lm_head: vocabulary rows %lld..%lld of this rank (split over %d ranks, logits gathered)\n",
-                (long long)m->lm_head.rows * m->tp_rank, (long long)m->lm_head.rows * (m->tp_rank + 1) - 1,
-                m->tp_size);
+                (long long)m->lm_head.rows * m->share.rank, (long long)m->lm_head.rows * (m->share.rank + 1) - 1,
+                m->share.n_ranks);
     lm_qwen35_mtp_describe(m, f);
     if (m->checkpoint) {
         fprintf(f, "  used (text model and mtp head):\n");

@@ -8,6 +8,7 @@
 #include "models/qwen35_config.h"
 #include "models/expert_weights.h"
 #include "models/model.h"
+#include "models/rank_share.h"
 #include "models/registry.h"
 #include "models/weights.h"
 #include "ops/ops.h"
@@ -68,15 +69,10 @@ typedef struct {
     lm_moe_routing routing; /* MoE models: softmax, top-k, renormalised */
     /* derived sizes (this rank's share under tensor parallelism) */
     int key_dim, value_dim, conv_dim;
-    /* Tensor parallelism: config holds this rank's heads and MLP width
-     * (the checkpoint's divided by tp_size); tp is NULL for the whole model. */
-    lm_comm *tp;
-    int tp_rank, tp_size;
-    /* the first of this rank's kv heads: rank·local, or with fewer kv heads
-     * than ranks (each then kept by tp_size / heads ranks, one a rank) the
-     * one its query heads use */
-    int kv_head_first;
-    int config_kv_heads; /* the checkpoint's */
+    /* Tensor parallelism (models/rank_share.h): config holds this rank's
+     * heads and MLP widths (the checkpoint's divided by share.n_ranks),
+     * share where its slices begin; share.comm is NULL for the whole model. */
+    lm_rank_share share;
     /* The Multi-Token-Prediction head (models/qwen35_mtp.h), loaded with the
      * model when the config declares one.  A head that is absent, incomplete
      * or unsupported leaves has_mtp false (the engine then runs without

@@ -14,7 +14,7 @@ static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 lm_vocab_head lm_qwen35_vocab_head(const lm_qwen35_context *ctx) {
     const lm_qwen35_model *m = ctx->model;
     return (lm_vocab_head){.weight = &m->lm_head, .vocab = m->config.vocab_size,
-                           .tp = m->vocab_split ? m->tp : NULL, .scratch = ctx->vocab_scratch};
+                           .tp = m->vocab_split ? m->share.comm : NULL, .scratch = ctx->vocab_scratch};
 }
 
 static void layout(lm_qwen35_context *ctx, lm_carver *c) {
@@ -88,7 +88,7 @@ static void layout(lm_qwen35_context *ctx, lm_carver *c) {
     lm_carve(c, &ctx->logit_x, R * H);
     lm_carve(c, &ctx->logits, R * V);
     if (ctx->model->vocab_split)
-        lm_carve(c, &ctx->vocab_scratch, lm_vocab_split_scratch((int)V, ctx->model->tp_size, max_size(S, R)));
+        lm_carve(c, &ctx->vocab_scratch, lm_vocab_split_scratch((int)V, ctx->model->share.n_ranks, max_size(S, R)));
     lm_carve(c, &ctx->logit_ids, R);
     lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
     if (mtp) {

@@ -21,7 +21,8 @@
  * host communicator; cuda ranks take GPUs 0..n_ranks-1, one each (rank 0's
  * backend must be GPU 0's), and sum through NCCL (ops/comm.h).  options may
  * be NULL; its tensor_parallel is the group's and its mode LM_LOAD_MMAP (a
- * rank reads only its slices), whatever it says. */
+ * rank reads only its slices), whatever it says; its expert_parallel deals
+ * a MoE model's routed experts out whole (models/rank_share.h). */
 lm_status lm_tensor_parallel_open(const char *dir, const char *random_config, const lm_model_load_options *options,
                                   lm_backend *backend, int n_ranks, lm_model **out, lm_error *err);
 

@@ -586,15 +586,19 @@ static int64_t slice_row(const lm_weights_slice *sl, int64_t i) {
     return i; /* no runs: every row */
 }
 
-/* The slice of each of the n matrices [rows, cols] of a tensor of n_dims
- * dims ([rows, cols], or [n, rows, cols] stacked), as one matrix
- * [n · slice rows, slice cols]. */
-static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t n, int64_t rows, int64_t cols,
-                            const lm_weights_slice *slice, lm_matrix *out, lm_error *err) {
+/* The slice of each of the matrices [first, first + count) of the n
+ * matrices [rows, cols] of a tensor of n_dims dims ([rows, cols], or [n,
+ * rows, cols] stacked), as one matrix [count · slice rows, slice cols]. */
+static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t n, int64_t first, int64_t count,
+                            int64_t rows, int64_t cols, const lm_weights_slice *slice, lm_matrix *out,
+                            lm_error *err) {
     int64_t s_rows = 0, n_cols = 0;
     lm_status st = check_slice(name, rows, cols, slice, &s_rows, &n_cols, err);
     if (st != LM_OK) return st;
-    int64_t n_rows = n * s_rows;
+    if (first < 0 || count <= 0 || first > n - count)
+        return lm_fail(err, LM_ERR_INVALID, "'%s': matrices [%lld, %lld) are not inside its %lld", name,
+                       (long long)first, (long long)(first + count), (long long)n);
+    int64_t n_rows = count * s_rows;
     const lm_weights_slice whole = {0};
     if (w->random) {
         /* Random weights are made at the slice's shape: a rank never makes
@@ -603,6 +607,8 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
          * slices of one model's. */
         rows = s_rows;
         cols = n_cols;
+        n = count;
+        first = 0;
         slice = &whole;
     }
     const lm_tensor *t;
@@ -626,7 +632,7 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
             return dst ? lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name) : err->code;
         }
         for (int64_t i = 0; i < n_rows && st == LM_OK; i++) {
-            int64_t src = (i / s_rows) * rows + slice_row(slice, i % s_rows);
+            int64_t src = (first + i / s_rows) * rows + slice_row(slice, i % s_rows);
             float_row(t, src, cols, row);
             if (!lm_q8_quantize_row(row + c0, n_cols, dst + (size_t)i * row_bytes))
                 st = lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite",
@@ -644,14 +650,16 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
     size_t dst_row = elem * (size_t)n_cols, bytes = dst_row * (size_t)n_rows;
     const uint8_t *src = t->data;
     lm_buffer *buffer;
-    if (whole_rows && slice->n_runs <= 1 && n == 1) { /* one run of whole rows: the stored bytes, in place */
-        int64_t first = slice->n_runs ? slice->runs[0].first : 0;
-        st = import(w, src + (size_t)first * src_row, bytes, name, &buffer, err);
+    /* one run of whole rows of one matrix, or whole matrices: the stored
+     * bytes, in place */
+    if (whole_rows && slice->n_runs <= 1 && (count == 1 || s_rows == rows)) {
+        int64_t row0 = first * rows + (slice->n_runs ? slice->runs[0].first : 0);
+        st = import(w, src + (size_t)row0 * src_row, bytes, name, &buffer, err);
     } else {
         uint8_t *dst = owned_bytes(w, bytes, name, err);
         if (!dst) return err->code;
         for (int64_t i = 0; i < n_rows; i++) {
-            int64_t r = (i / s_rows) * rows + slice_row(slice, i % s_rows);
+            int64_t r = (first + i / s_rows) * rows + slice_row(slice, i % s_rows);
             memcpy(dst + (size_t)i * dst_row, src + (size_t)r * src_row + elem * (size_t)c0, dst_row);
         }
         st = import(w, dst, bytes, name, &buffer, err);
@@ -663,12 +671,18 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
 
 lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                                   const lm_weights_slice *slice, lm_matrix *out, lm_error *err) {
-    return load_slice(w, name, 2, 1, rows, cols, slice, out, err);
+    return load_slice(w, name, 2, 1, 0, 1, rows, cols, slice, out, err);
 }
 
 lm_status lm_weights_linear_stacked_slice(lm_weights *w, const char *name, int64_t n, int64_t rows, int64_t cols,
                                           const lm_weights_slice *slice, lm_matrix *out, lm_error *err) {
-    return load_slice(w, name, 3, n, rows, cols, slice, out, err);
+    return load_slice(w, name, 3, n, 0, n, rows, cols, slice, out, err);
+}
+
+lm_status lm_weights_linear_stacked_range(lm_weights *w, const char *name, int64_t n, int64_t first, int64_t count,
+                                          int64_t rows, int64_t cols, lm_matrix *out, lm_error *err) {
+    const lm_weights_slice whole = {0};
+    return load_slice(w, name, 3, n, first, count, rows, cols, &whole, out, err);
 }
 
 /* ---- config.json's quantization_config ---- */

@@ -108,6 +108,12 @@ lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows,
  * experts), as one matrix [n · slice rows, slice cols]. */
 lm_status lm_weights_linear_stacked_slice(lm_weights *w, const char *name, int64_t n, int64_t rows, int64_t cols,
                                           const lm_weights_slice *slice, lm_matrix *out, lm_error *err);
+/* Matrices [first, first + count) of a 3-D [n, rows, cols] tensor whole
+ * (a rank's experts under expert parallelism), as one matrix [count ·
+ * rows, cols]: only their bytes are read, imported in place where the
+ * backend allows, as lm_weights_linear_slice. */
+lm_status lm_weights_linear_stacked_range(lm_weights *w, const char *name, int64_t n, int64_t first, int64_t count,
+                                          int64_t rows, int64_t cols, lm_matrix *out, lm_error *err);
 /* A 3-D float tensor [n, rows, cols] as stored (fused experts), on the
  * backend, as one [n * rows, cols] matrix: lm_matrix_rows cuts its slices
  * without copying. */

@@ -151,10 +151,18 @@ typedef struct {
 /* The routed experts of one MoE layer: expert e is the SwiGLU
  * (silu(x·gate[e]ᵀ) ⊙ x·up[e]ᵀ)·down[e]ᵀ with gate/up [inter, hidden] and
  * down [hidden, inter].  The arrays are host descriptors of backend memory:
- * slices of one fused tensor or separate tensors, alike. */
+ * slices of one fused tensor or separate tensors, alike.
+ *
+ * Expert parallelism: the arrays may hold a contiguous range of the
+ * layer's experts, ids [first_expert, first_expert + n_experts) (gate[0] is
+ * expert first_expert's).  A (token, slot) pair routed to an expert outside
+ * the range contributes nothing, so a token with none of its experts here
+ * gets a row of zeros, and the ranks' outputs sum to the whole layer's.
+ * first_expert 0 with every expert: the whole layer. */
 typedef struct {
     int n_experts, hidden, inter;
     const lm_matrix *gate, *up, *down; /* [n_experts] each */
+    int first_expert;                  /* the global id of gate[0]'s expert */
 } lm_moe_experts;
 
 /* Scratch bytes moe_experts needs for n tokens of top_k experts each: room
@@ -163,7 +171,8 @@ typedef struct {
  * every pair at once (a GPU runs all experts in one wave), whichever is
  * larger (lm_moe_wave_floats); every pair's output; the pairs' order and
  * the experts' starts; and a work list of up to 2 (pairs + experts + 1)
- * ints (a GPU's tiles of pairs). */
+ * ints (a GPU's tiles of pairs).  `experts` counts the ones given, so a
+ * rank's range of a layer's experts needs no more than the whole layer. */
 #define LM_MOE_WAVE_PAIRS 256
 static inline size_t lm_moe_wave_rows(int n, int top_k) {
     size_t pairs = (size_t)n * (size_t)top_k, wave = pairs < LM_MOE_WAVE_PAIRS ? pairs : LM_MOE_WAVE_PAIRS;
@@ -326,9 +335,11 @@ typedef struct {
     void (*moe_route)(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
                       const lm_moe_routing *routing);
     /* out [n, hidden] = Σ_j weights[t, j] · Expert_{ids[t, j]}(x_t), the sum
-     * in j order.  Tokens are grouped by expert, so a touched expert's
-     * matrices are read once per call and an untouched one not at all.
-     * scratch: lm_moe_scratch_bytes(n, top_k, experts) bytes. */
+     * in j order over the slots whose expert is one of `experts` (ids are
+     * the layer's, offset by experts->first_expert).  Tokens are grouped by
+     * expert, so a touched expert's matrices are read once per call and an
+     * untouched one not at all.  scratch: lm_moe_scratch_bytes(n, top_k,
+     * experts) bytes. */
     void (*moe_experts)(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights,
                         int top_k, const lm_moe_experts *experts, lm_mem scratch);
 

@@ -5,10 +5,15 @@
  * down matmuls in a second run (a decode step's 8 experts cost two hand-offs
  * instead of 32).  Every token then sums its experts' rows in slot order
  * with its weights, so the result does not depend on the order of the
- * groups or the waves. */
+ * groups or the waves.  Pairs routed to an expert outside the given range
+ * (expert parallelism: another rank's) are left out of the sort and of the
+ * sums. */
 #include <string.h>
 
 #include "ops/cpu/kernels.h"
+
+/* Whether expert id is one of the E given, [first, first + E). */
+static bool is_local(int32_t id, int first, int E) { return id >= first && id - first < E; }
 
 typedef struct {
     int first, count; /* the expert's pairs: order[first .. first + count) */
@@ -39,7 +44,7 @@ static void run_wave(lm_pool *pool, const lm_moe_experts *ex, const int32_t *exp
 
 void lm_cpu_moe_experts(lm_pool *pool, float *out, const float *x, int n, const int32_t *ids,
                         const float *weights, int k, const lm_moe_experts *ex, void *scratch) {
-    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
+    int E = ex->n_experts, H = ex->hidden, I = ex->inter, first = ex->first_expert;
     size_t pairs = (size_t)n * (size_t)k, cap = lm_moe_wave_rows(n, k);
     /* scratch (ops.h): rows [cap, H] | gate [cap, I] | up [cap, I] | per-pair
      * outputs [pairs, H] | pair order [pairs] | expert starts [E + 1] */
@@ -47,11 +52,13 @@ void lm_cpu_moe_experts(lm_pool *pool, float *out, const float *x, int n, const 
     float *pair_out = up + cap * I;
     int32_t *order = (int32_t *)(pair_out + pairs * H), *start = order + pairs;
     memset(start, 0, sizeof(int32_t) * ((size_t)E + 1));
-    for (size_t p = 0; p < pairs; p++) start[ids[p] + 1]++;
+    for (size_t p = 0; p < pairs; p++)
+        if (is_local(ids[p], first, E)) start[ids[p] - first + 1]++;
     for (int e = 0; e < E; e++) start[e + 1] += start[e];
     {
         int32_t *next = start; /* filled in place, then shifted back */
-        for (size_t p = 0; p < pairs; p++) order[next[ids[p]]++] = (int32_t)p;
+        for (size_t p = 0; p < pairs; p++)
+            if (is_local(ids[p], first, E)) order[next[ids[p] - first]++] = (int32_t)p;
         for (int e = E; e > 0; e--) start[e] = start[e - 1];
         start[0] = 0;
     }
@@ -88,6 +95,7 @@ void lm_cpu_moe_experts(lm_pool *pool, float *out, const float *x, int n, const 
         memset(o, 0, sizeof(float) * H);
         for (int j = 0; j < k; j++) {
             size_t p = (size_t)t * k + j;
+            if (!is_local(ids[p], first, E)) continue; /* its pair_out row was never written */
             const float *y = pair_out + p * H;
             for (int i = 0; i < H; i++) o[i] += weights[p] * y[i];
         }

@@ -13,6 +13,12 @@
 // the sort nor the waves.  The experts' matrices go to the kernels by value
 // (a table of device pointers in the launch's parameters: up to 32 KB on
 // Hopper with CUDA >= 12.1).
+//
+// Expert parallelism (ops.h: the experts given are ids [first_expert,
+// first_expert + n_experts) of the layer): the sort leaves the pairs of
+// other ranks' experts out, so no tile, wave or tensor-core block sees
+// them and the kernels index the given experts from 0; the combine skips
+// them (their output rows are never written).
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
@@ -220,19 +226,24 @@ __device__ static void block_scan2(int a, int b, int *a_before, int *b_before, i
     __syncthreads(); // the sums may be reused
 }
 
-// Counting sort of the pairs p < pairs by expert ids[p]: start[e] ..
-// start[e + 1] of order are expert e's pairs (in no particular order).
+// Counting sort of the pairs p < pairs by expert ids[p] - first: start[e]
+// .. start[e + 1] of order are given expert e's pairs (in no particular
+// order); a pair whose expert is not one of the E given is in no bucket
+// (start[E] counts the others).
 // Thread e counts expert e (E <= SORT_THREADS); the starts and the tile
 // list come from one block-wide scan (a lone thread's loop over 256
 // experts took 21 us a call, 10% of a 35B-A3B decode step).
 __global__ static void __launch_bounds__(SORT_THREADS)
 moe_sort_kernel(int32_t *order, int32_t *start, int32_t *tile_expert, int32_t *tile_first, int32_t *tile_count,
-                const int32_t *ids, int pairs, int E) {
+                const int32_t *ids, int pairs, int E, int first) {
     __shared__ int count[MOE_MAX_EXPERTS], next[MOE_MAX_EXPERTS];
     int tid = threadIdx.x;
     for (int e = tid; e < E; e += blockDim.x) count[e] = 0;
     __syncthreads();
-    for (int p = tid; p < pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
+    for (int p = tid; p < pairs; p += blockDim.x) {
+        unsigned e = (unsigned)(ids[p] - first); // below first wraps past E
+        if (e < (unsigned)E) atomicAdd(&count[e], 1);
+    }
     __syncthreads();
     int c = tid < E ? count[tid] : 0, tiles = (c + LM_CUDA_MOE_TILE - 1) / LM_CUDA_MOE_TILE;
     int at, tile0, total, total_tiles;
@@ -251,7 +262,10 @@ moe_sort_kernel(int32_t *order, int32_t *start, int32_t *tile_expert, int32_t *t
         *tile_count = total_tiles;
     }
     __syncthreads();
-    for (int p = tid; p < pairs; p += blockDim.x) order[atomicAdd(&next[ids[p]], 1)] = p;
+    for (int p = tid; p < pairs; p += blockDim.x) {
+        unsigned e = (unsigned)(ids[p] - first);
+        if (e < (unsigned)E) order[atomicAdd(&next[e], 1)] = p;
+    }
 }
 
 __device__ static float weight_at(const void *w, int dtype, int64_t i) {
@@ -360,13 +374,16 @@ moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t 
     }
 }
 
-// out[t] = Σ_j weights[t, j] · y[t·top_k + j], in j order.
-__global__ static void moe_combine_kernel(float *out, const float *y, const float *weights, int top_k, int H) {
+// out[t] = Σ_j weights[t, j] · y[t·top_k + j], in j order, over the
+// slots whose expert is one of the E given from `first`.
+__global__ static void moe_combine_kernel(float *out, const float *y, const float *weights, const int32_t *ids,
+                                          int top_k, int H, int E, int first) {
     int64_t t = blockIdx.x;
     for (int c = threadIdx.x; c < H; c += blockDim.x) {
         float o = 0.0f;
         for (int j = 0; j < top_k; j++) {
             int64_t p = t * top_k + j;
+            if ((unsigned)(ids[p] - first) >= (unsigned)E) continue; // another rank's: y[p] unwritten
             o += weights[p] * y[p * H + c];
         }
         out[t * H + c] = o;
@@ -442,7 +459,7 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     int32_t *order = (int32_t *)(y + pairs * (size_t)H), *start = order + pairs;
     int32_t *tile_expert = start + E + 1, *tile_first = tile_expert + pairs + E, *tile_count = tile_first + pairs + E;
     lm_cuda_launch(be, "moe_experts (sort)", moe_sort_kernel, 1, SORT_THREADS, 0, order, start, tile_expert,
-                   tile_first, tile_count, lm_cuda_i32(ids), (int)pairs, E);
+                   tile_first, tile_count, lm_cuda_i32(ids), (int)pairs, E, ex->first_expert);
     // bf16 compute, bf16 experts, 9 tokens or more (as the dense products'
     // cuBLASLt threshold): the tensor-core kernels (moe_mma.cu).  Below it
     // a step reads each touched expert once either way, and the warp-per-row
@@ -462,5 +479,5 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
         run_experts<MOE_MAX_EXPERTS>(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first,
                                      tile_count, (int)pairs, (int)wave, top_k, ex);
     lm_cuda_launch(be, "moe_experts (combine)", moe_combine_kernel, n, MOE_THREADS, 0, lm_cuda_f32(out), y,
-                   lm_cuda_f32(weights), top_k, H);
+                   lm_cuda_f32(weights), lm_cuda_i32(ids), top_k, H, E, ex->first_expert);
 }

@@ -467,7 +467,9 @@ void lm_ref_moe_experts(float *out, const float *x, int n, const int32_t *ids,
         for (int i = 0; i < H; i++) o[i] = 0.0f;
         for (int j = 0; j < k; j++) {
             int64_t p = (int64_t)t * k + j;
-            expert_row(y, x + (int64_t)t * H, ex, ids[p], tmp);
+            int e = ids[p] - ex->first_expert; /* among the given experts */
+            if (e < 0 || e >= ex->n_experts) continue; /* another rank's (expert parallelism) */
+            expert_row(y, x + (int64_t)t * H, ex, e, tmp);
             for (int i = 0; i < H; i++) o[i] += weights[p] * y[i];
         }
     }
