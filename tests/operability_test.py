@@ -65,7 +65,7 @@ for args, names in ((["--dtype", "float16"], "bfloat16"), (["-ngl", "99"], "--de
     check(f"{args[0]} refused naming {names}", r.returncode == 2 and names in r.stderr, r.stderr)
 
 # --tensor-parallel-size is loom's now (issue 19): a split the heads do not divide is refused naming
-# the count, and on a device backend it waits for the NCCL communicator
+# the count, and a split that divides gives the same ids (on cuda the ranks sum through NCCL)
 r = run("run", tiny, "--tensor-parallel-size", "3", *IDS)
 check("--tensor-parallel-size 3 refused naming the count", r.returncode == 1 and "is not a multiple of 3" in r.stderr,
       r.stderr)

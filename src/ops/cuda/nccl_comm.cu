@@ -116,36 +116,30 @@ static lm_status check_backend(lm_comm *c, lm_backend *be, const char *what, lm_
     return LM_OK;
 }
 
-static lm_status nccl_all_reduce_sum(lm_comm *c, lm_backend *be, lm_mem x, size_t n, lm_error *err) {
-    lm_status st = check_backend(c, be, "all_reduce_sum", err);
+// Queues one collective on the rank's stream.
+static lm_status enqueue(lm_comm *c, lm_backend *be, int32_t kind, const void *send, void *recv, size_t n,
+                         const char *what, lm_error *err) {
+    lm_status st = check_backend(c, be, what, err);
     if (st != LM_OK || n == 0) return st;
     nccl_rank *r = rank_of(c);
     lm_cuda_collective_call call;
     memset(&call, 0, sizeof call);
     call.api = r->api;
     call.comm = r->nccl;
-    call.send = lm_cuda_ptr(x);
-    call.recv = lm_cuda_ptr(x);
+    call.send = send;
+    call.recv = recv;
     call.count = n;
-    call.kind = LM_CUDA_ALL_REDUCE_SUM;
-    lm_cuda_enqueue_collective(be, "nccl all_reduce_sum", &call);
+    call.kind = kind;
+    lm_cuda_enqueue_collective(be, kind == LM_CUDA_ALL_REDUCE_SUM ? "nccl all_reduce_sum" : "nccl all_gather", &call);
     return LM_OK;
 }
 
+static lm_status nccl_all_reduce_sum(lm_comm *c, lm_backend *be, lm_mem x, size_t n, lm_error *err) {
+    return enqueue(c, be, LM_CUDA_ALL_REDUCE_SUM, lm_cuda_ptr(x), lm_cuda_ptr(x), n, "all_reduce_sum", err);
+}
+
 static lm_status nccl_all_gather(lm_comm *c, lm_backend *be, lm_mem out, lm_mem x, size_t n, lm_error *err) {
-    lm_status st = check_backend(c, be, "all_gather", err);
-    if (st != LM_OK || n == 0) return st;
-    nccl_rank *r = rank_of(c);
-    lm_cuda_collective_call call;
-    memset(&call, 0, sizeof call);
-    call.api = r->api;
-    call.comm = r->nccl;
-    call.send = lm_cuda_ptr(x);
-    call.recv = lm_cuda_ptr(out);
-    call.count = n;
-    call.kind = LM_CUDA_ALL_GATHER;
-    lm_cuda_enqueue_collective(be, "nccl all_gather", &call);
-    return LM_OK;
+    return enqueue(c, be, LM_CUDA_ALL_GATHER, lm_cuda_ptr(x), lm_cuda_ptr(out), n, "all_gather", err);
 }
 
 static const lm_comm_ops nccl_comm_ops = {
