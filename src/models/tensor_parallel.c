@@ -42,6 +42,7 @@ typedef struct {
     /* ranks 1..'s outputs, which nobody reads */
     float *logits, *hidden;
     int32_t *argmax, *drafts;
+    bool *no_rows; /* logits_wanted of ranks 1.. when argmax is asked: none (their rows are rank 0's) */
     size_t logit_floats, hidden_floats, draft_ids;
 } tp_context;
 
@@ -155,6 +156,7 @@ static void tp_context_destroy(lm_model_context *base) {
     free(c->hidden);
     free(c->argmax);
     free(c->drafts);
+    free(c->no_rows);
     free(c);
 }
 
@@ -175,7 +177,8 @@ static lm_status tp_context_create(lm_model *base, const lm_context_options *o, 
         c->hidden = malloc(sizeof(float) * c->hidden_floats);
         c->argmax = malloc(sizeof(int32_t) * (size_t)rows);
         c->drafts = malloc(sizeof(int32_t) * c->draft_ids);
-        if (!c->logits || !c->hidden || !c->argmax || !c->drafts) {
+        c->no_rows = calloc((size_t)rows, sizeof(bool));
+        if (!c->logits || !c->hidden || !c->argmax || !c->drafts || !c->no_rows) {
             tp_context_destroy(&c->base);
             return lm_fail(err, LM_ERR_NOMEM, "out of memory for the ranks' outputs");
         }
@@ -201,9 +204,11 @@ static lm_status forward_rank(tp_call *call, int r, lm_error *err) {
     const forward_args *a = call->args;
     tp_context *c = call->ctx;
     if (r == 0) return lm_model_forward(c->rank[0], a->batch, a->out, err);
+    /* With argmax asked, ranks 1.. download their argmax only (it also
+     * waits for the step): no copy of logits nobody reads. */
     lm_forward_out mine = {.logits = c->logits,
                            .argmax = a->out->argmax ? c->argmax : NULL,
-                           .logits_wanted = a->out->logits_wanted,
+                           .logits_wanted = a->out->argmax ? c->no_rows : a->out->logits_wanted,
                            .hidden = a->out->hidden ? c->hidden : NULL};
     return lm_model_forward(c->rank[r], a->batch, &mine, err);
 }
