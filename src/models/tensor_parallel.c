@@ -344,6 +344,24 @@ static const lm_model_ops tp_ops = {
     .describe = tp_describe,
 };
 
+typedef struct {
+    const char *dir, *random_config;
+    const lm_model_load_options *options;
+    lm_backend *const *backends;
+} open_args;
+
+static lm_status open_rank(tp_call *call, int r, lm_error *err) {
+    const open_args *a = call->args;
+    tp_model *m = call->model;
+    lm_model_load_options o = a->options ? *a->options : (lm_model_load_options){0};
+    o.tensor_parallel = lm_comm_group_rank(m->group, r);
+    /* Mapped, so that a rank reads only the bytes of its slices (the
+     * ranks share the page cache) instead of each reading every shard. */
+    o.mode = LM_LOAD_MMAP;
+    return o.random_weights ? lm_model_open_random_with(a->random_config, &o, a->backends[r], &m->rank[r], err)
+                            : lm_model_open(a->dir, &o, a->backends[r], &m->rank[r], err);
+}
+
 lm_status lm_tensor_parallel_open(const char *dir, const char *random_config, const lm_model_load_options *options,
                                   lm_backend *backend, int n_ranks, lm_model **out, lm_error *err) {
     *out = NULL;
@@ -371,17 +389,13 @@ lm_status lm_tensor_parallel_open(const char *dir, const char *random_config, co
     lm_backend *backends[LM_COMM_MAX_RANKS] = {backend};
     for (int r = 1; r < n_ranks; r++) backends[r] = m->owned[r];
     if (st == LM_OK) st = lm_comm_group_create(backends, n_ranks, &m->group, err);
-    for (int r = 0; r < n_ranks && st == LM_OK; r++) {
-        lm_model_load_options o = options ? *options : (lm_model_load_options){0};
-        o.tensor_parallel = lm_comm_group_rank(m->group, r);
-        /* Mapped, so that a rank reads only the bytes of its slices (the
-         * ranks share the page cache) instead of each reading every shard. */
-        o.mode = LM_LOAD_MMAP;
-        st = random ? lm_model_open_random_with(random_config, &o, backends[r], &m->rank[r], err)
-                    : lm_model_open(dir, &o, backends[r], &m->rank[r], err);
-        if (st == LM_OK) m->n = r + 1;
-    }
+    /* The ranks load at once, each on its own thread: a large model's
+     * start takes one rank's load, not N. */
+    open_args args = {.dir = dir, .random_config = random_config, .options = options, .backends = backends};
+    tp_call call = {.run = open_rank, .args = &args};
+    m->n = n_ranks; /* the workers run ranks 1..n-1 */
     if (st == LM_OK) st = start_workers(m, err);
+    if (st == LM_OK) st = run_on_ranks(m, &call, err);
     if (st != LM_OK) {
         tp_destroy(&m->base);
         return st;
