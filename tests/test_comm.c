@@ -3,8 +3,10 @@
  * same bits on every rank (checked against a sum made here in that order,
  * on values whose sum depends on the order); all_gather concatenates in
  * rank order; many collectives in a row (the barrier's phases reused);
- * ranks that disagree on the count, or a backend whose memory is not the
- * host's, fail on every rank and leave the group usable. */
+ * ranks that disagree on the count fail on every rank and leave the group
+ * usable; a backend whose memory is not the host's is staged through the
+ * host (and its failure is every rank's).  A device group (NCCL) when the
+ * backend under test is cuda. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -14,6 +16,7 @@
 
 #include "harness.h"
 #include "model_util.h"
+#include "ops/backend_kinds.h" /* the cpu table, for a backend posing as a device */
 #include "ops/comm.h"
 
 #define MAX_RANKS 8
@@ -30,7 +33,7 @@ static float value_at(int rank, size_t i, uint64_t salt) {
     return mantissa * powf(10.0f, (float)exponent);
 }
 
-typedef enum { REDUCE, GATHER, MIXED, MISMATCH, FOREIGN } job_kind;
+typedef enum { REDUCE, GATHER, MIXED, MISMATCH, STAGED, STAGING_FAILS } job_kind;
 
 typedef struct {
     job_kind kind;
@@ -110,12 +113,15 @@ static bool gather_right(const float *got, int n_ranks, size_t n, uint64_t salt)
     return true;
 }
 
-/* A host backend's table with another alloc: the communicator must see
- * that this memory is not the host's (as a device backend's is not). */
-static lm_status foreign_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out, lm_error *err) {
-    (void)be;
-    *out = NULL;
-    return lm_fail(err, LM_ERR_UNSUPPORTED, "foreign memory (%zu bytes of %s)", bytes, what);
+/* A host backend's table with another alloc: to the communicator this
+ * memory is not the host's (as a device backend's is not), so it stages
+ * the rank's values through downloads and uploads. */
+static lm_status device_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out, lm_error *err) {
+    return lm_cpu_backend_ops.alloc(be, bytes, what, out, err);
+}
+static lm_status failing_download(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err) {
+    (void)be, (void)dst, (void)src;
+    return lm_fail(err, LM_ERR_INTERNAL, "the device lost %zu bytes", bytes);
 }
 
 static void *rank_main(void *arg) {
@@ -157,17 +163,39 @@ static void *rank_main(void *arg) {
         j->status = first;
         break;
     }
-    case FOREIGN: {
-        /* rank 0's backend claims foreign memory: its buffer still lives on
-         * the host, but the communicator must refuse, on every rank */
+    case STAGED: {
+        /* rank 0's backend looks like a device's: its values go through the
+         * host and back; every rank must hold the rank-order sum and the
+         * gathered rows */
         lm_backend_ops ops = *be->ops;
-        lm_backend shadow = {.ops = &ops, .impl = be->impl};
-        if (j->rank == 0) ops.alloc = foreign_alloc;
+        lm_backend device = {.ops = &ops, .impl = be->impl};
+        if (j->rank == 0) ops.alloc = device_alloc;
+        float *got = NULL;
+        j->status = reduce_once(j, &device, j->n, 9, &got, &err);
+        j->wrong = j->status == LM_OK && !reduce_right(got, j->n_ranks, j->n, 9);
+        free(got);
+        got = NULL;
+        if (j->status == LM_OK) j->status = gather_once(j, &device, j->n, 13, &got, &err);
+        j->wrong |= j->status == LM_OK && !gather_right(got, j->n_ranks, j->n, 13);
+        free(got);
+        break;
+    }
+    case STAGING_FAILS: {
+        /* rank 1's device loses its download: every rank fails, rank 1 with
+         * its own sentence, and the group stays usable */
+        lm_backend_ops ops = *be->ops;
+        lm_backend device = {.ops = &ops, .impl = be->impl};
+        if (j->rank == 1) ops.alloc = device_alloc, ops.download = failing_download;
         lm_buffer *buf = NULL;
         j->status = lm_alloc(be, sizeof(float) * 4, "x", &buf, &err);
-        if (j->status == LM_OK) j->status = lm_all_reduce_sum(j->comm, &shadow, lm_mem_of(buf), 4, &err);
+        if (j->status == LM_OK) j->status = lm_all_reduce_sum(j->comm, &device, lm_mem_of(buf), 4, &err);
         snprintf(j->message, sizeof j->message, "%s", err.message);
         lm_buffer_free(be, buf);
+        float *got = NULL;
+        lm_error err2 = {0};
+        lm_status again = reduce_once(j, be, 6, 17, &got, &err2);
+        j->wrong = again != LM_OK || !reduce_right(got, j->n_ranks, 6, 17);
+        free(got);
         break;
     }
     }
@@ -262,13 +290,19 @@ static void test_count_mismatch_fails_everywhere(void) {
     }
 }
 
-static void test_refuses_memory_not_on_the_host(void) {
+static void test_stages_memory_not_on_the_host(void) {
     rank_job jobs[MAX_RANKS];
-    CHECK(run_ranks(FOREIGN, 2, 4, 1, jobs));
-    for (int r = 0; r < 2; r++) {
-        CHECK_MSG(jobs[r].status == LM_ERR_UNSUPPORTED, "rank %d: status %d (%s)", r, (int)jobs[r].status,
+    CHECK(run_ranks(STAGED, 3, 1001, 1, jobs));
+    for (int r = 0; r < 3; r++) {
+        CHECK_MSG(jobs[r].status == LM_OK, "rank %d: %s", r, jobs[r].message);
+        CHECK_MSG(!jobs[r].wrong, "rank %d: a staged collective gave wrong values", r);
+    }
+    CHECK(run_ranks(STAGING_FAILS, 3, 4, 1, jobs));
+    for (int r = 0; r < 3; r++) {
+        CHECK_MSG(jobs[r].status != LM_OK, "rank %d: a failed staging did not fail the collective", r);
+        CHECK_MSG(strstr(jobs[r].message, r == 1 ? "lost 16 bytes" : "could not stage") != NULL, "rank %d: '%s'", r,
                   jobs[r].message);
-        CHECK_MSG(strstr(jobs[r].message, "host backends") != NULL, "rank %d: '%s'", r, jobs[r].message);
+        CHECK_MSG(!jobs[r].wrong, "rank %d: the group was not usable after the failure", r);
     }
 }
 
@@ -342,8 +376,8 @@ static void *device_rank_main(void *arg) {
             j->unequal_rounds = true;
         }
     }
-    if (st == LM_OK) {
-        /* a rank's communicator takes its own backend only */
+    if (st == LM_OK && strcmp(j->comm->ops->name, "nccl") == 0) {
+        /* a rank's NCCL communicator takes its own backend only */
         lm_error refused = {0};
         device_job *other = j; /* any backend but this rank's: a copy of its table */
         lm_backend shadow = {.ops = other->be->ops, .impl = other->be->impl};
@@ -362,20 +396,18 @@ static void *device_rank_main(void *arg) {
     return NULL;
 }
 
-static void test_device_group(void) {
-    const char *kind = test_backend_name();
-    int devices = lm_backend_device_count(kind);
-    if (strcmp(kind, "cuda") != 0 || devices < 1) {
-        printf("  skipped: needs LOOM_TEST_BACKEND=cuda and a GPU (%s, %d devices)\n", kind, devices);
-        return;
-    }
-    int n_ranks = devices < 4 ? devices : 4;
+/* n_ranks ranks of `kind`, on GPUs 0, 1, ... (or all on GPU 0), through
+ * the communicator lm_comm_group_create picks (want: its name). */
+static void check_device_group(const char *kind, int n_ranks, bool one_device, const char *comm_name) {
     const size_t n = 100003; /* NCCL's pipeline cuts it in chunks */
     lm_backend *backends[MAX_RANKS] = {0};
     lm_error err = {0};
-    for (int r = 0; r < n_ranks; r++) CHECK_OK(lm_backend_create_on(kind, r, 1, &backends[r], &err), &err);
+    for (int r = 0; r < n_ranks; r++)
+        CHECK_OK(lm_backend_create_on(kind, one_device ? 0 : r, 1, &backends[r], &err), &err);
     lm_comm_group *group = NULL;
     CHECK_OK(lm_comm_group_create(backends, n_ranks, &group, &err), &err);
+    CHECK_MSG(strcmp(lm_comm_group_rank(group, 0)->ops->name, comm_name) == 0, "%d ranks%s: the %s communicator, not %s",
+              n_ranks, one_device ? " on one GPU" : "", lm_comm_group_rank(group, 0)->ops->name, comm_name);
     device_job jobs[MAX_RANKS];
     pthread_t threads[MAX_RANKS];
     for (int r = 0; r < n_ranks; r++) {
@@ -415,7 +447,18 @@ static void test_device_group(void) {
     }
     lm_comm_group_destroy(group);
     for (int r = 0; r < n_ranks; r++) lm_backend_destroy(backends[r]);
-    CHECK_MSG(!why[0], "%d ranks on %s: %s", n_ranks, kind, why);
+    CHECK_MSG(!why[0], "%d ranks on %s (%s): %s", n_ranks, kind, comm_name, why);
+}
+
+static void test_device_group(void) {
+    const char *kind = test_backend_name();
+    int devices = lm_backend_device_count(kind);
+    if (strcmp(kind, "cuda") != 0 || devices < 1) {
+        printf("  skipped: needs LOOM_TEST_BACKEND=cuda and a GPU (%s, %d devices)\n", kind, devices);
+        return;
+    }
+    check_device_group(kind, devices < 4 ? devices : 4, false, "nccl"); /* one GPU: a group of one */
+    check_device_group(kind, 2, true, "host");                          /* two ranks on GPU 0: staged */
 }
 
 /* Groups refuse ranks of mixed kinds, and host groups work through the
@@ -446,7 +489,7 @@ int main(void) {
     RUN_TEST(test_all_gather_concatenates_in_rank_order);
     RUN_TEST(test_many_collectives_in_a_row);
     RUN_TEST(test_count_mismatch_fails_everywhere);
-    RUN_TEST(test_refuses_memory_not_on_the_host);
+    RUN_TEST(test_stages_memory_not_on_the_host);
     RUN_TEST(test_group_bounds);
     return test_summary("test_comm");
 }

@@ -154,10 +154,7 @@ static void check_held(const held_experts *whole, const held_experts *held, int 
 /* The fixture (a folder of LOOM_FIXTURES, or under tests/ when it begins
  * so) on n_ranks ranks, with or without expert parallelism. */
 static void check_split(const char *fixture, int n_ranks, bool expert_parallel) {
-    if (!host_backend_under_test()) {
-        printf("  skipped: the host communicator needs host backends (LOOM_TEST_BACKEND=%s)\n", test_backend_name());
-        return;
-    }
+    /* a GPU's ranks all on its device, summed through the host (staged) */
     char dir[1024], path[1200];
     fixture_dir(dir, sizeof dir, fixture);
     snprintf(path, sizeof path, "%s/reference.safetensors", dir);

@@ -19,6 +19,7 @@ extern const lm_backend_ops lm_cuda_backend_ops;
 lm_status lm_backend_cuda_create(int device, lm_backend **out, lm_error *err);
 void lm_cuda_backend_destroy(lm_backend *be);
 int lm_cuda_device_count(void);
+int lm_cuda_backend_device(const lm_backend *be); /* the GPU it runs on */
 /* NCCL communicators for cuda backends on distinct devices (nccl_comm.cu):
  * comms[r] is ranks[r]'s; *group frees them (lm_cuda_comm_group_destroy). */
 lm_status lm_cuda_comm_group_create(lm_backend *const *ranks, int n_ranks, struct lm_comm **comms, void **group,

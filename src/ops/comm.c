@@ -13,6 +13,20 @@ struct lm_comm_group {
     lm_comm *comms[LM_COMM_MAX_RANKS];
 };
 
+/* Whether two ranks' backends run on the same device (NCCL takes one rank
+ * a GPU: such ranks are staged through the host communicator). */
+static bool shares_a_device(lm_backend *const *ranks, int n_ranks) {
+#ifdef LOOM_HAVE_CUDA
+    if (strcmp(ranks[0]->ops->name, "cuda") == 0)
+        for (int r = 1; r < n_ranks; r++)
+            for (int q = 0; q < r; q++)
+                if (lm_cuda_backend_device(ranks[q]) == lm_cuda_backend_device(ranks[r])) return true;
+#else
+    (void)ranks, (void)n_ranks;
+#endif
+    return false;
+}
+
 lm_status lm_comm_group_create(lm_backend *const *ranks, int n_ranks, lm_comm_group **out, lm_error *err) {
     *out = NULL;
     if (n_ranks < 1 || n_ranks > LM_COMM_MAX_RANKS)
@@ -25,7 +39,7 @@ lm_status lm_comm_group_create(lm_backend *const *ranks, int n_ranks, lm_comm_gr
     if (!g) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     g->n_ranks = n_ranks;
     lm_status st;
-    if (lm_backend_is_host(ranks[0])) {
+    if (lm_backend_is_host(ranks[0]) || shares_a_device(ranks, n_ranks)) {
         st = lm_host_comm_group_create(n_ranks, &g->host, err);
         for (int r = 0; r < n_ranks && st == LM_OK; r++) g->comms[r] = lm_host_comm_rank(g->host, r);
     } else {

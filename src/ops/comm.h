@@ -51,11 +51,12 @@ static inline lm_status lm_all_gather(lm_comm *c, lm_backend *be, lm_mem out, lm
 
 typedef struct lm_comm_group lm_comm_group;
 
-/* Communicators joining ranks[0..n_ranks): the host communicator when the
- * backends keep their memory on the host, NCCL when they are cuda backends
- * on distinct GPUs (one rank a device; NCCL is opened here, at run time:
- * libnccl.so.2, or the file LOOM_NCCL_LIBRARY names).  Mixed kinds are
- * refused.  The backends outlive the group. */
+/* Communicators joining ranks[0..n_ranks): NCCL when they are cuda
+ * backends on distinct GPUs (one rank a device; NCCL is opened here, at run
+ * time: libnccl.so.2, or the file LOOM_NCCL_LIBRARY names); else the host
+ * communicator (host backends in place; cuda ranks sharing a GPU staged
+ * through the host: slow, for tests on a machine of one GPU).  Mixed kinds
+ * are refused.  The backends outlive the group. */
 lm_status lm_comm_group_create(lm_backend *const *ranks, int n_ranks, lm_comm_group **out, lm_error *err);
 lm_comm *lm_comm_group_rank(lm_comm_group *group, int rank);
 /* After every rank's last collective. */
@@ -66,8 +67,9 @@ void lm_comm_group_destroy(lm_comm_group *group);
 typedef struct lm_host_comm_group lm_host_comm_group;
 
 /* A group of n_ranks (1..LM_COMM_MAX_RANKS) ranks; rank r's communicator
- * is lm_host_comm_rank(group, r).  Its collectives take host backends (cpu,
- * ref) and refuse others.  A collective whose ranks disagree on n fails on
+ * is lm_host_comm_rank(group, r).  A rank whose backend keeps its memory
+ * elsewhere (ranks sharing one GPU, which NCCL does not take) is staged
+ * through the host: its values downloaded, the result uploaded.  A collective whose ranks disagree on n fails on
  * every rank, naming the counts. */
 #define LM_COMM_MAX_RANKS 64
 lm_status lm_host_comm_group_create(int n_ranks, lm_host_comm_group **out, lm_error *err);

@@ -118,6 +118,8 @@ extern "C" lm_status lm_cuda_memory_info(lm_backend *be, size_t *free_bytes, siz
     return LM_OK;
 }
 
+extern "C" int lm_cuda_backend_device(const lm_backend *be) { return ((const lm_cuda_state *)be->impl)->device; }
+
 extern "C" int lm_cuda_device_count(void) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) {

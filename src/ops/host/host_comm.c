@@ -1,7 +1,10 @@
-/* The host communicator (ops/comm.h): ranks are threads of one process
- * whose backends keep their memory on the host, so a collective reads the
- * other ranks' buffers in place.  Each collective publishes every rank's
- * view, then works in phases separated by the group's barrier:
+/* The host communicator (ops/comm.h): ranks are threads of one process.
+ * A rank whose backend keeps its memory on the host publishes its view in
+ * place; a device backend's rank (ranks sharing one GPU, which NCCL does
+ * not take: the tests run a GPU's ranks this way on a machine of one GPU)
+ * is staged: it downloads its x to the host, takes part, and uploads the
+ * result.  Each collective publishes every rank's view, then works in
+ * phases separated by the group's barrier:
  *
  *   all_reduce_sum: publish | rank r adds its share of the elements over
  *   the ranks, in rank order, into the group's scratch | every rank copies
@@ -10,7 +13,8 @@
  *   free again)
  *
  * The host backends run their ops at once (host_memory.h), so the views
- * hold the values of every op queued before the call. */
+ * hold the values of every op queued before the call; a staged rank's
+ * download waits for its backend's queued work. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -61,27 +65,47 @@ static lm_status count_mismatch(lm_host_comm_group *g, const char *what, lm_erro
                    used + 24 >= sizeof counts ? ", ..." : "");
 }
 
-/* A collective's first phase: publishes this rank's view and count, and
- * checks that every rank's backend keeps its memory on the host and that
- * the counts agree.  Every rank takes the same path through the barriers
+/* A rank's view of its x: the host memory itself, or a staged copy. */
+typedef struct {
+    float *x;
+    float *staged; /* malloc'd copy of a device backend's x, or NULL */
+} rank_view;
+
+/* A collective's first phase: publishes this rank's view (staging a
+ * device backend's x on the host first) and count, and checks that the
+ * counts agree.  Every rank takes the same path through the barriers
  * whatever fails, and a failure is every rank's (after one more barrier). */
 static lm_status begin(lm_host_comm_group *g, const lm_comm *c, lm_backend *be, lm_mem xm, size_t n,
-                       const char *what, float **x, lm_error *err) {
-    bool ok_backend = host_backend(be);
-    *x = ok_backend ? lm_host_f32(xm) : NULL;
-    if (publish(g, c->rank, *x, ok_backend ? n : SIZE_MAX)) return LM_OK;
-    bool any_backend_bad = false;
-    for (int r = 0; r < g->n_ranks; r++) any_backend_bad |= g->n[r] == SIZE_MAX;
-    if (!any_backend_bad) return count_mismatch(g, what, err);
+                       const char *what, rank_view *v, lm_error *err) {
+    memset(v, 0, sizeof *v);
+    lm_error mine = {0};
+    lm_status staged_st = LM_OK;
+    if (host_backend(be)) {
+        v->x = lm_host_f32(xm);
+    } else if (n > 0) {
+        v->staged = malloc(sizeof(float) * n);
+        staged_st = v->staged ? lm_download(be, v->staged, xm, sizeof(float) * n, &mine)
+                              : lm_fail(&mine, LM_ERR_NOMEM, "%s: out of memory staging %zu floats", what, n);
+        v->x = v->staged;
+    }
+    if (publish(g, c->rank, v->x, staged_st == LM_OK ? n : SIZE_MAX)) return LM_OK;
+    bool any_failed = false;
+    for (int r = 0; r < g->n_ranks; r++) any_failed |= g->n[r] == SIZE_MAX;
+    free(v->staged);
+    v->staged = NULL;
+    if (!any_failed) return count_mismatch(g, what, err);
     pthread_barrier_wait(&g->barrier);
-    return lm_fail(err, LM_ERR_UNSUPPORTED, "%s: the host communicator takes host backends (cpu, ref) only%s", what,
-                   ok_backend ? " (another rank's is not)" : "");
+    if (staged_st != LM_OK) {
+        *err = mine;
+        return staged_st;
+    }
+    return lm_fail(err, LM_ERR_INTERNAL, "%s: another rank could not stage its values", what);
 }
 
 static lm_status host_all_reduce_sum(lm_comm *c, lm_backend *be, lm_mem xm, size_t n, lm_error *err) {
     lm_host_comm_group *g = ((host_rank *)c)->group;
-    float *x = NULL;
-    lm_status st = begin(g, c, be, xm, n, "all_reduce_sum", &x, err);
+    rank_view v;
+    lm_status st = begin(g, c, be, xm, n, "all_reduce_sum", &v, err);
     if (st != LM_OK) return st;
     if (c->rank == 0 && g->scratch_floats < n) {
         float *grown = realloc(g->scratch, sizeof(float) * n);
@@ -93,6 +117,7 @@ static lm_status host_all_reduce_sum(lm_comm *c, lm_backend *be, lm_mem xm, size
     pthread_barrier_wait(&g->barrier);
     if (g->scratch_failed) {
         pthread_barrier_wait(&g->barrier);
+        free(v.staged);
         return lm_fail(err, LM_ERR_NOMEM, "all_reduce_sum: out of memory for %zu floats", n);
     }
     size_t lo = n * (size_t)c->rank / (size_t)g->n_ranks, hi = n * (size_t)(c->rank + 1) / (size_t)g->n_ranks;
@@ -102,19 +127,29 @@ static lm_status host_all_reduce_sum(lm_comm *c, lm_backend *be, lm_mem xm, size
         g->scratch[i] = s;
     }
     pthread_barrier_wait(&g->barrier);
-    if (n) memcpy(x, g->scratch, sizeof(float) * n);
+    if (n) memcpy(v.x, g->scratch, sizeof(float) * n);
     pthread_barrier_wait(&g->barrier);
+    if (v.staged) lm_upload(be, xm, v.staged, sizeof(float) * n); /* the sum back to the device */
+    free(v.staged);
     return LM_OK;
 }
 
 static lm_status host_all_gather(lm_comm *c, lm_backend *be, lm_mem outm, lm_mem xm, size_t n, lm_error *err) {
     lm_host_comm_group *g = ((host_rank *)c)->group;
-    float *x = NULL;
-    lm_status st = begin(g, c, be, xm, n, "all_gather", &x, err);
+    rank_view v;
+    lm_status st = begin(g, c, be, xm, n, "all_gather", &v, err);
     if (st != LM_OK) return st;
-    float *out = lm_host_f32(outm);
-    for (int r = 0; r < g->n_ranks && n; r++) memcpy(out + (size_t)r * n, g->x[r], sizeof(float) * n);
+    size_t all = n * (size_t)g->n_ranks;
+    bool staged = !host_backend(be);
+    float *out = !staged ? lm_host_f32(outm) : all ? malloc(sizeof(float) * all) : NULL;
+    for (int r = 0; r < g->n_ranks && n && out; r++) memcpy(out + (size_t)r * n, g->x[r], sizeof(float) * n);
     pthread_barrier_wait(&g->barrier);
+    free(v.staged);
+    if (staged && all) {
+        if (!out) return lm_fail(err, LM_ERR_NOMEM, "all_gather: out of memory for %zu floats", all);
+        lm_upload(be, outm, out, sizeof(float) * all);
+        free(out);
+    }
     return LM_OK;
 }
 
