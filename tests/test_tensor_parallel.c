@@ -34,7 +34,11 @@
 
 #define MAX_RANKS 4
 #define MARGIN_RULE 1e-3 /* fixtures/README.md */
-#define WHOLE_TOLERANCE 1e-5 /* against the unsplit model: float32 sums in another order */
+/* Against the unsplit model: float32 sums in another order.  On a GPU a
+ * rank's products also cut their reductions differently (a narrower
+ * matrix, other tiles): 4 ranks measured 1.1-1.3e-5 of the std on an H200. */
+#define WHOLE_TOLERANCE 1e-5
+#define WHOLE_TOLERANCE_GPU 4e-5
 
 /* The routed experts a rank holds in its first MoE layer. */
 typedef struct {
@@ -205,7 +209,7 @@ static void check_split(const char *fixture, int n_ranks, bool expert_parallel) 
             const test_greedy_result *g = &jobs[0].greedy;
             if (!(e_ref < test_logit_tolerance()))
                 snprintf(why, sizeof why, "%s: the logits are %.3g of the std from the reference", prompts[p], e_ref);
-            else if (!(e_whole < WHOLE_TOLERANCE))
+            else if (!(e_whole < (host_backend_under_test() ? WHOLE_TOLERANCE : WHOLE_TOLERANCE_GPU)))
                 snprintf(why, sizeof why, "%s: the logits are %.3g of the std from the whole model's", prompts[p],
                          e_whole);
             else if (differs)
@@ -252,7 +256,8 @@ static void test_shape_on_two_and_four_ranks(void) {
  * every rank) and the MTP head's logits against the reference. */
 static void check_one_model_with(const char *fixture, const lm_model_load_options *options) {
     /* cuda: one rank a GPU, the sums through NCCL */
-    if (!host_backend_under_test() && lm_backend_device_count(test_backend_name()) < 2) {
+    const char *share = getenv("LOOM_TP_SHARE_GPU"); /* ranks on one GPU, staged through the host */
+    if (!host_backend_under_test() && lm_backend_device_count(test_backend_name()) < 2 && !(share && share[0] == '1')) {
         printf("  skipped: 2 ranks of %s need 2 GPUs (this machine shows %d)\n", test_backend_name(),
                lm_backend_device_count(test_backend_name()));
         return;

@@ -19,7 +19,9 @@
  * same kind and compute dtype and frees.  A host backend's ranks share the
  * host, its threads shared out (at least one a rank), and sum through the
  * host communicator; cuda ranks take GPUs 0..n_ranks-1, one each (rank 0's
- * backend must be GPU 0's), and sum through NCCL (ops/comm.h).  options may
+ * backend must be GPU 0's), and sum through NCCL (ops/comm.h); with
+ * LOOM_TP_SHARE_GPU=1 every rank is on GPU 0, summed through the host
+ * (slow: for tests on a machine of one GPU).  options may
  * be NULL; its tensor_parallel is the group's and its mode LM_LOAD_MMAP (a
  * rank reads only its slices), whatever it says; its expert_parallel deals
  * a MoE model's routed experts out whole (models/rank_share.h). */
