@@ -354,7 +354,10 @@ static void check_refused(const char *fixture, int n_ranks, lm_status want, cons
 }
 
 static void test_device_backends_refused(void) {
-    /* a device kind (as cuda) with fewer devices than ranks */
+    /* a device kind (as cuda) with fewer devices than ranks (and no
+     * LOOM_TP_SHARE_GPU, which would put them all on one) */
+    char *share = getenv("LOOM_TP_SHARE_GPU") ? strdup(getenv("LOOM_TP_SHARE_GPU")) : NULL;
+    unsetenv("LOOM_TP_SHARE_GPU");
     lm_backend *cpu = NULL;
     lm_error err = {0};
     CHECK_OK(lm_backend_create("cpu", 1, &cpu, &err), &err);
@@ -367,6 +370,8 @@ static void test_device_backends_refused(void) {
                                            2, &model, &err);
     lm_model_free(model);
     lm_backend_destroy(cpu);
+    if (share) setenv("LOOM_TP_SHARE_GPU", share, 1);
+    free(share);
     CHECK_MSG(st == LM_ERR_INVALID && strstr(err.message, "over 2 ranks needs 2 GPUs: this machine shows 0"),
               "%d '%s'", (int)st, err.message);
 }
