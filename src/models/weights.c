@@ -139,6 +139,8 @@ static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dim
     t->data = data;
     t->file = "(random weights)";
     push_pointer((void ***)&w->used, &w->n_used, &w->cap_used, (void *)t);
+    w->random_latest = t;
+    w->random_latest_slot = w->n_random_owned - 1; /* its values, pushed last */
     return t;
 }
 
@@ -154,6 +156,14 @@ static lm_status import(lm_weights *w, const void *data, size_t bytes, const cha
     }
     lm_status st = lm_import_host(w->backend, data, bytes, what, out, err);
     if (st == LM_OK) w->buffers[w->n_buffers++] = *out;
+    lm_tensor *t = w->random_latest;
+    if (st == LM_OK && t && t->data == data && t->n_bytes == bytes && !lm_backend_is_host(w->backend)) {
+        /* the device holds its copy; nothing reads a made-up tensor twice */
+        free(w->random_owned[w->random_latest_slot]);
+        w->random_owned[w->random_latest_slot] = NULL;
+        t->data = NULL;
+        w->random_latest = NULL;
+    }
     return st;
 }
 

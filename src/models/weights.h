@@ -41,6 +41,12 @@ typedef struct {
     uint64_t random_state;
     void **random_owned;
     size_t n_random_owned, cap_random_owned;
+    /* The latest made-up tensor and the slot of its values in random_owned:
+     * imported whole to a backend whose memory is not the host's, the
+     * values are freed at once (a benchmark shape's host copy would
+     * otherwise stay as large as the model). */
+    lm_tensor *random_latest;
+    size_t random_latest_slot;
     const lm_tensor **used; /* tensors handed out */
     size_t n_used, cap_used;
     float **owned;          /* host copies made at load (float32 conversions, reordered
