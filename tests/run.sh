@@ -75,6 +75,13 @@ for name in $ep_tests; do
     t="$build/tests/$name"
     [ -x "$t" ] && run_suite "ep2/$name" env LOOM_TEST_TP=2 LOOM_TEST_EP=1 "$t"
 done
+# a step's sampled rows drawn on several threads (engine/presample.c, on
+# by default with a GPU): seeded sampling batched == alone, n > 1,
+# speculative sampling and grammars again with 2 sampling threads.
+for name in test_engine test_speculative test_grammar_engine; do
+    t="$build/tests/$name"
+    [ -x "$t" ] && run_suite "sample2/$name" env LOOM_SAMPLE_THREADS=2 "$t"
+done
 # int8 weights (--quantize int8): the batch-invariance tests again, every
 # test model made int8 at load (test_quantized checks the logits' quality).
 int8_tests="test_engine test_speculative test_prefix_cache test_engine_images"

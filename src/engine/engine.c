@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "engine/engine_internal.h"
@@ -426,6 +427,8 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, int row) {
         result.token = e->logit_argmax[row];
         return accept_token(e, seq, &result);
     }
+    const lm_sample_result *drawn = lm_presampler_take(&e->presampler, seq, row);
+    if (drawn) return accept_token(e, seq, drawn);
     memcpy(e->sample_row, e->logits + (size_t)V * (size_t)row, sizeof(float) * (size_t)V);
     if (p->grammar) {
         uint64_t t0 = lm_engine_now_ns();
@@ -446,6 +449,28 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, int row) {
 
 bool lm_engine_sample_and_accept(loom_engine *e, lm_sequence *seq, int logit_row) {
     return sample_and_accept(e, seq, logit_row);
+}
+
+/* The step's plain sampled rows (logits on the host, no grammar, not a
+ * verify) drawn at once on the presampler's threads, before the results
+ * are taken in plan order (row numbers as the loop below counts them). */
+static void presample_step(loom_engine *e, int n) {
+    if (!e->presampler.pool) return;
+    int row = 0, jobs = 0;
+    for (int i = 0; i < n; i++) {
+        if (e->plan[i].n_drafts > 0) {
+            row += e->plan[i].n_drafts + 1;
+            continue;
+        }
+        if (!e->plan[i].wants_logits) continue;
+        lm_sequence *seq = e->plan[i].seq;
+        const loom_request_params *p = &seq->request->params;
+        if (e->logits_wanted[row] && !p->grammar)
+            e->presampler.jobs[jobs++] = (lm_presample_job){
+                .owner = seq, .row = row, .params = &p->sampling, .ctx = sample_context_of(seq), .rng = &seq->rng};
+        row++;
+    }
+    if (jobs >= 2) lm_presampler_run(&e->presampler, e->logits, jobs);
 }
 
 /* The StepBatch of a plan (host memory; the model uploads it). */
@@ -554,6 +579,7 @@ static bool step(loom_engine *e) {
         settle_retiring(e, false);
         return true;
     }
+    presample_step(e, n);
     int row = 0;
     e->n_catch_up = 0;
     e->n_rollbacks = 0;
@@ -934,6 +960,15 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     st = lm_sampler_scratch_init(&e->scratch, V, &err);
     if (st != LM_OK) goto fail;
     e->scratch_open = true;
+    {
+        /* With a device backend the host's cores are free while the rows
+         * are sampled; a host backend's pool would compete with its own. */
+        const char *env = getenv("LOOM_SAMPLE_THREADS");
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int threads = env ? atoi(env) : lm_backend_is_host(e->backend) ? 0 : (int)(cores < 16 ? cores : 16);
+        st = lm_presampler_init(&e->presampler, threads, V, logit_rows, &err);
+        if (st != LM_OK) goto fail;
+    }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     e->entropy_seed = o.seed ? o.seed : (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 32) ^ (uint64_t)(uintptr_t)e;
@@ -969,6 +1004,7 @@ void loom_engine_destroy(loom_engine *e) {
         pthread_cond_destroy(&e->reset_done);
     }
     if (e->scratch_open) lm_sampler_scratch_free(&e->scratch);
+    lm_presampler_free(&e->presampler);
     lm_model_context_destroy(e->context);
     lm_prefix_cache_free(e);
     lm_kv_blocks_free(&e->kv_blocks);

@@ -10,6 +10,7 @@
 #include "engine/id_pool.h"
 #include "engine/image_cache.h"
 #include "engine/kv_blocks.h"
+#include "engine/presample.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"
@@ -100,6 +101,7 @@ struct loom_engine {
     bool *logits_wanted;
     bool all_logits;
     lm_sampler_scratch scratch;
+    lm_presampler presampler; /* a step's sampled rows on several threads (presample.h) */
     lm_plan_entry *plan;
 
     /* speculative decoding (engine thread; speculative.c) */
