@@ -59,7 +59,8 @@ static void draw_rows(void *ctx, int w, int n_tasks) {
 }
 
 void lm_presampler_run(lm_presampler *p, const float *logits, int n) {
-    for (int j = 0; j < n; j++) p->owner[p->jobs[j].row] = NULL;
+    /* no result of an earlier step can be taken for this one's */
+    memset(p->owner, 0, sizeof *p->owner * (size_t)p->max_rows);
     run_args a = {p, logits, n};
     int tasks = n < p->n_workers ? n : p->n_workers;
     if (tasks > 0) lm_pool_run(p->pool, tasks, draw_rows, &a);
