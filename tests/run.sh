@@ -50,45 +50,37 @@ for tree in "${trees[@]}"; do
         [ -x "$t" ] && run_suite "${prefix}ref/$name" env LOOM_TEST_BACKEND=ref "$t"
     done
 done
-bf16_tests="test_backend_ops test_engine test_speculative test_prefix_cache test_engine_images"
-if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
-    for name in $bf16_tests; do
+# rerun PREFIX "TESTS" VAR=VALUE...: the release tree's TESTS again under
+# those environment variables, each reported as PREFIX/name.
+rerun() {
+    local prefix=$1 names=$2 name t
+    shift 2
+    for name in $names; do
         t="$build/tests/$name"
-        [ -x "$t" ] && run_suite "bf16/$name" env LOOM_TEST_COMPUTE=bf16 "$t"
+        [ -x "$t" ] && run_suite "$prefix/$name" env "$@" "$t"
     done
+}
+if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
+    rerun bf16 "test_backend_ops test_engine test_speculative test_prefix_cache test_engine_images" LOOM_TEST_COMPUTE=bf16
 else
     echo "bf16/*: skipped (this CPU has no avx512_bf16, so the cpu backend computes in f32 only)"
 fi
 # tensor parallelism (issue 19): the engine tests again with every model
 # split over 2 ranks (threads, the host communicator): batch invariance,
 # speculative == plain greedy, prefix caching, grammars and images.
-tp_tests="test_engine test_speculative test_prefix_cache test_grammar_engine test_engine_images test_qwen35_moe"
-for name in $tp_tests; do
-    t="$build/tests/$name"
-    [ -x "$t" ] && run_suite "tp2/$name" env LOOM_TEST_TP=2 "$t"
-done
+rerun tp2 "test_engine test_speculative test_prefix_cache test_grammar_engine test_engine_images test_qwen35_moe" \
+    LOOM_TEST_TP=2
 # expert parallelism: the engine tests that run a MoE model (the Qwen3.5-MoE
 # fixture with its MTP head; GLM-4.6V's with images and prefix caching)
 # again over 2 ranks holding half the experts each, whole.
-ep_tests="test_qwen35_moe test_engine_images test_prefix_cache"
-for name in $ep_tests; do
-    t="$build/tests/$name"
-    [ -x "$t" ] && run_suite "ep2/$name" env LOOM_TEST_TP=2 LOOM_TEST_EP=1 "$t"
-done
+rerun ep2 "test_qwen35_moe test_engine_images test_prefix_cache" LOOM_TEST_TP=2 LOOM_TEST_EP=1
 # a step's sampled rows drawn on several threads (engine/presample.c, on
 # by default with a GPU): seeded sampling batched == alone, n > 1,
 # speculative sampling and grammars again with 2 sampling threads.
-for name in test_engine test_speculative test_grammar_engine; do
-    t="$build/tests/$name"
-    [ -x "$t" ] && run_suite "sample2/$name" env LOOM_SAMPLE_THREADS=2 "$t"
-done
+rerun sample2 "test_engine test_speculative test_grammar_engine" LOOM_SAMPLE_THREADS=2
 # int8 weights (--quantize int8): the batch-invariance tests again, every
 # test model made int8 at load (test_quantized checks the logits' quality).
-int8_tests="test_engine test_speculative test_prefix_cache test_engine_images"
-for name in $int8_tests; do
-    t="$build/tests/$name"
-    [ -x "$t" ] && run_suite "int8/$name" env LOOM_TEST_QUANTIZE=int8 "$t"
-done
+rerun int8 "test_engine test_speculative test_prefix_cache test_engine_images" LOOM_TEST_QUANTIZE=int8
 for t in "$root"/tests/test_*.sh; do
     [ -f "$t" ] && run_suite "$(basename "$t")" bash "$t"
 done

@@ -2883,6 +2883,19 @@ static void expert64(const expert_set *s, int e, const float *x, double *y, doub
     }
 }
 
+/* want [n, H] += each token's k experts weighted (float64 reference);
+ * y [H] and act [I] are scratch. */
+static void experts_reference(const expert_set *s, const int32_t *ids, const float *w, const float *x, int n, int k,
+                              double *want, double *y, double *act) {
+    int H = s->H;
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            size_t p = (size_t)t * k + j;
+            expert64(s, ids[p], x + (size_t)t * H, y, act);
+            for (int o = 0; o < H; o++) want[(size_t)t * H + o] += (double)w[p] * y[o];
+        }
+}
+
 static bool bytes_all(const uint8_t *p, size_t n, uint8_t byte) {
     for (size_t i = 0; i < n; i++)
         if (p[i] != byte) return false;
@@ -2967,12 +2980,7 @@ static void check_moe_experts(const backends *bs, verdict *v, rng *r, const expe
             fill_nan(down + (size_t)e * H * I * elem, s->dtype, (size_t)H * I);
         }
     if (k < E && n_unused == 0) fail(v, "%s: the test data uses every expert", what);
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++) {
-            size_t p = (size_t)t * k + j;
-            expert64(s, ids[p], x + (size_t)t * H, y, act);
-            for (int o = 0; o < H; o++) want[(size_t)t * H + o] += (double)w[p] * y[o];
-        }
+    experts_reference(s, ids, w, x, n, k, want, y, act);
     same_bits same = {0};
     for (int b = 0; b < bs->n && !v->failed; b++) {
         arena a = arena_on(bs->be[b]);
@@ -3075,12 +3083,7 @@ static void check_moe_experts_split(const backends *bs, verdict *v, rng *r, cons
             w[(size_t)t * k + j] = 0.05f + 0.475f * (rng_float(r) + 1.0f);
         }
     }
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < k; j++) {
-            size_t p = (size_t)t * k + j;
-            expert64(s, ids[p], x + (size_t)t * H, y, act);
-            for (int o = 0; o < H; o++) want[(size_t)t * H + o] += (double)w[p] * y[o];
-        }
+    experts_reference(s, ids, w, x, n, k, want, y, act);
     same_bits same = {0};
     for (int b = 0; b < bs->n && !v->failed; b++) {
         arena a = arena_on(bs->be[b]);
