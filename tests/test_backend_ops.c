@@ -37,6 +37,7 @@
 #include "ops/backend_kinds.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/ops.h"
+#include "ops/ref/reference.h"
 
 #define TOLERANCE 1e-5
 /* The cuda matmul rounds its activations to bf16 (f16 for f16 weights)
@@ -1610,6 +1611,174 @@ static void test_argmax_rows(void) {
         check_argmax(&bs, &v, x, rows, n, NULL, "random rows");
         free(x);
     }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ------------------------------------------------------------ sample_rows */
+
+/* Rows of logits with parameters chosen per row, a few rows skipped.  The
+ * ref backend is the definition (ops/ref/sample.c; tests/test_engine.c
+ * holds it to the host sampler): its tokens must be in the kept set
+ * (greedy and top_k 1 rows: the argmax; top_k rows: at or above the k-th
+ * largest logit), skipped rows untouched; another backend must draw the
+ * same tokens, except where its float sums put u·total on the other side
+ * of a token's edge (the ref's token for u ± 1e-6), at most twice a case. */
+typedef struct {
+    const char *what;
+    int rows, vocab;
+    float scale;     /* logits uniform in [-scale, scale) */
+    float quantum;   /* > 0: logits rounded to multiples (ties) */
+} sample_case;
+
+static void sample_params_for(rng *r, int row, lm_sample_row *p, int vocab) {
+    static const float temps[] = {0.0f, 0.5f, 1.0f, 1.7f};
+    static const int top_ks[] = {-1, 1, 7, 300, 50, 6000};
+    static const float top_ps[] = {1.0f, 0.9f, 0.3f, 0.95f};
+    memset(p, 0, sizeof *p);
+    p->mode = row % 9 == 8 ? LM_SAMPLE_ROW_SKIP : LM_SAMPLE_ROW_DRAW;
+    p->temperature = temps[row % 4];
+    p->top_k = top_ks[(row / 2) % 6];
+    if (p->top_k >= vocab) p->top_k = -1;
+    p->top_p = top_ps[(row / 3) % 4];
+    p->min_p = row % 5 == 4 ? 0.05f : 0.0f;
+    p->repetition_penalty = 1.0f;
+    p->uniform = (double)(rng_next(r) >> 11) / 9007199254740992.0;
+}
+
+static void check_sample_rows(const backends *bs, verdict *v, const float *x, const lm_sample_row *params,
+                              const lm_sample_entry *entries, int n_entries, int rows, int vocab,
+                              const char *what) {
+    size_t n = (size_t)rows * vocab;
+    int32_t *want = NULL, *want_drew = NULL;
+    int tolerated = 0;
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_mem ids = arena_alloc(&a, sizeof(int32_t) * (size_t)rows);
+        lm_mem drew = arena_alloc(&a, sizeof(int32_t) * (size_t)rows);
+        if (a.ok) lm_fill(a.be, ids, 0xFF, sizeof(int32_t) * (size_t)rows);
+        if (a.ok) lm_fill(a.be, drew, 0xFF, sizeof(int32_t) * (size_t)rows);
+        lm_mem logits = up_f32(&a, x, n);
+        lm_mem pm = arena_upload(&a, params, sizeof *params * (size_t)rows);
+        static const lm_sample_entry none = {0};
+        lm_mem em = n_entries > 0 ? arena_upload(&a, entries, sizeof *entries * (size_t)n_entries)
+                                  : arena_upload(&a, &none, sizeof none);
+        if (a.ok) lm_sample_rows(a.be, ids, drew, logits, rows, vocab, pm, em);
+        int32_t *got = down_i32(&a, ids, (size_t)rows), *got_drew = down_i32(&a, drew, (size_t)rows);
+        if (!got || !got_drew) {
+            fail(v, "sample_rows %s on %s: backend memory failed", what, bs->label[b]);
+        } else if (strcmp(bs->family[b], "ref") == 0) {
+            free(want), free(want_drew);
+            want = got, want_drew = got_drew;
+            got = got_drew = NULL;
+        } else if (!want) {
+            fail(v, "sample_rows %s: no ref result before %s", what, bs->label[b]);
+        } else {
+            for (int r = 0; r < rows && !v->failed; r++) {
+                if (got[r] == want[r] && got_drew[r] == want_drew[r]) continue;
+                bool edge = false;
+                for (int side = -1; side <= 1 && !edge && params[r].mode == LM_SAMPLE_ROW_DRAW; side += 2) {
+                    lm_sample_row p = params[r];
+                    p.uniform += side * 1e-6;
+                    float *row = floats_copy(x + (size_t)r * vocab, (size_t)vocab);
+                    int32_t t = -1, d = -1;
+                    if (row) lm_ref_sample_rows(&t, &d, row, 1, vocab, &p, entries);
+                    free(row);
+                    edge = t == got[r] && d == got_drew[r];
+                }
+                if (edge && ++tolerated <= 2) continue;
+                fail(v, "sample_rows %s row %d on %s: token %d (drew %d), want %d (drew %d)", what, r,
+                     bs->label[b], got[r], got_drew[r], want[r], want_drew[r]);
+            }
+        }
+        free(got), free(got_drew);
+        arena_free(&a);
+    }
+    /* the ref's tokens against the definition's easy parts */
+    for (int r = 0; want && r < rows && !v->failed; r++) {
+        const lm_sample_row *p = &params[r];
+        const float *xr = x + (size_t)r * vocab;
+        if (p->mode != LM_SAMPLE_ROW_DRAW) {
+            if (want[r] != -1 || want_drew[r] != -1) fail(v, "sample_rows %s row %d: a skipped row was written", what, r);
+            continue;
+        }
+        if (want[r] < 0 || want[r] >= vocab) {
+            fail(v, "sample_rows %s row %d: token %d outside the vocabulary", what, r, want[r]);
+            continue;
+        }
+        bool plain = p->n_bias == 0 && p->n_stop == 0 && p->n_penalty == 0;
+        int best = 0;
+        for (int i = 1; i < vocab; i++)
+            if (xr[i] > xr[best]) best = i;
+        if (plain && p->temperature == 0 && want[r] != best)
+            fail(v, "sample_rows %s row %d: greedy drew %d, the argmax is %d", what, r, want[r], best);
+        if (plain && p->top_k == 1 && xr[want[r]] != xr[best]) /* ties with the max stay */
+            fail(v, "sample_rows %s row %d: top_k 1 drew %d (%g), the max is %g", what, r, want[r],
+                 (double)xr[want[r]], (double)xr[best]);
+        if (plain && p->temperature == 0 && want_drew[r] != 0)
+            fail(v, "sample_rows %s row %d: a greedy row took its uniform", what, r);
+        if (plain && p->top_k > 1) {
+            int above = 0;
+            for (int i = 0; i < vocab; i++) above += xr[i] > xr[want[r]];
+            if (above >= p->top_k) fail(v, "sample_rows %s row %d: token %d has %d logits above it, top_k %d", what, r, want[r], above, p->top_k);
+        }
+    }
+    free(want), free(want_drew);
+}
+
+static void test_sample_rows(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, sample_rows);
+    verdict v = {0};
+    rng r = {77};
+    static const sample_case cases[] = {
+        {"fixture vocabulary", 36, 2048, 6.0f, 0},
+        {"released vocabulary", 12, 248320, 10.0f, 0},
+        {"ties", 36, 4096, 3.0f, 0.5f},
+        {"odd width", 18, 17, 2.0f, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0] && !v.failed; c++) {
+        const sample_case *sc = &cases[c];
+        size_t n = (size_t)sc->rows * sc->vocab;
+        float *x = random_floats(&r, n, sc->scale);
+        lm_sample_row *params = calloc((size_t)sc->rows, sizeof *params);
+        CHECK(x && params);
+        if (sc->quantum > 0)
+            for (size_t i = 0; i < n; i++) x[i] = roundf(x[i] / sc->quantum) * sc->quantum;
+        for (int row = 0; row < sc->rows; row++) sample_params_for(&r, row, &params[row], sc->vocab);
+        check_sample_rows(&bs, &v, x, params, NULL, 0, sc->rows, sc->vocab, sc->what);
+        free(x), free(params);
+    }
+    /* special rows: only -inf; NaNs about; every edit (a repeated bias id,
+     * stop ids, the penalised history, ids outside the vocabulary) */
+    enum { V = 300, ROWS = 4 };
+    float *x = random_floats(&r, (size_t)ROWS * V, 4.0f);
+    CHECK(x);
+    for (int i = 0; i < V; i++) x[i] = -INFINITY;
+    for (int i = 0; i < V; i += 7) x[V + i] = NAN;
+    lm_sample_entry entries[12];
+    float b1 = 30.0f, b2 = -29.5f, b3 = 1.25f;
+    memset(entries, 0, sizeof entries);
+    entries[0].id = 17, memcpy(&entries[0].a, &b1, 4);
+    entries[1].id = 17, memcpy(&entries[1].a, &b2, 4);
+    entries[2].id = 400, memcpy(&entries[2].a, &b3, 4); /* outside: skipped */
+    entries[3].id = 3, entries[4].id = 250, entries[5].id = -2;
+    for (int i = 6; i < 12; i++) entries[i] = (lm_sample_entry){.id = 40 + i, .a = i % 3, .b = i % 2};
+    lm_sample_row params[ROWS];
+    for (int row = 0; row < ROWS; row++) {
+        params[row] = (lm_sample_row){.mode = LM_SAMPLE_ROW_DRAW, .temperature = row == 3 ? 0.0f : 0.8f,
+                                      .top_k = row == 2 ? 5 : -1, .top_p = row == 2 ? 0.7f : 1.0f,
+                                      .repetition_penalty = 1.4f, .presence_penalty = 0.5f,
+                                      .frequency_penalty = -0.25f, .uniform = 0.37 + 0.1 * row};
+        if (row >= 2) {
+            params[row].first_bias = 0, params[row].n_bias = 3;
+            params[row].first_stop = 3, params[row].n_stop = 3;
+            params[row].first_penalty = 6, params[row].n_penalty = 6;
+        }
+    }
+    check_sample_rows(&bs, &v, x, params, entries, 12, ROWS, V, "special rows");
+    free(x);
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -3431,6 +3600,7 @@ int main(void) {
     RUN_TEST(test_gelu);
     RUN_TEST(test_copy_and_gather_rows);
     RUN_TEST(test_argmax_rows);
+    RUN_TEST(test_sample_rows);
     RUN_TEST(test_kv_write_and_attention);
     RUN_TEST(test_gdn_gates);
     RUN_TEST(test_causal_conv1d_silu_batched);

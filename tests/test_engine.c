@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "loom.h"
 #include "models/qwen35.h"
+#include "ops/ops.h"
 
 static char model_dir[1024];
 static lm_safetensors *reference;
@@ -353,6 +354,77 @@ static void test_seeded_sampling_is_batch_independent(void) {
     CHECK(differs_from_greedy);
 }
 
+/* Draws on the device (the backend's sample_rows) give the tokens of the
+ * host sampler: one batch of requests covering every step of a draw
+ * (temperature, min_p, top_k, top_p, the two together, penalties and
+ * logit_bias, a min_tokens stop mask, greedy with penalties: no uniform
+ * taken) runs with LOOM_DEVICE_SAMPLING=0 and =1, and every token must
+ * agree. */
+static void test_device_draws_match_host_draws(void) {
+    lm_backend *probe = NULL;
+    lm_error err = {0};
+    if (lm_backend_create(test_backend_name(), 1, &probe, &err) != LM_OK) {
+        printf("    device draws: skipped (%s)\n", err.message);
+        return;
+    }
+    bool has_op = lm_backend_samples_rows(probe);
+    lm_backend_destroy(probe);
+    if (!has_op) {
+        printf("    device draws: skipped (the %s backend draws on the host)\n", test_backend_name());
+        return;
+    }
+    enum { N = 7, GEN = 16 };
+    prompt prompts[N];
+    make_prompts(prompts, N);
+    static const int32_t bias_ids[3] = {5, 9, 5}; /* a repeated id: added twice, in order */
+    static const float bias_values[3] = {2.5f, -1.0f, 0.75f};
+    static collected runs[2][N];
+    for (int pass = 0; pass < 2; pass++) {
+        setenv("LOOM_DEVICE_SAMPLING", pass ? "1" : "0", 1);
+        loom_engine *e = make_engine(64, 0, 512, N);
+        unsetenv("LOOM_DEVICE_SAMPLING");
+        CHECK(e);
+        loom_request *reqs[N];
+        char error[256];
+        for (int i = 0; i < N; i++) {
+            loom_request_params p;
+            sampled_params(&p, &prompts[i], 500 + (uint64_t)i);
+            p.max_tokens = GEN;
+            loom_sampling *sm = &p.sampling;
+            switch (i) {
+            case 0: sm->top_k = -1, sm->top_p = 1.0f, sm->temperature = 1.3f; break;
+            case 1: sm->top_k = -1, sm->top_p = 1.0f, sm->temperature = 0.7f, sm->min_p = 0.05f; break;
+            case 2: sm->top_p = 1.0f, sm->top_k = 3; break;
+            case 3: sm->top_k = -1, sm->top_p = 0.6f; break;
+            case 4:
+                sm->temperature = 0.9f, sm->top_k = 20, sm->top_p = 0.8f;
+                sm->repetition_penalty = 1.3f, sm->presence_penalty = 0.5f, sm->frequency_penalty = 0.3f;
+                sm->logit_bias_ids = bias_ids, sm->logit_bias_values = bias_values, sm->n_logit_bias = 3;
+                break;
+            case 5: /* the stop ids masked for 8 tokens */
+                p.ignore_eos = false, p.min_tokens = 8, sm->top_k = -1, sm->top_p = 1.0f;
+                break;
+            default: /* greedy with a penalty: drawn on the device without a uniform */
+                sm->temperature = 0, sm->repetition_penalty = 1.5f;
+            }
+            CHECK_MSG(loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK, "%s", error);
+        }
+        for (int i = 0; i < N; i++) collect_all(reqs[i], &runs[pass][i], 1);
+        for (int i = 0; i < N; i++) loom_request_free(reqs[i]);
+        loom_engine_destroy(e);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK_MSG(runs[0][i].n_tokens == runs[1][i].n_tokens && runs[0][i].n_tokens > 0, "request %d: %d vs %d tokens",
+                  i, runs[0][i].n_tokens, runs[1][i].n_tokens);
+        for (int t = 0; t < runs[0][i].n_tokens && t < runs[1][i].n_tokens; t++)
+            if (runs[0][i].tokens[t] != runs[1][i].tokens[t]) {
+                CHECK_MSG(false, "request %d token %d: host %d, device %d", i, t, runs[0][i].tokens[t],
+                          runs[1][i].tokens[t]);
+                break;
+            }
+    }
+}
+
 /* n = 2 shares one prefill: greedy choices equal each other and the request
  * alone; seeded choices are reproducible and differ from each other. */
 static void test_n_choices(void) {
@@ -537,6 +609,7 @@ int main(void) {
     RUN_TEST(test_argmax_rows_match_sampled_rows);
     RUN_TEST(test_preemption_keeps_outputs);
     RUN_TEST(test_seeded_sampling_is_batch_independent);
+    RUN_TEST(test_device_draws_match_host_draws);
     RUN_TEST(test_n_choices);
     RUN_TEST(test_stop_strings_and_tokens);
     RUN_TEST(test_bad_requests_are_refused);

@@ -36,7 +36,16 @@ typedef struct {
     int prompt_tokens, gen_tokens, requests, rounds;
     int64_t seed;
     float temperature, bandwidth, planted_acceptance;
+    int top_k;
+    float top_p;
 } bench_args;
+
+/* What every request of a throughput run samples with. */
+typedef struct {
+    float temperature;
+    int top_k;
+    float top_p;
+} bench_sampling;
 
 #define ARG(field) offsetof(bench_args, field)
 static const lm_opt bench_opts[] = {
@@ -65,6 +74,10 @@ static const lm_opt bench_opts[] = {
      "with --prompt-file: each line is a user message sent through the chat\ntemplate", NULL, NULL, NULL},
     {"--temperature", LM_OPT_FLOAT, "T", ARG(temperature), 0, 100,
      "with --concurrency: sample at T, seeded per request (default 0, greedy)", NULL, NULL, NULL},
+    {"--top-k", LM_OPT_INT, "K", ARG(top_k), -1, 1 << 30,
+     "with --temperature: keep the K most likely tokens (default -1, off)", NULL, NULL, NULL},
+    {"--top-p", LM_OPT_FLOAT, "P", ARG(top_p), 1e-6, 1,
+     "with --temperature: keep the most likely tokens of mass P (default 1, off)", NULL, NULL, NULL},
     {"--json-schema", LM_OPT_STRING, "FILE", ARG(json_schema), 0, 0,
      "with --concurrency: every request constrained to this JSON schema\n(structured outputs); each level runs "
      "without, then with it, and reports\nthe cost",
@@ -111,7 +124,7 @@ typedef struct {
 /* Offline throughput at one concurrency level: `n_requests` requests (request
  * i sends prompt i modulo the set) of `gen_tokens` outputs, `level` in flight. */
 static int throughput_level(loom_engine *engine, int level, int n_requests, const lm_bench_prompts *prompts,
-                            int gen_tokens, float temperature, uint64_t seed, const loom_grammar *grammar,
+                            int gen_tokens, const bench_sampling *sampling, uint64_t seed, const loom_grammar *grammar,
                             lm_bench_oracle *record, double *tokens_per_s, double *time_per_token_ms) {
     request_timing *t = calloc((size_t)n_requests, sizeof *t);
     loom_request **live = calloc((size_t)n_requests, sizeof *live);
@@ -136,8 +149,10 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
             p.n_prompt = prompts->lengths[next % prompts->count];
             p.max_tokens = gen_tokens;
             p.ignore_eos = true;
-            p.sampling.temperature = temperature;
-            p.sampling.has_seed = temperature > 0;
+            p.sampling.temperature = sampling->temperature;
+            p.sampling.top_k = sampling->top_k;
+            p.sampling.top_p = sampling->top_p;
+            p.sampling.has_seed = sampling->temperature > 0;
             p.sampling.seed = seed + (uint64_t)next;
             p.grammar = grammar;
             t[next].submitted = now_seconds();
@@ -242,7 +257,7 @@ static loom_engine *bench_engine(const loom_engine_options *base, const char *ba
 static int run_throughput(const loom_engine_options *base, const char *backend, const char *model_dir, const char *config_path, bool mmap_weights,
                           int threads, uint64_t seed, const char *levels, int requests,
                           int prompt_tokens, int gen_tokens, int speculative_tokens,
-                          const char *prompt_file, bool chat, float temperature, const char *schema_path,
+                          const char *prompt_file, bool chat, const bench_sampling *sampling, const char *schema_path,
                           int rounds, double planted) {
     int max_level = 0;
     for (const char *p = levels; *p;) {
@@ -338,10 +353,10 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
                  * first constrained one builds the schema's token-mask frames
                  * (kept by the engine for the requests that follow) */
                 double wtps, wtpot;
-                rc = throughput_level(engine, 1, 1, &prompts, gen_tokens, temperature, (uint64_t)seed, NULL, NULL,
+                rc = throughput_level(engine, 1, 1, &prompts, gen_tokens, sampling, (uint64_t)seed, NULL, NULL,
                                       &wtps, &wtpot);
                 if (rc == 0)
-                    rc = throughput_level(engine, 1, 1, &prompts, gen_tokens, temperature, (uint64_t)seed, grammar,
+                    rc = throughput_level(engine, 1, 1, &prompts, gen_tokens, sampling, (uint64_t)seed, grammar,
                                           NULL, &wtps, &wtpot);
                 grammar_warm = true;
             }
@@ -352,11 +367,11 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
             int n_rounds = grammar ? rounds : 1;
             for (int r = 0; r < n_rounds && rc == 0; r++) {
                 if (r == 0) loom_engine_stats(engine, &before);
-                rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, temperature, (uint64_t)seed, NULL,
+                rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, sampling, (uint64_t)seed, NULL,
                                       planting && k == 0 ? &oracle : NULL, &ptps[r], &ptpot[r]);
                 if (r == 0) loom_engine_stats(engine, &after);
                 if (grammar && rc == 0)
-                    rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, temperature, (uint64_t)seed,
+                    rc = throughput_level(engine, (int)level, n, &prompts, gen_tokens, sampling, (uint64_t)seed,
                                           grammar, NULL, &gtps[r], &gtpot[r]);
             }
             if (rc == 0) {
@@ -487,7 +502,8 @@ done:
 }
 
 int cmd_bench_main(int argc, char **argv) {
-    bench_args args = {.prompt_tokens = 256, .gen_tokens = 32, .seed = 1, .rounds = 3, .planted_acceptance = -1};
+    bench_args args = {.prompt_tokens = 256, .gen_tokens = 32, .seed = 1, .rounds = 3, .planted_acceptance = -1,
+                       .top_k = -1, .top_p = 1};
     lm_cli_engine_settings settings;
     lm_cli_spec cli;
     lm_cli_spec_init(&cli, "bench", synopsis, &settings, true);
@@ -508,6 +524,8 @@ int cmd_bench_main(int argc, char **argv) {
         return lm_cli_usage_error("bench", "--image-size expects WxH, each 1..16384 (e.g. 1024x1024)");
     if ((model_dir && config_path) || (config_path && !random_weights) || (random_weights && !config_path))
         return lm_cli_usage_error("bench", "give a model folder, or --config FILE with --random-weights");
+    if ((args.top_k != -1 || args.top_p < 1) && !(temperature > 0))
+        return lm_cli_usage_error("bench", "--top-k and --top-p need --temperature");
     if ((prompt_file || chat || temperature > 0 || args.json_schema) && !levels)
         return lm_cli_usage_error("bench", "--prompt-file, --chat, --temperature and --json-schema need --concurrency");
     if (args.planted_acceptance >= 0 && (speculative <= 0 || temperature > 0 || args.json_schema))
@@ -532,7 +550,8 @@ int cmd_bench_main(int argc, char **argv) {
         return run_throughput(&settings.engine, backend_name, model_dir, model_dir ? NULL : config_path, mode == LM_LOAD_MMAP,
                               (int)threads, (uint64_t)seed, levels, (int)requests,
                               (int)prompt_tokens, (int)gen_tokens, (int)speculative, prompt_file, chat,
-                              temperature, args.json_schema, args.rounds, args.planted_acceptance);
+                              &(bench_sampling){temperature, args.top_k, args.top_p}, args.json_schema, args.rounds,
+                              args.planted_acceptance);
     if (speculative > 0)
         return lm_cli_usage_error("bench", "--speculative-tokens needs --concurrency (it runs through the engine)");
 

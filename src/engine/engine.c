@@ -396,14 +396,42 @@ static bool needs_logits_row(const loom_engine *e, const lm_sequence *seq) {
     return !lm_sample_is_raw_argmax(&p->sampling, &ctx);
 }
 
-/* Which of the step's logit rows come back whole (plan order: a verify's
- * k + 1 rows, a sampling chunk's one row). */
+/* Plans seq's draw from logit row `row` on the device: its uniform taken
+ * from the sequence's rng now (the draw is the next use of that rng), the
+ * rng as it was kept to give back if the device needs no uniform.  False
+ * (nothing changed) when the draw needs the row on the host. */
+static bool plan_device_draw(loom_engine *e, lm_sequence *seq, int row) {
+    const loom_request_params *p = &seq->request->params;
+    if (!e->device_sampling || e->all_logits || p->grammar || (seq->choice == 0 && p->n > 1)) return false;
+    lm_sample_context ctx = sample_context_of(seq);
+    lm_rng before = seq->rng;
+    double u = lm_rng_uniform(&seq->rng);
+    if (!lm_sampler_device_row(&p->sampling, &ctx, u, &e->sample_rows[row], e->sample_entries,
+                               LM_FORWARD_SAMPLE_ENTRIES, &e->n_sample_entries)) {
+        seq->rng = before;
+        return false;
+    }
+    e->rng_before[row] = before;
+    e->any_device_draws = true;
+    return true;
+}
+
+/* Which of the step's logit rows come back whole, and which are drawn on
+ * the device (plan order: a verify's k + 1 rows, a sampling chunk's one
+ * row). */
 static void plan_logit_rows(loom_engine *e, int n) {
     int row = 0;
+    e->any_device_draws = false;
+    e->n_sample_entries = 0;
     for (int i = 0; i < n; i++) {
         int rows = e->plan[i].n_drafts > 0 ? e->plan[i].n_drafts + 1 : e->plan[i].wants_logits;
-        bool whole = needs_logits_row(e, e->plan[i].seq);
-        for (int r = 0; r < rows; r++) e->logits_wanted[row++] = whole;
+        lm_sequence *seq = e->plan[i].seq;
+        bool whole = needs_logits_row(e, seq);
+        for (int r = 0; r < rows; r++, row++) {
+            bool drawn = whole && e->plan[i].n_drafts == 0 && plan_device_draw(e, seq, row);
+            e->logits_wanted[row] = whole && !drawn;
+            if (e->sample_rows && !drawn) e->sample_rows[row].mode = LM_SAMPLE_ROW_SKIP;
+        }
     }
 }
 
@@ -416,6 +444,13 @@ static bool sample_and_accept(loom_engine *e, lm_sequence *seq, int row) {
     lm_error err = {0};
     lm_sample_result result = {0};
     lm_sample_context ctx = sample_context_of(seq);
+    if (e->sample_rows && e->sample_rows[row].mode == LM_SAMPLE_ROW_DRAW) {
+        /* drawn on the device; a draw that took no uniform (greedy, or
+         * nothing left to sample) gives the rng back */
+        if (!e->sample_drew[row]) seq->rng = e->rng_before[row];
+        result.token = e->logit_argmax[row];
+        return accept_token(e, seq, &result);
+    }
     if (!e->logits_wanted[row]) {
         /* planned as a plain argmax; nothing a draw depends on changes
          * between planning and here but the output count, which can only
@@ -555,7 +590,10 @@ static bool step(loom_engine *e) {
     lm_step_batch batch = build_batch(e, n);
     lm_error err = {0};
     plan_logit_rows(e, n);
-    lm_forward_out out = {.logits = e->logits, .argmax = e->logit_argmax, .logits_wanted = e->logits_wanted};
+    lm_forward_out out = {.logits = e->logits, .argmax = e->logit_argmax, .logits_wanted = e->logits_wanted,
+                          .sample_rows = e->any_device_draws ? e->sample_rows : NULL,
+                          .sample_entries = e->sample_entries, .n_sample_entries = e->n_sample_entries,
+                          .drew = e->sample_drew};
     if (e->spec_k > 0) {
         lm_spec_step_begin(&e->spec);
         /* The next step without drafts, as the controller sees it: a decode
@@ -957,6 +995,21 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
         st = lm_fail(&err, LM_ERR_NOMEM, "out of memory for the engine's step buffers");
         goto fail;
     }
+    {
+        const char *env = getenv("LOOM_DEVICE_SAMPLING");
+        bool wanted = env ? strcmp(env, "0") != 0 : !lm_backend_is_host(e->backend);
+        e->device_sampling = wanted && lm_backend_samples_rows(e->backend);
+    }
+    if (e->device_sampling) {
+        e->sample_rows = calloc((size_t)logit_rows, sizeof *e->sample_rows);
+        e->sample_entries = malloc(sizeof *e->sample_entries * LM_FORWARD_SAMPLE_ENTRIES);
+        e->sample_drew = calloc((size_t)logit_rows, sizeof *e->sample_drew);
+        e->rng_before = calloc((size_t)logit_rows, sizeof *e->rng_before);
+        if (!e->sample_rows || !e->sample_entries || !e->sample_drew || !e->rng_before) {
+            st = lm_fail(&err, LM_ERR_NOMEM, "out of memory for the engine's device draws");
+            goto fail;
+        }
+    }
     st = lm_sampler_scratch_init(&e->scratch, V, &err);
     if (st != LM_OK) goto fail;
     e->scratch_open = true;
@@ -1025,6 +1078,10 @@ void loom_engine_destroy(loom_engine *e) {
     free(e->logits);
     free(e->logit_argmax);
     free(e->logits_wanted);
+    free(e->sample_rows);
+    free(e->sample_entries);
+    free(e->sample_drew);
+    free(e->rng_before);
     free(e->sample_row);
     free(e->inbox);
     free(e->preempted);

@@ -100,6 +100,17 @@ struct loom_engine {
     int32_t *logit_argmax;
     bool *logits_wanted;
     bool all_logits;
+    /* Draws made where the logits are (ops.h: sample_rows; on with a
+     * device backend that has it, off with LOOM_DEVICE_SAMPLING=0, on for
+     * a host backend with =1): each logit row's mode and parameters, the
+     * step's edits, whether each draw used its uniform, and the sequence's
+     * rng from before the uniform was taken (restored when it was not). */
+    bool device_sampling, any_device_draws;
+    lm_sample_row *sample_rows;       /* [logit rows] */
+    lm_sample_entry *sample_entries;  /* [LM_FORWARD_SAMPLE_ENTRIES] */
+    int n_sample_entries;
+    int32_t *sample_drew;             /* [logit rows] */
+    lm_rng *rng_before;               /* [logit rows] */
     lm_sampler_scratch scratch;
     lm_presampler presampler; /* a step's sampled rows on several threads (presample.h) */
     lm_plan_entry *plan;

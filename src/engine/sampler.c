@@ -364,35 +364,60 @@ static sample_plan plan_sample(const loom_sampling *p, float *logits, int vocab,
 
 /* ------------------------------------------------------------ step 8 */
 
-static int32_t draw(const sample_plan *plan, const lm_sampler_scratch *s, int vocab, double u) {
+/* The kept candidates as a rule over the whole vocabulary: a token is
+ * kept when its weight is not 0 and its logit is above `floor`, or equal
+ * to it with an id up to `tie_last` (the candidates are every kept token
+ * above the lowest kept logit and, at that logit, a prefix in id order:
+ * top_k keeps all ties, top_p takes tied tokens lower id first).  Refills
+ * block_mass with the candidates' mass per block. */
+typedef struct {
+    float floor;
+    int32_t tie_last;
+} kept_rule;
+
+static kept_rule candidates_rule(const sample_plan *plan, lm_sampler_scratch *s, int vocab) {
+    kept_rule rule = {.floor = INFINITY, .tie_last = -1};
+    const lm_sampler_candidate *c = s->candidates;
+    for (int i = 0; i < plan->n; i++)
+        if (c[i].logit < rule.floor) rule.floor = c[i].logit;
+    int n_blocks = (vocab + LM_SAMPLER_BLOCK - 1) / LM_SAMPLER_BLOCK;
+    memset(s->block_mass, 0, sizeof *s->block_mass * (size_t)n_blocks);
+    for (int i = 0; i < plan->n; i++) {
+        if (c[i].logit == rule.floor && c[i].id > rule.tie_last) rule.tie_last = c[i].id;
+        s->block_mass[c[i].id / LM_SAMPLER_BLOCK] += c[i].weight;
+    }
+    return rule;
+}
+
+static bool kept_by(const kept_rule *rule, const float *logits, int32_t i) {
+    return logits[i] > rule->floor || (logits[i] == rule->floor && i <= rule->tie_last);
+}
+
+/* Step 8: the kept tokens in id order (whatever the plan; sample_rows on a
+ * device walks them the same way), u·total into them. */
+static int32_t draw(const sample_plan *plan, lm_sampler_scratch *s, const float *logits, int vocab, double u) {
     double target = u * plan->total, cum = 0;
     int32_t last = -1;
-    if (plan->kind == PLAN_FULL) {
-        /* Find the block by its mass, then the token inside it. */
-        for (int start = 0, block = 0; start < vocab; start += LM_SAMPLER_BLOCK, block++) {
-            double mass = s->block_mass[block];
-            if (!(cum + mass > target)) {
-                cum += mass;
-                continue;
-            }
-            int end = vocab - start < LM_SAMPLER_BLOCK ? vocab : start + LM_SAMPLER_BLOCK;
-            for (int i = start; i < end; i++) {
-                if (!(s->weights[i] > 0)) continue;
-                cum += s->weights[i];
-                last = i;
-                if (cum > target) return i;
-            }
-            return last; /* the block's own sum fell short of its mass by rounding */
+    bool candidates = plan->kind == PLAN_CANDIDATES;
+    kept_rule rule = candidates ? candidates_rule(plan, s, vocab) : (kept_rule){0};
+    /* Find the block by its mass, then the token inside it. */
+    for (int start = 0, block = 0; start < vocab; start += LM_SAMPLER_BLOCK, block++) {
+        double mass = s->block_mass[block];
+        if (!(cum + mass > target)) {
+            cum += mass;
+            continue;
         }
-        for (int i = vocab - 1; i >= 0 && last < 0; i--)
-            if (s->weights[i] > 0) last = i;
-    } else {
-        for (int i = 0; i < plan->n; i++) {
-            cum += s->candidates[i].weight;
-            last = s->candidates[i].id;
-            if (cum > target) return last;
+        int end = vocab - start < LM_SAMPLER_BLOCK ? vocab : start + LM_SAMPLER_BLOCK;
+        for (int i = start; i < end; i++) {
+            if (!(s->weights[i] > 0) || (candidates && !kept_by(&rule, logits, i))) continue;
+            cum += s->weights[i];
+            last = i;
+            if (cum > target) return i;
         }
+        return last; /* the block's own sum fell short of its mass by rounding */
     }
+    for (int i = vocab - 1; i >= 0 && last < 0; i--)
+        if (s->weights[i] > 0 && (!candidates || kept_by(&rule, logits, i))) last = i;
     return last; /* rounding left target at the very top */
 }
 
@@ -467,7 +492,7 @@ lm_status lm_sample(const loom_sampling *params, float *logits, int vocab,
         result->token = plan.token;
     } else {
         if (!rng) return lm_fail(err, LM_ERR_INVALID, "sampler: random sampling needs an rng");
-        int32_t token = draw(&plan, scratch, vocab, lm_rng_uniform(rng));
+        int32_t token = draw(&plan, scratch, logits, vocab, lm_rng_uniform(rng));
         result->token = token >= 0 ? token : argmax(logits, vocab);
     }
     if (n_logprobs >= 0)
@@ -491,6 +516,45 @@ lm_status lm_sampler_distribution(const loom_sampling *params, float *logits, in
             probs[scratch->candidates[i].id] = (float)(scratch->candidates[i].weight / plan.total);
     }
     return LM_OK;
+}
+
+/* ------------------------------------------------------------ on the device */
+
+bool lm_sampler_device_row(const loom_sampling *p, const lm_sample_context *ctx, double uniform,
+                           lm_sample_row *row, lm_sample_entry *entries, int max_entries, int *n_entries) {
+    if (p->logprobs >= 0) return false;
+    int n_bias = p->n_logit_bias > 0 && p->logit_bias_ids && p->logit_bias_values ? p->n_logit_bias : 0;
+    bool stops = ctx && ctx->n_generated < ctx->min_tokens && ctx->stop_ids;
+    int n_stop = stops && ctx->n_stop_ids > 0 ? ctx->n_stop_ids : 0;
+    bool penalties = ctx && ctx->counts && ctx->counts->entries &&
+                     (repetition_on(p) || presence_on(p) || frequency_on(p));
+    int n_penalty = penalties ? ctx->counts->n_distinct : 0;
+    int at = *n_entries;
+    if ((int64_t)n_bias + n_stop + n_penalty > (int64_t)max_entries - at) return false;
+    *row = (lm_sample_row){.mode = LM_SAMPLE_ROW_DRAW,
+                           .top_k = p->top_k,
+                           .temperature = p->temperature,
+                           .top_p = p->top_p,
+                           .min_p = p->min_p,
+                           .repetition_penalty = p->repetition_penalty,
+                           .presence_penalty = p->presence_penalty,
+                           .frequency_penalty = p->frequency_penalty,
+                           .uniform = uniform};
+    row->first_bias = at, row->n_bias = n_bias;
+    for (int i = 0; i < n_bias; i++) {
+        int32_t bits;
+        memcpy(&bits, &p->logit_bias_values[i], sizeof bits);
+        entries[at++] = (lm_sample_entry){.id = p->logit_bias_ids[i], .a = bits};
+    }
+    row->first_stop = at, row->n_stop = n_stop;
+    for (int i = 0; i < n_stop; i++) entries[at++] = (lm_sample_entry){.id = ctx->stop_ids[i]};
+    row->first_penalty = at, row->n_penalty = n_penalty;
+    for (int i = 0; i < n_penalty; i++) {
+        const lm_token_count_entry *e = &ctx->counts->entries[i];
+        entries[at++] = (lm_sample_entry){.id = e->id, .a = e->output_count, .b = e->in_prompt};
+    }
+    *n_entries = at;
+    return true;
 }
 
 /* ------------------------------------------------------------ parameters */

@@ -22,7 +22,10 @@
  *      set within 1e-7 of top_p counts as reaching it: top_p is a float
  *      (0.3 is stored as 0.30000001), and a set of mass exactly 0.3 should
  *      reach it;
- *   8. one draw from the renormalised distribution with the sequence's rng.
+ *   8. one draw from the renormalised distribution with the sequence's rng:
+ *      u in [0, 1) times the kept mass, walked over the kept tokens in id
+ *      order (a device's sample_rows walks them the same way, so a seed
+ *      gives the same tokens wherever the row is drawn, up to rounding).
  *
  * Logprobs (params->logprobs >= 0) are vLLM's default "raw" ones: the
  * log_softmax of the logits as given, before step 1.
@@ -49,11 +52,12 @@
 #include "engine/rng.h"
 #include "engine/token_counts.h"
 #include "loom.h"
+#include "ops/ops.h"
 
 #define LM_SAMPLER_MAX_LOGPROBS 20
-#define LM_SAMPLER_GREEDY_TEMPERATURE 1e-5f /* below this, temperature means greedy */
+#define LM_SAMPLER_GREEDY_TEMPERATURE LM_SAMPLE_GREEDY_TEMPERATURE /* below this, greedy (ops/ops.h) */
 #define LM_SAMPLER_MAX_VOCAB (1 << 28)
-#define LM_SAMPLER_TOP_P_TOLERANCE 1e-7
+#define LM_SAMPLER_TOP_P_TOLERANCE LM_SAMPLE_TOP_P_TOLERANCE
 #define LM_SAMPLER_BLOCK 1024 /* tokens per block of the kept-mass index */
 #define LM_SAMPLER_HIST_BUCKETS 1024 /* < UINT16_MAX */
 
@@ -120,6 +124,15 @@ bool lm_sample_is_raw_argmax(const loom_sampling *params, const lm_sample_contex
 lm_status lm_sampler_distribution(const loom_sampling *params, float *logits, int vocab,
                                   const lm_sample_context *ctx, lm_sampler_scratch *scratch,
                                   float *probs, lm_error *err);
+
+/* The draw lm_sample would make, as a row of the backend's sample_rows
+ * (ops/ops.h) with `uniform` as its random number: the row's parameters
+ * into *row and its edits (logit_bias, the masked stop ids, the penalised
+ * history) appended to entries from *n_entries on.  False, with nothing
+ * written, when the edits do not fit below max_entries or the draw needs
+ * the host (logprobs). */
+bool lm_sampler_device_row(const loom_sampling *params, const lm_sample_context *ctx, double uniform,
+                           lm_sample_row *row, lm_sample_entry *entries, int max_entries, int *n_entries);
 
 /* Checks the parameters as vLLM does; on failure writes a message such as
  * "top_p must be in (0, 1], got 1.5" into err (when err_size > 0) and

@@ -48,6 +48,21 @@ lm_status lm_context_check_images(const lm_context_options *o, bool has_tower, l
     return LM_OK;
 }
 
+void lm_sample_buffers_carve(lm_carver *c, const lm_backend *be, lm_sample_buffers *b, size_t rows) {
+    *b = (lm_sample_buffers){0};
+    if (!lm_backend_samples_rows(be)) return;
+    lm_carve(c, &b->params, rows * sizeof(lm_sample_row) / 4);
+    lm_carve(c, &b->entries, (size_t)LM_FORWARD_SAMPLE_ENTRIES * sizeof(lm_sample_entry) / 4);
+    lm_carve(c, &b->drew, rows);
+}
+
+void lm_sample_upload(lm_backend *be, const lm_sample_buffers *b, const lm_forward_out *out, int rows) {
+    if (!out->sample_rows || !b->params.buffer || rows <= 0) return;
+    lm_upload(be, b->params, out->sample_rows, sizeof(lm_sample_row) * (size_t)rows);
+    int n = out->n_sample_entries < LM_FORWARD_SAMPLE_ENTRIES ? out->n_sample_entries : LM_FORWARD_SAMPLE_ENTRIES;
+    if (n > 0) lm_upload(be, b->entries, out->sample_entries, sizeof(lm_sample_entry) * (size_t)n);
+}
+
 lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,
                             const lm_logits_head *head, const lm_forward_out *out, lm_error *err) {
     int rows = step->n_logit_rows, H = head->hidden;
@@ -66,7 +81,13 @@ lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,
     size_t row_bytes = sizeof(float) * (size_t)V;
     if (out->argmax) {
         lm_argmax_rows(be, head->logit_ids, head->logits, rows, V);
+        bool draws = out->sample_rows && head->sample && lm_backend_samples_rows(be);
+        if (draws)
+            lm_sample_rows(be, head->logit_ids, head->sample->drew, head->logits, rows, V, head->sample->params,
+                           head->sample->entries);
         st = lm_download(be, out->argmax, head->logit_ids, sizeof(int32_t) * (size_t)rows, err);
+        if (st == LM_OK && draws)
+            st = lm_download(be, out->drew, head->sample->drew, sizeof(int32_t) * (size_t)rows, err);
         if (st != LM_OK) return st;
     }
     if (!out->argmax || !out->logits_wanted) return lm_download(be, out->logits, head->logits, row_bytes * (size_t)rows, err);

@@ -49,6 +49,23 @@ lm_status lm_vocab_head_matmul(lm_backend *be, const lm_vocab_head *head, lm_mem
  * asked, multiplied by lm_head into logits and downloaded to out->logits
  * (the rows out->logits_wanted asks for) and, when asked, their argmax to
  * out->argmax: the one place a step waits for the backend. */
+/* A context's room for a step's draws on the device (sample_rows): the
+ * rows' parameters, their edits and the drew flags. */
+typedef struct {
+    lm_mem params;  /* lm_sample_row [rows] */
+    lm_mem entries; /* lm_sample_entry [LM_FORWARD_SAMPLE_ENTRIES] */
+    lm_mem drew;    /* int32 [rows] */
+} lm_sample_buffers;
+
+/* Carves them for `rows` logit rows (nothing on a backend without
+ * sample_rows: the views stay empty). */
+void lm_sample_buffers_carve(lm_carver *c, const lm_backend *be, lm_sample_buffers *b, size_t rows);
+
+/* Uploads a forward's drawn rows' parameters (out->sample_rows of `rows`
+ * logit rows), if it has any: called with the step's own upload, before
+ * any op of the step is queued. */
+void lm_sample_upload(lm_backend *be, const lm_sample_buffers *b, const lm_forward_out *out, int rows);
+
 typedef struct {
     lm_mem final_norm;
     float eps;
@@ -56,6 +73,7 @@ typedef struct {
     int hidden, n_layers;
     lm_mem logit_x, logits;   /* [rows, H], [rows, vocab] scratch */
     lm_mem logit_ids;         /* [rows] int32 scratch: the argmax of each row */
+    const lm_sample_buffers *sample; /* NULL: no draws on the device */
 } lm_logits_head;
 
 lm_status lm_forward_logits(lm_backend *be, const lm_step_view *step, lm_mem h,

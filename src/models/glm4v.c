@@ -434,6 +434,7 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
     lm_step_view step;
     lm_status st = lm_glm4v_step_upload(ctx, b, &step, err);
     if (st != LM_OK) return st;
+    lm_sample_upload(be, &ctx->sample, out, step.n_logit_rows);
     int N = step.n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
     size_t rows_bytes = sizeof(float) * (size_t)N * (size_t)H;
     lm_mem h = ctx->scratch.h;
@@ -453,7 +454,7 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
                            .lm_head = {.weight = &m->lm_head, .vocab = c->vocab_size,
                                        .tp = m->vocab_split ? m->share.comm : NULL, .scratch = ctx->vocab_scratch},
                            .hidden = H, .n_layers = L, .logit_x = ctx->logit_x, .logits = ctx->logits,
-                           .logit_ids = ctx->logit_ids};
+                           .logit_ids = ctx->logit_ids, .sample = &ctx->sample};
     return lm_forward_logits(be, &step, h, &head, out, err);
 }
 

@@ -50,6 +50,7 @@ static void layout(lm_glm4v_context *ctx, lm_carver *c) {
     if (ctx->model->vocab_split)
         lm_carve(c, &ctx->vocab_scratch, lm_vocab_split_scratch((int)V, ctx->model->share.n_ranks, R));
     lm_carve(c, &ctx->logit_ids, R);
+    lm_sample_buffers_carve(c, ctx->be, &ctx->sample, R);
     lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
     if (ctx->vision.max_patches > 0) lm_vision_layout(&ctx->vision, c);
 }

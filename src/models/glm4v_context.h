@@ -5,6 +5,7 @@
 #define LOOM_MODELS_GLM4V_CONTEXT_H
 
 #include "models/glm4v.h"
+#include "models/forward_common.h"
 #include "models/step_descriptor.h"
 #include "models/vision_common.h"
 
@@ -34,6 +35,7 @@ typedef struct {
     lm_mem logit_x;     /* [rows, H] the normed logit rows */
     lm_mem logits;      /* [rows, V] */
     lm_mem logit_ids;   /* [rows] int32: each row's argmax */
+    lm_sample_buffers sample; /* the step's draws on the device (sample_rows) */
     lm_mem descriptor;  /* the int32 step descriptor */
     size_t descriptor_ints;
     int32_t *host_descriptor; /* staging, descriptor_ints */

@@ -131,6 +131,9 @@ typedef struct {
     int state_snapshots;
 } lm_context_options;
 
+/* The most edits (lm_sample_entry) the drawn rows of one forward carry. */
+#define LM_FORWARD_SAMPLE_ENTRIES 65536
+
 /* Where one forward leaves its results (host memory). */
 typedef struct {
     float *logits; /* [lm_step_batch_logit_rows, vocab] */
@@ -141,6 +144,16 @@ typedef struct {
      * undownloaded (its bytes undefined); NULL: every row is downloaded.  A
      * greedy batch on a GPU then brings back ids, not [rows, vocab] floats. */
     const bool *logits_wanted;
+    /* optional [logit rows], with argmax, when the backend has sample_rows
+     * (lm_backend_samples_rows): rows of mode LM_SAMPLE_ROW_DRAW are drawn
+     * where the logits are (ops.h: sample_rows, with sample_entries, at
+     * most LM_FORWARD_SAMPLE_ENTRIES of them): argmax[r] receives the
+     * drawn token and drew[r] whether the draw used its uniform.  Such a
+     * row's logits are not downloaded (its logits_wanted is false). */
+    const lm_sample_row *sample_rows;
+    const lm_sample_entry *sample_entries;
+    int n_sample_entries;
+    int32_t *drew;
     float *hidden; /* optional: the post-final-norm state of the same rows [rows, H] */
     /* optional (tests): layer_hidden[l] receives the [n_tokens, H] state
      * entering layer l, layer_hidden[n_layers] the final normed state of the

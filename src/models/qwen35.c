@@ -670,6 +670,7 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
     lm_step_view step;
     lm_status st = lm_qwen35_step_upload(ctx, b, false, NULL, &step, err);
     if (st != LM_OK) return st;
+    lm_sample_upload(be, &ctx->sample, out, step.n_logit_rows);
     int N = step.n_tokens, H = c->hidden_size, L = c->num_hidden_layers;
     size_t rows_bytes = sizeof(float) * (size_t)N * (size_t)H;
     lm_mem h = ctx->scratch.h;
@@ -705,7 +706,7 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
     /* Final norm and lm_head only on the rows that need logits. */
     lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps, .lm_head = lm_qwen35_vocab_head(ctx),
                            .hidden = H, .n_layers = L, .logit_x = ctx->logit_x, .logits = ctx->logits,
-                           .logit_ids = ctx->logit_ids};
+                           .logit_ids = ctx->logit_ids, .sample = &ctx->sample};
     return lm_forward_logits(be, &step, h, &head, out, err);
 }
 

@@ -90,6 +90,7 @@ static void layout(lm_qwen35_context *ctx, lm_carver *c) {
     if (ctx->model->vocab_split)
         lm_carve(c, &ctx->vocab_scratch, lm_vocab_split_scratch((int)V, ctx->model->share.n_ranks, max_size(S, R)));
     lm_carve(c, &ctx->logit_ids, R);
+    lm_sample_buffers_carve(c, ctx->be, &ctx->sample, R);
     lm_carve(c, &ctx->descriptor, ctx->descriptor_ints);
     if (mtp) {
         lm_carve(c, &ctx->mtp_normed, N * H);

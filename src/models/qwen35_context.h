@@ -70,6 +70,7 @@ typedef struct {
     lm_mem logit_x;     /* [rows, H] the normed logit rows */
     lm_mem logits;      /* [rows, V] */
     lm_mem logit_ids;   /* [rows] int32: each row's argmax */
+    lm_sample_buffers sample; /* the step's draws on the device (sample_rows) */
     lm_mem descriptor;  /* the int32 step descriptor */
     size_t descriptor_ints;
     /* MTP workspace */

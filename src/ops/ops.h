@@ -204,6 +204,40 @@ typedef struct lm_gdn_prepare_args {
     float q_scale, eps; /* l2norm_scale's */
 } lm_gdn_prepare_args;
 
+/* One logit row's draw for sample_rows, as engine/sampler.h defines the
+ * steps (plain bytes, the same layout on host and device).  The row's
+ * edits, each a range of the call's lm_sample_entry array: logit_bias
+ * (id, value; applied one after the other, in order), stop ids masked to
+ * -inf (id), and the penalised history (id, output count, in prompt;
+ * distinct ids). */
+enum { LM_SAMPLE_ROW_SKIP = 0, LM_SAMPLE_ROW_DRAW = 1 };
+#define LM_SAMPLE_GREEDY_TEMPERATURE 1e-5f /* below this, temperature means greedy */
+#define LM_SAMPLE_TOP_P_TOLERANCE 1e-7     /* a kept mass this close below top_p reaches it */
+typedef struct {
+    int32_t mode;        /* LM_SAMPLE_ROW_SKIP: the row is left alone */
+    int32_t top_k;       /* <= 0: off */
+    float temperature;   /* below 1e-5 (or NaN): greedy */
+    float top_p;         /* >= 1: off */
+    float min_p;         /* <= 0: off */
+    float repetition_penalty, presence_penalty, frequency_penalty;
+    double uniform;      /* the draw's number in [0, 1) */
+    int32_t first_bias, n_bias;
+    int32_t first_stop, n_stop;
+    int32_t first_penalty, n_penalty;
+} lm_sample_row;
+
+#ifdef __cplusplus
+static_assert(sizeof(lm_sample_row) == 64, "lm_sample_row: one layout on host and device");
+#else
+_Static_assert(sizeof(lm_sample_row) == 64, "lm_sample_row: one layout on host and device");
+#endif
+
+typedef struct {
+    int32_t id;
+    int32_t a; /* bias: the value's float bits; penalty: the output count */
+    int32_t b; /* penalty: 1 if the id is in the prompt */
+} lm_sample_entry;
+
 /* One product of a matmul_group: y = x · wᵀ. */
 #define LM_MATMUL_GROUP_MAX 4
 typedef struct {
@@ -322,6 +356,19 @@ typedef struct {
      * index among equal maxima; NaN never wins over a number (a row of
      * only NaN gives 0). */
     void (*argmax_rows)(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n);
+    /* Optional (NULL: the logits come back and the host samples them,
+     * engine/sampler.h): each row r of logits [rows, vocab] whose
+     * params[r].mode is LM_SAMPLE_ROW_DRAW drawn as lm_sample does, steps
+     * 1-8, with params[r].uniform as its random number: the edits, then
+     * greedy (argmax) or temperature, min_p, top_k, top_p, and the draw
+     * walking the kept tokens in id order.  ids[r] = the token; drew[r] =
+     * 1 when the draw used the uniform, 0 when the row was greedy or had
+     * nothing left to sample (then ids[r] is the processed row's argmax).
+     * Rows of other modes are left alone, ids and drew included; a drawn
+     * row's logits are changed (its edits).  params: lm_sample_row [rows];
+     * entries: the lm_sample_entry array the rows point into. */
+    void (*sample_rows)(lm_backend *be, lm_mem ids, lm_mem drew, lm_mem logits, int rows, int vocab,
+                        lm_mem params, lm_mem entries);
 
     /* x[r, :] += bias for each of rows rows of width floats (bias [width]):
      * the biases of Linear layers (GLM's q/k/v projections). */
@@ -532,6 +579,11 @@ static inline void lm_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem
 }
 static inline void lm_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) {
     be->ops->argmax_rows(be, ids, x, rows, n);
+}
+static inline bool lm_backend_samples_rows(const lm_backend *be) { return be->ops->sample_rows != NULL; }
+static inline void lm_sample_rows(lm_backend *be, lm_mem ids, lm_mem drew, lm_mem logits, int rows, int vocab,
+                                  lm_mem params, lm_mem entries) {
+    be->ops->sample_rows(be, ids, drew, logits, rows, vocab, params, entries);
 }
 static inline void lm_add_rows(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width) {
     be->ops->add_rows(be, x, bias, rows, width);

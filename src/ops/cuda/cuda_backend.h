@@ -66,6 +66,9 @@ void lm_cuda_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem sr
 void lm_cuda_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids, int n, int width);
 void lm_cuda_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n);
 void lm_cuda_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
+/* sample.cu */
+void lm_cuda_sample_rows(lm_backend *be, lm_mem ids, lm_mem drew, lm_mem logits, int rows, int vocab, lm_mem params,
+                         lm_mem entries);
 /* attention.cu */
 void lm_cuda_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n, lm_mem slots);
 void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,

@@ -28,6 +28,7 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .copy_rows = lm_cuda_copy_rows,
     .gather_rows = lm_cuda_gather_rows,
     .argmax_rows = lm_cuda_argmax_rows,
+    .sample_rows = lm_cuda_sample_rows,
     .embed = lm_cuda_embed,
     /* attention.cu */
     .kv_write = lm_cuda_kv_write,

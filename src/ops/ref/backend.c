@@ -76,6 +76,12 @@ static void ref_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_i
     (void)be;
     lm_ref_gather_rows(F32(dst), F32(src), I32(row_ids), n, width);
 }
+static void ref_sample_rows(lm_backend *be, lm_mem ids, lm_mem drew, lm_mem logits, int rows, int vocab,
+                            lm_mem params, lm_mem entries) {
+    (void)be;
+    lm_ref_sample_rows(I32(ids), I32(drew), F32(logits), rows, vocab, (const lm_sample_row *)lm_host_ptr(params),
+                       (const lm_sample_entry *)lm_host_ptr(entries));
+}
 static void ref_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) {
     (void)be;
     lm_ref_argmax_rows(I32(ids), F32(x), rows, n);
@@ -160,6 +166,7 @@ const lm_backend_ops lm_ref_backend_ops = {
     .gather_rows = ref_gather_rows,
     .add_weighted_rows = ref_add_weighted_rows,
     .argmax_rows = ref_argmax_rows,
+    .sample_rows = ref_sample_rows,
     .kv_write = ref_kv_write,
     .attention = ref_attention,
     .gdn_gates = ref_gdn_gates,

@@ -85,4 +85,8 @@ int lm_rope_section_of(const lm_rope_params *rope, int i);
  * two_d, pair i and pair i + rot_dim/4 share frequency i of rot_dim/4. */
 float lm_rope_inv_freq(const lm_rope_params *rope, int i);
 
+/* sample_rows (ops.h), in sample.c. */
+void lm_ref_sample_rows(int32_t *ids, int32_t *drew, float *logits, int rows, int vocab,
+                        const lm_sample_row *params, const lm_sample_entry *entries);
+
 #endif
