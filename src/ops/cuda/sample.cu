@@ -14,7 +14,9 @@
 // or above a bound (the k-th largest of the threads' own maxima, never
 // above the k-th largest of the row) and, when they are few, copies them
 // to shared memory in id order: top_k's and top_p's bisections then run
-// over a few thousand keys.  top_p alone bisects over the whole row.
+// over a few thousand keys.  top_p alone does the same when the threads'
+// maxima alone carry its mass (a peaked row), and bisects over the whole
+// row otherwise (a flat one).
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -212,20 +214,23 @@ __device__ static uint32_t block_min_key(row_shared *s, uint32_t key) {
     return isnan(v) ? 0xffffffffu : ((uint32_t)i ^ 0x80000000u);
 }
 
-// The k-th largest of the threads' own largest keys at or above floor
-// (floor when fewer threads have one): at most the row's k-th largest key.
+// A bound at or below the key top_k or top_p stops at, from the threads'
+// own largest keys at or above floor: the largest key B whose maxima from
+// B up reach the goal (k of them; or their mass reaches it), since the
+// whole row from B up holds at least those.  floor when they do not.
 __device__ static uint32_t thread_max_bound(row_shared *s, const float *x, int vocab, uint32_t floor, uint32_t top,
-                                            int k) {
+                                            const weights &w, bool by_mass, double goal) {
     uint32_t mine = 0;
     for (int j = threadIdx.x; j < vocab; j += THREADS)
         if (!isnan(x[j]) && order_key(x[j]) >= floor) mine = max(mine, order_key(x[j]));
+    double mine_mass = mine ? w.of(key_value(mine)) : 0;
     uint32_t lo = floor, hi = top;
     while (lo < hi) {
         uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) >> 1);
         long long c = mine >= mid;
-        double unused = 0;
-        block_tally(s, c, unused);
-        if (c >= k) lo = mid;
+        double m = c ? mine_mass : 0;
+        block_tally(s, c, m);
+        if ((by_mass ? m : (double)c) >= goal) lo = mid;
         else hi = mid - 1;
     }
     return lo;
@@ -373,7 +378,7 @@ __global__ static void __launch_bounds__(THREADS) sample_kernel(int32_t *ids, in
     uint32_t floor = lowest, top = order_key(max);
     source src = {x, &s, vocab};
     if (p.top_k > 0 && p.top_k < n_kept) {
-        uint32_t bound = thread_max_bound(&s, x, vocab, floor, top, p.top_k);
+        uint32_t bound = thread_max_bound(&s, x, vocab, floor, top, w, false, (double)p.top_k);
         int n = gather_candidates(&s, x, vocab, bound);
         if (n >= 0) src = source{NULL, &s, n};
         floor = bisect(&s, src, w, bound, top, false, (double)p.top_k); // ties with the k-th stay
@@ -384,7 +389,13 @@ __global__ static void __launch_bounds__(THREADS) sample_kernel(int32_t *ids, in
         double total;
         tally(&s, src, w, floor, true, count, total);
         double target = ((double)p.top_p - LM_SAMPLE_TOP_P_TOLERANCE) * total;
-        uint32_t t = bisect(&s, src, w, floor, top, true, target);
+        uint32_t lo = floor;
+        if (src.x) { /* a peaked row: the few tokens the threads' maxima say carry the mass */
+            uint32_t bound = thread_max_bound(&s, x, vocab, floor, top, w, true, target);
+            int n = bound > floor ? gather_candidates(&s, x, vocab, bound) : -1;
+            if (n >= 0) src = source{NULL, &s, n}, lo = bound;
+        }
+        uint32_t t = bisect(&s, src, w, lo, top, true, target);
         long long n_at, n_above;
         double m_at, above;
         tally(&s, src, w, t, false, n_at, m_at);
