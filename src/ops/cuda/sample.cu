@@ -54,6 +54,8 @@ template <typename F> __device__ static void each_element(const float *x, int n,
 struct row_shared {
     uint32_t key[CANDIDATES]; // the candidates (top_k), in id order
     int32_t id[CANDIDATES];
+    uint32_t maxima[THREADS]; // each thread's largest key (0: none)
+    uint32_t bound;
     double sum_d[WARPS];
     long long sum_c[WARPS];
     float max_f[WARPS];
@@ -198,9 +200,43 @@ __device__ static void tally(row_shared *s, const source &src, const weights &w,
     block_tally(s, count, mass);
 }
 
+// bisect's search over n keys in shared memory, by the first warp alone
+// (a few thousand keys: no block-wide barrier per step); every thread gets
+// the answer.
+__device__ static uint32_t bisect_shared(row_shared *s, const uint32_t *keys, int n, const weights &w, uint32_t lo,
+                                         uint32_t hi, bool by_mass, double goal) {
+    if (threadIdx.x < 32) {
+        while (lo < hi) {
+            uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) >> 1);
+            long long c = 0;
+            double m = 0;
+            for (int j = threadIdx.x; j < n; j += 32) {
+                uint32_t k = keys[j];
+                if (k < mid) continue;
+                c++;
+                if (by_mass) m += w.of(key_value(k));
+            }
+            for (int off = 16; off > 0; off /= 2) {
+                c += __shfl_down_sync(0xffffffffu, c, off);
+                m += __shfl_down_sync(0xffffffffu, m, off);
+            }
+            c = __shfl_sync(0xffffffffu, c, 0); // lane 0's sums decide for all
+            m = __shfl_sync(0xffffffffu, m, 0);
+            if ((by_mass ? m : (double)c) >= goal) lo = mid;
+            else hi = mid - 1;
+        }
+        if (threadIdx.x == 0) s->bound = lo;
+    }
+    __syncthreads();
+    uint32_t found = s->bound;
+    __syncthreads();
+    return found;
+}
+
 // The largest key T in [lo, hi] whose tally from T up still reaches goal.
 __device__ static uint32_t bisect(row_shared *s, const source &src, const weights &w, uint32_t lo, uint32_t hi,
                                   bool by_mass, double goal) {
+    if (!src.x) return bisect_shared(s, s->key, src.n, w, lo, hi, by_mass, goal);
     while (lo < hi) {
         uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) >> 1);
         long long count;
@@ -247,17 +283,9 @@ __device__ static uint32_t thread_max_bound(row_shared *s, const float *x, int v
     each_element(x, vocab, [&](float e, int) {
         if (!isnan(e) && order_key(e) >= floor) mine = max(mine, order_key(e));
     });
-    double mine_mass = mine ? w.of(key_value(mine)) : 0;
-    uint32_t lo = floor, hi = top;
-    while (lo < hi) {
-        uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) >> 1);
-        long long c = mine >= mid;
-        double m = c ? mine_mass : 0;
-        block_tally(s, c, m);
-        if ((by_mass ? m : (double)c) >= goal) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
+    s->maxima[threadIdx.x] = mine;
+    __syncthreads();
+    return bisect_shared(s, s->maxima, THREADS, w, floor, top, by_mass, goal);
 }
 
 // The id of the `nth` (from 1) token whose key is `key`, in id order.
