@@ -12,6 +12,7 @@
 #include "engine/sampler.h"
 #include "engine/token_counts.h"
 #include "harness.h"
+#include "ops/ref/reference.h"
 
 #define PROB_TOL 1e-6
 #define MAX_V 16
@@ -508,6 +509,73 @@ static void test_sampling_frequencies(void) {
 
 /* A vocabulary of several blocks (the draw finds a block by its mass first):
  * frequencies of tokens spread over the blocks, the rest as one group. */
+/* The host sampler against the backends' definition of a draw (the ref
+ * backend's sample_rows, ops/ref/sample.c) on a vocabulary of 60 blocks,
+ * where top_k up to 60 takes the path that weighs only the tokens at or
+ * above the k-th largest block maximum: for the same uniform, the same
+ * token (or, where float sums put u·total on a token's edge, the ref's
+ * token for u +- 1e-6), for every setting and 300 draws each. */
+static void test_draws_match_the_ops_definition(void) {
+    enum { V = 60 * LM_SAMPLER_BLOCK, DRAWS = 300 };
+    float *logits = malloc(sizeof(float) * V), *copy = malloc(sizeof(float) * V);
+    lm_sampler_scratch scratch;
+    lm_error err;
+    bool ready = logits && copy && lm_sampler_scratch_init(&scratch, V, &err) == LM_OK;
+    if (!ready) {
+        free(logits), free(copy);
+        CHECK_MSG(false, "allocation failed");
+    }
+    lm_rng data;
+    lm_rng_seed(&data, 5);
+    for (int i = 0; i < V; i++) /* a low bulk, a few high tokens, ties among them */
+        logits[i] = (float)(lm_rng_uniform(&data) * 8.0 - 8.0) + (i % 613 == 0 ? 10.0f : 0.0f);
+    for (int i = 0; i < V; i += 613) logits[i] = roundf(logits[i] * 4.0f) / 4.0f;
+    static const struct {
+        float temperature, top_p, min_p;
+        int top_k;
+    } cases[] = {{0.8f, 1, 0, 5}, {1.0f, 0.8f, 0, 20}, {0.7f, 1, 0.05f, 40}, {1.3f, 1, 0, 60},
+                 {0.5f, 1, 0, 1},  {0.7f, 0.8f, 0, 20}, {1.0f, 0.95f, 0, -1}, {1.0f, 1, 0, 61}};
+    int mismatches = 0, edges = 0;
+    lm_rng rng;
+    lm_rng_seed(&rng, 11);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases && mismatches == 0; c++) {
+        loom_sampling sp;
+        lm_sampling_defaults(&sp);
+        sp.temperature = cases[c].temperature, sp.top_p = cases[c].top_p, sp.min_p = cases[c].min_p;
+        sp.top_k = cases[c].top_k;
+        for (int d = 0; d < DRAWS && mismatches == 0; d++) {
+            lm_rng before = rng;
+            double u = lm_rng_uniform(&before);
+            memcpy(copy, logits, sizeof(float) * V);
+            lm_sample_result r;
+            if (lm_sample(&sp, copy, V, NULL, &rng, &scratch, &r, &err) != LM_OK) {
+                mismatches++;
+                break;
+            }
+            lm_sample_row row = {.mode = LM_SAMPLE_ROW_DRAW, .top_k = sp.top_k, .temperature = sp.temperature,
+                                 .top_p = sp.top_p, .min_p = sp.min_p, .repetition_penalty = 1, .uniform = u};
+            int32_t want = -1, drew = -1;
+            memcpy(copy, logits, sizeof(float) * V);
+            lm_ref_sample_rows(&want, &drew, copy, 1, V, &row, NULL);
+            if (want == r.token) continue;
+            bool edge = false;
+            for (int side = -1; side <= 1 && !edge; side += 2) {
+                lm_sample_row moved = row;
+                moved.uniform = u + side * 1e-6;
+                memcpy(copy, logits, sizeof(float) * V);
+                lm_ref_sample_rows(&want, &drew, copy, 1, V, &moved, NULL);
+                edge = want == r.token;
+            }
+            if (edge && ++edges <= 3) continue;
+            mismatches++;
+            CHECK_MSG(false, "case %zu draw %d (u %.9f): host %d, the ops' definition %d", c, d, u, r.token, want);
+        }
+    }
+    lm_sampler_scratch_free(&scratch);
+    free(logits), free(copy);
+    CHECK(mismatches == 0);
+}
+
 static void test_sampling_frequencies_across_blocks(void) {
     enum { V = 3 * LM_SAMPLER_BLOCK + 100, HOT = 6, DRAWS = 20000 };
     const int32_t hot[HOT] = {0, 1023, 1024, 2047, 2500, V - 1};
@@ -1102,6 +1170,7 @@ int main(void) {
     RUN_TEST(test_combined);
     RUN_TEST(test_sampling_frequencies);
     RUN_TEST(test_sampling_frequencies_across_blocks);
+    RUN_TEST(test_draws_match_the_ops_definition);
     RUN_TEST(test_greedy);
     RUN_TEST(test_rng);
     RUN_TEST(test_seeded_determinism);

@@ -323,6 +323,67 @@ static double mask_weights(const float *logits, int vocab, float max, float inv_
     return total;
 }
 
+/* top_k (then top_p) without weighing every token, when k is at most the
+ * number of LM_SAMPLER_BLOCK blocks: the k-th largest of the blocks'
+ * maxima is a bound B at or below the k-th largest logit, so the tokens
+ * at or above B hold the top k; only they are weighed and sorted.  Their
+ * weights come from the same exp as the full path's, and the kept set,
+ * its order and the top_p walk are the full path's (select_top), so the
+ * plan is the one the histogram would give.  False (nothing to use) when
+ * the bound does not narrow the row enough or fewer than k of the tokens
+ * at or above it are kept (min_p): the caller takes the full path.  The
+ * weights of tokens outside the plan are left undefined (the draw reads
+ * a weight only for a token the plan keeps). */
+static bool plan_top_k_fast(const loom_sampling *p, const float *logits, int vocab, float max, float inv_temp,
+                            float min_weight, lm_sampler_scratch *s, sample_plan *plan) {
+    int k = p->top_k, n_blocks = (vocab + LM_SAMPLER_BLOCK - 1) / LM_SAMPLER_BLOCK;
+    if (k <= 0 || k > n_blocks || k >= vocab) return false;
+    lm_sampler_candidate *c = s->candidates;
+    for (int b = 0; b < n_blocks; b++) {
+        int start = b * LM_SAMPLER_BLOCK, len = vocab - start < LM_SAMPLER_BLOCK ? vocab - start : LM_SAMPLER_BLOCK;
+        c[b] = (lm_sampler_candidate){.id = b, .logit = max_of(logits + start, len)};
+    }
+    sort_candidates(c, n_blocks);
+    float bound = c[k - 1].logit;
+    if (!(bound > -INFINITY)) return false;
+    /* the tokens at or above the bound, their logits gathered for the exp */
+    enum { MAX_FAST = 1 << 16 };
+    int n = 0;
+    for (int i = 0; i < vocab; i++)
+        if (logits[i] >= bound) {
+            if (n == MAX_FAST) return false;
+            c[n++] = (lm_sampler_candidate){.id = i, .logit = logits[i]};
+        }
+    float *w = s->weights; /* scratch for the gathered logits, then their weights */
+    for (int j = 0; j < n; j++) w[j] = c[j].logit;
+    exp_scaled(w, n, max, inv_temp, w);
+    int kept = 0;
+    for (int j = 0; j < n; j++) {
+        float distance = (max - c[j].logit) * inv_temp;
+        if (!(distance <= FLT_MAX) || !(w[j] > 0) || w[j] < min_weight) continue;
+        c[kept] = c[j];
+        c[kept++].weight = w[j];
+    }
+    if (kept < k) return false;
+    sort_candidates(c, kept);
+    int keep = k; /* ties with the k-th stay */
+    while (keep < kept && c[keep].logit == c[keep - 1].logit) keep++;
+    n = keep;
+    if (p->top_p > 0 && p->top_p < 1) {
+        double target = ((double)p->top_p - LM_SAMPLER_TOP_P_TOLERANCE) * weight_sum(c, n), cum = 0;
+        for (int j = 0; j < n; j++) {
+            cum += c[j].weight;
+            if (cum >= target) {
+                n = j + 1;
+                break;
+            }
+        }
+    }
+    for (int j = 0; j < n; j++) s->weights[c[j].id] = c[j].weight;
+    *plan = (sample_plan){.kind = PLAN_CANDIDATES, .n = n, .total = weight_sum(c, n)};
+    return true;
+}
+
 /* Steps 1-7: what to draw from. */
 static sample_plan plan_sample(const loom_sampling *p, float *logits, int vocab,
                                const lm_sample_context *ctx, lm_sampler_scratch *s) {
@@ -341,10 +402,12 @@ static sample_plan plan_sample(const loom_sampling *p, float *logits, int vocab,
         return one;
     }
     float inv_temp = 1.0f / p->temperature;
-    exp_scaled(logits, vocab, max, inv_temp, s->weights);
-
     bool min_p_on = p->min_p > 0 && p->min_p <= 1;
     float min_weight = min_p_on ? p->min_p : 0; /* the max token's weight is exactly 1 */
+    sample_plan fast;
+    if (plan_top_k_fast(p, logits, vocab, max, inv_temp, min_weight, s, &fast)) return fast;
+    exp_scaled(logits, vocab, max, inv_temp, s->weights);
+
     bool narrowing = (p->top_k > 0 && p->top_k < vocab) || (p->top_p > 0 && p->top_p < 1);
     if (narrowing) {
         memset(s->hist_count, 0, sizeof s->hist_count);
@@ -409,7 +472,7 @@ static int32_t draw(const sample_plan *plan, lm_sampler_scratch *s, const float 
         }
         int end = vocab - start < LM_SAMPLER_BLOCK ? vocab : start + LM_SAMPLER_BLOCK;
         for (int i = start; i < end; i++) {
-            if (!(s->weights[i] > 0) || (candidates && !kept_by(&rule, logits, i))) continue;
+            if ((candidates && !kept_by(&rule, logits, i)) || !(s->weights[i] > 0)) continue;
             cum += s->weights[i];
             last = i;
             if (cum > target) return i;
@@ -417,7 +480,7 @@ static int32_t draw(const sample_plan *plan, lm_sampler_scratch *s, const float 
         return last; /* the block's own sum fell short of its mass by rounding */
     }
     for (int i = vocab - 1; i >= 0 && last < 0; i--)
-        if (s->weights[i] > 0 && (!candidates || kept_by(&rule, logits, i))) last = i;
+        if ((!candidates || kept_by(&rule, logits, i)) && s->weights[i] > 0) last = i;
     return last; /* rounding left target at the very top */
 }
 

@@ -33,7 +33,11 @@
  * Cost: steps 1-3 touch only the listed ids and the history's entries;
  * greedy is one pass over V; sampling is a few linear passes (max, exp, a
  * masking pass that also sums each block of LM_SAMPLER_BLOCK tokens, so the
- * draw walks block sums and then one block).  top_k / top_p add a histogram
+ * draw walks block sums and then one block).  top_k up to the number of
+ * blocks (the common 20-50 at a real vocabulary) weighs only the tokens at
+ * or above the k-th largest block maximum, which hold the top k: a max
+ * pass, one compare pass, then a few hundred tokens sorted (top_p after it
+ * walks those).  Otherwise top_k / top_p add a histogram
  * of each token's distance to the max (32 buckets per unit of
  * (max - logit) / temperature) and sort only the tokens of the bucket that
  * holds a boundary, never the vocabulary (the last bucket gathers every
