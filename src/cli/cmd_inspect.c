@@ -57,8 +57,9 @@ int cmd_inspect_main(int argc, char **argv) {
     const lm_model_info *info = lm_model_describe(model);
     printf("family: %s\n", info->family);
     lm_model_print_description(model, stdout);
-    printf("parameters: %lld in the text model, %lld active per token (%.1f%%); a decode step "
+    printf("parameters%s: %lld in the text model, %lld active per token (%.1f%%); a decode step "
            "reads %.1f MB of weights\n",
+           settings.engine.tensor_parallel_size > 1 ? " (rank 0's share)" : "",
            (long long)info->n_parameters, (long long)info->n_active_parameters,
            info->n_parameters ? 100.0 * (double)info->n_active_parameters / (double)info->n_parameters
                               : 0.0,

@@ -323,7 +323,8 @@ static lm_status tp_encode_image(lm_model_context *base, const lm_image_patches 
 
 static void tp_describe(const lm_model *base, FILE *f) {
     const tp_model *m = (const tp_model *)base;
-    fprintf(f, "tensor parallel: %d ranks (the sizes above are one rank's share)\n", m->n);
+    fprintf(f, "tensor parallel: %d ranks; what follows is rank 0's share (its tensors, sizes and parameters; "
+               "tensors the other ranks hold, such as their experts, are listed as not used)\n", m->n);
     lm_model_print_description(m->rank[0], f);
 }
 
