@@ -125,3 +125,11 @@ lm_status lm_vocab_head_matmul(lm_backend *be, const lm_vocab_head *head, lm_mem
                      lm_mem_f32(gathered, (size_t)r * local_floats), share, rows, share);
     return LM_OK;
 }
+
+lm_status lm_context_buffer_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out,
+                                  lm_error *err) {
+    lm_status st = lm_alloc(be, bytes, what, out, err);
+    if (st != LM_OK) return st;
+    lm_fill(be, (lm_mem){*out, 0}, 0, bytes);
+    return LM_OK;
+}

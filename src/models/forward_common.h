@@ -57,6 +57,17 @@ typedef struct {
     lm_mem drew;    /* int32 [rows] */
 } lm_sample_buffers;
 
+/* Allocates a context's one buffer of `bytes` and zeroes it.  Zeroing
+ * here, when the engine starts, is what makes the memory the context's:
+ * host memory is otherwise only reserved, and the kernel maps and clears
+ * each page on its first touch, so the first requests' steps (a sequence's
+ * delta-rule state reset, a retiring sequence's state saved) would pay for
+ * it (0.6 s of the first step of 16 sequences on the 0.8B shape,
+ * docs/PERF.md), and a machine short of memory would fail mid-request
+ * instead of at start-up.  llama.cpp clears its KV buffer at start-up too. */
+lm_status lm_context_buffer_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out,
+                                  lm_error *err);
+
 /* Carves them for `rows` logit rows (nothing on a backend without
  * sample_rows: the views stay empty). */
 void lm_sample_buffers_carve(lm_carver *c, const lm_backend *be, lm_sample_buffers *b, size_t rows);

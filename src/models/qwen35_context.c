@@ -169,7 +169,7 @@ lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
     }
     lm_carver count = {0};
     layout(ctx, &count);
-    st = lm_alloc(ctx->be, count.used, "the KV cache, state slots and step workspace",
+    st = lm_context_buffer_alloc(ctx->be, count.used, "the KV cache, state slots and step workspace",
                   &ctx->buffer, err);
     if (st != LM_OK) {
         lm_qwen35_context_destroy(&ctx->base);
