@@ -2,9 +2,10 @@
  * it: a chunk of `rows` consecutive tokens of one sequence that already has
  * `cached` tokens in the cache (causal: row i attends to cached + i + 1
  * keys), and one decode token at the same depth.
- *   build/bench/attention [threads (2)] [shape: tiny | 0.8b (tiny)] [rows (512)]
+ *   build/bench/attention [threads (2)] [shape: tiny | 0.8b (tiny)] [rows (512)] [f32 | bf16 (f32)]
  * tiny: 4 query heads over 2 kv heads of 128 (models/loom-tiny);
- * 0.8b: 8 over 2 of 256 (../shared/bench-configs/qwen3.5-0.8b-shape.json).
+ * 0.8b: 8 over 2 of 256 (../shared/bench-configs/qwen3.5-0.8b-shape.json);
+ * bf16: the kernel --compute-dtype bf16 runs (bf16 operands, AVX-512 BF16).
  * Prints milliseconds per call (median) and GFLOP/s (2 FLOPs per
  * multiply-add of q·k and of p·v). */
 #include <math.h>
@@ -44,11 +45,14 @@ typedef struct {
 
 /* Median seconds of `reps` calls over rows [0, n) of the batch arrays. */
 static double time_calls(lm_pool *pool, float *out, const float *q, const lm_host_kv_layer *kv,
-                         lm_host_attention_batch *batch, int reps) {
+                         lm_host_attention_batch *batch, int reps, bool bf16) {
     double t[REPS];
     for (int r = -1; r < reps; r++) { /* one warm-up call */
         double t0 = now_s();
-        lm_cpu_attention(pool, out, q, kv, batch);
+        if (bf16)
+            lm_cpu_attention_bf16(pool, out, q, kv, batch);
+        else
+            lm_cpu_attention(pool, out, q, kv, batch);
         if (r >= 0) t[r] = now_s() - t0;
     }
     qsort(t, (size_t)reps, sizeof(double), cmp_double);
@@ -59,13 +63,19 @@ int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     const char *which = argc > 2 ? argv[2] : "tiny";
     int rows = argc > 3 ? atoi(argv[3]) : 512;
+    const char *compute = argc > 4 ? argv[4] : "f32";
+    bool bf16 = strcmp(compute, "bf16") == 0;
+    if (!bf16 && strcmp(compute, "f32") != 0) {
+        fprintf(stderr, "usage: attention [threads] [tiny|0.8b] [rows] [f32|bf16]\n");
+        return 2;
+    }
     shape sh;
     if (strcmp(which, "tiny") == 0)
         sh = (shape){4, 2, 128};
     else if (strcmp(which, "0.8b") == 0)
         sh = (shape){8, 2, 256};
     else {
-        fprintf(stderr, "usage: attention [threads] [tiny|0.8b] [rows]\n");
+        fprintf(stderr, "usage: attention [threads] [tiny|0.8b] [rows] [f32|bf16]\n");
         return 2;
     }
     if (rows < 1 || rows > 4096) {
@@ -97,9 +107,14 @@ int main(int argc, char **argv) {
     for (int b = 0; b < n_blocks; b++) table[b] = n_blocks - 1 - b; /* not in pool order */
     lm_host_kv_layer kv = {.k = k, .v = v, .n_blocks = n_blocks, .block_size = BLOCK,
                            .n_kv_heads = sh.kv_heads, .head_dim = sh.dim};
+    if (bf16 && (lm_backend_set_compute(be, "bf16", &err) != LM_OK ||
+                 !lm_cpu_attention_bf16_takes(sh.dim))) {
+        fprintf(stderr, "attention bench: no bf16 attention here: %s\n", err.message);
+        return 1;
+    }
     lm_pool *pool = lm_cpu_pool(be);
-    printf("attention, %d query heads over %d kv heads of %d, %d threads, median of %d\n",
-           sh.heads, sh.kv_heads, sh.dim, lm_backend_threads(be), REPS);
+    printf("attention (%s), %d query heads over %d kv heads of %d, %d threads, median of %d\n",
+           compute, sh.heads, sh.kv_heads, sh.dim, lm_backend_threads(be), REPS);
     printf("%8s %14s %10s %14s %10s\n", "cached", "chunk ms", "GFLOP/s", "decode us", "GFLOP/s");
     static const int depths[] = {0, 1024, 4096, 8192, 16384};
     for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++) {
@@ -114,10 +129,10 @@ int main(int argc, char **argv) {
                                          .max_ctx_len = cached + rows, .n_heads = sh.heads,
                                          .n_kv_heads = sh.kv_heads, .head_dim = sh.dim,
                                          .scale = 1.0f / sqrtf((float)sh.dim)};
-        double chunk = time_calls(pool, out, q, &kv, &batch, REPS);
+        double chunk = time_calls(pool, out, q, &kv, &batch, REPS, bf16);
         batch.n_tokens = 1;
         ctx[0] = cached + 1;
-        double decode = time_calls(pool, out, q, &kv, &batch, REPS);
+        double decode = time_calls(pool, out, q, &kv, &batch, REPS, bf16);
         double decode_flops = 4.0 * (cached + 1) * sh.heads * sh.dim;
         printf("%8d %14.3f %10.1f %14.1f %10.1f\n", cached, chunk * 1e3, flops / chunk * 1e-9,
                decode * 1e6, decode_flops / decode * 1e-9);

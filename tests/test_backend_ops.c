@@ -262,6 +262,33 @@ static lm_mem poisoned(arena *a, size_t n) {
     return m;
 }
 
+/* A KV pool of n floats as `dtype` holds them: float32, or rounded to bf16. */
+static lm_mem up_pool(arena *a, const float *host, size_t n, lm_dtype dtype) {
+    if (dtype != LM_DTYPE_BF16) return up_f32(a, host, n);
+    uint16_t *b = malloc(sizeof(uint16_t) * (n ? n : 1));
+    if (!b) {
+        a->ok = false;
+        return (lm_mem){0};
+    }
+    for (size_t i = 0; i < n; i++) b[i] = lm_f32_to_bf16(host[i]);
+    lm_mem m = arena_upload(a, b, n * sizeof(uint16_t));
+    free(b);
+    return m;
+}
+/* Whether the pool at m (n elements of dtype) holds exactly `want` as
+ * up_pool would store it. */
+static bool pool_is(arena *a, lm_mem m, size_t n, lm_dtype dtype, const float *want) {
+    size_t bytes = n * lm_dtype_size(dtype);
+    void *host = malloc(bytes ? bytes : 1);
+    lm_error err = {0};
+    bool ok = host && a->ok && lm_download(a->be, host, m, bytes, &err) == LM_OK;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = dtype == LM_DTYPE_BF16 ? ((uint16_t *)host)[i] == lm_f32_to_bf16(want[i])
+                                    : memcmp((float *)host + i, want + i, sizeof(float)) == 0;
+    free(host);
+    return ok;
+}
+
 /* Downloads n floats into a fresh host array (NULL on failure). */
 static float *down_f32(arena *a, lm_mem m, size_t n) {
     float *host = malloc(sizeof(float) * (n ? n : 1));
@@ -1873,8 +1900,10 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
     same_bits same = {0};
     for (int b = 0; b < bs->n && !v->failed; b++) {
         arena a = arena_on(bs->be[b]);
-        lm_kv_layer kv = {up_f32(&a, kpool, pool_n), up_f32(&a, vpool, pool_n), n_blocks,
-                          ac->block_size, ac->n_kv_heads, D};
+        /* the pools the backend asks for: bf16 under the cpu's bf16 compute */
+        lm_dtype pool_dtype = lm_kv_dtype(a.be, D);
+        lm_kv_layer kv = {up_pool(&a, kpool, pool_n, pool_dtype), up_pool(&a, vpool, pool_n, pool_dtype),
+                          n_blocks, ac->block_size, ac->n_kv_heads, D, pool_dtype};
         lm_kv_write(a.be, &kv, up_f32(&a, k, (size_t)total * kv_row),
                     up_f32(&a, vv, (size_t)total * kv_row), total, up_i32(&a, slots, (size_t)total));
         lm_attention_batch batch = {.n_tokens = total,
@@ -1889,11 +1918,22 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
                                     .scale = scale};
         lm_mem out = poisoned(&a, q_n);
         lm_attention(a.be, out, up_f32(&a, q, q_n), &kv, &batch);
-        float *kgot = down_f32(&a, kv.k, pool_n), *vgot = down_f32(&a, kv.v, pool_n);
         float *got = down_f32(&a, out, q_n);
-        if (!kgot || !vgot || memcmp(kgot, kwant, pool_n * 4) != 0 ||
-            memcmp(vgot, vwant, pool_n * 4) != 0)
-            fail(v, "kv_write on %s: the pools differ", bs->label[b]);
+        if (!pool_is(&a, kv.k, pool_n, pool_dtype, kwant) || !pool_is(&a, kv.v, pool_n, pool_dtype, vwant))
+            fail(v, "kv_write on %s: the %s pools differ", bs->label[b], lm_dtype_name(pool_dtype));
+        if (got && pool_dtype != LM_DTYPE_F32) {
+            /* the same attention over float32 pools (rounded as they are
+             * read) gives the same bits: storing rounded changes nothing */
+            lm_kv_layer wide = {up_f32(&a, kwant, pool_n), up_f32(&a, vwant, pool_n), n_blocks,
+                                ac->block_size, ac->n_kv_heads, D, LM_DTYPE_F32};
+            lm_mem out32 = poisoned(&a, q_n);
+            lm_attention(a.be, out32, up_f32(&a, q, q_n), &wide, &batch);
+            float *got32 = down_f32(&a, out32, q_n);
+            if (!got32 || memcmp(got32, got, q_n * 4) != 0)
+                fail(v, "attention H=%d D=%d on %s: %s pools and float32 pools give different bits",
+                     ac->n_heads, D, bs->label[b], lm_dtype_name(pool_dtype));
+            free(got32);
+        }
         /* bf16 compute: cuda's attention takes bf16 operands (tensor cores) */
         bool rounds = rounds_activations(bs, b, LM_DTYPE_BF16);
         double e = !got ? INFINITY : rounds ? rel_l2_error(got, want, q_n) : rel_error(got, want, q_n);
@@ -1920,8 +1960,6 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
                      bs->label[b], t);
             free(row);
         }
-        free(kgot);
-        free(vgot);
         free(got);
         arena_free(&a);
     }

@@ -133,3 +133,17 @@ lm_status lm_context_buffer_alloc(lm_backend *be, size_t bytes, const char *what
     lm_fill(be, (lm_mem){*out, 0}, 0, bytes);
     return LM_OK;
 }
+
+size_t lm_kv_pool_units(size_t elements, lm_dtype dtype) {
+    return (elements * lm_dtype_size(dtype) + 3) / 4;
+}
+
+void lm_kv_copy_block(lm_backend *be, const lm_kv_layer *layers, int n, int src, int dst) {
+    for (int l = 0; l < n; l++) {
+        const lm_kv_layer *kv = &layers[l];
+        size_t block = (size_t)kv->block_size * (size_t)kv->n_kv_heads * (size_t)kv->head_dim *
+                       lm_dtype_size(kv->dtype); /* bytes */
+        lm_copy(be, lm_mem_bytes(kv->k, block * (size_t)dst), lm_mem_bytes(kv->k, block * (size_t)src), block);
+        lm_copy(be, lm_mem_bytes(kv->v, block * (size_t)dst), lm_mem_bytes(kv->v, block * (size_t)src), block);
+    }
+}

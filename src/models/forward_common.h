@@ -57,6 +57,13 @@ typedef struct {
     lm_mem drew;    /* int32 [rows] */
 } lm_sample_buffers;
 
+/* The lm_carve count (4-byte units) of one k or v pool of `elements`
+ * elements of dtype (float32, or bf16 on backends that want it:
+ * lm_kv_dtype). */
+size_t lm_kv_pool_units(size_t elements, lm_dtype dtype);
+/* Copies KV block src to block dst of both pools of each of n layers. */
+void lm_kv_copy_block(lm_backend *be, const lm_kv_layer *layers, int n, int src, int dst);
+
 /* Allocates a context's one buffer of `bytes` and zeroes it.  Zeroing
  * here, when the engine starts, is what makes the memory the context's:
  * host memory is otherwise only reserved, and the kernel maps and clears

@@ -17,7 +17,7 @@ static void layout(lm_glm4v_context *ctx, lm_carver *c) {
     size_t N = (size_t)o->max_step_tokens, R = (size_t)ctx->max_logit_rows;
     size_t D = (size_t)cfg->head_dim;
     size_t q = (size_t)cfg->num_attention_heads * D, kv = (size_t)cfg->num_key_value_heads * D;
-    size_t pool = (size_t)o->kv_blocks * (size_t)o->kv_block_size * kv;
+    size_t pool = lm_kv_pool_units((size_t)o->kv_blocks * (size_t)o->kv_block_size * kv, ctx->kv_dtype);
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
         lm_carve(c, &ctx->kv[l].k, pool);
         lm_carve(c, &ctx->kv[l].v, pool);
@@ -77,6 +77,7 @@ lm_status lm_glm4v_context_create(lm_model *base, const lm_context_options *o,
     ctx->model = m;
     ctx->be = base->backend;
     ctx->options = *o;
+    ctx->kv_dtype = lm_kv_dtype(ctx->be, ctx->model->config.head_dim);
     int R = o->max_logit_rows > 0 ? o->max_logit_rows : o->max_step_seqs;
     ctx->max_logit_rows = R < o->max_step_tokens ? R : o->max_step_tokens;
     ctx->descriptor_ints =
@@ -110,6 +111,7 @@ lm_status lm_glm4v_context_create(lm_model *base, const lm_context_options *o,
         kv->block_size = o->kv_block_size;
         kv->n_kv_heads = cfg->num_key_value_heads;
         kv->head_dim = cfg->head_dim;
+        kv->dtype = ctx->kv_dtype;
     }
     *out = &ctx->base;
     return LM_OK;
@@ -127,16 +129,7 @@ void lm_glm4v_context_destroy(lm_model_context *base) {
 
 void lm_glm4v_copy_block(lm_model_context *base, int src, int dst) {
     lm_glm4v_context *ctx = (lm_glm4v_context *)base;
-    const lm_glm4v_config *c = &ctx->model->config;
-    size_t block = (size_t)ctx->options.kv_block_size * (size_t)c->num_key_value_heads *
-                   (size_t)c->head_dim;
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        const lm_kv_layer *kv = &ctx->kv[l];
-        lm_copy(ctx->be, lm_mem_f32(kv->k, block * (size_t)dst), lm_mem_f32(kv->k, block * (size_t)src),
-                sizeof(float) * block);
-        lm_copy(ctx->be, lm_mem_f32(kv->v, block * (size_t)dst), lm_mem_f32(kv->v, block * (size_t)src),
-                sizeof(float) * block);
-    }
+    lm_kv_copy_block(ctx->be, ctx->kv, ctx->model->config.num_hidden_layers, src, dst);
 }
 
 lm_status lm_glm4v_step_upload(lm_glm4v_context *ctx, const lm_step_batch *b, lm_step_view *step,

@@ -31,6 +31,7 @@ typedef struct {
     int max_logit_rows;
     lm_buffer *buffer;  /* everything below lives in this one allocation */
     lm_kv_layer *kv;    /* [num_hidden_layers] */
+    lm_dtype kv_dtype;  /* the pools' elements: what the backend's attention wants */
     lm_glm4v_scratch scratch;
     lm_mem logit_x;     /* [rows, H] the normed logit rows */
     lm_mem logits;      /* [rows, V] */

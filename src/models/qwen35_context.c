@@ -29,8 +29,9 @@ static void layout(lm_qwen35_context *ctx, lm_carver *c) {
     size_t kd = (size_t)m->key_dim, vd = (size_t)m->value_dim, cd = (size_t)m->conv_dim;
     bool mtp = K > 0 && m->has_mtp;
 
-    size_t pool = (size_t)o->kv_blocks * (size_t)o->kv_block_size *
-                  (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim;
+    size_t pool = lm_kv_pool_units((size_t)o->kv_blocks * (size_t)o->kv_block_size *
+                                       (size_t)cfg->num_key_value_heads * (size_t)cfg->head_dim,
+                                   ctx->kv_dtype);
     for (int l = 0; l < m->n_full_layers; l++) {
         lm_carve(c, &ctx->kv[l].k, pool);
         lm_carve(c, &ctx->kv[l].v, pool);
@@ -130,6 +131,7 @@ lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
     ctx->model = m;
     ctx->be = base->backend;
     ctx->options = *o;
+    ctx->kv_dtype = lm_kv_dtype(ctx->be, cfg->head_dim);
     /* Logit rows: the last row of each sequence, all rows of a verify. */
     int R = o->max_logit_rows > 0 ? o->max_logit_rows : o->max_step_seqs;
     ctx->max_logit_rows = R < o->max_step_tokens ? R : o->max_step_tokens;
@@ -180,7 +182,8 @@ lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
     lm_kv_layer geometry = {.n_blocks = o->kv_blocks,
                             .block_size = o->kv_block_size,
                             .n_kv_heads = cfg->num_key_value_heads,
-                            .head_dim = cfg->head_dim};
+                            .head_dim = cfg->head_dim,
+                            .dtype = ctx->kv_dtype};
     for (int l = 0; l < m->n_full_layers; l++) {
         lm_kv_layer *kv = &ctx->kv[l];
         lm_mem k = kv->k, v = kv->v;
@@ -217,18 +220,9 @@ void lm_qwen35_context_destroy(lm_model_context *base) {
 
 void lm_qwen35_copy_block(lm_model_context *base, int src, int dst) {
     lm_qwen35_context *ctx = (lm_qwen35_context *)base;
-    const lm_qwen35_config *c = &ctx->model->config;
-    size_t block = (size_t)ctx->options.kv_block_size * (size_t)c->num_key_value_heads *
-                   (size_t)c->head_dim;
-    int n = ctx->model->n_full_layers;
-    bool mtp = ctx->options.speculative_tokens > 0 && ctx->model->has_mtp;
-    for (int l = 0; l < n + (mtp ? 1 : 0); l++) {
-        const lm_kv_layer *kv = l < n ? &ctx->kv[l] : &ctx->mtp_kv;
-        lm_copy(ctx->be, lm_mem_f32(kv->k, block * (size_t)dst), lm_mem_f32(kv->k, block * (size_t)src),
-                sizeof(float) * block);
-        lm_copy(ctx->be, lm_mem_f32(kv->v, block * (size_t)dst), lm_mem_f32(kv->v, block * (size_t)src),
-                sizeof(float) * block);
-    }
+    lm_kv_copy_block(ctx->be, ctx->kv, ctx->model->n_full_layers, src, dst);
+    if (ctx->options.speculative_tokens > 0 && ctx->model->has_mtp)
+        lm_kv_copy_block(ctx->be, &ctx->mtp_kv, 1, src, dst);
 }
 
 /* Copies every Gated DeltaNet layer's conv window and delta-rule state

@@ -59,6 +59,7 @@ typedef struct {
 
     lm_buffer *buffer; /* everything below lives in this one allocation */
     lm_kv_layer *kv;   /* [n_full_layers] */
+    lm_dtype kv_dtype; /* the pools' elements: what the backend's attention wants */
     lm_kv_layer mtp_kv; /* the MTP layer's pool: same geometry and block ids */
     lm_mem conv_states, recurrent_states; /* [L][slots][conv | recurrent floats] */
     size_t conv_floats, recurrent_floats;

@@ -86,11 +86,15 @@ typedef struct {
 typedef enum { LM_GELU_ERF, LM_GELU_TANH } lm_gelu_kind;
 
 /* One full-attention layer's paged KV cache: k and v pools of
- * [n_blocks, block_size, n_kv_heads, head_dim] float32.  Token slot s lives at
- * block s / block_size, offset s % block_size. */
+ * [n_blocks, block_size, n_kv_heads, head_dim] elements of `dtype`:
+ * LM_DTYPE_F32 (the zero value), or LM_DTYPE_BF16 on a backend whose
+ * kv_dtype op asks for it (kv_write rounds to nearest even; attention reads
+ * the rounded values).  Token slot s lives at block s / block_size, offset
+ * s % block_size. */
 typedef struct {
     lm_mem k, v;
     int n_blocks, block_size, n_kv_heads, head_dim;
+    lm_dtype dtype;
 } lm_kv_layer;
 
 /* The tokens of one attention call.  Token i belongs to sequence
@@ -391,6 +395,13 @@ typedef struct {
                         int top_k, const lm_moe_experts *experts, lm_mem scratch);
 
     /* ---- attention ---- */
+    /* Optional (NULL: LM_DTYPE_F32): the element type of the KV pools this
+     * backend's attention wants for head_dim under its present compute
+     * dtype.  LM_DTYPE_BF16 only where its attention rounds k and v to bf16
+     * anyway (the cpu's bf16 compute), so that storing them rounded changes
+     * no result and halves the pool; contexts ask when they are made.  A
+     * backend is given bf16 pools only if it asked for them. */
+    lm_dtype (*kv_dtype)(const lm_backend *be, int head_dim);
     /* Writes k, v rows [n, n_kv_heads*head_dim] into the pool at token slots (int32 [n]). */
     void (*kv_write)(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n,
                      lm_mem slots);
@@ -600,6 +611,9 @@ static inline void lm_moe_apply_experts(lm_backend *be, lm_mem out, lm_mem x, in
                                   lm_mem weights, int top_k, const lm_moe_experts *experts,
                                   lm_mem scratch) {
     be->ops->moe_experts(be, out, x, n, ids, weights, top_k, experts, scratch);
+}
+static inline lm_dtype lm_kv_dtype(const lm_backend *be, int head_dim) {
+    return be->ops->kv_dtype ? be->ops->kv_dtype(be, head_dim) : LM_DTYPE_F32;
 }
 static inline void lm_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n,
                                lm_mem slots) {

@@ -139,13 +139,31 @@ static void cpu_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem
                          lm_mem slots) {
     (void)be;
     lm_host_kv_layer hkv = lm_host_kv_layer_of(kv);
-    lm_cpu_kv_write(&hkv, F32(k), F32(v), n, I32(slots));
+    if (hkv.k16)
+        lm_cpu_kv_write_bf16(&hkv, F32(k), F32(v), n, I32(slots));
+    else
+        lm_cpu_kv_write(&hkv, F32(k), F32(v), n, I32(slots));
 }
 static void cpu_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                           const lm_attention_batch *batch) {
     lm_host_kv_layer hkv = lm_host_kv_layer_of(kv);
     lm_host_attention_batch hb = lm_host_attention_batch_of(batch);
-    lm_cpu_attention(lm_cpu_pool(be), F32(out), F32(q), &hkv, &hb);
+    /* bf16 compute rounds attention's operands too, for every batch (a
+     * token's bits do not depend on it); a bf16 pool (cpu_kv_dtype) exists
+     * only under bf16 compute, whose set_compute_dtype checked the CPU */
+    const lm_cpu_backend *cpu = be->impl;
+    if (hkv.k16 || (cpu->compute == LM_DTYPE_BF16 && lm_cpu_attention_bf16_takes(hb.head_dim)))
+        lm_cpu_attention_bf16(lm_cpu_pool(be), F32(out), F32(q), &hkv, &hb);
+    else
+        lm_cpu_attention(lm_cpu_pool(be), F32(out), F32(q), &hkv, &hb);
+}
+/* Under bf16 compute attention rounds k and v to bf16 whatever the pool
+ * holds, so the pool holds them rounded: half the bytes, and no key block
+ * converted again for each decode token. */
+static lm_dtype cpu_kv_dtype(const lm_backend *be, int head_dim) {
+    const lm_cpu_backend *cpu = be->impl;
+    return cpu->compute == LM_DTYPE_BF16 && lm_cpu_attention_bf16_takes(head_dim) ? LM_DTYPE_BF16
+                                                                                  : LM_DTYPE_F32;
 }
 static void cpu_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias,
                           int n, int H) {
@@ -235,6 +253,7 @@ const lm_backend_ops lm_cpu_backend_ops = {
     .gather_rows = cpu_gather_rows,
     .add_weighted_rows = cpu_add_weighted_rows,
     .argmax_rows = cpu_argmax_rows,
+    .kv_dtype = cpu_kv_dtype,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
     .gdn_gates = cpu_gdn_gates,

@@ -54,6 +54,16 @@ void lm_cpu_kv_write(const lm_host_kv_layer *kv, const float *k, const float *v,
                      const int32_t *slots);
 void lm_cpu_attention(lm_pool *pool, float *out, const float *q, const lm_host_kv_layer *kv,
                       const lm_host_attention_batch *batch);
+/* attention_bf16.c: q, k, v and the softmax weights rounded to bf16
+ * (AVX-512 BF16; the caller checks the CPU), for head dims where
+ * lm_cpu_attention_bf16_takes.  It reads float32 pools (rounding each key
+ * block as it goes) and bf16 pools (kv->k16: already rounded, by
+ * lm_cpu_kv_write_bf16 with the same instruction), with the same bits. */
+bool lm_cpu_attention_bf16_takes(int head_dim);
+void lm_cpu_attention_bf16(lm_pool *pool, float *out, const float *q, const lm_host_kv_layer *kv,
+                           const lm_host_attention_batch *batch);
+void lm_cpu_kv_write_bf16(const lm_host_kv_layer *kv, const float *k, const float *v, int n,
+                          const int32_t *slots);
 
 /* linear_attention.c */
 void lm_cpu_gdn_gates(float *beta, float *g, const float *neg_exp_A, const float *dt_bias, int n,

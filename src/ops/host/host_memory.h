@@ -66,15 +66,24 @@ static inline lm_host_matrix lm_host_matrix_of(const lm_matrix *w) {
     return (lm_host_matrix){lm_host_ptr(w->data), w->dtype, w->rows, w->cols};
 }
 
-/* lm_kv_layer with its pools resolved. */
+/* lm_kv_layer with its pools resolved: k and v for float32 pools, k16 and
+ * v16 (bf16 bits) for bf16 ones, the other pair NULL. */
 typedef struct {
     float *k, *v;
+    uint16_t *k16, *v16;
     int n_blocks, block_size, n_kv_heads, head_dim;
 } lm_host_kv_layer;
 
 static inline lm_host_kv_layer lm_host_kv_layer_of(const lm_kv_layer *kv) {
-    return (lm_host_kv_layer){lm_host_f32(kv->k), lm_host_f32(kv->v), kv->n_blocks,
-                              kv->block_size,     kv->n_kv_heads,     kv->head_dim};
+    bool bf16 = kv->dtype == LM_DTYPE_BF16;
+    return (lm_host_kv_layer){.k = bf16 ? NULL : lm_host_f32(kv->k),
+                              .v = bf16 ? NULL : lm_host_f32(kv->v),
+                              .k16 = bf16 ? (uint16_t *)lm_host_ptr(kv->k) : NULL,
+                              .v16 = bf16 ? (uint16_t *)lm_host_ptr(kv->v) : NULL,
+                              .n_blocks = kv->n_blocks,
+                              .block_size = kv->block_size,
+                              .n_kv_heads = kv->n_kv_heads,
+                              .head_dim = kv->head_dim};
 }
 
 /* lm_attention_batch with its index arrays resolved; block_tables row s is

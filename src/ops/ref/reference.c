@@ -237,9 +237,23 @@ void lm_ref_kv_write(const lm_host_kv_layer *kv, const float *k, const float *v,
                      const int32_t *slots) {
     int64_t row = (int64_t)kv->n_kv_heads * kv->head_dim;
     for (int t = 0; t < n; t++) {
-        memcpy(kv->k + (int64_t)slots[t] * row, k + (int64_t)t * row, (size_t)row * sizeof(float));
-        memcpy(kv->v + (int64_t)slots[t] * row, v + (int64_t)t * row, (size_t)row * sizeof(float));
+        int64_t at = (int64_t)slots[t] * row;
+        for (int64_t i = 0; i < row; i++) {
+            float kf = k[(int64_t)t * row + i], vf = v[(int64_t)t * row + i];
+            if (kv->k16) {
+                kv->k16[at + i] = lm_f32_to_bf16(kf);
+                kv->v16[at + i] = lm_f32_to_bf16(vf);
+            } else {
+                kv->k[at + i] = kf;
+                kv->v[at + i] = vf;
+            }
+        }
     }
+}
+
+/* Element i of a k or v pool, float32 or bf16. */
+static double pool_at(const float *f32, const uint16_t *b16, int64_t i) {
+    return b16 ? (double)lm_bf16_to_f32(b16[i]) : (double)f32[i];
 }
 
 void lm_ref_attention(float *out, const float *q, const lm_host_kv_layer *kv,
@@ -261,9 +275,9 @@ void lm_ref_attention(float *out, const float *q, const lm_host_kv_layer *kv,
             double max = -INFINITY;
             for (int j = 0; j < len; j++) {
                 int64_t slot = (int64_t)table[j / kv->block_size] * kv->block_size + j % kv->block_size;
-                const float *kj = kv->k + slot * kv_row + (int64_t)kvh * D;
+                int64_t kj = slot * kv_row + (int64_t)kvh * D;
                 double dot = 0;
-                for (int d = 0; d < D; d++) dot += (double)qh[d] * kj[d];
+                for (int d = 0; d < D; d++) dot += (double)qh[d] * pool_at(kv->k, kv->k16, kj + d);
                 scores[j] = dot * b->scale;
                 if (scores[j] > max) max = scores[j];
             }
@@ -274,7 +288,7 @@ void lm_ref_attention(float *out, const float *q, const lm_host_kv_layer *kv,
                 double acc = 0;
                 for (int j = 0; j < len; j++) {
                     int64_t slot = (int64_t)table[j / kv->block_size] * kv->block_size + j % kv->block_size;
-                    acc += scores[j] * kv->v[slot * kv_row + (int64_t)kvh * D + d];
+                    acc += scores[j] * pool_at(kv->v, kv->v16, slot * kv_row + (int64_t)kvh * D + d);
                 }
                 oh[d] = (float)(acc / sum);
             }
