@@ -2,10 +2,13 @@
  * it: a chunk of `rows` consecutive tokens of one sequence that already has
  * `cached` tokens in the cache (causal: row i attends to cached + i + 1
  * keys), and one decode token at the same depth.
- *   build/bench/attention [threads (2)] [shape: tiny | 0.8b (tiny)] [rows (512)] [f32 | bf16 (f32)]
+ *   build/bench/attention [threads (2)] [shape: tiny | 0.8b (tiny)] [rows (512)]
+ *                         [f32 | bf16 | bf16-f32-pool (f32)]
  * tiny: 4 query heads over 2 kv heads of 128 (models/loom-tiny);
  * 0.8b: 8 over 2 of 256 (../shared/bench-configs/qwen3.5-0.8b-shape.json);
- * bf16: the kernel --compute-dtype bf16 runs (bf16 operands, AVX-512 BF16).
+ * bf16: the kernel --compute-dtype bf16 runs (bf16 operands, AVX-512 BF16)
+ * on the bf16 pool that mode keeps; bf16-f32-pool: the same kernel on a
+ * float32 pool, rounding each key block as it reads it.
  * Prints milliseconds per call (median) and GFLOP/s (2 FLOPs per
  * multiply-add of q·k and of p·v). */
 #include <math.h>
@@ -14,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/bf16.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/kernels.h"
 #include "ops/host/host_memory.h"
@@ -64,7 +68,8 @@ int main(int argc, char **argv) {
     const char *which = argc > 2 ? argv[2] : "tiny";
     int rows = argc > 3 ? atoi(argv[3]) : 512;
     const char *compute = argc > 4 ? argv[4] : "f32";
-    bool bf16 = strcmp(compute, "bf16") == 0;
+    bool f32_pool = strcmp(compute, "bf16-f32-pool") == 0;
+    bool bf16 = f32_pool || strcmp(compute, "bf16") == 0;
     if (!bf16 && strcmp(compute, "f32") != 0) {
         fprintf(stderr, "usage: attention [threads] [tiny|0.8b] [rows] [f32|bf16]\n");
         return 2;
@@ -107,6 +112,22 @@ int main(int argc, char **argv) {
     for (int b = 0; b < n_blocks; b++) table[b] = n_blocks - 1 - b; /* not in pool order */
     lm_host_kv_layer kv = {.k = k, .v = v, .n_blocks = n_blocks, .block_size = BLOCK,
                            .n_kv_heads = sh.kv_heads, .head_dim = sh.dim};
+    uint16_t *k16 = NULL, *v16 = NULL;
+    if (bf16 && !f32_pool) { /* the pool --compute-dtype bf16 keeps */
+        k16 = malloc(sizeof(uint16_t) * pool_n);
+        v16 = malloc(sizeof(uint16_t) * pool_n);
+        if (!k16 || !v16) {
+            fprintf(stderr, "attention bench: out of memory\n");
+            return 1;
+        }
+        for (size_t i = 0; i < pool_n; i++) {
+            k16[i] = lm_f32_to_bf16(k[i]);
+            v16[i] = lm_f32_to_bf16(v[i]);
+        }
+        kv.k = kv.v = NULL;
+        kv.k16 = k16;
+        kv.v16 = v16;
+    }
     if (bf16 && (lm_backend_set_compute(be, "bf16", &err) != LM_OK ||
                  !lm_cpu_attention_bf16_takes(sh.dim))) {
         fprintf(stderr, "attention bench: no bf16 attention here: %s\n", err.message);
@@ -139,6 +160,8 @@ int main(int argc, char **argv) {
     }
     free(k);
     free(v);
+    free(k16);
+    free(v16);
     free(q);
     free(out);
     free(table);
