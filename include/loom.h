@@ -319,6 +319,8 @@ typedef struct {
     int threads;
     int max_model_len, max_position_embeddings;
     int64_t kv_cache_tokens;    /* the KV pool, all sequences together */
+    char kv_cache_dtype[8];     /* its elements: "f32", or "bf16" (the cpu's bf16 compute) */
+    int64_t kv_cache_bytes;     /* its k and v pools over every full-attention layer */
     int kv_block_size;
     int state_slots;            /* recurrent-state slots = sequences decoding at once */
     int max_batch_tokens;

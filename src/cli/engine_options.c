@@ -199,7 +199,9 @@ static const lm_opt compat_opts[] = {
      "loom render --template FILE tries another",
      NULL, NULL, NULL},
     {"--kv-cache-dtype", LM_OPT_REFUSED, "TYPE", 0, 0, 0,
-     "the KV cache's dtype is fixed; size the pool with --kv-cache-tokens", NULL, NULL, NULL},
+     "the KV cache's dtype follows --compute-dtype (f32; bf16 with --compute-dtype bf16 on the cpu); "
+     "size the pool with --kv-cache-tokens",
+     NULL, NULL, NULL},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

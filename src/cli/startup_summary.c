@@ -47,9 +47,10 @@ void lm_cli_log_startup(const lm_log *log, const lm_startup_facts *f) {
         snprintf(raised, sizeof raised, "; --kv-cache-tokens %lld raised to hold one full sequence",
                  (long long)f->kv_cache_tokens_asked);
     lm_log_printf(log, LM_LOG_INFO,
-                  "KV cache: %lld tokens in blocks of %d, %d sequence%s of full length at once%s; %d state slots "
-                  "(sequences decoding at once); %d tokens per step",
-                  (long long)e->kv_cache_tokens, e->kv_block_size, full, full == 1 ? "" : "s", raised, e->state_slots,
+                  "KV cache: %lld tokens (%s, %.0f MiB) in blocks of %d, %d sequence%s of full length at once%s; "
+                  "%d state slots (sequences decoding at once); %d tokens per step",
+                  (long long)e->kv_cache_tokens, e->kv_cache_dtype, (double)e->kv_cache_bytes / (1 << 20),
+                  e->kv_block_size, full, full == 1 ? "" : "s", raised, e->state_slots,
                   e->max_batch_tokens);
     if (e->speculative_tokens > 0)
         lm_log_printf(log, LM_LOG_INFO, "speculative decoding on: up to %d MTP drafts per sequence and step (as many as pay)",

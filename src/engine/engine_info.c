@@ -18,6 +18,12 @@ void loom_engine_describe(const loom_engine *e, loom_engine_info *out) {
     out->max_position_embeddings = m->max_position_embeddings;
     out->kv_block_size = e->kv_block_size;
     out->kv_cache_tokens = (int64_t)e->kv_blocks.n_blocks * e->kv_block_size;
+    /* the dtype the model's context asked the backend for (lm_kv_dtype) */
+    lm_dtype kv_dtype = lm_kv_dtype(e->backend, m->head_dim);
+    snprintf(out->kv_cache_dtype, sizeof out->kv_cache_dtype, "%s", kv_dtype == LM_DTYPE_BF16 ? "bf16" : "f32");
+    int kv_layers = m->n_kv_layers + (e->spec_k > 0 ? 1 : 0); /* the MTP layer keeps a pool too */
+    out->kv_cache_bytes = out->kv_cache_tokens * kv_layers * 2 * (int64_t)m->n_kv_heads * m->head_dim *
+                          (int64_t)lm_dtype_size(kv_dtype);
     out->state_slots = e->state_slots.n_ids;
     out->max_batch_tokens = e->options.max_batch_tokens;
     out->speculative_tokens = e->spec_k;
