@@ -234,7 +234,7 @@ for binary in [b for b in (loom, asan) if os.path.exists(b)]:
     summary = "".join(head)
     for words in (["qwen3_5", "parameters", "BF16", "loaded in", "MiB resident", "cpu backend", "threads"],
                   ["max model length 8192", "max_position_embeddings"],
-                  ["KV cache: 8192 tokens", "1 sequence of full length", "--kv-cache-tokens 100 raised",
+                  ["KV cache: 8192 tokens (f32, 32 MiB)", "1 sequence of full length", "--kv-cache-tokens 100 raised",
                    "3 state slots"], ["speculative decoding off"], ["sampling defaults:"]):
         check(f"{tag}: startup says {words[0]}", all(w in summary for w in words), summary)
     check(f"{tag}: every line timestamped", all(stamp.match(l) for l in head), head)
