@@ -53,8 +53,6 @@ typedef struct {
     const float *q;
     const lm_host_kv_layer *kv;
     const lm_host_attention_batch *b;
-    int window_rows, n_windows;
-    int heads_per_pass; /* query heads of a GQA group taken at once */
 } attention_job;
 
 /* ---------------------------------------------------------------- one query */
@@ -463,45 +461,12 @@ static void attend_tile(const attention_job *job, int first, int n_rows, int kvh
     }
 }
 
-/* Task = (window of rows, kv head).  Windows are taken last first: in a
- * prefill chunk the last rows have the longest contexts, so the big tasks
- * start early and the small ones fill in at the end. */
-static void attention_task(void *ctx, int task, int n_tasks) {
-    (void)n_tasks;
-    const attention_job *job = ctx;
-    const lm_host_attention_batch *b = job->b;
-    int window = job->n_windows - 1 - task / b->n_kv_heads, kvh = task % b->n_kv_heads;
-    int r0 = window * job->window_rows;
-    int r1 = r0 + job->window_rows < b->n_tokens ? r0 + job->window_rows : b->n_tokens;
-    int group = b->n_heads / b->n_kv_heads;
-    for (int first = r0; first < r1;) {
-        int end = first + 1; /* a run of rows of one sequence */
-        while (end < r1 && b->token_seq[end] == b->token_seq[first]) end++;
-        for (int g0 = 0; g0 < group; g0 += job->heads_per_pass) {
-            int n_heads = group - g0 < job->heads_per_pass ? group - g0 : job->heads_per_pass;
-            attend_tile(job, first, end - first, kvh, kvh * group + g0, n_heads);
-        }
-        first = end;
-    }
+static void attention_tile(void *ctx, int first, int n_rows, int kvh, int h0, int n_heads) {
+    attend_tile(ctx, first, n_rows, kvh, h0, n_heads);
 }
 
 void lm_cpu_attention(lm_pool *pool, float *out, const float *q, const lm_host_kv_layer *kv,
                       const lm_host_attention_batch *batch) {
-    if (batch->n_tokens <= 0) return;
-    int group = batch->n_heads / batch->n_kv_heads;
-    int heads = group < MAX_TASK_QUERIES ? group : MAX_TASK_QUERIES;
-    /* As many rows per window as the task's query state holds, fewer while
-     * that would leave fewer than four tasks per thread. */
-    int rows = MAX_TASK_QUERIES / heads;
-    long want_tasks = 4L * lm_pool_size(pool);
-    while (rows > 1 && (long)((batch->n_tokens + rows - 1) / rows) * batch->n_kv_heads < want_tasks)
-        rows = (rows + 1) / 2;
-    attention_job job = {.out = out,
-                         .q = q,
-                         .kv = kv,
-                         .b = batch,
-                         .window_rows = rows,
-                         .n_windows = (batch->n_tokens + rows - 1) / rows,
-                         .heads_per_pass = heads};
-    lm_pool_run(pool, job.n_windows * batch->n_kv_heads, attention_task, &job);
+    attention_job job = {.out = out, .q = q, .kv = kv, .b = batch};
+    lm_cpu_attention_tiles(pool, batch, MAX_TASK_QUERIES, attention_tile, &job);
 }

@@ -19,7 +19,8 @@
  * So its bits do not depend on its batch, the thread count or the tiling:
  * test_backend_ops checks each token alone against its batch.
  *
- * How: a task is (a window of rows, a kv head), as in attention.c.  The
+ * How: a task is (a window of rows, a kv head), as attention_tiles.c deals
+ * them out for both kernels.  The
  * rows of one sequence in a window times the query heads of the kv head
  * are a tile of up to 128 queries, in groups of 16: the 16 queries of a
  * group are the 16 float32 lanes, so a score step is one load of 16 query
@@ -32,9 +33,14 @@
  * so that their chains run side by side; its softmax makes, per query, the
  * same operations as a lane of the groups.
  *
- * Cost: prefill attention runs 2.5-3x faster than the float32 kernel
- * (build/bench/attention); decode, where the conversion of each key block
- * is shared by a token's few heads only, about 1.4x slower (docs/PERF.md). */
+ * Pools: float32 ones are rounded block by block as they are read; bf16
+ * ones (what contexts keep under bf16 compute: cpu_kv_dtype) are read as
+ * they are, the same bits for half the bytes.
+ *
+ * Cost (build/bench/attention, docs/PERF.md): prefill attention about 2x
+ * the float32 kernel's speed; decode on a bf16 pool 1.1-1.3x its time up
+ * to 8k keys (each block's pairs still unpacked for a token's few heads)
+ * and faster beyond, where it reads half the bytes. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -76,8 +82,6 @@ typedef struct {
     const float *q;
     const lm_host_kv_layer *kv;
     const lm_host_attention_batch *b;
-    int window_rows, n_windows;
-    int heads_per_pass;
 } bf16_job;
 
 /* One tile's bf16 operands and softmax state, on the worker's stack. */
@@ -464,43 +468,15 @@ static BF16_TARGET void attend_tile(const bf16_job *job, tile_state *ts, int fir
     }
 }
 
-static BF16_TARGET void bf16_task(void *ctx, int task, int n_tasks) {
-    (void)n_tasks;
-    const bf16_job *job = ctx;
-    const lm_host_attention_batch *b = job->b;
-    tile_state ts;
-    int window = job->n_windows - 1 - task / b->n_kv_heads, kvh = task % b->n_kv_heads;
-    int r0 = window * job->window_rows;
-    int r1 = r0 + job->window_rows < b->n_tokens ? r0 + job->window_rows : b->n_tokens;
-    int group = b->n_heads / b->n_kv_heads;
-    for (int first = r0; first < r1;) {
-        int end = first + 1; /* a run of rows of one sequence */
-        while (end < r1 && b->token_seq[end] == b->token_seq[first]) end++;
-        for (int g0 = 0; g0 < group; g0 += job->heads_per_pass) {
-            int n_heads = group - g0 < job->heads_per_pass ? group - g0 : job->heads_per_pass;
-            attend_tile(job, &ts, first, end - first, kvh, kvh * group + g0, n_heads);
-        }
-        first = end;
-    }
+static BF16_TARGET void bf16_tile(void *ctx, int first, int n_rows, int kvh, int h0, int n_heads) {
+    tile_state ts; /* on the worker's stack, not initialized: attend_tile sets what it reads */
+    attend_tile(ctx, &ts, first, n_rows, kvh, h0, n_heads);
 }
 
 void lm_cpu_attention_bf16(lm_pool *pool, float *out, const float *q, const lm_host_kv_layer *kv,
                            const lm_host_attention_batch *batch) {
-    if (batch->n_tokens <= 0) return;
-    int group = batch->n_heads / batch->n_kv_heads;
-    int heads = group < MAX_TASK_QUERIES ? group : MAX_TASK_QUERIES;
-    int rows = MAX_TASK_QUERIES / heads;
-    long want_tasks = 4L * lm_pool_size(pool);
-    while (rows > 1 && (long)((batch->n_tokens + rows - 1) / rows) * batch->n_kv_heads < want_tasks)
-        rows = (rows + 1) / 2;
-    bf16_job job = {.out = out,
-                    .q = q,
-                    .kv = kv,
-                    .b = batch,
-                    .window_rows = rows,
-                    .n_windows = (batch->n_tokens + rows - 1) / rows,
-                    .heads_per_pass = heads};
-    lm_pool_run(pool, job.n_windows * batch->n_kv_heads, bf16_task, &job);
+    bf16_job job = {.out = out, .q = q, .kv = kv, .b = batch};
+    lm_cpu_attention_tiles(pool, batch, MAX_TASK_QUERIES, bf16_tile, &job);
 }
 
 /* k and v rows to the bf16 pool, rounded by the instruction that rounds a

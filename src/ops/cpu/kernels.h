@@ -49,6 +49,15 @@ void lm_cpu_argmax_rows(lm_pool *pool, int32_t *ids, const float *x, int rows, i
 void lm_cpu_add_weighted_rows(lm_pool *pool, float *x, const lm_host_matrix *table,
                               const int32_t *ids, const float *weights, int n, int taps);
 
+/* attention_tiles.c: a tile is rows [first, first + n_rows) of one
+ * sequence x query heads [h0, h0 + n_heads) of kv head kvh, at most
+ * max_tile queries; tasks of the pool take (a window of rows, a kv head),
+ * the last windows first. */
+typedef void (*lm_cpu_attention_tile_fn)(void *ctx, int first, int n_rows, int kvh, int h0,
+                                         int n_heads);
+void lm_cpu_attention_tiles(lm_pool *pool, const lm_host_attention_batch *batch, int max_tile,
+                            lm_cpu_attention_tile_fn tile, void *ctx);
+
 /* attention.c */
 void lm_cpu_kv_write(const lm_host_kv_layer *kv, const float *k, const float *v, int n,
                      const int32_t *slots);
