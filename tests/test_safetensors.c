@@ -156,6 +156,30 @@ static void test_misaligned_data_is_copied(void) {
     free(header);
 }
 
+/* Read mode lays the image out so that the data section starts at a
+ * multiple of 64 bytes, whatever the header's length: a tensor at a
+ * 64-byte multiple of the section (a, at 0) is then aligned for 64-byte
+ * vector loads in place (the cpu's bf16 products ran about 1.3x slower on
+ * rows split across cache lines), and its bytes are still the file's. */
+static void test_read_mode_aligns_the_data_section(void) {
+    for (size_t extra = 0; extra < 64 && !test_current_failed(); extra += 7) {
+        char *header = padded_header(ALIGNED_HEADER, 8, extra);
+        image im = make_valid_image(header, 40);
+        char path[512];
+        CHECK(write_image("aligned64.safetensors", &im, path, sizeof path));
+        lm_error err;
+        lm_safetensors *st;
+        CHECK_OK(lm_safetensors_open(path, LM_LOAD_READ, &st, &err), &err);
+        check_valid_tensors(st, path);
+        const lm_tensor *a = lm_safetensors_find(st, "a");
+        CHECK_MSG(a && (uintptr_t)a->data % 64 == 0, "header of %zu bytes: tensor a at %p, not 64-byte aligned",
+                  strlen(header), a ? a->data : NULL);
+        lm_safetensors_close(st);
+        free(im.bytes);
+        free(header);
+    }
+}
+
 static void test_empty_header(void) {
     image im = make_valid_image("{}      ", 0);
     lm_error err;
@@ -322,6 +346,7 @@ int main(void) {
     RUN_TEST(test_valid_file_both_modes);
     RUN_TEST(test_valid_image_from_memory);
     RUN_TEST(test_misaligned_data_is_copied);
+    RUN_TEST(test_read_mode_aligns_the_data_section);
     RUN_TEST(test_empty_header);
     RUN_TEST(test_missing_file);
     RUN_TEST(test_past_eof_message);
