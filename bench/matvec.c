@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "base/bf16.h"
+#include "base/big_alloc.h"
 #include "base/quant.h"
 #include "base/threadpool.h"
 #include "base/simd.h"
@@ -125,7 +126,11 @@ int main(int argc, char **argv) {
         /* enough copies that cycling through them overflows the L3 */
         int copies = (int)(128e6 / bytes) + 1;
         if (copies > 32) copies = 32;
-        uint8_t *w = malloc(matrix_bytes * (size_t)copies);
+        /* placed as loom's loader places a checkpoint's weights (read
+         * mode: 64-byte aligned, in huge pages where the kernel offers
+         * them); plain malloc left them 16 bytes off, and split rows ran
+         * the bf16 products up to 1.3x slower (docs/PERF.md, session 11) */
+        uint8_t *w = lm_big_alloc(matrix_bytes * (size_t)copies);
         float *row = malloc(sizeof(float) * (size_t)sh->cols);
         if (!w || !row) return 1;
         for (int64_t r = 0; r < sh->rows; r++) {
