@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     bool f32_pool = strcmp(compute, "bf16-f32-pool") == 0;
     bool bf16 = f32_pool || strcmp(compute, "bf16") == 0;
     if (!bf16 && strcmp(compute, "f32") != 0) {
-        fprintf(stderr, "usage: attention [threads] [tiny|0.8b] [rows] [f32|bf16]\n");
+        fprintf(stderr, "usage: attention [threads] [tiny|0.8b] [rows] [f32|bf16|bf16-f32-pool]\n");
         return 2;
     }
     shape sh;
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
     else if (strcmp(which, "0.8b") == 0)
         sh = (shape){8, 2, 256};
     else {
-        fprintf(stderr, "usage: attention [threads] [tiny|0.8b] [rows] [f32|bf16]\n");
+        fprintf(stderr, "usage: attention [threads] [tiny|0.8b] [rows] [f32|bf16|bf16-f32-pool]\n");
         return 2;
     }
     if (rows < 1 || rows > 4096) {

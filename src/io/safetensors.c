@@ -257,14 +257,20 @@ static lm_status check_unique_names(const lm_safetensors *st, lm_error *err) {
 /* The header is not one: the file is something else, or cut short. */
 #define NOT_SAFETENSORS "not a safetensors file (or a damaged one: download it again)"
 
+/* The file's first 8 bytes: the header's length, little-endian. */
+static uint64_t header_length(const uint8_t b[8]) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
+    return n;
+}
+
 /* Reads the header length and finds the data section. */
 static lm_status locate_sections(const lm_safetensors *st, data_section *ds, lm_error *err) {
     if (st->size < 8)
         return lm_fail(err, LM_ERR_FORMAT,
                        "%s: " NOT_SAFETENSORS ": %zu bytes, too short for the 8-byte header length", st->name,
                        st->size);
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; i--) header_len = header_len << 8 | st->bytes[i];
+    uint64_t header_len = header_length(st->bytes);
     if (header_len > LM_SAFETENSORS_MAX_HEADER_BYTES)
         return lm_fail(err, LM_ERR_FORMAT, "%s: " NOT_SAFETENSORS ": header length %llu is over the limit of %llu bytes",
                        st->name, (unsigned long long)header_len,
@@ -334,8 +340,7 @@ lm_status lm_safetensors_parse_memory(const void *bytes, size_t n, const char *n
 static uint64_t data_section_start(int fd, size_t size) {
     uint8_t b[8];
     if (size < 8 || pread(fd, b, 8, 0) != 8) return 0;
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; i--) header_len = header_len << 8 | b[i];
+    uint64_t header_len = header_length(b);
     return header_len <= size - 8 ? 8 + header_len : 0;
 }
 

@@ -107,11 +107,17 @@ static BF16_INLINE __m512i pairs_of(const float *src, int count) {
                                         _mm512_maskz_loadu_ps(lo, src));
 }
 
-/* a and b (16 floats each) as 16 pairs (a_i, b_i). */
-static BF16_INLINE __m512i interleave_pairs(__m512 a, __m512 b) {
+/* 16 bf16 a_i in the low half and 16 b_i in the high half as 16 pairs
+ * (a_i, b_i). */
+static BF16_INLINE __m512i pairs_of_halves(__m512i halves) {
     const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
                                          8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    return _mm512_permutexvar_epi16(idx, halves);
+}
+
+/* a and b (16 floats each) as 16 pairs (a_i, b_i). */
+static BF16_INLINE __m512i interleave_pairs(__m512 a, __m512 b) {
+    return pairs_of_halves((__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 
 /* The k and v rows of kv head kvh for context positions [j0, j0 + nkeys):
@@ -139,12 +145,10 @@ static BF16_INLINE __m512i pairs_of_bf16(const uint16_t *src, int count) {
 /* 16 bf16 of each of two rows (masked past `count`) as 16 pairs (a_i, b_i),
  * as interleave_pairs makes them from float32. */
 static BF16_INLINE __m512i interleave_pairs_bf16(const uint16_t *a, const uint16_t *b, int count) {
-    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
-                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     __mmask16 m = (__mmask16)(count >= 16 ? 0xffffu : (1u << count) - 1u);
     __m256i lo = a ? _mm256_maskz_loadu_epi16(m, a) : _mm256_setzero_si256();
     __m256i hi = b ? _mm256_maskz_loadu_epi16(m, b) : _mm256_setzero_si256();
-    return _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+    return pairs_of_halves(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
 }
 
 /* out[c] = column c of the 16 x 16 dwords a[0..15]: unpacks within 128-bit
