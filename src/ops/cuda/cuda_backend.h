@@ -69,7 +69,8 @@ void lm_cuda_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matri
 /* sample.cu */
 void lm_cuda_sample_rows(lm_backend *be, lm_mem ids, lm_mem drew, lm_mem logits, int rows, int vocab, lm_mem params,
                          lm_mem entries);
-/* attention.cu */
+/* attention.cu; kv_dtype: bf16 pools under bf16 compute (lm_kv_dtype) */
+lm_dtype lm_cuda_kv_dtype(const lm_backend *be, int head_dim);
 void lm_cuda_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n, lm_mem slots);
 void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                        const lm_attention_batch *batch);

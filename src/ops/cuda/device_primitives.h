@@ -28,6 +28,29 @@ __device__ __forceinline__ static uint32_t lm_pack_bf16(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
+/* A KV pool's elements (ops.h: lm_kv_layer.dtype): float32 or bf16.  A
+ * bf16 pool holds what kv_write rounded to nearest even, so reading it
+ * gives exactly the floats a float32 pool of the rounded values gives. */
+__device__ __forceinline__ static float lm_kv_float(float x) { return x; }
+__device__ __forceinline__ static float lm_kv_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ static void lm_kv_store(float *p, float x) { *p = x; }
+__device__ __forceinline__ static void lm_kv_store(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+/* 8 consecutive pool elements as floats: two 16-byte loads of float32, one
+ * of bf16 (p 16-byte aligned). */
+__device__ __forceinline__ static void lm_kv_load8(const float *p, float x[8]) {
+    float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+__device__ __forceinline__ static void lm_kv_load8(const __nv_bfloat16 *p, float x[8]) {
+    uint4 u = *(const uint4 *)p;
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        x[2 * i] = __uint_as_float(w[i] << 16); /* the lower index in the low half */
+        x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
 /* c += a·b: a 16x16 (row) by 16x8 (column) bf16 product, f32 accumulators
  * (the PTX ISA's fragment layouts for mma.m16n8k16). */
 __device__ __forceinline__ static void lm_mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {

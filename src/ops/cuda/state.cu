@@ -24,6 +24,8 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     s->attention_simt_only = mma && mma[0] == '0';
     const char *split = getenv("LOOM_CUDA_ATTENTION_SPLIT"); // 0: one run of keys a token, to compare
     s->attention_one_run = split && split[0] == '0';
+    const char *kv_f32 = getenv("LOOM_CUDA_KV_F32"); // 1: float32 KV pools in bf16 compute, to compare
+    s->kv_f32 = kv_f32 && kv_f32[0] == '1';
     const char *fuse = getenv("LOOM_CUDA_FUSE"); // 0: the fused ops decline (their parts run), to compare
     s->unfused = fuse && fuse[0] == '0';
     const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows
