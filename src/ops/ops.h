@@ -397,10 +397,12 @@ typedef struct {
     /* ---- attention ---- */
     /* Optional (NULL: LM_DTYPE_F32): the element type of the KV pools this
      * backend's attention wants for head_dim under its present compute
-     * dtype.  LM_DTYPE_BF16 only where its attention rounds k and v to bf16
-     * anyway (the cpu's bf16 compute), so that storing them rounded changes
-     * no result and halves the pool; contexts ask when they are made.  A
-     * backend is given bf16 pools only if it asked for them. */
+     * dtype.  LM_DTYPE_BF16 only under bf16 compute, where attention
+     * rounds k and v to bf16 anyway (the cpu's; cuda's tensor-core
+     * prefill), so that storing them rounded halves the pool and changes
+     * no such result (cuda's decode rows, float32 arithmetic, then read the
+     * rounded values); contexts ask when they are made.  A backend is given
+     * bf16 pools only if it asked for them. */
     lm_dtype (*kv_dtype)(const lm_backend *be, int head_dim);
     /* Writes k, v rows [n, n_kv_heads*head_dim] into the pool at token slots (int32 [n]). */
     void (*kv_write)(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n,

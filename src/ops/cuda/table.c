@@ -31,6 +31,7 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .sample_rows = lm_cuda_sample_rows,
     .embed = lm_cuda_embed,
     /* attention.cu */
+    .kv_dtype = lm_cuda_kv_dtype,
     .kv_write = lm_cuda_kv_write,
     .attention = lm_cuda_attention,
     /* gdn.cu */
