@@ -275,6 +275,19 @@ static lm_mem up_pool(arena *a, const float *host, size_t n, lm_dtype dtype) {
     free(b);
     return m;
 }
+/* n floats rounded to bf16 and back, as float32: a float32 pool of the
+ * values a bf16 pool holds. */
+static lm_mem up_rounded(arena *a, const float *host, size_t n) {
+    float *r = malloc(sizeof(float) * (n ? n : 1));
+    if (!r) {
+        a->ok = false;
+        return (lm_mem){0};
+    }
+    for (size_t i = 0; i < n; i++) r[i] = lm_bf16_to_f32(lm_f32_to_bf16(host[i]));
+    lm_mem m = up_f32(a, r, n);
+    free(r);
+    return m;
+}
 /* Whether the pool at m (n elements of dtype) holds exactly `want` as
  * up_pool would store it. */
 static bool pool_is(arena *a, lm_mem m, size_t n, lm_dtype dtype, const float *want) {
@@ -1820,11 +1833,12 @@ typedef struct {
 } attention_case;
 
 static void check_attention(const backends *bs, verdict *v, rng *r, const attention_case *ac) {
-    int D = ac->head_dim, stride = 0, total = 0, max_ctx = 0;
+    int D = ac->head_dim, stride = 0, total = 0, max_ctx = 0, max_seq_tokens = 0;
     for (int s = 0; s < ac->n_seqs; s++) {
         int blocks = (ac->cached[s] + ac->new_toks[s] + ac->block_size - 1) / ac->block_size;
         if (blocks > stride) stride = blocks;
         total += ac->new_toks[s];
+        if (ac->new_toks[s] > max_seq_tokens) max_seq_tokens = ac->new_toks[s];
         if (ac->cached[s] + ac->new_toks[s] > max_ctx) max_ctx = ac->cached[s] + ac->new_toks[s];
     }
     stride += 1; /* a spare entry: rows are table_stride apart, not block-count apart */
@@ -1900,7 +1914,7 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
     same_bits same = {0};
     for (int b = 0; b < bs->n && !v->failed; b++) {
         arena a = arena_on(bs->be[b]);
-        /* the pools the backend asks for: bf16 under the cpu's bf16 compute */
+        /* the pools the backend asks for: bf16 under bf16 compute (cpu, cuda) */
         lm_dtype pool_dtype = lm_kv_dtype(a.be, D);
         lm_kv_layer kv = {up_pool(&a, kpool, pool_n, pool_dtype), up_pool(&a, vpool, pool_n, pool_dtype),
                           n_blocks, ac->block_size, ac->n_kv_heads, D, pool_dtype};
@@ -1916,51 +1930,69 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
                                     .n_kv_heads = ac->n_kv_heads,
                                     .head_dim = D,
                                     .scale = scale};
-        lm_mem out = poisoned(&a, q_n);
-        lm_attention(a.be, out, up_f32(&a, q, q_n), &kv, &batch);
-        float *got = down_f32(&a, out, q_n);
         if (!pool_is(&a, kv.k, pool_n, pool_dtype, kwant) || !pool_is(&a, kv.v, pool_n, pool_dtype, vwant))
             fail(v, "kv_write on %s: the %s pools differ", bs->label[b], lm_dtype_name(pool_dtype));
-        if (got && pool_dtype != LM_DTYPE_F32) {
-            /* the same attention over float32 pools (rounded as they are
-             * read) gives the same bits: storing rounded changes nothing */
-            lm_kv_layer wide = {up_f32(&a, kwant, pool_n), up_f32(&a, vwant, pool_n), n_blocks,
-                                ac->block_size, ac->n_kv_heads, D, LM_DTYPE_F32};
-            lm_mem out32 = poisoned(&a, q_n);
-            lm_attention(a.be, out32, up_f32(&a, q, q_n), &wide, &batch);
-            float *got32 = down_f32(&a, out32, q_n);
-            if (!got32 || memcmp(got32, got, q_n * 4) != 0)
-                fail(v, "attention H=%d D=%d on %s: %s pools and float32 pools give different bits",
-                     ac->n_heads, D, bs->label[b], lm_dtype_name(pool_dtype));
-            free(got32);
+        /* Twice: without the bound on a sequence's tokens (max_seq_tokens
+         * 0), and with the true one, as the models pass it: a backend may
+         * pick its kernel by it (cuda in bf16 compute: calls of decode rows
+         * only take the float32 split kernel, the others the tensor cores),
+         * so both kernels meet each pool. */
+        for (int pass = 0; pass < 2 && !v->failed; pass++) {
+            batch.max_seq_tokens = pass == 0 ? 0 : max_seq_tokens;
+            const char *hint = pass == 0 ? "" : " (max_seq_tokens given)";
+            lm_mem out = poisoned(&a, q_n);
+            lm_attention(a.be, out, up_f32(&a, q, q_n), &kv, &batch);
+            float *got = down_f32(&a, out, q_n);
+            if (got && pool_dtype != LM_DTYPE_F32) {
+                /* the same attention over float32 pools of the rounded
+                 * values gives the same bits: storing rounded changes
+                 * nothing (the tensor-core kernel and the cpu's bf16
+                 * attention round float32 pools as they read them; cuda's
+                 * split kernel reads the values as they are) */
+                lm_kv_layer wide = {up_rounded(&a, kwant, pool_n), up_rounded(&a, vwant, pool_n), n_blocks,
+                                    ac->block_size, ac->n_kv_heads, D, LM_DTYPE_F32};
+                lm_mem out32 = poisoned(&a, q_n);
+                lm_attention(a.be, out32, up_f32(&a, q, q_n), &wide, &batch);
+                float *got32 = down_f32(&a, out32, q_n);
+                if (!got32 || memcmp(got32, got, q_n * 4) != 0)
+                    fail(v, "attention H=%d D=%d on %s%s: %s pools and float32 pools give different bits",
+                         ac->n_heads, D, bs->label[b], hint, lm_dtype_name(pool_dtype));
+                free(got32);
+            }
+            /* bf16 compute: cuda's attention takes bf16 operands (tensor
+             * cores), the cpu's too; bf16 pools (both, in bf16 compute) hold
+             * k and v rounded.  Against float64 over the unrounded pools:
+             * ‖got − want‖ / ‖want‖ < BF16_TOLERANCE (1e-2; bf16 rounding
+             * is 2^-9 relative); float32: max error / max |want| < 1e-5. */
+            bool rounds = rounds_activations(bs, b, LM_DTYPE_BF16);
+            double e = !got ? INFINITY : rounds ? rel_l2_error(got, want, q_n) : rel_error(got, want, q_n);
+            if (!(e < (rounds ? BF16_TOLERANCE : TOLERANCE)))
+                fail(v, "attention H=%d KV=%d D=%d bs=%d on %s%s (%s pools): error %g%s", ac->n_heads,
+                     ac->n_kv_heads, D, ac->block_size, bs->label[b], hint, lm_dtype_name(pool_dtype), e,
+                     rounds ? " (l2, bf16 operands)" : "");
+            if (got && pass == 0) same_bits_check(&same, v, bs->family[b], "attention", got, q_n * 4, bs->label[b]);
+            /* Batch invariance: each token alone gives the bits it gave in
+             * the batch (under the same bound: one token is within it). */
+            size_t q_row = (size_t)ac->n_heads * D;
+            int32_t zero = 0;
+            lm_mem q1 = poisoned(&a, q_row), alone = poisoned(&a, q_row);
+            lm_attention_batch one = batch;
+            one.n_tokens = 1;
+            one.token_seq = up_i32(&a, &zero, 1);
+            one.ctx_len = up_i32(&a, &zero, 1);
+            for (int t = 0; got && a.ok && t < total && !v->failed; t++) {
+                lm_upload(a.be, q1, q + (size_t)t * q_row, q_row * 4);
+                lm_upload(a.be, one.token_seq, token_seq + t, 4);
+                lm_upload(a.be, one.ctx_len, ctx_len + t, 4);
+                lm_attention(a.be, alone, q1, &kv, &one);
+                float *row = down_f32(&a, alone, q_row);
+                if (!row || memcmp(row, got + (size_t)t * q_row, q_row * 4) != 0)
+                    fail(v, "attention H=%d D=%d on %s%s (%s pools): token %d alone differs from its batch",
+                         ac->n_heads, D, bs->label[b], hint, lm_dtype_name(pool_dtype), t);
+                free(row);
+            }
+            free(got);
         }
-        /* bf16 compute: cuda's attention takes bf16 operands (tensor cores) */
-        bool rounds = rounds_activations(bs, b, LM_DTYPE_BF16);
-        double e = !got ? INFINITY : rounds ? rel_l2_error(got, want, q_n) : rel_error(got, want, q_n);
-        if (!(e < (rounds ? BF16_TOLERANCE : TOLERANCE)))
-            fail(v, "attention H=%d KV=%d D=%d bs=%d on %s: error %g%s", ac->n_heads,
-                 ac->n_kv_heads, D, ac->block_size, bs->label[b], e, rounds ? " (l2, bf16 operands)" : "");
-        if (got) same_bits_check(&same, v, bs->family[b], "attention", got, q_n * 4, bs->label[b]);
-        /* Batch invariance: each token alone gives the bits it gave in the batch. */
-        size_t q_row = (size_t)ac->n_heads * D;
-        int32_t zero = 0;
-        lm_mem q1 = poisoned(&a, q_row), alone = poisoned(&a, q_row);
-        lm_attention_batch one = batch;
-        one.n_tokens = 1;
-        one.token_seq = up_i32(&a, &zero, 1);
-        one.ctx_len = up_i32(&a, &zero, 1);
-        for (int t = 0; got && a.ok && t < total && !v->failed; t++) {
-            lm_upload(a.be, q1, q + (size_t)t * q_row, q_row * 4);
-            lm_upload(a.be, one.token_seq, token_seq + t, 4);
-            lm_upload(a.be, one.ctx_len, ctx_len + t, 4);
-            lm_attention(a.be, alone, q1, &kv, &one);
-            float *row = down_f32(&a, alone, q_row);
-            if (!row || memcmp(row, got + (size_t)t * q_row, q_row * 4) != 0)
-                fail(v, "attention H=%d D=%d on %s: token %d alone differs from its batch", ac->n_heads, D,
-                     bs->label[b], t);
-            free(row);
-        }
-        free(got);
         arena_free(&a);
     }
     same_bits_free(&same);
