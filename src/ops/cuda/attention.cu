@@ -61,8 +61,8 @@ void lm_cuda_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v,
 // of lanes over its own keys of the tile (keys g, g + groups, ...); the
 // groups' sums are added in group order when the run ends.
 //
-// attention_split_kernel, for the other head dims (the vision towers'
-// 72, odd test sizes) or unaligned pools: every warp scores ATT_TILE /
+// attention_split_kernel, for the other head dims (a vision tower's may
+// be one, the op test's odd sizes are) or unaligned pools: every warp scores ATT_TILE /
 // warps keys (lanes over the head dims, a shuffle sum), then each thread
 // accumulates its output dims (d = tid, tid + ATT_THREADS, ...: head_dim
 // <= ATT_THREADS * ATT_DIMS) over the tile's values, read element by
