@@ -47,6 +47,18 @@ static const product products[] = {
     {"lm_head", 1, {248320}, 4096, false},
 };
 #define N_PRODUCTS ((int)(sizeof products / sizeof products[0]))
+/* CUDA_GEMV_SWEEP=1: one matrix of 4096 columns at growing row counts
+ * instead (33 MB to the lm_head's 2 GB), to see how a product's GB/s
+ * grows with its size: what a launch's ramp and tail cost. */
+static const product sweep[] = {
+    {"4096 rows", 1, {4096}, 4096, false},     {"12288 rows", 1, {12288}, 4096, false},
+    {"24576 rows", 1, {24576}, 4096, false},   {"49152 rows", 1, {49152}, 4096, false},
+    {"98304 rows", 1, {98304}, 4096, false},   {"248320 rows", 1, {248320}, 4096, false},
+    {"2 x 12288 (group)", 2, {12288, 12288}, 4096, false},
+    {"4 x 12288 (group)", 4, {12288, 12288, 12288, 12288}, 4096, false},
+};
+#define N_SWEEP ((int)(sizeof sweep / sizeof sweep[0]))
+#define N_MOST (N_PRODUCTS > N_SWEEP ? N_PRODUCTS : N_SWEEP)
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -140,7 +152,10 @@ int main(int argc, char **argv) {
 
     lm_error err = {0};
     /* first outputs per (product, batch), to compare every shape with */
-    float *first[N_PRODUCTS][4] = {{0}};
+    float *first[N_MOST][4] = {{0}};
+    bool sweeping = getenv("CUDA_GEMV_SWEEP") && atoi(getenv("CUDA_GEMV_SWEEP")) == 1;
+    const product *list = sweeping ? sweep : products;
+    int n_list = sweeping ? N_SWEEP : N_PRODUCTS;
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     printf("cuda_gemv: %d rounds; us per call (median) and GB/s of weights; bits vs the first shape\n",
            rounds);
@@ -154,8 +169,8 @@ int main(int argc, char **argv) {
         const char *cap = getenv("LOOM_CUDA_GEMV_BLOCKS");
         printf("shape %s%s%s\n", names[s], cap ? ", blocks per SM " : "", cap ? cap : "");
         seed = 0x9e3779b97f4a7c15ull; /* the same weights and inputs for every shape */
-        for (int pi = 0; pi < N_PRODUCTS; pi++) {
-            const product *p = &products[pi];
+        for (int pi = 0; pi < n_list; pi++) {
+            const product *p = &list[pi];
             product_weights pw;
             lm_buffer *x_buf = NULL, *y_buf[MAX_GROUP] = {0};
             if (make_weights(be, p, &pw, &seed, &err) != LM_OK ||
@@ -219,7 +234,7 @@ int main(int argc, char **argv) {
         }
         lm_backend_destroy(be);
     }
-    for (int pi = 0; pi < N_PRODUCTS; pi++)
+    for (int pi = 0; pi < N_MOST; pi++)
         for (int bi = 0; bi < 4; bi++) free(first[pi][bi]);
     return 0;
 }
