@@ -78,7 +78,8 @@ typedef struct {
     /* The weights of the Linear layers: NULL or "none" as the checkpoint
      * stores them; "int8": made int8 at load (blocks of 32 weights with one
      * bf16 scale; the decode reads about half the bytes of bf16; backends
-     * cpu and ref).  FP8 checkpoints load as int8 whatever this says. */
+     * cpu and ref).  FP8 checkpoints load as int8 whatever this says (as
+     * bf16 on a backend without int8 weights: cuda). */
     const char *quantize;
     /* Prefix caching (vLLM's --enable-prefix-caching): a request whose
      * prompt starts with tokens (and images) the engine has run before
@@ -315,6 +316,8 @@ typedef struct {
     int64_t n_parameters;       /* text model, MTP head excluded */
     int64_t n_active_parameters; /* of those, what one token uses (MoE: the top-k experts) */
     uint64_t weight_bytes;      /* as stored */
+    char weights_made[160];     /* what the load made of them: "weights made int8 at load: N MB",
+                                 * "FP8 weights made bf16 at load: N MB, as ..."; "" when as stored */
     char backend[16];
     int threads;
     int max_model_len, max_position_embeddings;

@@ -24,12 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8_checkpoint.h"
 #include "harness.h"
 #include "io/safetensors.h"
 #include "model_util.h"
 #include "models/glm4v.h"
 #include "models/registry.h"
 #include "models/tensor_parallel.h"
+#include "ops/backend_kinds.h"
 #include "ops/comm.h"
 
 #define MAX_RANKS 4
@@ -435,6 +437,204 @@ static void test_experts_that_do_not_divide_are_refused(void) {
                        "expert parallelism over 3 ranks: n_routed_experts (8) is not a multiple of 3");
 }
 
+/* ---------------------------------------------------- FP8 checkpoints */
+
+/* Qwen3.5's largest releases, the ones that need several GPUs, ship in FP8:
+ * each rank decodes only its rows of every FP8 matrix and makes them what
+ * the whole model makes of FP8 for those columns (int8 blocks, or bf16 on
+ * a backend without int8 weights).  So the FP8 checkpoint over 2 ranks
+ * must give the very bits — logits and MTP logits — of its dequantized
+ * twin (float32 loaded with --quantize int8; or rounded to bf16) over 2
+ * ranks: the twin's slices go through the paths already checked against
+ * the references above. */
+typedef struct {
+    const char *dir;
+    lm_comm *comm;
+    lm_backend *backend;
+    lm_model_load_options options;
+    const lm_safetensors *reference;
+    float *logits[4], *mtp[4];
+    size_t count[4], mtp_count[4];
+    lm_status status;
+    char message[LM_ERROR_MESSAGE_MAX];
+} fp8_rank_job;
+
+static void *fp8_rank_main(void *arg) {
+    fp8_rank_job *j = arg;
+    lm_error err = {0};
+    lm_model *model = NULL;
+    j->options.tensor_parallel = j->comm;
+    j->status = lm_model_open(j->dir, &j->options, j->backend, &model, &err);
+    int V = model ? lm_model_describe(model)->vocab_size : 0, H = model ? lm_model_describe(model)->hidden_size : 0;
+    for (int p = 0; p < 4 && j->status == LM_OK; p++) {
+        char name[8];
+        snprintf(name, sizeof name, "p%d", p);
+        int n = 0;
+        const int32_t *ids = test_reference_ids(j->reference, name, &n);
+        if (!ids) continue;
+        float *hidden = malloc(sizeof(float) * (size_t)n * (size_t)H);
+        j->logits[p] = hidden ? test_prefill(model, ids, n, hidden, NULL, &err) : NULL;
+        j->count[p] = (size_t)n * (size_t)V;
+        if (!j->logits[p]) j->status = hidden ? err.code : LM_ERR_NOMEM;
+        if (j->status == LM_OK && lm_model_has_mtp_logits(model) && n > 1) {
+            j->mtp_count[p] = (size_t)(n - 1) * (size_t)V;
+            j->mtp[p] = malloc(sizeof(float) * j->mtp_count[p]);
+            j->status = j->mtp[p] ? lm_model_mtp_sequence_logits(model, hidden, ids + 1, NULL, n - 1, j->mtp[p], &err)
+                                  : LM_ERR_NOMEM;
+        }
+        free(hidden);
+    }
+    if (j->status != LM_OK) snprintf(j->message, sizeof j->message, "%s", err.message);
+    lm_model_free(model);
+    return NULL;
+}
+
+static void fp8_jobs_free(fp8_rank_job *jobs, int n) {
+    for (int r = 0; r < n; r++)
+        for (int p = 0; p < 4; p++) {
+            free(jobs[r].logits[p]);
+            free(jobs[r].mtp[p]);
+        }
+}
+
+/* dir's model over the ranks on `backends`, the logits into jobs. */
+static bool run_fp8_ranks(const char *dir, const lm_model_load_options *options, lm_backend **backends,
+                          int n_ranks, const lm_safetensors *reference, fp8_rank_job *jobs) {
+    lm_host_comm_group *group = NULL;
+    lm_error err = {0};
+    if (lm_host_comm_group_create(n_ranks, &group, &err) != LM_OK) return false;
+    pthread_t threads[MAX_RANKS];
+    for (int r = 0; r < n_ranks; r++) {
+        jobs[r] = (fp8_rank_job){.dir = dir, .comm = lm_host_comm_rank(group, r), .backend = backends[r],
+                                 .options = *options, .reference = reference};
+        if (pthread_create(&threads[r], NULL, fp8_rank_main, &jobs[r]) != 0) return false;
+    }
+    for (int r = 0; r < n_ranks; r++) pthread_join(threads[r], NULL);
+    lm_host_comm_group_destroy(group);
+    return true;
+}
+
+/* The FP8 form of fixture over 2 ranks (with expert parallelism or not)
+ * against its dequantized twin, on rank backends `backends`, and against
+ * the whole FP8 model on backends[0] within float32 rounding where the
+ * ranks' int8 blocks are the whole model's (`aligned`: every row-parallel
+ * share's columns a multiple of 32, or as unaligned as the whole's) or the
+ * weights bf16 (made per element: any slice holds the whole's values).
+ * The twin shares the slicing code; the whole model does not. */
+static void check_fp8_over_ranks(const char *fixture, bool expert_parallel, bool aligned, lm_backend **backends) {
+    enum { N = 2 };
+    bool int8 = lm_backend_supports_weights(backends[0], LM_DTYPE_Q8_0);
+    char source[1024], fp8_dir[512], twin_dir[512], path[1200];
+    test_fixture_path(source, sizeof source, fixture);
+    bool made = test_make_temp_folder(fp8_dir, sizeof fp8_dir, "tp-fp8") &&
+                test_make_temp_folder(twin_dir, sizeof twin_dir, "tp-fp8-twin") &&
+                test_fp8_write_checkpoint(source, fp8_dir, &(test_fp8_options){.form = TEST_FP8_WEIGHTS, .quant_json = TEST_FP8_CONFIG, .every_linear = true}) &&
+                test_fp8_write_checkpoint(source, twin_dir, &(test_fp8_options){.form = int8 ? TEST_FP8_DEQUANT_F32 : TEST_FP8_DEQUANT_BF16, .every_linear = true});
+    CHECK(made);
+    snprintf(path, sizeof path, "%s/reference.safetensors", source);
+    lm_safetensors *reference = NULL;
+    lm_error err = {0};
+    CHECK_OK(lm_safetensors_open(path, LM_LOAD_READ, &reference, &err), &err);
+    fp8_rank_job fp8[N], twin[N];
+    memset(fp8, 0, sizeof fp8);
+    memset(twin, 0, sizeof twin);
+    lm_model_load_options o_fp8 = {.expert_parallel = expert_parallel};
+    lm_model_load_options o_twin = {.expert_parallel = expert_parallel, .quantize_int8 = int8};
+    char why[600] = "";
+    if (!made || !reference || !run_fp8_ranks(fp8_dir, &o_fp8, backends, N, reference, fp8) ||
+        !run_fp8_ranks(twin_dir, &o_twin, backends, N, reference, twin))
+        snprintf(why, sizeof why, "could not run");
+    for (int r = 0; r < N && !why[0]; r++)
+        if (fp8[r].status != LM_OK || twin[r].status != LM_OK)
+            snprintf(why, sizeof why, "rank %d: %s", r, fp8[r].status != LM_OK ? fp8[r].message : twin[r].message);
+    fp8_rank_job whole = {.dir = fp8_dir, .backend = backends[0], .reference = reference};
+    bool against_whole = !why[0] && (aligned || !int8);
+    double e_whole = 0;
+    if (against_whole) {
+        fp8_rank_main(&whole); /* no communicator: the whole model */
+        if (whole.status != LM_OK) snprintf(why, sizeof why, "the whole model: %s", whole.message);
+        for (int p = 0; p < 4 && !why[0]; p++)
+            if (fp8[0].logits[p] && whole.logits[p])
+                e_whole = fmax(e_whole, test_normalized_error(fp8[0].logits[p], whole.logits[p], fp8[0].count[p]));
+        if (!why[0] && !(e_whole < (host_backend_under_test() ? WHOLE_TOLERANCE : WHOLE_TOLERANCE_GPU)))
+            snprintf(why, sizeof why, "the logits are %.3g of the std from the whole FP8 model's", e_whole);
+    }
+    fp8_jobs_free(&whole, 1);
+    int compared = 0, mtp_compared = 0;
+    for (int p = 0; p < 4 && !why[0]; p++) {
+        if (!fp8[0].logits[p]) continue;
+        compared++;
+        if (memcmp(fp8[0].logits[p], twin[0].logits[p], sizeof(float) * fp8[0].count[p]) != 0)
+            snprintf(why, sizeof why, "p%d: the logits are %.3g of the std from the twin's", p,
+                     test_normalized_error(fp8[0].logits[p], twin[0].logits[p], fp8[0].count[p]));
+        else if (fp8[0].mtp[p] && (!twin[0].mtp[p] || memcmp(fp8[0].mtp[p], twin[0].mtp[p], sizeof(float) * fp8[0].mtp_count[p]) != 0))
+            snprintf(why, sizeof why, "p%d: the MTP logits differ from the twin's", p);
+        mtp_compared += fp8[0].mtp[p] != NULL;
+    }
+    fp8_jobs_free(fp8, N);
+    fp8_jobs_free(twin, N);
+    lm_safetensors_close(reference);
+    test_remove_checkpoint(fp8_dir);
+    test_remove_checkpoint(twin_dir);
+    CHECK_MSG(!why[0], "%s FP8 on 2 ranks%s (%s): %s", fixture, expert_parallel ? ", expert parallel" : "",
+              int8 ? "int8" : "bf16", why);
+    CHECK_MSG(compared >= 2, "%s: %d prompts compared", fixture, compared);
+    char vs_whole[96] = "";
+    if (against_whole) snprintf(vs_whole, sizeof vs_whole, "; %.2g of the std from the whole model's", e_whole);
+    printf("  %s FP8 over 2 ranks%s as %s: %d prompts' logits and %d prompts' MTP logits the twin's bits%s\n", fixture,
+           expert_parallel ? " (expert parallel)" : "", int8 ? "int8" : "bf16", compared, mtp_compared, vs_whole);
+}
+
+/* On the backend under test (one a rank; cuda's ranks on one GPU, summed
+ * through the host as LOOM_TP_SHARE_GPU does). */
+static void check_fp8_on_test_backend(const char *fixture, bool expert_parallel, bool aligned) {
+    lm_backend *backends[2] = {0};
+    lm_error err = {0};
+    bool ok = true;
+    for (int r = 0; r < 2 && ok; r++) {
+        ok = lm_backend_create(test_backend_name(), 1, &backends[r], &err) == LM_OK;
+        if (ok && strcmp(test_compute_name(), "bf16") == 0)
+            ok = lm_backend_set_compute(backends[r], "bf16", &err) == LM_OK;
+    }
+    CHECK_MSG(ok, "%s", err.message);
+    if (ok) check_fp8_over_ranks(fixture, expert_parallel, aligned, backends);
+    for (int r = 0; r < 2; r++) lm_backend_destroy(backends[r]);
+}
+
+static void test_fp8_over_two_ranks(void) {
+    check_fp8_on_test_backend("models/qwen35-dense", false, true);
+    /* per-expert FP8 tensors cut by width (down_proj's 32 columns into 16:
+     * float32 slices of whole int8 blocks), the MTP head's fused FP8 stacks
+     * ([E, 2I, H]) sliced; then whole experts a rank (the stacks by range) */
+    check_fp8_on_test_backend("models/qwen35-moe", false, false);
+    check_fp8_on_test_backend("models/qwen35-moe", true, true);
+    /* GLM's shared expert is split by width into 16 columns */
+    check_fp8_on_test_backend("models/glm46v-moe", true, false);
+}
+
+/* A backend without int8 weights (cuda's today; here the cpu's table
+ * without them): every rank's FP8 slices made bf16. */
+static void test_fp8_over_two_ranks_without_int8(void) {
+    lm_backend *cpu[2] = {0};
+    lm_error err = {0};
+    lm_backend_ops ops = lm_cpu_backend_ops;
+    ops.weight_dtype_supported = NULL;
+    lm_backend plain[2];
+    bool ok = true;
+    for (int r = 0; r < 2 && ok; r++) {
+        ok = lm_backend_create("cpu", 1, &cpu[r], &err) == LM_OK;
+        if (ok) plain[r] = (lm_backend){.ops = &ops, .impl = cpu[r]->impl};
+    }
+    CHECK_MSG(ok, "%s", err.message);
+    lm_backend *ranks[2] = {&plain[0], &plain[1]};
+    if (ok) {
+        check_fp8_over_ranks("models/qwen35-dense", false, true, ranks);
+        check_fp8_over_ranks("models/qwen35-moe", false, true, ranks);
+        check_fp8_over_ranks("models/qwen35-moe", true, true, ranks);
+    }
+    for (int r = 0; r < 2; r++) lm_backend_destroy(cpu[r]);
+}
+
 int main(void) {
     RUN_TEST(test_dense_on_two_ranks);
     RUN_TEST(test_moe_on_two_ranks);
@@ -452,5 +652,7 @@ int main(void) {
     RUN_TEST(test_expert_parallel_dense_is_tensor_parallel);
     RUN_TEST(test_one_model_experts_over_two_ranks);
     RUN_TEST(test_experts_that_do_not_divide_are_refused);
+    RUN_TEST(test_fp8_over_two_ranks);
+    RUN_TEST(test_fp8_over_two_ranks_without_int8);
     return test_summary("test_tensor_parallel");
 }

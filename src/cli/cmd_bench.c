@@ -602,12 +602,11 @@ int cmd_bench_main(int argc, char **argv) {
     if (lm_sequence_runner_init_sized(&runner, model, (int)(prompt_tokens + gen_tokens), chunk, 0, &err) != LM_OK)
         goto done;
 
-    bool int8 = settings.engine.quantize && strcmp(settings.engine.quantize, "int8") == 0;
-    printf("model: %s, %s%s weights, %s backend (%s compute), %d threads, loaded in %.1f s\n",
+    const char *made = lm_model_describe(model)->weights_made; /* int8, or FP8 as bf16 */
+    printf("model: %s, %s weights%s%s%s, %s backend (%s compute), %d threads, loaded in %.1f s\n",
            model_dir ? model_dir : config_path,
-           model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read") : "random bf16",
-           int8 ? " (Linear layers made int8)" : "", backend->ops->name, lm_backend_compute(backend),
-           lm_backend_threads(backend), load_s);
+           model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read") : "random bf16", made[0] ? " (" : "", made,
+           made[0] ? ")" : "", backend->ops->name, lm_backend_compute(backend), lm_backend_threads(backend), load_s);
     fflush(stdout);
     double t1 = now_seconds();
     if (lm_sequence_runner_feed(&runner, prompt, (int)prompt_tokens, false, logits, NULL, NULL, &err) != LM_OK)

@@ -298,9 +298,9 @@ int cmd_serve_main(int argc, char **argv) {
     loom_engine_describe(engine, &info);
     lm_checkpoint_summary ck = {0};
     if (!eo->random_weights) lm_cli_checkpoint_summary(eo->model_dir, &ck, &err);
-    char dtypes[192];
-    snprintf(dtypes, sizeof dtypes, "%s%s", eo->random_weights ? "random bf16" : ck.dtypes,
-             eo->quantize && strcmp(eo->quantize, "int8") == 0 ? "; Linear layers made int8 at load" : "");
+    char dtypes[384];
+    snprintf(dtypes, sizeof dtypes, "%s%s%s", eo->random_weights ? "random bf16" : ck.dtypes,
+             info.weights_made[0] ? "; " : "", info.weights_made);
     lm_startup_facts facts = {.model = eo->random_weights ? config_path : eo->model_dir,
                               .weight_dtypes = dtypes,
                               .load_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,

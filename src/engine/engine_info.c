@@ -12,6 +12,7 @@ void loom_engine_describe(const loom_engine *e, loom_engine_info *out) {
     out->n_parameters = m->n_parameters;
     out->n_active_parameters = m->n_active_parameters;
     out->weight_bytes = m->weight_bytes;
+    snprintf(out->weights_made, sizeof out->weights_made, "%s", m->weights_made);
     snprintf(out->backend, sizeof out->backend, "%s", e->backend->ops->name);
     out->threads = lm_backend_threads(e->backend);
     out->max_model_len = e->max_model_len;

@@ -198,6 +198,7 @@ static void describe_to_engine(lm_glm4v_model *m) {
     info->n_parameters = params;
     info->n_active_parameters = params - inactive;
     info->weight_bytes = lm_weights_bytes_used(&m->weights);
+    lm_weights_made_note(&m->weights, info->weights_made, sizeof info->weights_made);
     info->decode_bytes_per_token = decode_bytes_per_token(m);
     const lm_glm4v_vision *v = m->vision;
     lm_vision_describe(&info->vision, c->image_token_id, c->image_start_token_id, c->image_end_token_id,

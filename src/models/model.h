@@ -71,6 +71,7 @@ typedef struct {
     int64_t n_active_parameters; /* of those, what one token uses (MoE: top-k of the experts) */
     size_t weight_bytes;         /* bytes of weights used, as stored */
     size_t decode_bytes_per_token; /* weight bytes one plain decode step reads */
+    char weights_made[160];        /* lm_weights_made_note: "" when used as stored */
     lm_vision_info vision;
 } lm_model_info;
 

@@ -281,6 +281,7 @@ static void describe_to_engine(lm_qwen35_model *m) {
                   : 0;
     info->n_active_parameters = params - inactive_per_layer * c->num_hidden_layers;
     info->weight_bytes = lm_weights_bytes_used(&m->weights);
+    lm_weights_made_note(&m->weights, info->weights_made, sizeof info->weights_made);
     info->decode_bytes_per_token = decode_bytes_per_token(m);
     const lm_qwen35_vision *v = m->vision;
     lm_vision_describe(&info->vision, c->image_token_id, c->vision_start_token_id, c->vision_end_token_id,

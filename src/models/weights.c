@@ -89,6 +89,16 @@ size_t lm_weights_bytes_used(const lm_weights *w) {
     return total;
 }
 
+void lm_weights_made_note(const lm_weights *w, char *out, size_t size) {
+    if (w->fp8_bf16_bytes > 0)
+        snprintf(out, size, "FP8 weights made bf16 at load: %.1f MB, as the %s backend has no int8 weights yet",
+                 (double)w->fp8_bf16_bytes / 1e6, w->backend->ops->name);
+    else if (w->q8_bytes > 0)
+        snprintf(out, size, "weights made int8 at load: %.1f MB", (double)w->q8_bytes / 1e6);
+    else if (size > 0)
+        out[0] = '\0';
+}
+
 /* Makes up a tensor for random mode; it joins `used` like a real one. */
 static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dims,
                                       const int64_t *shape, lm_dtype dtype, lm_error *err) {
@@ -352,9 +362,20 @@ static void *owned_bytes(lm_weights *w, size_t bytes, const char *name, lm_error
 static lm_status need_q8(lm_weights *w, const char *name, lm_error *err) {
     if (lm_backend_supports_weights(w->backend, LM_DTYPE_Q8_0)) return LM_OK;
     return lm_fail(err, LM_ERR_UNSUPPORTED,
-                   "the %s backend has no int8 weights yet, which '%s' needs (--quantize int8, and FP8 "
-                   "checkpoints, which load as int8): run it with --device cpu, or without --quantize",
+                   "the %s backend has no int8 weights yet, which --quantize int8 needs ('%s'): run it with "
+                   "--device cpu, or without --quantize (FP8 checkpoints load there as bf16)",
                    w->backend->ops->name, name);
+}
+
+/* What an FP8 matrix whose rows hold `cols` columns becomes: Q8_0 where
+ * the backend takes int8 weights (float32 when cols is not a multiple of
+ * LM_Q8_BLOCK: exact), else bf16 — a backend without int8 weights (cuda
+ * today) runs the model at bf16's 2 bytes a weight rather than refusing
+ * it; e4m3 · scale rounded to bf16 moves a weight by at most 2^-9 of
+ * itself, less than int8's rounding. */
+static lm_dtype fp8_made_as(const lm_weights *w, int64_t cols) {
+    if (!lm_backend_supports_weights(w->backend, LM_DTYPE_Q8_0)) return LM_DTYPE_BF16;
+    return cols % LM_Q8_BLOCK == 0 ? LM_DTYPE_Q8_0 : LM_DTYPE_F32;
 }
 
 /* Row r of a float tensor of `cols` columns as float32. */
@@ -451,38 +472,90 @@ static lm_status fp8_row(const lm_weights *w, const lm_tensor *t, const lm_tenso
     return LM_OK;
 }
 
-/* The matrix [n * rows, cols] of tensor t as Q8_0 (to_q8) or float32, made
- * on the host row by row (from float weights, or FP8 weights times their
- * scales s), then imported. */
-static lm_status convert_matrix(lm_weights *w, const lm_tensor *t, const lm_tensor *s, const char *name,
-                                int64_t n, int64_t rows, int64_t cols, bool to_q8, lm_matrix *out,
-                                lm_error *err) {
-    lm_dtype dtype = to_q8 ? LM_DTYPE_Q8_0 : LM_DTYPE_F32;
-    int64_t total = n * rows;
-    size_t row_bytes = lm_dtype_row_bytes(dtype, cols), bytes = row_bytes * (size_t)total;
+/* Row i of the slice: the tensor's row. */
+static int64_t slice_row(const lm_weights_slice *sl, int64_t i) {
+    for (int r = 0; r < sl->n_runs; r++) {
+        if (i < sl->runs[r].count) return sl->runs[r].first + i;
+        i -= sl->runs[r].count;
+    }
+    return i; /* no runs: every row */
+}
+
+/* Where a converted matrix's rows come from: matrices [first, first +
+ * count) of the tensor's n matrices of `rows` rows and `cols` columns,
+ * each cut to `slice` (s_rows of its rows, columns [c0, c0 + n_cols)). */
+typedef struct {
+    int64_t rows, cols, first, count;
+    const lm_weights_slice *slice;
+    int64_t s_rows, c0, n_cols;
+} row_source;
+
+/* One float32 row made `dtype` at dst: Q8_0 blocks, bf16 (nearest even)
+ * or float32 as it is.  False when a value is not finite. */
+static bool store_row(const float *row, int64_t cols, lm_dtype dtype, uint8_t *dst) {
+    if (dtype == LM_DTYPE_Q8_0) return lm_q8_quantize_row(row, cols, dst);
+    for (int64_t c = 0; c < cols; c++)
+        if (!isfinite(row[c])) return false;
+    if (dtype == LM_DTYPE_BF16) {
+        uint16_t *out = (uint16_t *)dst;
+        for (int64_t c = 0; c < cols; c++) out[c] = lm_f32_to_bf16(row[c]);
+    } else {
+        memcpy(dst, row, sizeof(float) * (size_t)cols);
+    }
+    return true;
+}
+
+/* The matrix [count · s_rows, n_cols] of tensor t's rows (src) made
+ * `dtype` (Q8_0, BF16 or F32) on the host row by row — from float weights,
+ * or FP8 weights times their block scales s — then imported. */
+static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor *s, const char *name,
+                              const row_source *src, lm_dtype dtype, lm_matrix *out, lm_error *err) {
+    int64_t n_rows = src->count * src->s_rows;
+    size_t row_bytes = lm_dtype_row_bytes(dtype, src->n_cols), bytes = row_bytes * (size_t)n_rows;
     uint8_t *dst = owned_bytes(w, bytes, name, err);
-    float *row = malloc(sizeof(float) * (size_t)(cols > 0 ? cols : 1));
+    float *row = malloc(sizeof(float) * (size_t)(src->cols > 0 ? src->cols : 1));
     if (!dst || !row) {
         free(row);
         return dst ? lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name) : err->code;
     }
     lm_status st = LM_OK;
-    for (int64_t r = 0; r < total && st == LM_OK; r++) {
-        float *target = to_q8 ? row : (float *)(dst + (size_t)r * row_bytes);
-        if (s) st = fp8_row(w, t, s, name, rows, cols, r, target, err);
-        else float_row(t, r, cols, target);
-        if (st == LM_OK && to_q8 && !lm_q8_quantize_row(row, cols, dst + (size_t)r * row_bytes))
-            st = lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite",
-                         t->file, name, (long long)r);
+    for (int64_t i = 0; i < n_rows && st == LM_OK; i++) {
+        int64_t r = (src->first + i / src->s_rows) * src->rows + slice_row(src->slice, i % src->s_rows);
+        if (s) st = fp8_row(w, t, s, name, src->rows, src->cols, r, row, err);
+        else float_row(t, r, src->cols, row);
+        if (st == LM_OK && !store_row(row + src->c0, src->n_cols, dtype, dst + (size_t)i * row_bytes))
+            st = lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite%s", t->file,
+                         name, (long long)r, s ? " (times its block scale)" : "");
     }
     free(row);
     if (st != LM_OK) return st;
     lm_buffer *buffer;
     st = import(w, dst, bytes, name, &buffer, err);
     if (st != LM_OK) return st;
-    if (to_q8) w->q8_bytes += bytes;
-    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = dtype, .rows = total, .cols = cols};
+    if (dtype == LM_DTYPE_Q8_0) w->q8_bytes += bytes;
+    if (s && dtype == LM_DTYPE_BF16) w->fp8_bf16_bytes += bytes;
+    *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = dtype, .rows = n_rows, .cols = src->n_cols};
     return LM_OK;
+}
+
+/* Whether `name` is stored F8_E4M3 (not in random mode); if so *t and its
+ * checked block scales *s, or an error (*t set, *s NULL) when its shape
+ * is not `shape` or its scales are wrong. */
+static bool find_fp8(lm_weights *w, const char *name, int n_dims, const int64_t *shape, const lm_tensor **t,
+                     const lm_tensor **s, lm_error *err) {
+    *t = w->random ? NULL : lm_checkpoint_find(w->checkpoint, name);
+    *s = NULL;
+    if (!*t || (*t)->dtype != LM_DTYPE_F8_E4M3) return false;
+    lm_weights_find(w, name); /* marks it used */
+    bool same = (*t)->n_dims == n_dims;
+    for (int d = 0; same && d < n_dims; d++) same = (*t)->shape[d] == shape[d];
+    if (!same)
+        lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' has %d dims [%lld, %lld...]; expected %s[%lld, %lld]", (*t)->file,
+                name, (*t)->n_dims, (long long)(*t)->shape[0], (long long)((*t)->n_dims > 1 ? (*t)->shape[1] : 0),
+                n_dims == 3 ? "a stack of " : "", (long long)shape[n_dims - 2], (long long)shape[n_dims - 1]);
+    else
+        *s = fp8_scales(w, *t, name, n_dims, shape, err);
+    return true;
 }
 
 static bool was_released(const lm_weights *w, const lm_tensor *t) {
@@ -504,25 +577,15 @@ static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_
                              int64_t cols, bool linear, lm_matrix *out, lm_error *err) {
     const int64_t shape2[2] = {rows, cols}, shape3[3] = {n, rows, cols};
     const int64_t *shape = n_dims == 3 ? shape3 : shape2;
-    const lm_tensor *t;
-    if (!w->random && (t = lm_checkpoint_find(w->checkpoint, name)) && t->dtype == LM_DTYPE_F8_E4M3) {
-        lm_weights_find(w, name); /* marks it used */
-        bool same = t->n_dims == n_dims;
-        for (int d = 0; same && d < n_dims; d++) same = t->shape[d] == shape[d];
-        if (!same) {
-            lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' has %d dims [%lld, %lld...]; expected %s[%lld, %lld]",
-                    t->file, name, t->n_dims, (long long)t->shape[0],
-                    (long long)(t->n_dims > 1 ? t->shape[1] : 0), n_dims == 3 ? "a stack of " : "",
-                    (long long)rows, (long long)cols);
-            return err->code;
-        }
+    const lm_weights_slice whole = {0};
+    const row_source all = {.rows = rows, .cols = cols, .first = 0, .count = n, .slice = &whole,
+                            .s_rows = rows, .c0 = 0, .n_cols = cols};
+    const lm_tensor *t, *s;
+    if (find_fp8(w, name, n_dims, shape, &t, &s, err)) {
+        if (!s) return err->code;
         if (was_released(w, t))
             return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
-        const lm_tensor *s = fp8_scales(w, t, name, n_dims, shape, err);
-        if (!s) return err->code;
-        bool to_q8 = cols % LM_Q8_BLOCK == 0;
-        if (to_q8 && need_q8(w, name, err) != LM_OK) return err->code;
-        lm_status st = convert_matrix(w, t, s, name, n, rows, cols, to_q8, out, err);
+        lm_status st = convert_rows(w, t, s, name, &all, fp8_made_as(w, cols), out, err);
         if (st == LM_OK) release_source(w, t);
         return st;
     }
@@ -532,7 +595,7 @@ static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_
         return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
     if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0) {
         if (need_q8(w, name, err) != LM_OK) return err->code;
-        lm_status st = convert_matrix(w, t, NULL, name, n, rows, cols, true, out, err);
+        lm_status st = convert_rows(w, t, NULL, name, &all, LM_DTYPE_Q8_0, out, err);
         if (st == LM_OK) release_source(w, t);
         return st;
     }
@@ -587,15 +650,6 @@ static lm_status check_slice(const char *name, int64_t rows, int64_t cols, const
     return LM_OK;
 }
 
-/* Row i of the slice: the tensor's row. */
-static int64_t slice_row(const lm_weights_slice *sl, int64_t i) {
-    for (int r = 0; r < sl->n_runs; r++) {
-        if (i < sl->runs[r].count) return sl->runs[r].first + i;
-        i -= sl->runs[r].count;
-    }
-    return i; /* no runs: every row */
-}
-
 /* The slice of each of the matrices [first, first + count) of the n
  * matrices [rows, cols] of a tensor of n_dims dims ([rows, cols], or [n,
  * rows, cols] stacked), as one matrix [count · slice rows, slice cols]. */
@@ -621,40 +675,24 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
         first = 0;
         slice = &whole;
     }
-    const lm_tensor *t;
-    if (!w->random && (t = lm_checkpoint_find(w->checkpoint, name)) && t->dtype == LM_DTYPE_F8_E4M3)
-        return lm_fail(err, LM_ERR_UNSUPPORTED, "%s: tensor '%s' is FP8: slices of FP8 weights are not supported yet",
-                       t->file, name);
     const int64_t shape2[2] = {rows, cols}, shape3[3] = {n, rows, cols};
-    t = require_shape(w, name, n_dims, n_dims == 3 ? shape3 : shape2, err);
+    const int64_t *shape = n_dims == 3 ? shape3 : shape2;
+    int64_t c0 = slice->col_first;
+    const row_source part = {.rows = rows, .cols = cols, .first = first, .count = count, .slice = slice,
+                             .s_rows = s_rows, .c0 = c0, .n_cols = n_cols};
+    /* FP8: each rank decodes only its rows, made as the whole matrix's
+     * would be for its columns (int8 blocks start at its first column). */
+    const lm_tensor *t, *s;
+    if (find_fp8(w, name, n_dims, shape, &t, &s, err))
+        return s ? convert_rows(w, t, s, name, &part, fp8_made_as(w, n_cols), out, err) : err->code;
+    t = require_shape(w, name, n_dims, shape, err);
     if (!t) return err->code;
     if (was_released(w, t))
         return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for after its conversion", name);
-    int64_t c0 = slice->col_first;
     bool whole_rows = n_cols == cols;
     if (w->quant.int8_linear && n_cols % LM_Q8_BLOCK == 0) {
         if (need_q8(w, name, err) != LM_OK) return err->code;
-        size_t row_bytes = lm_dtype_row_bytes(LM_DTYPE_Q8_0, n_cols), bytes = row_bytes * (size_t)n_rows;
-        uint8_t *dst = owned_bytes(w, bytes, name, err);
-        float *row = malloc(sizeof(float) * (size_t)cols);
-        if (!dst || !row) {
-            free(row);
-            return dst ? lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name) : err->code;
-        }
-        for (int64_t i = 0; i < n_rows && st == LM_OK; i++) {
-            int64_t src = (first + i / s_rows) * rows + slice_row(slice, i % s_rows);
-            float_row(t, src, cols, row);
-            if (!lm_q8_quantize_row(row + c0, n_cols, dst + (size_t)i * row_bytes))
-                st = lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite",
-                             t->file, name, (long long)src);
-        }
-        free(row);
-        lm_buffer *buffer;
-        if (st == LM_OK) st = import(w, dst, bytes, name, &buffer, err);
-        if (st != LM_OK) return st;
-        w->q8_bytes += bytes;
-        *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = LM_DTYPE_Q8_0, .rows = n_rows, .cols = n_cols};
-        return LM_OK;
+        return convert_rows(w, t, NULL, name, &part, LM_DTYPE_Q8_0, out, err);
     }
     size_t elem = lm_dtype_row_bytes(t->dtype, 1), src_row = elem * (size_t)cols;
     size_t dst_row = elem * (size_t)n_cols, bytes = dst_row * (size_t)n_rows;

@@ -54,6 +54,7 @@ typedef struct {
     size_t n_owned, cap_owned;
     lm_weights_quant quant;
     size_t q8_bytes; /* bytes of the Q8_0 matrices made at load */
+    size_t fp8_bf16_bytes; /* bytes of bf16 matrices decoded from FP8 (a backend without int8 weights) */
     /* Tensors whose data was converted at load and then handed back to the
      * system (lm_big_release): never handed out again. */
     const lm_tensor **released;
@@ -67,6 +68,10 @@ void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head, lm_b
 void lm_weights_set_quant(lm_weights *w, const lm_weights_quant *q);
 /* Bytes of weight data handed out so far (matrices and vectors as stored). */
 size_t lm_weights_bytes_used(const lm_weights *w);
+/* What the load made of the stored weights, for a startup line: "weights
+ * made int8 at load: N MB", "FP8 weights made bf16 at load: N MB, as ...",
+ * or "" when every matrix is used as stored. */
+void lm_weights_made_note(const lm_weights *w, char *out, size_t size);
 void lm_weights_free(lm_weights *w);
 
 /* NULL when absent; marks it used when present. */
@@ -79,10 +84,11 @@ lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64
                             lm_matrix *out, lm_error *err);
 /* A Linear layer's weight [rows, cols]: lm_weights_matrix, except that it is
  * made Q8_0 (base/dtype.h) when the quantization says int8_linear and cols
- * is a multiple of LM_Q8_BLOCK.  Every matrix (linear or not) stored as
- * F8_E4M3 with its `<name>_scale_inv` block scales is converted to Q8_0
- * (float32 when cols is not a multiple of LM_Q8_BLOCK).  A backend without
- * Q8_0 weights gets an error saying so. */
+ * is a multiple of LM_Q8_BLOCK (a backend without Q8_0 weights gets an
+ * error saying so).  Every matrix (linear or not) stored as F8_E4M3 with
+ * its `<name>_scale_inv` block scales is decoded and converted to Q8_0
+ * (float32 when cols is not a multiple of LM_Q8_BLOCK), or to bf16 on a
+ * backend without Q8_0 weights. */
 lm_status lm_weights_linear(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                             lm_matrix *out, lm_error *err);
 /* The same for a 3-D [n, rows, cols] tensor (fused experts). */
@@ -106,8 +112,10 @@ typedef struct {
  * the checkpoint.  One run of whole rows is imported as stored (in place
  * on the cpu backend); other slices are copied on the host first.  int8
  * (lm_weights_quant) is made from the slice when its columns are a
- * multiple of LM_Q8_BLOCK.  A slice outside the tensor, and FP8 tensors
- * (not yet), are errors naming the tensor. */
+ * multiple of LM_Q8_BLOCK.  An FP8 tensor's slice is decoded row by row
+ * (only its rows are read) and made what lm_weights_linear makes of FP8,
+ * judged by the slice's columns.  A slice outside the tensor is an error
+ * naming it. */
 lm_status lm_weights_linear_slice(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                                   const lm_weights_slice *slice, lm_matrix *out, lm_error *err);
 /* The same slice of each matrix of a 3-D [n, rows, cols] tensor (fused
