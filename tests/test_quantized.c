@@ -143,8 +143,8 @@ static double worst_error(const prompt_logits *a, const prompt_logits *b, const 
 }
 
 /* Whether the backend under test takes int8 weights; the tests that load
- * int8 models skip, saying so, on one that does not (cuda, for now: it
- * refuses them at load, which test_backend_without_int8_refuses checks). */
+ * int8 models skip, saying so, on one that does not (a backend refuses
+ * them at load then, which test_backend_without_int8_refuses checks). */
 static bool test_backend_has_int8(const char *test) {
     lm_backend *be = NULL;
     lm_error err = {0};
@@ -223,7 +223,7 @@ static void test_int8_decode_matches_prefill(void) {
     lm_safetensors_close(ref);
 }
 
-/* A backend whose table does not offer int8 weights (as cuda's today)
+/* A backend whose table does not offer int8 weights (as cuda's was)
  * refuses --quantize int8 at load with a sentence, and loads bf16. */
 static void test_backend_without_int8_refuses(void) {
     char dir[1024];
@@ -342,13 +342,13 @@ static void test_fp8_checkpoint(void) {
         bool int8 = be && lm_backend_supports_weights(be, LM_DTYPE_Q8_0);
         lm_backend_destroy(be);
         if (int8) check_fp8_as_int8(&f, ref);
-        else check_fp8_as_bf16(NULL, &f, ref); /* cuda today */
+        else check_fp8_as_bf16(NULL, &f, ref);
     }
     lm_safetensors_close(ref);
     remove_fp8_folders(&f);
 }
 
-/* A backend whose table does not offer int8 weights (cuda's today; here the
+/* A backend whose table does not offer int8 weights (here the
  * cpu's table without them) runs an FP8 checkpoint in bf16 instead of
  * refusing it. */
 static void test_fp8_without_int8_loads_bf16(void) {

@@ -612,7 +612,7 @@ static void test_fp8_over_two_ranks(void) {
     check_fp8_on_test_backend("models/glm46v-moe", true, false);
 }
 
-/* A backend without int8 weights (cuda's today; here the cpu's table
+/* A backend without int8 weights (here the cpu's table
  * without them): every rank's FP8 slices made bf16. */
 static void test_fp8_over_two_ranks_without_int8(void) {
     lm_backend *cpu[2] = {0};

@@ -166,7 +166,7 @@ static const lm_opt engine_opts[] = {
      parse_compute, NULL, NULL},
     {"--quantize", LM_OPT_CUSTOM, "Q", ENGINE(quantize), 0, 0,
      "int8: the Linear layers' weights made int8 at load (blocks of 32\nwith a bf16 scale; decode reads about half the bytes of bf16;\n"
-     "cpu and ref backends); none (default): as the checkpoint stores them.\nFP8 checkpoints load as int8 without it (as bf16 on cuda)",
+     "every backend); none (default): as the checkpoint stores them.\nFP8 checkpoints load as int8 without it",
      parse_quantize, NULL, NULL},
 };
 

@@ -5,7 +5,25 @@
 #define LOOM_OPS_CUDA_DEVICE_PRIMITIVES_H
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "base/dtype.h"
+
+/* Element i (row · cols + column) of a weight matrix of `dtype` as float32:
+ * bf16, f16, float32, or Q8_0 (base/dtype.h: cols a multiple of 32, so a
+ * block never straddles rows; the scale times the int8 value is exact in
+ * float32, 8 + 7 significant bits).  The scalar kernels' reader. */
+__device__ __forceinline__ static float lm_weight_at(const void *w, int dtype, int64_t i) {
+    if (dtype == LM_DTYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)w)[i] << 16);
+    if (dtype == LM_DTYPE_F16) return __half2float(((const __half *)w)[i]);
+    if (dtype == LM_DTYPE_Q8_0) {
+        const uint8_t *b = (const uint8_t *)w + (i / LM_Q8_BLOCK) * LM_Q8_BLOCK_BYTES;
+        float scale = __uint_as_float((uint32_t)(b[0] | b[1] << 8) << 16);
+        return scale * (float)(int8_t)b[2 + i % LM_Q8_BLOCK];
+    }
+    return ((const float *)w)[i];
+}
 
 /* acc + the dot product of 8 bf16 weights (one 16-byte load, low half of
  * each word first) with 8 floats (a then b), each product an explicit fma

@@ -52,12 +52,6 @@
 #define TOKENS 8
 #define WARPS (THREADS / 32)
 
-__device__ static float weight_at(const void *w, int dtype, int64_t i) {
-    if (dtype == LM_DTYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)w)[i] << 16);
-    if (dtype == LM_DTYPE_F16) return __half2float(((const __half *)w)[i]);
-    return ((const float *)w)[i];
-}
-
 __device__ static float warp_total(float v) {
     for (int off = 16; off > 0; off /= 2)
         v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -75,7 +69,7 @@ __global__ static void __launch_bounds__(THREADS)
         for (int t = 0; t < TOKENS; t++)
             acc[t] = 0.0f;
         for (int64_t i = lane; i < cols; i += 32) {
-            float wi = weight_at(w, dtype, o * cols + i);
+            float wi = lm_weight_at(w, dtype, o * cols + i);
             for (int t = 0; t < TOKENS; t++)
                 if (t < nt) acc[t] = __fmaf_rn(wi, x[(int64_t)(t0 + t) * cols + i], acc[t]);
         }
@@ -197,6 +191,100 @@ __global__ static void __launch_bounds__(THREADS)
     __shared__ float part[WARPS][ROWS][TILE];
     for (int64_t o0 = (int64_t)blockIdx.y * ROWS; o0 < rows; o0 += (int64_t)gridDim.y * ROWS)
         bf16_rows<TILE, ROWS, LOADS>(y, x, w, n, rows, cols, o0, part);
+}
+
+// ---- Q8_0 weights (--quantize int8, FP8 checkpoints) ----
+//
+// A row is cols / 32 blocks of 34 bytes: a bf16 scale, then 32 int8
+// (base/dtype.h).  As the bf16 kernel: a block owns Q8_ROWS rows and a
+// tile of TILE tokens, its warps split a row into WARPS fixed slices
+// (fixed by cols alone) of half-blocks (16 weights: a 4096-wide row has
+// 256, so every lane of a slice has one), a lane taking half-blocks lane,
+// lane + 32, ... of its slice.  A half-block's sum is Σ q_i·x_i over its 16
+// columns in order (fmaf from 0), then scale · sum is added to the lane's
+// total with one fmaf; lanes by a shuffle tree, slices in slice order.
+// The order depends on cols only, so batched == alone bit for bit,
+// whatever TILE.  Blocks begin on 2-byte boundaries (34 bytes apart): a
+// half-block is read as 8 2-byte loads and the scale as one, every row's
+// in flight before the sums.
+#define Q8_ROWS 4
+#define Q8_HALF (LM_Q8_BLOCK / 2)
+
+__device__ __forceinline__ static float q8_half_sum(const uint32_t (&q)[Q8_HALF / 2], const float *xt) {
+    const float4 *x4 = (const float4 *)xt; // the half-block's 16 activations, 16-byte aligned
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < Q8_HALF / 4; i++) {
+        float4 a = x4[i];
+        uint32_t lo = q[2 * i], hi = q[2 * i + 1];
+        sum = __fmaf_rn((float)(int8_t)(lo & 0xffu), a.x, sum);
+        sum = __fmaf_rn((float)(int8_t)(lo >> 8), a.y, sum);
+        sum = __fmaf_rn((float)(int8_t)(hi & 0xffu), a.z, sum);
+        sum = __fmaf_rn((float)(int8_t)(hi >> 8), a.w, sum);
+    }
+    return sum;
+}
+
+template <int TILE>
+__global__ static void __launch_bounds__(THREADS)
+    matmul_q8_kernel(float *y, const float *x, const uint8_t *w, int n, int64_t rows, int64_t cols) {
+    __shared__ float part[WARPS][Q8_ROWS][TILE];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
+    int nt = n - t0 < TILE ? n - t0 : TILE;
+    int64_t halves = cols / Q8_HALF, per_slice = (halves + WARPS - 1) / WARPS;
+    int64_t h_begin = warp * per_slice, h_end = h_begin + per_slice < halves ? h_begin + per_slice : halves;
+    int64_t row_bytes = cols / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES;
+    lm_cuda_wait_for_prior();
+    for (int64_t o0 = (int64_t)blockIdx.y * Q8_ROWS; o0 < rows; o0 += (int64_t)gridDim.y * Q8_ROWS) {
+        float acc[Q8_ROWS][TILE];
+#pragma unroll
+        for (int r = 0; r < Q8_ROWS; r++)
+#pragma unroll
+            for (int t = 0; t < TILE; t++)
+                acc[r][t] = 0.0f;
+        for (int64_t h = h_begin + lane; h < h_end; h += 32) {
+            uint32_t q[Q8_ROWS][Q8_HALF / 2];
+            float scale[Q8_ROWS];
+#pragma unroll
+            for (int r = 0; r < Q8_ROWS; r++) {
+                // a row past the matrix reads row 0's bytes, never used
+                int64_t row = o0 + r < rows ? o0 + r : 0;
+                const unsigned short *blk =
+                    (const unsigned short *)(w + row * row_bytes + (h / 2) * LM_Q8_BLOCK_BYTES);
+                scale[r] = __uint_as_float((uint32_t)__ldg(blk) << 16);
+#pragma unroll
+                for (int i = 0; i < Q8_HALF / 2; i++)
+                    q[r][i] = __ldg(blk + 1 + (h % 2) * (Q8_HALF / 2) + i);
+            }
+#pragma unroll
+            for (int r = 0; r < Q8_ROWS; r++)
+#pragma unroll
+                for (int t = 0; t < TILE; t++)
+                    if (t < nt) {
+                        float s = q8_half_sum(q[r], x + (int64_t)(t0 + t) * cols + h * Q8_HALF);
+                        acc[r][t] = __fmaf_rn(scale[r], s, acc[r][t]);
+                    }
+        }
+#pragma unroll
+        for (int r = 0; r < Q8_ROWS; r++)
+#pragma unroll
+            for (int t = 0; t < TILE; t++) {
+                float v = warp_total(acc[r][t]);
+                if (lane == 0) part[warp][r][t] = v;
+            }
+        __syncthreads();
+        if (threadIdx.x < Q8_ROWS * TILE) {
+            int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
+            if (t < nt && o0 + r < rows)
+                y[(int64_t)(t0 + t) * rows + o0 + r] = slice_total<Q8_ROWS, TILE>(part, r, t);
+        }
+        __syncthreads(); // part is rewritten by the next rows
+    }
+}
+
+static bool q8_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
+    return w->dtype == LM_DTYPE_Q8_0 && w->cols % LM_Q8_BLOCK == 0 && ((uintptr_t)wp % 2) == 0 &&
+           ((uintptr_t)xp % 16) == 0;
 }
 
 // matmul_group's products in one launch: blocks along y walk the row
@@ -341,6 +429,16 @@ static bool bf16_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
 static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     const void *wp = lm_cuda_ptr(w->data);
     const void *xp = lm_cuda_ptr(x);
+    if (q8_vector_ok(w, wp, xp)) {
+        int64_t blocks = (w->rows + Q8_ROWS - 1) / Q8_ROWS;
+        dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
+        void (*kernel)(float *, const float *, const uint8_t *, int, int64_t, int64_t) =
+            n == 1 ? matmul_q8_kernel<1> : n == 2 ? matmul_q8_kernel<2> : n <= 4 ? matmul_q8_kernel<4>
+                                                                                 : matmul_q8_kernel<TOKENS>;
+        lm_cuda_launch(be, "matmul (int8)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+                       (const uint8_t *)wp, n, w->rows, w->cols);
+        return;
+    }
     bool vector = bf16_vector_ok(w, wp, xp);
     int64_t per_block = vector ? rows_per_block(be, n) : WARPS, blocks = (w->rows + per_block - 1) / per_block;
     int cap = lm_cuda_state_of(be)->gemv_grid_cap;
@@ -509,7 +607,9 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
         lm_cuda_enqueue_fill(be, "matmul", lm_cuda_ptr(y), 0, (size_t)n * (size_t)rows * sizeof(float));
         return;
     }
-    if (!lm_cuda_state_of(be)->blas_matmul || n < BLAS_MIN_ROWS) {
+    // int8 weights take the float32 kernels at every n (no int8 product
+    // on the tensor cores yet: prefill in int8 runs at their speed)
+    if (!lm_cuda_state_of(be)->blas_matmul || n < BLAS_MIN_ROWS || w->dtype == LM_DTYPE_Q8_0) {
         matmul_rows(be, y, x, n, w);
         return;
     }

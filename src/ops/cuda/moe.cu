@@ -268,12 +268,6 @@ moe_sort_kernel(int32_t *order, int32_t *start, int32_t *tile_expert, int32_t *t
     }
 }
 
-__device__ static float weight_at(const void *w, int dtype, int64_t i) {
-    if (dtype == LM_DTYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)w)[i] << 16);
-    if (dtype == LM_DTYPE_F16) return __half2float(((const __half *)w)[i]);
-    return ((const float *)w)[i];
-}
-
 // The experts' matrices of one kernel (KINDS of them: gate and up, or
 // down), by expert; MAXE the capacity (the launch passes it by value).
 template <int MAXE, int KINDS> struct expert_mats {
@@ -312,8 +306,8 @@ __device__ static void row_dots(const void *w, int dtype, const void *w2, int dt
         }
     } else {
         for (int i = threadIdx.x & 31; i < n; i += 32) {
-            acc += weight_at(w, dtype, row + i) * x[i];
-            if (TWO) acc2 += weight_at(w2, dtype2, row + i) * x[i];
+            acc += lm_weight_at(w, dtype, row + i) * x[i];
+            if (TWO) acc2 += lm_weight_at(w2, dtype2, row + i) * x[i];
         }
     }
     *out = warp_sum(acc);

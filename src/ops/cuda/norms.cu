@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/block_reduce.h"
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define THREADS 256
@@ -120,12 +121,6 @@ extern "C" void lm_cuda_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem w
 
 // ---- add_weighted_rows: x row i += Σ_k weights[i, k] · table row ids[i, k] ----
 
-__device__ static float table_at(const void *t, int dtype, int64_t i) {
-    if (dtype == LM_DTYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)t)[i] << 16);
-    if (dtype == LM_DTYPE_F16) return __half2float(((const __half *)t)[i]);
-    return ((const float *)t)[i];
-}
-
 // One block per row of x; the sum over taps in k order, float32.
 __global__ static void add_weighted_rows_kernel(float *x, const void *table, int dtype, int64_t width,
                                                 const int32_t *ids, const float *weights, int taps) {
@@ -134,7 +129,7 @@ __global__ static void add_weighted_rows_kernel(float *x, const void *table, int
     const float *wt = weights + i * taps;
     for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
         float acc = 0;
-        for (int k = 0; k < taps; k++) acc += wt[k] * table_at(table, dtype, (int64_t)id[k] * width + c);
+        for (int k = 0; k < taps; k++) acc += wt[k] * lm_weight_at(table, dtype, (int64_t)id[k] * width + c);
         x[i * width + c] += acc;
     }
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define THREADS 256
@@ -84,17 +85,10 @@ void lm_cuda_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) 
     lm_cuda_launch(be, "argmax_rows", argmax_kernel, rows, ARGMAX_THREADS, 0, lm_cuda_i32(ids), lm_cuda_f32(x), n);
 }
 
-__device__ static float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
 __global__ static void embed_kernel(float *out, const int32_t *ids, const void *table, int dtype, int64_t dim) {
     int64_t r = blockIdx.x, id = ids[r];
-    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
-        float v;
-        if (dtype == LM_DTYPE_BF16) v = bf16_to_f32(((const uint16_t *)table)[id * dim + c]);
-        else if (dtype == LM_DTYPE_F16) v = __half2float(((const __half *)table)[id * dim + c]);
-        else v = ((const float *)table)[id * dim + c];
-        out[r * dim + c] = v;
-    }
+    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
+        out[r * dim + c] = lm_weight_at(table, dtype, id * dim + c);
 }
 void lm_cuda_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table) {
     if (n <= 0) return;

@@ -3,6 +3,13 @@
 #ifdef LOOM_HAVE_CUDA
 #include "ops/cuda/cuda_backend.h"
 
+/* Q8_0 weights: matmul's int8 kernel (matmul.cu), the scalar readers of
+ * embed, moe_experts and add_weighted_rows (lm_weight_at). */
+static bool cuda_weight_dtype_supported(const lm_backend *be, lm_dtype dtype) {
+    (void)be;
+    return dtype == LM_DTYPE_BF16 || dtype == LM_DTYPE_F16 || dtype == LM_DTYPE_F32 || dtype == LM_DTYPE_Q8_0;
+}
+
 const lm_backend_ops lm_cuda_backend_ops = {
     .name = "cuda",
     .alloc = lm_cuda_alloc,
@@ -17,6 +24,7 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .memory_info = lm_cuda_memory_info,
     .set_compute_dtype = lm_cuda_set_compute_dtype,
     .compute_dtype = lm_cuda_compute_dtype,
+    .weight_dtype_supported = cuda_weight_dtype_supported,
     /* elementwise.cu */
     .silu_mul = lm_cuda_silu_mul,
     .sigmoid_mul = lm_cuda_sigmoid_mul,
