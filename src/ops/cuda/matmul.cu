@@ -600,6 +600,36 @@ static bool matmul_lt(lm_backend *be, float *y, const void *a, const void *b, cu
 // cuBLASLt does) and keeps float32 activations.
 #define BLAS_MIN_ROWS 9
 
+// x [n, cols] rounded to 16 bits (bf16, else f16) into the backend's
+// scratch, for cuBLASLt; NULL (nothing queued) when the scratch cannot grow.
+static void *x_in_16_bits(lm_backend *be, lm_mem x, int n, int64_t cols, bool bf16) {
+    int64_t count = (int64_t)n * cols;
+    if (!scratch_at_least(be, (size_t)count * 2)) return NULL;
+    void *x16 = lm_cuda_state_of(be)->scratch;
+    if (bf16)
+        lm_cuda_launch(be, "matmul (activations to 16 bits)", to_bf16_kernel, lm_cuda_blocks(count, THREADS),
+                       THREADS, 0, (__nv_bfloat16 *)x16, lm_cuda_f32(x), count);
+    else
+        lm_cuda_launch(be, "matmul (activations to 16 bits)", to_f16_kernel, lm_cuda_blocks(count, THREADS),
+                       THREADS, 0, (__half *)x16, lm_cuda_f32(x), count);
+    return x16;
+}
+
+// y = x·wᵀ through cuBLASLt from x16 (x rounded to w's 16-bit type), or
+// the float32 kernel from x when cuBLASLt declines.
+static void matmul_16(lm_backend *be, lm_mem y, lm_mem x, const void *x16, int n, const lm_matrix *w) {
+    bool bf16 = w->dtype == LM_DTYPE_BF16;
+    if (!matmul_lt(be, lm_cuda_f32(y), lm_cuda_ptr(w->data), x16, bf16 ? CUDA_R_16BF : CUDA_R_16F, w->rows, n,
+                   w->cols))
+        matmul_rows(be, y, x, n, w);
+}
+
+// Whether lm_cuda_matmul takes cuBLASLt with 16-bit activations for w at n.
+static bool takes_blas_16(lm_backend *be, int n, const lm_matrix *w) {
+    return lm_cuda_state_of(be)->blas_matmul && n >= BLAS_MIN_ROWS && w->cols > 0 && w->rows > 0 &&
+           (w->dtype == LM_DTYPE_BF16 || w->dtype == LM_DTYPE_F16);
+}
+
 extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     int64_t rows = w->rows, cols = w->cols;
     if (n <= 0 || rows <= 0) return;
@@ -618,22 +648,9 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
             matmul_rows(be, y, x, n, w);
         return;
     }
-    int64_t count = (int64_t)n * cols;
-    if (!scratch_at_least(be, (size_t)count * 2)) {
-        matmul_rows(be, y, x, n, w);
-        return;
-    }
-    void *x16 = lm_cuda_state_of(be)->scratch;
-    bool bf16 = w->dtype == LM_DTYPE_BF16;
-    if (bf16)
-        lm_cuda_launch(be, "matmul (activations to 16 bits)", to_bf16_kernel, lm_cuda_blocks(count, THREADS),
-                       THREADS, 0, (__nv_bfloat16 *)x16, lm_cuda_f32(x), count);
-    else
-        lm_cuda_launch(be, "matmul (activations to 16 bits)", to_f16_kernel, lm_cuda_blocks(count, THREADS),
-                       THREADS, 0, (__half *)x16, lm_cuda_f32(x), count);
-    if (!matmul_lt(be, lm_cuda_f32(y), lm_cuda_ptr(w->data), x16, bf16 ? CUDA_R_16BF : CUDA_R_16F, rows, n,
-                   cols))
-        matmul_rows(be, y, x, n, w);
+    const void *x16 = x_in_16_bits(be, x, n, cols, w->dtype == LM_DTYPE_BF16);
+    if (x16) matmul_16(be, y, x, x16, n, w);
+    else matmul_rows(be, y, x, n, w);
 }
 
 // One launch for the group when every product takes the bf16 kernel at
@@ -658,8 +675,18 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
         fused = blocks <= 65535;
     }
     if (!fused) {
+        // cuBLASLt for all (bf16 compute, 9+ rows) with weights of one
+        // 16-bit type: x is rounded once for the group, not once a product
+        // (a layer's 3-4 projections read the same x); the same bits.
+        bool one_rounding = count > 1;
+        for (int i = 0; one_rounding && i < count; i++)
+            one_rounding = takes_blas_16(be, n, outs[i].w) && outs[i].w->dtype == outs[0].w->dtype &&
+                           outs[i].w->cols == outs[0].w->cols;
+        const void *x16 =
+            one_rounding ? x_in_16_bits(be, x, n, outs[0].w->cols, outs[0].w->dtype == LM_DTYPE_BF16) : NULL;
         for (int i = 0; i < count; i++)
-            lm_cuda_matmul(be, outs[i].y, x, n, outs[i].w);
+            if (x16) matmul_16(be, outs[i].y, x, x16, n, outs[i].w);
+            else lm_cuda_matmul(be, outs[i].y, x, n, outs[i].w);
         return;
     }
     a.count = count;
