@@ -25,6 +25,36 @@ __device__ __forceinline__ static float lm_weight_at(const void *w, int dtype, i
     return ((const float *)w)[i];
 }
 
+/* Q8_0 read in half-blocks of 16 weights (the vector kernels' unit: a
+ * 4096-wide row has 256, one a lane for a warp's slice): half-block h of a
+ * row at `row` (its first byte; rows and blocks start on 2-byte
+ * boundaries, 34-byte blocks) as its block's scale and 8 2-byte loads. */
+#define LM_Q8_HALF (LM_Q8_BLOCK / 2)
+__device__ __forceinline__ static float lm_q8_half_load(const uint8_t *row, int64_t h, uint32_t (&q)[LM_Q8_HALF / 2]) {
+    const unsigned short *blk = (const unsigned short *)(row + (h / 2) * LM_Q8_BLOCK_BYTES);
+#pragma unroll
+    for (int i = 0; i < LM_Q8_HALF / 2; i++)
+        q[i] = __ldg(blk + 1 + (h % 2) * (LM_Q8_HALF / 2) + i);
+    return __uint_as_float((uint32_t)__ldg(blk) << 16);
+}
+
+/* Σ q_i·x_i over a half-block's 16 columns, in column order from 0 (xt:
+ * its 16 activations, 16-byte aligned). */
+__device__ __forceinline__ static float lm_q8_half_dot(const uint32_t (&q)[LM_Q8_HALF / 2], const float *xt) {
+    const float4 *x4 = (const float4 *)xt;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LM_Q8_HALF / 4; i++) {
+        float4 a = x4[i];
+        uint32_t lo = q[2 * i], hi = q[2 * i + 1];
+        sum = __fmaf_rn((float)(int8_t)(lo & 0xffu), a.x, sum);
+        sum = __fmaf_rn((float)(int8_t)(lo >> 8), a.y, sum);
+        sum = __fmaf_rn((float)(int8_t)(hi & 0xffu), a.z, sum);
+        sum = __fmaf_rn((float)(int8_t)(hi >> 8), a.w, sum);
+    }
+    return sum;
+}
+
 /* acc + the dot product of 8 bf16 weights (one 16-byte load, low half of
  * each word first) with 8 floats (a then b), each product an explicit fma
  * in column order: the float32 products' batch-invariant step. */

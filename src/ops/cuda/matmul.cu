@@ -208,22 +208,6 @@ __global__ static void __launch_bounds__(THREADS)
 // half-block is read as 8 2-byte loads and the scale as one, every row's
 // in flight before the sums.
 #define Q8_ROWS 4
-#define Q8_HALF (LM_Q8_BLOCK / 2)
-
-__device__ __forceinline__ static float q8_half_sum(const uint32_t (&q)[Q8_HALF / 2], const float *xt) {
-    const float4 *x4 = (const float4 *)xt; // the half-block's 16 activations, 16-byte aligned
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < Q8_HALF / 4; i++) {
-        float4 a = x4[i];
-        uint32_t lo = q[2 * i], hi = q[2 * i + 1];
-        sum = __fmaf_rn((float)(int8_t)(lo & 0xffu), a.x, sum);
-        sum = __fmaf_rn((float)(int8_t)(lo >> 8), a.y, sum);
-        sum = __fmaf_rn((float)(int8_t)(hi & 0xffu), a.z, sum);
-        sum = __fmaf_rn((float)(int8_t)(hi >> 8), a.w, sum);
-    }
-    return sum;
-}
 
 template <int TILE>
 __global__ static void __launch_bounds__(THREADS)
@@ -231,7 +215,7 @@ __global__ static void __launch_bounds__(THREADS)
     __shared__ float part[WARPS][Q8_ROWS][TILE];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
     int nt = n - t0 < TILE ? n - t0 : TILE;
-    int64_t halves = cols / Q8_HALF, per_slice = (halves + WARPS - 1) / WARPS;
+    int64_t halves = cols / LM_Q8_HALF, per_slice = (halves + WARPS - 1) / WARPS;
     int64_t h_begin = warp * per_slice, h_end = h_begin + per_slice < halves ? h_begin + per_slice : halves;
     int64_t row_bytes = cols / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES;
     lm_cuda_wait_for_prior();
@@ -243,25 +227,17 @@ __global__ static void __launch_bounds__(THREADS)
             for (int t = 0; t < TILE; t++)
                 acc[r][t] = 0.0f;
         for (int64_t h = h_begin + lane; h < h_end; h += 32) {
-            uint32_t q[Q8_ROWS][Q8_HALF / 2];
+            uint32_t q[Q8_ROWS][LM_Q8_HALF / 2];
             float scale[Q8_ROWS];
 #pragma unroll
-            for (int r = 0; r < Q8_ROWS; r++) {
-                // a row past the matrix reads row 0's bytes, never used
-                int64_t row = o0 + r < rows ? o0 + r : 0;
-                const unsigned short *blk =
-                    (const unsigned short *)(w + row * row_bytes + (h / 2) * LM_Q8_BLOCK_BYTES);
-                scale[r] = __uint_as_float((uint32_t)__ldg(blk) << 16);
-#pragma unroll
-                for (int i = 0; i < Q8_HALF / 2; i++)
-                    q[r][i] = __ldg(blk + 1 + (h % 2) * (Q8_HALF / 2) + i);
-            }
+            for (int r = 0; r < Q8_ROWS; r++) // a row past the matrix reads row 0's bytes, never used
+                scale[r] = lm_q8_half_load(w + (o0 + r < rows ? o0 + r : 0) * row_bytes, h, q[r]);
 #pragma unroll
             for (int r = 0; r < Q8_ROWS; r++)
 #pragma unroll
                 for (int t = 0; t < TILE; t++)
                     if (t < nt) {
-                        float s = q8_half_sum(q[r], x + (int64_t)(t0 + t) * cols + h * Q8_HALF);
+                        float s = lm_q8_half_dot(q[r], x + (int64_t)(t0 + t) * cols + h * LM_Q8_HALF);
                         acc[r][t] = __fmaf_rn(scale[r], s, acc[r][t]);
                     }
         }

@@ -284,17 +284,30 @@ __device__ static float warp_sum(float v) {
 }
 
 // x · w (and x · w2 when TWO) for one row of an expert: lanes over the
-// columns, then a shuffle sum.  VEC (every expert bf16, 16-byte rows):
-// 16-byte loads of 8 weights, each summed in column order (the scalar
-// loop's 2-byte loads used an eighth of each memory transaction: decode
-// was bound by them); gate and up rows are read in the same loop, so both
-// loads are in flight at once.
+// columns, then a shuffle sum.  VEC_BF16 (every expert bf16, 16-byte
+// rows): 16-byte loads of 8 weights, each summed in column order (the
+// scalar loop's 2-byte loads used an eighth of each memory transaction:
+// decode was bound by them); gate and up rows are read in the same loop,
+// so both loads are in flight at once.  VEC_Q8 (every expert Q8_0): lanes
+// over half-blocks of 16 weights (lm_q8_half_load), each half-block's sum
+// in column order times its scale, as the dense int8 kernel.
+enum { ROW_SCALAR, VEC_BF16, VEC_Q8 };
 
-template <bool VEC, bool TWO>
+template <int VEC, bool TWO>
 __device__ static void row_dots(const void *w, int dtype, const void *w2, int dtype2, int64_t row, const float *x,
                                 int n, float *out, float *out2) {
     float acc = 0.0f, acc2 = 0.0f;
-    if (VEC) {
+    if (VEC == VEC_Q8) {
+        // row = r · n elements: row r's bytes start at r · n / 32 blocks
+        int64_t row_bytes = (int64_t)n / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES, r = row / n;
+        const uint8_t *wr = (const uint8_t *)w + r * row_bytes, *wr2 = (const uint8_t *)w2 + r * row_bytes;
+        for (int64_t h = threadIdx.x & 31; h < n / LM_Q8_HALF; h += 32) {
+            uint32_t q[LM_Q8_HALF / 2], q2[LM_Q8_HALF / 2];
+            float s = lm_q8_half_load(wr, h, q), s2 = TWO ? lm_q8_half_load(wr2, h, q2) : 0.0f;
+            acc = __fmaf_rn(s, lm_q8_half_dot(q, x + h * LM_Q8_HALF), acc);
+            if (TWO) acc2 = __fmaf_rn(s2, lm_q8_half_dot(q2, x + h * LM_Q8_HALF), acc2);
+        }
+    } else if (VEC == VEC_BF16) {
         const uint4 *wr = (const uint4 *)w + row / 8, *wr2 = TWO ? (const uint4 *)w2 + row / 8 : wr;
         const float4 *x4 = (const float4 *)x;
 #pragma unroll 4
@@ -331,7 +344,7 @@ __device__ static bool tile_pairs(const int32_t *start, const int32_t *tile_expe
 // Block (row tile, sorted tile of pairs); warp = row r of gate[e] and
 // up[e].  For each of the tile's pairs at sorted places [lo, hi):
 // act[(place - w0), r] = silu(x_t · gate[e][r]) · (x_t · up[e][r]).
-template <int MAXE, bool VEC>
+template <int MAXE, int VEC>
 __global__ static void __launch_bounds__(MOE_THREADS)
 moe_gate_up_kernel(float *act, const float *x, const int32_t *order, const int32_t *start,
                    const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int top_k,
@@ -351,7 +364,7 @@ moe_gate_up_kernel(float *act, const float *x, const int32_t *order, const int32
 
 // Block (row tile, sorted tile of pairs); warp = row r of down[e] ([H, I]):
 // y[pair, r] = act[(place - w0)] · down[e][r] for the tile's pairs.
-template <int MAXE, bool VEC>
+template <int MAXE, int VEC>
 __global__ static void __launch_bounds__(MOE_THREADS)
 moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t *start, const int32_t *tile_expert,
                 const int32_t *tile_first, const int32_t *tile_count, int H, int I, int w0, int w1,
@@ -394,6 +407,9 @@ static void run_experts(lm_backend *be, float *act, float *y, const float *x, co
     memset(&gu, 0, sizeof gu); // every byte is a kernel argument the queue compares (launch.h)
     memset(&dn, 0, sizeof dn);
     bool vec = H % 8 == 0 && I % 8 == 0 && ((uintptr_t)x % 16) == 0;
+    // int8 experts: scratch rows (act) and x 16-byte aligned, as the bf16 test
+    bool q8 = H % LM_Q8_BLOCK == 0 && I % LM_Q8_BLOCK == 0 && ((uintptr_t)x % 16) == 0 &&
+              ((uintptr_t)act % 16) == 0;
     for (int e = 0; e < E; e++) {
         gu.w[0][e] = lm_cuda_ptr(ex->gate[e].data);
         gu.dtype[0][e] = (unsigned char)ex->gate[e].dtype;
@@ -404,6 +420,9 @@ static void run_experts(lm_backend *be, float *act, float *y, const float *x, co
         for (int k = 0; k < 2; k++)
             vec = vec && gu.dtype[k][e] == LM_DTYPE_BF16 && ((uintptr_t)gu.w[k][e] % 16) == 0;
         vec = vec && dn.dtype[0][e] == LM_DTYPE_BF16 && ((uintptr_t)dn.w[0][e] % 16) == 0;
+        for (int k = 0; k < 2; k++)
+            q8 = q8 && gu.dtype[k][e] == LM_DTYPE_Q8_0 && ((uintptr_t)gu.w[k][e] % 2) == 0;
+        q8 = q8 && dn.dtype[0][e] == LM_DTYPE_Q8_0 && ((uintptr_t)dn.w[0][e] % 2) == 0;
     }
     // The sort's tiles: one per touched expert and LM_CUDA_MOE_TILE of its
     // pairs, so at most this many (a decode step of top_k pairs: top_k).
@@ -417,14 +436,20 @@ static void run_experts(lm_backend *be, float *act, float *y, const float *x, co
         int w1 = w0 + wave < pairs ? w0 + wave : pairs;
         dim3 gu_grid(lm_cuda_blocks(I, MOE_WARPS), grid_y), dn_grid(lm_cuda_blocks(H, MOE_WARPS), grid_y);
         if (vec) {
-            lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE, true>, gu_grid, MOE_THREADS, 0,
+            lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE, VEC_BF16>, gu_grid, MOE_THREADS, 0,
                            act, x, order, start, tile_expert, tile_first, tile_count, top_k, H, I, w0, w1, gu);
-            lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE, true>, dn_grid, MOE_THREADS, 0, y, act,
-                           order, start, tile_expert, tile_first, tile_count, H, I, w0, w1, dn);
+            lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE, VEC_BF16>, dn_grid, MOE_THREADS, 0, y,
+                           act, order, start, tile_expert, tile_first, tile_count, H, I, w0, w1, dn);
+        } else if (q8) {
+            lm_cuda_launch(be, "moe_experts (gate, up; int8)", moe_gate_up_kernel<MAXE, VEC_Q8>, gu_grid,
+                           MOE_THREADS, 0, act, x, order, start, tile_expert, tile_first, tile_count, top_k, H, I,
+                           w0, w1, gu);
+            lm_cuda_launch(be, "moe_experts (down; int8)", moe_down_kernel<MAXE, VEC_Q8>, dn_grid, MOE_THREADS, 0,
+                           y, act, order, start, tile_expert, tile_first, tile_count, H, I, w0, w1, dn);
         } else {
-            lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE, false>, gu_grid, MOE_THREADS, 0,
-                           act, x, order, start, tile_expert, tile_first, tile_count, top_k, H, I, w0, w1, gu);
-            lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE, false>, dn_grid, MOE_THREADS, 0, y,
+            lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE, ROW_SCALAR>, gu_grid, MOE_THREADS,
+                           0, act, x, order, start, tile_expert, tile_first, tile_count, top_k, H, I, w0, w1, gu);
+            lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE, ROW_SCALAR>, dn_grid, MOE_THREADS, 0, y,
                            act, order, start, tile_expert, tile_first, tile_count, H, I, w0, w1, dn);
         }
     }
