@@ -467,7 +467,7 @@ static void *fp8_rank_main(void *arg) {
     j->status = lm_model_open(j->dir, &j->options, j->backend, &model, &err);
     int V = model ? lm_model_describe(model)->vocab_size : 0, H = model ? lm_model_describe(model)->hidden_size : 0;
     for (int p = 0; p < 4 && j->status == LM_OK; p++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "p%d", p);
         int n = 0;
         const int32_t *ids = test_reference_ids(j->reference, name, &n);
