@@ -655,6 +655,9 @@ static void check_q8_batch_invariance(const backends *bs, verdict *v, rng *r, in
     float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
     for (int b = 0; b < bs->n && w && x && !v->failed; b++) {
         if (!lm_backend_supports_weights(bs->be[b], LM_DTYPE_Q8_0)) continue;
+        /* cuda in bf16 compute takes cuBLASLt for 9+ rows (bf16 weights made
+         * of the int8 ones): not batch-invariant, as its bf16 products */
+        if (strcmp(bs->family[b], "cuda") == 0 && rounds_activations(bs, b, LM_DTYPE_Q8_0)) continue;
         arena a = arena_on(bs->be[b]);
         lm_matrix m = import_matrix(&a, w, LM_DTYPE_Q8_0, rows, cols);
         lm_mem xm = up_f32(&a, x, (size_t)n * (size_t)cols), y = poisoned(&a, (size_t)n * rows);

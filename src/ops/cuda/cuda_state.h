@@ -26,6 +26,8 @@ struct lm_cuda_state {
     size_t attention_partial_bytes;
     void *scratch;                /* bf16 copies of matmul inputs, grown on demand */
     size_t scratch_bytes;
+    void *weight_scratch;         /* bf16 rows of int8 weights for cuBLASLt (matmul.cu), grown on demand */
+    size_t weight_scratch_bytes;
     int gemv_shape;               /* the bf16 kernel's block shape (matmul.cu; LOOM_CUDA_GEMV) */
     int gemv_wide;                /* its shape for tiles of 3-8 tokens (matmul.cu; LOOM_CUDA_GEMV_WIDE) */
     int gemv_grid_cap;            /* 0, or its most blocks (LOOM_CUDA_GEMV_BLOCKS per SM) */

@@ -35,6 +35,7 @@ typedef struct {
     const void *a, *b;
     float *y;
     int64_t m, n, k;
+    int64_t ldy;  /* y's leading dimension; 0: m */
     int32_t type; /* cudaDataType_t of a and b */
     int32_t unused;
     uint64_t algo[8]; /* cublasLtMatmulAlgo_t */

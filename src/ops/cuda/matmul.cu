@@ -450,21 +450,25 @@ __global__ static void to_f16_kernel(__half *out, const float *x, int64_t count)
 // one), frees and cudaMallocs, so the first call of each new largest size
 // pays a synchronization and an allocation.  Better later: size it when the
 // context is made (the engine knows its largest batch and width).
-static bool scratch_at_least(lm_backend *be, size_t bytes) {
+static bool grow(lm_backend *be, void **buffer, size_t *size, size_t bytes) {
     lm_cuda_state *s = lm_cuda_state_of(be);
-    if (s->scratch_bytes >= bytes) return true;
+    if (*size >= bytes) return true;
     lm_cuda_flush(be);
     lm_cuda_note_error(be, cudaStreamSynchronize(s->stream), "matmul scratch");
-    cudaFree(s->scratch);
-    s->scratch = NULL;
-    s->scratch_bytes = 0;
-    if (cudaMalloc(&s->scratch, bytes) != cudaSuccess) {
+    cudaFree(*buffer);
+    *buffer = NULL;
+    *size = 0;
+    if (cudaMalloc(buffer, bytes) != cudaSuccess) {
         (void)cudaGetLastError(); // not sticky: the fallback kernel runs instead
-        s->scratch = NULL;
+        *buffer = NULL;
         return false;
     }
-    s->scratch_bytes = bytes;
+    *size = bytes;
     return true;
+}
+static bool scratch_at_least(lm_backend *be, size_t bytes) {
+    lm_cuda_state *s = lm_cuda_state_of(be);
+    return grow(be, &s->scratch, &s->scratch_bytes, bytes);
 }
 
 // The largest power of two (up to 256) dividing a device address: what
@@ -499,7 +503,7 @@ static bool blas_describe(const lm_cublaslt *lt, const lm_cuda_blas_call *c, bla
               // A as stored: k x m column-major (w's rows of k), read transposed.
               !lt->MatrixLayoutCreate(&d->la, type, (uint64_t)c->k, (uint64_t)c->m, c->k) &&
               !lt->MatrixLayoutCreate(&d->lb, type, (uint64_t)c->k, (uint64_t)c->n, c->k) &&
-              !lt->MatrixLayoutCreate(&d->ly, CUDA_R_32F, (uint64_t)c->m, (uint64_t)c->n, c->m);
+              !lt->MatrixLayoutCreate(&d->ly, CUDA_R_32F, (uint64_t)c->m, (uint64_t)c->n, c->ldy ? c->ldy : c->m);
     if (!ok) blas_destroy(lt, d);
     return ok;
 }
@@ -606,6 +610,62 @@ static bool takes_blas_16(lm_backend *be, int n, const lm_matrix *w) {
            (w->dtype == LM_DTYPE_BF16 || w->dtype == LM_DTYPE_F16);
 }
 
+// ---- int8 weights on the tensor cores (bf16 compute, 9+ rows) ----
+//
+// cuBLASLt has no int8-weight, float-activation product, so the weights
+// are made bf16 a chunk of rows at a time into a scratch of at most
+// Q8_CHUNK_WEIGHTS, each chunk's product written into its columns of y
+// (ldy = rows).  Extra traffic per step: the chunk written and read as
+// bf16 (about 3 bytes a weight against the product's 2·n flops per weight:
+// a few percent at prefill's hundreds of rows).  s·q rounded to bf16 moves
+// a weight by at most 2^-9 of itself: bf16 compute's precision, not the
+// exact int8 weights the float32 kernels use.
+#define Q8_CHUNK_WEIGHTS ((int64_t)32 << 20) /* 64 MB of bf16 */
+
+__global__ static void q8_to_bf16_kernel(__nv_bfloat16 *out, const uint8_t *w, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(lm_weight_at(w, LM_DTYPE_Q8_0, i));
+}
+
+// false (nothing queued) when a scratch cannot grow or cuBLASLt declines
+// a chunk's shape: the caller runs the float32 kernel instead.
+static bool matmul_q8_blas(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    lm_cuda_state *s = lm_cuda_state_of(be);
+    // chunks of a multiple of 64 rows: every chunk's place in y is as
+    // aligned as y (256 bytes at most matter), so one plan serves them all
+    int64_t rows = w->rows, cols = w->cols, chunk = Q8_CHUNK_WEIGHTS / cols / 64 * 64;
+    if (chunk < 64) chunk = 64;
+    if (chunk > rows) chunk = rows;
+    if (!grow(be, &s->weight_scratch, &s->weight_scratch_bytes, (size_t)(chunk * cols) * 2)) return false;
+    // plan every chunk's call before queuing anything (two shapes at most)
+    lm_cuda_blas_call calls[2];
+    int64_t sizes[2] = {chunk, rows % chunk};
+    for (int i = 0; i < 2; i++) {
+        memset(&calls[i], 0, sizeof calls[i]); // every byte is compared by the queue (launch.h)
+        if (sizes[i] == 0) continue;
+        calls[i].a = s->weight_scratch, calls[i].y = lm_cuda_f32(y), calls[i].m = sizes[i], calls[i].n = n;
+        calls[i].k = cols, calls[i].ldy = rows, calls[i].type = (int32_t)CUDA_R_16BF;
+        if (!scratch_at_least(be, (size_t)n * (size_t)cols * 2)) return false;
+        calls[i].b = s->scratch; // where x_in_16_bits puts the rounded x (grown already: it stays)
+        if (!blas_plan(be, &calls[i])) return false;
+    }
+    const void *x16 = x_in_16_bits(be, x, n, cols, true);
+    if (!x16) return false;
+    size_t row_bytes = lm_dtype_row_bytes(LM_DTYPE_Q8_0, cols);
+    const uint8_t *wp = (const uint8_t *)lm_cuda_ptr(w->data);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t m = rows - r0 < chunk ? rows - r0 : chunk;
+        int64_t count = m * cols;
+        lm_cuda_launch(be, "matmul (int8 rows to bf16)", q8_to_bf16_kernel, lm_cuda_blocks(count, THREADS), THREADS, 0,
+                       (__nv_bfloat16 *)s->weight_scratch, wp + (size_t)r0 * row_bytes, count);
+        lm_cuda_blas_call c = calls[m == chunk ? 0 : 1];
+        c.b = x16;
+        c.y = lm_cuda_f32(y) + r0; // column r0 of y [n, rows]: m outputs a token, rows apart
+        lm_cuda_enqueue_blas(be, "matmul (cuBLASLt, int8 rows)", &c);
+    }
+    return true;
+}
+
 extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     int64_t rows = w->rows, cols = w->cols;
     if (n <= 0 || rows <= 0) return;
@@ -613,10 +673,12 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
         lm_cuda_enqueue_fill(be, "matmul", lm_cuda_ptr(y), 0, (size_t)n * (size_t)rows * sizeof(float));
         return;
     }
-    // int8 weights take the float32 kernels at every n (no int8 product
-    // on the tensor cores yet: prefill in int8 runs at their speed)
-    if (!lm_cuda_state_of(be)->blas_matmul || n < BLAS_MIN_ROWS || w->dtype == LM_DTYPE_Q8_0) {
+    if (!lm_cuda_state_of(be)->blas_matmul || n < BLAS_MIN_ROWS) {
         matmul_rows(be, y, x, n, w);
+        return;
+    }
+    if (w->dtype == LM_DTYPE_Q8_0) { // made bf16 a chunk at a time for cuBLASLt
+        if (!matmul_q8_blas(be, y, x, n, w)) matmul_rows(be, y, x, n, w);
         return;
     }
     if (w->dtype == LM_DTYPE_F32) {

@@ -50,5 +50,6 @@ extern "C" void lm_cuda_state_free(lm_cuda_state *s) {
     if (s->stream) cudaStreamDestroy(s->stream);
     cudaFree(s->blas_workspace);
     cudaFree(s->scratch);
+    cudaFree(s->weight_scratch);
     cudaFree(s->attention_partials);
 }
