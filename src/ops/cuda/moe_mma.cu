@@ -14,6 +14,13 @@
 // copied into shared memory by cp.async, the next 32 columns in flight
 // while the current ones are used; the rows are rounded to bf16 as they
 // are read.  A pair's outputs do not depend on the pairs beside it.
+//
+// int8 experts (Q8): a step's 32 columns of a weight row are one Q8_0
+// block, which a thread pair reads (a half-block each: its scale and 8
+// 2-byte loads) and writes to shared memory as bf16 s·q (rounded: 2^-9 of
+// a weight at most, bf16 compute's precision).  Plain loads, not cp.async:
+// they are issued with the next step's staging, before this step's
+// products, and other blocks on the SM cover their latency.
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
@@ -37,7 +44,7 @@ struct mm_mats {
 // Block (output tile, tile of pairs).  GATE_UP: a = x rows of the pairs'
 // tokens, K = H, N = I, out = act (rows by sorted pair); else a = act rows,
 // K = I, N = H, out = y (rows by pair).
-template <int MAXE, bool GATE_UP>
+template <int MAXE, bool GATE_UP, bool Q8>
 __global__ static void __launch_bounds__(MM_THREADS)
 moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int32_t *start,
                const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int top_k, int K,
@@ -67,6 +74,27 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
             lm_copy_async16(&As[b][r * MM_A_LD + c], row ? row + k0 + c : a_rows, row != nullptr);
         }
         for (int kind = 0; kind < KINDS; kind++) {
+            if (Q8) { /* row r's block k0 / 32: half-block tid % 2 by thread tid */
+                static_assert(MM_K == LM_Q8_BLOCK && MM_TILE * 2 == MM_THREADS, "one Q8_0 half-block a thread");
+                const int r = tid / 2, h = tid % 2;
+                uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+                if (n0 + r < N) {
+                    const uint8_t *row = (const uint8_t *)m.w[kind][e] +
+                                         (int64_t)(n0 + r) * (K / LM_Q8_BLOCK) * LM_Q8_BLOCK_BYTES;
+                    uint32_t q[LM_Q8_HALF / 2];
+                    float s = lm_q8_half_load(row, (int64_t)(k0 / LM_Q8_BLOCK) * 2 + h, q);
+                    uint32_t v[LM_Q8_HALF / 2];
+#pragma unroll
+                    for (int i = 0; i < LM_Q8_HALF / 2; i++)
+                        v[i] = lm_pack_bf16(s * (float)(int8_t)(q[i] & 0xffu), s * (float)(int8_t)(q[i] >> 8));
+                    lo = make_uint4(v[0], v[1], v[2], v[3]);
+                    hi = make_uint4(v[4], v[5], v[6], v[7]);
+                }
+                uint4 *dst = (uint4 *)&Bs[b][kind][r * MM_B_LD + h * LM_Q8_HALF];
+                dst[0] = lo;
+                dst[1] = hi;
+                continue;
+            }
             const __nv_bfloat16 *w = (const __nv_bfloat16 *)m.w[kind][e];
             for (int i = tid; i < MM_TILE * (MM_K / 8); i += MM_THREADS) { /* weights: 8 bf16 */
                 int r = i / (MM_K / 8), c = (i % (MM_K / 8)) * 8;
@@ -144,7 +172,7 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
         }
 }
 
-template <int MAXE>
+template <int MAXE, bool Q8>
 static void run_tiles(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
                       const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
                       const int32_t *tile_count, int pairs, int top_k, const lm_moe_experts *ex) {
@@ -160,10 +188,10 @@ static void run_tiles(lm_backend *be, float *act, float *y, const float *x, cons
     }
     /* each expert's pairs fill whole tiles but its last: at most this many */
     unsigned most_tiles = (unsigned)((pairs + MM_TILE - 1) / MM_TILE + (E < pairs ? E : pairs));
-    lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true>,
+    lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true, Q8>,
                    dim3(lm_cuda_blocks(I, MM_TILE), most_tiles), MM_THREADS, 0, act, x, order, start, tile_expert,
                    tile_first, tile_count, top_k, H, I, gu);
-    lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false>,
+    lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false, Q8>,
                    dim3(lm_cuda_blocks(H, MM_TILE), most_tiles), MM_THREADS, 0, y, act, order, start, tile_expert,
                    tile_first, tile_count, top_k, I, H, dn);
 }
@@ -175,17 +203,25 @@ extern "C" bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, co
                                         const int32_t *tile_first, const int32_t *tile_count, int pairs, int top_k,
                                         const lm_moe_experts *ex) {
     int E = ex->n_experts, H = ex->hidden, I = ex->inter;
-    if (H % MM_K || I % MM_K || E > 1024 || !aligned16(x) || !aligned16(act)) return false;
+    if (H % MM_K || I % MM_K || E > 1024 || E <= 0 || !aligned16(x) || !aligned16(act)) return false;
+    // every expert bf16 (16-byte rows for cp.async), or every one Q8_0 (2-byte reads)
+    const bool q8 = ex->gate[0].dtype == LM_DTYPE_Q8_0;
     for (int e = 0; e < E; e++) {
         const lm_matrix *ms[3] = {&ex->gate[e], &ex->up[e], &ex->down[e]};
-        for (int i = 0; i < 3; i++)
-            if (ms[i]->dtype != LM_DTYPE_BF16 || !aligned16(lm_cuda_ptr(ms[i]->data))) return false;
+        for (int i = 0; i < 3; i++) {
+            uintptr_t p = (uintptr_t)lm_cuda_ptr(ms[i]->data);
+            bool ok = q8 ? ms[i]->dtype == LM_DTYPE_Q8_0 && p % 2 == 0 : ms[i]->dtype == LM_DTYPE_BF16 && p % 16 == 0;
+            if (!ok) return false;
+        }
     }
     if (E <= 64)
-        run_tiles<64>(be, act, y, x, order, start, tile_expert, tile_first, tile_count, pairs, top_k, ex);
+        (q8 ? run_tiles<64, true> : run_tiles<64, false>)(be, act, y, x, order, start, tile_expert, tile_first,
+                                                          tile_count, pairs, top_k, ex);
     else if (E <= 256)
-        run_tiles<256>(be, act, y, x, order, start, tile_expert, tile_first, tile_count, pairs, top_k, ex);
+        (q8 ? run_tiles<256, true> : run_tiles<256, false>)(be, act, y, x, order, start, tile_expert, tile_first,
+                                                            tile_count, pairs, top_k, ex);
     else
-        run_tiles<1024>(be, act, y, x, order, start, tile_expert, tile_first, tile_count, pairs, top_k, ex);
+        (q8 ? run_tiles<1024, true> : run_tiles<1024, false>)(be, act, y, x, order, start, tile_expert, tile_first,
+                                                              tile_count, pairs, top_k, ex);
     return true;
 }
