@@ -3078,15 +3078,19 @@ typedef struct {
     float *gate_up_v, *down_v; /* the same, widened */
 } expert_set;
 
-static size_t dtype_bytes(lm_dtype dtype) { return dtype == LM_DTYPE_F32 ? 4 : 2; }
+/* Bytes of `rows` rows of `cols` weights of dtype (Q8_0: blocks of 32). */
+static size_t rows_bytes(lm_dtype dtype, int64_t rows, int64_t cols) {
+    return (size_t)rows * lm_dtype_row_bytes(dtype, cols);
+}
 
 static bool expert_set_make(expert_set *s, rng *r, int E, int H, int I, lm_dtype dtype) {
     size_t gu = (size_t)E * 2 * I * H, dn = (size_t)E * H * I;
     *s = (expert_set){E, H, I, dtype, NULL, NULL, malloc(sizeof(float) * gu),
                       malloc(sizeof(float) * dn)};
     if (!s->gate_up_v || !s->down_v) return false;
-    s->gate_up = random_weights(r, dtype, gu, s->gate_up_v);
-    s->down = random_weights(r, dtype, dn, s->down_v);
+    bool q8 = dtype == LM_DTYPE_Q8_0;
+    s->gate_up = q8 ? random_q8(r, (int64_t)E * 2 * I, H, s->gate_up_v) : random_weights(r, dtype, gu, s->gate_up_v);
+    s->down = q8 ? random_q8(r, (int64_t)E * H, I, s->down_v) : random_weights(r, dtype, dn, s->down_v);
     return s->gate_up && s->down;
 }
 
@@ -3097,7 +3101,15 @@ static void expert_set_free(expert_set *s) {
     free(s->down_v);
 }
 
+/* n weights of dtype made NaN (Q8_0: every block's scale a bf16 NaN). */
 static void fill_nan(void *w, lm_dtype dtype, size_t n) {
+    if (dtype == LM_DTYPE_Q8_0) {
+        for (size_t b = 0; b < n / LM_Q8_BLOCK; b++) {
+            ((uint8_t *)w)[b * LM_Q8_BLOCK_BYTES] = 0xC0;
+            ((uint8_t *)w)[b * LM_Q8_BLOCK_BYTES + 1] = 0x7F;
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         if (dtype == LM_DTYPE_F32)
             memcpy((uint8_t *)w + 4 * i, &(uint32_t){0x7FC00000u}, 4);
@@ -3150,23 +3162,23 @@ static bool bytes_all(const uint8_t *p, size_t n, uint8_t byte) {
 static void import_experts(arena *a, const expert_set *s, const uint8_t *gate_up, const uint8_t *down, bool fused,
                            lm_matrix *mats) {
     int E = s->E, H = s->H, I = s->I;
-    size_t elem = dtype_bytes(s->dtype);
+    size_t half = rows_bytes(s->dtype, I, H), down_bytes = rows_bytes(s->dtype, H, I); /* a gate or up; a down */
     if (fused) {
         lm_matrix gu = import_matrix(a, gate_up, s->dtype, (int64_t)E * 2 * I, H);
         lm_matrix dn = import_matrix(a, down, s->dtype, (int64_t)E * H, I);
         for (int e = 0; e < E; e++) {
-            size_t g_off = (size_t)e * 2 * I * H * elem, u_off = g_off + (size_t)I * H * elem;
+            size_t g_off = (size_t)e * 2 * half, u_off = g_off + half;
             mats[e] = (lm_matrix){lm_mem_bytes(gu.data, g_off), s->dtype, I, H};
             mats[E + e] = (lm_matrix){lm_mem_bytes(gu.data, u_off), s->dtype, I, H};
-            mats[2 * E + e] = (lm_matrix){lm_mem_bytes(dn.data, (size_t)e * H * I * elem), s->dtype, H, I};
+            mats[2 * E + e] = (lm_matrix){lm_mem_bytes(dn.data, (size_t)e * down_bytes), s->dtype, H, I};
         }
         return;
     }
     for (int e = 0; e < E; e++) {
-        const uint8_t *g = gate_up + (size_t)e * 2 * I * H * elem;
+        const uint8_t *g = gate_up + (size_t)e * 2 * half;
         mats[e] = import_matrix(a, g, s->dtype, I, H);
-        mats[E + e] = import_matrix(a, g + (size_t)I * H * elem, s->dtype, I, H);
-        mats[2 * E + e] = import_matrix(a, down + (size_t)e * H * I * elem, s->dtype, H, I);
+        mats[E + e] = import_matrix(a, g + half, s->dtype, I, H);
+        mats[2 * E + e] = import_matrix(a, down + (size_t)e * down_bytes, s->dtype, H, I);
     }
 }
 
@@ -3178,14 +3190,15 @@ static void check_moe_experts(const backends *bs, verdict *v, rng *r, const expe
                               int n, bool fused) {
     enum { FRONT = 256, GUARD = 4096 }; /* guard bytes around the scratch */
     int E = s->E, H = s->H, I = s->I;
-    size_t elem = dtype_bytes(s->dtype), nk = (size_t)n * k, nx = (size_t)n * H;
-    size_t gu_n = (size_t)E * 2 * I * H, dn_n = (size_t)E * H * I;
+    size_t nk = (size_t)n * k, nx = (size_t)n * H;
+    size_t half = rows_bytes(s->dtype, I, H), down_bytes = rows_bytes(s->dtype, H, I); /* a gate or up; a down */
+    size_t gu_b = (size_t)E * 2 * half, dn_b = (size_t)E * down_bytes;
     char what[128];
     snprintf(what, sizeof what, "moe_experts %s E=%d I=%d H=%d top_k=%d n=%d %s",
              lm_dtype_name(s->dtype), E, I, H, k, n, fused ? "fused" : "per-expert");
     int32_t *ids = malloc(sizeof(int32_t) * nk), *allowed = malloc(sizeof(int32_t) * (size_t)E);
     float *w = malloc(sizeof(float) * nk), *x = random_floats(r, nx, 2.0f);
-    uint8_t *gate_up = malloc(gu_n * elem), *down = malloc(dn_n * elem);
+    uint8_t *gate_up = malloc(gu_b), *down = malloc(dn_b);
     bool *used = calloc((size_t)E, sizeof(bool));
     double *want = doubles(nx), *y = doubles((size_t)H), *act = doubles((size_t)I);
     if (!ids || !allowed || !w || !x || !gate_up || !down || !used || !want || !y || !act) {
@@ -3213,18 +3226,19 @@ static void check_moe_experts(const backends *bs, verdict *v, rng *r, const expe
             used[it[j]] = true;
         }
     }
-    memcpy(gate_up, s->gate_up, gu_n * elem);
-    memcpy(down, s->down, dn_n * elem);
+    memcpy(gate_up, s->gate_up, gu_b);
+    memcpy(down, s->down, dn_b);
     for (int e = 0; e < E; e++)
         if (!used[e]) {
             n_unused++;
-            fill_nan(gate_up + (size_t)e * 2 * I * H * elem, s->dtype, (size_t)2 * I * H);
-            fill_nan(down + (size_t)e * H * I * elem, s->dtype, (size_t)H * I);
+            fill_nan(gate_up + (size_t)e * 2 * half, s->dtype, (size_t)2 * I * H);
+            fill_nan(down + (size_t)e * down_bytes, s->dtype, (size_t)H * I);
         }
     if (k < E && n_unused == 0) fail(v, "%s: the test data uses every expert", what);
     experts_reference(s, ids, w, x, n, k, want, y, act);
     same_bits same = {0};
     for (int b = 0; b < bs->n && !v->failed; b++) {
+        if (!lm_backend_supports_weights(bs->be[b], s->dtype)) continue; /* refused at load */
         arena a = arena_on(bs->be[b]);
         lm_matrix *mats = malloc(sizeof(lm_matrix) * 3 * (size_t)E);
         if (!mats) {
@@ -3328,6 +3342,7 @@ static void check_moe_experts_split(const backends *bs, verdict *v, rng *r, cons
     experts_reference(s, ids, w, x, n, k, want, y, act);
     same_bits same = {0};
     for (int b = 0; b < bs->n && !v->failed; b++) {
+        if (!lm_backend_supports_weights(bs->be[b], s->dtype)) continue; /* refused at load */
         arena a = arena_on(bs->be[b]);
         lm_matrix *mats = malloc(sizeof(lm_matrix) * 3 * (size_t)E);
         if (!mats) {
@@ -3430,7 +3445,10 @@ static void test_moe_experts(void) {
         lm_dtype dtype;
     } sets[] = {{8, 32, 64, LM_DTYPE_BF16},
                 {8, 32, 64, LM_DTYPE_F32},
-                {64, 128, 256, LM_DTYPE_BF16}};
+                {64, 128, 256, LM_DTYPE_BF16},
+                /* int8 experts (--quantize int8, FP8 checkpoints): where the backend takes them */
+                {8, 32, 64, LM_DTYPE_Q8_0},
+                {64, 128, 256, LM_DTYPE_Q8_0}};
     static const int ks[] = {2, 8}, ns[] = {1, 5, 130};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !v.failed; i++) {
         expert_set s;

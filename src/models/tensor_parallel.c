@@ -407,6 +407,11 @@ lm_status lm_tensor_parallel_open(const char *dir, const char *random_config, co
     }
     m->base.ops = &tp_ops;
     m->base.info = m->rank[0]->info;
+    if (m->base.info.weights_made[0]) { /* what rank 0 made: say so */
+        size_t len = strlen(m->base.info.weights_made);
+        snprintf(m->base.info.weights_made + len, sizeof m->base.info.weights_made - len, " on rank 0 of %d",
+                 n_ranks);
+    }
     m->base.backend = backend;
     *out = &m->base;
     return LM_OK;
