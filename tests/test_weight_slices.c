@@ -360,6 +360,36 @@ static void test_conversions_on_threads(void) {
     test_remove_checkpoint(dir);
 }
 
+/* Random weights past a million values are copied in chunks on the pool:
+ * a 4096 x 1024 bf16 matrix (192 chunks) made on 3 threads holds one
+ * thread's values. */
+static void random_bytes_on(int threads, uint8_t **out, size_t *size) {
+    lm_backend *be = NULL;
+    lm_error err = {0};
+    *out = NULL;
+    CHECK_OK(lm_backend_create("cpu", threads, &be, &err), &err);
+    lm_weights w;
+    lm_weights_init_random(&w, 7, false, be);
+    lm_matrix m;
+    CHECK_OK(lm_weights_matrix(&w, "big.weight", 4096, 1024, &m, &err), &err);
+    *out = bytes_of(be, &m, size);
+    lm_weights_free(&w);
+    lm_backend_destroy(be);
+}
+
+static void test_random_weights_on_threads(void) {
+    uint8_t *one = NULL, *three = NULL;
+    size_t n1 = 0, n3 = 0;
+    random_bytes_on(1, &one, &n1);
+    random_bytes_on(3, &three, &n3);
+    CHECK_MSG(one && three && n1 == n3 && memcmp(one, three, n1) == 0, "random weights on 3 threads differ from one");
+    size_t same_as_first_chunk = 0; /* past the first million the chunks are copies, not zeros */
+    for (size_t i = (size_t)2 << 20; one && i + 2 < n1; i += 2) same_as_first_chunk += one[i] || one[i + 1];
+    CHECK_MSG(same_as_first_chunk > n1 / 8, "the copied chunks are mostly zeros (%zu nonzero)", same_as_first_chunk);
+    free(one);
+    free(three);
+}
+
 int main(void) {
     RUN_TEST(test_one_run_of_rows);
     RUN_TEST(test_runs_and_a_window);
@@ -369,5 +399,6 @@ int main(void) {
     RUN_TEST(test_range_of_stacked_matrices);
     RUN_TEST(test_ranges_outside_refused_and_random_ranges_made_small);
     RUN_TEST(test_conversions_on_threads);
+    RUN_TEST(test_random_weights_on_threads);
     return test_summary("test_weight_slices");
 }

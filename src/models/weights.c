@@ -101,6 +101,41 @@ void lm_weights_made_note(const lm_weights *w, char *out, size_t size) {
         out[0] = '\0';
 }
 
+/* Below this many weights a matrix is converted on the calling thread. */
+#define CONVERT_PARALLEL_MIN ((int64_t)1 << 16)
+
+/* The pool that converts large matrices (made at the first one): the host
+ * backend's threads (the cpu's --threads; a rank's share under tensor
+ * parallelism), or every core for a device backend, whose host threads
+ * are otherwise idle at load.  NULL (one thread) when it cannot be made. */
+static lm_pool *convert_pool(lm_weights *w) {
+    if (!w->convert_pool && !w->convert_pool_failed) {
+        int threads = lm_backend_is_host(w->backend) ? lm_backend_threads(w->backend) : 0; /* 0: every core */
+        lm_error err = {0};
+        if (threads == 1 || lm_pool_create(threads, &w->convert_pool, &err) != LM_OK) w->convert_pool_failed = true;
+    }
+    return w->convert_pool;
+}
+
+/* The chunks of a made-up tensor past its first million values, copied
+ * on the pool: chunk k of `chunk` values at from[k]. */
+typedef struct {
+    uint16_t *p;
+    const int64_t *from;
+    int64_t start, n, chunk;
+} chunk_copy;
+
+static void copy_chunks(void *ctx, int task, int n_tasks) {
+    const chunk_copy *c = ctx;
+    int64_t chunks = (c->n - c->start + c->chunk - 1) / c->chunk;
+    long begin, end;
+    lm_split_range((long)chunks, n_tasks, task, &begin, &end);
+    for (int64_t k = begin; k < end; k++) {
+        int64_t i = c->start + k * c->chunk, take = c->n - i < c->chunk ? c->n - i : c->chunk;
+        memcpy(c->p + i, c->p + c->from[k], sizeof *c->p * (size_t)take);
+    }
+}
+
 /* Makes up a tensor for random mode; it joins `used` like a real one. */
 static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dims,
                                       const int64_t *shape, lm_dtype dtype, lm_error *err) {
@@ -129,15 +164,25 @@ static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dim
          * speed), which keeps every row random enough for routing and
          * norms, and costs a second instead of minutes. */
         const int64_t pool = (int64_t)1 << 20, chunk = (int64_t)1 << 14;
-        int64_t direct = n < pool ? n : pool;
+        int64_t direct = n < pool ? n : pool, chunks = (n - direct + chunk - 1) / chunk;
         for (int64_t i = 0; i < direct; i++) p[i] = lm_f32_to_bf16(scale * random_unit(&w->random_state));
-        for (int64_t i = direct; i < n; i += chunk) {
-            int64_t take = n - i < chunk ? n - i : chunk;
-            float u = 0.5f * (random_unit(&w->random_state) + 1.0f); /* [0, 1) */
-            int64_t from = (int64_t)(u * (float)(pool - chunk));
-            if (from < 0 || from > pool - chunk) from = 0;
-            memcpy(p + i, p + from, sizeof *p * (size_t)take);
+        /* the offsets drawn in order, the copies (and the pages' first
+         * touch) on the pool: the same values as one thread's */
+        int64_t *from = chunks > 0 ? malloc(sizeof *from * (size_t)chunks) : NULL;
+        if (chunks > 0 && !from) {
+            lm_fail(err, LM_ERR_NOMEM, "out of memory making random tensor '%s'", name);
+            return NULL; /* t, its name and data are owned already */
         }
+        for (int64_t k = 0; k < chunks; k++) {
+            float u = 0.5f * (random_unit(&w->random_state) + 1.0f); /* [0, 1) */
+            from[k] = (int64_t)(u * (float)(pool - chunk));
+            if (from[k] < 0 || from[k] > pool - chunk) from[k] = 0;
+        }
+        chunk_copy copy = {p, from, direct, n, chunk};
+        lm_pool *threads = chunks > 64 ? convert_pool(w) : NULL;
+        if (threads) lm_pool_run(threads, lm_pool_size(threads), copy_chunks, &copy);
+        else if (chunks > 0) copy_chunks(&copy, 0, 1);
+        free(from);
     } else {
         float *p = data;
         for (int64_t i = 0; i < n; i++) p[i] = scale * random_unit(&w->random_state);
@@ -546,22 +591,6 @@ static void convert_task(void *ctx, int task, int n_tasks) {
                             j->t->file, j->name, (long long)r, j->s ? " (times its block scale)" : "");
     }
     free(row);
-}
-
-/* Below this many weights a matrix is converted on the calling thread. */
-#define CONVERT_PARALLEL_MIN ((int64_t)1 << 16)
-
-/* The pool that converts large matrices (made at the first one): the host
- * backend's threads (the cpu's --threads; a rank's share under tensor
- * parallelism), or every core for a device backend, whose host threads
- * are otherwise idle at load.  NULL (one thread) when it cannot be made. */
-static lm_pool *convert_pool(lm_weights *w) {
-    if (!w->convert_pool && !w->convert_pool_failed) {
-        int threads = lm_backend_is_host(w->backend) ? lm_backend_threads(w->backend) : 0; /* 0: every core */
-        lm_error err = {0};
-        if (threads == 1 || lm_pool_create(threads, &w->convert_pool, &err) != LM_OK) w->convert_pool_failed = true;
-    }
-    return w->convert_pool;
 }
 
 /* The matrix [count · s_rows, n_cols] of tensor t's rows (src) made
