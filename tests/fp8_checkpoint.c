@@ -182,14 +182,6 @@ bool test_fp8_write_checkpoint(const char *fixture_dir, const char *dir, const t
     return ok;
 }
 
-bool test_make_temp_folder(char *buf, size_t size, const char *what) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(buf, size, "%s/loom-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", what);
-    if (mkdtemp(buf)) return true;
-    fprintf(stderr, "mkdtemp %s: %s\n", buf, strerror(errno));
-    return false;
-}
-
 void test_remove_checkpoint(const char *dir) {
     char path[1200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

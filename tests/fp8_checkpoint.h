@@ -46,8 +46,6 @@ typedef struct {
  * failure. */
 bool test_fp8_write_checkpoint(const char *fixture_dir, const char *dir, const test_fp8_options *o);
 
-/* A new folder $TMPDIR/loom-<what>-XXXXXX (mkdtemp) into buf. */
-bool test_make_temp_folder(char *buf, size_t size, const char *what);
 /* Removes what test_fp8_write_checkpoint wrote, and the folder. */
 void test_remove_checkpoint(const char *dir);
 

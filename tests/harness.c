@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,4 +91,12 @@ const char *test_scratch_dir(void) {
         }
     }
     return state.scratch;
+}
+
+bool test_make_temp_folder(char *buf, size_t size, const char *what) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, size, "%s/loom-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", what);
+    if (mkdtemp(buf)) return true;
+    fprintf(stderr, "mkdtemp %s: %s\n", buf, strerror(errno));
+    return false;
 }

@@ -20,6 +20,9 @@ int test_summary(const char *suite);
 const char *test_fixtures_dir(void);
 /* Joins the fixtures folder and a relative path into buf. */
 const char *test_fixture_path(char *buf, size_t size, const char *relative);
+/* A new folder $TMPDIR/loom-<what>-XXXXXX (mkdtemp) into buf; false,
+ * saying why on stderr, when it cannot be made. */
+bool test_make_temp_folder(char *buf, size_t size, const char *what);
 /* A fresh scratch directory for this test binary (removed by nobody: under /tmp). */
 const char *test_scratch_dir(void);
 

@@ -535,19 +535,11 @@ static void test_control_with_gate_and_up_exchanged_differs(void *arg) {
     CHECK_MSG(!same, "exchanging gate and up rows changed nothing: the comparison cannot see the layout");
 }
 
-static bool make_temp_folder(char *buf, size_t size, const char *what) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(buf, size, "%s/loom-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", what);
-    if (mkdtemp(buf)) return true;
-    fprintf(stderr, "mkdtemp %s: %s\n", buf, strerror(errno));
-    return false;
-}
-
 static void run_case(const layout_case *c) {
     layout_run run = {.c = c};
     test_fixture_path(run.fixture_dir, sizeof run.fixture_dir, c->fixture);
-    bool folders = make_temp_folder(run.copy_dir, sizeof run.copy_dir, "layouts") &&
-                   make_temp_folder(run.control_dir, sizeof run.control_dir, "layouts-control");
+    bool folders = test_make_temp_folder(run.copy_dir, sizeof run.copy_dir, "layouts") &&
+                   test_make_temp_folder(run.control_dir, sizeof run.control_dir, "layouts-control");
     int control_fused, control_split;
     lm_error control_err = {0};
     run.relaid = folders && swap_expert_layouts(run.fixture_dir, run.copy_dir, false, &run.made_fused,

@@ -9,16 +9,24 @@
  * under expert parallelism, lm_weights_linear_stacked_range) equals those
  * matrices of the whole stack, as stored and as int8, on the qwen35-moe
  * fixture's fused MTP experts; with random weights it is made at the
- * range's shape. */
+ * range's shape.  Large conversions run on a pool of threads: the bytes
+ * (whole, sliced, int8 and FP8) are those of one thread, and of two bad
+ * rows the lower is the one named, whatever the threads. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
+#include "base/bf16.h"
 #include "base/dtype.h"
+#include "base/quant.h"
+#include "fp8_checkpoint.h"
 #include "harness.h"
 #include "io/checkpoint.h"
 #include "models/weights.h"
+#include "safetensors_writer.h"
 
 #define QKV "model.language_model.layers.0.linear_attn.in_proj_qkv.weight" /* [128, 64] */
 #define OUT "model.language_model.layers.0.linear_attn.out_proj.weight"    /* [64, 64] */
@@ -254,6 +262,134 @@ static void test_ranges_outside_refused_and_random_ranges_made_small(void) {
               (long long)m.rows, (long long)m.cols, made);
 }
 
+/* ---- conversions on threads ---- */
+
+#define BIG_ROWS 384
+#define BIG_COLS 512 /* 196608 weights: past the one-thread size */
+
+/* dir/model.safetensors with "good.weight" [384, 512] bf16, "bad.weight"
+ * the same with non-finite values in rows 300 (inf), 200 (NaN) and 100
+ * (-inf), and "fp8.weight" its e4m3 form with 128x128 float32 scales
+ * ("fp8.weight_scale_inv", all 1/64), for a config of weight_block_size
+ * [128, 128]. */
+static bool write_big(const char *dir) {
+    static uint16_t good[BIG_ROWS * BIG_COLS], bad[BIG_ROWS * BIG_COLS];
+    static uint8_t fp8[BIG_ROWS * BIG_COLS];
+    float scales[3 * 4];
+    uint64_t x = 0x243f6a8885a308d3ull;
+    for (int i = 0; i < BIG_ROWS * BIG_COLS; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        float v = (float)((int64_t)(x >> 40) - (1 << 23)) / (float)(1 << 23); /* [-1, 1) */
+        good[i] = bad[i] = lm_f32_to_bf16(v * (1 + i / BIG_COLS % 7));
+        fp8[i] = (uint8_t)(x >> 8) & 0x7E ? (uint8_t)(x >> 8) : 0x38; /* any code but NaN */
+        if ((fp8[i] & 0x7F) == 0x7F) fp8[i] = 0x38;
+    }
+    bad[300 * BIG_COLS + 7] = 0x7F80;
+    bad[200 * BIG_COLS + 9] = 0x7FC0;
+    bad[100 * BIG_COLS + 511] = 0xFF80;
+    for (int i = 0; i < 12; i++) scales[i] = 1.0f / 64;
+    lm_error err = {0};
+    test_st_writer *w = NULL;
+    const int64_t shape[2] = {BIG_ROWS, BIG_COLS}, sshape[2] = {3, 4};
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    bool ok = test_st_writer_create(&w, &err) == LM_OK &&
+              test_st_writer_add(w, "good.weight", LM_DTYPE_BF16, 2, shape, &(test_st_piece){good, sizeof good}, 1,
+                                 &err) == LM_OK &&
+              test_st_writer_add(w, "bad.weight", LM_DTYPE_BF16, 2, shape, &(test_st_piece){bad, sizeof bad}, 1,
+                                 &err) == LM_OK &&
+              test_st_writer_add(w, "fp8.weight", LM_DTYPE_F8_E4M3, 2, shape, &(test_st_piece){fp8, sizeof fp8}, 1,
+                                 &err) == LM_OK &&
+              test_st_writer_add(w, "fp8.weight_scale_inv", LM_DTYPE_F32, 2, sshape,
+                                 &(test_st_piece){scales, sizeof scales}, 1, &err) == LM_OK &&
+              test_st_writer_write(w, path, &err) == LM_OK;
+    if (!ok) fprintf(stderr, "%s\n", err.message);
+    test_st_writer_free(w);
+    return ok;
+}
+
+/* `name` (a slice when sl) as int8 (or as the FP8 it is) made on a cpu
+ * backend of `threads` threads: the bytes, or NULL with *why. */
+static uint8_t *convert_on(const char *dir, int threads, const char *name, const lm_weights_slice *sl, size_t *size,
+                           char *why, size_t why_size) {
+    lm_checkpoint *ck = NULL;
+    lm_backend *be = NULL;
+    lm_error err = {0};
+    uint8_t *bytes = NULL;
+    lm_matrix m;
+    if (lm_checkpoint_open(dir, LM_LOAD_READ, &ck, &err) == LM_OK && lm_backend_create("cpu", threads, &be, &err) == LM_OK) {
+        lm_weights w;
+        lm_weights_init(&w, ck, be);
+        lm_weights_set_quant(&w, &(lm_weights_quant){.int8_linear = true, .fp8_block_rows = 128, .fp8_block_cols = 128});
+        lm_status st = sl ? lm_weights_linear_slice(&w, name, BIG_ROWS, BIG_COLS, sl, &m, &err)
+                          : lm_weights_linear(&w, name, BIG_ROWS, BIG_COLS, &m, &err);
+        if (st == LM_OK) bytes = bytes_of(be, &m, size);
+        lm_weights_free(&w);
+    }
+    if (!bytes) snprintf(why, why_size, "%s", err.message);
+    lm_backend_destroy(be);
+    lm_checkpoint_close(ck);
+    return bytes;
+}
+
+static void test_conversions_on_threads(void) {
+    char dir[512];
+    CHECK(test_make_temp_folder(dir, sizeof dir, "convert-threads") && write_big(dir));
+    const lm_weights_slice window = {.n_runs = 2, .runs = {{10, 100}, {200, 150}}, .col_first = 64, .col_count = 256};
+    const struct {
+        const char *name;
+        const lm_weights_slice *slice;
+    } cases[] = {{"good.weight", NULL}, {"good.weight", &window}, {"fp8.weight", NULL}, {"fp8.weight", &window}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char why[512] = "";
+        size_t n1 = 0, n3 = 0;
+        uint8_t *one = convert_on(dir, 1, cases[c].name, cases[c].slice, &n1, why, sizeof why);
+        uint8_t *three = one ? convert_on(dir, 3, cases[c].name, cases[c].slice, &n3, why, sizeof why) : NULL;
+        CHECK_MSG(one && three && n1 == n3 && memcmp(one, three, n1) == 0, "%s%s: 3 threads %s one (%s)",
+                  cases[c].name, cases[c].slice ? " (slice)" : "", one && three ? "differ from" : "failed beside", why);
+        free(one);
+        free(three);
+    }
+    for (int threads = 1; threads <= 4; threads += 3) {
+        char why[512] = "";
+        size_t n = 0;
+        uint8_t *b = convert_on(dir, threads, "bad.weight", NULL, &n, why, sizeof why);
+        CHECK_MSG(!b && strstr(why, "row 100 holds a value that is not finite"), "%d threads: %s", threads, why);
+        free(b);
+    }
+    test_remove_checkpoint(dir);
+}
+
+/* Random weights past a million values are copied in chunks on the pool:
+ * a 4096 x 1024 bf16 matrix (192 chunks) made on 3 threads holds one
+ * thread's values. */
+static void random_bytes_on(int threads, uint8_t **out, size_t *size) {
+    lm_backend *be = NULL;
+    lm_error err = {0};
+    *out = NULL;
+    CHECK_OK(lm_backend_create("cpu", threads, &be, &err), &err);
+    lm_weights w;
+    lm_weights_init_random(&w, 7, false, be);
+    lm_matrix m;
+    CHECK_OK(lm_weights_matrix(&w, "big.weight", 4096, 1024, &m, &err), &err);
+    *out = bytes_of(be, &m, size);
+    lm_weights_free(&w);
+    lm_backend_destroy(be);
+}
+
+static void test_random_weights_on_threads(void) {
+    uint8_t *one = NULL, *three = NULL;
+    size_t n1 = 0, n3 = 0;
+    random_bytes_on(1, &one, &n1);
+    random_bytes_on(3, &three, &n3);
+    CHECK_MSG(one && three && n1 == n3 && memcmp(one, three, n1) == 0, "random weights on 3 threads differ from one");
+    size_t same_as_first_chunk = 0; /* past the first million the chunks are copies, not zeros */
+    for (size_t i = (size_t)2 << 20; one && i + 2 < n1; i += 2) same_as_first_chunk += one[i] || one[i + 1];
+    CHECK_MSG(same_as_first_chunk > n1 / 8, "the copied chunks are mostly zeros (%zu nonzero)", same_as_first_chunk);
+    free(one);
+    free(three);
+}
+
 int main(void) {
     RUN_TEST(test_one_run_of_rows);
     RUN_TEST(test_runs_and_a_window);
@@ -262,5 +398,7 @@ int main(void) {
     RUN_TEST(test_slices_outside_refused);
     RUN_TEST(test_range_of_stacked_matrices);
     RUN_TEST(test_ranges_outside_refused_and_random_ranges_made_small);
+    RUN_TEST(test_conversions_on_threads);
+    RUN_TEST(test_random_weights_on_threads);
     return test_summary("test_weight_slices");
 }

@@ -8,6 +8,7 @@
 #include "base/bf16.h"
 #include "base/big_alloc.h"
 #include "base/quant.h"
+#include "base/threadpool.h"
 #include "io/json_fields.h"
 #include "io/json_file.h"
 
@@ -50,6 +51,7 @@ void lm_weights_free(lm_weights *w) {
     free(w->owned);
     free(w->used);
     free(w->released);
+    if (w->convert_pool) lm_pool_destroy(w->convert_pool);
     memset(w, 0, sizeof *w);
 }
 
@@ -99,6 +101,41 @@ void lm_weights_made_note(const lm_weights *w, char *out, size_t size) {
         out[0] = '\0';
 }
 
+/* Below this many weights a matrix is converted on the calling thread. */
+#define CONVERT_PARALLEL_MIN ((int64_t)1 << 16)
+
+/* The pool that converts large matrices (made at the first one): the host
+ * backend's threads (the cpu's --threads; a rank's share under tensor
+ * parallelism), or every core for a device backend, whose host threads
+ * are otherwise idle at load.  NULL (one thread) when it cannot be made. */
+static lm_pool *convert_pool(lm_weights *w) {
+    if (!w->convert_pool && !w->convert_pool_failed) {
+        int threads = lm_backend_is_host(w->backend) ? lm_backend_threads(w->backend) : 0; /* 0: every core */
+        lm_error err = {0};
+        if (threads == 1 || lm_pool_create(threads, &w->convert_pool, &err) != LM_OK) w->convert_pool_failed = true;
+    }
+    return w->convert_pool;
+}
+
+/* The chunks of a made-up tensor past its first million values, copied
+ * on the pool: chunk k of `chunk` values at from[k]. */
+typedef struct {
+    uint16_t *p;
+    const int64_t *from;
+    int64_t start, n, chunk;
+} chunk_copy;
+
+static void copy_chunks(void *ctx, int task, int n_tasks) {
+    const chunk_copy *c = ctx;
+    int64_t chunks = (c->n - c->start + c->chunk - 1) / c->chunk;
+    long begin, end;
+    lm_split_range((long)chunks, n_tasks, task, &begin, &end);
+    for (int64_t k = begin; k < end; k++) {
+        int64_t i = c->start + k * c->chunk, take = c->n - i < c->chunk ? c->n - i : c->chunk;
+        memcpy(c->p + i, c->p + c->from[k], sizeof *c->p * (size_t)take);
+    }
+}
+
 /* Makes up a tensor for random mode; it joins `used` like a real one. */
 static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dims,
                                       const int64_t *shape, lm_dtype dtype, lm_error *err) {
@@ -127,15 +164,25 @@ static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dim
          * speed), which keeps every row random enough for routing and
          * norms, and costs a second instead of minutes. */
         const int64_t pool = (int64_t)1 << 20, chunk = (int64_t)1 << 14;
-        int64_t direct = n < pool ? n : pool;
+        int64_t direct = n < pool ? n : pool, chunks = (n - direct + chunk - 1) / chunk;
         for (int64_t i = 0; i < direct; i++) p[i] = lm_f32_to_bf16(scale * random_unit(&w->random_state));
-        for (int64_t i = direct; i < n; i += chunk) {
-            int64_t take = n - i < chunk ? n - i : chunk;
-            float u = 0.5f * (random_unit(&w->random_state) + 1.0f); /* [0, 1) */
-            int64_t from = (int64_t)(u * (float)(pool - chunk));
-            if (from < 0 || from > pool - chunk) from = 0;
-            memcpy(p + i, p + from, sizeof *p * (size_t)take);
+        /* the offsets drawn in order, the copies (and the pages' first
+         * touch) on the pool: the same values as one thread's */
+        int64_t *from = chunks > 0 ? malloc(sizeof *from * (size_t)chunks) : NULL;
+        if (chunks > 0 && !from) {
+            lm_fail(err, LM_ERR_NOMEM, "out of memory making random tensor '%s'", name);
+            return NULL; /* t, its name and data are owned already */
         }
+        for (int64_t k = 0; k < chunks; k++) {
+            float u = 0.5f * (random_unit(&w->random_state) + 1.0f); /* [0, 1) */
+            from[k] = (int64_t)(u * (float)(pool - chunk));
+            if (from[k] < 0 || from[k] > pool - chunk) from[k] = 0;
+        }
+        chunk_copy copy = {p, from, direct, n, chunk};
+        lm_pool *threads = chunks > 64 ? convert_pool(w) : NULL;
+        if (threads) lm_pool_run(threads, lm_pool_size(threads), copy_chunks, &copy);
+        else if (chunks > 0) copy_chunks(&copy, 0, 1);
+        free(from);
     } else {
         float *p = data;
         for (int64_t i = 0; i < n; i++) p[i] = scale * random_unit(&w->random_state);
@@ -505,29 +552,71 @@ static bool store_row(const float *row, int64_t cols, lm_dtype dtype, uint8_t *d
     return true;
 }
 
+/* One conversion split over a pool's tasks (convert_rows): task k makes
+ * rows [begin, end) of its share; the first row a task cannot make ends it
+ * and is kept with its error, so the lowest failing row is reported
+ * whatever the split.  Rows are independent: the bytes do not depend on
+ * the number of threads. */
+typedef struct {
+    lm_weights *w;
+    const lm_tensor *t, *s;
+    const char *name;
+    const row_source *src;
+    lm_dtype dtype;
+    uint8_t *dst;
+    size_t row_bytes;
+    struct convert_failure {
+        lm_status st;
+        lm_error err;
+    } *failed; /* [n_tasks]; st LM_OK: the task made all its rows */
+} convert_job;
+
+static void convert_task(void *ctx, int task, int n_tasks) {
+    convert_job *j = ctx;
+    const row_source *src = j->src;
+    struct convert_failure *f = &j->failed[task];
+    long begin, end;
+    lm_split_range((long)(src->count * src->s_rows), n_tasks, task, &begin, &end);
+    float *row = malloc(sizeof(float) * (size_t)(src->cols > 0 ? src->cols : 1));
+    if (!row) {
+        f->st = lm_fail(&f->err, LM_ERR_NOMEM, "out of memory converting '%s'", j->name);
+        return;
+    }
+    for (int64_t i = begin; i < end && f->st == LM_OK; i++) {
+        int64_t r = (src->first + i / src->s_rows) * src->rows + slice_row(src->slice, i % src->s_rows);
+        if (j->s) f->st = fp8_row(j->w, j->t, j->s, j->name, src->rows, src->cols, r, row, &f->err);
+        else float_row(j->t, r, src->cols, row);
+        if (f->st == LM_OK && !store_row(row + src->c0, src->n_cols, j->dtype, j->dst + (size_t)i * j->row_bytes))
+            f->st = lm_fail(&f->err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite%s",
+                            j->t->file, j->name, (long long)r, j->s ? " (times its block scale)" : "");
+    }
+    free(row);
+}
+
 /* The matrix [count · s_rows, n_cols] of tensor t's rows (src) made
  * `dtype` (Q8_0, BF16 or F32) on the host row by row — from float weights,
- * or FP8 weights times their block scales s — then imported. */
+ * or FP8 weights times their block scales s — then imported.  Large
+ * matrices are made on a pool of threads (the same bytes). */
 static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor *s, const char *name,
                               const row_source *src, lm_dtype dtype, lm_matrix *out, lm_error *err) {
     int64_t n_rows = src->count * src->s_rows;
     size_t row_bytes = lm_dtype_row_bytes(dtype, src->n_cols), bytes = row_bytes * (size_t)n_rows;
     uint8_t *dst = owned_bytes(w, bytes, name, err);
-    float *row = malloc(sizeof(float) * (size_t)(src->cols > 0 ? src->cols : 1));
-    if (!dst || !row) {
-        free(row);
-        return dst ? lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name) : err->code;
-    }
+    if (!dst) return err->code;
+    lm_pool *pool = n_rows * src->cols >= CONVERT_PARALLEL_MIN ? convert_pool(w) : NULL;
+    int n_tasks = pool ? lm_pool_size(pool) : 1;
+    if (n_tasks > n_rows) n_tasks = n_rows > 0 ? (int)n_rows : 1;
+    convert_job job = {w, t, s, name, src, dtype, dst, row_bytes, calloc((size_t)n_tasks, sizeof *job.failed)};
+    if (!job.failed) return lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name);
+    if (pool && n_tasks > 1) lm_pool_run(pool, n_tasks, convert_task, &job);
+    else convert_task(&job, 0, 1);
     lm_status st = LM_OK;
-    for (int64_t i = 0; i < n_rows && st == LM_OK; i++) {
-        int64_t r = (src->first + i / src->s_rows) * src->rows + slice_row(src->slice, i % src->s_rows);
-        if (s) st = fp8_row(w, t, s, name, src->rows, src->cols, r, row, err);
-        else float_row(t, r, src->cols, row);
-        if (st == LM_OK && !store_row(row + src->c0, src->n_cols, dtype, dst + (size_t)i * row_bytes))
-            st = lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite%s", t->file,
-                         name, (long long)r, s ? " (times its block scale)" : "");
-    }
-    free(row);
+    for (int k = 0; k < n_tasks && st == LM_OK; k++)
+        if (job.failed[k].st != LM_OK) {
+            *err = job.failed[k].err;
+            st = job.failed[k].st;
+        }
+    free(job.failed);
     if (st != LM_OK) return st;
     lm_buffer *buffer;
     st = import(w, dst, bytes, name, &buffer, err);
