@@ -104,6 +104,8 @@ for cmd in ("run", "bench", "logits", "inspect"):
     check(f"{cmd}: --quantize int8 accepted", r.returncode == 0, r.stderr)
 r = run("bench", tiny, "--quantize", "int8", "--prompt-tokens", "8", "--gen-tokens", "2")
 check("bench says the weights were made int8", "made int8" in r.stdout, r.stdout)
+r = run("inspect", tiny, "--quantize", "int8")
+check("inspect says the weights were made int8", "weights made int8 at load" in r.stdout, r.stdout)
 r = run("run", tiny, "--quantize", "int4", *IDS)
 check("--quantize int4 is a usage error", r.returncode == 2 and "int8 or none" in r.stderr, r.stderr)
 r = run("run", tiny, "--prefix-snapshot-bytes", "12X", *IDS)

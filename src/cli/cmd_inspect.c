@@ -64,6 +64,7 @@ int cmd_inspect_main(int argc, char **argv) {
            info->n_parameters ? 100.0 * (double)info->n_active_parameters / (double)info->n_parameters
                               : 0.0,
            (double)info->decode_bytes_per_token / 1e6);
+    if (info->weights_made[0]) printf("%s\n", info->weights_made); /* int8, or FP8 made bf16 */
     const lm_vision_info *v = &info->vision;
     if (v->present) {
         const lm_image_processor *p = &v->processor;
