@@ -416,9 +416,8 @@ static lm_status need_q8(lm_weights *w, const char *name, lm_error *err) {
 
 /* What an FP8 matrix whose rows hold `cols` columns becomes: Q8_0 where
  * the backend takes int8 weights (float32 when cols is not a multiple of
- * LM_Q8_BLOCK: exact), else bf16 — a backend without int8 weights (cuda
- * today) runs the model at bf16's 2 bytes a weight rather than refusing
- * it; e4m3 · scale rounded to bf16 moves a weight by at most 2^-9 of
+ * LM_Q8_BLOCK: exact), else bf16 — a backend without int8 weights runs
+ * the model at bf16's 2 bytes a weight rather than refusing it; e4m3 · scale rounded to bf16 moves a weight by at most 2^-9 of
  * itself, less than int8's rounding. */
 static lm_dtype fp8_made_as(const lm_weights *w, int64_t cols) {
     if (!lm_backend_supports_weights(w->backend, LM_DTYPE_Q8_0)) return LM_DTYPE_BF16;
