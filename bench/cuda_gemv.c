@@ -11,6 +11,11 @@
  * two untimed ones (the queue captures a graph on the second sighting and
  * replays it from then on, as in decoding).
  *
+ * CUDA_GEMV_INT8=1: the same products with Q8_0 (int8) weights quantized
+ * from those values; the list names the int8 kernels instead: "staged"
+ * (16-byte loads through shared memory) and "unstaged" (LOOM_CUDA_Q8_STAGED=0,
+ * two-byte loads), whose outputs must be the same bits.
+ *
  * usage: cuda_gemv [shapes, comma separated (default all)] [rounds (default 20)]
  * Prints "cuda_gemv: no cuda backend (...)" and exits 0 without a GPU. */
 #include <stdbool.h>
@@ -21,6 +26,7 @@
 #include <time.h>
 
 #include "base/bf16.h"
+#include "base/quant.h"
 #include "ops/ops.h"
 
 #define MAX_GROUP LM_MATMUL_GROUP_MAX
@@ -86,28 +92,56 @@ typedef struct {
     double bytes; /* weights read by one call of the group */
 } product_weights;
 
-static lm_status make_weights(lm_backend *be, const product *p, product_weights *pw, uint64_t *seed,
+/* The bytes of rows x cols weights: bf16, or Q8_0 quantized from the same
+ * values (int8). */
+static void *host_weights(const product *p, int i, bool int8, uint64_t *seed, size_t *bytes) {
+    size_t elems = (size_t)(p->rows[i] * p->cols);
+    uint16_t *host = malloc(elems * 2);
+    if (!host) return NULL;
+    /* a random block of 1 M values, tiled: cheap for the 2 GB lm_head, and
+     * still a different value at every place a kernel could mix up */
+    size_t block = elems < ((size_t)1 << 20) ? elems : ((size_t)1 << 20) + 7;
+    for (size_t e = 0; e < block; e++) host[e] = lm_f32_to_bf16(rng_float(seed) * 0.05f);
+    for (size_t e = block; e < elems; e++) host[e] = host[e - block];
+    *bytes = elems * 2;
+    if (!int8) return host;
+    size_t row_bytes = lm_dtype_row_bytes(LM_DTYPE_Q8_0, p->cols);
+    uint8_t *q = malloc(row_bytes * (size_t)p->rows[i]);
+    float *row = malloc(sizeof(float) * (size_t)p->cols);
+    bool ok = q && row;
+    for (int64_t r = 0; ok && r < p->rows[i]; r++) {
+        for (int64_t c = 0; c < p->cols; c++) row[c] = lm_bf16_to_f32(host[r * p->cols + c]);
+        ok = lm_q8_quantize_row(row, p->cols, q + (size_t)r * row_bytes);
+    }
+    free(row);
+    free(host);
+    if (!ok) {
+        free(q);
+        return NULL;
+    }
+    *bytes = row_bytes * (size_t)p->rows[i];
+    return q;
+}
+
+static lm_status make_weights(lm_backend *be, const product *p, product_weights *pw, bool int8, uint64_t *seed,
                               lm_error *err) {
     memset(pw, 0, sizeof *pw);
-    for (int i = 0; i < p->count; i++) pw->bytes += 2.0 * (double)p->rows[i] * (double)p->cols;
+    double per_weight = int8 ? (double)LM_Q8_BLOCK_BYTES / LM_Q8_BLOCK : 2.0;
+    for (int i = 0; i < p->count; i++) pw->bytes += per_weight * (double)p->rows[i] * (double)p->cols;
     pw->copies = pw->bytes * 4 > 240e6 ? 1 : COPIES;
     for (int i = 0; i < p->count; i++) {
-        size_t elems = (size_t)(p->rows[i] * p->cols);
-        uint16_t *host = malloc(elems * 2);
+        size_t bytes = 0;
+        void *host = host_weights(p, i, int8, seed, &bytes);
         if (!host) return lm_fail(err, LM_ERR_NOMEM, "out of host memory");
-        /* a random block of 1 M values, tiled: cheap for the 2 GB lm_head, and
-         * still a different value at every place a kernel could mix up */
-        size_t block = elems < ((size_t)1 << 20) ? elems : ((size_t)1 << 20) + 7;
-        for (size_t e = 0; e < block; e++) host[e] = lm_f32_to_bf16(rng_float(seed) * 0.05f);
-        for (size_t e = block; e < elems; e++) host[e] = host[e - block];
         for (int c = 0; c < pw->copies; c++) {
-            lm_status st = lm_alloc(be, elems * 2, "weights", &pw->w[i][c], err);
+            lm_status st = lm_alloc(be, bytes, "weights", &pw->w[i][c], err);
             if (st != LM_OK) {
                 free(host);
                 return st;
             }
-            lm_upload(be, lm_mem_of(pw->w[i][c]), host, elems * 2);
-            pw->m[i][c] = (lm_matrix){lm_mem_of(pw->w[i][c]), LM_DTYPE_BF16, p->rows[i], p->cols};
+            lm_upload(be, lm_mem_of(pw->w[i][c]), host, bytes);
+            pw->m[i][c] = (lm_matrix){lm_mem_of(pw->w[i][c]), int8 ? LM_DTYPE_Q8_0 : LM_DTYPE_BF16, p->rows[i],
+                                      p->cols};
         }
         free(host);
     }
@@ -136,7 +170,8 @@ static void queue_round(lm_backend *be, const product *p, product_weights *pw, l
 }
 
 int main(int argc, char **argv) {
-    const char *shape_list = argc > 1 ? argv[1] : "8x1,4x4,4x2,2x4,2x2,8x2,1x4,1x8";
+    bool int8 = getenv("CUDA_GEMV_INT8") && atoi(getenv("CUDA_GEMV_INT8")) == 1;
+    const char *shape_list = argc > 1 ? argv[1] : int8 ? "staged,unstaged" : "8x1,4x4,4x2,2x4,2x2,8x2,1x4,1x8";
     int rounds = argc > 2 ? atoi(argv[2]) : 20;
     if (rounds < 1 || rounds > 200 || strlen(shape_list) > 200) {
         fprintf(stderr, "usage: cuda_gemv [ROWSxLOADS,...] [rounds 1..200]\n");
@@ -160,7 +195,14 @@ int main(int argc, char **argv) {
     printf("cuda_gemv: %d rounds; us per call (median) and GB/s of weights; bits vs the first shape\n",
            rounds);
     for (int s = 0; s < n_shapes; s++) {
-        setenv("LOOM_CUDA_GEMV", names[s], 1);
+        if (int8) {
+            if (strcmp(names[s], "staged") != 0 && strcmp(names[s], "unstaged") != 0) {
+                fprintf(stderr, "cuda_gemv: with CUDA_GEMV_INT8=1 the kernels are staged and unstaged\n");
+                return 2;
+            }
+            setenv("LOOM_CUDA_Q8_STAGED", strcmp(names[s], "staged") == 0 ? "1" : "0", 1);
+        } else
+            setenv("LOOM_CUDA_GEMV", names[s], 1);
         lm_backend *be = NULL;
         if (lm_backend_create("cuda", 0, &be, &err) != LM_OK) {
             printf("cuda_gemv: no cuda backend (%s)\n", err.message);
@@ -173,7 +215,7 @@ int main(int argc, char **argv) {
             const product *p = &list[pi];
             product_weights pw;
             lm_buffer *x_buf = NULL, *y_buf[MAX_GROUP] = {0};
-            if (make_weights(be, p, &pw, &seed, &err) != LM_OK ||
+            if (make_weights(be, p, &pw, int8, &seed, &err) != LM_OK ||
                 lm_alloc(be, sizeof(float) * 8 * (size_t)p->cols, "x", &x_buf, &err) != LM_OK) {
                 fprintf(stderr, "cuda_gemv: %s\n", err.message);
                 return 1;
