@@ -574,9 +574,26 @@ static bool bf16_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
     return w->dtype == LM_DTYPE_BF16 && w->cols % 8 == 0 && ((uintptr_t)wp % 16) == 0 && ((uintptr_t)xp % 16) == 0;
 }
 
+// LOOM_CUDA_PREFETCH=MB (lm_cuda_state.prefetch_bytes): a decode
+// product's first weights (up to that many bytes, split between two
+// matrices) prefetched into L2 while the small kernels before it run
+// (lm_cuda_enqueue_prefetch).  Products of more than TOKENS rows are only
+// marked, so the next prefetch lands after them.
+static void prefetch_weights(lm_backend *be, int n, const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+    size_t cap = lm_cuda_state_of(be)->prefetch_bytes;
+    if (!cap) return;
+    if (b) cap /= 2;
+    a_bytes = n > TOKENS ? 0 : a_bytes < cap ? a_bytes : cap;
+    b_bytes = n > TOKENS || !b ? 0 : b_bytes < cap ? b_bytes : cap;
+    lm_cuda_enqueue_prefetch(be, a, a_bytes, b, b_bytes);
+}
+
+static size_t matrix_bytes(const lm_matrix *w) { return lm_dtype_row_bytes(w->dtype, w->cols) * (size_t)w->rows; }
+
 static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     const void *wp = lm_cuda_ptr(w->data);
     const void *xp = lm_cuda_ptr(x);
+    prefetch_weights(be, n, wp, matrix_bytes(w), NULL, 0);
     if (q8_staged_ok(be, w, wp, xp)) {
         int64_t blocks = (w->rows + Q8_ROWS - 1) / Q8_ROWS;
         dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
@@ -921,6 +938,7 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
                              : n == 2 ? sh->group[1]
                                       : wide_of(be)->group[n <= 4 ? 0 : 1];
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
+    prefetch_weights(be, n, a.w[0], matrix_bytes(outs[0].w), NULL, 0);
     lm_cuda_launch_early(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
 }
 
@@ -941,6 +959,7 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
         int64_t q8_blocks = (gate->rows + Q8_ROWS / 2 - 1) / (Q8_ROWS / 2);
         if (q8_blocks > 65535) return false;
         dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)q8_blocks);
+        prefetch_weights(be, n, gp, matrix_bytes(gate), up_p, matrix_bytes(up));
         lm_cuda_launch_early(be, "matmul (swiglu, int8)", q8_kernel, grid, THREADS, 0, lm_cuda_f32(y),
                              lm_cuda_f32(x), (const uint8_t *)gp, (const uint8_t *)up_p, n, gate->rows, gate->cols);
         return true;
@@ -954,6 +973,7 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
     int64_t blocks = half > 0 ? (gate->rows + half - 1) / half : 0;
     if (!kernel || blocks > 65535) return false;
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
+    prefetch_weights(be, n, gp, matrix_bytes(gate), up_p, matrix_bytes(up));
     lm_cuda_launch_early(be, "matmul (swiglu)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                          (const uint4 *)gp, (const uint4 *)up_p, n, gate->rows, gate->cols);
     return true;

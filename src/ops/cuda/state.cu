@@ -30,6 +30,8 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     s->unfused = fuse && fuse[0] == '0';
     const char *staged = getenv("LOOM_CUDA_Q8_STAGED"); // 0: the int8 kernel of two-byte loads, to compare
     s->q8_unstaged = staged && staged[0] == '0';
+    const char *prefetch = getenv("LOOM_CUDA_PREFETCH"); // MB of a decode product's weights prefetched into L2 (experiment)
+    s->prefetch_bytes = prefetch && atoi(prefetch) > 0 ? (size_t)atoi(prefetch) << 20 : 0;
     const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows
     int sms = 0;
     if (per_sm && atoi(per_sm) > 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s->device) == cudaSuccess)
