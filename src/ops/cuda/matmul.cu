@@ -408,24 +408,34 @@ struct group_args {
     int count;
 };
 
+// The product of this block (blockIdx.y), picked with constant indices
+// only: a dynamic index into the argument struct would copy it to local
+// memory in every thread (measured: the group ran slower than its parts).
+typedef struct {
+    float *y;
+    const uint4 *w;
+    int64_t rows;
+    int first; // the product's first block
+} group_product;
+
+__device__ __forceinline__ static group_product group_product_of(const group_args &a) {
+    int b = (int)blockIdx.y;
+    group_product p = {a.y[0], a.w[0], a.rows[0], 0};
+#pragma unroll
+    for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
+        if (k < a.count && b >= a.block_end[k - 1]) {
+            p.first = a.block_end[k - 1];
+            p.y = a.y[k], p.w = a.w[k], p.rows = a.rows[k];
+        }
+    return p;
+}
+
 template <int TILE, int ROWS, int LOADS>
 __global__ static void __launch_bounds__(THREADS)
     matmul_group_kernel(group_args a, const float *x, int n, int64_t cols) {
     __shared__ float part[WARPS][ROWS][TILE];
-    // The product of this block, picked with constant indices only: a
-    // dynamic index into the argument struct would copy it to local memory
-    // in every thread (measured: the group ran slower than its parts).
-    int b = (int)blockIdx.y, first = 0;
-    float *y = a.y[0];
-    const uint4 *w = a.w[0];
-    int64_t rows = a.rows[0];
-#pragma unroll
-    for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
-        if (k < a.count && b >= a.block_end[k - 1]) {
-            first = a.block_end[k - 1];
-            y = a.y[k], w = a.w[k], rows = a.rows[k];
-        }
-    bf16_rows<TILE, ROWS, LOADS>(y, x, w, n, rows, cols, (int64_t)(b - first) * ROWS, part);
+    group_product p = group_product_of(a);
+    bf16_rows<TILE, ROWS, LOADS>(p.y, x, p.w, n, p.rows, cols, (int64_t)((int)blockIdx.y - p.first) * ROWS, part);
 }
 
 // matmul_swiglu: y[t, o] = silu(x·gate_oᵀ) · (x·up_oᵀ).  A block owns
@@ -457,17 +467,9 @@ template <int TILE>
 __global__ static void __launch_bounds__(THREADS) matmul_group_q8_kernel(group_args a, const float *x, int n, int64_t cols) {
     __shared__ float part[WARPS][Q8_ROWS][TILE];
     __shared__ uint4 stage[WARPS][Q8_ROWS][Q8_WINDOW_U4];
-    int b = (int)blockIdx.y, first = 0; // constant indices only, as matmul_group_kernel
-    float *y = a.y[0];
-    const uint4 *w = a.w[0];
-    int64_t rows = a.rows[0];
-#pragma unroll
-    for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
-        if (k < a.count && b >= a.block_end[k - 1]) {
-            first = a.block_end[k - 1];
-            y = a.y[k], w = a.w[k], rows = a.rows[k];
-        }
-    q8_rows<TILE, Q8_ROWS>(y, x, (const uint8_t *)w, n, rows, cols, (int64_t)(b - first) * Q8_ROWS, part, stage);
+    group_product p = group_product_of(a);
+    q8_rows<TILE, Q8_ROWS>(p.y, x, (const uint8_t *)p.w, n, p.rows, cols, (int64_t)((int)blockIdx.y - p.first) * Q8_ROWS,
+                           part, stage);
 }
 
 template <int TILE>
