@@ -13,8 +13,9 @@
  *
  * CUDA_GEMV_INT8=1: the same products with Q8_0 (int8) weights quantized
  * from those values; the list names the int8 kernels instead: "staged"
- * (16-byte loads through shared memory) and "unstaged" (LOOM_CUDA_Q8_STAGED=0,
- * two-byte loads), whose outputs must be the same bits.
+ * (16-byte loads through shared memory, LOOM_CUDA_Q8_STAGED=1) and
+ * "unstaged" (two-byte loads, the default), whose outputs must be the same
+ * bits.
  *
  * usage: cuda_gemv [shapes, comma separated (default all)] [rounds (default 20)]
  * Prints "cuda_gemv: no cuda backend (...)" and exits 0 without a GPU. */

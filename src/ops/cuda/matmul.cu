@@ -278,11 +278,16 @@ static bool q8_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
 // window's before the kernel waits for the one before (launch early).
 // Blocks of ROWS rows; with HALF < ROWS, rows r >= HALF are another
 // matrix's (half0): the gate and up rows of one SwiGLU output.
+//
+// Written and compile-checked (sm_90a, no spills) but not yet run on a
+// GPU: it is taken only with LOOM_CUDA_Q8_STAGED=1 until the op test,
+// cuda_gemv's bit comparison with the kernel above and a decode benchmark
+// have run on one (docs/PERF.md says when they have).
 #define Q8_WINDOW_HALVES 32
 #define Q8_WINDOW_U4 39 // 17 blocks (578 bytes) and 30 of alignment, in 16-byte words, and one of slack
 
 static bool q8_staged_ok(lm_backend *be, const lm_matrix *w, const void *wp, const void *xp) {
-    return !lm_cuda_state_of(be)->q8_unstaged && w->dtype == LM_DTYPE_Q8_0 && w->cols % 256 == 0 &&
+    return lm_cuda_state_of(be)->q8_staged && w->dtype == LM_DTYPE_Q8_0 && w->cols % 256 == 0 &&
            ((uintptr_t)wp % 16) == 0 && ((uintptr_t)xp % 16) == 0;
 }
 
