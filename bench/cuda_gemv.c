@@ -12,10 +12,8 @@
  * replays it from then on, as in decoding).
  *
  * CUDA_GEMV_INT8=1: the same products with Q8_0 (int8) weights quantized
- * from those values; the list names the int8 kernels instead: "staged"
- * (16-byte loads through shared memory, LOOM_CUDA_Q8_STAGED=1) and
- * "unstaged" (two-byte loads, the default), whose outputs must be the same
- * bits.
+ * from those values, through the int8 kernel (one shape: the list is
+ * "int8").
  *
  * usage: cuda_gemv [shapes, comma separated (default all)] [rounds (default 20)]
  * Prints "cuda_gemv: no cuda backend (...)" and exits 0 without a GPU. */
@@ -172,7 +170,7 @@ static void queue_round(lm_backend *be, const product *p, product_weights *pw, l
 
 int main(int argc, char **argv) {
     bool int8 = getenv("CUDA_GEMV_INT8") && atoi(getenv("CUDA_GEMV_INT8")) == 1;
-    const char *shape_list = argc > 1 ? argv[1] : int8 ? "staged,unstaged" : "8x1,4x4,4x2,2x4,2x2,8x2,1x4,1x8";
+    const char *shape_list = argc > 1 ? argv[1] : int8 ? "int8" : "8x1,4x4,4x2,2x4,2x2,8x2,1x4,1x8";
     int rounds = argc > 2 ? atoi(argv[2]) : 20;
     if (rounds < 1 || rounds > 200 || strlen(shape_list) > 200) {
         fprintf(stderr, "usage: cuda_gemv [ROWSxLOADS,...] [rounds 1..200]\n");
@@ -196,14 +194,11 @@ int main(int argc, char **argv) {
     printf("cuda_gemv: %d rounds; us per call (median) and GB/s of weights; bits vs the first shape\n",
            rounds);
     for (int s = 0; s < n_shapes; s++) {
-        if (int8) {
-            if (strcmp(names[s], "staged") != 0 && strcmp(names[s], "unstaged") != 0) {
-                fprintf(stderr, "cuda_gemv: with CUDA_GEMV_INT8=1 the kernels are staged and unstaged\n");
-                return 2;
-            }
-            setenv("LOOM_CUDA_Q8_STAGED", strcmp(names[s], "staged") == 0 ? "1" : "0", 1);
-        } else
-            setenv("LOOM_CUDA_GEMV", names[s], 1);
+        if (int8 && strcmp(names[s], "int8") != 0) {
+            fprintf(stderr, "cuda_gemv: with CUDA_GEMV_INT8=1 the one kernel is int8\n");
+            return 2;
+        }
+        if (!int8) setenv("LOOM_CUDA_GEMV", names[s], 1);
         lm_backend *be = NULL;
         if (lm_backend_create("cuda", 0, &be, &err) != LM_OK) {
             printf("cuda_gemv: no cuda backend (%s)\n", err.message);

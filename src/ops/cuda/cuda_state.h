@@ -36,8 +36,6 @@ struct lm_cuda_state {
     bool attention_one_run;       /* LOOM_CUDA_ATTENTION_SPLIT=0: a block walks a token's whole context, to compare */
     bool kv_f32;                  /* LOOM_CUDA_KV_F32=1: float32 KV pools under bf16 compute too, to compare */
     bool unfused;                 /* LOOM_CUDA_FUSE=0: gdn_prepare and matmul_swiglu decline (their parts run) */
-    size_t prefetch_bytes;        /* LOOM_CUDA_PREFETCH=MB: a decode product's first weights prefetched into L2 (matmul.cu) */
-    bool q8_staged;               /* LOOM_CUDA_Q8_STAGED=1: int8 rows staged through shared memory (matmul.cu; not yet run on a GPU) */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
 };
 

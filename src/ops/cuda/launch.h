@@ -63,11 +63,6 @@ void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel
 void lm_cuda_enqueue_collective(lm_backend *be, const char *what, const lm_cuda_collective_call *call);
 void lm_cuda_enqueue_copy(lm_backend *be, const char *what, void *dst, const void *src, size_t bytes);
 void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte, size_t bytes);
-/* Marks the next op queued as a product reading weights, and queues an L2
- * prefetch of a_bytes at a and b_bytes at b (each 0 for none) just after
- * the product queued before it, so the weights come in while the small
- * kernels between the two run (skipped when there are none). */
-void lm_cuda_enqueue_prefetch(lm_backend *be, const void *a, size_t a_bytes, const void *b, size_t b_bytes);
 /* Runs the pending work on the stream (replayed or captured as a graph
  * when it repeats); after it, the stream holds every op queued so far. */
 void lm_cuda_flush(lm_backend *be);

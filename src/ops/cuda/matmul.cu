@@ -263,145 +263,6 @@ static bool q8_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
            ((uintptr_t)xp % 16) == 0;
 }
 
-// ---- Q8_0 rows staged through shared memory ----
-//
-// The kernel above issues 9 two-byte loads for 16 weights and ran at 1.2
-// TB/s on an H100 (bf16: 2 TB/s).  Where every row starts on a 16-byte
-// boundary (cols a multiple of 256, so 34-byte blocks fill whole 16-byte
-// words a row; the base 16-byte aligned: every released width), a warp
-// copies its window of a row — the blocks of its next 32 half-blocks,
-// widened to 16-byte bounds inside the row — with 16-byte loads into
-// shared memory, and each lane reads its half-block from there.  The lanes
-// take the same half-blocks and sum them in the same order as the kernel
-// above, so the results are the same bits; the window's loads for the next
-// step are in flight while the current one is summed, and the first
-// window's before the kernel waits for the one before (launch early).
-// Blocks of ROWS rows; with HALF < ROWS, rows r >= HALF are another
-// matrix's (half0): the gate and up rows of one SwiGLU output.
-//
-// Written and compile-checked (sm_90a, no spills) but not yet run on a
-// GPU: it is taken only with LOOM_CUDA_Q8_STAGED=1 until the op test,
-// cuda_gemv's bit comparison with the kernel above and a decode benchmark
-// have run on one (docs/PERF.md says when they have).
-#define Q8_WINDOW_HALVES 32
-#define Q8_WINDOW_U4 39 // 17 blocks (578 bytes) and 30 of alignment, in 16-byte words, and one of slack
-
-static bool q8_staged_ok(lm_backend *be, const lm_matrix *w, const void *wp, const void *xp) {
-    return lm_cuda_state_of(be)->q8_staged && w->dtype == LM_DTYPE_Q8_0 && w->cols % 256 == 0 &&
-           ((uintptr_t)wp % 16) == 0 && ((uintptr_t)xp % 16) == 0;
-}
-
-// The window of half-blocks [h0, h1) of a row: its first 16-byte word and
-// how many words it spans.
-__device__ static inline void q8_window(int64_t h0, int64_t h1, int64_t *word0, int *words) {
-    int64_t start = h0 / 2 * LM_Q8_BLOCK_BYTES, end = (h1 + 1) / 2 * LM_Q8_BLOCK_BYTES;
-    *word0 = start / 16;
-    *words = (int)((end + 15) / 16 - start / 16);
-}
-
-template <int ROWS, int HALF>
-__device__ static inline void q8_window_load(uint4 (&p)[ROWS][2], const uint8_t *row0, const uint8_t *half0,
-                                             int64_t row_bytes, int64_t valid, int64_t word0, int words) {
-    int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int r = 0; r < ROWS; r++)
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            int i = lane + 32 * u, rr = r < HALF ? r : r - HALF;
-            const uint4 *row = (const uint4 *)((r < HALF ? row0 : half0) + rr * row_bytes);
-            p[r][u] = i < words && rr < valid ? __ldg(row + word0 + i) : make_uint4(0, 0, 0, 0);
-        }
-}
-
-template <int TILE, int ROWS, int HALF>
-__device__ static void q8_partials(const float *x, const uint8_t *row0, const uint8_t *half0, int64_t valid, int n,
-                                   int64_t cols, float (*part)[ROWS][TILE], uint4 (*stage)[ROWS][Q8_WINDOW_U4]) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
-    int nt = n - t0 < TILE ? n - t0 : TILE;
-    int64_t halves = cols / LM_Q8_HALF, per_slice = (halves + WARPS - 1) / WARPS;
-    int64_t h_begin = warp * per_slice, h_end = h_begin + per_slice < halves ? h_begin + per_slice : halves;
-    int64_t row_bytes = cols / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES;
-    float acc[ROWS][TILE];
-#pragma unroll
-    for (int r = 0; r < ROWS; r++)
-#pragma unroll
-        for (int t = 0; t < TILE; t++)
-            acc[r][t] = 0.0f;
-    uint4 p[ROWS][2];
-    int64_t word0 = 0;
-    int words = 0;
-    if (h_begin < h_end) {
-        int64_t h1 = h_begin + Q8_WINDOW_HALVES < h_end ? h_begin + Q8_WINDOW_HALVES : h_end;
-        q8_window(h_begin, h1, &word0, &words);
-        q8_window_load<ROWS, HALF>(p, row0, half0, row_bytes, valid, word0, words);
-    }
-    lm_cuda_wait_for_prior();
-    for (int64_t h0 = h_begin; h0 < h_end; h0 += Q8_WINDOW_HALVES) {
-        int64_t h1 = h0 + Q8_WINDOW_HALVES < h_end ? h0 + Q8_WINDOW_HALVES : h_end;
-        int64_t base = word0 * 16; // the window's first byte in its row
-        __syncwarp();              // the lanes are done with the last window
-#pragma unroll
-        for (int r = 0; r < ROWS; r++)
-#pragma unroll
-            for (int u = 0; u < 2; u++)
-                if (lane + 32 * u < words) stage[warp][r][lane + 32 * u] = p[r][u];
-        __syncwarp();
-        if (h1 < h_end) { // the next window's loads, in flight while this one is summed
-            int64_t h2 = h1 + Q8_WINDOW_HALVES < h_end ? h1 + Q8_WINDOW_HALVES : h_end;
-            q8_window(h1, h2, &word0, &words);
-            q8_window_load<ROWS, HALF>(p, row0, half0, row_bytes, valid, word0, words);
-        }
-        int64_t h = h0 + lane;
-        if (h >= h1) continue;
-        // the half-block's block in the window, its quants' first byte (even)
-        int off = (int)(h / 2 * LM_Q8_BLOCK_BYTES - base), qo = off + 2 + (int)(h % 2) * LM_Q8_HALF;
-        const float *xh = x + h * LM_Q8_HALF;
-#pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            const uint8_t *bytes = (const uint8_t *)stage[warp][r];
-            float scale = __uint_as_float((uint32_t)(*(const unsigned short *)(bytes + off)) << 16);
-            const uint32_t *words4 = (const uint32_t *)(bytes + (qo & ~3));
-            uint32_t q[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                q[i] = __funnelshift_r(words4[i], words4[i + 1], (qo & 3) * 8);
-#pragma unroll
-            for (int t = 0; t < TILE; t++)
-                if (t < nt) acc[r][t] = __fmaf_rn(scale, lm_q8_dot16(q, xh + (int64_t)(t0 + t) * cols), acc[r][t]);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < ROWS; r++)
-#pragma unroll
-        for (int t = 0; t < TILE; t++) {
-            float v = warp_total(acc[r][t]);
-            if (lane == 0) part[warp][r][t] = v;
-        }
-    __syncthreads();
-}
-
-template <int TILE, int ROWS>
-__device__ static void q8_rows(float *y, const float *x, const uint8_t *w, int n, int64_t rows, int64_t cols,
-                               int64_t o0, float (*part)[ROWS][TILE], uint4 (*stage)[ROWS][Q8_WINDOW_U4]) {
-    const uint8_t *row0 = w + o0 * (cols / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES);
-    q8_partials<TILE, ROWS, ROWS>(x, row0, row0, rows - o0, n, cols, part, stage);
-    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
-    if (threadIdx.x < ROWS * TILE) {
-        int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
-        if (t < nt && o0 + r < rows) y[(int64_t)(t0 + t) * rows + o0 + r] = slice_total<ROWS, TILE>(part, r, t);
-    }
-    __syncthreads(); // part is rewritten by the next rows
-}
-
-template <int TILE>
-__global__ static void __launch_bounds__(THREADS)
-    matmul_q8_staged_kernel(float *y, const float *x, const uint8_t *w, int n, int64_t rows, int64_t cols) {
-    __shared__ float part[WARPS][Q8_ROWS][TILE];
-    __shared__ uint4 stage[WARPS][Q8_ROWS][Q8_WINDOW_U4];
-    for (int64_t o0 = (int64_t)blockIdx.y * Q8_ROWS; o0 < rows; o0 += (int64_t)gridDim.y * Q8_ROWS)
-        q8_rows<TILE, Q8_ROWS>(y, x, w, n, rows, cols, o0, part, stage);
-}
-
 // matmul_group's products in one launch: blocks along y walk the row
 // groups of every matrix in turn (block_end[i]: the end of matrix i's), so
 // each output is computed by exactly the code of a lone matmul.
@@ -413,34 +274,24 @@ struct group_args {
     int count;
 };
 
-// The product of this block (blockIdx.y), picked with constant indices
-// only: a dynamic index into the argument struct would copy it to local
-// memory in every thread (measured: the group ran slower than its parts).
-typedef struct {
-    float *y;
-    const uint4 *w;
-    int64_t rows;
-    int first; // the product's first block
-} group_product;
-
-__device__ __forceinline__ static group_product group_product_of(const group_args &a) {
-    int b = (int)blockIdx.y;
-    group_product p = {a.y[0], a.w[0], a.rows[0], 0};
-#pragma unroll
-    for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
-        if (k < a.count && b >= a.block_end[k - 1]) {
-            p.first = a.block_end[k - 1];
-            p.y = a.y[k], p.w = a.w[k], p.rows = a.rows[k];
-        }
-    return p;
-}
-
 template <int TILE, int ROWS, int LOADS>
 __global__ static void __launch_bounds__(THREADS)
     matmul_group_kernel(group_args a, const float *x, int n, int64_t cols) {
     __shared__ float part[WARPS][ROWS][TILE];
-    group_product p = group_product_of(a);
-    bf16_rows<TILE, ROWS, LOADS>(p.y, x, p.w, n, p.rows, cols, (int64_t)((int)blockIdx.y - p.first) * ROWS, part);
+    // The product of this block, picked with constant indices only: a
+    // dynamic index into the argument struct would copy it to local memory
+    // in every thread (measured: the group ran slower than its parts).
+    int b = (int)blockIdx.y, first = 0;
+    float *y = a.y[0];
+    const uint4 *w = a.w[0];
+    int64_t rows = a.rows[0];
+#pragma unroll
+    for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
+        if (k < a.count && b >= a.block_end[k - 1]) {
+            first = a.block_end[k - 1];
+            y = a.y[k], w = a.w[k], rows = a.rows[k];
+        }
+    bf16_rows<TILE, ROWS, LOADS>(y, x, w, n, rows, cols, (int64_t)(b - first) * ROWS, part);
 }
 
 // matmul_swiglu: y[t, o] = silu(x·gate_oᵀ) · (x·up_oᵀ).  A block owns
@@ -461,36 +312,6 @@ __global__ static void __launch_bounds__(THREADS)
         int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
         if (t < nt && o0 + r < rows) {
             float g = slice_total<ROWS, TILE>(part, r, t), u = slice_total<ROWS, TILE>(part, r + HALF, t);
-            y[(int64_t)(t0 + t) * rows + o0 + r] = g / (1.0f + expf(-g)) * u;
-        }
-    }
-}
-
-// matmul_group and matmul_swiglu over int8 rows (q8_staged_ok): each
-// output summed by the lone staged kernel's code.
-template <int TILE>
-__global__ static void __launch_bounds__(THREADS) matmul_group_q8_kernel(group_args a, const float *x, int n, int64_t cols) {
-    __shared__ float part[WARPS][Q8_ROWS][TILE];
-    __shared__ uint4 stage[WARPS][Q8_ROWS][Q8_WINDOW_U4];
-    group_product p = group_product_of(a);
-    q8_rows<TILE, Q8_ROWS>(p.y, x, (const uint8_t *)p.w, n, p.rows, cols, (int64_t)((int)blockIdx.y - p.first) * Q8_ROWS,
-                           part, stage);
-}
-
-template <int TILE>
-__global__ static void __launch_bounds__(THREADS)
-    matmul_swiglu_q8_kernel(float *y, const float *x, const uint8_t *gate, const uint8_t *up, int n, int64_t rows,
-                            int64_t cols) {
-    constexpr int HALF = Q8_ROWS / 2;
-    __shared__ float part[WARPS][Q8_ROWS][TILE];
-    __shared__ uint4 stage[WARPS][Q8_ROWS][Q8_WINDOW_U4];
-    int64_t o0 = (int64_t)blockIdx.y * HALF, row_bytes = cols / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES;
-    q8_partials<TILE, Q8_ROWS, HALF>(x, gate + o0 * row_bytes, up + o0 * row_bytes, rows - o0, n, cols, part, stage);
-    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
-    if (threadIdx.x < HALF * TILE) {
-        int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
-        if (t < nt && o0 + r < rows) {
-            float g = slice_total<Q8_ROWS, TILE>(part, r, t), u = slice_total<Q8_ROWS, TILE>(part, r + HALF, t);
             y[(int64_t)(t0 + t) * rows + o0 + r] = g / (1.0f + expf(-g)) * u;
         }
     }
@@ -581,36 +402,9 @@ static bool bf16_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
     return w->dtype == LM_DTYPE_BF16 && w->cols % 8 == 0 && ((uintptr_t)wp % 16) == 0 && ((uintptr_t)xp % 16) == 0;
 }
 
-// LOOM_CUDA_PREFETCH=MB (lm_cuda_state.prefetch_bytes): a decode
-// product's first weights (up to that many bytes, split between two
-// matrices) prefetched into L2 while the small kernels before it run
-// (lm_cuda_enqueue_prefetch).  Products of more than TOKENS rows are only
-// marked, so the next prefetch lands after them.
-static void prefetch_weights(lm_backend *be, int n, const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
-    size_t cap = lm_cuda_state_of(be)->prefetch_bytes;
-    if (!cap) return;
-    if (b) cap /= 2;
-    a_bytes = n > TOKENS ? 0 : a_bytes < cap ? a_bytes : cap;
-    b_bytes = n > TOKENS || !b ? 0 : b_bytes < cap ? b_bytes : cap;
-    lm_cuda_enqueue_prefetch(be, a, a_bytes, b, b_bytes);
-}
-
-static size_t matrix_bytes(const lm_matrix *w) { return lm_dtype_row_bytes(w->dtype, w->cols) * (size_t)w->rows; }
-
 static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     const void *wp = lm_cuda_ptr(w->data);
     const void *xp = lm_cuda_ptr(x);
-    prefetch_weights(be, n, wp, matrix_bytes(w), NULL, 0);
-    if (q8_staged_ok(be, w, wp, xp)) {
-        int64_t blocks = (w->rows + Q8_ROWS - 1) / Q8_ROWS;
-        dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
-        void (*kernel)(float *, const float *, const uint8_t *, int, int64_t, int64_t) =
-            n == 1 ? matmul_q8_staged_kernel<1> : n == 2 ? matmul_q8_staged_kernel<2>
-                                                : n <= 4 ? matmul_q8_staged_kernel<4> : matmul_q8_staged_kernel<TOKENS>;
-        lm_cuda_launch_early(be, "matmul (int8)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
-                             (const uint8_t *)wp, n, w->rows, w->cols);
-        return;
-    }
     if (q8_vector_ok(w, wp, xp)) {
         int64_t blocks = (w->rows + Q8_ROWS - 1) / Q8_ROWS;
         dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
@@ -906,14 +700,12 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
                  !(lm_cuda_state_of(be)->blas_matmul && n >= BLAS_MIN_ROWS);
     group_args a;
     memset(&a, 0, sizeof a); // every byte is compared by the queue (launch.h)
-    // every product bf16 (the bf16 kernel) or every one int8 (the staged int8 kernel)
-    bool q8 = count > 0 && q8_staged_ok(be, outs[0].w, lm_cuda_ptr(outs[0].w->data), xp);
-    int per_block = q8 ? Q8_ROWS : rows_per_block(be, n), blocks = 0;
+    int per_block = rows_per_block(be, n), blocks = 0;
     for (int i = 0; fused && i < count; i++) {
         const lm_matrix *w = outs[i].w;
         const void *wp = lm_cuda_ptr(w->data);
-        fused = (q8 ? q8_staged_ok(be, w, wp, xp) : bf16_vector_ok(w, wp, xp)) && w->cols == outs[0].w->cols &&
-                w->rows > 0 && w->rows <= 65535 * (int64_t)per_block;
+        fused = bf16_vector_ok(w, wp, xp) && w->cols == outs[0].w->cols && w->rows > 0 &&
+                w->rows <= 65535 * (int64_t)per_block;
         if (!fused) break;
         blocks += (int)((w->rows + per_block - 1) / per_block);
         a.y[i] = lm_cuda_f32(outs[i].y), a.w[i] = (const uint4 *)wp, a.rows[i] = w->rows;
@@ -937,15 +729,10 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
     }
     a.count = count;
     const gemv_shape *sh = shape_of(be);
-    group_kernel_fn kernel = q8       ? (n == 1   ? matmul_group_q8_kernel<1>
-                                         : n == 2 ? matmul_group_q8_kernel<2>
-                                         : n <= 4 ? matmul_group_q8_kernel<4>
-                                                  : matmul_group_q8_kernel<TOKENS>)
-                             : n == 1 ? sh->group[0]
+    group_kernel_fn kernel = n == 1   ? sh->group[0]
                              : n == 2 ? sh->group[1]
                                       : wide_of(be)->group[n <= 4 ? 0 : 1];
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
-    prefetch_weights(be, n, a.w[0], matrix_bytes(outs[0].w), NULL, 0);
     lm_cuda_launch_early(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
 }
 
@@ -956,22 +743,9 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
     const void *xp = lm_cuda_ptr(x), *gp = lm_cuda_ptr(gate->data), *up_p = lm_cuda_ptr(up->data);
     if (n <= 0 || lm_cuda_state_of(be)->unfused || (lm_cuda_state_of(be)->blas_matmul && n >= BLAS_MIN_ROWS))
         return false;
-    if (gate->rows != up->rows || gate->cols != up->cols || gate->rows <= 0) return false;
-    if (q8_staged_ok(be, gate, gp, xp) && q8_staged_ok(be, up, up_p, xp)) {
-        void (*q8_kernel)(float *, const float *, const uint8_t *, const uint8_t *, int, int64_t, int64_t) =
-            n == 1   ? matmul_swiglu_q8_kernel<1>
-            : n == 2 ? matmul_swiglu_q8_kernel<2>
-            : n <= 4 ? matmul_swiglu_q8_kernel<4>
-                     : matmul_swiglu_q8_kernel<TOKENS>;
-        int64_t q8_blocks = (gate->rows + Q8_ROWS / 2 - 1) / (Q8_ROWS / 2);
-        if (q8_blocks > 65535) return false;
-        dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)q8_blocks);
-        prefetch_weights(be, n, gp, matrix_bytes(gate), up_p, matrix_bytes(up));
-        lm_cuda_launch_early(be, "matmul (swiglu, int8)", q8_kernel, grid, THREADS, 0, lm_cuda_f32(y),
-                             lm_cuda_f32(x), (const uint8_t *)gp, (const uint8_t *)up_p, n, gate->rows, gate->cols);
-        return true;
-    }
-    if (!bf16_vector_ok(gate, gp, xp) || !bf16_vector_ok(up, up_p, xp)) return false;
+    if (!bf16_vector_ok(gate, gp, xp) || !bf16_vector_ok(up, up_p, xp) || gate->rows != up->rows ||
+        gate->cols != up->cols || gate->rows <= 0)
+        return false;
     const gemv_shape *sh = shape_of(be);
     swiglu_kernel_fn kernel = n == 1   ? sh->swiglu[0]
                               : n == 2 ? sh->swiglu[1]
@@ -980,7 +754,6 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
     int64_t blocks = half > 0 ? (gate->rows + half - 1) / half : 0;
     if (!kernel || blocks > 65535) return false;
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
-    prefetch_weights(be, n, gp, matrix_bytes(gate), up_p, matrix_bytes(up));
     lm_cuda_launch_early(be, "matmul (swiglu)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                          (const uint4 *)gp, (const uint4 *)up_p, n, gate->rows, gate->cols);
     return true;

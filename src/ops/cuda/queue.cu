@@ -32,7 +32,7 @@
 #define MAX_ARGS 64
 #define PROFILE_NAMES 256
 
-enum { OP_KERNEL = 1, OP_COPY = 2, OP_FILL = 3, OP_BLAS = 4, OP_COLLECTIVE = 5, OP_PREFETCH = 6 };
+enum { OP_KERNEL = 1, OP_COPY = 2, OP_FILL = 3, OP_BLAS = 4, OP_COLLECTIVE = 5 };
 
 struct op_header {
     uint32_t kind, n_args;
@@ -76,13 +76,6 @@ struct lm_cuda_queue {
     int n_rows;
     cudaEvent_t *events;
     int n_events;
-    // Where a product's L2 prefetch goes (lm_cuda_enqueue_prefetch): just
-    // after the last product queued, so it runs before the small kernels
-    // between the two products.
-    size_t after_product;   /* record offset after the last product */
-    int ops_after_product;  /* ops queued since it */
-    bool has_product;       /* a product is in the record */
-    bool product_pending;   /* the next op queued is a product */
 };
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -208,58 +201,6 @@ static void append(lm_backend *be, const op_header *h, void **args, const size_t
     }
     q->used += bytes;
     q->n_ops++;
-    if (q->product_pending) {
-        q->after_product = q->used;
-        q->ops_after_product = 0;
-        q->has_product = true;
-        q->product_pending = false;
-    } else {
-        q->ops_after_product++;
-    }
-}
-
-// The L2 prefetch of a product's first weights (LOOM_CUDA_PREFETCH): one
-// block whose lanes issue bulk prefetches of 64 KB and leave (nothing
-// waits for them), so the weights arrive while the small kernels before
-// the product run instead of after them.  Addresses 16-byte aligned,
-// lengths multiples of 16 (the instruction's rules).
-#define PREFETCH_CHUNK ((uint64_t)64 << 10)
-__global__ static void l2_prefetch_kernel(const char *a, uint64_t a_bytes, const char *b, uint64_t b_bytes) {
-    for (int k = 0; k < 2; k++) {
-        const char *p = k ? b : a;
-        uint64_t bytes = k ? b_bytes : a_bytes;
-        for (uint64_t off = threadIdx.x * PREFETCH_CHUNK; off < bytes; off += blockDim.x * PREFETCH_CHUNK) {
-            uint32_t n = (uint32_t)(bytes - off < PREFETCH_CHUNK ? bytes - off : PREFETCH_CHUNK);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(n) : "memory");
-        }
-    }
-}
-
-void lm_cuda_enqueue_prefetch(lm_backend *be, const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
-    lm_cuda_queue *q = lm_cuda_state_of(be)->queue;
-    a_bytes = (uintptr_t)a % 16 ? 0 : a_bytes & ~(size_t)15;
-    b_bytes = (uintptr_t)b % 16 ? 0 : b_bytes & ~(size_t)15;
-    // No small kernels since the last product: nothing for it to overlap.
-    bool gap = !q->has_product || q->ops_after_product > 0;
-    if (gap && (a_bytes || b_bytes)) {
-        op_header h;
-        memset(&h, 0, sizeof h);
-        h.kind = OP_PREFETCH;
-        h.what = "l2 prefetch";
-        h.src = a;
-        h.bytes = a_bytes;
-        h.dst = (void *)b;
-        h.byte = (int64_t)b_bytes;
-        h.record_bytes = round16(sizeof h);
-        if (reserve(be, h.record_bytes)) { // may flush: then the record is empty and after_product 0
-            size_t at = q->after_product <= q->used ? q->after_product : q->used;
-            memmove(q->record + at + h.record_bytes, q->record + at, q->used - at);
-            memcpy(q->record + at, &h, sizeof h);
-            q->used += h.record_bytes;
-            q->n_ops++;
-        }
-    }
-    q->product_pending = true;
 }
 
 void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
@@ -392,10 +333,6 @@ static cudaError_t launch_record(lm_backend *be, const unsigned char *record, si
             e = cudaLaunchKernel(h->kernel, dim3(h->grid[0], h->grid[1], h->grid[2]),
                                  dim3(h->block[0], h->block[1], h->block[2]), args, (size_t)h->shared,
                                  s->stream);
-        } else if (h->kind == OP_PREFETCH) {
-            l2_prefetch_kernel<<<1, 32, 0, s->stream>>>((const char *)h->src, h->bytes, (const char *)h->dst,
-                                                        (uint64_t)h->byte);
-            e = cudaGetLastError();
         } else if (h->kind == OP_COPY) {
             e = cudaMemcpyAsync(h->dst, h->src, (size_t)h->bytes, cudaMemcpyDeviceToDevice, s->stream);
         } else {
@@ -516,7 +453,4 @@ void lm_cuda_flush(lm_backend *be) {
     }
     q->used = 0;
     q->n_ops = 0;
-    q->after_product = 0;
-    q->ops_after_product = 0;
-    q->has_product = false;
 }

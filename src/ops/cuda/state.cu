@@ -28,10 +28,6 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     s->kv_f32 = kv_f32 && kv_f32[0] == '1';
     const char *fuse = getenv("LOOM_CUDA_FUSE"); // 0: the fused ops decline (their parts run), to compare
     s->unfused = fuse && fuse[0] == '0';
-    const char *staged = getenv("LOOM_CUDA_Q8_STAGED"); // 1: the staged int8 kernel (off until measured on a GPU)
-    s->q8_staged = staged && staged[0] == '1';
-    const char *prefetch = getenv("LOOM_CUDA_PREFETCH"); // MB of a decode product's weights prefetched into L2 (experiment)
-    s->prefetch_bytes = prefetch && atoi(prefetch) > 0 ? (size_t)atoi(prefetch) << 20 : 0;
     const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows
     int sms = 0;
     if (per_sm && atoi(per_sm) > 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s->device) == cudaSuccess)
