@@ -41,9 +41,9 @@ __device__ __forceinline__ static float lm_q8_half_load(const uint8_t *row, int6
 /* Byte k (0-3) of `flipped` (a word of int8 values with every byte's top
  * bit flipped: word ^ 0x80808080) as the float of its int8 value, exactly
  * (float)(int8_t)byte: 2^23 + (q + 128) made in the bits, less 2^23 + 128
- * (both exact in float32).  A byte permute and an add, where the
- * conversion instruction runs at a quarter of the rate (it bounded the
- * int8 products). */
+ * (both exact in float32).  A byte permute and an add, full-rate
+ * instructions, where the conversion instruction runs at a quarter of
+ * the rate. */
 __device__ __forceinline__ static float lm_s8_to_float(uint32_t flipped, int k) {
     return __uint_as_float(__byte_perm(flipped, 0x4B000000u, 0x7650 + k)) - 8388736.0f;
 }
