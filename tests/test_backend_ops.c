@@ -574,7 +574,7 @@ static void check_matmul(const backends *bs, verdict *v, rng *r, lm_dtype dtype,
                          int64_t rows, int64_t cols) {
     size_t nw = (size_t)(rows * cols), ny = (size_t)n * (size_t)rows;
     float *wv = malloc(sizeof(float) * (nw ? nw : 1));
-    void *w = !wv ? NULL : dtype == LM_DTYPE_Q8_0 ? random_q8(r, rows, cols, wv) : random_weights(r, dtype, nw, wv);
+    void *w = wv ? random_matrix(r, dtype, rows, cols, wv) : NULL;
     float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
     double *want = doubles(ny);
     if (!wv || !w || !x || !want) {
@@ -713,8 +713,6 @@ static void test_matmul_q8(void) {
     CHECK_VERDICT(v);
 }
 
-/* matmul_group: every output is exactly what a lone matmul writes on the
- * same backend (a fused launch must not change a bit). */
 /* Whether a backend in the set takes no Q8_0 weights (the int8 checks are
  * then left out; test_matmul_q8 requires cpu and ref to take them). */
 static bool any_backend_without_q8(const backends *bs) {
@@ -723,6 +721,8 @@ static bool any_backend_without_q8(const backends *bs) {
     return false;
 }
 
+/* matmul_group: every output is exactly what a lone matmul writes on the
+ * same backend (a fused launch must not change a bit). */
 static void check_matmul_group(const backends *bs, verdict *v, rng *r, int n, int count,
                                const int64_t *rows, int64_t cols, const lm_dtype *dtypes) {
     void *w[LM_MATMUL_GROUP_MAX] = {0};
@@ -803,8 +803,8 @@ static void test_matmul_group(void) {
         check_matmul_group(&bs, &v, &r, ns[k], 4, odd, 136, bf16);
         check_matmul_group(&bs, &v, &r, ns[k], 4, odd, 64, mixed);
         check_matmul_group(&bs, &v, &r, ns[k], 2, mlp, 100, bf16);
-        /* int8: widths of whole 16-byte rows (cuda's staged kernel, in one
-         * launch), a width of 2-byte aligned rows, int8 beside bf16 */
+        /* int8 (Q8_0): released-like widths, row tails, a width whose rows
+         * are only 2-byte aligned, int8 beside bf16 */
         if (!any_backend_without_q8(&bs)) {
             check_matmul_group(&bs, &v, &r, ns[k], 4, gdn, 256, q8);
             check_matmul_group(&bs, &v, &r, ns[k], 2, mlp, 1024, q8);
@@ -898,7 +898,7 @@ static void test_matmul_swiglu(void) {
         check_matmul_swiglu(&bs, &v, &r, ns[k], 13, 136, LM_DTYPE_BF16, &taken);
         check_matmul_swiglu(&bs, &v, &r, ns[k], 7, 64, LM_DTYPE_BF16, &taken);
         check_matmul_swiglu(&bs, &v, &r, ns[k], 24, 100, LM_DTYPE_BF16, &taken);
-        if (!any_backend_without_q8(&bs)) { /* int8: cuda's staged kernel (whole 16-byte rows), then not */
+        if (!any_backend_without_q8(&bs)) { /* int8: an MLP's width, a row tail, 2-byte aligned rows */
             check_matmul_swiglu(&bs, &v, &r, ns[k], 256, 1024, LM_DTYPE_Q8_0, &taken);
             check_matmul_swiglu(&bs, &v, &r, ns[k], 13, 512, LM_DTYPE_Q8_0, &taken);
             check_matmul_swiglu(&bs, &v, &r, ns[k], 7, 96, LM_DTYPE_Q8_0, &taken);
