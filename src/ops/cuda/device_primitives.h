@@ -38,9 +38,9 @@ __device__ __forceinline__ static float lm_q8_half_load(const uint8_t *row, int6
     return __uint_as_float((uint32_t)__ldg(blk) << 16);
 }
 
-/* Byte k (0-3) of `flipped` (a word of int8 values with every byte's top
- * bit flipped: word ^ 0x80808080) as the float of its int8 value, exactly
- * (float)(int8_t)byte: 2^23 + (q + 128) made in the bits, less 2^23 + 128
+/* Byte k (0-3) of `flipped` (int8 values with every byte's top bit
+ * flipped: a word ^ 0x80808080, two bytes ^ 0x8080) as the float of its
+ * int8 value, exactly (float)(int8_t)byte: 2^23 + (q + 128) made in the bits, less 2^23 + 128
  * (both exact in float32).  A byte permute and an add, full-rate
  * instructions, where the conversion instruction runs at a quarter of
  * the rate. */
@@ -48,30 +48,22 @@ __device__ __forceinline__ static float lm_s8_to_float(uint32_t flipped, int k) 
     return __uint_as_float(__byte_perm(flipped, 0x4B000000u, 0x7650 + k)) - 8388736.0f;
 }
 
-/* Σ q_i·x_i over 16 int8 weights (4 words, the lowest byte first) and 16
- * activations (xt, 16-byte aligned), in column order from 0. */
-__device__ __forceinline__ static float lm_q8_dot16(const uint32_t (&q)[4], const float *xt) {
+/* Σ q_i·x_i over a half-block's 16 columns, in column order from 0 (q:
+ * lm_q8_half_load's 8 two-byte words; xt: its 16 activations, 16-byte
+ * aligned). */
+__device__ __forceinline__ static float lm_q8_half_dot(const uint32_t (&q)[LM_Q8_HALF / 2], const float *xt) {
     const float4 *x4 = (const float4 *)xt;
     float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < LM_Q8_HALF / 4; i++) {
         float4 a = x4[i];
-        uint32_t f = q[i] ^ 0x80808080u;
-        sum = __fmaf_rn(lm_s8_to_float(f, 0), a.x, sum);
-        sum = __fmaf_rn(lm_s8_to_float(f, 1), a.y, sum);
-        sum = __fmaf_rn(lm_s8_to_float(f, 2), a.z, sum);
-        sum = __fmaf_rn(lm_s8_to_float(f, 3), a.w, sum);
+        uint32_t lo = q[2 * i] ^ 0x8080u, hi = q[2 * i + 1] ^ 0x8080u;
+        sum = __fmaf_rn(lm_s8_to_float(lo, 0), a.x, sum);
+        sum = __fmaf_rn(lm_s8_to_float(lo, 1), a.y, sum);
+        sum = __fmaf_rn(lm_s8_to_float(hi, 0), a.z, sum);
+        sum = __fmaf_rn(lm_s8_to_float(hi, 1), a.w, sum);
     }
     return sum;
-}
-
-/* The same sum from lm_q8_half_load's 8 two-byte words. */
-__device__ __forceinline__ static float lm_q8_half_dot(const uint32_t (&q)[LM_Q8_HALF / 2], const float *xt) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        w[i] = __byte_perm(q[2 * i], q[2 * i + 1], 0x5410);
-    return lm_q8_dot16(w, xt);
 }
 
 /* acc + the dot product of 8 bf16 weights (one 16-byte load, low half of
