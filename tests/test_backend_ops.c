@@ -713,6 +713,14 @@ static void test_matmul_q8(void) {
     CHECK_VERDICT(v);
 }
 
+/* Whether a backend in the set takes no Q8_0 weights (the int8 checks are
+ * then left out; test_matmul_q8 requires cpu and ref to take them). */
+static bool any_backend_without_q8(const backends *bs) {
+    for (int b = 0; b < bs->n; b++)
+        if (!lm_backend_supports_weights(bs->be[b], LM_DTYPE_Q8_0)) return true;
+    return false;
+}
+
 /* matmul_group: every output is exactly what a lone matmul writes on the
  * same backend (a fused launch must not change a bit). */
 static void check_matmul_group(const backends *bs, verdict *v, rng *r, int n, int count,
@@ -780,6 +788,8 @@ static void test_matmul_group(void) {
     rng r = {0x5eed};
     const lm_dtype bf16[] = {LM_DTYPE_BF16, LM_DTYPE_BF16, LM_DTYPE_BF16, LM_DTYPE_BF16};
     const lm_dtype mixed[] = {LM_DTYPE_BF16, LM_DTYPE_F32, LM_DTYPE_BF16, LM_DTYPE_F16};
+    const lm_dtype q8[] = {LM_DTYPE_Q8_0, LM_DTYPE_Q8_0, LM_DTYPE_Q8_0, LM_DTYPE_Q8_0};
+    const lm_dtype q8_mixed[] = {LM_DTYPE_Q8_0, LM_DTYPE_BF16, LM_DTYPE_Q8_0, LM_DTYPE_Q8_0};
     /* a Gated DeltaNet layer's four (qkv | z | b | a), an attention layer's
      * three, an MLP's two; tails of rows that fill no block; mixed dtypes and
      * a width the vector kernel does not take (fallbacks) */
@@ -793,6 +803,15 @@ static void test_matmul_group(void) {
         check_matmul_group(&bs, &v, &r, ns[k], 4, odd, 136, bf16);
         check_matmul_group(&bs, &v, &r, ns[k], 4, odd, 64, mixed);
         check_matmul_group(&bs, &v, &r, ns[k], 2, mlp, 100, bf16);
+        /* int8 (Q8_0): released-like widths, row tails, a width whose rows
+         * are only 2-byte aligned, int8 beside bf16 */
+        if (!any_backend_without_q8(&bs)) {
+            check_matmul_group(&bs, &v, &r, ns[k], 4, gdn, 256, q8);
+            check_matmul_group(&bs, &v, &r, ns[k], 2, mlp, 1024, q8);
+            check_matmul_group(&bs, &v, &r, ns[k], 4, odd, 512, q8);
+            check_matmul_group(&bs, &v, &r, ns[k], 4, odd, 96, q8);
+            check_matmul_group(&bs, &v, &r, ns[k], 4, odd, 256, q8_mixed);
+        }
     }
     check_matmul_group(&bs, &v, &r, 1, 1, gdn, 64, bf16); /* a group of one */
     backends_close(&bs);
@@ -819,20 +838,20 @@ static lm_backend *without_op(parts_backend *p, const lm_backend *be, size_t off
  * silu_mul, on the same backend; `taken` counts the calls a backend ran
  * fused (its op returned true). */
 static void check_matmul_swiglu(const backends *bs, verdict *v, rng *r, int n, int64_t rows, int64_t cols,
-                                int *taken) {
+                                lm_dtype dtype, int *taken) {
     size_t nw = (size_t)(rows * cols), ny = (size_t)n * (size_t)rows;
     float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
     float *gv = malloc(sizeof(float) * nw), *uv = malloc(sizeof(float) * nw);
-    void *gw = gv ? random_weights(r, LM_DTYPE_BF16, nw, gv) : NULL;
-    void *uw = uv ? random_weights(r, LM_DTYPE_BF16, nw, uv) : NULL;
+    void *gw = gv ? random_matrix(r, dtype, rows, cols, gv) : NULL;
+    void *uw = uv ? random_matrix(r, dtype, rows, cols, uv) : NULL;
     if (!x || !gw || !uw) {
         fail(v, "out of memory");
         goto done;
     }
     for (int b = 0; b < bs->n && !v->failed; b++) {
         arena a = arena_on(bs->be[b]);
-        lm_matrix gate = import_matrix(&a, gw, LM_DTYPE_BF16, rows, cols);
-        lm_matrix up = import_matrix(&a, uw, LM_DTYPE_BF16, rows, cols);
+        lm_matrix gate = import_matrix(&a, gw, dtype, rows, cols);
+        lm_matrix up = import_matrix(&a, uw, dtype, rows, cols);
         lm_mem xm = up_f32(&a, x, (size_t)n * (size_t)cols);
         lm_mem fused = poisoned(&a, ny), parts = poisoned(&a, ny), scratch = poisoned(&a, ny);
         if (!a.ok) {
@@ -850,8 +869,8 @@ static void check_matmul_swiglu(const backends *bs, verdict *v, rng *r, int n, i
         if (!got || !want)
             fail(v, "%s: backend memory failed", bs->label[b]);
         else if (memcmp(got, want, ny * sizeof(float)) != 0)
-            fail(v, "matmul_swiglu n=%d %lldx%lld on %s differs bitwise from matmul_group, then silu_mul", n,
-                 (long long)rows, (long long)cols, bs->label[b]);
+            fail(v, "matmul_swiglu n=%d %lldx%lld %s on %s differs bitwise from matmul_group, then silu_mul", n,
+                 (long long)rows, (long long)cols, lm_dtype_name(dtype), bs->label[b]);
         free(got);
         free(want);
         arena_free(&a);
@@ -875,10 +894,15 @@ static void test_matmul_swiglu(void) {
      * kernel does not take (the parts run) */
     static const int ns[] = {1, 2, 3, 4, 5, 8, 9, 17};
     for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
-        check_matmul_swiglu(&bs, &v, &r, ns[k], 256, 1024, &taken);
-        check_matmul_swiglu(&bs, &v, &r, ns[k], 13, 136, &taken);
-        check_matmul_swiglu(&bs, &v, &r, ns[k], 7, 64, &taken);
-        check_matmul_swiglu(&bs, &v, &r, ns[k], 24, 100, &taken);
+        check_matmul_swiglu(&bs, &v, &r, ns[k], 256, 1024, LM_DTYPE_BF16, &taken);
+        check_matmul_swiglu(&bs, &v, &r, ns[k], 13, 136, LM_DTYPE_BF16, &taken);
+        check_matmul_swiglu(&bs, &v, &r, ns[k], 7, 64, LM_DTYPE_BF16, &taken);
+        check_matmul_swiglu(&bs, &v, &r, ns[k], 24, 100, LM_DTYPE_BF16, &taken);
+        if (!any_backend_without_q8(&bs)) { /* int8: an MLP's width, a row tail, 2-byte aligned rows */
+            check_matmul_swiglu(&bs, &v, &r, ns[k], 256, 1024, LM_DTYPE_Q8_0, &taken);
+            check_matmul_swiglu(&bs, &v, &r, ns[k], 13, 512, LM_DTYPE_Q8_0, &taken);
+            check_matmul_swiglu(&bs, &v, &r, ns[k], 7, 96, LM_DTYPE_Q8_0, &taken);
+        }
     }
     printf("matmul_swiglu: %d of the calls ran fused\n", taken);
     backends_close(&bs);

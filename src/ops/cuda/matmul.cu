@@ -207,55 +207,87 @@ __global__ static void __launch_bounds__(THREADS)
 // whatever TILE.  Blocks begin on 2-byte boundaries (34 bytes apart): a
 // half-block is read as 8 2-byte loads and the scale as one, every row's
 // in flight before the sums.
+//
+// As bf16_partials, row r of a block reads row0 + r·row_bytes, or with
+// HALF < ROWS, rows r >= HALF read half0 + (r - HALF)·row_bytes (the gate
+// and up rows of one SwiGLU output); a row at or past `valid` reads its
+// matrix's first row, summed and never stored.  The first half-blocks are
+// loaded before waiting for the kernels before (weights only), so the
+// int8 kernels may start early too.
 #define Q8_ROWS 4
 
-template <int TILE>
-__global__ static void __launch_bounds__(THREADS)
-    matmul_q8_kernel(float *y, const float *x, const uint8_t *w, int n, int64_t rows, int64_t cols) {
-    __shared__ float part[WARPS][Q8_ROWS][TILE];
+template <int ROWS, int HALF>
+__device__ static inline void q8_load_rows(uint32_t (&q)[ROWS][LM_Q8_HALF / 2], float (&scale)[ROWS],
+                                           const uint8_t *row0, const uint8_t *half0, int64_t valid,
+                                           int64_t row_bytes, int64_t h) {
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        int rr = r < HALF ? r : r - HALF;
+        const uint8_t *base = r < HALF ? row0 : half0;
+        scale[r] = lm_q8_half_load(base + (rr < valid ? rr : 0) * row_bytes, h, q[r]);
+    }
+}
+
+template <int TILE, int ROWS, int HALF>
+__device__ static void q8_partials(const float *x, const uint8_t *row0, const uint8_t *half0, int64_t valid, int n,
+                                   int64_t cols, float (*part)[ROWS][TILE]) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
     int nt = n - t0 < TILE ? n - t0 : TILE;
     int64_t halves = cols / LM_Q8_HALF, per_slice = (halves + WARPS - 1) / WARPS;
     int64_t h_begin = warp * per_slice, h_end = h_begin + per_slice < halves ? h_begin + per_slice : halves;
     int64_t row_bytes = cols / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES;
-    lm_cuda_wait_for_prior();
-    for (int64_t o0 = (int64_t)blockIdx.y * Q8_ROWS; o0 < rows; o0 += (int64_t)gridDim.y * Q8_ROWS) {
-        float acc[Q8_ROWS][TILE];
+    float acc[ROWS][TILE];
 #pragma unroll
-        for (int r = 0; r < Q8_ROWS; r++)
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < TILE; t++)
+            acc[r][t] = 0.0f;
+    uint32_t q[ROWS][LM_Q8_HALF / 2];
+    float scale[ROWS];
+    int64_t h = h_begin + lane;
+    if (h < h_end) q8_load_rows<ROWS, HALF>(q, scale, row0, half0, valid, row_bytes, h);
+    lm_cuda_wait_for_prior();
+    for (; h < h_end; h += 32) {
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
 #pragma unroll
             for (int t = 0; t < TILE; t++)
-                acc[r][t] = 0.0f;
-        for (int64_t h = h_begin + lane; h < h_end; h += 32) {
-            uint32_t q[Q8_ROWS][LM_Q8_HALF / 2];
-            float scale[Q8_ROWS];
-#pragma unroll
-            for (int r = 0; r < Q8_ROWS; r++) // a row past the matrix reads row 0's bytes, never used
-                scale[r] = lm_q8_half_load(w + (o0 + r < rows ? o0 + r : 0) * row_bytes, h, q[r]);
-#pragma unroll
-            for (int r = 0; r < Q8_ROWS; r++)
-#pragma unroll
-                for (int t = 0; t < TILE; t++)
-                    if (t < nt) {
-                        float s = lm_q8_half_dot(q[r], x + (int64_t)(t0 + t) * cols + h * LM_Q8_HALF);
-                        acc[r][t] = __fmaf_rn(scale[r], s, acc[r][t]);
-                    }
-        }
-#pragma unroll
-        for (int r = 0; r < Q8_ROWS; r++)
-#pragma unroll
-            for (int t = 0; t < TILE; t++) {
-                float v = warp_total(acc[r][t]);
-                if (lane == 0) part[warp][r][t] = v;
-            }
-        __syncthreads();
-        if (threadIdx.x < Q8_ROWS * TILE) {
-            int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
-            if (t < nt && o0 + r < rows)
-                y[(int64_t)(t0 + t) * rows + o0 + r] = slice_total<Q8_ROWS, TILE>(part, r, t);
-        }
-        __syncthreads(); // part is rewritten by the next rows
+                if (t < nt) {
+                    float s = lm_q8_half_dot(q[r], x + (int64_t)(t0 + t) * cols + h * LM_Q8_HALF);
+                    acc[r][t] = __fmaf_rn(scale[r], s, acc[r][t]);
+                }
+        if (h + 32 < h_end) q8_load_rows<ROWS, HALF>(q, scale, row0, half0, valid, row_bytes, h + 32);
     }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int t = 0; t < TILE; t++) {
+            float v = warp_total(acc[r][t]);
+            if (lane == 0) part[warp][r][t] = v;
+        }
+    __syncthreads();
+}
+
+// Rows o0 .. o0 + Q8_ROWS - 1 of one product for the block's tile.
+template <int TILE>
+__device__ static void q8_rows(float *y, const float *x, const uint8_t *w, int n, int64_t rows, int64_t cols,
+                               int64_t o0, float (*part)[Q8_ROWS][TILE]) {
+    const uint8_t *row0 = w + o0 * (cols / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES);
+    q8_partials<TILE, Q8_ROWS, Q8_ROWS>(x, row0, row0, rows - o0, n, cols, part);
+    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
+    if (threadIdx.x < Q8_ROWS * TILE) {
+        int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
+        if (t < nt && o0 + r < rows) y[(int64_t)(t0 + t) * rows + o0 + r] = slice_total<Q8_ROWS, TILE>(part, r, t);
+    }
+    __syncthreads(); // part is rewritten by the next rows
+}
+
+template <int TILE>
+__global__ static void __launch_bounds__(THREADS)
+    matmul_q8_kernel(float *y, const float *x, const uint8_t *w, int n, int64_t rows, int64_t cols) {
+    __shared__ float part[WARPS][Q8_ROWS][TILE];
+    for (int64_t o0 = (int64_t)blockIdx.y * Q8_ROWS; o0 < rows; o0 += (int64_t)gridDim.y * Q8_ROWS)
+        q8_rows<TILE>(y, x, w, n, rows, cols, o0, part);
 }
 
 static bool q8_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
@@ -268,7 +300,7 @@ static bool q8_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
 // each output is computed by exactly the code of a lone matmul.
 struct group_args {
     float *y[LM_MATMUL_GROUP_MAX];
-    const uint4 *w[LM_MATMUL_GROUP_MAX];
+    const void *w[LM_MATMUL_GROUP_MAX]; // bf16 (uint4 loads) or Q8_0 rows
     int64_t rows[LM_MATMUL_GROUP_MAX];
     int block_end[LM_MATMUL_GROUP_MAX];
     int count;
@@ -283,7 +315,7 @@ __global__ static void __launch_bounds__(THREADS)
     // in every thread (measured: the group ran slower than its parts).
     int b = (int)blockIdx.y, first = 0;
     float *y = a.y[0];
-    const uint4 *w = a.w[0];
+    const void *w = a.w[0];
     int64_t rows = a.rows[0];
 #pragma unroll
     for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
@@ -291,7 +323,26 @@ __global__ static void __launch_bounds__(THREADS)
             first = a.block_end[k - 1];
             y = a.y[k], w = a.w[k], rows = a.rows[k];
         }
-    bf16_rows<TILE, ROWS, LOADS>(y, x, w, n, rows, cols, (int64_t)(b - first) * ROWS, part);
+    bf16_rows<TILE, ROWS, LOADS>(y, x, (const uint4 *)w, n, rows, cols, (int64_t)(b - first) * ROWS, part);
+}
+
+// The same for int8 (Q8_0) weights: each output summed by q8_rows, as a
+// lone int8 product sums it.
+template <int TILE>
+__global__ static void __launch_bounds__(THREADS) matmul_q8_group_kernel(group_args a, const float *x, int n,
+                                                                         int64_t cols) {
+    __shared__ float part[WARPS][Q8_ROWS][TILE];
+    int b = (int)blockIdx.y, first = 0;
+    float *y = a.y[0];
+    const void *w = a.w[0];
+    int64_t rows = a.rows[0];
+#pragma unroll
+    for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
+        if (k < a.count && b >= a.block_end[k - 1]) {
+            first = a.block_end[k - 1];
+            y = a.y[k], w = a.w[k], rows = a.rows[k];
+        }
+    q8_rows<TILE>(y, x, (const uint8_t *)w, n, rows, cols, (int64_t)(b - first) * Q8_ROWS, part);
 }
 
 // matmul_swiglu: y[t, o] = silu(x·gate_oᵀ) · (x·up_oᵀ).  A block owns
@@ -317,6 +368,26 @@ __global__ static void __launch_bounds__(THREADS)
     }
 }
 
+// matmul_swiglu over int8 (Q8_0) gate and up: a block owns Q8_ROWS / 2
+// outputs, its gate rows then its up rows summed by q8_partials.
+template <int TILE>
+__global__ static void __launch_bounds__(THREADS)
+    matmul_q8_swiglu_kernel(float *y, const float *x, const uint8_t *gate, const uint8_t *up, int n, int64_t rows,
+                            int64_t cols) {
+    constexpr int HALF = Q8_ROWS / 2;
+    __shared__ float part[WARPS][Q8_ROWS][TILE];
+    int64_t o0 = (int64_t)blockIdx.y * HALF, row_bytes = cols / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES;
+    q8_partials<TILE, Q8_ROWS, HALF>(x, gate + o0 * row_bytes, up + o0 * row_bytes, rows - o0, n, cols, part);
+    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
+    if (threadIdx.x < HALF * TILE) {
+        int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
+        if (t < nt && o0 + r < rows) {
+            float g = slice_total<Q8_ROWS, TILE>(part, r, t), u = slice_total<Q8_ROWS, TILE>(part, r + HALF, t);
+            y[(int64_t)(t0 + t) * rows + o0 + r] = g / (1.0f + expf(-g)) * u;
+        }
+    }
+}
+
 // The shapes of block that run a product (lm_cuda_state.gemv_shape; the
 // bits are the same for all of them, only the speed differs): rows per
 // block and loads per row in flight, for tiles of 1 and 2 tokens (wider
@@ -325,6 +396,7 @@ __global__ static void __launch_bounds__(THREADS)
 typedef void (*bf16_kernel_fn)(float *, const float *, const uint4 *, int, int64_t, int64_t);
 typedef void (*group_kernel_fn)(group_args, const float *, int, int64_t);
 typedef void (*swiglu_kernel_fn)(float *, const float *, const uint4 *, const uint4 *, int, int64_t, int64_t);
+typedef void (*swiglu_q8_fn)(float *, const float *, const uint8_t *, const uint8_t *, int, int64_t, int64_t);
 typedef struct {
     int rows, unroll;
     bf16_kernel_fn single[2];
@@ -411,8 +483,8 @@ static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matr
         void (*kernel)(float *, const float *, const uint8_t *, int, int64_t, int64_t) =
             n == 1 ? matmul_q8_kernel<1> : n == 2 ? matmul_q8_kernel<2> : n <= 4 ? matmul_q8_kernel<4>
                                                                                  : matmul_q8_kernel<TOKENS>;
-        lm_cuda_launch(be, "matmul (int8)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
-                       (const uint8_t *)wp, n, w->rows, w->cols);
+        lm_cuda_launch_early(be, "matmul (int8)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+                             (const uint8_t *)wp, n, w->rows, w->cols);
         return;
     }
     bool vector = bf16_vector_ok(w, wp, xp);
@@ -700,15 +772,17 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
                  !(lm_cuda_state_of(be)->blas_matmul && n >= BLAS_MIN_ROWS);
     group_args a;
     memset(&a, 0, sizeof a); // every byte is compared by the queue (launch.h)
-    int per_block = rows_per_block(be, n), blocks = 0;
+    // one kind of vector kernel for all: bf16 rows, or int8 rows
+    bool q8 = count > 0 && outs[0].w->dtype == LM_DTYPE_Q8_0;
+    int per_block = q8 ? Q8_ROWS : rows_per_block(be, n), blocks = 0;
     for (int i = 0; fused && i < count; i++) {
         const lm_matrix *w = outs[i].w;
         const void *wp = lm_cuda_ptr(w->data);
-        fused = bf16_vector_ok(w, wp, xp) && w->cols == outs[0].w->cols && w->rows > 0 &&
-                w->rows <= 65535 * (int64_t)per_block;
+        fused = (q8 ? q8_vector_ok(w, wp, xp) : bf16_vector_ok(w, wp, xp)) && w->cols == outs[0].w->cols &&
+                w->rows > 0 && w->rows <= 65535 * (int64_t)per_block;
         if (!fused) break;
         blocks += (int)((w->rows + per_block - 1) / per_block);
-        a.y[i] = lm_cuda_f32(outs[i].y), a.w[i] = (const uint4 *)wp, a.rows[i] = w->rows;
+        a.y[i] = lm_cuda_f32(outs[i].y), a.w[i] = wp, a.rows[i] = w->rows;
         a.block_end[i] = blocks;
         fused = blocks <= 65535;
     }
@@ -728,11 +802,20 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
         return;
     }
     a.count = count;
+    dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
+    if (q8) {
+        group_kernel_fn kernel = n == 1   ? matmul_q8_group_kernel<1>
+                                 : n == 2 ? matmul_q8_group_kernel<2>
+                                 : n <= 4 ? matmul_q8_group_kernel<4>
+                                          : matmul_q8_group_kernel<TOKENS>;
+        lm_cuda_launch_early(be, "matmul (int8 group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n,
+                             outs[0].w->cols);
+        return;
+    }
     const gemv_shape *sh = shape_of(be);
     group_kernel_fn kernel = n == 1   ? sh->group[0]
                              : n == 2 ? sh->group[1]
                                       : wide_of(be)->group[n <= 4 ? 0 : 1];
-    dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
     lm_cuda_launch_early(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
 }
 
@@ -743,9 +826,21 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
     const void *xp = lm_cuda_ptr(x), *gp = lm_cuda_ptr(gate->data), *up_p = lm_cuda_ptr(up->data);
     if (n <= 0 || lm_cuda_state_of(be)->unfused || (lm_cuda_state_of(be)->blas_matmul && n >= BLAS_MIN_ROWS))
         return false;
-    if (!bf16_vector_ok(gate, gp, xp) || !bf16_vector_ok(up, up_p, xp) || gate->rows != up->rows ||
-        gate->cols != up->cols || gate->rows <= 0)
-        return false;
+    if (gate->rows != up->rows || gate->cols != up->cols || gate->rows <= 0) return false;
+    if (q8_vector_ok(gate, gp, xp) && q8_vector_ok(up, up_p, xp)) {
+        constexpr int half = Q8_ROWS / 2;
+        int64_t blocks = (gate->rows + half - 1) / half;
+        if (blocks > 65535) return false;
+        swiglu_q8_fn kernel = n == 1   ? matmul_q8_swiglu_kernel<1>
+                              : n == 2 ? matmul_q8_swiglu_kernel<2>
+                              : n <= 4 ? matmul_q8_swiglu_kernel<4>
+                                       : matmul_q8_swiglu_kernel<TOKENS>;
+        dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
+        lm_cuda_launch_early(be, "matmul (int8 swiglu)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+                             (const uint8_t *)gp, (const uint8_t *)up_p, n, gate->rows, gate->cols);
+        return true;
+    }
+    if (!bf16_vector_ok(gate, gp, xp) || !bf16_vector_ok(up, up_p, xp)) return false;
     const gemv_shape *sh = shape_of(be);
     swiglu_kernel_fn kernel = n == 1   ? sh->swiglu[0]
                               : n == 2 ? sh->swiglu[1]
