@@ -78,17 +78,16 @@ extern "C" void lm_cuda_upload(lm_backend *be, lm_mem dst, const void *src, size
     lm_cuda_use_device(state_of(be));
     // From pageable memory the copy is staged before it returns, so the
     // caller may reuse src at once (ops.h).
-    lm_cuda_note_error(be, cudaMemcpyAsync(lm_cuda_ptr(dst), src, bytes, cudaMemcpyHostToDevice,
-                                           state_of(be)->stream), "upload");
+    lm_cuda_note_error(be, lm_cuda_host_copy(be, lm_cuda_ptr(dst), src, bytes, cudaMemcpyHostToDevice), "upload");
 }
 
 extern "C" lm_status lm_cuda_download(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err) {
     lm_cuda_flush(be);
     lm_cuda_use_device(state_of(be));
     if (bytes)
-        lm_cuda_note_error(be, cudaMemcpyAsync(dst, lm_cuda_ptr(src), bytes, cudaMemcpyDeviceToHost,
-                                               state_of(be)->stream), "download");
-    lm_cuda_note_error(be, cudaStreamSynchronize(state_of(be)->stream), "download");
+        lm_cuda_note_error(be, lm_cuda_host_copy(be, dst, lm_cuda_ptr(src), bytes, cudaMemcpyDeviceToHost),
+                           "download");
+    lm_cuda_note_error(be, lm_cuda_host_copy(be, NULL, NULL, 0, cudaMemcpyDefault), "download");
     return take_error(be, err);
 }
 
@@ -103,7 +102,7 @@ extern "C" void lm_cuda_fill(lm_backend *be, lm_mem dst, uint8_t byte, size_t by
 extern "C" lm_status lm_cuda_synchronize(lm_backend *be, lm_error *err) {
     lm_cuda_flush(be);
     lm_cuda_use_device(state_of(be));
-    lm_cuda_note_error(be, cudaStreamSynchronize(state_of(be)->stream), "synchronize");
+    lm_cuda_note_error(be, lm_cuda_host_copy(be, NULL, NULL, 0, cudaMemcpyDefault), "synchronize");
     return take_error(be, err);
 }
 

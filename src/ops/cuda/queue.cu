@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/cuda/launch.h"
 
@@ -72,6 +73,12 @@ struct lm_cuda_queue {
     size_t seen_bytes[SEEN_RING];
     int seen_next;
     long replays, captures, plain_runs, capture_failures;
+    // LOOM_CUDA_GRAPH_STATS: where the host's time goes between flushes
+    // (queuing the next run, the flush itself, waiting for the stream)
+    bool stats;
+    double last_flush_end, queuing_s, flush_s, hash_s, wait_s;
+    long waits;
+    size_t largest_record;
     profile_row rows[PROFILE_NAMES];
     int n_rows;
     cudaEvent_t *events;
@@ -80,9 +87,20 @@ struct lm_cuda_queue {
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
+// FNV-1a over 8-byte words (a record is a multiple of 16 bytes, 16-byte
+// aligned): a byte at a time, the multiply chain of a decode step's record
+// cost about 0.1 ms of host time a step.  Only finds the candidate: the
+// cache compares the bytes.
 static uint64_t hash_bytes(const unsigned char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull; // FNV-1a
-    for (size_t i = 0; i < n; i++)
+    uint64_t h = 1469598103934665603ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
         h = (h ^ p[i]) * 1099511628211ull;
     return h ^ n;
 }
@@ -95,6 +113,7 @@ extern "C" lm_status lm_cuda_queue_init(lm_cuda_state *s, lm_error *err) {
     q->graphs = !(graphs && strcmp(graphs, "0") == 0) && !q->profile; // the profile times each kernel
     const char *pdl = getenv("LOOM_CUDA_PDL");
     q->early_launch = !(pdl && strcmp(pdl, "0") == 0) && !q->profile;
+    q->stats = q->profile || getenv("LOOM_CUDA_GRAPH_STATS");
     s->queue = q;
     return LM_OK;
 }
@@ -124,9 +143,18 @@ extern "C" void lm_cuda_queue_free(lm_cuda_state *s) {
     lm_cuda_queue *q = s->queue;
     if (!q) return;
     if (q->profile) print_profile(q);
-    if (q->profile || getenv("LOOM_CUDA_GRAPH_STATS"))
+    if (q->stats) {
+        long runs = q->replays + q->plain_runs;
         fprintf(stderr, "cuda graphs: %ld replays, %ld captures (%ld failed), %ld runs of plain launches\n",
                 q->replays, q->captures, q->capture_failures, q->plain_runs);
+        if (runs > 0)
+            fprintf(stderr,
+                    "cuda host: per run %.1f us queuing (since the last flush), %.1f us flushing (%.1f us of it "
+                    "hashing), largest record %zu bytes; %.1f us per copy to or from the host or wait for the stream (%ld)\n",
+                    1e6 * q->queuing_s / (double)runs, 1e6 * q->flush_s / (double)runs,
+                    1e6 * q->hash_s / (double)runs, q->largest_record,
+                    q->waits ? 1e6 * q->wait_s / (double)q->waits : 0.0, q->waits);
+    }
     for (int i = 0; i < GRAPH_CACHE; i++) {
         if (q->cache[i].exec) cudaGraphExecDestroy(q->cache[i].exec);
         free(q->cache[i].record);
@@ -426,14 +454,43 @@ fail:
     return NULL;
 }
 
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// A copy between the host and the stream, or a wait for the stream (the
+// backend's upload, download and synchronize), timed for the stats: a
+// copy from or to pageable memory blocks until the stream reaches it.
+cudaError_t lm_cuda_host_copy(lm_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    lm_cuda_state *s = lm_cuda_state_of(be);
+    lm_cuda_queue *q = s->queue;
+    double t0 = q && q->stats ? seconds_now() : 0;
+    cudaError_t e = bytes ? cudaMemcpyAsync(dst, src, bytes, kind, s->stream) : cudaStreamSynchronize(s->stream);
+    if (q && q->stats) {
+        double t1 = seconds_now();
+        q->wait_s += t1 - t0;
+        q->waits++;
+        q->last_flush_end += t1 - t0; // waiting is not queuing
+    }
+    return e;
+}
+
 void lm_cuda_flush(lm_backend *be) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     lm_cuda_queue *q = s->queue;
     if (!q || q->used == 0) return;
+    double t0 = q->stats ? seconds_now() : 0;
+    if (q->stats) {
+        if (q->last_flush_end > 0) q->queuing_s += t0 - q->last_flush_end;
+        if (q->used > q->largest_record) q->largest_record = q->used;
+    }
     lm_cuda_use_device(s);
     graph_entry *g = NULL;
     if (q->graphs && q->n_ops >= MIN_GRAPH_OPS) {
         uint64_t hash = hash_bytes(q->record, q->used);
+        if (q->stats) q->hash_s += seconds_now() - t0;
         g = cached(q, hash);
         if (!g && seen_before(q, hash)) g = capture(be, hash);
         if (g) {
@@ -453,4 +510,8 @@ void lm_cuda_flush(lm_backend *be) {
     }
     q->used = 0;
     q->n_ops = 0;
+    if (q->stats) {
+        q->last_flush_end = seconds_now();
+        q->flush_s += q->last_flush_end - t0;
+    }
 }
