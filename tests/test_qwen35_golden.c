@@ -116,6 +116,48 @@ static void test_greedy_continuations_match_reference(void) {
     }
 }
 
+/* lm_sequence_runner_feed_greedy (the argmax taken where the logits are,
+ * only the id brought back: `loom bench`'s decode) gives, step by step,
+ * the host argmax of the same forward's downloaded logits; bad calls fail. */
+static void test_greedy_feed_matches_host_argmax(void) {
+    int V = fx.tm.config->vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    CHECK(logits != NULL);
+    for (size_t p = 0; p < N_PROMPTS; p++) {
+        const int32_t *ids;
+        int n;
+        prompt_ids(text_prompts[p], &ids, &n);
+        const lm_tensor *greedy = ref(text_prompts[p], "greedy");
+        CHECK(ids && greedy);
+        int G = (int)greedy->n_elements;
+        lm_sequence_runner host, device;
+        lm_error err = {0};
+        CHECK_OK(lm_sequence_runner_init(&host, fx.tm.model, n + G, &err), &err);
+        CHECK_OK(lm_sequence_runner_init(&device, fx.tm.model, n + G, &err), &err);
+        int32_t next = -1, want;
+        lm_status st = lm_sequence_runner_feed(&host, ids, n, false, logits, NULL, NULL, &err);
+        if (st == LM_OK) st = lm_sequence_runner_feed_greedy(&device, ids, n, &next, &err);
+        for (int g = 0; g < G && st == LM_OK; g++) {
+            want = test_argmax(logits, V);
+            CHECK_MSG(next == want, "%s step %d: greedy feed gave %d, the logits' argmax is %d", text_prompts[p], g,
+                      next, want);
+            st = lm_sequence_runner_feed(&host, &want, 1, false, logits, NULL, NULL, &err);
+            if (st == LM_OK) st = lm_sequence_runner_feed_greedy(&device, &want, 1, &next, &err);
+        }
+        lm_sequence_runner_free(&host);
+        lm_sequence_runner_free(&device);
+        CHECK_OK(st, &err);
+    }
+    int32_t unused;
+    lm_sequence_runner r;
+    lm_error err = {0};
+    CHECK_OK(lm_sequence_runner_init(&r, fx.tm.model, 4, &err), &err);
+    CHECK(lm_sequence_runner_feed_greedy(&r, &unused, 0, &unused, &err) == LM_ERR_INVALID);
+    CHECK(lm_sequence_runner_feed_greedy(&r, &unused, 1, NULL, &err) == LM_ERR_INVALID);
+    lm_sequence_runner_free(&r);
+    free(logits);
+}
+
 static void test_hidden_states_match_reference(void) {
     const int32_t *ids;
     int n;
@@ -203,6 +245,7 @@ int main(void) {
     }
     RUN_TEST(test_prefill_logits_match_reference);
     RUN_TEST(test_greedy_continuations_match_reference);
+    RUN_TEST(test_greedy_feed_matches_host_argmax);
     RUN_TEST(test_hidden_states_match_reference);
     RUN_TEST(test_decode_after_prefill_matches_full_prefill);
     lm_safetensors_close(fx.reference);

@@ -588,9 +588,8 @@ int cmd_bench_main(int argc, char **argv) {
     int V = info->vocab_size;
     int rc = 1;
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)prompt_tokens);
-    float *logits = malloc(sizeof(float) * (size_t)V);
     lm_sequence_runner runner = {0};
-    if (!prompt || !logits) {
+    if (!prompt) {
         lm_fail(&err, LM_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -609,20 +608,17 @@ int cmd_bench_main(int argc, char **argv) {
            made[0] ? ")" : "", backend->ops->name, lm_backend_compute(backend), lm_backend_threads(backend), load_s);
     fflush(stdout);
     double t1 = now_seconds();
-    if (lm_sequence_runner_feed(&runner, prompt, (int)prompt_tokens, false, logits, NULL, NULL, &err) != LM_OK)
-        goto done;
+    int32_t next = 0;
+    if (lm_sequence_runner_feed_greedy(&runner, prompt, (int)prompt_tokens, &next, &err) != LM_OK) goto done;
     double prefill_s = now_seconds() - t1;
 
-    /* Decode: feed argmax tokens one at a time; the first step warms up. */
-    int32_t next = 0;
+    /* Decode: feed argmax tokens one at a time, the argmax taken where the
+     * logits are (only the id comes back, as in the engine's greedy steps);
+     * the first step warms up. */
     double t2 = 0;
     for (long i = 0; i < gen_tokens; i++) {
         if (i == 1) t2 = now_seconds();
-        next = 0;
-        for (int v = 1; v < V; v++)
-            if (logits[v] > logits[next]) next = v;
-        if (lm_sequence_runner_feed(&runner, &next, 1, false, logits, NULL, NULL, &err) != LM_OK)
-            goto done;
+        if (lm_sequence_runner_feed_greedy(&runner, &next, 1, &next, &err) != LM_OK) goto done;
     }
     double decode_s = gen_tokens > 1 ? now_seconds() - t2 : 0;
     double decode_tps = gen_tokens > 1 ? (double)(gen_tokens - 1) / decode_s : 0;
@@ -647,7 +643,6 @@ done:
     if (rc) fprintf(stderr, "loom bench: %s\n", err.message);
     lm_sequence_runner_free(&runner);
     free(prompt);
-    free(logits);
     lm_cli_close_model(backend, model);
     return rc;
 }

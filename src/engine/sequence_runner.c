@@ -67,10 +67,11 @@ lm_status lm_sequence_runner_feed(lm_sequence_runner *r, const int32_t *ids, int
                                           layer_hidden, err);
 }
 
-lm_status lm_sequence_runner_feed_inputs(lm_sequence_runner *r, const int32_t *ids,
-                                         const int32_t *positions, const float *const *input_rows,
-                                         int n, bool all_logits, float *logits, float *hidden,
-                                         float **layer_hidden, lm_error *err) {
+/* The feeds' one loop; with `argmax`, the last row's argmax comes back
+ * instead of its logits. */
+static lm_status feed(lm_sequence_runner *r, const int32_t *ids, const int32_t *positions,
+                      const float *const *input_rows, int n, bool all_logits, float *logits, float *hidden,
+                      float **layer_hidden, int32_t *argmax, lm_error *err) {
     if (n <= 0) return lm_fail(err, LM_ERR_INVALID, "nothing to feed");
     if (n > r->max_tokens - r->n_cached)
         return lm_fail(err, LM_ERR_INVALID, "sequence would exceed %d tokens", r->max_tokens);
@@ -100,11 +101,14 @@ lm_status lm_sequence_runner_feed_inputs(lm_sequence_runner *r, const int32_t *i
         lm_step_batch batch = {.n_tokens = chunk, .tokens = ids + done, .positions = r->positions,
                                .input_rows = input_rows ? input_rows + done : NULL,
                                .n_seqs = 1, .seqs = &seq};
+        static const bool no_logits = false;
         lm_forward_out out = {
             .logits = all_logits ? logits + (size_t)done * info->vocab_size : logits,
             .hidden = hidden && all_logits ? hidden + (size_t)done * info->hidden_size
                       : last ? hidden : NULL,
             .layer_hidden = layer_hidden,
+            .argmax = argmax && last ? argmax : NULL,
+            .logits_wanted = argmax && last ? &no_logits : NULL,
         };
         lm_status st = lm_model_forward(r->context, &batch, &out, err);
         if (st != LM_OK) return st;
@@ -112,4 +116,17 @@ lm_status lm_sequence_runner_feed_inputs(lm_sequence_runner *r, const int32_t *i
         done += chunk;
     }
     return LM_OK;
+}
+
+lm_status lm_sequence_runner_feed_inputs(lm_sequence_runner *r, const int32_t *ids,
+                                         const int32_t *positions, const float *const *input_rows,
+                                         int n, bool all_logits, float *logits, float *hidden,
+                                         float **layer_hidden, lm_error *err) {
+    return feed(r, ids, positions, input_rows, n, all_logits, logits, hidden, layer_hidden, NULL, err);
+}
+
+lm_status lm_sequence_runner_feed_greedy(lm_sequence_runner *r, const int32_t *ids, int n, int32_t *next,
+                                         lm_error *err) {
+    if (!next) return lm_fail(err, LM_ERR_INVALID, "no place for the argmax");
+    return feed(r, ids, NULL, NULL, n, false, NULL, NULL, NULL, next, err);
 }

@@ -48,4 +48,10 @@ lm_status lm_sequence_runner_feed_inputs(lm_sequence_runner *r, const int32_t *i
                                          int n, bool all_logits, float *logits, float *hidden,
                                          float **layer_hidden, lm_error *err);
 
+/* Appends n tokens and leaves in *next the last row's argmax (lowest id
+ * among the largest), computed where the logits are: only the id comes
+ * back, as in the engine's greedy steps (`loom bench` decodes with it). */
+lm_status lm_sequence_runner_feed_greedy(lm_sequence_runner *r, const int32_t *ids, int n, int32_t *next,
+                                         lm_error *err);
+
 #endif
