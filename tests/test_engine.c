@@ -112,7 +112,13 @@ static void test_mixed_steps_match_single_sequences(void) {
     }
     for (int s = 0; s < 4; s++) CHECK_MSG(done[s] == len[s], "%s not finished", names[s]);
     printf("  batched logits vs single runs: worst %.3g of the std\n", worst);
-    CHECK_MSG(worst < 1e-5, "batched logits differ from single runs by %.3g (normalized)", worst);
+    /* float32 reassociation only: the cpu gives 0; cuda takes the chunked
+     * delta rule for a long enough chunk and the recurrent one for a short
+     * one, which sum in other orders, so its rows depend on how a prompt
+     * was cut into steps (on an H100: 6.8e-6 with bf16 weights, 1.09e-5
+     * with int8; 0 with LOOM_CUDA_GDN_CHUNKED=0).  A wrong slot, block or
+     * row is off by the std's order. */
+    CHECK_MSG(worst < 2e-5, "batched logits differ from single runs by %.3g (normalized)", worst);
     free(logits);
     for (int s = 0; s < 4; s++) free(alone[s]);
     lm_model_context_destroy(ctx);
