@@ -42,43 +42,37 @@ __device__ static bool route_better(float v, int i, float bv, int bi) {
     return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
 }
 
-// The index of the largest c[i] with !taken[i] (the lowest on ties; -inf
-// counts, NaN never wins), or -1: lm_ref's best_untaken, over the block.
-// Every thread gets the answer.
-__device__ static int block_best_untaken(const float *c, const unsigned char *taken, int n, float *red_v,
-                                         int *red_i) {
-    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    float bv = 0.0f;
-    int bi = -1;
-    for (int i = tid; i < n; i += blockDim.x)
-        if (!taken[i] && !isnan(c[i]) && (bi < 0 || c[i] > bv)) {
-            bv = c[i];
-            bi = i;
-        }
-    for (int off = 16; off > 0; off >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-        if (route_better(ov, oi, bv, bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
-    if (lane == 0) {
-        red_v[warp] = bv;
-        red_i[warp] = bi;
-    }
-    __syncthreads();
-    if (tid == 0) {
-        for (int w = 1; w < (int)(blockDim.x / 32); w++)
-            if (route_better(red_v[w], red_i[w], red_v[0], red_i[0])) {
-                red_v[0] = red_v[w];
-                red_i[0] = red_i[w];
+// The top_k largest c[i] (the lowest index on ties; -inf counts, NaN never
+// wins; -1 once only NaN is left), in order of choice: lm_ref's repeated
+// best_untaken, by one warp.  Each lane holds the experts lane, lane + 32,
+// ... and scans them in index order keeping only a strictly larger value,
+// so its candidate is its lowest index among its largest; the shuffle tree
+// then prefers the larger value and, on equal values, the lower index.
+// Taken experts are marked in `taken`, which only this warp reads.
+__device__ static void warp_top_k(const float *c, unsigned char *taken, int n, int top_k, int *chosen) {
+    int lane = threadIdx.x & 31;
+    for (int j = 0; j < top_k; j++) {
+        float bv = 0.0f;
+        int bi = -1;
+        for (int i = lane; i < n; i += 32)
+            if (!taken[i] && !isnan(c[i]) && (bi < 0 || c[i] > bv)) {
+                bv = c[i];
+                bi = i;
             }
+        for (int off = 16; off > 0; off >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+            if (route_better(ov, oi, bv, bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (lane == 0) {
+            chosen[j] = bi;
+            if (bi >= 0) taken[bi] = 1;
+        }
+        __syncwarp();
     }
-    __syncthreads();
-    int best = red_i[0];
-    __syncthreads(); /* red_* may be reused at once */
-    return best;
 }
 
 __global__ static void __launch_bounds__(ROUTE_THREADS)
@@ -87,8 +81,9 @@ moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float 
     __shared__ float s[MOE_MAX_EXPERTS], c[MOE_MAX_EXPERTS], group_score[MOE_MAX_EXPERTS];
     __shared__ unsigned char taken[MOE_MAX_EXPERTS], keep[MOE_MAX_EXPERTS];
     __shared__ float red_v[ROUTE_THREADS / 32];
-    __shared__ int red_i[ROUTE_THREADS / 32];
     __shared__ float top_shared;
+    __shared__ double sum_shared;
+    __shared__ int chosen[MOE_MAX_EXPERTS];
     int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const float *l = logits + (int64_t)t * E;
 
@@ -109,11 +104,16 @@ moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float 
         top = top_shared;
         for (int e = tid; e < E; e += blockDim.x) s[e] = expf(l[e] - top);
         __syncthreads();
+        // the sum in index order by one thread (the reference's bits), the
+        // divisions by every thread (each is the same division)
         if (tid == 0) {
             double sum = 0;
             for (int e = 0; e < E; e++) sum += s[e];
-            for (int e = 0; e < E; e++) s[e] = (float)(s[e] / sum);
+            sum_shared = sum;
         }
+        __syncthreads();
+        double sum = sum_shared;
+        for (int e = tid; e < E; e += blockDim.x) s[e] = (float)(s[e] / sum);
         __syncthreads();
     } else {
         for (int e = tid; e < E; e += blockDim.x) s[e] = 1.0f / (1.0f + expf(-l[e]));
@@ -159,16 +159,14 @@ moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float 
 
     int32_t *ids_t = ids + (int64_t)t * top_k;
     float *w_t = weights + (int64_t)t * top_k;
-    for (int j = 0; j < top_k; j++) {
-        int e = block_best_untaken(c, taken, E, red_v, red_i);
-        if (tid == 0) {
-            if (e < 0) e = 0; /* only NaN left: any valid id */
-            taken[e] = 1;
-            ids_t[j] = e;
-            w_t[j] = s[e];
-        }
-        __syncthreads();
+    if (warp == 0) warp_top_k(c, taken, E, top_k, chosen);
+    __syncthreads();
+    for (int j = tid; j < top_k; j += blockDim.x) {
+        int e = chosen[j] < 0 ? 0 : chosen[j]; /* only NaN left: any valid id */
+        ids_t[j] = e;
+        w_t[j] = s[e];
     }
+    __syncthreads();
     if (tid == 0) {
         double sum = 0;
         for (int j = 0; j < top_k; j++) sum += w_t[j];
@@ -183,8 +181,8 @@ moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float 
 void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
                        const lm_moe_routing *r) {
     if (n <= 0 || r->top_k <= 0) return;
-    if (r->n_experts > MOE_MAX_EXPERTS || r->n_experts <= 0) {
-        lm_cuda_note_error(be, cudaErrorInvalidValue, "moe_route (more than 1024 experts)");
+    if (r->n_experts > MOE_MAX_EXPERTS || r->n_experts <= 0 || r->top_k > r->n_experts) {
+        lm_cuda_note_error(be, cudaErrorInvalidValue, "moe_route (more than 1024 experts, or top_k past them)");
         return;
     }
     int groups = r->n_group > 1 ? r->n_group : 1;
@@ -382,18 +380,21 @@ moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t 
 }
 
 // out[t] = Σ_j weights[t, j] · y[t·top_k + j], in j order, over the
-// slots whose expert is one of the E given from `first`.
+// slots whose expert is one of the E given from `first`.  Blocks along x
+// take slices of a token's columns (one block a token left a decode step's
+// 8 x H reads to one SM), y the tokens.
 __global__ static void moe_combine_kernel(float *out, const float *y, const float *weights, const int32_t *ids,
-                                          int top_k, int H, int E, int first) {
-    int64_t t = blockIdx.x;
-    for (int c = threadIdx.x; c < H; c += blockDim.x) {
-        float o = 0.0f;
-        for (int j = 0; j < top_k; j++) {
-            int64_t p = t * top_k + j;
-            if ((unsigned)(ids[p] - first) >= (unsigned)E) continue; // another rank's: y[p] unwritten
-            o += weights[p] * y[p * H + c];
+                                          int n, int top_k, int H, int E, int first) {
+    for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
+            float o = 0.0f;
+            for (int j = 0; j < top_k; j++) {
+                int64_t p = t * top_k + j;
+                if ((unsigned)(ids[p] - first) >= (unsigned)E) continue; // another rank's: y[p] unwritten
+                o += weights[p] * y[p * H + c];
+            }
+            out[t * H + c] = o;
         }
-        out[t * H + c] = o;
     }
 }
 
@@ -497,6 +498,7 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     else
         run_experts<MOE_MAX_EXPERTS>(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first,
                                      tile_count, (int)pairs, (int)wave, top_k, ex);
-    lm_cuda_launch(be, "moe_experts (combine)", moe_combine_kernel, n, MOE_THREADS, 0, lm_cuda_f32(out), y,
-                   lm_cuda_f32(weights), lm_cuda_i32(ids), top_k, H, E, ex->first_expert);
+    dim3 combine_grid(lm_cuda_blocks(ex->hidden, MOE_THREADS), (unsigned)(n < 65535 ? n : 65535));
+    lm_cuda_launch(be, "moe_experts (combine)", moe_combine_kernel, combine_grid, MOE_THREADS, 0, lm_cuda_f32(out), y,
+                   lm_cuda_f32(weights), lm_cuda_i32(ids), (int)n, top_k, H, E, ex->first_expert);
 }
