@@ -306,24 +306,35 @@ struct group_args {
     int count;
 };
 
-template <int TILE, int ROWS, int LOADS>
-__global__ static void __launch_bounds__(THREADS)
-    matmul_group_kernel(group_args a, const float *x, int n, int64_t cols) {
-    __shared__ float part[WARPS][ROWS][TILE];
-    // The product of this block, picked with constant indices only: a
-    // dynamic index into the argument struct would copy it to local memory
-    // in every thread (measured: the group ran slower than its parts).
+// The product of this block (blockIdx.y) and its block within it, picked
+// with constant indices only: a dynamic index into the argument struct
+// would copy it to local memory in every thread (measured: the group ran
+// slower than its parts).
+struct group_product {
+    float *y;
+    const void *w;
+    int64_t rows;
+    int block;
+};
+__device__ __forceinline__ static group_product group_product_of(const group_args &a) {
     int b = (int)blockIdx.y, first = 0;
-    float *y = a.y[0];
-    const void *w = a.w[0];
-    int64_t rows = a.rows[0];
+    group_product p = {a.y[0], a.w[0], a.rows[0], 0};
 #pragma unroll
     for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
         if (k < a.count && b >= a.block_end[k - 1]) {
             first = a.block_end[k - 1];
-            y = a.y[k], w = a.w[k], rows = a.rows[k];
+            p.y = a.y[k], p.w = a.w[k], p.rows = a.rows[k];
         }
-    bf16_rows<TILE, ROWS, LOADS>(y, x, (const uint4 *)w, n, rows, cols, (int64_t)(b - first) * ROWS, part);
+    p.block = b - first;
+    return p;
+}
+
+template <int TILE, int ROWS, int LOADS>
+__global__ static void __launch_bounds__(THREADS)
+    matmul_group_kernel(group_args a, const float *x, int n, int64_t cols) {
+    __shared__ float part[WARPS][ROWS][TILE];
+    group_product p = group_product_of(a);
+    bf16_rows<TILE, ROWS, LOADS>(p.y, x, (const uint4 *)p.w, n, p.rows, cols, (int64_t)p.block * ROWS, part);
 }
 
 // The same for int8 (Q8_0) weights: each output summed by q8_rows, as a
@@ -332,17 +343,8 @@ template <int TILE>
 __global__ static void __launch_bounds__(THREADS) matmul_q8_group_kernel(group_args a, const float *x, int n,
                                                                          int64_t cols) {
     __shared__ float part[WARPS][Q8_ROWS][TILE];
-    int b = (int)blockIdx.y, first = 0;
-    float *y = a.y[0];
-    const void *w = a.w[0];
-    int64_t rows = a.rows[0];
-#pragma unroll
-    for (int k = 1; k < LM_MATMUL_GROUP_MAX; k++)
-        if (k < a.count && b >= a.block_end[k - 1]) {
-            first = a.block_end[k - 1];
-            y = a.y[k], w = a.w[k], rows = a.rows[k];
-        }
-    q8_rows<TILE>(y, x, (const uint8_t *)w, n, rows, cols, (int64_t)(b - first) * Q8_ROWS, part);
+    group_product p = group_product_of(a);
+    q8_rows<TILE>(p.y, x, (const uint8_t *)p.w, n, p.rows, cols, (int64_t)p.block * Q8_ROWS, part);
 }
 
 // matmul_swiglu: y[t, o] = silu(x·gate_oᵀ) · (x·up_oᵀ).  A block owns
