@@ -347,6 +347,21 @@ __global__ static void __launch_bounds__(THREADS) matmul_q8_group_kernel(group_a
     q8_rows<TILE>(p.y, x, (const uint8_t *)p.w, n, p.rows, cols, (int64_t)p.block * Q8_ROWS, part);
 }
 
+// A SwiGLU block's outputs o0 .. o0 + ROWS / 2 - 1 from its slices' sums
+// (gate rows first, then up rows), with silu_mul's expression.
+template <int TILE, int ROWS>
+__device__ static inline void swiglu_store(float *y, float (*part)[ROWS][TILE], int n, int64_t rows, int64_t o0) {
+    constexpr int HALF = ROWS / 2;
+    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
+    if (threadIdx.x < HALF * TILE) {
+        int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
+        if (t < nt && o0 + r < rows) {
+            float g = slice_total<ROWS, TILE>(part, r, t), u = slice_total<ROWS, TILE>(part, r + HALF, t);
+            y[(int64_t)(t0 + t) * rows + o0 + r] = g / (1.0f + expf(-g)) * u;
+        }
+    }
+}
+
 // matmul_swiglu: y[t, o] = silu(x·gate_oᵀ) · (x·up_oᵀ).  A block owns
 // HALF = ROWS / 2 outputs: its first HALF rows are gate's, the others up's,
 // each summed exactly as a lone product sums it (the order depends on cols
@@ -360,14 +375,7 @@ __global__ static void __launch_bounds__(THREADS)
     __shared__ float part[WARPS][ROWS][TILE];
     int64_t o0 = (int64_t)blockIdx.y * HALF, groups = cols / 8;
     bf16_partials<TILE, ROWS, LOADS, HALF>(x, gate + o0 * groups, up + o0 * groups, rows - o0, n, cols, part);
-    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
-    if (threadIdx.x < HALF * TILE) {
-        int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
-        if (t < nt && o0 + r < rows) {
-            float g = slice_total<ROWS, TILE>(part, r, t), u = slice_total<ROWS, TILE>(part, r + HALF, t);
-            y[(int64_t)(t0 + t) * rows + o0 + r] = g / (1.0f + expf(-g)) * u;
-        }
-    }
+    swiglu_store<TILE, ROWS>(y, part, n, rows, o0);
 }
 
 // matmul_swiglu over int8 (Q8_0) gate and up: a block owns Q8_ROWS / 2
@@ -380,14 +388,7 @@ __global__ static void __launch_bounds__(THREADS)
     __shared__ float part[WARPS][Q8_ROWS][TILE];
     int64_t o0 = (int64_t)blockIdx.y * HALF, row_bytes = cols / LM_Q8_BLOCK * LM_Q8_BLOCK_BYTES;
     q8_partials<TILE, Q8_ROWS, HALF>(x, gate + o0 * row_bytes, up + o0 * row_bytes, rows - o0, n, cols, part);
-    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
-    if (threadIdx.x < HALF * TILE) {
-        int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
-        if (t < nt && o0 + r < rows) {
-            float g = slice_total<Q8_ROWS, TILE>(part, r, t), u = slice_total<Q8_ROWS, TILE>(part, r + HALF, t);
-            y[(int64_t)(t0 + t) * rows + o0 + r] = g / (1.0f + expf(-g)) * u;
-        }
-    }
+    swiglu_store<TILE, Q8_ROWS>(y, part, n, rows, o0);
 }
 
 // The shapes of block that run a product (lm_cuda_state.gemv_shape; the
