@@ -87,7 +87,7 @@ extern "C" lm_status lm_cuda_download(lm_backend *be, void *dst, lm_mem src, siz
     if (bytes)
         lm_cuda_note_error(be, lm_cuda_host_copy(be, dst, lm_cuda_ptr(src), bytes, cudaMemcpyDeviceToHost),
                            "download");
-    lm_cuda_note_error(be, lm_cuda_host_copy(be, NULL, NULL, 0, cudaMemcpyDefault), "download");
+    lm_cuda_note_error(be, lm_cuda_wait_stream(be), "download");
     return take_error(be, err);
 }
 
@@ -102,7 +102,7 @@ extern "C" void lm_cuda_fill(lm_backend *be, lm_mem dst, uint8_t byte, size_t by
 extern "C" lm_status lm_cuda_synchronize(lm_backend *be, lm_error *err) {
     lm_cuda_flush(be);
     lm_cuda_use_device(state_of(be));
-    lm_cuda_note_error(be, lm_cuda_host_copy(be, NULL, NULL, 0, cudaMemcpyDefault), "synchronize");
+    lm_cuda_note_error(be, lm_cuda_wait_stream(be), "synchronize");
     return take_error(be, err);
 }
 

@@ -67,9 +67,10 @@ void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte,
  * when it repeats); after it, the stream holds every op queued so far. */
 void lm_cuda_flush(lm_backend *be);
 /* cudaMemcpyAsync between the host and the device on the backend's
- * stream, or with bytes 0 cudaStreamSynchronize; its time counted for
+ * stream, and cudaStreamSynchronize of it; their time counted for
  * LOOM_CUDA_GRAPH_STATS. */
 cudaError_t lm_cuda_host_copy(lm_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t lm_cuda_wait_stream(lm_backend *be);
 /* Destroys the graphs captured so far (before a communicator whose
  * collectives they hold). */
 void lm_cuda_drop_graphs(lm_backend *be);

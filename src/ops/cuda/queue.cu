@@ -465,20 +465,33 @@ static double seconds_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-// A copy between the host and the stream, or a wait for the stream (the
-// backend's upload, download and synchronize), timed for the stats: a
-// copy from or to pageable memory blocks until the stream reaches it.
+// The stats' count of host time blocked on the stream, from t0 on
+// (blocked time is not queuing).
+static void count_blocked(lm_cuda_queue *q, double t0) {
+    double t = seconds_now() - t0;
+    q->wait_s += t;
+    q->waits++;
+    if (q->last_flush_end > 0) q->last_flush_end += t; // 0: no flush yet, nothing queued to count from
+}
+
+// The backend's upload and download copies (a copy into pageable host
+// memory blocks until the stream reaches it) and its waits, timed for the
+// stats.
 cudaError_t lm_cuda_host_copy(lm_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     lm_cuda_queue *q = s->queue;
     double t0 = q && q->stats ? seconds_now() : 0;
-    cudaError_t e = bytes ? cudaMemcpyAsync(dst, src, bytes, kind, s->stream) : cudaStreamSynchronize(s->stream);
-    if (q && q->stats) {
-        double t1 = seconds_now();
-        q->wait_s += t1 - t0;
-        q->waits++;
-        q->last_flush_end += t1 - t0; // waiting is not queuing
-    }
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s->stream);
+    if (q && q->stats) count_blocked(q, t0);
+    return e;
+}
+
+cudaError_t lm_cuda_wait_stream(lm_backend *be) {
+    lm_cuda_state *s = lm_cuda_state_of(be);
+    lm_cuda_queue *q = s->queue;
+    double t0 = q && q->stats ? seconds_now() : 0;
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (q && q->stats) count_blocked(q, t0);
     return e;
 }
 
