@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/clock.h"
 #include "base/membw.h"
 #include "cli/bench_prompts.h"
 #include "cli/cli_common.h"
@@ -109,11 +110,6 @@ static double median(const double *v, int n) {
     return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 
 typedef struct {
@@ -138,7 +134,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
     int next = 0, done = 0, rc = 0;
     loom_stats before, after;
     loom_engine_stats(engine, &before);
-    double t0 = now_seconds();
+    double t0 = lm_monotonic_seconds();
     /* One reader thread is enough: events queue per request, so draining the
      * oldest request first does not slow the others down. */
     while (done < n_requests && rc == 0) {
@@ -155,7 +151,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
             p.sampling.has_seed = sampling->temperature > 0;
             p.sampling.seed = seed + (uint64_t)next;
             p.grammar = grammar;
-            t[next].submitted = now_seconds();
+            t[next].submitted = lm_monotonic_seconds();
             if (loom_submit(engine, &p, &live[next], error, sizeof error) != LOOM_OK) {
                 fprintf(stderr, "loom bench: %s\n", error);
                 rc = 1;
@@ -178,7 +174,7 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
             while (live[i] && (got = loom_next_event(live[i], &ev, wait_ms)) == 1) {
                 wait_ms = 0;
                 if (ev.type == LOOM_EVENT_TOKEN) {
-                    if (t[i].tokens++ == 0) t[i].first_token = now_seconds();
+                    if (t[i].tokens++ == 0) t[i].first_token = lm_monotonic_seconds();
                     if (record && i < prompts->count) lm_bench_oracle_record(record, i, ev.token);
                 } else if (ev.type == LOOM_EVENT_ERROR) {
                     fprintf(stderr, "loom bench: %s\n", ev.error);
@@ -186,14 +182,14 @@ static int throughput_level(loom_engine *engine, int level, int n_requests, cons
                 }
             }
             if (live[i] && got == -1) {
-                t[i].finished = now_seconds();
+                t[i].finished = lm_monotonic_seconds();
                 loom_request_free(live[i]);
                 live[i] = NULL;
             }
         }
         while (done < next && !live[done]) done++;
     }
-    double wall = now_seconds() - t0;
+    double wall = lm_monotonic_seconds() - t0;
     loom_engine_stats(engine, &after);
     long total = 0;
     double tpot = 0, ttft = 0;
@@ -240,7 +236,7 @@ static loom_engine *bench_engine(const loom_engine_options *base, const char *ba
     o.speculative_tokens = speculative_tokens;
     loom_engine *engine;
     char error[512];
-    double t0 = now_seconds();
+    double t0 = lm_monotonic_seconds();
     if (loom_engine_create(&o, &engine, error, sizeof error) != LOOM_OK) {
         fprintf(stderr, "loom bench: %s\n", error);
         return NULL;
@@ -248,7 +244,7 @@ static loom_engine *bench_engine(const loom_engine_options *base, const char *ba
     printf("model: %s, %s, %d prompt + %d generated tokens per request, speculative tokens %d, "
            "loaded in %.1f s\n",
            model_dir ? model_dir : config_path, config_path ? "random bf16 weights" : "checkpoint",
-           prompt_tokens, gen_tokens, speculative_tokens, now_seconds() - t0);
+           prompt_tokens, gen_tokens, speculative_tokens, lm_monotonic_seconds() - t0);
     return engine;
 }
 
@@ -440,9 +436,9 @@ static int run_image(lm_model *model, int width, int height, int prompt_tokens, 
                 int v = (i * 255 / width + y * 255 / height * (c + 1) / 3 + (int)((x >> 59) & 15)) & 255;
                 rgb.rgb[((size_t)y * (size_t)width + (size_t)i) * 3 + (size_t)c] = (uint8_t)v;
             }
-    double t0 = now_seconds();
+    double t0 = lm_monotonic_seconds();
     if (lm_image_preprocess(&vi->processor, &rgb, &patches, &err) != LM_OK) goto done;
-    double preprocess_s = now_seconds() - t0;
+    double preprocess_s = lm_monotonic_seconds() - t0;
     int N = patches.n_patches, image_tokens = lm_image_tokens(&patches), T = image_tokens + prompt_tokens;
     if (lm_sequence_runner_init_sized(&runner, model, T + 1, chunk, N, &err) != LM_OK) goto done;
     embeds = malloc(sizeof(float) * (size_t)image_tokens * (size_t)info->hidden_size);
@@ -453,9 +449,9 @@ static int run_image(lm_model *model, int width, int height, int prompt_tokens, 
         lm_fail(&err, LM_ERR_NOMEM, "out of memory");
         goto done;
     }
-    double t1 = now_seconds();
+    double t1 = lm_monotonic_seconds();
     if (lm_model_encode_image(runner.context, &patches, embeds, &err) != LM_OK) goto done;
-    double encode_s = now_seconds() - t1;
+    double encode_s = lm_monotonic_seconds() - t1;
     /* the image first, then the text, as a chat template places them */
     lm_image_grid grid = {patches.grid_t, patches.grid_h, patches.grid_w, patches.merge_size};
     lm_image_span span = {0, image_tokens};
@@ -466,10 +462,10 @@ static int run_image(lm_model *model, int width, int height, int prompt_tokens, 
     }
     int delta;
     lm_image_prompt_positions(T, &grid, &span, 1, positions, &delta);
-    double t2 = now_seconds();
+    double t2 = lm_monotonic_seconds();
     if (lm_sequence_runner_feed_inputs(&runner, ids, positions, rows, T, false, logits, NULL, NULL, &err) != LM_OK)
         goto done;
-    double prefill_s = now_seconds() - t2;
+    double prefill_s = lm_monotonic_seconds() - t2;
     /* matmul work: the merger once per output row, the rest once per patch
      * (n_parameters also counts norms and the position table: a slight
      * overcount); attention q·k and p·v over each image's own patches */
@@ -558,7 +554,7 @@ int cmd_bench_main(int argc, char **argv) {
     lm_error err = {0};
     lm_backend *backend;
     lm_model *model;
-    double t0 = now_seconds();
+    double t0 = lm_monotonic_seconds();
     lm_cli_model_spec spec = {.tensor_parallel_size = settings.engine.tensor_parallel_size,
                               .dir = model_dir, .random_config = config_path, .seed = (uint64_t)seed,
                               .backend = backend_name, .compute = settings.engine.compute_dtype,
@@ -572,7 +568,7 @@ int cmd_bench_main(int argc, char **argv) {
         fprintf(stderr, "loom bench: %s\n", err.message);
         return 1;
     }
-    double load_s = now_seconds() - t0;
+    double load_s = lm_monotonic_seconds() - t0;
     /* prefill in the engine's steps: --max-num-batched-tokens, or its default */
     int chunk = settings.engine.max_batch_tokens > 0 ? settings.engine.max_batch_tokens
                                                     : loom_default_batch_tokens(backend_name);
@@ -607,20 +603,20 @@ int cmd_bench_main(int argc, char **argv) {
            model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read") : "random bf16", made[0] ? " (" : "", made,
            made[0] ? ")" : "", backend->ops->name, lm_backend_compute(backend), lm_backend_threads(backend), load_s);
     fflush(stdout);
-    double t1 = now_seconds();
+    double t1 = lm_monotonic_seconds();
     int32_t next = 0;
     if (lm_sequence_runner_feed_greedy(&runner, prompt, (int)prompt_tokens, &next, &err) != LM_OK) goto done;
-    double prefill_s = now_seconds() - t1;
+    double prefill_s = lm_monotonic_seconds() - t1;
 
     /* Decode: feed argmax tokens one at a time, the argmax taken where the
      * logits are (only the id comes back, as in the engine's greedy steps);
      * the first step warms up. */
     double t2 = 0;
     for (long i = 0; i < gen_tokens; i++) {
-        if (i == 1) t2 = now_seconds();
+        if (i == 1) t2 = lm_monotonic_seconds();
         if (lm_sequence_runner_feed_greedy(&runner, &next, 1, &next, &err) != LM_OK) goto done;
     }
-    double decode_s = gen_tokens > 1 ? now_seconds() - t2 : 0;
+    double decode_s = gen_tokens > 1 ? lm_monotonic_seconds() - t2 : 0;
     double decode_tps = gen_tokens > 1 ? (double)(gen_tokens - 1) / decode_s : 0;
     double bytes = (double)info->decode_bytes_per_token;
     if (bandwidth <= 0) {

@@ -213,7 +213,7 @@ static bool read_client(relay_conn *c) {
     ssize_t n = recv(c->fd[CLIENT], b->data + b->len, RELAY_BUF_BYTES - b->len, 0);
     if (n > 0) {
         b->len += (uint32_t)n;
-        c->last_activity = lm_now_seconds();
+        c->last_activity = lm_monotonic_seconds();
         return true;
     }
     if (n == 0) {
@@ -295,7 +295,7 @@ static bool read_server(relay_conn *c) {
     if (n > 0) {
         lm_response_counter_feed(&c->responses, b->data + b->len, (size_t)n);
         b->len += (uint32_t)n;
-        c->last_activity = lm_now_seconds();
+        c->last_activity = lm_monotonic_seconds();
         return true;
     }
     if (n < 0 && errno == EINTR) return true;
@@ -315,7 +315,7 @@ static bool write_client(relay_conn *c) {
     if (n > 0) {
         b->start += (uint32_t)n;
         if (b->start == b->len) buf_free(b);
-        c->last_activity = lm_now_seconds();
+        c->last_activity = lm_monotonic_seconds();
         return true;
     }
     if (n < 0 && errno == EINTR) return true;
@@ -388,7 +388,7 @@ static bool settle(relay_conn *c) {
         } else {
             shutdown(c->fd[CLIENT], SHUT_WR);
             c->state = RELAY_LINGER;
-            c->linger_deadline = lm_now_seconds() + RELAY_LINGER_S;
+            c->linger_deadline = lm_monotonic_seconds() + RELAY_LINGER_S;
         }
         return true;
     case RELAY_LINGER:
@@ -419,7 +419,7 @@ static void pump(relay_conn *c) {
 /* ------------------------------------------------------------ accepting */
 
 static void log_limited(lm_front_door *door, const char *what, int e) {
-    int_fast64_t now = (int_fast64_t)lm_now_seconds();
+    int_fast64_t now = (int_fast64_t)lm_monotonic_seconds();
     if (atomic_exchange(&door->log_second, now) == now) return;
     if (door->options.log) lm_log_printf(door->options.log, LM_LOG_WARNING, "front door: %s: %s", what, strerror(e));
     else fprintf(stderr, "loom: front door: %s: %s\n", what, strerror(e));
@@ -456,7 +456,7 @@ static void admit(relay_thread *t, int fd, const struct sockaddr_in *addr, sockl
     c->fd[CLIENT] = fd;
     c->fd[SERVER] = pair[0];
     c->state = RELAY_OPEN;
-    c->last_activity = lm_now_seconds();
+    c->last_activity = lm_monotonic_seconds();
     lm_framing_init(&c->framing, &door->limits);
     lm_response_counter_init(&c->responses);
     c->next = t->conns;
@@ -495,7 +495,7 @@ static void accept_some(relay_thread *t) {
             /* Out of descriptors: stop accepting for a tick rather than spin. */
             log_limited(door, "accept", errno);
             listen_in(t, false);
-            t->listen_retry = lm_now_seconds() + RELAY_TICK_S;
+            t->listen_retry = lm_monotonic_seconds() + RELAY_TICK_S;
         } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
             listen_in(t, false); /* the listener was shut down */
             t->listen_retry = 0;
@@ -534,7 +534,7 @@ static void free_dead(relay_thread *t) {
 static void *relay_main(void *arg) {
     relay_thread *t = arg;
     struct epoll_event events[MAX_EVENTS];
-    double last_tick = lm_now_seconds();
+    double last_tick = lm_monotonic_seconds();
     for (;;) {
         int n = epoll_wait(t->epfd, events, MAX_EVENTS, (int)(RELAY_TICK_S * 1000));
         for (int i = 0; i < n; i++) {
@@ -557,7 +557,7 @@ static void *relay_main(void *arg) {
             pump(c);
         }
         free_dead(t);
-        double now = lm_now_seconds();
+        double now = lm_monotonic_seconds();
         if (now - last_tick >= RELAY_TICK_S) {
             tick(t, now);
             free_dead(t);
@@ -678,7 +678,7 @@ void lm_front_door_close_listener(lm_front_door *door) {
 void lm_front_door_stop(lm_front_door *door, int flush_ms) {
     if (!door) return;
     lm_front_door_close_listener(door);
-    atomic_store(&door->drain_deadline, lm_now_seconds() + flush_ms / 1000.0);
+    atomic_store(&door->drain_deadline, lm_monotonic_seconds() + flush_ms / 1000.0);
     atomic_store(&door->draining, true);
     for (int i = 0; i < LM_FRONT_DOOR_THREADS; i++) {
         relay_thread *t = &door->threads[i];

@@ -320,7 +320,7 @@ static int apply_event(gen_ctx *g, int prompt, const loom_event *ev, cJSON **log
     if (ev->choice < 0 || ev->choice >= g->n_per) return -1;
     int i = prompt * g->n_per + ev->choice;
     choice_state *ch = &g->choices[i];
-    double now = lm_now_seconds();
+    double now = lm_monotonic_seconds();
     if (ev->type == LOOM_EVENT_TOKEN) {
         if (!g->got_first_token) {
             g->got_first_token = true;
@@ -779,7 +779,7 @@ static void log_request(const gen_ctx *g, unsigned status, const char *finish) {
                                       : g->req.kind == LM_API_CHAT  ? "/v1/chat/completions"
                                                                     : "/v1/completions",
                              .status = status,
-                             .seconds = lm_now_seconds() - g->arrival,
+                             .seconds = lm_monotonic_seconds() - g->arrival,
                              .ttft = g->got_first_token ? g->first_token_time - g->arrival : -1,
                              .finish = finish};
     for (int p = 0; p < g->n_prompts && g->prompts; p++) {
@@ -794,7 +794,7 @@ static void log_request(const gen_ctx *g, unsigned status, const char *finish) {
 static void observe_end(gen_ctx *g, int outcome) {
     if (g->observed) return;
     g->observed = true;
-    lm_metrics_observe_request(&g->server->metrics, lm_now_seconds() - g->arrival, outcome);
+    lm_metrics_observe_request(&g->server->metrics, lm_monotonic_seconds() - g->arrival, outcome);
     bool blocking = !g->req.stream;
     log_request(g, outcome == 2 && atomic_load(&g->server->cancel_all) && blocking ? 503
                    : outcome == 1 && blocking                                     ? 500

@@ -81,12 +81,6 @@ typedef struct {
     double arrival;
 } conn_ctx;
 
-double lm_now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 bool lm_client_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!info) return false;
@@ -587,7 +581,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             slot->fd = info->connect_fd;
             slot->used = true;
             slot->phase = PHASE_HEADER;
-            slot->deadline = lm_now_seconds() + s->options.timeout_header_s;
+            slot->deadline = lm_monotonic_seconds() + s->options.timeout_header_s;
         }
         pthread_mutex_unlock(&h->mutex);
         *socket_context = slot;
@@ -610,7 +604,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 /* Cuts connections past their header or body deadline. */
 static void sweep(lm_server *s) {
     struct lm_http *h = s->http;
-    double now = lm_now_seconds();
+    double now = lm_monotonic_seconds();
     pthread_mutex_lock(&h->mutex);
     for (int i = 0; i < h->n_slots; i++) {
         conn_slot *slot = &h->slots[i];
@@ -780,7 +774,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         ctx = calloc(1, sizeof *ctx);
         if (!ctx) return MHD_NO;
         *con_cls = ctx;
-        ctx->arrival = lm_now_seconds();
+        ctx->arrival = lm_monotonic_seconds();
         ctx->url = url;
         set_phase(s, slot, PHASE_BODY, ctx->arrival + s->options.timeout_body_s);
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->options.timeout_body_s);
@@ -850,7 +844,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && slot) {
         /* Keep-alive: the next request has the idle and header timeouts. */
         set_phase(s, slot, PHASE_HEADER,
-                  lm_now_seconds() + s->options.timeout_keep_alive_s + s->options.timeout_header_s);
+                  lm_monotonic_seconds() + s->options.timeout_keep_alive_s + s->options.timeout_header_s);
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, idle_timeout(&s->options));
     }
 }
@@ -866,7 +860,7 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
     static const char *const benign[] = {"Setting %s option to %s state failed", "Failed to push the data"};
     for (size_t i = 0; i < sizeof benign / sizeof benign[0]; i++)
         if (strncmp(fmt, benign[i], strlen(benign[i])) == 0) return;
-    int_fast64_t now = (int_fast64_t)lm_now_seconds();
+    int_fast64_t now = (int_fast64_t)lm_monotonic_seconds();
     if (atomic_exchange(&h->log_second, now) != now) {
         int_fast64_t dropped = atomic_exchange(&h->log_count, 0) - 5;
         if (dropped > 0) lm_log_printf(s->log, LM_LOG_WARNING, "http: (%lld similar messages dropped)", (long long)dropped);

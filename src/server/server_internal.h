@@ -6,6 +6,7 @@
 #include <microhttpd.h>
 #include <stdatomic.h>
 
+#include "base/clock.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/server.h"
@@ -72,8 +73,6 @@ enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, str
  * a few milliseconds; the reader then returns 0 and is called again. */
 void lm_stream_wait(lm_server *s, struct MHD_Connection *c);
 
-/* Seconds on a monotonic clock. */
-double lm_now_seconds(void);
 /* True when the client closed the connection (a peek at its socket). */
 bool lm_client_gone(struct MHD_Connection *c);
 

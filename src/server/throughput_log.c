@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "base/clock.h"
+
 struct lm_throughput_log {
     const lm_log *log;
     loom_engine *engine;
@@ -41,17 +43,11 @@ static void write_line(const lm_throughput_log *t, const loom_stats *now, const 
                       prompt_rate, gen_rate, now->running, now->waiting, kv);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void *throughput_main(void *arg) {
     lm_throughput_log *t = arg;
     loom_stats before;
     loom_engine_stats(t->engine, &before);
-    double last = now_s();
+    double last = lm_monotonic_seconds();
     bool was_busy = false;
     pthread_mutex_lock(&t->mutex);
     while (!t->stop) {
@@ -70,7 +66,7 @@ static void *throughput_main(void *arg) {
         pthread_mutex_unlock(&t->mutex);
         loom_stats now;
         loom_engine_stats(t->engine, &now);
-        double at = now_s();
+        double at = lm_monotonic_seconds();
         bool is_busy = busy(&now, &before);
         if ((is_busy || was_busy) && at > last) write_line(t, &now, &before, at - last);
         was_busy = is_busy;

@@ -22,8 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
+#include "base/clock.h"
 #include "ops/cuda/launch.h"
 
 #define GRAPH_CACHE 64
@@ -459,16 +458,10 @@ fail:
     return NULL;
 }
 
-static double seconds_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 // The stats' count of host time blocked on the stream, from t0 on
 // (blocked time is not queuing).
 static void count_blocked(lm_cuda_queue *q, double t0) {
-    double t = seconds_now() - t0;
+    double t = lm_monotonic_seconds() - t0;
     q->wait_s += t;
     q->waits++;
     if (q->last_flush_end > 0) q->last_flush_end += t; // 0: no flush yet, nothing queued to count from
@@ -480,7 +473,7 @@ static void count_blocked(lm_cuda_queue *q, double t0) {
 cudaError_t lm_cuda_host_copy(lm_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     lm_cuda_queue *q = s->queue;
-    double t0 = q && q->stats ? seconds_now() : 0;
+    double t0 = q && q->stats ? lm_monotonic_seconds() : 0;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s->stream);
     if (q && q->stats) count_blocked(q, t0);
     return e;
@@ -489,7 +482,7 @@ cudaError_t lm_cuda_host_copy(lm_backend *be, void *dst, const void *src, size_t
 cudaError_t lm_cuda_wait_stream(lm_backend *be) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     lm_cuda_queue *q = s->queue;
-    double t0 = q && q->stats ? seconds_now() : 0;
+    double t0 = q && q->stats ? lm_monotonic_seconds() : 0;
     cudaError_t e = cudaStreamSynchronize(s->stream);
     if (q && q->stats) count_blocked(q, t0);
     return e;
@@ -499,7 +492,7 @@ void lm_cuda_flush(lm_backend *be) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     lm_cuda_queue *q = s->queue;
     if (!q || q->used == 0) return;
-    double t0 = q->stats ? seconds_now() : 0;
+    double t0 = q->stats ? lm_monotonic_seconds() : 0;
     if (q->stats) {
         if (q->last_flush_end > 0) q->queuing_s += t0 - q->last_flush_end;
         if (q->used > q->largest_record) q->largest_record = q->used;
@@ -508,7 +501,7 @@ void lm_cuda_flush(lm_backend *be) {
     graph_entry *g = NULL;
     if (q->graphs && q->n_ops >= MIN_GRAPH_OPS) {
         uint64_t hash = hash_bytes(q->record, q->used);
-        if (q->stats) q->hash_s += seconds_now() - t0;
+        if (q->stats) q->hash_s += lm_monotonic_seconds() - t0;
         g = cached(q, hash);
         if (!g && seen_before(q, hash)) g = capture(be, hash);
         if (g) {
@@ -529,7 +522,7 @@ void lm_cuda_flush(lm_backend *be) {
     q->used = 0;
     q->n_ops = 0;
     if (q->stats) {
-        q->last_flush_end = seconds_now();
+        q->last_flush_end = lm_monotonic_seconds();
         q->flush_s += q->last_flush_end - t0;
     }
 }
