@@ -20,6 +20,7 @@
 template <typename T>
 __global__ static void kv_write_kernel(T *k_pool, T *v_pool, const float *k, const float *v, const int32_t *slots,
                                        int64_t row) {
+    lm_cuda_let_next_then_wait();
     int64_t t = blockIdx.x, slot = slots[t];
     for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
         lm_kv_store(&k_pool[slot * row + i], k[t * row + i]);
@@ -87,6 +88,7 @@ __global__ static void __launch_bounds__(ATT_THREADS)
 attention_split8_kernel(float *part, int t0, int max_splits, const float *q, const T *k_pool, const T *v_pool,
                         int block_size, const int32_t *token_seq, const int32_t *ctx_len,
                         const int32_t *block_tables, int table_stride, int n_heads, int n_kv_heads, float scale) {
+    lm_cuda_let_next_then_wait();
     constexpr int LANES = D / 8, GROUPS = ATT_THREADS / LANES; /* lanes a key; keys at once */
     static_assert(D % 8 == 0 && LANES <= 32 && 32 % LANES == 0 && GROUPS <= ATT_TILE, "split8 head dim");
     __shared__ float score[ATT_TILE], weight[ATT_TILE];
@@ -167,6 +169,7 @@ attention_split_kernel(float *part, int t0, int max_splits, const float *q, cons
                        const T *v_pool, int block_size, const int32_t *token_seq, const int32_t *ctx_len,
                        const int32_t *block_tables, int table_stride, int n_heads, int n_kv_heads, int D,
                        float scale) {
+    lm_cuda_let_next_then_wait();
     __shared__ float qs[ATT_MAX_DIM];
     __shared__ float score[ATT_TILE];
     int split = blockIdx.x, h = blockIdx.y, t = t0 + blockIdx.z, tid = threadIdx.x;
@@ -233,6 +236,7 @@ attention_split_kernel(float *part, int t0, int max_splits, const float *q, cons
 __global__ static void __launch_bounds__(ATT_THREADS)
 attention_combine_kernel(float *out, const float *part, int t0, int max_splits, const int32_t *ctx_len,
                          int n_heads, int D) {
+    lm_cuda_let_next_then_wait();
     int h = blockIdx.x, t = t0 + blockIdx.y;
     int splits = min(att_splits(ctx_len[t]), max_splits);
     const float *p = part + ((int64_t)blockIdx.y * n_heads + h) * max_splits * (D + 2);

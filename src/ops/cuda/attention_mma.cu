@@ -80,6 +80,7 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
     attention_mma_kernel(float *out, const float *q, const T *k_pool, const T *v_pool, int block_size,
                          const int32_t *token_seq, const int32_t *ctx_len, const int32_t *block_tables,
                          int table_stride, int n_tokens, int n_heads, int n_kv_heads, int tq, float scale) {
+    lm_cuda_let_next_then_wait();
     constexpr int KT = fa_tile<T, D>::KT, K_LD = fa_tile<T, D>::K_LD, V_LD = fa_tile<T, D>::V_LD;
     constexpr int PER_COPY = fa_tile<T, D>::PER_COPY;
     extern __shared__ __align__(16) float fa_shared[];

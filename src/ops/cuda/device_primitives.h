@@ -25,6 +25,48 @@ __device__ __forceinline__ static float lm_weight_at(const void *w, int dtype, i
     return ((const float *)w)[i];
 }
 
+/* f(x[j], j) for every j < n a block's thread owns (j = threadIdx.x,
+ * + STRIDE, ...; STRIDE = the block's threads), in that order.  16-byte
+ * loads when the row allows, LM_ROW_LOADS of them in flight a thread: a
+ * 1 MB logits row read by one block is bound by how many loads wait at
+ * once (one a thread: about 30 us on an H200).  Issuing loads early does
+ * not change the order in which f sees the elements.  Plain loads, not the
+ * read-only path: the sampler edits a row before it reads it. */
+#define LM_ROW_LOADS 8
+template <int STRIDE, typename F> __device__ static void lm_for_each_in_row(const float *x, int n, F f) {
+    if (n % 4 == 0 && ((uintptr_t)x & 15) == 0) {
+        const float4 *x4 = (const float4 *)x;
+        const int n4 = n / 4;
+        int j = threadIdx.x;
+        for (; j + (LM_ROW_LOADS - 1) * STRIDE < n4; j += LM_ROW_LOADS * STRIDE) {
+            float4 v[LM_ROW_LOADS];
+#pragma unroll
+            for (int u = 0; u < LM_ROW_LOADS; u++) v[u] = x4[j + u * STRIDE];
+#pragma unroll
+            for (int u = 0; u < LM_ROW_LOADS; u++) {
+                int at = 4 * (j + u * STRIDE);
+                f(v[u].x, at), f(v[u].y, at + 1), f(v[u].z, at + 2), f(v[u].w, at + 3);
+            }
+        }
+        for (; j < n4; j += STRIDE) {
+            float4 v = x4[j];
+            f(v.x, 4 * j), f(v.y, 4 * j + 1), f(v.z, 4 * j + 2), f(v.w, 4 * j + 3);
+        }
+    } else {
+        for (int j = threadIdx.x; j < n; j += STRIDE) f(x[j], j);
+    }
+}
+
+/* The argmax order: v at index i beats bv at bi when it is larger, or equal
+ * at a lower index; NaN never beats a number and every number beats NaN
+ * (the start value).  A total order, so the winner does not depend on the
+ * order of comparisons. */
+__device__ __forceinline__ static bool lm_argmax_better(float v, int i, float bv, int bi) {
+    if (isnan(v)) return false;
+    if (isnan(bv)) return true;
+    return v > bv || (v == bv && i < bi);
+}
+
 /* Q8_0 read in half-blocks of 16 weights (the vector kernels' unit: a
  * 4096-wide row has 256, one a lane for a warp's slice): half-block h of a
  * row at `row` (its first byte; rows and blocks start on 2-byte

@@ -6,7 +6,7 @@
 #define THREADS 256
 
 __global__ static void silu_mul_kernel(float *out, const float *gate, const float *up, int64_t n) {
-    lm_cuda_let_next_start(); // the product after it may load its weights now
+    lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -19,7 +19,7 @@ void lm_cuda_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_
 }
 
 __global__ static void sigmoid_mul_kernel(float *x, const float *gate, int64_t n) {
-    lm_cuda_let_next_start(); // the product after it may load its weights now
+    lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] *= 1.0f / (1.0f + expf(-gate[i]));
 }
@@ -30,6 +30,7 @@ void lm_cuda_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
 }
 
 __global__ static void add_kernel(float *x, const float *y, int64_t n) {
+    lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] += y[i];
 }
@@ -40,6 +41,7 @@ void lm_cuda_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n) {
 }
 
 __global__ static void add_rows_kernel(float *x, const float *bias, int64_t n, int width) {
+    lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] += bias[i % width];
 }
@@ -51,6 +53,7 @@ void lm_cuda_add_rows(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width
 }
 
 __global__ static void sigmoid_scale_rows_kernel(float *x, const float *gate, int64_t n, int width) {
+    lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] *= 1.0f / (1.0f + expf(-gate[i / width]));
 }
@@ -64,6 +67,7 @@ void lm_cuda_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows,
 // GELU as the reference kernels write it (no cancellation for negative x):
 // erf form 0.5·x·erfc(-x/√2); tanh form x·sigmoid(2u), u = √(2/π)(x + 0.044715x³).
 __global__ static void gelu_kernel(float *x, int64_t n, int tanh_form) {
+    lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float v = x[i];
         if (tanh_form) {

@@ -30,6 +30,7 @@ __device__ static float softplus_f(float x) { return x > 20.0f ? x : log1pf_roun
 
 __global__ static void gdn_gates_kernel(float *beta, float *g, const float *neg_exp_A, const float *dt_bias,
                                         int64_t n, int H) {
+    lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int h = (int)(i % H);
         beta[i] = 1.0f / (1.0f + expf_rounded(-beta[i]));
@@ -52,6 +53,7 @@ void lm_cuda_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, 
 __global__ static void conv1d_kernel(float *out, const float *in, int C, const float *weight, int K,
                                      const float *states, int64_t slot_stride, const int32_t *first,
                                      const int32_t *length, const int32_t *slot) {
+    lm_cuda_let_next_then_wait();
     int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.z;
     if (c >= C) return;
     int T = length[s], t0 = blockIdx.y * CONV_ROWS, hist = K - 1;
@@ -77,6 +79,7 @@ __global__ static void conv1d_kernel(float *out, const float *in, int C, const f
 // every old entry before it is overwritten (as the reference).
 __global__ static void conv1d_state_kernel(const float *in, int C, int K, float *states, int64_t slot_stride,
                                            const int32_t *first, const int32_t *length, const int32_t *slot) {
+    lm_cuda_let_next_then_wait();
     int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
     if (c >= C) return;
     int T = length[s], hist = K - 1;
@@ -124,6 +127,7 @@ __global__ static void gdn_prepare_kernel(float *q, float *k, float *v, float *b
                                           const int32_t *first, const int32_t *length, const int32_t *slot,
                                           const float *neg_exp_A, const float *dt_bias, int Hk, int Hv, int dk,
                                           int dv, float q_scale, float eps) {
+    lm_cuda_let_next_then_wait();
     int head = blockIdx.x, s = blockIdx.y, hist = K - 1;
     int C = 2 * Hk * dk + Hv * dv, T = length[s];
     int64_t f = first[s];
@@ -204,6 +208,7 @@ gated_delta_kernel(float *out, const float *q, const float *k, const float *v, c
                    const float *beta, float *states, int64_t slot_stride, const int32_t *first,
                    const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv,
                    int state_in_shared) {
+    lm_cuda_let_next_then_wait();
     extern __shared__ float smem[];
     float *qs = smem, *ks = smem + dk;
     int hv = blockIdx.x, s = blockIdx.y, tid = threadIdx.x;
@@ -270,6 +275,7 @@ __global__ static void __launch_bounds__(COLS *PARTS)
                                const float *beta, float *states, int64_t slot_stride, const int32_t *first,
                                const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv,
                                int skip_from) {
+    lm_cuda_let_next_then_wait();
     __shared__ float qs[MAX_PER_PART * PARTS], ks[MAX_PER_PART * PARTS];
     __shared__ double part_sum[PARTS][COLS];
     int hv = blockIdx.x, s = blockIdx.z, jj = threadIdx.x % COLS, p = threadIdx.x / COLS;

@@ -55,6 +55,7 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
                                const float *beta, float *states, int64_t slot_stride, const int32_t *first,
                                const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv,
                                int min_T) {
+    lm_cuda_let_next_then_wait();
     extern __shared__ __align__(16) unsigned char chunk_smem[];
     const int hv = blockIdx.x, col0 = blockIdx.y * CH_COLS, s = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -84,7 +84,7 @@ inline void enqueue_tuple(lm_backend *be, const char *what, const void *kernel, 
     lm_cuda_enqueue_kernel(be, what, kernel, grid, block, shared, args, sizes, (int)sizeof...(I), early);
 }
 
-template <bool early, typename... Params, typename... Args>
+template <typename... Params, typename... Args>
 inline void launch(lm_backend *be, const char *what, void (*kernel)(Params...), dim3 grid, dim3 block,
                    size_t shared, Args... args) {
     static_assert(sizeof...(Params) == sizeof...(Args), "lm_cuda_launch: argument count");
@@ -92,31 +92,31 @@ inline void launch(lm_backend *be, const char *what, void (*kernel)(Params...), 
     // A struct argument must be zeroed before it is filled: its padding and
     // unused entries are bytes the queue compares.
     std::tuple<Params...> values(static_cast<Params>(args)...);
-    enqueue_tuple(be, what, (const void *)kernel, grid, block, shared, early, values,
+    enqueue_tuple(be, what, (const void *)kernel, grid, block, shared, true, values,
                   std::index_sequence_for<Params...>{});
 }
 } // namespace lm_cuda_detail
 
 /* kernel<<<grid, block, shared>>>(args...), queued.  The arguments are
  * converted to the kernel's parameter types first (as a launch would), so
- * the bytes recorded are the bytes the kernel receives. */
+ * the bytes recorded are the bytes the kernel receives.
+ *
+ * Every kernel is launched early (Hopper's programmatic dependent launch):
+ * its blocks may be placed while the kernel before it still runs, so a
+ * decode step's hundreds of small kernels do not each wait for the one
+ * before to drain and the next to be set up.  So every kernel must call
+ * lm_cuda_wait_for_prior() — most as their first statement, through
+ * lm_cuda_let_next_then_wait() — before it reads anything earlier
+ * work writes or writes anything it reads; the products load their weights
+ * first (nothing earlier writes them).  That one kernel's end implies the
+ * end of all before it holds only if each kernel waits in some block:
+ * tests/test_cuda_kernels_wait.sh checks that every kernel of this folder
+ * calls the wait.  LOOM_CUDA_PDL=0 at creation launches every kernel
+ * plainly (the wait is then a no-op), as does LOOM_CUDA_PROFILE. */
 template <typename... Params, typename... Args>
 inline void lm_cuda_launch(lm_backend *be, const char *what, void (*kernel)(Params...), dim3 grid, dim3 block,
                            size_t shared, Args... args) {
-    lm_cuda_detail::launch<false>(be, what, kernel, grid, block, shared, args...);
-}
-
-/* The same, for a kernel that may start before the kernel queued before it
- * has finished (Hopper's programmatic dependent launch): its blocks are
- * placed while the previous kernel's last blocks run, and it must call
- * lm_cuda_wait_for_prior() before it reads anything the earlier work
- * writes or writes anything it reads.  What it does before (loading
- * weights) overlaps the previous kernel's tail.  LOOM_CUDA_PDL=0 at
- * creation launches it plainly. */
-template <typename... Params, typename... Args>
-inline void lm_cuda_launch_early(lm_backend *be, const char *what, void (*kernel)(Params...), dim3 grid,
-                                 dim3 block, size_t shared, Args... args) {
-    lm_cuda_detail::launch<true>(be, what, kernel, grid, block, shared, args...);
+    lm_cuda_detail::launch(be, what, kernel, grid, block, shared, args...);
 }
 
 #ifdef __CUDACC__
@@ -126,6 +126,18 @@ __device__ __forceinline__ void lm_cuda_wait_for_prior(void) { asm volatile("gri
 /* Lets a kernel launched early after this one be placed now (it still
  * waits for this one's end in lm_cuda_wait_for_prior). */
 __device__ __forceinline__ void lm_cuda_let_next_start(void) { asm volatile("griddepcontrol.launch_dependents;"); }
+/* The first statement of a kernel with nothing to do before its inputs
+ * are ready: let the next kernel be placed, then wait for the kernels
+ * before.  Letting first means the product after a small kernel is placed
+ * (and loads its weights) while the kernel before that one still ends,
+ * not only once this one starts its work; it waits for this one's end in
+ * turn.  No kernel is placed before every block of the one before it has
+ * been (a block lets only once it runs), so a chain of placed kernels
+ * always ends in one that runs: no deadlock. */
+__device__ __forceinline__ void lm_cuda_let_next_then_wait(void) {
+    lm_cuda_let_next_start();
+    lm_cuda_wait_for_prior();
+}
 #endif
 
 #endif

@@ -61,6 +61,7 @@ __device__ static float warp_total(float v) {
 __global__ static void __launch_bounds__(THREADS)
     matmul_rows_kernel(float *y, const float *x, const void *w, int dtype, int n, int64_t rows,
                        int64_t cols) {
+    lm_cuda_let_next_then_wait();
     int lane = threadIdx.x % 32, t0 = blockIdx.x * TOKENS;
     int nt = n - t0 < TOKENS ? n - t0 : TOKENS;
     for (int64_t o = (int64_t)blockIdx.y * WARPS + threadIdx.x / 32; o < rows;
@@ -129,12 +130,13 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
         for (int t = 0; t < TILE; t++)
             acc[r][t] = 0.0f;
     // The weights do not depend on the kernels before this one: the first
-    // loads are issued before waiting for them (lm_cuda_launch_early), the
-    // next ones while the current are summed.  The order of the sums is
+    // loads are issued before waiting for them (every kernel is launched
+    // early, launch.h), the next ones while the current are summed.  The order of the sums is
     // the same either way.
     uint4 p[ROWS][LOADS];
     load_weights<ROWS, LOADS, HALF>(p, row0, half0, g_begin + lane, g_end, valid, groups);
     lm_cuda_wait_for_prior();
+    lm_cuda_let_next_start();
     for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * LOADS) {
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
@@ -247,6 +249,7 @@ __device__ static void q8_partials(const float *x, const uint8_t *row0, const ui
     int64_t h = h_begin + lane;
     if (h < h_end) q8_load_rows<ROWS, HALF>(q, scale, row0, half0, valid, row_bytes, h);
     lm_cuda_wait_for_prior();
+    lm_cuda_let_next_start();
     for (; h < h_end; h += 32) {
 #pragma unroll
         for (int r = 0; r < ROWS; r++)
@@ -486,7 +489,7 @@ static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matr
         void (*kernel)(float *, const float *, const uint8_t *, int, int64_t, int64_t) =
             n == 1 ? matmul_q8_kernel<1> : n == 2 ? matmul_q8_kernel<2> : n <= 4 ? matmul_q8_kernel<4>
                                                                                  : matmul_q8_kernel<TOKENS>;
-        lm_cuda_launch_early(be, "matmul (int8)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+        lm_cuda_launch(be, "matmul (int8)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                              (const uint8_t *)wp, n, w->rows, w->cols);
         return;
     }
@@ -500,7 +503,7 @@ static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matr
         bf16_kernel_fn kernel = n == 1   ? sh->single[0]
                                 : n == 2 ? sh->single[1]
                                          : wide_of(be)->single[n <= 4 ? 0 : 1];
-        lm_cuda_launch_early(be, "matmul", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+        lm_cuda_launch(be, "matmul", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                        (const uint4 *)wp, n, w->rows, w->cols);
     } else
         lm_cuda_launch(be, "matmul", matmul_rows_kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x), wp,
@@ -510,10 +513,12 @@ static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matr
 // ---- x rounded to 16 bits ----
 
 __global__ static void to_bf16_kernel(__nv_bfloat16 *out, const float *x, int64_t count) {
+    lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = __float2bfloat16_rn(x[i]);
 }
 __global__ static void to_f16_kernel(__half *out, const float *x, int64_t count) {
+    lm_cuda_let_next_then_wait();
     // f16 saturates at 65504: activations beyond it become inf (rare in
     // practice; bf16 weights, the usual case, have float32's range).
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
@@ -698,6 +703,7 @@ static bool takes_blas_16(lm_backend *be, int n, const lm_matrix *w) {
 #define Q8_CHUNK_WEIGHTS ((int64_t)32 << 20) /* 64 MB of bf16 */
 
 __global__ static void q8_to_bf16_kernel(__nv_bfloat16 *out, const uint8_t *w, int64_t count) {
+    lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = __float2bfloat16_rn(lm_weight_at(w, LM_DTYPE_Q8_0, i));
 }
@@ -811,7 +817,7 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
                                  : n == 2 ? matmul_q8_group_kernel<2>
                                  : n <= 4 ? matmul_q8_group_kernel<4>
                                           : matmul_q8_group_kernel<TOKENS>;
-        lm_cuda_launch_early(be, "matmul (int8 group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n,
+        lm_cuda_launch(be, "matmul (int8 group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n,
                              outs[0].w->cols);
         return;
     }
@@ -819,7 +825,7 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
     group_kernel_fn kernel = n == 1   ? sh->group[0]
                              : n == 2 ? sh->group[1]
                                       : wide_of(be)->group[n <= 4 ? 0 : 1];
-    lm_cuda_launch_early(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
+    lm_cuda_launch(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
 }
 
 // matmul_swiglu where matmul_group would take the bf16 kernel in one
@@ -839,7 +845,7 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
                               : n <= 4 ? matmul_q8_swiglu_kernel<4>
                                        : matmul_q8_swiglu_kernel<TOKENS>;
         dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
-        lm_cuda_launch_early(be, "matmul (int8 swiglu)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+        lm_cuda_launch(be, "matmul (int8 swiglu)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                              (const uint8_t *)gp, (const uint8_t *)up_p, n, gate->rows, gate->cols);
         return true;
     }
@@ -852,7 +858,7 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
     int64_t blocks = half > 0 ? (gate->rows + half - 1) / half : 0;
     if (!kernel || blocks > 65535) return false;
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
-    lm_cuda_launch_early(be, "matmul (swiglu)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+    lm_cuda_launch(be, "matmul (swiglu)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                          (const uint4 *)gp, (const uint4 *)up_p, n, gate->rows, gate->cols);
     return true;
 }

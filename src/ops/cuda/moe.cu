@@ -78,6 +78,7 @@ __device__ static void warp_top_k(const float *c, unsigned char *taken, int n, i
 __global__ static void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float *bias, int E, int top_k,
                  int sigmoid, int groups, int topk_group, int renormalize, float scale) {
+    lm_cuda_let_next_then_wait();
     __shared__ float s[MOE_MAX_EXPERTS], c[MOE_MAX_EXPERTS], group_score[MOE_MAX_EXPERTS];
     __shared__ unsigned char taken[MOE_MAX_EXPERTS], keep[MOE_MAX_EXPERTS];
     __shared__ float red_v[ROUTE_THREADS / 32];
@@ -234,6 +235,7 @@ __device__ static void block_scan2(int a, int b, int *a_before, int *b_before, i
 __global__ static void __launch_bounds__(SORT_THREADS)
 moe_sort_kernel(int32_t *order, int32_t *start, int32_t *tile_expert, int32_t *tile_first, int32_t *tile_count,
                 const int32_t *ids, int pairs, int E, int first) {
+    lm_cuda_let_next_then_wait();
     __shared__ int count[MOE_MAX_EXPERTS], next[MOE_MAX_EXPERTS];
     int tid = threadIdx.x;
     for (int e = tid; e < E; e += blockDim.x) count[e] = 0;
@@ -347,6 +349,7 @@ __global__ static void __launch_bounds__(MOE_THREADS)
 moe_gate_up_kernel(float *act, const float *x, const int32_t *order, const int32_t *start,
                    const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int top_k,
                    int H, int I, int w0, int w1, const __grid_constant__ expert_mats<MAXE, 2> m) {
+    lm_cuda_let_next_then_wait();
     int e, lo, hi, r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
     if (r >= I || !tile_pairs(start, tile_expert, tile_first, tile_count, w0, w1, &e, &lo, &hi)) return;
     const void *gw = m.w[0][e], *uw = m.w[1][e];
@@ -367,6 +370,7 @@ __global__ static void __launch_bounds__(MOE_THREADS)
 moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t *start, const int32_t *tile_expert,
                 const int32_t *tile_first, const int32_t *tile_count, int H, int I, int w0, int w1,
                 const __grid_constant__ expert_mats<MAXE, 1> m) {
+    lm_cuda_let_next_then_wait();
     int e, lo, hi, r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
     if (r >= H || !tile_pairs(start, tile_expert, tile_first, tile_count, w0, w1, &e, &lo, &hi)) return;
     const void *dw = m.w[0][e];
@@ -385,6 +389,7 @@ moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t 
 // 8 x H reads to one SM), y the tokens.
 __global__ static void moe_combine_kernel(float *out, const float *y, const float *weights, const int32_t *ids,
                                           int n, int top_k, int H, int E, int first) {
+    lm_cuda_let_next_then_wait();
     for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
             float o = 0.0f;

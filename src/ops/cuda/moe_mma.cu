@@ -49,6 +49,7 @@ __global__ static void __launch_bounds__(MM_THREADS)
 moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int32_t *start,
                const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int top_k, int K,
                int N, const __grid_constant__ mm_mats<MAXE, GATE_UP ? 2 : 1> m) {
+    lm_cuda_let_next_then_wait();
     constexpr int KINDS = GATE_UP ? 2 : 1;
     __shared__ __align__(16) float As[2][MM_TILE * MM_A_LD];
     __shared__ __align__(16) __nv_bfloat16 Bs[2][KINDS][MM_TILE * MM_B_LD];

@@ -26,7 +26,7 @@ __device__ static float silu(float z) { return z / (1.0f + expf(-z)); }
 // and the writing pass reads only its own element.
 __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z, const float *w, int dim,
                                       float eps) {
-    lm_cuda_let_next_start(); // the product after it may load its weights now
+    lm_cuda_let_next_then_wait();
     int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
     float *yr = out + r * dim;
@@ -45,7 +45,7 @@ __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z
 // and written by one thread, read first).
 __global__ static void add_rmsnorm_kernel(float *out, float *h, const float *delta, const float *w, int dim,
                                           float eps) {
-    lm_cuda_let_next_start(); // the product after it may load its weights now
+    lm_cuda_let_next_then_wait();
     int64_t r = blockIdx.x;
     float *hr = h + r * dim;
     const float *dr = delta + r * dim;
@@ -82,6 +82,7 @@ extern "C" void lm_cuda_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_m
 }
 
 __global__ static void l2norm_scale_kernel(float *x, int dim, float eps, float scale) {
+    lm_cuda_let_next_then_wait();
     float *xr = x + (int64_t)blockIdx.x * dim;
     float f = 1.0f / sqrtf(sum_squares(xr, dim) + eps) * scale;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] *= f;
@@ -97,6 +98,7 @@ extern "C" void lm_cuda_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim
 // cancellation when the mean is far from 0.  Biased variance.
 __global__ static void layernorm_kernel(float *out, const float *x, const float *w, const float *b, int dim,
                                         float eps) {
+    lm_cuda_let_next_then_wait();
     int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
     float *yr = out + r * dim;
@@ -124,6 +126,7 @@ extern "C" void lm_cuda_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem w
 // One block per row of x; the sum over taps in k order, float32.
 __global__ static void add_weighted_rows_kernel(float *x, const void *table, int dtype, int64_t width,
                                                 const int32_t *ids, const float *weights, int taps) {
+    lm_cuda_let_next_then_wait();
     int64_t i = blockIdx.x;
     const int32_t *id = ids + i * taps;
     const float *wt = weights + i * taps;

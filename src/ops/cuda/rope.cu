@@ -34,6 +34,7 @@ struct rope_chunk {
 // One block per token: the chunk's cos/sin once, then every head's pairs.
 __global__ static void rope_kernel(float *x, int n_heads, int head_dim, const int32_t *positions,
                                    const rope_chunk c) {
+    lm_cuda_let_next_then_wait();
     __shared__ float cs[CHUNK], sn[CHUNK];
     int64_t t = blockIdx.x;
     const int32_t *pos = positions + t * 3;

@@ -10,6 +10,7 @@
 
 __global__ static void copy_rows_kernel(float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
                                         int width) {
+    lm_cuda_let_next_then_wait();
     int64_t r = blockIdx.x;
     for (int c = threadIdx.x; c < width; c += blockDim.x) dst[r * dst_stride + c] = src[r * src_stride + c];
 }
@@ -21,6 +22,7 @@ void lm_cuda_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem sr
 }
 
 __global__ static void gather_rows_kernel(float *dst, const float *src, const int32_t *ids, int width) {
+    lm_cuda_let_next_then_wait();
     int64_t r = blockIdx.x, from = ids[r];
     for (int c = threadIdx.x; c < width; c += blockDim.x) dst[r * width + c] = src[from * width + c];
 }
@@ -31,40 +33,27 @@ void lm_cuda_gather_rows(lm_backend *be, lm_mem dst, lm_mem src, lm_mem row_ids,
 }
 
 // One block of 1024 threads per row, each thread keeping its best (value,
-// lowest index), NaN never winning over a number, reading 16 bytes a load
-// when the row allows (a row of Qwen's vocabulary is 1 MB: with 256
-// threads and 4-byte loads one block took about 400 us of it), then a
-// warp-shuffle tree and the warps' bests by the first warp.  The winner
-// does not depend on the order of comparisons.
+// lowest index), NaN never winning over a number, reading the row with
+// lm_for_each_in_row (a row of Qwen's vocabulary is 1 MB: with 256 threads
+// and 4-byte loads one block took about 400 us of it, with one 16-byte
+// load a thread in flight about 30), then a warp-shuffle tree and the
+// warps' bests by the first warp.  The winner does not depend on the order
+// of comparisons.
 #define ARGMAX_THREADS 1024
-__device__ static bool better(float v, int i, float bv, int bi) {
-    if (isnan(v)) return false;
-    if (isnan(bv)) return true;
-    return v > bv || (v == bv && i < bi);
-}
 __global__ static void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(int32_t *ids, const float *x, int n) {
+    lm_cuda_let_next_then_wait();
     __shared__ float sv[ARGMAX_THREADS / 32];
     __shared__ int si[ARGMAX_THREADS / 32];
     const float *row = x + (int64_t)blockIdx.x * n;
     float bv = NAN; /* nothing yet: every number beats it */
     int bi = 0x7fffffff;
-    if (n % 4 == 0 && ((uintptr_t)row & 15) == 0) {
-        const float4 *r4 = (const float4 *)row;
-        for (int i = threadIdx.x; i < n / 4; i += ARGMAX_THREADS) {
-            float4 v = r4[i];
-            if (better(v.x, 4 * i, bv, bi)) bv = v.x, bi = 4 * i;
-            if (better(v.y, 4 * i + 1, bv, bi)) bv = v.y, bi = 4 * i + 1;
-            if (better(v.z, 4 * i + 2, bv, bi)) bv = v.z, bi = 4 * i + 2;
-            if (better(v.w, 4 * i + 3, bv, bi)) bv = v.w, bi = 4 * i + 3;
-        }
-    } else {
-        for (int i = threadIdx.x; i < n; i += ARGMAX_THREADS)
-            if (better(row[i], i, bv, bi)) bv = row[i], bi = i;
-    }
+    lm_for_each_in_row<ARGMAX_THREADS>(row, n, [&](float v, int i) {
+        if (lm_argmax_better(v, i, bv, bi)) bv = v, bi = i;
+    });
     for (int off = 16; off > 0; off /= 2) {
         float ov = __shfl_down_sync(0xffffffffu, bv, off);
         int oi = __shfl_down_sync(0xffffffffu, bi, off);
-        if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+        if (lm_argmax_better(ov, oi, bv, bi)) bv = ov, bi = oi;
     }
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) sv[warp] = bv, si[warp] = bi;
@@ -75,7 +64,7 @@ __global__ static void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(int32_t *
         for (int off = 16; off > 0; off /= 2) {
             float ov = __shfl_down_sync(0xffffffffu, bv, off);
             int oi = __shfl_down_sync(0xffffffffu, bi, off);
-            if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+            if (lm_argmax_better(ov, oi, bv, bi)) bv = ov, bi = oi;
         }
         if (lane == 0) ids[blockIdx.x] = isnan(bv) ? 0 : bi;
     }
@@ -86,6 +75,7 @@ void lm_cuda_argmax_rows(lm_backend *be, lm_mem ids, lm_mem x, int rows, int n) 
 }
 
 __global__ static void embed_kernel(float *out, const int32_t *ids, const void *table, int dtype, int64_t dim) {
+    lm_cuda_let_next_then_wait();
     int64_t r = blockIdx.x, id = ids[r];
     for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
         out[r * dim + c] = lm_weight_at(table, dtype, id * dim + c);

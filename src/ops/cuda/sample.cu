@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define THREADS 1024
@@ -40,15 +41,7 @@ __device__ static float key_value(uint32_t key) {
 // f(value, index) for each of the row's elements that this thread takes:
 // 16 bytes a load when the row allows (a 1 MB row is read many times).
 template <typename F> __device__ static void each_element(const float *x, int n, F f) {
-    if (n % 4 == 0 && ((uintptr_t)x & 15) == 0) {
-        const float4 *x4 = (const float4 *)x;
-        for (int j = threadIdx.x; j < n / 4; j += THREADS) {
-            float4 v = x4[j];
-            f(v.x, 4 * j), f(v.y, 4 * j + 1), f(v.z, 4 * j + 2), f(v.w, 4 * j + 3);
-        }
-    } else {
-        for (int j = threadIdx.x; j < n; j += THREADS) f(x[j], j);
-    }
+    lm_for_each_in_row<THREADS>(x, n, f);
 }
 
 struct row_shared {
@@ -93,18 +86,13 @@ __device__ static void block_tally(row_shared *s, long long &count, double &mass
     __syncthreads();
 }
 
-__device__ static bool better(float v, int i, float bv, int bi) {
-    if (isnan(v)) return false;
-    if (isnan(bv)) return true;
-    return v > bv || (v == bv && i < bi);
-}
 
 // The largest value (NaN never wins, the lowest id on ties): max and argmax.
 __device__ static void block_best(row_shared *s, float &v, int &i) {
     for (int off = 16; off > 0; off /= 2) {
         float ov = __shfl_down_sync(0xffffffffu, v, off);
         int oi = __shfl_down_sync(0xffffffffu, i, off);
-        if (better(ov, oi, v, i)) v = ov, i = oi;
+        if (lm_argmax_better(ov, oi, v, i)) v = ov, i = oi;
     }
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) s->max_f[warp] = v, s->idx[warp] = i;
@@ -115,7 +103,7 @@ __device__ static void block_best(row_shared *s, float &v, int &i) {
         for (int off = 16; off > 0; off /= 2) {
             float ov = __shfl_down_sync(0xffffffffu, v, off);
             int oi = __shfl_down_sync(0xffffffffu, i, off);
-            if (better(ov, oi, v, i)) v = ov, i = oi;
+            if (lm_argmax_better(ov, oi, v, i)) v = ov, i = oi;
         }
         if (lane == 0) s->best_v = v, s->best_i = i;
     }
@@ -129,7 +117,7 @@ __device__ static int32_t row_argmax(row_shared *s, const float *x, int vocab) {
     float v = NAN;
     int i = 0x7fffffff;
     each_element(x, vocab, [&](float e, int j) {
-        if (better(e, j, v, i)) v = e, i = j;
+        if (lm_argmax_better(e, j, v, i)) v = e, i = j;
     });
     block_best(s, v, i);
     return isnan(v) ? 0 : i;
@@ -388,6 +376,7 @@ __device__ static void apply_edits(const lm_sample_row &p, const lm_sample_entry
 __global__ static void __launch_bounds__(THREADS) sample_kernel(int32_t *ids, int32_t *drew, float *logits, int vocab,
                                                                 const lm_sample_row *params,
                                                                 const lm_sample_entry *entries) {
+    lm_cuda_let_next_then_wait();
     __shared__ row_shared s;
     const lm_sample_row p = params[blockIdx.x];
     if (p.mode != LM_SAMPLE_ROW_DRAW) return;
