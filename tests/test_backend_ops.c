@@ -2674,6 +2674,144 @@ static void test_gdn_prepare(void) {
     CHECK_VERDICT(v);
 }
 
+/* ---- attention_prepare: gated attention's inputs in one op ---- */
+
+typedef struct {
+    float *q, *gates, *k, *kpool, *vpool; /* the pools as floats (bf16 widened) */
+} attn_prep_result;
+
+static void attn_prep_result_free(attn_prep_result *p) {
+    free(p->q), free(p->gates), free(p->k), free(p->kpool), free(p->vpool);
+}
+
+/* A pool of n elements of dtype, downloaded as floats. */
+static float *down_pool(arena *a, lm_mem m, size_t n, lm_dtype dtype) {
+    if (dtype != LM_DTYPE_BF16) return down_f32(a, m, n);
+    uint16_t *h = malloc(sizeof(uint16_t) * (n ? n : 1));
+    float *f = malloc(sizeof(float) * (n ? n : 1));
+    lm_error err = {0};
+    if (!h || !f || !a->ok || lm_download(a->be, h, m, n * sizeof(uint16_t), &err) != LM_OK) {
+        free(h), free(f);
+        a->ok = false;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) f[i] = lm_bf16_to_f32(h[i]);
+    free(h);
+    return f;
+}
+
+/* Runs lm_attention_prepare on be; *fused: whether the backend's own op took it. */
+static bool run_attention_prepare(lm_backend *be, lm_attention_prepare_args args, lm_kv_layer kv, const float *qg,
+                                  const float *k, const float *v, const float *qn, const float *kn,
+                                  const int32_t *pos, const int32_t *slots, size_t pool_n, const float *pool,
+                                  attn_prep_result *out, bool *fused) {
+    arena a = arena_on(be);
+    size_t n = (size_t)args.n, D = (size_t)args.head_dim, qd = (size_t)args.n_heads * D;
+    size_t kd = (size_t)args.n_kv_heads * D;
+    args.q = poisoned(&a, n * qd), args.gates = poisoned(&a, n * qd);
+    args.k = up_f32(&a, k, n * kd), args.v = up_f32(&a, v, n * kd);
+    args.q_and_gate = up_f32(&a, qg, 2 * n * qd);
+    args.q_norm = up_f32(&a, qn, D), args.k_norm = up_f32(&a, kn, D);
+    args.positions = up_i32(&a, pos, 3 * n), args.kv_slots = up_i32(&a, slots, n);
+    kv.k = up_pool(&a, pool, pool_n, kv.dtype), kv.v = up_pool(&a, pool, pool_n, kv.dtype);
+    args.kv = &kv;
+    if (!a.ok) {
+        arena_free(&a);
+        return false;
+    }
+    *fused = be->ops->attention_prepare && be->ops->attention_prepare(be, &args);
+    if (!*fused) lm_attention_prepare(be, &args);
+    *out = (attn_prep_result){down_f32(&a, args.q, n * qd), down_f32(&a, args.gates, n * qd),
+                              down_f32(&a, args.k, n * kd), down_pool(&a, kv.k, pool_n, kv.dtype),
+                              down_pool(&a, kv.v, pool_n, kv.dtype)};
+    arena_free(&a);
+    return out->q && out->gates && out->k && out->kpool && out->vpool;
+}
+
+/* attention_prepare against its parts (copy_rows, rmsnorm, rope, kv_write)
+ * on the same backend, with the pools it asks for and with bf16 pools
+ * where it writes them: the same bits in q, the gates, k and both pools. */
+static void check_attention_prepare(const backends *bs, verdict *v, rng *r, int n, int nH, int nKV, int D,
+                                    lm_rope_params rope, int *taken) {
+    const int block_size = 16, n_blocks = (n + block_size - 1) / block_size + 2;
+    size_t qd = (size_t)nH * D, kd = (size_t)nKV * D, pool_n = (size_t)n_blocks * block_size * kd;
+    float *qg = random_floats(r, 2 * (size_t)n * qd, 3.0f), *k = random_floats(r, (size_t)n * kd, 3.0f);
+    float *vv = random_floats(r, (size_t)n * kd, 1.0f), *qn = random_floats(r, (size_t)D, 1.0f);
+    float *kn = random_floats(r, (size_t)D, 1.0f), *pool = random_floats(r, pool_n, 1.0f);
+    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n), *slots = malloc(sizeof(int32_t) * (size_t)n);
+    if (!qg || !k || !vv || !qn || !kn || !pool || !pos || !slots) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int t = 0; t < n; t++) {
+        pos[3 * t] = 5000 + 7 * t, pos[3 * t + 1] = (int32_t)(rng_next(r) % 50), pos[3 * t + 2] = t % 9;
+        /* scattered and distinct: 7 is prime to the pool's multiple of 16 slots */
+        slots[t] = (t * 7 + 3) % (n_blocks * block_size);
+    }
+    lm_attention_prepare_args args = {.rope = &rope, .n = n, .n_heads = nH, .n_kv_heads = nKV, .head_dim = D,
+                                      .eps = 1e-6f};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        lm_dtype asked = lm_kv_dtype(bs->be[b], D);
+        for (int pass = 0; pass < 2 && !v->failed; pass++) {
+            /* pass 1: a bf16 pool on a backend whose kv_write writes one (cuda always) */
+            lm_dtype dtype = pass == 0 ? asked : LM_DTYPE_BF16;
+            if (pass == 1 && (asked == LM_DTYPE_BF16 || strcmp(bs->label[b], "cuda") != 0)) continue;
+            lm_kv_layer kv = {.n_blocks = n_blocks, .block_size = block_size, .n_kv_heads = nKV, .head_dim = D,
+                              .dtype = dtype};
+            attn_prep_result got = {0}, want = {0};
+            bool fused = false, parts_fused = false;
+            parts_backend pb;
+            if (!run_attention_prepare(bs->be[b], args, kv, qg, k, vv, qn, kn, pos, slots, pool_n, pool, &got,
+                                       &fused) ||
+                !run_attention_prepare(WITHOUT(&pb, bs->be[b], attention_prepare), args, kv, qg, k, vv, qn, kn,
+                                       pos, slots, pool_n, pool, &want, &parts_fused))
+                fail(v, "attention_prepare on %s: backend memory failed", bs->label[b]);
+            else {
+                const char *differs = memcmp(got.q, want.q, sizeof(float) * (size_t)n * qd)           ? "q"
+                                      : memcmp(got.gates, want.gates, sizeof(float) * (size_t)n * qd) ? "the gates"
+                                      : memcmp(got.k, want.k, sizeof(float) * (size_t)n * kd)         ? "k"
+                                      : memcmp(got.kpool, want.kpool, sizeof(float) * pool_n)         ? "the k pool"
+                                      : memcmp(got.vpool, want.vpool, sizeof(float) * pool_n)         ? "the v pool"
+                                                                                                      : NULL;
+                if (differs)
+                    fail(v, "attention_prepare n=%d heads %d/%d D=%d rot %d (%s pools) on %s: %s differs bitwise "
+                         "from its parts'", n, nH, nKV, D, rope.rot_dim, lm_dtype_name(dtype), bs->label[b], differs);
+            }
+            *taken += fused;
+            attn_prep_result_free(&got);
+            attn_prep_result_free(&want);
+        }
+    }
+done:
+    free(qg), free(k), free(vv), free(qn), free(kn), free(pool), free(pos), free(slots);
+}
+
+static void test_attention_prepare(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, rope);
+    verdict v = {0};
+    rng r = {71};
+    int taken = 0;
+    const lm_rope_params fixture = {.rot_dim = 8, .theta = 1e6f, .sections = {2, 1, 1}, .interleaved_sections = true};
+    const lm_rope_params released = {.rot_dim = 64, .theta = 1e7f, .sections = {11, 11, 10},
+                                     .interleaved_sections = true};
+    const lm_rope_params pairs = {.rot_dim = 64, .theta = 10000.0f, .sections = {8, 12, 12}, .pair_interleaved = true};
+    const lm_rope_params wide = {.rot_dim = 1280, .theta = 10000.0f, .sections = {640, 0, 0}};
+    /* the fixture's heads (4 / 2 of 32); the released 9B / 27B decode and
+     * a verify step (16 / 4 of 256); interleaved pairs; more pairs than a
+     * fused launch takes (the parts run) */
+    check_attention_prepare(&bs, &v, &r, 1, 4, 2, 32, fixture, &taken);
+    check_attention_prepare(&bs, &v, &r, 37, 4, 2, 32, fixture, &taken);
+    check_attention_prepare(&bs, &v, &r, 1, 16, 4, 256, released, &taken);
+    check_attention_prepare(&bs, &v, &r, 3, 16, 4, 256, released, &taken);
+    check_attention_prepare(&bs, &v, &r, 5, 3, 1, 128, pairs, &taken);
+    check_attention_prepare(&bs, &v, &r, 2, 2, 2, 1280, wide, &taken);
+    printf("attention_prepare: %d of the calls ran fused\n", taken);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* ------------------------------------------------------------ mixture of experts */
 
 /* ---- sigmoid_scale_rows (Qwen3.5's shared-expert gate) ---- */
@@ -3727,6 +3865,7 @@ int main(void) {
     RUN_TEST(test_causal_conv1d_silu_batched);
     RUN_TEST(test_gated_delta_rule_batched);
     RUN_TEST(test_gdn_prepare);
+    RUN_TEST(test_attention_prepare);
     RUN_TEST(test_sigmoid_scale_rows);
     RUN_TEST(test_add_rows);
     RUN_TEST(test_add_weighted_rows);

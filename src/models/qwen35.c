@@ -577,14 +577,13 @@ static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
         {s->v, &fa->v_proj},
     };
     lm_matmul_group(be, s->x, N, projections, 3);
-    lm_copy_rows(be, s->q, D, qg, 2 * D, N * nH, D);
-    lm_copy_rows(be, s->gates, D, lm_mem_f32(qg, (size_t)D), 2 * D, N * nH, D);
-    lm_rmsnorm(be, s->q, s->q, fa->q_norm, N * nH, D, c->rms_norm_eps);
-    lm_rmsnorm(be, s->k, s->k, fa->k_norm, N * nKV, D, c->rms_norm_eps);
-    lm_rope(be, s->q, N, nH, D, step->positions, &m->rope);
-    lm_rope(be, s->k, N, nKV, D, step->positions, &m->rope);
-
-    lm_kv_write(be, kv, s->k, s->v, N, step->kv_slots);
+    /* q | gate split per head; q and k rms-normed per head and rotated; k
+     * and v into the cache. */
+    lm_attention_prepare_args prep = {
+        .q = s->q, .gates = s->gates, .k = s->k, .v = s->v, .q_and_gate = qg, .q_norm = fa->q_norm,
+        .k_norm = fa->k_norm, .positions = step->positions, .kv_slots = step->kv_slots, .rope = &m->rope,
+        .kv = kv, .n = N, .n_heads = nH, .n_kv_heads = nKV, .head_dim = D, .eps = c->rms_norm_eps};
+    lm_attention_prepare(be, &prep);
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
     lm_attention(be, attn, s->q, kv, &ab);
     lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D);

@@ -208,6 +208,24 @@ typedef struct lm_gdn_prepare_args {
     float q_scale, eps; /* l2norm_scale's */
 } lm_gdn_prepare_args;
 
+/* Gated full attention's inputs (model-spec §A.5 steps 2-4) for
+ * attention_prepare: the q projection's rows hold each head's query then
+ * its output gate; the queries and keys are rms-normed per head and
+ * rotated, and the keys and values go to the KV pool. */
+typedef struct lm_attention_prepare_args {
+    lm_mem q, gates;   /* out: [n, n_heads, head_dim] each */
+    lm_mem k;          /* in: [n, n_kv_heads, head_dim]; out: normed and rotated */
+    lm_mem v;          /* in: [n, n_kv_heads, head_dim] */
+    lm_mem q_and_gate; /* in: [n, n_heads, 2·head_dim] */
+    lm_mem q_norm, k_norm; /* [head_dim] rmsnorm weights */
+    lm_mem positions;  /* int32 [n, 3], as rope */
+    lm_mem kv_slots;   /* int32 [n], as kv_write */
+    const lm_rope_params *rope;
+    const lm_kv_layer *kv;
+    int n, n_heads, n_kv_heads, head_dim;
+    float eps;
+} lm_attention_prepare_args;
+
 /* One logit row's draw for sample_rows, as engine/sampler.h defines the
  * steps (plain bytes, the same layout on host and device).  The row's
  * edits, each a range of the call's lm_sample_entry array: logit_bias
@@ -439,6 +457,12 @@ typedef struct {
      * and k.  A device backend does it in one launch for decode and verify
      * steps (where these are a few microseconds each, not bandwidth). */
     bool (*gdn_prepare)(lm_backend *be, const struct lm_gdn_prepare_args *a);
+    /* Optional (NULL, or false returned: the caller runs the parts, see
+     * lm_attention_prepare): gated full attention's inputs with exactly the
+     * bits of copy_rows (the query and gate halves), rmsnorm of q and k per
+     * head, rope of both and kv_write.  Seven launches of a few
+     * microseconds each a decode step's attention layer, one on a device. */
+    bool (*attention_prepare)(lm_backend *be, const struct lm_attention_prepare_args *a);
 } lm_backend_ops;
 
 struct lm_backend {
@@ -624,6 +648,18 @@ static inline void lm_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, 
 static inline void lm_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                                 const lm_attention_batch *batch) {
     be->ops->attention(be, out, q, kv, batch);
+}
+/* attention_prepare, or its parts. */
+static inline void lm_attention_prepare(lm_backend *be, const lm_attention_prepare_args *a) {
+    if (be->ops->attention_prepare && be->ops->attention_prepare(be, a)) return;
+    int n = a->n, D = a->head_dim;
+    lm_copy_rows(be, a->q, D, a->q_and_gate, 2 * D, n * a->n_heads, D);
+    lm_copy_rows(be, a->gates, D, lm_mem_f32(a->q_and_gate, (size_t)D), 2 * D, n * a->n_heads, D);
+    lm_rmsnorm(be, a->q, a->q, a->q_norm, n * a->n_heads, D, a->eps);
+    lm_rmsnorm(be, a->k, a->k, a->k_norm, n * a->n_kv_heads, D, a->eps);
+    lm_rope(be, a->q, n, a->n_heads, D, a->positions, a->rope);
+    lm_rope(be, a->k, n, a->n_kv_heads, D, a->positions, a->rope);
+    lm_kv_write(be, a->kv, a->k, a->v, n, a->kv_slots);
 }
 static inline void lm_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A,
                                 lm_mem dt_bias, int n, int H) {

@@ -35,6 +35,15 @@ __device__ static inline float lm_cuda_block_sum(float v) {
     __syncthreads(); /* partial and total may be reused by the next call */
     return t;
 }
+
+/* Σ x_i² over a row of dim floats, summed by the block as rmsnorm sums it
+ * (a kernel that must give rmsnorm's bits calls this with as many
+ * threads, lm_cuda_row_threads(dim)). */
+__device__ static inline float lm_cuda_row_sum_squares(const float *x, int dim) {
+    float ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += x[i] * x[i];
+    return lm_cuda_block_sum(ss);
+}
 #endif
 
 #endif

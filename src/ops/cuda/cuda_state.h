@@ -35,7 +35,7 @@ struct lm_cuda_state {
     bool attention_simt_only;     /* LOOM_CUDA_ATTENTION_MMA=0: bf16 compute keeps the float32 attention */
     bool attention_one_run;       /* LOOM_CUDA_ATTENTION_SPLIT=0: a block walks a token's whole context, to compare */
     bool kv_f32;                  /* LOOM_CUDA_KV_F32=1: float32 KV pools under bf16 compute too, to compare */
-    bool unfused;                 /* LOOM_CUDA_FUSE=0: gdn_prepare and matmul_swiglu decline (their parts run) */
+    bool unfused;                 /* LOOM_CUDA_FUSE=0: the fused ops decline (their parts run) */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
 };
 

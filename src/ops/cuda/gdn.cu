@@ -157,9 +157,7 @@ __global__ static void gdn_prepare_kernel(float *q, float *k, float *v, float *b
             out[i] = silu_f((float)acc);
         }
         if (hv < 0) { // l2norm_scale of this row of the head (each thread reads back what it wrote)
-            float ss = 0;
-            for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += out[i] * out[i];
-            float factor = 1.0f / sqrtf(lm_cuda_block_sum(ss) + eps) * scale;
+            float factor = 1.0f / sqrtf(lm_cuda_row_sum_squares(out, dim) + eps) * scale;
             for (int i = threadIdx.x; i < dim; i += blockDim.x) out[i] *= factor;
         } else if (threadIdx.x == 0) {
             int64_t i = (f + t) * Hv + hv;
@@ -291,13 +289,17 @@ __global__ static void __launch_bounds__(COLS *PARTS)
         col[ii] = ii < per && live ? S[(int64_t)(i0 + ii) * dv + j] : 0.0f;
     for (int t = 0; t < T; t++) {
         int64_t row = f + t;
+        // The row's gate, β and v are loaded with q and k, not after the
+        // sums that first use them: one wait for memory a row, not three.
+        const float g_row = g[row * Hv + hv], beta_row = beta[row * Hv + hv];
+        const float v_row = live ? v[(row * Hv + hv) * dv + j] : 0.0f;
         __syncthreads(); /* the previous row is done with qs, ks, part_sum */
         for (int i = threadIdx.x; i < dk; i += COLS * PARTS) {
             qs[i] = q[(row * Hk + hk) * dk + i];
             ks[i] = k[(row * Hk + hk) * dk + i];
         }
         __syncthreads();
-        float decay = expf(g[row * Hv + hv]);
+        float decay = expf(g_row);
         double m = 0;
 #pragma unroll
         for (int ii = 0; ii < MAX_PER_PART; ii++)
@@ -310,7 +312,7 @@ __global__ static void __launch_bounds__(COLS *PARTS)
         m = 0;
         for (int r = 0; r < PARTS; r++)
             m += part_sum[r][jj];
-        double mem = ((live ? (double)v[(row * Hv + hv) * dv + j] : 0.0) - m) * beta[row * Hv + hv];
+        double mem = ((double)v_row - m) * beta_row;
         double o = 0;
 #pragma unroll
         for (int ii = 0; ii < MAX_PER_PART; ii++)

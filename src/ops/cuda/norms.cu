@@ -13,12 +13,6 @@
 
 #define THREADS 256
 
-__device__ static float sum_squares(const float *x, int dim) {
-    float ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += x[i] * x[i];
-    return lm_cuda_block_sum(ss);
-}
-
 __device__ static float silu(float z) { return z / (1.0f + expf(-z)); }
 
 // rmsnorm, and with z the gated one: out = x · inv · w (· silu(z)).  out
@@ -30,7 +24,7 @@ __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z
     int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
     float *yr = out + r * dim;
-    float inv = 1.0f / sqrtf(sum_squares(xr, dim) / (float)dim + eps);
+    float inv = 1.0f / sqrtf(lm_cuda_row_sum_squares(xr, dim) / (float)dim + eps);
     if (z) {
         const float *zr = z + r * dim;
         for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i] * silu(zr[i]);
@@ -84,7 +78,7 @@ extern "C" void lm_cuda_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_m
 __global__ static void l2norm_scale_kernel(float *x, int dim, float eps, float scale) {
     lm_cuda_let_next_then_wait();
     float *xr = x + (int64_t)blockIdx.x * dim;
-    float f = 1.0f / sqrtf(sum_squares(xr, dim) + eps) * scale;
+    float f = 1.0f / sqrtf(lm_cuda_row_sum_squares(xr, dim) + eps) * scale;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] *= f;
 }
 
