@@ -2755,7 +2755,7 @@ static void check_attention_prepare(const backends *bs, verdict *v, rng *r, int 
         for (int pass = 0; pass < 2 && !v->failed; pass++) {
             /* pass 1: a bf16 pool on a backend whose kv_write writes one (cuda always) */
             lm_dtype dtype = pass == 0 ? asked : LM_DTYPE_BF16;
-            if (pass == 1 && (asked == LM_DTYPE_BF16 || strcmp(bs->label[b], "cuda") != 0)) continue;
+            if (pass == 1 && (asked == LM_DTYPE_BF16 || strcmp(bs->family[b], "cuda") != 0)) continue;
             lm_kv_layer kv = {.n_blocks = n_blocks, .block_size = block_size, .n_kv_heads = nKV, .head_dim = D,
                               .dtype = dtype};
             attn_prep_result got = {0}, want = {0};
