@@ -59,7 +59,7 @@ cudaError_t lm_cuda_collective_run(lm_backend *be, const lm_cuda_collective_call
 /* The queue's entry points (queue.cu). */
 void lm_cuda_enqueue_blas(lm_backend *be, const char *what, const lm_cuda_blas_call *call);
 void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
-                            size_t shared, void **args, const size_t *sizes, int n_args, bool early);
+                            size_t shared, void **args, const size_t *sizes, int n_args);
 void lm_cuda_enqueue_collective(lm_backend *be, const char *what, const lm_cuda_collective_call *call);
 void lm_cuda_enqueue_copy(lm_backend *be, const char *what, void *dst, const void *src, size_t bytes);
 void lm_cuda_enqueue_fill(lm_backend *be, const char *what, void *dst, int byte, size_t bytes);
@@ -78,10 +78,10 @@ void lm_cuda_drop_graphs(lm_backend *be);
 namespace lm_cuda_detail {
 template <typename Tuple, size_t... I>
 inline void enqueue_tuple(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
-                          size_t shared, bool early, Tuple &values, std::index_sequence<I...>) {
+                          size_t shared, Tuple &values, std::index_sequence<I...>) {
     void *args[sizeof...(I) > 0 ? sizeof...(I) : 1] = {(void *)&std::get<I>(values)...};
     size_t sizes[sizeof...(I) > 0 ? sizeof...(I) : 1] = {sizeof(std::get<I>(values))...};
-    lm_cuda_enqueue_kernel(be, what, kernel, grid, block, shared, args, sizes, (int)sizeof...(I), early);
+    lm_cuda_enqueue_kernel(be, what, kernel, grid, block, shared, args, sizes, (int)sizeof...(I));
 }
 
 template <typename... Params, typename... Args>
@@ -92,7 +92,7 @@ inline void launch(lm_backend *be, const char *what, void (*kernel)(Params...), 
     // A struct argument must be zeroed before it is filled: its padding and
     // unused entries are bytes the queue compares.
     std::tuple<Params...> values(static_cast<Params>(args)...);
-    enqueue_tuple(be, what, (const void *)kernel, grid, block, shared, true, values,
+    enqueue_tuple(be, what, (const void *)kernel, grid, block, shared, values,
                   std::index_sequence_for<Params...>{});
 }
 } // namespace lm_cuda_detail

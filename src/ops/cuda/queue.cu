@@ -260,7 +260,7 @@ static void append(lm_backend *be, const op_header *h, void **args, const size_t
 }
 
 void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel, dim3 grid, dim3 block,
-                            size_t shared, void **args, const size_t *sizes, int n_args, bool early) {
+                            size_t shared, void **args, const size_t *sizes, int n_args) {
     if (n_args < 0 || n_args > MAX_ARGS) {
         lm_cuda_note_error(be, cudaErrorInvalidValue, what);
         return;
@@ -274,7 +274,7 @@ void lm_cuda_enqueue_kernel(lm_backend *be, const char *what, const void *kernel
     h.grid[0] = grid.x, h.grid[1] = grid.y, h.grid[2] = grid.z;
     h.block[0] = block.x, h.block[1] = block.y, h.block[2] = block.z;
     h.shared = shared;
-    h.early = early && lm_cuda_state_of(be)->queue->early_launch;
+    h.early = lm_cuda_state_of(be)->queue->early_launch; /* every kernel (launch.h) */
     size_t bytes = round16(sizeof h) + round16(sizeof(uint32_t) * (size_t)n_args);
     for (int i = 0; i < n_args; i++)
         bytes += round16(sizes[i]);
