@@ -9,6 +9,8 @@
 # (LOOM_TEST_COMPUTE=bf16): a token must get the same bits alone or batched
 # there too.  The golden tests are not rerun: bf16 activations land 0.02-0.2
 # of the logits' std off the fixtures (docs/PERF.md), past their 1e-2.
+# The test binaries run side by side, LOOM_TEST_JOBS at a time (default:
+# the CPUs), reported in a fixed order; the shell suites one at a time.
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,10 +20,11 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 passed=0; failed=0
-run_suite() { # $1 = label, rest = command
-    local label=$1; shift
-    local out rc line start=$SECONDS
-    out=$("$@" 2>&1); rc=$?
+# report LABEL SECONDS RC < OUTPUT: one suite's line from its output (its
+# closing "name: N passed, N failed" line), failures' output above it.
+report() {
+    local label=$1 secs=$2 rc=$3 out line
+    out=$(cat)
     line=$(printf '%s\n' "$out" | grep -E '^[A-Za-z0-9_./-]+: [0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     if [ -z "$line" ]; then
         printf '%s\n' "$out" | tail -n 30
@@ -33,8 +36,41 @@ run_suite() { # $1 = label, rest = command
     f=$(sed -E 's/.*passed, ([0-9]+) failed/\1/' <<<"$line")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     [ "$f" -ne 0 ] && printf '%s\n' "$out" | grep -v ': [0-9]* passed, ' | tail -n 40
-    echo "$label: $p passed, $f failed ($((SECONDS - start)) s)"
+    echo "$label: $p passed, $f failed ($secs s)"
     passed=$((passed + p)); failed=$((failed + f))
+}
+run_suite() { # $1 = label, rest = command: runs it now
+    local label=$1 out rc start=$SECONDS
+    shift
+    out=$("$@" 2>&1); rc=$?
+    report "$label" $((SECONDS - start)) "$rc" <<<"$out"
+}
+# The C test binaries run LOOM_TEST_JOBS at a time (default: the CPUs; they
+# are in-process, most on one thread, each in its own temporary folders);
+# queue_suite starts one when a place is free, collect_suites waits for
+# them all and reports them in the order they were queued.  The shell
+# suites start servers on ports and run one at a time (run_suite).
+jobs_max=${LOOM_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[ "$jobs_max" -ge 1 ] 2>/dev/null || jobs_max=1
+outdir=$(mktemp -d "${TMPDIR:-/tmp}/loom-run-XXXXXX") || exit 1
+trap 'rm -rf "$outdir"' EXIT
+queued=()
+queue_suite() { # $1 = label, rest = command
+    local label=$1 i=${#queued[@]}
+    shift
+    queued+=("$label")
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+    ( start=$SECONDS; "$@" > "$outdir/$i.out" 2>&1; rc=$?
+      echo "$rc $((SECONDS - start))" > "$outdir/$i.rc" ) &
+}
+collect_suites() {
+    wait
+    local i rc secs
+    for i in "${!queued[@]}"; do
+        read -r rc secs < "$outdir/$i.rc" 2>/dev/null || { rc=1; secs=0; }
+        report "${queued[$i]}" "$secs" "$rc" < "$outdir/$i.out"
+    done
+    queued=()
 }
 
 model_tests="test_qwen35_golden test_tensor_parallel test_qwen35_shapes test_qwen35_moe test_glm4v test_vision test_image_prompt test_engine_images test_expert_layouts test_mtp test_engine test_speculative test_prefix_cache test_default_model test_quantized"
@@ -43,11 +79,11 @@ trees=("$build")
 for tree in "${trees[@]}"; do
     prefix=${tree#"$build"}; prefix=${prefix#/}; prefix=${prefix:+$prefix/}
     for t in "$tree"/tests/test_*; do
-        [ -x "$t" ] && run_suite "$prefix$(basename "$t")" "$t"
+        [ -x "$t" ] && queue_suite "$prefix$(basename "$t")" "$t"
     done
     for name in $model_tests; do
         t="$tree/tests/$name"
-        [ -x "$t" ] && run_suite "${prefix}ref/$name" env LOOM_TEST_BACKEND=ref "$t"
+        [ -x "$t" ] && queue_suite "${prefix}ref/$name" env LOOM_TEST_BACKEND=ref "$t"
     done
 done
 # rerun PREFIX "TESTS" VAR=VALUE...: the release tree's TESTS again under
@@ -57,7 +93,7 @@ rerun() {
     shift 2
     for name in $names; do
         t="$build/tests/$name"
-        [ -x "$t" ] && run_suite "$prefix/$name" env "$@" "$t"
+        [ -x "$t" ] && queue_suite "$prefix/$name" env "$@" "$t"
     done
 }
 if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
@@ -81,6 +117,7 @@ rerun sample2 "test_engine test_speculative test_grammar_engine" LOOM_SAMPLE_THR
 # int8 weights (--quantize int8): the batch-invariance tests again, every
 # test model made int8 at load (test_quantized checks the logits' quality).
 rerun int8 "test_engine test_speculative test_prefix_cache test_engine_images" LOOM_TEST_QUANTIZE=int8
+collect_suites
 for t in "$root"/tests/test_*.sh; do
     [ -f "$t" ] && run_suite "$(basename "$t")" bash "$t"
 done
