@@ -909,6 +909,194 @@ static void test_matmul_swiglu(void) {
     CHECK_VERDICT(v);
 }
 
+/* ---- the norm and the residual add inside the products ---- */
+
+/* Whether n floats of two backend arrays are the same bits (*memory_ok:
+ * whether both could be read back). */
+static bool mem_same_bits(arena *a, lm_mem got_m, lm_mem want_m, size_t n, bool *memory_ok) {
+    float *got = down_f32(a, got_m, n), *want = down_f32(a, want_m, n);
+    bool same = got && want && memcmp(got, want, n * sizeof(float)) == 0;
+    *memory_ok = got && want;
+    free(got);
+    free(want);
+    return same;
+}
+
+/* normed_matmul_group (swiglu: normed_matmul_swiglu of outs 0 and 1) on
+ * each backend against its parts, rmsnorm then the products, on the same
+ * backend: x and every output bit for bit.  `taken` counts the calls a
+ * backend's own op ran. */
+static void check_normed_products(const backends *bs, verdict *v, rng *r, int n, int count, const int64_t *rows,
+                                  int64_t cols, lm_dtype dtype, bool swiglu, int *taken) {
+    void *w[LM_MATMUL_GROUP_MAX] = {0};
+    float *wv[LM_MATMUL_GROUP_MAX] = {0};
+    size_t ny[LM_MATMUL_GROUP_MAX], nx = (size_t)n * (size_t)cols;
+    float eps = 1e-6f;
+    float *h = random_floats(r, nx, 3.0f), *nw = random_floats(r, (size_t)cols, 1.5f);
+    bool ok = h && nw;
+    for (int i = 0; i < count; i++) {
+        size_t nwts = (size_t)(rows[i] * cols);
+        ny[i] = (size_t)n * (size_t)rows[i];
+        wv[i] = malloc(sizeof(float) * (nwts ? nwts : 1));
+        w[i] = wv[i] ? random_matrix(r, dtype, rows[i], cols, wv[i]) : NULL;
+        ok = ok && w[i];
+    }
+    if (!ok) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix m[LM_MATMUL_GROUP_MAX];
+        lm_matmul_out fused[LM_MATMUL_GROUP_MAX], parts[LM_MATMUL_GROUP_MAX];
+        lm_mem hm = up_f32(&a, h, nx), wm = up_f32(&a, nw, (size_t)cols);
+        lm_mem x_fused = poisoned(&a, nx), x_parts = poisoned(&a, nx), scratch = poisoned(&a, ny[0]);
+        for (int i = 0; i < count; i++) {
+            m[i] = import_matrix(&a, w[i], dtype, rows[i], cols);
+            fused[i] = (lm_matmul_out){poisoned(&a, ny[i]), &m[i]};
+            parts[i] = (lm_matmul_out){poisoned(&a, ny[i]), &m[i]};
+        }
+        if (!a.ok) {
+            fail(v, "%s: backend memory failed", bs->label[b]);
+            arena_free(&a);
+            break;
+        }
+        lm_normed_input in_fused = {.h = hm, .weight = wm, .x = x_fused, .eps = eps};
+        lm_normed_input in_parts = {.h = hm, .weight = wm, .x = x_parts, .eps = eps};
+        parts_backend pb;
+        int outputs = swiglu ? 1 : count;
+        if (swiglu) {
+            if (a.be->ops->normed_matmul_swiglu &&
+                a.be->ops->normed_matmul_swiglu(a.be, fused[0].y, &in_fused, n, &m[0], &m[1]))
+                (*taken)++;
+            else
+                lm_normed_matmul_swiglu(a.be, fused[0].y, scratch, &in_fused, n, &m[0], &m[1]);
+            lm_normed_matmul_swiglu(WITHOUT(&pb, a.be, normed_matmul_swiglu), parts[0].y, scratch, &in_parts, n,
+                                    &m[0], &m[1]);
+        } else {
+            if (a.be->ops->normed_matmul_group && a.be->ops->normed_matmul_group(a.be, &in_fused, n, fused, count))
+                (*taken)++;
+            else
+                lm_normed_matmul_group(a.be, &in_fused, n, fused, count);
+            lm_normed_matmul_group(WITHOUT(&pb, a.be, normed_matmul_group), &in_parts, n, parts, count);
+        }
+        bool memory_ok = true;
+        if (!mem_same_bits(&a, x_fused, x_parts, nx, &memory_ok))
+            fail(v, "normed %s n=%d cols %lld on %s: x differs bitwise from rmsnorm's", swiglu ? "swiglu" : "group",
+                 n, (long long)cols, bs->label[b]);
+        for (int i = 0; i < outputs && !v->failed; i++)
+            if (!mem_same_bits(&a, fused[i].y, parts[i].y, ny[i], &memory_ok))
+                fail(v, "normed %s n=%d product %d of %d (%s, %lldx%lld) on %s differs bitwise from rmsnorm, then "
+                     "the products", swiglu ? "swiglu" : "group", n, i, count, lm_dtype_name(dtype),
+                     (long long)rows[i], (long long)cols, bs->label[b]);
+        if (!memory_ok) fail(v, "%s: backend memory failed", bs->label[b]);
+        arena_free(&a);
+    }
+done:
+    for (int i = 0; i < count; i++) {
+        free(w[i]);
+        free(wv[i]);
+    }
+    free(h);
+    free(nw);
+}
+
+static void test_normed_products(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, matmul);
+    NEED(bs, rmsnorm);
+    verdict v = {0};
+    rng r = {0x4e0f};
+    int taken = 0;
+    /* Widths whose norm a device sums with 64, 128, 256, 512 and 1024
+     * threads (1024: the 9B and 27B shapes' 4096 and 5120; 2048: the
+     * 35B-A3B's), row tails that fill no block, a width the vector kernel
+     * does not take (136: 17 groups of 8; 100: none). */
+    const int64_t gdn[] = {40, 24, 4, 4}, attn[] = {24, 8, 8}, mlp[] = {24, 24}, router[] = {16, 8, 8, 1};
+    static const int64_t widths[] = {64, 100, 136, 256, 1024, 2048, 4096, 5120};
+    static const int ns[] = {1, 2, 3, 9};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+        for (size_t c = 0; c < sizeof widths / sizeof *widths; c++) {
+            check_normed_products(&bs, &v, &r, ns[k], 4, gdn, widths[c], LM_DTYPE_BF16, false, &taken);
+            check_normed_products(&bs, &v, &r, ns[k], 2, mlp, widths[c], LM_DTYPE_BF16, true, &taken);
+        }
+    check_normed_products(&bs, &v, &r, 1, 3, attn, 4096, LM_DTYPE_BF16, false, &taken);
+    check_normed_products(&bs, &v, &r, 2, 4, router, 2048, LM_DTYPE_BF16, false, &taken);
+    check_normed_products(&bs, &v, &r, 1, 1, attn, 1024, LM_DTYPE_BF16, false, &taken); /* a group of one */
+    check_normed_products(&bs, &v, &r, 1, 2, mlp, 1024, LM_DTYPE_F32, true, &taken);  /* no vector kernel */
+    if (!any_backend_without_q8(&bs)) {
+        check_normed_products(&bs, &v, &r, 1, 4, gdn, 1024, LM_DTYPE_Q8_0, false, &taken);
+        check_normed_products(&bs, &v, &r, 1, 2, mlp, 1024, LM_DTYPE_Q8_0, true, &taken);
+    }
+    printf("normed products: %d of the calls ran fused\n", taken);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* matmul_add: y += x · wᵀ exactly as matmul into a scratch, then add, on
+ * the same backend. */
+static void check_matmul_add(const backends *bs, verdict *v, rng *r, int n, int64_t rows, int64_t cols,
+                             lm_dtype dtype, int *taken) {
+    size_t nw = (size_t)(rows * cols), ny = (size_t)n * (size_t)rows, nx = (size_t)n * (size_t)cols;
+    float *x = random_floats(r, nx, 2.0f), *y0 = random_floats(r, ny, 4.0f);
+    float *wv = malloc(sizeof(float) * nw);
+    void *w = wv ? random_matrix(r, dtype, rows, cols, wv) : NULL;
+    if (!x || !y0 || !w) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix m = import_matrix(&a, w, dtype, rows, cols);
+        lm_mem xm = up_f32(&a, x, nx), fused = up_f32(&a, y0, ny), parts = up_f32(&a, y0, ny);
+        lm_mem scratch = poisoned(&a, ny);
+        if (!a.ok) {
+            fail(v, "%s: backend memory failed", bs->label[b]);
+            arena_free(&a);
+            break;
+        }
+        if (a.be->ops->matmul_add && a.be->ops->matmul_add(a.be, fused, xm, n, &m))
+            (*taken)++;
+        else
+            lm_matmul_add(a.be, fused, scratch, xm, n, &m);
+        parts_backend pb;
+        lm_matmul_add(WITHOUT(&pb, a.be, matmul_add), parts, scratch, xm, n, &m);
+        bool memory_ok = true;
+        if (!mem_same_bits(&a, fused, parts, ny, &memory_ok))
+            fail(v, "matmul_add n=%d %lldx%lld %s on %s differs bitwise from matmul, then add", n, (long long)rows,
+                 (long long)cols, lm_dtype_name(dtype), bs->label[b]);
+        if (!memory_ok) fail(v, "%s: backend memory failed", bs->label[b]);
+        arena_free(&a);
+    }
+done:
+    free(x);
+    free(y0);
+    free(wv);
+    free(w);
+}
+
+static void test_matmul_add(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, matmul);
+    NEED(bs, add);
+    verdict v = {0};
+    rng r = {0xadd};
+    int taken = 0;
+    static const int ns[] = {1, 2, 3, 4, 5, 8, 9, 17};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        check_matmul_add(&bs, &v, &r, ns[k], 256, 1024, LM_DTYPE_BF16, &taken);
+        check_matmul_add(&bs, &v, &r, ns[k], 13, 136, LM_DTYPE_BF16, &taken); /* a row tail */
+        check_matmul_add(&bs, &v, &r, ns[k], 7, 100, LM_DTYPE_BF16, &taken);  /* no vector kernel */
+        if (!any_backend_without_q8(&bs)) check_matmul_add(&bs, &v, &r, ns[k], 13, 512, LM_DTYPE_Q8_0, &taken);
+    }
+    check_matmul_add(&bs, &v, &r, 1, 64, 4096, LM_DTYPE_F32, &taken);
+    printf("matmul_add: %d of the calls ran fused\n", taken);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* bf16 compute on the cpu (AVX-512 BF16): every product of bf16 weights
  * rounds each activation row to bf16 and sums in float32.  Checked against
  * a float64 sum over the rounded activations (the products of two bf16 are
@@ -3850,6 +4038,8 @@ int main(void) {
     RUN_TEST(test_matmul_zero_cols);
     RUN_TEST(test_matmul_group);
     RUN_TEST(test_matmul_swiglu);
+    RUN_TEST(test_normed_products);
+    RUN_TEST(test_matmul_add);
     RUN_TEST(test_embed);
     RUN_TEST(test_norms);
     RUN_TEST(test_add_rmsnorm);

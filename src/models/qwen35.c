@@ -513,10 +513,40 @@ static void sum_over_ranks(lm_qwen35_context *ctx, lm_mem x, int N) {
         lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
 }
 
-/* Gated DeltaNet (model-spec §A.7): s->x [N, H] -> s->x, the layer's
- * output before the residual add. */
-static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
-                             const lm_step_batch *b, const lm_qwen35_layer *layer) {
+/* A block's input (attention's or the MLP's): x = rmsnorm(h) · w, made by
+ * the first products that read it (normed_matmul_group: on a device, in
+ * the products' own blocks), or already in x when an add_rmsnorm ran. */
+typedef struct {
+    lm_normed_input norm;
+    bool x_ready;
+} block_input;
+
+static void input_products(lm_backend *be, const block_input *in, int N, const lm_matmul_out *outs,
+                           int count) {
+    if (in->x_ready) lm_matmul_group(be, in->norm.x, N, outs, count);
+    else lm_normed_matmul_group(be, &in->norm, N, outs, count);
+}
+
+/* A block's last product (attention's out projection, the MLP's down):
+ * added into the residual stream h in the product itself (matmul_add;
+ * s->x its parts' scratch), true returned.  Under tensor parallelism the
+ * ranks' partial products are summed first: the sum is left in s->x and
+ * false returned, for the caller to add. */
+static bool residual_product(lm_qwen35_context *ctx, lm_mem h, lm_mem in, int N, const lm_matrix *w) {
+    const lm_qwen35_scratch *s = &ctx->scratch;
+    if (!ctx->model->share.comm) {
+        lm_matmul_add(ctx->be, h, s->x, in, N, w);
+        return true;
+    }
+    lm_matmul(ctx->be, s->x, in, N, w);
+    sum_over_ranks(ctx, s->x, N);
+    return false;
+}
+
+/* Gated DeltaNet (model-spec §A.7) of the normed input; its output is
+ * added to h (true) or left in s->x (false), as residual_product says. */
+static bool linear_attention(lm_qwen35_context *ctx, const lm_step_view *step, const lm_step_batch *b,
+                             const lm_qwen35_layer *layer, const block_input *in, lm_mem h) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_linear_attention *la = &layer->linear;
@@ -534,7 +564,7 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
         {s->beta, &la->in_proj_b}, /* [N, Hv] */
         {s->g, &la->in_proj_a},    /* [N, Hv] */
     };
-    lm_matmul_group(be, s->x, N, projections, 4);
+    input_products(be, in, N, projections, 4);
 
     record_before(ctx, b, layer, mixed);
     /* beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias); the
@@ -554,14 +584,14 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step,
                         lm_qwen35_recurrent_states(ctx, layer->cache_index),
                         (int64_t)ctx->recurrent_floats, &seqs, Hk, Hv, dk, dv);
     lm_gated_rmsnorm(be, core, core, z, la->norm, N * Hv, dv, c->rms_norm_eps);
-    lm_matmul(be, s->x, core, N, &la->out_proj);
-    sum_over_ranks(ctx, s->x, N);
+    return residual_product(ctx, h, core, N, &la->out_proj);
 }
 
-/* Gated full attention (model-spec §A.5) over a paged KV cache layer:
- * s->x [N, H] -> s->x, before the residual add. */
-static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
-                           const lm_qwen35_layer *layer, const lm_kv_layer *kv) {
+/* Gated full attention (model-spec §A.5) over a paged KV cache layer, of
+ * the normed input; its output is added to h (true) or left in s->x
+ * (false), as residual_product says. */
+static bool full_attention(lm_qwen35_context *ctx, const lm_step_view *step, const lm_qwen35_layer *layer,
+                           const lm_kv_layer *kv, const block_input *in, lm_mem h) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_full_attention *fa = &layer->full;
@@ -576,7 +606,7 @@ static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
         {s->k, &fa->k_proj},
         {s->v, &fa->v_proj},
     };
-    lm_matmul_group(be, s->x, N, projections, 3);
+    input_products(be, in, N, projections, 3);
     /* q | gate split per head; q and k rms-normed per head and rotated; k
      * and v into the cache. */
     lm_attention_prepare_args prep = {
@@ -587,25 +617,23 @@ static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step,
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
     lm_attention(be, attn, s->q, kv, &ab);
     lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D);
-    lm_matmul(be, s->x, attn, N, &fa->o_proj);
-    sum_over_ranks(ctx, s->x, N);
+    return residual_product(ctx, h, attn, N, &fa->o_proj);
 }
 
-/* The SwiGLU MLP of x = s->x; its output (in s->x) is returned, not yet
- * added to the residual stream. */
-static lm_mem mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w) {
+/* The SwiGLU MLP of the normed input; its output is added to h (true) or
+ * left in s->x (false), as residual_product says. */
+static bool mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w, const block_input *in, lm_mem h) {
     const lm_qwen35_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
-    lm_matmul_swiglu(be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
-    lm_matmul(be, s->x, s->proj, N, &w->down_proj);
-    sum_over_ranks(ctx, s->x, N);
-    return s->x;
+    if (in->x_ready) lm_matmul_swiglu(be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
+    else lm_normed_matmul_swiglu(be, s->proj, s->proj2, &in->norm, N, &w->gate_proj, &w->up_proj);
+    return residual_product(ctx, h, s->proj, N, &w->down_proj);
 }
 
-/* The sparse MoE block (model-spec §B.2): the routed experts, plus the
- * shared expert scaled by sigmoid(x·shared_gateᵀ); the sum is returned,
- * not yet added to the residual stream. */
-static lm_mem moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe) {
+/* The sparse MoE block (model-spec §B.2) of the normed input: the routed
+ * experts, plus the shared expert scaled by sigmoid(x·shared_gateᵀ); the
+ * sum is returned, not yet added to the residual stream. */
+static lm_mem moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, const block_input *in) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_scratch *s = &ctx->scratch;
@@ -618,7 +646,7 @@ static lm_mem moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe) {
         {s->proj2, &moe->shared.up_proj},
         {ms->shared_gate, &moe->shared_gate}, /* [N, 1] */
     };
-    lm_matmul_group(be, s->x, N, projections, 4);
+    input_products(be, in, N, projections, 4); /* x written: the experts read it */
     lm_moe_route(be, ms->ids, ms->weights, ms->logits, N, &m->routing);
     lm_moe_apply_experts(be, ms->routed, s->x, N, ms->ids, ms->weights, k, &moe->experts.view,
                          ms->expert_scratch);
@@ -632,33 +660,42 @@ static lm_mem moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe) {
 
 /* One decoder layer (model-spec §A.4) on the residual stream h: full
  * attention over kv, or Gated DeltaNet (b: the step's sequences, for the
- * rollback records), then the MLP.  The MLP's output is returned, not yet
- * added to h: the next layer's input norm adds it (one launch,
- * add_rmsnorm), passed back as `pending` (NULL: nothing to add). */
-static lm_mem decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step,
-                            const lm_step_batch *b, const lm_qwen35_layer *layer,
-                            const lm_kv_layer *kv, lm_mem h, const lm_mem *pending) {
+ * rollback records), then the MLP.  `pending` (NULL: none) is the last
+ * layer's output not yet in h: added here with the input norm (one
+ * launch, add_rmsnorm).  The blocks' outputs go into h inside their last
+ * products where they can (residual_product); an output that could not
+ * (the MoE block's sum, or any under tensor parallelism) is passed back in
+ * *delta and true returned: the caller adds it, or hands it to the next
+ * layer as its `pending`. */
+static bool decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step, const lm_step_batch *b,
+                          const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h,
+                          const lm_mem *pending, lm_mem *delta) {
     const lm_qwen35_config *c = &ctx->model->config;
+    const lm_qwen35_scratch *s = &ctx->scratch;
     int N = step->n_tokens, H = c->hidden_size;
-    if (pending)
-        lm_add_rmsnorm(ctx->be, ctx->scratch.x, h, *pending, layer->input_norm, N, H,
-                       c->rms_norm_eps);
-    else
-        lm_rmsnorm(ctx->be, ctx->scratch.x, h, layer->input_norm, N, H, c->rms_norm_eps);
-    if (layer->type == LM_LAYER_FULL_ATTENTION)
-        full_attention(ctx, step, layer, kv);
-    else
-        linear_attention(ctx, step, b, layer);
-    /* h += attention's output; x = post_attention_norm(h) */
-    lm_add_rmsnorm(ctx->be, ctx->scratch.x, h, ctx->scratch.x, layer->post_attention_norm, N, H,
-                   c->rms_norm_eps);
-    return layer->is_moe ? moe_mlp(ctx, N, &layer->moe) : mlp(ctx, N, &layer->mlp);
+    float eps = c->rms_norm_eps;
+    block_input in = {.norm = {.h = h, .weight = layer->input_norm, .x = s->x, .eps = eps},
+                      .x_ready = pending != NULL};
+    if (pending) lm_add_rmsnorm(ctx->be, s->x, h, *pending, layer->input_norm, N, H, eps);
+    bool added = layer->type == LM_LAYER_FULL_ATTENTION ? full_attention(ctx, step, layer, kv, &in, h)
+                                                        : linear_attention(ctx, step, b, layer, &in, h);
+    /* x = post_attention_norm(h), h holding attention's output */
+    block_input post = {.norm = {.h = h, .weight = layer->post_attention_norm, .x = s->x, .eps = eps},
+                        .x_ready = !added};
+    if (!added) lm_add_rmsnorm(ctx->be, s->x, h, s->x, layer->post_attention_norm, N, H, eps);
+    if (layer->is_moe) {
+        *delta = moe_mlp(ctx, N, &layer->moe, &post);
+        return true;
+    }
+    *delta = s->x;
+    return !mlp(ctx, N, &layer->mlp, &post, h);
 }
 
 void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_step_view *step,
                                const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h) {
-    lm_mem delta = decoder_layer(ctx, step, NULL, layer, kv, h, NULL);
-    lm_add(ctx->be, h, delta, (int64_t)step->n_tokens * ctx->model->config.hidden_size);
+    lm_mem delta;
+    if (decoder_layer(ctx, step, NULL, layer, kv, h, NULL, &delta))
+        lm_add(ctx->be, h, delta, (int64_t)step->n_tokens * ctx->model->config.hidden_size);
 }
 
 lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
@@ -680,21 +717,22 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
 
     ctx->tp_status = LM_OK;
     lm_forward_embed_inputs(be, h, step.tokens, b, &m->embed_tokens, H);
-    lm_mem pending = {0}; /* the last layer's MLP output, not yet in h */
+    lm_mem pending = {0}; /* the last layer's output, when not yet in h */
     bool has_pending = false;
     for (int i = 0; i < L; i++) {
         if (out->layer_hidden && out->layer_hidden[i]) {
             if (has_pending) lm_add(be, h, pending, (int64_t)N * H);
-    if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
+            if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
             has_pending = false;
             st = lm_download(be, out->layer_hidden[i], h, rows_bytes, err);
             if (st != LM_OK) return st;
         }
         const lm_qwen35_layer *layer = &m->layers[i];
-        pending = decoder_layer(ctx, &step, b, layer,
-                                layer->type == LM_LAYER_FULL_ATTENTION ? &ctx->kv[layer->cache_index] : NULL,
-                                h, has_pending ? &pending : NULL);
-        has_pending = true;
+        lm_mem delta;
+        has_pending = decoder_layer(ctx, &step, b, layer,
+                                    layer->type == LM_LAYER_FULL_ATTENTION ? &ctx->kv[layer->cache_index] : NULL,
+                                    h, has_pending ? &pending : NULL, &delta);
+        pending = delta;
     }
     if (has_pending) lm_add(be, h, pending, (int64_t)N * H);
     if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);

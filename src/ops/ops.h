@@ -226,6 +226,17 @@ typedef struct lm_attention_prepare_args {
     float eps;
 } lm_attention_prepare_args;
 
+/* The input of a layer's products taken as the norm of the residual
+ * stream, for normed_matmul_group and normed_matmul_swiglu: x =
+ * rmsnorm(h) · weight, rows of the matrices' cols, written to x (which
+ * must not alias h) as rmsnorm writes it, and the products read it. */
+typedef struct lm_normed_input {
+    lm_mem h;      /* [n, cols] the residual stream, read only */
+    lm_mem weight; /* [cols]; zero-centred (1 + w) norms pass 1 + w */
+    lm_mem x;      /* [n, cols] out: rmsnorm(h) · weight */
+    float eps;
+} lm_normed_input;
+
 /* One logit row's draw for sample_rows, as engine/sampler.h defines the
  * steps (plain bytes, the same layout on host and device).  The row's
  * edits, each a range of the call's lm_sample_entry array: logit_bias
@@ -325,6 +336,22 @@ typedef struct {
      * intermediates and a launch. */
     bool (*matmul_swiglu)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *gate,
                           const lm_matrix *up);
+    /* Optional (NULL, or false returned: rmsnorm into in->x, then
+     * matmul_group, see lm_normed_matmul_group): the group's products of
+     * x = rmsnorm(in->h) · in->weight, x written too, with exactly the
+     * bits of those two ops.  A device backend norms the rows inside the
+     * products' blocks for decode steps: no launch for the norm. */
+    bool (*normed_matmul_group)(lm_backend *be, const struct lm_normed_input *in, int n,
+                                const lm_matmul_out *outs, int count);
+    /* Optional (NULL, or false returned: rmsnorm into in->x, then
+     * matmul_swiglu): matmul_swiglu of x = rmsnorm(in->h) · in->weight, x
+     * written too, with exactly those ops' bits. */
+    bool (*normed_matmul_swiglu)(lm_backend *be, lm_mem y, const struct lm_normed_input *in, int n,
+                                 const lm_matrix *gate, const lm_matrix *up);
+    /* Optional (NULL, or false returned: matmul into a scratch, then add,
+     * see lm_matmul_add): y[n, w.rows] += x · wᵀ with exactly those ops'
+     * bits (a residual add in the product's last step). */
+    bool (*matmul_add)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
     /* out[i] = table row ids[i] as float32 (table [vocab, dim]; ids int32 [n]) */
     void (*embed)(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
 
@@ -579,6 +606,30 @@ static inline void lm_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem up_scratch,
     lm_matmul_out outs[] = {{y, gate}, {up_scratch, up}};
     lm_matmul_group(be, x, n, outs, 2);
     be->ops->silu_mul(be, y, y, up_scratch, (int64_t)n * gate->rows);
+}
+/* The products of x = rmsnorm(in->h) · in->weight (written to in->x), in
+ * one op where the backend has it. */
+static inline void lm_normed_matmul_group(lm_backend *be, const lm_normed_input *in, int n,
+                                          const lm_matmul_out *outs, int count) {
+    if (count <= 0) return;
+    if (be->ops->normed_matmul_group && be->ops->normed_matmul_group(be, in, n, outs, count)) return;
+    be->ops->rmsnorm(be, in->x, in->h, in->weight, n, (int)outs[0].w->cols, in->eps);
+    lm_matmul_group(be, in->x, n, outs, count);
+}
+/* lm_matmul_swiglu of x = rmsnorm(in->h) · in->weight (written to in->x). */
+static inline void lm_normed_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem up_scratch,
+                                           const lm_normed_input *in, int n, const lm_matrix *gate,
+                                           const lm_matrix *up) {
+    if (be->ops->normed_matmul_swiglu && be->ops->normed_matmul_swiglu(be, y, in, n, gate, up)) return;
+    be->ops->rmsnorm(be, in->x, in->h, in->weight, n, (int)gate->cols, in->eps);
+    lm_matmul_swiglu(be, y, up_scratch, in->x, n, gate, up);
+}
+/* y += x · wᵀ; scratch: [n, w.rows] floats the parts may use. */
+static inline void lm_matmul_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, int n,
+                                 const lm_matrix *w) {
+    if (be->ops->matmul_add && be->ops->matmul_add(be, y, x, n, w)) return;
+    be->ops->matmul(be, scratch, x, n, w);
+    be->ops->add(be, y, scratch, (int64_t)n * w->rows);
 }
 static inline void lm_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias,
                                 int rows, int dim, float eps) {
