@@ -41,8 +41,39 @@ __device__ static inline float lm_cuda_block_sum(float v) {
  * threads, lm_cuda_row_threads(dim)). */
 __device__ static inline float lm_cuda_row_sum_squares(const float *x, int dim) {
     float ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += x[i] * x[i];
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = __fmaf_rn(x[i], x[i], ss);
     return lm_cuda_block_sum(ss);
+}
+
+/* lm_cuda_row_sum_squares as a block of `threads` threads sums it (a
+ * multiple of 32, at most 1024), by a block of any multiple of 32 threads:
+ * warp w plays the warps w, w + warps, ... of that block in turn, each
+ * lane summing that warp's lane's elements and the warp's shuffle tree
+ * adding them, and the warps' sums are added as lm_cuda_block_sum adds
+ * them: the same operations in the same order, so the same bits.  For a
+ * kernel whose blocks have another size that must give rmsnorm's norm
+ * (the products that norm their input, matmul.cu).  Returned to all
+ * threads. */
+__device__ static inline float lm_cuda_row_sum_squares_as(const float *x, int dim, int threads) {
+    __shared__ float partial[32];
+    __shared__ float total;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, played = threads / 32;
+    for (int pw = warp; pw < played; pw += warps) {
+        float ss = 0;
+        for (int i = pw * 32 + lane; i < dim; i += threads) ss = __fmaf_rn(x[i], x[i], ss);
+        for (int off = 16; off > 0; off /= 2) ss += __shfl_down_sync(0xffffffffu, ss, off);
+        if (lane == 0) partial[pw] = ss;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float v = lane < played ? partial[lane] : 0.0f;
+        for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0) total = v;
+    }
+    __syncthreads();
+    float t = total;
+    __syncthreads(); /* partial and total may be reused by the next call */
+    return t;
 }
 #endif
 

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cuda/block_reduce.h"
 #include "ops/cuda/cublaslt_loader.h"
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
@@ -114,11 +115,65 @@ __device__ static inline void load_weights(uint4 (&p)[ROWS][LOADS], const uint4 
         }
 }
 
+// ---- the norm inside the products (normed_matmul_group, _swiglu) ----
+//
+// A decode step norms the residual stream h before a layer's first
+// products (x = rmsnorm(h) · w); as its own launch that is a one-block
+// kernel of a few microseconds between two products, twice a layer.  Here
+// every block of the products makes x for its tile's tokens itself, in
+// shared memory, after issuing its first weight loads (which do not wait
+// for h), and its sums then read x from there.  A row's sum of squares is
+// summed in the order of rmsnorm's block of lm_cuda_row_threads(cols)
+// threads (`threads`; lm_cuda_row_sum_squares_as), and each element is
+// rmsnorm's expression, so x holds rmsnorm's bits and the products the
+// bits of rmsnorm then matmul_group.  The blocks of the first row group
+// (blockIdx.y == 0) also write x, for readers after the products (the
+// routed experts).  Each block reads h and w once more than a product
+// reads x: 16 KB each for a 4096-wide row, from L2.
+struct norm_args {
+    const float *h, *w;
+    float *x;
+    float eps;
+    int threads;
+};
+
+template <int TILE>
+__device__ static void norm_tile(float *xs, const norm_args &nm, int n, int64_t cols) {
+    __shared__ float inv[TILE];
+    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
+    int64_t count = (int64_t)nt * cols; // cols % 8 == 0: float4 rows
+    const float4 *h4 = (const float4 *)(nm.h + (int64_t)t0 * cols);
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < count / 4; i += blockDim.x)
+        ((float4 *)xs)[i] = h4[i];
+    __syncthreads();
+    for (int t = 0; t < nt; t++) {
+        float ss = lm_cuda_row_sum_squares_as(xs + t * cols, (int)cols, nm.threads);
+        if (threadIdx.x == 0) inv[t] = 1.0f / sqrtf(ss / (float)cols + nm.eps);
+    }
+    __syncthreads();
+    float *x_out = blockIdx.y == 0 ? nm.x + (int64_t)t0 * cols : nullptr;
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+        int t = (int)(i / cols);
+        float v = xs[i] * inv[t] * nm.w[i - t * cols];
+        xs[i] = v;
+        if (x_out) x_out[i] = v;
+    }
+    __syncthreads();
+}
+
+// Shared memory for a tile's normed rows; the fused ops decline wider
+// (a block keeps 48 KB of static and dynamic shared memory by default).
+#define NORM_TILE_MAX_BYTES ((size_t)40 << 10)
+
 // The sums of a block's ROWS rows for its tile of tokens, left in part
-// (one per warp's slice, added by the epilogue in slice order).
-template <int TILE, int ROWS, int LOADS, int HALF>
+// (one per warp's slice, added by the epilogue in slice order).  With NORM
+// the tile's x is first made from nm into xs (norm_tile) and read there.
+template <int TILE, int ROWS, int LOADS, int HALF, bool NORM = false>
 __device__ static void bf16_partials(const float *x, const uint4 *row0, const uint4 *half0, int64_t valid, int n,
-                                     int64_t cols, float (*part)[ROWS][TILE]) {
+                                     int64_t cols, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
+                                     float *xs = nullptr) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
     int nt = n - t0 < TILE ? n - t0 : TILE;
     int64_t groups = cols / 8, per_slice = (groups + WARPS - 1) / WARPS;
@@ -137,6 +192,7 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
     load_weights<ROWS, LOADS, HALF>(p, row0, half0, g_begin + lane, g_end, valid, groups);
     lm_cuda_wait_for_prior();
     lm_cuda_let_next_start();
+    if (NORM) norm_tile<TILE>(xs, *nm, n, cols); // then the tile's x is read from xs
     for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * LOADS) {
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
@@ -144,7 +200,8 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
 #pragma unroll
             for (int t = 0; t < TILE; t++) {
                 if (g < g_end && t < nt) {
-                    const float4 *xt = (const float4 *)(x + (int64_t)(t0 + t) * cols) + 2 * g;
+                    const float4 *xt =
+                        (const float4 *)(NORM ? xs + (int64_t)t * cols : x + (int64_t)(t0 + t) * cols) + 2 * g;
                     float4 a = xt[0], b = xt[1];
 #pragma unroll
                     for (int r = 0; r < ROWS; r++)
@@ -174,25 +231,33 @@ __device__ static inline float slice_total(float (*part)[ROWS][TILE], int r, int
     return total;
 }
 
-template <int TILE, int ROWS, int LOADS>
+// Rows o0 .. o0 + ROWS - 1 of one product for the block's tile; with ADD
+// each output is added to what y holds (matmul_add: y's element plus the
+// sum, add's expression), with NORM x is made from nm (bf16_partials).
+template <int TILE, int ROWS, int LOADS, bool NORM = false, bool ADD = false>
 __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
-                                 int64_t o0, float (*part)[ROWS][TILE]) {
+                                 int64_t o0, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
+                                 float *xs = nullptr) {
     const uint4 *row0 = w + o0 * (cols / 8);
-    bf16_partials<TILE, ROWS, LOADS, ROWS>(x, row0, row0, rows - o0, n, cols, part);
+    bf16_partials<TILE, ROWS, LOADS, ROWS, NORM>(x, row0, row0, rows - o0, n, cols, part, nm, xs);
     int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
     if (threadIdx.x < ROWS * TILE) {
         int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
-        if (t < nt && o0 + r < rows) y[(int64_t)(t0 + t) * rows + o0 + r] = slice_total<ROWS, TILE>(part, r, t);
+        if (t < nt && o0 + r < rows) {
+            float *out = y + (int64_t)(t0 + t) * rows + o0 + r;
+            float total = slice_total<ROWS, TILE>(part, r, t);
+            *out = ADD ? *out + total : total;
+        }
     }
     __syncthreads(); // part is rewritten by the next rows
 }
 
-template <int TILE, int ROWS, int LOADS>
+template <int TILE, int ROWS, int LOADS, bool ADD = false>
 __global__ static void __launch_bounds__(THREADS)
     matmul_bf16_kernel(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols) {
     __shared__ float part[WARPS][ROWS][TILE];
     for (int64_t o0 = (int64_t)blockIdx.y * ROWS; o0 < rows; o0 += (int64_t)gridDim.y * ROWS)
-        bf16_rows<TILE, ROWS, LOADS>(y, x, w, n, rows, cols, o0, part);
+        bf16_rows<TILE, ROWS, LOADS, false, ADD>(y, x, w, n, rows, cols, o0, part);
 }
 
 // ---- Q8_0 weights (--quantize int8, FP8 checkpoints) ----
@@ -332,12 +397,14 @@ __device__ __forceinline__ static group_product group_product_of(const group_arg
     return p;
 }
 
-template <int TILE, int ROWS, int LOADS>
+template <int TILE, int ROWS, int LOADS, bool NORM = false>
 __global__ static void __launch_bounds__(THREADS)
-    matmul_group_kernel(group_args a, const float *x, int n, int64_t cols) {
+    matmul_group_kernel(group_args a, const float *x, int n, int64_t cols, norm_args nm) {
     __shared__ float part[WARPS][ROWS][TILE];
+    extern __shared__ __align__(16) float normed_x[]; // NORM: [TILE][cols]
     group_product p = group_product_of(a);
-    bf16_rows<TILE, ROWS, LOADS>(p.y, x, (const uint4 *)p.w, n, p.rows, cols, (int64_t)p.block * ROWS, part);
+    bf16_rows<TILE, ROWS, LOADS, NORM>(p.y, x, (const uint4 *)p.w, n, p.rows, cols, (int64_t)p.block * ROWS, part,
+                                       &nm, normed_x);
 }
 
 // The same for int8 (Q8_0) weights: each output summed by q8_rows, as a
@@ -370,14 +437,16 @@ __device__ static inline void swiglu_store(float *y, float (*part)[ROWS][TILE], 
 // each summed exactly as a lone product sums it (the order depends on cols
 // only), then combined with silu_mul's expression: the bits of matmul_group
 // then silu_mul, without the two [n, rows] round trips and a launch.
-template <int TILE, int ROWS, int LOADS>
+template <int TILE, int ROWS, int LOADS, bool NORM = false>
 __global__ static void __launch_bounds__(THREADS)
     matmul_swiglu_kernel(float *y, const float *x, const uint4 *gate, const uint4 *up, int n, int64_t rows,
-                         int64_t cols) {
+                         int64_t cols, norm_args nm) {
     constexpr int HALF = ROWS / 2;
     __shared__ float part[WARPS][ROWS][TILE];
+    extern __shared__ __align__(16) float normed_x[]; // NORM: [TILE][cols]
     int64_t o0 = (int64_t)blockIdx.y * HALF, groups = cols / 8;
-    bf16_partials<TILE, ROWS, LOADS, HALF>(x, gate + o0 * groups, up + o0 * groups, rows - o0, n, cols, part);
+    bf16_partials<TILE, ROWS, LOADS, HALF, NORM>(x, gate + o0 * groups, up + o0 * groups, rows - o0, n, cols, part,
+                                                 &nm, normed_x);
     swiglu_store<TILE, ROWS>(y, part, n, rows, o0);
 }
 
@@ -400,8 +469,9 @@ __global__ static void __launch_bounds__(THREADS)
 // tiles use 4 x 4).  LOOM_CUDA_GEMV=ROWSxLOADS picks one when the backend
 // is made, for measuring them (bench/cuda_gemv.c).
 typedef void (*bf16_kernel_fn)(float *, const float *, const uint4 *, int, int64_t, int64_t);
-typedef void (*group_kernel_fn)(group_args, const float *, int, int64_t);
-typedef void (*swiglu_kernel_fn)(float *, const float *, const uint4 *, const uint4 *, int, int64_t, int64_t);
+typedef void (*group_kernel_fn)(group_args, const float *, int, int64_t, norm_args);
+typedef void (*swiglu_kernel_fn)(float *, const float *, const uint4 *, const uint4 *, int, int64_t, int64_t,
+                                 norm_args);
 typedef void (*swiglu_q8_fn)(float *, const float *, const uint8_t *, const uint8_t *, int, int64_t, int64_t);
 typedef struct {
     int rows, unroll;
@@ -471,6 +541,29 @@ extern "C" int lm_cuda_gemv_shape_named(const char *name) {
 static const gemv_shape *shape_of(lm_backend *be) {
     int i = lm_cuda_state_of(be)->gemv_shape;
     return &gemv_shapes[i >= 0 && i < N_GEMV_SHAPES ? i : 0];
+}
+
+// The fused variants (the norm before the sums, the add after them) are
+// built for the default shapes only, 8 rows a block and one load in flight
+// (gemv_shapes[0] and wide_shapes[0]): with LOOM_CUDA_GEMV or
+// LOOM_CUDA_GEMV_WIDE naming another shape the fused ops decline and their
+// parts run.  The norm's tile is made in shared memory: tiles of 1 and 2
+// tokens (decode), not the wider ones of a verify step.
+#define FUSED_ROWS 8
+#define FUSED_LOADS 1
+static const bf16_kernel_fn add_kernels[4] = {
+    matmul_bf16_kernel<1, FUSED_ROWS, FUSED_LOADS, true>, matmul_bf16_kernel<2, FUSED_ROWS, FUSED_LOADS, true>,
+    matmul_bf16_kernel<4, FUSED_ROWS, FUSED_LOADS, true>, matmul_bf16_kernel<TOKENS, FUSED_ROWS, FUSED_LOADS, true>};
+static const group_kernel_fn normed_group_kernels[2] = {matmul_group_kernel<1, FUSED_ROWS, FUSED_LOADS, true>,
+                                                        matmul_group_kernel<2, FUSED_ROWS, FUSED_LOADS, true>};
+static const swiglu_kernel_fn normed_swiglu_kernels[2] = {matmul_swiglu_kernel<1, FUSED_ROWS, FUSED_LOADS, true>,
+                                                          matmul_swiglu_kernel<2, FUSED_ROWS, FUSED_LOADS, true>};
+
+static bool default_shapes(lm_backend *be) {
+    const gemv_shape *sh = shape_of(be);
+    const wide_shape *wide = wide_of(be);
+    return sh == &gemv_shapes[0] && sh->rows == FUSED_ROWS && sh->unroll == FUSED_LOADS && wide == &wide_shapes[0] &&
+           wide->rows == FUSED_ROWS && wide->unroll == FUSED_LOADS;
 }
 
 // Rows per block for a tile of n tokens.
@@ -813,7 +906,7 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
     a.count = count;
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
     if (q8) {
-        group_kernel_fn kernel = n == 1   ? matmul_q8_group_kernel<1>
+        void (*kernel)(group_args, const float *, int, int64_t) = n == 1 ? matmul_q8_group_kernel<1>
                                  : n == 2 ? matmul_q8_group_kernel<2>
                                  : n <= 4 ? matmul_q8_group_kernel<4>
                                           : matmul_q8_group_kernel<TOKENS>;
@@ -825,7 +918,9 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
     group_kernel_fn kernel = n == 1   ? sh->group[0]
                              : n == 2 ? sh->group[1]
                                       : wide_of(be)->group[n <= 4 ? 0 : 1];
-    lm_cuda_launch(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols);
+    norm_args none;
+    memset(&none, 0, sizeof none);
+    lm_cuda_launch(be, "matmul (group)", kernel, grid, THREADS, 0, a, lm_cuda_f32(x), n, outs[0].w->cols, none);
 }
 
 // matmul_swiglu where matmul_group would take the bf16 kernel in one
@@ -858,8 +953,91 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
     int64_t blocks = half > 0 ? (gate->rows + half - 1) / half : 0;
     if (!kernel || blocks > 65535) return false;
     dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)blocks);
+    norm_args none;
+    memset(&none, 0, sizeof none);
     lm_cuda_launch(be, "matmul (swiglu)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
-                         (const uint4 *)gp, (const uint4 *)up_p, n, gate->rows, gate->cols);
+                   (const uint4 *)gp, (const uint4 *)up_p, n, gate->rows, gate->cols, none);
+    return true;
+}
+
+// ---- the fused norm and add (normed_matmul_group, _swiglu, matmul_add) ----
+
+// Whether the decode kernels may run a fused op at n rows: the default
+// shapes, float32 activations for these rows, fusing not switched off.
+static bool fusable(lm_backend *be, int n) {
+    lm_cuda_state *s = lm_cuda_state_of(be);
+    return n > 0 && !s->unfused && !(s->blas_matmul && n >= BLAS_MIN_ROWS) && default_shapes(be);
+}
+
+// The norm's arguments for rows of cols (nullptr-free: in checked by the
+// caller); false when the tile does not fit the block's shared memory.
+static bool normed_args(const lm_normed_input *in, int n, int64_t cols, norm_args *nm, size_t *shared) {
+    memset(nm, 0, sizeof *nm); // every byte is compared by the queue (launch.h)
+    *shared = sizeof(float) * (size_t)n * (size_t)cols;
+    if (n > 2 || cols <= 0 || cols % 8 != 0 || cols > 65536 || *shared > NORM_TILE_MAX_BYTES) return false;
+    if ((uintptr_t)lm_cuda_ptr(in->h) % 16 != 0) return false;
+    nm->h = lm_cuda_f32(in->h), nm->w = lm_cuda_f32(in->weight), nm->x = lm_cuda_f32(in->x);
+    nm->eps = in->eps;
+    nm->threads = lm_cuda_row_threads((int)cols); // rmsnorm's block (norms.cu)
+    return true;
+}
+
+extern "C" bool lm_cuda_normed_matmul_group(lm_backend *be, const lm_normed_input *in, int n,
+                                            const lm_matmul_out *outs, int count) {
+    if (!fusable(be, n) || count <= 0 || count > LM_MATMUL_GROUP_MAX) return false;
+    int64_t cols = outs[0].w->cols;
+    norm_args nm;
+    size_t shared;
+    if (!normed_args(in, n, cols, &nm, &shared)) return false;
+    group_args a;
+    memset(&a, 0, sizeof a); // every byte is compared by the queue (launch.h)
+    const void *xp = lm_cuda_ptr(in->x);
+    int blocks = 0;
+    for (int i = 0; i < count; i++) {
+        const lm_matrix *w = outs[i].w;
+        const void *wp = lm_cuda_ptr(w->data);
+        if (!bf16_vector_ok(w, wp, xp) || w->cols != cols || w->rows <= 0 || w->rows > 65535 * (int64_t)FUSED_ROWS)
+            return false;
+        blocks += (int)((w->rows + FUSED_ROWS - 1) / FUSED_ROWS);
+        if (blocks > 65535) return false;
+        a.y[i] = lm_cuda_f32(outs[i].y), a.w[i] = wp, a.rows[i] = w->rows;
+        a.block_end[i] = blocks;
+    }
+    a.count = count;
+    lm_cuda_launch(be, "matmul (normed group)", normed_group_kernels[n - 1], dim3(1, (unsigned)blocks), THREADS,
+                   shared, a, lm_cuda_f32(in->x), n, cols, nm);
+    return true;
+}
+
+extern "C" bool lm_cuda_normed_matmul_swiglu(lm_backend *be, lm_mem y, const lm_normed_input *in, int n,
+                                             const lm_matrix *gate, const lm_matrix *up) {
+    if (!fusable(be, n) || gate->rows != up->rows || gate->cols != up->cols || gate->rows <= 0) return false;
+    norm_args nm;
+    size_t shared;
+    if (!normed_args(in, n, gate->cols, &nm, &shared)) return false;
+    const void *xp = lm_cuda_ptr(in->x), *gp = lm_cuda_ptr(gate->data), *up_p = lm_cuda_ptr(up->data);
+    if (!bf16_vector_ok(gate, gp, xp) || !bf16_vector_ok(up, up_p, xp)) return false;
+    constexpr int half = FUSED_ROWS / 2;
+    int64_t blocks = (gate->rows + half - 1) / half;
+    if (blocks > 65535) return false;
+    lm_cuda_launch(be, "matmul (normed swiglu)", normed_swiglu_kernels[n - 1], dim3(1, (unsigned)blocks), THREADS,
+                   shared, lm_cuda_f32(y), lm_cuda_f32(in->x), (const uint4 *)gp, (const uint4 *)up_p, n, gate->rows,
+                   gate->cols, nm);
+    return true;
+}
+
+// matmul_add where matmul would take the bf16 vector kernel (any n in
+// float32 compute, few rows in bf16), on matmul's grid; false otherwise.
+extern "C" bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    const void *wp = lm_cuda_ptr(w->data), *xp = lm_cuda_ptr(x);
+    if (!fusable(be, n) || w->rows <= 0 || w->cols <= 0 || !bf16_vector_ok(w, wp, xp)) return false;
+    int64_t blocks = (w->rows + FUSED_ROWS - 1) / FUSED_ROWS;
+    int cap = lm_cuda_state_of(be)->gemv_grid_cap;
+    if (cap > 0 && blocks > cap) blocks = cap;
+    dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
+    bf16_kernel_fn kernel = add_kernels[n == 1 ? 0 : n == 2 ? 1 : n <= 4 ? 2 : 3];
+    lm_cuda_launch(be, "matmul (add)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x), (const uint4 *)wp,
+                   n, w->rows, w->cols);
     return true;
 }
 

@@ -48,7 +48,7 @@ __global__ static void add_rmsnorm_kernel(float *out, float *h, const float *del
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float v = hr[i] + dr[i];
         hr[i] = v;
-        ss += v * v;
+        ss = __fmaf_rn(v, v, ss); /* as lm_cuda_row_sum_squares */
     }
     float inv = 1.0f / sqrtf(lm_cuda_block_sum(ss) / (float)dim + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = hr[i] * inv * w[i];
