@@ -153,12 +153,14 @@ __device__ static void norm_tile(float *xs, const norm_args &nm, int n, int64_t 
     }
     __syncthreads();
     float *x_out = blockIdx.y == 0 ? nm.x + (int64_t)t0 * cols : nullptr;
+    for (int t = 0; t < nt; t++) {
+        float *row = xs + t * cols;
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-        int t = (int)(i / cols);
-        float v = xs[i] * inv[t] * nm.w[i - t * cols];
-        xs[i] = v;
-        if (x_out) x_out[i] = v;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            float v = row[c] * inv[t] * nm.w[c];
+            row[c] = v;
+            if (x_out) x_out[t * cols + c] = v;
+        }
     }
     __syncthreads();
 }
@@ -246,6 +248,8 @@ __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n
         if (t < nt && o0 + r < rows) {
             float *out = y + (int64_t)(t0 + t) * rows + o0 + r;
             float total = slice_total<ROWS, TILE>(part, r, t);
+            // ADD: y's element is read here, after the sums (loaded
+            // across the weight loop it cost 16 registers, a block an SM)
             *out = ADD ? *out + total : total;
         }
     }
