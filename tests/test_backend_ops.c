@@ -2862,6 +2862,99 @@ static void test_gdn_prepare(void) {
     CHECK_VERDICT(v);
 }
 
+/* ---- gated_delta_rule_norm: the delta rule and its output norm in one op ---- */
+
+/* Runs lm_gated_delta_rule_norm on be; *fused: whether the backend's own op took it. */
+static bool run_delta_rule_norm(lm_backend *be, const gdn_call *c, const float *z, const float *norm, float **out,
+                                float **states, bool *fused) {
+    arena a = arena_on(be);
+    size_t rows = (size_t)c->l->rows, qk_n = rows * c->Hk * c->dk, v_n = rows * c->Hv * c->dv;
+    size_t gate_n = rows * c->Hv, states_n = (size_t)c->l->slots * c->stride;
+    lm_seq_batch seqs = upload_layout(&a, c->l);
+    lm_delta_rule_norm_args args = {
+        .out = poisoned(&a, v_n), .q = up_f32(&a, c->q, qk_n), .k = up_f32(&a, c->k, qk_n),
+        .v = up_f32(&a, c->v, v_n), .g = up_f32(&a, c->g, gate_n), .beta = up_f32(&a, c->beta, gate_n),
+        .states = up_f32(&a, c->states, states_n), .slot_stride = c->stride, .seqs = &seqs,
+        .z = up_f32(&a, z, v_n), .norm = up_f32(&a, norm, (size_t)c->dv), .n = c->l->rows, .Hk = c->Hk,
+        .Hv = c->Hv, .dk = c->dk, .dv = c->dv, .eps = 1e-6f};
+    if (!a.ok) {
+        arena_free(&a);
+        return false;
+    }
+    *fused = be->ops->gated_delta_rule_norm && be->ops->gated_delta_rule_norm(be, &args);
+    if (!*fused) lm_gated_delta_rule_norm(be, &args);
+    *out = down_f32(&a, args.out, v_n);
+    *states = down_f32(&a, args.states, states_n);
+    arena_free(&a);
+    return *out && *states;
+}
+
+/* gated_delta_rule_norm against its parts (gated_delta_rule, then
+ * gated_rmsnorm) on the same backend: the same bits in every sequence row
+ * and every state. */
+static void check_delta_rule_norm(const backends *bs, verdict *v, rng *r, int Hk, int Hv, int dk, int dv,
+                                  const int *lengths, int n_seqs, int *taken) {
+    seq_layout l = make_layout(r, lengths, n_seqs);
+    int64_t stride = (int64_t)Hv * dk * dv + 3;
+    size_t rows = (size_t)l.rows, qk_n = rows * Hk * dk, v_n = rows * Hv * dv, gate_n = rows * Hv;
+    size_t states_n = (size_t)l.slots * stride;
+    float *q = random_floats(r, qk_n, 1.0f), *k = random_floats(r, qk_n, 1.0f);
+    float *vv = random_floats(r, v_n, 1.0f), *g = random_floats(r, gate_n, 1.0f);
+    float *beta = random_floats(r, gate_n, 1.0f), *states = random_floats(r, states_n, 0.5f);
+    float *z = random_floats(r, v_n, 3.0f), *norm = random_floats(r, (size_t)dv, 1.0f);
+    if (!q || !k || !vv || !g || !beta || !states || !z || !norm) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    l2_rows(q, rows * Hk, dk, 1.0f / sqrtf((float)dk));
+    l2_rows(k, rows * Hk, dk, 1.0f);
+    for (size_t i = 0; i < gate_n; i++) {
+        g[i] = -0.05f - 1.5f * (g[i] + 1.0f);
+        beta[i] = 0.5f + 0.45f * beta[i];
+    }
+    gdn_call call = {Hk, Hv, dk, dv, &l, q, k, vv, g, beta, states, stride};
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        float *got = NULL, *got_states = NULL, *want = NULL, *want_states = NULL;
+        bool fused = false, parts_fused = false;
+        parts_backend pb;
+        if (!run_delta_rule_norm(bs->be[b], &call, z, norm, &got, &got_states, &fused) ||
+            !run_delta_rule_norm(WITHOUT(&pb, bs->be[b], gated_delta_rule_norm), &call, z, norm, &want,
+                                 &want_states, &parts_fused))
+            fail(v, "gated_delta_rule_norm on %s: backend memory failed", bs->label[b]);
+        else if (!same_sequence_rows(got, want, &l, (size_t)Hv * dv))
+            fail(v, "gated_delta_rule_norm Hk=%d Hv=%d dk=%d dv=%d (%d sequences, longest %d) on %s: the output "
+                 "differs bitwise from its parts'", Hk, Hv, dk, dv, n_seqs, l.max_length, bs->label[b]);
+        else if (memcmp(got_states, want_states, states_n * sizeof(float)) != 0)
+            fail(v, "gated_delta_rule_norm Hk=%d Hv=%d dk=%d dv=%d on %s: the states differ bitwise from its parts'",
+                 Hk, Hv, dk, dv, bs->label[b]);
+        *taken += fused;
+        free(got), free(got_states), free(want), free(want_states);
+    }
+done:
+    free(q), free(k), free(vv), free(g), free(beta), free(states), free(z), free(norm);
+}
+
+static void test_delta_rule_norm(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, gated_delta_rule);
+    verdict v = {0};
+    rng r = {73};
+    int taken = 0;
+    static const int decode16[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    /* released 9B / 35B-A3B (16 / 32 heads of 128) and 0.8B (16 / 16):
+     * decode, verify rows, a zero-length sequence; the fixture's heads and a
+     * prefill beside decode (the parts run) */
+    check_delta_rule_norm(&bs, &v, &r, 16, 32, 128, 128, decode16, 16, &taken);
+    check_delta_rule_norm(&bs, &v, &r, 16, 32, 128, 128, (const int[]){3, 1, 0, 3}, 4, &taken);
+    check_delta_rule_norm(&bs, &v, &r, 16, 16, 128, 128, (const int[]){2, 1}, 2, &taken);
+    check_delta_rule_norm(&bs, &v, &r, 2, 4, 16, 16, (const int[]){1, 2}, 2, &taken);
+    check_delta_rule_norm(&bs, &v, &r, 16, 32, 128, 128, (const int[]){20, 1}, 2, &taken);
+    printf("gated_delta_rule_norm: %d of the calls ran fused\n", taken);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 /* ---- attention_prepare: gated attention's inputs in one op ---- */
 
 typedef struct {
@@ -4056,6 +4149,7 @@ int main(void) {
     RUN_TEST(test_gated_delta_rule_batched);
     RUN_TEST(test_gdn_prepare);
     RUN_TEST(test_attention_prepare);
+    RUN_TEST(test_delta_rule_norm);
     RUN_TEST(test_sigmoid_scale_rows);
     RUN_TEST(test_add_rows);
     RUN_TEST(test_add_weighted_rows);

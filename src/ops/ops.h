@@ -208,6 +208,22 @@ typedef struct lm_gdn_prepare_args {
     float q_scale, eps; /* l2norm_scale's */
 } lm_gdn_prepare_args;
 
+/* The gated delta rule and the gated rmsnorm of its output (model-spec
+ * §A.7 steps 5-7) for gated_delta_rule_norm: out [n, Hv, dv] =
+ * rmsnorm(o)·norm·silu(z) per value head's row, o the delta rule's
+ * output for q, k, v, g, beta over the states (as gated_delta_rule). */
+typedef struct lm_delta_rule_norm_args {
+    lm_mem out;             /* [n, Hv, dv] */
+    lm_mem q, k, v, g, beta;
+    lm_mem states;          /* updated in place */
+    int64_t slot_stride;
+    const lm_seq_batch *seqs;
+    lm_mem z;               /* [n, Hv, dv]: the output gate */
+    lm_mem norm;            /* [dv] */
+    int n, Hk, Hv, dk, dv;  /* n: the rows of every sequence */
+    float eps;
+} lm_delta_rule_norm_args;
+
 /* Gated full attention's inputs (model-spec §A.5 steps 2-4) for
  * attention_prepare: the q projection's rows hold each head's query then
  * its output gate; the queries and keys are rms-normed per head and
@@ -490,6 +506,11 @@ typedef struct {
      * head, rope of both and kv_write.  Seven launches of a few
      * microseconds each a decode step's attention layer, one on a device. */
     bool (*attention_prepare)(lm_backend *be, const struct lm_attention_prepare_args *a);
+    /* Optional (NULL, or false returned: the parts run, see
+     * lm_gated_delta_rule_norm): gated_delta_rule, then gated_rmsnorm of
+     * its output rows, with exactly their bits; a device backend does both
+     * in one launch for decode and verify steps. */
+    bool (*gated_delta_rule_norm)(lm_backend *be, const struct lm_delta_rule_norm_args *a);
 } lm_backend_ops;
 
 struct lm_backend {
@@ -700,6 +721,14 @@ static inline void lm_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_k
                                 const lm_attention_batch *batch) {
     be->ops->attention(be, out, q, kv, batch);
 }
+/* gated_delta_rule_norm, or its parts (out holds o, then the normed rows). */
+static inline void lm_gated_delta_rule_norm(lm_backend *be, const lm_delta_rule_norm_args *a) {
+    if (be->ops->gated_delta_rule_norm && be->ops->gated_delta_rule_norm(be, a)) return;
+    be->ops->gated_delta_rule(be, a->out, a->q, a->k, a->v, a->g, a->beta, a->states, a->slot_stride, a->seqs,
+                              a->Hk, a->Hv, a->dk, a->dv);
+    be->ops->gated_rmsnorm(be, a->out, a->out, a->z, a->norm, a->n * a->Hv, a->dv, a->eps);
+}
+
 /* attention_prepare, or its parts. */
 static inline void lm_attention_prepare(lm_backend *be, const lm_attention_prepare_args *a) {
     if (be->ops->attention_prepare && be->ops->attention_prepare(be, a)) return;

@@ -15,10 +15,13 @@ static inline int lm_cuda_row_threads(int dim) {
 }
 
 #ifdef __CUDACC__
-/* The sum of every thread's v, returned to all threads of the block
- * (blockDim.x a multiple of 32, at most 1024): a warp-shuffle tree, then
- * the warps' sums by the first warp. */
-__device__ static inline float lm_cuda_block_sum(float v) {
+/* The sum of v over the block's first `warps` warps, returned to every
+ * thread (all of the block's threads call it; the others' v is not read):
+ * a warp-shuffle tree, then the warps' sums by the first warp.  Exactly the
+ * sums lm_cuda_block_sum makes in a block of that many warps, so a kernel
+ * whose first warps hold a row can give the bits of a row kernel with fewer
+ * threads. */
+__device__ static inline float lm_cuda_first_warps_sum(float v, int warps) {
     __shared__ float partial[32];
     __shared__ float total;
     for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
@@ -26,7 +29,7 @@ __device__ static inline float lm_cuda_block_sum(float v) {
     if (lane == 0) partial[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        v = lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f;
+        v = lane < warps ? partial[lane] : 0.0f;
         for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
         if (lane == 0) total = v;
     }
@@ -35,6 +38,10 @@ __device__ static inline float lm_cuda_block_sum(float v) {
     __syncthreads(); /* partial and total may be reused by the next call */
     return t;
 }
+
+/* The sum of every thread's v, returned to all threads of the block
+ * (blockDim.x a multiple of 32, at most 1024). */
+__device__ static inline float lm_cuda_block_sum(float v) { return lm_cuda_first_warps_sum(v, blockDim.x / 32); }
 
 /* Σ x_i² over a row of dim floats, summed by the block as rmsnorm sums it
  * (a kernel that must give rmsnorm's bits calls this with as many

@@ -82,6 +82,7 @@ bool lm_cuda_attention_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_lay
 void lm_cuda_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H);
 bool lm_cuda_gdn_prepare(lm_backend *be, const lm_gdn_prepare_args *a);
 bool lm_cuda_attention_prepare(lm_backend *be, const lm_attention_prepare_args *a);
+bool lm_cuda_gated_delta_rule_norm(lm_backend *be, const lm_delta_rule_norm_args *a);
 void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
                                 lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs);
 void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,

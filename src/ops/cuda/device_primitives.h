@@ -25,6 +25,10 @@ __device__ __forceinline__ static float lm_weight_at(const void *w, int dtype, i
     return ((const float *)w)[i];
 }
 
+/* SiLU as every kernel computes it (the gated norm, the conv's output):
+ * one expression, so kernels that must agree bit for bit do. */
+__device__ __forceinline__ static float lm_silu(float z) { return z / (1.0f + expf(-z)); }
+
 /* f(x[j], j) for every j < n a block's thread owns (j = threadIdx.x,
  * + STRIDE, ...; STRIDE = the block's threads), in that order.  16-byte
  * loads when the row allows, LM_ROW_LOADS of them in flight a thread: a

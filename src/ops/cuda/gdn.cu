@@ -8,6 +8,7 @@
 
 #include "ops/cuda/block_reduce.h"
 #include "ops/cuda/cuda_state.h"
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define THREADS 256
@@ -16,8 +17,6 @@
  * decode always stay recurrent, so speculative and plain decoding share
  * their arithmetic. */
 #define GDN_CHUNKED_MIN_T 16
-
-__device__ static float silu_f(float x) { return x / (1.0f + expf(-x)); }
 
 // The gates are meant to give the host formula's exact bits (the model's
 // float32 expf/log1pf, which glibc rounds correctly in all but rare
@@ -70,7 +69,7 @@ __global__ static void conv1d_kernel(float *out, const float *in, int C, const f
             float xv = src >= 0 ? in[(f + src) * C + c] : st[hist + src];
             acc += (double)w[j] * xv;
         }
-        out[(f + t) * C + c] = silu_f((float)acc);
+        out[(f + t) * C + c] = lm_silu((float)acc);
     }
 }
 
@@ -154,7 +153,7 @@ __global__ static void gdn_prepare_kernel(float *q, float *k, float *v, float *b
                 float xv = src >= 0 ? mixed[(f + src) * C + c] : stc[hist + src];
                 acc += (double)w[j] * xv;
             }
-            out[i] = silu_f((float)acc);
+            out[i] = lm_silu((float)acc);
         }
         if (hv < 0) { // l2norm_scale of this row of the head (each thread reads back what it wrote)
             float factor = 1.0f / sqrtf(lm_cuda_row_sum_squares(out, dim) + eps) * scale;
@@ -333,6 +332,98 @@ __global__ static void __launch_bounds__(COLS *PARTS)
 #pragma unroll
     for (int ii = 0; ii < MAX_PER_PART; ii++)
         if (ii < per && live) S[(int64_t)(i0 + ii) * dv + j] = col[ii];
+}
+
+// ---- the delta rule and its output's gated rmsnorm in one launch ----
+// gated_delta_rule_norm (ops.h) for decode and verify steps of the
+// released head shape (dk = dv = 128): block (value head, sequence) of
+// NORM_DV x PARTS threads, gated_delta_columns_kernel's arithmetic with the
+// head's 128 columns in one block (thread (part p, column j), NORM_PER
+// state rows a part in registers, the parts' double sums added in part
+// order), then each row of the head's output normed as rmsnorm_kernel
+// normalises a row of 128 with 128 threads: the part-0 threads are those
+// threads, warps 0-3, whose sums lm_cuda_first_warps_sum makes as
+// lm_cuda_block_sum does in a block of 4 warps.  So the bits are the two
+// ops', and a step's 24 (9B) gated norms are not launches of their own.
+#define NORM_DV 128
+#define NORM_PER 16
+
+__global__ static void __launch_bounds__(NORM_DV *PARTS)
+    gated_delta_norm_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
+                            const float *beta, float *states, int64_t slot_stride, const int32_t *first,
+                            const int32_t *length, const int32_t *slot, int Hk, int Hv, const float *z,
+                            const float *norm, float eps) {
+    lm_cuda_let_next_then_wait();
+    constexpr int dk = NORM_PER * PARTS, dv = NORM_DV;
+    __shared__ float qs[dk], ks[dk];
+    __shared__ double part_sum[PARTS][NORM_DV];
+    const int hv = blockIdx.x, s = blockIdx.y, j = threadIdx.x % NORM_DV, p = threadIdx.x / NORM_DV;
+    const int i0 = p * NORM_PER, hk = hv / (Hv / Hk), T = length[s];
+    const int64_t f = first[s];
+    float *S = states + (int64_t)slot[s] * slot_stride + (int64_t)hv * dk * dv;
+    float col[NORM_PER];
+#pragma unroll
+    for (int ii = 0; ii < NORM_PER; ii++) col[ii] = S[(int64_t)(i0 + ii) * dv + j];
+    for (int t = 0; t < T; t++) {
+        const int64_t row = f + t, at = (row * Hv + hv) * dv + j;
+        const float g_row = g[row * Hv + hv], beta_row = beta[row * Hv + hv], v_row = v[at];
+        __syncthreads(); /* the previous row is done with qs, ks, part_sum */
+        for (int i = threadIdx.x; i < dk; i += NORM_DV * PARTS) {
+            qs[i] = q[(row * Hk + hk) * dk + i];
+            ks[i] = k[(row * Hk + hk) * dk + i];
+        }
+        __syncthreads();
+        float decay = expf(g_row);
+        double m = 0;
+#pragma unroll
+        for (int ii = 0; ii < NORM_PER; ii++) {
+            col[ii] *= decay;
+            m += (double)col[ii] * ks[i0 + ii];
+        }
+        part_sum[p][j] = m;
+        __syncthreads();
+        m = 0;
+        for (int r = 0; r < PARTS; r++) m += part_sum[r][j];
+        double mem = ((double)v_row - m) * beta_row;
+        double o = 0;
+#pragma unroll
+        for (int ii = 0; ii < NORM_PER; ii++) {
+            col[ii] = col[ii] + (float)(ks[i0 + ii] * mem);
+            o += (double)col[ii] * qs[i0 + ii];
+        }
+        __syncthreads(); /* every thread has read part_sum's m */
+        part_sum[p][j] = o;
+        __syncthreads();
+        float x = 0.0f; /* the row's output o_j, held by the part-0 threads */
+        if (p == 0) {
+            o = 0;
+            for (int r = 0; r < PARTS; r++) o += part_sum[r][j];
+            x = (float)o;
+        }
+        // gated_rmsnorm of the row: rmsnorm_kernel's sum (one element a
+        // thread, 0 + x·x) and expression
+        float ss = 0.0f;
+        if (p == 0) ss += x * x;
+        float inv = 1.0f / sqrtf(lm_cuda_first_warps_sum(ss, NORM_DV / 32) / (float)dv + eps);
+        if (p == 0) out[at] = x * inv * norm[j] * lm_silu(z[at]);
+    }
+#pragma unroll
+    for (int ii = 0; ii < NORM_PER; ii++) S[(int64_t)(i0 + ii) * dv + j] = col[ii];
+}
+
+extern "C" bool lm_cuda_gated_delta_rule_norm(lm_backend *be, const lm_delta_rule_norm_args *a) {
+    const lm_seq_batch *seqs = a->seqs;
+    if (lm_cuda_state_of(be)->unfused || seqs->n_seqs <= 0 || seqs->n_seqs > 65535 ||
+        seqs->max_length >= GDN_CHUNKED_MIN_T || a->n <= 0 || a->dk != NORM_PER * PARTS || a->dv != NORM_DV ||
+        a->Hk <= 0 || a->Hv <= 0 || a->Hv % a->Hk != 0 || a->Hv > 65535)
+        return false;
+    dim3 grid((unsigned)a->Hv, (unsigned)seqs->n_seqs);
+    lm_cuda_launch(be, "gated_delta_rule + gated_rmsnorm", gated_delta_norm_kernel, grid, NORM_DV * PARTS, 0,
+                   lm_cuda_f32(a->out), lm_cuda_f32(a->q), lm_cuda_f32(a->k), lm_cuda_f32(a->v), lm_cuda_f32(a->g),
+                   lm_cuda_f32(a->beta), lm_cuda_f32(a->states), a->slot_stride, lm_cuda_i32(seqs->first),
+                   lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot), a->Hk, a->Hv, lm_cuda_f32(a->z),
+                   lm_cuda_f32(a->norm), a->eps);
+    return true;
 }
 
 void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,

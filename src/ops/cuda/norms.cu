@@ -13,8 +13,6 @@
 
 #define THREADS 256
 
-__device__ static float silu(float z) { return z / (1.0f + expf(-z)); }
-
 // rmsnorm, and with z the gated one: out = x · inv · w (· silu(z)).  out
 // may alias x: each element is read (for the sum) before any is written,
 // and the writing pass reads only its own element.
@@ -27,7 +25,7 @@ __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z
     float inv = 1.0f / sqrtf(lm_cuda_row_sum_squares(xr, dim) / (float)dim + eps);
     if (z) {
         const float *zr = z + r * dim;
-        for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i] * silu(zr[i]);
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i] * lm_silu(zr[i]);
     } else {
         for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
     }

@@ -48,6 +48,7 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .gated_delta_rule = lm_cuda_gated_delta_rule,
     .gdn_prepare = lm_cuda_gdn_prepare,
     .attention_prepare = lm_cuda_attention_prepare,
+    .gated_delta_rule_norm = lm_cuda_gated_delta_rule_norm,
     /* moe.cu */
     .moe_route = lm_cuda_moe_route,
     .moe_experts = lm_cuda_moe_experts,
