@@ -401,9 +401,9 @@ __global__ static void __launch_bounds__(NORM_DV *PARTS)
             x = (float)o;
         }
         // gated_rmsnorm of the row: rmsnorm_kernel's sum (one element a
-        // thread, 0 + x·x) and expression
+        // thread, fma(x, x, 0)) and expression
         float ss = 0.0f;
-        if (p == 0) ss += x * x;
+        if (p == 0) ss = __fmaf_rn(x, x, ss); /* as lm_cuda_row_sum_squares */
         float inv = 1.0f / sqrtf(lm_cuda_first_warps_sum(ss, NORM_DV / 32) / (float)dv + eps);
         if (p == 0) out[at] = x * inv * norm[j] * lm_silu(z[at]);
     }
