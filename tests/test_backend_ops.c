@@ -1076,6 +1076,75 @@ done:
     free(w);
 }
 
+/* matmul_gated_add: y += other + sigmoid(gate) ⊙ (x · wᵀ) exactly as
+ * matmul, sigmoid_scale_rows, add into other and add into y, on the same
+ * backend (y compared; other is left undefined by the op). */
+static void check_matmul_gated_add(const backends *bs, verdict *v, rng *r, int n, int64_t rows, int64_t cols,
+                                   lm_dtype dtype, int *taken) {
+    size_t nw = (size_t)(rows * cols), ny = (size_t)n * (size_t)rows, nx = (size_t)n * (size_t)cols;
+    float *x = random_floats(r, nx, 2.0f), *y0 = random_floats(r, ny, 4.0f), *o0 = random_floats(r, ny, 3.0f);
+    float *g = random_floats(r, (size_t)n, 4.0f), *wv = malloc(sizeof(float) * nw);
+    void *w = wv ? random_matrix(r, dtype, rows, cols, wv) : NULL;
+    if (!x || !y0 || !o0 || !g || !w) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix m = import_matrix(&a, w, dtype, rows, cols);
+        lm_mem xm = up_f32(&a, x, nx), gm = up_f32(&a, g, (size_t)n);
+        lm_mem fused = up_f32(&a, y0, ny), parts = up_f32(&a, y0, ny);
+        lm_mem other_fused = up_f32(&a, o0, ny), other_parts = up_f32(&a, o0, ny), scratch = poisoned(&a, ny);
+        if (!a.ok) {
+            fail(v, "%s: backend memory failed", bs->label[b]);
+            arena_free(&a);
+            break;
+        }
+        if (a.be->ops->matmul_gated_add && a.be->ops->matmul_gated_add(a.be, fused, xm, n, &m, gm, other_fused))
+            (*taken)++;
+        else
+            lm_matmul_gated_add(a.be, fused, scratch, xm, n, &m, gm, other_fused);
+        parts_backend pb;
+        lm_matmul_gated_add(WITHOUT(&pb, a.be, matmul_gated_add), parts, scratch, xm, n, &m, gm, other_parts);
+        bool memory_ok = true;
+        if (!mem_same_bits(&a, fused, parts, ny, &memory_ok))
+            fail(v, "matmul_gated_add n=%d %lldx%lld %s on %s differs bitwise from matmul, sigmoid_scale_rows, add, "
+                 "add", n, (long long)rows, (long long)cols, lm_dtype_name(dtype), bs->label[b]);
+        if (!memory_ok) fail(v, "%s: backend memory failed", bs->label[b]);
+        arena_free(&a);
+    }
+done:
+    free(x);
+    free(y0);
+    free(o0);
+    free(g);
+    free(wv);
+    free(w);
+}
+
+static void test_matmul_gated_add(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, matmul);
+    NEED(bs, add);
+    NEED(bs, sigmoid_scale_rows);
+    verdict v = {0};
+    rng r = {0x6a7e};
+    int taken = 0;
+    static const int ns[] = {1, 2, 3, 5, 8, 9, 17};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        check_matmul_gated_add(&bs, &v, &r, ns[k], 256, 512, LM_DTYPE_BF16, &taken); /* a shared expert's down */
+        check_matmul_gated_add(&bs, &v, &r, ns[k], 13, 136, LM_DTYPE_BF16, &taken);  /* a row tail */
+        check_matmul_gated_add(&bs, &v, &r, ns[k], 7, 100, LM_DTYPE_BF16, &taken);   /* no vector kernel */
+        if (!any_backend_without_q8(&bs))
+            check_matmul_gated_add(&bs, &v, &r, ns[k], 13, 512, LM_DTYPE_Q8_0, &taken);
+    }
+    check_matmul_gated_add(&bs, &v, &r, 1, 2048, 512, LM_DTYPE_BF16, &taken); /* the 35B-A3B shape's */
+    printf("matmul_gated_add: %d of the calls ran fused\n", taken);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 static void test_matmul_add(void) {
     backends bs;
     CHECK(backends_open(&bs));
@@ -4133,6 +4202,7 @@ int main(void) {
     RUN_TEST(test_matmul_swiglu);
     RUN_TEST(test_normed_products);
     RUN_TEST(test_matmul_add);
+    RUN_TEST(test_matmul_gated_add);
     RUN_TEST(test_embed);
     RUN_TEST(test_norms);
     RUN_TEST(test_add_rmsnorm);

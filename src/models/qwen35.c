@@ -633,9 +633,11 @@ static bool mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w, const blo
 }
 
 /* The sparse MoE block (model-spec §B.2) of the normed input: the routed
- * experts, plus the shared expert scaled by sigmoid(x·shared_gateᵀ); the
- * sum is returned, not yet added to the residual stream. */
-static lm_mem moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, const block_input *in) {
+ * experts, plus the shared expert scaled by sigmoid(x·shared_gateᵀ).  The
+ * sum is added to h in the shared expert's down product (true), or under
+ * tensor parallelism summed over the ranks into ms->routed (false), for
+ * the caller to add. */
+static bool moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, const block_input *in, lm_mem h) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_scratch *s = &ctx->scratch;
@@ -653,11 +655,15 @@ static lm_mem moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, c
     lm_moe_apply_experts(be, ms->routed, s->x, N, ms->ids, ms->weights, k, &moe->experts.view,
                          ms->expert_scratch);
     lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * Is);
+    if (!ctx->model->share.comm) {
+        lm_matmul_gated_add(be, h, ms->shared, s->proj, N, &moe->shared.down_proj, ms->shared_gate, ms->routed);
+        return true;
+    }
     lm_matmul(be, ms->shared, s->proj, N, &moe->shared.down_proj);
     lm_sigmoid_scale_rows(be, ms->shared, ms->shared_gate, N, H);
     lm_add(be, ms->routed, ms->shared, (int64_t)N * H);
     sum_over_ranks(ctx, ms->routed, N);
-    return ms->routed;
+    return false;
 }
 
 /* One decoder layer (model-spec §A.4) on the residual stream h: full
@@ -665,10 +671,10 @@ static lm_mem moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, c
  * rollback records), then the MLP.  `pending` (NULL: none) is the last
  * layer's output not yet in h: added here with the input norm (one
  * launch, add_rmsnorm).  The blocks' outputs go into h inside their last
- * products where they can (residual_product); an output that could not
- * (the MoE block's sum, or any under tensor parallelism) is passed back in
- * *delta and true returned: the caller adds it, or hands it to the next
- * layer as its `pending`. */
+ * products (residual_product, moe_mlp); under tensor parallelism, where
+ * the ranks sum first, the MLP's is passed back in *delta and true
+ * returned: the caller adds it, or hands it to the next layer as its
+ * `pending`. */
 static bool decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step, const lm_step_batch *b,
                           const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h,
                           const lm_mem *pending, lm_mem *delta) {
@@ -686,8 +692,8 @@ static bool decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step, cons
                         .x_ready = !added};
     if (!added) lm_add_rmsnorm(ctx->be, s->x, h, s->x, layer->post_attention_norm, N, H, eps);
     if (layer->is_moe) {
-        *delta = moe_mlp(ctx, N, &layer->moe, &post);
-        return true;
+        *delta = ctx->moe.routed;
+        return !moe_mlp(ctx, N, &layer->moe, &post, h);
     }
     *delta = s->x;
     return !mlp(ctx, N, &layer->mlp, &post, h);

@@ -368,6 +368,14 @@ typedef struct {
      * see lm_matmul_add): y[n, w.rows] += x · wᵀ with exactly those ops'
      * bits (a residual add in the product's last step). */
     bool (*matmul_add)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
+    /* Optional (NULL, or false returned: the parts, see
+     * lm_matmul_gated_add): y[n, w.rows] += other + sigmoid(gate) ⊙ (x ·
+     * wᵀ), gate [n] one value a row, with exactly the bits of matmul,
+     * sigmoid_scale_rows, add into other, add into y (an MoE block's shared
+     * expert scaled by its gate, added to the routed experts' sum, and that
+     * to the residual stream).  other's contents are undefined after. */
+    bool (*matmul_gated_add)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w, lm_mem gate,
+                             lm_mem other);
     /* out[i] = table row ids[i] as float32 (table [vocab, dim]; ids int32 [n]) */
     void (*embed)(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
 
@@ -651,6 +659,17 @@ static inline void lm_matmul_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_me
     if (be->ops->matmul_add && be->ops->matmul_add(be, y, x, n, w)) return;
     be->ops->matmul(be, scratch, x, n, w);
     be->ops->add(be, y, scratch, (int64_t)n * w->rows);
+}
+/* y += other + sigmoid(gate) ⊙ (x · wᵀ); scratch: [n, w.rows] floats the
+ * parts may use; other is left undefined. */
+static inline void lm_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, int n,
+                                       const lm_matrix *w, lm_mem gate, lm_mem other) {
+    if (be->ops->matmul_gated_add && be->ops->matmul_gated_add(be, y, x, n, w, gate, other)) return;
+    int64_t count = (int64_t)n * w->rows;
+    be->ops->matmul(be, scratch, x, n, w);
+    be->ops->sigmoid_scale_rows(be, scratch, gate, n, (int)w->rows);
+    be->ops->add(be, other, scratch, count);
+    be->ops->add(be, y, other, count);
 }
 static inline void lm_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias,
                                 int rows, int dim, float eps) {

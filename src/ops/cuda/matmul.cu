@@ -233,35 +233,58 @@ __device__ static inline float slice_total(float (*part)[ROWS][TILE], int r, int
     return total;
 }
 
-// Rows o0 .. o0 + ROWS - 1 of one product for the block's tile; with ADD
-// each output is added to what y holds (matmul_add: y's element plus the
-// sum, add's expression), with NORM x is made from nm (bf16_partials).
-template <int TILE, int ROWS, int LOADS, bool NORM = false, bool ADD = false>
+// What a product does with an output's sum: stores it; adds it to y's
+// element (matmul_add: add's expression); or scales it by the sigmoid of
+// its row's gate and adds it to other's element, that to y's
+// (matmul_gated_add: sigmoid_scale_rows', then add's expressions).
+enum { EPI_STORE = 0, EPI_ADD = 1, EPI_GATED_ADD = 2 };
+
+// Rows o0 .. o0 + ROWS - 1 of one product for the block's tile, each sum
+// finished as EPI says; with NORM x is made from nm (bf16_partials).
+template <int TILE, int ROWS, int LOADS, bool NORM = false, int EPI = EPI_STORE>
 __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
                                  int64_t o0, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
-                                 float *xs = nullptr) {
+                                 float *xs = nullptr, const float *gate = nullptr, const float *other = nullptr) {
     const uint4 *row0 = w + o0 * (cols / 8);
     bf16_partials<TILE, ROWS, LOADS, ROWS, NORM>(x, row0, row0, rows - o0, n, cols, part, nm, xs);
     int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
     if (threadIdx.x < ROWS * TILE) {
         int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
         if (t < nt && o0 + r < rows) {
-            float *out = y + (int64_t)(t0 + t) * rows + o0 + r;
+            int64_t at = (int64_t)(t0 + t) * rows + o0 + r;
             float total = slice_total<ROWS, TILE>(part, r, t);
-            // ADD: y's element is read here, after the sums (loaded
-            // across the weight loop it cost 16 registers, a block an SM)
-            *out = ADD ? *out + total : total;
+            // y's element is read here, after the sums (loaded across the
+            // weight loop it cost 16 registers, a block an SM)
+            if (EPI == EPI_STORE) {
+                y[at] = total;
+            } else if (EPI == EPI_ADD) {
+                y[at] = y[at] + total;
+            } else {
+                float scaled = total * (1.0f / (1.0f + expf(-gate[t0 + t])));
+                y[at] = y[at] + (other[at] + scaled);
+            }
         }
     }
     __syncthreads(); // part is rewritten by the next rows
 }
 
-template <int TILE, int ROWS, int LOADS, bool ADD = false>
+template <int TILE, int ROWS, int LOADS, int EPI = EPI_STORE>
 __global__ static void __launch_bounds__(THREADS)
     matmul_bf16_kernel(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols) {
     __shared__ float part[WARPS][ROWS][TILE];
     for (int64_t o0 = (int64_t)blockIdx.y * ROWS; o0 < rows; o0 += (int64_t)gridDim.y * ROWS)
-        bf16_rows<TILE, ROWS, LOADS, false, ADD>(y, x, w, n, rows, cols, o0, part);
+        bf16_rows<TILE, ROWS, LOADS, false, EPI>(y, x, w, n, rows, cols, o0, part);
+}
+
+// matmul_gated_add's product: gate [n], other [n, rows] (bf16_rows).
+template <int TILE, int ROWS, int LOADS>
+__global__ static void __launch_bounds__(THREADS)
+    matmul_gated_add_kernel(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
+                            const float *gate, const float *other) {
+    __shared__ float part[WARPS][ROWS][TILE];
+    for (int64_t o0 = (int64_t)blockIdx.y * ROWS; o0 < rows; o0 += (int64_t)gridDim.y * ROWS)
+        bf16_rows<TILE, ROWS, LOADS, false, EPI_GATED_ADD>(y, x, w, n, rows, cols, o0, part, nullptr, nullptr, gate,
+                                                           other);
 }
 
 // ---- Q8_0 weights (--quantize int8, FP8 checkpoints) ----
@@ -556,8 +579,14 @@ static const gemv_shape *shape_of(lm_backend *be) {
 #define FUSED_ROWS 8
 #define FUSED_LOADS 1
 static const bf16_kernel_fn add_kernels[4] = {
-    matmul_bf16_kernel<1, FUSED_ROWS, FUSED_LOADS, true>, matmul_bf16_kernel<2, FUSED_ROWS, FUSED_LOADS, true>,
-    matmul_bf16_kernel<4, FUSED_ROWS, FUSED_LOADS, true>, matmul_bf16_kernel<TOKENS, FUSED_ROWS, FUSED_LOADS, true>};
+    matmul_bf16_kernel<1, FUSED_ROWS, FUSED_LOADS, EPI_ADD>, matmul_bf16_kernel<2, FUSED_ROWS, FUSED_LOADS, EPI_ADD>,
+    matmul_bf16_kernel<4, FUSED_ROWS, FUSED_LOADS, EPI_ADD>,
+    matmul_bf16_kernel<TOKENS, FUSED_ROWS, FUSED_LOADS, EPI_ADD>};
+typedef void (*gated_add_kernel_fn)(float *, const float *, const uint4 *, int, int64_t, int64_t, const float *,
+                                    const float *);
+static const gated_add_kernel_fn gated_add_kernels[4] = {
+    matmul_gated_add_kernel<1, FUSED_ROWS, FUSED_LOADS>, matmul_gated_add_kernel<2, FUSED_ROWS, FUSED_LOADS>,
+    matmul_gated_add_kernel<4, FUSED_ROWS, FUSED_LOADS>, matmul_gated_add_kernel<TOKENS, FUSED_ROWS, FUSED_LOADS>};
 static const group_kernel_fn normed_group_kernels[2] = {matmul_group_kernel<1, FUSED_ROWS, FUSED_LOADS, true>,
                                                         matmul_group_kernel<2, FUSED_ROWS, FUSED_LOADS, true>};
 static const swiglu_kernel_fn normed_swiglu_kernels[2] = {matmul_swiglu_kernel<1, FUSED_ROWS, FUSED_LOADS, true>,
@@ -1030,18 +1059,37 @@ extern "C" bool lm_cuda_normed_matmul_swiglu(lm_backend *be, lm_mem y, const lm_
     return true;
 }
 
-// matmul_add where matmul would take the bf16 vector kernel (any n in
-// float32 compute, few rows in bf16), on matmul's grid; false otherwise.
-extern "C" bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
-    const void *wp = lm_cuda_ptr(w->data), *xp = lm_cuda_ptr(x);
-    if (!fusable(be, n) || w->rows <= 0 || w->cols <= 0 || !bf16_vector_ok(w, wp, xp)) return false;
+// matmul_add and matmul_gated_add where matmul would take the bf16 vector
+// kernel (any n in float32 compute, few rows in bf16), on matmul's grid
+// and tile; false otherwise.
+static bool epilogue_fusable(lm_backend *be, int n, const lm_matrix *w, lm_mem x, dim3 *grid, int *tile) {
+    if (!fusable(be, n) || w->rows <= 0 || w->cols <= 0 || !bf16_vector_ok(w, lm_cuda_ptr(w->data), lm_cuda_ptr(x)))
+        return false;
     int64_t blocks = (w->rows + FUSED_ROWS - 1) / FUSED_ROWS;
     int cap = lm_cuda_state_of(be)->gemv_grid_cap;
     if (cap > 0 && blocks > cap) blocks = cap;
-    dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
-    bf16_kernel_fn kernel = add_kernels[n == 1 ? 0 : n == 2 ? 1 : n <= 4 ? 2 : 3];
-    lm_cuda_launch(be, "matmul (add)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x), (const uint4 *)wp,
-                   n, w->rows, w->cols);
+    *grid = dim3(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
+    *tile = n == 1 ? 0 : n == 2 ? 1 : n <= 4 ? 2 : 3; // matmul_rows' choice: tiles of 1, 2, 4, TOKENS
+    return true;
+}
+
+extern "C" bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    dim3 grid;
+    int tile;
+    if (!epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
+    lm_cuda_launch(be, "matmul (add)", add_kernels[tile], grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+                   (const uint4 *)lm_cuda_ptr(w->data), n, w->rows, w->cols);
+    return true;
+}
+
+extern "C" bool lm_cuda_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w, lm_mem gate,
+                                         lm_mem other) {
+    dim3 grid;
+    int tile;
+    if (!epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
+    lm_cuda_launch(be, "matmul (gated add)", gated_add_kernels[tile], grid, THREADS, 0, lm_cuda_f32(y),
+                   lm_cuda_f32(x), (const uint4 *)lm_cuda_ptr(w->data), n, w->rows, w->cols, lm_cuda_f32(gate),
+                   lm_cuda_f32(other));
     return true;
 }
 
