@@ -1145,6 +1145,72 @@ static void test_matmul_gated_add(void) {
     CHECK_VERDICT(v);
 }
 
+/* gated_matmul_add: y += (x ⊙ sigmoid(x_gate)) · wᵀ exactly as sigmoid_mul
+ * then matmul_add, on the same backend (y compared; x is left undefined). */
+static void check_gated_matmul_add(const backends *bs, verdict *v, rng *r, int n, int64_t rows, int64_t cols,
+                                   lm_dtype dtype, int *taken) {
+    size_t nw = (size_t)(rows * cols), ny = (size_t)n * (size_t)rows, nx = (size_t)n * (size_t)cols;
+    float *x = random_floats(r, nx, 2.0f), *xg = random_floats(r, nx, 4.0f), *y0 = random_floats(r, ny, 4.0f);
+    float *wv = malloc(sizeof(float) * nw);
+    void *w = wv ? random_matrix(r, dtype, rows, cols, wv) : NULL;
+    if (!x || !xg || !y0 || !w) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        lm_matrix m = import_matrix(&a, w, dtype, rows, cols);
+        lm_mem x_fused = up_f32(&a, x, nx), x_parts = up_f32(&a, x, nx), gm = up_f32(&a, xg, nx);
+        lm_mem fused = up_f32(&a, y0, ny), parts = up_f32(&a, y0, ny), scratch = poisoned(&a, ny);
+        if (!a.ok) {
+            fail(v, "%s: backend memory failed", bs->label[b]);
+            arena_free(&a);
+            break;
+        }
+        if (a.be->ops->gated_matmul_add && a.be->ops->gated_matmul_add(a.be, fused, x_fused, gm, n, &m))
+            (*taken)++;
+        else
+            lm_gated_matmul_add(a.be, fused, scratch, x_fused, gm, n, &m);
+        parts_backend pb;
+        lm_gated_matmul_add(WITHOUT(&pb, a.be, gated_matmul_add), parts, scratch, x_parts, gm, n, &m);
+        bool memory_ok = true;
+        if (!mem_same_bits(&a, fused, parts, ny, &memory_ok))
+            fail(v, "gated_matmul_add n=%d %lldx%lld %s on %s differs bitwise from sigmoid_mul, then matmul_add", n,
+                 (long long)rows, (long long)cols, lm_dtype_name(dtype), bs->label[b]);
+        if (!memory_ok) fail(v, "%s: backend memory failed", bs->label[b]);
+        arena_free(&a);
+    }
+done:
+    free(x);
+    free(xg);
+    free(y0);
+    free(wv);
+    free(w);
+}
+
+static void test_gated_matmul_add(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, matmul);
+    NEED(bs, add);
+    NEED(bs, sigmoid_mul);
+    verdict v = {0};
+    rng r = {0x9a7ed};
+    int taken = 0;
+    static const int ns[] = {1, 2, 3, 5, 8, 9, 17};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        check_gated_matmul_add(&bs, &v, &r, ns[k], 256, 512, LM_DTYPE_BF16, &taken);
+        check_gated_matmul_add(&bs, &v, &r, ns[k], 13, 136, LM_DTYPE_BF16, &taken); /* a row tail */
+        check_gated_matmul_add(&bs, &v, &r, ns[k], 7, 100, LM_DTYPE_BF16, &taken);  /* no vector kernel */
+        if (!any_backend_without_q8(&bs))
+            check_gated_matmul_add(&bs, &v, &r, ns[k], 13, 512, LM_DTYPE_Q8_0, &taken);
+    }
+    check_gated_matmul_add(&bs, &v, &r, 1, 512, 4096, LM_DTYPE_BF16, &taken); /* the 9B shape's o_proj width */
+    printf("gated_matmul_add: %d of the calls ran fused\n", taken);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
 static void test_matmul_add(void) {
     backends bs;
     CHECK(backends_open(&bs));
@@ -4203,6 +4269,7 @@ int main(void) {
     RUN_TEST(test_normed_products);
     RUN_TEST(test_matmul_add);
     RUN_TEST(test_matmul_gated_add);
+    RUN_TEST(test_gated_matmul_add);
     RUN_TEST(test_embed);
     RUN_TEST(test_norms);
     RUN_TEST(test_add_rmsnorm);

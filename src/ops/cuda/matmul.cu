@@ -172,10 +172,24 @@ __device__ static void norm_tile(float *xs, const norm_args &nm, int n, int64_t 
 // The sums of a block's ROWS rows for its tile of tokens, left in part
 // (one per warp's slice, added by the epilogue in slice order).  With NORM
 // the tile's x is first made from nm into xs (norm_tile) and read there.
-template <int TILE, int ROWS, int LOADS, int HALF, bool NORM = false>
+// With GATE the tile's x is first made x ⊙ sigmoid(x_gate) into xs
+// (gate_tile, sigmoid_mul's expression) and read there.  (Applied as each
+// element was loaded instead, it took 16 more registers: a block an SM.)
+template <int TILE>
+__device__ static void gate_tile(float *xs, const float *x, const float *x_gate, int n, int64_t cols) {
+    int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
+    const float *xt = x + (int64_t)t0 * cols, *gt = x_gate + (int64_t)t0 * cols;
+    int64_t count = (int64_t)nt * cols;
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+        xs[i] = xt[i] * (1.0f / (1.0f + expf(-gt[i])));
+    __syncthreads();
+}
+
+template <int TILE, int ROWS, int LOADS, int HALF, bool NORM = false, bool GATE = false>
 __device__ static void bf16_partials(const float *x, const uint4 *row0, const uint4 *half0, int64_t valid, int n,
                                      int64_t cols, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
-                                     float *xs = nullptr) {
+                                     float *xs = nullptr, const float *x_gate = nullptr) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
     int nt = n - t0 < TILE ? n - t0 : TILE;
     int64_t groups = cols / 8, per_slice = (groups + WARPS - 1) / WARPS;
@@ -195,6 +209,7 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
     lm_cuda_wait_for_prior();
     lm_cuda_let_next_start();
     if (NORM) norm_tile<TILE>(xs, *nm, n, cols); // then the tile's x is read from xs
+    if (GATE) gate_tile<TILE>(xs, x, x_gate, n, cols);
     for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * LOADS) {
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
@@ -203,7 +218,8 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
             for (int t = 0; t < TILE; t++) {
                 if (g < g_end && t < nt) {
                     const float4 *xt =
-                        (const float4 *)(NORM ? xs + (int64_t)t * cols : x + (int64_t)(t0 + t) * cols) + 2 * g;
+                        (const float4 *)(NORM || GATE ? xs + (int64_t)t * cols : x + (int64_t)(t0 + t) * cols) +
+                        2 * g;
                     float4 a = xt[0], b = xt[1];
 #pragma unroll
                     for (int r = 0; r < ROWS; r++)
@@ -241,12 +257,13 @@ enum { EPI_STORE = 0, EPI_ADD = 1, EPI_GATED_ADD = 2 };
 
 // Rows o0 .. o0 + ROWS - 1 of one product for the block's tile, each sum
 // finished as EPI says; with NORM x is made from nm (bf16_partials).
-template <int TILE, int ROWS, int LOADS, bool NORM = false, int EPI = EPI_STORE>
+template <int TILE, int ROWS, int LOADS, bool NORM = false, int EPI = EPI_STORE, bool GATE = false>
 __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
                                  int64_t o0, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
-                                 float *xs = nullptr, const float *gate = nullptr, const float *other = nullptr) {
+                                 float *xs = nullptr, const float *gate = nullptr, const float *other = nullptr,
+                                 const float *x_gate = nullptr) {
     const uint4 *row0 = w + o0 * (cols / 8);
-    bf16_partials<TILE, ROWS, LOADS, ROWS, NORM>(x, row0, row0, rows - o0, n, cols, part, nm, xs);
+    bf16_partials<TILE, ROWS, LOADS, ROWS, NORM, GATE>(x, row0, row0, rows - o0, n, cols, part, nm, xs, x_gate);
     int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
     if (threadIdx.x < ROWS * TILE) {
         int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
@@ -274,6 +291,20 @@ __global__ static void __launch_bounds__(THREADS)
     __shared__ float part[WARPS][ROWS][TILE];
     for (int64_t o0 = (int64_t)blockIdx.y * ROWS; o0 < rows; o0 += (int64_t)gridDim.y * ROWS)
         bf16_rows<TILE, ROWS, LOADS, false, EPI>(y, x, w, n, rows, cols, o0, part);
+}
+
+// gated_matmul_add's product: x ⊙ sigmoid(x_gate) made in shared memory
+// (gate_tile; one row group a block, as norm_tile's), the sums added to y.
+// Bounded to 64 registers for one token (no spills), as the plain product:
+// 4 blocks an SM keep a 4096-row product's 512 blocks in one wave.
+template <int TILE, int ROWS, int LOADS>
+__global__ static void __launch_bounds__(THREADS, TILE == 1 ? 4 : 1)
+    gated_matmul_add_kernel(float *y, const float *x, const float *x_gate, const uint4 *w, int n, int64_t rows,
+                            int64_t cols) {
+    __shared__ float part[WARPS][ROWS][TILE];
+    extern __shared__ __align__(16) float gated_x[]; // [TILE][cols]
+    bf16_rows<TILE, ROWS, LOADS, false, EPI_ADD, true>(y, x, w, n, rows, cols, (int64_t)blockIdx.y * ROWS, part,
+                                                       nullptr, gated_x, nullptr, nullptr, x_gate);
 }
 
 // matmul_gated_add's product: gate [n], other [n, rows] (bf16_rows).
@@ -584,6 +615,9 @@ static const bf16_kernel_fn add_kernels[4] = {
     matmul_bf16_kernel<TOKENS, FUSED_ROWS, FUSED_LOADS, EPI_ADD>};
 typedef void (*gated_add_kernel_fn)(float *, const float *, const uint4 *, int, int64_t, int64_t, const float *,
                                     const float *);
+typedef void (*gated_x_kernel_fn)(float *, const float *, const float *, const uint4 *, int, int64_t, int64_t);
+static const gated_x_kernel_fn gated_x_kernels[2] = {gated_matmul_add_kernel<1, FUSED_ROWS, FUSED_LOADS>,
+                                                     gated_matmul_add_kernel<2, FUSED_ROWS, FUSED_LOADS>};
 static const gated_add_kernel_fn gated_add_kernels[4] = {
     matmul_gated_add_kernel<1, FUSED_ROWS, FUSED_LOADS>, matmul_gated_add_kernel<2, FUSED_ROWS, FUSED_LOADS>,
     matmul_gated_add_kernel<4, FUSED_ROWS, FUSED_LOADS>, matmul_gated_add_kernel<TOKENS, FUSED_ROWS, FUSED_LOADS>};
@@ -1079,6 +1113,20 @@ extern "C" bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, co
     if (!epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
     lm_cuda_launch(be, "matmul (add)", add_kernels[tile], grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                    (const uint4 *)lm_cuda_ptr(w->data), n, w->rows, w->cols);
+    return true;
+}
+
+extern "C" bool lm_cuda_gated_matmul_add(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_gate, int n,
+                                         const lm_matrix *w) {
+    dim3 grid;
+    int tile;
+    size_t shared = sizeof(float) * (size_t)n * (size_t)w->cols; // the tile's gated x (gate_tile)
+    if (n > 2 || shared > NORM_TILE_MAX_BYTES || !epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
+    int64_t blocks = (w->rows + FUSED_ROWS - 1) / FUSED_ROWS; // one row group a block, none capped
+    if (blocks > 65535) return false;
+    lm_cuda_launch(be, "matmul (gated x, add)", gated_x_kernels[tile], dim3(1, (unsigned)blocks), THREADS, shared,
+                   lm_cuda_f32(y), lm_cuda_f32(x), lm_cuda_f32(x_gate), (const uint4 *)lm_cuda_ptr(w->data), n,
+                   w->rows, w->cols);
     return true;
 }
 
