@@ -169,12 +169,9 @@ __device__ static void norm_tile(float *xs, const norm_args &nm, int n, int64_t 
 // (a block keeps 48 KB of static and dynamic shared memory by default).
 #define NORM_TILE_MAX_BYTES ((size_t)40 << 10)
 
-// The sums of a block's ROWS rows for its tile of tokens, left in part
-// (one per warp's slice, added by the epilogue in slice order).  With NORM
-// the tile's x is first made from nm into xs (norm_tile) and read there.
-// With GATE the tile's x is first made x ⊙ sigmoid(x_gate) into xs
-// (gate_tile, sigmoid_mul's expression) and read there.  (Applied as each
-// element was loaded instead, it took 16 more registers: a block an SM.)
+// gated_matmul_add's x ⊙ sigmoid(x_gate) for the tile's tokens into shared
+// memory, sigmoid_mul's expression.  (Applied to each element as it was
+// loaded instead, it took 16 more registers: a block an SM.)
 template <int TILE>
 __device__ static void gate_tile(float *xs, const float *x, const float *x_gate, int n, int64_t cols) {
     int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
@@ -186,6 +183,10 @@ __device__ static void gate_tile(float *xs, const float *x, const float *x_gate,
     __syncthreads();
 }
 
+// The sums of a block's ROWS rows for its tile of tokens, left in part
+// (one per warp's slice, added by the epilogue in slice order).  With NORM
+// the tile's x is first made from nm into xs (norm_tile), with GATE from x
+// and x_gate (gate_tile), and read there.
 template <int TILE, int ROWS, int LOADS, int HALF, bool NORM = false, bool GATE = false>
 __device__ static void bf16_partials(const float *x, const uint4 *row0, const uint4 *half0, int64_t valid, int n,
                                      int64_t cols, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
@@ -256,7 +257,7 @@ __device__ static inline float slice_total(float (*part)[ROWS][TILE], int r, int
 enum { EPI_STORE = 0, EPI_ADD = 1, EPI_GATED_ADD = 2 };
 
 // Rows o0 .. o0 + ROWS - 1 of one product for the block's tile, each sum
-// finished as EPI says; with NORM x is made from nm (bf16_partials).
+// finished as EPI says; NORM and GATE as bf16_partials.
 template <int TILE, int ROWS, int LOADS, bool NORM = false, int EPI = EPI_STORE, bool GATE = false>
 __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
                                  int64_t o0, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
