@@ -15,6 +15,29 @@ static inline int lm_cuda_row_threads(int dim) {
 }
 
 #ifdef __CUDACC__
+/* The warp-shuffle tree of the block sums: lane 0 ends with the warp's sum. */
+__device__ static inline float lm_cuda_warp_tree(float v) {
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* The block sums' second stage, called by every thread once partial[w]
+ * holds warp w's sum for w < warps: the first warp adds them with the same
+ * tree, and the total is returned to every thread. */
+__device__ static inline float lm_cuda_warp_partials_sum(const float *partial, int warps) {
+    __shared__ float total;
+    __syncthreads();
+    if (threadIdx.x / 32 == 0) {
+        int lane = threadIdx.x % 32;
+        float v = lm_cuda_warp_tree(lane < warps ? partial[lane] : 0.0f);
+        if (lane == 0) total = v;
+    }
+    __syncthreads();
+    float t = total;
+    __syncthreads(); /* partial and total may be reused by the next call */
+    return t;
+}
+
 /* The sum of v over the block's first `warps` warps, returned to every
  * thread (all of the block's threads call it; the others' v is not read):
  * a warp-shuffle tree, then the warps' sums by the first warp.  Exactly the
@@ -23,20 +46,9 @@ static inline int lm_cuda_row_threads(int dim) {
  * threads. */
 __device__ static inline float lm_cuda_first_warps_sum(float v, int warps) {
     __shared__ float partial[32];
-    __shared__ float total;
-    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < warps ? partial[lane] : 0.0f;
-        for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) total = v;
-    }
-    __syncthreads();
-    float t = total;
-    __syncthreads(); /* partial and total may be reused by the next call */
-    return t;
+    v = lm_cuda_warp_tree(v);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+    return lm_cuda_warp_partials_sum(partial, warps);
 }
 
 /* The sum of every thread's v, returned to all threads of the block
@@ -63,24 +75,14 @@ __device__ static inline float lm_cuda_row_sum_squares(const float *x, int dim) 
  * threads. */
 __device__ static inline float lm_cuda_row_sum_squares_as(const float *x, int dim, int threads) {
     __shared__ float partial[32];
-    __shared__ float total;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, played = threads / 32;
     for (int pw = warp; pw < played; pw += warps) {
         float ss = 0;
         for (int i = pw * 32 + lane; i < dim; i += threads) ss = __fmaf_rn(x[i], x[i], ss);
-        for (int off = 16; off > 0; off /= 2) ss += __shfl_down_sync(0xffffffffu, ss, off);
+        ss = lm_cuda_warp_tree(ss);
         if (lane == 0) partial[pw] = ss;
     }
-    __syncthreads();
-    if (warp == 0) {
-        float v = lane < played ? partial[lane] : 0.0f;
-        for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-        if (lane == 0) total = v;
-    }
-    __syncthreads();
-    float t = total;
-    __syncthreads(); /* partial and total may be reused by the next call */
-    return t;
+    return lm_cuda_warp_partials_sum(partial, played);
 }
 #endif
 

@@ -267,6 +267,46 @@ gated_delta_kernel(float *out, const float *q, const float *k, const float *v, c
 #define PARTS 8
 #define MAX_PER_PART (256 / PARTS) /* dk <= 256 */
 
+// One row's step of the recurrence for a thread's slice of a state column
+// (its part p's rows i0 .. i0 + per - 1 of column jj, in col), the row's q
+// and k staged in qs and ks: decay, m = Sᵀk (each part's double sum, then
+// the parts' in part order), mem = (v − m)·β, S += k·mem, o = Sᵀq summed
+// the same way, returned to every thread.  The one arithmetic of the
+// recurrent kernels that must agree bit for bit.
+template <int PER, int NCOLS>
+__device__ static double delta_rule_row(float (&col)[PER], int per, const float *qs, const float *ks,
+                                        double (*part_sum)[NCOLS], int p, int jj, int i0, float g_row, float beta_row,
+                                        float v_row) {
+    float decay = expf(g_row);
+    double m = 0;
+#pragma unroll
+    for (int ii = 0; ii < PER; ii++)
+        if (ii < per) {
+            col[ii] *= decay;
+            m += (double)col[ii] * ks[i0 + ii];
+        }
+    part_sum[p][jj] = m;
+    __syncthreads();
+    m = 0;
+    for (int r = 0; r < PARTS; r++)
+        m += part_sum[r][jj];
+    double mem = ((double)v_row - m) * beta_row;
+    double o = 0;
+#pragma unroll
+    for (int ii = 0; ii < PER; ii++)
+        if (ii < per) {
+            col[ii] = col[ii] + (float)(ks[i0 + ii] * mem);
+            o += (double)col[ii] * qs[i0 + ii];
+        }
+    __syncthreads(); /* every thread has read part_sum's m */
+    part_sum[p][jj] = o;
+    __syncthreads();
+    o = 0;
+    for (int r = 0; r < PARTS; r++)
+        o += part_sum[r][jj];
+    return o;
+}
+
 __global__ static void __launch_bounds__(COLS *PARTS)
     gated_delta_columns_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
                                const float *beta, float *states, int64_t slot_stride, const int32_t *first,
@@ -298,36 +338,8 @@ __global__ static void __launch_bounds__(COLS *PARTS)
             ks[i] = k[(row * Hk + hk) * dk + i];
         }
         __syncthreads();
-        float decay = expf(g_row);
-        double m = 0;
-#pragma unroll
-        for (int ii = 0; ii < MAX_PER_PART; ii++)
-            if (ii < per) {
-                col[ii] *= decay;
-                m += (double)col[ii] * ks[i0 + ii];
-            }
-        part_sum[p][jj] = m;
-        __syncthreads();
-        m = 0;
-        for (int r = 0; r < PARTS; r++)
-            m += part_sum[r][jj];
-        double mem = ((double)v_row - m) * beta_row;
-        double o = 0;
-#pragma unroll
-        for (int ii = 0; ii < MAX_PER_PART; ii++)
-            if (ii < per) {
-                col[ii] = col[ii] + (float)(ks[i0 + ii] * mem);
-                o += (double)col[ii] * qs[i0 + ii];
-            }
-        __syncthreads(); /* every thread has read part_sum's m */
-        part_sum[p][jj] = o;
-        __syncthreads();
-        if (p == 0 && live) {
-            o = 0;
-            for (int r = 0; r < PARTS; r++)
-                o += part_sum[r][jj];
-            out[(row * Hv + hv) * dv + j] = (float)o;
-        }
+        double o = delta_rule_row<MAX_PER_PART, COLS>(col, per, qs, ks, part_sum, p, jj, i0, g_row, beta_row, v_row);
+        if (p == 0 && live) out[(row * Hv + hv) * dv + j] = (float)o;
     }
 #pragma unroll
     for (int ii = 0; ii < MAX_PER_PART; ii++)
@@ -337,7 +349,7 @@ __global__ static void __launch_bounds__(COLS *PARTS)
 // ---- the delta rule and its output's gated rmsnorm in one launch ----
 // gated_delta_rule_norm (ops.h) for decode and verify steps of the
 // released head shape (dk = dv = 128): block (value head, sequence) of
-// NORM_DV x PARTS threads, gated_delta_columns_kernel's arithmetic with the
+// NORM_DV x PARTS threads, gated_delta_columns_kernel's delta_rule_row with the
 // head's 128 columns in one block (thread (part p, column j), NORM_PER
 // state rows a part in registers, the parts' double sums added in part
 // order), then each row of the head's output normed as rmsnorm_kernel
@@ -373,33 +385,8 @@ __global__ static void __launch_bounds__(NORM_DV *PARTS)
             ks[i] = k[(row * Hk + hk) * dk + i];
         }
         __syncthreads();
-        float decay = expf(g_row);
-        double m = 0;
-#pragma unroll
-        for (int ii = 0; ii < NORM_PER; ii++) {
-            col[ii] *= decay;
-            m += (double)col[ii] * ks[i0 + ii];
-        }
-        part_sum[p][j] = m;
-        __syncthreads();
-        m = 0;
-        for (int r = 0; r < PARTS; r++) m += part_sum[r][j];
-        double mem = ((double)v_row - m) * beta_row;
-        double o = 0;
-#pragma unroll
-        for (int ii = 0; ii < NORM_PER; ii++) {
-            col[ii] = col[ii] + (float)(ks[i0 + ii] * mem);
-            o += (double)col[ii] * qs[i0 + ii];
-        }
-        __syncthreads(); /* every thread has read part_sum's m */
-        part_sum[p][j] = o;
-        __syncthreads();
-        float x = 0.0f; /* the row's output o_j, held by the part-0 threads */
-        if (p == 0) {
-            o = 0;
-            for (int r = 0; r < PARTS; r++) o += part_sum[r][j];
-            x = (float)o;
-        }
+        double o = delta_rule_row<NORM_PER, NORM_DV>(col, NORM_PER, qs, ks, part_sum, p, j, i0, g_row, beta_row, v_row);
+        float x = p == 0 ? (float)o : 0.0f; /* the row's output o_j, held by the part-0 threads */
         // gated_rmsnorm of the row: rmsnorm_kernel's sum (one element a
         // thread, fma(x, x, 0)) and expression
         float ss = 0.0f;
