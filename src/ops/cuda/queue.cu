@@ -87,7 +87,7 @@ struct lm_cuda_queue {
     // (queuing the next run, the flush itself, waiting for the stream)
     bool stats;
     double last_flush_end, queuing_s, flush_s, hash_s, wait_s;
-    long waits;
+    long waits, ops_flushed;
     size_t largest_record;
     profile_row rows[PROFILE_NAMES];
     int n_rows;
@@ -181,6 +181,9 @@ extern "C" void lm_cuda_queue_free(lm_cuda_state *s) {
                     1e6 * q->queuing_s / (double)runs, 1e6 * q->flush_s / (double)runs,
                     1e6 * q->hash_s / (double)runs, q->largest_record,
                     q->waits ? 1e6 * q->wait_s / (double)q->waits : 0.0, q->waits);
+        if (q->waits > 0) // a decode step ends in one wait: about a step's ops
+            fprintf(stderr, "cuda ops: %ld in all, %.1f per wait for the stream\n", q->ops_flushed,
+                    (double)q->ops_flushed / (double)q->waits);
     }
     for (int i = 0; i < GRAPH_CACHE; i++) {
         if (q->cache[i].exec) cudaGraphExecDestroy(q->cache[i].exec);
@@ -520,6 +523,7 @@ void lm_cuda_flush(lm_backend *be) {
     if (q->stats) {
         if (q->last_flush_end > 0) q->queuing_s += t0 - q->last_flush_end;
         if (q->used > q->largest_record) q->largest_record = q->used;
+        q->ops_flushed += q->n_ops;
     }
     lm_cuda_use_device(s);
     graph_entry *g = NULL;
