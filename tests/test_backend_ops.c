@@ -4078,6 +4078,42 @@ static void conv_ignoring_first(lm_backend *be, lm_mem out, lm_mem in, int C, lm
     lm_cpu_backend_ops.causal_conv1d_silu(be, out, in, C, weight, K, states, slot_stride, &packed);
 }
 
+/* Fused ops that are wrong, each beside parts that are right: the checks
+ * against the parts must catch them. */
+static bool matmul_add_storing(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    lm_cpu_backend_ops.matmul(be, y, x, n, w); /* the add forgotten */
+    return true;
+}
+static bool normed_group_of_h(lm_backend *be, const lm_normed_input *in, int n, const lm_matmul_out *outs,
+                              int count) {
+    lm_cpu_backend_ops.rmsnorm(be, in->x, in->h, in->weight, n, (int)outs[0].w->cols, in->eps);
+    for (int i = 0; i < count; i++) /* the products of h, not of its norm */
+        lm_cpu_backend_ops.matmul(be, outs[i].y, in->h, n, outs[i].w);
+    return true;
+}
+/* y += x · wᵀ (each row scaled by sigmoid(gate) if scale_rows), through a
+ * scratch of its own. */
+static bool with_scratch_product(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w, lm_mem gate,
+                                 bool scale_rows) {
+    lm_buffer *buffer = NULL;
+    lm_error err;
+    if (be->ops->alloc(be, sizeof(float) * (size_t)n * (size_t)w->rows, "test scratch", &buffer, &err) != LM_OK)
+        return false;
+    lm_mem scratch = {buffer, 0};
+    lm_cpu_backend_ops.matmul(be, scratch, x, n, w);
+    if (scale_rows) lm_cpu_backend_ops.sigmoid_scale_rows(be, scratch, gate, n, (int)w->rows);
+    lm_cpu_backend_ops.add(be, y, scratch, (int64_t)n * w->rows);
+    be->ops->free(be, buffer);
+    return true;
+}
+static bool gated_matmul_add_ungated(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_gate, int n,
+                                     const lm_matrix *w) {
+    return with_scratch_product(be, y, x, n, w, x_gate, false); /* x_gate ignored */
+}
+static bool matmul_gated_add_without_other(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w,
+                                           lm_mem gate, lm_mem other) {
+    return with_scratch_product(be, y, x, n, w, gate, true); /* other never added */
+}
 static void sigmoid_scale_skipping_last_row(lm_backend *be, lm_mem x, lm_mem gate, int rows,
                                             int width) {
     lm_cpu_backend_ops.sigmoid_scale_rows(be, x, gate, rows - 1, width);
@@ -4232,7 +4268,24 @@ static void test_poison_catches_broken_ops(void) {
         check_moe_experts(&bs, &ok, &r, &ex, 2, 5, true);
     }
     expert_set_free(&ex);
+    /* the fused ops, against their parts */
+    verdict f1 = {0}, f2 = {0}, f3 = {0}, f4 = {0};
+    int taken = 0;
+    broken_ops.matmul_add = matmul_add_storing;
+    check_matmul_add(&bs, &f1, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
+    const int64_t three[] = {24, 8, 8};
+    broken_ops.normed_matmul_group = normed_group_of_h;
+    check_normed_products(&bs, &f2, &r, 2, 3, three, 256, LM_DTYPE_BF16, false, &taken);
+    broken_ops.gated_matmul_add = gated_matmul_add_ungated;
+    check_gated_matmul_add(&bs, &f3, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
+    broken_ops.matmul_gated_add = matmul_gated_add_without_other;
+    check_matmul_gated_add(&bs, &f4, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
     backends_close(&real);
+    CHECK_MSG(taken == 4, "the broken fused ops did not all run (%d of 4)", taken);
+    CHECK_MSG(f1.failed, "a matmul_add that stores instead of adding passed");
+    CHECK_MSG(f2.failed, "a normed_matmul_group whose products read h, not its norm, passed");
+    CHECK_MSG(f3.failed, "a gated_matmul_add that ignores the gate passed");
+    CHECK_MSG(f4.failed, "a matmul_gated_add that never adds other passed");
     CHECK_MSG(v1.failed, "a silu_mul that skips the last element passed");
     CHECK_MSG(v2.failed, "a gather_rows that skips the last row passed");
     CHECK_MSG(v3.failed, "a delta rule that drops a sequence passed");
