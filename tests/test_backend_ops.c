@@ -4106,6 +4106,11 @@ static bool with_scratch_product(lm_backend *be, lm_mem y, lm_mem x, int n, cons
     be->ops->free(be, buffer);
     return true;
 }
+static bool delta_rule_without_norm(lm_backend *be, const lm_delta_rule_norm_args *a) {
+    lm_cpu_backend_ops.gated_delta_rule(be, a->out, a->q, a->k, a->v, a->g, a->beta, a->states, a->slot_stride,
+                                        a->seqs, a->Hk, a->Hv, a->dk, a->dv); /* the gated norm forgotten */
+    return true;
+}
 static bool gated_matmul_add_ungated(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_gate, int n,
                                      const lm_matrix *w) {
     return with_scratch_product(be, y, x, n, w, x_gate, false); /* x_gate ignored */
@@ -4269,7 +4274,7 @@ static void test_poison_catches_broken_ops(void) {
     }
     expert_set_free(&ex);
     /* the fused ops, against their parts */
-    verdict f1 = {0}, f2 = {0}, f3 = {0}, f4 = {0};
+    verdict f1 = {0}, f2 = {0}, f3 = {0}, f4 = {0}, f5 = {0};
     int taken = 0;
     broken_ops.matmul_add = matmul_add_storing;
     check_matmul_add(&bs, &f1, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
@@ -4280,12 +4285,15 @@ static void test_poison_catches_broken_ops(void) {
     check_gated_matmul_add(&bs, &f3, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
     broken_ops.matmul_gated_add = matmul_gated_add_without_other;
     check_matmul_gated_add(&bs, &f4, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
+    broken_ops.gated_delta_rule_norm = delta_rule_without_norm;
+    check_delta_rule_norm(&bs, &f5, &r, 2, 4, 16, 16, (const int[]){1, 2}, 2, &taken);
     backends_close(&real);
-    CHECK_MSG(taken == 4, "the broken fused ops did not all run (%d of 4)", taken);
+    CHECK_MSG(taken == 5, "the broken fused ops did not all run (%d of 5)", taken);
     CHECK_MSG(f1.failed, "a matmul_add that stores instead of adding passed");
     CHECK_MSG(f2.failed, "a normed_matmul_group whose products read h, not its norm, passed");
     CHECK_MSG(f3.failed, "a gated_matmul_add that ignores the gate passed");
     CHECK_MSG(f4.failed, "a matmul_gated_add that never adds other passed");
+    CHECK_MSG(f5.failed, "a gated_delta_rule_norm without the norm passed");
     CHECK_MSG(v1.failed, "a silu_mul that skips the last element passed");
     CHECK_MSG(v2.failed, "a gather_rows that skips the last row passed");
     CHECK_MSG(v3.failed, "a delta rule that drops a sequence passed");
