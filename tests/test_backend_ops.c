@@ -1015,7 +1015,7 @@ static void test_normed_products(void) {
      * does not take (136: 17 groups of 8; 100: none). */
     const int64_t gdn[] = {40, 24, 4, 4}, attn[] = {24, 8, 8}, mlp[] = {24, 24}, router[] = {16, 8, 8, 1};
     static const int64_t widths[] = {64, 100, 136, 256, 1024, 2048, 4096, 5120};
-    static const int ns[] = {1, 2, 3, 9};
+    static const int ns[] = {1, 2, 3, 4, 9}; /* 3-4: a verify step's tile of 4 (64-80 KB of x at 4096-5120) */
     for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
         for (size_t c = 0; c < sizeof widths / sizeof *widths; c++) {
             check_normed_products(&bs, &v, &r, ns[k], 4, gdn, widths[c], LM_DTYPE_BF16, false, &taken);
@@ -1197,7 +1197,7 @@ static void test_gated_matmul_add(void) {
     verdict v = {0};
     rng r = {0x9a7ed};
     int taken = 0;
-    static const int ns[] = {1, 2, 3, 5, 8, 9, 17};
+    static const int ns[] = {1, 2, 3, 4, 5, 8, 9, 17};
     for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
         check_gated_matmul_add(&bs, &v, &r, ns[k], 256, 512, LM_DTYPE_BF16, &taken);
         check_gated_matmul_add(&bs, &v, &r, ns[k], 13, 136, LM_DTYPE_BF16, &taken); /* a row tail */
@@ -1206,6 +1206,7 @@ static void test_gated_matmul_add(void) {
             check_gated_matmul_add(&bs, &v, &r, ns[k], 13, 512, LM_DTYPE_Q8_0, &taken);
     }
     check_gated_matmul_add(&bs, &v, &r, 1, 512, 4096, LM_DTYPE_BF16, &taken); /* the 9B shape's o_proj width */
+    check_gated_matmul_add(&bs, &v, &r, 4, 64, 4096, LM_DTYPE_BF16, &taken);  /* its verify tile: 64 KB of x */
     printf("gated_matmul_add: %d of the calls ran fused\n", taken);
     backends_close(&bs);
     CHECK_VERDICT(v);

@@ -36,6 +36,7 @@ struct lm_cuda_state {
     bool attention_one_run;       /* LOOM_CUDA_ATTENTION_SPLIT=0: a block walks a token's whole context, to compare */
     bool kv_f32;                  /* LOOM_CUDA_KV_F32=1: float32 KV pools under bf16 compute too, to compare */
     bool unfused;                 /* LOOM_CUDA_FUSE=0: the fused ops decline (their parts run) */
+    size_t norm_tile_bytes;       /* the most shared memory a product's tile of normed or gated x may take (matmul.cu) */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
 };
 
@@ -57,6 +58,7 @@ lm_status lm_cuda_queue_init(lm_cuda_state *s, lm_error *err);
 void lm_cuda_queue_free(lm_cuda_state *s);
 /* ---- cuda-a: the cuBLASLt handle and workspace (matmul.cu) ---- */
 lm_status lm_cuda_blas_init(lm_cuda_state *s, lm_error *err);
+void lm_cuda_fused_products_init(lm_cuda_state *s);
 /* The index of a block shape "ROWSxUNROLL" of the bf16 kernel; -1: none. */
 int lm_cuda_gemv_shape_named(const char *name);
 int lm_cuda_gemv_wide_named(const char *name); /* the same for tiles of 3-8 tokens */

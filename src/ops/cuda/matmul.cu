@@ -165,9 +165,13 @@ __device__ static void norm_tile(float *xs, const norm_args &nm, int n, int64_t 
     __syncthreads();
 }
 
-// Shared memory for a tile's normed rows; the fused ops decline wider
-// (a block keeps 48 KB of static and dynamic shared memory by default).
+// Shared memory for a tile's normed (or gated) rows: up to 48 KB a block
+// by default, NORM_TILE_WIDE_BYTES where the kernels were allowed more when
+// the backend was made (lm_cuda_fused_products_init); the fused ops
+// decline wider tiles.  96 KB: 4 tokens of 6144 columns (a verify step of
+// 3 rows, a batch of 4 at the 9B shape's 4096).
 #define NORM_TILE_MAX_BYTES ((size_t)40 << 10)
+#define NORM_TILE_WIDE_BYTES ((size_t)96 << 10)
 
 // gated_matmul_add's x ⊙ sigmoid(x_gate) for the tile's tokens into shared
 // memory, sigmoid_mul's expression.  (Applied to each element as it was
@@ -606,8 +610,8 @@ static const gemv_shape *shape_of(lm_backend *be) {
 // built for the default shapes only, 8 rows a block and one load in flight
 // (gemv_shapes[0] and wide_shapes[0]): with LOOM_CUDA_GEMV or
 // LOOM_CUDA_GEMV_WIDE naming another shape the fused ops decline and their
-// parts run.  The norm's tile is made in shared memory: tiles of 1 and 2
-// tokens (decode), not the wider ones of a verify step.
+// parts run.  The norm's tile is made in shared memory: tiles of 1, 2
+// and 4 tokens (decode, verify steps, small batches), not of 8.
 #define FUSED_ROWS 8
 #define FUSED_LOADS 1
 static const bf16_kernel_fn add_kernels[4] = {
@@ -617,21 +621,46 @@ static const bf16_kernel_fn add_kernels[4] = {
 typedef void (*gated_add_kernel_fn)(float *, const float *, const uint4 *, int, int64_t, int64_t, const float *,
                                     const float *);
 typedef void (*gated_x_kernel_fn)(float *, const float *, const float *, const uint4 *, int, int64_t, int64_t);
-static const gated_x_kernel_fn gated_x_kernels[2] = {gated_matmul_add_kernel<1, FUSED_ROWS, FUSED_LOADS>,
-                                                     gated_matmul_add_kernel<2, FUSED_ROWS, FUSED_LOADS>};
+static const gated_x_kernel_fn gated_x_kernels[3] = {gated_matmul_add_kernel<1, FUSED_ROWS, FUSED_LOADS>,
+                                                     gated_matmul_add_kernel<2, FUSED_ROWS, FUSED_LOADS>,
+                                                     gated_matmul_add_kernel<4, FUSED_ROWS, FUSED_LOADS>};
+
 static const gated_add_kernel_fn gated_add_kernels[4] = {
     matmul_gated_add_kernel<1, FUSED_ROWS, FUSED_LOADS>, matmul_gated_add_kernel<2, FUSED_ROWS, FUSED_LOADS>,
     matmul_gated_add_kernel<4, FUSED_ROWS, FUSED_LOADS>, matmul_gated_add_kernel<TOKENS, FUSED_ROWS, FUSED_LOADS>};
-static const group_kernel_fn normed_group_kernels[2] = {matmul_group_kernel<1, FUSED_ROWS, FUSED_LOADS, true>,
-                                                        matmul_group_kernel<2, FUSED_ROWS, FUSED_LOADS, true>};
-static const swiglu_kernel_fn normed_swiglu_kernels[2] = {matmul_swiglu_kernel<1, FUSED_ROWS, FUSED_LOADS, true>,
-                                                          matmul_swiglu_kernel<2, FUSED_ROWS, FUSED_LOADS, true>};
+static const group_kernel_fn normed_group_kernels[3] = {matmul_group_kernel<1, FUSED_ROWS, FUSED_LOADS, true>,
+                                                        matmul_group_kernel<2, FUSED_ROWS, FUSED_LOADS, true>,
+                                                        matmul_group_kernel<4, FUSED_ROWS, FUSED_LOADS, true>};
+static const swiglu_kernel_fn normed_swiglu_kernels[3] = {matmul_swiglu_kernel<1, FUSED_ROWS, FUSED_LOADS, true>,
+                                                          matmul_swiglu_kernel<2, FUSED_ROWS, FUSED_LOADS, true>,
+                                                          matmul_swiglu_kernel<4, FUSED_ROWS, FUSED_LOADS, true>};
 
 static bool default_shapes(lm_backend *be) {
     const gemv_shape *sh = shape_of(be);
     const wide_shape *wide = wide_of(be);
     return sh == &gemv_shapes[0] && sh->rows == FUSED_ROWS && sh->unroll == FUSED_LOADS && wide == &wide_shapes[0] &&
            wide->rows == FUSED_ROWS && wide->unroll == FUSED_LOADS;
+}
+
+// The tile for n tokens (1, 2, or 4 for 3-4): the index of its kernels
+// in the tables above, -1 for wider.
+static int norm_tile_index(int n) { return n == 1 ? 0 : n == 2 ? 1 : n <= 4 ? 2 : -1; }
+
+// Lets the normed and gated kernels take NORM_TILE_WIDE_BYTES of dynamic
+// shared memory (above the default 48 KB one must ask); if the device
+// refuses, their tiles stay within NORM_TILE_MAX_BYTES.
+extern "C" void lm_cuda_fused_products_init(lm_cuda_state *s) {
+    bool ok = true;
+    for (int i = 0; i < 3; i++) {
+        ok = ok && cudaFuncSetAttribute(normed_group_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(normed_swiglu_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(gated_x_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
+    }
+    if (!ok) (void)cudaGetLastError(); // not sticky: the narrower tiles still run
+    s->norm_tile_bytes = ok ? NORM_TILE_WIDE_BYTES : NORM_TILE_MAX_BYTES;
 }
 
 // Rows per block for a tile of n tokens.
@@ -1037,12 +1066,18 @@ static bool fusable(lm_backend *be, int n) {
     return n > 0 && !s->unfused && !(s->blas_matmul && n >= BLAS_MIN_ROWS) && default_shapes(be);
 }
 
-// The norm's arguments for rows of cols (nullptr-free: in checked by the
-// caller); false when the tile does not fit the block's shared memory.
-static bool normed_args(const lm_normed_input *in, int n, int64_t cols, norm_args *nm, size_t *shared) {
+// Whether a tile of n tokens' x of cols columns fits the shared memory the
+// normed and gated kernels may take; its bytes in *shared.
+static bool norm_tile_fits(lm_backend *be, int n, int64_t cols, size_t *shared) {
+    *shared = sizeof(float) * (size_t)n * (size_t)cols; // the tile's rows past n are never touched
+    return norm_tile_index(n) >= 0 && cols > 0 && cols <= 65536 && *shared <= lm_cuda_state_of(be)->norm_tile_bytes;
+}
+
+// The norm's arguments for rows of cols; false when the tile does not fit.
+static bool normed_args(lm_backend *be, const lm_normed_input *in, int n, int64_t cols, norm_args *nm,
+                        size_t *shared) {
     memset(nm, 0, sizeof *nm); // every byte is compared by the queue (launch.h)
-    *shared = sizeof(float) * (size_t)n * (size_t)cols;
-    if (n > 2 || cols <= 0 || cols % 8 != 0 || cols > 65536 || *shared > NORM_TILE_MAX_BYTES) return false;
+    if (!norm_tile_fits(be, n, cols, shared) || cols % 8 != 0) return false;
     if ((uintptr_t)lm_cuda_ptr(in->h) % 16 != 0) return false;
     nm->h = lm_cuda_f32(in->h), nm->w = lm_cuda_f32(in->weight), nm->x = lm_cuda_f32(in->x);
     nm->eps = in->eps;
@@ -1056,7 +1091,7 @@ extern "C" bool lm_cuda_normed_matmul_group(lm_backend *be, const lm_normed_inpu
     int64_t cols = outs[0].w->cols;
     norm_args nm;
     size_t shared;
-    if (!normed_args(in, n, cols, &nm, &shared)) return false;
+    if (!normed_args(be, in, n, cols, &nm, &shared)) return false;
     group_args a;
     memset(&a, 0, sizeof a); // every byte is compared by the queue (launch.h)
     const void *xp = lm_cuda_ptr(in->x);
@@ -1072,7 +1107,7 @@ extern "C" bool lm_cuda_normed_matmul_group(lm_backend *be, const lm_normed_inpu
         a.block_end[i] = blocks;
     }
     a.count = count;
-    lm_cuda_launch(be, "matmul (normed group)", normed_group_kernels[n - 1], dim3(1, (unsigned)blocks), THREADS,
+    lm_cuda_launch(be, "matmul (normed group)", normed_group_kernels[norm_tile_index(n)], dim3(1, (unsigned)blocks), THREADS,
                    shared, a, lm_cuda_f32(in->x), n, cols, nm);
     return true;
 }
@@ -1082,13 +1117,13 @@ extern "C" bool lm_cuda_normed_matmul_swiglu(lm_backend *be, lm_mem y, const lm_
     if (!fusable(be, n) || gate->rows != up->rows || gate->cols != up->cols || gate->rows <= 0) return false;
     norm_args nm;
     size_t shared;
-    if (!normed_args(in, n, gate->cols, &nm, &shared)) return false;
+    if (!normed_args(be, in, n, gate->cols, &nm, &shared)) return false;
     const void *xp = lm_cuda_ptr(in->x), *gp = lm_cuda_ptr(gate->data), *up_p = lm_cuda_ptr(up->data);
     if (!bf16_vector_ok(gate, gp, xp) || !bf16_vector_ok(up, up_p, xp)) return false;
     constexpr int half = FUSED_ROWS / 2;
     int64_t blocks = (gate->rows + half - 1) / half;
     if (blocks > 65535) return false;
-    lm_cuda_launch(be, "matmul (normed swiglu)", normed_swiglu_kernels[n - 1], dim3(1, (unsigned)blocks), THREADS,
+    lm_cuda_launch(be, "matmul (normed swiglu)", normed_swiglu_kernels[norm_tile_index(n)], dim3(1, (unsigned)blocks), THREADS,
                    shared, lm_cuda_f32(y), lm_cuda_f32(in->x), (const uint4 *)gp, (const uint4 *)up_p, n, gate->rows,
                    gate->cols, nm);
     return true;
@@ -1121,11 +1156,11 @@ extern "C" bool lm_cuda_gated_matmul_add(lm_backend *be, lm_mem y, lm_mem x, lm_
                                          const lm_matrix *w) {
     dim3 grid;
     int tile;
-    size_t shared = sizeof(float) * (size_t)n * (size_t)w->cols; // the tile's gated x (gate_tile)
-    if (n > 2 || shared > NORM_TILE_MAX_BYTES || !epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
+    size_t shared; // the tile's gated x (gate_tile)
+    if (!norm_tile_fits(be, n, w->cols, &shared) || !epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
     int64_t blocks = (w->rows + FUSED_ROWS - 1) / FUSED_ROWS; // one row group a block, none capped
     if (blocks > 65535) return false;
-    lm_cuda_launch(be, "matmul (gated x, add)", gated_x_kernels[tile], dim3(1, (unsigned)blocks), THREADS, shared,
+    lm_cuda_launch(be, "matmul (gated x, add)", gated_x_kernels[norm_tile_index(n)], dim3(1, (unsigned)blocks), THREADS, shared,
                    lm_cuda_f32(y), lm_cuda_f32(x), lm_cuda_f32(x_gate), (const uint4 *)lm_cuda_ptr(w->data), n,
                    w->rows, w->cols);
     return true;

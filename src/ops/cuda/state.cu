@@ -41,6 +41,7 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     if (e != cudaSuccess)
         return lm_fail(err, LM_ERR_NOMEM, "cuda: cannot allocate the attention's %zu bytes of partials: %s",
                        s->attention_partial_bytes, cudaGetErrorString(e));
+    lm_cuda_fused_products_init(s); /* the products' tiles of normed x (matmul.cu) */
     return lm_cuda_blas_init(s, err); /* cuBLASLt handle and workspace (matmul.cu) */
 }
 
