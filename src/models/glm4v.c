@@ -353,9 +353,21 @@ static void sum_over_ranks(lm_glm4v_context *ctx, lm_mem x, int N) {
         lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
 }
 
-/* Attention (model-spec §E.2.1): s->x [N, H] -> s->x, the o_proj output. */
-static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_glm4v_layer *layer,
-                      const lm_kv_layer *kv) {
+/* The products of a block's normed input: x = rmsnorm(h) · w made by the
+ * products themselves (normed_matmul_group: on a device, in the products'
+ * own blocks), or by a norm that already ran (in NULL: x is ready). */
+static void input_products(lm_backend *be, const lm_normed_input *in, lm_mem x, int N, const lm_matmul_out *outs,
+                           int count) {
+    if (in) lm_normed_matmul_group(be, in, N, outs, count);
+    else lm_matmul_group(be, x, N, outs, count);
+}
+
+/* Attention (model-spec §E.2.1) of the normed input (`in`, as
+ * input_products).  Without tensor parallelism or sandwich norms the o_proj
+ * output is added to h in the product (true returned); otherwise it is
+ * left in s->x (false), summed over the ranks. */
+static bool attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_glm4v_layer *layer,
+                      const lm_kv_layer *kv, const lm_normed_input *in) {
     const lm_glm4v_model *m = ctx->model;
     const lm_glm4v_config *c = &m->config;
     const lm_glm4v_attention *a = &layer->attn;
@@ -364,7 +376,7 @@ static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
     int N = step->n_tokens, D = c->head_dim;
     int nH = c->num_attention_heads, nKV = c->num_key_value_heads;
     lm_matmul_out projections[] = {{s->q, &a->q_proj}, {s->k, &a->k_proj}, {s->v, &a->v_proj}};
-    lm_matmul_group(be, s->x, N, projections, 3);
+    input_products(be, in, s->x, N, projections, 3);
     add_bias(be, s->q, N, &a->q_proj, a->q_bias);
     add_bias(be, s->k, N, &a->k_proj, a->k_bias);
     add_bias(be, s->v, N, &a->v_proj, a->v_bias);
@@ -374,30 +386,38 @@ static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
     lm_kv_write(be, kv, s->k, s->v, N, step->kv_slots);
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
     lm_attention(be, s->attn, s->q, kv, &ab);
-    lm_matmul(be, s->x, s->attn, N, &a->o_proj); /* no bias */
+    if (!m->share.comm && !m->sandwich_norms) {
+        lm_matmul_add(be, s->h, s->x, s->attn, N, &a->o_proj); /* no bias */
+        return true;
+    }
+    lm_matmul(be, s->x, s->attn, N, &a->o_proj);
     sum_over_ranks(ctx, s->x, N);
+    return false;
 }
 
-/* SwiGLU: s->x -> out. */
-static void swiglu(lm_glm4v_context *ctx, int N, const lm_swiglu *w, lm_mem out) {
+/* SwiGLU's first half, silu(x·gateᵀ) * (x·upᵀ) into s->proj, of the normed
+ * input (`in`, as input_products). */
+static void swiglu_in(lm_glm4v_context *ctx, int N, const lm_swiglu *w, const lm_normed_input *in) {
     const lm_glm4v_scratch *s = &ctx->scratch;
-    lm_backend *be = ctx->be;
-    lm_matmul_swiglu(be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
-    lm_matmul(be, out, s->proj, N, &w->down_proj);
+    if (in) lm_normed_matmul_swiglu(ctx->be, s->proj, s->proj2, in, N, &w->gate_proj, &w->up_proj);
+    else lm_matmul_swiglu(ctx->be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
 }
 
-/* The MoE block (model-spec §E.2.4): s->x -> s->routed, the routed experts'
- * weighted sum plus the (ungated) shared experts. */
-static void moe(lm_glm4v_context *ctx, int N, const lm_glm4v_moe *moe) {
+/* The MoE block (model-spec §E.2.4) of the normed input: s->routed, the
+ * routed experts' weighted sum plus the (ungated) shared experts.  The
+ * shared experts' SwiGLU runs first, so with `in` its products make x for
+ * the router and the routed experts; their down product adds into the
+ * routed sum (matmul_add, s->shared its parts' scratch). */
+static void moe(lm_glm4v_context *ctx, int N, const lm_glm4v_moe *moe, const lm_normed_input *in) {
     const lm_glm4v_config *c = &ctx->model->config;
     const lm_glm4v_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
+    swiglu_in(ctx, N, &moe->shared, in);
     lm_matmul(be, s->router_logits, s->x, N, &moe->router); /* float32 like the reference */
     lm_moe_route(be, s->ids, s->weights, s->router_logits, N, &moe->routing);
     lm_moe_apply_experts(be, s->routed, s->x, N, s->ids, s->weights, c->num_experts_per_tok,
                          &moe->experts.view, s->expert_scratch);
-    swiglu(ctx, N, &moe->shared, s->shared);
-    lm_add(be, s->routed, s->shared, (int64_t)N * c->hidden_size);
+    lm_matmul_add(be, s->routed, s->shared, s->proj, N, &moe->shared.down_proj);
 }
 
 /* One decoder layer (model-spec §E.2; §E.6's sandwich norms for glm4v). */
@@ -409,17 +429,22 @@ static void decoder_layer(lm_glm4v_context *ctx, const lm_step_view *step,
     lm_backend *be = ctx->be;
     int N = step->n_tokens, H = c->hidden_size;
     float eps = c->rms_norm_eps;
-    lm_rmsnorm(be, s->x, s->h, layer->input_norm, N, H, eps);
-    attention(ctx, step, layer, kv);
-    if (m->sandwich_norms) lm_rmsnorm(be, s->x, s->x, layer->post_self_attn_norm, N, H, eps);
-    /* h += attention's output; x = post_attention_norm(h) */
-    lm_add_rmsnorm(be, s->x, s->h, s->x, layer->post_attention_norm, N, H, eps);
+    lm_normed_input in = {.h = s->h, .weight = layer->input_norm, .x = s->x, .eps = eps};
+    /* h += attention's output (in o_proj, or here); x = post_attention_norm(h) */
+    lm_normed_input post = {.h = s->h, .weight = layer->post_attention_norm, .x = s->x, .eps = eps};
+    const lm_normed_input *mlp_in = &post;
+    if (!attention(ctx, step, layer, kv, &in)) {
+        if (m->sandwich_norms) lm_rmsnorm(be, s->x, s->x, layer->post_self_attn_norm, N, H, eps);
+        lm_add_rmsnorm(be, s->x, s->h, s->x, layer->post_attention_norm, N, H, eps);
+        mlp_in = NULL;
+    }
     lm_mem out = s->x;
     if (layer->is_moe) {
-        moe(ctx, N, &layer->moe);
+        moe(ctx, N, &layer->moe, mlp_in);
         out = s->routed;
     } else {
-        swiglu(ctx, N, &layer->mlp, s->x);
+        swiglu_in(ctx, N, &layer->mlp, mlp_in);
+        lm_matmul(be, s->x, s->proj, N, &layer->mlp.down_proj);
     }
     sum_over_ranks(ctx, out, N);
     if (m->sandwich_norms) lm_rmsnorm(be, out, out, layer->post_mlp_norm, N, H, eps);
