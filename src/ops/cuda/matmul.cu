@@ -282,7 +282,9 @@ __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n
             } else if (EPI == EPI_ADD) {
                 y[at] = y[at] + total;
             } else {
-                float scaled = total * (1.0f / (1.0f + expf(-gate[t0 + t])));
+                // rounded before the add, as sigmoid_scale_rows stores it
+                // (other + total * s would contract to one fma)
+                float scaled = __fmul_rn(total, 1.0f / (1.0f + expf(-gate[t0 + t])));
                 y[at] = y[at] + (other[at] + scaled);
             }
         }
@@ -1077,7 +1079,7 @@ static bool norm_tile_fits(lm_backend *be, int n, int64_t cols, size_t *shared) 
 static bool normed_args(lm_backend *be, const lm_normed_input *in, int n, int64_t cols, norm_args *nm,
                         size_t *shared) {
     memset(nm, 0, sizeof *nm); // every byte is compared by the queue (launch.h)
-    if (!norm_tile_fits(be, n, cols, shared) || cols % 8 != 0) return false;
+    if (lm_cuda_state_of(be)->norm_unfused || !norm_tile_fits(be, n, cols, shared) || cols % 8 != 0) return false;
     if ((uintptr_t)lm_cuda_ptr(in->h) % 16 != 0) return false;
     nm->h = lm_cuda_f32(in->h), nm->w = lm_cuda_f32(in->weight), nm->x = lm_cuda_f32(in->x);
     nm->eps = in->eps;

@@ -20,6 +20,8 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
                        "(ROWSxLOADS: 8x1, 4x4, 8x2, 16x1)", wide);
     const char *chunked = getenv("LOOM_CUDA_GDN_CHUNKED"); // 0: the recurrent form only, to compare
     s->gdn_recurrent_only = chunked && chunked[0] == '0';
+    const char *gdn_mma = getenv("LOOM_CUDA_GDN_MMA"); // 0: the chunked delta rule without tensor cores, to compare
+    s->gdn_chunk_simt = gdn_mma && gdn_mma[0] == '0';
     const char *mma = getenv("LOOM_CUDA_ATTENTION_MMA"); // 0: the float32 kernel in bf16 compute too, to compare
     s->attention_simt_only = mma && mma[0] == '0';
     const char *split = getenv("LOOM_CUDA_ATTENTION_SPLIT"); // 0: one run of keys a token, to compare
@@ -28,6 +30,8 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     s->kv_f32 = kv_f32 && kv_f32[0] == '1';
     const char *fuse = getenv("LOOM_CUDA_FUSE"); // 0: the fused ops decline (their parts run), to compare
     s->unfused = fuse && fuse[0] == '0';
+    const char *fuse_norm = getenv("LOOM_CUDA_FUSE_NORM"); // 0: only the normed products decline, to compare
+    s->norm_unfused = fuse_norm && fuse_norm[0] == '0';
     const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows
     int sms = 0;
     if (per_sm && atoi(per_sm) > 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s->device) == cudaSuccess)
