@@ -4320,6 +4320,9 @@ int main(void) {
     /* The cuda attention's partials at 2 MB (64 MB by default): calls of
      * many tokens at long contexts run in several waves here. */
     setenv("LOOM_CUDA_ATTENTION_PARTIALS", "2097152", 0);
+    /* The cuda normed products run only when asked (matmul.cu says why):
+     * asked here, so their kernels stay checked against their parts. */
+    setenv("LOOM_CUDA_FUSE_NORM", "1", 0);
     RUN_TEST(test_backend_create_by_name);
     RUN_TEST(test_memory_ops);
     RUN_TEST(test_matmul);

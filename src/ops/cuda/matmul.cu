@@ -1075,11 +1075,20 @@ static bool norm_tile_fits(lm_backend *be, int n, int64_t cols, size_t *shared) 
     return norm_tile_index(n) >= 0 && cols > 0 && cols <= 65536 && *shared <= lm_cuda_state_of(be)->norm_tile_bytes;
 }
 
-// The norm's arguments for rows of cols; false when the tile does not fit.
+// The norm's arguments for rows of cols; false when the tile does not fit,
+// and unless LOOM_CUDA_FUSE_NORM=1.  The normed products lose on the
+// decode step as they stand: each of a product's blocks owns one row
+// group and norms the whole row again (a 4096-float row and its weight,
+// 32 KB through L2 and two block-wide syncs per 64 KB of weight rows), so
+// on an H100 the 9B shape's normed SwiGLU took 84.7 us a call against 75.3
+// for rmsnorm's separate launch plus the plain one, its normed group 49.1
+// against 38.9, and batch-1 decode fell from 164.1 to 146.7 tokens/s
+// (docs/PERF.md, session 18).  Blocks that loop over many row groups and
+// norm once would amortise it; until that is measured, rmsnorm runs first.
 static bool normed_args(lm_backend *be, const lm_normed_input *in, int n, int64_t cols, norm_args *nm,
                         size_t *shared) {
     memset(nm, 0, sizeof *nm); // every byte is compared by the queue (launch.h)
-    if (lm_cuda_state_of(be)->norm_unfused || !norm_tile_fits(be, n, cols, shared) || cols % 8 != 0) return false;
+    if (!lm_cuda_state_of(be)->norm_fused || !norm_tile_fits(be, n, cols, shared) || cols % 8 != 0) return false;
     if ((uintptr_t)lm_cuda_ptr(in->h) % 16 != 0) return false;
     nm->h = lm_cuda_f32(in->h), nm->w = lm_cuda_f32(in->weight), nm->x = lm_cuda_f32(in->x);
     nm->eps = in->eps;
