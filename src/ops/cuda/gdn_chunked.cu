@@ -54,7 +54,7 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
     gated_delta_chunked_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
                                const float *beta, float *states, int64_t slot_stride, const int32_t *first,
                                const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv,
-                               int min_T) {
+                               int min_T, bool quads) {
     lm_cuda_let_next_then_wait();
     extern __shared__ __align__(16) unsigned char chunk_smem[];
     const int hv = blockIdx.x, col0 = blockIdx.y * CH_COLS, s = blockIdx.z;
@@ -91,17 +91,34 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
     auto stage = [&](int b, int t0) {
         const int n = T - t0 < CH ? T - t0 : CH;
         const chunk_rows into = buf(b);
-        for (int idx = tid; idx < CH * dk; idx += CH_THREADS) {
-            int i = idx / dk, d = idx - i * dk;
-            bool in = i < n;
-            int64_t from = in ? ((f + t0 + i) * Hk + hk) * dk + d : 0;
-            lm_copy_async4(&into.k[i * dkp + d], k + from, in);
-            lm_copy_async4(&into.q[i * dkp + d], q + from, in);
-        }
-        for (int idx = tid; idx < CH * CH_COLS; idx += CH_THREADS) {
-            int i = idx / CH_COLS, c = idx % CH_COLS;
-            bool in = i < n && col0 + c < dv;
-            lm_copy_async4(&into.v[idx], v + (in ? ((f + t0 + i) * Hv + hv) * dv + col0 + c : 0), in);
+        if (quads) { /* 16-byte copies: a quarter of the copies and index sums */
+            const int row_quads = dk / 4;
+            for (int idx = tid; idx < CH * row_quads; idx += CH_THREADS) {
+                int i = idx / row_quads, d = (idx - i * row_quads) * 4;
+                bool in = i < n;
+                int64_t from = in ? ((f + t0 + i) * Hk + hk) * dk + d : 0;
+                lm_copy_async16(&into.k[i * dkp + d], k + from, in);
+                lm_copy_async16(&into.q[i * dkp + d], q + from, in);
+            }
+            for (int idx = tid; idx < CH * CH_COLS / 4; idx += CH_THREADS) {
+                int i = idx / (CH_COLS / 4), c = idx % (CH_COLS / 4) * 4;
+                bool in = i < n && col0 + c < dv; /* dv % 4 == 0: a quad is all in or all out */
+                lm_copy_async16(&into.v[i * CH_COLS + c], v + (in ? ((f + t0 + i) * Hv + hv) * dv + col0 + c : 0),
+                                in);
+            }
+        } else {
+            for (int idx = tid; idx < CH * dk; idx += CH_THREADS) {
+                int i = idx / dk, d = idx - i * dk;
+                bool in = i < n;
+                int64_t from = in ? ((f + t0 + i) * Hk + hk) * dk + d : 0;
+                lm_copy_async4(&into.k[i * dkp + d], k + from, in);
+                lm_copy_async4(&into.q[i * dkp + d], q + from, in);
+            }
+            for (int idx = tid; idx < CH * CH_COLS; idx += CH_THREADS) {
+                int i = idx / CH_COLS, c = idx % CH_COLS;
+                bool in = i < n && col0 + c < dv;
+                lm_copy_async4(&into.v[idx], v + (in ? ((f + t0 + i) * Hv + hv) * dv + col0 + c : 0), in);
+            }
         }
         if (tid < CH) {
             bool in = tid < n;
@@ -324,6 +341,13 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
 
 bool lm_cuda_gdn_chunked_fits(int dk) { return dk > 0 && dk % 4 == 0 && dk <= CH_MAX_DK; }
 
+/* Whether the rows can be staged 16 bytes a copy: every row and column
+ * block starts on 16 bytes. */
+static bool rows_in_quads(lm_mem q, lm_mem k, lm_mem v, int dk, int dv) {
+    return dk % 4 == 0 && dv % 4 == 0 && (uintptr_t)lm_cuda_ptr(q) % 16 == 0 && (uintptr_t)lm_cuda_ptr(k) % 16 == 0 &&
+           (uintptr_t)lm_cuda_ptr(v) % 16 == 0;
+}
+
 bool lm_cuda_gated_delta_chunked(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
                                  lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
                                  int dk, int dv, int min_T) {
@@ -340,6 +364,7 @@ bool lm_cuda_gated_delta_chunked(lm_backend *be, lm_mem out, lm_mem q, lm_mem k,
     lm_cuda_launch(be, "gated_delta_rule (chunked)", gated_delta_chunked_kernel, grid, CH_THREADS, shared,
                    lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(k), lm_cuda_f32(v), lm_cuda_f32(g),
                    lm_cuda_f32(beta), lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first),
-                   lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv, min_T);
+                   lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv, min_T,
+                   rows_in_quads(q, k, v, dk, dv));
     return true;
 }
