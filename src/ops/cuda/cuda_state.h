@@ -32,7 +32,6 @@ struct lm_cuda_state {
     int gemv_wide;                /* its shape for tiles of 3-8 tokens (matmul.cu; LOOM_CUDA_GEMV_WIDE) */
     int gemv_grid_cap;            /* 0, or its most blocks (LOOM_CUDA_GEMV_BLOCKS per SM) */
     bool gdn_recurrent_only;      /* LOOM_CUDA_GDN_CHUNKED=0: prefill walks tokens too (bench/cuda_gdn.c) */
-    bool gdn_chunk_simt;          /* LOOM_CUDA_GDN_MMA=0: the chunked form's products on the CUDA cores, to compare */
     bool attention_simt_only;     /* LOOM_CUDA_ATTENTION_MMA=0: bf16 compute keeps the float32 attention */
     bool attention_one_run;       /* LOOM_CUDA_ATTENTION_SPLIT=0: a block walks a token's whole context, to compare */
     bool kv_f32;                  /* LOOM_CUDA_KV_F32=1: float32 KV pools under bf16 compute too, to compare */

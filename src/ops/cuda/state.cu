@@ -20,8 +20,6 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
                        "(ROWSxLOADS: 8x1, 4x4, 8x2, 16x1)", wide);
     const char *chunked = getenv("LOOM_CUDA_GDN_CHUNKED"); // 0: the recurrent form only, to compare
     s->gdn_recurrent_only = chunked && chunked[0] == '0';
-    const char *gdn_mma = getenv("LOOM_CUDA_GDN_MMA"); // 0: the chunked delta rule without tensor cores, to compare
-    s->gdn_chunk_simt = gdn_mma && gdn_mma[0] == '0';
     const char *mma = getenv("LOOM_CUDA_ATTENTION_MMA"); // 0: the float32 kernel in bf16 compute too, to compare
     s->attention_simt_only = mma && mma[0] == '0';
     const char *split = getenv("LOOM_CUDA_ATTENTION_SPLIT"); // 0: one run of keys a token, to compare
