@@ -273,6 +273,20 @@ gated_delta_kernel(float *out, const float *q, const float *k, const float *v, c
 // the parts' in part order), mem = (v − m)·β, S += k·mem, o = Sᵀq summed
 // the same way, returned to every thread.  The one arithmetic of the
 // recurrent kernels that must agree bit for bit.
+// A row's q and k of key head hk into qs and ks, by the block's BLOCK
+// threads: the recurrent kernels' staging before delta_rule_row, between
+// the two syncs (the block size a constant, as the loop was written).
+template <int BLOCK>
+__device__ static void stage_row_qk(float *qs, float *ks, const float *q, const float *k, int64_t row, int Hk, int hk,
+                                    int dk) {
+    __syncthreads(); /* the previous row is done with qs, ks, part_sum */
+    for (int i = threadIdx.x; i < dk; i += BLOCK) {
+        qs[i] = q[(row * Hk + hk) * dk + i];
+        ks[i] = k[(row * Hk + hk) * dk + i];
+    }
+    __syncthreads();
+}
+
 template <int PER, int NCOLS>
 __device__ static double delta_rule_row(float (&col)[PER], int per, const float *qs, const float *ks,
                                         double (*part_sum)[NCOLS], int p, int jj, int i0, float g_row, float beta_row,
@@ -332,12 +346,7 @@ __global__ static void __launch_bounds__(COLS *PARTS)
         // sums that first use them: one wait for memory a row, not three.
         const float g_row = g[row * Hv + hv], beta_row = beta[row * Hv + hv];
         const float v_row = live ? v[(row * Hv + hv) * dv + j] : 0.0f;
-        __syncthreads(); /* the previous row is done with qs, ks, part_sum */
-        for (int i = threadIdx.x; i < dk; i += COLS * PARTS) {
-            qs[i] = q[(row * Hk + hk) * dk + i];
-            ks[i] = k[(row * Hk + hk) * dk + i];
-        }
-        __syncthreads();
+        stage_row_qk<COLS * PARTS>(qs, ks, q, k, row, Hk, hk, dk);
         double o = delta_rule_row<MAX_PER_PART, COLS>(col, per, qs, ks, part_sum, p, jj, i0, g_row, beta_row, v_row);
         if (p == 0 && live) out[(row * Hv + hv) * dv + j] = (float)o;
     }
@@ -379,12 +388,7 @@ __global__ static void __launch_bounds__(NORM_DV *PARTS)
     for (int t = 0; t < T; t++) {
         const int64_t row = f + t, at = (row * Hv + hv) * dv + j;
         const float g_row = g[row * Hv + hv], beta_row = beta[row * Hv + hv], v_row = v[at];
-        __syncthreads(); /* the previous row is done with qs, ks, part_sum */
-        for (int i = threadIdx.x; i < dk; i += NORM_DV * PARTS) {
-            qs[i] = q[(row * Hk + hk) * dk + i];
-            ks[i] = k[(row * Hk + hk) * dk + i];
-        }
-        __syncthreads();
+        stage_row_qk<NORM_DV * PARTS>(qs, ks, q, k, row, Hk, hk, dk);
         double o = delta_rule_row<NORM_PER, NORM_DV>(col, NORM_PER, qs, ks, part_sum, p, j, i0, g_row, beta_row, v_row);
         float x = p == 0 ? (float)o : 0.0f; /* the row's output o_j, held by the part-0 threads */
         // gated_rmsnorm of the row: rmsnorm_kernel's sum (one element a
