@@ -383,6 +383,126 @@ moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t 
     }
 }
 
+// ---- few tokens (decode): no sort, the down product and the combine in one
+
+// A step of at most MOE_DIRECT_MAX_TOKENS tokens of at most
+// MOE_DIRECT_MAX_K experts each takes its pairs as the router left them:
+// each pair's expert is read by the blocks of that pair (a token's top_k
+// experts are distinct, so at one token every expert is read once, as the
+// sort would have it; at a few tokens an expert two of them chose is read
+// twice), with no sort launch and no tile lists to read before the
+// weights; and each block of the down product takes a slice of a token's
+// rows for all its experts, so it also sums them with their weights (the
+// combine), in slot order: no combine launch.  Every output is the same
+// arithmetic in the same order as the sorted path's (row_dots' lane order
+// and shuffle tree, the combine's fmaf chain), so a token's bits do not
+// depend on which path its step took: batched == alone.
+#define MOE_DIRECT_MAX_TOKENS 4
+#define MOE_DIRECT_MAX_K 16
+#define DOWN_ROWS 8 /* a warp's rows of one expert's down matrix */
+
+// ROWS bf16 rows w[r] (n columns, 16-byte aligned) times x: row_dots<VEC_BF16>'s
+// sums (lane l adds groups l, l + 32, ... in order, then warp_sum), with
+// LOADS groups of every row loaded at once before any is summed, so a
+// warp has ROWS x LOADS 16-byte loads in flight.
+template <int ROWS, int LOADS>
+__device__ static void rows_dots_bf16(const uint4 *const (&w)[ROWS], const float *x, int n, float (&out)[ROWS]) {
+    int lane = threadIdx.x & 31, groups = n / 8;
+    const float4 *x4 = (const float4 *)x;
+    float acc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) acc[r] = 0.0f;
+    for (int g0 = lane; g0 < groups; g0 += 32 * LOADS) {
+        uint4 p[ROWS][LOADS];
+#pragma unroll
+        for (int u = 0; u < LOADS; u++)
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+                p[r][u] = g0 + 32 * u < groups ? __ldg(w[r] + g0 + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < LOADS; u++) {
+            int g = g0 + 32 * u;
+            if (g < groups) {
+                float4 a = x4[2 * g], b = x4[2 * g + 1];
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) acc[r] = lm_dot8_bf16(p[r][u], a, b, acc[r]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) out[r] = warp_sum(acc[r]);
+}
+
+// Block (row tile, pair p); warp = row r of gate[e] and up[e], e pair p's
+// expert: act[p, r] = silu(x_t · gate[e][r]) · (x_t · up[e][r]).
+template <int MAXE, int VEC>
+__global__ static void __launch_bounds__(MOE_THREADS)
+moe_gate_up_direct_kernel(float *act, const float *x, const int32_t *ids, int top_k, int H, int I, int E, int first,
+                          const __grid_constant__ expert_mats<MAXE, 2> m) {
+    lm_cuda_let_next_then_wait();
+    int p = blockIdx.y, r = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
+    unsigned e = (unsigned)(ids[p] - first); // another rank's expert wraps past E
+    if (r >= I || e >= (unsigned)E) return;
+    const float *xt = x + (int64_t)(p / top_k) * H;
+    float g, u;
+    if (VEC == VEC_BF16) {
+        const uint4 *rows[2] = {(const uint4 *)m.w[0][e] + (int64_t)r * H / 8,
+                                (const uint4 *)m.w[1][e] + (int64_t)r * H / 8};
+        float both[2];
+        rows_dots_bf16<2, 4>(rows, xt, H, both);
+        g = both[0], u = both[1];
+    } else {
+        row_dots<VEC, true>(m.w[0][e], m.dtype[0][e], m.w[1][e], m.dtype[1][e], (int64_t)r * H, xt, H, &g, &u);
+    }
+    if ((threadIdx.x & 31) == 0) act[(int64_t)p * I + r] = g / (1.0f + expf(-g)) * u;
+}
+
+// Block (DOWN_ROWS rows from r0, token t): warp w takes the token's slots
+// j = w, w + MOE_WARPS, ... and their experts' rows r0 .. r0 + DOWN_ROWS - 1
+// of down[e] ([H, I]) times act[pair]; then out[t, r] = Σ_j weights[p] ·
+// y[j][r] in j order (moe_combine_kernel's chain), slots of other ranks'
+// experts left out.
+template <int MAXE, int VEC>
+__global__ static void __launch_bounds__(MOE_THREADS)
+moe_down_combine_kernel(float *out, const float *act, const int32_t *ids, const float *weights, int top_k, int H,
+                        int I, int E, int first, const __grid_constant__ expert_mats<MAXE, 1> m) {
+    lm_cuda_let_next_then_wait();
+    __shared__ float y[MOE_DIRECT_MAX_K][DOWN_ROWS];
+    int t = blockIdx.y, r0 = blockIdx.x * DOWN_ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int j = warp; j < top_k; j += MOE_WARPS) {
+        int64_t p = (int64_t)t * top_k + j;
+        unsigned e = (unsigned)(ids[p] - first);
+        if (e >= (unsigned)E) continue; // not summed below either
+        const float *a = act + p * I;
+        float sums[DOWN_ROWS] = {0.0f};
+        if (VEC == VEC_BF16) {
+            const uint4 *rows[DOWN_ROWS];
+#pragma unroll
+            for (int r = 0; r < DOWN_ROWS; r++) // rows past H read row r0's again, never stored
+                rows[r] = (const uint4 *)m.w[0][e] + (int64_t)(r0 + r < H ? r0 + r : r0) * I / 8;
+            rows_dots_bf16<DOWN_ROWS, 2>(rows, a, I, sums);
+        } else {
+            for (int r = 0; r < DOWN_ROWS; r++)
+                if (r0 + r < H) row_dots<VEC, false>(m.w[0][e], m.dtype[0][e], m.w[0][e], m.dtype[0][e],
+                                                     (int64_t)(r0 + r) * I, a, I, &sums[r], &sums[r]);
+        }
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < DOWN_ROWS; r++) y[j][r] = sums[r];
+    }
+    __syncthreads();
+    int r = threadIdx.x;
+    if (r < DOWN_ROWS && r0 + r < H) {
+        float o = 0.0f;
+        for (int j = 0; j < top_k; j++) {
+            int64_t p = (int64_t)t * top_k + j;
+            if ((unsigned)(ids[p] - first) >= (unsigned)E) continue;
+            o = __fmaf_rn(weights[p], y[j][r], o);
+        }
+        out[(int64_t)t * H + r0 + r] = o;
+    }
+}
+
 // out[t] = Σ_j weights[t, j] · y[t·top_k + j], in j order, over the
 // slots whose expert is one of the E given from `first`.  Blocks along x
 // take slices of a token's columns (one block a token left a decode step's
@@ -396,40 +516,55 @@ __global__ static void moe_combine_kernel(float *out, const float *y, const floa
             for (int j = 0; j < top_k; j++) {
                 int64_t p = t * top_k + j;
                 if ((unsigned)(ids[p] - first) >= (unsigned)E) continue; // another rank's: y[p] unwritten
-                o += weights[p] * y[p * H + c];
+                o = __fmaf_rn(weights[p], y[p * H + c], o); // as moe_down_combine_kernel
             }
             out[t * H + c] = o;
         }
     }
 }
 
-template <int MAXE>
-static void run_experts(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
-                        const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
-                        const int32_t *tile_count, int pairs, int wave, int top_k, const lm_moe_experts *ex) {
-    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
+// The experts' matrices as the kernels take them, and which row code
+// fits them all: VEC_BF16 (every matrix bf16 with 16-byte rows and x, act
+// 16-byte aligned), VEC_Q8 (every matrix Q8_0), else ROW_SCALAR.
+template <int MAXE> struct expert_tables {
     expert_mats<MAXE, 2> gu;
     expert_mats<MAXE, 1> dn;
-    memset(&gu, 0, sizeof gu); // every byte is a kernel argument the queue compares (launch.h)
-    memset(&dn, 0, sizeof dn);
-    bool vec = H % 8 == 0 && I % 8 == 0 && ((uintptr_t)x % 16) == 0;
+    int vec;
+};
+
+template <int MAXE>
+static void expert_tables_make(expert_tables<MAXE> *t, const float *act, const float *x, const lm_moe_experts *ex) {
+    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
+    memset(t, 0, sizeof *t); // every byte is a kernel argument the queue compares (launch.h)
+    bool vec = H % 8 == 0 && I % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)act % 16) == 0;
     // int8 experts: scratch rows (act) and x 16-byte aligned, as the bf16 test
     bool q8 = H % LM_Q8_BLOCK == 0 && I % LM_Q8_BLOCK == 0 && ((uintptr_t)x % 16) == 0 &&
               ((uintptr_t)act % 16) == 0;
     for (int e = 0; e < E; e++) {
-        gu.w[0][e] = lm_cuda_ptr(ex->gate[e].data);
-        gu.dtype[0][e] = (unsigned char)ex->gate[e].dtype;
-        gu.w[1][e] = lm_cuda_ptr(ex->up[e].data);
-        gu.dtype[1][e] = (unsigned char)ex->up[e].dtype;
-        dn.w[0][e] = lm_cuda_ptr(ex->down[e].data);
-        dn.dtype[0][e] = (unsigned char)ex->down[e].dtype;
+        t->gu.w[0][e] = lm_cuda_ptr(ex->gate[e].data);
+        t->gu.dtype[0][e] = (unsigned char)ex->gate[e].dtype;
+        t->gu.w[1][e] = lm_cuda_ptr(ex->up[e].data);
+        t->gu.dtype[1][e] = (unsigned char)ex->up[e].dtype;
+        t->dn.w[0][e] = lm_cuda_ptr(ex->down[e].data);
+        t->dn.dtype[0][e] = (unsigned char)ex->down[e].dtype;
         for (int k = 0; k < 2; k++)
-            vec = vec && gu.dtype[k][e] == LM_DTYPE_BF16 && ((uintptr_t)gu.w[k][e] % 16) == 0;
-        vec = vec && dn.dtype[0][e] == LM_DTYPE_BF16 && ((uintptr_t)dn.w[0][e] % 16) == 0;
+            vec = vec && t->gu.dtype[k][e] == LM_DTYPE_BF16 && ((uintptr_t)t->gu.w[k][e] % 16) == 0;
+        vec = vec && t->dn.dtype[0][e] == LM_DTYPE_BF16 && ((uintptr_t)t->dn.w[0][e] % 16) == 0;
         for (int k = 0; k < 2; k++)
-            q8 = q8 && gu.dtype[k][e] == LM_DTYPE_Q8_0 && ((uintptr_t)gu.w[k][e] % 2) == 0;
-        q8 = q8 && dn.dtype[0][e] == LM_DTYPE_Q8_0 && ((uintptr_t)dn.w[0][e] % 2) == 0;
+            q8 = q8 && t->gu.dtype[k][e] == LM_DTYPE_Q8_0 && ((uintptr_t)t->gu.w[k][e] % 2) == 0;
+        q8 = q8 && t->dn.dtype[0][e] == LM_DTYPE_Q8_0 && ((uintptr_t)t->dn.w[0][e] % 2) == 0;
     }
+    t->vec = vec ? VEC_BF16 : q8 ? VEC_Q8 : ROW_SCALAR;
+}
+
+// The sorted path: waves of the sorted pairs, each a gate-up and a down
+// launch over the sort's tiles; every pair's output row in y.
+template <int MAXE, int VEC>
+static void run_sorted(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
+                       const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
+                       const int32_t *tile_count, int pairs, int wave, int top_k, const lm_moe_experts *ex,
+                       const expert_tables<MAXE> *t) {
+    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
     // The sort's tiles: one per touched expert and LM_CUDA_MOE_TILE of its
     // pairs, so at most this many (a decode step of top_k pairs: top_k).
     int64_t tiles = (pairs + LM_CUDA_MOE_TILE - 1) / LM_CUDA_MOE_TILE + (pairs < E ? pairs : E);
@@ -437,28 +572,59 @@ static void run_experts(lm_backend *be, float *act, float *y, const float *x, co
         lm_cuda_note_error(be, cudaErrorInvalidValue, "moe_experts (more than 65535 tiles of pairs)");
         return;
     }
+    static const char *const names[][2] = {{"moe_experts (gate, up)", "moe_experts (down)"},
+                                           {"moe_experts (gate, up)", "moe_experts (down)"},
+                                           {"moe_experts (gate, up; int8)", "moe_experts (down; int8)"}};
     unsigned grid_y = (unsigned)tiles;
     for (int w0 = 0; w0 < pairs; w0 += wave) {
         int w1 = w0 + wave < pairs ? w0 + wave : pairs;
         dim3 gu_grid(lm_cuda_blocks(I, MOE_WARPS), grid_y), dn_grid(lm_cuda_blocks(H, MOE_WARPS), grid_y);
-        if (vec) {
-            lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE, VEC_BF16>, gu_grid, MOE_THREADS, 0,
-                           act, x, order, start, tile_expert, tile_first, tile_count, top_k, H, I, w0, w1, gu);
-            lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE, VEC_BF16>, dn_grid, MOE_THREADS, 0, y,
-                           act, order, start, tile_expert, tile_first, tile_count, H, I, w0, w1, dn);
-        } else if (q8) {
-            lm_cuda_launch(be, "moe_experts (gate, up; int8)", moe_gate_up_kernel<MAXE, VEC_Q8>, gu_grid,
-                           MOE_THREADS, 0, act, x, order, start, tile_expert, tile_first, tile_count, top_k, H, I,
-                           w0, w1, gu);
-            lm_cuda_launch(be, "moe_experts (down; int8)", moe_down_kernel<MAXE, VEC_Q8>, dn_grid, MOE_THREADS, 0,
-                           y, act, order, start, tile_expert, tile_first, tile_count, H, I, w0, w1, dn);
-        } else {
-            lm_cuda_launch(be, "moe_experts (gate, up)", moe_gate_up_kernel<MAXE, ROW_SCALAR>, gu_grid, MOE_THREADS,
-                           0, act, x, order, start, tile_expert, tile_first, tile_count, top_k, H, I, w0, w1, gu);
-            lm_cuda_launch(be, "moe_experts (down)", moe_down_kernel<MAXE, ROW_SCALAR>, dn_grid, MOE_THREADS, 0, y,
-                           act, order, start, tile_expert, tile_first, tile_count, H, I, w0, w1, dn);
-        }
+        lm_cuda_launch(be, names[VEC][0], moe_gate_up_kernel<MAXE, VEC>, gu_grid, MOE_THREADS, 0, act, x, order,
+                       start, tile_expert, tile_first, tile_count, top_k, H, I, w0, w1, t->gu);
+        lm_cuda_launch(be, names[VEC][1], moe_down_kernel<MAXE, VEC>, dn_grid, MOE_THREADS, 0, y, act, order, start,
+                       tile_expert, tile_first, tile_count, H, I, w0, w1, t->dn);
     }
+}
+
+// The direct path (MOE_DIRECT_MAX_TOKENS): act [pairs, I], out [n, H].
+template <int MAXE, int VEC>
+static void run_direct(lm_backend *be, float *out, float *act, const float *x, const int32_t *ids,
+                       const float *weights, int n, int top_k, const lm_moe_experts *ex, const expert_tables<MAXE> *t) {
+    int E = ex->n_experts, H = ex->hidden, I = ex->inter, first = ex->first_expert;
+    static const char *const names[][2] = {{"moe_experts (gate, up; direct)", "moe_experts (down, combine)"},
+                                           {"moe_experts (gate, up; direct)", "moe_experts (down, combine)"},
+                                           {"moe_experts (gate, up; direct, int8)", "moe_experts (down, combine; int8)"}};
+    dim3 gu_grid(lm_cuda_blocks(I, MOE_WARPS), (unsigned)(n * top_k)), dn_grid(lm_cuda_blocks(H, DOWN_ROWS), n);
+    lm_cuda_launch(be, names[VEC][0], moe_gate_up_direct_kernel<MAXE, VEC>, gu_grid, MOE_THREADS, 0, act, x, ids,
+                   top_k, H, I, E, first, t->gu);
+    lm_cuda_launch(be, names[VEC][1], moe_down_combine_kernel<MAXE, VEC>, dn_grid, MOE_THREADS, 0, out, act, ids,
+                   weights, top_k, H, I, E, first, t->dn);
+}
+
+// The experts of a step whose pairs are sorted (sorted) or not (direct:
+// out written here; else y, for the combine).
+template <int MAXE>
+static void run_experts(lm_backend *be, bool direct, float *out, float *act, float *y, const float *x,
+                        const int32_t *ids, const float *weights, int n, const int32_t *order, const int32_t *start,
+                        const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int pairs,
+                        int wave, int top_k, const lm_moe_experts *ex) {
+    expert_tables<MAXE> t;
+    expert_tables_make(&t, act, x, ex);
+    if (direct) {
+        if (t.vec == VEC_BF16) run_direct<MAXE, VEC_BF16>(be, out, act, x, ids, weights, n, top_k, ex, &t);
+        else if (t.vec == VEC_Q8) run_direct<MAXE, VEC_Q8>(be, out, act, x, ids, weights, n, top_k, ex, &t);
+        else run_direct<MAXE, ROW_SCALAR>(be, out, act, x, ids, weights, n, top_k, ex, &t);
+        return;
+    }
+    if (t.vec == VEC_BF16)
+        run_sorted<MAXE, VEC_BF16>(be, act, y, x, order, start, tile_expert, tile_first, tile_count, pairs, wave,
+                                   top_k, ex, &t);
+    else if (t.vec == VEC_Q8)
+        run_sorted<MAXE, VEC_Q8>(be, act, y, x, order, start, tile_expert, tile_first, tile_count, pairs, wave,
+                                 top_k, ex, &t);
+    else
+        run_sorted<MAXE, ROW_SCALAR>(be, act, y, x, order, start, tile_expert, tile_first, tile_count, pairs, wave,
+                                     top_k, ex, &t);
 }
 
 void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights, int top_k,
@@ -483,27 +649,32 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     float *y = act + lm_moe_wave_floats(n, top_k, ex);
     int32_t *order = (int32_t *)(y + pairs * (size_t)H), *start = order + pairs;
     int32_t *tile_expert = start + E + 1, *tile_first = tile_expert + pairs + E, *tile_count = tile_first + pairs + E;
-    lm_cuda_launch(be, "moe_experts (sort)", moe_sort_kernel, 1, SORT_THREADS, 0, order, start, tile_expert,
-                   tile_first, tile_count, lm_cuda_i32(ids), (int)pairs, E, ex->first_expert);
+    const float *xf = lm_cuda_f32(x), *wf = lm_cuda_f32(weights);
+    const int32_t *idf = lm_cuda_i32(ids);
+    bool direct = n <= MOE_DIRECT_MAX_TOKENS && top_k <= MOE_DIRECT_MAX_K;
+    if (!direct)
+        lm_cuda_launch(be, "moe_experts (sort)", moe_sort_kernel, 1, SORT_THREADS, 0, order, start, tile_expert,
+                       tile_first, tile_count, idf, (int)pairs, E, ex->first_expert);
     // bf16 compute, bf16 experts, 9 tokens or more (as the dense products'
     // cuBLASLt threshold): the tensor-core kernels (moe_mma.cu).  Below it
     // a step reads each touched expert once either way, and the warp-per-row
     // kernels below measured faster (35B-A3B decode 96.5 tokens/s against
     // 85.6 on an H200).
     if (lm_cuda_state_of(be)->blas_matmul && n >= MOE_MMA_MIN_TOKENS &&
-        lm_cuda_moe_experts_mma(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first, tile_count,
-                                (int)pairs, top_k, ex))
+        lm_cuda_moe_experts_mma(be, act, y, xf, order, start, tile_expert, tile_first, tile_count, (int)pairs, top_k,
+                                ex))
         ;
     else if (E <= 64)
-        run_experts<64>(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first, tile_count, (int)pairs,
-                        (int)wave, top_k, ex);
+        run_experts<64>(be, direct, lm_cuda_f32(out), act, y, xf, idf, wf, n, order, start, tile_expert, tile_first,
+                        tile_count, (int)pairs, (int)wave, top_k, ex);
     else if (E <= 256)
-        run_experts<256>(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first, tile_count,
-                         (int)pairs, (int)wave, top_k, ex);
+        run_experts<256>(be, direct, lm_cuda_f32(out), act, y, xf, idf, wf, n, order, start, tile_expert, tile_first,
+                         tile_count, (int)pairs, (int)wave, top_k, ex);
     else
-        run_experts<MOE_MAX_EXPERTS>(be, act, y, lm_cuda_f32(x), order, start, tile_expert, tile_first,
-                                     tile_count, (int)pairs, (int)wave, top_k, ex);
+        run_experts<MOE_MAX_EXPERTS>(be, direct, lm_cuda_f32(out), act, y, xf, idf, wf, n, order, start, tile_expert,
+                                     tile_first, tile_count, (int)pairs, (int)wave, top_k, ex);
+    if (direct) return; // the down launch summed the slots
     dim3 combine_grid(lm_cuda_blocks(ex->hidden, MOE_THREADS), (unsigned)(n < 65535 ? n : 65535));
     lm_cuda_launch(be, "moe_experts (combine)", moe_combine_kernel, combine_grid, MOE_THREADS, 0, lm_cuda_f32(out), y,
-                   lm_cuda_f32(weights), lm_cuda_i32(ids), (int)n, top_k, H, E, ex->first_expert);
+                   wf, idf, (int)n, top_k, H, E, ex->first_expert);
 }
