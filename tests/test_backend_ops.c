@@ -1076,23 +1076,25 @@ done:
     free(w);
 }
 
-/* matmul_gated_add: y += other + sigmoid(gate) ⊙ (x · wᵀ) exactly as
- * matmul, sigmoid_scale_rows, add into other and add into y, on the same
- * backend (y compared; other is left undefined by the op). */
+/* matmul_gated_add: y += other + sigmoid(gate) ⊙ (x' · wᵀ) exactly as
+ * (silu_mul into x, with swiglu: x' = silu(x) ⊙ x_up), matmul,
+ * sigmoid_scale_rows, add into other and add into y, on the same backend
+ * (y compared; other and x are left undefined by the op). */
 static void check_matmul_gated_add(const backends *bs, verdict *v, rng *r, int n, int64_t rows, int64_t cols,
-                                   lm_dtype dtype, int *taken) {
+                                   lm_dtype dtype, bool swiglu, int *taken) {
     size_t nw = (size_t)(rows * cols), ny = (size_t)n * (size_t)rows, nx = (size_t)n * (size_t)cols;
     float *x = random_floats(r, nx, 2.0f), *y0 = random_floats(r, ny, 4.0f), *o0 = random_floats(r, ny, 3.0f);
-    float *g = random_floats(r, (size_t)n, 4.0f), *wv = malloc(sizeof(float) * nw);
+    float *g = random_floats(r, (size_t)n, 4.0f), *wv = malloc(sizeof(float) * nw), *up = random_floats(r, nx, 2.0f);
     void *w = wv ? random_matrix(r, dtype, rows, cols, wv) : NULL;
-    if (!x || !y0 || !o0 || !g || !w) {
+    if (!x || !y0 || !o0 || !g || !w || !up) {
         fail(v, "out of memory");
         goto done;
     }
     for (int b = 0; b < bs->n && !v->failed; b++) {
         arena a = arena_on(bs->be[b]);
         lm_matrix m = import_matrix(&a, w, dtype, rows, cols);
-        lm_mem xm = up_f32(&a, x, nx), gm = up_f32(&a, g, (size_t)n);
+        lm_mem x_fused = up_f32(&a, x, nx), x_parts = up_f32(&a, x, nx), gm = up_f32(&a, g, (size_t)n);
+        lm_mem upm = swiglu ? up_f32(&a, up, nx) : (lm_mem){0};
         lm_mem fused = up_f32(&a, y0, ny), parts = up_f32(&a, y0, ny);
         lm_mem other_fused = up_f32(&a, o0, ny), other_parts = up_f32(&a, o0, ny), scratch = poisoned(&a, ny);
         if (!a.ok) {
@@ -1100,16 +1102,19 @@ static void check_matmul_gated_add(const backends *bs, verdict *v, rng *r, int n
             arena_free(&a);
             break;
         }
-        if (a.be->ops->matmul_gated_add && a.be->ops->matmul_gated_add(a.be, fused, xm, n, &m, gm, other_fused))
+        if (a.be->ops->matmul_gated_add &&
+            a.be->ops->matmul_gated_add(a.be, fused, x_fused, upm, n, &m, gm, other_fused))
             (*taken)++;
         else
-            lm_matmul_gated_add(a.be, fused, scratch, xm, n, &m, gm, other_fused);
+            lm_matmul_gated_add(a.be, fused, scratch, x_fused, upm, n, &m, gm, other_fused);
         parts_backend pb;
-        lm_matmul_gated_add(WITHOUT(&pb, a.be, matmul_gated_add), parts, scratch, xm, n, &m, gm, other_parts);
+        lm_matmul_gated_add(WITHOUT(&pb, a.be, matmul_gated_add), parts, scratch, x_parts, upm, n, &m, gm,
+                            other_parts);
         bool memory_ok = true;
         if (!mem_same_bits(&a, fused, parts, ny, &memory_ok))
-            fail(v, "matmul_gated_add n=%d %lldx%lld %s on %s differs bitwise from matmul, sigmoid_scale_rows, add, "
-                 "add", n, (long long)rows, (long long)cols, lm_dtype_name(dtype), bs->label[b]);
+            fail(v, "matmul_gated_add%s n=%d %lldx%lld %s on %s differs bitwise from %smatmul, sigmoid_scale_rows, "
+                 "add, add", swiglu ? " (swiglu x)" : "", n, (long long)rows, (long long)cols, lm_dtype_name(dtype),
+                 bs->label[b], swiglu ? "silu_mul, " : "");
         if (!memory_ok) fail(v, "%s: backend memory failed", bs->label[b]);
         arena_free(&a);
     }
@@ -1120,6 +1125,7 @@ done:
     free(g);
     free(wv);
     free(w);
+    free(up);
 }
 
 static void test_matmul_gated_add(void) {
@@ -1128,18 +1134,22 @@ static void test_matmul_gated_add(void) {
     NEED(bs, matmul);
     NEED(bs, add);
     NEED(bs, sigmoid_scale_rows);
+    NEED(bs, silu_mul);
     verdict v = {0};
     rng r = {0x6a7e};
     int taken = 0;
     static const int ns[] = {1, 2, 3, 5, 8, 9, 17};
-    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
-        check_matmul_gated_add(&bs, &v, &r, ns[k], 256, 512, LM_DTYPE_BF16, &taken); /* a shared expert's down */
-        check_matmul_gated_add(&bs, &v, &r, ns[k], 13, 136, LM_DTYPE_BF16, &taken);  /* a row tail */
-        check_matmul_gated_add(&bs, &v, &r, ns[k], 7, 100, LM_DTYPE_BF16, &taken);   /* no vector kernel */
-        if (!any_backend_without_q8(&bs))
-            check_matmul_gated_add(&bs, &v, &r, ns[k], 13, 512, LM_DTYPE_Q8_0, &taken);
-    }
-    check_matmul_gated_add(&bs, &v, &r, 1, 2048, 512, LM_DTYPE_BF16, &taken); /* the 35B-A3B shape's */
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+        for (int swiglu = 0; swiglu < 2; swiglu++) {
+            /* a shared expert's down; a row tail; no vector kernel */
+            check_matmul_gated_add(&bs, &v, &r, ns[k], 256, 512, LM_DTYPE_BF16, swiglu, &taken);
+            check_matmul_gated_add(&bs, &v, &r, ns[k], 13, 136, LM_DTYPE_BF16, swiglu, &taken);
+            check_matmul_gated_add(&bs, &v, &r, ns[k], 7, 100, LM_DTYPE_BF16, swiglu, &taken);
+            if (!any_backend_without_q8(&bs))
+                check_matmul_gated_add(&bs, &v, &r, ns[k], 13, 512, LM_DTYPE_Q8_0, swiglu, &taken);
+        }
+    for (int swiglu = 0; swiglu < 2; swiglu++) /* the 35B-A3B shape's */
+        check_matmul_gated_add(&bs, &v, &r, 1, 2048, 512, LM_DTYPE_BF16, swiglu, &taken);
     printf("matmul_gated_add: %d of the calls ran fused\n", taken);
     backends_close(&bs);
     CHECK_VERDICT(v);
@@ -3402,7 +3412,7 @@ static void test_add_weighted_rows(void) {
 
 /* ---- moe_route ---- */
 
-enum { ROUTE_MAX_E = 256 };
+enum { ROUTE_MAX_E = 512 };
 
 /* What the routing oracle applies: the whole definition, or with one part
  * left out or changed, to show that the test data tells them apart. */
@@ -4142,9 +4152,17 @@ static bool gated_matmul_add_ungated(lm_backend *be, lm_mem y, lm_mem x, lm_mem 
                                      const lm_matrix *w) {
     return with_scratch_product(be, y, x, n, w, x_gate, false); /* x_gate ignored */
 }
-static bool matmul_gated_add_without_other(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w,
-                                           lm_mem gate, lm_mem other) {
+static bool matmul_gated_add_without_other(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n,
+                                           const lm_matrix *w, lm_mem gate, lm_mem other) {
+    if (x_up.buffer) lm_cpu_backend_ops.silu_mul(be, x, x, x_up, (int64_t)n * w->cols);
     return with_scratch_product(be, y, x, n, w, gate, true); /* other never added */
+}
+static bool matmul_gated_add_without_up(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w,
+                                        lm_mem gate, lm_mem other) {
+    (void)x_up; /* x itself taken as the product's input: the SwiGLU forgotten */
+    if (!with_scratch_product(be, y, x, n, w, gate, true)) return false;
+    lm_cpu_backend_ops.add(be, y, other, (int64_t)n * w->rows);
+    return true;
 }
 static void sigmoid_scale_skipping_last_row(lm_backend *be, lm_mem x, lm_mem gate, int rows,
                                             int width) {
@@ -4301,7 +4319,7 @@ static void test_poison_catches_broken_ops(void) {
     }
     expert_set_free(&ex);
     /* the fused ops, against their parts */
-    verdict f1 = {0}, f2 = {0}, f3 = {0}, f4 = {0}, f5 = {0};
+    verdict f1 = {0}, f2 = {0}, f3 = {0}, f4 = {0}, f5 = {0}, f6 = {0};
     int taken = 0;
     broken_ops.matmul_add = matmul_add_storing;
     check_matmul_add(&bs, &f1, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
@@ -4311,16 +4329,19 @@ static void test_poison_catches_broken_ops(void) {
     broken_ops.gated_matmul_add = gated_matmul_add_ungated;
     check_gated_matmul_add(&bs, &f3, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
     broken_ops.matmul_gated_add = matmul_gated_add_without_other;
-    check_matmul_gated_add(&bs, &f4, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
+    check_matmul_gated_add(&bs, &f4, &r, 2, 13, 136, LM_DTYPE_BF16, false, &taken);
+    broken_ops.matmul_gated_add = matmul_gated_add_without_up;
+    check_matmul_gated_add(&bs, &f6, &r, 2, 13, 136, LM_DTYPE_BF16, true, &taken);
     broken_ops.gated_delta_rule_norm = delta_rule_without_norm;
     check_delta_rule_norm(&bs, &f5, &r, 2, 4, 16, 16, (const int[]){1, 2}, 2, &taken);
     backends_close(&real);
-    CHECK_MSG(taken == 5, "the broken fused ops did not all run (%d of 5)", taken);
+    CHECK_MSG(taken == 6, "the broken fused ops did not all run (%d of 6)", taken);
     CHECK_MSG(f1.failed, "a matmul_add that stores instead of adding passed");
     CHECK_MSG(f2.failed, "a normed_matmul_group whose products read h, not its norm, passed");
     CHECK_MSG(f3.failed, "a gated_matmul_add that ignores the gate passed");
     CHECK_MSG(f4.failed, "a matmul_gated_add that never adds other passed");
     CHECK_MSG(f5.failed, "a gated_delta_rule_norm without the norm passed");
+    CHECK_MSG(f6.failed, "a matmul_gated_add that ignores x_up (no SwiGLU) passed");
     CHECK_MSG(v1.failed, "a silu_mul that skips the last element passed");
     CHECK_MSG(v2.failed, "a gather_rows that skips the last row passed");
     CHECK_MSG(v3.failed, "a delta rule that drops a sequence passed");

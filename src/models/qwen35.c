@@ -658,11 +658,12 @@ static bool moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, con
     lm_moe_route(be, ms->ids, ms->weights, ms->logits, N, &m->routing);
     lm_moe_apply_experts(be, ms->routed, s->x, N, ms->ids, ms->weights, k, &moe->experts.view,
                          ms->expert_scratch);
-    lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * Is);
-    if (!ctx->model->share.comm) {
-        lm_matmul_gated_add(be, h, ms->shared, s->proj, N, &moe->shared.down_proj, ms->shared_gate, ms->routed);
+    if (!ctx->model->share.comm) { /* the shared expert's SwiGLU inside its down product */
+        lm_matmul_gated_add(be, h, ms->shared, s->proj, s->proj2, N, &moe->shared.down_proj, ms->shared_gate,
+                            ms->routed);
         return true;
     }
+    lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * Is);
     lm_matmul(be, ms->shared, s->proj, N, &moe->shared.down_proj);
     lm_sigmoid_scale_rows(be, ms->shared, ms->shared_gate, N, H);
     lm_add(be, ms->routed, ms->shared, (int64_t)N * H);

@@ -369,13 +369,15 @@ typedef struct {
      * bits (a residual add in the product's last step). */
     bool (*matmul_add)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
     /* Optional (NULL, or false returned: the parts, see
-     * lm_matmul_gated_add): y[n, w.rows] += other + sigmoid(gate) ⊙ (x ·
+     * lm_matmul_gated_add): y[n, w.rows] += other + sigmoid(gate) ⊙ (x' ·
      * wᵀ), gate [n] one value a row, with exactly the bits of matmul,
      * sigmoid_scale_rows, add into other, add into y (an MoE block's shared
      * expert scaled by its gate, added to the routed experts' sum, and that
-     * to the residual stream).  other's contents are undefined after. */
-    bool (*matmul_gated_add)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w, lm_mem gate,
-                             lm_mem other);
+     * to the residual stream).  x' is x, or with x_up given (its buffer not
+     * NULL; [n, w.cols]) silu(x) ⊙ x_up with silu_mul's bits (the shared
+     * expert's SwiGLU).  other's and x's contents are undefined after. */
+    bool (*matmul_gated_add)(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w,
+                             lm_mem gate, lm_mem other);
     /* Optional (NULL, or false returned: sigmoid_mul of x by x_gate, then
      * matmul_add, see lm_gated_matmul_add): y[n, w.rows] += (x ⊙
      * sigmoid(x_gate)) · wᵀ, x_gate [n, w.cols], with exactly those ops'
@@ -674,11 +676,13 @@ static inline void lm_gated_matmul_add(lm_backend *be, lm_mem y, lm_mem scratch,
     be->ops->sigmoid_mul(be, x, x_gate, (int64_t)n * w->cols);
     lm_matmul_add(be, y, scratch, x, n, w);
 }
-/* y += other + sigmoid(gate) ⊙ (x · wᵀ); scratch: [n, w.rows] floats the
- * parts may use; other is left undefined. */
-static inline void lm_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, int n,
+/* y += other + sigmoid(gate) ⊙ (x' · wᵀ), x' = x, or silu(x) ⊙ x_up where
+ * x_up.buffer is not NULL; scratch: [n, w.rows] floats the parts may use;
+ * other and x are left undefined. */
+static inline void lm_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, lm_mem x_up, int n,
                                        const lm_matrix *w, lm_mem gate, lm_mem other) {
-    if (be->ops->matmul_gated_add && be->ops->matmul_gated_add(be, y, x, n, w, gate, other)) return;
+    if (be->ops->matmul_gated_add && be->ops->matmul_gated_add(be, y, x, x_up, n, w, gate, other)) return;
+    if (x_up.buffer) be->ops->silu_mul(be, x, x, x_up, (int64_t)n * w->cols);
     int64_t count = (int64_t)n * w->rows;
     be->ops->matmul(be, scratch, x, n, w);
     be->ops->sigmoid_scale_rows(be, scratch, gate, n, (int)w->rows);

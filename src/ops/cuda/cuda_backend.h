@@ -122,7 +122,7 @@ bool lm_cuda_normed_matmul_swiglu(lm_backend *be, lm_mem y, const lm_normed_inpu
                                   const lm_matrix *up);
 bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
 bool lm_cuda_gated_matmul_add(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_gate, int n, const lm_matrix *w);
-bool lm_cuda_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w, lm_mem gate,
+bool lm_cuda_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w, lm_mem gate,
                               lm_mem other);
 /* norms.cu */
 void lm_cuda_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim, float eps);

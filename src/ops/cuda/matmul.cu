@@ -173,17 +173,28 @@ __device__ static void norm_tile(float *xs, const norm_args &nm, int n, int64_t 
 #define NORM_TILE_MAX_BYTES ((size_t)40 << 10)
 #define NORM_TILE_WIDE_BYTES ((size_t)96 << 10)
 
-// gated_matmul_add's x ⊙ sigmoid(x_gate) for the tile's tokens into shared
-// memory, sigmoid_mul's expression.  (Applied to each element as it was
-// loaded instead, it took 16 more registers: a block an SM.)
-template <int TILE>
+// The input a product stages in shared memory (GATE): none, gated_matmul_add's
+// x ⊙ sigmoid(x_gate) (sigmoid_mul's expression), or matmul_gated_add's
+// silu(x) ⊙ x_gate (silu_mul's: a shared expert's SwiGLU).
+enum { GATE_NONE = 0, GATE_SIGMOID = 1, GATE_SILU_UP = 2 };
+
+// The staged input for the tile's tokens into shared memory.  (Applied to
+// each element as it was loaded instead, it took 16 more registers: a
+// block an SM.)
+template <int TILE, int GATE>
 __device__ static void gate_tile(float *xs, const float *x, const float *x_gate, int n, int64_t cols) {
     int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
     const float *xt = x + (int64_t)t0 * cols, *gt = x_gate + (int64_t)t0 * cols;
     int64_t count = (int64_t)nt * cols;
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
-        xs[i] = xt[i] * (1.0f / (1.0f + expf(-gt[i])));
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+        if (GATE == GATE_SILU_UP) { // silu_mul's expression, x the gate and x_gate the up
+            float g = xt[i];
+            xs[i] = g / (1.0f + expf(-g)) * gt[i];
+        } else {
+            xs[i] = xt[i] * (1.0f / (1.0f + expf(-gt[i])));
+        }
+    }
     __syncthreads();
 }
 
@@ -191,7 +202,7 @@ __device__ static void gate_tile(float *xs, const float *x, const float *x_gate,
 // (one per warp's slice, added by the epilogue in slice order).  With NORM
 // the tile's x is first made from nm into xs (norm_tile), with GATE from x
 // and x_gate (gate_tile), and read there.
-template <int TILE, int ROWS, int LOADS, int HALF, bool NORM = false, bool GATE = false>
+template <int TILE, int ROWS, int LOADS, int HALF, bool NORM = false, int GATE = GATE_NONE>
 __device__ static void bf16_partials(const float *x, const uint4 *row0, const uint4 *half0, int64_t valid, int n,
                                      int64_t cols, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
                                      float *xs = nullptr, const float *x_gate = nullptr) {
@@ -214,7 +225,7 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
     lm_cuda_wait_for_prior();
     lm_cuda_let_next_start();
     if (NORM) norm_tile<TILE>(xs, *nm, n, cols); // then the tile's x is read from xs
-    if (GATE) gate_tile<TILE>(xs, x, x_gate, n, cols);
+    if (GATE != GATE_NONE) gate_tile<TILE, GATE>(xs, x, x_gate, n, cols);
     for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * LOADS) {
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
@@ -223,7 +234,7 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
             for (int t = 0; t < TILE; t++) {
                 if (g < g_end && t < nt) {
                     const float4 *xt =
-                        (const float4 *)(NORM || GATE ? xs + (int64_t)t * cols : x + (int64_t)(t0 + t) * cols) +
+                        (const float4 *)(NORM || GATE != GATE_NONE ? xs + (int64_t)t * cols : x + (int64_t)(t0 + t) * cols) +
                         2 * g;
                     float4 a = xt[0], b = xt[1];
 #pragma unroll
@@ -262,7 +273,7 @@ enum { EPI_STORE = 0, EPI_ADD = 1, EPI_GATED_ADD = 2 };
 
 // Rows o0 .. o0 + ROWS - 1 of one product for the block's tile, each sum
 // finished as EPI says; NORM and GATE as bf16_partials.
-template <int TILE, int ROWS, int LOADS, bool NORM = false, int EPI = EPI_STORE, bool GATE = false>
+template <int TILE, int ROWS, int LOADS, bool NORM = false, int EPI = EPI_STORE, int GATE = GATE_NONE>
 __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
                                  int64_t o0, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
                                  float *xs = nullptr, const float *gate = nullptr, const float *other = nullptr,
@@ -310,8 +321,8 @@ __global__ static void __launch_bounds__(THREADS, TILE == 1 ? 4 : 1)
                             int64_t cols) {
     __shared__ float part[WARPS][ROWS][TILE];
     extern __shared__ __align__(16) float gated_x[]; // [TILE][cols]
-    bf16_rows<TILE, ROWS, LOADS, false, EPI_ADD, true>(y, x, w, n, rows, cols, (int64_t)blockIdx.y * ROWS, part,
-                                                       nullptr, gated_x, nullptr, nullptr, x_gate);
+    bf16_rows<TILE, ROWS, LOADS, false, EPI_ADD, GATE_SIGMOID>(y, x, w, n, rows, cols, (int64_t)blockIdx.y * ROWS,
+                                                               part, nullptr, gated_x, nullptr, nullptr, x_gate);
 }
 
 // matmul_gated_add's product: gate [n], other [n, rows] (bf16_rows).
@@ -323,6 +334,19 @@ __global__ static void __launch_bounds__(THREADS)
     for (int64_t o0 = (int64_t)blockIdx.y * ROWS; o0 < rows; o0 += (int64_t)gridDim.y * ROWS)
         bf16_rows<TILE, ROWS, LOADS, false, EPI_GATED_ADD>(y, x, w, n, rows, cols, o0, part, nullptr, nullptr, gate,
                                                            other);
+}
+
+// matmul_gated_add with x_up: silu(x) ⊙ x_up made in shared memory by each
+// block (one row group a block, as gated_matmul_add_kernel), then as above.
+template <int TILE, int ROWS, int LOADS>
+__global__ static void __launch_bounds__(THREADS, TILE == 1 ? 4 : 1)
+    swiglu_matmul_gated_add_kernel(float *y, const float *x, const float *x_up, const uint4 *w, int n, int64_t rows,
+                                   int64_t cols, const float *gate, const float *other) {
+    __shared__ float part[WARPS][ROWS][TILE];
+    extern __shared__ __align__(16) float staged_x[]; // [TILE][cols]
+    bf16_rows<TILE, ROWS, LOADS, false, EPI_GATED_ADD, GATE_SILU_UP>(y, x, w, n, rows, cols,
+                                                                     (int64_t)blockIdx.y * ROWS, part, nullptr,
+                                                                     staged_x, gate, other, x_up);
 }
 
 // ---- Q8_0 weights (--quantize int8, FP8 checkpoints) ----
@@ -627,6 +651,12 @@ static const gated_x_kernel_fn gated_x_kernels[3] = {gated_matmul_add_kernel<1, 
                                                      gated_matmul_add_kernel<2, FUSED_ROWS, FUSED_LOADS>,
                                                      gated_matmul_add_kernel<4, FUSED_ROWS, FUSED_LOADS>};
 
+typedef void (*swiglu_gated_add_kernel_fn)(float *, const float *, const float *, const uint4 *, int, int64_t,
+                                           int64_t, const float *, const float *);
+static const swiglu_gated_add_kernel_fn swiglu_gated_add_kernels[3] = {
+    swiglu_matmul_gated_add_kernel<1, FUSED_ROWS, FUSED_LOADS>, swiglu_matmul_gated_add_kernel<2, FUSED_ROWS, FUSED_LOADS>,
+    swiglu_matmul_gated_add_kernel<4, FUSED_ROWS, FUSED_LOADS>};
+
 static const gated_add_kernel_fn gated_add_kernels[4] = {
     matmul_gated_add_kernel<1, FUSED_ROWS, FUSED_LOADS>, matmul_gated_add_kernel<2, FUSED_ROWS, FUSED_LOADS>,
     matmul_gated_add_kernel<4, FUSED_ROWS, FUSED_LOADS>, matmul_gated_add_kernel<TOKENS, FUSED_ROWS, FUSED_LOADS>};
@@ -659,6 +689,8 @@ extern "C" void lm_cuda_fused_products_init(lm_cuda_state *s) {
         ok = ok && cudaFuncSetAttribute(normed_swiglu_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(gated_x_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(swiglu_gated_add_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
     }
     if (!ok) (void)cudaGetLastError(); // not sticky: the narrower tiles still run
@@ -1083,8 +1115,12 @@ static bool norm_tile_fits(lm_backend *be, int n, int64_t cols, size_t *shared) 
 // on an H100 the 9B shape's normed SwiGLU took 84.7 us a call against 75.3
 // for rmsnorm's separate launch plus the plain one, its normed group 49.1
 // against 38.9, and batch-1 decode fell from 164.1 to 146.7 tokens/s
-// (docs/PERF.md, session 18).  Blocks that loop over many row groups and
-// norm once would amortise it; until that is measured, rmsnorm runs first.
+// (docs/PERF.md, session 18).  Nor did they pay where a product is one
+// wave of blocks: normed only for products of up to 2 blocks an SM (a
+// MoE layer's router and shared expert, 161 blocks on the 35B-A3B shape),
+// that decode took 264.5 / 265.4 tokens/s against 266.3 / 267.2 with
+// rmsnorm first (session 19).  Blocks that loop over many row groups and
+// norm once might amortise it; until that is measured, rmsnorm runs first.
 static bool normed_args(lm_backend *be, const lm_normed_input *in, int n, int64_t cols, norm_args *nm,
                         size_t *shared) {
     memset(nm, 0, sizeof *nm); // every byte is compared by the queue (launch.h)
@@ -1177,11 +1213,21 @@ extern "C" bool lm_cuda_gated_matmul_add(lm_backend *be, lm_mem y, lm_mem x, lm_
     return true;
 }
 
-extern "C" bool lm_cuda_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w, lm_mem gate,
-                                         lm_mem other) {
+extern "C" bool lm_cuda_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w,
+                                         lm_mem gate, lm_mem other) {
     dim3 grid;
     int tile;
     if (!epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
+    if (x_up.buffer) { // the SwiGLU staged by each block: one row group a block, none capped
+        size_t shared;
+        int64_t blocks = (w->rows + FUSED_ROWS - 1) / FUSED_ROWS;
+        if (!norm_tile_fits(be, n, w->cols, &shared) || blocks > 65535) return false;
+        lm_cuda_launch(be, "matmul (swiglu x, gated add)", swiglu_gated_add_kernels[norm_tile_index(n)],
+                       dim3(1, (unsigned)blocks), THREADS, shared, lm_cuda_f32(y), lm_cuda_f32(x), lm_cuda_f32(x_up),
+                       (const uint4 *)lm_cuda_ptr(w->data), n, w->rows, w->cols, lm_cuda_f32(gate),
+                       lm_cuda_f32(other));
+        return true;
+    }
     lm_cuda_launch(be, "matmul (gated add)", gated_add_kernels[tile], grid, THREADS, 0, lm_cuda_f32(y),
                    lm_cuda_f32(x), (const uint4 *)lm_cuda_ptr(w->data), n, w->rows, w->cols, lm_cuda_f32(gate),
                    lm_cuda_f32(other));

@@ -75,6 +75,47 @@ __device__ static void warp_top_k(const float *c, unsigned char *taken, int n, i
     }
 }
 
+// warp_top_k for E <= 32 * ROUTE_SLOTS experts with the candidates in
+// registers: lane l holds experts l, l + 32, ... as keys whose order is
+// the choice's (the value as an ordered integer, -0 as +0 since the
+// reference finds them equal; NaN and taken experts 0, below every number
+// including -inf), and each choice is two warp reductions (the largest
+// key, then the lowest index holding it) instead of a shuffle tree over
+// shared memory: the same experts in the same order.
+#define ROUTE_SLOTS 8
+
+__device__ static unsigned route_key(float v) {
+    if (isnan(v)) return 0u;
+    unsigned b = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (b & 0x80000000u) ? ~b : b | 0x80000000u; // -inf: 0x007fffff, above NaN's 0
+}
+
+__device__ static void warp_top_k_slots(const float *c, int n, int top_k, int *chosen) {
+    int lane = threadIdx.x & 31;
+    unsigned key[ROUTE_SLOTS];
+#pragma unroll
+    for (int i = 0; i < ROUTE_SLOTS; i++) key[i] = lane + 32 * i < n ? route_key(c[lane + 32 * i]) : 0u;
+    for (int j = 0; j < top_k; j++) {
+        // this lane's best: the largest key, the lowest index on equal keys
+        unsigned best = key[0];
+        int at = 0;
+#pragma unroll
+        for (int i = 1; i < ROUTE_SLOTS; i++)
+            if (key[i] > best) best = key[i], at = i;
+        unsigned top = __reduce_max_sync(0xffffffffu, best);
+        unsigned index = __reduce_min_sync(0xffffffffu, best == top ? (unsigned)(lane + 32 * at) : 0xffffffffu);
+        if (top == 0u) { // only NaN (or nothing) left
+            if (lane == 0) chosen[j] = -1;
+            continue;
+        }
+        if (lane == 0) chosen[j] = (int)index;
+#pragma unroll
+        for (int i = 0; i < ROUTE_SLOTS; i++) // the winner's slot (unrolled: the keys stay in registers)
+            if ((unsigned)(lane + 32 * i) == index) key[i] = 0u;
+    }
+    __syncwarp();
+}
+
 __global__ static void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float *bias, int E, int top_k,
                  int sigmoid, int groups, int topk_group, int renormalize, float scale) {
@@ -160,22 +201,21 @@ moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float 
 
     int32_t *ids_t = ids + (int64_t)t * top_k;
     float *w_t = weights + (int64_t)t * top_k;
-    if (warp == 0) warp_top_k(c, taken, E, top_k, chosen);
-    __syncthreads();
-    for (int j = tid; j < top_k; j += blockDim.x) {
-        int e = chosen[j] < 0 ? 0 : chosen[j]; /* only NaN left: any valid id */
-        ids_t[j] = e;
-        w_t[j] = s[e];
+    if (warp == 0) {
+        if (E <= 32 * ROUTE_SLOTS) warp_top_k_slots(c, E, top_k, chosen);
+        else warp_top_k(c, taken, E, top_k, chosen);
     }
     __syncthreads();
-    if (tid == 0) {
+    // each slot's weight by its own thread: the sum in slot order (the
+    // same bits on every thread), then its division
+    for (int j = tid; j < top_k; j += blockDim.x) {
         double sum = 0;
-        for (int j = 0; j < top_k; j++) sum += w_t[j];
-        for (int j = 0; j < top_k; j++) {
-            float w = w_t[j];
-            if (renormalize) w = (float)(w / (sum + 1e-20));
-            w_t[j] = w * scale;
-        }
+        for (int i = 0; i < top_k; i++) sum += s[chosen[i] < 0 ? 0 : chosen[i]];
+        int e = chosen[j] < 0 ? 0 : chosen[j]; /* only NaN left: any valid id */
+        float w = s[e];
+        if (renormalize) w = (float)(w / (sum + 1e-20));
+        ids_t[j] = e;
+        w_t[j] = w * scale;
     }
 }
 
