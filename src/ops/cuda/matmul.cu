@@ -19,7 +19,9 @@
 // Which runs: the float32 kernel by default — float32 activations times the
 // stored weights, float32 accumulation in a fixed order per output, so the
 // golden tests hold at float32 tolerance and a row's result does not
-// depend on the batch (batched == alone, bit for bit, as on the cpu).
+// depend on the batch (batched == alone, bit for bit; the cpu's float32
+// products are deterministic over threads but sum a lone token in another
+// order than several, cpu/matmul.c).
 // cuBLASLt (LOOM_CUDA_MATMUL=cublaslt when the backend is made) rounds the
 // activations to 16 bits and picks its algorithm by shape, so it is faster
 // and neither.  A tensor-core kernel that is both is the next step.
