@@ -1,6 +1,7 @@
 // Elementwise ops: one thread per element (grid-stride), float32.
 #include <math.h>
 
+#include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
 #define THREADS 256
@@ -8,8 +9,7 @@
 __global__ static void silu_mul_kernel(float *out, const float *gate, const float *up, int64_t n) {
     lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        out[i] = lm_silu(gate[i]) * up[i];
     }
 }
 void lm_cuda_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {

@@ -191,8 +191,7 @@ __device__ static void gate_tile(float *xs, const float *x, const float *x_gate,
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
         if (GATE == GATE_SILU_UP) { // silu_mul's expression, x the gate and x_gate the up
-            float g = xt[i];
-            xs[i] = g / (1.0f + expf(-g)) * gt[i];
+            xs[i] = lm_silu(xt[i]) * gt[i];
         } else {
             xs[i] = xt[i] * (1.0f / (1.0f + expf(-gt[i])));
         }
@@ -518,7 +517,7 @@ __device__ static inline void swiglu_store(float *y, float (*part)[ROWS][TILE], 
         int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
         if (t < nt && o0 + r < rows) {
             float g = slice_total<ROWS, TILE>(part, r, t), u = slice_total<ROWS, TILE>(part, r + HALF, t);
-            y[(int64_t)(t0 + t) * rows + o0 + r] = g / (1.0f + expf(-g)) * u;
+            y[(int64_t)(t0 + t) * rows + o0 + r] = lm_silu(g) * u;
         }
     }
 }

@@ -399,7 +399,7 @@ moe_gate_up_kernel(float *act, const float *x, const int32_t *order, const int32
         const float *xt = x + (int64_t)(order[q] / top_k) * H;
         float g, u;
         row_dots<VEC, true>(gw, gd, uw, ud, row, xt, H, &g, &u);
-        if ((threadIdx.x & 31) == 0) act[(int64_t)(q - w0) * I + r] = g / (1.0f + expf(-g)) * u;
+        if ((threadIdx.x & 31) == 0) act[(int64_t)(q - w0) * I + r] = lm_silu(g) * u;
     }
 }
 
@@ -421,6 +421,22 @@ moe_down_kernel(float *y, const float *act, const int32_t *order, const int32_t 
         row_dots<VEC, false>(dw, dd, dw, dd, row, act + (int64_t)(q - w0) * I, I, &acc, &acc);
         if ((threadIdx.x & 31) == 0) y[(int64_t)order[q] * H + r] = acc;
     }
+}
+
+// out[t]'s element: Σ_j weights[t·top_k + j] · y_j in slot order (fmaf
+// after fmaf), y_j at y + j · stride, over the slots whose expert is one
+// of the E given from `first` (another rank's y_j is never written).  The
+// combine and the direct path's down product both sum this way, so their
+// bits agree.
+__device__ static float slots_sum(const int32_t *ids, const float *weights, int64_t t, int top_k, int E, int first,
+                                  const float *y, int64_t stride) {
+    float o = 0.0f;
+    for (int j = 0; j < top_k; j++) {
+        int64_t p = t * top_k + j;
+        if ((unsigned)(ids[p] - first) >= (unsigned)E) continue;
+        o = __fmaf_rn(weights[p], y[j * stride], o);
+    }
+    return o;
 }
 
 // ---- few tokens (decode): no sort, the down product and the combine in one
@@ -494,7 +510,7 @@ moe_gate_up_direct_kernel(float *act, const float *x, const int32_t *ids, int to
     } else {
         row_dots<VEC, true>(m.w[0][e], m.dtype[0][e], m.w[1][e], m.dtype[1][e], (int64_t)r * H, xt, H, &g, &u);
     }
-    if ((threadIdx.x & 31) == 0) act[(int64_t)p * I + r] = g / (1.0f + expf(-g)) * u;
+    if ((threadIdx.x & 31) == 0) act[(int64_t)p * I + r] = lm_silu(g) * u;
 }
 
 // Block (DOWN_ROWS rows from r0, token t): warp w takes the token's slots
@@ -532,15 +548,8 @@ moe_down_combine_kernel(float *out, const float *act, const int32_t *ids, const 
     }
     __syncthreads();
     int r = threadIdx.x;
-    if (r < DOWN_ROWS && r0 + r < H) {
-        float o = 0.0f;
-        for (int j = 0; j < top_k; j++) {
-            int64_t p = (int64_t)t * top_k + j;
-            if ((unsigned)(ids[p] - first) >= (unsigned)E) continue;
-            o = __fmaf_rn(weights[p], y[j][r], o);
-        }
-        out[(int64_t)t * H + r0 + r] = o;
-    }
+    if (r < DOWN_ROWS && r0 + r < H)
+        out[(int64_t)t * H + r0 + r] = slots_sum(ids, weights, t, top_k, E, first, &y[0][r], DOWN_ROWS);
 }
 
 // out[t] = Σ_j weights[t, j] · y[t·top_k + j], in j order, over the
@@ -551,15 +560,8 @@ __global__ static void moe_combine_kernel(float *out, const float *y, const floa
                                           int n, int top_k, int H, int E, int first) {
     lm_cuda_let_next_then_wait();
     for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
-            float o = 0.0f;
-            for (int j = 0; j < top_k; j++) {
-                int64_t p = t * top_k + j;
-                if ((unsigned)(ids[p] - first) >= (unsigned)E) continue; // another rank's: y[p] unwritten
-                o = __fmaf_rn(weights[p], y[p * H + c], o); // as moe_down_combine_kernel
-            }
-            out[t * H + c] = o;
-        }
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x)
+            out[t * H + c] = slots_sum(ids, weights, t, top_k, E, first, y + t * top_k * H + c, H);
     }
 }
 

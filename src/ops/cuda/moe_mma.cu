@@ -164,7 +164,7 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
                     float v;
                     if (GATE_UP) {
                         float g = acc[0][mt][nt][2 * half + c], u = acc[KINDS - 1][mt][nt][2 * half + c];
-                        v = g / (1.0f + expf(-g)) * u;
+                        v = lm_silu(g) * u;
                     } else {
                         v = acc[0][mt][nt][2 * half + c];
                     }
