@@ -3,6 +3,7 @@
 // The recurrent form serves decode and verify rows (a few tokens a
 // sequence); sequences of GDN_CHUNKED_MIN_T rows or more (prefill) take the
 // chunked form of gdn_chunked.cu.
+#include <cooperative_groups.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -10,6 +11,8 @@
 #include "ops/cuda/cuda_state.h"
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
+
+namespace cg = cooperative_groups;
 
 #define THREADS 256
 /* Rows from which a sequence takes the chunked form.  Below it the
@@ -357,19 +360,27 @@ __global__ static void __launch_bounds__(COLS *PARTS)
 
 // ---- the delta rule and its output's gated rmsnorm in one launch ----
 // gated_delta_rule_norm (ops.h) for decode and verify steps of the
-// released head shape (dk = dv = 128): block (value head, sequence) of
-// NORM_DV x PARTS threads, gated_delta_columns_kernel's delta_rule_row with the
-// head's 128 columns in one block (thread (part p, column j), NORM_PER
-// state rows a part in registers, the parts' double sums added in part
-// order), then each row of the head's output normed as rmsnorm_kernel
-// normalises a row of 128 with 128 threads: the part-0 threads are those
-// threads, warps 0-3, whose sums lm_cuda_first_warps_sum makes as
-// lm_cuda_block_sum does in a block of 4 warps.  So the bits are the two
-// ops', and a step's 24 (9B) gated norms are not launches of their own.
+// released head shape (dk = dv = 128): a value head's 128 state columns
+// are a cluster of NORM_CLUSTER blocks of NORM_COLS columns x PARTS parts
+// (gated_delta_columns_kernel's blocks: thread (part p, column j),
+// NORM_PER state rows a part in registers, the parts' double sums added in
+// part order), 256 blocks for the 9B and 35B-A3B shapes' 32 heads.  A
+// row's norm needs the head's 128 outputs: each block's part-0 threads
+// write theirs into every block of the cluster (distributed shared
+// memory), and after the cluster's barrier each block norms the row as
+// rmsnorm_kernel normalises a row of 128 with 128 threads (its own 128
+// threads, 4 warps, one element each: the same sums in the same tree), so
+// every block has the norm's bits and writes its columns.  The bits are
+// the two ops'.  One block per head (32 blocks of 1024 threads, 12.0 us a
+// call under ncu on an H100) kept three quarters of the SMs idle for a
+// latency-bound 2 MB of state.
 #define NORM_DV 128
 #define NORM_PER 16
+#define NORM_COLS 16
+#define NORM_CLUSTER (NORM_DV / NORM_COLS)
+static_assert(NORM_COLS * PARTS == NORM_DV, "a block's threads are the norm's 128, one element each");
 
-__global__ static void __launch_bounds__(NORM_DV *PARTS)
+__global__ static void __cluster_dims__(1, NORM_CLUSTER, 1) __launch_bounds__(NORM_COLS *PARTS)
     gated_delta_norm_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
                             const float *beta, float *states, int64_t slot_stride, const int32_t *first,
                             const int32_t *length, const int32_t *slot, int Hk, int Hv, const float *z,
@@ -377,27 +388,41 @@ __global__ static void __launch_bounds__(NORM_DV *PARTS)
     lm_cuda_let_next_then_wait();
     constexpr int dk = NORM_PER * PARTS, dv = NORM_DV;
     __shared__ float qs[dk], ks[dk];
-    __shared__ double part_sum[PARTS][NORM_DV];
-    const int hv = blockIdx.x, s = blockIdx.y, j = threadIdx.x % NORM_DV, p = threadIdx.x / NORM_DV;
-    const int i0 = p * NORM_PER, hk = hv / (Hv / Hk), T = length[s];
+    __shared__ double part_sum[PARTS][NORM_COLS];
+    /* the head's outputs of a row, written by every block of the cluster;
+     * two, so a row's writes never meet the previous row's reads */
+    __shared__ float head_row[2][NORM_DV];
+    cg::cluster_group cluster = cg::this_cluster();
+    const int hv = blockIdx.x, s = blockIdx.z, jj = threadIdx.x % NORM_COLS, p = threadIdx.x / NORM_COLS;
+    const int j = blockIdx.y * NORM_COLS + jj, i0 = p * NORM_PER, hk = hv / (Hv / Hk), T = length[s];
     const int64_t f = first[s];
     float *S = states + (int64_t)slot[s] * slot_stride + (int64_t)hv * dk * dv;
+    // A peer's shared memory may be written only once the peer has started
+    // (CUDA's rule for distributed shared memory): every block arrives now
+    // and waits just before its first remote write, so the barrier's
+    // latency hides behind the first row's sums.
+    cg::cluster_group::arrival_token started = cluster.barrier_arrive();
     float col[NORM_PER];
 #pragma unroll
     for (int ii = 0; ii < NORM_PER; ii++) col[ii] = S[(int64_t)(i0 + ii) * dv + j];
     for (int t = 0; t < T; t++) {
         const int64_t row = f + t, at = (row * Hv + hv) * dv + j;
         const float g_row = g[row * Hv + hv], beta_row = beta[row * Hv + hv], v_row = v[at];
-        stage_row_qk<NORM_DV * PARTS>(qs, ks, q, k, row, Hk, hk, dk);
-        double o = delta_rule_row<NORM_PER, NORM_DV>(col, NORM_PER, qs, ks, part_sum, p, j, i0, g_row, beta_row, v_row);
-        float x = p == 0 ? (float)o : 0.0f; /* the row's output o_j, held by the part-0 threads */
+        stage_row_qk<NORM_COLS * PARTS>(qs, ks, q, k, row, Hk, hk, dk);
+        double o = delta_rule_row<NORM_PER, NORM_COLS>(col, NORM_PER, qs, ks, part_sum, p, jj, i0, g_row, beta_row,
+                                                       v_row);
+        float x = (float)o; /* o_j, the same on every part's thread of column j */
+        if (t == 0) cluster.barrier_wait(std::move(started));
+        if (p == 0)
+            for (unsigned b = 0; b < NORM_CLUSTER; b++) cluster.map_shared_rank(head_row[t & 1], b)[j] = x;
+        cluster.sync(); /* the row's 128 outputs are in every block */
         // gated_rmsnorm of the row: rmsnorm_kernel's sum (one element a
         // thread, fma(x, x, 0)) and expression
-        float ss = 0.0f;
-        if (p == 0) ss = __fmaf_rn(x, x, ss); /* as lm_cuda_row_sum_squares */
-        float inv = 1.0f / sqrtf(lm_cuda_first_warps_sum(ss, NORM_DV / 32) / (float)dv + eps);
+        float e = head_row[t & 1][threadIdx.x];
+        float inv = 1.0f / sqrtf(lm_cuda_block_sum(__fmaf_rn(e, e, 0.0f)) / (float)dv + eps);
         if (p == 0) out[at] = x * inv * norm[j] * lm_silu(z[at]);
     }
+    if (T == 0) cluster.barrier_wait(std::move(started)); /* every arrival has its wait */
 #pragma unroll
     for (int ii = 0; ii < NORM_PER; ii++) S[(int64_t)(i0 + ii) * dv + j] = col[ii];
 }
@@ -408,8 +433,8 @@ extern "C" bool lm_cuda_gated_delta_rule_norm(lm_backend *be, const lm_delta_rul
         seqs->max_length >= GDN_CHUNKED_MIN_T || a->n <= 0 || a->dk != NORM_PER * PARTS || a->dv != NORM_DV ||
         a->Hk <= 0 || a->Hv <= 0 || a->Hv % a->Hk != 0 || a->Hv > 65535)
         return false;
-    dim3 grid((unsigned)a->Hv, (unsigned)seqs->n_seqs);
-    lm_cuda_launch(be, "gated_delta_rule + gated_rmsnorm", gated_delta_norm_kernel, grid, NORM_DV * PARTS, 0,
+    dim3 grid((unsigned)a->Hv, NORM_CLUSTER, (unsigned)seqs->n_seqs);
+    lm_cuda_launch(be, "gated_delta_rule + gated_rmsnorm", gated_delta_norm_kernel, grid, NORM_COLS * PARTS, 0,
                    lm_cuda_f32(a->out), lm_cuda_f32(a->q), lm_cuda_f32(a->k), lm_cuda_f32(a->v), lm_cuda_f32(a->g),
                    lm_cuda_f32(a->beta), lm_cuda_f32(a->states), a->slot_stride, lm_cuda_i32(seqs->first),
                    lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot), a->Hk, a->Hv, lm_cuda_f32(a->z),
