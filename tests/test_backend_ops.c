@@ -2199,7 +2199,9 @@ typedef struct {
     int new_toks[3]; /* tokens of this step per sequence */
 } attention_case;
 
-static void check_attention(const backends *bs, verdict *v, rng *r, const attention_case *ac) {
+/* attention against float64, batch invariance, and gated_attention against
+ * its parts (*gated_taken counts the calls a backend ran fused). */
+static void check_attention(const backends *bs, verdict *v, rng *r, const attention_case *ac, int *gated_taken) {
     int D = ac->head_dim, stride = 0, total = 0, max_ctx = 0, max_seq_tokens = 0;
     for (int s = 0; s < ac->n_seqs; s++) {
         int blocks = (ac->cached[s] + ac->new_toks[s] + ac->block_size - 1) / ac->block_size;
@@ -2213,7 +2215,7 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
     size_t kv_row = (size_t)ac->n_kv_heads * D, pool_n = (size_t)n_blocks * ac->block_size * kv_row;
     size_t q_n = (size_t)total * ac->n_heads * D;
     float *kpool = random_floats(r, pool_n, 1.0f), *vpool = random_floats(r, pool_n, 1.0f);
-    float *q = random_floats(r, q_n, 2.0f);
+    float *q = random_floats(r, q_n, 2.0f), *gates = random_floats(r, q_n, 4.0f);
     float *k = random_floats(r, (size_t)total * kv_row, 1.0f);
     float *vv = random_floats(r, (size_t)total * kv_row, 1.0f);
     int32_t *tables = calloc((size_t)(stride * ac->n_seqs), sizeof(int32_t));
@@ -2222,7 +2224,7 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
     int32_t *ctx_len = malloc(sizeof(int32_t) * (size_t)total);
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)total);
     double *want = doubles(q_n), *scores = doubles((size_t)max_ctx);
-    if (!kpool || !vpool || !q || !k || !vv || !tables || !perm || !token_seq || !ctx_len ||
+    if (!kpool || !vpool || !q || !gates || !k || !vv || !tables || !perm || !token_seq || !ctx_len ||
         !slots || !want || !scores) {
         fail(v, "out of memory");
         goto done;
@@ -2338,6 +2340,21 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
                      ac->n_kv_heads, D, ac->block_size, bs->label[b], hint, lm_dtype_name(pool_dtype), e,
                      rounds ? " (l2, bf16 operands)" : "");
             if (got && pass == 0) same_bits_check(&same, v, bs->family[b], "attention", got, q_n * 4, bs->label[b]);
+            /* gated_attention: attention, then sigmoid_mul by the gates,
+             * bit for bit on the same backend */
+            lm_mem gates_m = up_f32(&a, gates, q_n), fused = poisoned(&a, q_n), parts = poisoned(&a, q_n);
+            lm_mem q_m = up_f32(&a, q, q_n);
+            if (a.be->ops->gated_attention && a.be->ops->gated_attention(a.be, fused, q_m, gates_m, &kv, &batch))
+                (*gated_taken)++;
+            else
+                lm_gated_attention(a.be, fused, q_m, gates_m, &kv, &batch);
+            parts_backend pb;
+            lm_gated_attention(WITHOUT(&pb, a.be, gated_attention), parts, q_m, gates_m, &kv, &batch);
+            bool memory_ok = true;
+            if (!mem_same_bits(&a, fused, parts, q_n, &memory_ok))
+                fail(v, "gated_attention H=%d D=%d on %s%s (%s pools) differs bitwise from attention, then "
+                     "sigmoid_mul", ac->n_heads, D, bs->label[b], hint, lm_dtype_name(pool_dtype));
+            if (!memory_ok) fail(v, "%s: backend memory failed", bs->label[b]);
             /* Batch invariance: each token alone gives the bits it gave in
              * the batch (under the same bound: one token is within it). */
             size_t q_row = (size_t)ac->n_heads * D;
@@ -2369,6 +2386,7 @@ done:
     free(kpool);
     free(vpool);
     free(q);
+    free(gates);
     free(k);
     free(vv);
     free(tables);
@@ -2422,8 +2440,10 @@ static void test_kv_write_and_attention(void) {
          * with main's 2 MB of partials, one token a wave */
         {16, 4, 256, 16, 1, {2100, 0, 0}, {3, 0, 0}},
     };
+    int gated_taken = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-        check_attention(&bs, &v, &r, &cases[c]);
+        check_attention(&bs, &v, &r, &cases[c], &gated_taken);
+    printf("gated_attention: %d of the calls ran fused\n", gated_taken);
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -4148,6 +4168,12 @@ static bool delta_rule_without_norm(lm_backend *be, const lm_delta_rule_norm_arg
                                         a->seqs, a->Hk, a->Hv, a->dk, a->dv); /* the gated norm forgotten */
     return true;
 }
+static bool attention_ungated(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
+                              const lm_attention_batch *batch) {
+    (void)gates; /* the gate forgotten */
+    lm_cpu_backend_ops.attention(be, out, q, kv, batch);
+    return true;
+}
 static bool gated_matmul_add_ungated(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_gate, int n,
                                      const lm_matrix *w) {
     return with_scratch_product(be, y, x, n, w, x_gate, false); /* x_gate ignored */
@@ -4334,8 +4360,14 @@ static void test_poison_catches_broken_ops(void) {
     check_matmul_gated_add(&bs, &f6, &r, 2, 13, 136, LM_DTYPE_BF16, true, &taken);
     broken_ops.gated_delta_rule_norm = delta_rule_without_norm;
     check_delta_rule_norm(&bs, &f5, &r, 2, 4, 16, 16, (const int[]){1, 2}, 2, &taken);
+    verdict f7 = {0};
+    int gated_taken = 0;
+    broken_ops.gated_attention = attention_ungated;
+    check_attention(&bs, &f7, &r, &(attention_case){4, 2, 32, 16, 1, {3, 0, 0}, {1, 0, 0}}, &gated_taken);
     backends_close(&real);
     CHECK_MSG(taken == 6, "the broken fused ops did not all run (%d of 6)", taken);
+    CHECK_MSG(gated_taken >= 1, "the broken gated_attention did not run");
+    CHECK_MSG(f7.failed, "a gated_attention that ignores the gates passed");
     CHECK_MSG(f1.failed, "a matmul_add that stores instead of adding passed");
     CHECK_MSG(f2.failed, "a normed_matmul_group whose products read h, not its norm, passed");
     CHECK_MSG(f3.failed, "a gated_matmul_add that ignores the gate passed");

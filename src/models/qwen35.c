@@ -617,12 +617,7 @@ static bool full_attention(lm_qwen35_context *ctx, const lm_step_view *step, con
         .kv = kv, .n = N, .n_heads = nH, .n_kv_heads = nKV, .head_dim = D, .eps = c->rms_norm_eps};
     lm_attention_prepare(be, &prep);
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
-    lm_attention(be, attn, s->q, kv, &ab);
-    if (!m->share.comm) { /* attn ⊙ sigmoid(gates) into the out projection, added to h */
-        lm_gated_matmul_add(be, h, s->x, attn, s->gates, N, &fa->o_proj);
-        return true;
-    }
-    lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D);
+    lm_gated_attention(be, attn, s->q, s->gates, kv, &ab); /* attention ⊙ sigmoid(gates) */
     return residual_product(ctx, h, attn, N, &fa->o_proj);
 }
 

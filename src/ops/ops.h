@@ -488,6 +488,14 @@ typedef struct {
      * (query head h reads kv head h / (n_heads / n_kv_heads)). */
     void (*attention)(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                       const lm_attention_batch *batch);
+    /* Optional (NULL, or false returned: attention, then sigmoid_mul of out
+     * by gates, see lm_gated_attention): gated full attention's output
+     * (model-spec §A.5), out = attention ⊙ sigmoid(gates), gates [n,
+     * n_heads*head_dim], with the bits of those two ops.  The gate is then
+     * made once an element as attention writes it, where the out
+     * projection's blocks had each made all of it again. */
+    bool (*gated_attention)(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
+                            const lm_attention_batch *batch);
 
     /* ---- Gated DeltaNet (model-spec §A.7) ---- */
     /* The gates, in place over [n, H] rows: beta = sigmoid(beta);
@@ -757,6 +765,13 @@ static inline void lm_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, 
 static inline void lm_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                                 const lm_attention_batch *batch) {
     be->ops->attention(be, out, q, kv, batch);
+}
+/* gated_attention, or its parts. */
+static inline void lm_gated_attention(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
+                                      const lm_attention_batch *batch) {
+    if (be->ops->gated_attention && be->ops->gated_attention(be, out, q, gates, kv, batch)) return;
+    be->ops->attention(be, out, q, kv, batch);
+    be->ops->sigmoid_mul(be, out, gates, (int64_t)batch->n_tokens * batch->n_heads * batch->head_dim);
 }
 /* gated_delta_rule_norm, or its parts (out holds o, then the normed rows). */
 static inline void lm_gated_delta_rule_norm(lm_backend *be, const lm_delta_rule_norm_args *a) {

@@ -232,10 +232,11 @@ attention_split_kernel(float *part, int t0, int max_splits, const float *q, cons
 
 // out = Σ_s acc_s·w_s / Σ_s l_s·w_s with w_s = exp(m_s − max m), the sums
 // in run order.  One run: w = exp(0) = 1, out = acc / l.  No keys (len 0):
-// 0 / 0, NaN, as the reference.
+// 0 / 0, NaN, as the reference.  With gates (gated_attention), each
+// element then times sigmoid(gate) in sigmoid_mul's expression.
 __global__ static void __launch_bounds__(ATT_THREADS)
 attention_combine_kernel(float *out, const float *part, int t0, int max_splits, const int32_t *ctx_len,
-                         int n_heads, int D) {
+                         int n_heads, int D, const float *gates) {
     lm_cuda_let_next_then_wait();
     int h = blockIdx.x, t = t0 + blockIdx.y;
     int splits = min(att_splits(ctx_len[t]), max_splits);
@@ -247,14 +248,16 @@ attention_combine_kernel(float *out, const float *part, int t0, int max_splits, 
         float ms = p[(int64_t)s * (D + 2)];
         if (ms != -INFINITY) L += p[(int64_t)s * (D + 2) + 1] * expf(ms - M);
     }
-    float *oh = out + ((int64_t)t * n_heads + h) * D;
+    int64_t row = ((int64_t)t * n_heads + h) * D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0.0f;
         for (int s = 0; s < splits; s++) {
             float ms = p[(int64_t)s * (D + 2)];
             if (ms != -INFINITY) acc += p[(int64_t)s * (D + 2) + 2 + d] * expf(ms - M);
         }
-        oh[d] = acc / L;
+        float o = acc / L;
+        if (gates) o *= 1.0f / (1.0f + expf(-gates[row + d]));
+        out[row + d] = o;
     }
 }
 
@@ -288,27 +291,32 @@ static void launch_split(lm_backend *be, const lm_cuda_state *st, lm_mem q, cons
 #undef LM_SPLIT8
 }
 
-void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
-                                  const lm_attention_batch *b) {
-    if (b->n_tokens <= 0 || b->n_heads <= 0) return;
-    // head_dim > ATT_MAX_DIM is not supported by this version; the models
-    // use at most 256.  A launch with grid.y > 65535 heads fails loudly.
-    if (b->head_dim > ATT_MAX_DIM) {
-        lm_cuda_note_error(be, cudaErrorInvalidValue, "attention (head_dim > 256)");
-        return;
-    }
-    // bf16 compute: the tensor-core kernel for calls with a prefill chunk.
-    // Calls of decode and verify rows only (at most MMA_MIN_SEQ_ROWS a
-    // sequence) take the split kernel below: the tensor-core one gives a
-    // block to each kv head's tile of rows and walks the whole context (4
-    // blocks for a 9B decode step at batch 1: 85.5 against 151.7 tokens/s
-    // at a 4k-token context, H200).  As with the products (cuBLASLt from 9
-    // rows), bf16 compute's bits then depend on the step's shape; float32
-    // compute has one kernel for every call.
-    const lm_cuda_state *st = lm_cuda_state_of(be);
+// bf16 compute: the tensor-core kernel for calls with a prefill chunk.
+// Calls of decode and verify rows only (at most MMA_MIN_SEQ_ROWS a
+// sequence) take the split kernel below: the tensor-core one gives a
+// block to each kv head's tile of rows and walks the whole context (4
+// blocks for a 9B decode step at batch 1: 85.5 against 151.7 tokens/s
+// at a 4k-token context, H200).  As with the products (cuBLASLt from 9
+// rows), bf16 compute's bits then depend on the step's shape; float32
+// compute has one kernel for every call.
+static bool wants_mma(const lm_cuda_state *st, const lm_attention_batch *b) {
     bool decode_only = b->max_seq_tokens > 0 && b->max_seq_tokens <= MMA_MIN_SEQ_ROWS;
-    if (st->blas_matmul && !st->attention_simt_only && !decode_only && lm_cuda_attention_mma(be, out, q, kv, b))
-        return;
+    return st->blas_matmul && !st->attention_simt_only && !decode_only;
+}
+
+// head_dim > ATT_MAX_DIM is not supported by this version; the models use
+// at most 256.  A launch with grid.y > 65535 heads fails loudly.
+static bool head_dim_taken(lm_backend *be, const lm_attention_batch *b) {
+    if (b->head_dim <= ATT_MAX_DIM) return true;
+    lm_cuda_note_error(be, cudaErrorInvalidValue, "attention (head_dim > 256)");
+    return false;
+}
+
+// The split kernel and its combine, which multiplies by sigmoid(gates)
+// when given.
+static void attention_split(lm_backend *be, lm_mem out, lm_mem q, const float *gates, const lm_kv_layer *kv,
+                            const lm_attention_batch *b) {
+    const lm_cuda_state *st = lm_cuda_state_of(be);
     // The runs' partials, in waves of tokens that fit the buffer (made
     // with the backend: a decode step of 64 sequences at long contexts is
     // one wave).
@@ -329,8 +337,26 @@ void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *
         dim3 combine((unsigned)b->n_heads, (unsigned)count);
         lm_cuda_launch(be, "attention (combine)", attention_combine_kernel, combine, ATT_THREADS, 0,
                        lm_cuda_f32(out), (const float *)st->attention_partials, t0, max_splits,
-                       lm_cuda_i32(b->ctx_len), b->n_heads, D);
+                       lm_cuda_i32(b->ctx_len), b->n_heads, D, gates);
     }
+}
+
+void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv, const lm_attention_batch *b) {
+    if (b->n_tokens <= 0 || b->n_heads <= 0 || !head_dim_taken(be, b)) return;
+    if (wants_mma(lm_cuda_state_of(be), b) && lm_cuda_attention_mma(be, out, q, kv, b)) return;
+    attention_split(be, out, q, nullptr, kv, b);
+}
+
+// Decode and verify calls (the split kernel's) only: the tensor-core
+// kernel's calls decline, so the parts run (its prefill rows gain little
+// from one sigmoid launch less).
+bool lm_cuda_gated_attention(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
+                             const lm_attention_batch *b) {
+    if (b->n_tokens <= 0 || b->n_heads <= 0) return true;
+    if (!head_dim_taken(be, b)) return true; /* the error is noted */
+    if (wants_mma(lm_cuda_state_of(be), b)) return false;
+    attention_split(be, out, q, lm_cuda_f32(gates), kv, b);
+    return true;
 }
 
 // bf16 pools under bf16 compute, where attention takes every head dim it

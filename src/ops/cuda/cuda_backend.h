@@ -74,6 +74,8 @@ lm_dtype lm_cuda_kv_dtype(const lm_backend *be, int head_dim);
 void lm_cuda_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n, lm_mem slots);
 void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                        const lm_attention_batch *batch);
+bool lm_cuda_gated_attention(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
+                             const lm_attention_batch *b);
 /* attention_mma.cu: the same on the tensor cores, for bf16 compute; false
  * (nothing queued) for shapes it does not take. */
 bool lm_cuda_attention_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,

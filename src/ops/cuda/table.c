@@ -42,6 +42,7 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .kv_dtype = lm_cuda_kv_dtype,
     .kv_write = lm_cuda_kv_write,
     .attention = lm_cuda_attention,
+    .gated_attention = lm_cuda_gated_attention,
     /* gdn.cu */
     .gdn_gates = lm_cuda_gdn_gates,
     .causal_conv1d_silu = lm_cuda_causal_conv1d_silu,
