@@ -378,12 +378,6 @@ typedef struct {
      * expert's SwiGLU).  other's and x's contents are undefined after. */
     bool (*matmul_gated_add)(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w,
                              lm_mem gate, lm_mem other);
-    /* Optional (NULL, or false returned: sigmoid_mul of x by x_gate, then
-     * matmul_add, see lm_gated_matmul_add): y[n, w.rows] += (x ⊙
-     * sigmoid(x_gate)) · wᵀ, x_gate [n, w.cols], with exactly those ops'
-     * bits (gated attention's output gate and its out projection).  x's
-     * contents are undefined after. */
-    bool (*gated_matmul_add)(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_gate, int n, const lm_matrix *w);
     /* out[i] = table row ids[i] as float32 (table [vocab, dim]; ids int32 [n]) */
     void (*embed)(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
 
@@ -675,14 +669,6 @@ static inline void lm_matmul_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_me
     if (be->ops->matmul_add && be->ops->matmul_add(be, y, x, n, w)) return;
     be->ops->matmul(be, scratch, x, n, w);
     be->ops->add(be, y, scratch, (int64_t)n * w->rows);
-}
-/* y += (x ⊙ sigmoid(x_gate)) · wᵀ; scratch: [n, w.rows] floats the parts
- * may use; x is left undefined. */
-static inline void lm_gated_matmul_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, lm_mem x_gate, int n,
-                                       const lm_matrix *w) {
-    if (be->ops->gated_matmul_add && be->ops->gated_matmul_add(be, y, x, x_gate, n, w)) return;
-    be->ops->sigmoid_mul(be, x, x_gate, (int64_t)n * w->cols);
-    lm_matmul_add(be, y, scratch, x, n, w);
 }
 /* y += other + sigmoid(gate) ⊙ (x' · wᵀ), x' = x, or silu(x) ⊙ x_up where
  * x_up.buffer is not NULL; scratch: [n, w.rows] floats the parts may use;

@@ -123,7 +123,6 @@ bool lm_cuda_normed_matmul_group(lm_backend *be, const lm_normed_input *in, int 
 bool lm_cuda_normed_matmul_swiglu(lm_backend *be, lm_mem y, const lm_normed_input *in, int n, const lm_matrix *gate,
                                   const lm_matrix *up);
 bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
-bool lm_cuda_gated_matmul_add(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_gate, int n, const lm_matrix *w);
 bool lm_cuda_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w, lm_mem gate,
                               lm_mem other);
 /* norms.cu */

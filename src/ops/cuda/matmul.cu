@@ -175,10 +175,11 @@ __device__ static void norm_tile(float *xs, const norm_args &nm, int n, int64_t 
 #define NORM_TILE_MAX_BYTES ((size_t)40 << 10)
 #define NORM_TILE_WIDE_BYTES ((size_t)96 << 10)
 
-// The input a product stages in shared memory (GATE): none, gated_matmul_add's
-// x ⊙ sigmoid(x_gate) (sigmoid_mul's expression), or matmul_gated_add's
-// silu(x) ⊙ x_gate (silu_mul's: a shared expert's SwiGLU).
-enum { GATE_NONE = 0, GATE_SIGMOID = 1, GATE_SILU_UP = 2 };
+// The input a product stages in shared memory (GATE): none, or
+// matmul_gated_add's silu(x) ⊙ x_gate (silu_mul's: a shared expert's
+// SwiGLU).  (Gated attention's x ⊙ sigmoid(gate) was staged here too, by
+// every block of its out projection: gated_attention makes it once.)
+enum { GATE_NONE = 0, GATE_SILU_UP = 2 };
 
 // The staged input for the tile's tokens into shared memory.  (Applied to
 // each element as it was loaded instead, it took 16 more registers: a
@@ -188,14 +189,10 @@ __device__ static void gate_tile(float *xs, const float *x, const float *x_gate,
     int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
     const float *xt = x + (int64_t)t0 * cols, *gt = x_gate + (int64_t)t0 * cols;
     int64_t count = (int64_t)nt * cols;
+    static_assert(GATE == GATE_SILU_UP, "the one staged input");
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-        if (GATE == GATE_SILU_UP) { // silu_mul's expression, x the gate and x_gate the up
-            xs[i] = lm_silu(xt[i]) * gt[i];
-        } else {
-            xs[i] = xt[i] * (1.0f / (1.0f + expf(-gt[i])));
-        }
-    }
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+        xs[i] = lm_silu(xt[i]) * gt[i]; // silu_mul's expression, x the gate and x_gate the up
     __syncthreads();
 }
 
@@ -226,7 +223,7 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
     lm_cuda_wait_for_prior();
     lm_cuda_let_next_start();
     if (NORM) norm_tile<TILE>(xs, *nm, n, cols); // then the tile's x is read from xs
-    if (GATE != GATE_NONE) gate_tile<TILE, GATE>(xs, x, x_gate, n, cols);
+    if constexpr (GATE != GATE_NONE) gate_tile<TILE, GATE>(xs, x, x_gate, n, cols);
     for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * LOADS) {
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
@@ -312,20 +309,6 @@ __global__ static void __launch_bounds__(THREADS)
         bf16_rows<TILE, ROWS, LOADS, false, EPI>(y, x, w, n, rows, cols, o0, part);
 }
 
-// gated_matmul_add's product: x ⊙ sigmoid(x_gate) made in shared memory
-// (gate_tile; one row group a block, as norm_tile's), the sums added to y.
-// Bounded to 64 registers for one token (no spills), as the plain product:
-// 4 blocks an SM keep a 4096-row product's 512 blocks in one wave.
-template <int TILE, int ROWS, int LOADS>
-__global__ static void __launch_bounds__(THREADS, TILE == 1 ? 4 : 1)
-    gated_matmul_add_kernel(float *y, const float *x, const float *x_gate, const uint4 *w, int n, int64_t rows,
-                            int64_t cols) {
-    __shared__ float part[WARPS][ROWS][TILE];
-    extern __shared__ __align__(16) float gated_x[]; // [TILE][cols]
-    bf16_rows<TILE, ROWS, LOADS, false, EPI_ADD, GATE_SIGMOID>(y, x, w, n, rows, cols, (int64_t)blockIdx.y * ROWS,
-                                                               part, nullptr, gated_x, nullptr, nullptr, x_gate);
-}
-
 // matmul_gated_add's product: gate [n], other [n, rows] (bf16_rows).
 template <int TILE, int ROWS, int LOADS>
 __global__ static void __launch_bounds__(THREADS)
@@ -338,7 +321,7 @@ __global__ static void __launch_bounds__(THREADS)
 }
 
 // matmul_gated_add with x_up: silu(x) ⊙ x_up made in shared memory by each
-// block (one row group a block, as gated_matmul_add_kernel), then as above.
+// block (one row group a block), then as above.
 template <int TILE, int ROWS, int LOADS>
 __global__ static void __launch_bounds__(THREADS, TILE == 1 ? 4 : 1)
     swiglu_matmul_gated_add_kernel(float *y, const float *x, const float *x_up, const uint4 *w, int n, int64_t rows,
@@ -647,10 +630,6 @@ static const bf16_kernel_fn add_kernels[4] = {
     matmul_bf16_kernel<TOKENS, FUSED_ROWS, FUSED_LOADS, EPI_ADD>};
 typedef void (*gated_add_kernel_fn)(float *, const float *, const uint4 *, int, int64_t, int64_t, const float *,
                                     const float *);
-typedef void (*gated_x_kernel_fn)(float *, const float *, const float *, const uint4 *, int, int64_t, int64_t);
-static const gated_x_kernel_fn gated_x_kernels[3] = {gated_matmul_add_kernel<1, FUSED_ROWS, FUSED_LOADS>,
-                                                     gated_matmul_add_kernel<2, FUSED_ROWS, FUSED_LOADS>,
-                                                     gated_matmul_add_kernel<4, FUSED_ROWS, FUSED_LOADS>};
 
 typedef void (*swiglu_gated_add_kernel_fn)(float *, const float *, const float *, const uint4 *, int, int64_t,
                                            int64_t, const float *, const float *);
@@ -688,8 +667,6 @@ extern "C" void lm_cuda_fused_products_init(lm_cuda_state *s) {
         ok = ok && cudaFuncSetAttribute(normed_group_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(normed_swiglu_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
-        ok = ok && cudaFuncSetAttribute(gated_x_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
         ok = ok && cudaFuncSetAttribute(swiglu_gated_add_kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)NORM_TILE_WIDE_BYTES) == cudaSuccess;
@@ -1197,20 +1174,6 @@ extern "C" bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, co
     if (!epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
     lm_cuda_launch(be, "matmul (add)", add_kernels[tile], grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
                    (const uint4 *)lm_cuda_ptr(w->data), n, w->rows, w->cols);
-    return true;
-}
-
-extern "C" bool lm_cuda_gated_matmul_add(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_gate, int n,
-                                         const lm_matrix *w) {
-    dim3 grid;
-    int tile;
-    size_t shared; // the tile's gated x (gate_tile)
-    if (!norm_tile_fits(be, n, w->cols, &shared) || !epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
-    int64_t blocks = (w->rows + FUSED_ROWS - 1) / FUSED_ROWS; // one row group a block, none capped
-    if (blocks > 65535) return false;
-    lm_cuda_launch(be, "matmul (gated x, add)", gated_x_kernels[norm_tile_index(n)], dim3(1, (unsigned)blocks), THREADS, shared,
-                   lm_cuda_f32(y), lm_cuda_f32(x), lm_cuda_f32(x_gate), (const uint4 *)lm_cuda_ptr(w->data), n,
-                   w->rows, w->cols);
     return true;
 }
 

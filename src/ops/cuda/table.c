@@ -61,7 +61,6 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .normed_matmul_swiglu = lm_cuda_normed_matmul_swiglu,
     .matmul_add = lm_cuda_matmul_add,
     .matmul_gated_add = lm_cuda_matmul_gated_add,
-    .gated_matmul_add = lm_cuda_gated_matmul_add,
     .rmsnorm = lm_cuda_rmsnorm,
     .add_rmsnorm = lm_cuda_add_rmsnorm,
     .gated_rmsnorm = lm_cuda_gated_rmsnorm,
