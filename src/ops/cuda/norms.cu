@@ -13,11 +13,36 @@
 
 #define THREADS 256
 
+// A thread's first NORM_W_HELD elements of the norm weight (i = tid,
+// tid + blockDim, ...), loaded before the wait for the kernel before: no
+// kernel writes a weight (launch.h), so its load overlaps that kernel's
+// tail instead of following the row's sum.  lm_cuda_row_threads gives
+// rows of up to 4 elements a thread (dim <= 4096); wider rows read the
+// rest after.
+constexpr int NORM_W_HELD = 4; /* a constant the unroll pragmas can name */
+struct held_weight {
+    float w[NORM_W_HELD];
+};
+__device__ static held_weight hold_weight(const float *w, int dim) {
+    held_weight h;
+#pragma unroll
+    for (int k = 0; k < NORM_W_HELD; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        h.w[k] = i < dim ? w[i] : 0.0f;
+    }
+    return h;
+}
+// w[i] for the thread's k-th element i.
+__device__ static inline float weight_at(const held_weight &h, const float *w, int k, int i) {
+    return k < NORM_W_HELD ? h.w[k] : w[i];
+}
+
 // rmsnorm, and with z the gated one: out = x · inv · w (· silu(z)).  out
 // may alias x: each element is read (for the sum) before any is written,
 // and the writing pass reads only its own element.
 __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z, const float *w, int dim,
                                       float eps) {
+    const held_weight hw = hold_weight(w, dim);
     lm_cuda_let_next_then_wait();
     int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
@@ -25,9 +50,12 @@ __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z
     float inv = 1.0f / sqrtf(lm_cuda_row_sum_squares(xr, dim) / (float)dim + eps);
     if (z) {
         const float *zr = z + r * dim;
-        for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i] * lm_silu(zr[i]);
+#pragma unroll NORM_W_HELD
+        for (int i = threadIdx.x, k = 0; i < dim; i += blockDim.x, k++)
+            yr[i] = xr[i] * inv * weight_at(hw, w, k, i) * lm_silu(zr[i]);
     } else {
-        for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+#pragma unroll NORM_W_HELD
+        for (int i = threadIdx.x, k = 0; i < dim; i += blockDim.x, k++) yr[i] = xr[i] * inv * weight_at(hw, w, k, i);
     }
 }
 
@@ -37,6 +65,7 @@ __global__ static void rmsnorm_kernel(float *out, const float *x, const float *z
 // and written by one thread, read first).
 __global__ static void add_rmsnorm_kernel(float *out, float *h, const float *delta, const float *w, int dim,
                                           float eps) {
+    const held_weight hw = hold_weight(w, dim);
     lm_cuda_let_next_then_wait();
     int64_t r = blockIdx.x;
     float *hr = h + r * dim;
@@ -49,7 +78,8 @@ __global__ static void add_rmsnorm_kernel(float *out, float *h, const float *del
         ss = __fmaf_rn(v, v, ss); /* as lm_cuda_row_sum_squares */
     }
     float inv = 1.0f / sqrtf(lm_cuda_block_sum(ss) / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = hr[i] * inv * w[i];
+#pragma unroll NORM_W_HELD
+    for (int i = threadIdx.x, k = 0; i < dim; i += blockDim.x, k++) yr[i] = hr[i] * inv * weight_at(hw, w, k, i);
 }
 
 extern "C" void lm_cuda_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim,
