@@ -18,7 +18,7 @@ my (%body, %kernel, %where);
 for my $file (sort glob("src/ops/cuda/*.cu src/ops/cuda/*.h")) {
     open(my $fh, "<", $file) or die "$file: $!";
     local $/; my $src = <$fh>; close $fh;
-    $src =~ s!/\*.*?\*/! !gs; $src =~ s!//[^\n]*!!g; $src =~ s!__launch_bounds__\s*\([^()]*\)! !g;
+    $src =~ s!/\*.*?\*/! !gs; $src =~ s!//[^\n]*!!g; $src =~ s!__launch_bounds__\s*\([^()]*\)! !g; $src =~ s!__cluster_dims__\s*\([^()]*\)! !g;
     # A definition: __global__ or __device__, then up to the parameter list
     # of a name, then its body (braces matched).
     while ($src =~ m!\b(__global__|__device__)\b!g) {
