@@ -175,35 +175,29 @@ __device__ static void norm_tile(float *xs, const norm_args &nm, int n, int64_t 
 #define NORM_TILE_MAX_BYTES ((size_t)40 << 10)
 #define NORM_TILE_WIDE_BYTES ((size_t)96 << 10)
 
-// The input a product stages in shared memory (GATE): none, or
-// matmul_gated_add's silu(x) ⊙ x_gate (silu_mul's: a shared expert's
-// SwiGLU).  (Gated attention's x ⊙ sigmoid(gate) was staged here too, by
-// every block of its out projection: gated_attention makes it once.)
-enum { GATE_NONE = 0, GATE_SILU_UP = 2 };
 
-// The staged input for the tile's tokens into shared memory.  (Applied to
-// each element as it was loaded instead, it took 16 more registers: a
-// block an SM.)
-template <int TILE, int GATE>
-__device__ static void gate_tile(float *xs, const float *x, const float *x_gate, int n, int64_t cols) {
+// matmul_gated_add's staged input (SWIGLU): silu(x) ⊙ x_up for the tile's
+// tokens into shared memory, in silu_mul's expression (a shared expert's
+// SwiGLU).  (Applied to each element as it was loaded instead, it took 16
+// more registers: a block an SM.)
+template <int TILE>
+__device__ static void swiglu_tile(float *xs, const float *x, const float *x_up, int n, int64_t cols) {
     int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
-    const float *xt = x + (int64_t)t0 * cols, *gt = x_gate + (int64_t)t0 * cols;
+    const float *xt = x + (int64_t)t0 * cols, *ut = x_up + (int64_t)t0 * cols;
     int64_t count = (int64_t)nt * cols;
-    static_assert(GATE == GATE_SILU_UP, "the one staged input");
 #pragma unroll 4
-    for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
-        xs[i] = lm_silu(xt[i]) * gt[i]; // silu_mul's expression, x the gate and x_gate the up
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) xs[i] = lm_silu(xt[i]) * ut[i];
     __syncthreads();
 }
 
 // The sums of a block's ROWS rows for its tile of tokens, left in part
 // (one per warp's slice, added by the epilogue in slice order).  With NORM
-// the tile's x is first made from nm into xs (norm_tile), with GATE from x
-// and x_gate (gate_tile), and read there.
-template <int TILE, int ROWS, int LOADS, int HALF, bool NORM = false, int GATE = GATE_NONE>
+// the tile's x is first made from nm into xs (norm_tile), with SWIGLU from
+// x and x_up (swiglu_tile), and read there.
+template <int TILE, int ROWS, int LOADS, int HALF, bool NORM = false, bool SWIGLU = false>
 __device__ static void bf16_partials(const float *x, const uint4 *row0, const uint4 *half0, int64_t valid, int n,
                                      int64_t cols, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
-                                     float *xs = nullptr, const float *x_gate = nullptr) {
+                                     float *xs = nullptr, const float *x_up = nullptr) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
     int nt = n - t0 < TILE ? n - t0 : TILE;
     int64_t groups = cols / 8, per_slice = (groups + WARPS - 1) / WARPS;
@@ -223,7 +217,7 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
     lm_cuda_wait_for_prior();
     lm_cuda_let_next_start();
     if (NORM) norm_tile<TILE>(xs, *nm, n, cols); // then the tile's x is read from xs
-    if constexpr (GATE != GATE_NONE) gate_tile<TILE, GATE>(xs, x, x_gate, n, cols);
+    if constexpr (SWIGLU) swiglu_tile<TILE>(xs, x, x_up, n, cols);
     for (int64_t g0 = g_begin + lane; g0 < g_end; g0 += 32 * LOADS) {
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
@@ -232,7 +226,7 @@ __device__ static void bf16_partials(const float *x, const uint4 *row0, const ui
             for (int t = 0; t < TILE; t++) {
                 if (g < g_end && t < nt) {
                     const float4 *xt =
-                        (const float4 *)(NORM || GATE != GATE_NONE ? xs + (int64_t)t * cols : x + (int64_t)(t0 + t) * cols) +
+                        (const float4 *)(NORM || SWIGLU ? xs + (int64_t)t * cols : x + (int64_t)(t0 + t) * cols) +
                         2 * g;
                     float4 a = xt[0], b = xt[1];
 #pragma unroll
@@ -270,14 +264,14 @@ __device__ static inline float slice_total(float (*part)[ROWS][TILE], int r, int
 enum { EPI_STORE = 0, EPI_ADD = 1, EPI_GATED_ADD = 2 };
 
 // Rows o0 .. o0 + ROWS - 1 of one product for the block's tile, each sum
-// finished as EPI says; NORM and GATE as bf16_partials.
-template <int TILE, int ROWS, int LOADS, bool NORM = false, int EPI = EPI_STORE, int GATE = GATE_NONE>
+// finished as EPI says; NORM and SWIGLU as bf16_partials.
+template <int TILE, int ROWS, int LOADS, bool NORM = false, int EPI = EPI_STORE, bool SWIGLU = false>
 __device__ static void bf16_rows(float *y, const float *x, const uint4 *w, int n, int64_t rows, int64_t cols,
                                  int64_t o0, float (*part)[ROWS][TILE], const norm_args *nm = nullptr,
                                  float *xs = nullptr, const float *gate = nullptr, const float *other = nullptr,
-                                 const float *x_gate = nullptr) {
+                                 const float *x_up = nullptr) {
     const uint4 *row0 = w + o0 * (cols / 8);
-    bf16_partials<TILE, ROWS, LOADS, ROWS, NORM, GATE>(x, row0, row0, rows - o0, n, cols, part, nm, xs, x_gate);
+    bf16_partials<TILE, ROWS, LOADS, ROWS, NORM, SWIGLU>(x, row0, row0, rows - o0, n, cols, part, nm, xs, x_up);
     int t0 = blockIdx.x * TILE, nt = n - t0 < TILE ? n - t0 : TILE;
     if (threadIdx.x < ROWS * TILE) {
         int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
@@ -328,9 +322,8 @@ __global__ static void __launch_bounds__(THREADS, TILE == 1 ? 4 : 1)
                                    int64_t cols, const float *gate, const float *other) {
     __shared__ float part[WARPS][ROWS][TILE];
     extern __shared__ __align__(16) float staged_x[]; // [TILE][cols]
-    bf16_rows<TILE, ROWS, LOADS, false, EPI_GATED_ADD, GATE_SILU_UP>(y, x, w, n, rows, cols,
-                                                                     (int64_t)blockIdx.y * ROWS, part, nullptr,
-                                                                     staged_x, gate, other, x_up);
+    bf16_rows<TILE, ROWS, LOADS, false, EPI_GATED_ADD, true>(y, x, w, n, rows, cols, (int64_t)blockIdx.y * ROWS, part,
+                                                             nullptr, staged_x, gate, other, x_up);
 }
 
 // ---- Q8_0 weights (--quantize int8, FP8 checkpoints) ----
