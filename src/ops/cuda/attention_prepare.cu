@@ -21,17 +21,19 @@ __global__ static void attention_prepare_kernel(float *q, float *gates, float *k
                                                 const float *q_norm, const float *k_norm, const int32_t *positions,
                                                 const int32_t *slots, T *k_pool, T *v_pool, int n_heads,
                                                 int n_kv_heads, int D, float eps, const lm_rope_chunk c) {
-    lm_cuda_let_next_then_wait();
     extern __shared__ float row[]; /* [D]: the head's normed row, then rotated */
     __shared__ float cs[LM_ROPE_CHUNK], sn[LM_ROPE_CHUNK];
     const int head = blockIdx.x, hk = head - n_heads;
     const int64_t t = blockIdx.y;
     const bool query = head < n_heads;
-    const float *src = query ? qg + (t * n_heads + head) * 2 * D : k + (t * n_kv_heads + hk) * D;
     const float *w = query ? q_norm : k_norm;
+    const held_weight hw = hold_weight(w, D); /* before the wait: a weight */
+    lm_cuda_let_next_then_wait();
+    const float *src = query ? qg + (t * n_heads + head) * 2 * D : k + (t * n_kv_heads + hk) * D;
     lm_rope_angles(c, positions + t * 3, cs, sn);
     float inv = 1.0f / sqrtf(lm_cuda_row_sum_squares(src, D) / (float)D + eps);
-    for (int i = threadIdx.x; i < D; i += blockDim.x) row[i] = src[i] * inv * w[i];
+#pragma unroll NORM_W_HELD
+    for (int i = threadIdx.x, kth = 0; i < D; i += blockDim.x, kth++) row[i] = src[i] * inv * weight_at(hw, w, kth, i);
     __syncthreads(); /* the row and the angles are whole; src is read (k is rewritten below) */
     for (int j = threadIdx.x; j < c.count; j += blockDim.x) lm_rope_rotate(row, c, cs, sn, j);
     __syncthreads();

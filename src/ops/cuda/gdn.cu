@@ -123,16 +123,15 @@ void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm
 // for short sequences (decode, verify): a long one would run its rows in
 // one block.
 #define PREPARE_MAX_T 16
+#define PREPARE_HELD_TAPS 4 /* the released conv kernel's width */
 
 __global__ static void gdn_prepare_kernel(float *q, float *k, float *v, float *beta, float *g, const float *mixed,
                                           const float *weight, int K, float *states, int64_t slot_stride,
                                           const int32_t *first, const int32_t *length, const int32_t *slot,
                                           const float *neg_exp_A, const float *dt_bias, int Hk, int Hv, int dk,
                                           int dv, float q_scale, float eps) {
-    lm_cuda_let_next_then_wait();
     int head = blockIdx.x, s = blockIdx.y, hist = K - 1;
-    int C = 2 * Hk * dk + Hv * dv, T = length[s];
-    int64_t f = first[s];
+    int C = 2 * Hk * dk + Hv * dv;
     int c0, dim, hv = -1;
     int64_t stride;
     float *dst, scale = 1.0f;
@@ -144,14 +143,34 @@ __global__ static void gdn_prepare_kernel(float *q, float *k, float *v, float *b
         hv = head - 2 * Hk;
         c0 = 2 * Hk * dk + hv * dv, dim = dv, dst = v + hv * dv, stride = (int64_t)Hv * dv;
     }
+    // Weights, loaded before the wait for the kernel before (launch.h): the
+    // conv taps of the thread's first channel (lm_cuda_row_threads gives
+    // one a thread at the released head dims) and a v head's gate
+    // parameters.
+    float taps[PREPARE_HELD_TAPS];
+#pragma unroll
+    for (int j = 0; j < PREPARE_HELD_TAPS; j++)
+        taps[j] = (int)threadIdx.x < dim && j < K ? weight[(int64_t)(c0 + threadIdx.x) * K + j] : 0.0f;
+    const float head_neg_exp_A = hv >= 0 ? neg_exp_A[hv] : 0.0f, head_dt_bias = hv >= 0 ? dt_bias[hv] : 0.0f;
+    lm_cuda_let_next_then_wait();
+    const int T = length[s];
+    const int64_t f = first[s];
     float *st = states + (int64_t)slot[s] * slot_stride;
     for (int t = 0; t < T; t++) {
         float *out = dst + (f + t) * stride;
         for (int i = threadIdx.x; i < dim; i += blockDim.x) {
             int c = c0 + i;
             const float *w = weight + (int64_t)c * K, *stc = st + (int64_t)c * hist;
+            const bool held = i == (int)threadIdx.x;
             double acc = 0;
-            for (int j = 0; j < K; j++) {
+#pragma unroll
+            for (int j = 0; j < PREPARE_HELD_TAPS; j++) // the held taps, then any past them, in tap order
+                if (j < K) {
+                    int src = t - hist + j;
+                    float xv = src >= 0 ? mixed[(f + src) * C + c] : stc[hist + src];
+                    acc += (double)(held ? taps[j] : w[j]) * xv;
+                }
+            for (int j = PREPARE_HELD_TAPS; j < K; j++) {
                 int src = t - hist + j;
                 float xv = src >= 0 ? mixed[(f + src) * C + c] : stc[hist + src];
                 acc += (double)w[j] * xv;
@@ -164,7 +183,7 @@ __global__ static void gdn_prepare_kernel(float *q, float *k, float *v, float *b
         } else if (threadIdx.x == 0) {
             int64_t i = (f + t) * Hv + hv;
             beta[i] = 1.0f / (1.0f + expf_rounded(-beta[i]));
-            g[i] = neg_exp_A[hv] * softplus_f(g[i] + dt_bias[hv]);
+            g[i] = head_neg_exp_A * softplus_f(g[i] + head_dt_bias);
         }
     }
     for (int i = threadIdx.x; i < dim; i += blockDim.x) { // the windows, after every row has read them
@@ -385,7 +404,6 @@ __global__ static void __cluster_dims__(1, NORM_CLUSTER, 1) __launch_bounds__(NO
                             const float *beta, float *states, int64_t slot_stride, const int32_t *first,
                             const int32_t *length, const int32_t *slot, int Hk, int Hv, const float *z,
                             const float *norm, float eps) {
-    lm_cuda_let_next_then_wait();
     constexpr int dk = NORM_PER * PARTS, dv = NORM_DV;
     __shared__ float qs[dk], ks[dk];
     __shared__ double part_sum[PARTS][NORM_COLS];
@@ -394,7 +412,10 @@ __global__ static void __cluster_dims__(1, NORM_CLUSTER, 1) __launch_bounds__(NO
     __shared__ float head_row[2][NORM_DV];
     cg::cluster_group cluster = cg::this_cluster();
     const int hv = blockIdx.x, s = blockIdx.z, jj = threadIdx.x % NORM_COLS, p = threadIdx.x / NORM_COLS;
-    const int j = blockIdx.y * NORM_COLS + jj, i0 = p * NORM_PER, hk = hv / (Hv / Hk), T = length[s];
+    const int j = blockIdx.y * NORM_COLS + jj;
+    const float norm_j = norm[j]; /* a weight: loaded before the wait (launch.h) */
+    lm_cuda_let_next_then_wait();
+    const int i0 = p * NORM_PER, hk = hv / (Hv / Hk), T = length[s];
     const int64_t f = first[s];
     float *S = states + (int64_t)slot[s] * slot_stride + (int64_t)hv * dk * dv;
     // A peer's shared memory may be written only once the peer has started
@@ -408,6 +429,7 @@ __global__ static void __cluster_dims__(1, NORM_CLUSTER, 1) __launch_bounds__(NO
     for (int t = 0; t < T; t++) {
         const int64_t row = f + t, at = (row * Hv + hv) * dv + j;
         const float g_row = g[row * Hv + hv], beta_row = beta[row * Hv + hv], v_row = v[at];
+        const float z_row = p == 0 ? z[at] : 0.0f; /* with the row's other loads, not after its sums */
         stage_row_qk<NORM_COLS * PARTS>(qs, ks, q, k, row, Hk, hk, dk);
         double o = delta_rule_row<NORM_PER, NORM_COLS>(col, NORM_PER, qs, ks, part_sum, p, jj, i0, g_row, beta_row,
                                                        v_row);
@@ -420,7 +442,7 @@ __global__ static void __cluster_dims__(1, NORM_CLUSTER, 1) __launch_bounds__(NO
         // thread, fma(x, x, 0)) and expression
         float e = head_row[t & 1][threadIdx.x];
         float inv = 1.0f / sqrtf(lm_cuda_block_sum(__fmaf_rn(e, e, 0.0f)) / (float)dv + eps);
-        if (p == 0) out[at] = x * inv * norm[j] * lm_silu(z[at]);
+        if (p == 0) out[at] = x * inv * norm_j * lm_silu(z_row);
     }
     if (T == 0) cluster.barrier_wait(std::move(started)); /* every arrival has its wait */
 #pragma unroll

@@ -138,6 +138,32 @@ __device__ __forceinline__ void lm_cuda_let_next_then_wait(void) {
     lm_cuda_let_next_start();
     lm_cuda_wait_for_prior();
 }
+
+/* A thread's first NORM_W_HELD elements of a row's weight (i = tid, tid +
+ * blockDim, ...), for loading before the wait for the kernel before: no
+ * kernel writes a weight, so the load overlaps that kernel's tail instead
+ * of following the row's sums (the norms, attention_prepare, the MoE
+ * route's bias).  A row block of lm_cuda_row_threads threads has up to 4
+ * elements a thread (dim <= 4096); wider rows read the rest when they use
+ * it (weight_at). */
+constexpr int NORM_W_HELD = 4; /* a constant the unroll pragmas can name */
+struct held_weight {
+    float w[NORM_W_HELD];
+};
+__device__ static inline held_weight hold_weight(const float *w, int dim) {
+    held_weight h;
+#pragma unroll
+    for (int k = 0; k < NORM_W_HELD; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        h.w[k] = i < dim ? w[i] : 0.0f;
+    }
+    return h;
+}
+/* w[i] for the thread's k-th element i (loops over i unrolled by
+ * NORM_W_HELD, so k is a constant and h stays in registers). */
+__device__ static inline float weight_at(const held_weight &h, const float *w, int k, int i) {
+    return k < NORM_W_HELD ? h.w[k] : w[i];
+}
 #endif
 
 #endif

@@ -119,6 +119,7 @@ __device__ static void warp_top_k_slots(const float *c, int n, int top_k, int *c
 __global__ static void __launch_bounds__(ROUTE_THREADS)
 moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float *bias, int E, int top_k,
                  int sigmoid, int groups, int topk_group, int renormalize, float scale) {
+    const held_weight held_bias = bias ? hold_weight(bias, E) : held_weight{}; /* a weight: before the wait */
     lm_cuda_let_next_then_wait();
     __shared__ float s[MOE_MAX_EXPERTS], c[MOE_MAX_EXPERTS], group_score[MOE_MAX_EXPERTS];
     __shared__ unsigned char taken[MOE_MAX_EXPERTS], keep[MOE_MAX_EXPERTS];
@@ -161,8 +162,9 @@ moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float 
         for (int e = tid; e < E; e += blockDim.x) s[e] = 1.0f / (1.0f + expf(-l[e]));
         __syncthreads();
     }
-    for (int e = tid; e < E; e += blockDim.x) {
-        c[e] = s[e] + (bias ? bias[e] : 0.0f);
+#pragma unroll NORM_W_HELD
+    for (int e = tid, kth = 0; e < E; e += blockDim.x, kth++) {
+        c[e] = s[e] + (bias ? weight_at(held_bias, bias, kth, e) : 0.0f);
         taken[e] = 0;
     }
     __syncthreads();

@@ -13,30 +13,6 @@
 
 #define THREADS 256
 
-// A thread's first NORM_W_HELD elements of the norm weight (i = tid,
-// tid + blockDim, ...), loaded before the wait for the kernel before: no
-// kernel writes a weight (launch.h), so its load overlaps that kernel's
-// tail instead of following the row's sum.  lm_cuda_row_threads gives
-// rows of up to 4 elements a thread (dim <= 4096); wider rows read the
-// rest after.
-constexpr int NORM_W_HELD = 4; /* a constant the unroll pragmas can name */
-struct held_weight {
-    float w[NORM_W_HELD];
-};
-__device__ static held_weight hold_weight(const float *w, int dim) {
-    held_weight h;
-#pragma unroll
-    for (int k = 0; k < NORM_W_HELD; k++) {
-        int i = threadIdx.x + k * blockDim.x;
-        h.w[k] = i < dim ? w[i] : 0.0f;
-    }
-    return h;
-}
-// w[i] for the thread's k-th element i.
-__device__ static inline float weight_at(const held_weight &h, const float *w, int k, int i) {
-    return k < NORM_W_HELD ? h.w[k] : w[i];
-}
-
 // rmsnorm, and with z the gated one: out = x · inv · w (· silu(z)).  out
 // may alias x: each element is read (for the sum) before any is written,
 // and the writing pass reads only its own element.
