@@ -3503,12 +3503,17 @@ static void check_moe_route(const backends *bs, verdict *v, rng *r, const route_
             }
             for (int e = 0; e < E; e++) l[e] = rng_float(r) * (softmax ? 4.0f : 3.0f);
             route_row64(l, bias_e, &routing, route_full, ids, w, &ignored);
-            /* every 5 tokens: a plain row; the top pick tied with another
-             * expert (softmax: any; sigmoid: its bias partner); the last
-             * pick tied so; a row of equal logits (its first try); a row
-             * far from 0, whose softmax must subtract the maximum */
+            /* every 5 tokens: a plain row (softmax, from the sixth token
+             * every tenth: six times as wide, so terms below 2^-21 make
+             * cuda sum it in order, not as its exact tree); the top pick
+             * tied with another expert (softmax: any; sigmoid: its bias
+             * partner); the last pick tied so; a row of equal logits (its
+             * first try); a row far from 0, whose softmax must subtract the
+             * maximum */
             int kind = t % 5;
-            if (kind == 1 || kind == 2) {
+            if (kind == 0 && softmax && t % 10 == 5) {
+                for (int e = 0; e < E; e++) l[e] *= 6.0f;
+            } else if (kind == 1 || kind == 2) {
                 int i = ids[kind == 1 ? 0 : k - 1];
                 int j = softmax ? (int)(rng_next(r) % (uint64_t)E) : i ^ 1;
                 l[j] = l[i];

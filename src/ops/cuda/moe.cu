@@ -147,9 +147,24 @@ moe_route_kernel(int32_t *ids, float *weights, const float *logits, const float 
         top = top_shared;
         for (int e = tid; e < E; e += blockDim.x) s[e] = expf(l[e] - top);
         __syncthreads();
-        // the sum in index order by one thread (the reference's bits), the
-        // divisions by every thread (each is the same division)
-        if (tid == 0) {
+        // The sum in index order in double (the reference's bits), the
+        // divisions by every thread (each is the same division).  When
+        // every term is 0 or at least 2^-21 (a multiple of 2^-44 then) and
+        // there are at most 256 (each at most 1: the largest logit's term
+        // is e^0), every partial sum is a multiple of 2^-44 below 2^9,
+        // which a double holds exactly: the sum is exact in any order, so
+        // the first warp adds it as a tree.  Otherwise one thread walks the
+        // terms in order (256 dependent adds, about a microsecond).
+        bool exact = E <= 256;
+        for (int e = tid; e < E; e += blockDim.x) exact = exact && (s[e] == 0.0f || s[e] >= 0x1p-21f);
+        if (__syncthreads_and(exact)) {
+            if (warp == 0) {
+                double part = 0;
+                for (int e = lane; e < E; e += 32) part += s[e];
+                for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
+                if (lane == 0) sum_shared = part;
+            }
+        } else if (tid == 0) {
             double sum = 0;
             for (int e = 0; e < E; e++) sum += s[e];
             sum_shared = sum;
