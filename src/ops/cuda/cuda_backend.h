@@ -103,13 +103,14 @@ void lm_cuda_moe_route(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits
 void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids, lm_mem weights, int top_k,
                          const lm_moe_experts *experts, lm_mem scratch);
 /* moe_mma.cu: the experts' products on the tensor cores (bf16 compute),
- * every expert at once: act [pairs, I] and y [pairs, H] as moe.cu lays
- * them out, the blocks taking the tiles of pairs moe.cu's sort listed
- * (tile_expert / tile_first [*tile_count]); false (nothing queued) when the
- * experts are not all bf16 with 16-byte rows or H, I are not multiples of
- * 32. */
+ * every expert at once: y [pairs, H] as moe.cu lays it out, act the
+ * scratch's SwiGLU region (the kernels keep the pairs' SwiGLU rows and x
+ * there in bf16), the blocks taking the tiles of pairs moe.cu's sort
+ * listed (tile_expert / tile_first [*tile_count]); false (nothing queued)
+ * when the experts are not all bf16 with 16-byte rows (or all Q8_0) or H,
+ * I are not multiples of 32. */
 #define LM_CUDA_MOE_TILE 64 /* pairs of one tensor-core block */
-bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
+bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, int n, const int32_t *order,
                              const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
                              const int32_t *tile_count, int pairs, int top_k, const lm_moe_experts *experts);
 
@@ -123,6 +124,8 @@ bool lm_cuda_normed_matmul_group(lm_backend *be, const lm_normed_input *in, int 
 bool lm_cuda_normed_matmul_swiglu(lm_backend *be, lm_mem y, const lm_normed_input *in, int n, const lm_matrix *gate,
                                   const lm_matrix *up);
 bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
+/* out [count] (bf16) = x rounded to nearest even, queued as `what`. */
+void lm_cuda_round_to_bf16(lm_backend *be, const char *what, void *out, const float *x, int64_t count);
 bool lm_cuda_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w, lm_mem gate,
                               lm_mem other);
 /* norms.cu */

@@ -176,6 +176,18 @@ __device__ __forceinline__ static void lm_copy_async16(void *dst, const void *sr
     unsigned to = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid ? 16 : 0));
 }
+/* Four 8x8 matrices of 16-bit elements from shared memory, one register
+ * each (ldmatrix.x4): lanes 8i..8i+7 give the addresses of matrix i's 8
+ * rows (16 bytes each); lane l receives row l / 4, elements 2(l % 4) and
+ * 2(l % 4) + 1 of every matrix, the mma fragments' layout. */
+__device__ __forceinline__ static void lm_load_matrix_x4(uint32_t r[4], const void *row) {
+    unsigned at = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at)
+                 : "memory");
+}
+
 /* Closes this thread's group of copies. */
 __device__ __forceinline__ static void lm_copy_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 /* Waits until at most one group (the latest) of this thread's copies is in
@@ -183,6 +195,11 @@ __device__ __forceinline__ static void lm_copy_async_commit(void) { asm volatile
  * visible. */
 __device__ __forceinline__ static void lm_copy_async_wait_all_but_one(void) {
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+/* Waits until at most PENDING groups (the latest) are in flight. */
+template <int PENDING>
+__device__ __forceinline__ static void lm_copy_async_wait_pending(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
 #endif

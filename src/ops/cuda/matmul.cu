@@ -720,6 +720,11 @@ __global__ static void to_f16_kernel(__half *out, const float *x, int64_t count)
         out[i] = __float2half_rn(x[i]);
 }
 
+void lm_cuda_round_to_bf16(lm_backend *be, const char *what, void *out, const float *x, int64_t count) {
+    lm_cuda_launch(be, what, to_bf16_kernel, lm_cuda_blocks(count, THREADS), THREADS, 0, (__nv_bfloat16 *)out, x,
+                   count);
+}
+
 // The scratch for x in 16 bits, at least `bytes`.  Grown when a larger size
 // is first seen: waits for the stream (queued matmuls may still read the old
 // one), frees and cudaMallocs, so the first call of each new largest size
@@ -862,8 +867,7 @@ static void *x_in_16_bits(lm_backend *be, lm_mem x, int n, int64_t cols, bool bf
     if (!scratch_at_least(be, (size_t)count * 2)) return NULL;
     void *x16 = lm_cuda_state_of(be)->scratch;
     if (bf16)
-        lm_cuda_launch(be, "matmul (activations to 16 bits)", to_bf16_kernel, lm_cuda_blocks(count, THREADS),
-                       THREADS, 0, (__nv_bfloat16 *)x16, lm_cuda_f32(x), count);
+        lm_cuda_round_to_bf16(be, "matmul (activations to 16 bits)", x16, lm_cuda_f32(x), count);
     else
         lm_cuda_launch(be, "matmul (activations to 16 bits)", to_f16_kernel, lm_cuda_blocks(count, THREADS),
                        THREADS, 0, (__half *)x16, lm_cuda_f32(x), count);

@@ -699,8 +699,8 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
         return;
     }
     // scratch (ops.h's lm_moe_scratch_bytes): the SwiGLU rows of a wave
-    // [wave, I] (of every pair for the tensor cores) within
-    // lm_moe_wave_floats | per-pair outputs [pairs, H] | pair order [pairs] |
+    // [wave, I] (for the tensor cores, every pair's in bf16 and x in bf16
+    // after them: moe_mma.cu) within lm_moe_wave_floats | per-pair outputs [pairs, H] | pair order [pairs] |
     // expert starts [E + 1] | tiles' experts and first pairs [pairs + E]
     // each, and their count
     size_t pairs = (size_t)n * (size_t)top_k, wave = lm_moe_wave_rows(n, top_k);
@@ -720,7 +720,7 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     // kernels below measured faster (35B-A3B decode 96.5 tokens/s against
     // 85.6 on an H200).
     if (lm_cuda_state_of(be)->blas_matmul && n >= MOE_MMA_MIN_TOKENS &&
-        lm_cuda_moe_experts_mma(be, act, y, xf, order, start, tile_expert, tile_first, tile_count, (int)pairs, top_k,
+        lm_cuda_moe_experts_mma(be, act, y, xf, n, order, start, tile_expert, tile_first, tile_count, (int)pairs, top_k,
                                 ex))
         ;
     else if (E <= 64)

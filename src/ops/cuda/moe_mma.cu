@@ -9,17 +9,25 @@
 // the list moe.cu's sort made, so the grid has about pairs / 64 + experts
 // rows of blocks, not experts x the most pairs one could have.  (Waves of
 // 256-512 pairs, launched one after another, kept the GPU a tenth busy: a
-// 35B-A3B prefill step of 512 tokens took 2.1 ms a layer for gate | up.)  A block computes 64 pairs x 64 outputs; its four warps 32 x
-// 32 each.  The pairs' rows (float32) and the weights' rows (bf16) are
-// copied into shared memory by cp.async, the next 32 columns in flight
-// while the current ones are used; the rows are rounded to bf16 as they
-// are read.  A pair's outputs do not depend on the pairs beside it.
+// 35B-A3B prefill step of 512 tokens took 2.1 ms a layer for gate | up.)
+//
+// A block computes 64 pairs x 128 outputs (of each of gate and up), its
+// eight warps 32 x 32 each.  Both operands are bf16 in memory: x is
+// rounded once a call, before the gate | up kernel, and gate | up writes
+// act rounded (the values the products used to round as they read them,
+// so the same bits).  Rows and weights go to shared memory by cp.async,
+// MM_STAGES steps of 32 columns in flight, and to the warps' fragments by
+// ldmatrix.  (The first version, 64 x 64 tiles of four warps with float32
+// rows rounded at every fragment load, read as many activation bytes from
+// L2 as weight bytes and ran a 35B-A3B prefill step's gate | up at about
+// 100 TFLOP/s.)  Each accumulator sums its k steps in order, as before.
+// A pair's outputs do not depend on the pairs beside it.
 //
 // int8 experts (Q8): a step's 32 columns of a weight row are one Q8_0
 // block, which a thread pair reads (a half-block each: its scale and 8
 // 2-byte loads) and writes to shared memory as bf16 s·q (rounded: 2^-9 of
 // a weight at most, bf16 compute's precision).  Plain loads, not cp.async:
-// they are issued with the next step's staging, before this step's
+// they are issued with the later step's staging, before this step's
 // products, and other blocks on the SM cover their latency.
 #include <cuda_bf16.h>
 #include <math.h>
@@ -30,37 +38,47 @@
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
-#define MM_TILE LM_CUDA_MOE_TILE /* pairs and outputs of a block */
+#define MM_TILE LM_CUDA_MOE_TILE /* pairs of a block */
+#define MM_N 128            /* outputs of a block (of each kind) */
 #define MM_K 32             /* columns a step */
-#define MM_THREADS 128
-#define MM_A_LD (MM_K + 8)  /* float stride: the A operand's 8-byte loads hit distinct banks */
-#define MM_B_LD (MM_K + 8)  /* bf16 stride, likewise */
+#define MM_STAGES 4         /* steps staged: 3 in flight while one is used */
+#define MM_THREADS 256      /* 8 warps: 2 (pairs) x 4 (outputs) of 32 x 32 */
+#define MM_LD (MM_K + 8)    /* bf16 row stride: 80 bytes, so ldmatrix's 8 rows hit distinct banks */
+
+static_assert(MM_TILE == 64 && MM_N == 128 && MM_THREADS == 256, "the warp grid below");
 
 template <int MAXE, int KINDS>
 struct mm_mats {
     const void *w[KINDS][MAXE];
 };
 
-// Block (output tile, tile of pairs).  GATE_UP: a = x rows of the pairs'
-// tokens, K = H, N = I, out = act (rows by sorted pair); else a = act rows,
-// K = I, N = H, out = y (rows by pair).
+template <int KINDS>
+constexpr size_t mm_shared_bytes() {
+    return sizeof(__nv_bfloat16) * MM_STAGES * (MM_TILE + KINDS * MM_N) * MM_LD;
+}
+
+// Block (output tile, tile of pairs).  GATE_UP: a = x rows (bf16) of the
+// pairs' tokens, K = H, N = I, out = act (bf16, rows by sorted pair); else
+// a = act rows, K = I, N = H, out = y (float32, rows by pair).
 template <int MAXE, bool GATE_UP, bool Q8>
-__global__ static void __launch_bounds__(MM_THREADS)
-moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int32_t *start,
+__global__ static void __launch_bounds__(MM_THREADS, 2)
+moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, const int32_t *start,
                const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int top_k, int K,
                int N, const __grid_constant__ mm_mats<MAXE, GATE_UP ? 2 : 1> m) {
     lm_cuda_let_next_then_wait();
     constexpr int KINDS = GATE_UP ? 2 : 1;
-    __shared__ __align__(16) float As[2][MM_TILE * MM_A_LD];
-    __shared__ __align__(16) __nv_bfloat16 Bs[2][KINDS][MM_TILE * MM_B_LD];
+    extern __shared__ __align__(16) unsigned char mm_smem[];
+    /* stage b: A rows [MM_TILE][MM_LD], then kind k's weight rows [MM_N][MM_LD] */
+    auto As = [&](int b) { return (__nv_bfloat16 *)mm_smem + (size_t)b * (MM_TILE + KINDS * MM_N) * MM_LD; };
+    auto Bs = [&](int b, int kind) { return As(b) + (MM_TILE + kind * MM_N) * MM_LD; };
+    __shared__ const __nv_bfloat16 *a_row[MM_TILE]; /* pair lo + r's row of a, or NULL past the pairs */
     if ((int)blockIdx.y >= *tile_count) return; /* the grid is sized for the most tiles there could be */
     const int e = tile_expert[blockIdx.y], tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g4 = lane >> 2,
               t4 = lane & 3;
     const int lo = tile_first[blockIdx.y], hi = min(start[e + 1], lo + MM_TILE);
-    const int n0 = blockIdx.x * MM_TILE;
-    const int wm = warp >> 1, wn = warp & 1; /* this warp's 32 pairs and 32 outputs */
+    const int n0 = blockIdx.x * MM_N;
+    const int wm = warp >> 2, wn = warp & 3; /* this warp's 32 pairs and 32 outputs */
 
-    __shared__ const float *a_row[MM_TILE]; /* pair lo + r's row of a, or NULL past the pairs */
     if (tid < MM_TILE) {
         int p = lo + tid;
         a_row[tid] = p >= hi  ? nullptr
@@ -68,17 +86,19 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
                                : a_rows + (int64_t)p * K;
     }
     __syncthreads();
+    // Queues step k0's columns into stage b (the Q8 weights written now).
     auto stage = [&](int b, int k0) {
-        for (int i = tid; i < MM_TILE * (MM_K / 4); i += MM_THREADS) { /* a: 16 bytes = 4 floats */
-            int r = i / (MM_K / 4), c = (i % (MM_K / 4)) * 4;
-            const float *row = a_row[r];
-            lm_copy_async16(&As[b][r * MM_A_LD + c], row ? row + k0 + c : a_rows, row != nullptr);
+        { /* a: 64 rows of 4 x 16 bytes, one copy a thread */
+            static_assert(MM_TILE * (MM_K / 8) == MM_THREADS, "one copy of a a thread");
+            int r = tid / (MM_K / 8), c = (tid % (MM_K / 8)) * 8;
+            const __nv_bfloat16 *row = a_row[r];
+            lm_copy_async16(&As(b)[r * MM_LD + c], row ? row + k0 + c : a_rows, row != nullptr);
         }
-        for (int kind = 0; kind < KINDS; kind++) {
-            if (Q8) { /* row r's block k0 / 32: half-block tid % 2 by thread tid */
-                static_assert(MM_K == LM_Q8_BLOCK && MM_TILE * 2 == MM_THREADS, "one Q8_0 half-block a thread");
-                const int r = tid / 2, h = tid % 2;
-                uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+        if (Q8) { /* row r's block k0 / 32: half-block h by a thread */
+            static_assert(MM_K == LM_Q8_BLOCK, "a step is one Q8_0 block");
+            for (int i = tid; i < KINDS * MM_N * 2; i += MM_THREADS) {
+                const int kind = i / (MM_N * 2), r = (i / 2) % MM_N, h = i % 2;
+                uint4 lo4 = make_uint4(0, 0, 0, 0), hi4 = lo4;
                 if (n0 + r < N) {
                     const uint8_t *row = (const uint8_t *)m.w[kind][e] +
                                          (int64_t)(n0 + r) * (K / LM_Q8_BLOCK) * LM_Q8_BLOCK_BYTES;
@@ -86,21 +106,21 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
                     float s = lm_q8_half_load(row, (int64_t)(k0 / LM_Q8_BLOCK) * 2 + h, q);
                     uint32_t v[LM_Q8_HALF / 2];
 #pragma unroll
-                    for (int i = 0; i < LM_Q8_HALF / 2; i++)
-                        v[i] = lm_pack_bf16(s * (float)(int8_t)(q[i] & 0xffu), s * (float)(int8_t)(q[i] >> 8));
-                    lo = make_uint4(v[0], v[1], v[2], v[3]);
-                    hi = make_uint4(v[4], v[5], v[6], v[7]);
+                    for (int j = 0; j < LM_Q8_HALF / 2; j++)
+                        v[j] = lm_pack_bf16(s * (float)(int8_t)(q[j] & 0xffu), s * (float)(int8_t)(q[j] >> 8));
+                    lo4 = make_uint4(v[0], v[1], v[2], v[3]);
+                    hi4 = make_uint4(v[4], v[5], v[6], v[7]);
                 }
-                uint4 *dst = (uint4 *)&Bs[b][kind][r * MM_B_LD + h * LM_Q8_HALF];
-                dst[0] = lo;
-                dst[1] = hi;
-                continue;
+                uint4 *dst = (uint4 *)&Bs(b, kind)[r * MM_LD + h * LM_Q8_HALF];
+                dst[0] = lo4;
+                dst[1] = hi4;
             }
-            const __nv_bfloat16 *w = (const __nv_bfloat16 *)m.w[kind][e];
-            for (int i = tid; i < MM_TILE * (MM_K / 8); i += MM_THREADS) { /* weights: 8 bf16 */
-                int r = i / (MM_K / 8), c = (i % (MM_K / 8)) * 8;
+        } else {
+            for (int i = tid; i < KINDS * MM_N * (MM_K / 8); i += MM_THREADS) { /* weights: 8 bf16 a copy */
+                const int kind = i / (MM_N * (MM_K / 8)), r = (i / (MM_K / 8)) % MM_N, c = (i % (MM_K / 8)) * 8;
+                const __nv_bfloat16 *w = (const __nv_bfloat16 *)m.w[kind][e];
                 bool in = n0 + r < N;
-                lm_copy_async16(&Bs[b][kind][r * MM_B_LD + c], in ? w + (int64_t)(n0 + r) * K + k0 + c : w, in);
+                lm_copy_async16(&Bs(b, kind)[r * MM_LD + c], in ? w + (int64_t)(n0 + r) * K + k0 + c : w, in);
             }
         }
         lm_copy_async_commit();
@@ -114,38 +134,49 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) acc[kind][mt][nt][0] = acc[kind][mt][nt][1] = acc[kind][mt][nt][2] = acc[kind][mt][nt][3] = 0.0f;
 
-    stage(0, 0);
-    for (int k0 = 0, cur = 0; k0 < K; k0 += MM_K, cur ^= 1) {
-        if (k0 + MM_K < K)
-            stage(cur ^ 1, k0 + MM_K);
+    const int steps = K / MM_K;
+#pragma unroll
+    for (int b = 0; b < MM_STAGES - 1; b++) {
+        if (b < steps)
+            stage(b, b * MM_K);
         else
-            lm_copy_async_commit(); /* an empty group: the wait counts the same */
-        lm_copy_async_wait_all_but_one();
-        __syncthreads();
+            lm_copy_async_commit(); /* empty groups: the waits below count the same */
+    }
+    // ldmatrix rows: A's lane l gives row l % 16 at column 8 (l / 16) (the
+    // fragment's four 8 x 8 quarters in mma's order); B's gives output
+    // l % 8 + 8 (l / 16) at column 8 (l / 8 % 2): two 8-output tiles.
+    const int a_r = lane & 15, a_c = (lane >> 4) * 8;
+    const int b_r = (lane & 7) + ((lane >> 4) << 3), b_c = ((lane >> 3) & 1) * 8;
+    for (int step = 0; step < steps; step++) {
+        const int cur = step % MM_STAGES;
+        lm_copy_async_wait_pending<MM_STAGES - 2>();
+        __syncthreads(); /* this step's stage landed; every warp is done with the stage refilled below */
+        if (step + MM_STAGES - 1 < steps)
+            stage((step + MM_STAGES - 1) % MM_STAGES, (step + MM_STAGES - 1) * MM_K);
+        else
+            lm_copy_async_commit();
+        const __nv_bfloat16 *A = As(cur);
 #pragma unroll
         for (int kc = 0; kc < MM_K / 16; kc++) {
             uint32_t af[2][4];
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const float *ar = &As[cur][(wm * 32 + mt * 16 + g4) * MM_A_LD + kc * 16 + 2 * t4];
-                float2 x0 = *(const float2 *)&ar[0], x1 = *(const float2 *)&ar[8 * MM_A_LD];
-                float2 x2 = *(const float2 *)&ar[8], x3 = *(const float2 *)&ar[8 * MM_A_LD + 8];
-                af[mt][0] = lm_pack_bf16(x0.x, x0.y);
-                af[mt][1] = lm_pack_bf16(x1.x, x1.y);
-                af[mt][2] = lm_pack_bf16(x2.x, x2.y);
-                af[mt][3] = lm_pack_bf16(x3.x, x3.y);
-            }
+            for (int mt = 0; mt < 2; mt++)
+                lm_load_matrix_x4(af[mt], &A[(wm * 32 + mt * 16 + a_r) * MM_LD + kc * 16 + a_c]);
 #pragma unroll
-            for (int kind = 0; kind < KINDS; kind++)
+            for (int kind = 0; kind < KINDS; kind++) {
+                const __nv_bfloat16 *B = Bs(cur, kind);
 #pragma unroll
-                for (int nt = 0; nt < 4; nt++) {
-                    const __nv_bfloat16 *br = &Bs[cur][kind][(wn * 32 + nt * 8 + g4) * MM_B_LD + kc * 16 + 2 * t4];
-                    uint32_t b0 = *(const uint32_t *)&br[0], b1 = *(const uint32_t *)&br[8];
+                for (int np = 0; np < 2; np++) { /* output tiles 2np, 2np + 1 */
+                    uint32_t bf[4];
+                    lm_load_matrix_x4(bf, &B[(wn * 32 + np * 16 + b_r) * MM_LD + kc * 16 + b_c]);
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) lm_mma_bf16_16816(acc[kind][mt][nt], af[mt], b0, b1);
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int mt = 0; mt < 2; mt++)
+                            lm_mma_bf16_16816(acc[kind][mt][2 * np + h], af[mt], bf[2 * h], bf[2 * h + 1]);
                 }
+            }
         }
-        __syncthreads(); /* every warp is done with this buffer before it is refilled */
     }
 
 #pragma unroll
@@ -154,30 +185,45 @@ moe_mma_kernel(float *out, const float *a_rows, const int32_t *order, const int3
         for (int half = 0; half < 2; half++) {
             int p = lo + wm * 32 + mt * 16 + g4 + 8 * half;
             if (p >= hi) continue;
-            float *orow = GATE_UP ? out + (int64_t)p * N : out + (int64_t)order[p] * N;
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    int o = n0 + wn * 32 + nt * 8 + 2 * t4 + c;
-                    if (o >= N) continue;
-                    float v;
-                    if (GATE_UP) {
-                        float g = acc[0][mt][nt][2 * half + c], u = acc[KINDS - 1][mt][nt][2 * half + c];
-                        v = lm_silu(g) * u;
-                    } else {
-                        v = acc[0][mt][nt][2 * half + c];
-                    }
-                    orow[o] = v;
+            for (int nt = 0; nt < 4; nt++) {
+                int o = n0 + wn * 32 + nt * 8 + 2 * t4; /* o and o + 1: N is a multiple of 32 */
+                if (o >= N) continue;
+                const float *c0 = &acc[0][mt][nt][2 * half];
+                if (GATE_UP) {
+                    const float *c1 = &acc[KINDS - 1][mt][nt][2 * half];
+                    *(uint32_t *)((__nv_bfloat16 *)out + (int64_t)p * N + o) =
+                        lm_pack_bf16(lm_silu(c0[0]) * c1[0], lm_silu(c0[1]) * c1[1]);
+                } else {
+                    *(float2 *)((float *)out + (int64_t)order[p] * N + o) = make_float2(c0[0], c0[1]);
                 }
+            }
         }
 }
 
+// Sets a kernel's dynamic shared memory above the default 48 KB; false
+// (the error cleared: not sticky) when the device refuses.
+template <typename Kernel>
+static bool allow_shared(lm_backend *be, Kernel kernel, size_t bytes) {
+    lm_cuda_use_device(lm_cuda_state_of(be)); /* the attribute is the current GPU's */
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess)
+        return true;
+    (void)cudaGetLastError();
+    return false;
+}
+
+// act16: the scratch's SwiGLU region, float32 pairs x I or more
+// (lm_moe_wave_floats), which holds act in bf16 (pairs x I) and x in bf16
+// (n x H) after it: 2 pairs I + 2 n H bytes <= 4 pairs I + 4 n H.
 template <int MAXE, bool Q8>
-static void run_tiles(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
+static bool run_tiles(lm_backend *be, void *act16, float *y, const float *x, int n, const int32_t *order,
                       const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
                       const int32_t *tile_count, int pairs, int top_k, const lm_moe_experts *ex) {
     int E = ex->n_experts, H = ex->hidden, I = ex->inter;
+    auto gate_up = moe_mma_kernel<MAXE, true, Q8>;
+    auto down = moe_mma_kernel<MAXE, false, Q8>;
+    if (!allow_shared(be, gate_up, mm_shared_bytes<2>()) || !allow_shared(be, down, mm_shared_bytes<1>()))
+        return false;
     mm_mats<MAXE, 2> gu;
     mm_mats<MAXE, 1> dn;
     memset(&gu, 0, sizeof gu); // every byte is a kernel argument the queue compares (launch.h)
@@ -187,19 +233,22 @@ static void run_tiles(lm_backend *be, float *act, float *y, const float *x, cons
         gu.w[1][e] = lm_cuda_ptr(ex->up[e].data);
         dn.w[0][e] = lm_cuda_ptr(ex->down[e].data);
     }
+    __nv_bfloat16 *act = (__nv_bfloat16 *)act16, *x16 = act + (size_t)pairs * I;
+    lm_cuda_round_to_bf16(be, "moe_experts (x to bf16)", x16, x, (int64_t)n * H);
     /* each expert's pairs fill whole tiles but its last: at most this many */
     unsigned most_tiles = (unsigned)((pairs + MM_TILE - 1) / MM_TILE + (E < pairs ? E : pairs));
-    lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true, Q8>,
-                   dim3(lm_cuda_blocks(I, MM_TILE), most_tiles), MM_THREADS, 0, act, x, order, start, tile_expert,
-                   tile_first, tile_count, top_k, H, I, gu);
-    lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false, Q8>,
-                   dim3(lm_cuda_blocks(H, MM_TILE), most_tiles), MM_THREADS, 0, y, act, order, start, tile_expert,
-                   tile_first, tile_count, top_k, I, H, dn);
+    lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", gate_up, dim3(lm_cuda_blocks(I, MM_N), most_tiles),
+                   MM_THREADS, mm_shared_bytes<2>(), (void *)act, x16, order, start, tile_expert, tile_first,
+                   tile_count, top_k, H, I, gu);
+    lm_cuda_launch(be, "moe_experts (down; tensor cores)", down, dim3(lm_cuda_blocks(H, MM_N), most_tiles),
+                   MM_THREADS, mm_shared_bytes<1>(), (void *)y, act, order, start, tile_expert, tile_first,
+                   tile_count, top_k, I, H, dn);
+    return true;
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-extern "C" bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, const int32_t *order,
+extern "C" bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, int n, const int32_t *order,
                                         const int32_t *start, const int32_t *tile_expert,
                                         const int32_t *tile_first, const int32_t *tile_count, int pairs, int top_k,
                                         const lm_moe_experts *ex) {
@@ -216,13 +265,11 @@ extern "C" bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, co
         }
     }
     if (E <= 64)
-        (q8 ? run_tiles<64, true> : run_tiles<64, false>)(be, act, y, x, order, start, tile_expert, tile_first,
-                                                          tile_count, pairs, top_k, ex);
-    else if (E <= 256)
-        (q8 ? run_tiles<256, true> : run_tiles<256, false>)(be, act, y, x, order, start, tile_expert, tile_first,
-                                                            tile_count, pairs, top_k, ex);
-    else
-        (q8 ? run_tiles<1024, true> : run_tiles<1024, false>)(be, act, y, x, order, start, tile_expert, tile_first,
-                                                              tile_count, pairs, top_k, ex);
-    return true;
+        return (q8 ? run_tiles<64, true> : run_tiles<64, false>)(be, act, y, x, n, order, start, tile_expert,
+                                                                 tile_first, tile_count, pairs, top_k, ex);
+    if (E <= 256)
+        return (q8 ? run_tiles<256, true> : run_tiles<256, false>)(be, act, y, x, n, order, start, tile_expert,
+                                                                   tile_first, tile_count, pairs, top_k, ex);
+    return (q8 ? run_tiles<1024, true> : run_tiles<1024, false>)(be, act, y, x, n, order, start, tile_expert,
+                                                                 tile_first, tile_count, pairs, top_k, ex);
 }
