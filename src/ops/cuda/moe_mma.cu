@@ -147,6 +147,11 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
     // l % 8 + 8 (l / 16) at column 8 (l / 8 % 2): two 8-output tiles.
     const int a_r = lane & 15, a_c = (lane >> 4) * 8;
     const int b_r = (lane & 7) + ((lane >> 4) << 3), b_c = ((lane >> 3) & 1) * 8;
+    // This warp's 16-pair halves that hold pairs (0, 1 or 2): an expert's
+    // last tile is often nearly empty, and its empty halves skip their
+    // fragments and products (the same for the whole warp, so ldmatrix's
+    // and mma's warp-wide forms stay whole).
+    const int rows_here = hi - lo - wm * 32, halves = rows_here <= 0 ? 0 : rows_here <= 16 ? 1 : 2;
     for (int step = 0; step < steps; step++) {
         const int cur = step % MM_STAGES;
         lm_copy_async_wait_pending<MM_STAGES - 2>();
@@ -155,13 +160,14 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
             stage((step + MM_STAGES - 1) % MM_STAGES, (step + MM_STAGES - 1) * MM_K);
         else
             lm_copy_async_commit();
+        if (halves == 0) continue;
         const __nv_bfloat16 *A = As(cur);
 #pragma unroll
         for (int kc = 0; kc < MM_K / 16; kc++) {
             uint32_t af[2][4];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
-                lm_load_matrix_x4(af[mt], &A[(wm * 32 + mt * 16 + a_r) * MM_LD + kc * 16 + a_c]);
+                if (mt < halves) lm_load_matrix_x4(af[mt], &A[(wm * 32 + mt * 16 + a_r) * MM_LD + kc * 16 + a_c]);
 #pragma unroll
             for (int kind = 0; kind < KINDS; kind++) {
                 const __nv_bfloat16 *B = Bs(cur, kind);
@@ -173,7 +179,8 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
                     for (int h = 0; h < 2; h++)
 #pragma unroll
                         for (int mt = 0; mt < 2; mt++)
-                            lm_mma_bf16_16816(acc[kind][mt][2 * np + h], af[mt], bf[2 * h], bf[2 * h + 1]);
+                            if (mt < halves)
+                                lm_mma_bf16_16816(acc[kind][mt][2 * np + h], af[mt], bf[2 * h], bf[2 * h + 1]);
                 }
             }
         }
