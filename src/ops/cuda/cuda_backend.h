@@ -105,12 +105,16 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
 /* moe_mma.cu: the experts' products on the tensor cores (bf16 compute),
  * every expert at once: y [pairs, H] as moe.cu lays it out, act the
  * scratch's SwiGLU region (the kernels keep the pairs' SwiGLU rows and x
- * there in bf16), the blocks taking the tiles of pairs moe.cu's sort
- * listed (tile_expert / tile_first [*tile_count]); false (nothing queued)
- * when the experts are not all bf16 with 16-byte rows (or all Q8_0) or H,
- * I are not multiples of 32. */
-#define LM_CUDA_MOE_TILE 64 /* pairs of one tensor-core block */
-bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, int n, const int32_t *order,
+ * there in bf16), the blocks taking the tiles of up to
+ * LM_CUDA_MOE_MMA_TILE pairs moe.cu's sort listed (tile_expert /
+ * tile_first [*tile_count]).  lm_cuda_moe_mma_takes first: whether the
+ * experts are all bf16 with 16-byte rows (or all Q8_0), H and I multiples
+ * of 32 and x, act 16-byte aligned (it also sets the kernels' shared
+ * memory, false when the device refuses it). */
+#define LM_CUDA_MOE_TILE 64      /* pairs of one sorted tile for the row kernels */
+#define LM_CUDA_MOE_MMA_TILE 128 /* pairs of one tensor-core block */
+bool lm_cuda_moe_mma_takes(lm_backend *be, const float *x, const float *act, const lm_moe_experts *experts);
+void lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, int n, const int32_t *order,
                              const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
                              const int32_t *tile_count, int pairs, int top_k, const lm_moe_experts *experts);
 

@@ -291,7 +291,7 @@ __device__ static void block_scan2(int a, int b, int *a_before, int *b_before, i
 // experts took 21 us a call, 10% of a 35B-A3B decode step).
 __global__ static void __launch_bounds__(SORT_THREADS)
 moe_sort_kernel(int32_t *order, int32_t *start, int32_t *tile_expert, int32_t *tile_first, int32_t *tile_count,
-                const int32_t *ids, int pairs, int E, int first) {
+                const int32_t *ids, int pairs, int E, int first, int tile) {
     lm_cuda_let_next_then_wait();
     __shared__ int count[MOE_MAX_EXPERTS], next[MOE_MAX_EXPERTS];
     int tid = threadIdx.x;
@@ -302,7 +302,7 @@ moe_sort_kernel(int32_t *order, int32_t *start, int32_t *tile_expert, int32_t *t
         if (e < (unsigned)E) atomicAdd(&count[e], 1);
     }
     __syncthreads();
-    int c = tid < E ? count[tid] : 0, tiles = (c + LM_CUDA_MOE_TILE - 1) / LM_CUDA_MOE_TILE;
+    int c = tid < E ? count[tid] : 0, tiles = (c + tile - 1) / tile;
     int at, tile0, total, total_tiles;
     block_scan2(c, tiles, &at, &tile0, &total, &total_tiles);
     if (tid < E) {
@@ -311,7 +311,7 @@ moe_sort_kernel(int32_t *order, int32_t *start, int32_t *tile_expert, int32_t *t
         /* the tensor-core and row kernels' work list: each expert's pairs in tiles */
         for (int k = 0; k < tiles; k++) {
             tile_expert[tile0 + k] = tid;
-            tile_first[tile0 + k] = at + k * LM_CUDA_MOE_TILE;
+            tile_first[tile0 + k] = at + k * tile;
         }
     }
     if (tid == 0) {
@@ -711,18 +711,19 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     const float *xf = lm_cuda_f32(x), *wf = lm_cuda_f32(weights);
     const int32_t *idf = lm_cuda_i32(ids);
     bool direct = n <= MOE_DIRECT_MAX_TOKENS && top_k <= MOE_DIRECT_MAX_K;
+    // bf16 compute, bf16 experts, 9 tokens or more (as the dense products'
+    // cuBLASLt threshold): the tensor-core kernels (moe_mma.cu), on tiles
+    // of their own size.  Below it a step reads each touched expert once
+    // either way, and the warp-per-row kernels below measured faster
+    // (35B-A3B decode 96.5 tokens/s against 85.6 on an H200).
+    bool mma = lm_cuda_state_of(be)->blas_matmul && n >= MOE_MMA_MIN_TOKENS && lm_cuda_moe_mma_takes(be, xf, act, ex);
     if (!direct)
         lm_cuda_launch(be, "moe_experts (sort)", moe_sort_kernel, 1, SORT_THREADS, 0, order, start, tile_expert,
-                       tile_first, tile_count, idf, (int)pairs, E, ex->first_expert);
-    // bf16 compute, bf16 experts, 9 tokens or more (as the dense products'
-    // cuBLASLt threshold): the tensor-core kernels (moe_mma.cu).  Below it
-    // a step reads each touched expert once either way, and the warp-per-row
-    // kernels below measured faster (35B-A3B decode 96.5 tokens/s against
-    // 85.6 on an H200).
-    if (lm_cuda_state_of(be)->blas_matmul && n >= MOE_MMA_MIN_TOKENS &&
-        lm_cuda_moe_experts_mma(be, act, y, xf, n, order, start, tile_expert, tile_first, tile_count, (int)pairs, top_k,
-                                ex))
-        ;
+                       tile_first, tile_count, idf, (int)pairs, E, ex->first_expert,
+                       mma ? LM_CUDA_MOE_MMA_TILE : LM_CUDA_MOE_TILE);
+    if (mma)
+        lm_cuda_moe_experts_mma(be, act, y, xf, n, order, start, tile_expert, tile_first, tile_count, (int)pairs,
+                                top_k, ex);
     else if (E <= 64)
         run_experts<64>(be, direct, lm_cuda_f32(out), act, y, xf, idf, wf, n, order, start, tile_expert, tile_first,
                         tile_count, (int)pairs, (int)wave, top_k, ex);

@@ -5,14 +5,18 @@
 //
 // Two kernels, every expert in one launch: gate | up (act = silu(x·gateᵀ) ⊙
 // x·upᵀ, both products in one block so x is staged once) and down (y =
-// act·downᵀ).  A block takes one tile of up to 64 pairs of one expert from
-// the list moe.cu's sort made, so the grid has about pairs / 64 + experts
-// rows of blocks, not experts x the most pairs one could have.  (Waves of
-// 256-512 pairs, launched one after another, kept the GPU a tenth busy: a
-// 35B-A3B prefill step of 512 tokens took 2.1 ms a layer for gate | up.)
+// act·downᵀ).  A block takes one tile of up to 128 pairs of one expert
+// from the list moe.cu's sort made, so the grid has about pairs / 128 +
+// experts rows of blocks, not experts x the most pairs one could have.
+// (Waves of 256-512 pairs, launched one after another, kept the GPU a
+// tenth busy: a 35B-A3B prefill step of 512 tokens took 2.1 ms a layer for
+// gate | up.)  128 pairs, not 64: a 35B-A3B prefill step of 2048 tokens
+// gives an expert about 64 of them, so tiles of 64 read most experts'
+// weights twice, and L2, not HBM, was the kernels' busiest unit.
 //
-// A block computes 64 pairs x 128 outputs (of each of gate and up), its
-// eight warps 32 x 32 each.  Both operands are bf16 in memory: x is
+// A block computes 128 pairs x 128 outputs (of each of gate and up), its
+// sixteen warps 32 x 32 each; a warp whose pairs are all past the tile's
+// end only stages.  Both operands are bf16 in memory: x is
 // rounded once a call, before the gate | up kernel, and gate | up writes
 // act rounded (the values the products used to round as they read them,
 // so the same bits).  Rows and weights go to shared memory by cp.async,
@@ -38,14 +42,14 @@
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
-#define MM_TILE LM_CUDA_MOE_TILE /* pairs of a block */
+#define MM_TILE LM_CUDA_MOE_MMA_TILE /* pairs of a block */
 #define MM_N 128            /* outputs of a block (of each kind) */
 #define MM_K 32             /* columns a step */
 #define MM_STAGES 4         /* steps staged: 3 in flight while one is used */
-#define MM_THREADS 256      /* 8 warps: 2 (pairs) x 4 (outputs) of 32 x 32 */
+#define MM_THREADS 512      /* 16 warps: 4 (pairs) x 4 (outputs) of 32 x 32 */
 #define MM_LD (MM_K + 8)    /* bf16 row stride: 80 bytes, so ldmatrix's 8 rows hit distinct banks */
 
-static_assert(MM_TILE == 64 && MM_N == 128 && MM_THREADS == 256, "the warp grid below");
+static_assert(MM_TILE == 128 && MM_N == 128 && MM_THREADS == 512, "the warp grid below");
 
 template <int MAXE, int KINDS>
 struct mm_mats {
@@ -61,7 +65,7 @@ constexpr size_t mm_shared_bytes() {
 // pairs' tokens, K = H, N = I, out = act (bf16, rows by sorted pair); else
 // a = act rows, K = I, N = H, out = y (float32, rows by pair).
 template <int MAXE, bool GATE_UP, bool Q8>
-__global__ static void __launch_bounds__(MM_THREADS, 2)
+__global__ static void __launch_bounds__(MM_THREADS, 1)
 moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, const int32_t *start,
                const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int top_k, int K,
                int N, const __grid_constant__ mm_mats<MAXE, GATE_UP ? 2 : 1> m) {
@@ -78,6 +82,7 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
     const int lo = tile_first[blockIdx.y], hi = min(start[e + 1], lo + MM_TILE);
     const int n0 = blockIdx.x * MM_N;
     const int wm = warp >> 2, wn = warp & 3; /* this warp's 32 pairs and 32 outputs */
+    static_assert(MM_THREADS / 32 == 16, "wm and wn: 4 x 4 warps");
 
     if (tid < MM_TILE) {
         int p = lo + tid;
@@ -208,29 +213,14 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
         }
 }
 
-// Sets a kernel's dynamic shared memory above the default 48 KB; false
-// (the error cleared: not sticky) when the device refuses.
-template <typename Kernel>
-static bool allow_shared(lm_backend *be, Kernel kernel, size_t bytes) {
-    lm_cuda_use_device(lm_cuda_state_of(be)); /* the attribute is the current GPU's */
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess)
-        return true;
-    (void)cudaGetLastError();
-    return false;
-}
-
 // act16: the scratch's SwiGLU region, float32 pairs x I or more
 // (lm_moe_wave_floats), which holds act in bf16 (pairs x I) and x in bf16
 // (n x H) after it: 2 pairs I + 2 n H bytes <= 4 pairs I + 4 n H.
 template <int MAXE, bool Q8>
-static bool run_tiles(lm_backend *be, void *act16, float *y, const float *x, int n, const int32_t *order,
+static void run_tiles(lm_backend *be, void *act16, float *y, const float *x, int n, const int32_t *order,
                       const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
                       const int32_t *tile_count, int pairs, int top_k, const lm_moe_experts *ex) {
     int E = ex->n_experts, H = ex->hidden, I = ex->inter;
-    auto gate_up = moe_mma_kernel<MAXE, true, Q8>;
-    auto down = moe_mma_kernel<MAXE, false, Q8>;
-    if (!allow_shared(be, gate_up, mm_shared_bytes<2>()) || !allow_shared(be, down, mm_shared_bytes<1>()))
-        return false;
     mm_mats<MAXE, 2> gu;
     mm_mats<MAXE, 1> dn;
     memset(&gu, 0, sizeof gu); // every byte is a kernel argument the queue compares (launch.h)
@@ -244,26 +234,33 @@ static bool run_tiles(lm_backend *be, void *act16, float *y, const float *x, int
     lm_cuda_round_to_bf16(be, "moe_experts (x to bf16)", x16, x, (int64_t)n * H);
     /* each expert's pairs fill whole tiles but its last: at most this many */
     unsigned most_tiles = (unsigned)((pairs + MM_TILE - 1) / MM_TILE + (E < pairs ? E : pairs));
-    lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", gate_up, dim3(lm_cuda_blocks(I, MM_N), most_tiles),
-                   MM_THREADS, mm_shared_bytes<2>(), (void *)act, x16, order, start, tile_expert, tile_first,
-                   tile_count, top_k, H, I, gu);
-    lm_cuda_launch(be, "moe_experts (down; tensor cores)", down, dim3(lm_cuda_blocks(H, MM_N), most_tiles),
-                   MM_THREADS, mm_shared_bytes<1>(), (void *)y, act, order, start, tile_expert, tile_first,
-                   tile_count, top_k, I, H, dn);
-    return true;
+    lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true, Q8>,
+                   dim3(lm_cuda_blocks(I, MM_N), most_tiles), MM_THREADS, mm_shared_bytes<2>(), (void *)act, x16,
+                   order, start, tile_expert, tile_first, tile_count, top_k, H, I, gu);
+    lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false, Q8>,
+                   dim3(lm_cuda_blocks(H, MM_N), most_tiles), MM_THREADS, mm_shared_bytes<1>(), (void *)y, act,
+                   order, start, tile_expert, tile_first, tile_count, top_k, I, H, dn);
+}
+
+// Sets the two kernels' dynamic shared memory above the default 48 KB;
+// false (the error cleared: not sticky) when the device refuses.
+template <int MAXE, bool Q8>
+static bool allow_shared(lm_backend *be) {
+    lm_cuda_use_device(lm_cuda_state_of(be)); /* the attribute is the current GPU's */
+    if (cudaFuncSetAttribute(moe_mma_kernel<MAXE, true, Q8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)mm_shared_bytes<2>()) == cudaSuccess &&
+        cudaFuncSetAttribute(moe_mma_kernel<MAXE, false, Q8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)mm_shared_bytes<1>()) == cudaSuccess)
+        return true;
+    (void)cudaGetLastError();
+    return false;
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-extern "C" bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, int n, const int32_t *order,
-                                        const int32_t *start, const int32_t *tile_expert,
-                                        const int32_t *tile_first, const int32_t *tile_count, int pairs, int top_k,
-                                        const lm_moe_experts *ex) {
-    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
-    if (H % MM_K || I % MM_K || E > 1024 || E <= 0 || !aligned16(x) || !aligned16(act)) return false;
-    // every expert bf16 (16-byte rows for cp.async), or every one Q8_0 (2-byte reads)
-    const bool q8 = ex->gate[0].dtype == LM_DTYPE_Q8_0;
-    for (int e = 0; e < E; e++) {
+// Every expert bf16 (16-byte rows for cp.async), or every one Q8_0 (2-byte reads).
+static bool experts_fit(const lm_moe_experts *ex, bool q8) {
+    for (int e = 0; e < ex->n_experts; e++) {
         const lm_matrix *ms[3] = {&ex->gate[e], &ex->up[e], &ex->down[e]};
         for (int i = 0; i < 3; i++) {
             uintptr_t p = (uintptr_t)lm_cuda_ptr(ms[i]->data);
@@ -271,12 +268,32 @@ extern "C" bool lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, co
             if (!ok) return false;
         }
     }
+    return true;
+}
+
+extern "C" bool lm_cuda_moe_mma_takes(lm_backend *be, const float *x, const float *act, const lm_moe_experts *ex) {
+    int E = ex->n_experts, H = ex->hidden, I = ex->inter;
+    if (H % MM_K || I % MM_K || E > 1024 || E <= 0 || !aligned16(x) || !aligned16(act)) return false;
+    const bool q8 = ex->gate[0].dtype == LM_DTYPE_Q8_0;
+    if (!experts_fit(ex, q8)) return false;
+    if (E <= 64) return q8 ? allow_shared<64, true>(be) : allow_shared<64, false>(be);
+    if (E <= 256) return q8 ? allow_shared<256, true>(be) : allow_shared<256, false>(be);
+    return q8 ? allow_shared<1024, true>(be) : allow_shared<1024, false>(be);
+}
+
+extern "C" void lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, int n,
+                                        const int32_t *order, const int32_t *start, const int32_t *tile_expert,
+                                        const int32_t *tile_first, const int32_t *tile_count, int pairs, int top_k,
+                                        const lm_moe_experts *ex) {
+    const int E = ex->n_experts;
+    const bool q8 = ex->gate[0].dtype == LM_DTYPE_Q8_0;
     if (E <= 64)
-        return (q8 ? run_tiles<64, true> : run_tiles<64, false>)(be, act, y, x, n, order, start, tile_expert,
-                                                                 tile_first, tile_count, pairs, top_k, ex);
-    if (E <= 256)
-        return (q8 ? run_tiles<256, true> : run_tiles<256, false>)(be, act, y, x, n, order, start, tile_expert,
-                                                                   tile_first, tile_count, pairs, top_k, ex);
-    return (q8 ? run_tiles<1024, true> : run_tiles<1024, false>)(be, act, y, x, n, order, start, tile_expert,
-                                                                 tile_first, tile_count, pairs, top_k, ex);
+        (q8 ? run_tiles<64, true> : run_tiles<64, false>)(be, act, y, x, n, order, start, tile_expert, tile_first,
+                                                          tile_count, pairs, top_k, ex);
+    else if (E <= 256)
+        (q8 ? run_tiles<256, true> : run_tiles<256, false>)(be, act, y, x, n, order, start, tile_expert, tile_first,
+                                                            tile_count, pairs, top_k, ex);
+    else
+        (q8 ? run_tiles<1024, true> : run_tiles<1024, false>)(be, act, y, x, n, order, start, tile_expert,
+                                                              tile_first, tile_count, pairs, top_k, ex);
 }
