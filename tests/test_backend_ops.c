@@ -4027,7 +4027,11 @@ static void test_moe_experts(void) {
                 {64, 128, 256, LM_DTYPE_BF16},
                 /* int8 experts (--quantize int8, FP8 checkpoints): where the backend takes them */
                 {8, 32, 64, LM_DTYPE_Q8_0},
-                {64, 128, 256, LM_DTYPE_Q8_0}};
+                {64, 128, 256, LM_DTYPE_Q8_0},
+                /* wide experts: cuda's tensor-core down streams the rows past its
+                 * shared memory (I 768) instead of holding a tile's whole */
+                {8, 768, 96, LM_DTYPE_BF16},
+                {8, 768, 96, LM_DTYPE_Q8_0}};
     static const int ks[] = {2, 8}, ns[] = {1, 5, 130};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !v.failed; i++) {
         expert_set s;
