@@ -4028,8 +4028,8 @@ static void test_moe_experts(void) {
                 /* int8 experts (--quantize int8, FP8 checkpoints): where the backend takes them */
                 {8, 32, 64, LM_DTYPE_Q8_0},
                 {64, 128, 256, LM_DTYPE_Q8_0},
-                /* wide experts: cuda's tensor-core down streams the rows past its
-                 * shared memory (I 768) instead of holding a tile's whole */
+                /* wide experts (as GLM-4.6V's, I 1408): down's rows of many
+                 * more columns than a kernel stages at once */
                 {8, 768, 96, LM_DTYPE_BF16},
                 {8, 768, 96, LM_DTYPE_Q8_0}};
     static const int ks[] = {2, 8}, ns[] = {1, 5, 130};

@@ -61,49 +61,26 @@ constexpr size_t mm_shared_bytes() {
     return sizeof(__nv_bfloat16) * MM_STAGES * (MM_TILE + KINDS * MM_N) * MM_LD;
 }
 
-// down with the tile's act rows held whole in shared memory (RESIDENT):
-// the rows [MM_TILE][K + 8] (16-byte rows that still hit distinct banks),
-// then the weights' stages.  A block then takes MM_GROUP output tiles in
-// turn without reading its rows again: with rows streamed, a 35B-A3B
-// prefill step's down read each pair's act row once per 128 of its 2048
-// outputs, as many bytes from L2 as its weights.
-#define MM_GROUP 4
-#define MM_RESIDENT_MAX_BYTES (200 * 1024)
-static size_t mm_resident_bytes(int K) {
-    return sizeof(__nv_bfloat16) * ((size_t)MM_TILE * (K + 8) + (size_t)MM_STAGES * MM_N * MM_LD);
-}
-
-// Block (output tiles, tile of pairs).  GATE_UP: a = x rows (bf16) of the
+// Block (output tile, tile of pairs).  GATE_UP: a = x rows (bf16) of the
 // pairs' tokens, K = H, N = I, out = act (bf16, rows by sorted pair); else
-// a = act rows, K = I, N = H, out = y (float32, rows by pair).  A block
-// makes output tile blockIdx.x, or with RESIDENT (down only) tiles
-// MM_GROUP blockIdx.x .. + MM_GROUP - 1 (those below N).
-template <int MAXE, bool GATE_UP, bool Q8, bool RESIDENT>
+// a = act rows, K = I, N = H, out = y (float32, rows by pair).
+template <int MAXE, bool GATE_UP, bool Q8>
 __global__ static void __launch_bounds__(MM_THREADS, 1)
 moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, const int32_t *start,
                const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int top_k, int K,
                int N, const __grid_constant__ mm_mats<MAXE, GATE_UP ? 2 : 1> m) {
-    static_assert(!(GATE_UP && RESIDENT), "gate | up streams x (its K, H, is the wide one)");
     lm_cuda_let_next_then_wait();
     constexpr int KINDS = GATE_UP ? 2 : 1;
     extern __shared__ __align__(16) unsigned char mm_smem[];
-    /* streamed, stage b: A rows [MM_TILE][MM_LD], then kind k's weight rows
-     * [MM_N][MM_LD]; resident: A rows [MM_TILE][K + 8], then stage b's
-     * weight rows [MM_N][MM_LD] */
-    const int a_ld = RESIDENT ? K + 8 : MM_LD;
-    __nv_bfloat16 *const smem = (__nv_bfloat16 *)mm_smem;
-    auto As = [&](int b) { return RESIDENT ? smem : smem + (size_t)b * (MM_TILE + KINDS * MM_N) * MM_LD; };
-    auto Bs = [&](int b, int kind) {
-        return RESIDENT ? smem + (size_t)MM_TILE * a_ld + (size_t)b * MM_N * MM_LD
-                        : As(b) + (MM_TILE + kind * MM_N) * MM_LD;
-    };
+    /* stage b: A rows [MM_TILE][MM_LD], then kind k's weight rows [MM_N][MM_LD] */
+    auto As = [&](int b) { return (__nv_bfloat16 *)mm_smem + (size_t)b * (MM_TILE + KINDS * MM_N) * MM_LD; };
+    auto Bs = [&](int b, int kind) { return As(b) + (MM_TILE + kind * MM_N) * MM_LD; };
     __shared__ const __nv_bfloat16 *a_row[MM_TILE]; /* pair lo + r's row of a, or NULL past the pairs */
     if ((int)blockIdx.y >= *tile_count) return; /* the grid is sized for the most tiles there could be */
     const int e = tile_expert[blockIdx.y], tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g4 = lane >> 2,
               t4 = lane & 3;
     const int lo = tile_first[blockIdx.y], hi = min(start[e + 1], lo + MM_TILE);
-    const int out_tiles = (N + MM_N - 1) / MM_N, first_tile = RESIDENT ? blockIdx.x * MM_GROUP : blockIdx.x;
-    const int tiles_here = RESIDENT ? min(MM_GROUP, out_tiles - first_tile) : 1;
+    const int n0 = blockIdx.x * MM_N;
     const int wm = warp >> 2, wn = warp & 3; /* this warp's 32 pairs and 32 outputs */
     static_assert(MM_THREADS / 32 == 16, "wm and wn: 4 x 4 warps");
 
@@ -114,24 +91,13 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
                                : a_rows + (int64_t)p * K;
     }
     __syncthreads();
-    const int steps_k = K / MM_K, steps = tiles_here * steps_k;
-    // Queues flat step s (output tile first_tile + s / steps_k, columns
-    // k0 = s % steps_k * MM_K) into stage b (the Q8 weights written now);
-    // resident, step 0 queues all of the rows first.
-    auto stage = [&](int b, int s) {
-        const int n0 = (first_tile + s / steps_k) * MM_N, k0 = s % steps_k * MM_K;
-        if (!RESIDENT) { /* a: the rows' 4 x 16 bytes, one copy a thread */
+    // Queues step k0's columns into stage b (the Q8 weights written now).
+    auto stage = [&](int b, int k0) {
+        { /* a: 64 rows of 4 x 16 bytes, one copy a thread */
             static_assert(MM_TILE * (MM_K / 8) == MM_THREADS, "one copy of a a thread");
             int r = tid / (MM_K / 8), c = (tid % (MM_K / 8)) * 8;
             const __nv_bfloat16 *row = a_row[r];
             lm_copy_async16(&As(b)[r * MM_LD + c], row ? row + k0 + c : a_rows, row != nullptr);
-        } else if (s == 0) {
-            const int row_copies = K / 8;
-            for (int i = tid; i < MM_TILE * row_copies; i += MM_THREADS) {
-                int r = i / row_copies, c = (i - r * row_copies) * 8;
-                const __nv_bfloat16 *row = a_row[r];
-                lm_copy_async16(&As(b)[r * a_ld + c], row ? row + c : a_rows, row != nullptr);
-            }
         }
         if (Q8) { /* row r's block k0 / 32: half-block h by a thread */
             static_assert(MM_K == LM_Q8_BLOCK, "a step is one Q8_0 block");
@@ -142,11 +108,11 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
                     const uint8_t *row = (const uint8_t *)m.w[kind][e] +
                                          (int64_t)(n0 + r) * (K / LM_Q8_BLOCK) * LM_Q8_BLOCK_BYTES;
                     uint32_t q[LM_Q8_HALF / 2];
-                    float sc = lm_q8_half_load(row, (int64_t)(k0 / LM_Q8_BLOCK) * 2 + h, q);
+                    float s = lm_q8_half_load(row, (int64_t)(k0 / LM_Q8_BLOCK) * 2 + h, q);
                     uint32_t v[LM_Q8_HALF / 2];
 #pragma unroll
                     for (int j = 0; j < LM_Q8_HALF / 2; j++)
-                        v[j] = lm_pack_bf16(sc * (float)(int8_t)(q[j] & 0xffu), sc * (float)(int8_t)(q[j] >> 8));
+                        v[j] = lm_pack_bf16(s * (float)(int8_t)(q[j] & 0xffu), s * (float)(int8_t)(q[j] >> 8));
                     lo4 = make_uint4(v[0], v[1], v[2], v[3]);
                     hi4 = make_uint4(v[4], v[5], v[6], v[7]);
                 }
@@ -166,44 +132,18 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
     };
 
     float acc[KINDS][2][4][4];
-    auto clear = [&]() {
 #pragma unroll
-        for (int kind = 0; kind < KINDS; kind++)
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++)
-                    acc[kind][mt][nt][0] = acc[kind][mt][nt][1] = acc[kind][mt][nt][2] = acc[kind][mt][nt][3] = 0.0f;
-    };
-    // Writes the accumulators of output tile n0: act (bf16) or y (float32).
-    auto store = [&](int n0) {
+    for (int kind = 0; kind < KINDS; kind++)
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                int p = lo + wm * 32 + mt * 16 + g4 + 8 * half;
-                if (p >= hi) continue;
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++) {
-                    int o = n0 + wn * 32 + nt * 8 + 2 * t4; /* o and o + 1: N is a multiple of 32 */
-                    if (o >= N) continue;
-                    const float *c0 = &acc[0][mt][nt][2 * half];
-                    if (GATE_UP) {
-                        const float *c1 = &acc[KINDS - 1][mt][nt][2 * half];
-                        *(uint32_t *)((__nv_bfloat16 *)out + (int64_t)p * N + o) =
-                            lm_pack_bf16(lm_silu(c0[0]) * c1[0], lm_silu(c0[1]) * c1[1]);
-                    } else {
-                        *(float2 *)((float *)out + (int64_t)order[p] * N + o) = make_float2(c0[0], c0[1]);
-                    }
-                }
-            }
-    };
+            for (int nt = 0; nt < 4; nt++) acc[kind][mt][nt][0] = acc[kind][mt][nt][1] = acc[kind][mt][nt][2] = acc[kind][mt][nt][3] = 0.0f;
 
-    clear();
+    const int steps = K / MM_K;
 #pragma unroll
     for (int b = 0; b < MM_STAGES - 1; b++) {
         if (b < steps)
-            stage(b, b);
+            stage(b, b * MM_K);
         else
             lm_copy_async_commit(); /* empty groups: the waits below count the same */
     }
@@ -218,44 +158,59 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
     // and mma's warp-wide forms stay whole).
     const int rows_here = hi - lo - wm * 32, halves = rows_here <= 0 ? 0 : rows_here <= 16 ? 1 : 2;
     for (int step = 0; step < steps; step++) {
-        const int cur = step % MM_STAGES, k0 = step % steps_k * MM_K;
+        const int cur = step % MM_STAGES;
         lm_copy_async_wait_pending<MM_STAGES - 2>();
         __syncthreads(); /* this step's stage landed; every warp is done with the stage refilled below */
         if (step + MM_STAGES - 1 < steps)
-            stage((step + MM_STAGES - 1) % MM_STAGES, step + MM_STAGES - 1);
+            stage((step + MM_STAGES - 1) % MM_STAGES, (step + MM_STAGES - 1) * MM_K);
         else
             lm_copy_async_commit();
-        if (halves > 0) {
-            const __nv_bfloat16 *A = As(cur) + (RESIDENT ? k0 : 0);
+        if (halves == 0) continue;
+        const __nv_bfloat16 *A = As(cur);
 #pragma unroll
-            for (int kc = 0; kc < MM_K / 16; kc++) {
-                uint32_t af[2][4];
+        for (int kc = 0; kc < MM_K / 16; kc++) {
+            uint32_t af[2][4];
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-                    if (mt < halves)
-                        lm_load_matrix_x4(af[mt], &A[(wm * 32 + mt * 16 + a_r) * a_ld + kc * 16 + a_c]);
+            for (int mt = 0; mt < 2; mt++)
+                if (mt < halves) lm_load_matrix_x4(af[mt], &A[(wm * 32 + mt * 16 + a_r) * MM_LD + kc * 16 + a_c]);
 #pragma unroll
-                for (int kind = 0; kind < KINDS; kind++) {
-                    const __nv_bfloat16 *B = Bs(cur, kind);
+            for (int kind = 0; kind < KINDS; kind++) {
+                const __nv_bfloat16 *B = Bs(cur, kind);
 #pragma unroll
-                    for (int np = 0; np < 2; np++) { /* output tiles 2np, 2np + 1 */
-                        uint32_t bf[4];
-                        lm_load_matrix_x4(bf, &B[(wn * 32 + np * 16 + b_r) * MM_LD + kc * 16 + b_c]);
+                for (int np = 0; np < 2; np++) { /* output tiles 2np, 2np + 1 */
+                    uint32_t bf[4];
+                    lm_load_matrix_x4(bf, &B[(wn * 32 + np * 16 + b_r) * MM_LD + kc * 16 + b_c]);
 #pragma unroll
-                        for (int h = 0; h < 2; h++)
+                    for (int h = 0; h < 2; h++)
 #pragma unroll
-                            for (int mt = 0; mt < 2; mt++)
-                                if (mt < halves)
-                                    lm_mma_bf16_16816(acc[kind][mt][2 * np + h], af[mt], bf[2 * h], bf[2 * h + 1]);
-                    }
+                        for (int mt = 0; mt < 2; mt++)
+                            if (mt < halves)
+                                lm_mma_bf16_16816(acc[kind][mt][2 * np + h], af[mt], bf[2 * h], bf[2 * h + 1]);
                 }
             }
         }
-        if (step % steps_k == steps_k - 1) { /* this output tile's sums are done */
-            store((first_tile + step / steps_k) * MM_N);
-            clear();
-        }
     }
+
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int p = lo + wm * 32 + mt * 16 + g4 + 8 * half;
+            if (p >= hi) continue;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                int o = n0 + wn * 32 + nt * 8 + 2 * t4; /* o and o + 1: N is a multiple of 32 */
+                if (o >= N) continue;
+                const float *c0 = &acc[0][mt][nt][2 * half];
+                if (GATE_UP) {
+                    const float *c1 = &acc[KINDS - 1][mt][nt][2 * half];
+                    *(uint32_t *)((__nv_bfloat16 *)out + (int64_t)p * N + o) =
+                        lm_pack_bf16(lm_silu(c0[0]) * c1[0], lm_silu(c0[1]) * c1[1]);
+                } else {
+                    *(float2 *)((float *)out + (int64_t)order[p] * N + o) = make_float2(c0[0], c0[1]);
+                }
+            }
+        }
 }
 
 // act16: the scratch's SwiGLU region, float32 pairs x I or more
@@ -279,32 +234,23 @@ static void run_tiles(lm_backend *be, void *act16, float *y, const float *x, int
     lm_cuda_round_to_bf16(be, "moe_experts (x to bf16)", x16, x, (int64_t)n * H);
     /* each expert's pairs fill whole tiles but its last: at most this many */
     unsigned most_tiles = (unsigned)((pairs + MM_TILE - 1) / MM_TILE + (E < pairs ? E : pairs));
-    lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true, Q8, false>,
+    lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true, Q8>,
                    dim3(lm_cuda_blocks(I, MM_N), most_tiles), MM_THREADS, mm_shared_bytes<2>(), (void *)act, x16,
                    order, start, tile_expert, tile_first, tile_count, top_k, H, I, gu);
-    if (mm_resident_bytes(I) <= MM_RESIDENT_MAX_BYTES)
-        lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false, Q8, true>,
-                       dim3(lm_cuda_blocks(H, MM_N * MM_GROUP), most_tiles), MM_THREADS, mm_resident_bytes(I),
-                       (void *)y, act, order, start, tile_expert, tile_first, tile_count, top_k, I, H, dn);
-    else
-        lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false, Q8, false>,
-                       dim3(lm_cuda_blocks(H, MM_N), most_tiles), MM_THREADS, mm_shared_bytes<1>(), (void *)y, act,
-                       order, start, tile_expert, tile_first, tile_count, top_k, I, H, dn);
+    lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false, Q8>,
+                   dim3(lm_cuda_blocks(H, MM_N), most_tiles), MM_THREADS, mm_shared_bytes<1>(), (void *)y, act,
+                   order, start, tile_expert, tile_first, tile_count, top_k, I, H, dn);
 }
 
-// Sets the kernels' dynamic shared memory above the default 48 KB (down's
-// for experts of width I); false (the error cleared: not sticky) when the
-// device refuses.
+// Sets the two kernels' dynamic shared memory above the default 48 KB;
+// false (the error cleared: not sticky) when the device refuses.
 template <int MAXE, bool Q8>
-static bool allow_shared(lm_backend *be, int I) {
+static bool allow_shared(lm_backend *be) {
     lm_cuda_use_device(lm_cuda_state_of(be)); /* the attribute is the current GPU's */
-    const cudaFuncAttribute attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    bool resident = mm_resident_bytes(I) <= MM_RESIDENT_MAX_BYTES;
-    if (cudaFuncSetAttribute(moe_mma_kernel<MAXE, true, Q8, false>, attr, (int)mm_shared_bytes<2>()) ==
-            cudaSuccess &&
-        (resident ? cudaFuncSetAttribute(moe_mma_kernel<MAXE, false, Q8, true>, attr, (int)mm_resident_bytes(I))
-                  : cudaFuncSetAttribute(moe_mma_kernel<MAXE, false, Q8, false>, attr,
-                                         (int)mm_shared_bytes<1>())) == cudaSuccess)
+    if (cudaFuncSetAttribute(moe_mma_kernel<MAXE, true, Q8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)mm_shared_bytes<2>()) == cudaSuccess &&
+        cudaFuncSetAttribute(moe_mma_kernel<MAXE, false, Q8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)mm_shared_bytes<1>()) == cudaSuccess)
         return true;
     (void)cudaGetLastError();
     return false;
@@ -330,9 +276,9 @@ extern "C" bool lm_cuda_moe_mma_takes(lm_backend *be, const float *x, const floa
     if (H % MM_K || I % MM_K || E > 1024 || E <= 0 || !aligned16(x) || !aligned16(act)) return false;
     const bool q8 = ex->gate[0].dtype == LM_DTYPE_Q8_0;
     if (!experts_fit(ex, q8)) return false;
-    if (E <= 64) return q8 ? allow_shared<64, true>(be, I) : allow_shared<64, false>(be, I);
-    if (E <= 256) return q8 ? allow_shared<256, true>(be, I) : allow_shared<256, false>(be, I);
-    return q8 ? allow_shared<1024, true>(be, I) : allow_shared<1024, false>(be, I);
+    if (E <= 64) return q8 ? allow_shared<64, true>(be) : allow_shared<64, false>(be);
+    if (E <= 256) return q8 ? allow_shared<256, true>(be) : allow_shared<256, false>(be);
+    return q8 ? allow_shared<1024, true>(be) : allow_shared<1024, false>(be);
 }
 
 extern "C" void lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *x, int n,
