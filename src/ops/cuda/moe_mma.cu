@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/cuda_state.h"
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
@@ -230,15 +231,19 @@ static void run_tiles(lm_backend *be, void *act16, float *y, const float *x, int
         gu.w[1][e] = lm_cuda_ptr(ex->up[e].data);
         dn.w[0][e] = lm_cuda_ptr(ex->down[e].data);
     }
+    /* each expert's pairs fill whole tiles but its last: at most this many */
+    int64_t most_tiles = (pairs + MM_TILE - 1) / MM_TILE + (E < pairs ? E : pairs);
+    if (most_tiles > 65535) { /* a grid's y limit: 8 M pairs a step, far past any step budget */
+        lm_cuda_note_error(be, cudaErrorInvalidValue, "moe_experts (more than 65535 tiles of pairs)");
+        return;
+    }
     __nv_bfloat16 *act = (__nv_bfloat16 *)act16, *x16 = act + (size_t)pairs * I;
     lm_cuda_round_to_bf16(be, "moe_experts (x to bf16)", x16, x, (int64_t)n * H);
-    /* each expert's pairs fill whole tiles but its last: at most this many */
-    unsigned most_tiles = (unsigned)((pairs + MM_TILE - 1) / MM_TILE + (E < pairs ? E : pairs));
     lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true, Q8>,
-                   dim3(lm_cuda_blocks(I, MM_N), most_tiles), MM_THREADS, mm_shared_bytes<2>(), (void *)act, x16,
+                   dim3(lm_cuda_blocks(I, MM_N), (unsigned)most_tiles), MM_THREADS, mm_shared_bytes<2>(), (void *)act, x16,
                    order, start, tile_expert, tile_first, tile_count, top_k, H, I, gu);
     lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false, Q8>,
-                   dim3(lm_cuda_blocks(H, MM_N), most_tiles), MM_THREADS, mm_shared_bytes<1>(), (void *)y, act,
+                   dim3(lm_cuda_blocks(H, MM_N), (unsigned)most_tiles), MM_THREADS, mm_shared_bytes<1>(), (void *)y, act,
                    order, start, tile_expert, tile_first, tile_count, top_k, I, H, dn);
 }
 
