@@ -700,9 +700,9 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     }
     // scratch (ops.h's lm_moe_scratch_bytes): the SwiGLU rows of a wave
     // [wave, I] (for the tensor cores, every pair's in bf16 and x in bf16
-    // after them: moe_mma.cu) within lm_moe_wave_floats | per-pair outputs [pairs, H] | pair order [pairs] |
-    // expert starts [E + 1] | tiles' experts and first pairs [pairs + E]
-    // each, and their count
+    // after them: moe_mma.cu) within lm_moe_wave_floats | per-pair outputs
+    // [pairs, H] | pair order [pairs] | expert starts [E + 1] | tiles'
+    // experts and first pairs [pairs + E] each, and their count
     size_t pairs = (size_t)n * (size_t)top_k, wave = lm_moe_wave_rows(n, top_k);
     float *act = lm_cuda_f32(scratch);
     float *y = act + lm_moe_wave_floats(n, top_k, ex);
@@ -716,7 +716,8 @@ void lm_cuda_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids
     // of their own size.  Below it a step reads each touched expert once
     // either way, and the warp-per-row kernels below measured faster
     // (35B-A3B decode 96.5 tokens/s against 85.6 on an H200).
-    bool mma = lm_cuda_state_of(be)->blas_matmul && n >= MOE_MMA_MIN_TOKENS && lm_cuda_moe_mma_takes(be, xf, act, ex);
+    bool mma =
+        lm_cuda_state_of(be)->blas_matmul && n >= MOE_MMA_MIN_TOKENS && lm_cuda_moe_mma_takes(be, xf, act, ex);
     if (!direct)
         lm_cuda_launch(be, "moe_experts (sort)", moe_sort_kernel, 1, SORT_THREADS, 0, order, start, tile_expert,
                        tile_first, tile_count, idf, (int)pairs, E, ex->first_expert,

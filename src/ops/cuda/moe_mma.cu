@@ -94,7 +94,7 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
     __syncthreads();
     // Queues step k0's columns into stage b (the Q8 weights written now).
     auto stage = [&](int b, int k0) {
-        { /* a: 64 rows of 4 x 16 bytes, one copy a thread */
+        { /* a: MM_TILE rows of 4 x 16 bytes, one copy a thread */
             static_assert(MM_TILE * (MM_K / 8) == MM_THREADS, "one copy of a a thread");
             int r = tid / (MM_K / 8), c = (tid % (MM_K / 8)) * 8;
             const __nv_bfloat16 *row = a_row[r];
@@ -240,11 +240,11 @@ static void run_tiles(lm_backend *be, void *act16, float *y, const float *x, int
     __nv_bfloat16 *act = (__nv_bfloat16 *)act16, *x16 = act + (size_t)pairs * I;
     lm_cuda_round_to_bf16(be, "moe_experts (x to bf16)", x16, x, (int64_t)n * H);
     lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true, Q8>,
-                   dim3(lm_cuda_blocks(I, MM_N), (unsigned)most_tiles), MM_THREADS, mm_shared_bytes<2>(), (void *)act, x16,
-                   order, start, tile_expert, tile_first, tile_count, top_k, H, I, gu);
+                   dim3(lm_cuda_blocks(I, MM_N), (unsigned)most_tiles), MM_THREADS, mm_shared_bytes<2>(),
+                   (void *)act, x16, order, start, tile_expert, tile_first, tile_count, top_k, H, I, gu);
     lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false, Q8>,
-                   dim3(lm_cuda_blocks(H, MM_N), (unsigned)most_tiles), MM_THREADS, mm_shared_bytes<1>(), (void *)y, act,
-                   order, start, tile_expert, tile_first, tile_count, top_k, I, H, dn);
+                   dim3(lm_cuda_blocks(H, MM_N), (unsigned)most_tiles), MM_THREADS, mm_shared_bytes<1>(),
+                   (void *)y, act, order, start, tile_expert, tile_first, tile_count, top_k, I, H, dn);
 }
 
 // Sets the two kernels' dynamic shared memory above the default 48 KB;
