@@ -52,6 +52,15 @@ void lm_cuda_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, 
 // CONV_ROWS rows of sequence blockIdx.z.
 #define CONV_ROWS 64
 
+// Element j of channel c's window for row t (x_{t-K+1+j}): from the step's
+// rows `in` ([rows, C], the sequence starting at row f), or for rows
+// before the step from the channel's saved window st (hist = K - 1 rows).
+__device__ static inline float window_at(const float *in, const float *st, int64_t f, int C, int c, int hist, int t,
+                                         int j) {
+    int src = t - hist + j;
+    return src >= 0 ? in[(f + src) * C + c] : st[hist + src];
+}
+
 __global__ static void conv1d_kernel(float *out, const float *in, int C, const float *weight, int K,
                                      const float *states, int64_t slot_stride, const int32_t *first,
                                      const int32_t *length, const int32_t *slot) {
@@ -67,11 +76,7 @@ __global__ static void conv1d_kernel(float *out, const float *in, int C, const f
     for (int t = t0; t < t1; t++) {
         // window = [x_{t-K+1} .. x_t]; indices < 0 come from the state
         double acc = 0;
-        for (int j = 0; j < K; j++) {
-            int src = t - hist + j;
-            float xv = src >= 0 ? in[(f + src) * C + c] : st[hist + src];
-            acc += (double)w[j] * xv;
-        }
+        for (int j = 0; j < K; j++) acc += (double)w[j] * window_at(in, st, f, C, c, hist, t, j);
         out[(f + t) * C + c] = lm_silu((float)acc);
     }
 }
@@ -165,16 +170,9 @@ __global__ static void gdn_prepare_kernel(float *q, float *k, float *v, float *b
             double acc = 0;
 #pragma unroll
             for (int j = 0; j < PREPARE_HELD_TAPS; j++) // the held taps, then any past them, in tap order
-                if (j < K) {
-                    int src = t - hist + j;
-                    float xv = src >= 0 ? mixed[(f + src) * C + c] : stc[hist + src];
-                    acc += (double)(held ? taps[j] : w[j]) * xv;
-                }
-            for (int j = PREPARE_HELD_TAPS; j < K; j++) {
-                int src = t - hist + j;
-                float xv = src >= 0 ? mixed[(f + src) * C + c] : stc[hist + src];
-                acc += (double)w[j] * xv;
-            }
+                if (j < K) acc += (double)(held ? taps[j] : w[j]) * window_at(mixed, stc, f, C, c, hist, t, j);
+            for (int j = PREPARE_HELD_TAPS; j < K; j++)
+                acc += (double)w[j] * window_at(mixed, stc, f, C, c, hist, t, j);
             out[i] = lm_silu((float)acc);
         }
         if (hv < 0) { // l2norm_scale of this row of the head (each thread reads back what it wrote)
