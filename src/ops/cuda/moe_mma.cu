@@ -14,8 +14,10 @@
 // gives an expert about 64 of them, so tiles of 64 read most experts'
 // weights twice, and L2, not HBM, was the kernels' busiest unit.
 //
-// A block computes 128 pairs x 128 outputs (of each of gate and up), its
-// sixteen warps 32 x 32 each; a warp whose pairs are all past the tile's
+// A gate | up block computes 128 pairs x 128 outputs (of each of gate and
+// up), its sixteen warps 32 x 32 each; a down block half a tile, 64 pairs x
+// 128 outputs in eight warps (two blocks an SM: down's 16-warp blocks were
+// slower, 401 against 348 us); a warp whose pairs are all past the tile's
 // end only stages.  Both operands are bf16 in memory: x is
 // rounded once a call, before the gate | up kernel, and gate | up writes
 // act rounded (the values the products used to round as they read them,
@@ -43,14 +45,22 @@
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 
-#define MM_TILE LM_CUDA_MOE_MMA_TILE /* pairs of a block */
+#define MM_TILE LM_CUDA_MOE_MMA_TILE /* pairs of a sorted tile, and of a gate | up block */
 #define MM_N 128            /* outputs of a block (of each kind) */
 #define MM_K 32             /* columns a step */
 #define MM_STAGES 4         /* steps staged: 3 in flight while one is used */
-#define MM_THREADS 512      /* 16 warps: 4 (pairs) x 4 (outputs) of 32 x 32 */
+#define MM_DOWN_PAIRS 64    /* pairs of a down block: half a tile */
 #define MM_LD (MM_K + 8)    /* bf16 row stride: 80 bytes, so ldmatrix's 8 rows hit distinct banks */
 
-static_assert(MM_TILE == 128 && MM_N == 128 && MM_THREADS == 512, "the warp grid below");
+static_assert(MM_N == 128 && MM_TILE % MM_DOWN_PAIRS == 0 && MM_DOWN_PAIRS % 32 == 0, "the warp grid below");
+
+// A block of PAIRS pairs has PAIRS / 32 x 4 warps of 32 pairs x 32 outputs:
+// gate | up 128 pairs (16 warps, one block an SM), down 64 (8 warps, two an
+// SM).  Measured on a 35B-A3B prefill step (PERF.md session 21): gate | up
+// 692 -> 622 us from 64 to 128 pairs (an expert's weights read once), down
+// 348 -> 401 us (one block an SM).
+__host__ __device__ constexpr int mm_pairs(bool gate_up) { return gate_up ? MM_TILE : MM_DOWN_PAIRS; }
+__host__ __device__ constexpr int mm_threads(bool gate_up) { return mm_pairs(gate_up) * 4; }
 
 template <int MAXE, int KINDS>
 struct mm_mats {
@@ -58,34 +68,40 @@ struct mm_mats {
 };
 
 template <int KINDS>
-constexpr size_t mm_shared_bytes() {
-    return sizeof(__nv_bfloat16) * MM_STAGES * (MM_TILE + KINDS * MM_N) * MM_LD;
+__host__ __device__ constexpr size_t mm_shared_bytes() {
+    return sizeof(__nv_bfloat16) * MM_STAGES * (mm_pairs(KINDS == 2) + KINDS * MM_N) * MM_LD;
 }
 
 // Block (output tile, tile of pairs).  GATE_UP: a = x rows (bf16) of the
 // pairs' tokens, K = H, N = I, out = act (bf16, rows by sorted pair); else
 // a = act rows, K = I, N = H, out = y (float32, rows by pair).
 template <int MAXE, bool GATE_UP, bool Q8>
-__global__ static void __launch_bounds__(MM_THREADS, 1)
+__global__ static void __launch_bounds__(mm_threads(GATE_UP), MM_TILE / mm_pairs(GATE_UP))
 moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, const int32_t *start,
                const int32_t *tile_expert, const int32_t *tile_first, const int32_t *tile_count, int top_k, int K,
                int N, const __grid_constant__ mm_mats<MAXE, GATE_UP ? 2 : 1> m) {
     lm_cuda_let_next_then_wait();
-    constexpr int KINDS = GATE_UP ? 2 : 1;
+    constexpr int KINDS = GATE_UP ? 2 : 1, PAIRS = mm_pairs(GATE_UP), THREADS = mm_threads(GATE_UP),
+                  PARTS = MM_TILE / PAIRS;
     extern __shared__ __align__(16) unsigned char mm_smem[];
-    /* stage b: A rows [MM_TILE][MM_LD], then kind k's weight rows [MM_N][MM_LD] */
-    auto As = [&](int b) { return (__nv_bfloat16 *)mm_smem + (size_t)b * (MM_TILE + KINDS * MM_N) * MM_LD; };
-    auto Bs = [&](int b, int kind) { return As(b) + (MM_TILE + kind * MM_N) * MM_LD; };
-    __shared__ const __nv_bfloat16 *a_row[MM_TILE]; /* pair lo + r's row of a, or NULL past the pairs */
-    if ((int)blockIdx.y >= *tile_count) return; /* the grid is sized for the most tiles there could be */
-    const int e = tile_expert[blockIdx.y], tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g4 = lane >> 2,
+    /* stage b: A rows [PAIRS][MM_LD], then kind k's weight rows [MM_N][MM_LD] */
+    auto As = [&](int b) { return (__nv_bfloat16 *)mm_smem + (size_t)b * (PAIRS + KINDS * MM_N) * MM_LD; };
+    auto Bs = [&](int b, int kind) { return As(b) + (PAIRS + kind * MM_N) * MM_LD; };
+    __shared__ const __nv_bfloat16 *a_row[PAIRS]; /* pair lo + r's row of a, or NULL past the pairs */
+    /* part blockIdx.y % PARTS of tile blockIdx.y / PARTS; the grid is sized
+     * for the most tiles there could be */
+    const int tile = blockIdx.y / PARTS, part = blockIdx.y % PARTS;
+    if (tile >= *tile_count) return;
+    const int e = tile_expert[tile], tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g4 = lane >> 2,
               t4 = lane & 3;
-    const int lo = tile_first[blockIdx.y], hi = min(start[e + 1], lo + MM_TILE);
+    const int lo = tile_first[tile] + part * PAIRS;
+    const int hi = min(start[e + 1], min(tile_first[tile] + MM_TILE, lo + PAIRS));
+    if (lo >= hi) return; /* a tile's empty part */
     const int n0 = blockIdx.x * MM_N;
     const int wm = warp >> 2, wn = warp & 3; /* this warp's 32 pairs and 32 outputs */
-    static_assert(MM_THREADS / 32 == 16, "wm and wn: 4 x 4 warps");
+    static_assert(THREADS / 32 == PAIRS / 32 * 4, "wm and wn: PAIRS / 32 x 4 warps");
 
-    if (tid < MM_TILE) {
+    if (tid < PAIRS) {
         int p = lo + tid;
         a_row[tid] = p >= hi  ? nullptr
                      : GATE_UP ? a_rows + (int64_t)(order[p] / top_k) * K
@@ -94,15 +110,15 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
     __syncthreads();
     // Queues step k0's columns into stage b (the Q8 weights written now).
     auto stage = [&](int b, int k0) {
-        { /* a: MM_TILE rows of 4 x 16 bytes, one copy a thread */
-            static_assert(MM_TILE * (MM_K / 8) == MM_THREADS, "one copy of a a thread");
+        { /* a: PAIRS rows of 4 x 16 bytes, one copy a thread */
+            static_assert(PAIRS * (MM_K / 8) == THREADS, "one copy of a a thread");
             int r = tid / (MM_K / 8), c = (tid % (MM_K / 8)) * 8;
             const __nv_bfloat16 *row = a_row[r];
             lm_copy_async16(&As(b)[r * MM_LD + c], row ? row + k0 + c : a_rows, row != nullptr);
         }
         if (Q8) { /* row r's block k0 / 32: half-block h by a thread */
             static_assert(MM_K == LM_Q8_BLOCK, "a step is one Q8_0 block");
-            for (int i = tid; i < KINDS * MM_N * 2; i += MM_THREADS) {
+            for (int i = tid; i < KINDS * MM_N * 2; i += THREADS) {
                 const int kind = i / (MM_N * 2), r = (i / 2) % MM_N, h = i % 2;
                 uint4 lo4 = make_uint4(0, 0, 0, 0), hi4 = lo4;
                 if (n0 + r < N) {
@@ -122,7 +138,7 @@ moe_mma_kernel(void *out, const __nv_bfloat16 *a_rows, const int32_t *order, con
                 dst[1] = hi4;
             }
         } else {
-            for (int i = tid; i < KINDS * MM_N * (MM_K / 8); i += MM_THREADS) { /* weights: 8 bf16 a copy */
+            for (int i = tid; i < KINDS * MM_N * (MM_K / 8); i += THREADS) { /* weights: 8 bf16 a copy */
                 const int kind = i / (MM_N * (MM_K / 8)), r = (i / (MM_K / 8)) % MM_N, c = (i % (MM_K / 8)) * 8;
                 const __nv_bfloat16 *w = (const __nv_bfloat16 *)m.w[kind][e];
                 bool in = n0 + r < N;
@@ -233,17 +249,18 @@ static void run_tiles(lm_backend *be, void *act16, float *y, const float *x, int
     }
     /* each expert's pairs fill whole tiles but its last: at most this many */
     int64_t most_tiles = (pairs + MM_TILE - 1) / MM_TILE + (E < pairs ? E : pairs);
-    if (most_tiles > 65535) { /* a grid's y limit: 8 M pairs a step, far past any step budget */
-        lm_cuda_note_error(be, cudaErrorInvalidValue, "moe_experts (more than 65535 tiles of pairs)");
+    const int64_t down_blocks = most_tiles * (MM_TILE / MM_DOWN_PAIRS);
+    if (down_blocks > 65535) { /* a grid's y limit: 4 M pairs a step, far past any step budget */
+        lm_cuda_note_error(be, cudaErrorInvalidValue, "moe_experts (more than 65535 blocks of pairs)");
         return;
     }
     __nv_bfloat16 *act = (__nv_bfloat16 *)act16, *x16 = act + (size_t)pairs * I;
     lm_cuda_round_to_bf16(be, "moe_experts (x to bf16)", x16, x, (int64_t)n * H);
     lm_cuda_launch(be, "moe_experts (gate, up; tensor cores)", moe_mma_kernel<MAXE, true, Q8>,
-                   dim3(lm_cuda_blocks(I, MM_N), (unsigned)most_tiles), MM_THREADS, mm_shared_bytes<2>(),
+                   dim3(lm_cuda_blocks(I, MM_N), (unsigned)most_tiles), mm_threads(true), mm_shared_bytes<2>(),
                    (void *)act, x16, order, start, tile_expert, tile_first, tile_count, top_k, H, I, gu);
     lm_cuda_launch(be, "moe_experts (down; tensor cores)", moe_mma_kernel<MAXE, false, Q8>,
-                   dim3(lm_cuda_blocks(H, MM_N), (unsigned)most_tiles), MM_THREADS, mm_shared_bytes<1>(),
+                   dim3(lm_cuda_blocks(H, MM_N), (unsigned)down_blocks), mm_threads(false), mm_shared_bytes<1>(),
                    (void *)y, act, order, start, tile_expert, tile_first, tile_count, top_k, I, H, dn);
 }
 
