@@ -27,17 +27,17 @@
 
 #include "ops/cuda/cuda_state.h"
 
-/* One cuBLASLt product y = x·aᵀ (matmul.cu), planned when queued: the
- * algorithm cuBLASLt's heuristic chose travels in `algo`, so running the
- * record later (or capturing it) repeats exactly that call.  Plain bytes:
- * zero it before filling. */
+/* One cuBLASLt product y = x·aᵀ, or y += x·aᵀ with `accumulate`
+ * (matmul.cu), planned when queued: the algorithm cuBLASLt's heuristic
+ * chose travels in `algo`, so running the record later (or capturing it)
+ * repeats exactly that call.  Plain bytes: zero it before filling. */
 typedef struct {
     const void *a, *b;
     float *y;
     int64_t m, n, k;
-    int64_t ldy;  /* y's leading dimension; 0: m */
-    int32_t type; /* cudaDataType_t of a and b */
-    int32_t unused;
+    int64_t ldy;        /* y's leading dimension; 0: m */
+    int32_t type;       /* cudaDataType_t of a and b */
+    int32_t accumulate; /* 1: y is also C, beta 1 */
     uint64_t algo[8]; /* cublasLtMatmulAlgo_t */
 } lm_cuda_blas_call;
 cudaError_t lm_cuda_blas_run(lm_backend *be, const lm_cuda_blas_call *call);

@@ -827,13 +827,14 @@ static bool blas_plan(lm_backend *be, lm_cuda_blas_call *c) {
 
 // Queues a planned call on the stream (queue.cu, when the record runs:
 // plainly or into a graph's capture; cuBLASLt's kernels are captured like
-// ours).  C = y with beta 0: never read.
+// ours).  C = y, with beta 0 (never read) or, accumulating, 1: D = acc + y,
+// the float32 sum the add after a plain product would make.
 cudaError_t lm_cuda_blas_run(lm_backend *be, const lm_cuda_blas_call *c) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     const lm_cublaslt *lt = s->blas_api;
     blas_descriptors d;
     if (!lt || !blas_describe(lt, c, &d)) return cudaErrorUnknown;
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = c->accumulate ? 1.0f : 0.0f;
     cublasLtMatmulAlgo_t algo;
     memcpy(&algo, c->algo, sizeof algo);
     cublasStatus_t st = lt->Matmul((cublasLtHandle_t)s->blas, d.op, &alpha, c->a, d.la, c->b, d.lb, &beta,
@@ -843,13 +844,14 @@ cudaError_t lm_cuda_blas_run(lm_backend *be, const lm_cuda_blas_call *c) {
     return st == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
 }
 
-// Plans y = x·aᵀ through cuBLASLt and queues it; false (nothing queued)
-// when cuBLASLt declines.
+// Plans y = x·aᵀ (accumulate: y += x·aᵀ) through cuBLASLt and queues it;
+// false (nothing queued) when cuBLASLt declines.
 static bool matmul_lt(lm_backend *be, float *y, const void *a, const void *b, cudaDataType_t type, int64_t m,
-                      int64_t n, int64_t k) {
+                      int64_t n, int64_t k, bool accumulate = false) {
     lm_cuda_blas_call c;
     memset(&c, 0, sizeof c); // every byte is compared by the queue (launch.h)
     c.a = a, c.b = b, c.y = y, c.m = m, c.n = n, c.k = k, c.type = (int32_t)type;
+    c.accumulate = accumulate ? 1 : 0;
     if (!blas_plan(be, &c)) return false;
     lm_cuda_enqueue_blas(be, "matmul (cuBLASLt)", &c);
     return true;
@@ -1166,6 +1168,14 @@ static bool epilogue_fusable(lm_backend *be, int n, const lm_matrix *w, lm_mem x
 }
 
 extern "C" bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    // bf16 compute, 9+ rows: cuBLASLt adds into y itself (beta 1), with no
+    // product in a scratch and no add launch after it (2.8% of a 9B-shape
+    // 4k prefill's kernels were those adds: PERF.md session 21).
+    if (takes_blas_16(be, n, w)) {
+        const void *x16 = x_in_16_bits(be, x, n, w->cols, w->dtype == LM_DTYPE_BF16);
+        return x16 && matmul_lt(be, lm_cuda_f32(y), lm_cuda_ptr(w->data), x16,
+                                w->dtype == LM_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F, w->rows, n, w->cols, true);
+    }
     dim3 grid;
     int tile;
     if (!epilogue_fusable(be, n, w, x, &grid, &tile)) return false;
