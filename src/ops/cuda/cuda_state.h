@@ -48,6 +48,11 @@ static inline lm_cuda_state *lm_cuda_state_of(lm_backend *be) { return (lm_cuda_
  * and each rank's thread runs ops on its own. */
 static inline void lm_cuda_use_device(const lm_cuda_state *s) { cudaSetDevice(s->device); }
 static inline cudaStream_t lm_cuda_stream(lm_backend *be) { return lm_cuda_state_of(be)->stream; }
+/* Makes *buffer (*size bytes) at least `bytes`: when it must grow, the
+ * queue is flushed and the stream waited for (queued work may still read
+ * the old one), then it is freed and allocated anew.  False (buffer NULL)
+ * when the allocation fails; no error is kept. */
+bool lm_cuda_grow(lm_backend *be, void **buffer, size_t *size, size_t bytes);
 
 extern "C" {
 lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err);

@@ -706,35 +706,63 @@ static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matr
 }
 
 // ---- x rounded to 16 bits ----
+//
+// A thread rounds 8 floats (two 16-byte loads, one 16-byte store) where
+// x and out start on 16 bytes: a 4-byte load and a 2-byte store an element
+// held the copy to about 1.2 TB/s (63 us a call on a 9B-shape prefill step,
+// 8% of its kernels; PERF.md session 22).  Each element rounds alone, so
+// the same bits either way; the tail past the last 8 goes element by element.
+#define ROUND_GROUP 8
 
-__global__ static void to_bf16_kernel(__nv_bfloat16 *out, const float *x, int64_t count) {
+template <typename half_t> __device__ __forceinline__ static half_t round_16(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 round_16<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+// f16 saturates at 65504: activations beyond it become inf (rare in
+// practice; bf16 weights, the usual case, have float32's range).
+template <> __device__ __forceinline__ __half round_16<__half>(float v) { return __float2half_rn(v); }
+
+template <typename half_t>
+__global__ static void to_16_kernel(half_t *out, const float *x, int64_t count, bool in_groups) {
     lm_cuda_let_next_then_wait();
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16_rn(x[i]);
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (in_groups) {
+        for (int64_t groups = count / ROUND_GROUP; i < groups; i += stride) {
+            float4 a = ((const float4 *)x)[2 * i], b = ((const float4 *)x)[2 * i + 1];
+            union {
+                half_t h[ROUND_GROUP];
+                uint4 bits;
+            } r;
+            r.h[0] = round_16<half_t>(a.x), r.h[1] = round_16<half_t>(a.y);
+            r.h[2] = round_16<half_t>(a.z), r.h[3] = round_16<half_t>(a.w);
+            r.h[4] = round_16<half_t>(b.x), r.h[5] = round_16<half_t>(b.y);
+            r.h[6] = round_16<half_t>(b.z), r.h[7] = round_16<half_t>(b.w);
+            ((uint4 *)out)[i] = r.bits;
+        }
+        i = count / ROUND_GROUP * ROUND_GROUP + blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    }
+    for (; i < count; i += stride) out[i] = round_16<half_t>(x[i]);
 }
-__global__ static void to_f16_kernel(__half *out, const float *x, int64_t count) {
-    lm_cuda_let_next_then_wait();
-    // f16 saturates at 65504: activations beyond it become inf (rare in
-    // practice; bf16 weights, the usual case, have float32's range).
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2half_rn(x[i]);
+
+template <typename half_t>
+static void round_to_16(lm_backend *be, const char *what, half_t *out, const float *x, int64_t count) {
+    bool in_groups = (uintptr_t)out % 16 == 0 && (uintptr_t)x % 16 == 0;
+    int64_t threads_wanted = in_groups ? (count + ROUND_GROUP - 1) / ROUND_GROUP : count;
+    lm_cuda_launch(be, what, to_16_kernel<half_t>, lm_cuda_blocks(threads_wanted, THREADS), THREADS, 0, out, x, count,
+                   in_groups);
 }
 
 void lm_cuda_round_to_bf16(lm_backend *be, const char *what, void *out, const float *x, int64_t count) {
-    lm_cuda_launch(be, what, to_bf16_kernel, lm_cuda_blocks(count, THREADS), THREADS, 0, (__nv_bfloat16 *)out, x,
-                   count);
+    round_to_16(be, what, (__nv_bfloat16 *)out, x, count);
 }
 
-// The scratch for x in 16 bits, at least `bytes`.  Grown when a larger size
-// is first seen: waits for the stream (queued matmuls may still read the old
-// one), frees and cudaMallocs, so the first call of each new largest size
-// pays a synchronization and an allocation.  Better later: size it when the
-// context is made (the engine knows its largest batch and width).
-static bool grow(lm_backend *be, void **buffer, size_t *size, size_t bytes) {
+// The first call of each new largest size pays a synchronization and an
+// allocation.  Better later: size the scratches when the context is made
+// (the engine knows its largest batch and width).
+bool lm_cuda_grow(lm_backend *be, void **buffer, size_t *size, size_t bytes) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     if (*size >= bytes) return true;
     lm_cuda_flush(be);
-    lm_cuda_note_error(be, cudaStreamSynchronize(s->stream), "matmul scratch");
+    lm_cuda_note_error(be, cudaStreamSynchronize(s->stream), "scratch");
     cudaFree(*buffer);
     *buffer = NULL;
     *size = 0;
@@ -748,7 +776,7 @@ static bool grow(lm_backend *be, void **buffer, size_t *size, size_t bytes) {
 }
 static bool scratch_at_least(lm_backend *be, size_t bytes) {
     lm_cuda_state *s = lm_cuda_state_of(be);
-    return grow(be, &s->scratch, &s->scratch_bytes, bytes);
+    return lm_cuda_grow(be, &s->scratch, &s->scratch_bytes, bytes);
 }
 
 // The largest power of two (up to 256) dividing a device address: what
@@ -871,8 +899,7 @@ static void *x_in_16_bits(lm_backend *be, lm_mem x, int n, int64_t cols, bool bf
     if (bf16)
         lm_cuda_round_to_bf16(be, "matmul (activations to 16 bits)", x16, lm_cuda_f32(x), count);
     else
-        lm_cuda_launch(be, "matmul (activations to 16 bits)", to_f16_kernel, lm_cuda_blocks(count, THREADS),
-                       THREADS, 0, (__half *)x16, lm_cuda_f32(x), count);
+        round_to_16(be, "matmul (activations to 16 bits)", (__half *)x16, lm_cuda_f32(x), count);
     return x16;
 }
 
@@ -918,7 +945,7 @@ static bool matmul_q8_blas(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_m
     int64_t rows = w->rows, cols = w->cols, chunk = Q8_CHUNK_WEIGHTS / cols / 64 * 64;
     if (chunk < 64) chunk = 64;
     if (chunk > rows) chunk = rows;
-    if (!grow(be, &s->weight_scratch, &s->weight_scratch_bytes, (size_t)(chunk * cols) * 2)) return false;
+    if (!lm_cuda_grow(be, &s->weight_scratch, &s->weight_scratch_bytes, (size_t)(chunk * cols) * 2)) return false;
     // plan every chunk's call before queuing anything (two shapes at most)
     lm_cuda_blas_call calls[2];
     int64_t sizes[2] = {chunk, rows % chunk};
