@@ -32,6 +32,10 @@ struct lm_cuda_state {
     int gemv_wide;                /* its shape for tiles of 3-8 tokens (matmul.cu; LOOM_CUDA_GEMV_WIDE) */
     int gemv_grid_cap;            /* 0, or its most blocks (LOOM_CUDA_GEMV_BLOCKS per SM) */
     bool gdn_recurrent_only;      /* LOOM_CUDA_GDN_CHUNKED=0: prefill walks tokens too (bench/cuda_gdn.c) */
+    bool gdn_unprepared;          /* LOOM_CUDA_GDN_PREPARED=0: the chunked form in one kernel (gdn_chunked.cu), to compare */
+    void *gdn_scratch;            /* the chunks' T and M (gdn_chunked.cu), grown on demand */
+    size_t gdn_scratch_bytes;
+    size_t gdn_scratch_cap;       /* its most bytes (LOOM_CUDA_GDN_SCRATCH: small ones make the tests run waves) */
     bool attention_simt_only;     /* LOOM_CUDA_ATTENTION_MMA=0: bf16 compute keeps the float32 attention */
     bool attention_one_run;       /* LOOM_CUDA_ATTENTION_SPLIT=0: a block walks a token's whole context, to compare */
     bool kv_f32;                  /* LOOM_CUDA_KV_F32=1: float32 KV pools under bf16 compute too, to compare */
@@ -40,6 +44,11 @@ struct lm_cuda_state {
     size_t norm_tile_bytes;       /* the most shared memory a product's tile of normed or gated x may take (matmul.cu) */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
 };
+
+/* The most scratch the chunked delta rule's prepared form takes by
+ * default: 128 MB is 4096 chunks' T and M, every chunk of a 2048-token step
+ * of 32 heads at once; more chunks go in waves (gdn_chunked.cu). */
+#define LM_CUDA_GDN_SCRATCH_DEFAULT ((size_t)128 << 20)
 
 static inline lm_cuda_state *lm_cuda_state_of(lm_backend *be) { return (lm_cuda_state *)be->impl; }
 /* Makes the calling thread's current GPU the backend's.  Every entry point

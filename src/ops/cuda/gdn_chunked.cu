@@ -25,6 +25,7 @@
 // on the rest of the batch.
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/device_primitives.h"
@@ -36,6 +37,259 @@
 #define CH_MAX_DK 128
 #define CH_LD (CH + 4) /* row stride of A and M: 16-byte rows, no bank conflicts */
 #define CV_LD (CH_COLS + 2) /* row stride of V: 8-byte pairs of columns */
+#define CH_SQUARE (CH * CH) /* floats of one chunk's T or M in the scratch */
+/* The call's rows and sequences, as both kernels read them. */
+typedef struct {
+    const float *q, *k, *v, *g, *beta;
+    const int32_t *first, *length, *slot;
+    int Hk, Hv, dk, dv, min_T;
+    bool quads; /* every row and column block starts on 16 bytes */
+} chunk_args;
+
+typedef struct {
+    float *k, *q, *v, *g, *beta;
+} chunk_rows;
+
+/* Queues the copies of the rows of the chunk at t0 of the sequence whose
+ * rows start at f (T of them): keys and queries of key head hk, rows dk + 4
+ * floats apart, g and β of value head hv, and, where into.v is not NULL,
+ * columns col0.. of value head hv; all 0 past the sequence's end. */
+__device__ static void stage_rows(const chunk_args &a, chunk_rows into, int64_t f, int T, int t0, int hk, int hv,
+                                  int col0) {
+    const int tid = threadIdx.x, dk = a.dk, dkp = dk + 4;
+    const int n = T - t0 < CH ? T - t0 : CH;
+    if (a.quads) { /* 16-byte copies: a quarter of the copies and index sums */
+        const int row_quads = dk / 4;
+        for (int idx = tid; idx < CH * row_quads; idx += CH_THREADS) {
+            int i = idx / row_quads, d = (idx - i * row_quads) * 4;
+            bool in = i < n;
+            int64_t from = in ? ((f + t0 + i) * a.Hk + hk) * dk + d : 0;
+            lm_copy_async16(&into.k[i * dkp + d], a.k + from, in);
+            lm_copy_async16(&into.q[i * dkp + d], a.q + from, in);
+        }
+        for (int idx = tid; into.v && idx < CH * CH_COLS / 4; idx += CH_THREADS) {
+            int i = idx / (CH_COLS / 4), c = idx % (CH_COLS / 4) * 4;
+            bool in = i < n && col0 + c < a.dv; /* dv % 4 == 0: a quad is all in or all out */
+            lm_copy_async16(&into.v[i * CH_COLS + c],
+                            a.v + (in ? ((f + t0 + i) * a.Hv + hv) * a.dv + col0 + c : 0), in);
+        }
+    } else {
+        for (int idx = tid; idx < CH * dk; idx += CH_THREADS) {
+            int i = idx / dk, d = idx - i * dk;
+            bool in = i < n;
+            int64_t from = in ? ((f + t0 + i) * a.Hk + hk) * dk + d : 0;
+            lm_copy_async4(&into.k[i * dkp + d], a.k + from, in);
+            lm_copy_async4(&into.q[i * dkp + d], a.q + from, in);
+        }
+        for (int idx = tid; into.v && idx < CH * CH_COLS; idx += CH_THREADS) {
+            int i = idx / CH_COLS, c = idx % CH_COLS;
+            bool in = i < n && col0 + c < a.dv;
+            lm_copy_async4(&into.v[idx], a.v + (in ? ((f + t0 + i) * a.Hv + hv) * a.dv + col0 + c : 0), in);
+        }
+    }
+    if (tid < CH) {
+        bool in = tid < n;
+        int64_t from = in ? (f + t0 + tid) * a.Hv + hv : 0;
+        lm_copy_async4(&into.g[tid], a.g + from, in);
+        lm_copy_async4(&into.beta[tid], a.beta + from, in);
+    }
+}
+
+/* γ, an inclusive scan of the chunk's g in double by warp 0 (two rows a
+ * lane), then e^{γ_i}, e^{γ_{n−1}−γ_i} and β_i, all 0 past n.  Both
+ * kernels make them with this code, so with the same bits. */
+__device__ static void chunk_decays(const float *g, const float *beta, int n, double *gam, float *eg, float *tail,
+                                    float *bet) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    if (tid < 32) {
+        double a = (double)g[2 * lane], b = (double)g[2 * lane + 1];
+        double pair = a + b, scan = pair;
+        for (int off = 1; off < 32; off <<= 1) {
+            double o = __shfl_up_sync(0xffffffffu, scan, off);
+            if (lane >= off) scan += o;
+        }
+        double before = __shfl_up_sync(0xffffffffu, scan, 1);
+        if (lane == 0) before = 0;
+        gam[2 * lane] = before + a;
+        gam[2 * lane + 1] = before + pair;
+    }
+    __syncthreads();
+    if (tid < CH) {
+        bool in = tid < n;
+        eg[tid] = in ? expf((float)gam[tid]) : 0.0f;
+        tail[tid] = in ? expf((float)(gam[n - 1] - gam[tid])) : 0.0f;
+        bet[tid] = beta[tid];
+    }
+    __syncthreads();
+}
+
+/* A and M [CH][CH_LD]: thread (ti, tj) owns rows ti + 16r and columns
+ * tj + 16c; the tiles above the diagonal (c > r) are all zeros and skipped. */
+__device__ static void decay_products(const float *Ks, const float *Qs, int dk, const double *gam,
+                                      const float *bet, int n, float *Am, float *Mm) {
+    const int tid = threadIdx.x, ti = tid >> 4, tj = tid & 15, dkp = dk + 4;
+    float kk[4][4], qk[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) kk[r][c] = qk[r][c] = 0.0f;
+    for (int d = 0; d < dk; d += 4) {
+        float4 kr[4], qr[4], kc[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            kr[r] = *(const float4 *)&Ks[(ti + 16 * r) * dkp + d];
+            qr[r] = *(const float4 *)&Qs[(ti + 16 * r) * dkp + d];
+            kc[r] = *(const float4 *)&Ks[(tj + 16 * r) * dkp + d];
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c <= r; c++) {
+                kk[r][c] = fmaf(kr[r].x, kc[c].x, kk[r][c]);
+                kk[r][c] = fmaf(kr[r].y, kc[c].y, kk[r][c]);
+                kk[r][c] = fmaf(kr[r].z, kc[c].z, kk[r][c]);
+                kk[r][c] = fmaf(kr[r].w, kc[c].w, kk[r][c]);
+                qk[r][c] = fmaf(qr[r].x, kc[c].x, qk[r][c]);
+                qk[r][c] = fmaf(qr[r].y, kc[c].y, qk[r][c]);
+                qk[r][c] = fmaf(qr[r].z, kc[c].z, qk[r][c]);
+                qk[r][c] = fmaf(qr[r].w, kc[c].w, qk[r][c]);
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int i = ti + 16 * r, j = tj + 16 * c;
+            float decay = j <= i && i < n ? expf((float)(gam[i] - gam[j])) : 0.0f;
+            Am[i * CH_LD + j] = j < i ? bet[i] * kk[r][c] * decay : 0.0f;
+            Mm[i * CH_LD + j] = qk[r][c] * decay;
+        }
+}
+
+/* X <- (I + A)⁻¹ X for X [CH][CV_LD] (CH_COLS columns) by forward
+ * substitution, right-looking: warp w owns columns 4w..4w+3, lane (row0,
+ * column) rows row0 + 8m in registers.  Once row j is final its owner hands
+ * it round by shuffle and every later row subtracts A_ij X_j, in j order. */
+__device__ static void forward_substitute(const float *Am, float *X) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row0 = lane >> 2, cc = 4 * warp + (lane & 3);
+    float x[8];
+#pragma unroll
+    for (int m = 0; m < 8; m++) x[m] = X[(row0 + 8 * m) * CV_LD + cc];
+#pragma unroll
+    for (int j = 0; j < CH; j++) {
+        float vj = __shfl_sync(0xffffffffu, x[j / 8], (j % 8) * 4 + (lane & 3));
+#pragma unroll
+        for (int m = j / 8; m < 8; m++) /* rows <= j have A_ij = 0: unchanged */
+            x[m] = fmaf(-Am[(row0 + 8 * m) * CH_LD + j], vj, x[m]);
+    }
+#pragma unroll
+    for (int m = 0; m < 8; m++) X[(row0 + 8 * m) * CV_LD + cc] = x[m];
+}
+
+/* acc[m][e] += Σ_j P_ij X_j,c for rows i = rg + 16m and columns c = 2cg + e
+ * of P [CH][CH_LD] times X [CH][CV_LD], j in order. */
+__device__ static void chunk_product(const float *P, const float *X, int rg, int cg, float acc[4][2]) {
+    for (int j = 0; j < CH; j += 4) {
+        float2 xj[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) xj[e] = *(const float2 *)&X[(j + e) * CV_LD + 2 * cg];
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            float4 pr = *(const float4 *)&P[(rg + 16 * m) * CH_LD + j];
+            const float pv[4] = {pr.x, pr.y, pr.z, pr.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                acc[m][0] = fmaf(pv[e], xj[e].x, acc[m][0]);
+                acc[m][1] = fmaf(pv[e], xj[e].y, acc[m][1]);
+            }
+        }
+    }
+}
+
+/* Where chunk c - c0 of sequence s of a wave of `wave` chunks keeps its T
+ * (then M) in the scratch: [CH][CH] floats each. */
+__device__ __forceinline__ static float *prepared_at(float *scratch, int s, int wave, int c_in_wave, int Hv, int hv) {
+    return scratch + (((int64_t)s * wave + c_in_wave) * Hv + hv) * 2 * CH_SQUARE;
+}
+
+// ---- the prepared form, first kernel: every chunk of the wave at once ----
+//
+// A chunk's T = (I + A)⁻¹ and M depend on its own keys, queries, g and β
+// alone, not on the state: made here for every (value head, chunk) of the
+// wave in parallel, they leave the kernel that walks the chunks in order
+// with V' = T R, products only.  A and M were made there by each of a
+// head's dv / 32 blocks and the forward substitution was a chain of 64
+// dependent steps inside that walk (2.42 ms a layer at 8k tokens on an H100,
+// PERF.md session 21).
+/* γ and its exponentials, g and β, A and M, then the keys and queries,
+ * whose room holds X (the identity's columns being solved) once A and M
+ * are made. */
+static size_t prepare_rows_floats(int dk) {
+    size_t rows = 2 * CH * ((size_t)dk + 4), x = CH * CV_LD;
+    return rows > x ? rows : x;
+}
+static size_t prepare_shared_bytes(int dk) {
+    return sizeof(double) * CH + sizeof(float) * (5 * CH + 2 * CH * CH_LD + prepare_rows_floats(dk));
+}
+
+__global__ static void __launch_bounds__(CH_THREADS)
+    gdn_chunk_prepare_kernel(chunk_args a, float *scratch, int c0, int wave) {
+    lm_cuda_let_next_then_wait();
+    extern __shared__ __align__(16) unsigned char prepare_smem[];
+    const int hv = blockIdx.x, c = c0 + (int)blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+    const int T = a.length[s];
+    if (T < a.min_T || c * CH >= T) return;
+    const int t0 = c * CH, n = T - t0 < CH ? T - t0 : CH, dkp = a.dk + 4;
+
+    double *gam = (double *)prepare_smem; /* [CH] γ_i */
+    float *eg = (float *)(gam + CH), *tail = eg + CH, *bet = tail + CH;
+    chunk_rows rows;
+    rows.g = bet + CH;
+    rows.beta = rows.g + CH;
+    float *Am = rows.beta + CH, *Mm = Am + CH * CH_LD;
+    rows.k = Mm + CH * CH_LD;
+    rows.q = rows.k + CH * dkp;
+    rows.v = NULL;
+    float *X = rows.k; /* [CH][CV_LD], once A and M are made */
+
+    stage_rows(a, rows, a.first[s], T, t0, hv / (a.Hv / a.Hk), hv, 0);
+    lm_copy_async_commit();
+    lm_copy_async_wait_pending<0>();
+    __syncthreads();
+    chunk_decays(rows.g, rows.beta, n, gam, eg, tail, bet);
+    decay_products(rows.k, rows.q, a.dk, gam, bet, n, Am, Mm);
+    __syncthreads(); /* A and M are whole; the keys and queries are done with */
+
+    float *Tg = prepared_at(scratch, s, wave, (int)blockIdx.y, a.Hv, hv), *Mg = Tg + CH_SQUARE;
+    for (int idx = tid; idx < CH * CH / 4; idx += CH_THREADS) {
+        int i = idx / (CH / 4), j = idx % (CH / 4) * 4;
+        *(float4 *)&Mg[i * CH + j] = *(const float4 *)&Mm[i * CH_LD + j];
+    }
+    // T column block by column block: (I + A) T = I, the walk's own
+    // forward substitution on CH_COLS columns of the identity.
+    for (int half = 0; half < CH / CH_COLS; half++) {
+        for (int idx = tid; idx < CH * CH_COLS; idx += CH_THREADS) {
+            int i = idx / CH_COLS, j = idx % CH_COLS;
+            X[i * CV_LD + j] = i == half * CH_COLS + j ? 1.0f : 0.0f;
+        }
+        __syncthreads();
+        forward_substitute(Am, X);
+        __syncthreads();
+        for (int idx = tid; idx < CH * CH_COLS; idx += CH_THREADS) {
+            int i = idx / CH_COLS, j = idx % CH_COLS;
+            Tg[i * CH + half * CH_COLS + j] = X[i * CV_LD + j];
+        }
+        __syncthreads(); /* X is read before the next block's identity */
+    }
+}
+
+// ---- the walk over a sequence's chunks ----
+//
+// PREPARED: T and M come from the first kernel's scratch (copied in while
+// the chunk before makes its state update) and V' = T R; otherwise this
+// kernel makes A and M itself and solves for V' (the single-kernel form,
+// LOOM_CUDA_GDN_PREPARED=0, and where the scratch cannot be had).
 
 /* The next chunk's rows are copied to shared memory (cp.async) while the
  * current one is computed: two buffers of keys, queries, values, g and β. */
@@ -46,23 +300,19 @@ static size_t chunked_shared_bytes(int dk) {
                             CH * CV_LD + 2 * CH * CH_LD);
 }
 
-typedef struct {
-    float *k, *q, *v, *g, *beta;
-} chunk_rows;
-
+template <bool PREPARED>
 __global__ static void __launch_bounds__(CH_THREADS, 1)
-    gated_delta_chunked_kernel(float *out, const float *q, const float *k, const float *v, const float *g,
-                               const float *beta, float *states, int64_t slot_stride, const int32_t *first,
-                               const int32_t *length, const int32_t *slot, int Hk, int Hv, int dk, int dv,
-                               int min_T, bool quads) {
+    gated_delta_chunked_kernel(chunk_args a, float *out, float *states, int64_t slot_stride, const float *scratch,
+                               int c0, int wave) {
     lm_cuda_let_next_then_wait();
     extern __shared__ __align__(16) unsigned char chunk_smem[];
     const int hv = blockIdx.x, col0 = blockIdx.y * CH_COLS, s = blockIdx.z;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int T = length[s];
-    if (T < min_T) return; /* the recurrent kernel's sequence */
-    const int hk = hv / (Hv / Hk), dkp = dk + 4;
-    const int64_t f = first[s];
+    const int tid = threadIdx.x;
+    const int T = a.length[s], t_begin = c0 * CH;
+    if (T < a.min_T || t_begin >= T) return; /* the recurrent kernel's sequence, or none of its chunks here */
+    const int t_end = T - t_begin <= wave * CH ? T : t_begin + wave * CH;
+    const int hk = hv / (a.Hv / a.Hk), dk = a.dk, dv = a.dv, dkp = dk + 4;
+    const int64_t f = a.first[s];
 
     double *gam = (double *)chunk_smem; /* [CH] γ_i */
     float *eg = (float *)(gam + CH);    /* [CH] e^{γ_i} */
@@ -84,133 +334,41 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
     float *at = rows + 2 * buf_floats;
     float *Ss = at;                     /* [dk][CH_COLS] the state's columns */
     float *Vs = Ss + dk * CH_COLS;      /* [CH][CV_LD] R, then V' */
-    float *Am = Vs + CH * CV_LD;        /* [CH][CH_LD] */
+    float *Am = Vs + CH * CV_LD;        /* [CH][CH_LD] A, or T where PREPARED */
     float *Mm = Am + CH * CH_LD;        /* [CH][CH_LD] */
 
-    // Queues the copies of the rows of the chunk at t0 into buffer b.
-    auto stage = [&](int b, int t0) {
-        const int n = T - t0 < CH ? T - t0 : CH;
-        const chunk_rows into = buf(b);
-        if (quads) { /* 16-byte copies: a quarter of the copies and index sums */
-            const int row_quads = dk / 4;
-            for (int idx = tid; idx < CH * row_quads; idx += CH_THREADS) {
-                int i = idx / row_quads, d = (idx - i * row_quads) * 4;
-                bool in = i < n;
-                int64_t from = in ? ((f + t0 + i) * Hk + hk) * dk + d : 0;
-                lm_copy_async16(&into.k[i * dkp + d], k + from, in);
-                lm_copy_async16(&into.q[i * dkp + d], q + from, in);
-            }
-            for (int idx = tid; idx < CH * CH_COLS / 4; idx += CH_THREADS) {
-                int i = idx / (CH_COLS / 4), c = idx % (CH_COLS / 4) * 4;
-                bool in = i < n && col0 + c < dv; /* dv % 4 == 0: a quad is all in or all out */
-                lm_copy_async16(&into.v[i * CH_COLS + c], v + (in ? ((f + t0 + i) * Hv + hv) * dv + col0 + c : 0),
-                                in);
-            }
-        } else {
-            for (int idx = tid; idx < CH * dk; idx += CH_THREADS) {
-                int i = idx / dk, d = idx - i * dk;
-                bool in = i < n;
-                int64_t from = in ? ((f + t0 + i) * Hk + hk) * dk + d : 0;
-                lm_copy_async4(&into.k[i * dkp + d], k + from, in);
-                lm_copy_async4(&into.q[i * dkp + d], q + from, in);
-            }
-            for (int idx = tid; idx < CH * CH_COLS; idx += CH_THREADS) {
-                int i = idx / CH_COLS, c = idx % CH_COLS;
-                bool in = i < n && col0 + c < dv;
-                lm_copy_async4(&into.v[idx], v + (in ? ((f + t0 + i) * Hv + hv) * dv + col0 + c : 0), in);
-            }
-        }
-        if (tid < CH) {
-            bool in = tid < n;
-            int64_t from = in ? (f + t0 + tid) * Hv + hv : 0;
-            lm_copy_async4(&into.g[tid], g + from, in);
-            lm_copy_async4(&into.beta[tid], beta + from, in);
+    // Queues the copies of chunk c's T and M from the scratch (PREPARED).
+    auto stage_prepared = [&](int c) {
+        const float *from = prepared_at((float *)scratch, s, wave, c - c0, a.Hv, hv);
+        for (int idx = tid; idx < 2 * CH * CH / 4; idx += CH_THREADS) {
+            int i = idx / (CH / 4), j = idx % (CH / 4) * 4; /* i < 2 CH: T's rows, then M's */
+            lm_copy_async16(&Am[i * CH_LD + j], from + i * CH + j, true);
         }
         lm_copy_async_commit();
     };
 
-    float *S = states + (int64_t)slot[s] * slot_stride + (int64_t)hv * dk * dv;
+    float *S = states + (int64_t)a.slot[s] * slot_stride + (int64_t)hv * dk * dv;
     for (int idx = tid; idx < dk * CH_COLS; idx += CH_THREADS) {
         int d = idx / CH_COLS, c = idx % CH_COLS;
         Ss[idx] = col0 + c < dv ? S[(int64_t)d * dv + col0 + c] : 0.0f;
     }
-    stage(0, 0);
+    stage_rows(a, buf(0), f, T, t_begin, hk, hv, col0);
+    lm_copy_async_commit();
+    if (PREPARED) stage_prepared(c0); /* Mm follows Am: one copy of both */
 
-    for (int t0 = 0, cur = 0; t0 < T; t0 += CH, cur ^= 1) {
+    for (int t0 = t_begin, cur = 0; t0 < t_end; t0 += CH, cur ^= 1) {
         const int n = T - t0 < CH ? T - t0 : CH;
         const chunk_rows now = buf(cur);
         const float *Ks = now.k, *Qs = now.q, *Vr = now.v;
         __syncthreads(); /* the previous chunk is done with every array, its buffer too */
-        if (t0 + CH < T)
-            stage(cur ^ 1, t0 + CH);
-        else
-            lm_copy_async_commit(); /* an empty group: the wait below counts the same */
-        lm_copy_async_wait_all_but_one();
+        if (t0 + CH < t_end)
+            stage_rows(a, buf(cur ^ 1), f, T, t0 + CH, hk, hv, col0);
+        lm_copy_async_commit(); /* empty past the wave's end: the wait below counts the same */
+        lm_copy_async_wait_all_but_one(); /* every group but those rows: this chunk's rows, T and M */
         __syncthreads(); /* this chunk's rows have landed, every thread's copies */
 
-        // γ: an inclusive scan of g in double by warp 0, two rows a lane.
-        if (warp == 0) {
-            double a = (double)now.g[2 * lane], b = (double)now.g[2 * lane + 1];
-            double pair = a + b, scan = pair;
-            for (int off = 1; off < 32; off <<= 1) {
-                double o = __shfl_up_sync(0xffffffffu, scan, off);
-                if (lane >= off) scan += o;
-            }
-            double before = __shfl_up_sync(0xffffffffu, scan, 1);
-            if (lane == 0) before = 0;
-            gam[2 * lane] = before + a;
-            gam[2 * lane + 1] = before + pair;
-        }
-        __syncthreads();
-        if (tid < CH) {
-            bool in = tid < n;
-            eg[tid] = in ? expf((float)gam[tid]) : 0.0f;
-            tail[tid] = in ? expf((float)(gam[n - 1] - gam[tid])) : 0.0f;
-            bet[tid] = now.beta[tid];
-        }
-        __syncthreads();
-
-        // A and M: thread (ti, tj) owns rows ti + 16r and columns tj + 16c;
-        // the tiles above the diagonal (c > r) are all zeros and skipped.
-        {
-            const int ti = tid >> 4, tj = tid & 15;
-            float kk[4][4], qk[4][4];
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) kk[r][c] = qk[r][c] = 0.0f;
-            for (int d = 0; d < dk; d += 4) {
-                float4 kr[4], qr[4], kc[4];
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    kr[r] = *(const float4 *)&Ks[(ti + 16 * r) * dkp + d];
-                    qr[r] = *(const float4 *)&Qs[(ti + 16 * r) * dkp + d];
-                    kc[r] = *(const float4 *)&Ks[(tj + 16 * r) * dkp + d];
-                }
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-#pragma unroll
-                    for (int c = 0; c <= r; c++) {
-                        kk[r][c] = fmaf(kr[r].x, kc[c].x, kk[r][c]);
-                        kk[r][c] = fmaf(kr[r].y, kc[c].y, kk[r][c]);
-                        kk[r][c] = fmaf(kr[r].z, kc[c].z, kk[r][c]);
-                        kk[r][c] = fmaf(kr[r].w, kc[c].w, kk[r][c]);
-                        qk[r][c] = fmaf(qr[r].x, kc[c].x, qk[r][c]);
-                        qk[r][c] = fmaf(qr[r].y, kc[c].y, qk[r][c]);
-                        qk[r][c] = fmaf(qr[r].z, kc[c].z, qk[r][c]);
-                        qk[r][c] = fmaf(qr[r].w, kc[c].w, qk[r][c]);
-                    }
-            }
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    int i = ti + 16 * r, j = tj + 16 * c;
-                    float decay = j <= i && i < n ? expf((float)(gam[i] - gam[j])) : 0.0f;
-                    Am[i * CH_LD + j] = j < i ? bet[i] * kk[r][c] * decay : 0.0f;
-                    Mm[i * CH_LD + j] = qk[r][c] * decay;
-                }
-        }
+        chunk_decays(now.g, now.beta, n, gam, eg, tail, bet);
+        if (!PREPARED) decay_products(Ks, Qs, dk, gam, bet, n, Am, Mm);
 
         // k_iᵀS and q_iᵀS: thread (row group rg, column pair cg) owns rows
         // rg + 16m and columns 2cg, 2cg + 1.  R_i = β_i (v_i − e^{γ_i} k_iᵀS)
@@ -252,49 +410,31 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
         }
         __syncthreads();
 
-        // (I + A) V' = R by forward substitution, right-looking: warp w
-        // owns columns 4w..4w+3, lane (row0, column) rows row0 + 8m
-        // in registers.  Once row j is final its owner hands it round by
-        // shuffle and every later row subtracts A_ij V'_j, in j order.
-        {
-            const int row0 = lane >> 2, cc = 4 * warp + (lane & 3);
-            float x[8];
+        // V' = (I + A)⁻¹ R: T R where PREPARED, else forward substitution.
+        if (PREPARED) {
+            float x[4][2] = {};
+            chunk_product(Am, Vs, rg, cg, x);
+            __syncthreads(); /* every thread has read R */
 #pragma unroll
-            for (int m = 0; m < 8; m++) x[m] = Vs[(row0 + 8 * m) * CV_LD + cc];
-#pragma unroll
-            for (int j = 0; j < CH; j++) {
-                float vj = __shfl_sync(0xffffffffu, x[j / 8], (j % 8) * 4 + (lane & 3));
-#pragma unroll
-                for (int m = j / 8; m < 8; m++) /* rows <= j have A_ij = 0: unchanged */
-                    x[m] = fmaf(-Am[(row0 + 8 * m) * CH_LD + j], vj, x[m]);
-            }
-#pragma unroll
-            for (int m = 0; m < 8; m++) Vs[(row0 + 8 * m) * CV_LD + cc] = x[m];
+            for (int m = 0; m < 4; m++)
+                *(float2 *)&Vs[(rg + 16 * m) * CV_LD + 2 * cg] = make_float2(x[m][0], x[m][1]);
+        } else {
+            forward_substitute(Am, Vs);
         }
         __syncthreads();
 
         // o_i += Σ_{j<=i} M_ij V'_j (M is 0 above the diagonal and past n).
-        for (int j = 0; j < CH; j += 4) {
-            float2 vj[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) vj[e] = *(const float2 *)&Vs[(j + e) * CV_LD + 2 * cg];
-#pragma unroll
-            for (int m = 0; m < 4; m++) {
-                float4 mr = *(const float4 *)&Mm[(rg + 16 * m) * CH_LD + j];
-                const float mv[4] = {mr.x, mr.y, mr.z, mr.w};
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    o[m][0] = fmaf(mv[e], vj[e].x, o[m][0]);
-                    o[m][1] = fmaf(mv[e], vj[e].y, o[m][1]);
-                }
-            }
-        }
+        chunk_product(Mm, Vs, rg, cg, o);
 #pragma unroll
         for (int m = 0; m < 4; m++) {
             int i = rg + 16 * m;
 #pragma unroll
             for (int e = 0; e < 2; e++)
-                if (i < n && col0 + 2 * cg + e < dv) out[((f + t0 + i) * Hv + hv) * dv + col0 + 2 * cg + e] = o[m][e];
+                if (i < n && col0 + 2 * cg + e < dv) out[((f + t0 + i) * a.Hv + hv) * dv + col0 + 2 * cg + e] = o[m][e];
+        }
+        if (PREPARED && t0 + CH < t_end) {
+            __syncthreads(); /* every thread is done with T and M */
+            stage_prepared(t0 / CH + 1);
         }
 
         // S <- e^{γ_{n−1}} S + Σ_j e^{γ_{n−1}−γ_j} k_j V'_jᵀ: thread (rows
@@ -348,23 +488,54 @@ static bool rows_in_quads(lm_mem q, lm_mem k, lm_mem v, int dk, int dv) {
            (uintptr_t)lm_cuda_ptr(v) % 16 == 0;
 }
 
+static bool shared_attribute(const void *kernel, size_t bytes) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess)
+        return true;
+    (void)cudaGetLastError(); /* not sticky */
+    return false;
+}
+
+/* Chunks of each sequence per wave of the prepared form: as many as the
+ * scratch's cap holds for every sequence and head; 0 when not one does. */
+static int chunks_per_wave(const lm_cuda_state *st, const lm_seq_batch *seqs, int Hv) {
+    size_t per_chunk = sizeof(float) * 2 * CH_SQUARE * (size_t)Hv * (size_t)seqs->n_seqs;
+    size_t fit = st->gdn_scratch_cap / per_chunk;
+    int chunks = (seqs->max_length + CH - 1) / CH;
+    return fit < (size_t)chunks ? (int)fit : chunks;
+}
+
 bool lm_cuda_gated_delta_chunked(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
                                  lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
                                  int dk, int dv, int min_T) {
     if (!lm_cuda_gdn_chunked_fits(dk)) return false;
+    lm_cuda_state *st = lm_cuda_state_of(be);
     size_t shared = chunked_shared_bytes(dk);
-    lm_cuda_use_device(lm_cuda_state_of(be)); /* the attribute is the current GPU's */
-    cudaError_t e = cudaFuncSetAttribute(gated_delta_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)shared);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError(); /* not sticky: the recurrent kernel takes every sequence */
-        return false;
-    }
+    lm_cuda_use_device(st); /* the attributes are the current GPU's */
+    chunk_args a;
+    memset(&a, 0, sizeof a); /* the queue compares its bytes, padding too (launch.h) */
+    a.q = lm_cuda_f32(q), a.k = lm_cuda_f32(k), a.v = lm_cuda_f32(v), a.g = lm_cuda_f32(g), a.beta = lm_cuda_f32(beta);
+    a.first = lm_cuda_i32(seqs->first), a.length = lm_cuda_i32(seqs->length), a.slot = lm_cuda_i32(seqs->slot);
+    a.Hk = Hk, a.Hv = Hv, a.dk = dk, a.dv = dv, a.min_T = min_T, a.quads = rows_in_quads(q, k, v, dk, dv);
     dim3 grid((unsigned)Hv, lm_cuda_blocks(dv, CH_COLS), (unsigned)seqs->n_seqs);
-    lm_cuda_launch(be, "gated_delta_rule (chunked)", gated_delta_chunked_kernel, grid, CH_THREADS, shared,
-                   lm_cuda_f32(out), lm_cuda_f32(q), lm_cuda_f32(k), lm_cuda_f32(v), lm_cuda_f32(g),
-                   lm_cuda_f32(beta), lm_cuda_f32(states), slot_stride, lm_cuda_i32(seqs->first),
-                   lm_cuda_i32(seqs->length), lm_cuda_i32(seqs->slot), Hk, Hv, dk, dv, min_T,
-                   rows_in_quads(q, k, v, dk, dv));
+    int wave = st->gdn_unprepared ? 0 : chunks_per_wave(st, seqs, Hv);
+    if (wave > 0 && shared_attribute((const void *)gdn_chunk_prepare_kernel, prepare_shared_bytes(dk)) &&
+        shared_attribute((const void *)gated_delta_chunked_kernel<true>, shared) &&
+        lm_cuda_grow(be, &st->gdn_scratch, &st->gdn_scratch_bytes,
+                     sizeof(float) * 2 * CH_SQUARE * (size_t)Hv * (size_t)seqs->n_seqs * (size_t)wave)) {
+        int chunks = (seqs->max_length + CH - 1) / CH;
+        for (int c0 = 0; c0 < chunks; c0 += wave) {
+            lm_cuda_launch(be, "gated_delta_rule (chunks' T and M)", gdn_chunk_prepare_kernel,
+                           dim3((unsigned)Hv, (unsigned)wave, (unsigned)seqs->n_seqs), CH_THREADS,
+                           prepare_shared_bytes(dk), a, (float *)st->gdn_scratch, c0, wave);
+            lm_cuda_launch(be, "gated_delta_rule (chunked)", gated_delta_chunked_kernel<true>, grid, CH_THREADS,
+                           shared, a, lm_cuda_f32(out), lm_cuda_f32(states), slot_stride,
+                           (const float *)st->gdn_scratch, c0, wave);
+        }
+        return true;
+    }
+    if (!shared_attribute((const void *)gated_delta_chunked_kernel<false>, shared))
+        return false; /* the recurrent kernel takes every sequence */
+    lm_cuda_launch(be, "gated_delta_rule (chunked)", gated_delta_chunked_kernel<false>, grid, CH_THREADS, shared, a,
+                   lm_cuda_f32(out), lm_cuda_f32(states), slot_stride, (const float *)NULL, 0, INT32_MAX / CH);
     return true;
 }

@@ -20,6 +20,10 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
                        "(ROWSxLOADS: 8x1, 4x4, 8x2, 16x1)", wide);
     const char *chunked = getenv("LOOM_CUDA_GDN_CHUNKED"); // 0: the recurrent form only, to compare
     s->gdn_recurrent_only = chunked && chunked[0] == '0';
+    const char *prepared = getenv("LOOM_CUDA_GDN_PREPARED"); // 0: the chunked form in one kernel, to compare
+    s->gdn_unprepared = prepared && prepared[0] == '0';
+    const char *gdn_cap = getenv("LOOM_CUDA_GDN_SCRATCH"); // bytes: small ones make the tests run waves
+    s->gdn_scratch_cap = gdn_cap && atoll(gdn_cap) > 0 ? (size_t)atoll(gdn_cap) : LM_CUDA_GDN_SCRATCH_DEFAULT;
     const char *mma = getenv("LOOM_CUDA_ATTENTION_MMA"); // 0: the float32 kernel in bf16 compute too, to compare
     s->attention_simt_only = mma && mma[0] == '0';
     const char *split = getenv("LOOM_CUDA_ATTENTION_SPLIT"); // 0: one run of keys a token, to compare
@@ -54,5 +58,6 @@ extern "C" void lm_cuda_state_free(lm_cuda_state *s) {
     cudaFree(s->blas_workspace);
     cudaFree(s->scratch);
     cudaFree(s->weight_scratch);
+    cudaFree(s->gdn_scratch);
     cudaFree(s->attention_partials);
 }
