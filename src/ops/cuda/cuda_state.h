@@ -33,6 +33,7 @@ struct lm_cuda_state {
     int gemv_grid_cap;            /* 0, or its most blocks (LOOM_CUDA_GEMV_BLOCKS per SM) */
     bool gdn_recurrent_only;      /* LOOM_CUDA_GDN_CHUNKED=0: prefill walks tokens too (bench/cuda_gdn.c) */
     bool gdn_unprepared;          /* LOOM_CUDA_GDN_PREPARED=0: the chunked form in one kernel (gdn_chunked.cu), to compare */
+    bool gdn_cuda_cores;          /* LOOM_CUDA_GDN_MMA=0: the chunked walk's products on the CUDA cores, to compare */
     void *gdn_scratch;            /* the chunks' T and M (gdn_chunked.cu), grown on demand */
     size_t gdn_scratch_bytes;
     size_t gdn_scratch_cap;       /* its most bytes (LOOM_CUDA_GDN_SCRATCH: small ones make the tests run waves) */

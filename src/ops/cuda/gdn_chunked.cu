@@ -36,7 +36,11 @@
 #define CH_THREADS 256 /* 8 warps */
 #define CH_MAX_DK 128
 #define CH_LD (CH + 4) /* row stride of A and M: 16-byte rows, no bank conflicts */
-#define CV_LD (CH_COLS + 2) /* row stride of V: 8-byte pairs of columns */
+/* Row strides of V (R, then V') and of the state's columns: 8 mod 32
+ * words, so a tensor-core operand read down a column (lane (g, t) at row t,
+ * column g) meets 32 banks; even, for the CUDA cores' 8-byte pairs. */
+#define CV_LD (CH_COLS + 8)
+#define CS_LD (CH_COLS + 8)
 #define CH_SQUARE (CH * CH) /* floats of one chunk's T or M in the scratch */
 /* The call's rows and sequences, as both kernels read them. */
 typedef struct {
@@ -284,30 +288,116 @@ __global__ static void __launch_bounds__(CH_THREADS)
     }
 }
 
+// ---- the walk's products on the tensor cores, in float32's accuracy ----
+//
+// mma.m16n8k8 in TF32 (PTX ISA fragment layouts), lane = 4g + t: A (16 x 8,
+// rows r0.., columns k0..) a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3
+// (g + 8, t + 4); B (8 x 8) b0 (t, g), b1 (t + 4, g); C (16 x 8) c0 (g, 2t),
+// c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1).  Each operand is split
+// into a TF32 high part and the TF32 rounding of the rest, and a·b is
+// a_lo·b_hi + a_hi·b_lo + a_hi·b_hi: float32's accuracy at three products
+// (3xTF32).  Operands are read through functions of (row, column), so one
+// loader serves k, q, T, M, the decayed kᵀ and V.
+
+typedef struct {
+    uint32_t hi, lo;
+} tf32_split;
+
+__device__ __forceinline__ static uint32_t tf32_round(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ static tf32_split split_tf32(float x) {
+    tf32_split p;
+    p.hi = tf32_round(x);
+    p.lo = tf32_round(x - __uint_as_float(p.hi));
+    return p;
+}
+
+__device__ __forceinline__ static void mma_tf32(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+typedef struct {
+    tf32_split x[4];
+} frag_a;
+typedef struct {
+    tf32_split x[2];
+} frag_b;
+
+template <class At> __device__ __forceinline__ static frag_a load_frag_a(int r0, int k0, At at) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    frag_a f;
+    f.x[0] = split_tf32(at(r0 + g, k0 + t));
+    f.x[1] = split_tf32(at(r0 + g + 8, k0 + t));
+    f.x[2] = split_tf32(at(r0 + g, k0 + t + 4));
+    f.x[3] = split_tf32(at(r0 + g + 8, k0 + t + 4));
+    return f;
+}
+
+template <class At> __device__ __forceinline__ static frag_b load_frag_b(int k0, int n0, At at) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    frag_b f;
+    f.x[0] = split_tf32(at(k0 + t, n0 + g));
+    f.x[1] = split_tf32(at(k0 + t + 4, n0 + g));
+    return f;
+}
+
+/* c += a·b to float32's accuracy: the small terms first, then hi·hi. */
+__device__ __forceinline__ static void mma_3xtf32(float c[4], const frag_a &a, const frag_b &b) {
+    mma_tf32(c, a.x[0].lo, a.x[1].lo, a.x[2].lo, a.x[3].lo, b.x[0].hi, b.x[1].hi);
+    mma_tf32(c, a.x[0].hi, a.x[1].hi, a.x[2].hi, a.x[3].hi, b.x[0].lo, b.x[1].lo);
+    mma_tf32(c, a.x[0].hi, a.x[1].hi, a.x[2].hi, a.x[3].hi, b.x[0].hi, b.x[1].hi);
+}
+
+/* acc[u] (NT tiles of 16 x 8 at columns n0 + 8u) += rows r0.. of A times
+ * B over k in [0, K), K a multiple of 8: one A fragment a step for all the
+ * column tiles. */
+template <int NT, class At, class Bt>
+__device__ __forceinline__ static void warp_product(float acc[NT][4], int r0, int n0, int K, At a, Bt b) {
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        frag_a fa = load_frag_a(r0, k0, a);
+#pragma unroll
+        for (int u = 0; u < NT; u++) mma_3xtf32(acc[u], fa, load_frag_b(k0, n0 + 8 * u, b));
+    }
+}
+
 // ---- the walk over a sequence's chunks ----
 //
-// PREPARED: T and M come from the first kernel's scratch (copied in while
-// the chunk before makes its state update) and V' = T R; otherwise this
-// kernel makes A and M itself and solves for V' (the single-kernel form,
-// LOOM_CUDA_GDN_PREPARED=0, and where the scratch cannot be had).
+// FORM_ONE_KERNEL: this kernel makes A and M itself and solves for V' by
+// forward substitution (LOOM_CUDA_GDN_PREPARED=0, and where the scratch
+// cannot be had).  The prepared forms take T and M from the first kernel's
+// scratch and make V' = T R: FORM_PREPARED_MMA with every product on the
+// tensor cores where dk is a multiple of 16 (LOOM_CUDA_GDN_MMA=0 keeps the
+// CUDA cores), FORM_PREPARED on the CUDA cores.  The walk is products
+// only once T is given; on the CUDA cores it was issue-bound at about 16 us
+// a chunk (a 2048-token step's walk 519 us on an H100, session 22 run 2).
+enum { FORM_ONE_KERNEL, FORM_PREPARED, FORM_PREPARED_MMA };
 
 /* The next chunk's rows are copied to shared memory (cp.async) while the
  * current one is computed: two buffers of keys, queries, values, g and β. */
 static size_t chunked_shared_bytes(int dk) {
     size_t dkp = (size_t)dk + 4;
     return sizeof(double) * CH +
-           sizeof(float) * (3 * CH + 2 * (2 * CH * dkp + CH * CH_COLS + 2 * CH) + (size_t)dk * CH_COLS +
+           sizeof(float) * (3 * CH + 2 * (2 * CH * dkp + CH * CH_COLS + 2 * CH) + (size_t)dk * CS_LD +
                             CH * CV_LD + 2 * CH * CH_LD);
 }
 
-template <bool PREPARED>
+template <int FORM>
 __global__ static void __launch_bounds__(CH_THREADS, 1)
     gated_delta_chunked_kernel(chunk_args a, float *out, float *states, int64_t slot_stride, const float *scratch,
                                int c0, int wave) {
     lm_cuda_let_next_then_wait();
+    constexpr bool PREPARED = FORM != FORM_ONE_KERNEL, MMA = FORM == FORM_PREPARED_MMA;
     extern __shared__ __align__(16) unsigned char chunk_smem[];
     const int hv = blockIdx.x, col0 = blockIdx.y * CH_COLS, s = blockIdx.z;
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
     const int T = a.length[s], t_begin = c0 * CH;
     if (T < a.min_T || t_begin >= T) return; /* the recurrent kernel's sequence, or none of its chunks here */
     const int t_end = T - t_begin <= wave * CH ? T : t_begin + wave * CH;
@@ -332,16 +422,17 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
         return r;
     };
     float *at = rows + 2 * buf_floats;
-    float *Ss = at;                     /* [dk][CH_COLS] the state's columns */
-    float *Vs = Ss + dk * CH_COLS;      /* [CH][CV_LD] R, then V' */
+    float *Ss = at;                     /* [dk][CS_LD] the state's columns */
+    float *Vs = Ss + dk * CS_LD;        /* [CH][CV_LD] R, then V' */
     float *Am = Vs + CH * CV_LD;        /* [CH][CH_LD] A, or T where PREPARED */
     float *Mm = Am + CH * CH_LD;        /* [CH][CH_LD] */
 
-    // Queues the copies of chunk c's T and M from the scratch (PREPARED).
-    auto stage_prepared = [&](int c) {
+    // Queues the copies of chunk c's rows r0 .. r0 + count - 1 of T, then
+    // M, from the scratch (rows 0-63 T's, 64-127 M's) into Am, Mm.
+    auto stage_prepared = [&](int c, int r0, int count, int thread, int threads) {
         const float *from = prepared_at((float *)scratch, s, wave, c - c0, a.Hv, hv);
-        for (int idx = tid; idx < 2 * CH * CH / 4; idx += CH_THREADS) {
-            int i = idx / (CH / 4), j = idx % (CH / 4) * 4; /* i < 2 CH: T's rows, then M's */
+        for (int idx = thread; idx < count * CH / 4; idx += threads) {
+            int i = r0 + idx / (CH / 4), j = idx % (CH / 4) * 4;
             lm_copy_async16(&Am[i * CH_LD + j], from + i * CH + j, true);
         }
         lm_copy_async_commit();
@@ -350,25 +441,101 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
     float *S = states + (int64_t)a.slot[s] * slot_stride + (int64_t)hv * dk * dv;
     for (int idx = tid; idx < dk * CH_COLS; idx += CH_THREADS) {
         int d = idx / CH_COLS, c = idx % CH_COLS;
-        Ss[idx] = col0 + c < dv ? S[(int64_t)d * dv + col0 + c] : 0.0f;
+        Ss[d * CS_LD + c] = col0 + c < dv ? S[(int64_t)d * dv + col0 + c] : 0.0f;
     }
     stage_rows(a, buf(0), f, T, t_begin, hk, hv, col0);
     lm_copy_async_commit();
-    if (PREPARED) stage_prepared(c0); /* Mm follows Am: one copy of both */
+    if (PREPARED) stage_prepared(c0, 0, 2 * CH, tid, CH_THREADS); /* Mm follows Am: one copy of both */
 
     for (int t0 = t_begin, cur = 0; t0 < t_end; t0 += CH, cur ^= 1) {
         const int n = T - t0 < CH ? T - t0 : CH;
+        const bool more = t0 + CH < t_end;
         const chunk_rows now = buf(cur);
         const float *Ks = now.k, *Qs = now.q, *Vr = now.v;
         __syncthreads(); /* the previous chunk is done with every array, its buffer too */
-        if (t0 + CH < t_end)
-            stage_rows(a, buf(cur ^ 1), f, T, t0 + CH, hk, hv, col0);
+        if (more) stage_rows(a, buf(cur ^ 1), f, T, t0 + CH, hk, hv, col0);
         lm_copy_async_commit(); /* empty past the wave's end: the wait below counts the same */
         lm_copy_async_wait_all_but_one(); /* every group but those rows: this chunk's rows, T and M */
         __syncthreads(); /* this chunk's rows have landed, every thread's copies */
 
         chunk_decays(now.g, now.beta, n, gam, eg, tail, bet);
         if (!PREPARED) decay_products(Ks, Qs, dk, gam, bet, n, Am, Mm);
+
+        if constexpr (MMA) {
+            // [K; Q] S: warp w makes rows 16w.. of the 128 (keys, then
+            // queries) by the block's 32 columns.  Keys' warps write R_i =
+            // β_i (v_i − e^{γ_i} k_iᵀS) to Vs; queries' warps keep
+            // e^{γ_i} q_iᵀS in registers, where o_i goes on.
+            const bool keys = warp < 4;
+            const float *rows_of = keys ? Ks : Qs;
+            const int r0 = 16 * (warp & 3);
+            float o[4][4] = {};
+            warp_product<4>(o, r0, 0, dk, [&](int i, int d) { return rows_of[i * dkp + d]; },
+                            [&](int d, int c) { return Ss[d * CS_LD + c]; });
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    int i = r0 + g8 + 8 * (h >> 1), c = 8 * u + 2 * t4 + (h & 1);
+                    if (keys)
+                        Vs[i * CV_LD + c] = bet[i] * (Vr[i * CH_COLS + c] - eg[i] * o[u][h]);
+                    else
+                        o[u][h] *= eg[i];
+                }
+            __syncthreads();
+            // V' = T R: warp w makes rows 16 (w % 4).. by columns 16 (w / 4)..
+            {
+                float x[2][4] = {};
+                const int vr0 = 16 * (warp & 3), vc0 = 16 * (warp >> 2);
+                warp_product<2>(x, vr0, vc0, CH, [&](int i, int j) { return Am[i * CH_LD + j]; },
+                                [&](int j, int c) { return Vs[j * CV_LD + c]; });
+                __syncthreads(); /* every warp has read R and T */
+#pragma unroll
+                for (int u = 0; u < 2; u++)
+#pragma unroll
+                    for (int h = 0; h < 4; h++)
+                        Vs[(vr0 + g8 + 8 * (h >> 1)) * CV_LD + vc0 + 8 * u + 2 * t4 + (h & 1)] = x[u][h];
+            }
+            if (more) stage_prepared(t0 / CH + 1, 0, CH, tid, CH_THREADS); /* T's rows: read by no one now */
+            __syncthreads(); /* V' is whole */
+            // The state update, S <- e^{γ_{n−1}} S + Σ_j e^{γ_{n−1}−γ_j} k_j V'_jᵀ,
+            // 16 of its rows a warp, the keys' warps first while the
+            // queries' warps make o_i += Σ_{j<=i} M_ij V'_j.
+            auto update_state = [&](int d0) {
+                if (d0 >= dk) return;
+                float acc[4][4];
+                const float decay_all = eg[n - 1];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+#pragma unroll
+                    for (int h = 0; h < 4; h++)
+                        acc[u][h] = decay_all * Ss[(d0 + g8 + 8 * (h >> 1)) * CS_LD + 8 * u + 2 * t4 + (h & 1)];
+                warp_product<4>(acc, d0, 0, CH, [&](int d, int j) { return tail[j] * Ks[j * dkp + d]; },
+                                [&](int j, int c) { return Vs[j * CV_LD + c]; });
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+#pragma unroll
+                    for (int h = 0; h < 4; h++)
+                        Ss[(d0 + g8 + 8 * (h >> 1)) * CS_LD + 8 * u + 2 * t4 + (h & 1)] = acc[u][h];
+            };
+            if (keys) {
+                update_state(16 * warp);
+            } else {
+                warp_product<4>(o, r0, 0, CH, [&](int i, int j) { return Mm[i * CH_LD + j]; },
+                                [&](int j, int c) { return Vs[j * CV_LD + c]; });
+                /* this warp's rows of M are read: the next chunk's come in */
+                if (more) stage_prepared(t0 / CH + 1, CH + r0, 16, lane, 32);
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+#pragma unroll
+                    for (int h = 0; h < 4; h++) {
+                        int i = r0 + g8 + 8 * (h >> 1), c = col0 + 8 * u + 2 * t4 + (h & 1);
+                        if (i < n && c < dv) out[((f + t0 + i) * a.Hv + hv) * dv + c] = o[u][h];
+                    }
+                update_state(16 * warp);
+            }
+            continue;
+        }
 
         // k_iᵀS and q_iᵀS: thread (row group rg, column pair cg) owns rows
         // rg + 16m and columns 2cg, 2cg + 1.  R_i = β_i (v_i − e^{γ_i} k_iᵀS)
@@ -382,7 +549,7 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
             for (int d = 0; d < dk; d += 4) {
                 float2 sd[4];
 #pragma unroll
-                for (int e = 0; e < 4; e++) sd[e] = *(const float2 *)&Ss[(d + e) * CH_COLS + 2 * cg];
+                for (int e = 0; e < 4; e++) sd[e] = *(const float2 *)&Ss[(d + e) * CS_LD + 2 * cg];
 #pragma unroll
                 for (int m = 0; m < 4; m++) {
                     float4 kr = *(const float4 *)&Ks[(rg + 16 * m) * dkp + d];
@@ -432,9 +599,9 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
             for (int e = 0; e < 2; e++)
                 if (i < n && col0 + 2 * cg + e < dv) out[((f + t0 + i) * a.Hv + hv) * dv + col0 + 2 * cg + e] = o[m][e];
         }
-        if (PREPARED && t0 + CH < t_end) {
+        if (PREPARED && more) {
             __syncthreads(); /* every thread is done with T and M */
-            stage_prepared(t0 / CH + 1);
+            stage_prepared(t0 / CH + 1, 0, 2 * CH, tid, CH_THREADS);
         }
 
         // S <- e^{γ_{n−1}} S + Σ_j e^{γ_{n−1}−γ_j} k_j V'_jᵀ: thread (rows
@@ -445,7 +612,7 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
 #pragma unroll
             for (int m = 0; m < CH_MAX_DK / 16; m++) {
                 int d = rg + 16 * m;
-                float2 sv = d < dk ? *(const float2 *)&Ss[d * CH_COLS + 2 * cg] : make_float2(0.0f, 0.0f);
+                float2 sv = d < dk ? *(const float2 *)&Ss[d * CS_LD + 2 * cg] : make_float2(0.0f, 0.0f);
                 acc[m][0] = decay_all * sv.x;
                 acc[m][1] = decay_all * sv.y;
             }
@@ -468,14 +635,14 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
 #pragma unroll
             for (int m = 0; m < CH_MAX_DK / 16; m++) {
                 int d = rg + 16 * m;
-                if (d < dk) *(float2 *)&Ss[d * CH_COLS + 2 * cg] = make_float2(acc[m][0], acc[m][1]);
+                if (d < dk) *(float2 *)&Ss[d * CS_LD + 2 * cg] = make_float2(acc[m][0], acc[m][1]);
             }
         }
     }
     __syncthreads();
     for (int idx = tid; idx < dk * CH_COLS; idx += CH_THREADS) {
         int d = idx / CH_COLS, c = idx % CH_COLS;
-        if (col0 + c < dv) S[(int64_t)d * dv + col0 + c] = Ss[idx];
+        if (col0 + c < dv) S[(int64_t)d * dv + col0 + c] = Ss[d * CS_LD + c];
     }
 }
 
@@ -518,8 +685,11 @@ bool lm_cuda_gated_delta_chunked(lm_backend *be, lm_mem out, lm_mem q, lm_mem k,
     a.Hk = Hk, a.Hv = Hv, a.dk = dk, a.dv = dv, a.min_T = min_T, a.quads = rows_in_quads(q, k, v, dk, dv);
     dim3 grid((unsigned)Hv, lm_cuda_blocks(dv, CH_COLS), (unsigned)seqs->n_seqs);
     int wave = st->gdn_unprepared ? 0 : chunks_per_wave(st, seqs, Hv);
+    bool mma = !st->gdn_cuda_cores && dk % 16 == 0;
+    const void *walk = mma ? (const void *)gated_delta_chunked_kernel<FORM_PREPARED_MMA>
+                           : (const void *)gated_delta_chunked_kernel<FORM_PREPARED>;
     if (wave > 0 && shared_attribute((const void *)gdn_chunk_prepare_kernel, prepare_shared_bytes(dk)) &&
-        shared_attribute((const void *)gated_delta_chunked_kernel<true>, shared) &&
+        shared_attribute(walk, shared) &&
         lm_cuda_grow(be, &st->gdn_scratch, &st->gdn_scratch_bytes,
                      sizeof(float) * 2 * CH_SQUARE * (size_t)Hv * (size_t)seqs->n_seqs * (size_t)wave)) {
         int chunks = (seqs->max_length + CH - 1) / CH;
@@ -527,15 +697,21 @@ bool lm_cuda_gated_delta_chunked(lm_backend *be, lm_mem out, lm_mem q, lm_mem k,
             lm_cuda_launch(be, "gated_delta_rule (chunks' T and M)", gdn_chunk_prepare_kernel,
                            dim3((unsigned)Hv, (unsigned)wave, (unsigned)seqs->n_seqs), CH_THREADS,
                            prepare_shared_bytes(dk), a, (float *)st->gdn_scratch, c0, wave);
-            lm_cuda_launch(be, "gated_delta_rule (chunked)", gated_delta_chunked_kernel<true>, grid, CH_THREADS,
-                           shared, a, lm_cuda_f32(out), lm_cuda_f32(states), slot_stride,
-                           (const float *)st->gdn_scratch, c0, wave);
+            if (mma)
+                lm_cuda_launch(be, "gated_delta_rule (chunked, tensor cores)",
+                               gated_delta_chunked_kernel<FORM_PREPARED_MMA>, grid, CH_THREADS, shared, a,
+                               lm_cuda_f32(out), lm_cuda_f32(states), slot_stride, (const float *)st->gdn_scratch,
+                               c0, wave);
+            else
+                lm_cuda_launch(be, "gated_delta_rule (chunked)", gated_delta_chunked_kernel<FORM_PREPARED>, grid,
+                               CH_THREADS, shared, a, lm_cuda_f32(out), lm_cuda_f32(states), slot_stride,
+                               (const float *)st->gdn_scratch, c0, wave);
         }
         return true;
     }
-    if (!shared_attribute((const void *)gated_delta_chunked_kernel<false>, shared))
+    if (!shared_attribute((const void *)gated_delta_chunked_kernel<FORM_ONE_KERNEL>, shared))
         return false; /* the recurrent kernel takes every sequence */
-    lm_cuda_launch(be, "gated_delta_rule (chunked)", gated_delta_chunked_kernel<false>, grid, CH_THREADS, shared, a,
+    lm_cuda_launch(be, "gated_delta_rule (chunked)", gated_delta_chunked_kernel<FORM_ONE_KERNEL>, grid, CH_THREADS, shared, a,
                    lm_cuda_f32(out), lm_cuda_f32(states), slot_stride, (const float *)NULL, 0, INT32_MAX / CH);
     return true;
 }

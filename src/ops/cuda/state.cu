@@ -22,6 +22,8 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     s->gdn_recurrent_only = chunked && chunked[0] == '0';
     const char *prepared = getenv("LOOM_CUDA_GDN_PREPARED"); // 0: the chunked form in one kernel, to compare
     s->gdn_unprepared = prepared && prepared[0] == '0';
+    const char *gdn_mma = getenv("LOOM_CUDA_GDN_MMA"); // 0: the chunked walk on the CUDA cores, to compare
+    s->gdn_cuda_cores = gdn_mma && gdn_mma[0] == '0';
     const char *gdn_cap = getenv("LOOM_CUDA_GDN_SCRATCH"); // bytes: small ones make the tests run waves
     s->gdn_scratch_cap = gdn_cap && atoll(gdn_cap) > 0 ? (size_t)atoll(gdn_cap) : LM_CUDA_GDN_SCRATCH_DEFAULT;
     const char *mma = getenv("LOOM_CUDA_ATTENTION_MMA"); // 0: the float32 kernel in bf16 compute too, to compare
