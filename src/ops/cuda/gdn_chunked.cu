@@ -523,7 +523,11 @@ __global__ static void __launch_bounds__(CH_THREADS, 1)
             } else {
                 warp_product<4>(o, r0, 0, CH, [&](int i, int j) { return Mm[i * CH_LD + j]; },
                                 [&](int j, int c) { return Vs[j * CV_LD + c]; });
-                /* this warp's rows of M are read: the next chunk's come in */
+                /* this warp's rows of M are read (every lane's loads are
+                 * ordered before the copies by the __syncwarp, which the
+                 * mma's convergence alone does not say): the next chunk's
+                 * come in */
+                __syncwarp();
                 if (more) stage_prepared(t0 / CH + 1, CH + r0, 16, lane, 32);
 #pragma unroll
                 for (int u = 0; u < 4; u++)
