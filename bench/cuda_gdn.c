@@ -4,7 +4,9 @@
  * on) and in the recurrent form (LOOM_CUDA_GDN_CHUNKED=0), with the
  * relative difference of their outputs and final states.  Each call starts
  * from the same state; a round is timed from its queueing to the
- * synchronize, after one untimed round.
+ * synchronize, after one untimed round.  The chunked column is whatever
+ * form the backend takes: LOOM_CUDA_GDN_PREPARED=0 (one kernel) and
+ * LOOM_CUDA_GDN_MMA=0 (the walk on the CUDA cores) choose the others.
  *
  * usage: cuda_gdn [rounds (default 10)] [largest T (default 8192)]
  * Prints "cuda_gdn: no cuda backend (...)" and exits 0 without a GPU. */
