@@ -12,17 +12,23 @@
 // which is the recurrence S_t = e^{g_t} S_{t−1} + k_t u_tᵀ, u_t = β_t (v_t −
 // e^{g_t} S_{t−1}ᵀ k_t), o_t = S_tᵀ q_t unrolled over the chunk (V'_i = u_i).
 //
-// A column of S evolves on its own (V' and the update of column c read
-// column c of S only), so a block owns 32 columns of one value head's state
-// for the whole call: grid (value head, column block, sequence), the
-// column slice in shared memory, the chunk's keys and queries staged beside
-// it.  A and M do not depend on the columns and are recomputed by each of
-// a head's dv / 32 blocks: that buys dv / 32 times the parallelism of one
-// block per head (128 blocks for the 9B and 35B-A3B shapes, 32 otherwise).
+// Two kernels.  T = (I + A)⁻¹ and M depend on a chunk's own rows, not on
+// S: the first makes them for every (value head, chunk) at once into a
+// scratch, so V' = T R with R_i = β_i (v_i − e^{γ_i} k_iᵀS).  A column of S
+// evolves on its own (V' and the update of column c read column c of S
+// only), so the second, the walk over a sequence's chunks in order, gives a
+// block 32 columns of one value head's state for the whole call: grid
+// (value head, column block, sequence), the column slice in shared memory,
+// the chunk's rows, T and M copied in beside it; dv / 32 times the
+// parallelism of one block per head (128 blocks for the 9B and 35B-A3B
+// shapes, 32 otherwise).  Its products run on the tensor cores in 3xTF32
+// where dk is a multiple of 16.  The older single kernel, which makes A and
+// M itself and solves for V' by forward substitution, stays for comparison
+// and where the scratch cannot be had.
 //
-// Float32 arithmetic, γ summed in double (as the cpu's chunked form).  A
+// Float32 accuracy, γ summed in double (as the cpu's chunked form).  A
 // sequence's result depends on its own rows and its length alone, never
-// on the rest of the batch.
+// on the rest of the batch (nor on how its chunks fall into waves).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
