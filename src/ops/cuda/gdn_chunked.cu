@@ -232,9 +232,10 @@ __device__ __forceinline__ static float *prepared_at(float *scratch, int s, int 
 // head's dv / 32 blocks and the forward substitution was a chain of 64
 // dependent steps inside that walk (2.42 ms a layer at 8k tokens on an H100,
 // PERF.md session 21).
-/* γ and its exponentials, g and β, A and M, then the keys and queries,
- * whose room holds X (the identity's columns being solved) once A and M
- * are made. */
+
+/* Its shared memory: γ and its exponentials, g and β, A and M, then the
+ * keys and queries, whose room holds X (the identity's columns being
+ * solved) once A and M are made. */
 static size_t prepare_rows_floats(int dk) {
     size_t rows = 2 * CH * ((size_t)dk + 4), x = CH * CV_LD;
     return rows > x ? rows : x;
