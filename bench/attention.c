@@ -5,7 +5,7 @@
  *   build/bench/attention [threads (2)] [shape: tiny | 0.8b (tiny)] [rows (512)]
  *                         [f32 | bf16 | bf16-f32-pool (f32)]
  * tiny: 4 query heads over 2 kv heads of 128 (models/loom-tiny);
- * 0.8b: 8 over 2 of 256 (../shared/bench-configs/qwen3.5-0.8b-shape.json);
+ * 0.8b: 8 over 2 of 256 (bench/configs/qwen3.5-0.8b-shape.json);
  * bf16: the kernel --compute-dtype bf16 runs (bf16 operands, AVX-512 BF16)
  * on the bf16 pool that mode keeps; bf16-f32-pool: the same kernel on a
  * float32 pool, rounding each key block as it reads it.

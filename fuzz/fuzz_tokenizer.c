@@ -1,5 +1,5 @@
 /* libFuzzer target for the tokenizer, on the real Qwen3 tokenizer
- * ($LOOM_FIXTURES/tokenizers/qwen3, default ../shared/fixtures).  The first
+ * ($LOOM_FIXTURES/tokenizers/qwen3, default tests/fixtures).  The first
  * input byte picks what the rest is:
  *   0-191: text to encode (bit 0 of the byte: add special tokens).  Invalid
  *          UTF-8 must be refused; valid text must round-trip (decoding gives
@@ -28,7 +28,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     const char *fixtures = getenv("LOOM_FIXTURES");
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/tokenizers/qwen3", fixtures ? fixtures : "../shared/fixtures");
+    snprintf(dir, sizeof dir, "%s/tokenizers/qwen3", fixtures ? fixtures : "tests/fixtures");
     lm_error err;
     if (lm_tokenizer_load(dir, &tok, &err) != LM_OK) {
         fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", dir, err.message);

@@ -4,7 +4,7 @@ no sanitizer report) on corrupt checkpoints.  Run by tests/test_cli.sh."""
 import json, os, shutil, struct, subprocess, sys, tempfile
 
 build = os.environ.get("LOOM_BUILD", "build")
-fixtures = os.environ.get("LOOM_FIXTURES", "../shared/fixtures")
+fixtures = os.environ.get("LOOM_FIXTURES", "tests/fixtures")
 model = os.path.join(fixtures, "models", "qwen35-dense")
 moe_model = os.path.join(fixtures, "models", "qwen35-moe")
 binaries = [os.path.join(build, "loom"), os.path.join(build, "asan", "loom")]

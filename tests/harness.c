@@ -74,7 +74,7 @@ int test_summary(const char *suite) {
 
 const char *test_fixtures_dir(void) {
     const char *dir = getenv("LOOM_FIXTURES");
-    return dir && *dir ? dir : "../shared/fixtures";
+    return dir && *dir ? dir : "tests/fixtures";
 }
 
 const char *test_fixture_path(char *buf, size_t size, const char *relative) {

@@ -16,7 +16,7 @@ void test_run(const char *name, void (*fn)(void));
 void test_run_with(const char *name, void (*fn)(void *), void *arg);
 int test_summary(const char *suite);
 
-/* The fixtures folder: $LOOM_FIXTURES, default ../shared/fixtures. */
+/* The fixtures folder: $LOOM_FIXTURES, default tests/fixtures. */
 const char *test_fixtures_dir(void);
 /* Joins the fixtures folder and a relative path into buf. */
 const char *test_fixture_path(char *buf, size_t size, const char *relative);

@@ -674,15 +674,21 @@ STYLE_TEMPLATES = {
 
 
 def fixture_templates(fixtures):
+    """Every fixture model's template and the real Qwen3 one: a missing file
+    is an error (the fixtures ship with the repository), never a skip."""
     out = []
     models = os.path.join(fixtures, "models")
-    for name in sorted(os.listdir(models)) if os.path.isdir(models) else []:
+    if not os.path.isdir(models):
+        sys.exit(f"jinja_diff: no fixture models under {models} (LOOM_FIXTURES)")
+    for name in sorted(os.listdir(models)):
         path = os.path.join(models, name, "chat_template.jinja")
-        if os.path.exists(path):
-            out.append((name, open(path, encoding="utf-8").read(), os.path.join(models, name)))
+        if not os.path.exists(path):
+            sys.exit(f"jinja_diff: {path} is missing")
+        out.append((name, open(path, encoding="utf-8").read(), os.path.join(models, name)))
     cfg = os.path.join(fixtures, "tokenizers", "qwen3", "tokenizer_config.json")
-    if os.path.exists(cfg):
-        out.append(("qwen3", json.load(open(cfg, encoding="utf-8"))["chat_template"], os.path.dirname(cfg)))
+    if not os.path.exists(cfg):
+        sys.exit(f"jinja_diff: {cfg} is missing")
+    out.append(("qwen3", json.load(open(cfg, encoding="utf-8"))["chat_template"], os.path.dirname(cfg)))
     return out
 
 

@@ -14,7 +14,7 @@
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
-export LOOM_FIXTURES=${LOOM_FIXTURES:-$root/../shared/fixtures}
+export LOOM_FIXTURES=${LOOM_FIXTURES:-$root/tests/fixtures}
 export LOOM_BUILD=$build
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -31,7 +31,7 @@ def check(name, ok, detail=""):
         print(f"  FAIL {name}: {str(detail)[-1500:]}", file=sys.stderr)
 
 
-fixtures = os.environ.get("LOOM_FIXTURES", "../shared/fixtures")
+fixtures = os.environ.get("LOOM_FIXTURES", "tests/fixtures")
 
 
 def chat(binary, lines, *args, env=None, cwd=None):

@@ -1,5 +1,5 @@
 /* Golden tests of the GLM-4.6V text family against transformers' references
- * (fixtures/README.md): ../shared/fixtures/models/glm46v-moe and every
+ * (fixtures/README.md): tests/fixtures/models/glm46v-moe and every
  * folder of tests/data/glm-shapes/ (other shapes: several expert groups,
  * top-k above 2, experts no token picks, the dense glm4v; see the README
  * there).  Per fixture: the model uses every text tensor, prefill logits of

@@ -11,7 +11,7 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${LOOM_BUILD:-build}
-fixtures=${LOOM_FIXTURES:-$root/../shared/fixtures}
+fixtures=${LOOM_FIXTURES:-$root/tests/fixtures}
 data=${LOOM_TEST_DATA:-tests/data}
 name=test_image_fuzz.sh
 fuzzer=$build/fuzz/fuzz/fuzz_image

@@ -8,11 +8,11 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${LOOM_BUILD:-build}
-fixtures=${LOOM_FIXTURES:-$root/../shared/fixtures}
+fixtures=${LOOM_FIXTURES:-$root/tests/fixtures}
 name=test_jinja_diff.sh
 
 fail() { echo "$name: $1"; echo "$name: 0 passed, 1 failed"; exit 1; }
-python3 -c 'import jinja2' 2>/dev/null || fail "python3-jinja2 is not installed (tools/install-deps.sh installs it)"
+python3 -c 'import jinja2' 2>/dev/null || fail "python3-jinja2 is not installed (tools/install-deps.sh --test installs it)"
 [ -x "$build/loom" ] || fail "$build/loom is missing (run make)"
 
 out=$(python3 tests/jinja_diff.py "$build/loom" "$fixtures" --random "${LOOM_JINJA_DIFF_RANDOM:-300}" 2>&1)

@@ -9,7 +9,7 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${LOOM_BUILD:-build}
-fixtures=${LOOM_FIXTURES:-$root/../shared/fixtures}
+fixtures=${LOOM_FIXTURES:-$root/tests/fixtures}
 name=test_jinja_fuzz.sh
 fuzzer=$build/fuzz/fuzz/fuzz_jinja
 if [ ! -x "$fuzzer" ]; then

@@ -4,7 +4,7 @@
 # checkpoint copy lacking one MTP tensor: the model runs, --mtp says which tensor.
 cd "$(dirname "$0")/.." || exit 1
 export LOOM_BUILD=${LOOM_BUILD:-build}
-export LOOM_FIXTURES=${LOOM_FIXTURES:-../shared/fixtures}
+export LOOM_FIXTURES=${LOOM_FIXTURES:-tests/fixtures}
 exec python3 - <<'EOF'
 import json, os, shutil, struct, subprocess, sys, tempfile
 

@@ -5,7 +5,7 @@
 # there) in place of the fixture's simplified one.
 cd "$(dirname "$0")/.." || exit 1
 build=${LOOM_BUILD:-build}
-fixture=${LOOM_FIXTURES:-../shared/fixtures}/models/glm46v-moe
+fixture=${LOOM_FIXTURES:-tests/fixtures}/models/glm46v-moe
 name=test_server_glm.sh
 if [ ! -d tests/node/node_modules/openai ]; then
     echo "$name: the openai SDK is missing (npm install --prefix tests/node)"

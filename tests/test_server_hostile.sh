@@ -6,8 +6,8 @@
 # Loopback only; about 30 s.
 cd "$(dirname "$0")/.." || exit 1
 build=${LOOM_BUILD:-build}
-model=${LOOM_FIXTURES:-../shared/fixtures}/models/qwen35-dense
-[ -d "$model" ] || model=models/loom-tiny
+model=${LOOM_FIXTURES:-tests/fixtures}/models/qwen35-dense
+[ -d "$model" ] || { echo "test_server_hostile.sh: no fixture model at $model (LOOM_FIXTURES)"; echo "test_server_hostile.sh: 0 passed, 1 failed"; exit 1; }
 ulimit -n 8192 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null
 asan=()
 if [ -x "$build/asan/loom" ] && [ "${LOOM_SKIP_ASAN:-0}" != 1 ]; then asan=(--asan "$build/asan/loom"); fi

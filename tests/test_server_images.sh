@@ -7,7 +7,7 @@
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib/client_suite.sh
 build=${LOOM_BUILD:-build}
-fixtures=${LOOM_FIXTURES:-../shared/fixtures}/models
+fixtures=${LOOM_FIXTURES:-tests/fixtures}/models
 name=test_server_images.sh
 if [ ! -d tests/node/node_modules/openai ]; then
     echo "$name: the openai SDK is missing (npm install --prefix tests/node)"

@@ -6,7 +6,7 @@
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib/client_suite.sh
 build=${LOOM_BUILD:-build}
-model=${LOOM_FIXTURES:-../shared/fixtures}/models/qwen35-dense
+model=${LOOM_FIXTURES:-tests/fixtures}/models/qwen35-dense
 if [ ! -d tests/node/node_modules/openai ]; then
     echo "test_server_responses.sh: the openai SDK is missing (npm install --prefix tests/node)"
     echo "test_server_responses.sh: 0 passed, 1 failed"; exit 1

@@ -7,12 +7,12 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${LOOM_BUILD:-build}
-fixtures=${LOOM_FIXTURES:-$root/../shared/fixtures}
+fixtures=${LOOM_FIXTURES:-$root/tests/fixtures}
 name=test_tokenizer_diff.sh
 
 fail() { echo "$name: $1"; echo "$name: 0 passed, 1 failed"; exit 1; }
 
-command -v node >/dev/null 2>&1 || fail "node is not installed (tools/install-deps.sh installs it)"
+command -v node >/dev/null 2>&1 || fail "node is not installed (tools/install-deps.sh --test installs it)"
 [ -x "$build/loom" ] || fail "$build/loom is missing (run make)"
 if [ ! -d tests/node/node_modules/@anush008/tokenizers ]; then
     npm ci --prefix tests/node --silent --no-audit --no-fund >/dev/null 2>&1 ||

@@ -8,7 +8,7 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${LOOM_BUILD:-build}
-export LOOM_FIXTURES=${LOOM_FIXTURES:-$root/../shared/fixtures}
+export LOOM_FIXTURES=${LOOM_FIXTURES:-$root/tests/fixtures}
 name=test_tokenizer_fuzz.sh
 fuzzer=$build/fuzz/fuzz/fuzz_tokenizer
 if [ ! -x "$fuzzer" ]; then

@@ -1,6 +1,6 @@
 /* The vision towers (model-spec §D.3 Qwen3.5, §E.3 GLM-4.6V) against
- * transformers' references: for ../shared/fixtures/models/qwen35-dense,
- * ../shared/fixtures/models/glm46v-moe and
+ * transformers' references: for tests/fixtures/models/qwen35-dense,
+ * tests/fixtures/models/glm46v-moe and
  * tests/data/glm-shapes/groups4-top4-hd16, img0.pixel_values (already in
  * merge-block order) and img0.grid_thw through encode_image must give
  * img0.image_embeds within 1e-4 of the reference's std.  Per fixture also:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages loom builds and tests with, when missing;
-# with --test also the npm packages of the test suite (tests/node).
+# Installs the Debian packages loom builds and runs with, when missing; with
+# --test also those of the test suite and its npm packages (tests/node).
 # Safe to run repeatedly: it does nothing when everything is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,12 +17,16 @@ install_test_npm() {
         npm install --prefix tests/node --no-audit --no-fund --silent >/dev/null
 }
 
+# What building and running loom needs (`make`, `make run`) ...
 packages=(build-essential pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-          libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libedit-dev
-          python3-jinja2 python3-jsonschema clang libclang-rt-14-dev)
-# The test suite checks contrib/loom.service with systemd-analyze verify.
-if [ "${1:-}" = --test ]; then packages+=(systemd); fi
-command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
+          libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libedit-dev)
+# ... and what only the test suite needs (`make test`): the Jinja and JSON
+# Schema oracles, clang for the libFuzzer tree, systemd-analyze for
+# contrib/loom.service, node for the client-library suites.
+if [ "${1:-}" = --test ]; then
+    packages+=(python3-jinja2 python3-jsonschema clang libclang-rt-14-dev systemd)
+    command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -8,7 +8,7 @@
 # "Several GPUs" table (throughput at concurrency 1, 16, 64 and the scaling efficiency).
 #
 #   tools/multi_gpu_check.sh [N]          N ranks (default: 2); BUILD (default build), CONFIGS
-#                                         (default ../shared/bench-configs), LOOM_FIXTURES as the tests
+#                                         (default bench/configs), LOOM_FIXTURES as the tests
 #
 # NCCL comes from libnccl.so.2 or LOOM_NCCL_LIBRARY; NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 # A test that hangs is killed after 120 s and named; nothing here needs the network.
@@ -16,7 +16,7 @@ set -u
 N=${1:-2}
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}
-CONFIGS=${CONFIGS:-../shared/bench-configs}
+CONFIGS=${CONFIGS:-bench/configs}
 export NCCL_NVLS_ENABLE=0
 GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
 [ "$GPUS" -ge "$N" ] || { echo "multi_gpu_check: $N ranks need $N GPUs; nvidia-smi shows $GPUS"; exit 2; }
