@@ -37,10 +37,22 @@ GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 GIT_COMMIT := $(if $(GIT_COMMIT),$(GIT_COMMIT)$(shell git diff --quiet HEAD -- 2>/dev/null || echo +dirty),unknown)
 $(shell mkdir -p $(BUILD) && (echo '$(GIT_COMMIT)' | cmp -s - $(BUILD)/git-commit || echo '$(GIT_COMMIT)' > $(BUILD)/git-commit))
 
-# The cuda backend (src/ops/cuda/*.cu) is built into the release tree when
-# nvcc is found (for Hopper: sm_90a); without it, or in the sanitizer and
-# fuzz trees, the build has the cpu and ref backends only.
+# The cuda backend (src/ops/cuda/*.cu, for Hopper: sm_90a) is built into the
+# release tree with CUDA=1, which needs nvcc; the default is CUDA=1 only where
+# nvcc is found and an NVIDIA GPU is visible (/dev/nvidia0, ...), so a machine
+# without a GPU builds the cpu and ref backends alone, quickly, even with nvcc
+# installed.  The sanitizer and fuzz trees never have it.  `make test` on a
+# machine with nvcc but no GPU also builds $(BUILD)/cuda (the same sources
+# with the cuda backend), so the CUDA code keeps compiling and linking in CI.
 NVCC_PATH := $(shell command -v $(NVCC) 2>/dev/null)
+GPU_SEEN  := $(wildcard /dev/nvidia[0-9]*)
+CUDA      ?= $(if $(and $(NVCC_PATH),$(GPU_SEEN)),1,0)
+ifeq ($(CUDA),1)
+ifeq ($(NVCC_PATH),)
+$(error CUDA=1 needs nvcc (the CUDA toolkit): not found as '$(NVCC)'; set NVCC=/path/to/nvcc, or build without CUDA=1)
+endif
+CUDA_ON   := 1
+endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC_PATH)))
 CUDA_SRC  := $(sort $(wildcard src/ops/cuda/*.cu))
 NVFLAGS   := -std=c++17 -O2 -g -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude -MMD -MP \
@@ -49,9 +61,11 @@ NVFLAGS   := -std=c++17 -O2 -g -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinc
 # linked: linking its 0.5 GB made every loom process start 0.4 s slower.
 NVFLAGS   += -DLM_CUDA_LIB_DIR='"$(CUDA_HOME)/lib64"'
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
-ifneq ($(NVCC_PATH),)
-CUDA_ON   := 1
-endif
+# The CUDA compile check of `make test`: a tree of its own where the release
+# tree has no cuda backend and nvcc is there.
+CUDA_CHECK := $(if $(and $(NVCC_PATH),$(if $(CUDA_ON),,no-cuda-tree)),$(BUILD)/cuda/loom $(BUILD)/cuda/tests/test_backend_ops)
+# Objects of the release tree are rebuilt when CUDA flips (its -DLOOM_HAVE_CUDA).
+$(shell mkdir -p $(BUILD) && (echo 'CUDA=$(CUDA_ON)' | cmp -s - $(BUILD)/build-config || echo 'CUDA=$(CUDA_ON)' > $(BUILD)/build-config))
 cuda_obj = $(if $(2),$(patsubst %.cu,$(1)/obj/%.o,$(CUDA_SRC)))
 
 .SECONDARY:
@@ -62,8 +76,9 @@ all: $(BUILD)/loom
 deps:
 	@tools/install-deps.sh
 
-define build_tree # $(1)=output dir, $(2)=extra flags, $(3)=compiler, $(4)=1 with the cuda backend
-$(1)/obj/%.o: %.c
+define build_tree # $(1)=output dir, $(2)=extra flags, $(3)=compiler, $(4)=1 with the cuda backend,
+                  # $(5)=a stamp its objects depend on
+$(1)/obj/%.o: %.c $(5)
 	@mkdir -p $$(dir $$@)
 	$(3) $$(ALLFLAGS) $(2) $(if $(4),-DLOOM_HAVE_CUDA) -c $$< -o $$@
 $(1)/obj/%.o: %.cu
@@ -100,11 +115,12 @@ $(1)/obj/src/base/build_info.o: $(BUILD)/git-commit
 $(1)/obj/src/base/build_info.o: ALLFLAGS += -DLOOM_GIT_COMMIT='"$(GIT_COMMIT)"'
 endef
 
-$(eval $(call build_tree,$(BUILD),,$(CC),$(CUDA_ON)))
+$(eval $(call build_tree,$(BUILD),,$(CC),$(CUDA_ON),$(BUILD)/build-config))
+$(eval $(call build_tree,$(BUILD)/cuda,,$(CC),1,))
 $(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS),$(CC),))
 # libFuzzer targets (fuzz/fuzz_*.c, each defining LLVMFuzzerTestOneInput) need clang.
 $(eval $(call build_tree,$(BUILD)/fuzz,$(SANFLAGS) -fsanitize=fuzzer-no-link,clang,))
-$(foreach tree,$(BUILD) $(BUILD)/asan $(BUILD)/fuzz,$(eval $(call git_commit_flag,$(tree))))
+$(foreach tree,$(BUILD) $(BUILD)/asan $(BUILD)/fuzz $(BUILD)/cuda,$(eval $(call git_commit_flag,$(tree))))
 
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 ASAN_TESTS := $(patsubst tests/%.c,$(BUILD)/asan/tests/%,$(TEST_SRC))
@@ -125,7 +141,7 @@ test-deps:
 	@tools/install-deps.sh --test
 
 test: test-deps
-	@$(MAKE) --no-print-directory -j$$(nproc) tests asan-tests fuzzers benches
+	@$(MAKE) --no-print-directory -j$$(nproc) tests asan-tests fuzzers benches $(CUDA_CHECK)
 	@tests/run.sh $(BUILD)
 
 test-release: test-deps

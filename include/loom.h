@@ -112,9 +112,25 @@ typedef struct {
      * model, it changes nothing (as in vLLM, whose expert-parallel size is
      * the tensor-parallel one). */
     bool expert_parallel;
+    /* Loading's progress (NULL: none): called, from the loading threads
+     * and possibly from several at once, with bytes done and bytes more
+     * to do under a phase ("reading the checkpoint", "placing the
+     * weights", "making random weights"; the same pointer each time).
+     * loom_engine_create returns when the load is done. */
+    void (*load_progress)(void *ctx, const char *phase, uint64_t done_bytes, uint64_t more_total_bytes);
+    void *load_progress_ctx;
 } loom_engine_options;
 
 void loom_engine_options_default(loom_engine_options *options);
+/* The context limit an engine takes when max_model_len is 0, the one place
+ * it is decided: config.json's max_position_embeddings, at most
+ * LOOM_MAX_MODEL_LEN_CAP; LOOM_MAX_MODEL_LEN_UNKNOWN when the config gives
+ * none (<= 0).  The engine lowers it, saying so (loom_engine_info's
+ * max_model_len_note), where the KV pool it is given cannot hold one
+ * sequence of it. */
+#define LOOM_MAX_MODEL_LEN_CAP 32768
+#define LOOM_MAX_MODEL_LEN_UNKNOWN 4096
+int loom_default_max_model_len(int max_position_embeddings);
 /* The step budget an engine on this backend ("cpu", "ref", "cuda"; NULL:
  * cpu) takes when max_batch_tokens is 0: 2048 on a GPU, 512 on a CPU. */
 int loom_default_batch_tokens(const char *backend);
@@ -321,6 +337,7 @@ typedef struct {
     char backend[16];
     int threads;
     int max_model_len, max_position_embeddings;
+    char max_model_len_note[256]; /* why the default was lowered to max_model_len ("" when it was not) */
     int64_t kv_cache_tokens;    /* the KV pool, all sequences together */
     char kv_cache_dtype[8];     /* its elements: "f32", or "bf16" (the cpu's bf16 compute) */
     int64_t kv_cache_bytes;     /* its k and v pools over every full-attention layer */

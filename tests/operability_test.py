@@ -228,16 +228,17 @@ def post(url, path, body):
 stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR) loom serve: ")
 for binary in [b for b in (loom, asan) if os.path.exists(b)]:
     tag = "asan" if binary == asan else "release"
-    p, url, head = start(tiny, "--log-stats-interval", "0.2", "--kv-cache-tokens", "100", "-np", "3", binary=binary)
+    p, url, head = start(tiny, "--log-stats-interval", "0.2", "--kv-cache-tokens", "4000", "-np", "3", binary=binary)
     check(f"{tag}: serve starts", url is not None, "".join(head))
     if not url:
         p.kill()
         continue
     summary = "".join(head)
     for words in (["qwen3_5", "parameters", "BF16", "loaded in", "MiB resident", "cpu backend", "threads"],
-                  ["max model length 8192", "max_position_embeddings"],
-                  ["KV cache: 8192 tokens (f32, 32 MiB)", "1 sequence of full length", "--kv-cache-tokens 100 raised",
-                   "3 state slots"], ["speculative decoding off"], ["sampling defaults:"]):
+                  ["WARNING loom serve: the default max model length 8192 was lowered to 4000",
+                   "(--kv-cache-tokens 4000)"],
+                  ["KV cache: 4000 tokens (f32, 16 MiB)", "1 sequence of full length", "3 state slots"],
+                  ["speculative decoding off"], ["sampling defaults:"]):
         check(f"{tag}: startup says {words[0]}", all(w in summary for w in words), summary)
     check(f"{tag}: every line timestamped", all(stamp.match(l) for l in head), head)
     version = json.load(urllib.request.urlopen(url + "/version", timeout=30))

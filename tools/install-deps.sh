@@ -2,6 +2,7 @@
 # Installs the Debian packages loom builds and runs with, when missing; with
 # --test also those of the test suite and its npm packages (tests/node).
 # Safe to run repeatedly: it does nothing when everything is present.
+# --list [--test] prints the packages instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,10 +24,12 @@ packages=(build-essential pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
 # ... and what only the test suite needs (`make test`): the Jinja and JSON
 # Schema oracles, clang for the libFuzzer tree, systemd-analyze for
 # contrib/loom.service, node for the client-library suites.
-if [ "${1:-}" = --test ]; then
+if [ "${1:-}" = --test ] || [ "${2:-}" = --test ]; then
     packages+=(python3-jinja2 python3-jsonschema clang libclang-rt-14-dev systemd)
     command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 fi
+# --list [--test]: print the packages (one a line) and install nothing.
+if [ "${1:-}" = --list ]; then printf '%s\n' "${packages[@]}"; exit 0; fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/engine_options.h"
+#include "cli/load_progress.h"
 #include "engine/sequence_runner.h"
 #include "io/json_file.h"
 #include "cli/bench_oracle.h"
@@ -236,15 +237,15 @@ static loom_engine *bench_engine(const loom_engine_options *base, const char *ba
     o.speculative_tokens = speculative_tokens;
     loom_engine *engine;
     char error[512];
-    double t0 = lm_monotonic_seconds();
-    if (loom_engine_create(&o, &engine, error, sizeof error) != LOOM_OK) {
+    lm_cli_load_result loaded;
+    if (lm_cli_engine_load(&o, stderr, &engine, error, sizeof error, &loaded) != LOOM_OK) {
         fprintf(stderr, "loom bench: %s\n", error);
         return NULL;
     }
     printf("model: %s, %s, %d prompt + %d generated tokens per request, speculative tokens %d, "
            "loaded in %.1f s\n",
            model_dir ? model_dir : config_path, config_path ? "random bf16 weights" : "checkpoint",
-           prompt_tokens, gen_tokens, speculative_tokens, lm_monotonic_seconds() - t0);
+           prompt_tokens, gen_tokens, speculative_tokens, loaded.seconds);
     return engine;
 }
 

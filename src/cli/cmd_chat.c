@@ -32,6 +32,7 @@
 #include "cli/default_model.h"
 #include "cli/engine_options.h"
 #include "cli/image_files.h"
+#include "cli/load_progress.h"
 #include "cli/prompt_encoder.h"
 #include "cli/sampling_options.h"
 #include "engine/sampler.h"
@@ -453,13 +454,18 @@ static int open_backend(chat *c, const chat_args *args, lm_cli_engine_settings *
     c->has_thinking_switch = source && strstr(source, "enable_thinking");
     loom_engine_options eo = settings->engine;
     eo.model_dir = model_dir;
-    c->context_len = eo.max_model_len;
-    if (loom_engine_create(&eo, &c->engine, error, sizeof error) != LOOM_OK) {
+    lm_cli_load_result loaded;
+    if (lm_cli_engine_load(&eo, stderr, &c->engine, error, sizeof error, &loaded) != LOOM_OK) {
         fprintf(stderr, "loom chat: %s\n", error);
         return 1;
     }
+    if (loaded.seconds >= 1.0)
+        fprintf(stderr, "loom chat: loaded %s in %.1f s%s%s%s\n", model_dir, loaded.seconds, loaded.summary[0] ? " (" : "",
+                loaded.summary, loaded.summary[0] ? ")" : "");
     loom_engine_info info;
     loom_engine_describe(c->engine, &info);
+    c->context_len = info.max_model_len;
+    if (info.max_model_len_note[0]) fprintf(stderr, "loom chat: %s\n", info.max_model_len_note);
     if (info.speculative_status[0]) fprintf(stderr, "loom chat: speculative decoding is off: %s\n", info.speculative_status);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include "cli/default_model.h"
 #include "cli/engine_options.h"
 #include "cli/image_files.h"
+#include "cli/load_progress.h"
 #include "cli/prompt_encoder.h"
 #include "cli/sampling_options.h"
 #include "engine/sampler.h"
@@ -151,10 +152,17 @@ int cmd_run_main(int argc, char **argv) {
     loom_engine_options eo = settings.engine;
     eo.model_dir = model_dir;
     loom_engine *engine = NULL;
-    if (loom_engine_create(&eo, &engine, error, sizeof error) != LOOM_OK) {
+    lm_cli_load_result loaded;
+    if (lm_cli_engine_load(&eo, stderr, &engine, error, sizeof error, &loaded) != LOOM_OK) {
         fprintf(stderr, "loom run: %s\n", error);
         return 1;
     }
+    if (loaded.seconds >= 1.0)
+        fprintf(stderr, "loom run: loaded %s in %.1f s%s%s%s\n", model_dir, loaded.seconds, loaded.summary[0] ? " (" : "",
+                loaded.summary, loaded.summary[0] ? ")" : "");
+    loom_engine_info info;
+    loom_engine_describe(engine, &info);
+    if (info.max_model_len_note[0]) fprintf(stderr, "loom run: %s\n", info.max_model_len_note);
     lm_error err = {0};
     prompt *prompts = NULL;
     int n_prompts = 0, rc = 1;

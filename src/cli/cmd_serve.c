@@ -16,11 +16,13 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "cli/checkpoint_dtypes.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/engine_options.h"
+#include "cli/load_progress.h"
 #include "cli/startup_summary.h"
 #include "loom.h"
 #include "server/server.h"
@@ -32,8 +34,18 @@ static const char synopsis[] =
     "/health, /metrics, /version, /tokenize, /detokenize.  The model defaults to\n"
     "the bundled models/loom-tiny (or $LOOM_MODEL).\n";
 
+/* The --served-model-name names, in order, copied (split at commas). */
+#define MAX_MODEL_NAMES 16
+typedef struct {
+    char text[2048];
+    size_t used;
+    const char *names[MAX_MODEL_NAMES + 2]; /* + the folder as given and its basename */
+    int n;
+} model_names;
+
 typedef struct {
     lm_server_options so;
+    model_names names;
     const char *config_path, *api_key_file, *log_level, *generation_config;
     bool random_weights, disable_log_requests, disable_log_stats;
     int max_waiting, shutdown_grace_ms;
@@ -51,6 +63,51 @@ static bool parse_log_level(const char *value, void *field, char *message, size_
     return true;
 }
 
+/* Adds a name unless it is there already; false when full. */
+static bool add_model_name(model_names *m, const char *name, size_t len) {
+    for (int i = 0; i < m->n; i++)
+        if (strlen(m->names[i]) == len && memcmp(m->names[i], name, len) == 0) return true;
+    if (m->n >= (int)(sizeof m->names / sizeof m->names[0]) || m->used + len + 1 > sizeof m->text) return false;
+    char *copy = m->text + m->used;
+    memcpy(copy, name, len);
+    copy[len] = '\0';
+    m->used += len + 1;
+    m->names[m->n++] = copy;
+    return true;
+}
+
+static bool parse_model_names(const char *value, void *field, char *message, size_t size) {
+    model_names *m = field;
+    for (const char *p = value;;) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len > 256) {
+            snprintf(message, size, "expects names of 1 to 256 characters, comma-separated, got '%.60s'", value);
+            return false;
+        }
+        if (m->n >= MAX_MODEL_NAMES || !add_model_name(m, p, len)) {
+            snprintf(message, size, "at most %d names", MAX_MODEL_NAMES);
+            return false;
+        }
+        if (!p[len]) return true;
+        p += len + 1;
+    }
+}
+
+/* The names requests may give: the --served-model-name ones (the first
+ * answers carry), else the folder as given (loom-tiny for the bundled
+ * model); then the folder as given and its basename, as vLLM and
+ * llama-server users type them. */
+static bool settle_model_names(model_names *m, const char *model_arg, const char *fallback) {
+    if (m->n == 0 && !add_model_name(m, fallback, strlen(fallback))) return false;
+    if (!model_arg) return true;
+    size_t len = strlen(model_arg);
+    while (len > 1 && model_arg[len - 1] == '/') len--; /* "models/loom-tiny/" */
+    if (!add_model_name(m, model_arg, len)) return false;
+    const char *base = model_arg + len;
+    while (base > model_arg && base[-1] != '/') base--;
+    return add_model_name(m, base, (size_t)(model_arg + len - base));
+}
+
 #define ARG(field) offsetof(serve_args, field)
 static const lm_opt serve_opts[] = {
     {"--host", LM_OPT_STRING, "ADDR", ARG(so.host), 0, 0,
@@ -63,8 +120,10 @@ static const lm_opt serve_opts[] = {
      "require Authorization: Bearer KEY on /v1 and the tokenize routes", NULL, NULL, NULL},
     {"--api-key-file", LM_OPT_STRING, "FILE", ARG(api_key_file), 0, 0,
      "the same, the key read from FILE (first line); without either,\n$LOOM_API_KEY if set", NULL, NULL, NULL},
-    {"--served-model-name|--alias|-a", LM_OPT_STRING, "NAME", ARG(so.served_model_name), 0, 0,
-     "the model id clients use (default: the model folder, loom-tiny for the\nbundled model)", NULL, NULL, NULL},
+    {"--served-model-name|--alias|-a", LM_OPT_CUSTOM, "NAME[,NAME]", ARG(names), 0, 0,
+     "the model id answers carry (default: the model folder as given); more\nnames, repeated or comma-separated, are "
+     "aliases.  Requests may name\nany of them, the folder as given or its basename",
+     parse_model_names, NULL, NULL},
     {"--config", LM_OPT_STRING, "FILE", ARG(config_path), 0, 0, "a config.json shape (with --random-weights)", NULL,
      NULL, NULL},
     {"--random-weights", LM_OPT_FLAG, NULL, ARG(random_weights), 0, 0,
@@ -234,6 +293,7 @@ int cmd_serve_main(int argc, char **argv) {
     }
     char model_buf[4096], config_path[4200], why[200], message[512];
     bool default_model = !eo->model_dir && !eo->random_weights;
+    const char *given_model = eo->model_dir; /* as typed: a name requests may use */
     lm_error err = {0};
     if (!eo->random_weights && lm_cli_model_dir(eo->model_dir, NULL, model_buf, sizeof model_buf, &eo->model_dir, &err) != LM_OK) {
         fprintf(stderr, "loom serve: %s\n", err.message);
@@ -245,8 +305,14 @@ int cmd_serve_main(int argc, char **argv) {
     if (!raise_fd_limit(&log, &so)) return 1;
     if (lm_cli_threads_exceed_cores(&settings, message, sizeof message)) lm_log_printf(&log, LM_LOG_WARNING, "%s", message);
     so.max_model_len = eo->max_model_len;
-    if (!so.served_model_name)
-        so.served_model_name = eo->random_weights ? "loom-random" : default_model ? LM_DEFAULT_MODEL_NAME : eo->model_dir;
+    if (!settle_model_names(&a.names, eo->random_weights ? NULL : given_model,
+                            eo->random_weights ? "loom-random" : default_model ? LM_DEFAULT_MODEL_NAME : given_model)) {
+        lm_log_printf(&log, LM_LOG_ERROR, "--served-model-name: too many names");
+        return 2;
+    }
+    so.served_model_name = a.names.names[0];
+    so.model_aliases = a.names.names + 1;
+    so.n_model_aliases = a.names.n - 1;
 
     /* Signals are taken by sigwait below; every thread started from here on
      * inherits the block. */
@@ -272,17 +338,25 @@ int cmd_serve_main(int argc, char **argv) {
         return 1;
     }
     so.generation_defaults = &generation_defaults;
-    lm_log_printf(&log, LM_LOG_INFO, "loading %s (listening on port %d meanwhile)",
-                  eo->random_weights ? config_path : eo->model_dir, lm_server_listener_port(listener));
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    loom_engine *engine = NULL;
-    if (loom_engine_create(eo, &engine, message, sizeof message) != LOOM_OK) {
-        lm_log_printf(&log, LM_LOG_ERROR, "%s", message);
-        lm_server_listener_close(listener);
+    /* Served while the weights load: /health says "loading" (503) until the
+     * model is handed over, as orchestrators expect. */
+    double started = lm_monotonic_seconds();
+    lm_server *server = NULL;
+    if (lm_server_start(&so, listener, &server, &err) != LM_OK) {
+        lm_log_printf(&log, LM_LOG_ERROR, "%s", err.message);
         return 1;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    char url[300];
+    url_of(so.host, lm_server_port(server), url, sizeof url);
+    lm_log_printf(&log, LM_LOG_INFO, "loading %s; port %d is open meanwhile (/health answers 503 until it is ready)",
+                  eo->random_weights ? config_path : eo->model_dir, lm_server_port(server));
+    loom_engine *engine = NULL;
+    lm_cli_load_result loaded;
+    if (lm_cli_engine_load(eo, stderr, &engine, message, sizeof message, &loaded) != LOOM_OK) {
+        lm_log_printf(&log, LM_LOG_ERROR, "%s", message);
+        lm_server_stop(server, 0);
+        return 1;
+    }
     lm_tokenizer *tokenizer = NULL;
     lm_chat_template *chat_template = NULL;
     if (!eo->random_weights) {
@@ -303,24 +377,27 @@ int cmd_serve_main(int argc, char **argv) {
              info.weights_made[0] ? "; " : "", info.weights_made);
     lm_startup_facts facts = {.model = eo->random_weights ? config_path : eo->model_dir,
                               .weight_dtypes = dtypes,
-                              .load_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
+                              .load_seconds = loaded.seconds,
+                              .load_detail = loaded.summary,
                               .engine = &info,
                               .model_len_why = why,
-                              .kv_cache_tokens_asked = eo->kv_cache_tokens,
                               .speculative_asked = eo->speculative_tokens,
                               .sampling_defaults = sampling_why};
     lm_cli_log_startup(&log, &facts);
-    lm_server *server = NULL;
-    if (lm_server_start(&so, listener, engine, tokenizer, chat_template, &server, &err) != LM_OK) {
+    if (lm_server_set_ready(server, engine, tokenizer, chat_template, &err) != LM_OK) {
         lm_log_printf(&log, LM_LOG_ERROR, "%s", err.message);
+        lm_server_stop(server, 0);
         lm_chat_template_free(chat_template);
         if (tokenizer) lm_tokenizer_free(tokenizer);
         loom_engine_destroy(engine);
         return 1;
     }
-    char url[300];
-    url_of(so.host, lm_server_port(server), url, sizeof url);
-    lm_log_printf(&log, LM_LOG_INFO, "serving %s on %s", so.served_model_name, url);
+    char aliases[600] = "";
+    for (int i = 0, n = 0; i < so.n_model_aliases && n >= 0 && (size_t)n < sizeof aliases; i++)
+        n += snprintf(aliases + n, sizeof aliases - (size_t)n, "%s%s", i ? ", " : "; requests may also name ",
+                      so.model_aliases[i]);
+    lm_log_printf(&log, LM_LOG_INFO, "ready: serving %s on %s, %.1f s after start%s", so.served_model_name, url,
+                  lm_monotonic_seconds() - started, aliases);
     int sig = 0;
     sigwait(&stop_signals, &sig);
     lm_log_printf(&log, LM_LOG_INFO, "%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -13,14 +13,15 @@
 
 #define ENGINE(field) offsetof(lm_cli_engine_settings, engine.field)
 
+/* A name loom knows; whether it runs here (cuda: a GPU, a driver, a build
+ * with it) is found when the engine is made, and is exit 1 with the reason,
+ * not a usage error. */
 static bool parse_backend(const char *value, void *field, char *message, size_t size) {
-    lm_backend *probe;
-    lm_error err = {0};
-    if (lm_backend_create(value, 1, &probe, &err) != LM_OK) {
-        snprintf(message, size, "%s", err.message);
+    if (!lm_backend_name_known(value)) {
+        snprintf(message, size, "unknown backend '%.40s' (cpu, ref or cuda; this build has: %s)", value,
+                 lm_backend_names());
         return false;
     }
-    lm_backend_destroy(probe);
     *(const char **)field = value;
     return true;
 }
@@ -264,16 +265,15 @@ int lm_cli_resolve_model_len(const char *command, lm_cli_engine_settings *s, con
         snprintf(why, why_size, "--max-model-len%s", asked > positions && positions > 0 ? ", past max_position_embeddings" : "");
         return 0;
     }
-    if (positions <= 0) {
-        s->engine.max_model_len = 4096;
+    /* The engine takes its default (loom_default_max_model_len) and may
+     * lower it to fit the pool; the phrase says where it came from. */
+    s->engine.max_model_len = 0;
+    if (positions <= 0)
         snprintf(why, why_size, "config.json gives no max_position_embeddings");
-    } else if (positions > LM_CLI_DEFAULT_MAX_MODEL_LEN) {
-        s->engine.max_model_len = LM_CLI_DEFAULT_MAX_MODEL_LEN;
+    else if (positions > loom_default_max_model_len(positions))
         snprintf(why, why_size, "capped from max_position_embeddings %d; --max-model-len raises it", positions);
-    } else {
-        s->engine.max_model_len = positions;
+    else
         snprintf(why, why_size, "the model's max_position_embeddings");
-    }
     return 0;
 }
 

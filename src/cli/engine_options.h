@@ -34,14 +34,13 @@ lm_opt_group lm_cli_compat_group(void);
 void lm_cli_spec_init(lm_cli_spec *spec, const char *command, const char *synopsis, lm_cli_engine_settings *s,
                       bool whole_engine);
 
-/* The context limit, decided before the weights load: --max-model-len if
+/* The context limit, checked before the weights load: --max-model-len if
  * given (refused above config.json's max_position_embeddings unless
- * --allow-long-max-model-len), else max_position_embeddings capped at
- * LM_CLI_DEFAULT_MAX_MODEL_LEN.  Sets s->engine.max_model_len; `why` gets a
- * phrase for the startup summary ("the model's max_position_embeddings",
- * "capped from max_position_embeddings 262144; --max-model-len raises it").
- * Returns 0, or 2 after printing the refusal. */
-#define LM_CLI_DEFAULT_MAX_MODEL_LEN 32768
+ * --allow-long-max-model-len), else left 0 for the engine's default
+ * (loom_default_max_model_len: max_position_embeddings, capped).  `why`
+ * gets a phrase for the startup summary ("the model's
+ * max_position_embeddings", "capped from max_position_embeddings 262144;
+ * --max-model-len raises it").  Returns 0, or 2 after printing the refusal. */
 int lm_cli_resolve_model_len(const char *command, lm_cli_engine_settings *s, const char *config_path, char *why,
                              size_t why_size);
 

@@ -30,8 +30,10 @@ void lm_cli_log_startup(const lm_log *log, const lm_startup_facts *f) {
     lm_log_printf(log, LM_LOG_INFO, "model %s: %s (%s), %s parameters%s, weights %.1f MB%s%s%s", f->model, e->family,
                   e->architecture, total, moe, (double)e->weight_bytes / 1e6, f->weight_dtypes[0] ? " (" : "",
                   f->weight_dtypes, f->weight_dtypes[0] ? ")" : "");
-    lm_log_printf(log, LM_LOG_INFO, "loaded in %.2f s, %.0f MiB resident; %s backend (%s compute), %d threads%s",
-                  f->load_seconds, (double)lm_cli_resident_bytes() / (1 << 20), e->backend, e->compute, e->threads,
+    bool detail = f->load_detail && f->load_detail[0];
+    lm_log_printf(log, LM_LOG_INFO, "loaded in %.2f s%s%s%s, %.0f MiB resident; %s backend (%s compute), %d threads%s",
+                  f->load_seconds, detail ? " (" : "", detail ? f->load_detail : "", detail ? ")" : "",
+                  (double)lm_cli_resident_bytes() / (1 << 20), e->backend, e->compute, e->threads,
                   e->vision ? ", images on" : "");
     if (!e->prefix_caching)
         lm_log_printf(log, LM_LOG_INFO, "prefix caching off");
@@ -41,17 +43,13 @@ void lm_cli_log_startup(const lm_log *log, const lm_startup_facts *f) {
     else
         lm_log_printf(log, LM_LOG_INFO, "prefix caching on");
     int full = e->max_model_len > 0 ? (int)(e->kv_cache_tokens / e->max_model_len) : 0;
-    lm_log_printf(log, LM_LOG_INFO, "max model length %d (%s)", e->max_model_len, f->model_len_why);
-    char raised[160] = "";
-    if (f->kv_cache_tokens_asked > 0 && f->kv_cache_tokens_asked < e->max_model_len)
-        snprintf(raised, sizeof raised, "; --kv-cache-tokens %lld raised to hold one full sequence",
-                 (long long)f->kv_cache_tokens_asked);
+    if (e->max_model_len_note[0]) lm_log_printf(log, LM_LOG_WARNING, "%s", e->max_model_len_note);
+    else lm_log_printf(log, LM_LOG_INFO, "max model length %d (%s)", e->max_model_len, f->model_len_why);
     lm_log_printf(log, LM_LOG_INFO,
-                  "KV cache: %lld tokens (%s, %.0f MiB) in blocks of %d, %d sequence%s of full length at once%s; "
+                  "KV cache: %lld tokens (%s, %.0f MiB) in blocks of %d, %d sequence%s of full length at once; "
                   "%d state slots (sequences decoding at once); %d tokens per step",
                   (long long)e->kv_cache_tokens, e->kv_cache_dtype, (double)e->kv_cache_bytes / (1 << 20),
-                  e->kv_block_size, full, full == 1 ? "" : "s", raised, e->state_slots,
-                  e->max_batch_tokens);
+                  e->kv_block_size, full, full == 1 ? "" : "s", e->state_slots, e->max_batch_tokens);
     if (e->speculative_tokens > 0)
         lm_log_printf(log, LM_LOG_INFO, "speculative decoding on: up to %d MTP drafts per sequence and step (as many as pay)",
                       e->speculative_tokens);

@@ -12,9 +12,9 @@ typedef struct {
     const char *model;              /* the folder, or the config of random weights */
     const char *weight_dtypes;      /* "BF16 x170, F32 x12" ("" when unknown) */
     double load_seconds;
+    const char *load_detail;        /* lm_cli_load_result's summary, or NULL */
     const loom_engine_info *engine;
     const char *model_len_why;      /* lm_cli_resolve_model_len's phrase */
-    int64_t kv_cache_tokens_asked;  /* --kv-cache-tokens (0: the default) */
     int speculative_asked;          /* --speculative-tokens */
     const char *sampling_defaults;  /* "generation_config.json: temperature 0.6, ..." */
 } lm_startup_facts;

@@ -800,6 +800,11 @@ void loom_engine_options_default(loom_engine_options *o) {
  * the step, the fewer reads per prompt token (H200, 35B-A3B shape, 4096-
  * token prompt: 8159 tokens/s in steps of 512, 13654 in 2048, 15389 in
  * 4096; docs/PERF.md).  A CPU is compute-bound already at 512. */
+int loom_default_max_model_len(int max_position_embeddings) {
+    if (max_position_embeddings <= 0) return LOOM_MAX_MODEL_LEN_UNKNOWN;
+    return max_position_embeddings < LOOM_MAX_MODEL_LEN_CAP ? max_position_embeddings : LOOM_MAX_MODEL_LEN_CAP;
+}
+
 int loom_default_batch_tokens(const char *backend) {
     return backend && strcmp(backend, "cuda") == 0 ? 2048 : 512;
 }
@@ -849,10 +854,22 @@ static lm_status size_pool_by_memory(loom_engine *e, lm_context_options *context
     double budget = util * (double)total - (double)(total - free0) - (fixed > 0 ? fixed : 0);
     if (per_block <= 0) return lm_fail(err, LM_ERR_INTERNAL, "cannot measure a KV block's device memory");
     double blocks = budget / per_block;
+    if (blocks < one && !e->max_model_len_given) {
+        /* the whole pool for one sequence, less its speculative rows */
+        int fits = (int)blocks * e->kv_block_size - LM_MAX_SPECULATIVE - 1;
+        if (fits >= e->kv_block_size) {
+            snprintf(e->max_model_len_note, sizeof e->max_model_len_note,
+                     "the default max model length %d was lowered to %d: --gpu-memory-utilization %.2f leaves room "
+                     "for no more after the weights; raise it, or give --max-model-len", e->max_model_len, fits, util);
+            e->max_model_len = fits;
+            one = blocks_for(e, e->max_model_len + LM_MAX_SPECULATIVE + 1);
+        }
+    }
     if (blocks < one)
         return lm_fail(err, LM_ERR_NOMEM,
-                       "gpu_memory_utilization %.2f of %.1f GiB leaves room for %.0f tokens of KV cache "
-                       "after the weights (%.1f GiB in use); one sequence of max_model_len %d needs %d",
+                       "--gpu-memory-utilization %.2f of %.1f GiB leaves room for %.0f tokens of KV cache "
+                       "after the weights (%.1f GiB in use); one sequence of --max-model-len %d needs %d: raise "
+                       "--gpu-memory-utilization or lower --max-model-len",
                        util, (double)total / (1 << 30), blocks > 0 ? blocks * e->kv_block_size : 0.0,
                        (double)(total - free0) / (1 << 30), e->max_model_len, one * e->kv_block_size);
     if (blocks > (1 << 24)) blocks = 1 << 24;
@@ -887,6 +904,10 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
         free(e);
         return report(LM_ERR_INVALID, "unknown MTP norm convention", error, error_size);
     }
+    /* loom_engine_options' progress callback has lm_progress's shape; the
+     * engine holds it (the weights keep a pointer) and silences it once
+     * the load is done. */
+    e->load_progress = (lm_progress){.add = o.load_progress, .ctx = o.load_progress_ctx};
     st = lm_backend_create(o.backend ? o.backend : "cpu", o.threads, &e->backend, &err);
     if (st == LM_OK && o.compute_dtype) st = lm_backend_set_compute(e->backend, o.compute_dtype, &err);
     if (st == LM_OK) {
@@ -894,7 +915,9 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
         bool int8 = o.quantize && strcmp(o.quantize, "int8") == 0;
         lm_model_load_options load = {.mode = o.mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
                                       .mtp_norms = (lm_mtp_norms)o.mtp_norms,
-                                      .quantize_int8 = int8};
+                                      .quantize_int8 = int8,
+                                      .random_seed = o.random_seed,
+                                      .progress = o.load_progress ? &e->load_progress : NULL};
         if (o.quantize && !int8 && strcmp(o.quantize, "none") != 0)
             st = lm_fail(&err, LM_ERR_INVALID, "unknown weight quantization '%.40s' (none or int8)", o.quantize);
         else if (o.tensor_parallel_size > 1) {
@@ -904,13 +927,14 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
             st = lm_tensor_parallel_open(o.random_weights ? NULL : o.model_dir, o.config_path, &load, e->backend,
                                          o.tensor_parallel_size, &e->model, &err);
         } else if (o.random_weights)
-            st = o.config_path ? lm_model_open_random(o.config_path, o.random_seed, int8, e->backend, &e->model, &err)
+            st = o.config_path ? lm_model_open_random_with(o.config_path, &load, e->backend, &e->model, &err)
                                : lm_fail(&err, LM_ERR_INVALID, "random weights need a config path");
         else if (!o.model_dir)
             st = lm_fail(&err, LM_ERR_INVALID, "no model folder given");
         else
             st = lm_model_open(o.model_dir, &load, e->backend, &e->model, &err);
     }
+    e->load_progress.add = NULL;
     if (st != LM_OK) goto fail;
     const lm_model_info *info = lm_model_describe(e->model);
     e->vocab_size = info->vocab_size;
@@ -931,11 +955,28 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
         for (int i = 0; i < e->n_eos; i++) known |= e->eos_ids[i] == id;
         if (!known) e->eos_ids[e->n_eos++] = id;
     }
-    e->max_model_len = o.max_model_len > 0 ? o.max_model_len : info->max_position_embeddings;
-    if (e->max_model_len > 32768 && o.max_model_len <= 0) e->max_model_len = 32768;
-    if (e->max_model_len <= 0) e->max_model_len = 4096;
+    /* The context limit: as asked, else the one default (loom.h), lowered
+     * (and said) where an explicit pool cannot hold one sequence of it; an
+     * explicit limit the pool cannot hold is refused with both numbers. */
+    e->max_model_len_given = o.max_model_len > 0;
+    e->max_model_len = e->max_model_len_given ? o.max_model_len : loom_default_max_model_len(info->max_position_embeddings);
+    if (o.kv_cache_tokens > 0 && o.kv_cache_tokens < e->max_model_len) {
+        if (e->max_model_len_given) {
+            st = lm_fail(&err, LM_ERR_INVALID,
+                         "max model length %d needs %d tokens of KV cache for one sequence, and the KV pool "
+                         "(--kv-cache-tokens) holds %lld: raise --kv-cache-tokens to at least %d, or lower "
+                         "--max-model-len to at most %lld",
+                         e->max_model_len, e->max_model_len, (long long)o.kv_cache_tokens, e->max_model_len,
+                         (long long)o.kv_cache_tokens);
+            goto fail;
+        }
+        snprintf(e->max_model_len_note, sizeof e->max_model_len_note,
+                 "the default max model length %d was lowered to %lld: the KV pool (--kv-cache-tokens %lld) holds "
+                 "no more for one sequence; raise --kv-cache-tokens for longer ones",
+                 e->max_model_len, (long long)o.kv_cache_tokens, (long long)o.kv_cache_tokens);
+        e->max_model_len = (int)o.kv_cache_tokens;
+    }
     int64_t kv_tokens = o.kv_cache_tokens > 0 ? o.kv_cache_tokens : (int64_t)e->max_model_len * 4;
-    if (kv_tokens < e->max_model_len) kv_tokens = e->max_model_len; /* one full sequence must fit */
     int n_blocks = (int)((kv_tokens + o.kv_block_size - 1) / o.kv_block_size);
     int V = info->vocab_size, B = o.max_batch_tokens;
     int max_seqs = o.max_running < B ? o.max_running : B; /* sequences of one step */

@@ -16,6 +16,7 @@ void loom_engine_describe(const loom_engine *e, loom_engine_info *out) {
     snprintf(out->backend, sizeof out->backend, "%s", e->backend->ops->name);
     out->threads = lm_backend_threads(e->backend);
     out->max_model_len = e->max_model_len;
+    snprintf(out->max_model_len_note, sizeof out->max_model_len_note, "%s", e->max_model_len_note);
     out->max_position_embeddings = m->max_position_embeddings;
     out->kv_block_size = e->kv_block_size;
     out->kv_cache_tokens = (int64_t)e->kv_blocks.n_blocks * e->kv_block_size;

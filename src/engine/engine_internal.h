@@ -7,6 +7,7 @@
 #include <time.h>
 #include <stdbool.h>
 
+#include "base/progress.h"
 #include "engine/id_pool.h"
 #include "engine/image_cache.h"
 #include "engine/kv_blocks.h"
@@ -50,6 +51,9 @@ void lm_engine_simulate_costs(loom_engine *e, const lm_spec_sim_clock *costs);
 void lm_engine_hold(loom_engine *e, bool held);
 
 struct loom_engine {
+    bool max_model_len_given;      /* the options named it (else the default, which may be lowered) */
+    char max_model_len_note[256];  /* why the default was lowered ("" when it was not) */
+    lm_progress load_progress; /* the options' load_progress while loading, then silent */
     loom_engine_options options;
     lm_backend *backend;
     lm_model *model;

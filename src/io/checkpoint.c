@@ -17,7 +17,6 @@
 #define MAX_SHARDS 65536
 #define MAX_SHARD_NAME 255
 /* Loads at least this large print a progress line per shard. */
-#define PROGRESS_BYTES ((uint64_t)256 << 20)
 #define NAME_SHOWN 200
 
 struct lm_checkpoint {
@@ -110,7 +109,7 @@ static size_t shard_index(const shard_list *list, const char *name) {
     return found ? (size_t)(found - list->names) : list->count;
 }
 
-/* Sum of the shard file sizes, to decide whether to show progress. */
+/* Sum of the shard file sizes: the bytes a read-mode load will read. */
 static uint64_t shard_bytes_on_disk(const char *dir, const shard_list *list) {
     uint64_t total = 0;
     char path[4096];
@@ -124,20 +123,15 @@ static uint64_t shard_bytes_on_disk(const char *dir, const shard_list *list) {
 }
 
 static lm_status open_shards(lm_checkpoint *ck, const shard_list *list, lm_load_mode mode,
-                             lm_error *err) {
+                             const lm_progress *progress, lm_error *err) {
     ck->shards = calloc(list->count, sizeof *ck->shards);
     if (!ck->shards) return lm_fail(err, LM_ERR_NOMEM, "%s: out of memory", ck->dir);
-    bool show_progress = shard_bytes_on_disk(ck->dir, list) >= PROGRESS_BYTES;
+    if (mode == LM_LOAD_READ) lm_progress_add(progress, LM_PROGRESS_READING, 0, shard_bytes_on_disk(ck->dir, list));
     char path[4096];
     for (size_t i = 0; i < list->count; i++) {
         lm_status s = join_path(ck->dir, list->names[i], path, sizeof path, err);
         if (s != LM_OK) return s;
-        if (show_progress) {
-            struct stat info;
-            double gb = stat(path, &info) == 0 ? (double)info.st_size / 1e9 : 0.0;
-            fprintf(stderr, "loading %s (%.1f GB)\n", list->names[i], gb);
-        }
-        s = lm_safetensors_open(path, mode, &ck->shards[i], err);
+        s = lm_safetensors_open_with(path, mode, progress, &ck->shards[i], err);
         if (s != LM_OK) return s;
         ck->n_shards = i + 1;
     }
@@ -231,7 +225,7 @@ static lm_status merge_tensors(lm_checkpoint *ck, const cJSON *weight_map,
 
 /* ---- public ---- */
 
-static lm_status open_folder(lm_checkpoint *ck, lm_load_mode mode, lm_error *err) {
+static lm_status open_folder(lm_checkpoint *ck, lm_load_mode mode, const lm_progress *progress, lm_error *err) {
     char index_path[4096], single_path[4096];
     lm_status s = join_path(ck->dir, INDEX_FILE, index_path, sizeof index_path, err);
     if (s == LM_OK) s = join_path(ck->dir, SINGLE_FILE, single_path, sizeof single_path, err);
@@ -253,7 +247,7 @@ static lm_status open_folder(lm_checkpoint *ck, lm_load_mode mode, lm_error *err
     } else if (!is_regular_file(single_path)) {
         s = lm_fail(err, LM_ERR_IO, "no %s or %s in %s", SINGLE_FILE, INDEX_FILE, ck->dir);
     }
-    if (s == LM_OK) s = open_shards(ck, &list, mode, err);
+    if (s == LM_OK) s = open_shards(ck, &list, mode, progress, err);
     if (s == LM_OK && indexed) s = check_index_entries(ck, index_path, weight_map, &list, err);
     if (s == LM_OK) s = merge_tensors(ck, weight_map, &list, err);
     if (indexed) free(list.names);
@@ -263,13 +257,18 @@ static lm_status open_folder(lm_checkpoint *ck, lm_load_mode mode, lm_error *err
 
 lm_status lm_checkpoint_open(const char *dir, lm_load_mode mode, lm_checkpoint **out,
                              lm_error *err) {
+    return lm_checkpoint_open_with(dir, mode, NULL, out, err);
+}
+
+lm_status lm_checkpoint_open_with(const char *dir, lm_load_mode mode, const lm_progress *progress,
+                                  lm_checkpoint **out, lm_error *err) {
     *out = NULL;
     lm_checkpoint *ck = calloc(1, sizeof *ck);
     if (!ck || !(ck->dir = strdup(dir))) {
         free(ck);
         return lm_fail(err, LM_ERR_NOMEM, "%s: out of memory", dir);
     }
-    lm_status s = open_folder(ck, mode, err);
+    lm_status s = open_folder(ck, mode, progress, err);
     if (s != LM_OK) {
         lm_checkpoint_close(ck);
         return s;

@@ -12,10 +12,13 @@
 typedef struct lm_checkpoint lm_checkpoint;
 
 /* Opens the folder `dir`.  When the index exists it wins over a lone
- * model.safetensors.  Prints one progress line per shard on stderr when the
- * shards add up to 256 MB or more. */
+ * model.safetensors. */
 lm_status lm_checkpoint_open(const char *dir, lm_load_mode mode, lm_checkpoint **out,
                              lm_error *err);
+/* The same, reporting the shards' bytes as they are read (LM_LOAD_READ)
+ * to progress (may be NULL). */
+lm_status lm_checkpoint_open_with(const char *dir, lm_load_mode mode, const lm_progress *progress,
+                                  lm_checkpoint **out, lm_error *err);
 void lm_checkpoint_close(lm_checkpoint *ck);
 
 /* NULL if absent.  The pointer stays valid until lm_checkpoint_close. */

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/big_alloc.h"
+#include "base/progress.h"
 #include "io/json_file.h"
 
 struct lm_safetensors {
@@ -351,8 +352,8 @@ static uint64_t data_section_start(int fd, size_t size) {
  * vector loads.  The header's length is rarely a multiple of 64, and rows
  * read across two cache lines made the cpu's bf16 products about 1.3x
  * slower (docs/PERF.md). */
-static lm_status read_whole_file(int fd, const char *path, size_t size, void **out,
-                                 size_t *shift, lm_error *err) {
+static lm_status read_whole_file(int fd, const char *path, size_t size, const lm_progress *progress,
+                                 void **out, size_t *shift, lm_error *err) {
     *shift = (DATA_ALIGNMENT - data_section_start(fd, size) % DATA_ALIGNMENT) % DATA_ALIGNMENT;
     uint8_t *base = lm_big_alloc(size + *shift ? size + *shift : 1); /* DATA_ALIGNMENT-aligned at least */
     if (!base) return lm_fail(err, LM_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, size);
@@ -360,7 +361,9 @@ static lm_status read_whole_file(int fd, const char *path, size_t size, void **o
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     size_t done = 0;
     while (done < size) {
-        size_t chunk = size - done < ((size_t)1 << 30) ? size - done : (size_t)1 << 30;
+        /* 64 MiB reads: large enough for the disk, small enough for a
+         * progress line that moves. */
+        size_t chunk = size - done < ((size_t)64 << 20) ? size - done : (size_t)64 << 20;
         ssize_t got = pread(fd, buf + done, chunk, (off_t)done);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) {
@@ -369,12 +372,13 @@ static lm_status read_whole_file(int fd, const char *path, size_t size, void **o
                            size, got < 0 ? strerror(errno) : "unexpected end of file");
         }
         done += (size_t)got;
+        lm_progress_add(progress, LM_PROGRESS_READING, (uint64_t)got, 0);
     }
     *out = base;
     return LM_OK;
 }
 
-static lm_status load_image(lm_safetensors *st, lm_load_mode mode, lm_error *err) {
+static lm_status load_image(lm_safetensors *st, lm_load_mode mode, const lm_progress *progress, lm_error *err) {
     int fd = open(st->name, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return lm_fail(err, LM_ERR_IO, "%s: cannot open: %s", st->name, strerror(errno));
     struct stat info;
@@ -394,7 +398,7 @@ static lm_status load_image(lm_safetensors *st, lm_load_mode mode, lm_error *err
     } else {
         st->size = (size_t)info.st_size;
         size_t shift = 0;
-        s = read_whole_file(fd, st->name, st->size, &st->read_buffer, &shift, err);
+        s = read_whole_file(fd, st->name, st->size, progress, &st->read_buffer, &shift, err);
         st->bytes = (const uint8_t *)st->read_buffer + shift;
     }
     close(fd);
@@ -403,12 +407,17 @@ static lm_status load_image(lm_safetensors *st, lm_load_mode mode, lm_error *err
 
 lm_status lm_safetensors_open(const char *path, lm_load_mode mode, lm_safetensors **out,
                               lm_error *err) {
+    return lm_safetensors_open_with(path, mode, NULL, out, err);
+}
+
+lm_status lm_safetensors_open_with(const char *path, lm_load_mode mode, const lm_progress *progress,
+                                   lm_safetensors **out, lm_error *err) {
     *out = NULL;
     if (mode != LM_LOAD_READ && mode != LM_LOAD_MMAP)
         return lm_fail(err, LM_ERR_INVALID, "%s: unknown load mode %d", path, (int)mode);
     lm_safetensors *st = new_safetensors(path);
     if (!st) return lm_fail(err, LM_ERR_NOMEM, "%s: out of memory", path);
-    lm_status s = load_image(st, mode, err);
+    lm_status s = load_image(st, mode, progress, err);
     if (s == LM_OK) s = parse_image(st, err);
     if (s != LM_OK) {
         lm_safetensors_close(st);

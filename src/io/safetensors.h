@@ -11,6 +11,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
+#include "base/progress.h"
 
 /* LM_LOAD_READ reads the file into ordinary 64-byte aligned memory (the
  * default: decoding from mapped weights measured 3.6x slower on these
@@ -46,6 +47,10 @@ lm_status lm_safetensors_parse_memory(const void *bytes, size_t n, const char *n
 /* Reads or maps the file at `path` and parses it. */
 lm_status lm_safetensors_open(const char *path, lm_load_mode mode, lm_safetensors **out,
                               lm_error *err);
+/* The same, adding the bytes it reads (LM_LOAD_READ) to progress's
+ * "reading" phase as they come. */
+lm_status lm_safetensors_open_with(const char *path, lm_load_mode mode, const lm_progress *progress,
+                                   lm_safetensors **out, lm_error *err);
 
 void lm_safetensors_close(lm_safetensors *st);
 

@@ -277,7 +277,7 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
     lm_status st = lm_glm4v_config_load(config_path, &config, err);
     lm_checkpoint *checkpoint = NULL;
     if (st == LM_OK && !options->random_weights)
-        st = lm_checkpoint_open(dir, options->mode, &checkpoint, err);
+        st = lm_checkpoint_open_with(dir, options->mode, options->progress, &checkpoint, err);
     if (st != LM_OK) return st;
     lm_glm4v_model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -298,6 +298,9 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
     else
         lm_weights_init_random(&m->weights, options->random_seed, !config.tie_word_embeddings,
                                backend);
+    if (options->progress)
+        lm_weights_set_progress(&m->weights, options->progress,
+                                options->tensor_parallel ? options->tensor_parallel->n_ranks : 1);
     const lm_weights_quant quant = {.int8_linear = options->quantize_int8,
                                     .fp8_block_rows = options->fp8_block_rows,
                                     .fp8_block_cols = options->fp8_block_cols};

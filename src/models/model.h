@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
+#include "base/progress.h"
 #include "io/safetensors.h"
 #include "models/image_processor.h"
 #include "models/step_batch.h"
@@ -109,6 +110,9 @@ typedef struct {
      * experts; the all-reduce after the MoE block sums them.  E must be a
      * multiple of n.  No effect on one rank or a dense model. */
     bool expert_parallel;
+    /* Where the load reports its bytes (reading the files, placing or
+     * making the weights); NULL: nowhere. */
+    const lm_progress *progress;
 } lm_model_load_options;
 
 /* Sizes a context is made for. */

@@ -349,6 +349,9 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     else
         lm_weights_init_random(&m->weights, options ? options->random_seed : 0,
                                !config->tie_word_embeddings, backend);
+    if (options && options->progress)
+        lm_weights_set_progress(&m->weights, options->progress,
+                                options->tensor_parallel ? options->tensor_parallel->n_ranks : 1);
     lm_weights_quant quant = {0};
     if (options)
         quant = (lm_weights_quant){.int8_linear = options->quantize_int8,
@@ -437,7 +440,7 @@ static lm_status qwen35_open(const char *config_path, const char *dir,
     lm_status st = lm_qwen35_config_load(config_path, &config, err);
     lm_checkpoint *checkpoint = NULL;
     if (st == LM_OK && !options->random_weights)
-        st = lm_checkpoint_open(dir, options->mode, &checkpoint, err);
+        st = lm_checkpoint_open_with(dir, options->mode, options->progress, &checkpoint, err);
     if (st != LM_OK) return st;
     lm_qwen35_model *m;
     st = lm_qwen35_load(checkpoint, &config, options, backend, &m, err);

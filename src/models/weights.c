@@ -28,6 +28,20 @@ void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head, lm_b
 
 void lm_weights_set_quant(lm_weights *w, const lm_weights_quant *q) { w->quant = *q; }
 
+void lm_weights_set_progress(lm_weights *w, const lm_progress *progress, int n_ranks) {
+    w->progress = progress;
+    w->progress_ranks = n_ranks > 1 ? n_ranks : 1;
+    if (w->checkpoint)
+        lm_progress_add(progress, LM_PROGRESS_PLACING, 0,
+                        (uint64_t)lm_checkpoint_total_bytes(w->checkpoint) / (uint64_t)w->progress_ranks);
+}
+
+static void report_taken(const lm_weights *w, const lm_tensor *t) {
+    if (w->progress)
+        lm_progress_add(w->progress, w->random ? LM_PROGRESS_MAKING : LM_PROGRESS_PLACING,
+                        (uint64_t)t->n_bytes / (uint64_t)w->progress_ranks, 0);
+}
+
 static uint64_t next_random(uint64_t *state) { /* xorshift64* */
     uint64_t x = *state;
     x ^= x >> 12;
@@ -75,8 +89,10 @@ bool lm_weights_was_used(const lm_weights *w, const lm_tensor *t) {
 
 const lm_tensor *lm_weights_find(lm_weights *w, const char *name) {
     const lm_tensor *t = lm_checkpoint_find(w->checkpoint, name);
-    if (t && !lm_weights_was_used(w, t))
+    if (t && !lm_weights_was_used(w, t)) {
         push_pointer((void ***)&w->used, &w->n_used, &w->cap_used, (void *)t);
+        report_taken(w, t);
+    }
     return t;
 }
 
@@ -196,6 +212,7 @@ static const lm_tensor *random_tensor(lm_weights *w, const char *name, int n_dim
     t->data = data;
     t->file = "(random weights)";
     push_pointer((void ***)&w->used, &w->n_used, &w->cap_used, (void *)t);
+    report_taken(w, t);
     w->random_latest = t;
     w->random_latest_slot = w->n_random_owned - 1; /* its values, pushed last */
     return t;

@@ -53,6 +53,11 @@ typedef struct {
                              * weights of any dtype), freed with lm_weights_free */
     size_t n_owned, cap_owned;
     lm_weights_quant quant;
+    /* Where loading reports the bytes of the tensors it takes (NULL:
+     * nowhere), and the ranks that take a share each (the bytes are
+     * counted 1/progress_ranks a rank). */
+    const lm_progress *progress;
+    int progress_ranks;
     size_t q8_bytes; /* bytes of the Q8_0 matrices made at load */
     size_t fp8_bf16_bytes; /* bytes of bf16 matrices decoded from FP8 (a backend without int8 weights) */
     struct lm_pool *convert_pool; /* threads converting large matrices at load (made at the first) */
@@ -65,6 +70,10 @@ typedef struct {
 
 void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend *backend);
 /* Random mode; has_lm_head says whether "lm_head.weight" exists (untied). */
+/* Reports the tensors taken from here on to progress: "placing" the
+ * checkpoint's bytes (its whole size the phase's total), or "making"
+ * random ones; n_ranks ranks load a share each (1: the whole model). */
+void lm_weights_set_progress(lm_weights *w, const lm_progress *progress, int n_ranks);
 void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head, lm_backend *backend);
 /* The quantization of the weights made from here on (default: none). */
 void lm_weights_set_quant(lm_weights *w, const lm_weights_quant *q);

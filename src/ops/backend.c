@@ -97,8 +97,19 @@ lm_status lm_backend_create_on(const char *name, int device, int n_threads, lm_b
             return lm_fail(err, LM_ERR_INVALID, "the %s backend has one device (0), not %d", name, device);
         return kinds[i].create(device, n_threads, out, err);
     }
+#ifndef LOOM_HAVE_CUDA
+    if (name && strcmp(name, "cuda") == 0)
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "--device cuda: this loom was built without the CUDA backend; build it with "
+                       "`make CUDA=1` (needs nvcc, the CUDA toolkit) on a machine with an NVIDIA GPU, "
+                       "or run on the cpu");
+#endif
     return lm_fail(err, LM_ERR_INVALID, "unknown backend '%s' (this build has: %s)",
                    name ? name : "(null)", lm_backend_names());
+}
+
+bool lm_backend_name_known(const char *name) {
+    return name && (strcmp(name, "cpu") == 0 || strcmp(name, "ref") == 0 || strcmp(name, "cuda") == 0);
 }
 
 static const backend_kind *kind_of(const lm_backend *be) {

@@ -550,6 +550,10 @@ lm_status lm_backend_ref_create(lm_backend **out, lm_error *err);
 void lm_backend_destroy(lm_backend *be);
 /* Names of the backends of this build, for --help and errors ("cpu, ref"). */
 const char *lm_backend_names(void);
+/* Whether `name` is a backend loom has (cpu, ref, cuda), built in or not:
+ * a known name that cannot run here is the run's failure (cuda without a
+ * GPU, or a build without it), not a usage error. */
+bool lm_backend_name_known(const char *name);
 /* Whether the backend keeps its memory on the host (cpu, ref): one device
  * that any number of ranks share. */
 bool lm_backend_is_host(const lm_backend *be);

@@ -13,10 +13,10 @@ enum MHD_Result lm_handle_count_tokens(lm_server *s, struct MHD_Connection *c, c
     lm_error err = {0};
     lm_status st = lm_anthropic_request_parse(body, len, true, &s->image_parts, &r, param, sizeof param, &err);
     unsigned status = r.too_large ? 413 : st == LM_ERR_NOMEM ? 500 : 400;
-    char message[400];
+    char message[1200];
     const char *why = err.message;
-    if (st == LM_OK && r.model && strcmp(r.model, s->options.served_model_name) != 0) {
-        snprintf(message, sizeof message, "The model `%.300s` does not exist.", r.model);
+    if (st == LM_OK && !lm_server_serves_model(s, r.model)) {
+        lm_server_unknown_model_message(s, r.model, message, sizeof message);
         why = message;
         status = 404;
         st = LM_ERR_INVALID;

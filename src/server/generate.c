@@ -896,9 +896,9 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         return fail(g, c, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
     lm_openai_request *r = &g->req;
     lm_generation_defaults_apply(s->options.generation_defaults, r->doc, &r->params.sampling);
-    if (r->model && strcmp(r->model, s->options.served_model_name) != 0) {
-        char message[400];
-        snprintf(message, sizeof message, "The model `%.300s` does not exist.", r->model);
+    if (!lm_server_serves_model(s, r->model)) {
+        char message[1200];
+        lm_server_unknown_model_message(s, r->model, message, sizeof message);
         return fail(g, c, 404, message, "model");
     }
     /* One prompt for chat, one or more for completions; choices for all. */

@@ -324,9 +324,9 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
     return *bad ? MHD_NO : MHD_YES;
 }
 
-static cJSON *model_object(const lm_server *s) {
+static cJSON *model_object(const lm_server *s, const char *id) {
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", s->options.served_model_name);
+    cJSON_AddStringToObject(m, "id", id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)time(NULL));
     cJSON_AddStringToObject(m, "owned_by", "loom");
@@ -340,19 +340,21 @@ static enum MHD_Result handle_models(lm_server *s, struct MHD_Connection *c) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    cJSON_AddItemToArray(data, model_object(s));
+    cJSON_AddItemToArray(data, model_object(s, s->options.served_model_name));
+    for (int i = 0; i < s->options.n_model_aliases; i++)
+        cJSON_AddItemToArray(data, model_object(s, s->options.model_aliases[i]));
     enum MHD_Result ret = lm_reply_json(c, 200, root);
     cJSON_Delete(root);
     return ret;
 }
 
-static enum MHD_Result model_not_found(struct MHD_Connection *c, const char *model);
+static enum MHD_Result model_not_found(const lm_server *s, struct MHD_Connection *c, const char *model);
 
-/* GET /v1/models/{id}: the served model, or 404. */
+/* GET /v1/models/{id}: the served model under any of its names, or 404. */
 static enum MHD_Result handle_model(lm_server *s, struct MHD_Connection *c, const char *url) {
     const char *id = url + strlen("/v1/models/");
-    if (strcmp(id, s->options.served_model_name) != 0) return model_not_found(c, id);
-    cJSON *m = model_object(s);
+    if (!lm_server_serves_model(s, id)) return model_not_found(s, c, id);
+    cJSON *m = model_object(s, id);
     enum MHD_Result ret = lm_reply_json(c, 200, m);
     cJSON_Delete(m);
     return ret;
@@ -394,13 +396,9 @@ static enum MHD_Result handle_version(struct MHD_Connection *c) {
     return ret;
 }
 
-static bool model_ok(const lm_server *s, const char *model) {
-    return !model || strcmp(model, s->options.served_model_name) == 0;
-}
-
-static enum MHD_Result model_not_found(struct MHD_Connection *c, const char *model) {
-    char message[400];
-    snprintf(message, sizeof message, "The model `%.300s` does not exist.", model);
+static enum MHD_Result model_not_found(const lm_server *s, struct MHD_Connection *c, const char *model) {
+    char message[1200];
+    lm_server_unknown_model_message(s, model, message, sizeof message);
     return lm_reply_error(c, 404, message, "model");
 }
 
@@ -425,8 +423,8 @@ static enum MHD_Result handle_tokenize(lm_server *s, struct MHD_Connection *c, c
         return lm_reply_error(c, 400, "the request body must be a JSON object", NULL);
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(doc, "model");
-    if (cJSON_IsString(model) && !model_ok(s, model->valuestring)) {
-        enum MHD_Result r = model_not_found(c, model->valuestring);
+    if (cJSON_IsString(model) && !lm_server_serves_model(s, model->valuestring)) {
+        enum MHD_Result r = model_not_found(s, c, model->valuestring);
         cJSON_Delete(doc);
         return r;
     }
@@ -524,6 +522,10 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
     case LM_ROUTE_MODEL: return handle_model(s, c, ctx->url);
     case LM_ROUTE_HEALTH:
         if (atomic_load(&s->http->stopping)) return lm_reply_error(c, 503, "the server is shutting down", NULL);
+        if (!atomic_load(&s->ready)) {
+            static const char loading[] = "{\"status\":\"loading\"}";
+            return lm_reply_text(c, 503, "application/json", loading, sizeof loading - 1);
+        }
         return lm_reply_text(c, 200, "text/plain", "", 0);
     case LM_ROUTE_METRICS: return handle_metrics(s, c);
     case LM_ROUTE_RESET_PREFIX_CACHE: return handle_reset_prefix_cache(s, c);
@@ -760,6 +762,10 @@ static enum MHD_Result first_call(lm_server *s, struct MHD_Connection *c, conn_c
                                  NULL);
     if (is_worker_route(ctx->route) && atomic_load(&s->http->stopping))
         return lm_reply_error_as(c, wire, 503, "the server is shutting down", NULL);
+    /* Until the weights are in, only the probes answer (/health says
+     * "loading"); the rest is told to come back (503 with Retry-After). */
+    if (!atomic_load(&s->ready) && ctx->route != LM_ROUTE_HEALTH && ctx->route != LM_ROUTE_VERSION)
+        return lm_reply_error_as(c, wire, 503, "the model is still loading; retry when /health answers 200", NULL);
     return MHD_YES;
 }
 
@@ -946,9 +952,8 @@ int lm_server_listener_port(const lm_server_listener *listener) { return lm_fron
 
 void lm_server_listener_close(lm_server_listener *listener) { lm_front_door_stop(listener, 0); }
 
-lm_status lm_server_start(const lm_server_options *options, lm_server_listener *listener, loom_engine *engine,
-                          const lm_tokenizer *tokenizer, const lm_chat_template *chat_template,
-                          lm_server **out, lm_error *err) {
+lm_status lm_server_start(const lm_server_options *options, lm_server_listener *listener, lm_server **out,
+                          lm_error *err) {
     lm_server *s = calloc(1, sizeof *s);
     if (!s) {
         lm_server_listener_close(listener);
@@ -973,18 +978,8 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
         free(s);
         return lm_fail(err, LM_ERR_INVALID, "server limits out of range");
     }
-    s->engine = engine;
-    s->tokenizer = tokenizer;
-    s->chat_template = chat_template;
-    const char *source = tokenizer ? lm_tokenizer_chat_template(tokenizer) : NULL;
-    s->template_has_think = source && strstr(source, "<think>");
-    if (lm_server_images_init(s, err) != LM_OK) {
-        lm_server_listener_close(s->door);
-        free(s->media_dir);
-        free(s);
-        return err->code;
-    }
     lm_metrics_init(&s->metrics);
+    atomic_init(&s->ready, false);
     atomic_init(&s->next_id, (uint64_t)time(NULL) << 20);
     atomic_init(&s->active, 0);
     atomic_init(&s->cancel_all, false);
@@ -1032,12 +1027,30 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
         return err->code;
     }
     s->port = lm_front_door_port(s->door);
-    if (o->log && o->stats_interval_s > 0 &&
-        lm_throughput_log_start(o->log, engine, o->stats_interval_s, &s->throughput, err) != LM_OK) {
-        lm_server_stop(s, 0);
-        return err->code;
-    }
     *out = s;
+    return LM_OK;
+}
+
+lm_status lm_server_set_ready(lm_server *s, loom_engine *engine, const lm_tokenizer *tokenizer,
+                              const lm_chat_template *chat_template, lm_error *err) {
+    if (atomic_load(&s->ready)) return lm_fail(err, LM_ERR_INVALID, "the server has its model already");
+    s->engine = engine;
+    s->tokenizer = tokenizer;
+    s->chat_template = chat_template;
+    const char *source = tokenizer ? lm_tokenizer_chat_template(tokenizer) : NULL;
+    s->template_has_think = source && strstr(source, "<think>");
+    lm_status st = lm_server_images_init(s, err);
+    if (st != LM_OK) return st;
+    loom_engine_info info;
+    loom_engine_describe(engine, &info);
+    s->options.max_model_len = info.max_model_len; /* the engine's, possibly lowered from what was asked */
+    const lm_server_options *o = &s->options;
+    if (o->log && o->stats_interval_s > 0 &&
+        (st = lm_throughput_log_start(o->log, engine, o->stats_interval_s, &s->throughput, err)) != LM_OK)
+        return st;
+    /* Everything above is written before a request can see ready (the
+     * atomic's store orders it). */
+    atomic_store(&s->ready, true);
     return LM_OK;
 }
 

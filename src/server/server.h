@@ -20,7 +20,9 @@ typedef struct {
     const char *host;              /* default 127.0.0.1 */
     int port;                      /* 0: any free port (see lm_server_port) */
     const char *api_key;           /* NULL: no authentication */
-    const char *served_model_name; /* the id /v1/models lists and requests must name */
+    const char *served_model_name; /* the id /v1/models lists first and answers carry */
+    const char *const *model_aliases; /* other names requests may give (listed by /v1/models too) */
+    int n_model_aliases;
     size_t max_body_bytes;         /* larger bodies get 413 (default 32 MiB: base64 images) */
     int max_model_len;             /* the engine's context limit (for the default max_tokens) */
     int max_connections;           /* open connections at once; more are closed at accept (default 4096) */
@@ -56,13 +58,19 @@ int lm_server_listener_port(const lm_server_listener *listener);
 void lm_server_listener_close(lm_server_listener *listener);
 
 /* Starts serving on listener (taken over, freed with the server, also when
- * the start fails; NULL: bind one here).  The engine, tokenizer and
- * template stay owned by the caller and must outlive the server; tokenizer
- * and template may be NULL (then chat is refused and completions take token
- * ids only). */
-lm_status lm_server_start(const lm_server_options *options, lm_server_listener *listener, loom_engine *engine,
-                          const lm_tokenizer *tokenizer, const lm_chat_template *chat_template,
-                          lm_server **out, lm_error *err);
+ * the start fails; NULL: bind one here) before the model is there: until
+ * lm_server_set_ready, /health answers 503 {"status":"loading"}, /version
+ * answers, and every other route 503 with Retry-After (vLLM's and
+ * llama-server's habit; orchestrators wait on /health). */
+lm_status lm_server_start(const lm_server_options *options, lm_server_listener *listener, lm_server **out,
+                          lm_error *err);
+/* Hands the server its model, once: from then on every route is served.
+ * The engine, tokenizer and template stay owned by the caller and must
+ * outlive the server; tokenizer and template may be NULL (then chat is
+ * refused and completions take token ids only).  On failure the server
+ * stays loading (stop it). */
+lm_status lm_server_set_ready(lm_server *s, loom_engine *engine, const lm_tokenizer *tokenizer,
+                              const lm_chat_template *chat_template, lm_error *err);
 int lm_server_port(const lm_server *server);
 /* Graceful stop: closes the listening socket at once (new connections are
  * refused), lets in-flight requests finish for up to grace_ms, then cancels

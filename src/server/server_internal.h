@@ -31,6 +31,7 @@ struct lm_server {
     atomic_uint_fast64_t next_id;
     atomic_int active;       /* generation requests in flight */
     atomic_bool cancel_all;  /* shutdown: cancel what is still running */
+    atomic_bool ready;       /* lm_server_set_ready was called: engine, tokenizer and template are set */
     struct lm_http *http;    /* http.c's connection table, worker count and waker */
     struct lm_front_door *door; /* front_door.c: the listener and the relay in front of MHD */
     struct lm_throughput_log *throughput; /* throughput_log.c: the periodic line while busy, or NULL */
@@ -43,6 +44,12 @@ typedef enum { LM_ROUTE_NONE, LM_ROUTE_CHAT, LM_ROUTE_COMPLETIONS, LM_ROUTE_MODE
 
 /* The API a generation request speaks: its replies and errors take its shape. */
 typedef enum { LM_WIRE_OPENAI, LM_WIRE_ANTHROPIC, LM_WIRE_RESPONSES } lm_wire;
+
+/* Whether a request naming its model `name` (NULL: none) is served here:
+ * served_model_name or one of model_aliases. */
+bool lm_server_serves_model(const lm_server *s, const char *name);
+/* The 404's message: the name asked for and every name served. */
+void lm_server_unknown_model_message(const lm_server *s, const char *name, char *out, size_t size);
 
 /* Replies; all return MHD's result of queueing the response. */
 enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,

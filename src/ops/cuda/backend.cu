@@ -132,9 +132,28 @@ extern "C" lm_status lm_backend_cuda_create(int device, lm_backend **out, lm_err
     *out = NULL;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0)
-        return lm_fail(err, LM_ERR_UNSUPPORTED, "cuda: no GPU here (%s)",
-                       e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+    if (e != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        int driver = 0, runtime = 0;
+        cudaDriverGetVersion(&driver);
+        cudaRuntimeGetVersion(&runtime);
+        if (e == cudaErrorInsufficientDriver && driver == 0)
+            return lm_fail(err, LM_ERR_UNSUPPORTED,
+                           "--device cuda: no NVIDIA driver here (libcuda.so.1 not found; this loom's CUDA runtime "
+                           "is %d.%d): install the NVIDIA driver, or run on the cpu",
+                           runtime / 1000, runtime % 1000 / 10);
+        if (e == cudaErrorInsufficientDriver)
+            return lm_fail(err, LM_ERR_UNSUPPORTED,
+                           "--device cuda: the NVIDIA driver is too old: it supports CUDA %d.%d, this loom's runtime "
+                           "is %d.%d; update the driver",
+                           driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "--device cuda: no NVIDIA GPU found (%s; driver CUDA %d.%d, runtime %d.%d; "
+                       "CUDA_VISIBLE_DEVICES=%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "no devices", driver / 1000, driver % 1000 / 10,
+                       runtime / 1000, runtime % 1000 / 10,
+                       getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "(unset)");
+    }
     if (device < 0 || device >= count)
         return lm_fail(err, LM_ERR_INVALID, "cuda: no device %d (this machine has %d)", device, count);
     if ((e = cudaSetDevice(device)) != cudaSuccess)
