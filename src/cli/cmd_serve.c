@@ -40,7 +40,7 @@ typedef struct {
     char text[2048];
     size_t used;
     const char *names[MAX_MODEL_NAMES + 2]; /* + the folder as given and its basename */
-    int n;
+    int n, n_listed; /* the first n_listed are --served-model-name's (or the default name) */
 } model_names;
 
 typedef struct {
@@ -99,6 +99,7 @@ static bool parse_model_names(const char *value, void *field, char *message, siz
  * llama-server users type them. */
 static bool settle_model_names(model_names *m, const char *model_arg, const char *fallback) {
     if (m->n == 0 && !add_model_name(m, fallback, strlen(fallback))) return false;
+    m->n_listed = m->n;
     if (!model_arg) return true;
     size_t len = strlen(model_arg);
     while (len > 1 && model_arg[len - 1] == '/') len--; /* "models/loom-tiny/" */
@@ -313,6 +314,7 @@ int cmd_serve_main(int argc, char **argv) {
     so.served_model_name = a.names.names[0];
     so.model_aliases = a.names.names + 1;
     so.n_model_aliases = a.names.n - 1;
+    so.n_listed_aliases = a.names.n_listed - 1;
 
     /* Signals are taken by sigwait below; every thread started from here on
      * inherits the block. */

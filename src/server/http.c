@@ -341,7 +341,7 @@ static enum MHD_Result handle_models(lm_server *s, struct MHD_Connection *c) {
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
     cJSON_AddItemToArray(data, model_object(s, s->options.served_model_name));
-    for (int i = 0; i < s->options.n_model_aliases; i++)
+    for (int i = 0; i < s->options.n_listed_aliases && i < s->options.n_model_aliases; i++)
         cJSON_AddItemToArray(data, model_object(s, s->options.model_aliases[i]));
     enum MHD_Result ret = lm_reply_json(c, 200, root);
     cJSON_Delete(root);

@@ -21,8 +21,10 @@ typedef struct {
     int port;                      /* 0: any free port (see lm_server_port) */
     const char *api_key;           /* NULL: no authentication */
     const char *served_model_name; /* the id /v1/models lists first and answers carry */
-    const char *const *model_aliases; /* other names requests may give (listed by /v1/models too) */
-    int n_model_aliases;
+    const char *const *model_aliases; /* other names requests may give; the first n_listed_aliases
+                                         (--served-model-name's) are listed by /v1/models too, the
+                                         rest (the folder as given, its basename) are only accepted */
+    int n_model_aliases, n_listed_aliases;
     size_t max_body_bytes;         /* larger bodies get 413 (default 32 MiB: base64 images) */
     int max_model_len;             /* the engine's context limit (for the default max_tokens) */
     int max_connections;           /* open connections at once; more are closed at accept (default 4096) */
