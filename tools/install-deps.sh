@@ -20,8 +20,9 @@ install_test_npm() {
 packages=(build-essential pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
           libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libedit-dev
           python3-jinja2 python3-jsonschema clang libclang-rt-14-dev)
-# The test suite checks contrib/loom.service with systemd-analyze verify.
-if [ "${1:-}" = --test ]; then packages+=(systemd); fi
+# The test suite checks contrib/loom.service with systemd-analyze verify and
+# reads contrib/kubernetes/*.yaml with python3-yaml.
+if [ "${1:-}" = --test ]; then packages+=(systemd python3-yaml); fi
 command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
