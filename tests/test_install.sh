@@ -3,7 +3,8 @@
 # installed bundled model (from any directory), and the man page, bash
 # completion and license are in place; `make uninstall` removes them.
 # contrib/loom.service passes `systemd-analyze verify` when systemd is
-# installed (tools/install-deps.sh --test installs it).
+# installed (tools/install-deps.sh --test installs it); contrib/kubernetes's
+# manifests hold together (tests/kubernetes_manifests.py, python3-yaml).
 cd "$(dirname "$0")/.." || exit 1
 build=${LOOM_BUILD:-build}
 passed=0; failed=0
@@ -35,6 +36,14 @@ if command -v systemd-analyze >/dev/null; then
     rm -rf "$unit"
 else
     echo "test_install.sh: systemd-analyze not installed: contrib/loom.service not verified"
+fi
+# contrib/kubernetes: the manifests parse and hold together (probes on
+# /health, ports, the GPU variant), and loom serve takes loom.yaml's flags.
+if python3 -c 'import yaml' 2>/dev/null; then
+    out=$(python3 tests/kubernetes_manifests.py "$build/loom" 2>&1)
+    check "contrib/kubernetes manifests: $out" $?
+else
+    echo "test_install.sh: python3-yaml not installed: contrib/kubernetes not checked"
 fi
 echo "test_install.sh: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

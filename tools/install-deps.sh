@@ -23,9 +23,10 @@ packages=(build-essential pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
           libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libedit-dev)
 # ... and what only the test suite needs (`make test`): the Jinja and JSON
 # Schema oracles, clang for the libFuzzer tree, systemd-analyze for
-# contrib/loom.service, node for the client-library suites.
+# contrib/loom.service, python3-yaml for contrib/kubernetes's manifests, node
+# for the client-library suites.
 if [ "${1:-}" = --test ] || [ "${2:-}" = --test ]; then
-    packages+=(python3-jinja2 python3-jsonschema clang libclang-rt-14-dev systemd)
+    packages+=(python3-jinja2 python3-jsonschema clang libclang-rt-14-dev systemd python3-yaml)
     command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 fi
 # --list [--test]: print the packages (one a line) and install nothing.

@@ -790,11 +790,20 @@ static void log_request(const gen_ctx *g, unsigned status, const char *finish) {
     lm_request_log(o->log, &rec);
 }
 
-/* Counts the request in /metrics once, however it ends, and logs it. */
+/* How the request ended, as /metrics counts it (vLLM's finished_reason:
+ * the first choice's, as the log line says). */
+static lm_request_end request_end(const gen_ctx *g, int outcome) {
+    if (outcome == 2) return LM_REQUEST_ABORT;
+    if (outcome == 1) return LM_REQUEST_ERROR;
+    return g->n > 0 && g->choices[0].reason == LOOM_FINISH_LENGTH ? LM_REQUEST_LENGTH : LM_REQUEST_STOP;
+}
+
+/* Counts the request in /metrics once, however it ends, and logs it.
+ * outcome: 0 finished, 1 error, 2 aborted (cancelled or client gone). */
 static void observe_end(gen_ctx *g, int outcome) {
     if (g->observed) return;
     g->observed = true;
-    lm_metrics_observe_request(&g->server->metrics, lm_monotonic_seconds() - g->arrival, outcome);
+    lm_metrics_observe_request(&g->server->metrics, lm_monotonic_seconds() - g->arrival, request_end(g, outcome));
     bool blocking = !g->req.stream;
     log_request(g, outcome == 2 && atomic_load(&g->server->cancel_all) && blocking ? 503
                    : outcome == 1 && blocking                                     ? 500

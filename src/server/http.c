@@ -363,8 +363,12 @@ static enum MHD_Result handle_model(lm_server *s, struct MHD_Connection *c, cons
 static enum MHD_Result handle_metrics(lm_server *s, struct MHD_Connection *c) {
     loom_stats stats;
     loom_engine_stats(s->engine, &stats);
+    loom_engine_info info; /* fixed at engine create: the KV cache's shape */
+    loom_engine_describe(s->engine, &info);
+    lm_metrics_cache_config cache = {.block_size = info.kv_block_size, .prefix_caching = info.prefix_caching};
+    snprintf(cache.cache_dtype, sizeof cache.cache_dtype, "%s", info.kv_cache_dtype);
     lm_sbuf out = {0};
-    lm_metrics_render(&s->metrics, &stats, s->options.served_model_name, &out);
+    lm_metrics_render(&s->metrics, &stats, &cache, s->options.served_model_name, &out);
     enum MHD_Result ret = out.failed ? lm_reply_error(c, 500, "out of memory rendering /metrics", NULL)
                                      : lm_reply_text(c, 200, "text/plain; version=0.0.4", lm_sbuf_str(&out), out.len);
     lm_sbuf_free(&out);
