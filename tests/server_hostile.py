@@ -16,6 +16,8 @@ usage: server_hostile.py LOOM MODEL [--asan LOOM_ASAN] [--only NAME,...]
             connections are still served.
   memory    8 concurrent 16 MiB bodies: accepted and parsed under a stated RSS
             bound, or refused with 413 before being read.
+  output    generated NUL bytes reach the client as \\u0000 (detokenize, completions, chat,
+            streams), on the ASan build.
   http      routing and header rules: JSON error bodies, Allow, HEAD, CORS,
             /v1/models/{id}, Bearer case, --api-key-file, LOOM_API_KEY.
   corpus    ~380 malformed requests against the ASan build: never a 5xx
@@ -523,6 +525,42 @@ def test_memory(binary, model):
     check(srv.stop() == 0, "memory: clean exit")
 
 
+# ---------------------------------------------------------------- output
+
+def nul_token(model):
+    """The id of the byte-level token for the byte 0 (its character is U+0100)."""
+    with open(os.path.join(model, "tokenizer.json"), encoding="utf-8") as f:
+        return json.load(f)["model"]["vocab"]["\u0100"]
+
+
+def test_output(binary, model):
+    """Generated NUL bytes reach the client as \\u0000 (issue 48): in /detokenize, in
+    non-streaming completions and chat, and in streams."""
+    srv = Server(binary, model)
+    port = srv.port
+    nul = nul_token(model)
+    st, _, b = request(port, "POST", "/detokenize", json.dumps({"tokens": [nul, nul]}).encode())
+    check(st == 200 and json.loads(b).get("prompt") == "\0\0", "output: /detokenize keeps NUL (%s)" % b[:200])
+    bias = {"logit_bias": {str(nul): 100}, "temperature": 0, "max_tokens": 3}
+    st, _, b = request(port, "POST", "/v1/completions", json.dumps(dict(bias, prompt=[1, 2])).encode())
+    text = json.loads(b)["choices"][0]["text"] if st == 200 else None
+    check(text == "\0\0\0", "output: a completion keeps NUL (%r)" % (b[:300],))
+    st, _, b = request(port, "POST", "/v1/chat/completions",
+                       json.dumps(dict(bias, messages=[{"role": "user", "content": "hi"}])).encode())
+    content = json.loads(b)["choices"][0]["message"]["content"] if st == 200 else None
+    check(content == "\0\0\0", "output: a chat answer keeps NUL (%r)" % (b[:300],))
+    st, _, b = request(port, "POST", "/v1/chat/completions",
+                       json.dumps(dict(bias, stream=True, messages=[{"role": "user", "content": "hi"}])).encode(),
+                       timeout=30)
+    streamed = ""
+    for line in b.decode("utf-8", "replace").splitlines():
+        if line.startswith("data: {"):
+            for ch in json.loads(line[6:]).get("choices", []):
+                streamed += ch.get("delta", {}).get("content") or ""
+    check(streamed == "\0\0\0", "output: a stream keeps NUL (%r)" % streamed)
+    check(srv.stop() == 0, "output: clean exit")
+
+
 # ---------------------------------------------------------------- HTTP rules
 
 def test_http(binary, model):
@@ -867,7 +905,7 @@ def main():
         del args[i:i + 2]
     binary, model = args[0], args[1]
     tests = [("shutdown", test_shutdown, binary), ("idle", test_idle, binary), ("limit", test_limit, binary),
-             ("memory", test_memory, binary), ("http", test_http, binary),
+             ("memory", test_memory, binary), ("output", test_output, asan or binary), ("http", test_http, binary),
              ("corpus", test_corpus, asan or binary)]
     for name, fn, b in tests:
         if only and name not in only:

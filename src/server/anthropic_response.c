@@ -1,4 +1,5 @@
 #include "server/anthropic_response.h"
+#include "server/json_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +82,7 @@ cJSON *lm_anthropic_message(const lm_anthropic_output *o) { return message(o, fa
 
 /* "event: NAME\ndata: JSON\n\n", taking obj's "type" as the name. */
 static void event(lm_sbuf *out, cJSON *obj) {
-    char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    char *text = lm_json_print(obj);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(obj, "type");
     if (!text || !cJSON_IsString(type)) {
         out->failed = true;

@@ -22,6 +22,7 @@
 #include "server/tool_call_delta.h"
 #include "server/tool_choice.h"
 #include "server/tool_parser.h"
+#include "server/json_text.h"
 
 #define EVENT_POLL_MS 50
 #define COMPLETION_IMAGES                                                                                  \
@@ -217,8 +218,7 @@ static void route_content(choice_state *ch, const char *text, size_t len) {
     else lm_sbuf_append(&ch->content, text, len);
 }
 
-static void feed_text(choice_state *ch, const char *text, size_t len) {
-    if (!len) return;
+static void feed_plain_text(choice_state *ch, const char *text, size_t len) {
     if (!ch->use_reasoning) {
         route_content(ch, text, len);
         return;
@@ -226,6 +226,19 @@ static void feed_text(choice_state *ch, const char *text, size_t len) {
     lm_reasoning_parser_feed(&ch->reasoning_parser, text, len, &ch->reasoning, &ch->middle);
     route_content(ch, lm_sbuf_str(&ch->middle), ch->middle.len);
     lm_sbuf_clear(&ch->middle);
+}
+
+/* The engine's text, NUL bytes marked for cJSON (json_text.h). */
+static void feed_text(choice_state *ch, const char *text, size_t len) {
+    if (!len) return;
+    if (!memchr(text, '\0', len)) {
+        feed_plain_text(ch, text, len);
+        return;
+    }
+    lm_sbuf marked = {0};
+    lm_text_append_marked(&marked, text, len);
+    feed_plain_text(ch, lm_sbuf_str(&marked), marked.len);
+    lm_sbuf_free(&marked);
 }
 
 static void finish_text(choice_state *ch) {
@@ -526,7 +539,7 @@ static cJSON *full_response(gen_ctx *g) {
 /* ------------------------------------------------------------ streaming */
 
 static void sse(gen_ctx *g, cJSON *chunk) {
-    char *text = cJSON_PrintUnformatted(chunk);
+    char *text = lm_json_print(chunk);
     cJSON_Delete(chunk);
     if (!text) {
         g->out.failed = true;

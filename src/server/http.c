@@ -20,6 +20,7 @@
 #include "server/request_framing.h"
 #include "server/server_internal.h"
 #include "server/throughput_log.h"
+#include "server/json_text.h"
 
 #define LM_MAX_URL_BYTES LM_FRAMING_MAX_URL_BYTES       /* the front door refuses longer ones first */
 #define LM_MAX_HEADER_BYTES LM_FRAMING_MAX_HEAD_BYTES /* likewise */
@@ -157,7 +158,7 @@ enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const c
 }
 
 enum MHD_Result lm_reply_json(struct MHD_Connection *c, unsigned status, const cJSON *json) {
-    char *text = json ? cJSON_PrintUnformatted(json) : NULL;
+    char *text = lm_json_print(json);
     if (!text) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
                                   "\"InternalServerError\",\"param\":null,\"code\":500}}";
@@ -505,8 +506,11 @@ static enum MHD_Result handle_detokenize(lm_server *s, struct MHD_Connection *c,
     free(ids);
     if (st != LM_OK) return lm_reply_error(c, 400, err.message, "tokens");
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "prompt", text);
+    lm_sbuf marked = {0};
+    lm_text_append_marked(&marked, text, text_len); /* a NUL the ids decode to reaches the client */
     free(text);
+    cJSON_AddStringToObject(root, "prompt", lm_sbuf_str(&marked));
+    lm_sbuf_free(&marked);
     enum MHD_Result ret = lm_reply_json(c, 200, root);
     cJSON_Delete(root);
     return ret;

@@ -1,4 +1,5 @@
 #include "server/responses_response.h"
+#include "server/json_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,7 +139,7 @@ cJSON *lm_responses_object(const lm_responses_output *o) {
 /* "event: TYPE\ndata: JSON\n\n" with the next sequence_number. */
 static void event(lm_responses_stream *st, lm_sbuf *out, cJSON *obj) {
     cJSON_AddNumberToObject(obj, "sequence_number", st->sequence++);
-    char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    char *text = lm_json_print(obj);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(obj, "type");
     if (!text || !cJSON_IsString(type)) {
         out->failed = true;
