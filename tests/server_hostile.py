@@ -15,7 +15,9 @@ usage: server_hostile.py LOOM MODEL [--asan LOOM_ASAN] [--only NAME,...]
   limit     --max-connections: the excess is closed at accept, admitted
             connections are still served.
   memory    8 concurrent 16 MiB bodies: accepted and parsed under a stated RSS
-            bound, or refused with 413 before being read.
+            bound, or refused with 413 before being read; RSS back within 50 MiB after.
+  bodies    6 MiB of text that cannot fit the context: 400 within seconds on every route that
+            tokenizes (completions, chat, /tokenize, count_tokens), not a 500 or a long stall.
   output    generated NUL bytes reach the client as \\u0000 (detokenize, completions, chat,
             streams), on the ASan build.
   http      routing and header rules: JSON error bodies, Allow, HEAD, CORS,
@@ -518,11 +520,36 @@ def test_memory(binary, model):
     # Each body: its buffer (< 32 MiB with doubling) and the parsed string.
     bound = 8 * 64
     check(grow < bound, "memory: RSS grows under %d MiB for 8 x 16 MiB bodies (+%.0f)" % (bound, grow))
-    time.sleep(0.5)
+    time.sleep(1.0)
+    after = srv.rss_mib() - base
+    # issue 48: the bodies' memory goes back to the system once they end
+    check(after < 50, "memory: RSS within +50 MiB of before once the bodies end (+%.0f)" % after)
     st, _, _ = request(port, "GET", "/health")
     check(st == 200, "memory: serving afterwards")
-    print("memory: 8 x 16 MiB accepted: RSS peak +%.0f MiB over %.0f MiB (bound %d)" % (grow, base, bound))
+    print("memory: 8 x 16 MiB accepted: RSS peak +%.0f MiB over %.0f MiB (bound %d), +%.0f after" % (
+        grow, base, bound, after))
     check(srv.stop() == 0, "memory: clean exit")
+
+
+def test_bodies(binary, model):
+    """Large text that cannot fit the context is refused at once with a 400, not
+    after seconds of tokenizing (or a 500 from the template engine's bound)."""
+    srv = Server(binary, model)
+    port = srv.port
+    text = "a" * (6 << 20)  # over the fixture's floor of 4096 tokens x 776 bytes
+    cases = [("/v1/completions", {"prompt": text, "max_tokens": 1}),
+             ("/v1/chat/completions", {"messages": [{"role": "user", "content": text}], "max_tokens": 1}),
+             ("/tokenize", {"prompt": text}),
+             ("/v1/messages/count_tokens", {"model": "m", "messages": [{"role": "user", "content": text}]})]
+    for path, obj in cases:
+        t = time.time()
+        st, _, b = request(port, "POST", path, json.dumps(obj).encode(), timeout=60)
+        secs = time.time() - t
+        check(st == 400 and b"maximum context length" in b and secs < 8,
+              "bodies: 6 MiB of text to %s: 400 within seconds (%s, %.1f s, %r)" % (path, st, secs, b[:160]))
+    st, _, b = request(port, "POST", "/tokenize", json.dumps({"prompt": "hello " * 3000}).encode())
+    check(st == 400 and b"maximum context length" in b, "bodies: /tokenize past the context: 400 (%s %r)" % (st, b[:160]))
+    check(srv.stop() == 0, "bodies: clean exit")
 
 
 # ---------------------------------------------------------------- output
@@ -905,7 +932,7 @@ def main():
         del args[i:i + 2]
     binary, model = args[0], args[1]
     tests = [("shutdown", test_shutdown, binary), ("idle", test_idle, binary), ("limit", test_limit, binary),
-             ("memory", test_memory, binary), ("output", test_output, asan or binary), ("http", test_http, binary),
+             ("memory", test_memory, binary), ("bodies", test_bodies, binary), ("output", test_output, asan or binary), ("http", test_http, binary),
              ("corpus", test_corpus, asan or binary)]
     for name, fn, b in tests:
         if only and name not in only:

@@ -7,6 +7,7 @@
  * exit 0. */
 #include <ctype.h>
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -315,6 +316,13 @@ int cmd_serve_main(int argc, char **argv) {
     so.model_aliases = a.names.names + 1;
     so.n_model_aliases = a.names.n - 1;
     so.n_listed_aliases = a.names.n_listed - 1;
+
+    /* Request bodies and their parses are megabytes, freed when a request
+     * ends: a fixed mmap threshold gives every block of 256 KiB or more back
+     * to the system at free.  glibc's default threshold rises to the size
+     * of the last freed mapping (up to 32 MiB), after which such blocks stay
+     * in the heap: a burst of 12 x 30 MiB bodies left 80-130 MiB resident. */
+    mallopt(M_MMAP_THRESHOLD, 256 << 10);
 
     /* Signals are taken by sigwait below; every thread started from here on
      * inherits the block. */

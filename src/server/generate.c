@@ -131,9 +131,33 @@ static int count_image_tokens(const lm_server *s, const int32_t *ids, size_t n) 
     return count;
 }
 
+lm_status lm_prompt_bytes_fit(const lm_server *s, size_t text_bytes, lm_error *err) {
+    size_t floor = s->tokenizer ? lm_tokenizer_min_tokens(s->tokenizer, text_bytes) : 0;
+    if (floor <= (size_t)s->options.max_model_len) return LM_OK;
+    return lm_fail(err, LM_ERR_INVALID,
+                   "This model's maximum context length is %d tokens. However, your request has at least %zu input "
+                   "tokens (%zu bytes of text).",
+                   s->options.max_model_len, floor, text_bytes);
+}
+
+/* The bytes of every string in v (the messages' text, a floor on what the
+ * template renders), stopping once past `enough`. */
+static size_t string_bytes(const cJSON *v, size_t enough) {
+    size_t n = 0;
+    for (const cJSON *c = v ? v->child : NULL; c && n <= enough; c = c->next) {
+        if (cJSON_IsString(c)) n += strlen(c->valuestring);
+        else if (c->child) n += string_bytes(c, enough - n);
+    }
+    return n;
+}
+
 lm_status lm_render_chat_prompt(const lm_server *s, const lm_openai_request *r, char **text,
                                 size_t *len, lm_error *err) {
     if (!s->chat_template) return lm_fail(err, LM_ERR_INVALID, "this model has no chat template");
+    /* A conversation that cannot fit is refused before the template runs
+     * over it (the template engine bounds its strings at 16 MiB). */
+    lm_status fits = lm_prompt_bytes_fit(s, string_bytes(r->messages, SIZE_MAX / 2), err);
+    if (fits != LM_OK) return fits;
     cJSON *ctx = cJSON_CreateObject();
     if (!ctx) return lm_fail(err, LM_ERR_NOMEM, "out of memory building the chat template's context");
     const cJSON *kw;
@@ -950,6 +974,9 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         char *text = NULL;
         size_t text_len = 0;
         st = lm_render_chat_prompt(s, r, &text, &text_len, &err);
+        /* A bound of the template engine (a string over 16 MiB) is the
+         * request's size, not the server's failure. */
+        if (st == LM_ERR_NOMEM) FAIL_PROMPTS(413, err.message, "messages");
         /* tool_choice required / named: the prompt ends with the opening of
          * the call, after what makes the turn read as the template writes a
          * call without reasoning (closing a thinking block the template
@@ -969,6 +996,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
                 st = lm_fail(&err, LM_ERR_NOMEM, "out of memory ending the reasoning before a forced call");
             }
         }
+        if (st == LM_OK) st = lm_prompt_bytes_fit(s, text_len, &err);
         if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &ids[0], &n_ids[0], &err);
         bool opens = st == LM_OK && s->template_has_think && lm_prompt_opens_reasoning(text, text_len);
         free(text);
@@ -1042,6 +1070,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
             lm_prompt_input *in = &r->prompts[p];
             if (in->text) {
                 if (!s->tokenizer) FAIL_PROMPTS(400, "this model has no tokenizer: send the prompt as token ids", "prompt");
+                if (lm_prompt_bytes_fit(s, in->text_len, &err) != LM_OK) FAIL_PROMPTS(400, err.message, "prompt");
                 st = lm_tokenizer_encode(s->tokenizer, in->text, in->text_len, true, &ids[p], &n_ids[p], &err);
                 if (st != LM_OK) FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "prompt");
                 if (count_image_tokens(s, ids[p], n_ids[p]) > 0) FAIL_PROMPTS(400, COMPLETION_IMAGES, "prompt");

@@ -459,9 +459,20 @@ static enum MHD_Result handle_tokenize(lm_server *s, struct MHD_Connection *c, c
     }
     int32_t *ids = NULL;
     size_t n = 0;
+    /* The answer lists every token: a text that cannot fit the context is
+     * refused before it is tokenized (megabytes cost seconds and a list of
+     * millions of ids), and so is a list longer than the context. */
+    if (st == LM_OK && (st = lm_prompt_bytes_fit(s, text_len, &err)) != LM_OK) snprintf(param, sizeof param, "prompt");
     if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, add_special, &ids, &n, &err);
     if (owned) free(text);
     cJSON_Delete(doc);
+    if (st == LM_OK && n > (size_t)s->options.max_model_len) {
+        free(ids);
+        char message[200];
+        snprintf(message, sizeof message, "the prompt has %zu tokens, more than this model's maximum context length of "
+                 "%d", n, s->options.max_model_len);
+        return lm_reply_error(c, 400, message, "prompt");
+    }
     if (st != LM_OK) return lm_reply_error(c, st == LM_ERR_NOMEM ? 500 : 400, err.message, param);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "count", (double)n);

@@ -97,6 +97,12 @@ enum MHD_Result lm_handle_count_tokens(lm_server *s, struct MHD_Connection *c, c
 lm_status lm_server_images_init(lm_server *s, lm_error *err);
 
 /* Renders the chat prompt of a parsed chat request (malloc'd text). */
+/* LM_OK when text of this many bytes may fit the context; else
+ * LM_ERR_INVALID with vLLM's context-length message and the floor on its
+ * tokens (lm_tokenizer_min_tokens): checked before tokenizing, which for
+ * megabytes of text costs seconds. */
+lm_status lm_prompt_bytes_fit(const lm_server *s, size_t text_bytes, lm_error *err);
+
 lm_status lm_render_chat_prompt(const lm_server *s, const lm_openai_request *r, char **text,
                                 size_t *len, lm_error *err);
 #endif

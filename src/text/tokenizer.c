@@ -256,6 +256,7 @@ static lm_status build_id_tables(lm_tokenizer *tok, int32_t max_id, lm_error *er
             lm_text_buf_free(&blob);
             return st;
         }
+        if (tok->token_bytes[id].len > tok->max_token_bytes) tok->max_token_bytes = tok->token_bytes[id].len;
     }
     tok->decode_blob = blob.p ? blob.p : calloc(1, 1);
     if (!tok->decode_blob) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
@@ -514,6 +515,15 @@ const char *lm_tokenizer_token_bytes(const lm_tokenizer *tok, int32_t id, size_t
     if (id < 0 || id >= tok->n_ids || !tok->token_text[id]) return NULL;
     *len = tok->token_bytes[id].len;
     return tok->decode_blob + tok->token_bytes[id].off;
+}
+
+size_t lm_tokenizer_max_token_bytes(const lm_tokenizer *tok) { return tok->max_token_bytes; }
+
+size_t lm_tokenizer_min_tokens(const lm_tokenizer *tok, size_t text_bytes) {
+    /* Normalisation can shrink text: NFC composes three Hangul jamo (9
+     * bytes) into one syllable (3), so a third is the floor; 4 leaves room. */
+    size_t per = tok->max_token_bytes ? tok->max_token_bytes * 4 : 1;
+    return text_bytes / per;
 }
 
 bool lm_tokenizer_is_special(const lm_tokenizer *tok, int32_t id) {

@@ -60,6 +60,12 @@ const char *lm_tokenizer_id_to_token(const lm_tokenizer *tok, int32_t id);
 int32_t lm_tokenizer_token_to_id(const lm_tokenizer *tok, const char *s);
 /* The raw bytes that decoding id produces (before UTF-8 repair); NULL if id names none. */
 const char *lm_tokenizer_token_bytes(const lm_tokenizer *tok, int32_t id, size_t *len);
+/* The most bytes one token decodes to. */
+size_t lm_tokenizer_max_token_bytes(const lm_tokenizer *tok);
+/* A floor on the tokens text of this many bytes encodes to, whatever it
+ * holds, found without encoding it: what lets a server refuse a prompt that
+ * cannot fit its context before spending seconds tokenizing it. */
+size_t lm_tokenizer_min_tokens(const lm_tokenizer *tok, size_t text_bytes);
 /* True for added tokens marked special (what skip_special drops). */
 bool lm_tokenizer_is_special(const lm_tokenizer *tok, int32_t id);
 /* True for any added token (special or not), e.g. <think> in Qwen3. */

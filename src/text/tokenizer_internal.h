@@ -43,6 +43,7 @@ struct lm_tokenizer {
     int32_t n_ids;          /* 1 + the largest id */
     const char **token_text; /* per id: tokenizer.json's string, NULL for a hole */
     lm_span *token_bytes;    /* per id: decoded bytes in decode_blob */
+    size_t max_token_bytes;  /* the longest of them */
     char *decode_blob;
     uint8_t *flags; /* per id: LM_TOKEN_* */
 
