@@ -157,6 +157,12 @@ static void test_json_schema(void) {
     const sample v[] = {{"\"xxabyy\"", true}, {"\"ab\"", true}, {"\"a b\"", false}};
     check_samples(LOOM_GRAMMAR_JSON_SCHEMA, search, v, 3);
 
+    /* enum / const with the type their values have */
+    const char *typed = "{\"anyOf\":[{\"type\":\"integer\",\"enum\":[1,2]},{\"type\":[\"string\",\"null\"],"
+                        "\"enum\":[\"a\",null]},{\"type\":\"number\",\"const\":2.5}]}";
+    const sample x[] = {{"1", true}, {"\"a\"", true}, {"null", true}, {"2.5", true}, {"3", false}};
+    check_samples(LOOM_GRAMMAR_JSON_SCHEMA, typed, x, 5);
+
     const char *map = "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"number\",\"minimum\":0}}";
     const sample w[] = {{"{}", true}, {"{\"a\": 1.5, \"b\": 2e3}", true}, {"{\"a\": -1}", false}};
     check_samples(LOOM_GRAMMAR_JSON_SCHEMA, map, w, 3);
@@ -178,6 +184,11 @@ static void test_schema_refusals(void) {
         {"{\"type\":\"object\",\"properties\":{},\"required\":[\"a\"]}", "required property 'a'"},
         {"{\"type\":\"array\",\"maxItems\":100000}", "maxItems"},
         {"[1,2", "not valid JSON"},
+        /* issue 48: a type the enum / const values do not have matches nothing */
+        {"{\"type\":\"integer\",\"enum\":[\"x\"]}", "enum value \"x\" is not of type \"integer\""},
+        {"{\"type\":\"integer\",\"enum\":[1,2.5]}", "enum value 2.5 is not of type"},
+        {"{\"type\":\"string\",\"const\":3}", "const value 3 is not of type \"string\""},
+        {"{\"type\":[\"integer\",\"null\"],\"enum\":[1,\"a\"]}", "enum value \"a\" is not of type"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         loom_grammar *g = NULL;

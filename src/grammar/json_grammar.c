@@ -506,6 +506,46 @@ static lm_status resolve_ref(json_builder *j, const char *path, const cJSON **ta
     return LM_OK;
 }
 
+/* Whether the JSON value v is of the schema type named `name`. */
+static bool value_is(const cJSON *v, const char *name) {
+    if (strcmp(name, "string") == 0) return cJSON_IsString(v);
+    if (strcmp(name, "number") == 0) return cJSON_IsNumber(v);
+    if (strcmp(name, "integer") == 0) return cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble;
+    if (strcmp(name, "boolean") == 0) return cJSON_IsBool(v);
+    if (strcmp(name, "null") == 0) return cJSON_IsNull(v);
+    if (strcmp(name, "object") == 0) return cJSON_IsObject(v);
+    if (strcmp(name, "array") == 0) return cJSON_IsArray(v);
+    return false;
+}
+
+/* With "type" beside "enum" or "const", every value must be of one of its
+ * types: {"type": "integer", "enum": ["x"]} matches nothing, and
+ * generating "x" for it would break the schema the client validates. */
+static lm_status check_values_typed(json_builder *j, const cJSON *type, const cJSON *values, bool is_enum) {
+    if (!type) return LM_OK;
+    const cJSON *v = is_enum ? values->child : values;
+    for (; v; v = is_enum ? v->next : NULL) {
+        bool ok = false;
+        if (cJSON_IsString(type)) ok = value_is(v, type->valuestring);
+        else if (cJSON_IsArray(type)) {
+            const cJSON *t;
+            cJSON_ArrayForEach(t, type) ok = ok || (cJSON_IsString(t) && value_is(v, t->valuestring));
+        } else {
+            return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'type' must be a string or a list of strings");
+        }
+        if (!ok) {
+            char *shown = cJSON_PrintUnformatted(v);
+            char *type_text = cJSON_PrintUnformatted(type);
+            lm_fail(j->err, LM_ERR_INVALID, "JSON schema: the %s value %.60s is not of type %.80s, so nothing matches",
+                    is_enum ? "enum" : "const", shown ? shown : "?", type_text ? type_text : "?");
+            cJSON_free(shown);
+            cJSON_free(type_text);
+            return LM_ERR_INVALID;
+        }
+    }
+    return LM_OK;
+}
+
 static lm_status compile_schema(json_builder *j, const cJSON *schema, lm_gseq *out, int depth) {
     if (depth > LM_SCHEMA_MAX_DEPTH)
         return lm_fail(j->err, LM_ERR_NOMEM, "JSON schema nested deeper than %d", LM_SCHEMA_MAX_DEPTH);
@@ -567,6 +607,7 @@ static lm_status compile_schema(json_builder *j, const cJSON *schema, lm_gseq *o
         const cJSON *list = any_of ? any_of : enumv;
         if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) == 0)
             return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: '%s' must be a non-empty array", any_of ? "anyOf" : "enum");
+        if (enumv) TRY(check_values_typed(j, type, enumv, true));
         uint32_t rule = 0;
         TRY(lm_grammar_new_rule(j->b, &rule, j->err));
         const cJSON *item;
@@ -580,7 +621,10 @@ static lm_status compile_schema(json_builder *j, const cJSON *schema, lm_gseq *o
         ref(out, rule);
         return LM_OK;
     }
-    if (constv) return json_literal(j, constv, out);
+    if (constv) {
+        TRY(check_values_typed(j, type, constv, false));
+        return json_literal(j, constv, out);
+    }
     if (!type) {
         if (!typed_words) {
             TRY(any_value_rule(j));
