@@ -470,6 +470,67 @@ static void test_n_choices(void) {
     CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
 }
 
+/* Fairness (issue 48): a request holds at most half the state slots, so a
+ * request of n = max_running choices leaves room for a second client,
+ * whose short request finishes while the first still generates; the
+ * choices that waited their turn (prefilled by themselves, not forked)
+ * still give what the request gives alone. */
+static void test_requests_share_the_slots(void) {
+    prompt pr[2];
+    make_prompts(pr, 2);
+    collected alone;
+    /* The wide request's choices are long (the small one must be able to
+     * start and end while they run, however the test thread is scheduled) */
+    int wide_tokens = 400 - pr[1].n;
+    CHECK(run_alone(&pr[1], wide_tokens, &alone));
+    loom_engine *e = make_engine(64, 0, 512, 4);
+    CHECK(e);
+    loom_request_params p;
+    greedy_params(&p, &pr[1], wide_tokens);
+    p.n = 4;
+    loom_request *wide, *small;
+    char error[256];
+    CHECK_MSG(loom_submit(e, &p, &wide, error, sizeof error) == LOOM_OK, "%s", error);
+    /* The wide request's prompt is done (its choices forked) before the
+     * small one arrives. */
+    loom_event first;
+    CHECK(loom_next_event(wide, &first, -1) == 1 && first.type == LOOM_EVENT_TOKEN);
+    greedy_params(&p, &pr[0], 2);
+    CHECK_MSG(loom_submit(e, &p, &small, error, sizeof error) == LOOM_OK, "%s", error);
+    /* The small request (2 tokens) ends while the wide one's choices (hundreds
+     * of tokens) still run.  With all four slots the wide request's own, the
+     * small one could only start once all four had ended together, so their
+     * four FINISH events would be queued already. */
+    collected c_small;
+    collect_all(small, &c_small, 1);
+    loom_request_free(small);
+    CHECK(c_small.n_tokens == 2);
+    loom_event ev;
+    collected c[4];
+    memset(c, 0, sizeof c);
+    if (first.choice >= 0 && first.choice < 4) c[first.choice].tokens[c[first.choice].n_tokens++] = first.token;
+    int finished = 0;
+    bool drained = false;
+    for (int got; finished < 4 && (got = loom_next_event(wide, &ev, drained ? -1 : 0)) != -1;) {
+        if (got == 0) { /* nothing queued: some choice still runs after the small request ended */
+            drained = true;
+            continue;
+        }
+        if (ev.type == LOOM_EVENT_TOKEN && ev.choice >= 0 && ev.choice < 4 && c[ev.choice].n_tokens < MAX_COLLECT)
+            c[ev.choice].tokens[c[ev.choice].n_tokens++] = ev.token;
+        if (ev.type == LOOM_EVENT_FINISH) finished++;
+    }
+    CHECK_MSG(drained, "the small request waited for all %d choices of the wide one", finished);
+    loom_request_free(wide);
+    for (int k = 0; k < 4; k++)
+        CHECK_MSG(c[k].n_tokens == wide_tokens &&
+                      memcmp(c[k].tokens, alone.tokens, sizeof(int32_t) * (size_t)wide_tokens) == 0,
+                  "choice %d: %d tokens, or not the request's own", k, c[k].n_tokens);
+    loom_stats stats = wait_idle(e);
+    loom_engine_destroy(e);
+    CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
+}
+
 /* Stop strings: the text stops right before the first occurrence of the
  * stop string, even when it spans tokens, and the string is not emitted. */
 static void test_stop_strings_and_tokens(void) {
@@ -618,6 +679,7 @@ int main(void) {
     RUN_TEST(test_seeded_sampling_is_batch_independent);
     RUN_TEST(test_device_draws_match_host_draws);
     RUN_TEST(test_n_choices);
+    RUN_TEST(test_requests_share_the_slots);
     RUN_TEST(test_stop_strings_and_tokens);
     RUN_TEST(test_bad_requests_are_refused);
     RUN_TEST(test_stress_random_cancellations);

@@ -248,6 +248,24 @@ static int plan_running(loom_engine *e, lm_plan_entry *out, int *budget) {
     return n;
 }
 
+/* Fairness: one request holds at most half the state slots (at least one)
+ * at once, so a request of n = 64 choices leaves room for the next
+ * client's, whose first token then comes while the 64 generate; its other
+ * choices start as its first ones finish.  (ARCHITECTURE.md, "Fairness".) */
+static int request_share(const loom_engine *e) {
+    int half = (e->options.max_running + 1) / 2;
+    return half > 0 ? half : 1;
+}
+
+/* The request's sequences running now, and those admitted in this plan
+ * (out[first..n)). */
+static int request_running(const loom_engine *e, const loom_request *r, const lm_plan_entry *out, int first, int n) {
+    int count = 0;
+    for (int i = 0; i < e->running.n; i++) count += e->running.items[i]->request == r;
+    for (int k = first; k < n; k++) count += out[k].seq->request == r;
+    return count;
+}
+
 /* Admits waiting sequences (in queue order) while a slot, blocks and budget
  * last; the admitted move to the running list after the loop. */
 static int plan_admissions(loom_engine *e, lm_plan_entry *out, int n, int *budget) {
@@ -257,6 +275,8 @@ static int plan_admissions(loom_engine *e, lm_plan_entry *out, int n, int *budge
         if (seq->fork_parent) continue; /* waits for choice 0's prompt */
         if (e->state_slots.n_free == 0) break;
         if (e->running.n + (n - first_admitted) >= e->options.max_running) break;
+        if (request_running(e, seq->request, out, first_admitted, n) >= request_share(e))
+            continue; /* its request has its share: later requests go first */
         lm_prefix_cache_admit(e, seq);
         int need = seq->n_tokens - seq->n_cached;
         int take = lm_prefix_cache_chunk(e, seq, need < *budget ? need : *budget);
@@ -290,6 +310,7 @@ static int schedule(loom_engine *e, lm_plan_entry *out) {
  * then prefill by itself). */
 static bool fork_from(loom_engine *e, lm_sequence *child, const lm_sequence *parent) {
     if (e->running.n >= e->options.max_running) return false;
+    if (request_running(e, child->request, NULL, 0, 0) >= request_share(e)) return false;
     if (!lm_sequence_reserve_blocks(child, blocks_for(e, parent->n_cached))) return false;
     if (lm_id_pool_take(&e->state_slots, 1, &child->state_slot, NULL) != LM_OK) return false;
     /* Full blocks are shared (neither writes them again); the partial
