@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/api_key.h"
 #include "cli/chat_input.h"
 #include "cli/chat_remote.h"
 #include "cli/commands.h"
@@ -63,7 +64,7 @@ static const lm_opt chat_opts[] = {
      NULL, NULL},
     {"--url", LM_OPT_STRING, "URL", ARG(url), 0, 0,
      "chat with a running loom serve (http://HOST:PORT) instead of loading\nthe model here", NULL, NULL, NULL},
-    {"--api-key", LM_OPT_STRING, "KEY", ARG(api_key), 0, 0, "with --url: the server's key (default: $LOOM_API_KEY)",
+    {"--api-key", LM_OPT_STRING, "KEY", ARG(api_key), 0, 0, "with --url: the server's key (default: $LOOM_API_KEY, else\n$VLLM_API_KEY)",
      NULL, NULL, NULL},
     {"--stats", LM_OPT_FLAG, NULL, ARG(stats), 0, 0, "print tokens, speed and speculation after each answer", NULL,
      NULL, NULL},
@@ -417,8 +418,9 @@ static int open_backend(chat *c, const chat_args *args, lm_cli_engine_settings *
     lm_error err = {0};
     char error[512], why[200];
     if (args->url) {
-        const char *key = args->api_key ? args->api_key : getenv("LOOM_API_KEY");
-        if (lm_chat_remote_open(args->url, key && *key ? key : NULL, remote, &err) != LM_OK) {
+        lm_cli_api_key key;
+        if (lm_cli_resolve_api_key("chat", args->api_key, "--api-key", &key) != 0) return 2;
+        if (lm_chat_remote_open(args->url, key.key, remote, &err) != LM_OK) {
             fprintf(stderr, "loom chat: %s\n", err.message);
             return 1;
         }

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "cli/api_key.h"
 #include "cli/checkpoint_dtypes.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
@@ -62,7 +63,8 @@ static const lm_opt serve_opts[] = {
     {"--api-key", LM_OPT_STRING, "KEY", ARG(so.api_key), 0, 0,
      "require Authorization: Bearer KEY on /v1 and the tokenize routes", NULL, NULL, NULL},
     {"--api-key-file", LM_OPT_STRING, "FILE", ARG(api_key_file), 0, 0,
-     "the same, the key read from FILE (first line); without either,\n$LOOM_API_KEY if set", NULL, NULL, NULL},
+     "the same, the key read from FILE (first line); without either,\n$LOOM_API_KEY, else $VLLM_API_KEY, if set",
+     NULL, NULL, NULL},
     {"--served-model-name|--alias|-a", LM_OPT_STRING, "NAME", ARG(so.served_model_name), 0, 0,
      "the model id clients use (default: the model folder, loom-tiny for the\nbundled model)", NULL, NULL, NULL},
     {"--config", LM_OPT_STRING, "FILE", ARG(config_path), 0, 0, "a config.json shape (with --random-weights)", NULL,
@@ -224,14 +226,17 @@ int cmd_serve_main(int argc, char **argv) {
     so.log_requests = !a.disable_log_requests;
     so.stats_interval_s = a.disable_log_stats ? 0 : a.stats_interval_s;
 
-    char key_buf[4096];
+    char key_buf[4096], key_file_flag[4200];
+    const char *flag_key = so.api_key, *flag_name = "--api-key";
     if (a.api_key_file) {
         if (!read_key_file(a.api_key_file, key_buf, sizeof key_buf)) return 2;
-        so.api_key = key_buf;
-    } else if (!so.api_key) {
-        const char *env = getenv("LOOM_API_KEY");
-        if (env && env[0]) so.api_key = env;
+        flag_key = key_buf;
+        snprintf(key_file_flag, sizeof key_file_flag, "--api-key-file %s", a.api_key_file);
+        flag_name = key_file_flag;
     }
+    lm_cli_api_key api_key;
+    if (lm_cli_resolve_api_key("serve", flag_key, flag_name, &api_key) != 0) return 2;
+    so.api_key = api_key.key;
     char model_buf[4096], config_path[4200], why[200], message[512];
     bool default_model = !eo->model_dir && !eo->random_weights;
     lm_error err = {0};
@@ -320,6 +325,12 @@ int cmd_serve_main(int argc, char **argv) {
     }
     char url[300];
     url_of(so.host, lm_server_port(server), url, sizeof url);
+    if (api_key.key)
+        lm_log_printf(&log, LM_LOG_INFO, "API key required on every route but /health, /metrics and /version (from %s)",
+                      api_key.source);
+    else
+        lm_log_printf(&log, LM_LOG_INFO, "no API key: every client is served (--api-key, $%s or $%s sets one)",
+                      LM_CLI_API_KEY_ENV, LM_CLI_API_KEY_VLLM_ENV);
     lm_log_printf(&log, LM_LOG_INFO, "serving %s on %s", so.served_model_name, url);
     int sig = 0;
     sigwait(&stop_signals, &sig);
