@@ -51,7 +51,8 @@ static const char synopsis[] =
     "reasoning model's thinking, /settings shows the sampling settings, /reset\n"
     "forgets the conversation, /exit (or Ctrl-D) quits, Ctrl-C stops the answer.\n"
     "Sampling defaults: --temperature etc., else the model's generation_config.json,\n"
-    "else temperature 0.7, top-p 0.9, top-k 40, repetition penalty 1.1.\n";
+    "else temperature 1, top-p 1, top-k off, min-p 0, repetition penalty 1 (as in\n"
+    "loom serve and run).\n";
 
 typedef struct {
     const char *system, *url, *api_key;
@@ -85,6 +86,7 @@ typedef struct {
     int context_len; /* prompt + answer limit in tokens */
     bool stats, show_prompt;
     bool has_thinking_switch;   /* the template reads enable_thinking */
+    char sampling_why[300];     /* where the sampling defaults came from (lm_cli_load_sampling_defaults) */
     /* The images of the history's user messages, in order (each message
      * records how many it has under IMAGE_COUNT_KEY), then those /image
      * attached for the next message. */
@@ -326,25 +328,7 @@ static void set_thinking(chat *c, const char *arg) {
 static void show_settings(const chat *c) {
     char text[300];
     lm_cli_describe_sampling(&c->params, text, sizeof text);
-    fprintf(stderr, "[sampling: %s]\n", text);
-}
-
-/* The sampling settings: flags, else generation_config.json's, else chat's. */
-static void settle_sampling(loom_request_params *p, const lm_generation_defaults *g) {
-    loom_sampling fallback = p->sampling;
-    fallback.temperature = 0.7f;
-    fallback.top_p = 0.9f;
-    fallback.top_k = 40;
-    fallback.min_p = 0;
-    fallback.repetition_penalty = 1.1f;
-    loom_sampling from_config = fallback;
-    lm_generation_defaults_apply(g, NULL, &from_config);
-    loom_sampling *s = &p->sampling;
-    if (isnan(s->temperature)) s->temperature = from_config.temperature;
-    if (isnan(s->top_p)) s->top_p = from_config.top_p;
-    if (s->top_k == INT32_MIN) s->top_k = from_config.top_k;
-    if (isnan(s->min_p)) s->min_p = from_config.min_p;
-    if (isnan(s->repetition_penalty)) s->repetition_penalty = from_config.repetition_penalty;
+    fprintf(stderr, "[sampling: %s (defaults %s)]\n", text, c->sampling_why);
 }
 
 static const char help_text[] =
@@ -414,7 +398,8 @@ static bool user_turn(chat *c, const char *line) {
 /* ------------------------------------------------------------ main */
 
 /* The model and its encoder, or the server (--url). */
-static int open_backend(chat *c, const chat_args *args, lm_cli_engine_settings *settings, lm_chat_remote *remote) {
+static int open_backend(chat *c, const chat_args *args, const lm_cli_sampling_source *sampling_source,
+                        lm_cli_engine_settings *settings, lm_chat_remote *remote) {
     lm_error err = {0};
     char error[512], why[200];
     if (args->url) {
@@ -427,7 +412,9 @@ static int open_backend(chat *c, const chat_args *args, lm_cli_engine_settings *
         c->remote = remote;
         c->has_thinking_switch = true; /* the server's template decides */
         c->context_len = 1 << 30;
-        settle_sampling(&c->params, NULL);
+        /* Sampling fields no flag set stay unset: the request leaves them
+         * out and the server's defaults apply. */
+        snprintf(c->sampling_why, sizeof c->sampling_why, "for what no flag sets: the server's");
         return 0;
     }
     char model_buf[4096];
@@ -441,11 +428,12 @@ static int open_backend(chat *c, const chat_args *args, lm_cli_engine_settings *
     if (lm_cli_resolve_model_len("chat", settings, config_path, why, sizeof why) != 0) return 2;
     if (lm_cli_threads_exceed_cores(settings, error, sizeof error)) fprintf(stderr, "loom chat: %s\n", error);
     lm_generation_defaults g;
-    if (lm_generation_defaults_load(model_dir, &g, &err) != LM_OK) {
+    if (lm_cli_load_sampling_defaults(sampling_source, model_dir, &g, c->sampling_why, sizeof c->sampling_why, &err) !=
+        LM_OK) {
         fprintf(stderr, "loom chat: %s\n", err.message);
         return 1;
     }
-    settle_sampling(&c->params, &g);
+    lm_cli_settle_sampling(&c->params.sampling, &g);
     if (!lm_sampling_validate(&c->params.sampling, 0, error, sizeof error)) return lm_cli_usage_error("chat", "%s", error);
     if (lm_prompt_encoder_open(model_dir, true, &c->encoder, &err) != LM_OK) {
         fprintf(stderr, "loom chat: %s\n", err.message);
@@ -471,19 +459,19 @@ int cmd_chat_main(int argc, char **argv) {
     chat c = {.signal_fd = -1};
     loom_request_params_default(&c.params);
     c.params.max_tokens = 512;
-    /* Not given yet: settled after parsing (settle_sampling). */
-    c.params.sampling.temperature = c.params.sampling.top_p = c.params.sampling.min_p = NAN;
-    c.params.sampling.repetition_penalty = NAN;
-    c.params.sampling.top_k = INT32_MIN;
+    lm_cli_sampling_source sampling_source = {0};
     lm_cli_engine_settings settings;
     lm_cli_spec spec;
     lm_cli_spec_init(&spec, "chat", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&spec, "Chat", chat_opts, &args);
-    lm_cli_spec_add_sampling(&spec, &c.params);
+    lm_cli_spec_add_sampling(&spec, &c.params); /* settled after parsing (lm_cli_settle_sampling) */
+    lm_cli_spec_add_sampling_source(&spec, &sampling_source);
     int parsed = lm_cli_parse(&spec, argc, argv);
     if (parsed >= 0) return parsed;
     if (args.url && settings.engine.model_dir)
         return lm_cli_usage_error("chat", "give a model folder or --url, not both");
+    if (args.url && sampling_source.generation_config)
+        return lm_cli_usage_error("chat", "with --url the server's --generation-config decides the defaults");
     c.stats = args.stats;
     c.show_prompt = args.show_prompt && !args.url;
     setlocale(LC_CTYPE, "");
@@ -498,7 +486,7 @@ int cmd_chat_main(int argc, char **argv) {
     lm_chat_remote remote;
     lm_chat_input *input = NULL;
     lm_error err = {0};
-    int rc = open_backend(&c, &args, &settings, &remote);
+    int rc = open_backend(&c, &args, &sampling_source, &settings, &remote);
     if (rc != 0) goto done;
     rc = 1;
     c.messages = cJSON_CreateArray();

@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/engine_options.h"
+#include "cli/sampling_options.h"
 #include "cli/startup_summary.h"
 #include "loom.h"
 #include "server/server.h"
@@ -35,7 +36,8 @@ static const char synopsis[] =
 
 typedef struct {
     lm_server_options so;
-    const char *config_path, *api_key_file, *log_level, *generation_config;
+    const char *config_path, *api_key_file, *log_level;
+    lm_cli_sampling_source sampling_source;
     bool random_weights, disable_log_requests, disable_log_stats;
     int max_waiting, shutdown_grace_ms;
     int64_t seed, max_body_bytes;
@@ -71,10 +73,6 @@ static const lm_opt serve_opts[] = {
      NULL, NULL},
     {"--random-weights", LM_OPT_FLAG, NULL, ARG(random_weights), 0, 0,
      "random weights, no tokenizer (token-id prompts only)", NULL, NULL, NULL},
-    {"--generation-config", LM_OPT_STRING, "auto|vllm|DIR", ARG(generation_config), 0, 0,
-     "sampling defaults for the fields a request leaves out: auto (default)\nreads the model's "
-     "generation_config.json, DIR another folder's, vllm\nuses none (OpenAI's defaults)",
-     NULL, NULL, NULL},
     {"--seed", LM_OPT_INT64, "N", ARG(seed), 0, 1LL << 62,
      "seed the samples of requests without their own seed (reproducible runs)", NULL, NULL, NULL},
     {"--max-waiting", LM_OPT_INT, "N", ARG(max_waiting), 1, 1 << 20, "queued requests before 503 (default 1024)", NULL,
@@ -167,24 +165,19 @@ static bool raise_fd_limit(const lm_log *log, lm_server_options *so) {
     return true;
 }
 
-/* The sampling defaults --generation-config asks for, described in `why`. */
+/* The defaults of the sampling fields a request leaves out, and the
+ * summary's phrase for them: the values (those of loom run and chat too),
+ * then where they come from. */
 static lm_status load_generation_defaults(const serve_args *a, const char *model_dir, lm_generation_defaults *out,
-                                          char *why, size_t why_size, lm_error *err) {
-    memset(out, 0, sizeof *out);
-    const char *choice = a->generation_config ? a->generation_config : "auto";
-    if (strcmp(choice, "vllm") == 0 || (strcmp(choice, "auto") == 0 && !model_dir)) {
-        snprintf(why, why_size, "none (OpenAI's: temperature 1, top_p 1)");
-        return LM_OK;
-    }
-    const char *dir = strcmp(choice, "auto") == 0 ? model_dir : choice;
-    lm_status st = lm_generation_defaults_load(dir, out, err);
+                                          char *summary, size_t summary_size, lm_error *err) {
+    char why[300];
+    lm_status st = lm_cli_load_sampling_defaults(&a->sampling_source, model_dir, out, why, sizeof why, err);
     if (st != LM_OK) return st;
-    char list[200];
-    lm_generation_defaults_describe(out, list, sizeof list);
-    if (lm_generation_defaults_any(out))
-        snprintf(why, why_size, "%s from %s/generation_config.json (a request's own fields win)", list, dir);
-    else
-        snprintf(why, why_size, "none in %s/generation_config.json (OpenAI's: temperature 1, top_p 1)", dir);
+    loom_sampling effective;
+    lm_cli_default_sampling(out, &effective);
+    char values[200];
+    lm_cli_describe_sampling_values(&effective, values, sizeof values);
+    snprintf(summary, summary_size, "%.200s (%.300s; a request's own fields win)", values, why);
     return LM_OK;
 }
 
@@ -204,6 +197,7 @@ int cmd_serve_main(int argc, char **argv) {
     lm_cli_spec_init(&cli, "serve", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&cli, "Server", serve_opts, &a);
     LM_CLI_SPEC_ADD(&cli, "Logging", log_opts, &a);
+    lm_cli_spec_add_sampling_source(&cli, &a.sampling_source);
     int parsed = lm_cli_parse(&cli, argc, argv);
     if (parsed >= 0) return parsed;
     lm_server_options so = a.so;
@@ -269,10 +263,10 @@ int cmd_serve_main(int argc, char **argv) {
         return 1;
     }
     lm_generation_defaults generation_defaults;
-    char sampling_why[400];
+    char sampling_why[1024];
     if (load_generation_defaults(&a, eo->random_weights ? NULL : eo->model_dir, &generation_defaults, sampling_why,
                                  sizeof sampling_why, &err) != LM_OK) {
-        lm_log_printf(&log, LM_LOG_ERROR, "--generation-config: %s", err.message);
+        lm_log_printf(&log, LM_LOG_ERROR, "%s", err.message);
         lm_server_listener_close(listener);
         return 1;
     }
