@@ -383,7 +383,7 @@ check("run: a flag wins over generation_config.json", r.returncode == 0 and r.st
 chat_config = run("chat", sampled, "--seed", "7", "--max-tokens", "8", input="Hello\n/settings\n")
 chat_flags = run("chat", tiny, "--seed", "7", "--max-tokens", "8", *as_flags, input="Hello\n")
 check("chat: generation_config.json's values are the defaults",
-      chat_config.returncode == 0 and f"[sampling: {values}, max tokens 8, seed 7 (defaults from " in chat_config.stderr
+      chat_config.returncode == 0 and f"[sampling: {values}, max tokens 8, seed 7 (defaults: from " in chat_config.stderr
       and chat_config.stdout.strip() and chat_config.stdout == chat_flags.stdout,
       (chat_config.stdout, chat_flags.stdout, chat_config.stderr))
 r = run("chat", tiny, input="/settings\n")

@@ -328,7 +328,7 @@ static void set_thinking(chat *c, const char *arg) {
 static void show_settings(const chat *c) {
     char text[300];
     lm_cli_describe_sampling(&c->params, text, sizeof text);
-    fprintf(stderr, "[sampling: %s (defaults %s)]\n", text, c->sampling_why);
+    fprintf(stderr, "[sampling: %s (defaults: %s)]\n", text, c->sampling_why);
 }
 
 static const char help_text[] =
@@ -414,7 +414,7 @@ static int open_backend(chat *c, const chat_args *args, const lm_cli_sampling_so
         c->context_len = 1 << 30;
         /* Sampling fields no flag set stay unset: the request leaves them
          * out and the server's defaults apply. */
-        snprintf(c->sampling_why, sizeof c->sampling_why, "for what no flag sets: the server's");
+        snprintf(c->sampling_why, sizeof c->sampling_why, "the server's, for what no flag sets");
         return 0;
     }
     char model_buf[4096];

@@ -68,11 +68,11 @@ lm_status lm_cli_load_sampling_defaults(const lm_cli_sampling_source *source, co
     memset(out, 0, sizeof *out);
     const char *choice = source && source->generation_config ? source->generation_config : "auto";
     if (strcmp(choice, "vllm") == 0) {
-        snprintf(why, why_size, "--generation-config vllm: loom's fallback");
+        snprintf(why, why_size, "--generation-config vllm, so loom's fallback");
         return LM_OK;
     }
     if (strcmp(choice, "auto") == 0 && !model_dir) {
-        snprintf(why, why_size, "no model folder: loom's fallback");
+        snprintf(why, why_size, "no model folder, so loom's fallback");
         return LM_OK;
     }
     const char *dir = strcmp(choice, "auto") == 0 ? model_dir : choice;
@@ -84,7 +84,7 @@ lm_status lm_cli_load_sampling_defaults(const lm_cli_sampling_source *source, co
     if (lm_generation_defaults_any(out))
         snprintf(why, why_size, "from %s/generation_config.json: %s%s", dir, list, all ? "" : "; the rest loom's fallback");
     else
-        snprintf(why, why_size, "%s/generation_config.json sets none: loom's fallback", dir);
+        snprintf(why, why_size, "none in %s/generation_config.json, so loom's fallback", dir);
     return LM_OK;
 }
 
