@@ -1,11 +1,13 @@
 /* loom chat [MODEL_DIR] [options]
  * An interactive chat in the terminal: the conversation is kept and sent
  * whole (through the chat template) every turn, the answer streams as it is
- * generated, /reset starts over, Ctrl-C stops the current answer (at the
- * prompt it only says how to leave), /exit or Ctrl-D quits, /image FILE
- * attaches an image to the next message (the conversation keeps it, and
- * sends it again with every turn while its message is in the history),
- * /think on|off switches a reasoning template's thinking.  On a terminal
+ * generated, /clear (or /reset) starts over, Ctrl-C stops the current
+ * answer (at the prompt it only says how to leave), /exit or Ctrl-D quits,
+ * /image FILE attaches an image to the next message (the conversation keeps
+ * it, and sends it again with every turn while its message is in the
+ * history), /think on|off switches a reasoning template's thinking, /help
+ * lists them (chat_commands below).  Any other line starting with / is
+ * named as an unknown command, never sent: "//text" sends "/text".  On a terminal
  * lines are edited with libedit (history on the up arrow); a message may
  * span lines (chat_input.h).  With --url the conversation goes to a running
  * `loom serve` instead of a model loaded here (chat_remote.h).
@@ -46,10 +48,12 @@ static const char synopsis[] =
     "An interactive chat with the model in the terminal.  Type a message and press\n"
     "Enter; the answer streams back.  A line ending in \\ continues the message on\n"
     "the next line, and a line of three double quotes (\"\"\") opens a block up to\n"
-    "the next such line.  The up arrow recalls earlier lines.  /image FILE attaches\n"
-    "an image (PNG, JPEG, WebP) to the next message, /think on|off switches a\n"
-    "reasoning model's thinking, /settings shows the sampling settings, /reset\n"
-    "forgets the conversation, /exit (or Ctrl-D) quits, Ctrl-C stops the answer.\n"
+    "the next such line.  The up arrow recalls earlier lines.  /help lists the\n"
+    "commands: /clear forgets the conversation, /settings shows the sampling\n"
+    "settings, /think on|off switches a reasoning model's thinking, /image FILE\n"
+    "attaches an image (PNG, JPEG, WebP) to the next message, /exit (or Ctrl-D)\n"
+    "quits; Ctrl-C stops the answer.  Another /word is an unknown command, not a\n"
+    "message: //text sends /text.\n"
     "Sampling defaults: --temperature etc., else the model's generation_config.json,\n"
     "else temperature 1, top-p 1, top-k off, min-p 0, repetition penalty 1 (as in\n"
     "loom serve and run).\n";
@@ -331,40 +335,94 @@ static void show_settings(const chat *c) {
     fprintf(stderr, "[sampling: %s (defaults: %s)]\n", text, c->sampling_why);
 }
 
-static const char help_text[] =
-    "/image FILE attaches an image to the next message, /think on|off switches thinking, /settings shows the "
-    "sampling settings, /reset forgets the conversation, /exit quits, Ctrl-C stops an answer.  End a line with \\ "
-    "to continue the message, or put it between lines of \"\"\".\n";
-
-/* Handles a /command; false when the line is no command (a message). */
-static bool command(chat *c, const char *line, bool *quit) {
-    if (line[0] != '/') return false;
+/* /image FILE: attaches an image to the next message. */
+static void attach_image(chat *c, const char *path) {
     lm_error err = {0};
-    if (strcmp(line, "/exit") == 0 || strcmp(line, "/quit") == 0) {
-        *quit = true;
-    } else if (strcmp(line, "/reset") == 0) {
+    if (!*path) fprintf(stderr, "usage: /image FILE\n");
+    else if (c->remote) fprintf(stderr, "loom chat: /image is not available with --url\n");
+    else if (!loom_engine_image_marker(c->engine)) fprintf(stderr, "loom chat: this model takes no images\n");
+    else if (lm_cli_images_add(&c->images, path, &err) != LM_OK) fprintf(stderr, "loom chat: %s\n", err.message);
+    else {
+        c->pending_images++;
+        fprintf(stderr, "[image attached to the next message: %s]\n", path);
+    }
+}
+
+typedef enum { CHAT_HELP, CHAT_CLEAR, CHAT_SETTINGS, CHAT_THINK, CHAT_IMAGE, CHAT_EXIT } chat_command_id;
+
+/* The /commands, in the order /help lists them. */
+typedef struct {
+    const char *names; /* "/clear|/reset": the spellings, the first one listed first */
+    const char *args;  /* what follows ("on|off"); NULL: nothing */
+    const char *help;
+    chat_command_id id;
+} chat_command;
+
+static const chat_command chat_commands[] = {
+    {"/help", NULL, "this list", CHAT_HELP},
+    {"/clear|/reset", NULL, "forget the conversation (a --system message stays)", CHAT_CLEAR},
+    {"/settings", NULL, "the sampling settings and where their defaults came from", CHAT_SETTINGS},
+    {"/think", "on|off", "switch a reasoning template's thinking", CHAT_THINK},
+    {"/image", "FILE", "attach an image (PNG, JPEG, WebP) to the next message", CHAT_IMAGE},
+    {"/exit|/quit", NULL, "leave (Ctrl-D too)", CHAT_EXIT},
+};
+
+static void print_help(void) {
+    for (size_t i = 0; i < sizeof chat_commands / sizeof chat_commands[0]; i++) {
+        const chat_command *k = &chat_commands[i];
+        char label[64] = "";
+        size_t used = 0;
+        for (const char *p = k->names; *p && used < sizeof label;) {
+            size_t n = strcspn(p, "|");
+            int w = snprintf(label + used, sizeof label - used, "%s%.*s", used ? ", " : "", (int)n, p);
+            if (w > 0) used += (size_t)w;
+            p += n + (p[n] == '|');
+        }
+        if (k->args && used < sizeof label) snprintf(label + used, sizeof label - used, " %s", k->args);
+        fprintf(stderr, "  %-16s %s\n", label, k->help);
+    }
+    fprintf(stderr, "  %-16s %s\n", "//TEXT", "send a message that starts with / (as /TEXT)");
+    fprintf(stderr, "A line ending in \\ continues the message on the next line; a line of \"\"\" opens a block up "
+                    "to the next such line.  Ctrl-C stops an answer.\n");
+}
+
+/* The command a line's first word names; NULL if none. */
+static const chat_command *find_command(const char *word, size_t len) {
+    for (size_t i = 0; i < sizeof chat_commands / sizeof chat_commands[0]; i++)
+        for (const char *p = chat_commands[i].names; *p;) {
+            size_t n = strcspn(p, "|");
+            if (n == len && strncmp(p, word, len) == 0) return &chat_commands[i];
+            p += n + (p[n] == '|');
+        }
+    return NULL;
+}
+
+/* Handles a line starting with "/" (but not "//", a message): a known
+ * command runs, an unknown one is named and nothing is sent. */
+static void command(chat *c, const char *line, bool *quit) {
+    size_t len = strcspn(line, " \t");
+    const char *arg = line + len + strspn(line + len, " \t");
+    const chat_command *k = find_command(line, len);
+    if (!k) {
+        fprintf(stderr, "unknown command %.*s; /help lists them (//%s sends the line as a message)\n", (int)len, line,
+                line + 1);
+        return;
+    }
+    if (!k->args && *arg) {
+        fprintf(stderr, "usage: %.*s (it takes nothing after it)\n", (int)len, line);
+        return;
+    }
+    switch (k->id) {
+    case CHAT_HELP: print_help(); break;
+    case CHAT_CLEAR:
         reset(c);
         fprintf(stderr, "[conversation cleared]\n");
-    } else if (strcmp(line, "/help") == 0) {
-        fputs(help_text, stderr);
-    } else if (strcmp(line, "/settings") == 0) {
-        show_settings(c);
-    } else if (strncmp(line, "/think", 6) == 0 && (line[6] == ' ' || line[6] == '\0')) {
-        set_thinking(c, line + 6 + strspn(line + 6, " \t"));
-    } else if (strncmp(line, "/image", 6) == 0 && (line[6] == ' ' || line[6] == '\0')) {
-        const char *path = line + 6 + strspn(line + 6, " \t");
-        if (!*path) fprintf(stderr, "usage: /image FILE\n");
-        else if (c->remote) fprintf(stderr, "loom chat: /image is not available with --url\n");
-        else if (!loom_engine_image_marker(c->engine)) fprintf(stderr, "loom chat: this model takes no images\n");
-        else if (lm_cli_images_add(&c->images, path, &err) != LM_OK) fprintf(stderr, "loom chat: %s\n", err.message);
-        else {
-            c->pending_images++;
-            fprintf(stderr, "[image attached to the next message: %s]\n", path);
-        }
-    } else {
-        return false;
+        break;
+    case CHAT_SETTINGS: show_settings(c); break;
+    case CHAT_THINK: set_thinking(c, arg); break;
+    case CHAT_IMAGE: attach_image(c, arg); break;
+    case CHAT_EXIT: *quit = true; break;
     }
-    return true;
 }
 
 /* Adds the user's message (with the images attached to it) and answers it;
@@ -527,7 +585,12 @@ int cmd_chat_main(int argc, char **argv) {
             continue;
         }
         line += strspn(line, " \t");
-        if (!*line || command(&c, line, &quit)) continue;
+        if (!*line) continue;
+        if (line[0] == '/' && line[1] != '/') {
+            command(&c, line, &quit);
+            continue;
+        }
+        if (line[0] == '/') line++; /* "//text" sends "/text" */
         if (!user_turn(&c, line)) rc = 1;
     }
 done:
