@@ -20,6 +20,9 @@ usage: server_hostile.py LOOM MODEL [--asan LOOM_ASAN] [--only NAME,...]
             /v1/models/{id}, Bearer case, --api-key-file, LOOM_API_KEY.
   apikey    the key from --api-key, else LOOM_API_KEY, else VLLM_API_KEY
             (the startup names the source, never the key); empty refused.
+  disconnect  a stream and a blocking request cut off by their clients:
+            logged at INFO as cancelled by the client (prompt, cached and
+            generated tokens), no WARNING; the server goes on.
   corpus    ~380 malformed requests against the ASan build: never a 5xx
             (but 505 for HTTP versions), never a non-JSON error body, framing
             errors with their status (answered by loom's front door, not
@@ -638,6 +641,55 @@ def test_api_key_env(binary, model):
               "api key: an empty key is refused (%s): %r %r" % (what, r.returncode, r.stderr))
 
 
+# ---------------------------------------------------------------- disconnect
+
+def test_disconnect(binary, model):
+    """A client that closes its connection mid-generation: its request is logged at INFO as
+    cancelled by the client, with the prompt, cached and generated tokens, and nothing is a WARNING."""
+    srv = Server(binary, model, "--disable-log-stats")
+    prompt = [(7 * i) % 1500 + 10 for i in range(80)]
+    # the prefix cache takes a finished request's blocks at the end of the next engine step: two
+    # requests leave the prompt cached
+    sts = [request(srv.port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 1})[0] for _ in range(2)]
+    check(sts == [200, 200], "disconnect: two requests fill the prefix cache")
+    start = len(srv.stderr)
+
+    def send(body):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        data = json.dumps(body).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        return s
+
+    body = {"prompt": prompt, "max_tokens": 3000, "ignore_eos": True}
+    s = send(dict(body, stream=True))
+    got = b""
+    while got.count(b"data: ") < 2:  # two chunks: a token has been generated
+        got += s.recv(65536)
+    s.close()
+    s = send(body)  # blocking: tokens keep coming while it is cut off
+    time.sleep(0.5)
+    s.close()
+    line = re.compile(r" INFO loom serve: request cmpl-[0-9a-f]{32} /v1/completions cancelled by the client: "
+                      r"prompt 80, cached (\d+), output (\d+) tokens so far, first token [\d.]+ s, [\d.]+ s$")
+    deadline = time.time() + 20
+    while time.time() < deadline and sum(bool(line.search(l)) for l in srv.stderr[start:]) < 2:
+        time.sleep(0.05)
+    time.sleep(0.3)  # anything logged after the cancels
+    log = srv.stderr[start:]
+    found = [line.search(l) for l in log if line.search(l)]
+    check(len(found) == 2, "disconnect: both requests logged as cancelled by the client (%r)" % log)
+    check(all(int(m.group(1)) >= 64 for m in found), "disconnect: the cached tokens are counted (%r)" % log)
+    check(all(0 < int(m.group(2)) < 3000 for m in found), "disconnect: the tokens generated so far (%r)" % log)
+    check(not any(" WARNING " in l or " ERROR " in l for l in log), "disconnect: no warning (%r)" % log)
+    st, _, _ = request(srv.port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 2})
+    check(st == 200, "disconnect: the server goes on serving")
+    st, _, b = request(srv.port, "GET", "/metrics")
+    check(st == 200 and re.search(rb'loom_request_success_total\{[^}]*finished_reason="abort"\} 2\n', b) is not None,
+          "disconnect: /metrics counts them as aborted")
+    check(srv.stop() == 0, "disconnect: clean exit")
+
+
 # ---------------------------------------------------------------- malformed corpus
 
 def corpus():
@@ -912,6 +964,7 @@ def main():
     binary, model = args[0], args[1]
     tests = [("shutdown", test_shutdown, binary), ("idle", test_idle, binary), ("limit", test_limit, binary),
              ("memory", test_memory, binary), ("http", test_http, binary), ("apikey", test_api_key_env, binary),
+             ("disconnect", test_disconnect, binary),
              ("corpus", test_corpus, asan or binary)]
     for name, fn, b in tests:
         if only and name not in only:
