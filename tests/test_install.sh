@@ -23,6 +23,8 @@ check "the installed loom runs the installed model: $text" $?
 man -l "$dest/usr/share/man/man1/loom.1" >/dev/null 2>&1 || ! command -v man >/dev/null; check "man page renders" $?
 bash -c "source '$dest/usr/share/bash-completion/completions/loom' && COMP_WORDS=('$dest/usr/bin/loom' serve --max-n); COMP_CWORD=2; _loom && [[ \" \${COMPREPLY[*]} \" == *' --max-num-seqs '* ]]"
 check "bash completion completes serve's flags" $?
+cmp -s "$dest/usr/share/bash-completion/completions/loom" <("$dest/usr/bin/loom" completion bash)
+check "the installed completion is what the installed loom writes (loom completion bash)" $?
 make --no-print-directory uninstall DESTDIR="$dest" PREFIX=/usr >/dev/null 2>&1
 [ ! -e "$dest/usr/bin/loom" ] && [ ! -e "$dest/usr/share/loom" ]; check "make uninstall" $?
 rm -rf "$dest"

@@ -103,7 +103,8 @@ static const lm_opt serve_opts[] = {
 
 static const lm_opt log_opts[] = {
     {"--log-level", LM_OPT_CUSTOM, "LEVEL", ARG(log_level), 0, 0,
-     "debug, info (default), warning or error; lines go to stderr, timestamped", parse_log_level, NULL, NULL},
+     "debug, info (default), warning or error; lines go to stderr, timestamped", parse_log_level,
+     "debug|info|warning|error", NULL},
     {"--disable-log-requests", LM_OPT_FLAG, NULL, ARG(disable_log_requests), 0, 0,
      "no line per request (id, route, status, tokens, time to first token,\nspeed, finish reason)", NULL, NULL, NULL},
     {"--disable-log-stats", LM_OPT_FLAG, NULL, ARG(disable_log_stats), 0, 0,
