@@ -22,7 +22,8 @@ usage: server_hostile.py LOOM MODEL [--asan LOOM_ASAN] [--only NAME,...]
             (the startup names the source, never the key); empty refused.
   disconnect  a stream and a blocking request cut off by their clients:
             logged at INFO as cancelled by the client (prompt, cached and
-            generated tokens), no WARNING; the server goes on.
+            generated tokens), no WARNING; the server goes on (against the
+            ASan build when built).
   corpus    ~380 malformed requests against the ASan build: never a 5xx
             (but 505 for HTTP versions), never a non-JSON error body, framing
             errors with their status (answered by loom's front door, not
@@ -964,7 +965,7 @@ def main():
     binary, model = args[0], args[1]
     tests = [("shutdown", test_shutdown, binary), ("idle", test_idle, binary), ("limit", test_limit, binary),
              ("memory", test_memory, binary), ("http", test_http, binary), ("apikey", test_api_key_env, binary),
-             ("disconnect", test_disconnect, binary),
+             ("disconnect", test_disconnect, asan or binary),
              ("corpus", test_corpus, asan or binary)]
     for name, fn, b in tests:
         if only and name not in only:
