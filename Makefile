@@ -155,20 +155,25 @@ run: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all
 	$(BUILD)/loom serve $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
+# The bash completion script, written by the binary from its option tables
+# (`loom completion bash`), so it offers the flags the parsers take.
+$(BUILD)/loom.bash-completion: $(BUILD)/loom
+	$(BUILD)/loom completion bash > $@.tmp && mv $@.tmp $@
+
 # make install [PREFIX=/usr/local] [DESTDIR=]: the binary, the bundled model
 # where the binary looks for it (<prefix>/share/loom/models/loom-tiny), the
 # man page and bash completion.  The binary is built if missing (not rebuilt).
 PREFIX  ?= /usr/local
 DESTDIR ?=
 MODEL_FILES := $(wildcard models/loom-tiny/*.json models/loom-tiny/*.safetensors)
-install: | $(BUILD)/loom
+install: | $(BUILD)/loom $(BUILD)/loom.bash-completion
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/loom/models/loom-tiny \
 	           $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 	           $(DESTDIR)$(PREFIX)/share/doc/loom
 	install -m 755 $(BUILD)/loom $(DESTDIR)$(PREFIX)/bin/loom
 	install -m 644 $(MODEL_FILES) $(DESTDIR)$(PREFIX)/share/loom/models/loom-tiny/
 	install -m 644 docs/loom.1 $(DESTDIR)$(PREFIX)/share/man/man1/loom.1
-	install -m 644 contrib/loom.bash-completion $(DESTDIR)$(PREFIX)/share/bash-completion/completions/loom
+	install -m 644 $(BUILD)/loom.bash-completion $(DESTDIR)$(PREFIX)/share/bash-completion/completions/loom
 	install -m 644 LICENSE README.md $(DESTDIR)$(PREFIX)/share/doc/loom/
 
 uninstall:

@@ -263,7 +263,9 @@ typedef struct {
     int32_t stop_token;             /* the stop token that ended it, or -1 */
     int stop_string;                /* index of the stop string that ended it, or -1 */
     int prompt_tokens, completion_tokens;
-    int cached_tokens;              /* of the prompt tokens, those the prefix cache supplied */
+    int cached_tokens;              /* of the prompt tokens, those the prefix cache supplied;
+                                       prompt_tokens and cached_tokens come with every TOKEN too
+                                       (what a request cut off before its FINISH had) */
     int drafted_tokens, accepted_tokens; /* speculative decoding: drafts verified / accepted */
     /* ERROR (also ends the choice) */
     const char *error;

@@ -127,22 +127,23 @@ for loom in binaries:
     check(f"{tag} moe run -tp 3 -ep refused",
           r.returncode == 1 and "expert parallelism over 3 ranks: num_experts (8) is not a multiple of 3" in r.stderr,
           r.stderr)
-    # --ids-file: one line per prompt, in input order, equal to each prompt run alone
+    # --ids-file: one line per prompt, in input order, equal to each prompt run alone (greedy:
+    # run samples at temperature 1 unless the checkpoint's generation_config.json says otherwise)
     prompts = [ref["p0.input_ids"], ref["p1.input_ids"], ref["p2.input_ids"][:33], ref["p3.input_ids"]]
     ids_file = os.path.join(tmp, "prompts.txt")
     with open(ids_file, "w") as f:
         for pr in prompts:
             f.write(",".join(str(i) for i in pr) + "\n")
     r = run([loom, "run", "--model", model, "--ids-file", ids_file, "--max-tokens", "8", "--ignore-eos",
-             "--concurrency", "3", "--max-batch-tokens", "16"])
+             "--concurrency", "3", "--max-batch-tokens", "16", "--temperature", "0"])
     lines = r.stdout.strip().split("\n")
     check(f"{tag} ids-file", r.returncode == 0 and len(lines) == 4, r.stdout + r.stderr)
     tp = run([loom, "run", "--model", model, "--ids-file", ids_file, "--max-tokens", "8", "--ignore-eos",
-              "--concurrency", "3", "--max-batch-tokens", "16", "-tp", "2"])
+              "--concurrency", "3", "--max-batch-tokens", "16", "-tp", "2", "--temperature", "0"])
     check(f"{tag} ids-file -tp 2", tp.returncode == 0 and tp.stdout == r.stdout, tp.stdout + tp.stderr)
     for k, pr in enumerate(prompts):
         alone = run([loom, "run", "--model", model, "--ids", ",".join(str(i) for i in pr), "--max-tokens", "8",
-                     "--ignore-eos", "--print-ids"])
+                     "--ignore-eos", "--print-ids", "--temperature", "0"])
         check(f"{tag} ids-file line {k}", k < len(lines) and alone.stdout.strip() == lines[k],
               f"{alone.stdout.strip()!r} vs {lines[k] if k < len(lines) else None!r}")
     # images: logits of the img0 prompt from image0.png (ids expanded, as the fixture's, or with
@@ -169,12 +170,13 @@ for loom in binaries:
     margins = ref["img0.greedy_margin"]
     G = len(ref["img0.greedy"])
     r = run([loom, "run", "--model", model, "--ids", ",".join(map(str, once)), "--image", image,
-             "--max-tokens", str(G), "--ignore-eos", "--print-ids"])
+             "--max-tokens", str(G), "--ignore-eos", "--print-ids", "--temperature", "0"])
     got = [int(x) for x in r.stdout.strip().split(",")] if r.returncode == 0 and r.stdout.strip() else []
     first_diff = next((k for k in range(G) if k >= len(got) or got[k] != ref["img0.greedy"][k]), None)
     check(f"{tag} run --image greedy", r.returncode == 0 and (first_diff is None or margins[first_diff] < 1e-3),
           f"{r.stdout!r} vs {list(ref['img0.greedy'])!r} {r.stderr}")
-    r = run([loom, "run", "--model", model, "--prompt", "What is in it?", "--image", image, "--max-tokens", "4"])
+    r = run([loom, "run", "--model", model, "--prompt", "What is in it?", "--image", image, "--max-tokens", "4",
+             "--temperature", "0"])
     check(f"{tag} run --prompt --image", r.returncode == 0 and r.stdout.strip() != "", r.stdout + r.stderr)
     junk = os.path.join(tmp, "junk.png")
     open(junk, "wb").write(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
@@ -184,7 +186,7 @@ for loom in binaries:
     r = run([loom, "logits", "--model", model, "--ids", "1,2,3", "--image", image, "--out", os.path.join(tmp, "z")])
     check(f"{tag} logits --image without a placeholder", r.returncode == 1 and "placeholder" in r.stderr, r.stderr)
     # --prompt: chat template + tokenizer, text out
-    r = run([loom, "run", "--model", model, "--prompt", "Hello there", "--max-tokens", "12"])
+    r = run([loom, "run", "--model", model, "--prompt", "Hello there", "--max-tokens", "12", "--temperature", "0"])
     check(f"{tag} text prompt", r.returncode == 0 and len(r.stdout.strip()) > 0, r.stdout + r.stderr)
     # seeded sampling is reproducible
     args = [loom, "run", "--model", model, "--ids", "5,6,7", "--max-tokens", "10", "--temperature", "0.9",

@@ -20,7 +20,7 @@ def run(*args, binary=loom, **kw):
 
 
 tmp = tempfile.mkdtemp(prefix="loom-ops-")
-IDS = ["--ids", "1,2,3", "--max-tokens", "4", "--print-ids"]
+IDS = ["--ids", "1,2,3", "--max-tokens", "4", "--print-ids", "--temperature", "0"]
 
 # --version: version, commit, compiler, CPU features, backends
 r = run("--version")
@@ -323,14 +323,21 @@ r = run("serve", tiny, "--host", "no-such-host.invalid")
 check("--host unresolvable", r.returncode == 1 and "--host" in r.stderr, r.stderr)
 
 # sampling defaults from generation_config.json; a request's own fields win
-gen = os.path.join(tmp, "gen")
-os.mkdir(gen)
-for f in os.listdir(tiny):
-    if f != "generation_config.json":
-        os.symlink(os.path.join(tiny, f), os.path.join(gen, f))
-json.dump({"temperature": 0.0, "top_k": 1}, open(os.path.join(gen, "generation_config.json"), "w"))
+def model_with_generation_config(name, config):
+    folder = os.path.join(tmp, name)
+    os.mkdir(folder)
+    for f in os.listdir(tiny):
+        if f != "generation_config.json":
+            os.symlink(os.path.join(tiny, f), os.path.join(folder, f))
+    json.dump(config, open(os.path.join(folder, "generation_config.json"), "w"))
+    return folder
+
+
+gen = model_with_generation_config("gen", {"temperature": 0.0, "top_k": 1})
 p, url, head = start(gen, "--seed", "5")
-check("generation_config.json in the summary", any("temperature 0, top_k 1 from" in l for l in head), head)
+check("generation_config.json in the summary",
+      any("sampling defaults: temperature 0, top-p 1, top-k 1, min-p 0, repetition penalty 1 (from " in l
+          and "generation_config.json: temperature 0, top_k 1; the rest loom's fallback" in l for l in head), head)
 if url:
     body = {"prompt": "Once upon a time", "max_tokens": 16, "ignore_eos": True}
     a = post(url, "/v1/completions", body)["choices"][0]["text"]
@@ -339,12 +346,67 @@ if url:
     check("defaults apply to fields a request leaves out", a == b, (a, b))
     check("a request's own fields win", len(hot) == 2 and a not in hot, hot)
     stop(p)
+fallback = "temperature 1, top-p 1, top-k -1, min-p 0, repetition penalty 1"
 p, url, head = start(gen, "--generation-config", "vllm")
-check("--generation-config vllm", any("sampling defaults: none" in l for l in head), head)
+check("--generation-config vllm: loom's fallback",
+      any(f"sampling defaults: {fallback} (--generation-config vllm" in l for l in head), head)
 if url:
     stop(p)
 else:
     p.wait()
+
+# serve, run and chat start from the same sampling values: generation_config.json's where it
+# gives them, else one fallback (OpenAI's and vLLM's); seeded, the three draw the same tokens
+sampled = model_with_generation_config("sampled", {"temperature": 0.9, "top_p": 0.8, "top_k": 20, "min_p": 0.05,
+                                                   "repetition_penalty": 1.3})
+values = "temperature 0.9, top-p 0.8, top-k 20, min-p 0.05, repetition penalty 1.3"
+as_flags = ["--temperature", "0.9", "--top-p", "0.8", "--top-k", "20", "--min-p", "0.05", "--repetition-penalty", "1.3"]
+prompt_args = ["--prompt", "Once upon a time", "--raw", "--seed", "7", "--max-tokens", "12", "--ignore-eos"]
+run_config = run("run", sampled, *prompt_args)
+run_flags = run("run", tiny, *prompt_args, *as_flags)
+run_fallback = run("run", tiny, *prompt_args)
+run_fallback_flags = run("run", tiny, *prompt_args, "--temperature", "1", "--top-p", "1", "--top-k", "-1",
+                         "--min-p", "0", "--repetition-penalty", "1")
+check("run: generation_config.json's values are the defaults",
+      run_config.returncode == 0 and run_config.stdout.strip() and run_config.stdout == run_flags.stdout,
+      (run_config.stdout, run_flags.stdout, run_config.stderr))
+check("run: without one, the fallback", run_fallback.returncode == 0 and run_fallback.stdout == run_fallback_flags.stdout
+      and run_fallback.stdout != run_config.stdout, (run_fallback.stdout, run_fallback_flags.stdout))
+r = run("run", sampled, *prompt_args, "--generation-config", "vllm")
+check("run --generation-config vllm: the fallback", r.returncode == 0 and r.stdout == run_fallback.stdout, r.stdout)
+r = run("run", tiny, *prompt_args, "--generation-config", sampled)
+check("run --generation-config DIR: that folder's", r.returncode == 0 and r.stdout == run_config.stdout, r.stdout)
+r = run("run", sampled, *prompt_args, "--temperature", "0")
+greedy = run("run", tiny, *prompt_args, "--temperature", "0", "--top-p", "0.8", "--top-k", "20", "--min-p", "0.05",
+             "--repetition-penalty", "1.3")
+check("run: a flag wins over generation_config.json", r.returncode == 0 and r.stdout == greedy.stdout
+      and r.stdout != run_config.stdout, (r.stdout, greedy.stdout))
+chat_config = run("chat", sampled, "--seed", "7", "--max-tokens", "8", input="Hello\n/settings\n")
+chat_flags = run("chat", tiny, "--seed", "7", "--max-tokens", "8", *as_flags, input="Hello\n")
+check("chat: generation_config.json's values are the defaults",
+      chat_config.returncode == 0 and f"[sampling: {values}, max tokens 8, seed 7 (defaults: from " in chat_config.stderr
+      and chat_config.stdout.strip() and chat_config.stdout == chat_flags.stdout,
+      (chat_config.stdout, chat_flags.stdout, chat_config.stderr))
+r = run("chat", tiny, input="/settings\n")
+check("chat: without one, the fallback", r.returncode == 0 and f"[sampling: {fallback}, max tokens 512" in r.stderr,
+      r.stderr)
+p, url, head = start(sampled)
+check("serve: the same values", any(f"sampling defaults: {values} (from " in l for l in head), head)
+if url:
+    text = post(url, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 12, "seed": 7,
+                                         "ignore_eos": True})["choices"][0]["text"]
+    check("serve: a request without sampling fields draws what run draws", text == run_config.stdout.strip("\n"),
+          (text, run_config.stdout))
+    answer = post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8,
+                                                "seed": 7})["choices"][0]["message"]["content"]
+    check("serve: a chat request without sampling fields answers what chat answers",
+          answer == chat_config.stdout.strip("\n"), (answer, chat_config.stdout))
+    # chat --url leaves the fields no flag sets to the server (its generation_config.json)
+    r = subprocess.run([loom, "chat", "--url", url, "--seed", "7", "--max-tokens", "8"], input="Hello\n/settings\n",
+                       capture_output=True, text=True, timeout=120)
+    check("chat --url: the server's defaults", r.returncode == 0 and r.stdout == chat_config.stdout
+          and "top-p the server's" in r.stderr, (r.stdout, r.stderr))
+    stop(p)
 
 # loom chat --url: the conversation goes to a running loom serve, history included
 p, url, head = start(tiny, "--api-key", "k1")

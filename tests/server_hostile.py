@@ -22,6 +22,12 @@ usage: server_hostile.py LOOM MODEL [--asan LOOM_ASAN] [--only NAME,...]
             streams), on the ASan build.
   http      routing and header rules: JSON error bodies, Allow, HEAD, CORS,
             /v1/models/{id}, Bearer case, --api-key-file, LOOM_API_KEY.
+  apikey    the key from --api-key, else LOOM_API_KEY, else VLLM_API_KEY
+            (the startup names the source, never the key); empty refused.
+  disconnect  a stream and a blocking request cut off by their clients:
+            logged at INFO as cancelled by the client (prompt, cached and
+            generated tokens), no WARNING; the server goes on (against the
+            ASan build when built).
   corpus    ~380 malformed requests against the ASan build: never a 5xx
             (but 505 for HTTP versions), never a non-JSON error body, framing
             errors with their status (answered by loom's front door, not
@@ -57,6 +63,7 @@ class Server:
     def __init__(self, binary, model, *args, env=None):
         e = dict(os.environ)
         e.pop("LOOM_API_KEY", None)
+        e.pop("VLLM_API_KEY", None)
         if env:
             e.update(env)
         self.stderr = []
@@ -633,6 +640,8 @@ def test_http(binary, model):
     st, _, _ = request(port, "GET", "/v1/models", headers={"Authorization": "Bearer env-key"})
     st2, _, _ = request(port, "GET", "/v1/models")
     check(st == 200 and st2 == 401, "http: LOOM_API_KEY is the key when no flag gives one")
+    check(any("API key required" in l and "(from $LOOM_API_KEY)" in l for l in srv.stderr) and
+          not any("env-key" in l for l in srv.stderr), "http: the startup says where the key came from, not the key")
     st, h, b = request(port, "DELETE", "/v1/models")
     check(st == 405 and h.get("allow") == "GET, HEAD" and is_json_error(b, 405), "http: 405 carries Allow")
     st, h, b = request(port, "GET", "/v1/chat/completions")
@@ -657,6 +666,94 @@ def test_http(binary, model):
     st, h, b = parse_raw(resp)
     check(st == 413 and is_json_error(b, 413), "http: a Content-Length over the limit gets 413 JSON at once")
     check(srv.stop() == 0, "http: clean exit")
+
+
+def test_api_key_env(binary, model):
+    """vLLM's VLLM_API_KEY, loom's LOOM_API_KEY before it, a flag before both; an empty key refused."""
+    def statuses(port, keys):
+        out = []
+        for key in keys:
+            headers = {"Authorization": "Bearer " + key} if key else {}
+            out.append(request(port, "POST", "/v1/completions", {"prompt": [1, 2], "max_tokens": 1}, headers=headers)[0])
+        return out
+
+    srv = Server(binary, model, env={"VLLM_API_KEY": "vllm-key-1"})
+    got = statuses(srv.port, [None, "vllm-key-1", "other"])
+    check(got == [401, 200, 401], "api key: VLLM_API_KEY alone is the key (%r)" % got)
+    check(any("(from $VLLM_API_KEY)" in l for l in srv.stderr), "api key: the startup names $VLLM_API_KEY")
+    check(srv.stop() == 0, "api key: clean exit")
+    srv = Server(binary, model, env={"VLLM_API_KEY": "vllm-key-1", "LOOM_API_KEY": "loom-key-2"})
+    got = statuses(srv.port, [None, "loom-key-2", "vllm-key-1"])
+    check(got == [401, 200, 401], "api key: LOOM_API_KEY wins over VLLM_API_KEY (%r)" % got)
+    check(any("(from $LOOM_API_KEY; $VLLM_API_KEY differs and is not used)" in l for l in srv.stderr),
+          "api key: the startup says the other variable is not used")
+    check(srv.stop() == 0, "api key: clean exit")
+    srv = Server(binary, model, "--api-key", "flag-key-3", env={"VLLM_API_KEY": "vllm-key-1", "LOOM_API_KEY": "loom-key-2"})
+    got = statuses(srv.port, [None, "flag-key-3", "loom-key-2", "vllm-key-1"])
+    check(got == [401, 200, 401, 401], "api key: --api-key wins over both variables (%r)" % got)
+    check(any("(from --api-key)" in l for l in srv.stderr), "api key: the startup names --api-key")
+    check(srv.stop() == 0, "api key: clean exit")
+    srv = Server(binary, model)
+    got = statuses(srv.port, [None])
+    check(got == [200] and any("no API key" in l for l in srv.stderr), "api key: none anywhere serves everyone")
+    check(srv.stop() == 0, "api key: clean exit")
+    base = {k: v for k, v in os.environ.items() if k not in ("LOOM_API_KEY", "VLLM_API_KEY")}
+    for args, env, what in ((["--api-key", ""], {}, "--api-key is empty"),
+                            ([], {"LOOM_API_KEY": ""}, "$LOOM_API_KEY is set but empty"),
+                            ([], {"VLLM_API_KEY": ""}, "$VLLM_API_KEY is set but empty")):
+        r = subprocess.run([binary, "serve", "--model", model, "--port", "0", *args], env=dict(base, **env),
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 2 and what in r.stderr and r.stderr.count("\n") == 1,
+              "api key: an empty key is refused (%s): %r %r" % (what, r.returncode, r.stderr))
+
+
+# ---------------------------------------------------------------- disconnect
+
+def test_disconnect(binary, model):
+    """A client that closes its connection mid-generation: its request is logged at INFO as
+    cancelled by the client, with the prompt, cached and generated tokens, and nothing is a WARNING."""
+    srv = Server(binary, model, "--disable-log-stats")
+    prompt = [(7 * i) % 1500 + 10 for i in range(80)]
+    # the prefix cache takes a finished request's blocks at the end of the next engine step: two
+    # requests leave the prompt cached
+    sts = [request(srv.port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 1})[0] for _ in range(2)]
+    check(sts == [200, 200], "disconnect: two requests fill the prefix cache")
+    start = len(srv.stderr)
+
+    def send(body):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        data = json.dumps(body).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        return s
+
+    body = {"prompt": prompt, "max_tokens": 3000, "ignore_eos": True}
+    s = send(dict(body, stream=True))
+    got = b""
+    while got.count(b"data: ") < 2:  # two chunks: a token has been generated
+        got += s.recv(65536)
+    s.close()
+    s = send(body)  # blocking: tokens keep coming while it is cut off
+    time.sleep(0.5)
+    s.close()
+    line = re.compile(r" INFO loom serve: request cmpl-[0-9a-f]{32} /v1/completions cancelled by the client: "
+                      r"prompt 80, cached (\d+), output (\d+) tokens so far, first token [\d.]+ s, [\d.]+ s$")
+    deadline = time.time() + 20
+    while time.time() < deadline and sum(bool(line.search(l)) for l in srv.stderr[start:]) < 2:
+        time.sleep(0.05)
+    time.sleep(0.3)  # anything logged after the cancels
+    log = srv.stderr[start:]
+    found = [line.search(l) for l in log if line.search(l)]
+    check(len(found) == 2, "disconnect: both requests logged as cancelled by the client (%r)" % log)
+    check(all(int(m.group(1)) >= 64 for m in found), "disconnect: the cached tokens are counted (%r)" % log)
+    check(all(0 < int(m.group(2)) < 3000 for m in found), "disconnect: the tokens generated so far (%r)" % log)
+    check(not any(" WARNING " in l or " ERROR " in l for l in log), "disconnect: no warning (%r)" % log)
+    st, _, _ = request(srv.port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 2})
+    check(st == 200, "disconnect: the server goes on serving")
+    st, _, b = request(srv.port, "GET", "/metrics")
+    check(st == 200 and re.search(rb'loom_request_success_total\{[^}]*finished_reason="abort"\} 2\n', b) is not None,
+          "disconnect: /metrics counts them as aborted")
+    check(srv.stop() == 0, "disconnect: clean exit")
 
 
 # ---------------------------------------------------------------- malformed corpus
@@ -932,7 +1029,9 @@ def main():
         del args[i:i + 2]
     binary, model = args[0], args[1]
     tests = [("shutdown", test_shutdown, binary), ("idle", test_idle, binary), ("limit", test_limit, binary),
-             ("memory", test_memory, binary), ("bodies", test_bodies, binary), ("output", test_output, asan or binary), ("http", test_http, binary),
+             ("memory", test_memory, binary), ("bodies", test_bodies, binary), ("output", test_output, asan or binary),
+             ("http", test_http, binary), ("apikey", test_api_key_env, binary),
+             ("disconnect", test_disconnect, asan or binary),
              ("corpus", test_corpus, asan or binary)]
     for name, fn, b in tests:
         if only and name not in only:

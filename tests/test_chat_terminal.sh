@@ -2,8 +2,10 @@
 # `loom chat` on a terminal (a pty, as a person types): libedit's line
 # editing and history (the up arrow recalls the last message, Ctrl-A / Ctrl-E
 # / arrows / backspace edit it), multi-line messages (a trailing backslash,
-# a """ block), /think, /settings, Ctrl-D to quit.  What was sent is read
-# back from --show-prompt's rendering on stderr.
+# a """ block), /think, /settings, /help, /clear, an unknown /command, //text,
+# Ctrl-D to quit; then the commands through --url (piped input) against a
+# loom serve.  What was sent is read back from --show-prompt's rendering on
+# stderr (locally) and the server's request lines (--url).
 cd "$(dirname "$0")/.." || exit 1
 export LOOM_BUILD=${LOOM_BUILD:-build}
 exec python3 - <<'PY'
@@ -109,6 +111,23 @@ for binary in binaries:
           t.wait(lambda: "no thinking switch" in t.err) and len(t.prompts()) == n, t.err)
     t.type("/settings\r")
     check(f"{tag}: /settings", t.wait(lambda: t.err.count("[sampling:") >= 2), t.err)
+    # the /commands: /help lists them, an unknown one is named and not sent, //text sends /text,
+    # /clear forgets the conversation
+    n = len(t.prompts())
+    t.type("/help\r")
+    check(f"{tag}: /help lists the commands", t.wait(lambda: "//TEXT" in t.err) and all(
+        w in t.err for w in ("/help", "/clear, /reset", "/settings", "/think on|off", "/image FILE", "/exit, /quit"))
+          and len(t.prompts()) == n, t.err[-600:])
+    t.type("/foo bar\r")
+    check(f"{tag}: an unknown /command is named, not sent",
+          t.wait(lambda: "unknown command /foo; /help lists them" in t.err) and len(t.prompts()) == n, t.err[-300:])
+    check(f"{tag}: //text sends /text", t.send("//etc/hosts?\r") and t.last_user() == "/etc/hosts?", t.last_user())
+    check(f"{tag}: the history is still there", len(re.findall(r"<\|im_start\|>user", t.prompts()[-1])) > 1,
+          t.prompts()[-1])
+    t.type("/clear\r")
+    check(f"{tag}: /clear", t.wait(lambda: "[conversation cleared]" in t.err), t.err[-300:])
+    check(f"{tag}: ... forgets the conversation", t.send("Anew\r") and
+          re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", t.prompts()[-1], re.S) == ["Anew"], t.prompts()[-1:])
     t.type("\x04")  # Ctrl-D on an empty line
     try:
         rc = t.p.wait(timeout=60)
@@ -117,6 +136,31 @@ for binary in binaries:
         rc = -9
     check(f"{tag}: Ctrl-D quits with exit 0", rc == 0 and "Sanitizer" not in t.err, (rc, t.err[-800:]))
     os.close(t.master)
+
+# the same commands with --url (input piped): only messages reach the server; /exit leaves
+for binary in binaries[:1]:
+    server = subprocess.Popen([binary, "serve", "--port", "0", "--disable-log-stats"], stderr=subprocess.PIPE, text=True)
+    url, log = None, []
+    for line in server.stderr:
+        log.append(line)
+        m = re.search(r"serving \S+ on (http://\S+)", line)
+        if m:
+            url = m.group(1)
+            break
+    check("--url: the server starts", url is not None, "".join(log))
+    if url:
+        r = subprocess.run([binary, "chat", "--url", url, "--temperature", "0", "--max-tokens", "4"],
+                           input="/help\n/foo\nHello\n//slash\n/clear\nAgain\n/exit\nnot sent\n",
+                           capture_output=True, text=True, timeout=120)
+        server.send_signal(2)
+        log.append(server.stderr.read())
+        server.wait(timeout=60)
+        prompts = [int(x) for x in re.findall(r"/v1/chat/completions 200: prompt (\d+)", "".join(log))]
+        check("--url: /help, /foo, /clear and /exit are not sent; the three messages are",
+              r.returncode == 0 and "/exit, /quit" in r.stderr and "unknown command /foo; /help lists them" in r.stderr
+              and "[conversation cleared]" in r.stderr and len(prompts) == 3, (r.stderr, prompts))
+        check("--url: //slash goes with the history, /clear empties it",
+              len(prompts) == 3 and prompts[1] > prompts[0] and prompts[2] < prompts[1], prompts)
 
 print(f"test_chat_terminal.sh: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

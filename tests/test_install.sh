@@ -18,12 +18,14 @@ for f in usr/bin/loom usr/share/loom/models/loom-tiny/config.json usr/share/loom
          usr/share/man/man1/loom.1 usr/share/bash-completion/completions/loom usr/share/doc/loom/LICENSE; do
     [ -s "$dest/$f" ]; check "installed $f" $?
 done
-text=$(cd / && "$dest/usr/bin/loom" run --prompt Hi --max-tokens 4 2>&1)
+text=$(cd / && "$dest/usr/bin/loom" run --prompt Hi --max-tokens 4 --temperature 0 2>&1)
 check "the installed loom runs the installed model: $text" $?
 [ -n "$text" ]; check "it wrote something" $?
 man -l "$dest/usr/share/man/man1/loom.1" >/dev/null 2>&1 || ! command -v man >/dev/null; check "man page renders" $?
 bash -c "source '$dest/usr/share/bash-completion/completions/loom' && COMP_WORDS=('$dest/usr/bin/loom' serve --max-n); COMP_CWORD=2; _loom && [[ \" \${COMPREPLY[*]} \" == *' --max-num-seqs '* ]]"
 check "bash completion completes serve's flags" $?
+cmp -s "$dest/usr/share/bash-completion/completions/loom" <("$dest/usr/bin/loom" completion bash)
+check "the installed completion is what the installed loom writes (loom completion bash)" $?
 make --no-print-directory uninstall DESTDIR="$dest" PREFIX=/usr >/dev/null 2>&1
 [ ! -e "$dest/usr/bin/loom" ] && [ ! -e "$dest/usr/share/loom" ]; check "make uninstall" $?
 rm -rf "$dest"

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/chat_input.h"
+#include "cli/sampling_options.h"
 
 #define MAX_RESPONSE_BYTES ((size_t)64 << 20)
 #define CONNECT_TIMEOUT_MS 10000
@@ -252,11 +253,14 @@ static char *request_body(const lm_chat_remote *r, const cJSON *messages, const 
     cJSON_AddItemToObject(b, "messages", cJSON_Duplicate(messages, 1));
     cJSON_AddTrueToObject(b, "stream");
     cJSON_AddNumberToObject(b, "max_tokens", p->max_tokens);
-    cJSON_AddNumberToObject(b, "temperature", s->temperature);
-    cJSON_AddNumberToObject(b, "top_p", s->top_p);
-    cJSON_AddNumberToObject(b, "top_k", s->top_k);
-    cJSON_AddNumberToObject(b, "min_p", s->min_p);
-    cJSON_AddNumberToObject(b, "repetition_penalty", s->repetition_penalty);
+    /* Fields no flag set are left out: the server's defaults (its model's
+     * generation_config.json) apply to them, as to any client's request. */
+    if (lm_cli_sampling_is_set(s->temperature)) cJSON_AddNumberToObject(b, "temperature", s->temperature);
+    if (lm_cli_sampling_is_set(s->top_p)) cJSON_AddNumberToObject(b, "top_p", s->top_p);
+    if (s->top_k != LM_CLI_UNSET_TOP_K) cJSON_AddNumberToObject(b, "top_k", s->top_k);
+    if (lm_cli_sampling_is_set(s->min_p)) cJSON_AddNumberToObject(b, "min_p", s->min_p);
+    if (lm_cli_sampling_is_set(s->repetition_penalty))
+        cJSON_AddNumberToObject(b, "repetition_penalty", s->repetition_penalty);
     if (s->has_seed) cJSON_AddNumberToObject(b, "seed", (double)s->seed);
     if (p->ignore_eos) cJSON_AddTrueToObject(b, "ignore_eos");
     if (kwargs && kwargs->child) cJSON_AddItemToObject(b, "chat_template_kwargs", cJSON_Duplicate(kwargs, 1));

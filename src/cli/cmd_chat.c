@@ -1,11 +1,13 @@
 /* loom chat [MODEL_DIR] [options]
  * An interactive chat in the terminal: the conversation is kept and sent
  * whole (through the chat template) every turn, the answer streams as it is
- * generated, /reset starts over, Ctrl-C stops the current answer (at the
- * prompt it only says how to leave), /exit or Ctrl-D quits, /image FILE
- * attaches an image to the next message (the conversation keeps it, and
- * sends it again with every turn while its message is in the history),
- * /think on|off switches a reasoning template's thinking.  On a terminal
+ * generated, /clear (or /reset) starts over, Ctrl-C stops the current
+ * answer (at the prompt it only says how to leave), /exit or Ctrl-D quits,
+ * /image FILE attaches an image to the next message (the conversation keeps
+ * it, and sends it again with every turn while its message is in the
+ * history), /think on|off switches a reasoning template's thinking, /help
+ * lists them (chat_commands below).  Any other line starting with / is
+ * named as an unknown command, never sent: "//text" sends "/text".  On a terminal
  * lines are edited with libedit (history on the up arrow); a message may
  * span lines (chat_input.h).  With --url the conversation goes to a running
  * `loom serve` instead of a model loaded here (chat_remote.h).
@@ -26,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/api_key.h"
 #include "cli/chat_input.h"
 #include "cli/chat_remote.h"
 #include "cli/commands.h"
@@ -46,12 +49,15 @@ static const char synopsis[] =
     "An interactive chat with the model in the terminal.  Type a message and press\n"
     "Enter; the answer streams back.  A line ending in \\ continues the message on\n"
     "the next line, and a line of three double quotes (\"\"\") opens a block up to\n"
-    "the next such line.  The up arrow recalls earlier lines.  /image FILE attaches\n"
-    "an image (PNG, JPEG, WebP) to the next message, /think on|off switches a\n"
-    "reasoning model's thinking, /settings shows the sampling settings, /reset\n"
-    "forgets the conversation, /exit (or Ctrl-D) quits, Ctrl-C stops the answer.\n"
+    "the next such line.  The up arrow recalls earlier lines.  /help lists the\n"
+    "commands: /clear forgets the conversation, /settings shows the sampling\n"
+    "settings, /think on|off switches a reasoning model's thinking, /image FILE\n"
+    "attaches an image (PNG, JPEG, WebP) to the next message, /exit (or Ctrl-D)\n"
+    "quits; Ctrl-C stops the answer.  Another /word is an unknown command, not a\n"
+    "message: //text sends /text.\n"
     "Sampling defaults: --temperature etc., else the model's generation_config.json,\n"
-    "else temperature 0.7, top-p 0.9, top-k 40, repetition penalty 1.1.\n";
+    "else temperature 1, top-p 1, top-k off, min-p 0, repetition penalty 1 (as in\n"
+    "loom serve and run).\n";
 
 typedef struct {
     const char *system, *url, *api_key;
@@ -64,7 +70,7 @@ static const lm_opt chat_opts[] = {
      NULL, NULL},
     {"--url", LM_OPT_STRING, "URL", ARG(url), 0, 0,
      "chat with a running loom serve (http://HOST:PORT) instead of loading\nthe model here", NULL, NULL, NULL},
-    {"--api-key", LM_OPT_STRING, "KEY", ARG(api_key), 0, 0, "with --url: the server's key (default: $LOOM_API_KEY)",
+    {"--api-key", LM_OPT_STRING, "KEY", ARG(api_key), 0, 0, "with --url: the server's key (default: $LOOM_API_KEY, else\n$VLLM_API_KEY)",
      NULL, NULL, NULL},
     {"--stats", LM_OPT_FLAG, NULL, ARG(stats), 0, 0, "print tokens, speed and speculation after each answer", NULL,
      NULL, NULL},
@@ -85,6 +91,7 @@ typedef struct {
     int context_len; /* prompt + answer limit in tokens */
     bool stats, show_prompt;
     bool has_thinking_switch;   /* the template reads enable_thinking */
+    char sampling_why[300];     /* where the sampling defaults came from (lm_cli_load_sampling_defaults) */
     /* The images of the history's user messages, in order (each message
      * records how many it has under IMAGE_COUNT_KEY), then those /image
      * attached for the next message. */
@@ -326,61 +333,97 @@ static void set_thinking(chat *c, const char *arg) {
 static void show_settings(const chat *c) {
     char text[300];
     lm_cli_describe_sampling(&c->params, text, sizeof text);
-    fprintf(stderr, "[sampling: %s]\n", text);
+    fprintf(stderr, "[sampling: %s (defaults: %s)]\n", text, c->sampling_why);
 }
 
-/* The sampling settings: flags, else generation_config.json's, else chat's. */
-static void settle_sampling(loom_request_params *p, const lm_generation_defaults *g) {
-    loom_sampling fallback = p->sampling;
-    fallback.temperature = 0.7f;
-    fallback.top_p = 0.9f;
-    fallback.top_k = 40;
-    fallback.min_p = 0;
-    fallback.repetition_penalty = 1.1f;
-    loom_sampling from_config = fallback;
-    lm_generation_defaults_apply(g, NULL, &from_config);
-    loom_sampling *s = &p->sampling;
-    if (isnan(s->temperature)) s->temperature = from_config.temperature;
-    if (isnan(s->top_p)) s->top_p = from_config.top_p;
-    if (s->top_k == INT32_MIN) s->top_k = from_config.top_k;
-    if (isnan(s->min_p)) s->min_p = from_config.min_p;
-    if (isnan(s->repetition_penalty)) s->repetition_penalty = from_config.repetition_penalty;
-}
-
-static const char help_text[] =
-    "/image FILE attaches an image to the next message, /think on|off switches thinking, /settings shows the "
-    "sampling settings, /reset forgets the conversation, /exit quits, Ctrl-C stops an answer.  End a line with \\ "
-    "to continue the message, or put it between lines of \"\"\".\n";
-
-/* Handles a /command; false when the line is no command (a message). */
-static bool command(chat *c, const char *line, bool *quit) {
-    if (line[0] != '/') return false;
+/* /image FILE: attaches an image to the next message. */
+static void attach_image(chat *c, const char *path) {
     lm_error err = {0};
-    if (strcmp(line, "/exit") == 0 || strcmp(line, "/quit") == 0) {
-        *quit = true;
-    } else if (strcmp(line, "/reset") == 0) {
+    if (!*path) fprintf(stderr, "usage: /image FILE\n");
+    else if (c->remote) fprintf(stderr, "loom chat: /image is not available with --url\n");
+    else if (!loom_engine_image_marker(c->engine)) fprintf(stderr, "loom chat: this model takes no images\n");
+    else if (lm_cli_images_add(&c->images, path, &err) != LM_OK) fprintf(stderr, "loom chat: %s\n", err.message);
+    else {
+        c->pending_images++;
+        fprintf(stderr, "[image attached to the next message: %s]\n", path);
+    }
+}
+
+typedef enum { CHAT_HELP, CHAT_CLEAR, CHAT_SETTINGS, CHAT_THINK, CHAT_IMAGE, CHAT_EXIT } chat_command_id;
+
+/* The /commands, in the order /help lists them. */
+typedef struct {
+    const char *names; /* "/clear|/reset": the spellings, the first one listed first */
+    const char *args;  /* what follows ("on|off"); NULL: nothing */
+    const char *help;
+    chat_command_id id;
+} chat_command;
+
+static const chat_command chat_commands[] = {
+    {"/help", NULL, "this list", CHAT_HELP},
+    {"/clear|/reset", NULL, "forget the conversation (a --system message stays)", CHAT_CLEAR},
+    {"/settings", NULL, "the sampling settings and where their defaults came from", CHAT_SETTINGS},
+    {"/think", "on|off", "switch a reasoning template's thinking", CHAT_THINK},
+    {"/image", "FILE", "attach an image (PNG, JPEG, WebP) to the next message", CHAT_IMAGE},
+    {"/exit|/quit", NULL, "leave (Ctrl-D too)", CHAT_EXIT},
+};
+
+static void print_help(void) {
+    for (size_t i = 0; i < sizeof chat_commands / sizeof chat_commands[0]; i++) {
+        const chat_command *k = &chat_commands[i];
+        char label[64] = "";
+        size_t used = 0;
+        for (const char *p = k->names; *p && used < sizeof label;) {
+            size_t n = strcspn(p, "|");
+            int w = snprintf(label + used, sizeof label - used, "%s%.*s", used ? ", " : "", (int)n, p);
+            if (w > 0) used += (size_t)w;
+            p += n + (p[n] == '|');
+        }
+        if (k->args && used < sizeof label) snprintf(label + used, sizeof label - used, " %s", k->args);
+        fprintf(stderr, "  %-16s %s\n", label, k->help);
+    }
+    fprintf(stderr, "  %-16s %s\n", "//TEXT", "send a message that starts with / (as /TEXT)");
+    fprintf(stderr, "A line ending in \\ continues the message on the next line; a line of \"\"\" opens a block up "
+                    "to the next such line.  Ctrl-C stops an answer.\n");
+}
+
+/* The command a line's first word names; NULL if none. */
+static const chat_command *find_command(const char *word, size_t len) {
+    for (size_t i = 0; i < sizeof chat_commands / sizeof chat_commands[0]; i++)
+        for (const char *p = chat_commands[i].names; *p;) {
+            size_t n = strcspn(p, "|");
+            if (n == len && strncmp(p, word, len) == 0) return &chat_commands[i];
+            p += n + (p[n] == '|');
+        }
+    return NULL;
+}
+
+/* Handles a line starting with "/" (but not "//", a message): a known
+ * command runs, an unknown one is named and nothing is sent. */
+static void command(chat *c, const char *line, bool *quit) {
+    size_t len = strcspn(line, " \t");
+    const char *arg = line + len + strspn(line + len, " \t");
+    const chat_command *k = find_command(line, len);
+    if (!k) {
+        fprintf(stderr, "unknown command %.*s; /help lists them (//%s sends the line as a message)\n", (int)len, line,
+                line + 1);
+        return;
+    }
+    if (!k->args && *arg) {
+        fprintf(stderr, "usage: %.*s (it takes nothing after it)\n", (int)len, line);
+        return;
+    }
+    switch (k->id) {
+    case CHAT_HELP: print_help(); break;
+    case CHAT_CLEAR:
         reset(c);
         fprintf(stderr, "[conversation cleared]\n");
-    } else if (strcmp(line, "/help") == 0) {
-        fputs(help_text, stderr);
-    } else if (strcmp(line, "/settings") == 0) {
-        show_settings(c);
-    } else if (strncmp(line, "/think", 6) == 0 && (line[6] == ' ' || line[6] == '\0')) {
-        set_thinking(c, line + 6 + strspn(line + 6, " \t"));
-    } else if (strncmp(line, "/image", 6) == 0 && (line[6] == ' ' || line[6] == '\0')) {
-        const char *path = line + 6 + strspn(line + 6, " \t");
-        if (!*path) fprintf(stderr, "usage: /image FILE\n");
-        else if (c->remote) fprintf(stderr, "loom chat: /image is not available with --url\n");
-        else if (!loom_engine_image_marker(c->engine)) fprintf(stderr, "loom chat: this model takes no images\n");
-        else if (lm_cli_images_add(&c->images, path, &err) != LM_OK) fprintf(stderr, "loom chat: %s\n", err.message);
-        else {
-            c->pending_images++;
-            fprintf(stderr, "[image attached to the next message: %s]\n", path);
-        }
-    } else {
-        return false;
+        break;
+    case CHAT_SETTINGS: show_settings(c); break;
+    case CHAT_THINK: set_thinking(c, arg); break;
+    case CHAT_IMAGE: attach_image(c, arg); break;
+    case CHAT_EXIT: *quit = true; break;
     }
-    return true;
 }
 
 /* Adds the user's message (with the images attached to it) and answers it;
@@ -414,19 +457,23 @@ static bool user_turn(chat *c, const char *line) {
 /* ------------------------------------------------------------ main */
 
 /* The model and its encoder, or the server (--url). */
-static int open_backend(chat *c, const chat_args *args, lm_cli_engine_settings *settings, lm_chat_remote *remote) {
+static int open_backend(chat *c, const chat_args *args, const lm_cli_sampling_source *sampling_source,
+                        lm_cli_engine_settings *settings, lm_chat_remote *remote) {
     lm_error err = {0};
     char error[512], why[200];
     if (args->url) {
-        const char *key = args->api_key ? args->api_key : getenv("LOOM_API_KEY");
-        if (lm_chat_remote_open(args->url, key && *key ? key : NULL, remote, &err) != LM_OK) {
+        lm_cli_api_key key;
+        if (lm_cli_resolve_api_key("chat", args->api_key, "--api-key", &key) != 0) return 2;
+        if (lm_chat_remote_open(args->url, key.key, remote, &err) != LM_OK) {
             fprintf(stderr, "loom chat: %s\n", err.message);
             return 1;
         }
         c->remote = remote;
         c->has_thinking_switch = true; /* the server's template decides */
         c->context_len = 1 << 30;
-        settle_sampling(&c->params, NULL);
+        /* Sampling fields no flag set stay unset: the request leaves them
+         * out and the server's defaults apply. */
+        snprintf(c->sampling_why, sizeof c->sampling_why, "the server's, for what no flag sets");
         return 0;
     }
     char model_buf[4096];
@@ -440,11 +487,12 @@ static int open_backend(chat *c, const chat_args *args, lm_cli_engine_settings *
     if (lm_cli_resolve_model_len("chat", settings, config_path, why, sizeof why) != 0) return 2;
     if (lm_cli_threads_exceed_cores(settings, error, sizeof error)) fprintf(stderr, "loom chat: %s\n", error);
     lm_generation_defaults g;
-    if (lm_generation_defaults_load(model_dir, &g, &err) != LM_OK) {
+    if (lm_cli_load_sampling_defaults(sampling_source, model_dir, &g, c->sampling_why, sizeof c->sampling_why, &err) !=
+        LM_OK) {
         fprintf(stderr, "loom chat: %s\n", err.message);
         return 1;
     }
-    settle_sampling(&c->params, &g);
+    lm_cli_settle_sampling(&c->params.sampling, &g);
     if (!lm_sampling_validate(&c->params.sampling, 0, error, sizeof error)) return lm_cli_usage_error("chat", "%s", error);
     if (lm_prompt_encoder_open(model_dir, true, &c->encoder, &err) != LM_OK) {
         fprintf(stderr, "loom chat: %s\n", err.message);
@@ -475,19 +523,19 @@ int cmd_chat_main(int argc, char **argv) {
     chat c = {.signal_fd = -1};
     loom_request_params_default(&c.params);
     c.params.max_tokens = 512;
-    /* Not given yet: settled after parsing (settle_sampling). */
-    c.params.sampling.temperature = c.params.sampling.top_p = c.params.sampling.min_p = NAN;
-    c.params.sampling.repetition_penalty = NAN;
-    c.params.sampling.top_k = INT32_MIN;
+    lm_cli_sampling_source sampling_source = {0};
     lm_cli_engine_settings settings;
     lm_cli_spec spec;
     lm_cli_spec_init(&spec, "chat", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&spec, "Chat", chat_opts, &args);
-    lm_cli_spec_add_sampling(&spec, &c.params);
+    lm_cli_spec_add_sampling(&spec, &c.params); /* settled after parsing (lm_cli_settle_sampling) */
+    lm_cli_spec_add_sampling_source(&spec, &sampling_source);
     int parsed = lm_cli_parse(&spec, argc, argv);
     if (parsed >= 0) return parsed;
     if (args.url && settings.engine.model_dir)
         return lm_cli_usage_error("chat", "give a model folder or --url, not both");
+    if (args.url && sampling_source.generation_config)
+        return lm_cli_usage_error("chat", "with --url the server's --generation-config decides the defaults");
     c.stats = args.stats;
     c.show_prompt = args.show_prompt && !args.url;
     setlocale(LC_CTYPE, "");
@@ -502,7 +550,7 @@ int cmd_chat_main(int argc, char **argv) {
     lm_chat_remote remote;
     lm_chat_input *input = NULL;
     lm_error err = {0};
-    int rc = open_backend(&c, &args, &settings, &remote);
+    int rc = open_backend(&c, &args, &sampling_source, &settings, &remote);
     if (rc != 0) goto done;
     rc = 1;
     c.messages = cJSON_CreateArray();
@@ -543,7 +591,12 @@ int cmd_chat_main(int argc, char **argv) {
             continue;
         }
         line += strspn(line, " \t");
-        if (!*line || command(&c, line, &quit)) continue;
+        if (!*line) continue;
+        if (line[0] == '/' && line[1] != '/') {
+            command(&c, line, &quit);
+            continue;
+        }
+        if (line[0] == '/') line++; /* "//text" sends "/text" */
         if (!user_turn(&c, line)) rc = 1;
     }
 done:

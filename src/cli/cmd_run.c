@@ -122,12 +122,13 @@ int cmd_run_main(int argc, char **argv) {
     run_args args = {0};
     loom_request_params base;
     loom_request_params_default(&base);
-    base.sampling.temperature = 0;
+    lm_cli_sampling_source sampling_source = {0};
     lm_cli_engine_settings settings;
     lm_cli_spec spec;
     lm_cli_spec_init(&spec, "run", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&spec, "Prompts", run_opts, &args);
     lm_cli_spec_add_sampling(&spec, &base);
+    lm_cli_spec_add_sampling_source(&spec, &sampling_source);
     int parsed = lm_cli_parse(&spec, argc, argv);
     if (parsed >= 0) return parsed;
     const char *ids_text = args.ids_text, *ids_file = args.ids_file, *text = args.text;
@@ -144,6 +145,14 @@ int cmd_run_main(int argc, char **argv) {
         fprintf(stderr, "loom run: %s\n", derr.message);
         return 1;
     }
+    lm_generation_defaults generation_defaults;
+    char sampling_why[300];
+    if (lm_cli_load_sampling_defaults(&sampling_source, model_dir, &generation_defaults, sampling_why,
+                                      sizeof sampling_why, &derr) != LM_OK) {
+        fprintf(stderr, "loom run: %s\n", derr.message);
+        return 1;
+    }
+    lm_cli_settle_sampling(&base.sampling, &generation_defaults);
     if (!lm_sampling_validate(&base.sampling, 0, error, sizeof error)) return lm_cli_usage_error("run", "%s", error);
     char config_path[4200];
     snprintf(config_path, sizeof config_path, "%s/config.json", model_dir);

@@ -19,11 +19,13 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "cli/api_key.h"
 #include "cli/checkpoint_dtypes.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/engine_options.h"
 #include "cli/load_progress.h"
+#include "cli/sampling_options.h"
 #include "cli/startup_summary.h"
 #include "loom.h"
 #include "server/server.h"
@@ -47,7 +49,8 @@ typedef struct {
 typedef struct {
     lm_server_options so;
     model_names names;
-    const char *config_path, *api_key_file, *log_level, *generation_config;
+    const char *config_path, *api_key_file, *log_level;
+    lm_cli_sampling_source sampling_source;
     bool random_weights, disable_log_requests, disable_log_stats;
     int max_waiting, shutdown_grace_ms;
     int64_t seed, max_body_bytes;
@@ -121,7 +124,8 @@ static const lm_opt serve_opts[] = {
     {"--api-key", LM_OPT_STRING, "KEY", ARG(so.api_key), 0, 0,
      "require Authorization: Bearer KEY on /v1 and the tokenize routes", NULL, NULL, NULL},
     {"--api-key-file", LM_OPT_STRING, "FILE", ARG(api_key_file), 0, 0,
-     "the same, the key read from FILE (first line); without either,\n$LOOM_API_KEY if set", NULL, NULL, NULL},
+     "the same, the key read from FILE (first line); without either,\n$LOOM_API_KEY, else $VLLM_API_KEY, if set",
+     NULL, NULL, NULL},
     {"--served-model-name|--alias|-a", LM_OPT_CUSTOM, "NAME[,NAME]", ARG(names), 0, 0,
      "the model id answers carry (default: the model folder as given); more\nnames, repeated or comma-separated, are "
      "aliases.  Requests may name\nany of them, the folder as given or its basename",
@@ -130,10 +134,6 @@ static const lm_opt serve_opts[] = {
      NULL, NULL},
     {"--random-weights", LM_OPT_FLAG, NULL, ARG(random_weights), 0, 0,
      "random weights, no tokenizer (token-id prompts only)", NULL, NULL, NULL},
-    {"--generation-config", LM_OPT_STRING, "auto|vllm|DIR", ARG(generation_config), 0, 0,
-     "sampling defaults for the fields a request leaves out: auto (default)\nreads the model's "
-     "generation_config.json, DIR another folder's, vllm\nuses none (OpenAI's defaults)",
-     NULL, NULL, NULL},
     {"--seed", LM_OPT_INT64, "N", ARG(seed), 0, 1LL << 62,
      "seed the samples of requests without their own seed (reproducible runs)", NULL, NULL, NULL},
     {"--max-waiting", LM_OPT_INT, "N", ARG(max_waiting), 1, 1 << 20, "queued requests before 503 (default 1024)", NULL,
@@ -164,7 +164,8 @@ static const lm_opt serve_opts[] = {
 
 static const lm_opt log_opts[] = {
     {"--log-level", LM_OPT_CUSTOM, "LEVEL", ARG(log_level), 0, 0,
-     "debug, info (default), warning or error; lines go to stderr, timestamped", parse_log_level, NULL, NULL},
+     "debug, info (default), warning or error; lines go to stderr, timestamped", parse_log_level,
+     "debug|info|warning|error", NULL},
     {"--disable-log-requests", LM_OPT_FLAG, NULL, ARG(disable_log_requests), 0, 0,
      "no line per request (id, route, status, tokens, time to first token,\nspeed, finish reason)", NULL, NULL, NULL},
     {"--disable-log-stats", LM_OPT_FLAG, NULL, ARG(disable_log_stats), 0, 0,
@@ -226,24 +227,19 @@ static bool raise_fd_limit(const lm_log *log, lm_server_options *so) {
     return true;
 }
 
-/* The sampling defaults --generation-config asks for, described in `why`. */
+/* The defaults of the sampling fields a request leaves out, and the
+ * summary's phrase for them: the values (those of loom run and chat too),
+ * then where they come from. */
 static lm_status load_generation_defaults(const serve_args *a, const char *model_dir, lm_generation_defaults *out,
-                                          char *why, size_t why_size, lm_error *err) {
-    memset(out, 0, sizeof *out);
-    const char *choice = a->generation_config ? a->generation_config : "auto";
-    if (strcmp(choice, "vllm") == 0 || (strcmp(choice, "auto") == 0 && !model_dir)) {
-        snprintf(why, why_size, "none (OpenAI's: temperature 1, top_p 1)");
-        return LM_OK;
-    }
-    const char *dir = strcmp(choice, "auto") == 0 ? model_dir : choice;
-    lm_status st = lm_generation_defaults_load(dir, out, err);
+                                          char *summary, size_t summary_size, lm_error *err) {
+    char why[300];
+    lm_status st = lm_cli_load_sampling_defaults(&a->sampling_source, model_dir, out, why, sizeof why, err);
     if (st != LM_OK) return st;
-    char list[200];
-    lm_generation_defaults_describe(out, list, sizeof list);
-    if (lm_generation_defaults_any(out))
-        snprintf(why, why_size, "%s from %s/generation_config.json (a request's own fields win)", list, dir);
-    else
-        snprintf(why, why_size, "none in %s/generation_config.json (OpenAI's: temperature 1, top_p 1)", dir);
+    loom_sampling effective;
+    lm_cli_default_sampling(out, &effective);
+    char values[200];
+    lm_cli_describe_sampling_values(&effective, values, sizeof values);
+    snprintf(summary, summary_size, "%.200s (%.300s; a request's own fields win)", values, why);
     return LM_OK;
 }
 
@@ -263,6 +259,7 @@ int cmd_serve_main(int argc, char **argv) {
     lm_cli_spec_init(&cli, "serve", synopsis, &settings, true);
     LM_CLI_SPEC_ADD(&cli, "Server", serve_opts, &a);
     LM_CLI_SPEC_ADD(&cli, "Logging", log_opts, &a);
+    lm_cli_spec_add_sampling_source(&cli, &a.sampling_source);
     int parsed = lm_cli_parse(&cli, argc, argv);
     if (parsed >= 0) return parsed;
     lm_server_options so = a.so;
@@ -285,14 +282,17 @@ int cmd_serve_main(int argc, char **argv) {
     so.log_requests = !a.disable_log_requests;
     so.stats_interval_s = a.disable_log_stats ? 0 : a.stats_interval_s;
 
-    char key_buf[4096];
+    char key_buf[4096], key_file_flag[4200];
+    const char *flag_key = so.api_key, *flag_name = "--api-key";
     if (a.api_key_file) {
         if (!read_key_file(a.api_key_file, key_buf, sizeof key_buf)) return 2;
-        so.api_key = key_buf;
-    } else if (!so.api_key) {
-        const char *env = getenv("LOOM_API_KEY");
-        if (env && env[0]) so.api_key = env;
+        flag_key = key_buf;
+        snprintf(key_file_flag, sizeof key_file_flag, "--api-key-file %s", a.api_key_file);
+        flag_name = key_file_flag;
     }
+    lm_cli_api_key api_key;
+    if (lm_cli_resolve_api_key("serve", flag_key, flag_name, &api_key) != 0) return 2;
+    so.api_key = api_key.key;
     char model_buf[4096], config_path[4200], why[200], message[512];
     bool default_model = !eo->model_dir && !eo->random_weights;
     const char *given_model = eo->model_dir; /* as typed: a name requests may use */
@@ -340,10 +340,10 @@ int cmd_serve_main(int argc, char **argv) {
         return 1;
     }
     lm_generation_defaults generation_defaults;
-    char sampling_why[400];
+    char sampling_why[1024];
     if (load_generation_defaults(&a, eo->random_weights ? NULL : eo->model_dir, &generation_defaults, sampling_why,
                                  sizeof sampling_why, &err) != LM_OK) {
-        lm_log_printf(&log, LM_LOG_ERROR, "--generation-config: %s", err.message);
+        lm_log_printf(&log, LM_LOG_ERROR, "%s", err.message);
         lm_server_listener_close(listener);
         return 1;
     }
@@ -402,6 +402,12 @@ int cmd_serve_main(int argc, char **argv) {
         loom_engine_destroy(engine);
         return 1;
     }
+    if (api_key.key)
+        lm_log_printf(&log, LM_LOG_INFO, "API key required on every route but /health, /metrics and /version (from %s)",
+                      api_key.source);
+    else
+        lm_log_printf(&log, LM_LOG_INFO, "no API key: every client is served (--api-key, $%s or $%s sets one)",
+                      LM_CLI_API_KEY_ENV, LM_CLI_API_KEY_VLLM_ENV);
     char aliases[600] = "";
     for (int i = 0, n = 0; i < so.n_model_aliases && n >= 0 && (size_t)n < sizeof aliases; i++)
         n += snprintf(aliases + n, sizeof aliases - (size_t)n, "%s%s", i ? ", " : "; requests may also name ",

@@ -123,7 +123,7 @@ static const lm_opt engine_opts[] = {
      NULL, NULL, NULL},
     {"--device|--backend", LM_OPT_CUSTOM, "NAME", ENGINE(backend), 0, 0,
      "cpu (default), ref (the plain reference kernels) or, in builds with\nnvcc, cuda",
-     parse_backend, NULL, NULL},
+     parse_backend, "cpu|ref|cuda", NULL},
     {"--mmap", LM_OPT_FLAG, NULL, ENGINE(mmap_weights), 0, 0,
      "map the weights instead of reading them into memory (decode is slower)", NULL, NULL, NULL},
     {"--max-model-len|-c|--ctx-size", LM_OPT_INT, "N", ENGINE(max_model_len), 2, 1 << 24,
@@ -143,7 +143,8 @@ static const lm_opt engine_opts[] = {
      "draft up to K tokens per sequence and step with the model's MTP head, as\nmany as pay at the measured step costs and acceptance (default 0: off)",
      NULL, NULL, NULL},
     {"--mtp-norms", LM_OPT_CUSTOM, "MODE", ENGINE(mtp_norms), 0, 0,
-     "MTP head norm weights: auto (detect), zero-centred or shifted", parse_mtp_norms, NULL, NULL},
+     "MTP head norm weights: auto (detect), zero-centred or shifted", parse_mtp_norms, "auto|zero-centred|shifted",
+     NULL},
     {"--gpu-memory-utilization", LM_OPT_FLOAT, "F", ENGINE(gpu_memory_utilization), 0.01, 1,
      "with --device cuda: the fraction of the card the engine may hold,\nweights included; the KV pool gets the "
      "rest",
@@ -164,11 +165,11 @@ static const lm_opt engine_opts[] = {
     {"--compute-dtype", LM_OPT_CUSTOM, "D", ENGINE(compute_dtype), 0, 0,
      "f32 (default: float32 products, batch-invariant) or bf16\n(activations rounded to bf16: faster prefill and batches, about\n1e-2 to 2e-1 of "
      "the logits' std off; cpu: AVX-512 BF16 CPUs,\nstill batch-invariant; cuda: tensor cores for 9+ rows, not\nbatch-invariant)",
-     parse_compute, NULL, NULL},
+     parse_compute, "f32|bf16", NULL},
     {"--quantize", LM_OPT_CUSTOM, "Q", ENGINE(quantize), 0, 0,
      "int8: the Linear layers' weights made int8 at load (blocks of 32\nwith a bf16 scale; decode reads about half the bytes of bf16;\n"
      "every backend); none (default): as the checkpoint stores them.\nFP8 checkpoints load as int8 without it",
-     parse_quantize, NULL, NULL},
+     parse_quantize, "int8|none", NULL},
 };
 
 /* vLLM's and llama-server's spellings of what loom does anyway (a note),

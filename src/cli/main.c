@@ -4,6 +4,7 @@
 
 #include "base/build_info.h"
 #include "cli/commands.h"
+#include "cli/completion.h"
 
 static const lm_command commands[] = {
     {"serve", "run the OpenAI-compatible HTTP server", cmd_serve_main},
@@ -28,6 +29,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: loom <command> [options]\n       loom --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].main) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "  %-10s %s\n", "completion", "print the bash completion script (loom completion bash)");
     fprintf(f, "\n`loom <command> --help` describes each command's options.\n");
 }
 
@@ -40,6 +42,8 @@ int main(int argc, char **argv) {
         print_version();
         return 0;
     }
+    if (strcmp(argv[1], "completion") == 0)
+        return lm_cli_completion_main(argc - 1, argv + 1, commands, sizeof commands / sizeof commands[0]);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].main && strcmp(argv[1], commands[i].name) == 0)
             return commands[i].main(argc - 1, argv + 1);

@@ -1,6 +1,8 @@
 /* The table-driven option parser (see options.h). */
 #include "cli/options.h"
 
+#include "cli/completion.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -111,6 +113,10 @@ void lm_cli_spec_add(lm_cli_spec *spec, const char *title, const lm_opt *opts, s
 
 int lm_cli_parse(const lm_cli_spec *spec, int argc, char **argv) {
     const char *cmd = spec->command;
+    if (argc == 2 && strcmp(argv[1], LM_CLI_COMPLETION_ARG) == 0) {
+        lm_cli_print_completion_case(spec, stdout);
+        return 0;
+    }
     bool positional_only = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

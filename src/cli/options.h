@@ -40,8 +40,10 @@ typedef struct {
     /* CUSTOM: reads value into field; false with a message (without the
      * option's name) when it is bad. */
     bool (*parse)(const char *value, void *field, char *message, size_t size);
-    /* NOTE with a value: the values accepted as covered, "|"-separated
-     * (NULL: any); another value is refused with `refusal`. */
+    /* The words a value may be, "|"-separated: NOTE accepts these as
+     * covered (NULL: any) and refuses another with `refusal`; for the other
+     * kinds they are what completion offers (completion.h), the parser
+     * checking the value itself. */
     const char *values;
     const char *refusal;
 } lm_opt;
@@ -72,7 +74,10 @@ void lm_cli_spec_add(lm_cli_spec *spec, const char *title, const lm_opt *opts, s
     lm_cli_spec_add((spec), (title), (table), sizeof(table) / sizeof((table)[0]), (base))
 
 /* Parses argv[1..argc).  Returns -1 when the command should go on, 0 after
- * printing --help (stdout), 2 after a usage error (one line on stderr). */
+ * printing --help (stdout), 2 after a usage error (one line on stderr).
+ * argv[1] == LM_CLI_COMPLETION_ARG, alone: prints the command's part of
+ * the bash completion script instead (completion.h) and returns 0. */
+#define LM_CLI_COMPLETION_ARG "--loom-completion-case"
 int lm_cli_parse(const lm_cli_spec *spec, int argc, char **argv);
 
 /* --help from the tables. */

@@ -388,7 +388,9 @@ static bool accept_token(loom_engine *e, lm_sequence *seq, const lm_sample_resul
                          .text_len = outcome.text_len,
                          .logprob = result->logprob,
                          .n_top = p->sampling.logprobs > 0 ? result->n_top : 0,
-                         .top = result->top};
+                         .top = result->top,
+                         .prompt_tokens = seq->n_prompt,
+                         .cached_tokens = seq->cached_tokens};
         if (seq->has_detokenizer && !ev.text) ev.text = "";
         lm_request_push(seq->request, &ev);
     }

@@ -88,6 +88,7 @@ typedef struct {
     size_t out_pos;
     bool stream_done, final_sent;
     bool observed; /* counted in /metrics (outcome and end-to-end latency) */
+    bool client_gone; /* cancelled because the client closed its connection (logged as such, at INFO) */
     char error_message[256];
     int32_t keep_special[LM_OUTPUT_MARKERS]; /* chat: the markers the output parsers read, kept by the detokenizer */
 } gen_ctx;
@@ -358,6 +359,9 @@ static int apply_event(gen_ctx *g, int prompt, const loom_event *ev, cJSON **log
     int i = prompt * g->n_per + ev->choice;
     choice_state *ch = &g->choices[i];
     double now = lm_monotonic_seconds();
+    /* every token tells them too: a request cut off before its finish has them */
+    if (ev->prompt_tokens > 0) g->prompts[prompt].prompt_tokens = ev->prompt_tokens;
+    if (ev->cached_tokens > g->prompts[prompt].cached_tokens) g->prompts[prompt].cached_tokens = ev->cached_tokens;
     if (ev->type == LOOM_EVENT_TOKEN) {
         if (!g->got_first_token) {
             g->got_first_token = true;
@@ -387,8 +391,6 @@ static int apply_event(gen_ctx *g, int prompt, const loom_event *ev, cJSON **log
         ch->completion_tokens = ev->completion_tokens > 0 ? ev->completion_tokens : ch->completion_tokens;
         ch->drafted_tokens = ev->drafted_tokens;
         ch->accepted_tokens = ev->accepted_tokens;
-        if (ev->prompt_tokens > 0) g->prompts[prompt].prompt_tokens = ev->prompt_tokens;
-        if (ev->cached_tokens > g->prompts[prompt].cached_tokens) g->prompts[prompt].cached_tokens = ev->cached_tokens;
         if (ev->type == LOOM_EVENT_ERROR) {
             ch->has_error = true;
             snprintf(g->error_message, sizeof g->error_message, "%s", ev->error ? ev->error : "engine error");
@@ -818,7 +820,8 @@ static void log_request(const gen_ctx *g, unsigned status, const char *finish) {
                              .status = status,
                              .seconds = lm_monotonic_seconds() - g->arrival,
                              .ttft = g->got_first_token ? g->first_token_time - g->arrival : -1,
-                             .finish = finish};
+                             .finish = finish,
+                             .cancelled_by_client = g->client_gone};
     for (int p = 0; p < g->n_prompts && g->prompts; p++) {
         rec.prompt_tokens += g->prompts[p].prompt_tokens;
         rec.cached_tokens += g->prompts[p].cached_tokens;
@@ -862,6 +865,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         int got = next_event(g, &ev, &prompt, 0);
         if (got == 0) {
             if (lm_client_gone(g->connection)) {
+                g->client_gone = true;
                 cancel_all(g); /* blocks are freed at the engine's next step */
                 observe_end(g, 2);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -892,6 +896,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
  * such a stream counts as aborted, one that could not be written as an error. */
 static void stream_free(void *cls) {
     gen_ctx *g = cls;
+    if (g->submitted && !g->observed && !g->out.failed && !atomic_load(&g->server->cancel_all)) g->client_gone = true;
     if (g->submitted) observe_end(g, g->out.failed ? 1 : 2);
     gen_free(g);
 }
@@ -1154,16 +1159,23 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         return lm_queue_response(c, 200, resp); /* frees g through stream_free when the connection is done */
     }
+    /* The client's socket is looked at every EVENT_POLL_MS, events or not:
+     * a steady stream of tokens must not hide that it went away. */
+    double next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
     for (;;) {
         loom_event ev;
         int prompt;
         int got = next_event(g, &ev, &prompt, EVENT_POLL_MS);
         if (got < 0) break;
         if (atomic_load(&s->cancel_all)) cancel_all(g);
-        if (got == 0) {
-            if (lm_client_gone(c)) cancel_all(g);
-            continue;
+        if (!g->client_gone && (got == 0 || lm_monotonic_seconds() >= next_look)) {
+            next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
+            if (lm_client_gone(c)) {
+                g->client_gone = true;
+                cancel_all(g);
+            }
         }
+        if (got == 0) continue;
         apply_event(g, prompt, &ev, NULL);
     }
     observe_end(g, outcome_of(g));

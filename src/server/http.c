@@ -874,6 +874,20 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
 }
 
+/* MHD's lines for a client that went away: no fault of loom's to warn of,
+ * and a generation request says it itself ("cancelled by the client", at
+ * INFO).  A stream's reader ends with an error only after loom has logged
+ * why (the client went away, or out of memory: the request's line says
+ * error); a send fails when the client closed first. */
+static bool is_client_gone_message(const char *message) {
+    static const char stream_ended[] = "Closing connection (application error generating response)";
+    static const char incomplete[] = "Connection was closed by remote side with incomplete request";
+    if (strncmp(message, stream_ended, strlen(stream_ended)) == 0) return true;
+    if (strncmp(message, incomplete, strlen(incomplete)) == 0) return true;
+    return strncmp(message, "Failed to send ", 15) == 0 &&
+           (strstr(message, "no longer available for sending") || strstr(message, "forcibly closed by remote peer"));
+}
+
 /* MHD's messages, at most a few a second (a flood of refused connections
  * would otherwise flood the log). */
 static void on_log(void *cls, const char *fmt, va_list ap) {
@@ -885,14 +899,18 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
     static const char *const benign[] = {"Setting %s option to %s state failed", "Failed to push the data"};
     for (size_t i = 0; i < sizeof benign / sizeof benign[0]; i++)
         if (strncmp(fmt, benign[i], strlen(benign[i])) == 0) return;
+    char message[512];
+    vsnprintf(message, sizeof message, fmt, ap); /* MHD passes some as "%s\n" */
+    if (is_client_gone_message(message)) {
+        lm_log_printf(s->log, LM_LOG_DEBUG, "http: %s", message);
+        return;
+    }
     int_fast64_t now = (int_fast64_t)lm_monotonic_seconds();
     if (atomic_exchange(&h->log_second, now) != now) {
         int_fast64_t dropped = atomic_exchange(&h->log_count, 0) - 5;
         if (dropped > 0) lm_log_printf(s->log, LM_LOG_WARNING, "http: (%lld similar messages dropped)", (long long)dropped);
     }
     if (atomic_fetch_add(&h->log_count, 1) >= 5) return;
-    char message[512];
-    vsnprintf(message, sizeof message, fmt, ap);
     lm_log_printf(s->log, LM_LOG_WARNING, "http: %s", message);
 }
 
