@@ -930,6 +930,13 @@ def split_responses(resp):
         st, hdrs, _ = parse_raw(head + b"\r\n\r\n")
         if st is None:
             break
+        if hdrs.get("transfer-encoding", "").lower() == "chunked":
+            body, rest = dechunk(rest)
+            if body is None:
+                break
+            out.append((st, hdrs, body))
+            resp = rest
+            continue
         n = int(hdrs.get("content-length", "0"))
         if len(rest) < n:
             break
@@ -937,6 +944,25 @@ def split_responses(resp):
             out.append((st, hdrs, rest[:n]))
         resp = rest[n:]
     return out
+
+
+def dechunk(data):
+    """(body, the bytes after it) of a chunked body at the start of data, or
+    (None, data) while it is incomplete."""
+    body, at = b"", 0
+    while True:
+        eol = data.find(b"\r\n", at)
+        if eol < 0:
+            return None, data
+        size = int(data[at:eol].split(b";")[0], 16)
+        start = eol + 2
+        if size == 0:
+            end = data.find(b"\r\n", start)  # no trailers from loom: the empty line
+            return (body, data[end + 2:]) if end >= 0 else (None, data)
+        if len(data) < start + size + 2:
+            return None, data
+        body += data[start:start + size]
+        at = start + size + 2
 
 
 def test_pipelining(port):
@@ -947,6 +973,11 @@ def test_pipelining(port):
     slow = json.dumps({"prompt": "hi", "max_tokens": 24, "ignore_eos": True}).encode()
     slow_req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\n\r\n" % len(slow) + slow)
+    streamed = json.dumps({"prompt": "hi", "max_tokens": 8, "ignore_eos": True, "stream": True}).encode()
+    stream_req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(streamed) + streamed)
+    def last(req):
+        return req.replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n", 1)
     cases = [("pipelined good then bad", good + bad, None, [200, 400]),
              ("pipelined 3 good then bad", good * 3 + bad, None, [200, 200, 200, 400]),
              ("pipelined generation then bad", slow_req + bad, None, [200, 400]),
@@ -955,7 +986,12 @@ def test_pipelining(port):
              ("bad chunk after a keep-alive good one", slow_req,
               b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nq\r\n",
               [200, 400]),
-             ("HEAD then bad", b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n" + bad, None, [200, 400])]
+             ("HEAD then bad", b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n" + bad, None, [200, 400]),
+             # issue 48: good requests pipelined on a keep-alive connection are all answered, in order
+             # (the last one asks to close, so the read ends with it)
+             ("pipelined generation then generation", slow_req + last(slow_req), None, [200, 200]),
+             ("pipelined generation then health", slow_req + last(good), None, [200, 200]),
+             ("pipelined stream then generation", stream_req + last(slow_req), None, [200, 200])]
     for name, data, then, want in cases:
         resp = read_all(port, data, then=then)
         got = split_responses(resp)
