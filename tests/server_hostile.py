@@ -554,6 +554,8 @@ def test_bodies(binary, model):
         secs = time.time() - t
         check(st == 400 and b"maximum context length" in b and secs < 8,
               "bodies: 6 MiB of text to %s: 400 within seconds (%s, %.1f s, %r)" % (path, st, secs, b[:160]))
+    st, _, b = request(port, "POST", "/tokenize", json.dumps({"prompt": "x", "model": 5}).encode())
+    check(st == 400 and is_json_error(b, 400), "bodies: /tokenize with a 'model' that is no string: 400 (%s)" % st)
     st, _, b = request(port, "POST", "/tokenize", json.dumps({"prompt": "hello " * 3000}).encode())
     check(st == 400 and b"maximum context length" in b, "bodies: /tokenize past the context: 400 (%s %r)" % (st, b[:160]))
     check(srv.stop() == 0, "bodies: clean exit")

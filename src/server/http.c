@@ -428,6 +428,10 @@ static enum MHD_Result handle_tokenize(lm_server *s, struct MHD_Connection *c, c
         return lm_reply_error(c, 400, "the request body must be a JSON object", NULL);
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(doc, "model");
+    if (model && !cJSON_IsString(model) && !cJSON_IsNull(model)) {
+        cJSON_Delete(doc);
+        return lm_reply_error(c, 400, "'model' must be a string", "model");
+    }
     if (cJSON_IsString(model) && !lm_server_serves_model(s, model->valuestring)) {
         enum MHD_Result r = model_not_found(s, c, model->valuestring);
         cJSON_Delete(doc);
