@@ -61,8 +61,7 @@ static void test_fixture_moe(void) {
 
 static void load_bench(const char *file, lm_qwen35_config *c, lm_error *err, lm_status *status) {
     char path[512];
-    test_fixture_path(path, sizeof path, "../bench-configs/");
-    strncat(path, file, sizeof path - strlen(path) - 1);
+    snprintf(path, sizeof path, "bench/configs/%s", file); /* the repository's copy, from its root */
     *status = lm_qwen35_config_load(path, c, err);
 }
 
