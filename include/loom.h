@@ -64,6 +64,13 @@ typedef struct {
      * (default 256 MiB; -1: no cache). */
     int64_t max_image_pixels;
     int64_t image_cache_bytes;
+    /* The most pixels an image file may declare (width x height), judged
+     * from its header before anything is decoded (Pillow's decompression-
+     * bomb limit, scaled to 64 MB an image); the decode's memory (the RGB,
+     * and what a progressive JPEG or a lossless WebP keeps for the whole
+     * image) must fit in 3 bytes a pixel of it.  0: 16777216 (4096 x 4096:
+     * 48 MiB of RGB); 1024 .. 2^30. */
+    int64_t max_image_decode_pixels;
     /* Device backends: the fraction of the card's memory the engine may
      * hold, weights included (vLLM's --gpu-memory-utilization); the KV
      * pool takes what the weights and the workspace leave.  0: the pool is

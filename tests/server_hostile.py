@@ -28,6 +28,16 @@ usage: server_hostile.py LOOM MODEL [--asan LOOM_ASAN] [--only NAME,...]
             logged at INFO as cancelled by the client (prompt, cached and
             generated tokens), no WARNING; the server goes on (against the
             ASan build when built).
+  images    hostile image files as data: URIs in chat requests (issue 48), on
+            the ASan build: a 141-byte PNG whose tEXt (zTXt) chunk declares
+            2^31-1 bytes, a PNG zlib bomb (8192 x 8192 in 8 KB), a progressive
+            JPEG of 8192 x 8192 (DC scan only, 384 KB), one of 4096 x 4096
+            (within the pixel cap, its coefficients not within the memory
+            cap), and a 1 x 1 PNG whose image data inflates to 1 GiB: each
+            refused with a 400 JSON error naming the limit; a 4096 x 4096 PNG
+            bomb (the largest image allowed) and the 1 x 1 one (decoded as the
+            1 x 1 it declares) are served; for each, the server's peak RSS
+            (VmHWM, reset before each) stays under idle + 64 MiB.
   corpus    ~380 malformed requests against the ASan build: never a 5xx
             (but 505 for HTTP versions), never a non-JSON error body, framing
             errors with their status (answered by loom's front door, not
@@ -38,12 +48,15 @@ import http.client
 import json
 import os
 import re
+import base64
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 
 PASSED = 0
 FAILED = 0
@@ -560,6 +573,123 @@ def test_bodies(binary, model):
     check(st == 400 and b"maximum context length" in b, "bodies: /tokenize past the context: 400 (%s %r)" % (st, b[:160]))
     check(srv.stop() == 0, "bodies: clean exit")
 
+# ---------------------------------------------------------------- images
+
+def png_chunk(kind, data, length=None):
+    head = struct.pack(">I", len(data) if length is None else length) + kind
+    return head + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_text_bomb(kind):
+    """141 bytes: a 1 x 1 PNG's IHDR, then a tEXt/zTXt chunk that declares
+    2^31-1 bytes and holds 100 (no CRC: the file ends there)."""
+    ihdr = png_chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+    body = b"Comment\0" + (b"\0" if kind == b"zTXt" else b"") + b"x" * 100
+    return PNG_SIGNATURE + ihdr + struct.pack(">I", 0x7fffffff) + kind + body[:100]
+
+
+def png_zlib_bomb(side=8192):
+    """side x side 1-bit grey, all zero: 8 MiB of rows in about 8 KB, which
+    decode to side * side * 3 bytes of RGB (192 MiB at 8192)."""
+    rows = (b"\0" * (1 + side // 8)) * side
+    return (PNG_SIGNATURE + png_chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)) +
+            png_chunk(b"IDAT", zlib.compress(rows, 9)) + png_chunk(b"IEND", b""))
+
+
+def png_trailing_bomb(extra_mib=1024):
+    """A 1 x 1 RGB PNG whose zlib stream goes on past the image's 4 bytes to
+    extra_mib MiB of zeros (about 1 MB compressed): a decoder that inflates
+    what the header does not declare spends seconds on it."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    mib = b"\0" * (1 << 20)
+    first = c.compress(b"\0" * 4 + mib) + c.flush(zlib.Z_FULL_FLUSH)
+    again = c.compress(mib) + c.flush(zlib.Z_FULL_FLUSH)
+    adler = zlib.adler32(b"\0" * 4 + mib)
+    for _ in range(extra_mib - 1):
+        adler = zlib.adler32(mib, adler)
+    stream = b"\x78\xda" + first + again * (extra_mib - 1) + c.flush() + struct.pack(">I", adler & 0xffffffff)
+    return (PNG_SIGNATURE + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)) +
+            png_chunk(b"IDAT", stream) + png_chunk(b"IEND", b""))
+
+
+def jpeg_progressive_bomb(side=8192):
+    """A progressive JPEG of side x side, three components at 4:4:4, of one
+    DC scan whose every difference is zero (one bit a block, no AC scans):
+    a valid grey image in 3 * side^2 / 512 bytes (384 KiB at 8192) whose
+    decoder keeps 2 bytes a coefficient for the whole image (384 MiB)."""
+    seg = lambda marker, body: b"\xff" + bytes([marker]) + struct.pack(">H", len(body) + 2) + body
+    dqt = seg(0xdb, b"\x00" + b"\x01" * 64)
+    sof2 = seg(0xc2, struct.pack(">BHHB", 8, side, side, 3) + b"".join(bytes([i + 1, 0x11, 0]) for i in range(3)))
+    dht = seg(0xc4, b"\x00" + bytes([1] + [0] * 15) + b"\x00")  # DC table 0: symbol 0, code '0'
+    sos = seg(0xda, bytes([3]) + b"".join(bytes([i + 1, 0x00]) for i in range(3)) + bytes([0, 0, 0]))
+    blocks = 3 * (side // 8) ** 2
+    return b"\xff\xd8" + dqt + sof2 + dht + sos + b"\0" * (blocks // 8) + b"\xff\xd9"
+
+
+def vm_kib(pid, key):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def image_request(port, data, mime):
+    url = "data:%s;base64,%s" % (mime, base64.b64encode(data).decode())
+    body = {"model": "m", "max_tokens": 1, "temperature": 0,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                                                      {"type": "image_url", "image_url": {"url": url}}]}]}
+    return request(port, "POST", "/v1/chat/completions", json.dumps(body).encode(), timeout=60)
+
+
+def test_images(binary, model):
+    srv = Server(binary, model)
+    port = srv.port
+    pid = srv.proc.pid
+    cases = [("PNG tEXt of 2^31-1 bytes", png_text_bomb(b"tEXt"), "image/png", 400, "2147483647"),
+             ("PNG zTXt of 2^31-1 bytes", png_text_bomb(b"zTXt"), "image/png", 400, "2147483647"),
+             ("PNG zlib bomb 8192 x 8192", png_zlib_bomb(), "image/png", 400, "pixels allowed"),
+             ("progressive JPEG 8192 x 8192", jpeg_progressive_bomb(), "image/jpeg", 400, "pixels allowed"),
+             ("progressive JPEG 4096 x 4096", jpeg_progressive_bomb(4096), "image/jpeg", 400, "coefficients"),
+             ("PNG zlib bomb 4096 x 4096", png_zlib_bomb(4096), "image/png", 200, None),
+             ("1 x 1 PNG inflating to 1 GiB", png_trailing_bomb(), "image/png", 200, None)]
+    # a normal image first, so that what serving an image costs anyway is in
+    # the idle figure
+    with open(os.path.join(model, "image0.png"), "rb") as f:
+        st, _, b = image_request(port, f.read(), "image/png")
+    check(st == 200, "images: the fixture's image0.png is served (%s %s)" % (st, b[:200]))
+    for name, data, mime, want, words in cases:
+        idle = vm_kib(pid, "VmRSS") / 1024.0
+        try:
+            with open("/proc/%d/clear_refs" % pid, "w") as f:
+                f.write("5")  # VmHWM back to the current RSS
+        except OSError:
+            pass
+        t = time.time()
+        st, _, b = image_request(port, data, mime)
+        took = time.time() - t
+        grow = vm_kib(pid, "VmHWM") / 1024.0 - idle
+        msg = ""
+        if st != 200:
+            try:
+                msg = json.loads(b)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                msg = None
+        ok = st == want and (want == 200 or (msg and msg.startswith("image 1: ") and words in msg))
+        check(ok, "images: %s: %s, want %d%s (%s)" % (name, st, want, " naming '%s'" % words if words else "",
+                                                     b[:300]))
+        check(grow < 64, "images: %s: peak RSS +%.1f MiB over idle %.0f MiB (bound 64)" % (name, grow, idle))
+        print("images: %-30s %d bytes: %s in %.2f s, peak RSS +%.1f MiB%s"
+              % (name, len(data), st, took, grow, (": " + msg) if msg else ""), flush=True)
+    check(srv.alive() and request(port, "GET", "/health")[0] == 200, "images: serving afterwards")
+    check(srv.stop() == 0, "images: clean exit")
+
 
 # ---------------------------------------------------------------- output
 
@@ -1069,7 +1199,7 @@ def main():
     tests = [("shutdown", test_shutdown, binary), ("idle", test_idle, binary), ("limit", test_limit, binary),
              ("memory", test_memory, binary), ("bodies", test_bodies, binary), ("output", test_output, asan or binary),
              ("http", test_http, binary), ("apikey", test_api_key_env, binary),
-             ("disconnect", test_disconnect, asan or binary),
+             ("disconnect", test_disconnect, asan or binary), ("images", test_images, asan or binary),
              ("corpus", test_corpus, asan or binary)]
     for name, fn, b in tests:
         if only and name not in only:

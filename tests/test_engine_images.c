@@ -309,6 +309,28 @@ static void test_refusals(void *arg) {
     wait_idle(e);
     loom_engine_destroy(e);
 
+    /* sixteen images in a context with room for their placeholders and
+     * about two images: refused at the image that fills it, the rest not
+     * decoded */
+    int context = LOOM_MAX_IMAGES * f->n_collapsed + 2 * f->n;
+    e = test_engine_open(f->dir, 64, 1024, context, 2, 0);
+    CHECK(e);
+    int32_t *sixteen = malloc(sizeof(int32_t) * (size_t)(LOOM_MAX_IMAGES * f->n_collapsed));
+    CHECK(sixteen);
+    for (int i = 0; i < LOOM_MAX_IMAGES; i++)
+        memcpy(sixteen + i * f->n_collapsed, f->collapsed, sizeof(int32_t) * (size_t)f->n_collapsed);
+    p = image_params(f, many, false, 4);
+    p.prompt = sixteen;
+    p.n_prompt = LOOM_MAX_IMAGES * f->n_collapsed;
+    p.n_images = LOOM_MAX_IMAGES;
+    int st = submit_error(e, &p, error, sizeof error);
+    free(sixteen);
+    int at = 0;
+    CHECK_MSG(st == LOOM_ERR_TOO_LONG && sscanf(error, "image %d:", &at) == 1 && at >= 2 && at < LOOM_MAX_IMAGES &&
+                  strstr(error, "leave no room"),
+              "sixteen images in a context of %d: %d %s", context, st, error);
+    loom_engine_destroy(e);
+
     /* images turned off */
     loom_engine_options o;
     loom_engine_options_default(&o);
@@ -322,6 +344,21 @@ static void test_refusals(void *arg) {
     p = image_params(f, two, false, 4);
     CHECK(submit_error(e, &p, error, sizeof error) == LOOM_ERR_INVALID && strstr(error, "off"));
     loom_engine_destroy(e);
+
+    /* a decode cap under the file's pixels: refused from its header,
+     * naming the image and the option; a cap out of range: no engine */
+    o.max_image_pixels = 0;
+    o.max_image_decode_pixels = 1024;
+    CHECK(loom_engine_create(&o, &e, error, sizeof error) == LOOM_OK);
+    p = image_params(f, two, false, 4);
+    CHECK_MSG(submit_error(e, &p, error, sizeof error) == LOOM_ERR_INVALID && strncmp(error, "image 1: ", 9) == 0 &&
+                  strstr(error, "more than the 1024 pixels allowed (--max-image-decode-pixels)"),
+              "a decode cap of 1024 pixels: %s", error);
+    loom_engine_destroy(e);
+    o.max_image_decode_pixels = 1023;
+    e = NULL;
+    CHECK(loom_engine_create(&o, &e, error, sizeof error) != LOOM_OK && strstr(error, "max_image_decode_pixels"));
+    CHECK(e == NULL);
 }
 
 /* A text-only checkpoint (the bundled model) takes no images. */

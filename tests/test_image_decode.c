@@ -3,12 +3,19 @@
  * palettes, alpha, interlacing, 16-bit) as PIL's convert("RGB") makes
  * them, WebP and JPEG made here round-trip, and hostile input (truncated
  * at every length, bad CRCs, huge declared sizes, animation, garbage) is
- * refused with a reason and no crash. */
+ * refused with a reason and no crash; the hostile files of issue 48 (a
+ * chunk declaring 2^31-1 bytes, zlib bombs, a progressive JPEG whose
+ * coefficients alone are 384 MiB, image data inflating past its rows) are
+ * refused, or decoded as declared, within 64 MiB and no time. */
 #include <png.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <jpeglib.h>
 #include <webp/decode.h>
@@ -626,6 +633,328 @@ static void test_jpeg_grey_and_cmyk(void) {
     CHECK(ok);
 }
 
+/* ---- hostile files built here: allocation bounded before decoding ---- */
+
+/* The decode of (data, n) in a child process: its status, its message and
+ * how far its address space grew past what it started with (VmPeak less
+ * the VmSize at the fork, KiB), so that an allocation made and never
+ * touched (a 2 GiB malloc for a chunk that is not there) counts too.
+ * Under ASan the growth is not measured (its allocator reserves memory
+ * its own way): -1. */
+typedef struct {
+    int status;
+    long grew_kib;
+    char message[LM_ERROR_MESSAGE_MAX];
+} child_decode;
+
+static long status_kib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t k = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, k) == 0 && line[k] == ':') {
+            v = strtol(line + k + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MEASURES_MEMORY 0
+#else
+#define MEASURES_MEMORY 1
+#endif
+
+static bool decode_in_child(const void *data, size_t n, const lm_image_limits *limits, child_decode *out) {
+    memset(out, 0, sizeof *out);
+    int fds[2];
+    if (pipe(fds) != 0) return false;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+        close(fds[0]);
+        child_decode r = {0};
+        long start = status_kib("VmSize");
+        lm_image_rgb img = {0};
+        lm_error err = {0};
+        r.status = (int)lm_image_decode(data, n, limits, &img, &err);
+        lm_image_rgb_free(&img);
+        r.grew_kib = MEASURES_MEMORY ? status_kib("VmPeak") - start : -1;
+        snprintf(r.message, sizeof r.message, "%s", r.status == LM_OK ? "" : err.message);
+        ssize_t w = write(fds[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fds[1]);
+    ssize_t got = read(fds[0], out, sizeof *out);
+    close(fds[0]);
+    int wstatus = 0;
+    waitpid(pid, &wstatus, 0);
+    return got == (ssize_t)sizeof *out && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+}
+
+/* 64 MiB: the most one image may cost beyond idle (issue 48). */
+#define IMAGE_MEMORY_BOUND_KIB (64L << 10)
+
+/* Refused, saying `words`, within the memory bound. */
+static bool refused_cheaply(const bytes *file, const lm_image_limits *limits, const char *words, const char *what) {
+    child_decode r;
+    if (!decode_in_child(file->data, file->n, limits, &r)) {
+        fprintf(stderr, "  %s: the child decoding it died\n", what);
+        return false;
+    }
+    bool ok = r.status != LM_OK && strstr(r.message, words) && r.grew_kib < IMAGE_MEMORY_BOUND_KIB;
+    if (!ok || getenv("LOOM_TEST_VERBOSE"))
+        fprintf(stderr, "  %s: status %d, address space %s%.1f MiB: %s\n", what, r.status,
+                r.grew_kib < 0 ? "(not measured) " : "+", r.grew_kib < 0 ? 0.0 : r.grew_kib / 1024.0,
+                r.status == LM_OK ? "decoded" : r.message);
+    return ok;
+}
+
+static bytes png_ihdr_only_start(uint32_t width, uint32_t height, int depth, int color) {
+    bytes b = {0};
+    uint8_t ihdr[13] = {0};
+    put_be32(ihdr, width);
+    put_be32(ihdr + 4, height);
+    ihdr[8] = (uint8_t)depth;
+    ihdr[9] = (uint8_t)color;
+    bytes_add(&b, png_signature, 8);
+    add_chunk(&b, "IHDR", ihdr, 13);
+    return b;
+}
+
+/* 141 bytes: a 1 x 1 PNG's signature and IHDR, then a chunk of the given
+ * type declaring `declared` bytes of which 100 are there, and no more. */
+static bytes png_chunk_bomb(const char type[4], uint32_t declared) {
+    bytes b = png_ihdr_only_start(1, 1, 8, 2);
+    uint8_t head[8], body[100];
+    put_be32(head, declared);
+    memcpy(head + 4, type, 4);
+    memset(body, 'x', sizeof body);
+    memcpy(body, "Comment\0\0", 9); /* a keyword, then zTXt's method byte */
+    bytes_add(&b, head, 8);
+    bytes_add(&b, body, sizeof body);
+    return b;
+}
+
+static void test_png_chunk_lengths_checked_before_allocation(void) {
+    /* a tEXt or zTXt chunk declaring 2^31-1 bytes made libpng allocate
+     * 2 GiB before it found the file short (issue 48) */
+    static const char *types[] = {"tEXt", "zTXt", "iTXt", "iCCP", "sPLT", "eXIf", "abCd", "IDAT"};
+    bool ok = true;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        bytes b = png_chunk_bomb(types[i], 0x7fffffffu);
+        CHECK(b.n == 141);
+        char what[64];
+        snprintf(what, sizeof what, "141-byte PNG, %s of 2^31-1 bytes", types[i]);
+        ok = refused_cheaply(&b, NULL, "declares 2147483647 bytes", what) && ok;
+        free(b.data);
+    }
+    /* over 2^31-1, and a length that fits the file but not what remains of it */
+    bytes huge = png_chunk_bomb("tEXt", 0xffffffffu);
+    ok = refused_cheaply(&huge, NULL, "2^31-1", "tEXt of 2^32-1 bytes") && ok;
+    free(huge.data);
+    bytes short_one = png_chunk_bomb("tEXt", 101);
+    ok = refused_cheaply(&short_one, NULL, "declares 101 bytes (and a 4-byte CRC); only 100 follow", "tEXt one byte short") && ok;
+    free(short_one.data);
+    CHECK(ok);
+}
+
+/* side x side 1-bit grey, every pixel 0: the rows are a run of zeros that
+ * deflate about 1000 to 1 (8192: 8 MiB of rows in 8 KB), which decode to
+ * side^2 * 3 bytes of RGB. */
+static bytes png_zlib_bomb(uint32_t side) {
+    bytes b = png_ihdr_only_start(side, side, 1, 0);
+    size_t raw_n = (size_t)side * (1 + side / 8);
+    uint8_t *raw = calloc(raw_n, 1);
+    uLongf z_n = compressBound((uLong)raw_n);
+    uint8_t *z = malloc(z_n);
+    bool ok = raw && z && compress2(z, &z_n, raw, (uLong)raw_n, 9) == Z_OK;
+    if (ok) ok = add_chunk(&b, "IDAT", z, (uint32_t)z_n) && add_chunk(&b, "IEND", NULL, 0);
+    free(raw);
+    free(z);
+    if (!ok) {
+        free(b.data);
+        b = (bytes){0};
+    }
+    return b;
+}
+
+static void test_png_zlib_bomb_refused_before_decoding(void) {
+    bytes big = png_zlib_bomb(8192), edge = png_zlib_bomb(4096);
+    CHECK(big.data && edge.data && big.n < 16384);
+    /* 8192 x 8192 decoded to 192 MiB of RGB (issue 48) */
+    bool refused_big = refused_cheaply(&big, NULL, "pixels allowed (--max-image-decode-pixels)", "PNG bomb 8192 x 8192");
+    /* 4096 x 4096 is the largest allowed: decoded, in 48 MiB and its rows */
+    child_decode r;
+    bool ran = decode_in_child(edge.data, edge.n, NULL, &r);
+    free(big.data);
+    free(edge.data);
+    CHECK(refused_big);
+    if (getenv("LOOM_TEST_VERBOSE")) fprintf(stderr, "  PNG bomb 4096 x 4096: +%.1f MiB\n", r.grew_kib / 1024.0);
+    CHECK_MSG(ran && r.status == LM_OK && r.grew_kib < IMAGE_MEMORY_BOUND_KIB,
+              "PNG bomb 4096 x 4096: status %d, +%.1f MiB: %s", r.status, r.grew_kib / 1024.0, r.message);
+}
+
+/* A 1 x 1 RGB PNG whose zlib stream goes on past its 4 bytes of rows to
+ * `extra_mib` MiB of zeros (a deflate block of 1 MiB of zeros, flushed,
+ * repeated: about 1 KB a MiB), with a right Adler-32. */
+static bytes png_trailing_bomb(int extra_mib) {
+    bytes b = png_ihdr_only_start(1, 1, 8, 2);
+    size_t mib = (size_t)1 << 20;
+    uint8_t *zeros = calloc(mib + 4, 1), *block = malloc(mib);
+    bytes stream = {0};
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    bool ok = zeros && block && deflateInit2(&z, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY) == Z_OK;
+    uLong adler = adler32(0L, Z_NULL, 0);
+    const uint8_t header[2] = {0x78, 0xda};
+    ok = ok && bytes_add(&stream, header, 2);
+    for (int i = 0; ok && i < 2; i++) {
+        /* the first block holds the 4 bytes of the image too; the second,
+         * a MiB of zeros after a full flush, is the one repeated */
+        size_t in = i == 0 ? mib + 4 : mib;
+        z.next_in = zeros;
+        z.avail_in = (uInt)in;
+        z.next_out = block;
+        z.avail_out = (uInt)mib;
+        ok = deflate(&z, Z_FULL_FLUSH) == Z_OK && z.avail_in == 0;
+        size_t made = mib - z.avail_out;
+        for (int k = 0; ok && k < (i == 0 ? 1 : extra_mib - 1); k++) {
+            ok = bytes_add(&stream, block, made);
+            adler = adler32_combine(adler, adler32(adler32(0L, Z_NULL, 0), zeros, (uInt)in), (z_off_t)in);
+        }
+    }
+    z.next_in = zeros;
+    z.avail_in = 0;
+    z.next_out = block;
+    z.avail_out = (uInt)mib;
+    ok = ok && deflate(&z, Z_FINISH) == Z_STREAM_END && bytes_add(&stream, block, mib - z.avail_out);
+    deflateEnd(&z);
+    uint8_t tail[4];
+    put_be32(tail, (uint32_t)adler);
+    ok = ok && bytes_add(&stream, tail, 4) && add_chunk(&b, "IDAT", stream.data, (uint32_t)stream.n) &&
+         add_chunk(&b, "IEND", NULL, 0);
+    free(zeros);
+    free(block);
+    free(stream.data);
+    if (!ok) {
+        free(b.data);
+        b = (bytes){0};
+    }
+    return b;
+}
+
+static double cpu_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void test_png_inflated_only_as_far_as_its_rows(void) {
+    /* libpng swallowed the rest of the stream after the last row: 1 GiB
+     * of zeros in 1 MB took seconds to inflate */
+    bytes b = png_trailing_bomb(1024);
+    CHECK(b.data && b.n < (2u << 20));
+    lm_error err = {0};
+    lm_image_rgb img = {0};
+    double t0 = cpu_seconds();
+    lm_status st = lm_image_decode(b.data, b.n, NULL, &img, &err);
+    double took = cpu_seconds() - t0;
+    bool pixel = st == LM_OK && img.width == 1 && img.height == 1 && img.rgb[0] == 0 && img.rgb[2] == 0;
+    lm_image_rgb_free(&img);
+    free(b.data);
+    CHECK_MSG(pixel, "1 x 1 PNG with 1 GiB more data: %s", st == LM_OK ? "wrong pixel" : err.message);
+    CHECK_MSG(took < 0.25, "1 x 1 PNG with 1 GiB more data took %.2f s of CPU to decode", took);
+}
+
+/* A progressive JPEG of w x h, three components at 4:4:4, of one DC scan
+ * whose every difference is zero (a one-bit Huffman code per block, no AC
+ * scans): a valid mid-grey image in 3 * w * h / 512 bytes whose decoder
+ * holds 2 bytes a coefficient for the whole image (384 MiB at 8192). */
+static bytes jpeg_progressive_bomb(int w, int h) {
+    bytes b = {0};
+    const uint8_t soi[2] = {0xff, 0xd8}, eoi[2] = {0xff, 0xd9};
+    uint8_t dqt[4 + 1 + 64] = {0xff, 0xdb, 0, 67, 0};
+    memset(dqt + 5, 1, 64);
+    uint8_t sof[4 + 6 + 9] = {0xff, 0xc2, 0, 17, 8, (uint8_t)(h >> 8), (uint8_t)h, (uint8_t)(w >> 8), (uint8_t)w, 3};
+    for (int c = 0; c < 3; c++) sof[10 + 3 * c] = (uint8_t)(c + 1), sof[11 + 3 * c] = 0x11, sof[12 + 3 * c] = 0;
+    uint8_t dht[4 + 1 + 16 + 1] = {0xff, 0xc4, 0, 20, 0x00, 1}; /* DC table 0: symbol 0, code '0' */
+    uint8_t sos[4 + 1 + 6 + 3] = {0xff, 0xda, 0, 12, 3, 1, 0, 2, 0, 3, 0, 0, 0, 0};
+    size_t blocks = (size_t)3 * (size_t)((w + 7) / 8) * (size_t)((h + 7) / 8);
+    uint8_t *data = calloc((blocks + 7) / 8, 1);
+    bool ok = data && bytes_add(&b, soi, 2) && bytes_add(&b, dqt, sizeof dqt) && bytes_add(&b, sof, sizeof sof) &&
+              bytes_add(&b, dht, sizeof dht) && bytes_add(&b, sos, sizeof sos) &&
+              bytes_add(&b, data, (blocks + 7) / 8) && bytes_add(&b, eoi, 2);
+    if (data && blocks % 8) b.data[b.n - 3] = (uint8_t)(0xff >> (blocks % 8)); /* pad with 1 bits */
+    free(data);
+    if (!ok) {
+        free(b.data);
+        b = (bytes){0};
+    }
+    return b;
+}
+
+static void test_jpeg_progressive_memory_judged_before_decoding(void) {
+    bytes big = jpeg_progressive_bomb(8192, 8192), edge = jpeg_progressive_bomb(4096, 4096),
+          small = jpeg_progressive_bomb(1024, 512);
+    CHECK(big.data && edge.data && small.data);
+    /* 8192 x 8192: 384 MiB of coefficients and 192 of RGB (issue 48) */
+    bool ok = refused_cheaply(&big, NULL, "pixels allowed", "progressive JPEG 8192 x 8192");
+    /* 4096 x 4096 is within the pixel cap, not its 96 MiB of coefficients */
+    ok = refused_cheaply(&edge, NULL, "coefficients (progressive)", "progressive JPEG 4096 x 4096") && ok;
+    /* 1024 x 512: 3 MiB of coefficients and 1.5 of RGB, decoded to grey;
+     * refused under a budget of 4 MiB, decoded with 4.5 */
+    lm_error err = {0};
+    lm_image_rgb img = {0};
+    lm_status st = lm_image_decode(small.data, small.n, NULL, &img, &err);
+    bool grey = st == LM_OK && img.width == 1024 && img.height == 512;
+    for (size_t i = 0; grey && i < (size_t)1024 * 512 * 3; i++) grey = img.rgb[i] == 128;
+    lm_image_rgb_free(&img);
+    lm_image_limits limits = lm_image_default_limits();
+    limits.max_decode_bytes = (size_t)4 << 20;
+    bool tight = refused(small.data, small.n, &limits, &err) && strstr(err.message, "4.5 MiB to decode");
+    limits.max_decode_bytes = (size_t)9 << 19;
+    bool room = lm_image_decode(small.data, small.n, &limits, &img, &err) == LM_OK;
+    lm_image_rgb_free(&img);
+    /* a marker whose length runs past the end of the file is refused, not
+     * skipped into memory that is not there */
+    const uint8_t app1[] = {0xff, 0xd8, 0xff, 0xe1, 0xff, 0xff, 'E', 'x', 'i', 'f', 0, 0};
+    bool marker = refused(app1, sizeof app1, NULL, &err) && strstr(err.message, "truncated");
+    free(big.data);
+    free(edge.data);
+    free(small.data);
+    CHECK(ok);
+    CHECK_MSG(grey, "progressive 1024 x 512: %s", st == LM_OK ? "not grey" : err.message);
+    CHECK(tight && room && marker);
+}
+
+static void test_webp_lossless_memory_judged_before_decoding(void) {
+    /* a lossless WebP keeps 4 bytes a pixel of ARGB beside our 3 of RGB */
+    enum { W = 512, H = 256 };
+    uint8_t *rgb = calloc((size_t)W * H * 3, 1), *file = NULL;
+    CHECK(rgb);
+    size_t n = WebPEncodeLosslessRGB(rgb, W, H, W * 3, &file);
+    free(rgb);
+    CHECK(n > 12);
+    lm_error err = {0};
+    lm_image_rgb img = {0};
+    lm_image_limits limits = lm_image_default_limits();
+    limits.max_pixels = (int64_t)W * H; /* a budget of 384 KiB: the RGB alone */
+    bool tight = refused(file, n, &limits, &err) && strstr(err.message, "ARGB (lossless)");
+    char message[LM_ERROR_MESSAGE_MAX];
+    snprintf(message, sizeof message, "%s", err.message);
+    limits.max_decode_bytes = (size_t)W * H * 7;
+    bool room = lm_image_decode(file, n, &limits, &img, &err) == LM_OK && img.width == W;
+    lm_image_rgb_free(&img);
+    WebPFree(file);
+    CHECK_MSG(tight, "lossless WebP over its budget: %s", message);
+    CHECK(room);
+}
+
 int main(void) {
     RUN_TEST(test_fixture_images_decode_exactly);
     RUN_TEST(test_limits_on_a_fixture);
@@ -640,5 +969,10 @@ int main(void) {
     RUN_TEST(test_webp_animated_refused);
     RUN_TEST(test_jpeg_truncated_at_every_length);
     RUN_TEST(test_jpeg_grey_and_cmyk);
+    RUN_TEST(test_png_chunk_lengths_checked_before_allocation);
+    RUN_TEST(test_png_zlib_bomb_refused_before_decoding);
+    RUN_TEST(test_png_inflated_only_as_far_as_its_rows);
+    RUN_TEST(test_jpeg_progressive_memory_judged_before_decoding);
+    RUN_TEST(test_webp_lossless_memory_judged_before_decoding);
     return test_summary("test_image_decode");
 }

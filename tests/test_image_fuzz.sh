@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A bounded libFuzzer run of fuzz/fuzz_image (ASan+UBSan): image decoding
 # (PNG, JPEG, WebP) with small limits and preprocessing of what decodes,
-# seeded with the fixture images and two small WebP files, with a
-# dictionary of chunk names and markers, in 512 MB.  Fails on any crash,
-# sanitizer report, timeout, running out of memory or broken invariant.
+# seeded with the fixture images, two small WebP files and the hostile
+# files of issue 48 (chunk-length and zlib bombs, progressive JPEGs), with
+# a dictionary of chunk names and markers, in 512 MB and no allocation
+# over 64 MB.  Fails on any crash, sanitizer report, timeout, running out
+# of memory, allocation over the limit or broken invariant.
 # Skipped (0 passed, 0 failed) when the fuzz build is absent (`make
 # fuzzers` builds it; `make test` does).  LOOM_FUZZ_SECONDS sets the
 # length (default 15).
@@ -40,6 +42,38 @@ HEX
 xxd -r -p > "$work/corpus/webp1" <<'HEX'
 524946465a00000057454250565038204e000000f001009d012a1000100001402625b00274ba0003082e2f8000fefea9e52040ead6d23ff13e8f1b0daf9d697af469efe57999394bc3ff7929d3f30778cf575ff43ad7769ff879df8b7b9ec0000000
 HEX
+# the hostile files of issue 48, at the fuzzer's scale (its limits: 2^18
+# pixels, so 768 KiB of decode): chunks declaring 2^31-1 bytes, zlib bombs
+# over and at the pixel cap, image data inflating past its rows, and
+# progressive JPEGs of one DC scan over and at the cap
+python3 - "$work/corpus" <<'PY' || { echo "$name: could not write the hostile seeds"; echo "$name: 0 passed, 1 failed"; exit 1; }
+import struct, sys, zlib
+out = sys.argv[1]
+def chunk(kind, data, length=None):
+    return (struct.pack(">I", len(data) if length is None else length) + kind + data +
+            struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff))
+sig = b"\x89PNG\r\n\x1a\n"
+ihdr = lambda w, h, depth, colour: chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, colour, 0, 0, 0))
+seeds = {}
+for kind in (b"tEXt", b"zTXt", b"iCCP", b"IDAT"):
+    seeds["bomb-" + kind.decode()] = sig + ihdr(1, 1, 8, 2) + struct.pack(">I", 0x7fffffff) + kind + b"Comment\0\0" + b"x" * 91
+for side in (1024, 512):
+    rows = b"\0" * ((1 + side // 8) * side)
+    seeds["zlib-bomb-%d" % side] = sig + ihdr(side, side, 1, 0) + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")
+seeds["trailing"] = (sig + ihdr(1, 1, 8, 2) + chunk(b"IDAT", zlib.compress(b"\0" * (16 << 20), 9)) +
+                     chunk(b"IEND", b""))
+def progressive(side):
+    seg = lambda m, body: b"\xff" + bytes([m]) + struct.pack(">H", len(body) + 2) + body
+    return (b"\xff\xd8" + seg(0xdb, b"\0" + b"\1" * 64) +
+            seg(0xc2, struct.pack(">BHHB", 8, side, side, 3) + b"".join(bytes([i + 1, 0x11, 0]) for i in range(3))) +
+            seg(0xc4, b"\0" + bytes([1] + [0] * 15) + b"\0") +
+            seg(0xda, bytes([3, 1, 0, 2, 0, 3, 0, 0, 0, 0])) + b"\0" * (3 * (side // 8) ** 2 // 8) + b"\xff\xd9")
+for side in (1024, 512):
+    seeds["progressive-%d" % side] = progressive(side)
+for name, data in seeds.items():
+    with open("%s/%s" % (out, name), "wb") as f:
+        f.write(data)
+PY
 cat > "$work/dict" <<'DICT'
 "IHDR"
 "IDAT"
@@ -51,6 +85,10 @@ cat > "$work/dict" <<'DICT'
 "sBIT"
 "tEXt"
 "zTXt"
+"iTXt"
+"eXIf"
+"sPLT"
+"\x7f\xff\xff\xff"
 "acTL"
 "fcTL"
 "\x89PNG\x0d\x0a\x1a\x0a"
@@ -63,6 +101,8 @@ cat > "$work/dict" <<'DICT'
 "\xff\xdd"
 "\xff\xd9"
 "\xff\xee"
+"\xff\xe1"
+"\xff\xfe"
 "Adobe"
 "RIFF"
 "WEBP"
@@ -73,7 +113,7 @@ cat > "$work/dict" <<'DICT'
 "ANIM"
 "ANMF"
 DICT
-if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-15}" -max_len=160000 -timeout=20 -rss_limit_mb=512 \
+if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-15}" -max_len=160000 -timeout=20 -rss_limit_mb=512 -malloc_limit_mb=64 \
         -dict="$work/dict" -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
     grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done)" "$work/log" | tail -n 3
     echo "$name: 1 passed, 0 failed"

@@ -127,7 +127,8 @@ int cmd_logits_main(int argc, char **argv) {
     if (ids_text && lm_cli_parse_ids(ids_text, info->vocab_size, &ids, &n, &err) != LM_OK) goto done;
     if (text && encode_prompt(model_dir, info, text, images.n, &ids, &n, &err) != LM_OK) goto done;
     if (images.n > 0) {
-        if (lm_cli_image_prompt_build(model, &images, ids, n, 0, pixel_cap, &runner, &image_prompt, &err) != LM_OK)
+        if (lm_cli_image_prompt_build(model, &images, ids, n, 0, pixel_cap,
+                                      settings.engine.max_image_decode_pixels, &runner, &image_prompt, &err) != LM_OK)
             goto done;
         free(ids);
         ids = image_prompt.ids; /* the expanded prompt */

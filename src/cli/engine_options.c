@@ -152,6 +152,10 @@ static const lm_opt engine_opts[] = {
     {"--max-image-pixels", LM_OPT_CUSTOM, "N", ENGINE(max_image_pixels), 0, 0,
      "the most pixels an image keeps after resizing (default 1048576);\n-1 turns images off",
      parse_image_pixels, NULL, NULL},
+    {"--max-image-decode-pixels", LM_OPT_INT64, "N", ENGINE(max_image_decode_pixels), 1024, 1 << 30,
+     "the most pixels an image file may declare, refused before decoding\n(default 16777216 = 4096 x 4096; "
+     "the decode's memory must fit in\n3 bytes a pixel of it)",
+     NULL, NULL, NULL},
     {"--image-cache-mib", LM_OPT_CUSTOM, "N", ENGINE(image_cache_bytes), 0, 0,
      "vision-tower outputs kept for reuse (default 256; 0: off)", parse_image_cache_mib, NULL, NULL},
     {"--enable-prefix-caching", LM_OPT_SET_INT, NULL, ENGINE(enable_prefix_caching), 1, 0,

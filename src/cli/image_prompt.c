@@ -8,10 +8,12 @@
 #include "models/multimodal_prompt.h"
 
 static lm_status preprocess_all(const lm_model_info *info, const lm_cli_images *images,
-                                int64_t pixel_cap, lm_image_patches *patches, lm_error *err) {
+                                int64_t pixel_cap, int64_t decode_pixels, lm_image_patches *patches,
+                                lm_error *err) {
     lm_image_processor processor = info->vision.processor;
     processor.pixel_cap = pixel_cap > 0 ? pixel_cap : 0;
     lm_image_limits limits = lm_image_default_limits();
+    if (decode_pixels > 0) limits.max_pixels = decode_pixels;
     for (int i = 0; i < images->n; i++) {
         lm_image_rgb rgb = {0};
         lm_error why = {0};
@@ -25,8 +27,8 @@ static lm_status preprocess_all(const lm_model_info *info, const lm_cli_images *
 
 lm_status lm_cli_image_prompt_build(lm_model *model, const lm_cli_images *images,
                                     const int32_t *ids, int n, int extra_tokens, int64_t pixel_cap,
-                                    lm_sequence_runner *runner, lm_cli_image_prompt *out,
-                                    lm_error *err) {
+                                    int64_t decode_pixels, lm_sequence_runner *runner,
+                                    lm_cli_image_prompt *out, lm_error *err) {
     memset(out, 0, sizeof *out);
     const lm_model_info *info = lm_model_describe(model);
     if (!lm_model_has_vision(model))
@@ -34,7 +36,7 @@ lm_status lm_cli_image_prompt_build(lm_model *model, const lm_cli_images *images
     lm_image_patches patches[LOOM_MAX_IMAGES] = {0};
     lm_image_grid grids[LOOM_MAX_IMAGES];
     lm_image_span spans[LOOM_MAX_IMAGES];
-    lm_status st = preprocess_all(info, images, pixel_cap, patches, err);
+    lm_status st = preprocess_all(info, images, pixel_cap, decode_pixels, patches, err);
     int64_t rows = 0;
     int max_patches = 0;
     for (int i = 0; st == LM_OK && i < images->n; i++) {

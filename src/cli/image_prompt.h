@@ -22,11 +22,12 @@ typedef struct {
 /* Builds the prompt of ids (one placeholder per image, or every image row)
  * and images, and starts runner on model with room for the prompt and
  * extra_tokens more and a vision workspace for these images.  pixel_cap >
- * 0 caps the processor's max_pixels. */
+ * 0 caps the processor's max_pixels; decode_pixels > 0 the pixels a file
+ * may declare (lm_image_limits.max_pixels; 0: the default). */
 lm_status lm_cli_image_prompt_build(lm_model *model, const lm_cli_images *images,
                                     const int32_t *ids, int n, int extra_tokens, int64_t pixel_cap,
-                                    lm_sequence_runner *runner, lm_cli_image_prompt *out,
-                                    lm_error *err);
+                                    int64_t decode_pixels, lm_sequence_runner *runner,
+                                    lm_cli_image_prompt *out, lm_error *err);
 void lm_cli_image_prompt_free(lm_cli_image_prompt *p);
 
 #endif

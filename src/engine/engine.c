@@ -1241,7 +1241,8 @@ int loom_submit(loom_engine *e, const loom_request_params *params, loom_request 
     if (st != LM_OK) return report(st, err.message, error, error_size);
     /* Images: decoded and cut into patches here, in the caller's thread. */
     st = lm_request_attach_images(r, params, &lm_model_describe(e->model)->vision,
-                                  e->images_on ? &e->image_processor : NULL, e->max_image_patches, &err);
+                                  e->images_on ? &e->image_processor : NULL, e->max_image_patches,
+                                  &e->image_limits, e->max_model_len, &err);
     if (st == LM_OK) st = fit_context(e, r, params, &err);
     if (st != LM_OK) {
         r->refs = 1;

@@ -21,6 +21,13 @@ lm_status lm_engine_images_init(loom_engine *e, const lm_model_info *info,
         return lm_fail(err, LM_ERR_INVALID,
                        "max_image_pixels %lld is out of range: -1 (off) or 1024 .. 268435456",
                        (long long)o->max_image_pixels);
+    int64_t decode = o->max_image_decode_pixels == 0 ? LM_IMAGE_DEFAULT_MAX_PIXELS : o->max_image_decode_pixels;
+    if (decode < LM_IMAGE_MIN_MAX_PIXELS || decode > LM_IMAGE_MAX_MAX_PIXELS)
+        return lm_fail(err, LM_ERR_INVALID, "max_image_decode_pixels %lld is out of range: %lld .. %lld",
+                       (long long)o->max_image_decode_pixels, (long long)LM_IMAGE_MIN_MAX_PIXELS,
+                       (long long)LM_IMAGE_MAX_MAX_PIXELS);
+    e->image_limits = lm_image_default_limits();
+    e->image_limits.max_pixels = decode;
     lm_image_cache_init(&e->image_cache, (size_t)cache);
     if (!info->vision.present || !lm_model_has_vision(e->model) || cap < 0) return LM_OK;
     e->image_processor = info->vision.processor;

@@ -141,6 +141,7 @@ struct loom_engine {
      * kept for reuse (engine thread) */
     bool images_on;
     lm_image_processor image_processor;
+    lm_image_limits image_limits; /* what a request's image files may declare */
     int max_image_patches;
     lm_image_cache image_cache;
     uint64_t images_encoded;

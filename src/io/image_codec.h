@@ -16,6 +16,13 @@
 lm_status lm_image_check_size(const char *format, int64_t width, int64_t height,
                               const lm_image_limits *limits, lm_error *err);
 
+/* LM_ERR_INVALID naming the format when the decode of a width x height
+ * image would hold more than the limits' budget: its RGB (3 bytes a
+ * pixel) and work_bytes the library keeps for the whole image (`what`
+ * says what they are, for the message: "coefficients", NULL for none). */
+lm_status lm_image_check_memory(const char *format, int64_t width, int64_t height, uint64_t work_bytes,
+                                const char *what, const lm_image_limits *limits, lm_error *err);
+
 /* A new width x height x 3 buffer in *out (the size already checked). */
 lm_status lm_image_alloc(int width, int height, lm_image_rgb *out, lm_error *err);
 

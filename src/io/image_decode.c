@@ -30,9 +30,30 @@ lm_status lm_image_check_size(const char *format, int64_t width, int64_t height,
     /* both sides are at most INT_MAX here, so the product fits */
     if (width * height > limits->max_pixels)
         return lm_fail(err, LM_ERR_INVALID,
-                       "%s image: %lld x %lld is more than the %lld pixels allowed", format,
-                       (long long)width, (long long)height, (long long)limits->max_pixels);
+                       "%s image: %lld x %lld = %lld pixels is more than the %lld pixels allowed "
+                       "(--max-image-decode-pixels)",
+                       format, (long long)width, (long long)height, (long long)(width * height),
+                       (long long)limits->max_pixels);
     return LM_OK;
+}
+
+static double mib(uint64_t bytes) { return (double)bytes / (1 << 20); }
+
+lm_status lm_image_check_memory(const char *format, int64_t width, int64_t height, uint64_t work_bytes,
+                                const char *what, const lm_image_limits *limits, lm_error *err) {
+    /* the sides are checked first (at most 2^31 each), so nothing overflows */
+    uint64_t rgb = (uint64_t)width * (uint64_t)height * 3, budget = lm_image_decode_budget(limits);
+    if (rgb + work_bytes <= budget) return LM_OK;
+    if (!what)
+        return lm_fail(err, LM_ERR_INVALID,
+                       "%s image: %lld x %lld needs %.1f MiB of RGB to decode; the decoder's limit is %.1f MiB",
+                       format, (long long)width, (long long)height, mib(rgb), mib(budget));
+    return lm_fail(err, LM_ERR_INVALID,
+                   "%s image: %lld x %lld needs %.1f MiB to decode (%.1f MiB of %s for the whole image and "
+                   "%.1f MiB of RGB); the decoder's limit is %.1f MiB (3 bytes a pixel of "
+                   "--max-image-decode-pixels)",
+                   format, (long long)width, (long long)height, mib(rgb + work_bytes), mib(work_bytes), what,
+                   mib(rgb), mib(budget));
 }
 
 lm_status lm_image_alloc(int width, int height, lm_image_rgb *out, lm_error *err) {

@@ -5,7 +5,17 @@
  * with no locals), prints nothing, and turns "premature end of file" (a
  * warning to libjpeg, which would pad the image with grey) into an error,
  * as PIL refuses truncated files.  Other warnings (extraneous bytes and
- * the like) are dropped, as PIL drops them. */
+ * the like) are dropped, as PIL drops them.
+ *
+ * Memory: markers are skipped, not saved (a marker's length is only ever
+ * skipped over, and the memory source ends where the bytes do); once the
+ * header is read, the size is checked, and so is what the decode will
+ * hold: the RGB, and for a progressive or multi-scan file libjpeg's
+ * coefficients for the whole image (2 bytes each, 64 a block), refused
+ * above the limits' budget before jpeg_start_decompress allocates them.
+ * libjpeg's own pool is capped at that budget as well (max_memory_to_use:
+ * libjpeg-turbo has no backing store, so past it the decode fails with
+ * "Backing store not supported" rather than allocating). */
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -80,6 +90,29 @@ static lm_status jpeg_steps(jpeg_job *job, j_decompress_ptr cinfo, const uint8_t
     jpeg_read_header(cinfo, TRUE);
     lm_status st = lm_image_check_size("JPEG", cinfo->image_width, cinfo->image_height, job->limits, err);
     if (st != LM_OK) return st;
+    /* a file of more than one scan is absorbed whole into coefficient
+     * arrays before the first row comes out (jdcoefct.c: each component's
+     * blocks, rounded up to its sampling factors) */
+    uint64_t coefficients = 0;
+    if (cinfo->progressive_mode || cinfo->comps_in_scan < cinfo->num_components) {
+        for (int c = 0; c < cinfo->num_components; c++) {
+            const jpeg_component_info *comp = &cinfo->comp_info[c];
+            uint64_t w = comp->width_in_blocks, h = comp->height_in_blocks;
+            uint64_t hs = (uint64_t)comp->h_samp_factor, vs = (uint64_t)comp->v_samp_factor;
+            coefficients += (w + hs - 1) / hs * hs * ((h + vs - 1) / vs * vs) * DCTSIZE2 * sizeof(JCOEF);
+        }
+    }
+    st = lm_image_check_memory("JPEG", cinfo->image_width, cinfo->image_height, coefficients,
+                               cinfo->progressive_mode ? "coefficients (progressive)" : "coefficients (multi-scan)",
+                               job->limits, err);
+    if (st != LM_OK) return st;
+    /* libjpeg's pool, the coefficients included, within what the budget
+     * leaves beside the RGB, and at least 16 MiB for its row buffers */
+    uint64_t budget = lm_image_decode_budget(job->limits);
+    uint64_t rgb_bytes = (uint64_t)cinfo->image_width * cinfo->image_height * 3;
+    uint64_t pool = budget > rgb_bytes ? budget - rgb_bytes : 0;
+    if (pool < ((uint64_t)16 << 20)) pool = (uint64_t)16 << 20;
+    cinfo->mem->max_memory_to_use = (long)(pool + ((uint64_t)4 << 20));
     bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
     cinfo->out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
     jpeg_start_decompress(cinfo);

@@ -1,5 +1,12 @@
-/* WebP through libwebp: the features first (size, alpha, animation), then
- * one decode into our buffer.  libwebp returns errors and prints nothing. */
+/* WebP through libwebp: the features first (size, alpha, animation, lossy
+ * or lossless), then one decode into our buffer.  libwebp returns errors
+ * and prints nothing.  Beside our RGB, libwebp holds for the whole image
+ * a lossless file's ARGB (4 bytes a pixel, vp8l_dec.c's pixels_) and a
+ * lossy file's alpha plane (1 byte a pixel, and up to 4 more while a
+ * losslessly compressed alpha is decoded): those count in the memory
+ * judged before decoding. */
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <webp/decode.h>
@@ -28,6 +35,12 @@ lm_status lm_image_decode_webp(const uint8_t *data, size_t n, const lm_image_lim
     if (features.has_animation)
         return lm_fail(err, LM_ERR_INVALID, "WebP image: animated; only still images are taken");
     lm_status st = lm_image_check_size("WebP", features.width, features.height, limits, err);
+    if (st != LM_OK) return st;
+    uint64_t pixels = (uint64_t)features.width * (uint64_t)features.height;
+    bool lossy = features.format == 1;
+    uint64_t work = !lossy ? pixels * 4 : features.has_alpha ? pixels * 5 : 0;
+    st = lm_image_check_memory("WebP", features.width, features.height, work,
+                               !lossy ? "ARGB (lossless)" : "alpha", limits, err);
     if (st != LM_OK) return st;
     if ((st = lm_image_alloc(features.width, features.height, out, err)) != LM_OK) return st;
     /* RGB straight away: with alpha, the same colour values as RGBA less
