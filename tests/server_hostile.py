@@ -573,6 +573,7 @@ def test_bodies(binary, model):
     check(st == 400 and b"maximum context length" in b, "bodies: /tokenize past the context: 400 (%s %r)" % (st, b[:160]))
     check(srv.stop() == 0, "bodies: clean exit")
 
+
 # ---------------------------------------------------------------- images
 
 def png_chunk(kind, data, length=None):
