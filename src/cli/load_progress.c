@@ -73,6 +73,7 @@ void lm_cli_load_progress_add(void *ctx, const char *phase, uint64_t done_bytes,
     if (i < p->n_phases) {
         p->phases[i].done += done_bytes;
         p->phases[i].total += more_total_bytes;
+        p->phases[i].last = now;
         if (done_bytes) p->latest = i;
     }
     if (p->out && p->latest >= 0 && now - p->start >= p->first_draw_s && now - p->last_draw >= REDRAW_S) draw(p, now);
@@ -84,17 +85,15 @@ void lm_cli_load_progress_finish(lm_cli_load_progress *p, char *summary, size_t 
         fputs("\r\033[K", p->out);
         fflush(p->out);
     }
-    double now = lm_monotonic_seconds();
     size_t used = 0;
     if (size) summary[0] = '\0';
     for (int i = 0; i < p->n_phases && used < size; i++) {
         char bytes[32];
         format_bytes(p->phases[i].done, bytes, sizeof bytes);
-        double secs = now - p->phases[i].start;
+        double secs = p->phases[i].last - p->phases[i].start;
         int n = snprintf(summary + used, size - used, "%s%s: %s", used ? ", " : "", p->phases[i].name, bytes);
         if (n > 0) used += (size_t)n;
-        if (i == 0 && secs > 0 && used < size) {
-            /* the first phase's rate is its own (the later ones overlap it) */
+        if (secs > 0.05 && used < size) { /* from its first report to its last */
             n = snprintf(summary + used, size - used, " at %.2f GB/s", (double)p->phases[i].done / secs / 1e9);
             if (n > 0) used += (size_t)n;
         }

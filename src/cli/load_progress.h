@@ -29,7 +29,7 @@ int lm_cli_engine_load(const loom_engine_options *options, FILE *tty, loom_engin
 typedef struct {
     const char *name;
     uint64_t done, total;
-    double start;
+    double start, last; /* the first and the latest report */
 } lm_cli_load_phase;
 typedef struct {
     FILE *out; /* NULL: count, draw nothing */
