@@ -3,6 +3,7 @@
  * brute-force mask (every token advanced byte by byte) over a real
  * tokenizer's vocabulary along random paths. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "engine/sequence_grammar.h"
 #include "grammar/compiled.h"
 #include "grammar/cost.h"
+#include "grammar/grammar_cache.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
 #include "harness.h"
@@ -331,6 +333,116 @@ static void test_many_values(void) {
     CHECK(accepts(&g->grammar, "1.5") && accepts(&g->grammar, "{\"k\":[1]}"));
     CHECK(!accepts(&g->grammar, "\"v3000\"") && !accepts(&g->grammar, "\"v\"") && !accepts(&g->grammar, "1"));
     loom_grammar_free(g);
+}
+
+/* The server's cache of compiled grammars (grammar/grammar_cache.h): a
+ * spec sent again is answered from it, refusals included; a burst of one
+ * spec is one compile; no more compiles run at once than its slots; its
+ * entries are bounded and a spec too large to keep is compiled anyway. */
+typedef struct {
+    lm_grammar_cache *cache;
+    loom_grammar_spec spec;
+    int rc;
+    loom_grammar *g;
+} cache_job;
+
+static void *cache_compile_thread(void *arg) {
+    cache_job *j = arg;
+    char msg[512];
+    j->rc = lm_grammar_cache_compile(j->cache, &j->spec, &j->g, msg, sizeof msg);
+    return NULL;
+}
+
+static void test_grammar_cache(void) {
+    lm_grammar_cache *cache;
+    lm_error err;
+    CHECK(lm_grammar_cache_create(0, &cache, &err) == LM_ERR_INVALID);
+    CHECK_OK(lm_grammar_cache_create(2, &cache, &err), &err);
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}";
+    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_SCHEMA, .text = schema, .text_len = strlen(schema)};
+    loom_grammar *a, *b;
+    char msg[512], again[512];
+    CHECK(lm_grammar_cache_compile(cache, &spec, &a, msg, sizeof msg) == LOOM_OK);
+    CHECK(lm_grammar_cache_compile(cache, &spec, &b, msg, sizeof msg) == LOOM_OK);
+    lm_grammar_cache_stats st;
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(a == b && st.compiles == 1 && st.hits == 1, "a %p b %p, %llu compiles, %llu hits", (void *)a, (void *)b,
+              (unsigned long long)st.compiles, (unsigned long long)st.hits);
+    loom_grammar_free(a);
+    loom_grammar_free(b);
+    /* the same text with a suffix is another grammar */
+    spec.suffix = "}";
+    CHECK(lm_grammar_cache_compile(cache, &spec, &a, msg, sizeof msg) == LOOM_OK);
+    CHECK(accepts(&a->grammar, "{\"a\": \"x\"}}") && !accepts(&a->grammar, "{\"a\": \"x\"}"));
+    loom_grammar_free(a);
+    /* a refusal is kept: the same message, no second compile */
+    loom_grammar_spec bad = {.kind = LOOM_GRAMMAR_REGEX, .text = "(a*){1000}", .text_len = 10};
+    CHECK(lm_grammar_cache_compile(cache, &bad, &a, msg, sizeof msg) == LOOM_ERR_UNSUPPORTED && !a);
+    CHECK(lm_grammar_cache_compile(cache, &bad, &a, again, sizeof again) == LOOM_ERR_UNSUPPORTED && !a);
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(strcmp(msg, again) == 0 && strstr(msg, "(a*){1000}") && st.compiles == 3, "'%s' / '%s', %llu compiles",
+              msg, again, (unsigned long long)st.compiles);
+    /* 8 threads, one costly spec: one compile, the others wait for it */
+    enum { T = 8 };
+    cache_job jobs[T];
+    pthread_t threads[T];
+    for (int i = 0; i < T; i++) {
+        jobs[i] = (cache_job){.cache = cache,
+                              .spec = {.kind = LOOM_GRAMMAR_REGEX, .text = "(a*){150}", .text_len = 9}};
+        CHECK(pthread_create(&threads[i], NULL, cache_compile_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < T; i++) pthread_join(threads[i], NULL);
+    lm_grammar_cache_get_stats(cache, &st);
+    for (int i = 0; i < T; i++) {
+        CHECK_MSG(jobs[i].rc == LOOM_OK && jobs[i].g == jobs[0].g, "thread %d: %d", i, jobs[i].rc);
+        loom_grammar_free(jobs[i].g);
+    }
+    CHECK_MSG(st.compiles == 4 && st.max_active <= 2, "%llu compiles, %d at once", (unsigned long long)st.compiles,
+              st.max_active);
+    /* 8 threads, 8 specs: at most the 2 slots compile at once */
+    static char texts[T][32];
+    for (int i = 0; i < T; i++) {
+        snprintf(texts[i], sizeof texts[i], "(a*){%d}x", 100 + i);
+        jobs[i] = (cache_job){.cache = cache, .spec = {.kind = LOOM_GRAMMAR_REGEX, .text = texts[i],
+                                                       .text_len = strlen(texts[i])}};
+        CHECK(pthread_create(&threads[i], NULL, cache_compile_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < T; i++) pthread_join(threads[i], NULL);
+    for (int i = 0; i < T; i++) {
+        CHECK_MSG(jobs[i].rc == LOOM_OK, "spec %d: %d", i, jobs[i].rc);
+        loom_grammar_free(jobs[i].g);
+    }
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(st.compiles == 12 && st.max_active <= 2, "%llu compiles, %d at once", (unsigned long long)st.compiles,
+              st.max_active);
+    /* bounded: more specs than entries */
+    for (int i = 0; i < LM_GRAMMAR_CACHE_ENTRIES + 10; i++) {
+        char text[32];
+        snprintf(text, sizeof text, "x{%d}", i + 1);
+        loom_grammar_spec s = {.kind = LOOM_GRAMMAR_REGEX, .text = text, .text_len = strlen(text)};
+        CHECK(lm_grammar_cache_compile(cache, &s, &a, msg, sizeof msg) == LOOM_OK);
+        loom_grammar_free(a);
+    }
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(st.entries == LM_GRAMMAR_CACHE_ENTRIES && st.bytes <= LM_GRAMMAR_CACHE_BYTES, "%d entries, %zu bytes",
+              st.entries, st.bytes);
+    /* a spec larger than an entry may be: compiled, not kept */
+    size_t big = LM_GRAMMAR_CACHE_MAX_KEY + 100;
+    char *text = malloc(big + 64);
+    int n = snprintf(text, big + 64, "{\"type\":\"string\",\"description\":\"");
+    memset(text + n, 'd', big);
+    strcpy(text + n + big, "\"}");
+    loom_grammar_spec large = {.kind = LOOM_GRAMMAR_JSON_SCHEMA, .text = text, .text_len = strlen(text)};
+    uint64_t compiles = st.compiles;
+    for (int k = 0; k < 2; k++) {
+        CHECK_MSG(lm_grammar_cache_compile(cache, &large, &a, msg, sizeof msg) == LOOM_OK, "%s", msg);
+        CHECK(accepts(&a->grammar, "\"x\""));
+        loom_grammar_free(a);
+    }
+    free(text);
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(st.compiles == compiles + 2, "%llu compiles", (unsigned long long)(st.compiles - compiles));
+    lm_grammar_cache_free(cache);
 }
 
 /* ------------------------------------------------------------ the mask */
@@ -668,6 +780,7 @@ int main(void) {
     RUN_TEST(test_cost_refusals);
     RUN_TEST(test_cost_accepts);
     RUN_TEST(test_many_values);
+    RUN_TEST(test_grammar_cache);
     RUN_TEST(test_mask_small_vocab);
     RUN_TEST(test_mask_shared_frames);
     RUN_TEST(test_mask_applied_to_logits);
