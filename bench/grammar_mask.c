@@ -112,12 +112,13 @@ static int run_case(const char *name, const loom_grammar_spec *spec, lm_tokenize
             int n = 0;
             for (int i = 0; i < V; i++)
                 if (logits[i] == 0 && i != eos) allowed[n++] = i;
-            if (sg->complete && (n == 0 || rng % 4 == 0)) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            /* where the grammar may end, a walk ends one time in 16 */
+            if (sg->complete && (n == 0 || rng % 16 == 0)) {
                 completed++;
                 break;
             }
             if (n == 0) break;
-            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
             bool finished;
             spent = sg->masker.matcher.spent;
             a = now_us();
