@@ -34,13 +34,14 @@
 
 #include "grammar/grammar.h"
 
-/* Ordinary grammars stay far below LM_GRAMMAR_STATE_WORK: bench/grammar_mask's
- * JSON schema at most ~1,100 units (12 stacks), an enum of 100 strings or
- * an anyOf of 20 objects ~5,000, an object of 40 optional properties
- * ~45,000 (its states hold a stack per property that may come next), of
- * 200 ~66,000.  `(a*){24}` costs ~4,000, `(a*){60}` ~45,000, `(a*){100}`
- * ~190,000 (a mask about 1 ms on a 151,669-token vocabulary, on the
- * development VM); `(a*){120}` is refused. */
+/* Ordinary grammars stay far below LM_GRAMMAR_STATE_WORK (the costliest
+ * state each explores, in units): bench/grammar_mask's JSON schema 640,
+ * an enum of 300 strings 400, an anyOf of 20 objects 220, an object of 40
+ * optional properties 1,300 (a stack per property that may come next), of
+ * 200 22,500.  `(a*){24}` costs 1,300, `(a*){100}` 20,300, `(a*){150}`
+ * 45,600 (accepted: a mask 0.4-0.9 ms on a 151,669-token vocabulary on the
+ * development VM); `(a*){180}` is refused.  The exploration in all stops
+ * at LM_GRAMMAR_CHECK_WORK (~5 ms there). */
 #define LM_GRAMMAR_STATE_WORK (64u << 10)
 #define LM_GRAMMAR_CHECK_STATES 256
 #define LM_GRAMMAR_CHECK_WORK (512u << 10)
