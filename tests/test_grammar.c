@@ -3,6 +3,8 @@
  * brute-force mask (every token advanced byte by byte) over a real
  * tokenizer's vocabulary along random paths. */
 #include <math.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,6 +249,15 @@ static void test_cost_refusals(void) {
          * ms); 4x the compile deadline leaves room for a loaded machine */
         CHECK_MSG(ms < 4 * LM_GRAMMAR_COMPILE_MS, "%.60s: refused after %.0f ms", bad[i].text, ms);
     }
+    /* past its deadline the check refuses, saying so */
+    loom_grammar *ok = NULL;
+    char okmsg[512];
+    CHECK(compile(LOOM_GRAMMAR_REGEX, "[a-z]+@[a-z]+", &ok, okmsg, sizeof okmsg));
+    lm_error late;
+    CHECK(lm_grammar_check_cost(&ok->grammar, "the test's grammar", 1, &late) == LM_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(late.message, "the test's grammar") && strstr(late.message, "250 ms"), "%s", late.message);
+    CHECK(lm_grammar_check_cost(&ok->grammar, "the test's grammar", 0, &late) == LM_OK);
+    loom_grammar_free(ok);
     /* an object of 600 optional properties: more than 512 may come next */
     size_t cap = 64 * 1024;
     char *schema = malloc(cap);
@@ -296,6 +307,48 @@ static void test_cost_accepts(void) {
         lm_gstate_free(&b);
         lm_gmatcher_free(&m);
         loom_grammar_free(g);
+    }
+}
+
+/* The matcher's remembered expansions change no language: regexes of
+ * nested repetitions of what may be empty agree with PCRE2 on every string
+ * over their alphabet up to 7 characters. */
+static void test_nullable_repetitions_against_pcre(void) {
+    const char *const patterns[] = {"(a*)*b",      "(a|b?)+c",     "((ab)?c*)*",  "(a*b*)*c",  "(a?){3}b",
+                                    "((a|)b?)*",   "(a*|b)*(c|)",  "((a*)*b)*",   "(a?b?)*a",  "(a*){5}b{2}",
+                                    "(ab|a?)*b",   "((a|b)*c?)*",  "a(b*|c*)*a"};
+    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
+        loom_grammar *g;
+        char msg[512];
+        CHECK_MSG(compile(LOOM_GRAMMAR_REGEX, patterns[i], &g, msg, sizeof msg), "%s: %s", patterns[i], msg);
+        int code;
+        PCRE2_SIZE offset;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)patterns[i], PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED | PCRE2_ENDANCHORED,
+                                       &code, &offset, NULL);
+        CHECK(re);
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+        int checked = 0;
+        char s[8];
+        for (int len = 0; len <= 7 && !test_current_failed(); len++) {
+            int total = 1;
+            for (int k = 0; k < len; k++) total *= 3;
+            for (int v = 0; v < total; v++) {
+                int x = v;
+                for (int k = 0; k < len; k++, x /= 3) s[k] = (char)('a' + x % 3);
+                s[len] = 0;
+                bool want = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)len, 0, 0, md, NULL) >= 0;
+                if (accepts(&g->grammar, s) != want) {
+                    test_failed(__FILE__, __LINE__, "%s: \"%s\" %s, PCRE2 %s", patterns[i], s,
+                                want ? "refused" : "accepted", want ? "matches" : "does not");
+                    break;
+                }
+                checked++;
+            }
+        }
+        pcre2_match_data_free(md);
+        pcre2_code_free(re);
+        loom_grammar_free(g);
+        CHECK(checked == 3280);
     }
 }
 
@@ -779,6 +832,7 @@ int main(void) {
     RUN_TEST(test_schema_refusals);
     RUN_TEST(test_cost_refusals);
     RUN_TEST(test_cost_accepts);
+    RUN_TEST(test_nullable_repetitions_against_pcre);
     RUN_TEST(test_many_values);
     RUN_TEST(test_grammar_cache);
     RUN_TEST(test_mask_small_vocab);
