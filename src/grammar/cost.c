@@ -102,8 +102,8 @@ static lm_status matcher_outcome(checker *c, uint32_t stacks) {
     if (c->m.truncated) return refuse_bound(c);
     if (c->m.over_budget)
         return lm_fail(c->err, LM_ERR_UNSUPPORTED,
-                       "%s: a state of its automaton (%u stacks at once) costs more than %u work units a byte, "
-                       "over the budget (nested repetitions of something that may be empty, such as (a*){n}, or "
+                       "%s: a state of its automaton (%u stacks at once) costs more than %u work units to step "
+                       "through, over the budget (nested repetitions of something that may be empty, such as (a*){n}, or "
                        "many alternatives that begin alike)",
                        c->what, stacks > c->m.max_stacks ? stacks : c->m.max_stacks, (unsigned)LM_GRAMMAR_STATE_WORK);
     return LM_OK;
@@ -188,6 +188,10 @@ static lm_status explore(checker *c) {
     if (st != LM_OK) return st;
     bool is_new;
     if (intern(c, &c->cur, &is_new) == UINT32_MAX) return LM_OK;
+    /* the start state first: every request meets it */
+    c->costed[0] = true;
+    c->n_costed = 1;
+    if ((st = cost_state(c, true)) != LM_OK) return st;
     /* every rule reference on its own, in the grammar's order (the
      * closures frames start from): a construct anywhere is met early */
     for (uint32_t p = 0; p < c->g->n_elems && !exhausted(c); p++) {
