@@ -38,6 +38,13 @@ usage: server_hostile.py LOOM MODEL [--asan LOOM_ASAN] [--only NAME,...]
             bomb (the largest image allowed) and the 1 x 1 one (decoded as the
             1 x 1 it declares) are served; for each, the server's peak RSS
             (VmHWM, reset before each) stays under idle + 64 MiB.
+  grammar   8 pathological grammars ((a*){1000} and kin, as guided_regex,
+            structured_outputs, response_format json_schema patterns and the
+            Responses API's text.format) submitted at once while a plain
+            stream runs, on the ASan build when given: each answered 400
+            naming the construct (or a normal answer) within seconds, and
+            the stream's time per token over that window within 1.5x its
+            idle time per token (+1 ms).
   corpus    ~380 malformed requests against the ASan build: never a 5xx
             (but 505 for HTTP versions), never a non-JSON error body, framing
             errors with their status (answered by loom's front door, not
@@ -728,6 +735,190 @@ def test_output(binary, model):
     check(srv.stop() == 0, "output: clean exit")
 
 
+# ---------------------------------------------------------------- grammars
+
+def pathological_grammars():
+    """(name, path, body, the construct the 400 must name): 8 requests whose
+    grammars explode into states of hundreds of stacks (issue 48); where the
+    API has it, ignore_eos, so that each would run its 16 tokens."""
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16, "ignore_eos": True}
+
+    def schema(pattern):
+        return {"type": "object", "properties": {"id": {"type": "integer"},
+                                                 "code": {"type": "string", "pattern": pattern}},
+                "required": ["id", "code"]}
+
+    def rf(pattern):
+        return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema(pattern)}}
+
+    def tf(pattern):
+        return {"format": {"type": "json_schema", "name": "x", "schema": schema(pattern)}}
+
+    many = {"type": "object", "properties": {"p%d" % k: {"type": "integer"} for k in range(600)}}
+    return [
+        ("guided_regex (a*){1000}", "/v1/completions",
+         {"prompt": "hi", "max_tokens": 16, "ignore_eos": True, "guided_regex": "(a*){1000}"}, "`(a*){1000}`"),
+        ("chat guided_regex x(a*){600}", "/v1/chat/completions",
+         dict(chat, guided_regex="x(a*){600}"), "`x(a*){600}`"),
+        ("structured_outputs regex (a*){300}", "/v1/completions",
+         {"prompt": "hi", "max_tokens": 16, "ignore_eos": True, "structured_outputs": {"regex": "(a*){300}"}},
+         "`(a*){300}`"),
+        ("response_format pattern (a*){1000}", "/v1/chat/completions",
+         dict(chat, response_format=rf("(a*){1000}")), "'pattern' `(a*){1000}`"),
+        ("response_format pattern ^(a|b?){500}$", "/v1/chat/completions",
+         dict(chat, response_format=rf("^(a|b?){500}$")), "'pattern' `^(a|b?){500}$`"),
+        ("responses text.format pattern (a*){1000}", "/v1/responses",
+         {"input": "hi", "max_output_tokens": 16, "text": tf("(a*){1000}")}, "'pattern' `(a*){1000}`"),
+        ("responses text.format pattern ^(x?){700}$", "/v1/responses",
+         {"input": "hi", "max_output_tokens": 16, "text": tf("^(x?){700}$")}, "'pattern' `^(x?){700}$`"),
+        ("guided_json of 600 optional properties", "/v1/completions",
+         {"prompt": "hi", "max_tokens": 16, "ignore_eos": True, "guided_json": many}, "JSON schema"),
+    ]
+
+
+PLAIN = {"prompt": "hello", "ignore_eos": True, "temperature": 0}
+
+
+def stream_times(port, stop_at, out):
+    """A plain stream read until the time stop_at() returns passes (or its
+    3,900 tokens end); out["times"] gets the arrival time of each token's
+    chunk."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = dict(PLAIN, max_tokens=3900, stream=True)
+    try:
+        c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        out["status"] = r.status
+        buf = b""
+        while time.time() < stop_at():
+            chunk = r.read1(65536)
+            if not chunk:
+                break
+            buf += chunk
+            now = time.time()
+            while b"\n\n" in buf:
+                ev, buf = buf.split(b"\n\n", 1)
+                if ev.startswith(b"data: {"):  # one token's chunk
+                    out["times"].append(now)
+    except Exception as e:  # noqa: BLE001
+        out["error"] = repr(e)
+    finally:
+        c.close()  # a cut stream is cancelled
+
+
+def time_per_token(times, t0, t1):
+    """Seconds per token of the tokens that arrived in [t0, t1]."""
+    got = [t for t in times if t0 <= t <= t1]
+    if len(got) < 2:
+        return float("inf"), len(got)
+    return (t1 - t0) / len(got), len(got)
+
+
+def plain_latencies(port, until, out):
+    """Short plain requests one after another until until() passes: each
+    one's seconds per token (its whole latency over its 64 tokens)."""
+    while time.time() < until():
+        t = time.time()
+        st, _, _ = request(port, "POST", "/v1/completions", dict(PLAIN, model="m", max_tokens=64), timeout=60)
+        out.append((time.time() - t) / 64 if st == 200 else float("inf"))
+
+
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("inf")
+
+
+def grammar_phase(port, cases):
+    """A plain stream, and short plain requests one after another beside it,
+    over a window: with cases (the pathological requests, sent at once when
+    the stream is going) from their sending to 0.3 s after the last answer,
+    else 0.4 s.  Returns (stream seconds per token and tokens, the short
+    requests' mean seconds per token and count, answers by case, window)."""
+    stream = {"times": []}
+    window = {"t0": None, "t1": None}
+    answers, probes = {}, []
+
+    def window_end():
+        return window["t1"] if window["t1"] is not None else time.time() + 30
+
+    reader = threading.Thread(target=stream_times, args=(port, window_end, stream), daemon=True)
+    reader.start()
+    deadline = time.time() + 20
+    while len(stream["times"]) < 20 and time.time() < deadline and reader.is_alive():
+        time.sleep(0.01)
+
+    def send(i, path, body):
+        t = time.time()
+        st, _, b = request(port, "POST", path, dict(body, model="m"), timeout=30)
+        answers[i] = (st, b, time.time() - t)
+
+    window["t0"] = time.time()
+    prober = threading.Thread(target=plain_latencies, args=(port, window_end, probes), daemon=True)
+    senders = [threading.Thread(target=send, args=(i, path, body), daemon=True)
+               for i, (_, path, body, _) in enumerate(cases)]
+    for t in senders:
+        t.start()
+    prober.start()
+    for t in senders:
+        t.join(35)
+    window["t1"] = time.time() + (0.3 if cases else 0.4)
+    reader.join(40)
+    prober.join(40)
+    last = min(window["t1"], stream["times"][-1]) if stream["times"] else window["t1"]
+    tpt, n = time_per_token(stream["times"], window["t0"], last)
+    ok = stream.get("status") == 200 and not stream.get("error")
+    return (tpt if ok else float("inf"), n), (mean(probes), len(probes)), answers, last - window["t0"]
+
+
+def test_grammar(binary, model):
+    """Issue 48: no request's grammar can slow the others.  (a*){1000} cost
+    seconds of the shared engine thread per token, so one stalled every
+    other sequence.  Now such grammars are refused when compiled (400
+    naming the construct), before the engine sees them.  Measured twice,
+    each against the same plain load without the 8 (measured first): a
+    plain stream's time per token over the window the 8 are in (from their
+    sending to 0.3 s after the last answer; per window, not per chunk: the
+    server writes a stream's tokens in bursts every 4 ms, and this small
+    model's engine runs ahead of the writer), and the latency per token of
+    64-token plain requests sent one after another beside it.  The server
+    runs its kernels on one thread, so that the requests' own parsing and
+    compiling have the other core of a 2-core machine.  The bounds, 1.5x
+    idle + 0.5 ms a token, are generous for a loaded 2-core CI machine
+    (other tests' builds, the client's own threads) and still far below a
+    stalled engine (seconds a token)."""
+    srv = Server(binary, model, "--max-model-len", "4096", "--threads", "1")
+    port = srv.port
+    (idle_tpt, idle_n), (req_idle, n_idle), _, _ = grammar_phase(port, [])
+    check(idle_n >= 20 and n_idle >= 1, "grammar: the idle stream and requests ran (%d tokens, %d requests)"
+          % (idle_n, n_idle))
+    cases = pathological_grammars()
+    (tpt, n), (req_loaded, n_loaded), answers, span = grammar_phase(port, cases)
+    for i, (name, _, _, names) in enumerate(cases):
+        st, b, took = answers.get(i, (None, b"", 0))
+        message = ""
+        try:
+            message = json.loads(b)["error"]["message"] if st == 400 else ""
+        except Exception:  # noqa: BLE001
+            pass
+        check((st == 400 and names in message and is_json_error(b, 400)) or st == 200,
+              "grammar: %s: 400 naming %s, or an answer (%r %r)" % (name, names, st, b[:300]))
+        check(took < 5.0, "grammar: %s: answered within seconds (%.2f s)" % (name, took))
+    check(tpt <= 1.5 * idle_tpt + 0.0005,
+          "grammar: the plain stream's time per token while the 8 were in, %.3f ms (%d tokens over %.2f s), "
+          "within 1.5x idle %.3f ms + 0.5 ms" % (tpt * 1e3, n, span, idle_tpt * 1e3))
+    check(req_loaded <= 1.5 * req_idle + 0.0005,
+          "grammar: plain requests' latency per token while the 8 were in, mean %.3f ms of %d, within 1.5x "
+          "idle %.3f ms + 0.5 ms" % (req_loaded * 1e3, n_loaded, req_idle * 1e3))
+    print("grammar: stream time per token idle %.3f ms, with the 8 pathological requests %.3f ms (%d tokens); "
+          "plain requests per token idle %.3f ms, with them %.3f ms (%d); the 8 answered in %s s"
+          % (idle_tpt * 1e3, tpt * 1e3, n, req_idle * 1e3, req_loaded * 1e3, n_loaded,
+             ", ".join("%.3f" % answers.get(i, (0, b"", 0))[2] for i in range(len(cases)))))
+    code = srv.stop()
+    err = "".join(srv.stderr)
+    check("AddressSanitizer" not in err and "runtime error" not in err and "LeakSanitizer" not in err,
+          "grammar: no sanitizer report" + (": " + err[-2000:] if "Sanitizer" in err or "runtime error" in err else ""))
+    check(code == 0, "grammar: clean exit (%r)" % code)
+
+
 # ---------------------------------------------------------------- HTTP rules
 
 def test_http(binary, model):
@@ -1201,6 +1392,7 @@ def main():
              ("memory", test_memory, binary), ("bodies", test_bodies, binary), ("output", test_output, asan or binary),
              ("http", test_http, binary), ("apikey", test_api_key_env, binary),
              ("disconnect", test_disconnect, asan or binary), ("images", test_images, asan or binary),
+             ("grammar", test_grammar, asan or binary),
              ("corpus", test_corpus, asan or binary)]
     for name, fn, b in tests:
         if only and name not in only:

@@ -3,12 +3,18 @@
  * brute-force mask (every token advanced byte by byte) over a real
  * tokenizer's vocabulary along random paths. */
 #include <math.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/sequence_grammar.h"
 #include "grammar/compiled.h"
+#include "grammar/cost.h"
+#include "grammar/grammar_cache.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
 #include "harness.h"
@@ -205,6 +211,302 @@ static void test_schema_refusals(void) {
     char msg[512];
     CHECK(!compile(LOOM_GRAMMAR_JSON_SCHEMA, deep, &g, msg, sizeof msg));
     CHECK_MSG(strstr(msg, "deeper"), "%s", msg);
+}
+
+/* ------------------------------------------------------------ the costs */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Grammars whose automaton explodes (issue 48: `(a*){1000}` cost seconds of
+ * the engine thread per token) are refused when compiled, quickly, with
+ * LOOM_ERR_UNSUPPORTED and a message naming the construct and its size;
+ * the same inside a JSON schema's pattern names the pattern. */
+static void test_cost_refusals(void) {
+    static char long_pattern[256];
+    memset(long_pattern, 'b', 120);
+    memcpy(long_pattern + 120, "(a*){1000}", 11);
+    const struct {
+        loom_grammar_kind kind;
+        const char *text, *names, *says;
+    } bad[] = {
+        {LOOM_GRAMMAR_REGEX, "(a*){1000}", "regular expression `(a*){1000}`", "more than 512 stacks"},
+        {LOOM_GRAMMAR_REGEX, "x(a?){600}y", "regular expression `x(a?){600}y`", "more than 512 stacks"},
+        {LOOM_GRAMMAR_REGEX, "(a*){200}", "`(a*){200}`", "201 stacks at once"},
+        {LOOM_GRAMMAR_REGEX, "[a-z]+(a*b*){150}", "`[a-z]+(a*b*){150}`", "work units"},
+        {LOOM_GRAMMAR_REGEX, long_pattern, "`bbbbbbbb", "...`"},
+        {LOOM_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(a*){1000}\"}",
+         "JSON schema 'pattern' `(a*){1000}`", "stacks"},
+        {LOOM_GRAMMAR_JSON_SCHEMA,
+         "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},\"code\":{\"type\":\"string\","
+         "\"pattern\":\"^(x?){700}$\"}}}",
+         "JSON schema 'pattern' `^(x?){700}$`", "stacks"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        loom_grammar_spec spec = {.kind = bad[i].kind, .text = bad[i].text, .text_len = strlen(bad[i].text)};
+        loom_grammar *g = NULL;
+        char msg[512] = "";
+        double t0 = now_ms();
+        int rc = loom_grammar_compile(&spec, &g, msg, sizeof msg);
+        double ms = now_ms() - t0;
+        if (rc == LOOM_OK) loom_grammar_free(g);
+        CHECK_MSG(rc == LOOM_ERR_UNSUPPORTED, "%.60s: compiled (%d) in %.1f ms", bad[i].text, rc, ms);
+        CHECK_MSG(strstr(msg, bad[i].names) && strstr(msg, bad[i].says), "%.60s: message '%s' does not say '%s' and '%s'",
+                  bad[i].text, msg, bad[i].names, bad[i].says);
+        /* bounded: the check stops at LM_GRAMMAR_CHECK_WORK units (a few
+         * ms); 4x the compile deadline leaves room for a loaded machine */
+        CHECK_MSG(ms < 4 * LM_GRAMMAR_COMPILE_MS, "%.60s: refused after %.0f ms", bad[i].text, ms);
+    }
+    /* past its deadline the check refuses, saying so */
+    loom_grammar *ok = NULL;
+    char okmsg[512];
+    CHECK(compile(LOOM_GRAMMAR_REGEX, "[a-z]+@[a-z]+", &ok, okmsg, sizeof okmsg));
+    lm_error late;
+    CHECK(lm_grammar_check_cost(&ok->grammar, "the test's grammar", 1, &late) == LM_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(late.message, "the test's grammar") && strstr(late.message, "250 ms"), "%s", late.message);
+    CHECK(lm_grammar_check_cost(&ok->grammar, "the test's grammar", 0, &late) == LM_OK);
+    loom_grammar_free(ok);
+    /* an object of 600 optional properties: more than 512 may come next */
+    size_t cap = 64 * 1024;
+    char *schema = malloc(cap);
+    size_t n = (size_t)snprintf(schema, cap, "{\"type\":\"object\",\"properties\":{");
+    for (int k = 0; k < 600; k++) n += (size_t)snprintf(schema + n, cap - n, "%s\"p%d\":{\"type\":\"integer\"}", k ? "," : "", k);
+    snprintf(schema + n, cap - n, "}}");
+    loom_grammar *g = NULL;
+    char msg[512] = "";
+    CHECK(!compile(LOOM_GRAMMAR_JSON_SCHEMA, schema, &g, msg, sizeof msg));
+    free(schema);
+    CHECK_MSG(strstr(msg, "JSON schema: ") && strstr(msg, "stacks"), "%s", msg);
+}
+
+/* What the check must not refuse: ordinary grammars, and repetitions of
+ * what may be empty that the matcher now runs without cycling ((a*)* used
+ * to spend its 65,536 expansion steps on every byte and drop paths), with
+ * the language unchanged. */
+static void test_cost_accepts(void) {
+    const sample star[] = {{"", true}, {"aaa", true}, {"ab", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "(a*)*", star, 3);
+    const sample opt[] = {{"", true}, {"aaa", true}, {"b", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "(a?)*", opt, 3);
+    const sample plus[] = {{"", true}, {"abba", true}, {"abc", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "(a|b?)+", plus, 3);
+    const sample nested[] = {{"c", true}, {"aac", true}, {"aaca", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "((a|a)*)*c", nested, 3);
+    const sample mid[] = {{"aaaa", true}, {"", true}, {"b", false}};
+    check_samples(LOOM_GRAMMAR_REGEX, "(a*){100}", mid, 3);
+    const char *const ok[] = {"(a*)*", "(a?)*", "(a|b?)+", "(\\d+\\.?)*", "(a*){24}", "[a-z]{0,1000}"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        loom_grammar *g;
+        char msg[512];
+        CHECK_MSG(compile(LOOM_GRAMMAR_REGEX, ok[i], &g, msg, sizeof msg), "%s: %s", ok[i], msg);
+        lm_gmatcher m;
+        lm_error err;
+        CHECK_OK(lm_gmatcher_init(&m, &g->grammar, &err), &err);
+        lm_gstate a = {0}, b = {0};
+        CHECK(lm_gmatcher_start(&m, &a));
+        for (int k = 0; k < 4; k++) {
+            lm_gmatcher_advance(&m, &a, k % 2 ? '1' : 'a', &b);
+            lm_gstate t = a;
+            a = b;
+            b = t;
+        }
+        CHECK_MSG(!m.truncated, "%s: the matcher dropped paths (bounds %u)", ok[i], m.bounds_hit);
+        lm_gstate_free(&a);
+        lm_gstate_free(&b);
+        lm_gmatcher_free(&m);
+        loom_grammar_free(g);
+    }
+}
+
+/* The matcher's remembered expansions change no language: regexes of
+ * nested repetitions of what may be empty agree with PCRE2 on every string
+ * over their alphabet up to 7 characters. */
+static void test_nullable_repetitions_against_pcre(void) {
+    const char *const patterns[] = {"(a*)*b",      "(a|b?)+c",     "((ab)?c*)*",  "(a*b*)*c",  "(a?){3}b",
+                                    "((a|)b?)*",   "(a*|b)*(c|)",  "((a*)*b)*",   "(a?b?)*a",  "(a*){5}b{2}",
+                                    "(ab|a?)*b",   "((a|b)*c?)*",  "a(b*|c*)*a"};
+    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
+        loom_grammar *g;
+        char msg[512];
+        CHECK_MSG(compile(LOOM_GRAMMAR_REGEX, patterns[i], &g, msg, sizeof msg), "%s: %s", patterns[i], msg);
+        int code;
+        PCRE2_SIZE offset;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)patterns[i], PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED | PCRE2_ENDANCHORED,
+                                       &code, &offset, NULL);
+        CHECK(re);
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+        int checked = 0;
+        char s[8];
+        for (int len = 0; len <= 7 && !test_current_failed(); len++) {
+            int total = 1;
+            for (int k = 0; k < len; k++) total *= 3;
+            for (int v = 0; v < total; v++) {
+                int x = v;
+                for (int k = 0; k < len; k++, x /= 3) s[k] = (char)('a' + x % 3);
+                s[len] = 0;
+                bool want = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)len, 0, 0, md, NULL) >= 0;
+                if (accepts(&g->grammar, s) != want) {
+                    test_failed(__FILE__, __LINE__, "%s: \"%s\" %s, PCRE2 %s", patterns[i], s,
+                                want ? "refused" : "accepted", want ? "matches" : "does not");
+                    break;
+                }
+                checked++;
+            }
+        }
+        pcre2_match_data_free(md);
+        pcre2_code_free(re);
+        loom_grammar_free(g);
+        CHECK(checked == 3280);
+    }
+}
+
+/* An enum or a choice of thousands of values is one trie: every value can
+ * be written (flat alternatives kept the first 512 and dropped the rest). */
+static void test_many_values(void) {
+    enum { N = 3000 };
+    static char storage[N][24];
+    const char *choices[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(storage[i], sizeof storage[i], "value_%d", i);
+        choices[i] = storage[i];
+    }
+    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_CHOICE, .choices = choices, .n_choices = N};
+    loom_grammar *g;
+    char msg[512];
+    CHECK_MSG(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK, "%s", msg);
+    CHECK(accepts(&g->grammar, "value_0") && accepts(&g->grammar, "value_2999") && accepts(&g->grammar, "value_29"));
+    CHECK(!accepts(&g->grammar, "value_3000") && !accepts(&g->grammar, "value_") && !accepts(&g->grammar, "value_01"));
+    loom_grammar_free(g);
+    const char *const dup[] = {"ab", "a", "ab", "abc"};
+    spec = (loom_grammar_spec){.kind = LOOM_GRAMMAR_CHOICE, .choices = dup, .n_choices = 4, .suffix = "!"};
+    CHECK_MSG(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK, "%s", msg);
+    CHECK(accepts(&g->grammar, "a!") && accepts(&g->grammar, "ab!") && accepts(&g->grammar, "abc!"));
+    CHECK(!accepts(&g->grammar, "a") && !accepts(&g->grammar, "abcd!") && !accepts(&g->grammar, "!"));
+    loom_grammar_free(g);
+    size_t cap = 64 * 1024;
+    char *schema = malloc(cap);
+    size_t n = (size_t)snprintf(schema, cap, "{\"enum\":[");
+    for (int i = 0; i < N; i++) n += (size_t)snprintf(schema + n, cap - n, "%s\"v%d\"", i ? "," : "", i);
+    snprintf(schema + n, cap - n, ",1.5,null,{\"k\":[1]}]}");
+    CHECK_MSG(compile(LOOM_GRAMMAR_JSON_SCHEMA, schema, &g, msg, sizeof msg), "%s", msg);
+    free(schema);
+    CHECK(accepts(&g->grammar, "\"v2999\"") && accepts(&g->grammar, "\"v0\"") && accepts(&g->grammar, "null"));
+    CHECK(accepts(&g->grammar, "1.5") && accepts(&g->grammar, "{\"k\":[1]}"));
+    CHECK(!accepts(&g->grammar, "\"v3000\"") && !accepts(&g->grammar, "\"v\"") && !accepts(&g->grammar, "1"));
+    loom_grammar_free(g);
+}
+
+/* The server's cache of compiled grammars (grammar/grammar_cache.h): a
+ * spec sent again is answered from it, refusals included; a burst of one
+ * spec is one compile; no more compiles run at once than its slots; its
+ * entries are bounded and a spec too large to keep is compiled anyway. */
+typedef struct {
+    lm_grammar_cache *cache;
+    loom_grammar_spec spec;
+    int rc;
+    loom_grammar *g;
+} cache_job;
+
+static void *cache_compile_thread(void *arg) {
+    cache_job *j = arg;
+    char msg[512];
+    j->rc = lm_grammar_cache_compile(j->cache, &j->spec, &j->g, msg, sizeof msg);
+    return NULL;
+}
+
+static void test_grammar_cache(void) {
+    lm_grammar_cache *cache;
+    lm_error err;
+    CHECK(lm_grammar_cache_create(0, &cache, &err) == LM_ERR_INVALID);
+    CHECK_OK(lm_grammar_cache_create(2, &cache, &err), &err);
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}";
+    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_SCHEMA, .text = schema, .text_len = strlen(schema)};
+    loom_grammar *a, *b;
+    char msg[512], again[512];
+    CHECK(lm_grammar_cache_compile(cache, &spec, &a, msg, sizeof msg) == LOOM_OK);
+    CHECK(lm_grammar_cache_compile(cache, &spec, &b, msg, sizeof msg) == LOOM_OK);
+    lm_grammar_cache_stats st;
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(a == b && st.compiles == 1 && st.hits == 1, "a %p b %p, %llu compiles, %llu hits", (void *)a, (void *)b,
+              (unsigned long long)st.compiles, (unsigned long long)st.hits);
+    loom_grammar_free(a);
+    loom_grammar_free(b);
+    /* the same text with a suffix is another grammar */
+    spec.suffix = "}";
+    CHECK(lm_grammar_cache_compile(cache, &spec, &a, msg, sizeof msg) == LOOM_OK);
+    CHECK(accepts(&a->grammar, "{\"a\": \"x\"}}") && !accepts(&a->grammar, "{\"a\": \"x\"}"));
+    loom_grammar_free(a);
+    /* a refusal is kept: the same message, no second compile */
+    loom_grammar_spec bad = {.kind = LOOM_GRAMMAR_REGEX, .text = "(a*){1000}", .text_len = 10};
+    CHECK(lm_grammar_cache_compile(cache, &bad, &a, msg, sizeof msg) == LOOM_ERR_UNSUPPORTED && !a);
+    CHECK(lm_grammar_cache_compile(cache, &bad, &a, again, sizeof again) == LOOM_ERR_UNSUPPORTED && !a);
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(strcmp(msg, again) == 0 && strstr(msg, "(a*){1000}") && st.compiles == 3, "'%s' / '%s', %llu compiles",
+              msg, again, (unsigned long long)st.compiles);
+    /* 8 threads, one costly spec: one compile, the others wait for it */
+    enum { T = 8 };
+    cache_job jobs[T];
+    pthread_t threads[T];
+    for (int i = 0; i < T; i++) {
+        jobs[i] = (cache_job){.cache = cache,
+                              .spec = {.kind = LOOM_GRAMMAR_REGEX, .text = "(a*){150}", .text_len = 9}};
+        CHECK(pthread_create(&threads[i], NULL, cache_compile_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < T; i++) pthread_join(threads[i], NULL);
+    lm_grammar_cache_get_stats(cache, &st);
+    for (int i = 0; i < T; i++) {
+        CHECK_MSG(jobs[i].rc == LOOM_OK && jobs[i].g == jobs[0].g, "thread %d: %d", i, jobs[i].rc);
+        loom_grammar_free(jobs[i].g);
+    }
+    CHECK_MSG(st.compiles == 4 && st.max_active <= 2, "%llu compiles, %d at once", (unsigned long long)st.compiles,
+              st.max_active);
+    /* 8 threads, 8 specs: at most the 2 slots compile at once */
+    static char texts[T][32];
+    for (int i = 0; i < T; i++) {
+        snprintf(texts[i], sizeof texts[i], "(a*){%d}x", 100 + i);
+        jobs[i] = (cache_job){.cache = cache, .spec = {.kind = LOOM_GRAMMAR_REGEX, .text = texts[i],
+                                                       .text_len = strlen(texts[i])}};
+        CHECK(pthread_create(&threads[i], NULL, cache_compile_thread, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < T; i++) pthread_join(threads[i], NULL);
+    for (int i = 0; i < T; i++) {
+        CHECK_MSG(jobs[i].rc == LOOM_OK, "spec %d: %d", i, jobs[i].rc);
+        loom_grammar_free(jobs[i].g);
+    }
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(st.compiles == 12 && st.max_active <= 2, "%llu compiles, %d at once", (unsigned long long)st.compiles,
+              st.max_active);
+    /* bounded: more specs than entries */
+    for (int i = 0; i < LM_GRAMMAR_CACHE_ENTRIES + 10; i++) {
+        char text[32];
+        snprintf(text, sizeof text, "x{%d}", i + 1);
+        loom_grammar_spec s = {.kind = LOOM_GRAMMAR_REGEX, .text = text, .text_len = strlen(text)};
+        CHECK(lm_grammar_cache_compile(cache, &s, &a, msg, sizeof msg) == LOOM_OK);
+        loom_grammar_free(a);
+    }
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(st.entries == LM_GRAMMAR_CACHE_ENTRIES && st.bytes <= LM_GRAMMAR_CACHE_BYTES, "%d entries, %zu bytes",
+              st.entries, st.bytes);
+    /* a spec larger than an entry may be: compiled, not kept */
+    size_t big = LM_GRAMMAR_CACHE_MAX_KEY + 100;
+    char *text = malloc(big + 64);
+    int n = snprintf(text, big + 64, "{\"type\":\"string\",\"description\":\"");
+    memset(text + n, 'd', big);
+    strcpy(text + n + big, "\"}");
+    loom_grammar_spec large = {.kind = LOOM_GRAMMAR_JSON_SCHEMA, .text = text, .text_len = strlen(text)};
+    uint64_t compiles = st.compiles;
+    for (int k = 0; k < 2; k++) {
+        CHECK_MSG(lm_grammar_cache_compile(cache, &large, &a, msg, sizeof msg) == LOOM_OK, "%s", msg);
+        CHECK(accepts(&a->grammar, "\"x\""));
+        loom_grammar_free(a);
+    }
+    free(text);
+    lm_grammar_cache_get_stats(cache, &st);
+    CHECK_MSG(st.compiles == compiles + 2, "%llu compiles", (unsigned long long)(st.compiles - compiles));
+    lm_grammar_cache_free(cache);
 }
 
 /* ------------------------------------------------------------ the mask */
@@ -471,6 +773,52 @@ static void test_mask_applied_to_logits(void) {
     free_vocab(&v);
 }
 
+/* The engine's per-token budget (engine/sequence_grammar.h): a grammar that
+ * passed its compile-time check but costs more per token than the
+ * sequence's budget fails its mask, or its advance, saying so, instead of
+ * running on; within the budget the same grammar masks as before. */
+static void test_token_budget(void) {
+    vocab_fixture v;
+    if (!load_vocab(&v, "models/qwen35-dense")) return;
+    loom_grammar *g;
+    char msg[512];
+    CHECK_MSG(compile(LOOM_GRAMMAR_REGEX, "(a*){100}b", &g, msg, sizeof msg), "%s", msg);
+    lm_sequence_grammar *sg;
+    lm_error err;
+    CHECK_OK(lm_sequence_grammar_create(g, v.trie, NULL, &sg, &err), &err);
+    CHECK(sg->token_work == LM_GRAMMAR_TOKEN_WORK);
+    float *logits = calloc((size_t)v.vocab, sizeof(float));
+    int32_t a = lm_tokenizer_token_to_id(v.tok, "a"), stop = v.vocab - 1;
+    CHECK(a >= 0);
+    CHECK_OK(lm_sequence_grammar_mask(sg, logits, v.vocab, &stop, 1, &err), &err);
+    CHECK(logits[a] == 0);
+    uint64_t spent = sg->masker.matcher.spent;
+    bool finished;
+    CHECK_OK(lm_sequence_grammar_accept(sg, v.tok, a, &finished, &err), &err);
+    uint64_t accept_cost = sg->masker.matcher.spent - spent;
+    /* a budget below what the mask costs: refused, saying why */
+    sg->token_work = 200;
+    memset(logits, 0, sizeof(float) * (size_t)v.vocab);
+    lm_masker_free(&sg->masker); /* a cold table: the frames are built again */
+    CHECK_OK(lm_masker_init(&sg->masker, &g->grammar, v.trie, NULL, &err), &err);
+    sg->token_work = 200;
+    lm_status st = lm_sequence_grammar_mask(sg, logits, v.vocab, &stop, 1, &err);
+    CHECK_MSG(st == LM_ERR_UNSUPPORTED && strstr(err.message, "budget") && strstr(err.message, "200 units"),
+              "mask over its budget: status %d '%s'", (int)st, err.message);
+    /* and an advance past it */
+    sg->token_work = accept_cost / 2 > 0 ? accept_cost / 2 : 1;
+    st = lm_sequence_grammar_accept(sg, v.tok, a, &finished, &err);
+    CHECK_MSG(st == LM_ERR_UNSUPPORTED && strstr(err.message, "budget"), "advance over its budget: status %d '%s'",
+              (int)st, err.message);
+    /* given its budget back, the sequence goes on */
+    sg->token_work = LM_GRAMMAR_TOKEN_WORK;
+    CHECK_OK(lm_sequence_grammar_mask(sg, logits, v.vocab, &stop, 1, &err), &err);
+    free(logits);
+    lm_sequence_grammar_free(sg);
+    loom_grammar_free(g);
+    free_vocab(&v);
+}
+
 static void test_mask_qwen3_vocab(void) {
     vocab_fixture v;
     if (!load_vocab(&v, "tokenizers/qwen3")) return;
@@ -493,9 +841,15 @@ int main(void) {
     RUN_TEST(test_json_any);
     RUN_TEST(test_json_schema);
     RUN_TEST(test_schema_refusals);
+    RUN_TEST(test_cost_refusals);
+    RUN_TEST(test_cost_accepts);
+    RUN_TEST(test_nullable_repetitions_against_pcre);
+    RUN_TEST(test_many_values);
+    RUN_TEST(test_grammar_cache);
     RUN_TEST(test_mask_small_vocab);
     RUN_TEST(test_mask_shared_frames);
     RUN_TEST(test_mask_applied_to_logits);
+    RUN_TEST(test_token_budget);
     RUN_TEST(test_mask_qwen3_vocab);
     return test_summary("test_grammar");
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/sequence_grammar.h"
 #include "engine_util.h"
 #include "grammar/compiled.h"
 #include "grammar/matcher.h"
@@ -213,6 +214,41 @@ static void test_speculative_equals_plain(void) {
     CHECK_MSG(drafted > 0, "no draft survived the grammar in any run");
 }
 
+/* A grammar over the engine's per-token budget ends its request with an
+ * error naming the budget, after one mask, while a plain request beside it
+ * runs to its end; the same grammar under the default budget is answered. */
+static void test_token_budget(void) {
+    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
+    CHECK(e);
+    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_REGEX, .text = "(a?b?){24}c", .text_len = 11};
+    loom_grammar *g = NULL;
+    char msg[256];
+    CHECK_MSG(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK, "%s", msg);
+    lm_engine_set_grammar_token_work(e, 300);
+    loom_request_params plain, constrained;
+    params_for(&plain, NULL, false, 0);
+    plain.max_tokens = 24;
+    plain.ignore_eos = true;
+    params_for(&constrained, g, true, 7);
+    loom_request *a, *b;
+    char error[256];
+    CHECK_MSG(loom_submit(e, &plain, &a, error, sizeof error) == LOOM_OK, "%s", error);
+    CHECK_MSG(loom_submit(e, &constrained, &b, error, sizeof error) == LOOM_OK, "%s", error);
+    collected c, p;
+    collect_all(b, &c, 1);
+    collect_all(a, &p, 1);
+    loom_request_free(a);
+    loom_request_free(b);
+    CHECK_MSG(c.error && strstr(c.error_message, "budget") && c.n_tokens == 0, "over budget: error %d '%s', %d tokens",
+              c.error, c.error_message, c.n_tokens);
+    CHECK_MSG(!p.error && p.n_tokens == 24, "the plain request: error '%s', %d tokens", p.error_message, p.n_tokens);
+    lm_engine_set_grammar_token_work(e, LM_GRAMMAR_TOKEN_WORK);
+    CHECK(run_one(e, g, true, 7, &c));
+    check_output(g, &c, "(a?b?){24}c under the default budget");
+    loom_grammar_free(g);
+    loom_engine_destroy(e);
+}
+
 static void test_refusals(void) {
     loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
     CHECK(e);
@@ -248,6 +284,7 @@ int main(void) {
     RUN_TEST(test_regex_and_choice);
     RUN_TEST(test_batch_of_grammar_requests);
     RUN_TEST(test_speculative_equals_plain);
+    RUN_TEST(test_token_budget);
     RUN_TEST(test_refusals);
     free(prompt_ids);
     return test_summary("test_grammar_engine");

@@ -349,9 +349,12 @@ static bool apply_grammar(loom_engine *e, lm_sequence *seq, lm_error *err) {
         lm_sequence_grammar_create(seq->request->params.grammar, e->grammar_trie, &e->grammar_frames, &seq->grammar,
                                    err) != LM_OK)
         return false;
+    seq->grammar->token_work = e->grammar_token_work;
     return lm_sequence_grammar_mask(seq->grammar, e->sample_row, e->vocab_size, seq->stop_ids, seq->n_stop_ids,
                                     err) == LM_OK;
 }
+
+void lm_engine_set_grammar_token_work(loom_engine *e, uint64_t units) { e->grammar_token_work = units; }
 
 /* The drawn token joins seq: stop rules, grammar state, events.  Returns
  * false if the sequence finished. */
@@ -921,6 +924,7 @@ int loom_engine_create(const loom_engine_options *options, loom_engine **out, ch
     loom_engine *e = calloc(1, sizeof *e);
     if (!e) return report(LM_ERR_NOMEM, "out of memory", error, error_size);
     e->options = o;
+    e->grammar_token_work = LM_GRAMMAR_TOKEN_WORK;
     lm_error err = {0};
     lm_status st;
     if ((unsigned)o.mtp_norms > LOOM_MTP_NORMS_SHIFTED) {

@@ -46,6 +46,10 @@ void lm_engine_set_draft_override(loom_engine *e, lm_draft_override fn, void *ct
 void lm_engine_set_clock(loom_engine *e, lm_spec_clock clock, void *ctx);
 /* Tests: the controller's simulated clock with these costs (spec_control.h). */
 void lm_engine_simulate_costs(loom_engine *e, const lm_spec_sim_clock *costs);
+/* Tests: the per-token grammar budget of sequences created from now on
+ * (engine/sequence_grammar.h; default LM_GRAMMAR_TOKEN_WORK); set before
+ * submitting the requests it is for. */
+void lm_engine_set_grammar_token_work(loom_engine *e, uint64_t units);
 /* Tests: while held, the engine thread neither takes submitted requests nor
  * runs steps, so requests submitted meanwhile start together. */
 void lm_engine_hold(loom_engine *e, bool held);
@@ -62,6 +66,7 @@ struct loom_engine {
     lm_tokenizer *tokenizer; /* NULL when the model folder has none */
     lm_token_trie *grammar_trie; /* engine thread: the vocabulary's trie, built for the first grammar */
     lm_grammar_frame_cache grammar_frames; /* engine thread: token-mask frames of recent grammars */
+    uint64_t grammar_token_work;  /* the sequences' grammar budget per token (LM_GRAMMAR_TOKEN_WORK) */
     int32_t eos_ids[LM_ENGINE_MAX_EOS];
     int n_eos;
     int max_model_len;

@@ -74,6 +74,7 @@ lm_status lm_sequence_grammar_create(const loom_grammar *grammar, const lm_token
         free(sg);
         return st;
     }
+    sg->token_work = LM_GRAMMAR_TOKEN_WORK;
     sg->bits = malloc(sizeof(uint64_t) * (((size_t)trie->vocab + 63) / 64));
     if (!sg->bits || !lm_gmatcher_start(&sg->masker.matcher, &sg->state)) {
         lm_sequence_grammar_free(sg);
@@ -95,6 +96,7 @@ void lm_sequence_grammar_free(lm_sequence_grammar *sg) {
 
 lm_status lm_sequence_grammar_mask(lm_sequence_grammar *sg, float *logits, int vocab, const int32_t *stop_ids,
                                    int n_stop_ids, lm_error *err) {
+    lm_gmatcher_budget(&sg->masker.matcher, sg->token_work);
     lm_status st = lm_masker_compute(&sg->masker, &sg->state, sg->bits, &sg->complete, err);
     if (st != LM_OK) return st;
     int trie_vocab = sg->masker.trie->vocab;
@@ -141,9 +143,17 @@ static bool advance(lm_sequence_grammar *sg, lm_gstate *state, const lm_tokenize
 
 lm_status lm_sequence_grammar_accept(lm_sequence_grammar *sg, const lm_tokenizer *tok, int32_t token,
                                      bool *finished, lm_error *err) {
-    if (!advance(sg, &sg->state, tok, token))
-        return lm_fail(err, sg->masker.matcher.failed ? LM_ERR_NOMEM : LM_ERR_INTERNAL,
+    lm_gmatcher_budget(&sg->masker.matcher, sg->token_work);
+    if (!advance(sg, &sg->state, tok, token)) {
+        const lm_gmatcher *m = &sg->masker.matcher;
+        if (m->over_budget)
+            return lm_fail(err, LM_ERR_UNSUPPORTED,
+                           "grammar: advancing over token %d took more than its budget of matcher work (%llu "
+                           "units): the grammar's automaton is too large (states of up to %u stacks)",
+                           token, (unsigned long long)m->budget, m->max_stacks);
+        return lm_fail(err, m->failed ? LM_ERR_NOMEM : LM_ERR_INTERNAL,
                        "grammar: the sampled token %d does not continue the grammar", token);
+    }
     *finished = lm_gstate_finished(&sg->state);
     return LM_OK;
 }
@@ -151,6 +161,9 @@ lm_status lm_sequence_grammar_accept(lm_sequence_grammar *sg, const lm_tokenizer
 int lm_sequence_grammar_valid_prefix(lm_sequence_grammar *sg, const lm_tokenizer *tok, const int32_t *drafts,
                                      int n) {
     if (!lm_gstate_copy(&sg->probe, &sg->state)) return 0;
+    /* over the budget no draft is taken: the next mask, under a budget of
+     * its own, decides whether the sequence goes on */
+    lm_gmatcher_budget(&sg->masker.matcher, sg->token_work);
     for (int i = 0; i < n; i++)
         if (!advance(sg, &sg->probe, tok, drafts[i])) return i;
     return n;

@@ -19,11 +19,26 @@
 #include "loom.h"
 #include "text/tokenizer.h"
 
+/* The engine thread's budget per token of a sequence, in matcher work units
+ * (grammar/matcher.h: an expansion step or a stack compared, a few
+ * nanoseconds each): the mask may spend this much, advancing the state by
+ * the emitted token as much again, and checking a step's drafts as much
+ * again.  A mask past it fails (LM_ERR_UNSUPPORTED, saying so) and the
+ * engine ends the request with an error instead of holding every other
+ * sequence's step: a grammar that passed its compile-time check
+ * (grammar/cost.h) can still reach large states deep in its output.  The
+ * costliest masks of ordinary grammars on a 151,669-token vocabulary (the
+ * frame of a free string being built) spend about 340,000 units
+ * (bench/grammar_mask); this is 12x that, 20-80 ms of one core on the
+ * development VM, once: the request ends there. */
+#define LM_GRAMMAR_TOKEN_WORK (4u << 20)
+
 typedef struct {
     lm_masker masker;
     lm_gstate state, scratch, probe;
     uint64_t *bits;       /* [ceil(vocab / 64)] the mask */
     bool complete;        /* of the mask just computed */
+    uint64_t token_work;  /* the budget per token: LM_GRAMMAR_TOKEN_WORK (tests lower it) */
 } lm_sequence_grammar;
 
 /* The vocabulary trie of a tokenizer's text tokens (added tokens are no text

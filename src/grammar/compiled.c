@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/cost.h"
 #include "grammar/json_grammar.h"
 #include "grammar/regex_compile.h"
 
-static lm_status choice_grammar(const loom_grammar_spec *spec, lm_grammar *out, lm_error *err) {
+static lm_status choice_grammar(const loom_grammar_spec *spec, uint64_t deadline, lm_grammar *out, lm_error *err) {
     if (spec->n_choices <= 0 || !spec->choices)
         return lm_fail(err, LM_ERR_INVALID, "a choice grammar needs at least one choice");
     if (spec->n_choices > LM_GRAMMAR_MAX_CHOICES)
@@ -21,24 +22,27 @@ static lm_status choice_grammar(const loom_grammar_spec *spec, lm_grammar *out, 
     }
     if (total > LM_GRAMMAR_MAX_CHOICE_BYTES)
         return lm_fail(err, LM_ERR_NOMEM, "the choices are longer than %d bytes together", LM_GRAMMAR_MAX_CHOICE_BYTES);
+    size_t *lens = malloc(sizeof *lens * (size_t)spec->n_choices);
+    if (!lens) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < spec->n_choices; i++) lens[i] = strlen(spec->choices[i]);
     lm_grammar_builder b;
     lm_grammar_builder_init(&b);
-    uint32_t root = 0;
-    lm_status st = lm_grammar_new_rule(&b, &root, err);
+    uint32_t root = 0, trie = 0;
     lm_gseq s = {0};
-    for (int i = 0; st == LM_OK && i < spec->n_choices; i++) {
-        lm_gseq_clear(&s);
-        st = lm_gseq_literal(&b, &s, spec->choices[i], strlen(spec->choices[i]), err);
-        if (st == LM_OK && spec->suffix) st = lm_gseq_literal(&b, &s, spec->suffix, strlen(spec->suffix), err);
-        if (st == LM_OK) st = lm_grammar_add_alt(&b, root, &s, err);
-    }
+    /* a trie of the choices, then the suffix */
+    lm_status st = lm_grammar_literals(&b, spec->choices, lens, (uint32_t)spec->n_choices, &trie, err);
+    lm_gseq_ref(&s, trie);
+    if (st == LM_OK && spec->suffix) st = lm_gseq_literal(&b, &s, spec->suffix, strlen(spec->suffix), err);
+    if (st == LM_OK) st = lm_grammar_rule_of(&b, &s, &root, err);
     lm_gseq_free(&s);
+    free(lens);
     if (st == LM_OK) st = lm_grammar_finish(&b, root, out, err);
     lm_grammar_builder_free(&b);
+    if (st == LM_OK) st = lm_grammar_check_cost(out, "the choices", deadline, err);
     return st;
 }
 
-static lm_status regex_grammar(const loom_grammar_spec *spec, lm_grammar *out, lm_error *err) {
+static lm_status regex_grammar(const loom_grammar_spec *spec, uint64_t deadline, lm_grammar *out, lm_error *err) {
     if (!spec->text) return lm_fail(err, LM_ERR_INVALID, "a regex grammar needs a pattern");
     lm_grammar_builder b;
     lm_grammar_builder_init(&b);
@@ -52,21 +56,34 @@ static lm_status regex_grammar(const loom_grammar_spec *spec, lm_grammar *out, l
     if (st == LM_OK) st = lm_grammar_finish(&b, root, out, err);
     lm_gseq_free(&s);
     lm_grammar_builder_free(&b);
+    if (st == LM_OK) {
+        char name[128];
+        lm_grammar_quote(name + 19, sizeof name - 19, spec->text, spec->text_len, 64);
+        memcpy(name, "regular expression ", 19);
+        st = lm_grammar_check_cost(out, name, deadline, err);
+    }
     return st;
 }
 
-lm_status lm_grammar_compile_spec(const loom_grammar_spec *spec, lm_grammar *out, lm_error *err) {
-    memset(out, 0, sizeof *out);
+static lm_status compile_kind(const loom_grammar_spec *spec, uint64_t deadline, lm_grammar *out, lm_error *err) {
     switch (spec->kind) {
+    /* fixed grammars (but for the suffix), of small states: not checked */
     case LOOM_GRAMMAR_JSON: return lm_json_grammar(LM_JSON_ANY_VALUE, spec->suffix, out, err);
     case LOOM_GRAMMAR_JSON_OBJECT: return lm_json_grammar(LM_JSON_OBJECT, spec->suffix, out, err);
     case LOOM_GRAMMAR_JSON_SCHEMA:
         if (!spec->text) return lm_fail(err, LM_ERR_INVALID, "a JSON schema grammar needs a schema");
-        return lm_json_schema_grammar(spec->text, spec->text_len, spec->suffix, out, err);
-    case LOOM_GRAMMAR_REGEX: return regex_grammar(spec, out, err);
-    case LOOM_GRAMMAR_CHOICE: return choice_grammar(spec, out, err);
+        return lm_json_schema_grammar(spec->text, spec->text_len, spec->suffix, deadline, out, err);
+    case LOOM_GRAMMAR_REGEX: return regex_grammar(spec, deadline, out, err);
+    case LOOM_GRAMMAR_CHOICE: return choice_grammar(spec, deadline, out, err);
     }
     return lm_fail(err, LM_ERR_INVALID, "unknown grammar kind %d", (int)spec->kind);
+}
+
+lm_status lm_grammar_compile_spec(const loom_grammar_spec *spec, lm_grammar *out, lm_error *err) {
+    memset(out, 0, sizeof *out);
+    lm_status st = compile_kind(spec, lm_grammar_compile_deadline(), out, err);
+    if (st != LM_OK) lm_grammar_free(out);
+    return st;
 }
 
 int loom_grammar_compile(const loom_grammar_spec *spec, loom_grammar **out, char *error, size_t error_size) {

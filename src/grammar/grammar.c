@@ -258,6 +258,61 @@ lm_status lm_grammar_repeat(lm_grammar_builder *b, lm_gseq *out, const lm_gseq *
     return LM_OK;
 }
 
+typedef struct {
+    const char *text;
+    size_t len;
+} literal_ref;
+
+static int compare_literals(const void *a, const void *b) {
+    const literal_ref *x = a, *y = b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->text, y->text, n);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* The rule of the sorted strings l[lo .. hi), which share their first depth bytes. */
+static lm_status literal_node(lm_grammar_builder *b, const literal_ref *l, uint32_t lo, uint32_t hi, size_t depth,
+                              uint32_t *rule, lm_error *err) {
+    lm_status st = lm_grammar_new_rule(b, rule, err);
+    uint32_t i = lo;
+    if (st == LM_OK && l[i].len == depth) {
+        st = lm_grammar_add_empty_alt(b, *rule, err);
+        while (i < hi && l[i].len == depth) i++;
+    }
+    lm_gseq seq = {0};
+    while (st == LM_OK && i < hi) {
+        uint8_t c = (uint8_t)l[i].text[depth];
+        uint32_t j = i + 1;
+        while (j < hi && (uint8_t)l[j].text[depth] == c) j++;
+        /* sorted: the group's common prefix is its first and last strings' */
+        size_t end = depth + 1, most = l[i].len < l[j - 1].len ? l[i].len : l[j - 1].len;
+        while (end < most && l[i].text[end] == l[j - 1].text[end]) end++;
+        lm_gseq_clear(&seq);
+        st = lm_gseq_literal(b, &seq, l[i].text + depth, end - depth, err);
+        if (st == LM_OK && !(l[i].len == end && l[j - 1].len == end)) { /* more than one string, or duplicates */
+            uint32_t child = 0;
+            st = literal_node(b, l, i, j, end, &child, err);
+            lm_gseq_ref(&seq, child);
+        }
+        if (st == LM_OK) st = lm_grammar_add_alt(b, *rule, &seq, err);
+        i = j;
+    }
+    lm_gseq_free(&seq);
+    return st;
+}
+
+lm_status lm_grammar_literals(lm_grammar_builder *b, const char *const *texts, const size_t *lens, uint32_t n,
+                              uint32_t *rule, lm_error *err) {
+    if (n == 0) return lm_fail(err, LM_ERR_INVALID, "a list of strings needs at least one");
+    literal_ref *l = malloc(sizeof *l * n);
+    if (!l) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < n; i++) l[i] = (literal_ref){texts[i], lens[i]};
+    qsort(l, n, sizeof *l, compare_literals);
+    lm_status st = literal_node(b, l, 0, n, 0, rule, err);
+    free(l);
+    return st;
+}
+
 lm_status lm_grammar_utf8_alts(lm_grammar_builder *b, uint32_t rule, uint32_t tail, lm_error *err) {
     /* The well-formed multi-byte sequences of RFC 3629 (no surrogates, no
      * overlongs, nothing past U+10FFFF). */

@@ -113,6 +113,14 @@ lm_status lm_grammar_rule_of(lm_grammar_builder *b, const lm_gseq *seq, uint32_t
  * the bounded part costs one rule per optional copy (limited by the caller). */
 lm_status lm_grammar_repeat(lm_grammar_builder *b, lm_gseq *out, const lm_gseq *seq, int min, int max,
                             lm_error *err);
+/* A rule matching exactly one of n byte strings (duplicates allowed), as a
+ * trie: strings that begin alike share the rule of their prefix, so a
+ * matcher state holds one stack (and one more where a string may end)
+ * however many strings there are; flat alternatives held one per string
+ * the input so far begins, and past LM_MATCHER_MAX_STACKS silently lost
+ * the rest.  texts[i] need not be NUL-terminated. */
+lm_status lm_grammar_literals(lm_grammar_builder *b, const char *const *texts, const size_t *lens, uint32_t n,
+                              uint32_t *rule, lm_error *err);
 /* Valid UTF-8 characters (any code point from 0x80 up, well-formed): appended
  * as a reference to a rule matching one multi-byte character. */
 lm_status lm_grammar_utf8_multibyte_rule(lm_grammar_builder *b, uint32_t *rule, lm_error *err);

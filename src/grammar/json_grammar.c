@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/cost.h"
 #include "grammar/regex_compile.h"
 
 typedef struct {
@@ -19,6 +20,7 @@ typedef struct {
     uint32_t ws, utf8, string_body, string_char, escape, number, integer, value;
     bool have_value;
     const cJSON *root;
+    uint64_t deadline; /* of the cost checks (grammar/cost.h) */
     schema_ref refs[LM_SCHEMA_MAX_REFS];
     int n_refs;
 } json_builder;
@@ -261,6 +263,31 @@ static lm_status json_literal(json_builder *j, const cJSON *value, lm_gseq *out)
     return st;
 }
 
+/* An enum's values as one trie of their JSON texts (grammar.h's
+ * lm_grammar_literals): hundreds of values stay one matcher stack. */
+static lm_status enum_literals(json_builder *j, const cJSON *list, lm_gseq *out) {
+    int n = cJSON_GetArraySize(list);
+    char **texts = calloc((size_t)n, sizeof *texts);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    lm_status st = texts && lens ? LM_OK : lm_fail(j->err, LM_ERR_NOMEM, "out of memory");
+    int i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, list) {
+        if (st != LM_OK) break;
+        texts[i] = cJSON_PrintUnformatted(item);
+        if (!texts[i]) st = lm_fail(j->err, LM_ERR_NOMEM, "out of memory");
+        else lens[i] = strlen(texts[i]);
+        i++;
+    }
+    uint32_t rule = 0;
+    if (st == LM_OK) st = lm_grammar_literals(j->b, (const char *const *)texts, lens, (uint32_t)n, &rule, j->err);
+    if (st == LM_OK) ref(out, rule);
+    for (int k = 0; texts && k < n; k++) free(texts[k]);
+    free(texts);
+    free(lens);
+    return st;
+}
+
 static bool is_annotation(const char *key) {
     static const char *const names[] = {"title", "description", "default", "examples", "$schema", "$id",
                                         "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
@@ -409,7 +436,9 @@ static lm_status string_schema(json_builder *j, const cJSON *schema, lm_gseq *ou
         TRY(lit(j, out, "\""));
         lm_status st = lm_regex_compile(j->b, pattern->valuestring, strlen(pattern->valuestring), true, &opt, out,
                                         j->err);
-        if (st != LM_OK) return lm_fail_context(j->err, "JSON schema 'pattern': ");
+        if (st != LM_OK) return lm_fail_context(j->err, "JSON schema 'pattern'");
+        TRY(lm_regex_check_cost(pattern->valuestring, strlen(pattern->valuestring), true, &opt, "JSON schema 'pattern'",
+                                j->deadline, j->err));
         return lit(j, out, "\"");
     }
     if (!has_min && !has_max) return string_value(j, out);
@@ -603,17 +632,22 @@ static lm_status compile_schema(json_builder *j, const cJSON *schema, lm_gseq *o
         ref(out, rule);
         return st;
     }
-    if (any_of || enumv) {
-        const cJSON *list = any_of ? any_of : enumv;
+    if (enumv) {
+        if (!cJSON_IsArray(enumv) || cJSON_GetArraySize(enumv) == 0)
+            return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'enum' must be a non-empty array");
+        TRY(check_values_typed(j, type, enumv, true));
+        return enum_literals(j, enumv, out);
+    }
+    if (any_of) {
+        const cJSON *list = any_of;
         if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) == 0)
-            return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: '%s' must be a non-empty array", any_of ? "anyOf" : "enum");
-        if (enumv) TRY(check_values_typed(j, type, enumv, true));
+            return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'anyOf' must be a non-empty array");
         uint32_t rule = 0;
         TRY(lm_grammar_new_rule(j->b, &rule, j->err));
         const cJSON *item;
         cJSON_ArrayForEach(item, list) {
             lm_gseq s = {0};
-            lm_status st = any_of ? compile_schema(j, item, &s, depth + 1) : json_literal(j, item, &s);
+            lm_status st = compile_schema(j, item, &s, depth + 1);
             if (st == LM_OK) st = lm_grammar_add_alt(j->b, rule, &s, j->err);
             lm_gseq_free(&s);
             if (st != LM_OK) return st;
@@ -696,8 +730,8 @@ lm_status lm_json_grammar(lm_json_kind kind, const char *suffix, lm_grammar *out
     return st;
 }
 
-lm_status lm_json_schema_grammar(const char *schema, size_t len, const char *suffix, lm_grammar *out,
-                                 lm_error *err) {
+lm_status lm_json_schema_grammar(const char *schema, size_t len, const char *suffix, uint64_t deadline_ns,
+                                 lm_grammar *out, lm_error *err) {
     if (len > LM_SCHEMA_MAX_BYTES)
         return lm_fail(err, LM_ERR_NOMEM, "JSON schema larger than %d bytes", LM_SCHEMA_MAX_BYTES);
     cJSON *doc = cJSON_ParseWithLength(schema, len);
@@ -712,10 +746,12 @@ lm_status lm_json_schema_grammar(const char *schema, size_t len, const char *suf
     j->b = &b;
     j->err = err;
     j->root = doc;
+    j->deadline = deadline_ns;
     lm_gseq top = {0};
     lm_status st = add_basics(j);
     if (st == LM_OK) st = compile_schema(j, doc, &top, 0);
     if (st == LM_OK) st = finish(j, &top, suffix, out);
+    if (st == LM_OK) st = lm_grammar_check_cost(out, "JSON schema", deadline_ns, err);
     lm_gseq_free(&top);
     lm_grammar_builder_free(&b);
     free(j);

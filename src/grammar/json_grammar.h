@@ -33,8 +33,9 @@ typedef enum { LM_JSON_ANY_VALUE, LM_JSON_OBJECT } lm_json_kind;
 /* The JSON grammar of kind; suffix (may be NULL) must follow the value. */
 lm_status lm_json_grammar(lm_json_kind kind, const char *suffix, lm_grammar *out, lm_error *err);
 /* The grammar of the schema's instances (schema: JSON text of len bytes),
- * then suffix. */
-lm_status lm_json_schema_grammar(const char *schema, size_t len, const char *suffix, lm_grammar *out,
-                                 lm_error *err);
+ * then suffix.  Its cost is checked (grammar/cost.h): each pattern on its
+ * own, so that the message names it, then the whole; deadline_ns as there. */
+lm_status lm_json_schema_grammar(const char *schema, size_t len, const char *suffix, uint64_t deadline_ns,
+                                 lm_grammar *out, lm_error *err);
 
 #endif

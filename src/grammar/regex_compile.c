@@ -4,7 +4,10 @@
  * lm_grammar_repeat of its unit. */
 #include "grammar/regex_compile.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "grammar/cost.h"
 
 typedef struct {
     lm_grammar_builder *b;
@@ -366,5 +369,29 @@ lm_status lm_regex_compile(lm_grammar_builder *b, const char *pattern, size_t le
                              : unsupported(&p, "this construct");
     if (st == LM_OK && search && !end_anchor) st = any_chars(&p, out);
     if (st == LM_OK && out->failed) st = lm_fail(err, LM_ERR_NOMEM, "regular expression: grammar too large");
+    return st;
+}
+
+lm_status lm_regex_check_cost(const char *pattern, size_t len, bool search, const lm_regex_options *options,
+                              const char *what, uint64_t deadline_ns, lm_error *err) {
+    lm_grammar_builder b;
+    lm_grammar_builder_init(&b);
+    lm_regex_options opt = {.forbidden = options->forbidden};
+    lm_gseq s = {0};
+    uint32_t root = 0;
+    lm_grammar g = {0};
+    lm_status st = lm_grammar_utf8_multibyte_rule(&b, &opt.utf8_rule, err);
+    if (st == LM_OK) st = lm_regex_compile(&b, pattern, len, search, &opt, &s, err);
+    if (st == LM_OK) st = lm_grammar_rule_of(&b, &s, &root, err);
+    if (st == LM_OK) st = lm_grammar_finish(&b, root, &g, err);
+    lm_gseq_free(&s);
+    lm_grammar_builder_free(&b);
+    if (st == LM_OK) {
+        char quoted[96], name[160];
+        lm_grammar_quote(quoted, sizeof quoted, pattern, len, 64);
+        snprintf(name, sizeof name, "%s %s", what, quoted);
+        st = lm_grammar_check_cost(&g, name, deadline_ns, err);
+    }
+    lm_grammar_free(&g);
     return st;
 }

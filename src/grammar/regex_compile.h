@@ -33,4 +33,11 @@ typedef struct {
 lm_status lm_regex_compile(lm_grammar_builder *b, const char *pattern, size_t len, bool search,
                            lm_regex_options *options, lm_gseq *out, lm_error *err);
 
+/* Compiles the pattern into a grammar of its own (as lm_regex_compile with
+ * options' forbidden bytes) and checks its cost (grammar/cost.h), refusing
+ * it as "<what> `pattern`" (cut to 64 bytes): a pattern inside a JSON
+ * schema is named by itself, not by the whole schema. */
+lm_status lm_regex_check_cost(const char *pattern, size_t len, bool search, const lm_regex_options *options,
+                              const char *what, uint64_t deadline_ns, lm_error *err);
+
 #endif

@@ -434,6 +434,11 @@ static void walk(walk_ctx *w, uint32_t node_index, uint32_t depth) {
         uint32_t ci = node->first_child + c;
         const lm_trie_node *child = &t->nodes[ci];
         if (!lm_byte_class_has(&next, child->byte)) continue;
+        /* a trie node visited is a unit of work, like a matcher step */
+        if (!lm_gmatcher_charge(&m->matcher, 1)) {
+            w->failed = true;
+            return;
+        }
         bool alive = path_step(m, depth, child->byte);
         if (m->matcher.failed) {
             w->failed = true;
@@ -456,6 +461,17 @@ static void walk(walk_ctx *w, uint32_t node_index, uint32_t depth) {
         }
         if (path_stacks(m, depth + 1) > (complete ? 1u : 0u) && child->n_children > 0) walk(w, ci, depth + 1);
     }
+}
+
+/* A walk or expansion stopped by the matcher: over its budget, or out of memory. */
+static lm_status matcher_failure(const lm_masker *m, lm_error *err) {
+    if (m->matcher.over_budget)
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "grammar: the token mask took more than its budget of matcher work (%llu units): the "
+                       "grammar's automaton is too large (states of up to %u stacks)",
+                       (unsigned long long)m->matcher.budget,
+                       m->matcher.max_stacks);
+    return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
 }
 
 static uint32_t frame_hash(const uint32_t *top, uint32_t depth) {
@@ -506,7 +522,8 @@ static lm_frame *find_frame(lm_masker *m, const uint32_t *top, uint32_t depth, l
     free(tails.refs);
     if (w.failed) {
         frame_free(f);
-        lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
+        if (m->matcher.failed) matcher_failure(m, err);
+        else lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
         return NULL;
     }
     while (table->slots[h]) h = (h + 1) & (cap - 1);
@@ -537,6 +554,9 @@ lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits
             if (!f->deep || depth == len) break;
             depth++;
         }
+        /* a unit per 64 words of the bitset ORed */
+        if (!lm_gmatcher_charge(&m->matcher, 1 + (f->bits ? words / 64 : f->n_ids / 64)))
+            return matcher_failure(m, err);
         if (f->bits)
             for (size_t k = 0; k < words; k++) bits[k] |= f->bits[k];
         else
@@ -545,7 +565,7 @@ lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits
         /* past a completion point the frame is done: the tails are
          * matched from the stack below it */
         if (!lm_gmatcher_expand_stack(&m->matcher, stack, len - depth, &m->one)) {
-            if (m->matcher.failed) return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
+            if (m->matcher.failed) return matcher_failure(m, err);
             continue; /* nothing lies below the frame that could continue */
         }
         if (f->after) {
@@ -553,7 +573,7 @@ lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits
             path_begin(m, 0);
             walk_ctx w = {.m = m, .trie = f->after, .bits = bits};
             walk(&w, 0, 0);
-            if (w.failed) return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
+            if (w.failed) return m->matcher.failed ? matcher_failure(m, err) : lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
         }
         for (uint32_t k = 0; k < f->n_direct; k++) {
             uint32_t d = m->trie->nodes[f->direct[k]].depth;
@@ -561,7 +581,7 @@ lm_status lm_masker_compute(lm_masker *m, const lm_gstate *state, uint64_t *bits
             path_begin(m, d);
             walk_ctx w = {.m = m, .trie = m->trie, .bits = bits};
             walk(&w, f->direct[k], d);
-            if (w.failed) return lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
+            if (w.failed) return m->matcher.failed ? matcher_failure(m, err) : lm_fail(err, LM_ERR_NOMEM, "token mask: out of memory");
         }
     }
     return LM_OK;

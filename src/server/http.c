@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/build_info.h"
+#include "grammar/grammar_cache.h"
 #include "server/anthropic_response.h"
 #include "server/front_door.h"
 #include "server/request_framing.h"
@@ -972,8 +973,16 @@ static void fail_start(lm_server *s) {
     lm_front_door_stop(s->door, 0);
     http_free(s->http);
     lm_metrics_destroy(&s->metrics);
+    lm_grammar_cache_free(s->grammars);
     free(s->media_dir);
     free(s);
+}
+
+/* Compiles at once: a quarter of the cores (1 on 2 to 7), so that a burst
+ * of costly grammars leaves the engine thread its core. */
+static int grammar_slots(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN) / 4;
+    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
 static lm_front_door_options door_options(const lm_server_options *o) {
@@ -1020,6 +1029,13 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
         return lm_fail(err, LM_ERR_INVALID, "server limits out of range");
     }
     lm_metrics_init(&s->metrics);
+    if (lm_grammar_cache_create(grammar_slots(), &s->grammars, err) != LM_OK) {
+        lm_server_listener_close(s->door);
+        lm_metrics_destroy(&s->metrics);
+        free(s);
+        return err->code;
+    }
+    s->image_parts.grammars = s->grammars;
     atomic_init(&s->ready, false);
     atomic_init(&s->next_id, (uint64_t)time(NULL) << 20);
     atomic_init(&s->active, 0);
@@ -1028,6 +1044,7 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
     if (http_create(s, err) != LM_OK) {
         lm_server_listener_close(s->door);
         lm_metrics_destroy(&s->metrics);
+        lm_grammar_cache_free(s->grammars);
         free(s->media_dir);
         free(s);
         return err->code;
@@ -1143,6 +1160,7 @@ void lm_server_stop(lm_server *s, int grace_ms) {
     lm_front_door_stop(s->door, FLUSH_MS);
     http_free(h);
     lm_metrics_destroy(&s->metrics);
+    lm_grammar_cache_free(s->grammars);
     free(s->media_dir);
     free(s);
 }

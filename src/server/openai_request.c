@@ -667,7 +667,8 @@ lm_status lm_openai_request_parse_doc(lm_api_kind kind, cJSON *doc, const lm_ima
     lm_status st = get_string(&c, out->doc, "model", &out->model);
     if (st == LM_OK) st = parse_sampling(&c, out->doc, out);
     if (st == LM_OK) st = kind == LM_API_CHAT ? parse_chat(&c, out->doc, out) : parse_completion(&c, out->doc, out);
-    if (st == LM_OK) st = lm_structured_output_parse(out->doc, &out->grammar, param, param_size, err);
+    out->grammars = images ? images->grammars : NULL;
+    if (st == LM_OK) st = lm_structured_output_parse(out->doc, out->grammars, &out->grammar, param, param_size, err);
     if (st != LM_OK) return st;
     out->params.grammar = out->grammar;
     out->params.sampling.logprobs = out->logprobs ? out->top_logprobs : -1;

@@ -45,6 +45,10 @@ typedef struct {
     const char *local_dir;    /* realpath of --allowed-local-media-path, or NULL: no local files */
     size_t max_image_bytes;   /* one image's file (0: LM_IMAGE_DEFAULT_MAX_BYTES) */
     size_t max_request_bytes; /* all of a request's (0: LM_REQUEST_MAX_IMAGE_BYTES) */
+    /* Not about images, but given to every parse the same way: where the
+     * request's grammar is compiled (grammar/grammar_cache.h), or NULL:
+     * on its own. */
+    struct lm_grammar_cache *grammars;
 } lm_image_parts;
 
 typedef enum {
@@ -93,6 +97,7 @@ typedef struct {
     int32_t *bias_ids;
     float *bias_values;
     loom_grammar *grammar; /* response_format / guided_*: NULL when unconstrained (params.grammar) */
+    struct lm_grammar_cache *grammars; /* the parse's lm_image_parts.grammars (forced calls compile there too) */
 } lm_openai_request;
 
 /* Parses body[0..len).  On failure returns LM_ERR_INVALID (or NOMEM) with a

@@ -25,6 +25,9 @@ struct lm_server {
     lm_image_parts image_parts;
     int32_t image_token_id;
     char *media_dir;
+    /* requests' grammars, kept by their text, a few compiles at once
+     * (image_parts.grammars points here) */
+    struct lm_grammar_cache *grammars;
     struct MHD_Daemon *daemon;
     int port;
     lm_metrics metrics;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "grammar/compiled.h"
+#include "grammar/grammar_cache.h"
 
 static lm_status fail(char *param, size_t size, const char *name, lm_error *err, const char *fmt, const char *detail) {
     if (param && size) snprintf(param, size, "%s", name);
@@ -13,26 +14,31 @@ static lm_status fail(char *param, size_t size, const char *name, lm_error *err,
 }
 
 /* Compiles spec; a compile error becomes the field's 400. */
-static lm_status compile(const loom_grammar_spec *spec, const char *name, loom_grammar **out, char *param,
+static lm_status compile(const loom_grammar_spec *spec, const char *name, lm_grammar_cache *cache, loom_grammar **out,
+                         char *param,
                          size_t size, lm_error *err) {
     char message[LM_ERROR_MESSAGE_MAX - 64];
-    if (loom_grammar_compile(spec, out, message, sizeof message) == LOOM_OK) return LM_OK;
+    int rc = cache ? lm_grammar_cache_compile(cache, spec, out, message, sizeof message)
+                   : loom_grammar_compile(spec, out, message, sizeof message);
+    if (rc == LOOM_OK) return LM_OK;
     return fail(param, size, name, err, "'%s': %s", message);
 }
 
-static lm_status schema_grammar(const cJSON *schema, const char *name, loom_grammar **out, char *param, size_t size,
+static lm_status schema_grammar(const cJSON *schema, const char *name, lm_grammar_cache *cache, loom_grammar **out,
+                                char *param, size_t size,
                                 lm_error *err) {
     if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
         return fail(param, size, name, err, "'%s' must be a JSON schema (an object)%s", NULL);
     char *text = cJSON_PrintUnformatted(schema);
     if (!text) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_SCHEMA, .text = text, .text_len = strlen(text)};
-    lm_status st = compile(&spec, name, out, param, size, err);
+    lm_status st = compile(&spec, name, cache, out, param, size, err);
     free(text);
     return st;
 }
 
-static lm_status choice_grammar(const cJSON *list, const char *name, loom_grammar **out, char *param, size_t size,
+static lm_status choice_grammar(const cJSON *list, const char *name, lm_grammar_cache *cache, loom_grammar **out,
+                                char *param, size_t size,
                                 lm_error *err) {
     int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
     if (n <= 0 || n > LM_GRAMMAR_MAX_CHOICES)
@@ -49,20 +55,22 @@ static lm_status choice_grammar(const cJSON *list, const char *name, loom_gramma
         choices[i++] = item->valuestring;
     }
     loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_CHOICE, .choices = choices, .n_choices = n};
-    lm_status st = compile(&spec, name, out, param, size, err);
+    lm_status st = compile(&spec, name, cache, out, param, size, err);
     free(choices);
     return st;
 }
 
-static lm_status regex_grammar(const cJSON *pattern, const char *name, loom_grammar **out, char *param, size_t size,
+static lm_status regex_grammar(const cJSON *pattern, const char *name, lm_grammar_cache *cache, loom_grammar **out,
+                               char *param, size_t size,
                                lm_error *err) {
     if (!cJSON_IsString(pattern)) return fail(param, size, name, err, "'%s' must be a string%s", NULL);
     loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_REGEX, .text = pattern->valuestring,
                               .text_len = strlen(pattern->valuestring)};
-    return compile(&spec, name, out, param, size, err);
+    return compile(&spec, name, cache, out, param, size, err);
 }
 
-static lm_status response_format(const cJSON *rf, loom_grammar **out, char *param, size_t size, lm_error *err) {
+static lm_status response_format(const cJSON *rf, lm_grammar_cache *cache, loom_grammar **out, char *param,
+                                 size_t size, lm_error *err) {
     const char *name = "response_format";
     if (!cJSON_IsObject(rf)) return fail(param, size, name, err, "'%s' must be an object with a 'type'%s", NULL);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
@@ -71,7 +79,7 @@ static lm_status response_format(const cJSON *rf, loom_grammar **out, char *para
     if (strcmp(type->valuestring, "text") == 0) return LM_OK;
     if (strcmp(type->valuestring, "json_object") == 0) {
         loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_OBJECT};
-        return compile(&spec, name, out, param, size, err);
+        return compile(&spec, name, cache, out, param, size, err);
     }
     if (strcmp(type->valuestring, "json_schema") != 0)
         return fail(param, size, name, err,
@@ -88,13 +96,13 @@ static lm_status response_format(const cJSON *rf, loom_grammar **out, char *para
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
     if (!schema) { /* OpenAI: no schema means any JSON object */
         loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_OBJECT};
-        return compile(&spec, name, out, param, size, err);
+        return compile(&spec, name, cache, out, param, size, err);
     }
-    return schema_grammar(schema, name, out, param, size, err);
+    return schema_grammar(schema, name, cache, out, param, size, err);
 }
 
-lm_status lm_structured_output_parse(const cJSON *body, loom_grammar **grammar, char *param, size_t size,
-                                     lm_error *err) {
+lm_status lm_structured_output_parse(const cJSON *body, lm_grammar_cache *cache, loom_grammar **grammar, char *param,
+                                     size_t size, lm_error *err) {
     *grammar = NULL;
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, "response_format");
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "structured_outputs");
@@ -132,18 +140,18 @@ lm_status lm_structured_output_parse(const cJSON *body, loom_grammar **grammar, 
     if (n > 1)
         return fail(param, size, "response_format", err,
                     "'%s', structured_outputs and the guided_* fields are alternatives: give one%s", NULL);
-    if (rf) return response_format(rf, grammar, param, size, err);
+    if (rf) return response_format(rf, cache, grammar, param, size, err);
     if (gj) {
         if (cJSON_IsString(gj)) { /* vLLM accepts the schema as a JSON string */
             cJSON *parsed = cJSON_Parse(gj->valuestring);
             if (!parsed) return fail(param, size, "guided_json", err, "'%s' is a string that is no JSON schema%s", NULL);
-            lm_status st = schema_grammar(parsed, "guided_json", grammar, param, size, err);
+            lm_status st = schema_grammar(parsed, "guided_json", cache, grammar, param, size, err);
             cJSON_Delete(parsed);
             return st;
         }
-        return schema_grammar(gj, "guided_json", grammar, param, size, err);
+        return schema_grammar(gj, "guided_json", cache, grammar, param, size, err);
     }
-    if (gr) return regex_grammar(gr, "guided_regex", grammar, param, size, err);
-    if (gc) return choice_grammar(gc, "guided_choice", grammar, param, size, err);
+    if (gr) return regex_grammar(gr, "guided_regex", cache, grammar, param, size, err);
+    if (gc) return choice_grammar(gc, "guided_choice", cache, grammar, param, size, err);
     return LM_OK;
 }

@@ -15,9 +15,13 @@
 
 #define LM_STRUCTURED_FIELDS "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice"
 
+typedef struct lm_grammar_cache lm_grammar_cache;
+
 /* *grammar: NULL when the body asks for no constraint.  param gets the
- * offending field's name on failure. */
-lm_status lm_structured_output_parse(const cJSON *body, loom_grammar **grammar, char *param, size_t param_size,
-                                     lm_error *err);
+ * offending field's name on failure.  cache: where the grammar is compiled
+ * (grammar/grammar_cache.h: kept by its text, a few compiles at once), or
+ * NULL: compiled on its own. */
+lm_status lm_structured_output_parse(const cJSON *body, lm_grammar_cache *cache, loom_grammar **grammar, char *param,
+                                     size_t param_size, lm_error *err);
 
 #endif

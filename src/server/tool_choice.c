@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar_cache.h"
 #include "server/reasoning_parser.h"
 
 #define PICK_POLL_MS 50
@@ -243,7 +244,8 @@ lm_status lm_forced_call_grammar(lm_openai_request *r, lm_tool_form form, const 
                               .text_len = text ? strlen(text) : 0,
                               .suffix = "}"};
     char message[LM_ERROR_MESSAGE_MAX - 80];
-    int rc = loom_grammar_compile(&spec, &r->grammar, message, sizeof message);
+    int rc = r->grammars ? lm_grammar_cache_compile(r->grammars, &spec, &r->grammar, message, sizeof message)
+                         : loom_grammar_compile(&spec, &r->grammar, message, sizeof message);
     free(text);
     if (rc != LOOM_OK)
         return lm_fail(err, LM_ERR_INVALID, "the parameters of tool '%.64s' cannot be enforced: %s", name, message);
