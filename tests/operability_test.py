@@ -266,6 +266,10 @@ for binary in [b for b in (loom, asan) if os.path.exists(b)]:
     check(f"{tag}: GET /version", set(version) >= {"version", "git_commit", "compiler", "cpu_features", "kernel_sets",
                                                     "cpu_kernels", "backends"}
           and version["version"] in run("--version").stdout and version["cpu_kernels"] == kernels, version)
+    # loom health: the containers' HEALTHCHECK probe (exit 0 on GET /health 200)
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    r = run("health", "--host", host.strip("[]"), "--port", port)
+    check(f"{tag}: loom health: healthy", r.returncode == 0 and r.stderr == "", r.stderr)
     out = post(url, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": True})
     post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
     try:
@@ -292,6 +296,9 @@ for binary in [b for b in (loom, asan) if os.path.exists(b)]:
     trailing = len(thr) - next((i for i in range(len(thr) - 1, -1, -1) if idle not in thr[i]), -1) - 1
     check(f"{tag}: one line after the work stops, then silent", trailing == 1, thr)
     check(f"{tag}: stops with exit 0", rc == 0, rest)
+    r = run("health", "--host", host.strip("[]"), "--port", port, "--timeout", "2")
+    check(f"{tag}: loom health: a stopped server is unhealthy", r.returncode == 1 and "cannot connect" in r.stderr,
+          r.stderr)
 
 # --disable-log-requests, --disable-log-stats, --log-level warning
 p, url, head = start(tiny, "--disable-log-requests", "--log-stats-interval", "0.1", "--disable-log-stats")

@@ -15,6 +15,7 @@ static const lm_command commands[] = {
     {"tokenize", "text on stdin -> token ids", cmd_tokenize_main},
     {"detokenize", "token ids on stdin -> text", cmd_detokenize_main},
     {"render", "render a chat template (JSON on stdin)", cmd_render_main},
+    {"health", "ask a running server for GET /health (exit 0: healthy)", cmd_health_main},
 };
 
 /* 0, or 1 when $LOOM_CPU_KERNELS names a kernel set that cannot run here. */
