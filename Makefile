@@ -72,8 +72,15 @@ kernel_obj = $(foreach s,$(2),$(foreach g,$(3),$(1)/obj/kernels/$(g)-$(s).o))
 
 # The commit `loom --version` names (src/base/build_info.c): a stamp file
 # rewritten only when it changes, so a new commit rebuilds that one object.
+# LOOM_GIT_COMMIT (a make or environment variable) names it where there is no
+# .git, as in a docker build (contrib/Dockerfile's build argument); only
+# letters, digits and . _ + - are kept.
+ifneq ($(strip $(LOOM_GIT_COMMIT)),)
+GIT_COMMIT := $(shell printf '%s' '$(subst ','',$(LOOM_GIT_COMMIT))' | tr -cd 'A-Za-z0-9._+-' | cut -c1-40)
+else
 GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 GIT_COMMIT := $(if $(GIT_COMMIT),$(GIT_COMMIT)$(shell git diff --quiet HEAD -- 2>/dev/null || echo +dirty),unknown)
+endif
 $(shell mkdir -p $(BUILD) && (echo '$(GIT_COMMIT)' | cmp -s - $(BUILD)/git-commit || echo '$(GIT_COMMIT)' > $(BUILD)/git-commit))
 
 # The cuda backend (src/ops/cuda/*.cu) is built into the release tree when

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages loom builds and tests with, when missing;
-# with --test also the npm packages of the test suite (tests/node).
+# with --test also the npm packages of the test suite (tests/node); with
+# --build only what `make` needs to build loom (the container images' build
+# stage: no clang, Python or Node).
 # Safe to run repeatedly: it does nothing when everything is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +20,13 @@ install_test_npm() {
 }
 
 packages=(build-essential pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-          libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libedit-dev
-          python3-jinja2 python3-jsonschema clang libclang-rt-14-dev)
+          libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg-dev libwebp-dev libedit-dev)
+if [ "${1:-}" != --build ]; then
+    packages+=(python3-jinja2 python3-jsonschema clang libclang-rt-14-dev)
+    command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
+fi
 # The test suite checks contrib/loom.service with systemd-analyze verify.
 if [ "${1:-}" = --test ]; then packages+=(systemd); fi
-command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
