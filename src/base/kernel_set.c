@@ -39,9 +39,11 @@ bool lm_kernel_set_is_built(lm_kernel_set set) {
     return false;
 }
 
-/* The native set is compiled with this file's flags (the tree's -march):
- * it needs what they allowed, as far as the features tell. */
-static bool native_runs_on(const lm_cpu_features *cpu) {
+/* Every set is compiled with the tree's flags too (-march=x86-64 in a
+ * portable build, -march=native in a PORTABLE=0 one, or whatever CFLAGS
+ * says), as this file is: a set needs what they allowed, as far as the
+ * features tell, on top of its own -m flags. */
+static bool baseline_runs_on(const lm_cpu_features *cpu) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__AVX512CD__)
     return cpu->avx512;
@@ -55,12 +57,18 @@ static bool native_runs_on(const lm_cpu_features *cpu) {
 
 bool lm_kernel_set_runs_on(lm_kernel_set set, const lm_cpu_features *cpu) {
     switch (set) {
-    case LM_KERNEL_SET_GENERIC: return true;
-    case LM_KERNEL_SET_AVX2: return cpu->avx2;
-    case LM_KERNEL_SET_AVX512: return cpu->avx512;
-    case LM_KERNEL_SET_NATIVE: return native_runs_on(cpu);
+    case LM_KERNEL_SET_GENERIC: return baseline_runs_on(cpu);
+    case LM_KERNEL_SET_AVX2: return baseline_runs_on(cpu) && cpu->avx2;
+    case LM_KERNEL_SET_AVX512: return baseline_runs_on(cpu) && cpu->avx512;
+    case LM_KERNEL_SET_NATIVE: return baseline_runs_on(cpu);
     }
     return false;
+}
+
+/* What a set needs that the CPU lacks, for the refusals. */
+static const char *missing_for(lm_kernel_set set, const lm_cpu_features *cpu) {
+    if (!baseline_runs_on(cpu)) return "the instructions the build's -march (or CFLAGS) allows";
+    return set_needs[set];
 }
 
 /* The built sets the CPU runs, space-separated ("" when none). */
@@ -88,15 +96,15 @@ lm_status lm_kernel_set_choose(const char *requested, const char *source, const 
                 *out = built[i];
                 return LM_OK;
             }
-        return lm_fail(err, LM_ERR_UNSUPPORTED, "this CPU runs no kernel set of this build (%s: %s)",
-                       lm_kernel_sets_built(), set_needs[built[0]]);
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "this CPU runs no kernel set of this build (%s: they need %s)",
+                       lm_kernel_sets_built(), missing_for(built[0], cpu));
     }
     for (int i = 0; i < N_BUILT; i++) {
         if (strcmp(requested, set_names[built[i]]) != 0) continue;
         if (!lm_kernel_set_runs_on(built[i], cpu))
             return lm_fail(err, LM_ERR_UNSUPPORTED,
                            "%s=%.40s: this CPU cannot run the %s kernels (they need %s); it runs: %s", source,
-                           requested, set_names[built[i]], set_needs[built[i]], *runs ? runs : "none");
+                           requested, set_names[built[i]], missing_for(built[i], cpu), *runs ? runs : "none");
         *out = built[i];
         return LM_OK;
     }
