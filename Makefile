@@ -5,22 +5,59 @@ NVCC     ?= nvcc
 BUILD    ?= build
 PKGS     := libcjson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg libwebp libedit zlib
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
-CFLAGS   ?= -O2 -g -march=native
-ALLFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -Isrc -Iinclude $(CFLAGS) -pthread -MMD -MP \
+CFLAGS   ?= -O2 -g
+OBJCOPY  ?= objcopy
+
+# Kernel sets (src/base/kernel_set.h, docs/ARCHITECTURE.md "Kernel sets"): the
+# host SIMD code -- src/ops/cpu/ but backend_create.c, and the sampler's loops --
+# is compiled once per set; each set's objects are merged (cc -r) into one
+# object whose only global symbol is the set's descriptor (objcopy
+# --keep-global-symbol), and the code picks a set at run time:
+# LOOM_CPU_KERNELS=generic|avx2|avx512, else the best this CPU runs.
+# PORTABLE=1 (the default; the Dockerfiles'): the rest of the build targets
+# plain x86-64 and the sets are generic, avx2 (AVX2+FMA+F16C) and avx512
+# (AVX-512 F/BW/VL/DQ/CD), so one binary runs on any x86-64 CPU at the speed
+# of the best set it has (off x86-64: one generic set).  PORTABLE=0: all of it
+# -march=native, one set ("native"): for this machine only.  The sanitizer
+# and fuzz trees are -march=native, one set.
+PORTABLE ?= 1
+ifeq ($(PORTABLE),0)
+BASE_ARCH   := -march=native
+KERNEL_SETS := native
+else ifneq ($(filter x86_64-%,$(shell $(CC) -dumpmachine 2>/dev/null)),)
+BASE_ARCH   := -march=x86-64
+KERNEL_SETS := generic avx2 avx512
+else
+BASE_ARCH   :=
+KERNEL_SETS := generic
+endif
+KERNEL_SET_FLAGS_avx2   := -mavx2 -mfma -mf16c
+KERNEL_SET_FLAGS_avx512 := $(KERNEL_SET_FLAGS_avx2) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512cd
+# A group of files compiled per set, and the descriptor its merged object keeps.
+KERNEL_GROUPS       := cpu sampler
+KERNEL_SRC_cpu      := $(filter-out src/ops/cpu/backend_create.c,$(sort $(wildcard src/ops/cpu/*.c)))
+KERNEL_SYMBOL_cpu   := lm_cpu_kernels
+KERNEL_SRC_sampler  := src/engine/sampler_vectors.c
+KERNEL_SYMBOL_sampler := lm_sampler_vectors
+KERNEL_SRC          := $(foreach g,$(KERNEL_GROUPS),$(KERNEL_SRC_$(g)))
+# -DLM_KERNEL_SETS='X(generic) X(avx2) X(avx512)': the sets of a tree, for its C code.
+kernel_sets_flag = '-DLM_KERNEL_SETS=$(foreach s,$(1),X($(s)))'
+
+ALLFLAGS := -std=c17 -D_GNU_SOURCE $(WARN) -Isrc -Iinclude $(BASE_ARCH) $(CFLAGS) -pthread -MMD -MP \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # libhttp-parser (the front door's framing checks) has no pkg-config file on Debian.
 LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser -lm -pthread
 SANFLAGS := -O1 -g -march=native -fsanitize=address,undefined -fno-sanitize-recover=undefined \
             -fno-omit-frame-pointer
 
-LIB_SRC  := $(sort $(wildcard src/base/*.c src/io/*.c src/text/*.c src/ops/*.c src/ops/host/*.c src/ops/cuda/*.c \
-                              src/ops/cpu/*.c src/ops/ref/*.c \
-                              src/models/*.c src/grammar/*.c src/engine/*.c src/server/*.c))
+LIB_SRC  := $(filter-out $(KERNEL_SRC),$(sort $(wildcard src/base/*.c src/io/*.c src/text/*.c src/ops/*.c \
+                              src/ops/host/*.c src/ops/cuda/*.c src/ops/cpu/*.c src/ops/ref/*.c \
+                              src/models/*.c src/grammar/*.c src/engine/*.c src/server/*.c)))
 # The backend layer alone (base + ops): `make ops-tests` builds and runs its
 # tests without the rest of the library, e.g. while models/engine move to a
 # new ops.h.
-OPS_LIB_SRC := $(sort $(wildcard src/base/*.c src/ops/*.c src/ops/host/*.c src/ops/cuda/*.c src/ops/cpu/*.c \
-                                 src/ops/ref/*.c))
+OPS_LIB_SRC := $(filter-out $(KERNEL_SRC),$(sort $(wildcard src/base/*.c src/ops/*.c src/ops/host/*.c \
+                                 src/ops/cuda/*.c src/ops/cpu/*.c src/ops/ref/*.c)))
 OPS_TEST_NAMES := test_backend_ops test_gated_delta test_threadpool
 OPS_BENCH_NAMES := gdn matvec
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
@@ -30,11 +67,20 @@ BENCH_SRC:= $(sort $(wildcard bench/*.c))
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 
 obj = $(patsubst %.c,$(1)/obj/%.o,$(2))
+# $(1)=tree, $(2)=its kernel sets, $(3)=groups: the merged objects
+kernel_obj = $(foreach s,$(2),$(foreach g,$(3),$(1)/obj/kernels/$(g)-$(s).o))
 
 # The commit `loom --version` names (src/base/build_info.c): a stamp file
 # rewritten only when it changes, so a new commit rebuilds that one object.
+# LOOM_GIT_COMMIT (a make or environment variable) names it where there is no
+# .git, as in a docker build (contrib/Dockerfile's build argument); only
+# letters, digits and . _ + - are kept.
+ifneq ($(strip $(LOOM_GIT_COMMIT)),)
+GIT_COMMIT := $(shell printf '%s' '$(subst ','',$(LOOM_GIT_COMMIT))' | tr -cd 'A-Za-z0-9._+-' | cut -c1-40)
+else
 GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 GIT_COMMIT := $(if $(GIT_COMMIT),$(GIT_COMMIT)$(shell git diff --quiet HEAD -- 2>/dev/null || echo +dirty),unknown)
+endif
 $(shell mkdir -p $(BUILD) && (echo '$(GIT_COMMIT)' | cmp -s - $(BUILD)/git-commit || echo '$(GIT_COMMIT)' > $(BUILD)/git-commit))
 
 # The cuda backend (src/ops/cuda/*.cu, for Hopper: sm_90a) is built into the
@@ -64,27 +110,50 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static 
 # The CUDA compile check of `make test`: a tree of its own where the release
 # tree has no cuda backend and nvcc is there.
 CUDA_CHECK := $(if $(and $(NVCC_PATH),$(if $(CUDA_ON),,no-cuda-tree)),$(BUILD)/cuda/loom $(BUILD)/cuda/tests/test_backend_ops)
-# Objects of the release tree are rebuilt when CUDA flips (its -DLOOM_HAVE_CUDA).
-$(shell mkdir -p $(BUILD) && (echo 'CUDA=$(CUDA_ON)' | cmp -s - $(BUILD)/build-config || echo 'CUDA=$(CUDA_ON)' > $(BUILD)/build-config))
 cuda_obj = $(if $(2),$(patsubst %.cu,$(1)/obj/%.o,$(CUDA_SRC)))
 
 .SECONDARY:
-.PHONY: all test test-release run deps test-deps clean tests asan-tests benches fuzzers ops-tests cuda-probe \
+.PHONY: FORCE all test test-release run deps test-deps clean tests asan-tests benches fuzzers ops-tests cuda-probe \
         install uninstall
 all: $(BUILD)/loom
 
 deps:
 	@tools/install-deps.sh
 
-define build_tree # $(1)=output dir, $(2)=extra flags, $(3)=compiler, $(4)=1 with the cuda backend,
-                  # $(5)=a stamp its objects depend on
-$(1)/obj/%.o: %.c $(5)
+# $(1)=tree, $(2)=what its objects are compiled with: rewritten when that
+# changes (PORTABLE=0 after PORTABLE=1, other CFLAGS), which recompiles them.
+define build_flags_stamp
+$(1)/build-flags: FORCE
+	@mkdir -p $(1)
+	@echo '$(subst ',,$(2))' | cmp -s - $$@ || echo '$(subst ',,$(2))' > $$@
+endef
+
+# $(1)=tree, $(2)=its flags, $(3)=compiler, $(4)=kernel set: the set's objects.
+define kernel_set_rules
+$(1)/obj/kernels/$(4)/%.o: %.c $(1)/build-flags
+	@mkdir -p $$(dir $$@)
+	$(3) $$(ALLFLAGS) $(2) $$(KERNEL_SET_FLAGS_$(4)) -DLM_KERNEL_SET=$(4) -c $$< -o $$@
+$(foreach g,$(KERNEL_GROUPS),$(eval $(call kernel_merge_rule,$(1),$(3),$(4),$(g))))
+endef
+# $(1)=tree, $(2)=compiler, $(3)=kernel set, $(4)=group: the group's objects of
+# the set merged into one, every global symbol but the descriptor made local.
+define kernel_merge_rule
+$(1)/obj/kernels/$(4)-$(3).o: $$(patsubst %.c,$(1)/obj/kernels/$(3)/%.o,$$(KERNEL_SRC_$(4)))
+	$(2) -r -nostdlib $$^ -o $$@.merged
+	$$(OBJCOPY) --keep-global-symbol=$$(KERNEL_SYMBOL_$(4))_$(3) $$@.merged $$@
+	@rm -f $$@.merged
+endef
+
+define build_tree # $(1)=output dir, $(2)=extra flags, $(3)=compiler, $(4)=1 with the cuda backend, $(5)=kernel sets
+$(call build_flags_stamp,$(1),$(3) $(BASE_ARCH) $(CFLAGS) $(2) $(5) cuda=$(4))
+$(foreach s,$(5),$(eval $(call kernel_set_rules,$(1),$(2),$(3),$(s))))
+$(1)/obj/%.o: %.c $(1)/build-flags
 	@mkdir -p $$(dir $$@)
 	$(3) $$(ALLFLAGS) $(2) $(if $(4),-DLOOM_HAVE_CUDA) -c $$< -o $$@
 $(1)/obj/%.o: %.cu
 	@mkdir -p $$(dir $$@)
 	$$(NVCC) $$(NVFLAGS) -c $$< -o $$@
-$(1)/libloom.a: $$(call obj,$(1),$$(LIB_SRC)) $$(call cuda_obj,$(1),$(4))
+$(1)/libloom.a: $$(call obj,$(1),$$(LIB_SRC)) $$(call kernel_obj,$(1),$(5),$(KERNEL_GROUPS)) $$(call cuda_obj,$(1),$(4))
 	@rm -f $$@
 	ar rcs $$@ $$^
 $(1)/loom: $$(call obj,$(1),$$(CLI_SRC)) $(1)/libloom.a
@@ -92,7 +161,7 @@ $(1)/loom: $$(call obj,$(1),$$(CLI_SRC)) $(1)/libloom.a
 $(1)/tests/%: $(1)/obj/tests/%.o $$(call obj,$(1),$$(TEST_HELPER_SRC)) $(1)/libloom.a
 	@mkdir -p $$(dir $$@)
 	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS) $(if $(4),$$(CUDA_LIBS))
-$(1)/libloom-ops.a: $$(call obj,$(1),$$(OPS_LIB_SRC)) $$(call cuda_obj,$(1),$(4))
+$(1)/libloom-ops.a: $$(call obj,$(1),$$(OPS_LIB_SRC)) $$(call kernel_obj,$(1),$(5),cpu) $$(call cuda_obj,$(1),$(4))
 	@rm -f $$@
 	ar rcs $$@ $$^
 $(1)/ops-tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/harness.o $(1)/libloom-ops.a
@@ -115,11 +184,12 @@ $(1)/obj/src/base/build_info.o: $(BUILD)/git-commit
 $(1)/obj/src/base/build_info.o: ALLFLAGS += -DLOOM_GIT_COMMIT='"$(GIT_COMMIT)"'
 endef
 
-$(eval $(call build_tree,$(BUILD),,$(CC),$(CUDA_ON),$(BUILD)/build-config))
-$(eval $(call build_tree,$(BUILD)/cuda,,$(CC),1,))
-$(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS),$(CC),))
+$(eval $(call build_tree,$(BUILD),$(call kernel_sets_flag,$(KERNEL_SETS)),$(CC),$(CUDA_ON),$(KERNEL_SETS)))
+# The CUDA compile check (CUDA_CHECK): one kernel set is enough to link.
+$(eval $(call build_tree,$(BUILD)/cuda,$(call kernel_sets_flag,native),$(CC),1,native))
+$(eval $(call build_tree,$(BUILD)/asan,$(SANFLAGS) $(call kernel_sets_flag,native),$(CC),,native))
 # libFuzzer targets (fuzz/fuzz_*.c, each defining LLVMFuzzerTestOneInput) need clang.
-$(eval $(call build_tree,$(BUILD)/fuzz,$(SANFLAGS) -fsanitize=fuzzer-no-link,clang,))
+$(eval $(call build_tree,$(BUILD)/fuzz,$(SANFLAGS) -fsanitize=fuzzer-no-link $(call kernel_sets_flag,native),clang,,native))
 $(foreach tree,$(BUILD) $(BUILD)/asan $(BUILD)/fuzz $(BUILD)/cuda,$(eval $(call git_commit_flag,$(tree))))
 
 TESTS      := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))

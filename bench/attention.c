@@ -19,7 +19,6 @@
 
 #include "base/bf16.h"
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/kernels.h"
 #include "ops/host/host_memory.h"
 #include "ops/ops.h"
 
@@ -48,15 +47,17 @@ typedef struct {
 } shape;
 
 /* Median seconds of `reps` calls over rows [0, n) of the batch arrays. */
-static double time_calls(lm_pool *pool, float *out, const float *q, const lm_host_kv_layer *kv,
+static double time_calls(lm_backend *be, float *out, const float *q, const lm_host_kv_layer *kv,
                          lm_host_attention_batch *batch, int reps, bool bf16) {
+    lm_pool *pool = lm_cpu_pool(be);
+    const lm_cpu_kernels *kernels = lm_cpu_kernels_of(be);
     double t[REPS];
     for (int r = -1; r < reps; r++) { /* one warm-up call */
         double t0 = now_s();
         if (bf16)
-            lm_cpu_attention_bf16(pool, out, q, kv, batch);
+            kernels->attention_bf16(pool, out, q, kv, batch);
         else
-            lm_cpu_attention(pool, out, q, kv, batch);
+            kernels->attention(pool, out, q, kv, batch);
         if (r >= 0) t[r] = now_s() - t0;
     }
     qsort(t, (size_t)reps, sizeof(double), cmp_double);
@@ -129,11 +130,10 @@ int main(int argc, char **argv) {
         kv.v16 = v16;
     }
     if (bf16 && (lm_backend_set_compute(be, "bf16", &err) != LM_OK ||
-                 !lm_cpu_attention_bf16_takes(sh.dim))) {
+                 !lm_cpu_kernels_of(be)->attention_bf16_takes(sh.dim))) {
         fprintf(stderr, "attention bench: no bf16 attention here: %s\n", err.message);
         return 1;
     }
-    lm_pool *pool = lm_cpu_pool(be);
     printf("attention (%s), %d query heads over %d kv heads of %d, %d threads, median of %d\n",
            compute, sh.heads, sh.kv_heads, sh.dim, lm_backend_threads(be), REPS);
     printf("%8s %14s %10s %14s %10s\n", "cached", "chunk ms", "GFLOP/s", "decode us", "GFLOP/s");
@@ -150,10 +150,10 @@ int main(int argc, char **argv) {
                                          .max_ctx_len = cached + rows, .n_heads = sh.heads,
                                          .n_kv_heads = sh.kv_heads, .head_dim = sh.dim,
                                          .scale = 1.0f / sqrtf((float)sh.dim)};
-        double chunk = time_calls(pool, out, q, &kv, &batch, REPS, bf16);
+        double chunk = time_calls(be, out, q, &kv, &batch, REPS, bf16);
         batch.n_tokens = 1;
         ctx[0] = cached + 1;
-        double decode = time_calls(pool, out, q, &kv, &batch, REPS, bf16);
+        double decode = time_calls(be, out, q, &kv, &batch, REPS, bf16);
         double decode_flops = 4.0 * (cached + 1) * sh.heads * sh.dim;
         printf("%8d %14.3f %10.1f %14.1f %10.1f\n", cached, chunk * 1e3, flops / chunk * 1e-9,
                decode * 1e6, decode_flops / decode * 1e-9);

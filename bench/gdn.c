@@ -117,8 +117,8 @@ static double time_one_sequence(bench *b, form f, int T, bool cold, int reps) {
         double t0 = now_s();
         switch (f) {
         case FORM_OP: delta_rule(b, &seqs, state_offset); break;
-        case FORM_RECURRENT: lm_gdn_recurrent(pool, &p, true); break;
-        case FORM_CHUNKED: lm_gdn_chunked(pool, &p, true); break;
+        case FORM_RECURRENT: lm_cpu_kernels_of(b->be)->gdn_recurrent(pool, &p, true); break;
+        case FORM_CHUNKED: lm_cpu_kernels_of(b->be)->gdn_chunked(pool, &p, true); break;
         case FORM_REFERENCE:
             lm_ref_gated_delta_rule(p.out, p.q, p.k, p.v, p.g, p.beta, p.state, T, HK, HV, DK, DV);
             break;

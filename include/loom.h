@@ -344,6 +344,7 @@ typedef struct {
     char weights_made[160];     /* what the load made of them: "weights made int8 at load: N MB",
                                  * "FP8 weights made bf16 at load: N MB, as ..."; "" when as stored */
     char backend[16];
+    char cpu_kernels[16];       /* the cpu backend's kernel set: "avx512", "avx2", "generic", "native"; "" on others */
     int threads;
     int max_model_len, max_position_embeddings;
     char max_model_len_note[256]; /* why the default was lowered to max_model_len ("" when it was not) */

@@ -22,10 +22,30 @@ def run(*args, binary=loom, **kw):
 tmp = tempfile.mkdtemp(prefix="loom-ops-")
 IDS = ["--ids", "1,2,3", "--max-tokens", "4", "--print-ids", "--temperature", "0"]
 
-# --version: version, commit, compiler, CPU features, backends
+# --version: version, commit, compiler, CPU features, the kernel set that runs, backends
 r = run("--version")
 check("--version", r.returncode == 0 and re.search(r"^loom \d+\.\d+\.\d+ \(commit \S+\)", r.stdout, re.M)
-      and "compiler:" in r.stdout and "cpu features:" in r.stdout and "backends: cpu, ref" in r.stdout, r.stdout)
+      and "compiler:" in r.stdout and "cpu features:" in r.stdout and "backends: cpu, ref" in r.stdout
+      and re.search(r"^cpu kernels: (generic|avx2|avx512|native) \(the best this CPU runs; built: ", r.stdout, re.M),
+      r.stdout)
+
+
+def kernels_of(binary):
+    m = re.search(r"^cpu kernels: (\S+)", run("--version", binary=binary).stdout, re.M)
+    return m.group(1) if m else "?"
+
+
+kernels = kernels_of(loom)
+# LOOM_CPU_KERNELS: a name that is no kernel set is refused by --version and by a command that loads a model
+bad = dict(os.environ, LOOM_CPU_KERNELS="avx513")
+r = run("--version", env=bad)
+check("--version refuses LOOM_CPU_KERNELS=avx513", r.returncode == 1
+      and "LOOM_CPU_KERNELS=avx513: not a kernel set" in r.stdout, r.stdout)
+r = run("run", tiny, *IDS, env=bad)
+check("run refuses LOOM_CPU_KERNELS=avx513", r.returncode != 0 and "LOOM_CPU_KERNELS=avx513" in r.stderr, r.stderr)
+r = run("--version", env=dict(os.environ, LOOM_CPU_KERNELS=kernels))
+check("LOOM_CPU_KERNELS names the set that runs", r.returncode == 0
+      and f"cpu kernels: {kernels} (LOOM_CPU_KERNELS;" in r.stdout, r.stdout)
 
 # the model as a positional argument, as --model, and llama-server's -m
 want = run("run", "--model", tiny, *IDS).stdout
@@ -228,13 +248,15 @@ def post(url, path, body):
 stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARNING|ERROR) loom serve: ")
 for binary in [b for b in (loom, asan) if os.path.exists(b)]:
     tag = "asan" if binary == asan else "release"
+    kernels = kernels_of(binary)  # the asan tree's set is native
     p, url, head = start(tiny, "--log-stats-interval", "0.2", "--kv-cache-tokens", "4000", "-np", "3", binary=binary)
     check(f"{tag}: serve starts", url is not None, "".join(head))
     if not url:
         p.kill()
         continue
     summary = "".join(head)
-    for words in (["qwen3_5", "parameters", "BF16", "loaded in", "MiB resident", "cpu backend", "threads"],
+    for words in (["qwen3_5", "parameters", "BF16", "loaded in", "MiB resident", "cpu backend",
+                   f"{kernels} kernels", "threads"],
                   ["WARNING loom serve: the default max model length 8192 was lowered to 4000",
                    "(--kv-cache-tokens 4000)"],
                   ["KV cache: 4000 tokens (f32, 16 MiB)", "1 sequence of full length", "3 state slots"],
@@ -242,8 +264,13 @@ for binary in [b for b in (loom, asan) if os.path.exists(b)]:
         check(f"{tag}: startup says {words[0]}", all(w in summary for w in words), summary)
     check(f"{tag}: every line timestamped", all(stamp.match(l) for l in head), head)
     version = json.load(urllib.request.urlopen(url + "/version", timeout=30))
-    check(f"{tag}: GET /version", set(version) >= {"version", "git_commit", "compiler", "cpu_features", "backends"}
-          and version["version"] in run("--version").stdout, version)
+    check(f"{tag}: GET /version", set(version) >= {"version", "git_commit", "compiler", "cpu_features", "kernel_sets",
+                                                    "cpu_kernels", "backends"}
+          and version["version"] in run("--version").stdout and version["cpu_kernels"] == kernels, version)
+    # loom health: the containers' HEALTHCHECK probe (exit 0 on GET /health 200)
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    r = run("health", "--host", host.strip("[]"), "--port", port)
+    check(f"{tag}: loom health: healthy", r.returncode == 0 and r.stderr == "", r.stderr)
     out = post(url, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": True})
     post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
     try:
@@ -270,6 +297,9 @@ for binary in [b for b in (loom, asan) if os.path.exists(b)]:
     trailing = len(thr) - next((i for i in range(len(thr) - 1, -1, -1) if idle not in thr[i]), -1) - 1
     check(f"{tag}: one line after the work stops, then silent", trailing == 1, thr)
     check(f"{tag}: stops with exit 0", rc == 0, rest)
+    r = run("health", "--host", host.strip("[]"), "--port", port, "--timeout", "2")
+    check(f"{tag}: loom health: a stopped server is unhealthy", r.returncode == 1 and "cannot connect" in r.stderr,
+          r.stderr)
 
 # --disable-log-requests, --disable-log-stats, --log-level warning
 p, url, head = start(tiny, "--disable-log-requests", "--log-stats-interval", "0.1", "--disable-log-stats")

@@ -114,6 +114,18 @@ rerun ep2 "test_qwen35_moe test_engine_images test_prefix_cache" LOOM_TEST_TP=2 
 # by default with a GPU): seeded sampling batched == alone, n > 1,
 # speculative sampling and grammars again with 2 sampling threads.
 rerun sample2 "test_engine test_speculative test_grammar_engine" LOOM_SAMPLE_THREADS=2
+# kernel sets (base/kernel_set.h): test_backend_ops runs every op on each set
+# this CPU runs, and test_sampler the sampler's loops; the model tests run
+# on the set the CPU gets.  A portable build's lower sets are forced here
+# (LOOM_CPU_KERNELS) through the golden logits, the Gated DeltaNet kernels'
+# own forms and a generation, so each set serves a model end to end.
+for set in avx2 generic; do
+    if LOOM_CPU_KERNELS=$set "$build/loom" --version >/dev/null 2>&1; then
+        rerun "$set" "test_qwen35_golden test_gated_delta test_default_model" LOOM_CPU_KERNELS=$set
+    else
+        echo "$set/*: skipped (this build or this CPU has no $set kernel set: $build/loom --version)"
+    fi
+done
 # int8 weights (--quantize int8): the batch-invariance tests again, every
 # test model made int8 at load (test_quantized checks the logits' quality).
 rerun int8 "test_engine test_speculative test_prefix_cache test_engine_images" LOOM_TEST_QUANTIZE=int8

@@ -35,7 +35,9 @@
 #include "base/quant.h"
 #include "harness.h"
 #include "ops/backend_kinds.h"
-#include "ops/cpu/cpu_features.h"
+#include "ops/cpu/cpu_backend.h"
+#include "base/cpu_features.h"
+#include "base/kernel_set.h"
 #include "ops/ops.h"
 #include "ops/ref/reference.h"
 
@@ -60,7 +62,19 @@ static const struct {
     {"cuda", 0},
 #endif
 };
-#define N_BACKENDS (int)(sizeof backend_list / sizeof backend_list[0])
+#define N_LISTED (int)(sizeof backend_list / sizeof backend_list[0])
+/* After those, the cpu backend once more on each other kernel set of the
+ * build that this CPU runs (base/kernel_set.h: a portable build's avx2 and
+ * generic sets next to the avx512 one it picks here): every check runs on
+ * every set, against the same float64 references and tolerances.  Each is
+ * a bitwise family of its own (the sets' vector widths differ). */
+#define N_BACKENDS (N_LISTED + LM_KERNEL_SET_COUNT)
+static const char *const kernel_set_family[LM_KERNEL_SET_COUNT] = {
+    [LM_KERNEL_SET_GENERIC] = "cpu-generic",
+    [LM_KERNEL_SET_AVX2] = "cpu-avx2",
+    [LM_KERNEL_SET_AVX512] = "cpu-avx512",
+    [LM_KERNEL_SET_NATIVE] = "cpu-native",
+};
 
 typedef struct {
     lm_backend *be[N_BACKENDS];
@@ -71,9 +85,42 @@ typedef struct {
     int n_dropped;
 } backends;
 
+/* LOOM_TEST_COMPUTE=bf16: a backend that offers bf16 compute uses it
+ * (false, with a message, when it refuses). */
+static bool set_test_compute(lm_backend *be, lm_error *err) {
+    const char *compute = getenv("LOOM_TEST_COMPUTE");
+    return !compute || !be->ops->set_compute_dtype || lm_backend_set_compute(be, compute, err) == LM_OK;
+}
+
+static bool open_other_kernel_sets(backends *b) {
+    const char *chosen = b->n > 0 ? lm_backend_cpu_kernels(b->be[0]) : NULL;
+    lm_cpu_features cpu = lm_cpu_features_detect();
+    for (int s = 0; s < LM_KERNEL_SET_COUNT && chosen; s++) {
+        const char *name = lm_kernel_set_name((lm_kernel_set)s);
+        if (!lm_kernel_set_is_built((lm_kernel_set)s) || !lm_kernel_set_runs_on((lm_kernel_set)s, &cpu) ||
+            strcmp(name, chosen) == 0)
+            continue;
+        lm_error err = {0};
+        lm_backend *be = NULL;
+        if (lm_backend_cpu_create_with_kernels(2, name, &be, &err) != LM_OK) {
+            fprintf(stderr, "cannot create the cpu backend on its %s kernels: %s\n", name, err.message);
+            return false;
+        }
+        if (!set_test_compute(be, &err)) { /* bf16 compute: the avx512 set only */
+            lm_backend_destroy(be);
+            continue;
+        }
+        b->be[b->n] = be;
+        b->family[b->n] = kernel_set_family[s];
+        snprintf(b->label[b->n], sizeof b->label[b->n], "%s/%dt", kernel_set_family[s], lm_backend_threads(be));
+        b->n++;
+    }
+    return true;
+}
+
 static bool backends_open(backends *b) {
     memset(b, 0, sizeof *b);
-    for (int i = 0; i < N_BACKENDS; i++) {
+    for (int i = 0; i < N_LISTED; i++) {
         lm_error err = {0};
         lm_backend *be = NULL;
         lm_status st;
@@ -93,9 +140,7 @@ static bool backends_open(backends *b) {
             fprintf(stderr, "cannot create backend %s: %s\n", backend_list[i].name, err.message);
             return false;
         }
-        /* LOOM_TEST_COMPUTE=bf16: the backends that offer bf16 compute use it. */
-        const char *compute = getenv("LOOM_TEST_COMPUTE");
-        if (compute && be->ops->set_compute_dtype && lm_backend_set_compute(be, compute, &err) != LM_OK) {
+        if (!set_test_compute(be, &err)) {
             fprintf(stderr, "backend %s: %s\n", backend_list[i].name, err.message);
             lm_backend_destroy(be);
             return false;
@@ -106,7 +151,7 @@ static bool backends_open(backends *b) {
                  lm_backend_threads(be));
         b->n++;
     }
-    return true;
+    return open_other_kernel_sets(b);
 }
 
 static void backends_close(backends *b) {
@@ -433,6 +478,107 @@ static void *random_matrix(rng *r, lm_dtype dtype, int64_t rows, int64_t cols, f
 
 /* ------------------------------------------------------------ memory ops */
 
+/* Whether a cpu backend should take bf16 compute: on a CPU with AVX-512
+ * BF16, running an AVX-512 kernel set. */
+static bool cpu_offers_bf16(const lm_backend *be) {
+    return lm_cpu_features_detect().avx512_bf16 && lm_cpu_kernels_of(be)->avx512;
+}
+
+/* The kernel sets (base/kernel_set.h): the choice on CPUs offering more or
+ * less than this one, the refusals, every set this CPU runs as a backend
+ * (which the other checks then run too), and LOOM_CPU_KERNELS. */
+static void test_cpu_kernel_sets(void) {
+    lm_error err = {0};
+    lm_kernel_set set;
+    const lm_cpu_features none = {0}, avx2 = {.avx2 = true},
+                          all = {.avx2 = true, .avx512 = true, .avx512_bf16 = true};
+    const lm_cpu_features *cpus[] = {&none, &avx2, &all};
+    /* by default: the best set of the build the CPU runs */
+    for (size_t c = 0; c < sizeof cpus / sizeof cpus[0]; c++) {
+        int best = -1;
+        for (int s = 0; s < LM_KERNEL_SET_COUNT; s++)
+            if (lm_kernel_set_is_built((lm_kernel_set)s) && lm_kernel_set_runs_on((lm_kernel_set)s, cpus[c]))
+                best = s; /* the built sets rank in enum order; native comes alone */
+        lm_status st = lm_kernel_set_choose(NULL, "LOOM_CPU_KERNELS", cpus[c], &set, &err);
+        if (best < 0)
+            CHECK_MSG(st == LM_ERR_UNSUPPORTED && strstr(err.message, "runs no kernel set"), "%s", err.message);
+        else
+            CHECK_MSG(st == LM_OK && (int)set == best, "cpu %zu: status %d, set %d, want %d", c, (int)st, (int)set,
+                      best);
+        CHECK(lm_kernel_set_choose("", "LOOM_CPU_KERNELS", cpus[c], &set, &err) == st);
+    }
+    /* an unknown name, and a set this build lacks: LM_ERR_INVALID naming the built ones */
+    CHECK(lm_kernel_set_choose("avx513", "LOOM_CPU_KERNELS", &all, &set, &err) == LM_ERR_INVALID &&
+          strstr(err.message, "LOOM_CPU_KERNELS=avx513: not a kernel set") &&
+          strstr(err.message, lm_kernel_sets_built()));
+    for (int s = 0; s < LM_KERNEL_SET_COUNT; s++) {
+        const char *name = lm_kernel_set_name((lm_kernel_set)s);
+        lm_status st = lm_kernel_set_choose(name, "LOOM_CPU_KERNELS", &none, &set, &err);
+        if (!lm_kernel_set_is_built((lm_kernel_set)s))
+            CHECK_MSG(st == LM_ERR_INVALID && strstr(err.message, "this build has no") &&
+                          strstr(err.message, lm_kernel_sets_built()),
+                      "%s: %s", name, err.message);
+        else if (!lm_kernel_set_runs_on((lm_kernel_set)s, &none)) /* one the CPU cannot run */
+            CHECK_MSG(st == LM_ERR_UNSUPPORTED && strstr(err.message, "this CPU cannot run"), "%s: %s", name,
+                      err.message);
+        else
+            CHECK(st == LM_OK && set == (lm_kernel_set)s);
+    }
+    /* a set needs its own instructions (on top of the build's baseline) */
+    CHECK(!lm_kernel_set_runs_on(LM_KERNEL_SET_AVX512, &avx2) && !lm_kernel_set_runs_on(LM_KERNEL_SET_AVX2, &none));
+    for (int s = 0; s < LM_KERNEL_SET_COUNT; s++) CHECK(lm_kernel_set_runs_on((lm_kernel_set)s, &all));
+    /* a cpu backend on every set this CPU runs: named, a host backend, destroyed
+     * by lm_backend_destroy; bf16 compute only with an AVX-512 set */
+    lm_cpu_features here = lm_cpu_features_detect();
+    int runnable = 0;
+    for (int s = 0; s < LM_KERNEL_SET_COUNT; s++) {
+        const char *name = lm_kernel_set_name((lm_kernel_set)s);
+        lm_backend *be = NULL;
+        lm_status st = lm_backend_cpu_create_with_kernels(1, name, &be, &err);
+        if (!lm_kernel_set_is_built((lm_kernel_set)s) || !lm_kernel_set_runs_on((lm_kernel_set)s, &here)) {
+            CHECK_MSG(st != LM_OK && be == NULL && strstr(err.message, name), "%s: %s", name, err.message);
+            continue;
+        }
+        CHECK_OK(st, &err);
+        if (!be) continue;
+        runnable++;
+        CHECK(strcmp(lm_backend_cpu_kernels(be), name) == 0 && lm_backend_is_host(be) && lm_backend_threads(be) == 1);
+        st = lm_backend_set_compute(be, "bf16", &err);
+        CHECK_MSG((st == LM_OK) == (here.avx512_bf16 && lm_cpu_kernels_of(be)->avx512), "%s: %s", name, err.message);
+        lm_backend_destroy(be);
+    }
+    CHECK(runnable >= 1);
+    CHECK(lm_backend_cpu_create_with_kernels(1, "avx513", &(lm_backend *){NULL}, &err) == LM_ERR_INVALID);
+    /* the checks of this test run each of them */
+    backends bs;
+    CHECK(backends_open(&bs));
+    bool seen[LM_KERNEL_SET_COUNT] = {false};
+    int cpu_sets = 0;
+    for (int i = 0; i < bs.n; i++) {
+        const char *name = lm_backend_cpu_kernels(bs.be[i]);
+        for (int s = 0; s < LM_KERNEL_SET_COUNT && name; s++)
+            if (strcmp(name, lm_kernel_set_name((lm_kernel_set)s)) == 0 && !seen[s]) {
+                seen[s] = true;
+                cpu_sets++;
+            }
+    }
+    CHECK_MSG(cpu_sets == runnable || getenv("LOOM_TEST_COMPUTE"), "%d of the %d sets this CPU runs are checked",
+              cpu_sets, runnable);
+    /* lm_backend_create("cpu") runs LOOM_CPU_KERNELS's set, else the best */
+    const char *forced = getenv(LM_KERNEL_SET_ENV);
+    CHECK_OK(lm_kernel_set_for_process(&set, NULL, &err), &err);
+    CHECK(!forced || !*forced || strcmp(lm_kernel_set_name(set), forced) == 0);
+    lm_kernel_set best;
+    CHECK_OK(lm_kernel_set_choose(NULL, "", &here, &best, &err), &err);
+    CHECK((forced && *forced) || set == best);
+    CHECK(bs.n > 0 && strcmp(lm_backend_cpu_kernels(bs.be[0]), lm_kernel_set_name(set)) == 0);
+    backends_close(&bs);
+    lm_backend *ref = NULL;
+    CHECK_OK(lm_backend_create("ref", 1, &ref, &err), &err);
+    CHECK(ref && lm_backend_cpu_kernels(ref) == NULL);
+    lm_backend_destroy(ref);
+}
+
 static void test_backend_create_by_name(void) {
     lm_error err = {0};
     lm_backend *be = NULL;
@@ -453,7 +599,7 @@ static void test_backend_create_by_name(void) {
      * and says why not elsewhere */
     CHECK_OK(lm_backend_set_compute(be, "f32", &err), &err);
     CHECK(strcmp(lm_backend_compute(be), "f32") == 0);
-    if (lm_cpu_features_detect().avx512_bf16) {
+    if (cpu_offers_bf16(be)) {
         CHECK_OK(lm_backend_set_compute(be, "bf16", &err), &err);
         CHECK(strcmp(lm_backend_compute(be), "bf16") == 0);
         CHECK_OK(lm_backend_set_compute(be, "f32", &err), &err);
@@ -1268,14 +1414,16 @@ done:
 }
 
 static void test_matmul_bf16_compute(void) {
-    if (!lm_cpu_features_detect().avx512_bf16) {
-        printf("  skipped: this CPU has no avx512_bf16 (the cpu backend refuses bf16 compute)\n");
-        return;
-    }
     lm_error err = {0};
     lm_backend *be[2] = {NULL, NULL};
     CHECK_OK(lm_backend_create("cpu", 1, &be[0], &err), &err);
     CHECK_OK(lm_backend_create("cpu", 2, &be[1], &err), &err);
+    if (!be[0] || !be[1] || !cpu_offers_bf16(be[0])) {
+        printf("  skipped: this CPU has no avx512_bf16, or the cpu backend runs other than its avx512 kernels "
+               "(it refuses bf16 compute)\n");
+        for (int b = 0; b < 2; b++) lm_backend_destroy(be[b]);
+        return;
+    }
     for (int b = 0; b < 2; b++) CHECK_OK(lm_backend_set_compute(be[b], "bf16", &err), &err);
     verdict v = {0};
     rng r = {0xbf16ull};
@@ -4050,19 +4198,22 @@ static void test_moe_experts(void) {
 
 /* ------------------------------------------------------------ the checks themselves */
 
-/* A cpu backend with one op broken on purpose: the checks must catch each. */
+/* A cpu backend with one op broken on purpose: the checks must catch each.
+ * be is that backend, its table the broken one, its impl the real cpu
+ * backend's: real_cpu_ops is the table of the kernel set that one runs. */
+static const lm_backend_ops *real_cpu_ops(const lm_backend *be) { return lm_cpu_kernels_of(be)->ops; }
 static void skip_last_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
-    lm_cpu_backend_ops.silu_mul(be, out, gate, up, n - 1);
+    real_cpu_ops(be)->silu_mul(be, out, gate, up, n - 1);
 }
 static void skip_last_gather(lm_backend *be, lm_mem dst, lm_mem src, lm_mem ids, int n, int w) {
-    lm_cpu_backend_ops.gather_rows(be, dst, src, ids, n - 1, w);
+    real_cpu_ops(be)->gather_rows(be, dst, src, ids, n - 1, w);
 }
 static void drop_last_sequence(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g,
                                lm_mem beta, lm_mem states, int64_t slot_stride,
                                const lm_seq_batch *seqs, int Hk, int Hv, int dk, int dv) {
     lm_seq_batch fewer = *seqs;
     fewer.n_seqs--;
-    lm_cpu_backend_ops.gated_delta_rule(be, out, q, k, v, g, beta, states, slot_stride, &fewer, Hk,
+    real_cpu_ops(be)->gated_delta_rule(be, out, q, k, v, g, beta, states, slot_stride, &fewer, Hk,
                                         Hv, dk, dv);
 }
 static void conv_ignoring_first(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
@@ -4074,20 +4225,20 @@ static void conv_ignoring_first(lm_backend *be, lm_mem out, lm_mem in, int C, lm
     for (int s = 0, row = 0; s < seqs->n_seqs; s++) first[s] = row, row += length[s];
     lm_seq_batch packed = *seqs;
     lm_upload(be, packed.first, first, sizeof(int32_t) * (size_t)seqs->n_seqs);
-    lm_cpu_backend_ops.causal_conv1d_silu(be, out, in, C, weight, K, states, slot_stride, &packed);
+    real_cpu_ops(be)->causal_conv1d_silu(be, out, in, C, weight, K, states, slot_stride, &packed);
 }
 
 /* Fused ops that are wrong, each beside parts that are right: the checks
  * against the parts must catch them. */
 static bool matmul_add_storing(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
-    lm_cpu_backend_ops.matmul(be, y, x, n, w); /* the add forgotten */
+    real_cpu_ops(be)->matmul(be, y, x, n, w); /* the add forgotten */
     return true;
 }
 static bool normed_group_of_h(lm_backend *be, const lm_normed_input *in, int n, const lm_matmul_out *outs,
                               int count) {
-    lm_cpu_backend_ops.rmsnorm(be, in->x, in->h, in->weight, n, (int)outs[0].w->cols, in->eps);
+    real_cpu_ops(be)->rmsnorm(be, in->x, in->h, in->weight, n, (int)outs[0].w->cols, in->eps);
     for (int i = 0; i < count; i++) /* the products of h, not of its norm */
-        lm_cpu_backend_ops.matmul(be, outs[i].y, in->h, n, outs[i].w);
+        real_cpu_ops(be)->matmul(be, outs[i].y, in->h, n, outs[i].w);
     return true;
 }
 /* y += x · wᵀ with each row scaled by sigmoid(gate), through a
@@ -4098,53 +4249,53 @@ static bool with_scratch_product(lm_backend *be, lm_mem y, lm_mem x, int n, cons
     if (be->ops->alloc(be, sizeof(float) * (size_t)n * (size_t)w->rows, "test scratch", &buffer, &err) != LM_OK)
         return false;
     lm_mem scratch = {buffer, 0};
-    lm_cpu_backend_ops.matmul(be, scratch, x, n, w);
-    lm_cpu_backend_ops.sigmoid_scale_rows(be, scratch, gate, n, (int)w->rows);
-    lm_cpu_backend_ops.add(be, y, scratch, (int64_t)n * w->rows);
+    real_cpu_ops(be)->matmul(be, scratch, x, n, w);
+    real_cpu_ops(be)->sigmoid_scale_rows(be, scratch, gate, n, (int)w->rows);
+    real_cpu_ops(be)->add(be, y, scratch, (int64_t)n * w->rows);
     be->ops->free(be, buffer);
     return true;
 }
 static bool delta_rule_without_norm(lm_backend *be, const lm_delta_rule_norm_args *a) {
-    lm_cpu_backend_ops.gated_delta_rule(be, a->out, a->q, a->k, a->v, a->g, a->beta, a->states, a->slot_stride,
+    real_cpu_ops(be)->gated_delta_rule(be, a->out, a->q, a->k, a->v, a->g, a->beta, a->states, a->slot_stride,
                                         a->seqs, a->Hk, a->Hv, a->dk, a->dv); /* the gated norm forgotten */
     return true;
 }
 static bool attention_ungated(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
                               const lm_attention_batch *batch) {
     (void)gates; /* the gate forgotten */
-    lm_cpu_backend_ops.attention(be, out, q, kv, batch);
+    real_cpu_ops(be)->attention(be, out, q, kv, batch);
     return true;
 }
 static bool matmul_gated_add_without_other(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n,
                                            const lm_matrix *w, lm_mem gate, lm_mem other) {
-    if (x_up.buffer) lm_cpu_backend_ops.silu_mul(be, x, x, x_up, (int64_t)n * w->cols);
+    if (x_up.buffer) real_cpu_ops(be)->silu_mul(be, x, x, x_up, (int64_t)n * w->cols);
     return with_scratch_product(be, y, x, n, w, gate); /* other never added */
 }
 static bool matmul_gated_add_without_up(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w,
                                         lm_mem gate, lm_mem other) {
     (void)x_up; /* x itself taken as the product's input: the SwiGLU forgotten */
     if (!with_scratch_product(be, y, x, n, w, gate)) return false;
-    lm_cpu_backend_ops.add(be, y, other, (int64_t)n * w->rows);
+    real_cpu_ops(be)->add(be, y, other, (int64_t)n * w->rows);
     return true;
 }
 static void sigmoid_scale_skipping_last_row(lm_backend *be, lm_mem x, lm_mem gate, int rows,
                                             int width) {
-    lm_cpu_backend_ops.sigmoid_scale_rows(be, x, gate, rows - 1, width);
+    real_cpu_ops(be)->sigmoid_scale_rows(be, x, gate, rows - 1, width);
 }
 static void add_rows_skipping_last_row(lm_backend *be, lm_mem x, lm_mem bias, int rows, int width) {
-    lm_cpu_backend_ops.add_rows(be, x, bias, rows - 1, width);
+    real_cpu_ops(be)->add_rows(be, x, bias, rows - 1, width);
 }
 static void layernorm_skipping_last_row(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight,
                                         lm_mem bias, int rows, int dim, float eps) {
-    lm_cpu_backend_ops.layernorm(be, out, x, weight, bias, rows - 1, dim, eps);
+    real_cpu_ops(be)->layernorm(be, out, x, weight, bias, rows - 1, dim, eps);
 }
 static void layernorm_without_bias(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight,
                                    lm_mem bias, int rows, int dim, float eps) {
-    lm_cpu_backend_ops.rmsnorm(be, out, x, weight, rows, dim, eps); /* no centring, no bias */
+    real_cpu_ops(be)->rmsnorm(be, out, x, weight, rows, dim, eps); /* no centring, no bias */
     (void)bias;
 }
 static void gelu_of_the_other_kind(lm_backend *be, lm_mem x, int64_t n, lm_gelu_kind kind) {
-    lm_cpu_backend_ops.gelu(be, x, n, kind == LM_GELU_ERF ? LM_GELU_TANH : LM_GELU_ERF);
+    real_cpu_ops(be)->gelu(be, x, n, kind == LM_GELU_ERF ? LM_GELU_TANH : LM_GELU_ERF);
 }
 static void weighted_rows_skipping_last_tap(lm_backend *be, lm_mem x, const lm_matrix *table,
                                             lm_mem ids, lm_mem weights, int n, int taps) {
@@ -4157,7 +4308,7 @@ static void weighted_rows_skipping_last_tap(lm_backend *be, lm_mem x, const lm_m
         lm_upload(be, weights, w, sizeof(float) * nt);
     }
     free(w);
-    lm_cpu_backend_ops.add_weighted_rows(be, x, table, ids, weights, n, taps);
+    real_cpu_ops(be)->add_weighted_rows(be, x, table, ids, weights, n, taps);
 }
 /* The 2-D rotary with the patch row and column exchanged. */
 static void rope_swapping_rows_and_columns(lm_backend *be, lm_mem x, int n, int n_heads,
@@ -4174,25 +4325,25 @@ static void rope_swapping_rows_and_columns(lm_backend *be, lm_mem x, int n, int 
         lm_upload(be, positions, pos, sizeof(int32_t) * 3 * (size_t)n);
     }
     free(pos);
-    lm_cpu_backend_ops.rope(be, x, n, n_heads, head_dim, positions, rope);
+    real_cpu_ops(be)->rope(be, x, n, n_heads, head_dim, positions, rope);
 }
 static void route_ignoring_bias(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
                                 const lm_moe_routing *routing) {
     lm_moe_routing r = *routing;
     r.correction_bias = (lm_mem){0};
-    lm_cpu_backend_ops.moe_route(be, ids, weights, logits, n, &r);
+    real_cpu_ops(be)->moe_route(be, ids, weights, logits, n, &r);
 }
 static void route_ignoring_groups(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits, int n,
                                   const lm_moe_routing *routing) {
     lm_moe_routing r = *routing;
     r.n_group = r.topk_group = 1;
-    lm_cpu_backend_ops.moe_route(be, ids, weights, logits, n, &r);
+    real_cpu_ops(be)->moe_route(be, ids, weights, logits, n, &r);
 }
 /* Weights from the biased choices s + bias instead of s (without
  * renormalising: then that is the right weight plus bias · scale). */
 static void route_weighting_by_choice(lm_backend *be, lm_mem ids, lm_mem weights, lm_mem logits,
                                       int n, const lm_moe_routing *routing) {
-    lm_cpu_backend_ops.moe_route(be, ids, weights, logits, n, routing);
+    real_cpu_ops(be)->moe_route(be, ids, weights, logits, n, routing);
     size_t nk = (size_t)n * (size_t)routing->top_k;
     int32_t *id = malloc(sizeof(int32_t) * nk);
     float *w = malloc(sizeof(float) * nk);
@@ -4212,19 +4363,19 @@ static void route_weighting_by_choice(lm_backend *be, lm_mem ids, lm_mem weights
 static void experts_skipping_last_token(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids,
                                         lm_mem weights, int top_k, const lm_moe_experts *experts,
                                         lm_mem scratch) {
-    lm_cpu_backend_ops.moe_experts(be, out, x, n - 1, ids, weights, top_k, experts, scratch);
+    real_cpu_ops(be)->moe_experts(be, out, x, n - 1, ids, weights, top_k, experts, scratch);
 }
 static void experts_writing_past_scratch(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem ids,
                                          lm_mem weights, int top_k, const lm_moe_experts *experts,
                                          lm_mem scratch) {
-    lm_cpu_backend_ops.moe_experts(be, out, x, n, ids, weights, top_k, experts, scratch);
+    real_cpu_ops(be)->moe_experts(be, out, x, n, ids, weights, top_k, experts, scratch);
     lm_fill(be, lm_mem_bytes(scratch, lm_moe_scratch_bytes(n, top_k, experts)), 0, 1);
 }
 
 static void test_poison_catches_broken_ops(void) {
     backends real;
     CHECK(backends_open(&real));
-    lm_backend_ops broken_ops = lm_cpu_backend_ops;
+    lm_backend_ops broken_ops = *real.be[0]->ops;
     broken_ops.silu_mul = skip_last_silu_mul;
     broken_ops.gather_rows = skip_last_gather;
     broken_ops.gated_delta_rule = drop_last_sequence;
@@ -4254,7 +4405,7 @@ static void test_poison_catches_broken_ops(void) {
     check_layernorm(&bs, &vis[0], &r, 5, 64, false, 0.0f);
     broken_ops.layernorm = layernorm_without_bias;
     check_layernorm(&bs, &vis[1], &r, 5, 64, false, 1.0f);
-    broken_ops.layernorm = lm_cpu_backend_ops.layernorm;
+    broken_ops.layernorm = real.be[0]->ops->layernorm;
     check_layernorm(&bs, &ok, &r, 5, 64, false, 1.0f);
     broken_ops.gelu = gelu_of_the_other_kind;
     check_gelu(&bs, &vis[2], &r, LM_GELU_ERF, 1000);
@@ -4270,14 +4421,14 @@ static void test_poison_catches_broken_ops(void) {
     check_moe_route(&bs, &m3, &r, &glm);
     broken_ops.moe_route = route_weighting_by_choice;
     check_moe_route(&bs, &m4, &r, &glm);
-    broken_ops.moe_route = lm_cpu_backend_ops.moe_route; /* the real one passes */
+    broken_ops.moe_route = real.be[0]->ops->moe_route; /* the real one passes */
     check_moe_route(&bs, &ok, &r, &glm);
     if (have_experts) {
         broken_ops.moe_experts = experts_skipping_last_token;
         check_moe_experts(&bs, &m5, &r, &ex, 2, 5, true);
         broken_ops.moe_experts = experts_writing_past_scratch;
         check_moe_experts(&bs, &m6, &r, &ex, 2, 5, false);
-        broken_ops.moe_experts = lm_cpu_backend_ops.moe_experts;
+        broken_ops.moe_experts = real.be[0]->ops->moe_experts;
         check_moe_experts(&bs, &ok, &r, &ex, 2, 5, true);
     }
     expert_set_free(&ex);
@@ -4336,6 +4487,7 @@ int main(void) {
      * asked here, so their kernels stay checked against their parts. */
     setenv("LOOM_CUDA_FUSE_NORM", "1", 0);
     RUN_TEST(test_backend_create_by_name);
+    RUN_TEST(test_cpu_kernel_sets);
     RUN_TEST(test_memory_ops);
     RUN_TEST(test_matmul);
     RUN_TEST(test_matmul_q8);

@@ -16,7 +16,7 @@
 
 #include "harness.h"
 #include "model_util.h"
-#include "ops/backend_kinds.h" /* the cpu table, for a backend posing as a device */
+#include "ops/host/host_memory.h" /* the host memory ops, for a backend posing as a device */
 #include "ops/comm.h"
 
 #define MAX_RANKS 8
@@ -117,7 +117,7 @@ static bool gather_right(const float *got, int n_ranks, size_t n, uint64_t salt)
  * memory is not the host's (as a device backend's is not), so it stages
  * the rank's values through downloads and uploads. */
 static lm_status device_alloc(lm_backend *be, size_t bytes, const char *what, lm_buffer **out, lm_error *err) {
-    return lm_cpu_backend_ops.alloc(be, bytes, what, out, err);
+    return lm_host_alloc(be, bytes, what, out, err);
 }
 static lm_status failing_download(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err) {
     (void)be, (void)dst, (void)src;

@@ -1,4 +1,5 @@
-/* Gated DeltaNet kernels (ops/cpu/gdn_*.c) against a float64 recurrence
+/* Gated DeltaNet kernels (ops/cpu/gdn_*.c, of the kernel set the cpu
+ * backend runs: LOOM_CPU_KERNELS or the best for this CPU) against a float64 recurrence
  * written here from model-spec §A.7, plus the properties the engine relies
  * on: the chunked and recurrent forms agree, a sequence split in two gives
  * the same result as one call (prefill then decode), value heads pair with
@@ -13,7 +14,6 @@
 #include "harness.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/gdn.h"
-#include "ops/cpu/kernels.h"
 #include "ops/ref/reference.h"
 
 #define REL_TOL 1e-5
@@ -215,6 +215,7 @@ static void run_part(lm_backend *be, run_kind kind, const gdn_case *c, int t0, i
                         .dk = c->dk,
                         .dv = c->dv};
     lm_pool *pool = lm_cpu_pool(be);
+    const lm_cpu_kernels *kernels = lm_cpu_kernels_of(be); /* the set LOOM_CPU_KERNELS or the CPU chose */
     switch (kind) {
     case RUN_REFERENCE:
         lm_ref_gated_delta_rule(out, p.q, p.k, p.v, p.g, p.beta, state, n, c->Hk, c->Hv, c->dk,
@@ -236,13 +237,13 @@ static void run_part(lm_backend *be, run_kind kind, const gdn_case *c, int t0, i
                           .Hv = c->Hv,
                           .dk = c->dk,
                           .dv = c->dv};
-        lm_cpu_gated_delta_rule(pool, &b);
+        kernels->gated_delta_rule(pool, &b);
         break;
     }
-    case RUN_RECURRENT: lm_gdn_recurrent(pool, &p, true); break;
-    case RUN_RECURRENT_PLAIN: lm_gdn_recurrent(NULL, &p, false); break;
-    case RUN_CHUNKED: lm_gdn_chunked(pool, &p, true); break;
-    case RUN_CHUNKED_PLAIN: lm_gdn_chunked(NULL, &p, false); break;
+    case RUN_RECURRENT: kernels->gdn_recurrent(pool, &p, true); break;
+    case RUN_RECURRENT_PLAIN: kernels->gdn_recurrent(NULL, &p, false); break;
+    case RUN_CHUNKED: kernels->gdn_chunked(pool, &p, true); break;
+    case RUN_CHUNKED_PLAIN: kernels->gdn_chunked(NULL, &p, false); break;
     }
 }
 
@@ -412,7 +413,9 @@ static void test_full_decay_forgets_state(void) {
         c.g[(size_t)45 * c.Hv + h] = -300.0f;
     }
     expected e = expect(&c, false);
-    for (int form = 0; form < 4; form++) {
+    lm_backend *be = make_backend();
+    CHECK(be != NULL);
+    for (int form = 0; form < 4 && be; form++) {
         bool chunked = form >= 2, simd = form % 2 == 0;
         float *out = nan_filled(v_size(&c)), *state = copy_floats(c.state0, state_size(&c));
         lm_gdn_problem p = {.out = out,
@@ -428,9 +431,9 @@ static void test_full_decay_forgets_state(void) {
                             .dk = c.dk,
                             .dv = c.dv};
         if (chunked)
-            lm_gdn_chunked(NULL, &p, simd);
+            lm_cpu_kernels_of(be)->gdn_chunked(NULL, &p, simd);
         else
-            lm_gdn_recurrent(NULL, &p, simd);
+            lm_cpu_kernels_of(be)->gdn_recurrent(NULL, &p, simd);
         double eo = rel_error(out, e.out, v_size(&c));
         double es = rel_error(state, e.state, state_size(&c));
         free(out);
@@ -443,6 +446,7 @@ static void test_full_decay_forgets_state(void) {
     }
     free_expected(&e);
     free_case(&c);
+    lm_backend_destroy(be);
 }
 
 /* ---- causal conv1d + SiLU ---- */
@@ -477,14 +481,14 @@ static void conv_part(lm_backend *be, conv_kind kind, const conv_case *c, int t0
     case CONV_BACKEND: {
         int32_t first = 0, length = n, slot = 0;
         lm_host_seq_batch seqs = {1, &first, &length, &slot, n};
-        lm_cpu_causal_conv1d_silu(lm_cpu_pool(be), out, in, c->C, c->weight, c->K, state, 0, &seqs);
+        lm_cpu_kernels_of(be)->causal_conv1d_silu(lm_cpu_pool(be), out, in, c->C, c->weight, c->K, state, 0, &seqs);
         break;
     }
     case CONV_SIMD_SERIAL:
-        lm_gdn_conv1d_silu(NULL, out, in, n, c->C, state, c->weight, c->K, true);
+        lm_cpu_kernels_of(be)->gdn_conv1d_silu(NULL, out, in, n, c->C, state, c->weight, c->K, true);
         break;
     case CONV_PORTABLE:
-        lm_gdn_conv1d_silu(NULL, out, in, n, c->C, state, c->weight, c->K, false);
+        lm_cpu_kernels_of(be)->gdn_conv1d_silu(NULL, out, in, n, c->C, state, c->weight, c->K, false);
         break;
     }
 }

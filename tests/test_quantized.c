@@ -33,7 +33,6 @@
 #include "io/checkpoint.h"
 #include "io/json_file.h"
 #include "model_util.h"
-#include "ops/backend_kinds.h"
 #include "safetensors_writer.h"
 
 /* max |Δlogit| / std(reference) over every prompt's rows, per fixture,
@@ -231,7 +230,7 @@ static void test_backend_without_int8_refuses(void) {
     lm_error err = {0};
     lm_backend *cpu;
     CHECK_OK(lm_backend_create("cpu", 1, &cpu, &err), &err);
-    lm_backend_ops ops = lm_cpu_backend_ops;
+    lm_backend_ops ops = *cpu->ops;
     ops.weight_dtype_supported = NULL;
     lm_backend plain = {.ops = &ops, .impl = cpu->impl};
     lm_model *model = NULL;
@@ -360,7 +359,7 @@ static void test_fp8_without_int8_loads_bf16(void) {
     lm_backend *cpu = NULL;
     CHECK_OK(lm_backend_create("cpu", 1, &cpu, &err), &err);
     if (ref && f.made && cpu) {
-        lm_backend_ops ops = lm_cpu_backend_ops;
+        lm_backend_ops ops = *cpu->ops;
         ops.weight_dtype_supported = NULL;
         lm_backend plain = {.ops = &ops, .impl = cpu->impl};
         check_fp8_as_bf16(&plain, &f, ref);

@@ -1,8 +1,9 @@
 /* The token sampler against hand-computed distributions: each option alone
  * and combined on small vocabularies (expected probabilities written as
  * formulas), sampling frequencies over many draws, greedy ties, seeded
- * determinism, raw logprobs, parameter validation, the token history, and a
- * full-size vocabulary (248320) against a naive full-sort implementation. */
+ * determinism, raw logprobs, parameter validation, the token history, a
+ * full-size vocabulary (248320) against a naive full-sort implementation,
+ * and the vector loops of every kernel set this CPU runs against float64. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "engine/sampler.h"
+#include "engine/sampler_vectors.h"
 #include "engine/token_counts.h"
 #include "harness.h"
 #include "ops/ref/reference.h"
@@ -1156,6 +1158,62 @@ static void test_large_vocab_against_full_sort(void) {
     CHECK_MSG(ok, "%s", what);
 }
 
+/* The sampler's vector loops (engine/sampler_vectors.c) of every kernel set
+ * of the build that this CPU runs, against float64 on rows whose lengths
+ * leave every tail size, with -inf (masked ids) and NaN among the values:
+ * max exactly, exp within 4e-7 of each value (the polynomial's ~2 ulp),
+ * the sum of exps within 1e-6. */
+static void test_vectors_of_every_kernel_set(void) {
+    lm_cpu_features cpu = lm_cpu_features_detect();
+    int checked = 0;
+    enum { N = 300 };
+    float x[N], out[N];
+    for (int i = 0; i < N; i++) x[i] = (float)sin(i * 0.37) * 20.0f - (float)(i % 7);
+    for (int s = 0; s < LM_KERNEL_SET_COUNT; s++) {
+        const lm_sampler_vectors *v = lm_sampler_vectors_of((lm_kernel_set)s);
+        CHECK((v != NULL) == lm_kernel_set_is_built((lm_kernel_set)s));
+        if (!v || !lm_kernel_set_runs_on((lm_kernel_set)s, &cpu)) continue;
+        CHECK(v->set == (lm_kernel_set)s);
+        checked++;
+        const char *name = lm_kernel_set_name((lm_kernel_set)s);
+        for (int n = 1; n <= 70 && !test_current_failed(); n++) {
+            float row[N];
+            memcpy(row, x, sizeof row);
+            if (n > 1) row[n / 2] = -INFINITY; /* a masked id (not the only one: the max stays finite) */
+            if (n > 3) row[n - 2] = NAN;
+            double want_max = -INFINITY, want_sum = 0;
+            for (int i = 0; i < n; i++)
+                if (row[i] > want_max) want_max = row[i];
+            float got_max = v->max(row, n);
+            CHECK_MSG(got_max == (float)want_max, "%s: max of %d: %g, want %g", name, n, got_max, want_max);
+            float shift = (float)want_max, scale = 0.7f;
+            v->exp_scaled(row, n, shift, scale, out);
+            for (int i = 0; i < n; i++) {
+                if (row[i] != row[i]) continue; /* NaN in, NaN out: not checked */
+                float arg = (row[i] - shift) * scale; /* in float, as the loops do */
+                double want = exp((double)arg);
+                CHECK_MSG(fabs(out[i] - want) <= 4e-7 * want + 1e-37, "%s: exp_scaled[%d] of %d: %.9g, want %.9g",
+                          name, i, n, out[i], want);
+                if (test_current_failed()) break;
+            }
+            row[n - 2 > 0 ? n - 2 : 0] = 0.0f; /* the sum takes no NaN */
+            for (int i = 0; i < n; i++) want_sum += exp((double)(row[i] - shift));
+            double got_sum = v->exp_sum(row, n, shift);
+            CHECK_MSG(fabs(got_sum - want_sum) <= 1e-6 * want_sum, "%s: exp_sum of %d: %.12g, want %.12g", name, n,
+                      got_sum, want_sum);
+        }
+    }
+    CHECK(checked >= 1);
+    /* the scratch takes the set LOOM_CPU_KERNELS names, else the best one */
+    lm_sampler_scratch scratch;
+    lm_error err = {0};
+    lm_kernel_set want;
+    CHECK_OK(lm_kernel_set_for_process(&want, NULL, &err), &err);
+    CHECK_OK(lm_sampler_scratch_init(&scratch, 16, &err), &err);
+    CHECK(scratch.vectors && scratch.vectors->set == want);
+    lm_sampler_scratch_free(&scratch);
+}
+
 int main(void) {
     RUN_TEST(test_defaults);
     RUN_TEST(test_temperature);
@@ -1179,5 +1237,6 @@ int main(void) {
     RUN_TEST(test_token_counts);
     RUN_TEST(test_degenerate_inputs);
     RUN_TEST(test_large_vocab_against_full_sort);
+    RUN_TEST(test_vectors_of_every_kernel_set);
     return test_summary("test_sampler");
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages loom builds and runs with, when missing; with
-# --test also those of the test suite and its npm packages (tests/node).
+# --test also those of the test suite and its npm packages (tests/node);
+# --build is the plain set by name (the container images' build stage: no
+# clang, Python or Node).
 # Safe to run repeatedly: it does nothing when everything is present.
 # --list [--test] prints the packages instead.
 set -euo pipefail
@@ -20,7 +22,7 @@ install_test_npm() {
 
 # What building and running loom needs (`make`, `make run`) ...
 packages=(build-essential pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-          libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libedit-dev)
+          libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg-dev libwebp-dev libedit-dev zlib1g-dev)
 # ... and what only the test suite needs (`make test`): the Jinja and JSON
 # Schema oracles, clang for the libFuzzer tree, systemd-analyze for
 # contrib/loom.service, python3-yaml for contrib/kubernetes's manifests, node

@@ -1,5 +1,7 @@
 #include "base/build_info.h"
 
+#include "base/kernel_set.h"
+
 #ifndef LOOM_GIT_COMMIT
 #define LOOM_GIT_COMMIT "unknown"
 #endif
@@ -53,6 +55,12 @@ void lm_build_info_get(lm_build_info *out) {
     out->git_commit = LOOM_GIT_COMMIT;
     out->compiler = COMPILER;
     out->cpu_features = cpu_features;
+    out->kernel_sets = lm_kernel_sets_built();
+    lm_kernel_set set;
+    lm_error_clear(&out->cpu_kernels_error);
+    out->cpu_kernels = lm_kernel_set_for_process(&set, &out->cpu_kernels_forced, &out->cpu_kernels_error) == LM_OK
+                           ? lm_kernel_set_name(set)
+                           : NULL;
 #ifdef LOOM_HAVE_CUDA
     out->backends = "cpu, ref, cuda";
 #else

@@ -599,10 +599,12 @@ int cmd_bench_main(int argc, char **argv) {
         goto done;
 
     const char *made = lm_model_describe(model)->weights_made; /* int8, or FP8 as bf16 */
-    printf("model: %s, %s weights%s%s%s, %s backend (%s compute), %d threads, loaded in %.1f s\n",
+    const char *kernels = lm_backend_cpu_kernels(backend); /* the cpu's kernel set: which code the figures are of */
+    printf("model: %s, %s weights%s%s%s, %s backend (%s compute%s%s%s), %d threads, loaded in %.1f s\n",
            model_dir ? model_dir : config_path,
            model_dir ? (mode == LM_LOAD_MMAP ? "mapped" : "read") : "random bf16", made[0] ? " (" : "", made,
-           made[0] ? ")" : "", backend->ops->name, lm_backend_compute(backend), lm_backend_threads(backend), load_s);
+           made[0] ? ")" : "", backend->ops->name, lm_backend_compute(backend), kernels ? ", " : "",
+           kernels ? kernels : "", kernels ? " kernels" : "", lm_backend_threads(backend), load_s);
     fflush(stdout);
     double t1 = lm_monotonic_seconds();
     int32_t next = 0;

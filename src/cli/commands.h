@@ -19,5 +19,6 @@ int cmd_bench_main(int argc, char **argv);
 int cmd_tokenize_main(int argc, char **argv);
 int cmd_detokenize_main(int argc, char **argv);
 int cmd_render_main(int argc, char **argv);
+int cmd_health_main(int argc, char **argv);
 
 #endif

@@ -16,13 +16,22 @@ static const lm_command commands[] = {
     {"tokenize", "text on stdin -> token ids", cmd_tokenize_main},
     {"detokenize", "token ids on stdin -> text", cmd_detokenize_main},
     {"render", "render a chat template (JSON on stdin)", cmd_render_main},
+    {"health", "ask a running server for GET /health (exit 0: healthy)", cmd_health_main},
 };
 
-static void print_version(void) {
+/* 0, or 1 when $LOOM_CPU_KERNELS names a kernel set that cannot run here. */
+static int print_version(void) {
     lm_build_info b;
     lm_build_info_get(&b);
-    printf("loom %s (commit %s)\ncompiler: %s\ncpu features: %s\nbackends: %s\n", b.version, b.git_commit,
-           b.compiler, b.cpu_features, b.backends);
+    printf("loom %s (commit %s)\ncompiler: %s\ncpu features: %s\n", b.version, b.git_commit, b.compiler,
+           b.cpu_features);
+    if (b.cpu_kernels)
+        printf("cpu kernels: %s (%s; built: %s)\n", b.cpu_kernels,
+               b.cpu_kernels_forced ? "LOOM_CPU_KERNELS" : "the best this CPU runs", b.kernel_sets);
+    else
+        printf("cpu kernels: none (built: %s): %s\n", b.kernel_sets, b.cpu_kernels_error.message);
+    printf("backends: %s\n", b.backends);
+    return b.cpu_kernels ? 0 : 1;
 }
 
 static void usage(FILE *f) {
@@ -39,8 +48,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "version") == 0) {
-        print_version();
-        return 0;
+        return print_version();
     }
     if (strcmp(argv[1], "completion") == 0)
         return lm_cli_completion_main(argc - 1, argv + 1, commands, sizeof commands / sizeof commands[0]);

@@ -31,9 +31,10 @@ void lm_cli_log_startup(const lm_log *log, const lm_startup_facts *f) {
                   e->architecture, total, moe, (double)e->weight_bytes / 1e6, f->weight_dtypes[0] ? " (" : "",
                   f->weight_dtypes, f->weight_dtypes[0] ? ")" : "");
     bool detail = f->load_detail && f->load_detail[0];
-    lm_log_printf(log, LM_LOG_INFO, "loaded in %.2f s%s%s%s, %.0f MiB resident; %s backend (%s compute), %d threads%s",
+    lm_log_printf(log, LM_LOG_INFO, "loaded in %.2f s%s%s%s, %.0f MiB resident; %s backend (%s compute%s%s%s), %d threads%s",
                   f->load_seconds, detail ? " (" : "", detail ? f->load_detail : "", detail ? ")" : "",
-                  (double)lm_cli_resident_bytes() / (1 << 20), e->backend, e->compute, e->threads,
+                  (double)lm_cli_resident_bytes() / (1 << 20), e->backend, e->compute,
+                  e->cpu_kernels[0] ? ", " : "", e->cpu_kernels, e->cpu_kernels[0] ? " kernels" : "", e->threads,
                   e->vision ? ", images on" : "");
     if (!e->prefix_caching)
         lm_log_printf(log, LM_LOG_INFO, "prefix caching off");

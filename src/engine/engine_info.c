@@ -14,6 +14,8 @@ void loom_engine_describe(const loom_engine *e, loom_engine_info *out) {
     out->weight_bytes = m->weight_bytes;
     snprintf(out->weights_made, sizeof out->weights_made, "%s", m->weights_made);
     snprintf(out->backend, sizeof out->backend, "%s", e->backend->ops->name);
+    const char *kernels = lm_backend_cpu_kernels(e->backend);
+    snprintf(out->cpu_kernels, sizeof out->cpu_kernels, "%s", kernels ? kernels : "");
     out->threads = lm_backend_threads(e->backend);
     out->max_model_len = e->max_model_len;
     snprintf(out->max_model_len_note, sizeof out->max_model_len_note, "%s", e->max_model_len_note);

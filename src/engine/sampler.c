@@ -7,23 +7,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/simd.h"
+#include "engine/sampler_vectors.h"
 
 /* Histogram resolution: buckets per unit of (max - logit) / temperature, i.e.
  * per factor e of probability; the last bucket takes everything further. */
 #define BUCKETS_PER_UNIT 32.0f
 #define N_BUCKETS LM_SAMPLER_HIST_BUCKETS
 #define DROPPED_BUCKET UINT16_MAX /* above every real bucket */
-/* Vectors summed in float before the sum moves to double (bounds rounding). */
-#define EXP_SUM_BLOCK 16
 
 /* ------------------------------------------------------------ scratch */
+
+#define X(s) extern const lm_sampler_vectors lm_sampler_vectors_##s;
+LM_KERNEL_SETS
+#undef X
+
+const lm_sampler_vectors *lm_sampler_vectors_of(lm_kernel_set set) {
+#define X(s) [LM_KERNEL_SET_ID(s)] = &lm_sampler_vectors_##s,
+    static const lm_sampler_vectors *const sets[LM_KERNEL_SET_COUNT] = {LM_KERNEL_SETS};
+#undef X
+    return (unsigned)set < LM_KERNEL_SET_COUNT ? sets[set] : NULL;
+}
+
+lm_status lm_sampler_vectors_for_process(const lm_sampler_vectors **out, lm_error *err) {
+    lm_kernel_set set;
+    lm_status st = lm_kernel_set_for_process(&set, NULL, err);
+    if (st != LM_OK) return lm_fail_context(err, "sampler: ");
+    *out = lm_sampler_vectors_of(set);
+    return LM_OK;
+}
 
 lm_status lm_sampler_scratch_init(lm_sampler_scratch *scratch, int vocab, lm_error *err) {
     memset(scratch, 0, sizeof *scratch);
     if (vocab <= 0 || vocab > LM_SAMPLER_MAX_VOCAB)
         return lm_fail(err, LM_ERR_INVALID, "sampler: vocabulary size %d is outside [1, %d]", vocab,
                        LM_SAMPLER_MAX_VOCAB);
+    lm_status st = lm_sampler_vectors_for_process(&scratch->vectors, err);
+    if (st != LM_OK) return st;
     size_t n = (size_t)vocab;
     scratch->weights = malloc(n * sizeof *scratch->weights);
     scratch->raw_logits = malloc(n * sizeof *scratch->raw_logits);
@@ -51,56 +70,16 @@ void lm_sampler_scratch_free(lm_sampler_scratch *scratch) {
 
 /* ------------------------------------------------------------ vector helpers */
 
-/* The largest element, ignoring NaN (-inf when there is none). */
-static float max_of(const float *x, int n) {
-    lm_vf acc = lm_vf_set1(-INFINITY);
-    int i = 0;
-    /* lm_vf_max returns its second operand when either is NaN: acc survives. */
-    for (; i + LM_VF_WIDTH <= n; i += LM_VF_WIDTH) acc = lm_vf_max(lm_vf_load(x + i), acc);
-    float m = lm_vf_reduce_max(acc);
-    for (; i < n; i++)
-        if (x[i] > m) m = x[i];
-    return m;
-}
-
-/* out[i] = exp((x[i] - shift) * scale). */
-static void exp_scaled(const float *x, int n, float shift, float scale, float *out) {
-    lm_vf vs = lm_vf_set1(shift), vk = lm_vf_set1(scale);
-    int i = 0;
-    for (; i + LM_VF_WIDTH <= n; i += LM_VF_WIDTH)
-        lm_vf_store(out + i, lm_vf_exp(lm_vf_mul(lm_vf_sub(lm_vf_load(x + i), vs), vk)));
-    if (i < n) {
-        int rest = n - i;
-        lm_vf_store_part(out + i, lm_vf_exp(lm_vf_mul(lm_vf_sub(lm_vf_load_part(x + i, rest), vs), vk)),
-                         rest);
-    }
-}
-
-/* sum of exp(x[i] - shift), float within short blocks, double across them. */
-static double exp_sum(const float *x, int n, float shift) {
-    lm_vf vs = lm_vf_set1(shift);
-    double total = 0;
-    int i = 0;
-    while (i + LM_VF_WIDTH <= n) {
-        lm_vf acc = lm_vf_zero();
-        for (int j = 0; j < EXP_SUM_BLOCK && i + LM_VF_WIDTH <= n; j++, i += LM_VF_WIDTH)
-            acc = lm_vf_add(acc, lm_vf_exp(lm_vf_sub(lm_vf_load(x + i), vs)));
-        total += lm_vf_reduce_add(acc);
-    }
-    for (; i < n; i++) total += lm_exp_scalar(x[i] - shift);
-    return total;
-}
-
 /* First index of the largest element (0 when none is a number above -inf).
  * One pass: a block's max is found with vectors and the block is rescanned
  * (from L1) only when it beats the best so far. */
-static int32_t argmax(const float *x, int n) {
+static int32_t argmax(const lm_sampler_vectors *v, const float *x, int n) {
     enum { BLOCK = 256 };
     int32_t best = 0;
     float best_value = -INFINITY;
     for (int start = 0; start < n; start += BLOCK) {
         int len = n - start < BLOCK ? n - start : BLOCK;
-        float m = max_of(x + start, len);
+        float m = v->max(x + start, len);
         if (m > best_value) {
             int i = start;
             while (x[i] != m) i++;
@@ -341,7 +320,7 @@ static bool plan_top_k_fast(const loom_sampling *p, const float *logits, int voc
     lm_sampler_candidate *c = s->candidates;
     for (int b = 0; b < n_blocks; b++) {
         int start = b * LM_SAMPLER_BLOCK, len = vocab - start < LM_SAMPLER_BLOCK ? vocab - start : LM_SAMPLER_BLOCK;
-        c[b] = (lm_sampler_candidate){.id = b, .logit = max_of(logits + start, len)};
+        c[b] = (lm_sampler_candidate){.id = b, .logit = s->vectors->max(logits + start, len)};
     }
     sort_candidates(c, n_blocks);
     float bound = c[k - 1].logit;
@@ -356,7 +335,7 @@ static bool plan_top_k_fast(const loom_sampling *p, const float *logits, int voc
         }
     float *w = s->weights; /* scratch for the gathered logits, then their weights */
     for (int j = 0; j < n; j++) w[j] = c[j].logit;
-    exp_scaled(w, n, max, inv_temp, w);
+    s->vectors->exp_scaled(w, n, max, inv_temp, w);
     int kept = 0;
     for (int j = 0; j < n; j++) {
         float distance = (max - c[j].logit) * inv_temp;
@@ -393,12 +372,12 @@ static sample_plan plan_sample(const loom_sampling *p, float *logits, int vocab,
 
     sample_plan one = {.kind = PLAN_ONE_TOKEN};
     if (!(p->temperature >= LM_SAMPLER_GREEDY_TEMPERATURE)) {
-        one.token = argmax(logits, vocab);
+        one.token = argmax(s->vectors, logits, vocab);
         return one;
     }
-    float max = max_of(logits, vocab);
+    float max = s->vectors->max(logits, vocab);
     if (!(max > -INFINITY && max < INFINITY)) {
-        one.token = argmax(logits, vocab);
+        one.token = argmax(s->vectors, logits, vocab);
         return one;
     }
     float inv_temp = 1.0f / p->temperature;
@@ -406,7 +385,7 @@ static sample_plan plan_sample(const loom_sampling *p, float *logits, int vocab,
     float min_weight = min_p_on ? p->min_p : 0; /* the max token's weight is exactly 1 */
     sample_plan fast;
     if (plan_top_k_fast(p, logits, vocab, max, inv_temp, min_weight, s, &fast)) return fast;
-    exp_scaled(logits, vocab, max, inv_temp, s->weights);
+    s->vectors->exp_scaled(logits, vocab, max, inv_temp, s->weights);
 
     bool narrowing = (p->top_k > 0 && p->top_k < vocab) || (p->top_p > 0 && p->top_p < 1);
     if (narrowing) {
@@ -416,7 +395,7 @@ static sample_plan plan_sample(const loom_sampling *p, float *logits, int vocab,
     int n_kept = 0;
     double total = mask_weights(logits, vocab, max, inv_temp, min_weight, narrowing, s, &n_kept);
     if (n_kept == 0) {
-        one.token = argmax(logits, vocab);
+        one.token = argmax(s->vectors, logits, vocab);
         return one;
     }
     bool top_k_on = p->top_k > 0 && p->top_k < n_kept;
@@ -487,36 +466,36 @@ static int32_t draw(const sample_plan *plan, lm_sampler_scratch *s, const float 
 /* ------------------------------------------------------------ logprobs */
 
 /* log(sum(exp(x))): the raw logprob of token i is x[i] minus this. */
-static double raw_log_normalizer(const float *x, int n) {
-    float max = max_of(x, n);
+static double raw_log_normalizer(const lm_sampler_vectors *v, const float *x, int n) {
+    float max = v->max(x, n);
     if (!(max > -INFINITY && max < INFINITY)) return max == INFINITY ? INFINITY : 0;
-    return (double)max + log(exp_sum(x, n, max));
+    return (double)max + log(v->exp_sum(x, n, max));
 }
 
 /* The k largest raw logits into top (as values, not yet logprobs), best
  * first, ties: lower id first; NaN skipped.  Returns how many (<= k). */
-static int raw_top(const float *x, int n, int k, loom_token_logprob *top) {
+static int raw_top(const lm_sampler_vectors *v, const float *x, int n, int k, loom_token_logprob *top) {
     enum { BLOCK = 256 };
     int count = 0;
     for (int start = 0; start < n && k > 0; start += BLOCK) {
         int end = n - start < BLOCK ? n : start + BLOCK;
         /* Once the list is full, most blocks hold nothing better: skip them whole. */
-        if (count == k && !(max_of(x + start, end - start) > top[k - 1].logprob)) continue;
+        if (count == k && !(v->max(x + start, end - start) > top[k - 1].logprob)) continue;
         for (int i = start; i < end; i++) {
-            float v = x[i];
-            if (v != v) continue;
+            float value = x[i];
+            if (value != value) continue;
             int pos;
             if (count == k) {
-                if (!(v > top[k - 1].logprob)) continue; /* equal: the lower id stays */
+                if (!(value > top[k - 1].logprob)) continue; /* equal: the lower id stays */
                 pos = k - 1;
             } else {
                 pos = count++;
             }
-            while (pos > 0 && top[pos - 1].logprob < v) {
+            while (pos > 0 && top[pos - 1].logprob < value) {
                 top[pos] = top[pos - 1];
                 pos--;
             }
-            top[pos] = (loom_token_logprob){.token = i, .logprob = v};
+            top[pos] = (loom_token_logprob){.token = i, .logprob = value};
         }
     }
     return count;
@@ -544,8 +523,8 @@ lm_status lm_sample(const loom_sampling *params, float *logits, int vocab,
     if (n_logprobs >= 0) {
         if (n_logprobs > LM_SAMPLER_MAX_LOGPROBS) n_logprobs = LM_SAMPLER_MAX_LOGPROBS;
         memcpy(scratch->raw_logits, logits, sizeof *logits * (size_t)vocab);
-        log_normalizer = raw_log_normalizer(logits, vocab);
-        result->n_top = raw_top(logits, vocab, n_logprobs, result->top);
+        log_normalizer = raw_log_normalizer(scratch->vectors, logits, vocab);
+        result->n_top = raw_top(scratch->vectors, logits, vocab, n_logprobs, result->top);
         for (int i = 0; i < result->n_top; i++)
             result->top[i].logprob = (float)((double)result->top[i].logprob - log_normalizer);
     }
@@ -556,7 +535,7 @@ lm_status lm_sample(const loom_sampling *params, float *logits, int vocab,
     } else {
         if (!rng) return lm_fail(err, LM_ERR_INVALID, "sampler: random sampling needs an rng");
         int32_t token = draw(&plan, scratch, logits, vocab, lm_rng_uniform(rng));
-        result->token = token >= 0 ? token : argmax(logits, vocab);
+        result->token = token >= 0 ? token : argmax(scratch->vectors, logits, vocab);
     }
     if (n_logprobs >= 0)
         result->logprob = (float)((double)scratch->raw_logits[result->token] - log_normalizer);

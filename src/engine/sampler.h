@@ -71,8 +71,11 @@ typedef struct {
     float weight; /* exp((logit - max) / temperature) */
 } lm_sampler_candidate;
 
+struct lm_sampler_vectors;
+
 typedef struct {
     int vocab;                       /* largest vocabulary it serves */
+    const struct lm_sampler_vectors *vectors; /* the loops of the kernel set chosen at init (sampler_vectors.h) */
     float *weights;                  /* [vocab] unnormalised probabilities */
     float *raw_logits;               /* [vocab] copy for the chosen token's logprob */
     lm_sampler_candidate *candidates; /* [vocab] top_k / top_p candidates */

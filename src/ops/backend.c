@@ -21,7 +21,8 @@ static int one_thread(const lm_backend *be) {
 
 typedef struct {
     const char *name;
-    const lm_backend_ops *ops;
+    const lm_backend_ops *ops;          /* its backends' table, or */
+    bool (*owns)(const lm_backend *be); /* whether be is one (a kind with several tables) */
     lm_status (*create)(int device, int n_threads, lm_backend **out, lm_error *err);
     void (*destroy)(lm_backend *be);
     int (*threads)(const lm_backend *be);
@@ -44,10 +45,10 @@ static lm_status create_cuda(int device, int n_threads, lm_backend **out, lm_err
 #endif
 
 static const backend_kind kinds[] = {
-    {"cpu", &lm_cpu_backend_ops, create_cpu, lm_cpu_backend_destroy, lm_cpu_backend_threads, true, NULL},
-    {"ref", &lm_ref_backend_ops, create_ref, lm_ref_backend_destroy, one_thread, true, NULL},
+    {"cpu", NULL, lm_cpu_backend_owns, create_cpu, lm_cpu_backend_destroy, lm_cpu_backend_threads, true, NULL},
+    {"ref", &lm_ref_backend_ops, NULL, create_ref, lm_ref_backend_destroy, one_thread, true, NULL},
 #ifdef LOOM_HAVE_CUDA
-    {"cuda", &lm_cuda_backend_ops, create_cuda, lm_cuda_backend_destroy, one_thread, false, lm_cuda_device_count},
+    {"cuda", &lm_cuda_backend_ops, NULL, create_cuda, lm_cuda_backend_destroy, one_thread, false, lm_cuda_device_count},
 #endif
 };
 #define N_KINDS (sizeof kinds / sizeof kinds[0])
@@ -114,7 +115,7 @@ bool lm_backend_name_known(const char *name) {
 
 static const backend_kind *kind_of(const lm_backend *be) {
     for (size_t i = 0; i < N_KINDS; i++)
-        if (be->ops == kinds[i].ops) return &kinds[i];
+        if (kinds[i].owns ? kinds[i].owns(be) : be->ops == kinds[i].ops) return &kinds[i];
     return NULL;
 }
 

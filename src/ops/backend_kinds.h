@@ -7,7 +7,9 @@
 
 struct lm_comm;
 
-extern const lm_backend_ops lm_cpu_backend_ops;
+/* A cpu backend runs the op table of its kernel set (ops/cpu/cpu_kernels.h):
+ * whether be is one. */
+bool lm_cpu_backend_owns(const lm_backend *be);
 void lm_cpu_backend_destroy(lm_backend *be);
 int lm_cpu_backend_threads(const lm_backend *be);
 

@@ -545,7 +545,15 @@ lm_status lm_backend_create(const char *name, int n_threads, lm_backend **out, l
  * device that is not there is refused naming the count); a host backend
  * has one device, 0, and refuses others. */
 lm_status lm_backend_create_on(const char *name, int device, int n_threads, lm_backend **out, lm_error *err);
+/* The cpu backend runs one of this build's kernel sets (base/kernel_set.h):
+ * $LOOM_CPU_KERNELS when set, else the best this CPU runs; a set the build
+ * lacks or the CPU cannot run is refused with a sentence. */
 lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err);
+/* The same on the set named `kernels` ("generic", "avx2", "avx512",
+ * "native"); NULL: as lm_backend_cpu_create. */
+lm_status lm_backend_cpu_create_with_kernels(int n_threads, const char *kernels, lm_backend **out, lm_error *err);
+/* The name of the kernel set a cpu backend runs; NULL for other backends. */
+const char *lm_backend_cpu_kernels(const lm_backend *be);
 lm_status lm_backend_ref_create(lm_backend **out, lm_error *err);
 void lm_backend_destroy(lm_backend *be);
 /* Names of the backends of this build, for --help and errors ("cpu, ref"). */

@@ -396,6 +396,9 @@ static enum MHD_Result handle_version(struct MHD_Connection *c) {
     cJSON_AddStringToObject(root, "git_commit", b.git_commit);
     cJSON_AddStringToObject(root, "compiler", b.compiler);
     cJSON_AddStringToObject(root, "cpu_features", b.cpu_features);
+    cJSON_AddStringToObject(root, "kernel_sets", b.kernel_sets);
+    if (b.cpu_kernels) cJSON_AddStringToObject(root, "cpu_kernels", b.cpu_kernels);
+    else cJSON_AddNullToObject(root, "cpu_kernels");
     cJSON_AddStringToObject(root, "backends", b.backends);
     enum MHD_Result ret = lm_reply_json(c, 200, root);
     cJSON_Delete(root);

@@ -1,14 +1,15 @@
-/* The cpu backend: host memory (ops/host) and its op table, whose entries
+/* The cpu backend's op table: host memory (ops/host) and entries that
  * resolve the lm_mem views to host pointers and call the tuned kernels
  * (matmul.c, elementwise.c, rows.c, attention.c, linear_attention.c, moe.c) on
  * the backend's thread pool.  Resolving is pointer arithmetic: nothing is
- * copied on the way in or out. */
+ * copied on the way in or out.  Compiled into every kernel set
+ * (cpu_kernels.h); backend_create.c makes the backend. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/backend_kinds.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/cpu_kernels.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_bf16.h"
 #include "ops/ref/reference.h"
@@ -57,6 +58,11 @@ static lm_status cpu_set_compute_dtype(lm_backend *be, lm_dtype dtype, lm_error 
     if (dtype == LM_DTYPE_BF16 && !cpu->features.avx512_bf16)
         return lm_fail(err, LM_ERR_UNSUPPORTED,
                        "this CPU has no AVX-512 BF16 (avx512_bf16): the cpu backend computes in float32 here");
+    if (dtype == LM_DTYPE_BF16 && !cpu->kernels->avx512)
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "the cpu backend runs its %s kernels (" LM_KERNEL_SET_ENV "), which have no bf16 compute: "
+                       "that needs the avx512 kernels on a CPU with avx512_bf16",
+                       lm_kernel_set_name(cpu->kernels->set));
     if (dtype != LM_DTYPE_F32 && dtype != LM_DTYPE_BF16)
         return lm_fail(err, LM_ERR_UNSUPPORTED, "the cpu backend computes in f32 or bf16");
     cpu->compute = dtype;
@@ -264,40 +270,3 @@ const lm_backend_ops lm_cpu_backend_ops = {
     .moe_route = cpu_moe_route,
     .moe_experts = cpu_moe_experts,
 };
-
-lm_status lm_backend_cpu_create(int n_threads, lm_backend **out, lm_error *err) {
-    *out = NULL;
-    lm_backend *be = calloc(1, sizeof *be);
-    lm_cpu_backend *cpu = calloc(1, sizeof *cpu);
-    if (!be || !cpu) {
-        free(be);
-        free(cpu);
-        return lm_fail(err, LM_ERR_NOMEM, "out of memory creating the cpu backend");
-    }
-    lm_status st = lm_pool_create(n_threads, &cpu->pool, err);
-    if (st != LM_OK) {
-        free(be);
-        free(cpu);
-        return st;
-    }
-    cpu->features = lm_cpu_features_detect();
-    cpu->compute = LM_DTYPE_F32;
-    be->ops = &lm_cpu_backend_ops;
-    be->impl = cpu;
-    *out = be;
-    return LM_OK;
-}
-
-void lm_cpu_backend_destroy(lm_backend *be) {
-    lm_cpu_backend *cpu = be->impl;
-    if (cpu) {
-        lm_pool_destroy(cpu->pool);
-        free(cpu->bf16_scratch);
-    }
-    free(cpu);
-    free(be);
-}
-
-int lm_cpu_backend_threads(const lm_backend *be) {
-    return lm_pool_size(((const lm_cpu_backend *)be->impl)->pool);
-}
