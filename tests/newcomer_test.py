@@ -161,7 +161,7 @@ stop(p)
 text = open(log, errors="replace", newline="").read()
 os.unlink(log)
 check("progress line on a terminal", re.search(r"\r\x1b\[Kloading: making random weights [0-9.]+ [MG]B", text), text[:900])
-check("says when it became ready", re.search(r"ready: serving loom-random on http://127\.0\.0\.1:\d+, [0-9.]+ s after start",
+check("says when it became ready", re.search(r"ready: serving loom-random on http://127\.0\.0\.1:\d+ \([0-9.]+ s after start\)",
                                               text), text[-800:])
 
 # --- the model's names; stderr a pipe: no progress line

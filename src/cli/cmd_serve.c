@@ -412,7 +412,7 @@ int cmd_serve_main(int argc, char **argv) {
     for (int i = 0, n = 0; i < so.n_model_aliases && n >= 0 && (size_t)n < sizeof aliases; i++)
         n += snprintf(aliases + n, sizeof aliases - (size_t)n, "%s%s", i ? ", " : "; requests may also name ",
                       so.model_aliases[i]);
-    lm_log_printf(&log, LM_LOG_INFO, "ready: serving %s on %s, %.1f s after start%s", so.served_model_name, url,
+    lm_log_printf(&log, LM_LOG_INFO, "ready: serving %s on %s (%.1f s after start)%s", so.served_model_name, url,
                   lm_monotonic_seconds() - started, aliases);
     int sig = 0;
     sigwait(&stop_signals, &sig);
