@@ -52,7 +52,7 @@ SANFLAGS := -O1 -g -march=native -fsanitize=address,undefined -fno-sanitize-reco
 
 LIB_SRC  := $(filter-out $(KERNEL_SRC),$(sort $(wildcard src/base/*.c src/io/*.c src/text/*.c src/ops/*.c \
                               src/ops/host/*.c src/ops/cuda/*.c src/ops/cpu/*.c src/ops/ref/*.c \
-                              src/models/*.c src/grammar/*.c src/engine/*.c src/server/*.c)))
+                              src/models/*.c src/models/*/*.c src/image/*.c src/grammar/*.c src/engine/*.c src/server/*.c)))
 # The backend layer alone (base + ops): `make ops-tests` builds and runs its
 # tests without the rest of the library, e.g. while models/engine move to a
 # new ops.h.

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "models/qwen35.h"
+#include "models/qwen35/qwen35.h"
 #include "models/registry.h"
 
 static int copy_file(const char *from, const char *to) {

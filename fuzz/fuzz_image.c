@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "io/image_decode.h"
-#include "models/image_processor.h"
-#include "models/image_resample.h"
+#include "image/image_processor.h"
+#include "image/image_resample.h"
 
 static void check_patches(const lm_image_processor *p, const lm_image_patches *patches) {
     if (!patches->pixels || patches->grid_t != 1 || patches->grid_h < 1 || patches->grid_w < 1 ||

@@ -10,7 +10,7 @@
 
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
-#include "models/qwen35.h"
+#include "models/qwen35/qwen35.h"
 #include "ops/ops.h"
 
 typedef struct {

@@ -18,7 +18,7 @@
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "model_util.h"
-#include "models/qwen35_mtp.h"
+#include "models/qwen35/qwen35_mtp.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 

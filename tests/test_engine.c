@@ -15,7 +15,7 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "loom.h"
-#include "models/qwen35.h"
+#include "models/qwen35/qwen35.h"
 #include "ops/ops.h"
 
 static char model_dir[1024];

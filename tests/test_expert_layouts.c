@@ -22,7 +22,7 @@
 #include "harness.h"
 #include "io/checkpoint.h"
 #include "model_util.h"
-#include "models/glm4v.h"
+#include "models/glm4v/glm4v.h"
 #include "safetensors_writer.h"
 
 #define LOGIT_TOLERANCE test_logit_tolerance() /* max |Δ| / std(reference), fixtures/README.md */

@@ -21,7 +21,7 @@
 #include "io/json_file.h"
 #include "loom.h"
 #include "model_util.h"
-#include "models/glm4v.h"
+#include "models/glm4v/glm4v.h"
 
 #define LOGIT_TOLERANCE test_logit_tolerance() /* max |Δ| / std(reference), fixtures/README.md */
 #define MARGIN_RULE 1e-3

@@ -15,8 +15,8 @@
 #include "io/image_decode.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
-#include "models/image_processor.h"
-#include "models/image_resample.h"
+#include "image/image_processor.h"
+#include "image/image_resample.h"
 
 static const char *test_data_path(char *buf, size_t size, const char *relative) {
     const char *data = getenv("LOOM_TEST_DATA");

@@ -16,7 +16,7 @@
 #include "harness.h"
 #include "io/json_file.h"
 #include "model_util.h"
-#include "models/multimodal_prompt.h"
+#include "image/multimodal_prompt.h"
 
 #define LOGIT_TOLERANCE test_logit_tolerance() /* max |Δ| / std(reference), fixtures/README.md */
 #define MARGIN_RULE 1e-3

@@ -20,9 +20,9 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "models/model.h"
-#include "models/qwen35.h"
-#include "models/qwen35_context.h"
-#include "models/qwen35_mtp.h"
+#include "models/qwen35/qwen35.h"
+#include "models/qwen35/qwen35_context.h"
+#include "models/qwen35/qwen35_mtp.h"
 #include "models/registry.h"
 
 #define LOGIT_TOLERANCE test_logit_tolerance() /* max |Δ| / std(reference), fixtures/README.md */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "models/qwen35_config.h"
+#include "models/qwen35/qwen35_config.h"
 
 static lm_status parse(const char *json, lm_qwen35_config *cfg, lm_error *err) {
     return lm_qwen35_config_parse(json, strlen(json), "config.json", cfg, err);

@@ -13,7 +13,7 @@
 #include "model_util.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
-#include "models/qwen35.h"
+#include "models/qwen35/qwen35.h"
 
 #define LOGIT_TOLERANCE test_logit_tolerance() /* max |Δ| / std(reference), fixtures/README.md */
 #define MARGIN_RULE 1e-3

@@ -19,7 +19,7 @@
 #include "harness.h"
 #include "io/json_file.h"
 #include "model_util.h"
-#include "models/qwen35_mtp.h"
+#include "models/qwen35/qwen35_mtp.h"
 
 #define LOGIT_TOLERANCE test_logit_tolerance() /* max |Δ| / std(reference), fixtures/README.md */
 #define MARGIN_RULE 1e-3

@@ -16,8 +16,8 @@
 #include "io/safetensors.h"
 #include "loom.h"
 #include "models/model.h"
-#include "models/qwen35.h"
-#include "models/qwen35_context.h"
+#include "models/qwen35/qwen35.h"
+#include "models/qwen35/qwen35_context.h"
 
 static char model_dir[1024];
 static lm_safetensors *reference;

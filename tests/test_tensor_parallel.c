@@ -28,7 +28,7 @@
 #include "harness.h"
 #include "io/safetensors.h"
 #include "model_util.h"
-#include "models/glm4v.h"
+#include "models/glm4v/glm4v.h"
 #include "models/registry.h"
 #include "models/tensor_parallel.h"
 #include "ops/comm.h"

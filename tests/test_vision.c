@@ -16,9 +16,9 @@
 
 #include "harness.h"
 #include "model_util.h"
-#include "models/glm4v_config.h"
+#include "models/glm4v/glm4v_config.h"
 #include "models/model.h"
-#include "models/qwen35_config.h"
+#include "models/qwen35/qwen35_config.h"
 
 #define EMBED_TOLERANCE 1e-4 /* max |Δ| / std(reference), fixtures/README.md */
 /* Two encodings of the same frame differ only by the rounding of

@@ -21,8 +21,8 @@
 #include "io/json_file.h"
 #include "cli/bench_oracle.h"
 #include "loom.h"
-#include "models/image_processor.h"
-#include "models/multimodal_prompt.h"
+#include "image/image_processor.h"
+#include "image/multimodal_prompt.h"
 
 static const char synopsis[] =
     "usage: loom bench [MODEL_DIR | --config FILE --random-weights] [options]\n"

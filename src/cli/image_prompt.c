@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "io/image_decode.h"
-#include "models/image_processor.h"
-#include "models/multimodal_prompt.h"
+#include "image/image_processor.h"
+#include "image/multimodal_prompt.h"
 
 static lm_status preprocess_all(const lm_model_info *info, const lm_cli_images *images,
                                 int64_t pixel_cap, int64_t decode_pixels, lm_image_patches *patches,

@@ -11,8 +11,8 @@
 #include "base/error.h"
 #include "engine/image_cache.h"
 #include "loom.h"
-#include "models/image_processor.h"
-#include "models/multimodal_prompt.h"
+#include "image/image_processor.h"
+#include "image/multimodal_prompt.h"
 
 typedef struct {
     loom_event event;  /* text / top / error point into the owned copies below */

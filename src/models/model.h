@@ -23,7 +23,7 @@
 #include "base/error.h"
 #include "base/progress.h"
 #include "io/safetensors.h"
-#include "models/image_processor.h"
+#include "image/image_processor.h"
 #include "models/step_batch.h"
 #include "ops/comm.h"
 #include "ops/ops.h"

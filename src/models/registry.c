@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "io/json_file.h"
-#include "models/glm4v.h"
-#include "models/qwen35.h"
+#include "models/glm4v/glm4v.h"
+#include "models/qwen35/qwen35.h"
 #include "models/weights.h"
 
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
-#include "models/image_processor.h"
+#include "image/image_processor.h"
 #include "models/model.h"
 #include "models/step_descriptor.h"
 #include "models/vision_config.h"

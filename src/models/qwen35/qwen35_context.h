@@ -5,7 +5,7 @@
 #define LOOM_MODELS_QWEN35_CONTEXT_H
 
 #include "models/forward_common.h"
-#include "models/qwen35.h"
+#include "models/qwen35/qwen35.h"
 #include "models/step_descriptor.h"
 #include "models/vision_common.h"
 

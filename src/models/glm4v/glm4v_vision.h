@@ -9,7 +9,7 @@
 
 #include "io/checkpoint.h"
 #include "models/expert_weights.h"
-#include "models/image_processor.h"
+#include "image/image_processor.h"
 #include "models/vision_common.h"
 #include "models/vision_config.h"
 #include "models/weights.h"

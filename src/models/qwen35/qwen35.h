@@ -5,7 +5,7 @@
 #define LOOM_MODELS_QWEN35_H
 
 #include "io/checkpoint.h"
-#include "models/qwen35_config.h"
+#include "models/qwen35/qwen35_config.h"
 #include "models/expert_weights.h"
 #include "models/model.h"
 #include "models/rank_share.h"

@@ -3,7 +3,7 @@
  * dense or MoE SwiGLU), final norm, lm_head.  All arithmetic is in ops/;
  * this file only says which op runs on which rows.  Loading first, the
  * forward below. */
-#include "models/glm4v.h"
+#include "models/glm4v/glm4v.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "models/forward_common.h"
-#include "models/glm4v_context.h"
-#include "models/glm4v_vision.h"
+#include "models/glm4v/glm4v_context.h"
+#include "models/glm4v/glm4v_vision.h"
 
 #define TRY(call)                                     \
     do {                                              \

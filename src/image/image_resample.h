@@ -2,8 +2,8 @@
  * the choice of fixed-point precision that tells transformers' two
  * backends apart: torchvision's (the default, what lm_image_resize_bicubic
  * does) and PIL's.  See image_resample.c. */
-#ifndef LOOM_MODELS_IMAGE_RESAMPLE_H
-#define LOOM_MODELS_IMAGE_RESAMPLE_H
+#ifndef LOOM_IMAGE_IMAGE_RESAMPLE_H
+#define LOOM_IMAGE_IMAGE_RESAMPLE_H
 
 #include "base/error.h"
 #include "io/image_decode.h"

@@ -6,7 +6,7 @@
 #ifndef LOOM_MODELS_QWEN35_MTP_H
 #define LOOM_MODELS_QWEN35_MTP_H
 
-#include "models/qwen35_context.h"
+#include "models/qwen35/qwen35_context.h"
 
 typedef struct lm_qwen35_mtp {
     char prefix[32]; /* where the tensors live: "mtp.", "model.mtp." or "language_model.mtp." */

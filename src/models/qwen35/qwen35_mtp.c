@@ -3,7 +3,7 @@
  * (embedding first), one full-attention decoder layer (the main model's, run
  * on the head's own KV cache), mtp.norm, the shared lm_head.  Drafting with
  * it inside the engine is models/qwen35_speculative.c. */
-#include "models/qwen35_mtp.h"
+#include "models/qwen35/qwen35_mtp.h"
 
 #include <stdarg.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* The Qwen3.5 vision tower.  Reads top to bottom like model-spec §D.3:
  * loading first, then the position-table taps (§D.3.1), then the forward.
  * All arithmetic is in ops/. */
-#include "models/qwen35_vision.h"
+#include "models/qwen35/qwen35_vision.h"
 
 #include <math.h>
 #include <stdio.h>

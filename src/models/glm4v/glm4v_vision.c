@@ -1,7 +1,7 @@
 /* The GLM-4.6V vision tower.  Reads top to bottom like model-spec §E.3:
  * loading first, then the position-table taps (§E.3.1), then the forward.
  * All arithmetic is in ops/. */
-#include "models/glm4v_vision.h"
+#include "models/glm4v/glm4v_vision.h"
 
 #include <math.h>
 #include <stdio.h>

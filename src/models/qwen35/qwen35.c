@@ -2,7 +2,7 @@
  * decoder layers (Gated DeltaNet or gated attention, then SwiGLU), final
  * norm, lm_head.  All arithmetic is in ops/; this file only says which op
  * runs on which rows.  Loading is at the top, the forward below. */
-#include "models/qwen35.h"
+#include "models/qwen35/qwen35.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "models/forward_common.h"
-#include "models/qwen35_context.h"
-#include "models/qwen35_mtp.h"
-#include "models/qwen35_vision.h"
+#include "models/qwen35/qwen35_context.h"
+#include "models/qwen35/qwen35_mtp.h"
+#include "models/qwen35/qwen35_vision.h"
 
 /* ------------------------------------------------------------------ loading */
 

@@ -4,7 +4,7 @@
 #ifndef LOOM_MODELS_GLM4V_CONTEXT_H
 #define LOOM_MODELS_GLM4V_CONTEXT_H
 
-#include "models/glm4v.h"
+#include "models/glm4v/glm4v.h"
 #include "models/forward_common.h"
 #include "models/step_descriptor.h"
 #include "models/vision_common.h"

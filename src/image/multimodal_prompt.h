@@ -3,8 +3,8 @@
  * 3-component positions of a prompt that mixes text and image tokens.
  *
  * Both families use the same rules; only the ids differ (lm_vision_info). */
-#ifndef LOOM_MODELS_MULTIMODAL_PROMPT_H
-#define LOOM_MODELS_MULTIMODAL_PROMPT_H
+#ifndef LOOM_IMAGE_MULTIMODAL_PROMPT_H
+#define LOOM_IMAGE_MULTIMODAL_PROMPT_H
 
 #include <stdbool.h>
 #include <stdint.h>

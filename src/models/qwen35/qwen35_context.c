@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "models/forward_common.h"
-#include "models/qwen35_context.h"
-#include "models/qwen35_vision.h"
+#include "models/qwen35/qwen35_context.h"
+#include "models/qwen35/qwen35_vision.h"
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 

@@ -1,4 +1,4 @@
-#include "models/multimodal_prompt.h"
+#include "image/multimodal_prompt.h"
 
 lm_status lm_expand_image_placeholders(const int32_t *prompt, int n, int32_t image_token_id,
                                        const lm_image_grid *grids, int n_images, int32_t *out,

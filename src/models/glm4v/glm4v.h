@@ -10,7 +10,7 @@
 
 #include "io/checkpoint.h"
 #include "models/expert_weights.h"
-#include "models/glm4v_config.h"
+#include "models/glm4v/glm4v_config.h"
 #include "models/model.h"
 #include "models/rank_share.h"
 #include "models/registry.h"

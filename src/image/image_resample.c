@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/image_processor.h"
-#include "models/image_resample.h"
+#include "image/image_processor.h"
+#include "image/image_resample.h"
 
 typedef struct {
     int out_size, ksize, precision;

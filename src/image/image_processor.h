@@ -8,8 +8,8 @@
  * Resampling matches transformers' default ("fast", torchvision) backend
  * byte for byte; image_resample.h has PIL's too (the two differ only in
  * the fixed-point precision of the weights; see image_resample.c). */
-#ifndef LOOM_MODELS_IMAGE_PROCESSOR_H
-#define LOOM_MODELS_IMAGE_PROCESSOR_H
+#ifndef LOOM_IMAGE_IMAGE_PROCESSOR_H
+#define LOOM_IMAGE_IMAGE_PROCESSOR_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "models/qwen35_config.h"
+#include "models/qwen35/qwen35_config.h"
 
 #include <limits.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* Image preprocessing (model-spec §D.2, §E.4): settings, smart resize,
  * normalisation and patch rows.  The resampler is image_resample.c. */
-#include "models/image_processor.h"
+#include "image/image_processor.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
 #define LOOM_MODELS_QWEN35_VISION_H
 
 #include "io/checkpoint.h"
-#include "models/image_processor.h"
+#include "image/image_processor.h"
 #include "models/vision_common.h"
 #include "models/vision_config.h"
 #include "models/weights.h"

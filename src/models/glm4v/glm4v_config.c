@@ -1,4 +1,4 @@
-#include "models/glm4v_config.h"
+#include "models/glm4v/glm4v_config.h"
 
 #include <limits.h>
 #include <stddef.h>

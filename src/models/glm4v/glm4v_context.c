@@ -4,8 +4,8 @@
 #include <stdlib.h>
 
 #include "models/forward_common.h"
-#include "models/glm4v_context.h"
-#include "models/glm4v_vision.h"
+#include "models/glm4v/glm4v_context.h"
+#include "models/glm4v/glm4v_vision.h"
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 

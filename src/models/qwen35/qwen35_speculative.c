@@ -17,7 +17,7 @@
  * accepted prefix need nothing: they are overwritten later. */
 #include <string.h>
 
-#include "models/qwen35_mtp.h"
+#include "models/qwen35/qwen35_mtp.h"
 
 lm_status lm_qwen35_rollback(lm_model_context *base, const lm_rollback_seq *seqs, int n,
                              lm_error *err) {
