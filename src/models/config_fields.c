@@ -1,6 +1,7 @@
 #include "models/config_fields.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,5 +131,46 @@ lm_status lm_config_load(const char *path, lm_config_reader read, void *cfg, lm_
     if (s != LM_OK) return s;
     s = lm_config_parse(text, len, path, read, cfg, err);
     free(text);
+    return s;
+}
+
+lm_status lm_config_find_kind(const lm_json_fields *top, const lm_config_kind *kinds, size_t n,
+                              const char *family, const lm_config_kind **kind) {
+    const cJSON *v = lm_json_field(top, "model_type");
+    if (!v) return lm_fail(top->err, LM_ERR_FORMAT, "%s: model_type is missing", top->source);
+    if (!cJSON_IsString(v)) return lm_json_type_error(top, "model_type", "a string");
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v->valuestring, kinds[i].model_type) == 0) {
+            *kind = &kinds[i];
+            return LM_OK;
+        }
+    /* "a, b, c or d" */
+    char expected[256] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < n && used < sizeof expected; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+        int w = snprintf(expected + used, sizeof expected - used, "%s%s", sep, kinds[i].model_type);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    return lm_fail(top->err, LM_ERR_UNSUPPORTED, "%s: model_type '%.40s' is not a %s model (expected %s)",
+                   top->source, v->valuestring, family, expected);
+}
+
+lm_status lm_config_check_text_model_type(const lm_json_fields *text, const lm_config_kind *kind) {
+    char type[32] = "";
+    lm_status s = lm_json_read_string(text, "model_type", type, sizeof type);
+    if (s == LM_OK && type[0] && strcmp(type, kind->text_model_type) != 0)
+        s = lm_fail(text->err, LM_ERR_FORMAT, "%s: %smodel_type is '%s' but %s expects '%s'",
+                    text->source, text->path, type, kind->model_type, kind->text_model_type);
+    return s;
+}
+
+lm_status lm_config_read_tying(const lm_json_fields *top, const lm_json_fields *text, bool nested,
+                               bool *tie) {
+    bool tie_top = false, tie_text = false;
+    lm_status s = nested ? lm_json_read_bool(top, "tie_word_embeddings", &tie_top) : LM_OK;
+    if (s == LM_OK) s = lm_json_read_bool(text, "tie_word_embeddings", &tie_text);
+    *tie = tie_top || tie_text;
     return s;
 }

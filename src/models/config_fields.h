@@ -46,6 +46,28 @@ lm_status lm_config_check_rotary(const lm_json_fields *r, int head_dim, float fa
  * dimension divisible by 4 for the 2-D rotary). */
 lm_status lm_config_read_vision(const lm_json_fields *vision, lm_vision_config *v);
 
+/* One model_type a family's parser takes: the text sub-config's model_type
+ * it expects (NULL: the family reads it itself), whether it is the MoE
+ * variant, and whether the text settings sit under text_config (nested) or
+ * at the top level. */
+typedef struct {
+    const char *model_type, *text_model_type;
+    bool is_moe, nested;
+} lm_config_kind;
+
+/* The kind of top's model_type among kinds[0..n), or LM_ERR_UNSUPPORTED
+ * naming the family ("Qwen3.5") and every model_type it takes. */
+lm_status lm_config_find_kind(const lm_json_fields *top, const lm_config_kind *kinds, size_t n,
+                              const char *family, const lm_config_kind **kind);
+
+/* The text sub-config's model_type, when given, must be kind->text_model_type. */
+lm_status lm_config_check_text_model_type(const lm_json_fields *text, const lm_config_kind *kind);
+
+/* tie_word_embeddings, which may sit at the top level of a nested config or
+ * in its text settings: true where either says so. */
+lm_status lm_config_read_tying(const lm_json_fields *top, const lm_json_fields *text, bool nested,
+                               bool *tie);
+
 /* Parses config.json text (or reads the file at path, at most 16 MiB) and
  * hands its top-level object to read(top, cfg). */
 typedef lm_status (*lm_config_reader)(const lm_json_fields *top, void *cfg);

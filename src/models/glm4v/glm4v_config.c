@@ -13,17 +13,12 @@
 
 /* ---- the kinds of config.json ---- */
 
-typedef struct {
-    const char *model_type, *text_model_type; /* text_model_type NULL: read it (glm46v) */
-    bool is_moe, nested;
-} model_kind;
-
-static const model_kind model_kinds[] = {
+static const lm_config_kind model_kinds[] = {
     {"glm4v_moe", "glm4v_moe_text", true, true},
     {"glm4v", "glm4v_text", false, true},
     {"glm4v_moe_text", "glm4v_moe_text", true, false},
     {"glm4v_text", "glm4v_text", false, false},
-    {"glm46v", NULL, false, true},
+    {"glm46v", NULL, false, true}, /* its text_config says which (read_text_kind) */
 };
 
 /* ---- defaults (transformers' Glm4vMoeTextConfig / Glm4vTextConfig) ---- */
@@ -234,33 +229,15 @@ static lm_status read_vision(const lm_json_fields *top, lm_glm4v_config *cfg) {
 
 /* ---- the whole file ---- */
 
-static lm_status find_kind(const lm_json_fields *top, const model_kind **kind) {
-    const cJSON *v = lm_json_field(top, "model_type");
-    if (!v) return lm_fail(top->err, LM_ERR_FORMAT, "%s: model_type is missing", top->source);
-    if (!cJSON_IsString(v)) return lm_json_type_error(top, "model_type", "a string");
-    for (size_t i = 0; i < sizeof model_kinds / sizeof *model_kinds; i++)
-        if (strcmp(v->valuestring, model_kinds[i].model_type) == 0) {
-            *kind = &model_kinds[i];
-            return LM_OK;
-        }
-    return lm_fail(top->err, LM_ERR_UNSUPPORTED,
-                   "%s: model_type '%.40s' is not a GLM-4.6V model (expected glm4v_moe, glm4v, "
-                   "glm4v_moe_text, glm4v_text or glm46v)",
-                   top->source, v->valuestring);
-}
-
 /* The text sub-config's model_type: must match the kind, or (glm46v) picks it. */
-static lm_status read_text_kind(const lm_json_fields *text, const model_kind *kind, bool *is_moe) {
+static lm_status read_text_kind(const lm_json_fields *text, const lm_config_kind *kind, bool *is_moe) {
+    if (kind->text_model_type) {
+        *is_moe = kind->is_moe;
+        return lm_config_check_text_model_type(text, kind);
+    }
     char type[32] = "";
     lm_status s = lm_json_read_string(text, "model_type", type, sizeof type);
     if (s != LM_OK) return s;
-    if (kind->text_model_type) {
-        *is_moe = kind->is_moe;
-        if (type[0] && strcmp(type, kind->text_model_type) != 0)
-            return lm_fail(text->err, LM_ERR_FORMAT, "%s: %smodel_type is '%s' but %s expects '%s'",
-                           text->source, text->path, type, kind->model_type, kind->text_model_type);
-        return LM_OK;
-    }
     if (strcmp(type, "glm4v_moe_text") == 0 || strcmp(type, "glm4v_text") == 0) {
         *is_moe = strcmp(type, "glm4v_moe_text") == 0;
         return LM_OK;
@@ -271,8 +248,9 @@ static lm_status read_text_kind(const lm_json_fields *text, const model_kind *ki
 }
 
 static lm_status read_config(const lm_json_fields *top, lm_glm4v_config *cfg) {
-    const model_kind *kind = NULL;
-    lm_status s = find_kind(top, &kind);
+    const lm_config_kind *kind = NULL;
+    lm_status s = lm_config_find_kind(top, model_kinds, sizeof model_kinds / sizeof *model_kinds,
+                                      "GLM-4.6V", &kind);
     if (s != LM_OK) return s;
     lm_json_fields text = *top;
     if (kind->nested) s = lm_json_fields_sub(top, "text_config", &text);
@@ -287,10 +265,7 @@ static lm_status read_config(const lm_json_fields *top, lm_glm4v_config *cfg) {
     if (s == LM_OK && kind->nested) s = read_eos(top, cfg);
     if (s == LM_OK) s = read_eos(&text, cfg);
     if (s == LM_OK) s = read_multimodal_ids(top, cfg);
-    bool tie_top = false, tie_text = false;
-    if (s == LM_OK && kind->nested) s = lm_json_read_bool(top, "tie_word_embeddings", &tie_top);
-    if (s == LM_OK) s = lm_json_read_bool(&text, "tie_word_embeddings", &tie_text);
-    cfg->tie_word_embeddings = tie_top || tie_text;
+    if (s == LM_OK) s = lm_config_read_tying(top, &text, kind->nested, &cfg->tie_word_embeddings);
     cfg->has_vision_config = cJSON_IsObject(lm_json_field(top, "vision_config"));
     if (s == LM_OK && cfg->has_vision_config) s = read_vision(top, cfg);
     if (s == LM_OK) s = check(&text, cfg);

@@ -4,13 +4,15 @@
 #include <stdlib.h>
 
 #include "models/forward_common.h"
+#include "models/step_context.h"
 #include "models/glm4v/glm4v_context.h"
 #include "models/glm4v/glm4v_vision.h"
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Lays out every array; with c->buffer NULL it only adds up the size. */
-static void layout(lm_glm4v_context *ctx, lm_carver *c) {
+static void layout(void *context, lm_carver *c) {
+    lm_glm4v_context *ctx = context;
     const lm_glm4v_config *cfg = &ctx->model->config;
     const lm_context_options *o = &ctx->options;
     size_t H = (size_t)cfg->hidden_size, V = (size_t)cfg->vocab_size;
@@ -78,8 +80,7 @@ lm_status lm_glm4v_context_create(lm_model *base, const lm_context_options *o,
     ctx->be = base->backend;
     ctx->options = *o;
     ctx->kv_dtype = lm_kv_dtype(ctx->be, ctx->model->config.head_dim);
-    int R = o->max_logit_rows > 0 ? o->max_logit_rows : o->max_step_seqs;
-    ctx->max_logit_rows = R < o->max_step_tokens ? R : o->max_step_tokens;
+    ctx->max_logit_rows = lm_context_logit_rows(o);
     ctx->descriptor_ints =
         lm_step_descriptor_ints(o->max_step_tokens, o->max_step_seqs, o->max_blocks_per_seq);
     ctx->kv = calloc((size_t)cfg->num_hidden_layers, sizeof *ctx->kv);
@@ -96,23 +97,13 @@ lm_status lm_glm4v_context_create(lm_model *base, const lm_context_options *o,
             return st;
         }
     }
-    lm_carver count = {0};
-    layout(ctx, &count);
-    st = lm_context_buffer_alloc(ctx->be, count.used, "the KV cache and step workspace", &ctx->buffer, err);
+    st = lm_context_carve(ctx->be, layout, ctx, "the KV cache and step workspace", &ctx->buffer, err);
     if (st != LM_OK) {
         lm_glm4v_context_destroy(&ctx->base);
         return st;
     }
-    lm_carver assign = {.buffer = ctx->buffer};
-    layout(ctx, &assign);
-    for (int l = 0; l < cfg->num_hidden_layers; l++) {
-        lm_kv_layer *kv = &ctx->kv[l];
-        kv->n_blocks = o->kv_blocks;
-        kv->block_size = o->kv_block_size;
-        kv->n_kv_heads = cfg->num_key_value_heads;
-        kv->head_dim = cfg->head_dim;
-        kv->dtype = ctx->kv_dtype;
-    }
+    lm_context_kv_shape(ctx->kv, cfg->num_hidden_layers, o, cfg->num_key_value_heads, cfg->head_dim,
+                        ctx->kv_dtype);
     *out = &ctx->base;
     return LM_OK;
 }
@@ -135,18 +126,8 @@ void lm_glm4v_copy_block(lm_model_context *base, int src, int dst) {
 lm_status lm_glm4v_step_upload(lm_glm4v_context *ctx, const lm_step_batch *b, lm_step_view *step,
                                lm_error *err) {
     const lm_context_options *o = &ctx->options;
-    lm_step_limits limits = {
-        .max_step_tokens = o->max_step_tokens,
-        .max_step_seqs = o->max_step_seqs,
-        .max_logit_rows = ctx->max_logit_rows,
-        .kv_block_size = o->kv_block_size,
-        .kv_blocks = o->kv_blocks,
-        .max_blocks_per_seq = o->max_blocks_per_seq,
-        .uses_kv = true,
-        .state_slots = 0, /* no recurrent layers */
-        .record_rows = 0,
-        .vocab_size = ctx->model->config.vocab_size,
-    };
+    lm_step_limits limits = lm_context_step_limits(o, ctx->max_logit_rows, ctx->model->config.vocab_size);
+    limits.uses_kv = true; /* no recurrent layers: no state slots, nothing recorded */
     lm_status st = lm_step_check(&limits, b, err);
     if (st != LM_OK) return st;
     lm_step_upload(ctx->be, ctx->descriptor, ctx->host_descriptor, b, o->kv_block_size, NULL, step);

@@ -326,51 +326,23 @@ static lm_status read_vision(const lm_json_fields *top, lm_qwen35_config *cfg) {
 
 /* ---- the whole file ---- */
 
-typedef struct {
-    const char *model_type, *text_model_type;
-    bool is_moe, nested;
-} model_kind;
-
-static const model_kind model_kinds[] = {
+static const lm_config_kind model_kinds[] = {
     {"qwen3_5", "qwen3_5_text", false, true},
     {"qwen3_5_moe", "qwen3_5_moe_text", true, true},
     {"qwen3_5_text", "qwen3_5_text", false, false},
     {"qwen3_5_moe_text", "qwen3_5_moe_text", true, false},
 };
 
-static lm_status find_kind(const lm_json_fields *top, const model_kind **kind) {
-    const cJSON *v = lm_json_field(top, "model_type");
-    if (!v) return lm_fail(top->err, LM_ERR_FORMAT, "%s: model_type is missing", top->source);
-    if (!cJSON_IsString(v)) return lm_json_type_error(top, "model_type", "a string");
-    for (size_t i = 0; i < sizeof model_kinds / sizeof *model_kinds; i++)
-        if (strcmp(v->valuestring, model_kinds[i].model_type) == 0) {
-            *kind = &model_kinds[i];
-            return LM_OK;
-        }
-    return lm_fail(top->err, LM_ERR_UNSUPPORTED,
-                   "%s: model_type '%.40s' is not a Qwen3.5 model (expected qwen3_5, qwen3_5_moe, "
-                   "qwen3_5_text or qwen3_5_moe_text)",
-                   top->source, v->valuestring);
-}
-
-static lm_status check_text_model_type(const lm_json_fields *text, const model_kind *kind) {
-    char type[32] = "";
-    lm_status s = lm_json_read_string(text, "model_type", type, sizeof type);
-    if (s == LM_OK && type[0] && strcmp(type, kind->text_model_type) != 0)
-        s = lm_fail(text->err, LM_ERR_FORMAT, "%s: %smodel_type is '%s' but %s expects '%s'",
-                    text->source, text->path, type, kind->model_type, kind->text_model_type);
-    return s;
-}
-
 static lm_status read_config(const lm_json_fields *top, lm_qwen35_config *cfg) {
-    const model_kind *kind = NULL;
-    lm_status s = find_kind(top, &kind);
+    const lm_config_kind *kind = NULL;
+    lm_status s = lm_config_find_kind(top, model_kinds, sizeof model_kinds / sizeof *model_kinds,
+                                      "Qwen3.5", &kind);
     if (s != LM_OK) return s;
     set_defaults(cfg, kind->is_moe, kind->nested);
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", kind->model_type);
     lm_json_fields text = *top;
     if (kind->nested) s = lm_json_fields_sub(top, "text_config", &text);
-    if (s == LM_OK && kind->nested) s = check_text_model_type(&text, kind);
+    if (s == LM_OK && kind->nested) s = lm_config_check_text_model_type(&text, kind);
     if (s == LM_OK) s = read_text_scalars(&text, cfg);
     if (s == LM_OK) s = refuse_unimplemented(&text, cfg);
     if (s == LM_OK) s = read_rope(&text, cfg);
@@ -379,10 +351,7 @@ static lm_status read_config(const lm_json_fields *top, lm_qwen35_config *cfg) {
     if (s == LM_OK && kind->nested) s = read_special_ids(top, cfg);
     if (s == LM_OK) s = read_special_ids(&text, cfg);
     if (s == LM_OK) s = read_multimodal_ids(top, cfg);
-    bool tie_top = false, tie_text = false;
-    if (s == LM_OK && kind->nested) s = lm_json_read_bool(top, "tie_word_embeddings", &tie_top);
-    if (s == LM_OK) s = lm_json_read_bool(&text, "tie_word_embeddings", &tie_text);
-    cfg->tie_word_embeddings = tie_top || tie_text;
+    if (s == LM_OK) s = lm_config_read_tying(top, &text, kind->nested, &cfg->tie_word_embeddings);
     cfg->has_vision_config = cJSON_IsObject(lm_json_field(top, "vision_config"));
     if (s == LM_OK && cfg->has_vision_config) s = read_vision(top, cfg);
     if (s == LM_OK) s = check_shapes(&text, cfg);

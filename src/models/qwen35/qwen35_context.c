@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "models/forward_common.h"
+#include "models/step_context.h"
 #include "models/qwen35/qwen35_context.h"
 #include "models/qwen35/qwen35_vision.h"
 
@@ -17,7 +18,8 @@ lm_vocab_head lm_qwen35_vocab_head(const lm_qwen35_context *ctx) {
                            .tp = m->vocab_split ? m->share.comm : NULL, .scratch = ctx->vocab_scratch};
 }
 
-static void layout(lm_qwen35_context *ctx, lm_carver *c) {
+static void layout(void *context, lm_carver *c) {
+    lm_qwen35_context *ctx = context;
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *cfg = &m->config;
     const lm_context_options *o = &ctx->options;
@@ -132,9 +134,7 @@ lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
     ctx->be = base->backend;
     ctx->options = *o;
     ctx->kv_dtype = lm_kv_dtype(ctx->be, cfg->head_dim);
-    /* Logit rows: the last row of each sequence, all rows of a verify. */
-    int R = o->max_logit_rows > 0 ? o->max_logit_rows : o->max_step_seqs;
-    ctx->max_logit_rows = R < o->max_step_tokens ? R : o->max_step_tokens;
+    ctx->max_logit_rows = lm_context_logit_rows(o);
     ctx->conv_floats = (size_t)m->conv_dim * (size_t)(cfg->linear_conv_kernel_dim - 1);
     ctx->recurrent_floats = (size_t)cfg->linear_num_value_heads *
                             (size_t)cfg->linear_key_head_dim * (size_t)cfg->linear_value_head_dim;
@@ -169,32 +169,14 @@ lm_status lm_qwen35_context_create(lm_model *base, const lm_context_options *o,
             return st;
         }
     }
-    lm_carver count = {0};
-    layout(ctx, &count);
-    st = lm_context_buffer_alloc(ctx->be, count.used, "the KV cache, state slots and step workspace",
-                  &ctx->buffer, err);
+    st = lm_context_carve(ctx->be, layout, ctx, "the KV cache, state slots and step workspace",
+                          &ctx->buffer, err);
     if (st != LM_OK) {
         lm_qwen35_context_destroy(&ctx->base);
         return st;
     }
-    lm_carver assign = {.buffer = ctx->buffer};
-    layout(ctx, &assign);
-    lm_kv_layer geometry = {.n_blocks = o->kv_blocks,
-                            .block_size = o->kv_block_size,
-                            .n_kv_heads = cfg->num_key_value_heads,
-                            .head_dim = cfg->head_dim,
-                            .dtype = ctx->kv_dtype};
-    for (int l = 0; l < m->n_full_layers; l++) {
-        lm_kv_layer *kv = &ctx->kv[l];
-        lm_mem k = kv->k, v = kv->v;
-        *kv = geometry;
-        kv->k = k;
-        kv->v = v;
-    }
-    lm_mem mk = ctx->mtp_kv.k, mv = ctx->mtp_kv.v;
-    ctx->mtp_kv = geometry;
-    ctx->mtp_kv.k = mk;
-    ctx->mtp_kv.v = mv;
+    lm_context_kv_shape(ctx->kv, m->n_full_layers, o, cfg->num_key_value_heads, cfg->head_dim, ctx->kv_dtype);
+    lm_context_kv_shape(&ctx->mtp_kv, 1, o, cfg->num_key_value_heads, cfg->head_dim, ctx->kv_dtype);
     *out = &ctx->base;
     return LM_OK;
 }
@@ -280,18 +262,10 @@ lm_status lm_qwen35_step_upload(lm_qwen35_context *ctx, const lm_step_batch *b, 
     const lm_qwen35_model *m = ctx->model;
     const lm_context_options *o = &ctx->options;
     /* The MTP layer has keys and values but no recurrent state and records nothing. */
-    lm_step_limits limits = {
-        .max_step_tokens = o->max_step_tokens,
-        .max_step_seqs = o->max_step_seqs,
-        .max_logit_rows = ctx->max_logit_rows,
-        .kv_block_size = o->kv_block_size,
-        .kv_blocks = o->kv_blocks,
-        .max_blocks_per_seq = o->max_blocks_per_seq,
-        .uses_kv = mtp || m->n_full_layers > 0,
-        .state_slots = !mtp && m->n_linear_layers > 0 ? o->state_slots : 0,
-        .record_rows = !mtp && ctx->records.recorded_rows ? ctx->records.rows_per_slot : 0,
-        .vocab_size = m->config.vocab_size,
-    };
+    lm_step_limits limits = lm_context_step_limits(o, ctx->max_logit_rows, m->config.vocab_size);
+    limits.uses_kv = mtp || m->n_full_layers > 0;
+    limits.state_slots = !mtp && m->n_linear_layers > 0 ? o->state_slots : 0;
+    limits.record_rows = !mtp && ctx->records.recorded_rows ? ctx->records.rows_per_slot : 0;
     lm_status st = lm_step_check(&limits, b, err);
     if (st != LM_OK) return st;
     lm_step_upload(ctx->be, ctx->descriptor, ctx->host_descriptor, b, o->kv_block_size, gather, step);
