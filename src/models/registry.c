@@ -4,17 +4,22 @@
 #include <string.h>
 
 #include "io/json_file.h"
-#include "models/glm4v/glm4v.h"
-#include "models/qwen35/qwen35.h"
 #include "models/weights.h"
 
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)
 
-/* One line per family. */
-static const lm_model_family *const families[] = {
-    &lm_qwen35_family,
-    &lm_glm4v_family,
-};
+/* The families, one line each: X(name) is the descriptor
+ * lm_<name>_family that models/<name>/ defines.  The registry includes no
+ * family header; it knows a family by its descriptor alone.  The order is
+ * the order of the known model_types an unknown one's error lists. */
+#define LM_MODEL_FAMILIES(X) \
+    X(qwen35)                \
+    X(glm4v)
+
+#define DECLARE_FAMILY(name) extern const lm_model_family lm_##name##_family;
+LM_MODEL_FAMILIES(DECLARE_FAMILY)
+#define FAMILY_ENTRY(name) &lm_##name##_family,
+static const lm_model_family *const families[] = {LM_MODEL_FAMILIES(FAMILY_ENTRY)};
 
 const lm_model_family *lm_model_family_for(const char *model_type) {
     for (size_t f = 0; f < sizeof families / sizeof *families; f++)

@@ -1,7 +1,9 @@
 /* Which family a checkpoint is, and opening it: the registry reads
  * config.json's model_type (and architectures), finds the family that
  * claims it, and lets the family parse its own config and load its weights.
- * Adding a family = its files in models/ and one line in registry.c. */
+ * Adding a family = its files in models/<name>/, one of which defines
+ * `const lm_model_family lm_<name>_family`, and one line X(<name>) in
+ * registry.c's LM_MODEL_FAMILIES. */
 #ifndef LOOM_MODELS_REGISTRY_H
 #define LOOM_MODELS_REGISTRY_H
 
