@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks the never-arrows between the folders of src/ (docs/ARCHITECTURE.md):
-# every `#include "..."` under src/ is resolved (a bare name in the including
+# every `#include "..."` under src/ (.c, .h, .cu, .cuh) is resolved (a bare name in the including
 # file's folder, else a path below src/ or include/) and tested against the
 # rules below, and src/engine/ must name no model family.  Prints one line per
 # violation ("file:line: what") and closes with
@@ -13,7 +13,8 @@ name=$(basename "$0")
 
 # file<TAB>line<TAB>resolved target, for every quoted include under src/
 includes=$(
-    find src -name '*.[ch]' -print | LC_ALL=C sort | while IFS= read -r file; do
+    find src \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' \) -print | LC_ALL=C sort |
+    while IFS= read -r file; do
         dir=$(dirname "${file#src/}")
         grep -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]+"' "$file" |
             sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1\t\2/' |
@@ -49,6 +50,28 @@ include_rule() {
 
 include_rule "models/ must not include engine/, server/ or cli/" models \
     '^(engine|server|cli)/'
+# The model families: each in its folder models/<family>/, over the core
+# (the files of models/ itself).  A family may use the core but no other
+# family, and the core knows no family (the registry knows them by their
+# descriptors alone).
+for family_dir in src/models/*/; do
+    family=$(basename "$family_dir")
+    include_rule "models/$family/ must not include another family's folder" "models/$family" \
+        '^models/[^/]+/' "^models/$family/"
+done
+# core_rule LABEL TARGET_REGEX: no file directly in src/models/ includes a match.
+core_rule() {
+    local label=$1 bad=$2
+    report "$label" < <(printf '%s\n' "$includes" | awk -F'\t' -v bad="$bad" -v label="$label" '
+        $1 ~ /^src\/models\/[^\/]+$/ && $3 ~ bad {
+            printf "%s:%s: includes \"%s\" (%s)\n", $1, $2, $3, label
+        }')
+}
+core_rule "the models/ core must not include a family folder (models/<family>/)" '^models/[^/]+/'
+# image/ turns pictures into patches and prompts into placeholder rows,
+# for engine/ and cli/ as much as for models/: it knows no model.
+include_rule "image/ includes only base/, io/ and image/" image '.' '^(base|io|image)/'
+# (the CUDA kernels, .cu and .cuh, included)
 include_rule "ops/ must not include models/, engine/, server/ or cli/" ops \
     '^(models|engine|server|cli)/'
 include_rule "io/ must not include models/, engine/, server/, cli/ or ops/" io \
@@ -62,11 +85,12 @@ include_rule "base/ includes only base/" base '.' '^base/'
 include_rule "engine/ must not include a backend-private header (ops/<backend>/)" engine \
     '^ops/[^/]+/'
 # The family-agnostic contracts of models/: the interface, the StepBatch, the
-# registry, the prompt side of images every family shares (the image
-# processor's settings and patches, placeholder expansion and positions), and
-# the tensor-parallel model, which drives any family's ranks as one model.
-include_rule "engine/ must not include a model family header" engine '^models/' \
-    '^models/(model|step_batch|registry|image_processor|multimodal_prompt|tensor_parallel)\.h$'
+# registry and the tensor-parallel model, which drives any family's ranks as
+# one model (the prompt side of images is image/'s, which engine/ may use).
+include_rule "engine/ includes of models/ only its contracts, never a family folder" engine '^models/' \
+    '^models/(model|step_batch|registry|tensor_parallel)\.h$'
+include_rule "cli/ must not include a family folder (models/<family>/)" cli '^models/[^/]+/'
+include_rule "server/ must not include a family folder (models/<family>/)" server '^models/[^/]+/'
 
 # engine/ names no model family: identifiers outside comments and string literals.
 family_names() {
