@@ -2531,7 +2531,7 @@ static void test_kv_write_and_attention(void) {
 
 /* ------------------------------------------------------------ Gated DeltaNet */
 
-/* The model code's float32 formulas (src/models/qwen35.c before the op
+/* The model code's float32 formulas (src/models/qwen35/qwen35.c before the op
  * existed): every backend must give these exact bits. */
 static float model_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 

@@ -1,4 +1,4 @@
-/* models/image_processor: smart resize (both rules, the spec's worked
+/* image/image_processor: smart resize (both rules, the spec's worked
  * numbers, half-even rounding, the pixel cap), the resampler against
  * transformers' two backends on every case of fixtures/preprocess
  * (byte-exact with torchvision's, and with PIL's through its precision;
