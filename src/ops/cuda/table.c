@@ -26,11 +26,12 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .compute_dtype = lm_cuda_compute_dtype,
     .weight_dtype_supported = cuda_weight_dtype_supported,
     /* elementwise.cu */
-    .silu_mul = lm_cuda_silu_mul,
+    .silu_mul = lm_cuda_fuse_silu_mul, /* the fusion window (fusion_window.c) */
     .sigmoid_mul = lm_cuda_sigmoid_mul,
-    .add = lm_cuda_add,
+    .add = lm_cuda_fuse_add,
     .add_rows = lm_cuda_add_rows,
-    .sigmoid_scale_rows = lm_cuda_sigmoid_scale_rows,
+    .sigmoid_scale_rows = lm_cuda_fuse_sigmoid_scale_rows,
+    .discard = lm_cuda_fuse_discard,
     .gelu = lm_cuda_gelu,
     /* rows.cu */
     .copy_rows = lm_cuda_copy_rows,
@@ -54,14 +55,14 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .moe_route = lm_cuda_moe_route,
     .moe_experts = lm_cuda_moe_experts,
     /* ---- cuda-a: matmul.cu, norms.cu, rope.cu ---- */
-    .matmul = lm_cuda_matmul,
+    .matmul = lm_cuda_fuse_matmul,
     .matmul_group = lm_cuda_matmul_group,
     .matmul_swiglu = lm_cuda_matmul_swiglu,
     .normed_matmul_group = lm_cuda_normed_matmul_group,
     .normed_matmul_swiglu = lm_cuda_normed_matmul_swiglu,
     .matmul_add = lm_cuda_matmul_add,
     .matmul_gated_add = lm_cuda_matmul_gated_add,
-    .rmsnorm = lm_cuda_rmsnorm,
+    .rmsnorm = lm_cuda_fuse_rmsnorm,
     .add_rmsnorm = lm_cuda_add_rmsnorm,
     .gated_rmsnorm = lm_cuda_gated_rmsnorm,
     .l2norm_scale = lm_cuda_l2norm_scale,
