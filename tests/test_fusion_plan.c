@@ -227,6 +227,42 @@ static void mismatched_shapes_are_not_fused(void) {
     CHECK_PLAN(&w, {LM_FUSE_MATMUL_GROUP, 4}, {LM_FUSE_MATMUL_GROUP, 2});
 }
 
+static void attention_then_gate(seq *s, int64_t gate_count) {
+    lm_fuse_op att = {.kind = LM_FUSE_OP_ATTENTION, .out = buf(CORE), .a = buf(Q)};
+    att.u.attn.batch = (lm_attention_batch){.n_tokens = N, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16};
+    s->ops[s->n++] = att;
+    s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_SIGMOID_MUL, .out = buf(CORE), .a = buf(GATE), .count = gate_count};
+}
+static void delta_rule_then_norm(seq *s, lm_mem norm_out, int dim) {
+    lm_fuse_op rule = {.kind = LM_FUSE_OP_DELTA_RULE, .out = buf(CORE), .a = buf(Q)};
+    rule.u.rule = (lm_fuse_delta_rule){.k = buf(K), .v = buf(V), .Hk = 2, .Hv = 4, .dk = 16, .dv = 16};
+    s->ops[s->n++] = rule;
+    s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_GATED_RMSNORM, .out = norm_out, .a = buf(CORE), .b = buf(GATE),
+                                  .c = buf(14), .rows = N * 4, .dim = dim, .eps = 1e-6f};
+}
+
+/* Gated attention's and the delta rule's output steps; not when the
+ * gate's count or the norm's rows are another shape, or it writes elsewhere. */
+static void attention_and_delta_rule_outputs(void) {
+    seq s = {0};
+    attention_then_gate(&s, (int64_t)N * 4 * 16);
+    residual(&s, buf(CORE), mat(HID, 64));
+    CHECK_PLAN(&s, {LM_FUSE_GATED_ATTENTION, 2}, {LM_FUSE_MATMUL_ADD, 3});
+    seq t = {0};
+    attention_then_gate(&t, (int64_t)N * 4 * 8);
+    CHECK_PLAN(&t, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1});
+    seq u = {0};
+    delta_rule_then_norm(&u, buf(CORE), 16);
+    residual(&u, buf(CORE), mat(HID, 64));
+    CHECK_PLAN(&u, {LM_FUSE_GATED_DELTA_RULE_NORM, 2}, {LM_FUSE_MATMUL_ADD, 3});
+    seq v = {0};
+    delta_rule_then_norm(&v, buf(PROJ), 16); /* normed elsewhere: not the fused op's in-place shape */
+    CHECK_PLAN(&v, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1});
+    seq w = {0};
+    delta_rule_then_norm(&w, buf(CORE), 8); /* rows of another width */
+    CHECK_PLAN(&w, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1});
+}
+
 int main(void) {
     RUN_TEST(qwen35_dense_decode_layer);
     RUN_TEST(qwen35_moe_decode_layer);
@@ -234,5 +270,6 @@ int main(void) {
     RUN_TEST(live_intermediates_are_not_fused);
     RUN_TEST(aliasing_is_not_fused);
     RUN_TEST(mismatched_shapes_are_not_fused);
+    RUN_TEST(attention_and_delta_rule_outputs);
     return test_summary("test_fusion_plan");
 }

@@ -589,12 +589,10 @@ static bool linear_attention(lm_qwen35_context *ctx, const lm_step_view *step, c
     record_inputs(ctx, b, layer, s);
 
     lm_mem core = mixed; /* reuse: [N, Hv, dv] */
-    lm_delta_rule_norm_args rule = {
-        .out = core, .q = s->q, .k = s->k, .v = s->v, .g = s->g, .beta = s->beta,
-        .states = lm_qwen35_recurrent_states(ctx, layer->cache_index),
-        .slot_stride = (int64_t)ctx->recurrent_floats, .seqs = &seqs, .z = z, .norm = la->norm,
-        .n = N, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .eps = c->rms_norm_eps};
-    lm_gated_delta_rule_norm(be, &rule);
+    /* the delta rule over the recurrent states, then o = rmsnorm(o) · norm · silu(z) per value head */
+    lm_gated_delta_rule(be, core, s->q, s->k, s->v, s->g, s->beta, lm_qwen35_recurrent_states(ctx, layer->cache_index),
+                        (int64_t)ctx->recurrent_floats, &seqs, Hk, Hv, dk, dv);
+    lm_gated_rmsnorm(be, core, core, z, la->norm, N * Hv, dv, c->rms_norm_eps);
     return residual_product(ctx, h, core, N, &la->out_proj);
 }
 
@@ -626,7 +624,8 @@ static bool full_attention(lm_qwen35_context *ctx, const lm_step_view *step, con
         .kv = kv, .n = N, .n_heads = nH, .n_kv_heads = nKV, .head_dim = D, .eps = c->rms_norm_eps};
     lm_attention_prepare(be, &prep);
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
-    lm_gated_attention(be, attn, s->q, s->gates, kv, &ab); /* attention ⊙ sigmoid(gates) */
+    lm_attention(be, attn, s->q, kv, &ab);
+    lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D); /* attention ⊙ sigmoid(gates) */
     return residual_product(ctx, h, attn, N, &fa->o_proj);
 }
 

@@ -12,6 +12,8 @@ const char *lm_fuse_pattern_name(lm_fuse_pattern p) {
         [LM_FUSE_MATMUL_ADD] = "matmul_add",
         [LM_FUSE_MATMUL_GROUP] = "matmul_group",
         [LM_FUSE_ADD_RMSNORM] = "add_rmsnorm",
+        [LM_FUSE_GATED_ATTENTION] = "gated_attention",
+        [LM_FUSE_GATED_DELTA_RULE_NORM] = "gated_delta_rule_norm",
     };
     return (unsigned)p < LM_FUSE_N_PATTERNS ? names[p] : "?";
 }
@@ -172,6 +174,32 @@ static int match_add_rmsnorm(const lm_fuse_op *ops, int n, int i, bool *candidat
     return 2;
 }
 
+/* attention(O, q) sigmoid_mul(O, G): no intermediate. */
+static int match_gated_attention(const lm_fuse_op *ops, int n, int i, bool *candidate) {
+    if (!is(ops, n, i, LM_FUSE_OP_ATTENTION) || !is(ops, n, i + 1, LM_FUSE_OP_SIGMOID_MUL) ||
+        !same(ops[i + 1].out, ops[i].out))
+        return 0;
+    *candidate = true;
+    const lm_attention_batch *b = &ops[i].u.attn.batch;
+    int64_t count = (int64_t)b->n_tokens * b->n_heads * b->head_dim;
+    span out = floats(ops[i].out, count), gates = floats(ops[i + 1].a, count), q = floats(ops[i].a, count);
+    if (ops[i + 1].count != count || overlap(out, gates) || overlap(out, q)) return 0;
+    return 2;
+}
+
+/* delta_rule(O, ...) gated_rmsnorm(O, O, z, norm) over its rows. */
+static int match_delta_rule_norm(const lm_fuse_op *ops, int n, int i, bool *candidate) {
+    if (!is(ops, n, i, LM_FUSE_OP_DELTA_RULE) || !is(ops, n, i + 1, LM_FUSE_OP_GATED_RMSNORM) ||
+        !same(ops[i + 1].a, ops[i].out))
+        return 0;
+    *candidate = true;
+    const lm_fuse_delta_rule *r = &ops[i].u.rule;
+    const lm_fuse_op *norm = &ops[i + 1];
+    if (!same(norm->out, ops[i].out) || norm->dim != r->dv || r->Hv <= 0 || norm->rows % r->Hv != 0) return 0;
+    if (overlap(rows_of(norm->b, norm), rows_of(norm->out, norm))) return 0;
+    return 2;
+}
+
 typedef int (*matcher)(const lm_fuse_op *ops, int n, int i, bool *candidate);
 
 int lm_fuse_plan(const lm_fuse_op *ops, int n, lm_fuse_step *steps, lm_fuse_stats *stats) {
@@ -183,6 +211,7 @@ int lm_fuse_plan(const lm_fuse_op *ops, int n, lm_fuse_step *steps, lm_fuse_stat
         {LM_FUSE_NORMED_MATMUL_GROUP, match_normed_group}, {LM_FUSE_MATMUL_SWIGLU, match_swiglu},
         {LM_FUSE_MATMUL_ADD, match_matmul_add},            {LM_FUSE_MATMUL_GROUP, match_group},
         {LM_FUSE_ADD_RMSNORM, match_add_rmsnorm},
+        {LM_FUSE_GATED_ATTENTION, match_gated_attention},  {LM_FUSE_GATED_DELTA_RULE_NORM, match_delta_rule_norm},
     };
     int n_steps = 0;
     for (int i = 0; i < n;) {

@@ -3,7 +3,8 @@
  * tests/test_fusion_plan.c).
  *
  * The backend's fusible entries (matmul, rmsnorm, add, silu_mul,
- * sigmoid_scale_rows, discard) do not launch: they append one lm_fuse_op
+ * sigmoid_scale_rows, attention, sigmoid_mul, gated_delta_rule,
+ * gated_rmsnorm, discard) do not launch: they append one lm_fuse_op
  * to the step's window (fusion_window.c), which is lowered at the first op
  * it does not know and at every host wait.  lm_fuse_plan reads the window
  * left to right and, at each op, takes the first pattern that starts
@@ -30,15 +31,36 @@ typedef enum {
     LM_FUSE_OP_SILU_MUL,           /* out = silu(a) · b, count */
     LM_FUSE_OP_SIGMOID_SCALE_ROWS, /* out[r] *= sigmoid(a[r]), rows × dim */
     LM_FUSE_OP_DISCARD,            /* out's count bytes are dead */
+    LM_FUSE_OP_ATTENTION,          /* out = attention(q = a) over attn.kv, attn.batch */
+    LM_FUSE_OP_SIGMOID_MUL,        /* out *= sigmoid(a), count */
+    LM_FUSE_OP_DELTA_RULE,         /* out = the delta rule of q = a, rule.* */
+    LM_FUSE_OP_GATED_RMSNORM,      /* out = rmsnorm(a) · c · silu(b), rows × dim */
 } lm_fuse_op_kind;
+
+/* Host descriptors are copied: the caller's may be gone at the flush. */
+typedef struct {
+    lm_kv_layer kv;
+    lm_attention_batch batch;
+} lm_fuse_attention;
+
+typedef struct {
+    lm_mem k, v, g, beta, states;
+    int64_t slot_stride;
+    lm_seq_batch seqs;
+    int Hk, Hv, dk, dv;
+} lm_fuse_delta_rule;
 
 typedef struct {
     lm_fuse_op_kind kind;
-    lm_mem out, a, b;
-    lm_matrix w;   /* MATMUL: a copy (the caller's may be gone at the flush) */
-    int64_t count; /* ADD, SILU_MUL: elements; DISCARD: bytes */
+    lm_mem out, a, b, c;
+    lm_matrix w;   /* MATMUL */
+    int64_t count; /* ADD, SILU_MUL, SIGMOID_MUL: elements; DISCARD: bytes */
     int rows, dim; /* MATMUL: rows = n */
     float eps;
+    union {
+        lm_fuse_attention attn;  /* ATTENTION */
+        lm_fuse_delta_rule rule; /* DELTA_RULE */
+    } u;
 } lm_fuse_op;
 
 /* The patterns, in the order they are tried at an op. */
@@ -51,6 +73,8 @@ typedef enum {
     LM_FUSE_MATMUL_ADD,           /* matmul add, discard of the product */
     LM_FUSE_MATMUL_GROUP,         /* 2-4 matmuls of one input */
     LM_FUSE_ADD_RMSNORM,          /* add, then rmsnorm of the sum */
+    LM_FUSE_GATED_ATTENTION,      /* attention, then sigmoid_mul of its output */
+    LM_FUSE_GATED_DELTA_RULE_NORM, /* the delta rule, then gated_rmsnorm of its output in place */
     LM_FUSE_N_PATTERNS
 } lm_fuse_pattern;
 

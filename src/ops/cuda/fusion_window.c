@@ -51,6 +51,15 @@ static void run_plain(lm_backend *be, const lm_fuse_op *o) {
     case LM_FUSE_OP_SILU_MUL: lm_cuda_silu_mul(be, o->out, o->a, o->b, o->count); break;
     case LM_FUSE_OP_SIGMOID_SCALE_ROWS: lm_cuda_sigmoid_scale_rows(be, o->out, o->a, o->rows, o->dim); break;
     case LM_FUSE_OP_DISCARD: break;
+    case LM_FUSE_OP_ATTENTION: lm_cuda_attention(be, o->out, o->a, &o->u.attn.kv, &o->u.attn.batch); break;
+    case LM_FUSE_OP_SIGMOID_MUL: lm_cuda_sigmoid_mul(be, o->out, o->a, o->count); break;
+    case LM_FUSE_OP_DELTA_RULE: {
+        const lm_fuse_delta_rule *r = &o->u.rule;
+        lm_cuda_gated_delta_rule(be, o->out, o->a, r->k, r->v, r->g, r->beta, r->states, r->slot_stride, &r->seqs,
+                                 r->Hk, r->Hv, r->dk, r->dv);
+        break;
+    }
+    case LM_FUSE_OP_GATED_RMSNORM: lm_cuda_gated_rmsnorm(be, o->out, o->a, o->b, o->c, o->rows, o->dim, o->eps); break;
     }
 }
 
@@ -110,6 +119,22 @@ static bool lower(lm_backend *be, const lm_fuse_op *o, const lm_fuse_step *step)
         for (const lm_fuse_op *p = o; p <= m + 3; p++) run_plain(be, p);
         return false;
     }
+    case LM_FUSE_GATED_ATTENTION:
+        if (lm_cuda_gated_attention(be, o->out, o->a, o[1].a, &o->u.attn.kv, &o->u.attn.batch)) return true;
+        run_plain(be, o);
+        run_plain(be, o + 1);
+        return false;
+    case LM_FUSE_GATED_DELTA_RULE_NORM: {
+        const lm_fuse_delta_rule *r = &o->u.rule;
+        lm_delta_rule_norm_args a = {.out = o->out, .q = o->a, .k = r->k, .v = r->v, .g = r->g, .beta = r->beta,
+                                     .states = r->states, .slot_stride = r->slot_stride, .seqs = &r->seqs,
+                                     .z = o[1].b, .norm = o[1].c, .n = o[1].rows / r->Hv, .Hk = r->Hk, .Hv = r->Hv,
+                                     .dk = r->dk, .dv = r->dv, .eps = o[1].eps};
+        if (lm_cuda_gated_delta_rule_norm(be, &a)) return true;
+        run_plain(be, o);
+        run_plain(be, o + 1);
+        return false;
+    }
     case LM_FUSE_ADD_RMSNORM:
         lm_cuda_add_rmsnorm(be, o[1].out, o->out, o->a, o[1].b, o[1].rows, o[1].dim, o[1].eps);
         return true;
@@ -158,6 +183,27 @@ void lm_cuda_fuse_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int 
 }
 void lm_cuda_fuse_discard(lm_backend *be, lm_mem at, size_t bytes) {
     append(be, (lm_fuse_op){.kind = LM_FUSE_OP_DISCARD, .out = at, .count = (int64_t)bytes});
+}
+void lm_cuda_fuse_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
+                            const lm_attention_batch *batch) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_ATTENTION, .out = out, .a = q,
+                            .u.attn = {.kv = *kv, .batch = *batch}});
+}
+void lm_cuda_fuse_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_SIGMOID_MUL, .out = x, .a = gate, .count = n});
+}
+void lm_cuda_fuse_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
+                                   lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
+                                   int dk, int dv) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_DELTA_RULE, .out = out, .a = q,
+                            .u.rule = {.k = k, .v = v, .g = g, .beta = beta, .states = states,
+                                       .slot_stride = slot_stride, .seqs = *seqs, .Hk = Hk, .Hv = Hv, .dk = dk,
+                                       .dv = dv}});
+}
+void lm_cuda_fuse_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows, int dim,
+                                float eps) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_GATED_RMSNORM, .out = out, .a = x, .b = z, .c = weight, .rows = rows,
+                            .dim = dim, .eps = eps});
 }
 #else
 typedef int lm_cuda_fusion_window_unused; /* ISO C wants a declaration */

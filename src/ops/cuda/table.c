@@ -27,7 +27,7 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .weight_dtype_supported = cuda_weight_dtype_supported,
     /* elementwise.cu */
     .silu_mul = lm_cuda_fuse_silu_mul, /* the fusion window (fusion_window.c) */
-    .sigmoid_mul = lm_cuda_sigmoid_mul,
+    .sigmoid_mul = lm_cuda_fuse_sigmoid_mul,
     .add = lm_cuda_fuse_add,
     .add_rows = lm_cuda_add_rows,
     .sigmoid_scale_rows = lm_cuda_fuse_sigmoid_scale_rows,
@@ -42,12 +42,12 @@ const lm_backend_ops lm_cuda_backend_ops = {
     /* attention.cu */
     .kv_dtype = lm_cuda_kv_dtype,
     .kv_write = lm_cuda_kv_write,
-    .attention = lm_cuda_attention,
+    .attention = lm_cuda_fuse_attention,
     .gated_attention = lm_cuda_gated_attention,
     /* gdn.cu */
     .gdn_gates = lm_cuda_gdn_gates,
     .causal_conv1d_silu = lm_cuda_causal_conv1d_silu,
-    .gated_delta_rule = lm_cuda_gated_delta_rule,
+    .gated_delta_rule = lm_cuda_fuse_gated_delta_rule,
     .gdn_prepare = lm_cuda_gdn_prepare,
     .attention_prepare = lm_cuda_attention_prepare,
     .gated_delta_rule_norm = lm_cuda_gated_delta_rule_norm,
@@ -64,7 +64,7 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .matmul_gated_add = lm_cuda_matmul_gated_add,
     .rmsnorm = lm_cuda_fuse_rmsnorm,
     .add_rmsnorm = lm_cuda_add_rmsnorm,
-    .gated_rmsnorm = lm_cuda_gated_rmsnorm,
+    .gated_rmsnorm = lm_cuda_fuse_gated_rmsnorm,
     .l2norm_scale = lm_cuda_l2norm_scale,
     .layernorm = lm_cuda_layernorm,
     .add_weighted_rows = lm_cuda_add_weighted_rows,
