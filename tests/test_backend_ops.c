@@ -278,6 +278,14 @@ typedef struct {
 
 static arena arena_on(lm_backend *be) { return (arena){.be = be, .ok = true}; }
 
+/* Runs the ops queued so far (a host wait): a backend that fuses a window
+ * of plain ops (cuda, src/ops/cuda/fusion_plan.h) then runs the ops after
+ * it as themselves, so a check's parts stay parts. */
+static void run_queued(lm_backend *be) {
+    lm_error err = {0};
+    (void)lm_synchronize(be, &err); /* an error shows in the download after */
+}
+
 static lm_mem arena_alloc(arena *a, size_t bytes) {
     lm_error err = {0};
     lm_buffer *b = NULL;
@@ -904,7 +912,10 @@ static void check_matmul_group(const backends *bs, verdict *v, rng *r, int n, in
             break;
         }
         lm_matmul_group(a.be, xm, n, outs, count);
-        for (int i = 0; i < count; i++) lm_matmul(a.be, alone[i], xm, n, &m[i]);
+        for (int i = 0; i < count; i++) {
+            run_queued(a.be);
+            lm_matmul(a.be, alone[i], xm, n, &m[i]);
+        }
         for (int i = 0; i < count; i++) {
             float *got = down_f32(&a, outs[i].y, ny[i]), *want = down_f32(&a, alone[i], ny[i]);
             if (!got || !want)
@@ -970,11 +981,33 @@ static void test_matmul_group(void) {
 typedef struct {
     lm_backend_ops ops;
     lm_backend be;
+    const lm_backend_ops *real; /* the backend's own table */
 } parts_backend;
+
+/* The parts' attention and delta rule each followed by a host wait: a
+ * backend that fuses a window of plain ops (cuda) would otherwise fuse
+ * the parts again, and the check compare the fused op with itself. */
+static const lm_backend_ops *real_ops(lm_backend *be) {
+    return ((parts_backend *)(void *)((char *)be - offsetof(parts_backend, be)))->real;
+}
+static void attention_alone(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
+                            const lm_attention_batch *batch) {
+    real_ops(be)->attention(be, out, q, kv, batch);
+    run_queued(be);
+}
+static void delta_rule_alone(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
+                             lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv, int dk,
+                             int dv) {
+    real_ops(be)->gated_delta_rule(be, out, q, k, v, g, beta, states, slot_stride, seqs, Hk, Hv, dk, dv);
+    run_queued(be);
+}
 
 static lm_backend *without_op(parts_backend *p, const lm_backend *be, size_t offset) {
     p->ops = *be->ops;
+    p->real = be->ops;
     memset((char *)&p->ops + offset, 0, sizeof(void (*)(void)));
+    if (p->ops.attention) p->ops.attention = attention_alone;
+    if (p->ops.gated_delta_rule) p->ops.gated_delta_rule = delta_rule_alone;
     p->be = (lm_backend){.ops = &p->ops, .impl = be->impl};
     return &p->be;
 }
@@ -1607,6 +1640,7 @@ static void check_add_rmsnorm(const backends *bs, verdict *v, rng *r, int rows, 
         lm_mem out = in_delta ? dm : poisoned(&a, n);
         lm_add_rmsnorm(a.be, out, hm, dm, wm, rows, dim, eps);
         lm_add(a.be, h2, d2, (int64_t)n);
+        run_queued(a.be);
         lm_rmsnorm(a.be, out2, h2, wm, rows, dim, eps);
         float *got_h = down_f32(&a, hm, n), *got = down_f32(&a, out, n);
         float *want_h = down_f32(&a, h2, n), *want = down_f32(&a, out2, n);
@@ -1625,6 +1659,124 @@ done:
     free(h);
     free(d);
     free(w);
+}
+
+/* ---- a decode layer in plain ops: what a fusing backend makes of it ---- */
+
+/* The plain ops of a layer's MLP and a residual step as the forward
+ * writes them, with the intermediates it declares dead: h = the stream,
+ * x its norm, g | u the SwiGLU halves, s a product added on, r the routed
+ * sum.  With `alone` every op runs by itself (a host wait after each), so
+ * a fusing backend (cuda's window) runs the parts; without, it fuses. */
+typedef struct {
+    lm_mem h, x, g, u, s, r, gate, q, k, norm;
+    lm_matrix up, down, wq, wk;
+} layer_mem;
+
+static void plain_layer(lm_backend *be, const layer_mem *m, int n, int H, int I, bool alone) {
+    float eps = 1e-6f;
+#define STEP(call)                  \
+    do {                            \
+        call;                       \
+        if (alone) run_queued(be);  \
+    } while (0)
+    size_t hb = sizeof(float) * (size_t)n * (size_t)H, ib = sizeof(float) * (size_t)n * (size_t)I;
+    /* x = norm(h); g = silu(x·gateᵀ)·(x·upᵀ) (the up matrix twice: gate and up of one shape) */
+    STEP(lm_rmsnorm(be, m->x, m->h, m->norm, n, H, eps));
+    STEP(lm_matmul(be, m->g, m->x, n, &m->up));
+    STEP(lm_matmul(be, m->u, m->x, n, &m->up));
+    STEP(lm_silu_mul(be, m->g, m->g, m->u, (int64_t)n * I));
+    STEP(lm_discard(be, m->u, ib));
+    /* h += g·downᵀ through s */
+    STEP(lm_matmul(be, m->s, m->g, n, &m->down));
+    STEP(lm_add(be, m->h, m->s, (int64_t)n * H));
+    STEP(lm_discard(be, m->s, hb));
+    /* h += r + sigmoid(gate)·(silu(g)·u)·downᵀ, the shared expert's way */
+    STEP(lm_matmul(be, m->u, m->x, n, &m->up));
+    STEP(lm_silu_mul(be, m->g, m->g, m->u, (int64_t)n * I));
+    STEP(lm_matmul(be, m->s, m->g, n, &m->down));
+    STEP(lm_sigmoid_scale_rows(be, m->s, m->gate, n, H));
+    STEP(lm_add(be, m->r, m->s, (int64_t)n * H));
+    STEP(lm_add(be, m->h, m->r, (int64_t)n * H));
+    STEP(lm_discard(be, m->s, hb));
+    STEP(lm_discard(be, m->r, hb));
+    STEP(lm_discard(be, m->g, ib));
+    /* h += x (a pending output); x = norm(h); q, k of x */
+    STEP(lm_add(be, m->h, m->x, (int64_t)n * H));
+    STEP(lm_rmsnorm(be, m->x, m->h, m->norm, n, H, eps));
+    STEP(lm_matmul(be, m->q, m->x, n, &m->wq));
+    STEP(lm_matmul(be, m->k, m->x, n, &m->wk));
+#undef STEP
+}
+
+/* The live memory (h, x, q, k) after the layer fused equals it after the
+ * parts, bit for bit, on every backend (a backend without a fusion of its
+ * own runs the same ops both times). */
+static void check_plain_layer(const backends *bs, verdict *v, rng *r, int n, int H, int I) {
+    size_t nh = (size_t)n * (size_t)H, ni = (size_t)n * (size_t)I;
+    float *h = random_floats(r, nh, 2.0f), *norm = random_floats(r, (size_t)H, 1.5f);
+    float *gate = random_floats(r, (size_t)n, 2.0f), *routed = random_floats(r, nh, 1.0f);
+    float *upv = malloc(sizeof(float) * (size_t)I * (size_t)H), *downv = malloc(sizeof(float) * (size_t)H * (size_t)I);
+    float *qv = malloc(sizeof(float) * 64 * (size_t)H), *kv = malloc(sizeof(float) * 32 * (size_t)H);
+    void *up = upv ? random_matrix(r, LM_DTYPE_BF16, I, H, upv) : NULL;
+    void *down = downv ? random_matrix(r, LM_DTYPE_BF16, H, I, downv) : NULL;
+    void *wq = qv ? random_matrix(r, LM_DTYPE_BF16, 64, H, qv) : NULL;
+    void *wk = kv ? random_matrix(r, LM_DTYPE_BF16, 32, H, kv) : NULL;
+    if (!h || !norm || !gate || !routed || !up || !down || !wq || !wk) {
+        fail(v, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < bs->n && !v->failed; b++) {
+        arena a = arena_on(bs->be[b]);
+        layer_mem m[2];
+        for (int t = 0; t < 2; t++)
+            m[t] = (layer_mem){.h = up_f32(&a, h, nh), .x = poisoned(&a, nh), .g = poisoned(&a, ni), .u = poisoned(&a, ni),
+                               .s = poisoned(&a, nh), .r = up_f32(&a, routed, nh), .gate = up_f32(&a, gate, (size_t)n),
+                               .q = poisoned(&a, (size_t)n * 64), .k = poisoned(&a, (size_t)n * 32),
+                               .norm = up_f32(&a, norm, (size_t)H), .up = import_matrix(&a, up, LM_DTYPE_BF16, I, H),
+                               .down = import_matrix(&a, down, LM_DTYPE_BF16, H, I),
+                               .wq = import_matrix(&a, wq, LM_DTYPE_BF16, 64, H),
+                               .wk = import_matrix(&a, wk, LM_DTYPE_BF16, 32, H)};
+        if (!a.ok) {
+            fail(v, "%s: backend memory failed", bs->label[b]);
+            arena_free(&a);
+            break;
+        }
+        plain_layer(a.be, &m[0], n, H, I, false);
+        plain_layer(a.be, &m[1], n, H, I, true);
+        const struct {
+            const char *name;
+            lm_mem fused, parts;
+            size_t n;
+        } live[] = {{"h", m[0].h, m[1].h, nh}, {"x", m[0].x, m[1].x, nh}, {"q", m[0].q, m[1].q, (size_t)n * 64},
+                    {"k", m[0].k, m[1].k, (size_t)n * 32}};
+        for (size_t i = 0; i < sizeof live / sizeof live[0] && !v->failed; i++) {
+            float *got = down_f32(&a, live[i].fused, live[i].n), *want = down_f32(&a, live[i].parts, live[i].n);
+            if (!got || !want)
+                fail(v, "%s: backend memory failed", bs->label[b]);
+            else if (memcmp(got, want, live[i].n * sizeof(float)) != 0)
+                fail(v, "a layer's plain ops n=%d H=%d I=%d on %s: %s differs bitwise run together and one by one",
+                     n, H, I, bs->label[b], live[i].name);
+            free(got);
+            free(want);
+        }
+        arena_free(&a);
+    }
+done:
+    free(h), free(norm), free(gate), free(routed), free(upv), free(downv), free(qv), free(kv);
+    free(up), free(down), free(wq), free(wk);
+}
+
+static void test_plain_layer_fuses_exactly(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    verdict v = {0};
+    rng r = {29};
+    const int shapes[][3] = {{1, 256, 512}, {3, 256, 512}, {8, 128, 384}, {40, 256, 256}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        check_plain_layer(&bs, &v, &r, shapes[i][0], shapes[i][1], shapes[i][2]);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
 }
 
 static void test_add_rmsnorm(void) {
@@ -4501,6 +4653,7 @@ int main(void) {
     RUN_TEST(test_embed);
     RUN_TEST(test_norms);
     RUN_TEST(test_add_rmsnorm);
+    RUN_TEST(test_plain_layer_fuses_exactly);
     RUN_TEST(test_layernorm);
     RUN_TEST(test_rope);
     RUN_TEST(test_elementwise);

@@ -147,3 +147,17 @@ void lm_kv_copy_block(lm_backend *be, const lm_kv_layer *layers, int n, int src,
         lm_copy(be, lm_mem_bytes(kv->v, block * (size_t)dst), lm_mem_bytes(kv->v, block * (size_t)src), block);
     }
 }
+
+void lm_forward_swiglu_in(lm_backend *be, lm_mem y, lm_mem up_half, lm_mem x, int n, const lm_matrix *gate,
+                          const lm_matrix *up) {
+    lm_matmul(be, y, x, n, gate);
+    lm_matmul(be, up_half, x, n, up);
+    lm_silu_mul(be, y, y, up_half, (int64_t)n * gate->rows);
+    lm_discard(be, up_half, sizeof(float) * (size_t)n * (size_t)up->rows);
+}
+
+void lm_forward_matmul_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, int n, const lm_matrix *w) {
+    lm_matmul(be, scratch, x, n, w);
+    lm_add(be, y, scratch, (int64_t)n * w->rows);
+    lm_discard(be, scratch, sizeof(float) * (size_t)n * (size_t)w->rows);
+}

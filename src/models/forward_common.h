@@ -18,6 +18,15 @@ lm_status lm_context_check_sizes(const lm_context_options *o, lm_error *err);
 void lm_forward_embed_inputs(lm_backend *be, lm_mem h, lm_mem tokens, const lm_step_batch *b,
                              const lm_matrix *embed_tokens, int hidden);
 
+/* The SwiGLU MLP's first half in plain ops: y [n, gate.rows] =
+ * silu(x · gateᵀ) ⊙ (x · upᵀ), the up half through up_half [n, up.rows],
+ * which then dies (lm_discard: a backend that fuses the three need not
+ * write it). */
+void lm_forward_swiglu_in(lm_backend *be, lm_mem y, lm_mem up_half, lm_mem x, int n, const lm_matrix *gate,
+                          const lm_matrix *up);
+/* y += x · wᵀ in plain ops through scratch [n, w.rows], which then dies. */
+void lm_forward_matmul_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, int n, const lm_matrix *w);
+
 /* max_image_patches in range, and 0 unless the model has a vision tower. */
 lm_status lm_context_check_images(const lm_context_options *o, bool has_tower, lm_error *err);
 

@@ -314,6 +314,17 @@ typedef struct {
     lm_status (*download)(lm_backend *be, void *dst, lm_mem src, size_t bytes, lm_error *err);
     void (*copy)(lm_backend *be, lm_mem dst, lm_mem src, size_t bytes); /* no overlap */
     void (*fill)(lm_backend *be, lm_mem dst, uint8_t byte, size_t bytes);
+    /* Optional (NULL: nothing to do): the `bytes` at `at` are dead, no
+     * later op reads them before one writes them, so their contents are
+     * undefined from here.  The rule of fusion: a backend may run a run
+     * of ops as one fused kernel (the cuda backend's window,
+     * src/ops/cuda/fusion_plan.h) only with exactly the bits the ops would
+     * write, into all the memory they would write, except bytes declared
+     * dead this way right after the run: an intermediate (a product only
+     * added on, the up half of a SwiGLU) a fused kernel need not write.
+     * So the forward writes the plain math and says which intermediates
+     * die; nothing it can read differs. */
+    void (*discard)(lm_backend *be, lm_mem at, size_t bytes);
     /* Waits for every queued op; reports a device error since the last call. */
     lm_status (*synchronize)(lm_backend *be, lm_error *err);
     /* Optional (device backends; NULL on the host ones): the device memory
@@ -611,6 +622,9 @@ static inline void lm_copy(lm_backend *be, lm_mem dst, lm_mem src, size_t bytes)
 }
 static inline void lm_fill(lm_backend *be, lm_mem dst, uint8_t byte, size_t bytes) {
     be->ops->fill(be, dst, byte, bytes);
+}
+static inline void lm_discard(lm_backend *be, lm_mem at, size_t bytes) {
+    if (be->ops->discard) be->ops->discard(be, at, bytes);
 }
 static inline lm_status lm_synchronize(lm_backend *be, lm_error *err) {
     return be->ops->synchronize(be, err);

@@ -356,13 +356,23 @@ static void sum_over_ranks(lm_glm4v_context *ctx, lm_mem x, int N) {
         lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
 }
 
-/* The products of a block's normed input: x = rmsnorm(h) · w made by the
- * products themselves (normed_matmul_group: on a device, in the products'
- * own blocks), or by a norm that already ran (in NULL: x is ready). */
-static void input_products(lm_backend *be, const lm_normed_input *in, lm_mem x, int N, const lm_matmul_out *outs,
+/* A block's normed input x = rmsnorm(h) · weight (a device backend may
+ * norm it inside the products that read it: its fusion). */
+typedef struct {
+    lm_mem h, weight, x;
+    float eps;
+} block_norm;
+
+/* x = the norm of `in` (NULL: a norm that already ran made x). */
+static void input_norm(lm_backend *be, const block_norm *in, int N, int cols) {
+    if (in) lm_rmsnorm(be, in->x, in->h, in->weight, N, cols, in->eps);
+}
+
+/* The products of a block's normed input x (`in`, as input_norm). */
+static void input_products(lm_backend *be, const block_norm *in, lm_mem x, int N, const lm_matmul_out *outs,
                            int count) {
-    if (in) lm_normed_matmul_group(be, in, N, outs, count);
-    else lm_matmul_group(be, x, N, outs, count);
+    input_norm(be, in, N, (int)outs[0].w->cols);
+    for (int i = 0; i < count; i++) lm_matmul(be, outs[i].y, x, N, outs[i].w);
 }
 
 /* Attention (model-spec §E.2.1) of the normed input (`in`, as
@@ -370,7 +380,7 @@ static void input_products(lm_backend *be, const lm_normed_input *in, lm_mem x, 
  * output is added to h in the product (true returned); otherwise it is
  * left in s->x (false), summed over the ranks. */
 static bool attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_glm4v_layer *layer,
-                      const lm_kv_layer *kv, const lm_normed_input *in) {
+                      const lm_kv_layer *kv, const block_norm *in) {
     const lm_glm4v_model *m = ctx->model;
     const lm_glm4v_config *c = &m->config;
     const lm_glm4v_attention *a = &layer->attn;
@@ -390,7 +400,7 @@ static bool attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
     lm_attention(be, s->attn, s->q, kv, &ab);
     if (!m->share.comm && !m->sandwich_norms) {
-        lm_matmul_add(be, s->h, s->x, s->attn, N, &a->o_proj); /* no bias */
+        lm_forward_matmul_add(be, s->h, s->x, s->attn, N, &a->o_proj); /* no bias */
         return true;
     }
     lm_matmul(be, s->x, s->attn, N, &a->o_proj);
@@ -400,18 +410,18 @@ static bool attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
 
 /* SwiGLU's first half, silu(x·gateᵀ) * (x·upᵀ) into s->proj, of the normed
  * input (`in`, as input_products). */
-static void swiglu_in(lm_glm4v_context *ctx, int N, const lm_swiglu *w, const lm_normed_input *in) {
+static void swiglu_in(lm_glm4v_context *ctx, int N, const lm_swiglu *w, const block_norm *in) {
     const lm_glm4v_scratch *s = &ctx->scratch;
-    if (in) lm_normed_matmul_swiglu(ctx->be, s->proj, s->proj2, in, N, &w->gate_proj, &w->up_proj);
-    else lm_matmul_swiglu(ctx->be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
+    input_norm(ctx->be, in, N, (int)w->gate_proj.cols);
+    lm_forward_swiglu_in(ctx->be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
 }
 
 /* The MoE block (model-spec §E.2.4) of the normed input: s->routed, the
  * routed experts' weighted sum plus the (ungated) shared experts.  The
  * shared experts' SwiGLU runs first, so with `in` its products make x for
  * the router and the routed experts; their down product adds into the
- * routed sum (matmul_add, s->shared its parts' scratch). */
-static void moe(lm_glm4v_context *ctx, int N, const lm_glm4v_moe *moe, const lm_normed_input *in) {
+ * routed sum (through s->shared, which dies). */
+static void moe(lm_glm4v_context *ctx, int N, const lm_glm4v_moe *moe, const block_norm *in) {
     const lm_glm4v_config *c = &ctx->model->config;
     const lm_glm4v_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
@@ -420,7 +430,7 @@ static void moe(lm_glm4v_context *ctx, int N, const lm_glm4v_moe *moe, const lm_
     lm_moe_route(be, s->ids, s->weights, s->router_logits, N, &moe->routing);
     lm_moe_apply_experts(be, s->routed, s->x, N, s->ids, s->weights, c->num_experts_per_tok,
                          &moe->experts.view, s->expert_scratch);
-    lm_matmul_add(be, s->routed, s->shared, s->proj, N, &moe->shared.down_proj);
+    lm_forward_matmul_add(be, s->routed, s->shared, s->proj, N, &moe->shared.down_proj);
 }
 
 /* One decoder layer (model-spec §E.2; §E.6's sandwich norms for glm4v). */
@@ -432,13 +442,14 @@ static void decoder_layer(lm_glm4v_context *ctx, const lm_step_view *step,
     lm_backend *be = ctx->be;
     int N = step->n_tokens, H = c->hidden_size;
     float eps = c->rms_norm_eps;
-    lm_normed_input in = {.h = s->h, .weight = layer->input_norm, .x = s->x, .eps = eps};
+    block_norm in = {.h = s->h, .weight = layer->input_norm, .x = s->x, .eps = eps};
     /* h += attention's output (in o_proj, or here); x = post_attention_norm(h) */
-    lm_normed_input post = {.h = s->h, .weight = layer->post_attention_norm, .x = s->x, .eps = eps};
-    const lm_normed_input *mlp_in = &post;
+    block_norm post = {.h = s->h, .weight = layer->post_attention_norm, .x = s->x, .eps = eps};
+    const block_norm *mlp_in = &post;
     if (!attention(ctx, step, layer, kv, &in)) {
         if (m->sandwich_norms) lm_rmsnorm(be, s->x, s->x, layer->post_self_attn_norm, N, H, eps);
-        lm_add_rmsnorm(be, s->x, s->h, s->x, layer->post_attention_norm, N, H, eps);
+        lm_add(be, s->h, s->x, (int64_t)N * H);
+        lm_rmsnorm(be, s->x, s->h, layer->post_attention_norm, N, H, eps);
         mlp_in = NULL;
     }
     lm_mem out = s->x;

@@ -516,29 +516,35 @@ static void sum_over_ranks(lm_qwen35_context *ctx, lm_mem x, int N) {
         lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
 }
 
-/* A block's input (attention's or the MLP's): x = rmsnorm(h) · w, made by
- * the first products that read it (normed_matmul_group: on a device, in
- * the products' own blocks), or already in x when an add_rmsnorm ran. */
+/* A block's input (attention's or the MLP's): x = rmsnorm(h) · weight,
+ * normed here, or already in x when the layer's residual add normed it
+ * (x_ready).  A device backend may norm it inside the products that read
+ * it (its fusion). */
 typedef struct {
-    lm_normed_input norm;
+    lm_mem h, weight, x;
+    float eps;
     bool x_ready;
 } block_input;
 
+static void input_norm(lm_backend *be, const block_input *in, int N, int cols) {
+    if (!in->x_ready) lm_rmsnorm(be, in->x, in->h, in->weight, N, cols, in->eps);
+}
+
 static void input_products(lm_backend *be, const block_input *in, int N, const lm_matmul_out *outs,
                            int count) {
-    if (in->x_ready) lm_matmul_group(be, in->norm.x, N, outs, count);
-    else lm_normed_matmul_group(be, &in->norm, N, outs, count);
+    input_norm(be, in, N, (int)outs[0].w->cols);
+    for (int i = 0; i < count; i++) lm_matmul(be, outs[i].y, in->x, N, outs[i].w);
 }
 
 /* A block's last product (attention's out projection, the MLP's down):
- * added into the residual stream h in the product itself (matmul_add;
- * s->x its parts' scratch), true returned.  Under tensor parallelism the
- * ranks' partial products are summed first: the sum is left in s->x and
- * false returned, for the caller to add. */
+ * added into the residual stream h through s->x, which then dies, true
+ * returned.  Under tensor parallelism the ranks' partial products are
+ * summed first: the sum is left in s->x and false returned, for the
+ * caller to add. */
 static bool residual_product(lm_qwen35_context *ctx, lm_mem h, lm_mem in, int N, const lm_matrix *w) {
     const lm_qwen35_scratch *s = &ctx->scratch;
     if (!ctx->model->share.comm) {
-        lm_matmul_add(ctx->be, h, s->x, in, N, w);
+        lm_forward_matmul_add(ctx->be, h, s->x, in, N, w);
         return true;
     }
     lm_matmul(ctx->be, s->x, in, N, w);
@@ -583,12 +589,10 @@ static bool linear_attention(lm_qwen35_context *ctx, const lm_step_view *step, c
     record_inputs(ctx, b, layer, s);
 
     lm_mem core = mixed; /* reuse: [N, Hv, dv] */
-    lm_delta_rule_norm_args rule = {
-        .out = core, .q = s->q, .k = s->k, .v = s->v, .g = s->g, .beta = s->beta,
-        .states = lm_qwen35_recurrent_states(ctx, layer->cache_index),
-        .slot_stride = (int64_t)ctx->recurrent_floats, .seqs = &seqs, .z = z, .norm = la->norm,
-        .n = N, .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .eps = c->rms_norm_eps};
-    lm_gated_delta_rule_norm(be, &rule);
+    /* the delta rule over the recurrent states, then o = rmsnorm(o) · norm · silu(z) per value head */
+    lm_gated_delta_rule(be, core, s->q, s->k, s->v, s->g, s->beta, lm_qwen35_recurrent_states(ctx, layer->cache_index),
+                        (int64_t)ctx->recurrent_floats, &seqs, Hk, Hv, dk, dv);
+    lm_gated_rmsnorm(be, core, core, z, la->norm, N * Hv, dv, c->rms_norm_eps);
     return residual_product(ctx, h, core, N, &la->out_proj);
 }
 
@@ -620,7 +624,8 @@ static bool full_attention(lm_qwen35_context *ctx, const lm_step_view *step, con
         .kv = kv, .n = N, .n_heads = nH, .n_kv_heads = nKV, .head_dim = D, .eps = c->rms_norm_eps};
     lm_attention_prepare(be, &prep);
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
-    lm_gated_attention(be, attn, s->q, s->gates, kv, &ab); /* attention ⊙ sigmoid(gates) */
+    lm_attention(be, attn, s->q, kv, &ab);
+    lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D); /* attention ⊙ sigmoid(gates) */
     return residual_product(ctx, h, attn, N, &fa->o_proj);
 }
 
@@ -629,8 +634,8 @@ static bool full_attention(lm_qwen35_context *ctx, const lm_step_view *step, con
 static bool mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w, const block_input *in, lm_mem h) {
     const lm_qwen35_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
-    if (in->x_ready) lm_matmul_swiglu(be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
-    else lm_normed_matmul_swiglu(be, s->proj, s->proj2, &in->norm, N, &w->gate_proj, &w->up_proj);
+    input_norm(be, in, N, (int)w->gate_proj.cols);
+    lm_forward_swiglu_in(be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
     return residual_product(ctx, h, s->proj, N, &w->down_proj);
 }
 
@@ -656,17 +661,20 @@ static bool moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, con
     lm_moe_route(be, ms->ids, ms->weights, ms->logits, N, &m->routing);
     lm_moe_apply_experts(be, ms->routed, s->x, N, ms->ids, ms->weights, k, &moe->experts.view,
                          ms->expert_scratch);
-    if (!ctx->model->share.comm) { /* the shared expert's SwiGLU inside its down product */
-        lm_matmul_gated_add(be, h, ms->shared, s->proj, s->proj2, N, &moe->shared.down_proj, ms->shared_gate,
-                            ms->routed);
-        return true;
-    }
+    /* routed += sigmoid(shared_gate) · SwiGLU_shared(x) */
     lm_silu_mul(be, s->proj, s->proj, s->proj2, (int64_t)N * Is);
     lm_matmul(be, ms->shared, s->proj, N, &moe->shared.down_proj);
     lm_sigmoid_scale_rows(be, ms->shared, ms->shared_gate, N, H);
     lm_add(be, ms->routed, ms->shared, (int64_t)N * H);
-    sum_over_ranks(ctx, ms->routed, N);
-    return false;
+    if (ctx->model->share.comm) {
+        sum_over_ranks(ctx, ms->routed, N);
+        return false;
+    }
+    lm_add(be, h, ms->routed, (int64_t)N * H);
+    lm_discard(be, ms->shared, sizeof(float) * (size_t)N * (size_t)H);
+    lm_discard(be, ms->routed, sizeof(float) * (size_t)N * (size_t)H);
+    lm_discard(be, s->proj, sizeof(float) * (size_t)N * (size_t)Is);
+    return true;
 }
 
 /* One decoder layer (model-spec §A.4) on the residual stream h: full
@@ -685,15 +693,19 @@ static bool decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step, cons
     const lm_qwen35_scratch *s = &ctx->scratch;
     int N = step->n_tokens, H = c->hidden_size;
     float eps = c->rms_norm_eps;
-    block_input in = {.norm = {.h = h, .weight = layer->input_norm, .x = s->x, .eps = eps},
-                      .x_ready = pending != NULL};
-    if (pending) lm_add_rmsnorm(ctx->be, s->x, h, *pending, layer->input_norm, N, H, eps);
+    block_input in = {.h = h, .weight = layer->input_norm, .x = s->x, .eps = eps, .x_ready = pending != NULL};
+    if (pending) { /* h += the last layer's output, then x = its norm */
+        lm_add(ctx->be, h, *pending, (int64_t)N * H);
+        lm_rmsnorm(ctx->be, s->x, h, layer->input_norm, N, H, eps);
+    }
     bool added = layer->type == LM_LAYER_FULL_ATTENTION ? full_attention(ctx, step, layer, kv, &in, h)
                                                         : linear_attention(ctx, step, b, layer, &in, h);
     /* x = post_attention_norm(h), h holding attention's output */
-    block_input post = {.norm = {.h = h, .weight = layer->post_attention_norm, .x = s->x, .eps = eps},
-                        .x_ready = !added};
-    if (!added) lm_add_rmsnorm(ctx->be, s->x, h, s->x, layer->post_attention_norm, N, H, eps);
+    block_input post = {.h = h, .weight = layer->post_attention_norm, .x = s->x, .eps = eps, .x_ready = !added};
+    if (!added) {
+        lm_add(ctx->be, h, s->x, (int64_t)N * H);
+        lm_rmsnorm(ctx->be, s->x, h, layer->post_attention_norm, N, H, eps);
+    }
     if (layer->is_moe) {
         *delta = ctx->moe.routed;
         return !moe_mlp(ctx, N, &layer->moe, &post, h);

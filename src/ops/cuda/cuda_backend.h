@@ -118,6 +118,34 @@ void lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *
                              const int32_t *start, const int32_t *tile_expert, const int32_t *tile_first,
                              const int32_t *tile_count, int pairs, int top_k, const lm_moe_experts *experts);
 
+/* ---- the fusion window (fusion_window.c, fusion_plan.h) ---- */
+/* The table's matmul, rmsnorm, add, silu_mul, sigmoid_scale_rows,
+ * attention, sigmoid_mul, gated_delta_rule, gated_rmsnorm and discard:
+ * appended to the step's window, not launched.  The window is
+ * lowered (the fused kernels where a pattern matches, the plain ones
+ * otherwise) by lm_cuda_fusion_flush, which the queue calls before it
+ * takes any other op and before it runs (queue.cu): so at every op the
+ * window does not know and at every host wait. */
+typedef struct lm_cuda_fusion_window lm_cuda_fusion_window;
+lm_status lm_cuda_fusion_init(lm_cuda_fusion_window **out, lm_error *err);
+void lm_cuda_fusion_free(lm_cuda_fusion_window *w); /* prints LOOM_CUDA_FUSION_STATS=1's counts */
+lm_cuda_fusion_window *lm_cuda_fusion_of(lm_backend *be); /* state.cu */
+void lm_cuda_fusion_flush(lm_backend *be);
+void lm_cuda_fuse_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
+void lm_cuda_fuse_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim, float eps);
+void lm_cuda_fuse_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n);
+void lm_cuda_fuse_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n);
+void lm_cuda_fuse_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width);
+void lm_cuda_fuse_discard(lm_backend *be, lm_mem at, size_t bytes);
+void lm_cuda_fuse_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
+                            const lm_attention_batch *batch);
+void lm_cuda_fuse_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n);
+void lm_cuda_fuse_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
+                                   lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
+                                   int dk, int dv);
+void lm_cuda_fuse_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows, int dim,
+                                float eps);
+
 /* ---- cuda-a: matmul, norms, rotary, weighted rows ---- */
 /* matmul.cu */
 void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);

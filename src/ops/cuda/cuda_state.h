@@ -44,6 +44,7 @@ struct lm_cuda_state {
     bool norm_fused;              /* LOOM_CUDA_FUSE_NORM=1: the normed products run (matmul.cu says why not by default) */
     size_t norm_tile_bytes;       /* the most shared memory a product's tile of normed or gated x may take (matmul.cu) */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
+    lm_cuda_fusion_window *fusion; /* the fusible ops not yet lowered (fusion_window.c) */
 };
 
 /* The most scratch the chunked delta rule's prepared form takes by

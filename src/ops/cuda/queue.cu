@@ -215,6 +215,7 @@ void lm_cuda_drop_graphs(lm_backend *be) {
 // Room for `bytes` more at the end of the record; flushes first when the
 // record would pass MAX_RECORD or cannot grow (so appending never fails).
 static unsigned char *reserve(lm_backend *be, size_t bytes) {
+    lm_cuda_fusion_flush(be); /* an op the window does not know: the window's ops go first */
     lm_cuda_queue *q = lm_cuda_state_of(be)->queue;
     if (q->used + bytes > q->capacity) {
         size_t want = q->capacity ? q->capacity : (size_t)64 << 10;
@@ -516,6 +517,7 @@ cudaError_t lm_cuda_wait_stream(lm_backend *be) {
 }
 
 void lm_cuda_flush(lm_backend *be) {
+    lm_cuda_fusion_flush(be); /* a host wait or another API: the window is lowered first */
     lm_cuda_state *s = lm_cuda_state_of(be);
     lm_cuda_queue *q = s->queue;
     if (!q || q->used == 0) return;

@@ -8,6 +8,8 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     if (e != cudaSuccess) return lm_fail(err, LM_ERR_INTERNAL, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
     lm_status st = lm_cuda_queue_init(s, err);
     if (st != LM_OK) return st;
+    st = lm_cuda_fusion_init(&s->fusion, err);
+    if (st != LM_OK) return st;
     const char *shape = getenv("LOOM_CUDA_GEMV"); // for measuring the kernel's shapes (bench/cuda_gemv.c)
     s->gemv_shape = shape ? lm_cuda_gemv_shape_named(shape) : 0;
     if (s->gemv_shape < 0)
@@ -53,7 +55,11 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     return lm_cuda_blas_init(s, err); /* cuBLASLt handle and workspace (matmul.cu) */
 }
 
+extern "C" lm_cuda_fusion_window *lm_cuda_fusion_of(lm_backend *be) { return lm_cuda_state_of(be)->fusion; }
+
 extern "C" void lm_cuda_state_free(lm_cuda_state *s) {
+    lm_cuda_fusion_free(s->fusion); /* ops still in it were never waited for: dropped */
+    s->fusion = NULL;
     lm_cuda_queue_free(s);
     lm_cuda_blas_free(s);
     if (s->stream) cudaStreamDestroy(s->stream);

@@ -1,0 +1,210 @@
+/* The step's window of fusible ops and its lowering (fusion_plan.h says
+ * what fuses and why it is exact).  C: it calls the kernels' entry points
+ * (cuda_backend.h) only.  Built with the cuda backend. */
+#ifdef LOOM_HAVE_CUDA
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/fusion_plan.h"
+
+/* A decode layer puts about 16 ops between two it does not know; a full
+ * window is lowered at once (its last pattern may then be cut: slower,
+ * never different). */
+#define WINDOW_OPS 64
+
+struct lm_cuda_fusion_window {
+    lm_fuse_op ops[WINDOW_OPS];
+    int n;
+    bool lowering; /* the lowering's own launches must not flush it again */
+    bool stats_on; /* LOOM_CUDA_FUSION_STATS=1 */
+    lm_fuse_stats stats;
+    long declined[LM_FUSE_N_PATTERNS]; /* matched, but the fused kernel said no: the parts ran */
+};
+
+lm_status lm_cuda_fusion_init(lm_cuda_fusion_window **out, lm_error *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return lm_fail(err, LM_ERR_NOMEM, "cuda: no memory for the fusion window");
+    const char *stats = getenv("LOOM_CUDA_FUSION_STATS"); /* 1: counts per pattern at destroy */
+    (*out)->stats_on = stats && stats[0] == '1';
+    return LM_OK;
+}
+
+void lm_cuda_fusion_free(lm_cuda_fusion_window *w) {
+    if (!w) return;
+    if (w->stats_on) {
+        fprintf(stderr, "loom: cuda fusion (per pattern: fused / refused candidates / declined by the kernel)\n");
+        for (int p = 1; p < LM_FUSE_N_PATTERNS; p++)
+            fprintf(stderr, "  %-22s %8ld %8ld %8ld\n", lm_fuse_pattern_name((lm_fuse_pattern)p),
+                    w->stats.fused[p] - w->declined[p], w->stats.refused[p], w->declined[p]);
+    }
+    free(w);
+}
+
+/* One op as its own kernel. */
+static void run_plain(lm_backend *be, const lm_fuse_op *o) {
+    switch (o->kind) {
+    case LM_FUSE_OP_MATMUL: lm_cuda_matmul(be, o->out, o->a, o->rows, &o->w); break;
+    case LM_FUSE_OP_RMSNORM: lm_cuda_rmsnorm(be, o->out, o->a, o->b, o->rows, o->dim, o->eps); break;
+    case LM_FUSE_OP_ADD: lm_cuda_add(be, o->out, o->a, o->count); break;
+    case LM_FUSE_OP_SILU_MUL: lm_cuda_silu_mul(be, o->out, o->a, o->b, o->count); break;
+    case LM_FUSE_OP_SIGMOID_SCALE_ROWS: lm_cuda_sigmoid_scale_rows(be, o->out, o->a, o->rows, o->dim); break;
+    case LM_FUSE_OP_DISCARD: break;
+    case LM_FUSE_OP_ATTENTION: lm_cuda_attention(be, o->out, o->a, &o->u.attn.kv, &o->u.attn.batch); break;
+    case LM_FUSE_OP_SIGMOID_MUL: lm_cuda_sigmoid_mul(be, o->out, o->a, o->count); break;
+    case LM_FUSE_OP_DELTA_RULE: {
+        const lm_fuse_delta_rule *r = &o->u.rule;
+        lm_cuda_gated_delta_rule(be, o->out, o->a, r->k, r->v, r->g, r->beta, r->states, r->slot_stride, &r->seqs,
+                                 r->Hk, r->Hv, r->dk, r->dv);
+        break;
+    }
+    case LM_FUSE_OP_GATED_RMSNORM: lm_cuda_gated_rmsnorm(be, o->out, o->a, o->b, o->c, o->rows, o->dim, o->eps); break;
+    }
+}
+
+/* The products of matmuls m[0, count) of one input, as ops.h's
+ * lm_matmul_group did: one launch for several. */
+static void run_group(lm_backend *be, const lm_fuse_op *m, int count) {
+    if (count == 1) {
+        run_plain(be, m);
+        return;
+    }
+    lm_matmul_out outs[LM_MATMUL_GROUP_MAX];
+    for (int i = 0; i < count; i++) outs[i] = (lm_matmul_out){m[i].out, &m[i].w};
+    lm_cuda_matmul_group(be, m[0].a, m[0].rows, outs, count);
+}
+
+/* gate, up, silu_mul (and discards): as lm_matmul_swiglu did. */
+static bool run_swiglu(lm_backend *be, const lm_fuse_op *g) {
+    const lm_fuse_op *u = g + 1, *silu = g + 2;
+    if (lm_cuda_matmul_swiglu(be, g->out, g->a, g->rows, &g->w, &u->w)) return true;
+    run_group(be, g, 2);
+    run_plain(be, silu);
+    return false;
+}
+
+/* Each returns whether the fused kernel took it (false: the parts ran). */
+static bool lower(lm_backend *be, const lm_fuse_op *o, const lm_fuse_step *step) {
+    switch (step->pattern) {
+    case LM_FUSE_PLAIN: run_plain(be, o); return true;
+    case LM_FUSE_MATMUL_GROUP: run_group(be, o, step->count); return true;
+    case LM_FUSE_MATMUL_SWIGLU: return run_swiglu(be, o);
+    case LM_FUSE_NORMED_MATMUL_GROUP: {
+        int count = step->count - 1;
+        lm_matmul_out outs[LM_MATMUL_GROUP_MAX];
+        for (int i = 0; i < count; i++) outs[i] = (lm_matmul_out){o[1 + i].out, &o[1 + i].w};
+        lm_normed_input in = {.h = o->a, .weight = o->b, .x = o->out, .eps = o->eps};
+        if (lm_cuda_normed_matmul_group(be, &in, o->rows, outs, count)) return true;
+        run_plain(be, o);
+        run_group(be, o + 1, count);
+        return false;
+    }
+    case LM_FUSE_NORMED_MATMUL_SWIGLU: {
+        lm_normed_input in = {.h = o->a, .weight = o->b, .x = o->out, .eps = o->eps};
+        if (lm_cuda_normed_matmul_swiglu(be, o[1].out, &in, o->rows, &o[1].w, &o[2].w)) return true;
+        run_plain(be, o);
+        run_swiglu(be, o + 1);
+        return false;
+    }
+    case LM_FUSE_MATMUL_ADD:
+        if (lm_cuda_matmul_add(be, o[1].out, o->a, o->rows, &o->w)) return true;
+        run_plain(be, o);
+        run_plain(be, o + 1);
+        return false;
+    case LM_FUSE_MATMUL_GATED_ADD: {
+        const lm_fuse_op *silu = o->kind == LM_FUSE_OP_SILU_MUL ? o : NULL, *m = silu ? o + 1 : o;
+        lm_mem x_up = silu ? silu->b : (lm_mem){NULL, 0};
+        if (lm_cuda_matmul_gated_add(be, m[3].out, m->a, x_up, m->rows, &m->w, m[1].a, m[2].out)) return true;
+        for (const lm_fuse_op *p = o; p <= m + 3; p++) run_plain(be, p);
+        return false;
+    }
+    case LM_FUSE_GATED_ATTENTION:
+        if (lm_cuda_gated_attention(be, o->out, o->a, o[1].a, &o->u.attn.kv, &o->u.attn.batch)) return true;
+        run_plain(be, o);
+        run_plain(be, o + 1);
+        return false;
+    case LM_FUSE_GATED_DELTA_RULE_NORM: {
+        const lm_fuse_delta_rule *r = &o->u.rule;
+        lm_delta_rule_norm_args a = {.out = o->out, .q = o->a, .k = r->k, .v = r->v, .g = r->g, .beta = r->beta,
+                                     .states = r->states, .slot_stride = r->slot_stride, .seqs = &r->seqs,
+                                     .z = o[1].b, .norm = o[1].c, .n = o[1].rows / r->Hv, .Hk = r->Hk, .Hv = r->Hv,
+                                     .dk = r->dk, .dv = r->dv, .eps = o[1].eps};
+        if (lm_cuda_gated_delta_rule_norm(be, &a)) return true;
+        run_plain(be, o);
+        run_plain(be, o + 1);
+        return false;
+    }
+    case LM_FUSE_ADD_RMSNORM:
+        lm_cuda_add_rmsnorm(be, o[1].out, o->out, o->a, o[1].b, o[1].rows, o[1].dim, o[1].eps);
+        return true;
+    case LM_FUSE_N_PATTERNS: break;
+    }
+    return true;
+}
+
+void lm_cuda_fusion_flush(lm_backend *be) {
+    lm_cuda_fusion_window *w = lm_cuda_fusion_of(be);
+    if (!w || w->lowering || w->n == 0) return;
+    w->lowering = true;
+    lm_fuse_step steps[WINDOW_OPS];
+    int n_steps = lm_fuse_plan(w->ops, w->n, steps, &w->stats);
+    for (int i = 0; i < n_steps; i++)
+        if (!lower(be, &w->ops[steps[i].first], &steps[i])) w->declined[steps[i].pattern]++;
+    w->n = 0;
+    w->lowering = false;
+}
+
+static void append(lm_backend *be, lm_fuse_op op) {
+    lm_cuda_fusion_window *w = lm_cuda_fusion_of(be);
+    if (w->lowering) { /* not reached: the lowering calls the kernels, not the table */
+        run_plain(be, &op);
+        return;
+    }
+    if (w->n == WINDOW_OPS) lm_cuda_fusion_flush(be);
+    w->ops[w->n++] = op;
+}
+
+void lm_cuda_fuse_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_MATMUL, .out = y, .a = x, .w = *w, .rows = n});
+}
+void lm_cuda_fuse_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim, float eps) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_RMSNORM, .out = out, .a = x, .b = weight, .rows = rows, .dim = dim,
+                            .eps = eps});
+}
+void lm_cuda_fuse_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_ADD, .out = x, .a = y, .count = n});
+}
+void lm_cuda_fuse_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_SILU_MUL, .out = out, .a = gate, .b = up, .count = n});
+}
+void lm_cuda_fuse_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_SIGMOID_SCALE_ROWS, .out = x, .a = gate, .rows = rows, .dim = width});
+}
+void lm_cuda_fuse_discard(lm_backend *be, lm_mem at, size_t bytes) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_DISCARD, .out = at, .count = (int64_t)bytes});
+}
+void lm_cuda_fuse_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
+                            const lm_attention_batch *batch) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_ATTENTION, .out = out, .a = q,
+                            .u.attn = {.kv = *kv, .batch = *batch}});
+}
+void lm_cuda_fuse_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_SIGMOID_MUL, .out = x, .a = gate, .count = n});
+}
+void lm_cuda_fuse_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
+                                   lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
+                                   int dk, int dv) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_DELTA_RULE, .out = out, .a = q,
+                            .u.rule = {.k = k, .v = v, .g = g, .beta = beta, .states = states,
+                                       .slot_stride = slot_stride, .seqs = *seqs, .Hk = Hk, .Hv = Hv, .dk = dk,
+                                       .dv = dv}});
+}
+void lm_cuda_fuse_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows, int dim,
+                                float eps) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_GATED_RMSNORM, .out = out, .a = x, .b = z, .c = weight, .rows = rows,
+                            .dim = dim, .eps = eps});
+}
+#else
+typedef int lm_cuda_fusion_window_unused; /* ISO C wants a declaration */
+#endif
