@@ -160,7 +160,7 @@ static void test_batch_of_grammar_requests(void) {
         CHECK_MSG(ok, "request %d: %.*s", i, (int)c.text_len, c.text);
     }
     int tables = 0;
-    for (int i = 0; i < LM_GRAMMAR_FRAME_CACHE; i++) tables += e->grammar_frames.entries[i].frames != NULL;
+    for (int i = 0; i < LM_GRAMMAR_FRAME_CACHE; i++) tables += e->sampler.grammar_frames.entries[i].frames != NULL;
     CHECK_MSG(tables == 1, "%d frame tables for one schema", tables);
     loom_stats stats;
     loom_engine_stats(e, &stats);

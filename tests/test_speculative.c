@@ -247,7 +247,7 @@ static bool run_adaptive(int k, const lm_spec_sim_clock *costs, late_oracle *dra
     for (int i = 0; i < n; i++) collect_all(reqs[i], &out[i], 1);
     for (int i = 0; i < n; i++) loom_request_free(reqs[i]);
     run->stats = wait_idle(e);
-    run->spec = e->spec;
+    run->spec = e->speculator.control;
     loom_engine_destroy(e);
     return true;
 }

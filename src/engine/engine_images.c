@@ -26,40 +26,40 @@ lm_status lm_engine_images_init(loom_engine *e, const lm_model_info *info,
         return lm_fail(err, LM_ERR_INVALID, "max_image_decode_pixels %lld is out of range: %lld .. %lld",
                        (long long)o->max_image_decode_pixels, (long long)LM_IMAGE_MIN_MAX_PIXELS,
                        (long long)LM_IMAGE_MAX_MAX_PIXELS);
-    e->image_limits = lm_image_default_limits();
-    e->image_limits.max_pixels = decode;
-    lm_image_cache_init(&e->image_cache, (size_t)cache);
+    e->images.limits = lm_image_default_limits();
+    e->images.limits.max_pixels = decode;
+    lm_image_cache_init(&e->images.cache, (size_t)cache);
     if (!info->vision.present || !lm_model_has_vision(e->model) || cap < 0) return LM_OK;
-    e->image_processor = info->vision.processor;
-    e->image_processor.pixel_cap = cap;
+    e->images.processor = info->vision.processor;
+    e->images.processor.pixel_cap = cap;
     /* The most patches an image can take after smart_resize: the capped
      * budget (or the processor's minimum, when it is larger), one frame. */
-    const lm_image_processor *p = &e->image_processor;
+    const lm_image_processor *p = &e->images.processor;
     int64_t budget = p->max_pixels < cap ? p->max_pixels : cap;
     if (budget < p->min_pixels) budget = p->min_pixels;
     int64_t side = (int64_t)p->patch_size * p->merge_size;
     int64_t patches = (budget + side * side) / ((int64_t)p->patch_size * p->patch_size);
     if (patches > (1 << 22)) patches = 1 << 22;
-    e->max_image_patches = (int)patches;
-    context->max_image_patches = e->max_image_patches;
-    e->images_on = true;
+    e->images.max_patches = (int)patches;
+    context->max_image_patches = e->images.max_patches;
+    e->images.on = true;
     if (e->tokenizer) {
         const char *start = lm_tokenizer_id_to_token(e->tokenizer, info->vision.vision_start_token_id);
         const char *pad = lm_tokenizer_id_to_token(e->tokenizer, info->vision.image_token_id);
         const char *end = lm_tokenizer_id_to_token(e->tokenizer, info->vision.vision_end_token_id);
         if (start && pad && end)
-            snprintf(e->image_marker, sizeof e->image_marker, "%s%s%s", start, pad, end);
+            snprintf(e->images.marker, sizeof e->images.marker, "%s%s%s", start, pad, end);
     }
     return LM_OK;
 }
 
 const char *loom_engine_image_marker(const loom_engine *e) {
-    return e->images_on && e->image_marker[0] ? e->image_marker : NULL;
+    return e->images.on && e->images.marker[0] ? e->images.marker : NULL;
 }
 
 static lm_status encode(loom_engine *e, lm_request_image *img, lm_error *err) {
-    uint64_t digest = lm_image_processor_digest(&e->image_processor);
-    img->embedding = lm_image_cache_find(&e->image_cache, img->file, img->file_bytes, digest);
+    uint64_t digest = lm_image_processor_digest(&e->images.processor);
+    img->embedding = lm_image_cache_find(&e->images.cache, img->file, img->file_bytes, digest);
     if (!img->embedding) {
         int rows = lm_image_tokens(&img->patches), H = lm_model_describe(e->model)->hidden_size;
         lm_image_embedding *emb = lm_image_embedding_create(img->file, img->file_bytes, digest, rows, H);
@@ -69,18 +69,18 @@ static lm_status encode(loom_engine *e, lm_request_image *img, lm_error *err) {
             lm_image_embedding_unref(emb);
             return st;
         }
-        e->images_encoded++;
-        lm_image_cache_add(&e->image_cache, emb);
+        e->images.encoded++;
+        lm_image_cache_add(&e->images.cache, emb);
         img->embedding = emb;
     }
     lm_image_patches_free(&img->patches); /* the rows stay with the request */
     return LM_OK;
 }
 
-int lm_engine_prepare_images(loom_engine *e, int n) {
+void lm_engine_prepare_images(loom_engine *e, lm_step_plan *plan) {
     int kept = 0;
-    for (int i = 0; i < n; i++) {
-        lm_plan_entry *entry = &e->plan[i];
+    for (int i = 0; i < plan->n; i++) {
+        lm_plan_entry *entry = &plan->entries[i];
         lm_sequence *seq = entry->seq;
         loom_request *r = seq->request;
         int from = seq->n_cached, to = seq->n_cached + entry->n_new;
@@ -97,9 +97,17 @@ int lm_engine_prepare_images(loom_engine *e, int n) {
             lm_engine_finish_error(e, seq, message);
             continue;
         }
-        e->plan[kept++] = *entry;
+        plan->entries[kept++] = *entry;
     }
-    return kept;
+    plan->n = kept;
+}
+
+void lm_engine_images_free(lm_engine_images *images) { lm_image_cache_free(&images->cache); }
+
+void lm_engine_images_stats(const lm_engine_images *images, loom_stats *stats) {
+    stats->images_encoded = images->encoded;
+    stats->image_cache_hits = images->cache.hits;
+    stats->image_cache_bytes = images->cache.used;
 }
 
 const float *lm_engine_input_row(const lm_sequence *seq, int pos) {

@@ -20,23 +20,23 @@ void loom_engine_describe(const loom_engine *e, loom_engine_info *out) {
     out->max_model_len = e->max_model_len;
     snprintf(out->max_model_len_note, sizeof out->max_model_len_note, "%s", e->max_model_len_note);
     out->max_position_embeddings = m->max_position_embeddings;
-    out->kv_block_size = e->kv_block_size;
-    out->kv_cache_tokens = (int64_t)e->kv_blocks.n_blocks * e->kv_block_size;
+    out->kv_block_size = e->cache.block_size;
+    out->kv_cache_tokens = (int64_t)e->cache.kv_blocks.n_blocks * e->cache.block_size;
     /* the dtype the model's context asked the backend for (lm_kv_dtype) */
     lm_dtype kv_dtype = lm_kv_dtype(e->backend, m->head_dim);
     snprintf(out->kv_cache_dtype, sizeof out->kv_cache_dtype, "%s", kv_dtype == LM_DTYPE_BF16 ? "bf16" : "f32");
-    int kv_layers = m->n_kv_layers + (e->spec_k > 0 ? 1 : 0); /* the MTP layer keeps a pool too */
+    int kv_layers = m->n_kv_layers + (e->speculator.k > 0 ? 1 : 0); /* the MTP layer keeps a pool too */
     out->kv_cache_bytes = out->kv_cache_tokens * kv_layers * 2 * (int64_t)m->n_kv_heads * m->head_dim *
                           (int64_t)lm_dtype_size(kv_dtype);
-    out->state_slots = e->state_slots.n_ids;
+    out->state_slots = e->cache.state_slots.n_ids;
     out->max_batch_tokens = e->options.max_batch_tokens;
-    out->speculative_tokens = e->spec_k;
-    if (e->options.speculative_tokens > 0 && e->spec_k == 0)
+    out->speculative_tokens = e->speculator.k;
+    if (e->options.speculative_tokens > 0 && e->speculator.k == 0)
         snprintf(out->speculative_status, sizeof out->speculative_status, "%s",
                  m->mtp_status[0] ? m->mtp_status : "the model has no MTP head");
-    out->vision = e->images_on;
+    out->vision = e->images.on;
     snprintf(out->compute, sizeof out->compute, "%s", lm_backend_compute(e->backend));
-    out->prefix_caching = e->prefix_on;
+    out->prefix_caching = e->cache.prefix_on;
     out->prefix_snapshot_bytes =
-        e->prefix_on && e->prefix_has_state ? (int64_t)e->snapshots.capacity * (int64_t)e->snapshot_bytes : 0;
+        e->cache.prefix_on && e->cache.prefix_has_state ? (int64_t)e->cache.snapshots.capacity * (int64_t)e->cache.snapshot_bytes : 0;
 }

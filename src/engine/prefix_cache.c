@@ -29,66 +29,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine_internal.h"
-
-#define DEFAULT_SNAPSHOT_BYTES ((int64_t)256 << 20)
-#define MAX_SNAPSHOTS 4096
-#define STATELESS_SNAPSHOTS 256 /* models without recurrent state: entries naming partial tails */
-
-/* ------------------------------------------------------------ set up */
-
-static void on_block_evicted(void *ctx, int32_t block, uint64_t number) {
-    loom_engine *e = ctx;
-    lm_state_snapshots_drop_block(&e->snapshots, block, number);
-}
-
-lm_status lm_prefix_cache_init(loom_engine *e, const lm_model_info *info, lm_context_options *context,
-                               lm_error *err) {
-    const loom_engine_options *o = &e->options;
-    if (o->enable_prefix_caching < -1 || o->enable_prefix_caching > 1 || o->prefix_snapshot_bytes < 0)
-        return lm_fail(err, LM_ERR_INVALID, "prefix caching options out of range");
-    e->prefix_on = o->enable_prefix_caching >= 0;
-    e->prefix_has_state = info->n_state_layers > 0 && info->state_bytes_per_slot > 0;
-    if (!e->prefix_on) return LM_OK;
-    int capacity = STATELESS_SNAPSHOTS;
-    if (e->prefix_has_state) {
-        int64_t bytes = o->prefix_snapshot_bytes > 0 ? o->prefix_snapshot_bytes : DEFAULT_SNAPSHOT_BYTES;
-        int64_t n = bytes / (int64_t)info->state_bytes_per_slot;
-        if (n > MAX_SNAPSHOTS) n = MAX_SNAPSHOTS;
-        if (n < 1) {
-            fprintf(stderr,
-                    "loom: prefix caching is off: %lld snapshot bytes hold no recurrent state of %zu bytes\n",
-                    (long long)bytes, info->state_bytes_per_slot);
-            e->prefix_on = false;
-            return LM_OK;
-        }
-        capacity = (int)n;
-        context->state_snapshots = capacity;
-        e->snapshot_bytes = info->state_bytes_per_slot;
-    }
-    int interval = o->max_batch_tokens / o->kv_block_size * o->kv_block_size;
-    e->snapshot_interval = interval > o->kv_block_size ? interval : o->kv_block_size;
-    return lm_state_snapshots_init(&e->snapshots, capacity, err);
-}
-
-void lm_prefix_cache_start(loom_engine *e) {
-    e->kv_blocks.on_evict = on_block_evicted;
-    e->kv_blocks.on_evict_ctx = e;
-}
-
-void lm_prefix_cache_free(loom_engine *e) {
-    e->kv_blocks.on_evict = NULL;
-    lm_state_snapshots_free(&e->snapshots);
-    free(e->retiring.items);
-}
+#include "engine/cache_manager.h"
 
 /* ------------------------------------------------------------ contents */
 
 /* What block `index` of seq holds over its first n tokens: token ids and
  * the prompt images whose rows fall among them (into images). */
-static lm_block_content block_content(const loom_engine *e, const lm_sequence *seq, int index, int n,
+static lm_block_content block_content(const lm_cache_manager *cm, const lm_sequence *seq, int index, int n,
                                       lm_block_image images[LOOM_MAX_IMAGES]) {
-    int first = index * e->kv_block_size;
+    int first = index * cm->block_size;
     lm_block_content c = {.tokens = seq->tokens + first, .n_tokens = n, .images = images};
     const loom_request *r = seq->request;
     for (int k = 0; k < r->n_images && c.n_images < LOOM_MAX_IMAGES; k++) {
@@ -112,22 +61,22 @@ typedef struct {
 
 /* The longest resumable prefix of seq's first `limit` tokens; chain and
  * blocks get its matched full blocks ([limit / block_size]). */
-static lm_prefix_match lookup(loom_engine *e, const lm_sequence *seq, int limit, lm_block_link *chain) {
-    int B = e->kv_block_size;
+static lm_prefix_match lookup(lm_cache_manager *cm, const lm_sequence *seq, int limit, lm_block_link *chain) {
+    int B = cm->block_size;
     lm_block_image images[LOOM_MAX_IMAGES];
     lm_prefix_match m = {.snapshot = -1, .tail = -1};
     lm_block_key parent = lm_block_root();
     while ((m.n_matched + 1) * B <= limit) {
-        lm_block_content c = block_content(e, seq, m.n_matched, B, images);
+        lm_block_content c = block_content(cm, seq, m.n_matched, B, images);
         lm_block_key key;
-        int32_t block = lm_kv_blocks_find(&e->kv_blocks, parent, &c, &key);
+        int32_t block = lm_kv_blocks_find(&cm->kv_blocks, parent, &c, &key);
         if (block < 0) break;
         chain[m.n_matched++] = (lm_block_link){key, block};
         parent = key;
     }
-    if (!e->prefix_has_state) m.pos = m.n_matched * B; /* any block boundary resumes */
-    for (int id = 0; id < e->snapshots.capacity; id++) {
-        const lm_snapshot *s = &e->snapshots.entries[id];
+    if (!cm->prefix_has_state) m.pos = m.n_matched * B; /* any block boundary resumes */
+    for (int id = 0; id < cm->snapshots.capacity; id++) {
+        const lm_snapshot *s = &cm->snapshots.entries[id];
         if (!s->used || s->pos > limit || s->pos <= m.pos) continue;
         int index = (s->pos - 1) / B, n = s->pos - index * B;
         if (index > m.n_matched) continue;
@@ -136,73 +85,73 @@ static lm_prefix_match lookup(loom_engine *e, const lm_sequence *seq, int limit,
             found = index < m.n_matched && chain[index].block == s->block &&
                     chain[index].key.number == s->block_number;
         } else {
-            lm_block_content c = block_content(e, seq, index, n, images);
-            found = lm_kv_blocks_matches(&e->kv_blocks, s->block, s->block_number,
+            lm_block_content c = block_content(cm, seq, index, n, images);
+            found = lm_kv_blocks_matches(&cm->kv_blocks, s->block, s->block_number,
                                          index ? chain[index - 1].key : lm_block_root(), &c);
         }
         if (!found) continue;
         m.pos = s->pos;
-        m.snapshot = e->prefix_has_state ? id : -1;
+        m.snapshot = cm->prefix_has_state ? id : -1;
         m.tail = n == B ? -1 : s->block;
-        if (e->prefix_has_state || m.tail >= 0) lm_state_snapshots_touch(&e->snapshots, id);
+        if (cm->prefix_has_state || m.tail >= 0) lm_state_snapshots_touch(&cm->snapshots, id);
     }
     return m;
 }
 
-void lm_prefix_cache_admit(loom_engine *e, lm_sequence *seq) {
-    if (!e->prefix_on || seq->n_cached > 0) return;
-    int B = e->kv_block_size, limit = seq->n_tokens - 1; /* one token must run for the logits */
+void lm_prefix_cache_admit(lm_cache_manager *cm, lm_sequence *seq) {
+    if (!cm->prefix_on || seq->n_cached > 0) return;
+    int B = cm->block_size, limit = seq->n_tokens - 1; /* one token must run for the logits */
     lm_prefix_match m = {.snapshot = -1, .tail = -1};
     if (limit > 0 && lm_sequence_reserve_blocks(seq, limit / B + 1))
-        m = lookup(e, seq, limit, seq->chain);
+        m = lookup(cm, seq, limit, seq->chain);
     int shared = m.pos / B;
     for (int b = 0; b < shared; b++) {
         seq->blocks[b] = seq->chain[b].block;
-        lm_kv_blocks_hold(&e->kv_blocks, seq->blocks[b]);
+        lm_kv_blocks_hold(&cm->kv_blocks, seq->blocks[b]);
     }
     seq->n_blocks = seq->n_chain = shared;
     seq->n_cached = m.pos;
     seq->last_snapshot = m.pos;
     seq->resume_snapshot = m.snapshot;
     seq->resume_tail = m.tail;
-    if (m.tail >= 0) lm_kv_blocks_hold(&e->kv_blocks, m.tail);
+    if (m.tail >= 0) lm_kv_blocks_hold(&cm->kv_blocks, m.tail);
     /* More blocks registered than resumable: stop there and snapshot, so
      * the next request with this prefix resumes at the fork. */
-    seq->branch_point = e->prefix_has_state && m.n_matched * B >= m.pos + B ? m.n_matched * B : 0;
+    seq->branch_point = cm->prefix_has_state && m.n_matched * B >= m.pos + B ? m.n_matched * B : 0;
 }
 
-void lm_prefix_cache_admitted(loom_engine *e, lm_sequence *seq) {
-    if (e->prefix_on && !seq->looked_up) { /* vLLM's counters: the first admission's prompt */
+void lm_prefix_cache_admitted(lm_cache_manager *cm, lm_sequence *seq) {
+    if (cm->prefix_on && !seq->looked_up) { /* vLLM's counters: the first admission's prompt */
         seq->looked_up = true;
         seq->cached_tokens = seq->n_cached < seq->n_prompt ? seq->n_cached : seq->n_prompt;
-        e->prefix_counters.queries += (uint64_t)seq->n_prompt;
-        e->prefix_counters.hits += (uint64_t)seq->cached_tokens;
+        cm->prefix_queries += (uint64_t)seq->n_prompt;
+        cm->prefix_hits += (uint64_t)seq->cached_tokens;
     }
     if (seq->resume_tail < 0) return;
-    lm_model_copy_block(e->context, seq->resume_tail, seq->blocks[seq->n_cached / e->kv_block_size]);
-    lm_kv_blocks_release(&e->kv_blocks, &seq->resume_tail, 1);
+    lm_model_copy_block(cm->context, seq->resume_tail, seq->blocks[seq->n_cached / cm->block_size]);
+    lm_kv_blocks_release(&cm->kv_blocks, &seq->resume_tail, 1);
     seq->resume_tail = -1;
 }
 
-int lm_prefix_cache_chunk(const loom_engine *e, const lm_sequence *seq, int take) {
+int lm_prefix_cache_chunk(const lm_cache_manager *cm, const lm_sequence *seq, int take) {
     int end = seq->n_cached + take;
-    if (!e->prefix_on || !e->prefix_has_state) return take;
+    if (!cm->prefix_on || !cm->prefix_has_state) return take;
     if (seq->branch_point > seq->n_cached && seq->branch_point < end) return seq->branch_point - seq->n_cached;
     if (end >= seq->n_tokens) return take;
-    int aligned = end / e->kv_block_size * e->kv_block_size;
+    int aligned = end / cm->block_size * cm->block_size;
     return aligned > seq->n_cached ? aligned - seq->n_cached : take;
 }
 
 /* ------------------------------------------------------------ registering */
 
-static void register_full_blocks(loom_engine *e, lm_sequence *seq) {
-    int B = e->kv_block_size;
+static void register_full_blocks(lm_cache_manager *cm, lm_sequence *seq) {
+    int B = cm->block_size;
     lm_block_image images[LOOM_MAX_IMAGES];
     while ((seq->n_chain + 1) * B <= seq->n_cached && seq->n_chain < seq->n_blocks) {
         int j = seq->n_chain;
-        lm_block_content c = block_content(e, seq, j, B, images);
+        lm_block_content c = block_content(cm, seq, j, B, images);
         lm_block_key key;
-        int32_t block = lm_kv_blocks_register(&e->kv_blocks, seq->blocks[j],
+        int32_t block = lm_kv_blocks_register(&cm->kv_blocks, seq->blocks[j],
                                               j ? seq->chain[j - 1].key : lm_block_root(), &c, &key);
         if (block < 0) return; /* out of memory: the rest stays unshared */
         seq->chain[j] = (lm_block_link){key, block};
@@ -212,52 +161,52 @@ static void register_full_blocks(loom_engine *e, lm_sequence *seq) {
 
 /* A snapshot of seq's state at pos (its n_cached) on the registered block
  * holding pos - 1, unless an equal one exists. */
-static void snapshot(loom_engine *e, lm_sequence *seq, int32_t block, uint64_t number) {
+static void snapshot(lm_cache_manager *cm, lm_sequence *seq, int32_t block, uint64_t number) {
     int pos = seq->n_cached;
     seq->last_snapshot = pos;
-    for (int id = 0; id < e->snapshots.capacity; id++) {
-        const lm_snapshot *s = &e->snapshots.entries[id];
+    for (int id = 0; id < cm->snapshots.capacity; id++) {
+        const lm_snapshot *s = &cm->snapshots.entries[id];
         if (s->used && s->pos == pos && s->block == block && s->block_number == number) {
-            lm_state_snapshots_touch(&e->snapshots, id);
+            lm_state_snapshots_touch(&cm->snapshots, id);
             return;
         }
     }
-    int id = lm_state_snapshots_add(&e->snapshots, pos, block, number);
-    if (id >= 0 && e->prefix_has_state) lm_model_save_state(e->context, seq->state_slot, id);
+    int id = lm_state_snapshots_add(&cm->snapshots, pos, block, number);
+    if (id >= 0 && cm->prefix_has_state) lm_model_save_state(cm->context, seq->state_slot, id);
 }
 
-void lm_prefix_cache_progress(loom_engine *e, lm_sequence *seq, bool prefill) {
-    if (!e->prefix_on) return;
-    register_full_blocks(e, seq);
-    int B = e->kv_block_size, pos = seq->n_cached;
-    if (!prefill || !e->prefix_has_state || pos % B || pos >= seq->n_tokens || seq->n_chain < pos / B)
+void lm_prefix_cache_progress(lm_cache_manager *cm, lm_sequence *seq, bool prefill) {
+    if (!cm->prefix_on) return;
+    register_full_blocks(cm, seq);
+    int B = cm->block_size, pos = seq->n_cached;
+    if (!prefill || !cm->prefix_has_state || pos % B || pos >= seq->n_tokens || seq->n_chain < pos / B)
         return;
-    if (pos == seq->branch_point || pos - seq->last_snapshot >= e->snapshot_interval) {
+    if (pos == seq->branch_point || pos - seq->last_snapshot >= cm->snapshot_interval) {
         const lm_block_link *last = &seq->chain[pos / B - 1];
-        snapshot(e, seq, last->block, last->key.number);
+        snapshot(cm, seq, last->block, last->key.number);
     }
 }
 
-void lm_prefix_cache_retire(loom_engine *e, lm_sequence *seq) {
-    if (!e->prefix_on || seq->n_cached <= 0 || (seq->state_slot < 0 && e->prefix_has_state)) return;
-    register_full_blocks(e, seq);
-    int B = e->kv_block_size, pos = seq->n_cached, index = (pos - 1) / B, n = pos - index * B;
+void lm_prefix_cache_retire(lm_cache_manager *cm, lm_sequence *seq) {
+    if (!cm->prefix_on || seq->n_cached <= 0 || (seq->state_slot < 0 && cm->prefix_has_state)) return;
+    register_full_blocks(cm, seq);
+    int B = cm->block_size, pos = seq->n_cached, index = (pos - 1) / B, n = pos - index * B;
     if (seq->n_chain < index || index >= seq->n_blocks) return; /* its chain is not all registered */
     if (n == B) {
-        if (e->prefix_has_state) snapshot(e, seq, seq->chain[index].block, seq->chain[index].key.number);
+        if (cm->prefix_has_state) snapshot(cm, seq, seq->chain[index].block, seq->chain[index].key.number);
         return;
     }
     lm_block_link *scratch = seq->chain; /* the lookup rewrites only what it re-finds */
-    if (lookup(e, seq, pos, scratch).pos == pos) return; /* this tail is resumable already */
+    if (lookup(cm, seq, pos, scratch).pos == pos) return; /* this tail is resumable already */
     lm_block_image images[LOOM_MAX_IMAGES];
-    lm_block_content c = block_content(e, seq, index, n, images);
+    lm_block_content c = block_content(cm, seq, index, n, images);
     lm_block_key key;
-    int32_t block = lm_kv_blocks_register(&e->kv_blocks, seq->blocks[index],
+    int32_t block = lm_kv_blocks_register(&cm->kv_blocks, seq->blocks[index],
                                           index ? seq->chain[index - 1].key : lm_block_root(), &c, &key);
-    if (block >= 0) snapshot(e, seq, block, key.number);
+    if (block >= 0) snapshot(cm, seq, block, key.number);
 }
 
-void lm_prefix_cache_reset(loom_engine *e) {
-    lm_state_snapshots_clear(&e->snapshots);
-    lm_kv_blocks_drop_idle(&e->kv_blocks);
+void lm_prefix_cache_reset(lm_cache_manager *cm) {
+    lm_state_snapshots_clear(&cm->snapshots);
+    lm_kv_blocks_drop_idle(&cm->kv_blocks);
 }
