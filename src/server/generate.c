@@ -61,9 +61,12 @@ typedef struct {
     char *echo_text;      /* completions with echo */
 } prompt_state;
 
-typedef struct {
+typedef struct gen_ctx {
     lm_server *server;
     struct MHD_Connection *connection;
+    lm_wakeup wakeup;      /* resumed by the engine's notify (wakeup.h) */
+    bool watched;          /* in the server's sweep */
+    double next_look;      /* blocking: when the client's socket is looked at next */
     lm_openai_request req;
     lm_wire wire;               /* OpenAI's shapes, or Anthropic's (/v1/messages: one chat choice) */
     lm_anthropic_stream astream;
@@ -220,10 +223,12 @@ static void choice_free(choice_state *ch) {
 
 static void gen_free(gen_ctx *g) {
     if (!g) return;
+    if (g->watched) lm_server_unwatch(g->server, &g->wakeup);
     for (int p = 0; g->prompts && p < g->n_prompts; p++) {
-        loom_request_free(g->prompts[p].handle); /* cancels what still runs */
+        loom_request_free(g->prompts[p].handle); /* cancels what still runs; no notify after it */
         free(g->prompts[p].echo_text);
     }
+    lm_wakeup_destroy(&g->wakeup);
     if (g->submitted) atomic_fetch_sub(&g->server->active, 1);
     free(g->prompts);
     for (int i = 0; g->choices && i < g->n; i++) choice_free(&g->choices[i]);
@@ -870,9 +875,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 observe_end(g, 2);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
-            /* Nothing yet: free the I/O thread until the server resumes us. */
-            lm_stream_wait(g->server, g->connection);
-            return 0;
+            /* Nothing yet: free the I/O thread until the engine resumes us
+             * (or, told meanwhile, look again; at the very end, poll). */
+            if (!lm_server_may_suspend(g->server) || lm_wakeup_suspend(&g->wakeup)) return 0;
+            continue;
         }
         if (got < 0) {
             observe_end(g, outcome_of(g));
@@ -926,9 +932,11 @@ static enum MHD_Result fail(gen_ctx *g, struct MHD_Connection *c, unsigned statu
 }
 
 enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind, lm_wire wire,
-                                     const char *body, size_t len, double arrival) {
+                                     const char *body, size_t len, double arrival, lm_generation **pending) {
+    *pending = NULL;
     gen_ctx *g = calloc(1, sizeof *g);
     if (!g) return lm_reply_error_as(c, wire, 500, "out of memory allocating the request's state", NULL);
+    lm_wakeup_init(&g->wakeup, c);
     g->server = s;
     g->wire = wire;
     g->connection = c;
@@ -1115,6 +1123,8 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
             FAIL_PROMPTS(400, message, prompt_param);
         }
     }
+    if (lm_server_watch(s, &g->wakeup, &err) != LM_OK) FAIL_PROMPTS(503, err.message, NULL);
+    g->watched = true;
     bool max_tokens_given = r->max_tokens_given;
     for (int p = 0; p < g->n_prompts; p++) {
         /* No max_tokens: what the context leaves, which for images is known
@@ -1136,6 +1146,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
                          : about_images          ? prompt_param
                                                  : NULL);
         }
+        loom_request_set_notify(g->prompts[p].handle, lm_wakeup_notify, &g->wakeup);
         g->prompts[p].prompt_tokens = (int)n_ids[p];
         if (!g->submitted) atomic_fetch_add(&s->active, 1);
         g->submitted = true;
@@ -1159,31 +1170,20 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         return lm_queue_response(c, 200, resp); /* frees g through stream_free when the connection is done */
     }
-    /* The client's socket is looked at every EVENT_POLL_MS, events or not:
-     * a steady stream of tokens must not hide that it went away. */
-    double next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
-    for (;;) {
-        loom_event ev;
-        int prompt;
-        int got = next_event(g, &ev, &prompt, EVENT_POLL_MS);
-        if (got < 0) break;
-        if (atomic_load(&s->cancel_all)) cancel_all(g);
-        if (!g->client_gone && (got == 0 || lm_monotonic_seconds() >= next_look)) {
-            next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
-            if (lm_client_gone(c)) {
-                g->client_gone = true;
-                cancel_all(g);
-            }
-        }
-        if (got == 0) continue;
-        apply_event(g, prompt, &ev, NULL);
-    }
+    g->next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
+    *pending = g; /* answered by lm_generation_resume once it finished */
+    return MHD_YES;
+}
+
+/* The blocking request's answer, once every event was read. */
+static enum MHD_Result answer(gen_ctx *g, struct MHD_Connection *c) {
+    lm_server *s = g->server;
     observe_end(g, outcome_of(g));
     enum MHD_Result ret;
     if (atomic_load(&s->cancel_all) && outcome_of(g) == 2) {
-        ret = lm_reply_error_as(c, wire, 503, "the server is shutting down: the request was cancelled", NULL);
+        ret = lm_reply_error_as(c, g->wire, 503, "the server is shutting down: the request was cancelled", NULL);
     } else if (g->error_message[0]) {
-        ret = lm_reply_error_as(c, wire, 500, g->error_message, NULL);
+        ret = lm_reply_error_as(c, g->wire, 500, g->error_message, NULL);
     } else {
         cJSON *resp = full_response(g);
         ret = lm_reply_json(c, 200, resp);
@@ -1191,4 +1191,38 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     }
     gen_free(g);
     return ret;
+}
+
+enum MHD_Result lm_generation_resume(lm_generation **pending, struct MHD_Connection *c) {
+    gen_ctx *g = *pending;
+    lm_server *s = g->server;
+    for (;;) {
+        /* At the very end (no suspending) a short wait here instead. */
+        bool may_suspend = lm_server_may_suspend(s);
+        loom_event ev;
+        int prompt;
+        int got = next_event(g, &ev, &prompt, may_suspend ? 0 : 10);
+        if (got < 0) break;
+        if (atomic_load(&s->cancel_all)) cancel_all(g);
+        /* The client's socket is looked at every EVENT_POLL_MS, events or
+         * not: a steady stream of tokens must not hide that it went away
+         * (while suspended, the server's sweep looks). */
+        if (!g->client_gone && (got == 0 || lm_monotonic_seconds() >= g->next_look)) {
+            g->next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
+            if (lm_client_gone(c)) {
+                g->client_gone = true;
+                cancel_all(g);
+            }
+        }
+        if (got > 0) apply_event(g, prompt, &ev, NULL);
+        else if (may_suspend && lm_wakeup_suspend(&g->wakeup)) return MHD_YES;
+    }
+    *pending = NULL;
+    return answer(g, c);
+}
+
+void lm_generation_abandon(lm_generation *g) {
+    if (!g) return;
+    if (g->submitted) observe_end(g, 2);
+    gen_free(g);
 }
