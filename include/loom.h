@@ -291,6 +291,19 @@ int loom_next_event(loom_request *request, loom_event *event, int timeout_ms);
 void loom_cancel(loom_request *request);
 /* Cancels if still running and releases the handle. */
 void loom_request_free(loom_request *request);
+/* Asks to be told when the request has something to read, so that a caller
+ * serving many requests can wait on its own event loop instead of in
+ * loom_next_event.  notify(ctx) is called on the engine's thread, with the
+ * request's lock held, each time an event is queued (a token, a finish, an
+ * error): it must not block nor call back into loom; it only wakes whoever
+ * reads (then loom_next_event with timeout 0).  Calls may be coalesced by
+ * the reader, never lost: an event queued before the hook was set (submit
+ * returns a running request) is announced by one call made here, on the
+ * caller's thread, before this returns, so setting it right after
+ * loom_submit is race-free.  Calls continue after loom_cancel (its FINISH
+ * events are events too) until loom_request_free, which stops them: once
+ * it returns, ctx is never used again.  notify NULL stops them too. */
+void loom_request_set_notify(loom_request *request, void (*notify)(void *ctx), void *ctx);
 
 typedef struct {
     int running, waiting;

@@ -91,6 +91,9 @@ void lm_request_unref(loom_request *r) {
     if (!r) return;
     pthread_mutex_lock(&r->mutex);
     int left = --r->refs;
+    /* The first to let go is the caller (loom_request_free: no more calls)
+     * or the engine (no more events): either way the hook is done. */
+    r->notify = NULL;
     pthread_mutex_unlock(&r->mutex);
     if (left == 0) request_free(r);
 }
@@ -144,8 +147,19 @@ bool lm_request_push(loom_request *r, const loom_event *e) {
     }
     if (closes) r->choices_open--;
     pthread_cond_broadcast(&r->ready);
+    if (r->notify) r->notify(r->notify_ctx);
     pthread_mutex_unlock(&r->mutex);
     return ok;
+}
+
+void loom_request_set_notify(loom_request *r, void (*notify)(void *ctx), void *ctx) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mutex);
+    r->notify = notify;
+    r->notify_ctx = ctx;
+    /* What was queued before the hook: announced now, or never. */
+    if (notify && (r->count > 0 || r->choices_open <= 0)) notify(ctx);
+    pthread_mutex_unlock(&r->mutex);
 }
 
 int loom_next_event(loom_request *r, loom_event *event, int timeout_ms) {

@@ -52,6 +52,8 @@ struct loom_request {
     lm_queued_event current; /* the event last handed to the caller */
     int choices_open;        /* choices without a FINISH/ERROR event yet */
     int refs;                /* engine + caller */
+    void (*notify)(void *ctx); /* loom_request_set_notify's, called under mutex */
+    void *notify_ctx;
     atomic_bool cancelled;
     struct loom_engine *engine;
 };

@@ -61,9 +61,27 @@ typedef struct {
     char *echo_text;      /* completions with echo */
 } prompt_state;
 
+typedef struct gen_ctx gen_ctx;
+
+/* What one API brings to the request pipeline. */
 typedef struct {
+    lm_api_kind kind;
+    lm_wire wire;
+    const char *route, *id_prefix; /* the log line's route; the response id's prefix */
+    lm_status (*parse)(gen_ctx *g, const char *body, size_t len, char *param, size_t param_size, lm_error *err);
+    cJSON *(*whole)(gen_ctx *g);                                  /* a blocking request's answer */
+    void (*stream_start)(gen_ctx *g);                             /* what a stream opens with */
+    void (*stream_update)(gen_ctx *g, int choice, cJSON *logprob); /* a choice's news (logprob owned) */
+    void (*stream_end)(gen_ctx *g);                               /* once every event was read */
+} lm_generation_api;
+
+struct gen_ctx {
+    const lm_generation_api *api;
     lm_server *server;
     struct MHD_Connection *connection;
+    lm_wakeup wakeup;      /* resumed by the engine's notify (wakeup.h) */
+    bool watched;          /* in the server's sweep */
+    double next_look;      /* blocking: when the client's socket is looked at next */
     lm_openai_request req;
     lm_wire wire;               /* OpenAI's shapes, or Anthropic's (/v1/messages: one chat choice) */
     lm_anthropic_stream astream;
@@ -91,7 +109,10 @@ typedef struct {
     bool client_gone; /* cancelled because the client closed its connection (logged as such, at INFO) */
     char error_message[256];
     int32_t keep_special[LM_OUTPUT_MARKERS]; /* chat: the markers the output parsers read, kept by the detokenizer */
-} gen_ctx;
+    int32_t **ids;         /* per prompt, until submitted */
+    size_t *n_ids;
+    char refused_param[64];
+};
 
 /* ------------------------------------------------------------ prompts */
 
@@ -220,12 +241,17 @@ static void choice_free(choice_state *ch) {
 
 static void gen_free(gen_ctx *g) {
     if (!g) return;
+    if (g->watched) lm_server_unwatch(g->server, &g->wakeup);
     for (int p = 0; g->prompts && p < g->n_prompts; p++) {
-        loom_request_free(g->prompts[p].handle); /* cancels what still runs */
+        loom_request_free(g->prompts[p].handle); /* cancels what still runs; no notify after it */
         free(g->prompts[p].echo_text);
     }
+    lm_wakeup_destroy(&g->wakeup);
     if (g->submitted) atomic_fetch_sub(&g->server->active, 1);
     free(g->prompts);
+    for (int p = 0; g->ids && p < g->n_prompts; p++) free(g->ids[p]);
+    free(g->ids);
+    free(g->n_ids);
     for (int i = 0; g->choices && i < g->n; i++) choice_free(&g->choices[i]);
     free(g->choices);
     lm_sbuf_free(&g->out);
@@ -504,17 +530,20 @@ static void responses_output(const gen_ctx *g, lm_responses_output *o) {
                                                                                                : ch->completion_tokens};
 }
 
-static cJSON *full_response(gen_ctx *g) {
-    if (g->wire == LM_WIRE_RESPONSES) {
-        lm_responses_output o;
-        responses_output(g, &o);
-        return lm_responses_object(&o);
-    }
-    if (g->wire == LM_WIRE_ANTHROPIC) {
-        lm_anthropic_output o;
-        anthropic_output(g, &o);
-        return lm_anthropic_message(&o);
-    }
+static cJSON *responses_whole(gen_ctx *g) {
+    lm_responses_output o;
+    responses_output(g, &o);
+    return lm_responses_object(&o);
+}
+
+static cJSON *anthropic_whole(gen_ctx *g) {
+    lm_anthropic_output o;
+    anthropic_output(g, &o);
+    return lm_anthropic_message(&o);
+}
+
+/* Chat completions and completions: every choice. */
+static cJSON *openai_whole(gen_ctx *g) {
     bool chat = g->req.kind == LM_API_CHAT;
     cJSON *root = envelope(g, chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
@@ -611,19 +640,20 @@ static cJSON *tool_call_deltas(choice_state *ch) {
     return list;
 }
 
-static void stream_role_chunks(gen_ctx *g) {
-    if (g->wire == LM_WIRE_RESPONSES) {
-        lm_responses_output o;
-        responses_output(g, &o);
-        lm_responses_stream_start(&g->rstream, &g->out, &o);
-        return;
-    }
-    if (g->wire == LM_WIRE_ANTHROPIC) {
-        lm_anthropic_output o;
-        anthropic_output(g, &o);
-        lm_anthropic_stream_start(&g->out, &o);
-        return;
-    }
+static void responses_stream_start(gen_ctx *g) {
+    lm_responses_output o;
+    responses_output(g, &o);
+    lm_responses_stream_start(&g->rstream, &g->out, &o);
+}
+
+static void anthropic_stream_start(gen_ctx *g) {
+    lm_anthropic_output o;
+    anthropic_output(g, &o);
+    lm_anthropic_stream_start(&g->out, &o);
+}
+
+/* The role chunks (chat), or the echoed prompts (completions). */
+static void openai_stream_start(gen_ctx *g) {
     for (int i = 0; i < g->n; i++) {
         cJSON *root;
         cJSON *c = chunk_choice(g, &root, i);
@@ -643,28 +673,32 @@ static void stream_role_chunks(gen_ctx *g) {
     }
 }
 
-/* Emits what a choice gained from one event: a delta chunk, then a finish chunk. */
-static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
+/* What a choice gained from one event (the end comes with the stream's end). */
+static void responses_stream_update(gen_ctx *g, int i, cJSON *logprob) {
     choice_state *ch = &g->choices[i];
     lm_tool_delta td;
-    if (g->wire == LM_WIRE_RESPONSES) { /* the end comes with stream_final */
-        cJSON_Delete(logprob);
-        lm_responses_stream_delta(&g->rstream, &g->out, lm_sbuf_str(&ch->reasoning), lm_sbuf_str(&ch->content));
-        while (lm_tool_delta_next(&ch->tool_cursor, &ch->calls, &ch->tool_parser, &td))
-            lm_responses_stream_tool(&g->rstream, &g->out, &td);
-        lm_sbuf_clear(&ch->content);
-        lm_sbuf_clear(&ch->reasoning);
-        return;
-    }
-    if (g->wire == LM_WIRE_ANTHROPIC) { /* the end comes with stream_final */
-        cJSON_Delete(logprob);
-        lm_anthropic_stream_delta(&g->astream, &g->out, lm_sbuf_str(&ch->reasoning), lm_sbuf_str(&ch->content));
-        while (lm_tool_delta_next(&ch->tool_cursor, &ch->calls, &ch->tool_parser, &td))
-            lm_anthropic_stream_tool(&g->astream, &g->out, &td);
-        lm_sbuf_clear(&ch->content);
-        lm_sbuf_clear(&ch->reasoning);
-        return;
-    }
+    cJSON_Delete(logprob);
+    lm_responses_stream_delta(&g->rstream, &g->out, lm_sbuf_str(&ch->reasoning), lm_sbuf_str(&ch->content));
+    while (lm_tool_delta_next(&ch->tool_cursor, &ch->calls, &ch->tool_parser, &td))
+        lm_responses_stream_tool(&g->rstream, &g->out, &td);
+    lm_sbuf_clear(&ch->content);
+    lm_sbuf_clear(&ch->reasoning);
+}
+
+static void anthropic_stream_update(gen_ctx *g, int i, cJSON *logprob) {
+    choice_state *ch = &g->choices[i];
+    lm_tool_delta td;
+    cJSON_Delete(logprob);
+    lm_anthropic_stream_delta(&g->astream, &g->out, lm_sbuf_str(&ch->reasoning), lm_sbuf_str(&ch->content));
+    while (lm_tool_delta_next(&ch->tool_cursor, &ch->calls, &ch->tool_parser, &td))
+        lm_anthropic_stream_tool(&g->astream, &g->out, &td);
+    lm_sbuf_clear(&ch->content);
+    lm_sbuf_clear(&ch->reasoning);
+}
+
+/* Emits what a choice gained from one event: a delta chunk, then a finish chunk. */
+static void openai_stream_update(gen_ctx *g, int i, cJSON *logprob) {
+    choice_state *ch = &g->choices[i];
     bool chat = g->req.kind == LM_API_CHAT;
     cJSON *call_deltas = chat ? tool_call_deltas(ch) : NULL;
     bool new_calls = cJSON_GetArraySize(call_deltas) > 0;
@@ -724,34 +758,35 @@ static void stream_choice_update(gen_ctx *g, int i, cJSON *logprob) {
     }
 }
 
-static void stream_final(gen_ctx *g) {
-    if (g->wire == LM_WIRE_RESPONSES) {
-        const choice_state *ch = &g->choices[0];
-        lm_responses_output o;
-        responses_output(g, &o);
-        if (g->error_message[0])
-            lm_responses_stream_error(&g->rstream, &g->out, &o, 500, g->error_message);
-        else if (!ch->finished || ch->reason == LOOM_FINISH_CANCELLED) /* shutdown (a gone client reads nothing) */
-            lm_responses_stream_error(&g->rstream, &g->out, &o, 503, "the server is shutting down: the request was cancelled");
-        else
-            lm_responses_stream_end(&g->rstream, &g->out, &o);
-        g->final_sent = true;
-        return;
+/* The stream's end, once every event was read. */
+static void responses_stream_end(gen_ctx *g) {
+    const choice_state *ch = &g->choices[0];
+    lm_responses_output o;
+    responses_output(g, &o);
+    if (g->error_message[0])
+        lm_responses_stream_error(&g->rstream, &g->out, &o, 500, g->error_message);
+    else if (!ch->finished || ch->reason == LOOM_FINISH_CANCELLED) /* shutdown (a gone client reads nothing) */
+        lm_responses_stream_error(&g->rstream, &g->out, &o, 503, "the server is shutting down: the request was cancelled");
+    else
+        lm_responses_stream_end(&g->rstream, &g->out, &o);
+    g->final_sent = true;
+}
+
+static void anthropic_stream_end(gen_ctx *g) {
+    const choice_state *ch = &g->choices[0];
+    if (g->error_message[0]) {
+        lm_anthropic_stream_error(&g->out, 500, g->error_message);
+    } else if (!ch->finished || ch->reason == LOOM_FINISH_CANCELLED) { /* shutdown (a gone client reads nothing) */
+        lm_anthropic_stream_error(&g->out, 503, "the server is shutting down: the request was cancelled");
+    } else {
+        lm_anthropic_output o;
+        anthropic_output(g, &o);
+        lm_anthropic_stream_end(&g->astream, &g->out, &o);
     }
-    if (g->wire == LM_WIRE_ANTHROPIC) {
-        const choice_state *ch = &g->choices[0];
-        if (g->error_message[0]) {
-            lm_anthropic_stream_error(&g->out, 500, g->error_message);
-        } else if (!ch->finished || ch->reason == LOOM_FINISH_CANCELLED) { /* shutdown (a gone client reads nothing) */
-            lm_anthropic_stream_error(&g->out, 503, "the server is shutting down: the request was cancelled");
-        } else {
-            lm_anthropic_output o;
-            anthropic_output(g, &o);
-            lm_anthropic_stream_end(&g->astream, &g->out, &o);
-        }
-        g->final_sent = true;
-        return;
-    }
+    g->final_sent = true;
+}
+
+static void openai_stream_end(gen_ctx *g) {
     if (g->req.include_usage) {
         cJSON *root = envelope(g, g->req.kind == LM_API_CHAT ? "chat.completion.chunk" : "text_completion");
         cJSON_AddArrayToObject(root, "choices");
@@ -813,10 +848,7 @@ static void log_request(const gen_ctx *g, unsigned status, const char *finish) {
     const lm_server_options *o = &g->server->options;
     if (!o->log_requests) return;
     lm_request_record rec = {.id = g->id[0] ? g->id : "-",
-                             .route = g->wire == LM_WIRE_ANTHROPIC   ? "/v1/messages"
-                                      : g->wire == LM_WIRE_RESPONSES ? "/v1/responses"
-                                      : g->req.kind == LM_API_CHAT  ? "/v1/chat/completions"
-                                                                    : "/v1/completions",
+                             .route = g->api->route,
                              .status = status,
                              .seconds = lm_monotonic_seconds() - g->arrival,
                              .ttft = g->got_first_token ? g->first_token_time - g->arrival : -1,
@@ -870,18 +902,19 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 observe_end(g, 2);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
-            /* Nothing yet: free the I/O thread until the server resumes us. */
-            lm_stream_wait(g->server, g->connection);
-            return 0;
+            /* Nothing yet: free the I/O thread until the engine resumes us
+             * (or, told meanwhile, look again; at the very end, poll). */
+            if (!lm_server_may_suspend(g->server) || lm_wakeup_suspend(&g->wakeup)) return 0;
+            continue;
         }
         if (got < 0) {
             observe_end(g, outcome_of(g));
-            stream_final(g);
+            g->api->stream_end(g);
             continue;
         }
         cJSON *logprob = NULL;
         int i = apply_event(g, prompt, &ev, &logprob);
-        if (i >= 0) stream_choice_update(g, i, logprob);
+        if (i >= 0) g->api->stream_update(g, i, logprob);
         else cJSON_Delete(logprob);
     }
     size_t n = g->out.len - g->out_pos;
@@ -901,6 +934,48 @@ static void stream_free(void *cls) {
     gen_free(g);
 }
 
+/* ------------------------------------------------------------ the APIs */
+
+static lm_status parse_chat(gen_ctx *g, const char *body, size_t len, char *param, size_t param_size, lm_error *err) {
+    return lm_openai_request_parse(LM_API_CHAT, body, len, &g->server->image_parts, &g->req, param, param_size, err);
+}
+
+static lm_status parse_completion(gen_ctx *g, const char *body, size_t len, char *param, size_t param_size,
+                                  lm_error *err) {
+    return lm_openai_request_parse(LM_API_COMPLETION, body, len, &g->server->image_parts, &g->req, param, param_size,
+                                   err);
+}
+
+static lm_status parse_messages(gen_ctx *g, const char *body, size_t len, char *param, size_t param_size,
+                                lm_error *err) {
+    return lm_anthropic_request_parse(body, len, false, &g->server->image_parts, &g->req, param, param_size, err);
+}
+
+static lm_status parse_responses(gen_ctx *g, const char *body, size_t len, char *param, size_t param_size,
+                                 lm_error *err) {
+    return lm_responses_request_parse(body, len, &g->server->image_parts, &g->req, &g->responses_echo, param,
+                                      param_size, err);
+}
+
+/* Each route's API: its parser and its writers; the pipeline (the
+ * handler below, the stream reader, lm_generation_resume) does the rest. */
+static const lm_generation_api apis[] = {
+    {LM_API_CHAT, LM_WIRE_OPENAI, "/v1/chat/completions", "chatcmpl-", parse_chat, openai_whole, openai_stream_start,
+     openai_stream_update, openai_stream_end},
+    {LM_API_COMPLETION, LM_WIRE_OPENAI, "/v1/completions", "cmpl-", parse_completion, openai_whole,
+     openai_stream_start, openai_stream_update, openai_stream_end},
+    {LM_API_CHAT, LM_WIRE_ANTHROPIC, "/v1/messages", "msg_", parse_messages, anthropic_whole, anthropic_stream_start,
+     anthropic_stream_update, anthropic_stream_end},
+    {LM_API_CHAT, LM_WIRE_RESPONSES, "/v1/responses", "resp_", parse_responses, responses_whole,
+     responses_stream_start, responses_stream_update, responses_stream_end},
+};
+
+static const lm_generation_api *api_of(lm_api_kind kind, lm_wire wire) {
+    for (size_t i = 0; i < sizeof apis / sizeof apis[0]; i++)
+        if (apis[i].wire == wire && (wire != LM_WIRE_OPENAI || apis[i].kind == kind)) return &apis[i];
+    return &apis[0];
+}
+
 /* ------------------------------------------------------------ the handler */
 
 /* 64 random bits from the kernel; should that fail, the clock, the pid and
@@ -917,6 +992,21 @@ static uint64_t random_u64(lm_server *s) {
     return z ^ (z >> 31);
 }
 
+/* Why a request is refused before it runs: its status, message and the
+ * field the message is about. */
+typedef struct {
+    unsigned status;
+    char message[1200];
+    const char *param;
+} refusal;
+
+static bool refuse(refusal *no, unsigned status, const char *message, const char *param) {
+    no->status = status;
+    snprintf(no->message, sizeof no->message, "%s", message);
+    no->param = param;
+    return false;
+}
+
 static enum MHD_Result fail(gen_ctx *g, struct MHD_Connection *c, unsigned status, const char *message,
                             const char *param) {
     enum MHD_Result ret = lm_reply_error_as(c, g->wire, status, message, param);
@@ -925,270 +1015,348 @@ static enum MHD_Result fail(gen_ctx *g, struct MHD_Connection *c, unsigned statu
     return ret;
 }
 
-enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind, lm_wire wire,
-                                     const char *body, size_t len, double arrival) {
-    gen_ctx *g = calloc(1, sizeof *g);
-    if (!g) return lm_reply_error_as(c, wire, 500, "out of memory allocating the request's state", NULL);
-    g->server = s;
-    g->wire = wire;
-    g->connection = c;
-    g->arrival = arrival;
-    g->body_len = len;
-    g->created = (long long)time(NULL);
+/* 1. The body, through the route's parser, with the server's defaults,
+ * for a model this server serves. */
+static bool parse_request(gen_ctx *g, const char *body, size_t len, refusal *no) {
+    lm_server *s = g->server;
     char param[64] = "";
     lm_error err = {0};
-    lm_status parsed =
-        wire == LM_WIRE_ANTHROPIC
-            ? lm_anthropic_request_parse(body, len, false, &s->image_parts, &g->req, param, sizeof param, &err)
-        : wire == LM_WIRE_RESPONSES ? lm_responses_request_parse(body, len, &s->image_parts, &g->req, &g->responses_echo,
-                                                                 param, sizeof param, &err)
-                                    : lm_openai_request_parse(kind, body, len, &s->image_parts, &g->req, param, sizeof param, &err);
-    if (parsed != LM_OK)
-        return fail(g, c, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, param);
+    if (g->api->parse(g, body, len, param, sizeof param, &err) != LM_OK) {
+        refuse(no, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, "");
+        snprintf(g->refused_param, sizeof g->refused_param, "%s", param);
+        no->param = g->refused_param;
+        return false;
+    }
     lm_openai_request *r = &g->req;
     lm_generation_defaults_apply(s->options.generation_defaults, r->doc, &r->params.sampling);
     if (!lm_server_serves_model(s, r->model)) {
-        char message[1200];
-        lm_server_unknown_model_message(s, r->model, message, sizeof message);
-        return fail(g, c, 404, message, "model");
+        lm_server_unknown_model_message(s, r->model, no->message, sizeof no->message);
+        no->status = 404;
+        no->param = "model";
+        return false;
     }
     /* One prompt for chat, one or more for completions; choices for all. */
     g->n_per = r->params.n;
-    g->n_prompts = kind == LM_API_CHAT ? 1 : r->n_prompts;
+    g->n_prompts = g->api->kind == LM_API_CHAT ? 1 : r->n_prompts;
     g->n = g->n_prompts * g->n_per;
     g->prompts = calloc((size_t)g->n_prompts, sizeof *g->prompts);
     g->choices = calloc((size_t)g->n, sizeof *g->choices);
-    int32_t **ids = calloc((size_t)g->n_prompts, sizeof *ids);
-    size_t *n_ids = calloc((size_t)g->n_prompts, sizeof *n_ids);
-    if (!g->prompts || !g->choices || !ids || !n_ids) {
-        free(ids);
-        free(n_ids);
-        return fail(g, c, 500, "out of memory allocating the prompts and choices", NULL);
+    g->ids = calloc((size_t)g->n_prompts, sizeof *g->ids);
+    g->n_ids = calloc((size_t)g->n_prompts, sizeof *g->n_ids);
+    if (!g->prompts || !g->choices || !g->ids || !g->n_ids)
+        return refuse(no, 500, "out of memory allocating the prompts and choices", NULL);
+    return true;
+}
+
+/* The chat template's text for the messages, with a forced call's bridge,
+ * tokenized; *opens: the prompt leaves a reasoning block open. */
+static bool chat_prompt_ids(gen_ctx *g, bool forced, lm_tool_form form, bool *opens, refusal *no) {
+    lm_server *s = g->server;
+    lm_error err = {0};
+    char *text = NULL;
+    size_t text_len = 0;
+    lm_status st = lm_render_chat_prompt(s, &g->req, &text, &text_len, &err);
+    /* A bound of the template engine (a string over 16 MiB) is the
+     * request's size, not the server's failure. */
+    if (st == LM_ERR_NOMEM) return refuse(no, 413, err.message, "messages");
+    /* tool_choice required / named: the prompt ends with the opening of
+     * the call, after what makes the turn read as the template writes a
+     * call without reasoning (closing a thinking block the template
+     * opened; GLM's empty <think></think>). */
+    const char *think_close =
+        st == LM_OK && forced ? lm_forced_call_bridge(form, text, text_len, s->template_has_think) : "";
+    if (*think_close) {
+        size_t extra = strlen(think_close);
+        char *grown = realloc(text, text_len + extra + 1);
+        if (grown) {
+            memcpy(grown + text_len, think_close, extra + 1);
+            text = grown;
+            text_len += extra;
+        } else {
+            st = lm_fail(&err, LM_ERR_NOMEM, "out of memory ending the reasoning before a forced call");
+        }
     }
-#define FAIL_PROMPTS(status, message, param)                         \
-    do {                                                             \
-        for (int p_ = 0; p_ < g->n_prompts; p_++) free(ids[p_]);     \
-        free(ids);                                                   \
-        free(n_ids);                                                 \
-        return fail(g, c, (status), (message), (param));             \
-    } while (0)
-    lm_status st = LM_OK;
-    const char *prompt_param = kind == LM_API_CHAT ? "messages" : "prompt";
-    if (kind == LM_API_CHAT) {
-        if (!s->tokenizer) FAIL_PROMPTS(400, "this model has no tokenizer, so chat is not available", NULL);
-        char *text = NULL;
-        size_t text_len = 0;
-        st = lm_render_chat_prompt(s, r, &text, &text_len, &err);
-        /* A bound of the template engine (a string over 16 MiB) is the
-         * request's size, not the server's failure. */
-        if (st == LM_ERR_NOMEM) FAIL_PROMPTS(413, err.message, "messages");
-        /* tool_choice required / named: the prompt ends with the opening of
-         * the call, after what makes the turn read as the template writes a
-         * call without reasoning (closing a thinking block the template
-         * opened; GLM's empty <think></think>). */
-        bool forced = lm_tool_choice_forces_call(r);
-        lm_tool_form form = lm_tool_form_of_template(lm_tokenizer_chat_template(s->tokenizer));
-        const char *think_close =
-            st == LM_OK && forced ? lm_forced_call_bridge(form, text, text_len, s->template_has_think) : "";
-        if (*think_close) {
-            size_t extra = strlen(think_close);
-            char *grown = realloc(text, text_len + extra + 1);
-            if (grown) {
-                memcpy(grown + text_len, think_close, extra + 1);
-                text = grown;
-                text_len += extra;
-            } else {
-                st = lm_fail(&err, LM_ERR_NOMEM, "out of memory ending the reasoning before a forced call");
+    if (st == LM_OK) st = lm_prompt_bytes_fit(s, text_len, &err);
+    if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &g->ids[0], &g->n_ids[0], &err);
+    *opens = st == LM_OK && s->template_has_think && lm_prompt_opens_reasoning(text, text_len);
+    free(text);
+    if (st != LM_OK) return refuse(no, st == LM_ERR_NOMEM ? 500 : 400, err.message, "messages");
+    return true;
+}
+
+/* One placeholder per image part: the same token typed as text would take
+ * an image's place (or ask for one that is not there). */
+static bool image_placeholders_match(gen_ctx *g, refusal *no) {
+    lm_server *s = g->server;
+    int placeholders = count_image_tokens(s, g->ids[0], g->n_ids[0]);
+    if (placeholders == g->req.n_images) return true;
+    const char *name = lm_tokenizer_id_to_token(s->tokenizer, s->image_token_id);
+    if (placeholders > g->req.n_images)
+        snprintf(no->message, sizeof no->message,
+                 "the messages' text holds the image placeholder %.64s outside image parts (%d times): "
+                 "images are sent as image_url parts",
+                 name ? name : "token", placeholders - g->req.n_images);
+    else
+        snprintf(no->message, sizeof no->message, "the chat template wrote %d of the request's %d images into the prompt",
+                 placeholders, g->req.n_images);
+    no->status = 400;
+    no->param = "messages";
+    return false;
+}
+
+/* skip_special_tokens (default true) drops special tokens from the text,
+ * except the markers the output parsers consume: <think> and </think> when
+ * reasoning is split, <tool_call> and </tool_call> when tools are on, and
+ * GLM's <arg_key> </arg_key> <arg_value> </arg_value> inside its calls
+ * (tokenizers may mark any of them special).  Those the parsers do not
+ * consume (a stray </tool_call>) are dropped there. */
+static void keep_output_markers(gen_ctx *g, bool forced, lm_tool_form form) {
+    lm_server *s = g->server;
+    lm_openai_request *r = &g->req;
+    const char *markers[LM_OUTPUT_MARKERS];
+    lm_output_markers(s->template_has_think && !forced, r->tools != NULL, form, markers);
+    int n_keep = 0;
+    bool special[LM_OUTPUT_MARKERS] = {false};
+    for (int k = 0; k < LM_OUTPUT_MARKERS && r->params.skip_special_tokens; k++) {
+        int32_t id = markers[k] ? lm_tokenizer_token_to_id(s->tokenizer, markers[k]) : -1;
+        special[k] = id >= 0 && lm_tokenizer_is_special(s->tokenizer, id);
+        if (special[k]) g->keep_special[n_keep++] = id;
+    }
+    for (int i = 0; i < g->n; i++) {
+        g->choices[i].reasoning_parser.drop_stray = special[0] || special[1];
+        g->choices[i].tool_parser.drop_stray = special[2] || special[3];
+        /* streamed: calls go out as they are written (tool_call_delta.h) */
+        g->choices[i].tool_parser.stream_calls = r->stream;
+    }
+    r->params.keep_special_token_ids = g->keep_special;
+    r->params.n_keep_special_token_ids = n_keep;
+}
+
+/* 2a. Chat: the rendered prompt, a forced call's opening and grammar, and
+ * each choice's output parsers. */
+static bool prepare_chat(gen_ctx *g, struct MHD_Connection *c, refusal *no) {
+    lm_server *s = g->server;
+    lm_openai_request *r = &g->req;
+    lm_error err = {0};
+    if (!s->tokenizer) return refuse(no, 400, "this model has no tokenizer, so chat is not available", NULL);
+    bool forced = lm_tool_choice_forces_call(r), opens = false;
+    lm_tool_form form = lm_tool_form_of_template(lm_tokenizer_chat_template(s->tokenizer));
+    if (!chat_prompt_ids(g, forced, form, &opens, no)) return false;
+    const char *forced_name = NULL;
+    if (forced) {
+        int32_t *with_call = NULL;
+        unsigned status = 400;
+        lm_status st = lm_forced_call_prompt(s, c, r, form, g->ids[0], g->n_ids[0], &with_call, &g->n_ids[0],
+                                             &forced_name, &status, &err);
+        free(g->ids[0]);
+        g->ids[0] = with_call;
+        if (st != LM_OK) return refuse(no, status, err.message, "tool_choice");
+        if (lm_forced_call_grammar(r, form, forced_name, &err) != LM_OK) return refuse(no, 400, err.message, "tools");
+    }
+    if (!image_placeholders_match(g, no)) return false;
+    uint64_t seed = random_u64(s);
+    for (int i = 0; i < g->n; i++) {
+        choice_state *ch = &g->choices[i];
+        /* A forced call's output is its arguments: no reasoning to split. */
+        ch->use_reasoning = s->template_has_think && !forced;
+        ch->use_tools = r->tools != NULL;
+        lm_reasoning_parser_init(&ch->reasoning_parser, opens);
+        lm_tool_parser_init(&ch->tool_parser, r->tools, seed + (uint64_t)i * 0x9e3779b97f4a7c15ull);
+        lm_status st;
+        if (forced && (st = lm_tool_parser_start_forced(&ch->tool_parser, form, forced_name, &err)) != LM_OK)
+            return refuse(no, st == LM_ERR_NOMEM ? 500 : 400, err.message, "tool_choice");
+    }
+    keep_output_markers(g, forced, form);
+    return true;
+}
+
+/* 2b. Completions: each prompt's ids (text tokenized, or ids as given),
+ * and its echo. */
+static bool prepare_completions(gen_ctx *g, refusal *no) {
+    lm_server *s = g->server;
+    lm_openai_request *r = &g->req;
+    lm_error err = {0};
+    lm_status st;
+    for (int p = 0; p < g->n_prompts; p++) {
+        lm_prompt_input *in = &r->prompts[p];
+        if (in->text) {
+            if (!s->tokenizer) return refuse(no, 400, "this model has no tokenizer: send the prompt as token ids", "prompt");
+            if (lm_prompt_bytes_fit(s, in->text_len, &err) != LM_OK) return refuse(no, 400, err.message, "prompt");
+            st = lm_tokenizer_encode(s->tokenizer, in->text, in->text_len, true, &g->ids[p], &g->n_ids[p], &err);
+            if (st != LM_OK) return refuse(no, st == LM_ERR_NOMEM ? 500 : 400, err.message, "prompt");
+            if (count_image_tokens(s, g->ids[p], g->n_ids[p]) > 0) return refuse(no, 400, COMPLETION_IMAGES, "prompt");
+            if (r->echo && !(g->prompts[p].echo_text = strdup(in->text)))
+                return refuse(no, 500, "out of memory copying the prompt to echo", NULL);
+        } else {
+            g->ids[p] = in->ids;
+            in->ids = NULL;
+            g->n_ids[p] = (size_t)in->n_ids;
+            if (count_image_tokens(s, g->ids[p], g->n_ids[p]) > 0) return refuse(no, 400, COMPLETION_IMAGES, "prompt");
+            if (r->echo && s->tokenizer && g->n_ids[p]) {
+                size_t tl;
+                st = lm_tokenizer_decode(s->tokenizer, g->ids[p], g->n_ids[p], false, &g->prompts[p].echo_text, &tl, &err);
+                if (st != LM_OK) return refuse(no, st == LM_ERR_NOMEM ? 500 : 400, err.message, "prompt");
             }
         }
-        if (st == LM_OK) st = lm_prompt_bytes_fit(s, text_len, &err);
-        if (st == LM_OK) st = lm_tokenizer_encode(s->tokenizer, text, text_len, false, &ids[0], &n_ids[0], &err);
-        bool opens = st == LM_OK && s->template_has_think && lm_prompt_opens_reasoning(text, text_len);
-        free(text);
-        if (st != LM_OK) FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "messages");
-        const char *forced_name = NULL;
-        if (forced) {
-            int32_t *with_call = NULL;
-            unsigned status = 400;
-            st = lm_forced_call_prompt(s, c, r, form, ids[0], n_ids[0], &with_call, &n_ids[0], &forced_name, &status,
-                                       &err);
-            free(ids[0]);
-            ids[0] = with_call;
-            if (st != LM_OK) FAIL_PROMPTS(status, err.message, "tool_choice");
-            if ((st = lm_forced_call_grammar(r, form, forced_name, &err)) != LM_OK)
-                FAIL_PROMPTS(400, err.message, "tools");
-        }
-        /* One placeholder per image part: the same token typed as text
-         * would take an image's place (or ask for one that is not there). */
-        int placeholders = count_image_tokens(s, ids[0], n_ids[0]);
-        if (placeholders != r->n_images) {
-            char message[400];
-            const char *name = lm_tokenizer_id_to_token(s->tokenizer, s->image_token_id);
-            if (placeholders > r->n_images)
-                snprintf(message, sizeof message,
-                         "the messages' text holds the image placeholder %.64s outside image parts (%d times): "
-                         "images are sent as image_url parts",
-                         name ? name : "token", placeholders - r->n_images);
-            else
-                snprintf(message, sizeof message,
-                         "the chat template wrote %d of the request's %d images into the prompt", placeholders,
-                         r->n_images);
-            FAIL_PROMPTS(400, message, "messages");
-        }
-        uint64_t seed = random_u64(s);
-        for (int i = 0; i < g->n; i++) {
-            choice_state *ch = &g->choices[i];
-            /* A forced call's output is its arguments: no reasoning to split. */
-            ch->use_reasoning = s->template_has_think && !forced;
-            ch->use_tools = r->tools != NULL;
-            lm_reasoning_parser_init(&ch->reasoning_parser, opens);
-            lm_tool_parser_init(&ch->tool_parser, r->tools, seed + (uint64_t)i * 0x9e3779b97f4a7c15ull);
-            if (forced && (st = lm_tool_parser_start_forced(&ch->tool_parser, form, forced_name, &err)) != LM_OK)
-                FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "tool_choice");
-        }
-        /* skip_special_tokens (default true) drops special tokens from the
-         * text, except the markers the output parsers consume: <think> and
-         * </think> when reasoning is split, <tool_call> and </tool_call>
-         * when tools are on, and GLM's <arg_key> </arg_key> <arg_value>
-         * </arg_value> inside its calls (tokenizers may mark any of them
-         * special).  Those the parsers do not consume (a stray </tool_call>)
-         * are dropped there. */
-        const char *markers[LM_OUTPUT_MARKERS];
-        lm_output_markers(s->template_has_think && !forced, r->tools != NULL, form, markers);
-        int n_keep = 0;
-        bool special[LM_OUTPUT_MARKERS] = {false};
-        for (int k = 0; k < LM_OUTPUT_MARKERS && r->params.skip_special_tokens; k++) {
-            int32_t id = markers[k] ? lm_tokenizer_token_to_id(s->tokenizer, markers[k]) : -1;
-            special[k] = id >= 0 && lm_tokenizer_is_special(s->tokenizer, id);
-            if (special[k]) g->keep_special[n_keep++] = id;
-        }
-        for (int i = 0; i < g->n; i++) {
-            g->choices[i].reasoning_parser.drop_stray = special[0] || special[1];
-            g->choices[i].tool_parser.drop_stray = special[2] || special[3];
-            /* streamed: calls go out as they are written (tool_call_delta.h) */
-            g->choices[i].tool_parser.stream_calls = r->stream;
-        }
-        r->params.keep_special_token_ids = g->keep_special;
-        r->params.n_keep_special_token_ids = n_keep;
-    } else {
-        for (int p = 0; p < g->n_prompts; p++) {
-            lm_prompt_input *in = &r->prompts[p];
-            if (in->text) {
-                if (!s->tokenizer) FAIL_PROMPTS(400, "this model has no tokenizer: send the prompt as token ids", "prompt");
-                if (lm_prompt_bytes_fit(s, in->text_len, &err) != LM_OK) FAIL_PROMPTS(400, err.message, "prompt");
-                st = lm_tokenizer_encode(s->tokenizer, in->text, in->text_len, true, &ids[p], &n_ids[p], &err);
-                if (st != LM_OK) FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "prompt");
-                if (count_image_tokens(s, ids[p], n_ids[p]) > 0) FAIL_PROMPTS(400, COMPLETION_IMAGES, "prompt");
-                if (r->echo && !(g->prompts[p].echo_text = strdup(in->text)))
-                    FAIL_PROMPTS(500, "out of memory copying the prompt to echo", NULL);
-            } else {
-                ids[p] = in->ids;
-                in->ids = NULL;
-                n_ids[p] = (size_t)in->n_ids;
-                if (count_image_tokens(s, ids[p], n_ids[p]) > 0) FAIL_PROMPTS(400, COMPLETION_IMAGES, "prompt");
-                if (r->echo && s->tokenizer && n_ids[p]) {
-                    size_t tl;
-                    st = lm_tokenizer_decode(s->tokenizer, ids[p], n_ids[p], false, &g->prompts[p].echo_text, &tl, &err);
-                    if (st != LM_OK) FAIL_PROMPTS(st == LM_ERR_NOMEM ? 500 : 400, err.message, "prompt");
-                }
-            }
-        }
-        for (int i = 0; i < g->n; i++)
-            if (!s->tokenizer) g->choices[i].token_ids = cJSON_CreateArray();
     }
+    for (int i = 0; i < g->n; i++)
+        if (!s->tokenizer) g->choices[i].token_ids = cJSON_CreateArray();
+    return true;
+}
+
+/* 3. Every prompt is neither empty nor past the context. */
+static bool check_prompts(gen_ctx *g, refusal *no) {
+    const char *prompt_param = g->api->kind == LM_API_CHAT ? "messages" : "prompt";
+    int max_len = g->server->options.max_model_len;
     for (int i = 0; i < g->n; i++) {
         g->choices[i].stop_string = -1;
         g->choices[i].stop_token = -1;
-        if (r->logprobs) g->choices[i].logprobs = cJSON_CreateArray();
+        if (g->req.logprobs) g->choices[i].logprobs = cJSON_CreateArray();
     }
     for (int p = 0; p < g->n_prompts; p++) {
-        char message[240];
-        if (n_ids[p] == 0) {
-            if (g->n_prompts == 1) snprintf(message, sizeof message, "the prompt is empty");
-            else snprintf(message, sizeof message, "prompt %d of the list is empty", p);
-            FAIL_PROMPTS(400, message, prompt_param);
+        no->status = 400;
+        no->param = prompt_param;
+        if (g->n_ids[p] == 0) {
+            if (g->n_prompts == 1) snprintf(no->message, sizeof no->message, "the prompt is empty");
+            else snprintf(no->message, sizeof no->message, "prompt %d of the list is empty", p);
+            return false;
         }
-        if ((int64_t)n_ids[p] >= s->options.max_model_len) {
-            snprintf(message, sizeof message,
+        if ((int64_t)g->n_ids[p] >= max_len) {
+            snprintf(no->message, sizeof no->message,
                      "This model's maximum context length is %d tokens. However, your request has %zu input tokens%s.",
-                     s->options.max_model_len, n_ids[p], g->n_prompts > 1 ? " in one of its prompts" : "");
-            FAIL_PROMPTS(400, message, prompt_param);
+                     max_len, g->n_ids[p], g->n_prompts > 1 ? " in one of its prompts" : "");
+            return false;
         }
     }
+    return true;
+}
+
+/* 4. One engine request per prompt, each told to wake this connection
+ * when it has events. */
+static bool submit_prompts(gen_ctx *g, refusal *no) {
+    lm_server *s = g->server;
+    lm_openai_request *r = &g->req;
+    const char *prompt_param = g->api->kind == LM_API_CHAT ? "messages" : "prompt";
+    lm_error err = {0};
+    if (lm_server_watch(s, &g->wakeup, &err) != LM_OK) return refuse(no, 503, err.message, NULL);
+    g->watched = true;
     bool max_tokens_given = r->max_tokens_given;
     for (int p = 0; p < g->n_prompts; p++) {
         /* No max_tokens: what the context leaves, which for images is known
          * once the engine has read them. */
-        if (!max_tokens_given) r->params.max_tokens = s->options.max_model_len - (int)n_ids[p];
+        if (!max_tokens_given) r->params.max_tokens = s->options.max_model_len - (int)g->n_ids[p];
         r->params.max_tokens_fit = !max_tokens_given;
-        r->params.prompt = ids[p];
-        r->params.n_prompt = (int)n_ids[p];
+        r->params.prompt = g->ids[p];
+        r->params.n_prompt = (int)g->n_ids[p];
         char engine_error[512] = "";
         int rc = loom_submit(s->engine, &r->params, &g->prompts[p].handle, engine_error, sizeof engine_error);
         r->params.prompt = NULL;
         if (rc != LOOM_OK) {
-            g->prompts[p].handle = NULL;
-            /* the ones submitted are cancelled by gen_free */
+            g->prompts[p].handle = NULL; /* the ones submitted are cancelled by gen_free */
             /* Bad image files come back as LOOM_ERR_INVALID "image N: ..." */
             bool about_images = r->n_images > 0 && rc == LOOM_ERR_INVALID && strstr(engine_error, "image");
-            FAIL_PROMPTS(status_of(rc), engine_error,
-                         rc == LOOM_ERR_TOO_LONG ? (max_tokens_given ? "max_tokens" : prompt_param)
-                         : about_images          ? prompt_param
-                                                 : NULL);
+            return refuse(no, status_of(rc), engine_error,
+                          rc == LOOM_ERR_TOO_LONG ? (max_tokens_given ? "max_tokens" : prompt_param)
+                          : about_images          ? prompt_param
+                                                  : NULL);
         }
-        g->prompts[p].prompt_tokens = (int)n_ids[p];
+        loom_request_set_notify(g->prompts[p].handle, lm_wakeup_notify, &g->wakeup);
+        g->prompts[p].prompt_tokens = (int)g->n_ids[p];
         if (!g->submitted) atomic_fetch_add(&s->active, 1);
         g->submitted = true;
     }
-    for (int p = 0; p < g->n_prompts; p++) free(ids[p]);
-    free(ids);
-    free(n_ids);
-#undef FAIL_PROMPTS
     g->open_choices = g->n;
     /* Ids unique across server starts: 128 random bits. */
     uint64_t a = random_u64(s), b = random_u64(s);
-    snprintf(g->id, sizeof g->id, "%s%016llx%016llx",
-             wire == LM_WIRE_ANTHROPIC ? "msg_" : wire == LM_WIRE_RESPONSES ? "resp_" : kind == LM_API_CHAT ? "chatcmpl-" : "cmpl-", (unsigned long long)a,
-             (unsigned long long)b);
+    snprintf(g->id, sizeof g->id, "%s%016llx%016llx", g->api->id_prefix, (unsigned long long)a, (unsigned long long)b);
+    return true;
+}
 
-    if (r->stream) {
-        stream_role_chunks(g);
+/* 5. A stream's response goes out now, its events as the engine has them
+ * (stream_reader); a blocking request waits, suspended, for its end. */
+static enum MHD_Result start_answer(gen_ctx *g, struct MHD_Connection *c, lm_generation **pending) {
+    if (g->req.stream) {
+        g->api->stream_start(g);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g, stream_free);
         if (!resp) return fail(g, c, 500, "cannot create the streaming response", NULL);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         return lm_queue_response(c, 200, resp); /* frees g through stream_free when the connection is done */
     }
-    /* The client's socket is looked at every EVENT_POLL_MS, events or not:
-     * a steady stream of tokens must not hide that it went away. */
-    double next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
-    for (;;) {
-        loom_event ev;
-        int prompt;
-        int got = next_event(g, &ev, &prompt, EVENT_POLL_MS);
-        if (got < 0) break;
-        if (atomic_load(&s->cancel_all)) cancel_all(g);
-        if (!g->client_gone && (got == 0 || lm_monotonic_seconds() >= next_look)) {
-            next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
-            if (lm_client_gone(c)) {
-                g->client_gone = true;
-                cancel_all(g);
-            }
-        }
-        if (got == 0) continue;
-        apply_event(g, prompt, &ev, NULL);
-    }
+    g->next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
+    *pending = g; /* answered by lm_generation_resume once it finished */
+    return MHD_YES;
+}
+
+enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind, lm_wire wire,
+                                     const char *body, size_t len, double arrival, lm_generation **pending) {
+    *pending = NULL;
+    gen_ctx *g = calloc(1, sizeof *g);
+    if (!g) return lm_reply_error_as(c, wire, 500, "out of memory allocating the request's state", NULL);
+    lm_wakeup_init(&g->wakeup, c);
+    g->server = s;
+    g->api = api_of(kind, wire);
+    g->wire = wire;
+    g->connection = c;
+    g->arrival = arrival;
+    g->body_len = len;
+    g->created = (long long)time(NULL);
+    refusal no = {0};
+    bool ready = parse_request(g, body, len, &no) &&
+                 (kind == LM_API_CHAT ? prepare_chat(g, c, &no) : prepare_completions(g, &no)) &&
+                 check_prompts(g, &no) && submit_prompts(g, &no);
+    if (!ready) return fail(g, c, no.status, no.message, no.param);
+    return start_answer(g, c, pending);
+}
+
+/* The blocking request's answer, once every event was read. */
+static enum MHD_Result answer(gen_ctx *g, struct MHD_Connection *c) {
+    lm_server *s = g->server;
     observe_end(g, outcome_of(g));
     enum MHD_Result ret;
     if (atomic_load(&s->cancel_all) && outcome_of(g) == 2) {
-        ret = lm_reply_error_as(c, wire, 503, "the server is shutting down: the request was cancelled", NULL);
+        ret = lm_reply_error_as(c, g->wire, 503, "the server is shutting down: the request was cancelled", NULL);
     } else if (g->error_message[0]) {
-        ret = lm_reply_error_as(c, wire, 500, g->error_message, NULL);
+        ret = lm_reply_error_as(c, g->wire, 500, g->error_message, NULL);
     } else {
-        cJSON *resp = full_response(g);
+        cJSON *resp = g->api->whole(g);
         ret = lm_reply_json(c, 200, resp);
         cJSON_Delete(resp);
     }
     gen_free(g);
     return ret;
+}
+
+enum MHD_Result lm_generation_resume(lm_generation **pending, struct MHD_Connection *c) {
+    gen_ctx *g = *pending;
+    lm_server *s = g->server;
+    for (;;) {
+        /* At the very end (no suspending) a short wait here instead. */
+        bool may_suspend = lm_server_may_suspend(s);
+        loom_event ev;
+        int prompt;
+        int got = next_event(g, &ev, &prompt, may_suspend ? 0 : 10);
+        if (got < 0) break;
+        if (atomic_load(&s->cancel_all)) cancel_all(g);
+        /* The client's socket is looked at every EVENT_POLL_MS, events or
+         * not: a steady stream of tokens must not hide that it went away
+         * (while suspended, the server's sweep looks). */
+        if (!g->client_gone && (got == 0 || lm_monotonic_seconds() >= g->next_look)) {
+            g->next_look = lm_monotonic_seconds() + EVENT_POLL_MS * 1e-3;
+            if (lm_client_gone(c)) {
+                g->client_gone = true;
+                cancel_all(g);
+            }
+        }
+        if (got > 0) apply_event(g, prompt, &ev, NULL);
+        else if (may_suspend && lm_wakeup_suspend(&g->wakeup)) return MHD_YES;
+    }
+    *pending = NULL;
+    return answer(g, c);
+}
+
+void lm_generation_abandon(lm_generation *g) {
+    if (!g) return;
+    if (g->submitted) observe_end(g, 2);
+    gen_free(g);
 }

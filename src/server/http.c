@@ -21,14 +21,14 @@
 #include "server/request_framing.h"
 #include "server/server_internal.h"
 #include "server/throughput_log.h"
+#include "server/wakeup.h"
 #include "server/json_text.h"
 
 #define LM_MAX_URL_BYTES LM_FRAMING_MAX_URL_BYTES       /* the front door refuses longer ones first */
 #define LM_MAX_HEADER_BYTES LM_FRAMING_MAX_HEAD_BYTES /* likewise */
 #define LM_MHD_MEMORY_LIMIT (128u << 10) /* MHD's per-connection pool: well above the front door's
                                             limits, so that MHD never refuses a head itself */
-#define WAKE_MS 4                      /* how soon a waiting stream is resumed */
-#define SWEEP_EVERY 25                 /* waker ticks between timeout sweeps (100 ms) */
+#define SWEEP_MS 100 /* timeouts, gone clients of suspended requests, shutdown; never a stream's tokens */
 #define FINAL_WAIT_MS 5000             /* after the grace: time for the cancelled to answer */
 #define FLUSH_MS 2000                  /* after MHD stopped: time for the relay to write the rest */
 
@@ -61,11 +61,14 @@ struct lm_http {
     pthread_mutex_t mutex;
     conn_slot *slots;
     int *free_slots, n_free, n_slots;
-    pthread_mutex_t wait_mutex; /* waiters, waker_stop, no_suspend (never held into MHD callbacks) */
-    struct MHD_Connection **waiters; /* suspended streams to resume */
-    int n_waiters;
-    pthread_t waker;
-    bool waker_started, waker_stop, no_suspend;
+    /* watched, n_watched, sweeper_stop, no_suspend; taken before a wakeup's
+     * mutex, never inside an MHD callback's lock */
+    pthread_mutex_t watch_mutex;
+    lm_wakeup **watched; /* generation requests' wakeups, for the sweep */
+    int n_watched;
+    pthread_t sweeper;
+    bool sweeper_started, sweeper_stop;
+    atomic_bool no_suspend;
     pthread_cond_t wake;
     atomic_int workers;  /* generation threads running */
     atomic_int inflight; /* requests on worker routes, dispatch to completion */
@@ -81,6 +84,7 @@ typedef struct {
     const char *url; /* MHD's, valid for the request */
     lm_sbuf body;
     double arrival;
+    lm_generation *generation; /* a blocking request submitted, answered when it finishes */
 } conn_ctx;
 
 bool lm_client_gone(struct MHD_Connection *c) {
@@ -539,12 +543,13 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
     const char *body = lm_sbuf_str(&ctx->body);
     size_t len = ctx->body.len;
     switch (ctx->route) {
-    case LM_ROUTE_CHAT: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_OPENAI, body, len, ctx->arrival);
+    case LM_ROUTE_CHAT: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_OPENAI, body, len, ctx->arrival, &ctx->generation);
     case LM_ROUTE_COMPLETIONS:
-        return lm_handle_generation(s, c, LM_API_COMPLETION, LM_WIRE_OPENAI, body, len, ctx->arrival);
-    case LM_ROUTE_MESSAGES: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_ANTHROPIC, body, len, ctx->arrival);
+        return lm_handle_generation(s, c, LM_API_COMPLETION, LM_WIRE_OPENAI, body, len, ctx->arrival,
+                                    &ctx->generation);
+    case LM_ROUTE_MESSAGES: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_ANTHROPIC, body, len, ctx->arrival, &ctx->generation);
     case LM_ROUTE_COUNT_TOKENS: return lm_handle_count_tokens(s, c, body, len);
-    case LM_ROUTE_RESPONSES: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_RESPONSES, body, len, ctx->arrival);
+    case LM_ROUTE_RESPONSES: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_RESPONSES, body, len, ctx->arrival, &ctx->generation);
     case LM_ROUTE_MODELS: return handle_models(s, c);
     case LM_ROUTE_MODEL: return handle_model(s, c, ctx->url);
     case LM_ROUTE_HEALTH:
@@ -647,48 +652,70 @@ static void sweep(lm_server *s) {
     pthread_mutex_unlock(&h->mutex);
 }
 
-static void *waker_main(void *arg) {
+/* Whether a suspended watched request must look at once: its client went
+ * away, or the server cancels everything.  A peek at a socket that closed
+ * and was reused is harmless: the reader decides (lm_client_gone). */
+static bool needs_look(const lm_server *s, const lm_wakeup *w) {
+    if (atomic_load(&s->cancel_all) || atomic_load(&s->http->no_suspend)) return true;
+    if (w->fd < 0) return false;
+    char byte;
+    ssize_t n = recv(w->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Every SWEEP_MS: the header and body timeouts, and a look for the
+ * suspended requests whose client is gone.  Tokens never wait for it: the
+ * engine resumes a stream when it queues an event (wakeup.h). */
+static void *sweeper_main(void *arg) {
     lm_server *s = arg;
     struct lm_http *h = s->http;
-    struct MHD_Connection **batch = malloc(sizeof *batch * (size_t)h->n_slots);
-    for (int tick = 0;; tick++) {
-        pthread_mutex_lock(&h->wait_mutex);
-        if (!h->waker_stop) {
+    for (;;) {
+        pthread_mutex_lock(&h->watch_mutex);
+        if (!h->sweeper_stop) {
             struct timespec t;
             clock_gettime(CLOCK_REALTIME, &t);
-            t.tv_nsec += WAKE_MS * 1000000L;
+            t.tv_nsec += SWEEP_MS * 1000000L;
             if (t.tv_nsec >= 1000000000L) {
                 t.tv_sec++;
                 t.tv_nsec -= 1000000000L;
             }
-            pthread_cond_timedwait(&h->wake, &h->wait_mutex, &t);
+            pthread_cond_timedwait(&h->wake, &h->watch_mutex, &t);
         }
-        bool stop = h->waker_stop;
-        int n = 0;
-        if (batch) {
-            n = h->n_waiters;
-            memcpy(batch, h->waiters, sizeof *batch * (size_t)n);
-            h->n_waiters = 0;
-        }
-        pthread_mutex_unlock(&h->wait_mutex);
-        for (int i = 0; i < n; i++) MHD_resume_connection(batch[i]);
-        if (stop && n == 0) break;
-        if (tick % SWEEP_EVERY == 0) sweep(s);
+        bool stop = h->sweeper_stop;
+        for (int i = 0; i < h->n_watched; i++)
+            if (needs_look(s, h->watched[i])) lm_wakeup_notify(h->watched[i]);
+        pthread_mutex_unlock(&h->watch_mutex);
+        if (stop) break;
+        sweep(s);
     }
-    free(batch);
     return NULL;
 }
 
-void lm_stream_wait(lm_server *s, struct MHD_Connection *c) {
+lm_status lm_server_watch(lm_server *s, lm_wakeup *w, lm_error *err) {
     struct lm_http *h = s->http;
-    pthread_mutex_lock(&h->wait_mutex);
-    /* At the very end (no waker) the reader just polls again. */
-    if (!h->no_suspend && h->n_waiters < h->n_slots) {
-        MHD_suspend_connection(c);
-        h->waiters[h->n_waiters++] = c;
+    pthread_mutex_lock(&h->watch_mutex);
+    bool room = h->n_watched < h->n_slots;
+    if (room) {
+        w->watch_index = h->n_watched;
+        h->watched[h->n_watched++] = w;
     }
-    pthread_mutex_unlock(&h->wait_mutex);
+    pthread_mutex_unlock(&h->watch_mutex);
+    return room ? LM_OK : lm_fail(err, LM_ERR_NOMEM, "too many requests under way");
 }
+
+void lm_server_unwatch(lm_server *s, lm_wakeup *w) {
+    struct lm_http *h = s->http;
+    pthread_mutex_lock(&h->watch_mutex);
+    int i = w->watch_index;
+    if (i >= 0 && i < h->n_watched && h->watched[i] == w) {
+        h->watched[i] = h->watched[--h->n_watched];
+        h->watched[i]->watch_index = i;
+    }
+    w->watch_index = -1;
+    pthread_mutex_unlock(&h->watch_mutex);
+}
+
+bool lm_server_may_suspend(const lm_server *s) { return !atomic_load(&s->http->no_suspend); }
 
 /* ------------------------------------------------------------ requests */
 
@@ -823,6 +850,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             MHD_destroy_response(r);
             return ret;
         }
+        slot->deferred = false;
+        /* Resumed by the engine: a blocking request reads its events and
+         * is answered once it finished, or suspends again. */
+        if (ctx->generation) return lm_generation_resume(&ctx->generation, c);
         return MHD_NO;
     }
     if (*upload_data_size) {
@@ -845,7 +876,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         ctx->counted = true;
         atomic_fetch_add(&s->http->inflight, 1);
         if (start_worker(s, c, ctx, slot)) return MHD_YES;
-        ctx->dispatched = false; /* no thread: run it here */
+        /* no thread: run it here */
+        enum MHD_Result ret = dispatch(s, c, ctx);
+        if (ret == MHD_YES && ctx->generation) return lm_generation_resume(&ctx->generation, c);
+        ctx->dispatched = false;
+        return ret;
     }
     return dispatch(s, c, ctx);
 }
@@ -856,6 +891,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     conn_ctx *ctx = *con_cls;
     if (!ctx) return;
     if (ctx->counted) atomic_fetch_sub(&s->http->inflight, 1);
+    lm_generation_abandon(ctx->generation); /* closed before its answer (the daemon stopping) */
     conn_slot *done = slot_of(c);
     /* Generation requests log their own line once handled (request_log.h);
      * refused before that (401, 413, ...) they get one here, the other
@@ -925,11 +961,11 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 static void http_free(struct lm_http *h) {
     if (!h) return;
     pthread_mutex_destroy(&h->mutex);
-    pthread_mutex_destroy(&h->wait_mutex);
+    pthread_mutex_destroy(&h->watch_mutex);
     pthread_cond_destroy(&h->wake);
     free(h->slots);
     free(h->free_slots);
-    free(h->waiters);
+    free(h->watched);
     free(h);
 }
 
@@ -937,13 +973,13 @@ static lm_status http_create(lm_server *s, lm_error *err) {
     struct lm_http *h = calloc(1, sizeof *h);
     if (!h) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&h->mutex, NULL);
-    pthread_mutex_init(&h->wait_mutex, NULL);
+    pthread_mutex_init(&h->watch_mutex, NULL);
     pthread_cond_init(&h->wake, NULL);
     h->n_slots = s->options.max_connections;
     h->slots = calloc((size_t)h->n_slots, sizeof *h->slots);
     h->free_slots = malloc(sizeof *h->free_slots * (size_t)h->n_slots);
-    h->waiters = malloc(sizeof *h->waiters * (size_t)h->n_slots);
-    if (!h->slots || !h->free_slots || !h->waiters) {
+    h->watched = malloc(sizeof *h->watched * (size_t)h->n_slots);
+    if (!h->slots || !h->free_slots || !h->watched) {
         http_free(h);
         return lm_fail(err, LM_ERR_NOMEM, "out of memory for %d connections", s->options.max_connections);
     }
@@ -952,6 +988,7 @@ static lm_status http_create(lm_server *s, lm_error *err) {
     atomic_init(&h->workers, 0);
     atomic_init(&h->inflight, 0);
     atomic_init(&h->stopping, false);
+    atomic_init(&h->no_suspend, false);
     atomic_init(&h->log_second, 0);
     atomic_init(&h->log_count, 0);
     s->http = h;
@@ -966,12 +1003,12 @@ static int refuse_margin(const lm_server_options *o) {
 }
 
 static void fail_start(lm_server *s) {
-    if (s->http && s->http->waker_started) {
-        pthread_mutex_lock(&s->http->wait_mutex);
-        s->http->waker_stop = true;
+    if (s->http && s->http->sweeper_started) {
+        pthread_mutex_lock(&s->http->watch_mutex);
+        s->http->sweeper_stop = true;
         pthread_cond_signal(&s->http->wake);
-        pthread_mutex_unlock(&s->http->wait_mutex);
-        pthread_join(s->http->waker, NULL);
+        pthread_mutex_unlock(&s->http->watch_mutex);
+        pthread_join(s->http->sweeper, NULL);
     }
     lm_front_door_stop(s->door, 0);
     http_free(s->http);
@@ -1058,11 +1095,11 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
         fail_start(s);
         return err->code;
     }
-    if (pthread_create(&s->http->waker, NULL, waker_main, s) != 0) {
+    if (pthread_create(&s->http->sweeper, NULL, sweeper_main, s) != 0) {
         fail_start(s);
-        return lm_fail(err, LM_ERR_INTERNAL, "cannot start the server's waker thread");
+        return lm_fail(err, LM_ERR_INTERNAL, "cannot start the server's sweeper thread");
     }
-    s->http->waker_started = true;
+    s->http->sweeper_started = true;
     /* epoll with a fixed pool of I/O threads: no FD_SETSIZE ceiling and no
      * thread per idle connection; generation runs on its own threads. */
     s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
@@ -1141,13 +1178,14 @@ void lm_server_stop(lm_server *s, int grace_ms) {
      * requests get a 503; then wait for those replies to go out. */
     atomic_store(&s->cancel_all, true);
     bool drained = wait_zero(&h->inflight, FINAL_WAIT_MS);
-    /* 4. Stop the waker; readers still waiting from here on poll. */
-    pthread_mutex_lock(&h->wait_mutex);
-    h->no_suspend = true;
-    h->waker_stop = true;
+    /* 4. Stop the sweeper, which wakes every suspended request a last time;
+     * readers still waiting from here on poll. */
+    pthread_mutex_lock(&h->watch_mutex);
+    atomic_store(&h->no_suspend, true);
+    h->sweeper_stop = true;
     pthread_cond_signal(&h->wake);
-    pthread_mutex_unlock(&h->wait_mutex);
-    pthread_join(h->waker, NULL);
+    pthread_mutex_unlock(&h->watch_mutex);
+    pthread_join(h->sweeper, NULL);
     bool workers_done = wait_zero(&h->workers, FINAL_WAIT_MS);
     if (!drained)
         lm_log_printf(s->log, LM_LOG_WARNING, "%d requests did not finish after the cancel", atomic_load(&h->inflight));

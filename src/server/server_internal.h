@@ -10,6 +10,7 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/server.h"
+#include "server/wakeup.h"
 
 struct lm_server {
     lm_server_options options;
@@ -78,10 +79,14 @@ const char *lm_cors_allow_origin(const char *allowed_origins, const char *origin
  * a generation thread have their response held here and queued by the
  * connection's I/O thread when it resumes. */
 enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, struct MHD_Response *response);
-/* For a streaming content reader with nothing to send yet: suspends the
- * connection (its I/O thread is free for others) and has it resumed within
- * a few milliseconds; the reader then returns 0 and is called again. */
-void lm_stream_wait(lm_server *s, struct MHD_Connection *c);
+/* A suspended generation request's wakeup, looked at by the server's
+ * sweep (every 100 ms) so that a gone client or a shutdown is noticed while
+ * no event comes; unwatch before the wakeup is destroyed. */
+lm_status lm_server_watch(lm_server *s, lm_wakeup *w, lm_error *err);
+void lm_server_unwatch(lm_server *s, lm_wakeup *w);
+/* False once the server stops for good: readers then poll (MHD must not
+ * stop with a connection suspended). */
+bool lm_server_may_suspend(const lm_server *s);
 
 /* True when the client closed the connection (a peek at its socket). */
 bool lm_client_gone(struct MHD_Connection *c);
@@ -89,8 +94,18 @@ bool lm_client_gone(struct MHD_Connection *c);
 /* POST /v1/chat/completions and /v1/completions (wire OPENAI),
  * /v1/messages (wire ANTHROPIC, kind CHAT) and /v1/responses (wire
  * RESPONSES, kind CHAT; errors in the OpenAI shape). */
+typedef struct gen_ctx lm_generation;
+/* Parses, renders, submits.  A stream's response is queued at once; a
+ * blocking request comes back in *pending (the caller suspends nothing:
+ * lm_generation_resume does) and is answered by lm_generation_resume. */
 enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_api_kind kind, lm_wire wire,
-                                     const char *body, size_t len, double arrival);
+                                     const char *body, size_t len, double arrival, lm_generation **pending);
+/* On the connection's I/O thread: reads the blocking request's events
+ * without waiting; once it finished, answers and frees it (*g = NULL),
+ * else suspends the connection until the engine has more. */
+enum MHD_Result lm_generation_resume(lm_generation **g, struct MHD_Connection *c);
+/* Frees a request never answered (its connection closed). */
+void lm_generation_abandon(lm_generation *g);
 /* POST /v1/messages/count_tokens: {"input_tokens": N} of the rendered prompt. */
 enum MHD_Result lm_handle_count_tokens(lm_server *s, struct MHD_Connection *c, const char *body, size_t len);
 
