@@ -8,7 +8,7 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-param
 CFLAGS   ?= -O2 -g
 OBJCOPY  ?= objcopy
 
-# Kernel sets (src/base/kernel_set.h, docs/ARCHITECTURE.md "Kernel sets"): the
+# Kernel sets (src/base/kernel_set.h, src/ops/cpu/README.md "Kernel sets"): the
 # host SIMD code -- src/ops/cpu/ but backend_create.c, and the sampler's loops --
 # is compiled once per set; each set's objects are merged (cc -r) into one
 # object whose only global symbol is the set's descriptor (objcopy

@@ -4,7 +4,7 @@
  * sampler's vector loops (engine/sampler_vectors.c) -- is compiled once per
  * kernel set, and each set's objects are merged into one object whose only
  * global symbol is that set's descriptor (the Makefile's KERNEL_SETS;
- * docs/ARCHITECTURE.md, "Kernel sets").  The sets:
+ * src/ops/cpu/README.md, "Kernel sets").  The sets:
  *
  *   generic  plain C (base/simd.h's generic path): any CPU
  *   avx2     AVX2 + FMA + F16C (simd.h's AVX2 path)

@@ -11,7 +11,7 @@
  * One step: forward(context, StepBatch) uploads the step's descriptor
  * (tokens, positions, slots, block tables, rows that need logits) into
  * fixed buffers, runs the layers, and downloads the logit rows: the one
- * place the host waits (docs/ARCHITECTURE.md, "Where the host waits"). */
+ * place the host waits (src/ops/README.md, "Where the host waits"). */
 #ifndef LOOM_MODELS_MODEL_H
 #define LOOM_MODELS_MODEL_H
 
