@@ -192,7 +192,12 @@ $(eval $(call build_tree,$(BUILD),$(call kernel_sets_flag,$(KERNEL_SETS)),$(CC),
 # the same flags made the same object.  A whole second tree took 2-3 minutes
 # of CI's 2 cores.
 CUDA_TREE := $(BUILD)/cuda
-CUDA_DEPENDENT_SRC := $(shell tools/cuda_dependent_sources.sh)
+CUDA_DEPENDENT_SRC := $(if $(NVCC_PATH),$(shell tools/cuda_dependent_sources.sh))
+ifneq ($(NVCC_PATH),)
+ifeq ($(filter src/ops/backend.c,$(CUDA_DEPENDENT_SRC)),)
+$(error tools/cuda_dependent_sources.sh did not name src/ops/backend.c, which registers the cuda backend: it failed?)
+endif
+endif
 CUDA_TREE_FLAGS := $(call kernel_sets_flag,$(KERNEL_SETS)) -DLOOM_HAVE_CUDA
 cuda_tree_obj = $(foreach f,$(1),$(if $(filter $(f),$(CUDA_DEPENDENT_SRC)),$(CUDA_TREE),$(BUILD))/obj/$(f:.c=.o))
 $(eval $(call build_flags_stamp,$(CUDA_TREE),$(CC) $(BASE_ARCH) $(CFLAGS) $(CUDA_TREE_FLAGS)))
