@@ -10,7 +10,8 @@
 # there too.  The golden tests are not rerun: bf16 activations land 0.02-0.2
 # of the logits' std off the fixtures (docs/PERF.md), past their 1e-2.
 # The test binaries run side by side, LOOM_TEST_JOBS at a time (default:
-# the CPUs), reported in a fixed order; the shell suites one at a time.
+# the CPUs), the slowest first, reported in a fixed order; the shell suites
+# one at a time.
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,30 +48,48 @@ run_suite() { # $1 = label, rest = command: runs it now
 }
 # The C test binaries run LOOM_TEST_JOBS at a time (default: the CPUs; they
 # are in-process, most on one thread, each in its own temporary folders);
-# queue_suite starts one when a place is free, collect_suites waits for
-# them all and reports them in the order they were queued.  The shell
-# suites start servers on ports and run one at a time (run_suite).
+# queue_suite adds one to the list, collect_suites starts them all, a place
+# at a time, waits for them and reports them in the order they were queued.
+# The suites in slow_first start first (longest-first: a 10-minute suite
+# started last would run alone at the end while the other CPUs wait; on CI's
+# 2 cores the ASan twins of these took 4-10 minutes each); the rest follow in
+# their queued order.  The shell suites start servers on ports and run one at
+# a time (run_suite).
 jobs_max=${LOOM_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$jobs_max" -ge 1 ] 2>/dev/null || jobs_max=1
 outdir=$(mktemp -d "${TMPDIR:-/tmp}/loom-run-XXXXXX") || exit 1
 trap 'rm -rf "$outdir"' EXIT
-queued=()
+slow_first="asan/test_grammar_engine asan/test_sampler asan/test_backend_ops sample2/test_grammar_engine
+            test_sampler test_backend_ops asan/ref/test_speculative tp2/test_grammar_engine test_grammar_engine
+            bf16/test_backend_ops asan/test_speculative asan/test_quantized asan/test_responses_request"
+queued=(); queued_cmds=()
 queue_suite() { # $1 = label, rest = command
-    local label=$1 i=${#queued[@]}
+    queued+=("$1")
     shift
-    queued+=("$label")
+    queued_cmds+=("$(printf '%q ' "$@")")
+}
+start_suite() { # $1 = index into queued
+    local i=$1
     while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
-    ( start=$SECONDS; "$@" > "$outdir/$i.out" 2>&1; rc=$?
+    ( start=$SECONDS; eval "${queued_cmds[$i]}" > "$outdir/$i.out" 2>&1; rc=$?
       echo "$rc $((SECONDS - start))" > "$outdir/$i.rc" ) &
 }
 collect_suites() {
+    local i rc secs label started=" "
+    for label in $slow_first; do
+        for i in "${!queued[@]}"; do
+            [ "${queued[$i]}" = "$label" ] && { start_suite "$i"; started+="$i "; }
+        done
+    done
+    for i in "${!queued[@]}"; do
+        [[ "$started" == *" $i "* ]] || start_suite "$i"
+    done
     wait
-    local i rc secs
     for i in "${!queued[@]}"; do
         read -r rc secs < "$outdir/$i.rc" 2>/dev/null || { rc=1; secs=0; }
         report "${queued[$i]}" "$secs" "$rc" < "$outdir/$i.out"
     done
-    queued=()
+    queued=(); queued_cmds=()
 }
 
 model_tests="test_qwen35_golden test_tensor_parallel test_qwen35_shapes test_qwen35_moe test_glm4v test_vision test_image_prompt test_engine_images test_expert_layouts test_mtp test_engine test_speculative test_prefix_cache test_default_model test_quantized"
