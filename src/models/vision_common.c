@@ -199,3 +199,13 @@ void lm_vision_describe(lm_vision_info *vi, int32_t image_token_id, int32_t star
     vi->merger_parameters = merger_parameters;
     vi->processor = *processor;
 }
+
+void lm_vision_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, uint64_t random_seed,
+                            const lm_weights_quant *quant, lm_backend *backend) {
+    if (checkpoint)
+        lm_weights_init(w, checkpoint, backend);
+    else
+        lm_weights_init_random(w, random_seed ^ 0x76697369u, false, backend);
+    lm_weights_set_quant(w, &(lm_weights_quant){.fp8_block_rows = quant ? quant->fp8_block_rows : 0,
+                                                .fp8_block_cols = quant ? quant->fp8_block_cols : 0});
+}

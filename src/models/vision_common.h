@@ -14,6 +14,7 @@
 #include "models/model.h"
 #include "models/step_descriptor.h"
 #include "models/vision_config.h"
+#include "models/weights.h"
 #include "ops/ops.h"
 
 /* The widths a tower's workspace needs. */
@@ -71,6 +72,13 @@ void lm_vision_describe(lm_vision_info *vi, int32_t image_token_id, int32_t star
 /* The tower's image processor: the family's rule's defaults with the
  * tower's patch geometry, then dir's preprocessor_config.json (dir NULL:
  * random weights, the defaults alone), which must agree with the tower. */
+/* A tower's weights: the checkpoint's, or (checkpoint NULL) random ones
+ * from a stream of their own, so the text model's weights stay those of the
+ * seed.  Only FP8 checkpoints' block scales are taken from `quant` (NULL:
+ * none): the tower's matrices are never made int8 (it runs once per image,
+ * compute-bound: int8 would save no time). */
+void lm_vision_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, uint64_t random_seed,
+                            const lm_weights_quant *quant, lm_backend *backend);
 lm_status lm_vision_processor_load(lm_smart_resize_rule rule, const lm_vision_config *c,
                                    const char *dir, lm_image_processor *out, lm_error *err);
 

@@ -107,14 +107,7 @@ lm_status lm_qwen35_vision_load(const lm_checkpoint *checkpoint, uint64_t random
     lm_qwen35_vision *v = calloc(1, sizeof *v);
     if (!v) return lm_fail(err, LM_ERR_NOMEM, "out of memory loading the vision tower");
     v->config = *cfg;
-    if (checkpoint)
-        lm_weights_init(&v->weights, checkpoint, backend);
-    else /* its own stream, so the text model's weights stay those of the seed */
-        lm_weights_init_random(&v->weights, random_seed ^ 0x76697369u, false, backend);
-    /* FP8 checkpoints' scales; the tower's matrices are never made int8
-     * (it runs once per image, compute-bound: int8 would save no time). */
-    lm_weights_set_quant(&v->weights, &(lm_weights_quant){.fp8_block_rows = quant ? quant->fp8_block_rows : 0,
-                                                         .fp8_block_cols = quant ? quant->fp8_block_cols : 0});
+    lm_vision_weights_init(&v->weights, checkpoint, random_seed, quant, backend);
     lm_status st = load_tower(v, text_hidden, err);
     if (st != LM_OK) {
         lm_qwen35_vision_free(v);
