@@ -118,14 +118,47 @@ static void qwen35_moe_decode_layer(void) {
     lm_fuse_step steps[64];
     CHECK(lm_fuse_plan(tp.ops, tp.n, steps, &stats) == 4);
     CHECK(stats.refused[LM_FUSE_MATMUL_GATED_ADD] == 1 && stats.fused[LM_FUSE_MATMUL_GATED_ADD] == 0);
-    /* The ranks' sum handed to the next layer: add_rmsnorm, then its products. */
+    /* After the ranks' sum (the window lowered at the collective): h +=
+     * it, the block's intermediates die, the next layer's norm and its
+     * products: add_rmsnorm over the discards, then the group. */
     seq next = {0};
     add(&next, buf(H_), buf(ROUTED), (int64_t)N * HID);
+    discard(&next, buf(SHARED), (int64_t)N * HID);
+    discard(&next, buf(ROUTED), (int64_t)N * HID);
+    discard(&next, buf(PROJ), (int64_t)N * 32);
     norm(&next, buf(X_), buf(H_), HID);
     mm(&next, buf(Q), buf(X_), mat(64, HID));
     mm(&next, buf(K), buf(X_), mat(16, HID));
     mm(&next, buf(V), buf(X_), mat(16, HID));
-    CHECK_PLAN(&next, {LM_FUSE_ADD_RMSNORM, 2}, {LM_FUSE_MATMUL_GROUP, 3});
+    CHECK_PLAN(&next, {LM_FUSE_ADD_RMSNORM, 5}, {LM_FUSE_MATMUL_GROUP, 3});
+    /* The same without discards between. */
+    seq adjacent = {0};
+    add(&adjacent, buf(H_), buf(ROUTED), (int64_t)N * HID);
+    norm(&adjacent, buf(X_), buf(H_), HID);
+    CHECK_PLAN(&adjacent, {LM_FUSE_ADD_RMSNORM, 2});
+    /* A discard of h itself between: the norm would read dead rows, so
+     * the parts run as written. */
+    seq dead_h = {0};
+    add(&dead_h, buf(H_), buf(ROUTED), (int64_t)N * HID);
+    discard(&dead_h, buf(H_), (int64_t)N * HID);
+    norm(&dead_h, buf(X_), buf(H_), HID);
+    CHECK_PLAN(&dead_h, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1});
+}
+
+/* A row-parallel residual product under tensor parallelism: the product,
+ * (the collective: the window lowered), then h += it, it dies, and the
+ * next block's norm reads h: add_rmsnorm takes the add, the discard and
+ * the norm. */
+static void tensor_parallel_residual(void) {
+    seq before = {0};
+    mm(&before, buf(X_), buf(CORE), mat(HID, 96));
+    CHECK_PLAN(&before, {LM_FUSE_PLAIN, 1});
+    seq after = {0};
+    add(&after, buf(H_), buf(X_), (int64_t)N * HID);
+    discard(&after, buf(X_), (int64_t)N * HID);
+    norm(&after, buf(X_), buf(H_), HID);
+    swiglu(&after, buf(X_));
+    CHECK_PLAN(&after, {LM_FUSE_ADD_RMSNORM, 3}, {LM_FUSE_MATMUL_SWIGLU, 4});
 }
 
 /* GLM: q, k, v of the normed input (then their biases: the window is
@@ -267,6 +300,7 @@ int main(void) {
     RUN_TEST(qwen35_dense_decode_layer);
     RUN_TEST(qwen35_moe_decode_layer);
     RUN_TEST(glm4v_decode_layer);
+    RUN_TEST(tensor_parallel_residual);
     RUN_TEST(live_intermediates_are_not_fused);
     RUN_TEST(aliasing_is_not_fused);
     RUN_TEST(mismatched_shapes_are_not_fused);

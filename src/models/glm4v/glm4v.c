@@ -346,40 +346,37 @@ static void add_bias(lm_backend *be, lm_mem y, int n, const lm_matrix *w, lm_mem
     if (bias.buffer) lm_add_rows(be, y, bias, n, (int)w->rows);
 }
 
-/* Tensor parallelism: x [N, H] holds this rank's partial product of a
- * row-parallel projection; the sum over the ranks replaces it on every
- * rank (before the sandwich norms, which need the whole). */
-static void sum_over_ranks(lm_glm4v_context *ctx, lm_mem x, int N) {
-    const lm_glm4v_model *m = ctx->model;
-    if (!m->share.comm || ctx->tp_status != LM_OK) return;
-    ctx->tp_status =
-        lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
-}
-
 /* A block's normed input x = rmsnorm(h) · weight (a device backend may
- * norm it inside the products that read it: its fusion). */
+ * fold the norm into the residual add before it, or into the products
+ * that read it: its fusion). */
 typedef struct {
     lm_mem h, weight, x;
     float eps;
 } block_norm;
 
-/* x = the norm of `in` (NULL: a norm that already ran made x). */
 static void input_norm(lm_backend *be, const block_norm *in, int N, int cols) {
-    if (in) lm_rmsnorm(be, in->x, in->h, in->weight, N, cols, in->eps);
+    lm_rmsnorm(be, in->x, in->h, in->weight, N, cols, in->eps);
 }
 
-/* The products of a block's normed input x (`in`, as input_norm). */
-static void input_products(lm_backend *be, const block_norm *in, lm_mem x, int N, const lm_matmul_out *outs,
-                           int count) {
+/* The products of a block's normed input in->x. */
+static void input_products(lm_backend *be, const block_norm *in, int N, const lm_matmul_out *outs, int count) {
     input_norm(be, in, N, (int)outs[0].w->cols);
-    for (int i = 0; i < count; i++) lm_matmul(be, outs[i].y, x, N, outs[i].w);
+    for (int i = 0; i < count; i++) lm_matmul(be, outs[i].y, in->x, N, outs[i].w);
 }
 
-/* Attention (model-spec §E.2.1) of the normed input (`in`, as
- * input_products).  Without tensor parallelism or sandwich norms the o_proj
- * output is added to h in the product (true returned); otherwise it is
- * left in s->x (false), summed over the ranks. */
-static bool attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_glm4v_layer *layer,
+/* h += a block's output `out` [N, H] (which then dies), through its
+ * sandwich norm (glm4v's post_self_attn_norm, post_mlp_norm) where the
+ * model has them. */
+static void add_block_output(lm_glm4v_context *ctx, lm_mem out, lm_mem sandwich_norm, int N) {
+    const lm_glm4v_model *m = ctx->model;
+    int H = m->config.hidden_size;
+    if (m->sandwich_norms) lm_rmsnorm(ctx->be, out, out, sandwich_norm, N, H, m->config.rms_norm_eps);
+    lm_add(ctx->be, ctx->scratch.h, out, (int64_t)N * H);
+    lm_discard(ctx->be, out, sizeof(float) * (size_t)N * (size_t)H);
+}
+
+/* Attention (model-spec §E.2.1) of the normed input, added to h. */
+static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_glm4v_layer *layer,
                       const lm_kv_layer *kv, const block_norm *in) {
     const lm_glm4v_model *m = ctx->model;
     const lm_glm4v_config *c = &m->config;
@@ -389,7 +386,7 @@ static bool attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
     int N = step->n_tokens, D = c->head_dim;
     int nH = c->num_attention_heads, nKV = c->num_key_value_heads;
     lm_matmul_out projections[] = {{s->q, &a->q_proj}, {s->k, &a->k_proj}, {s->v, &a->v_proj}};
-    input_products(be, in, s->x, N, projections, 3);
+    input_products(be, in, N, projections, 3);
     add_bias(be, s->q, N, &a->q_proj, a->q_bias);
     add_bias(be, s->k, N, &a->k_proj, a->k_bias);
     add_bias(be, s->v, N, &a->v_proj, a->v_bias);
@@ -399,17 +396,12 @@ static bool attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
     lm_kv_write(be, kv, s->k, s->v, N, step->kv_slots);
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
     lm_attention(be, s->attn, s->q, kv, &ab);
-    if (!m->share.comm && !m->sandwich_norms) {
-        lm_forward_matmul_add(be, s->h, s->x, s->attn, N, &a->o_proj); /* no bias */
-        return true;
-    }
-    lm_matmul(be, s->x, s->attn, N, &a->o_proj);
-    sum_over_ranks(ctx, s->x, N);
-    return false;
+    lm_row_parallel_matmul(&ctx->ranks, be, s->x, s->attn, N, &a->o_proj); /* no bias */
+    add_block_output(ctx, s->x, layer->post_self_attn_norm, N);
 }
 
 /* SwiGLU's first half, silu(x·gateᵀ) * (x·upᵀ) into s->proj, of the normed
- * input (`in`, as input_products). */
+ * input. */
 static void swiglu_in(lm_glm4v_context *ctx, int N, const lm_swiglu *w, const block_norm *in) {
     const lm_glm4v_scratch *s = &ctx->scratch;
     input_norm(ctx->be, in, N, (int)w->gate_proj.cols);
@@ -418,9 +410,9 @@ static void swiglu_in(lm_glm4v_context *ctx, int N, const lm_swiglu *w, const bl
 
 /* The MoE block (model-spec §E.2.4) of the normed input: s->routed, the
  * routed experts' weighted sum plus the (ungated) shared experts.  The
- * shared experts' SwiGLU runs first, so with `in` its products make x for
- * the router and the routed experts; their down product adds into the
- * routed sum (through s->shared, which dies). */
+ * shared experts' SwiGLU runs first, so its products make x for the router
+ * and the routed experts; their down product adds into the routed sum
+ * (through s->shared, which dies). */
 static void moe(lm_glm4v_context *ctx, int N, const lm_glm4v_moe *moe, const block_norm *in) {
     const lm_glm4v_config *c = &ctx->model->config;
     const lm_glm4v_scratch *s = &ctx->scratch;
@@ -443,26 +435,17 @@ static void decoder_layer(lm_glm4v_context *ctx, const lm_step_view *step,
     int N = step->n_tokens, H = c->hidden_size;
     float eps = c->rms_norm_eps;
     block_norm in = {.h = s->h, .weight = layer->input_norm, .x = s->x, .eps = eps};
-    /* h += attention's output (in o_proj, or here); x = post_attention_norm(h) */
+    attention(ctx, step, layer, kv, &in);
     block_norm post = {.h = s->h, .weight = layer->post_attention_norm, .x = s->x, .eps = eps};
-    const block_norm *mlp_in = &post;
-    if (!attention(ctx, step, layer, kv, &in)) {
-        if (m->sandwich_norms) lm_rmsnorm(be, s->x, s->x, layer->post_self_attn_norm, N, H, eps);
-        lm_add(be, s->h, s->x, (int64_t)N * H);
-        lm_rmsnorm(be, s->x, s->h, layer->post_attention_norm, N, H, eps);
-        mlp_in = NULL;
-    }
-    lm_mem out = s->x;
     if (layer->is_moe) {
-        moe(ctx, N, &layer->moe, mlp_in);
-        out = s->routed;
+        moe(ctx, N, &layer->moe, &post);
+        lm_rank_sum(&ctx->ranks, be, s->routed, (size_t)N * (size_t)H);
+        add_block_output(ctx, s->routed, layer->post_mlp_norm, N);
     } else {
-        swiglu_in(ctx, N, &layer->mlp, mlp_in);
-        lm_matmul(be, s->x, s->proj, N, &layer->mlp.down_proj);
+        swiglu_in(ctx, N, &layer->mlp, &post);
+        lm_row_parallel_matmul(&ctx->ranks, be, s->x, s->proj, N, &layer->mlp.down_proj);
+        add_block_output(ctx, s->x, layer->post_mlp_norm, N);
     }
-    sum_over_ranks(ctx, out, N);
-    if (m->sandwich_norms) lm_rmsnorm(be, out, out, layer->post_mlp_norm, N, H, eps);
-    lm_add(be, s->h, out, (int64_t)N * H);
 }
 
 static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
@@ -479,7 +462,7 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
     size_t rows_bytes = sizeof(float) * (size_t)N * (size_t)H;
     lm_mem h = ctx->scratch.h;
 
-    ctx->tp_status = LM_OK;
+    lm_rank_sums_begin(&ctx->ranks, m->share.comm);
     lm_forward_embed_inputs(be, h, step.tokens, b, &m->embed_tokens, H);
     for (int i = 0; i < L; i++) {
         if (out->layer_hidden && out->layer_hidden[i]) {
@@ -488,7 +471,8 @@ static lm_status glm4v_forward(lm_model_context *base, const lm_step_batch *b,
         }
         decoder_layer(ctx, &step, &m->layers[i], &ctx->kv[i]);
     }
-    if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
+    st = lm_rank_sums_status(&ctx->ranks, err);
+    if (st != LM_OK) return st;
     /* Final norm and lm_head only on the rows that need logits. */
     lm_logits_head head = {.final_norm = m->final_norm, .eps = c->rms_norm_eps,
                            .lm_head = {.weight = &m->lm_head, .vocab = c->vocab_size,

@@ -6,6 +6,7 @@
 
 #include "models/glm4v/glm4v.h"
 #include "models/forward_common.h"
+#include "models/sharded_linear.h"
 #include "models/step_descriptor.h"
 #include "models/vision_common.h"
 
@@ -43,8 +44,7 @@ typedef struct {
     /* images (max_image_patches > 0): the vision tower's workspace */
     lm_vision_workspace vision;
     lm_mem vocab_scratch; /* a split lm_head's (lm_vocab_split_scratch) */
-    lm_status tp_status; /* tensor parallelism: the first failed sum of a forward */
-    lm_error tp_error;
+    lm_rank_sums ranks; /* tensor parallelism: a forward's sums over the ranks */
 } lm_glm4v_context;
 
 lm_status lm_glm4v_context_create(lm_model *m, const lm_context_options *o,

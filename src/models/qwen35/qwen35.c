@@ -506,28 +506,16 @@ static void record_inputs(lm_qwen35_context *ctx, const lm_step_batch *b,
     }
 }
 
-/* Tensor parallelism: x [N, H] holds this rank's partial product of a
- * row-parallel projection; the sum over the ranks replaces it on every
- * rank.  The first failure is kept and the forward returns it. */
-static void sum_over_ranks(lm_qwen35_context *ctx, lm_mem x, int N) {
-    const lm_qwen35_model *m = ctx->model;
-    if (!m->share.comm || ctx->tp_status != LM_OK) return;
-    ctx->tp_status =
-        lm_all_reduce_sum(m->share.comm, ctx->be, x, (size_t)N * (size_t)m->config.hidden_size, &ctx->tp_error);
-}
-
-/* A block's input (attention's or the MLP's): x = rmsnorm(h) · weight,
- * normed here, or already in x when the layer's residual add normed it
- * (x_ready).  A device backend may norm it inside the products that read
- * it (its fusion). */
+/* A block's input (attention's or the MLP's): x = rmsnorm(h) · weight.
+ * A device backend may fold the norm into the residual add before it
+ * (add_rmsnorm) or into the products that read it (its fusion). */
 typedef struct {
     lm_mem h, weight, x;
     float eps;
-    bool x_ready;
 } block_input;
 
 static void input_norm(lm_backend *be, const block_input *in, int N, int cols) {
-    if (!in->x_ready) lm_rmsnorm(be, in->x, in->h, in->weight, N, cols, in->eps);
+    lm_rmsnorm(be, in->x, in->h, in->weight, N, cols, in->eps);
 }
 
 static void input_products(lm_backend *be, const block_input *in, int N, const lm_matmul_out *outs,
@@ -536,25 +524,14 @@ static void input_products(lm_backend *be, const block_input *in, int N, const l
     for (int i = 0; i < count; i++) lm_matmul(be, outs[i].y, in->x, N, outs[i].w);
 }
 
-/* A block's last product (attention's out projection, the MLP's down):
- * added into the residual stream h through s->x, which then dies, true
- * returned.  Under tensor parallelism the ranks' partial products are
- * summed first: the sum is left in s->x and false returned, for the
- * caller to add. */
-static bool residual_product(lm_qwen35_context *ctx, lm_mem h, lm_mem in, int N, const lm_matrix *w) {
-    const lm_qwen35_scratch *s = &ctx->scratch;
-    if (!ctx->model->share.comm) {
-        lm_forward_matmul_add(ctx->be, h, s->x, in, N, w);
-        return true;
-    }
-    lm_matmul(ctx->be, s->x, in, N, w);
-    sum_over_ranks(ctx, s->x, N);
-    return false;
+/* A block's last product (attention's out projection, the MLP's down),
+ * row-parallel, added into the residual stream h through s->x. */
+static void residual_product(lm_qwen35_context *ctx, lm_mem h, lm_mem in, int N, const lm_matrix *w) {
+    lm_row_parallel_residual(&ctx->ranks, ctx->be, h, ctx->scratch.x, in, N, w);
 }
 
-/* Gated DeltaNet (model-spec §A.7) of the normed input; its output is
- * added to h (true) or left in s->x (false), as residual_product says. */
-static bool linear_attention(lm_qwen35_context *ctx, const lm_step_view *step, const lm_step_batch *b,
+/* Gated DeltaNet (model-spec §A.7) of the normed input, added to h. */
+static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step, const lm_step_batch *b,
                              const lm_qwen35_layer *layer, const block_input *in, lm_mem h) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
@@ -593,13 +570,12 @@ static bool linear_attention(lm_qwen35_context *ctx, const lm_step_view *step, c
     lm_gated_delta_rule(be, core, s->q, s->k, s->v, s->g, s->beta, lm_qwen35_recurrent_states(ctx, layer->cache_index),
                         (int64_t)ctx->recurrent_floats, &seqs, Hk, Hv, dk, dv);
     lm_gated_rmsnorm(be, core, core, z, la->norm, N * Hv, dv, c->rms_norm_eps);
-    return residual_product(ctx, h, core, N, &la->out_proj);
+    residual_product(ctx, h, core, N, &la->out_proj);
 }
 
 /* Gated full attention (model-spec §A.5) over a paged KV cache layer, of
- * the normed input; its output is added to h (true) or left in s->x
- * (false), as residual_product says. */
-static bool full_attention(lm_qwen35_context *ctx, const lm_step_view *step, const lm_qwen35_layer *layer,
+ * the normed input, added to h. */
+static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step, const lm_qwen35_layer *layer,
                            const lm_kv_layer *kv, const block_input *in, lm_mem h) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
@@ -626,25 +602,23 @@ static bool full_attention(lm_qwen35_context *ctx, const lm_step_view *step, con
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
     lm_attention(be, attn, s->q, kv, &ab);
     lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D); /* attention ⊙ sigmoid(gates) */
-    return residual_product(ctx, h, attn, N, &fa->o_proj);
+    residual_product(ctx, h, attn, N, &fa->o_proj);
 }
 
-/* The SwiGLU MLP of the normed input; its output is added to h (true) or
- * left in s->x (false), as residual_product says. */
-static bool mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w, const block_input *in, lm_mem h) {
+/* The SwiGLU MLP of the normed input, added to h. */
+static void mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_mlp *w, const block_input *in, lm_mem h) {
     const lm_qwen35_scratch *s = &ctx->scratch;
     lm_backend *be = ctx->be;
     input_norm(be, in, N, (int)w->gate_proj.cols);
     lm_forward_swiglu_in(be, s->proj, s->proj2, s->x, N, &w->gate_proj, &w->up_proj);
-    return residual_product(ctx, h, s->proj, N, &w->down_proj);
+    residual_product(ctx, h, s->proj, N, &w->down_proj);
 }
 
 /* The sparse MoE block (model-spec §B.2) of the normed input: the routed
- * experts, plus the shared expert scaled by sigmoid(x·shared_gateᵀ).  The
- * sum is added to h in the shared expert's down product (true), or under
- * tensor parallelism summed over the ranks into ms->routed (false), for
- * the caller to add. */
-static bool moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, const block_input *in, lm_mem h) {
+ * experts, plus the shared expert scaled by sigmoid(x·shared_gateᵀ),
+ * summed over the ranks (each holds a share of every expert, or whole
+ * experts) and added to h. */
+static void moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, const block_input *in, lm_mem h) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_config *c = &m->config;
     const lm_qwen35_scratch *s = &ctx->scratch;
@@ -666,59 +640,32 @@ static bool moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, con
     lm_matmul(be, ms->shared, s->proj, N, &moe->shared.down_proj);
     lm_sigmoid_scale_rows(be, ms->shared, ms->shared_gate, N, H);
     lm_add(be, ms->routed, ms->shared, (int64_t)N * H);
-    if (ctx->model->share.comm) {
-        sum_over_ranks(ctx, ms->routed, N);
-        return false;
-    }
+    lm_rank_sum(&ctx->ranks, be, ms->routed, (size_t)N * (size_t)H);
     lm_add(be, h, ms->routed, (int64_t)N * H);
     lm_discard(be, ms->shared, sizeof(float) * (size_t)N * (size_t)H);
     lm_discard(be, ms->routed, sizeof(float) * (size_t)N * (size_t)H);
     lm_discard(be, s->proj, sizeof(float) * (size_t)N * (size_t)Is);
-    return true;
 }
 
 /* One decoder layer (model-spec §A.4) on the residual stream h: full
  * attention over kv, or Gated DeltaNet (b: the step's sequences, for the
- * rollback records), then the MLP.  `pending` (NULL: none) is the last
- * layer's output not yet in h: added here with the input norm (one
- * launch, add_rmsnorm).  The blocks' outputs go into h inside their last
- * products (residual_product, moe_mlp); under tensor parallelism, where
- * the ranks sum first, the MLP's is passed back in *delta and true
- * returned: the caller adds it, or hands it to the next layer as its
- * `pending`. */
-static bool decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step, const lm_step_batch *b,
-                          const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h,
-                          const lm_mem *pending, lm_mem *delta) {
+ * rollback records), then the MLP, each added to h. */
+static void decoder_layer(lm_qwen35_context *ctx, const lm_step_view *step, const lm_step_batch *b,
+                          const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h) {
     const lm_qwen35_config *c = &ctx->model->config;
     const lm_qwen35_scratch *s = &ctx->scratch;
-    int N = step->n_tokens, H = c->hidden_size;
-    float eps = c->rms_norm_eps;
-    block_input in = {.h = h, .weight = layer->input_norm, .x = s->x, .eps = eps, .x_ready = pending != NULL};
-    if (pending) { /* h += the last layer's output, then x = its norm */
-        lm_add(ctx->be, h, *pending, (int64_t)N * H);
-        lm_rmsnorm(ctx->be, s->x, h, layer->input_norm, N, H, eps);
-    }
-    bool added = layer->type == LM_LAYER_FULL_ATTENTION ? full_attention(ctx, step, layer, kv, &in, h)
-                                                        : linear_attention(ctx, step, b, layer, &in, h);
-    /* x = post_attention_norm(h), h holding attention's output */
-    block_input post = {.h = h, .weight = layer->post_attention_norm, .x = s->x, .eps = eps, .x_ready = !added};
-    if (!added) {
-        lm_add(ctx->be, h, s->x, (int64_t)N * H);
-        lm_rmsnorm(ctx->be, s->x, h, layer->post_attention_norm, N, H, eps);
-    }
-    if (layer->is_moe) {
-        *delta = ctx->moe.routed;
-        return !moe_mlp(ctx, N, &layer->moe, &post, h);
-    }
-    *delta = s->x;
-    return !mlp(ctx, N, &layer->mlp, &post, h);
+    int N = step->n_tokens;
+    block_input in = {.h = h, .weight = layer->input_norm, .x = s->x, .eps = c->rms_norm_eps};
+    if (layer->type == LM_LAYER_FULL_ATTENTION) full_attention(ctx, step, layer, kv, &in, h);
+    else linear_attention(ctx, step, b, layer, &in, h);
+    block_input post = {.h = h, .weight = layer->post_attention_norm, .x = s->x, .eps = c->rms_norm_eps};
+    if (layer->is_moe) moe_mlp(ctx, N, &layer->moe, &post, h);
+    else mlp(ctx, N, &layer->mlp, &post, h);
 }
 
 void lm_qwen35_attention_layer(lm_qwen35_context *ctx, const lm_step_view *step,
                                const lm_qwen35_layer *layer, const lm_kv_layer *kv, lm_mem h) {
-    lm_mem delta;
-    if (decoder_layer(ctx, step, NULL, layer, kv, h, NULL, &delta))
-        lm_add(ctx->be, h, delta, (int64_t)step->n_tokens * ctx->model->config.hidden_size);
+    decoder_layer(ctx, step, NULL, layer, kv, h);
 }
 
 lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
@@ -738,27 +685,20 @@ lm_status lm_qwen35_forward(lm_model_context *base, const lm_step_batch *b,
             ctx->records.recorded_rows[b->seqs[q].state_slot] =
                 b->seqs[q].record_for_rollback ? b->seqs[q].n_new : 0;
 
-    ctx->tp_status = LM_OK;
+    lm_rank_sums_begin(&ctx->ranks, m->share.comm);
     lm_forward_embed_inputs(be, h, step.tokens, b, &m->embed_tokens, H);
-    lm_mem pending = {0}; /* the last layer's output, when not yet in h */
-    bool has_pending = false;
     for (int i = 0; i < L; i++) {
         if (out->layer_hidden && out->layer_hidden[i]) {
-            if (has_pending) lm_add(be, h, pending, (int64_t)N * H);
-            if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
-            has_pending = false;
-            st = lm_download(be, out->layer_hidden[i], h, rows_bytes, err);
+            st = lm_rank_sums_status(&ctx->ranks, err);
+            if (st == LM_OK) st = lm_download(be, out->layer_hidden[i], h, rows_bytes, err);
             if (st != LM_OK) return st;
         }
         const lm_qwen35_layer *layer = &m->layers[i];
-        lm_mem delta;
-        has_pending = decoder_layer(ctx, &step, b, layer,
-                                    layer->type == LM_LAYER_FULL_ATTENTION ? &ctx->kv[layer->cache_index] : NULL,
-                                    h, has_pending ? &pending : NULL, &delta);
-        pending = delta;
+        decoder_layer(ctx, &step, b, layer,
+                      layer->type == LM_LAYER_FULL_ATTENTION ? &ctx->kv[layer->cache_index] : NULL, h);
     }
-    if (has_pending) lm_add(be, h, pending, (int64_t)N * H);
-    if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
+    st = lm_rank_sums_status(&ctx->ranks, err);
+    if (st != LM_OK) return st;
     /* The MTP head drafts from the post-norm state of every committed row. */
     if (ctx->options.speculative_tokens > 0)
         lm_rmsnorm(be, ctx->hidden_all, h, m->final_norm, N, H, c->rms_norm_eps);

@@ -5,6 +5,7 @@
 #define LOOM_MODELS_QWEN35_CONTEXT_H
 
 #include "models/forward_common.h"
+#include "models/sharded_linear.h"
 #include "models/qwen35/qwen35.h"
 #include "models/step_descriptor.h"
 #include "models/vision_common.h"
@@ -86,8 +87,7 @@ typedef struct {
     int32_t *host_draft_ids;  /* [K][S] */
     lm_qwen35_draft_host draft_host;
     int last_step_tokens;     /* rows of the last forward (hidden_all) */
-    lm_status tp_status;      /* tensor parallelism: the first failed sum of a forward */
-    lm_error tp_error;
+    lm_rank_sums ranks; /* tensor parallelism: a forward's sums over the ranks */
 } lm_qwen35_context;
 
 /* Checks the batch against the context and builds + uploads its

@@ -166,10 +166,7 @@ void lm_qwen35_mtp_run(lm_qwen35_context *ctx, const lm_step_view *step, lm_mem 
     lm_vocab_head head = lm_qwen35_vocab_head(ctx);
     lm_error gather_error = {0};
     lm_status st = lm_vocab_head_matmul(be, &head, logits, h_out, rows, &gather_error);
-    if (st != LM_OK && ctx->tp_status == LM_OK) {
-        ctx->tp_status = st;
-        ctx->tp_error = gather_error;
-    }
+    lm_rank_sums_keep(&ctx->ranks, st, &gather_error);
 }
 
 static lm_status check_head(const lm_qwen35_context *ctx, lm_error *err) {
@@ -188,9 +185,10 @@ lm_status lm_qwen35_mtp_forward(lm_qwen35_context *ctx, const lm_step_batch *b,
     const lm_qwen35_config *c = &ctx->model->config;
     size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size, rows = (size_t)step.n_logit_rows;
     lm_upload(ctx->be, ctx->mtp_hidden, hidden, sizeof(float) * (size_t)step.n_tokens * H);
-    ctx->tp_status = LM_OK;
+    lm_rank_sums_begin(&ctx->ranks, ctx->model->share.comm);
     lm_qwen35_mtp_run(ctx, &step, step.tokens, ctx->mtp_hidden, ctx->mtp_logits, ctx->mtp_hidden);
-    if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
+    st = lm_rank_sums_status(&ctx->ranks, err);
+    if (st != LM_OK) return st;
     if (rows == 0) return lm_synchronize(ctx->be, err);
     if (h_out) st = lm_download(ctx->be, h_out, ctx->mtp_hidden, sizeof(float) * rows * H, err);
     if (st == LM_OK) st = lm_download(ctx->be, logits, ctx->mtp_logits, sizeof(float) * rows * V, err);

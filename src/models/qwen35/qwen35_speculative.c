@@ -144,10 +144,10 @@ lm_status lm_qwen35_draft(lm_model_context *base, lm_draft_seq *seqs, int n, lm_
     lm_status st = lm_qwen35_step_upload(ctx, &batch, true, hw->gather, &step, err);
     if (st != LM_OK) return st;
     lm_gather_rows(be, ctx->mtp_hidden, ctx->hidden_all, step.gather_rows, total, H);
-    ctx->tp_status = LM_OK; /* the head's sums and the split lm_head's gathers report here */
+    lm_rank_sums_begin(&ctx->ranks, ctx->model->share.comm); /* the head's sums, the split lm_head's gathers */
     lm_qwen35_mtp_run(ctx, &step, step.tokens, ctx->mtp_hidden, ctx->mtp_logits, ctx->mtp_hidden);
     if (n_drafting == 0)
-        return ctx->tp_status == LM_OK ? LM_OK : lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
+        return lm_rank_sums_status(&ctx->ranks, err);
     lm_argmax_rows(be, ctx->draft_ids, ctx->mtp_logits, n_drafting, V);
 
     /* Rounds 1..: the previous round's draft at the next position. */
@@ -172,7 +172,8 @@ lm_status lm_qwen35_draft(lm_model_context *base, lm_draft_seq *seqs, int n, lm_
         lm_argmax_rows(be, lm_mem_i32(ctx->draft_ids, (size_t)r * (size_t)S), ctx->mtp_logits,
                        n_round, V);
     }
-    if (ctx->tp_status != LM_OK) return lm_fail(err, ctx->tp_status, "%s", ctx->tp_error.message);
+    st = lm_rank_sums_status(&ctx->ranks, err);
+    if (st != LM_OK) return st;
     st = lm_download(be, ctx->host_draft_ids, ctx->draft_ids,
                      sizeof(int32_t) * (size_t)max_drafts * (size_t)S, err);
     if (st != LM_OK) return st;

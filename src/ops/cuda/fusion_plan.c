@@ -162,16 +162,20 @@ static int match_gated_add(const lm_fuse_op *ops, int n, int i, bool *candidate)
     return past_discards(ops, n, d) - i;
 }
 
-/* add(H, D) rmsnorm(OUT, H). */
+/* add(H, D) [discards] rmsnorm(OUT, H): a residual add, D's death (a
+ * row-parallel product's, summed over the ranks), the next block's norm. */
 static int match_add_rmsnorm(const lm_fuse_op *ops, int n, int i, bool *candidate) {
-    if (!is(ops, n, i, LM_FUSE_OP_ADD) || !is(ops, n, i + 1, LM_FUSE_OP_RMSNORM) || !same(ops[i + 1].a, ops[i].out))
+    int j = past_discards(ops, n, i + 1);
+    if (!is(ops, n, i, LM_FUSE_OP_ADD) || !is(ops, n, j, LM_FUSE_OP_RMSNORM) || !same(ops[j].a, ops[i].out))
         return 0;
     *candidate = true;
-    const lm_fuse_op *add = &ops[i], *norm = &ops[i + 1];
+    const lm_fuse_op *add = &ops[i], *norm = &ops[j];
     span h = floats(add->out, add->count), d = floats(add->a, add->count), out = rows_of(norm->out, norm);
     if ((int64_t)norm->rows * norm->dim != add->count || overlap(h, d) || overlap(out, h)) return 0;
     if (!same(out.at, d.at) && overlap(out, d)) return 0; /* out may be delta itself, not part of it */
-    return 2;
+    for (int k = i + 1; k < j; k++)
+        if (overlap((span){ops[k].out, (size_t)ops[k].count}, h)) return 0; /* h must live */
+    return j + 1 - i;
 }
 
 /* attention(O, q) sigmoid_mul(O, G): no intermediate. */

@@ -72,7 +72,7 @@ typedef enum {
     LM_FUSE_MATMUL_SWIGLU,        /* matmul matmul silu_mul, discard of the up half */
     LM_FUSE_MATMUL_ADD,           /* matmul add, discard of the product */
     LM_FUSE_MATMUL_GROUP,         /* 2-4 matmuls of one input */
-    LM_FUSE_ADD_RMSNORM,          /* add, then rmsnorm of the sum */
+    LM_FUSE_ADD_RMSNORM,          /* add, [discards,] then rmsnorm of the sum */
     LM_FUSE_GATED_ATTENTION,      /* attention, then sigmoid_mul of its output */
     LM_FUSE_GATED_DELTA_RULE_NORM, /* the delta rule, then gated_rmsnorm of its output in place */
     LM_FUSE_N_PATTERNS

@@ -135,9 +135,11 @@ static bool lower(lm_backend *be, const lm_fuse_op *o, const lm_fuse_step *step)
         run_plain(be, o + 1);
         return false;
     }
-    case LM_FUSE_ADD_RMSNORM:
-        lm_cuda_add_rmsnorm(be, o[1].out, o->out, o->a, o[1].b, o[1].rows, o[1].dim, o[1].eps);
+    case LM_FUSE_ADD_RMSNORM: { /* the norm is the step's last op, past the discards */
+        const lm_fuse_op *norm = &o[step->count - 1];
+        lm_cuda_add_rmsnorm(be, norm->out, o->out, o->a, norm->b, norm->rows, norm->dim, norm->eps);
         return true;
+    }
     case LM_FUSE_N_PATTERNS: break;
     }
     return true;
