@@ -2,7 +2,8 @@
  * each block shape of the kernel (LOOM_CUDA_GEMV=ROWSxLOADS, optionally
  * LOOM_CUDA_GEMV_BLOCKS blocks per SM that loop over the rows) and each
  * batch of 1, 2, 4 and 8 tokens, the time of a call and the weights' GB/s,
- * for single matrices and for the groups a layer runs (matmul_group).
+ * for single matrices and for the groups a layer runs (its products of one
+ * input, one launch in the backend's fusion window).
  * Every shape's output is compared bit for bit with the first shape's: the
  * block shape may change the speed, never the result.
  *
@@ -157,14 +158,13 @@ static void queue_round(lm_backend *be, const product *p, product_weights *pw, l
     int calls = pw->copies > 1 ? 4 * pw->copies : 1;
     for (int k = 0; k < calls; k++) {
         int c = k % pw->copies;
-        lm_matmul_out outs[MAX_GROUP];
-        for (int i = 0; i < p->count; i++) outs[i] = (lm_matmul_out){y[i], &pw->m[i][c]};
-        if (p->swiglu)
-            lm_matmul_swiglu(be, y[0], y[1], x, n, &pw->m[0][c], &pw->m[1][c]);
-        else if (p->count == 1)
-            lm_matmul(be, y[0], x, n, &pw->m[0][c]);
-        else
-            lm_matmul_group(be, x, n, outs, p->count);
+        /* plain ops, as the models write them: the backend's fusion window
+         * makes a group's products one launch, a SwiGLU's matmul_swiglu */
+        for (int i = 0; i < p->count; i++) lm_matmul(be, y[i], x, n, &pw->m[i][c]);
+        if (p->swiglu) {
+            lm_silu_mul(be, y[0], y[0], y[1], (int64_t)n * pw->m[0][c].rows);
+            lm_discard(be, y[1], sizeof(float) * (size_t)n * (size_t)pw->m[1][c].rows);
+        }
     }
 }
 

@@ -38,6 +38,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "base/cpu_features.h"
 #include "base/kernel_set.h"
+#include "ops/cuda/fused_ops.h" /* the fused kernels checked against their parts */
 #include "ops/ops.h"
 #include "ops/ref/reference.h"
 
@@ -76,8 +77,49 @@ static const char *const kernel_set_family[LM_KERNEL_SET_COUNT] = {
     [LM_KERNEL_SET_NATIVE] = "cpu-native",
 };
 
+/* A backend's fused kernels (ops/cuda/fused_ops.h), each checked bit for
+ * bit against the parts it replaces: cuda's own, a broken set for the
+ * self-check (test_poison_catches_broken_ops), none (all NULL) for the
+ * host backends, whose checks then run the parts twice. */
+typedef struct {
+    void (*matmul_group)(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs, int count);
+    bool (*matmul_swiglu)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *gate, const lm_matrix *up);
+    bool (*normed_matmul_group)(lm_backend *be, const lm_normed_input *in, int n, const lm_matmul_out *outs,
+                                int count);
+    bool (*normed_matmul_swiglu)(lm_backend *be, lm_mem y, const lm_normed_input *in, int n, const lm_matrix *gate,
+                                 const lm_matrix *up);
+    bool (*matmul_add)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
+    bool (*matmul_gated_add)(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w, lm_mem gate,
+                             lm_mem other);
+    void (*add_rmsnorm)(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta, lm_mem weight, int rows, int dim,
+                        float eps);
+    bool (*gated_attention)(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
+                            const lm_attention_batch *batch);
+    bool (*gdn_prepare)(lm_backend *be, const lm_gdn_prepare_args *a);
+    bool (*attention_prepare)(lm_backend *be, const lm_attention_prepare_args *a);
+    bool (*gated_delta_rule_norm)(lm_backend *be, const lm_delta_rule_norm_args *a);
+} fused_kernels;
+
+static const fused_kernels no_fused_kernels = {0};
+#ifdef LOOM_HAVE_CUDA
+static const fused_kernels cuda_fused_kernels = {
+    .matmul_group = lm_cuda_matmul_group,
+    .matmul_swiglu = lm_cuda_matmul_swiglu,
+    .normed_matmul_group = lm_cuda_normed_matmul_group,
+    .normed_matmul_swiglu = lm_cuda_normed_matmul_swiglu,
+    .matmul_add = lm_cuda_matmul_add,
+    .matmul_gated_add = lm_cuda_matmul_gated_add,
+    .add_rmsnorm = lm_cuda_add_rmsnorm,
+    .gated_attention = lm_cuda_gated_attention,
+    .gdn_prepare = lm_cuda_gdn_prepare,
+    .attention_prepare = lm_cuda_attention_prepare,
+    .gated_delta_rule_norm = lm_cuda_gated_delta_rule_norm,
+};
+#endif
+
 typedef struct {
     lm_backend *be[N_BACKENDS];
+    const fused_kernels *fused[N_BACKENDS]; /* NULL: none */
     char label[N_BACKENDS][32];
     const char *family[N_BACKENDS]; /* bitwise agreement is checked inside a family */
     int n;
@@ -147,6 +189,9 @@ static bool backends_open(backends *b) {
         }
         b->be[b->n] = be;
         b->family[b->n] = backend_list[i].name;
+#ifdef LOOM_HAVE_CUDA
+        if (strcmp(backend_list[i].name, "cuda") == 0) b->fused[b->n] = &cuda_fused_kernels;
+#endif
         snprintf(b->label[b->n], sizeof b->label[b->n], "%s/%dt", backend_list[i].name,
                  lm_backend_threads(be));
         b->n++;
@@ -284,6 +329,130 @@ static arena arena_on(lm_backend *be) { return (arena){.be = be, .ok = true}; }
 static void run_queued(lm_backend *be) {
     lm_error err = {0};
     (void)lm_synchronize(be, &err); /* an error shows in the download after */
+}
+
+static const fused_kernels *fused_of(const backends *bs, int b) {
+    return bs->fused[b] ? bs->fused[b] : &no_fused_kernels;
+}
+
+/* ---- the fused kernels' parts, in plain ops ----
+ * apart: each op run on its own (a host wait after it), so a backend that
+ * fuses a window of plain ops (cuda) cannot fuse them: the reference.
+ * Not apart: the ops as a model writes them, intermediates discarded,
+ * for the window to fuse: its lowering is checked against the same bits. */
+static void after_op(lm_backend *be, bool apart) {
+    if (apart) run_queued(be);
+}
+static void parts_matmul_group(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs, int count, bool apart) {
+    for (int i = 0; i < count; i++) {
+        lm_matmul(be, outs[i].y, x, n, outs[i].w);
+        after_op(be, apart);
+    }
+}
+static void parts_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem up_scratch, lm_mem x, int n, const lm_matrix *gate,
+                                const lm_matrix *up, bool apart) {
+    lm_matmul_out outs[] = {{y, gate}, {up_scratch, up}};
+    parts_matmul_group(be, x, n, outs, 2, apart);
+    lm_silu_mul(be, y, y, up_scratch, (int64_t)n * gate->rows);
+    lm_discard(be, up_scratch, sizeof(float) * (size_t)n * (size_t)up->rows);
+    after_op(be, apart);
+}
+static void parts_normed_group(lm_backend *be, const lm_normed_input *in, int n, const lm_matmul_out *outs, int count,
+                               bool apart) {
+    lm_rmsnorm(be, in->x, in->h, in->weight, n, (int)outs[0].w->cols, in->eps);
+    after_op(be, apart);
+    parts_matmul_group(be, in->x, n, outs, count, apart);
+}
+static void parts_normed_swiglu(lm_backend *be, lm_mem y, lm_mem up_scratch, const lm_normed_input *in, int n,
+                                const lm_matrix *gate, const lm_matrix *up, bool apart) {
+    lm_rmsnorm(be, in->x, in->h, in->weight, n, (int)gate->cols, in->eps);
+    after_op(be, apart);
+    parts_matmul_swiglu(be, y, up_scratch, in->x, n, gate, up, apart);
+}
+static void parts_matmul_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, int n, const lm_matrix *w,
+                             bool apart) {
+    lm_matmul(be, scratch, x, n, w);
+    after_op(be, apart);
+    lm_add(be, y, scratch, (int64_t)n * w->rows);
+    lm_discard(be, scratch, sizeof(float) * (size_t)n * (size_t)w->rows);
+    after_op(be, apart);
+}
+static void parts_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, lm_mem x_up, int n,
+                                   const lm_matrix *w, lm_mem gate, lm_mem other, bool apart) {
+    int64_t count = (int64_t)n * w->rows;
+    if (x_up.buffer) {
+        lm_silu_mul(be, x, x, x_up, (int64_t)n * w->cols);
+        after_op(be, apart);
+    }
+    lm_matmul(be, scratch, x, n, w);
+    after_op(be, apart);
+    lm_sigmoid_scale_rows(be, scratch, gate, n, (int)w->rows);
+    after_op(be, apart);
+    lm_add(be, other, scratch, count);
+    after_op(be, apart);
+    lm_add(be, y, other, count);
+    lm_discard(be, scratch, sizeof(float) * (size_t)count);
+    lm_discard(be, other, sizeof(float) * (size_t)count);
+    if (x_up.buffer) lm_discard(be, x, sizeof(float) * (size_t)n * (size_t)w->cols);
+    after_op(be, apart);
+}
+static void parts_add_rmsnorm(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta, lm_mem weight, int rows, int dim,
+                              float eps, bool apart) {
+    lm_add(be, h, delta, (int64_t)rows * dim);
+    after_op(be, apart);
+    lm_rmsnorm(be, out, h, weight, rows, dim, eps);
+    after_op(be, apart);
+}
+static void parts_gated_attention(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
+                                  const lm_attention_batch *batch, bool apart) {
+    lm_attention(be, out, q, kv, batch);
+    after_op(be, apart);
+    lm_sigmoid_mul(be, out, gates, (int64_t)batch->n_tokens * batch->n_heads * batch->head_dim);
+    after_op(be, apart);
+}
+/* conv_out: [n, conv_dim] floats for the conv's output (then dead). */
+static void parts_gdn_prepare(lm_backend *be, const lm_gdn_prepare_args *a, lm_mem conv_out, bool apart) {
+    int n = a->n, kd = a->Hk * a->dk, vd = a->Hv * a->dv, cd = 2 * kd + vd;
+    lm_gdn_gates(be, a->beta, a->g, a->neg_exp_A, a->dt_bias, n, a->Hv);
+    after_op(be, apart);
+    lm_causal_conv1d_silu(be, conv_out, a->mixed, cd, a->conv_weight, a->conv_kernel, a->conv_states,
+                          a->conv_slot_stride, a->seqs);
+    after_op(be, apart);
+    lm_copy_rows(be, a->q, kd, conv_out, cd, n, kd);
+    after_op(be, apart);
+    lm_copy_rows(be, a->k, kd, lm_mem_f32(conv_out, (size_t)kd), cd, n, kd);
+    after_op(be, apart);
+    lm_copy_rows(be, a->v, vd, lm_mem_f32(conv_out, 2 * (size_t)kd), cd, n, vd);
+    after_op(be, apart);
+    lm_l2norm_scale(be, a->q, n * a->Hk, a->dk, a->eps, a->q_scale);
+    after_op(be, apart);
+    lm_l2norm_scale(be, a->k, n * a->Hk, a->dk, a->eps, 1.0f);
+    lm_discard(be, conv_out, sizeof(float) * (size_t)n * (size_t)cd);
+    after_op(be, apart);
+}
+static void parts_attention_prepare(lm_backend *be, const lm_attention_prepare_args *a, bool apart) {
+    int n = a->n, D = a->head_dim;
+    lm_copy_rows(be, a->q, D, a->q_and_gate, 2 * D, n * a->n_heads, D);
+    after_op(be, apart);
+    lm_copy_rows(be, a->gates, D, lm_mem_f32(a->q_and_gate, (size_t)D), 2 * D, n * a->n_heads, D);
+    after_op(be, apart);
+    lm_rmsnorm(be, a->q, a->q, a->q_norm, n * a->n_heads, D, a->eps);
+    after_op(be, apart);
+    lm_rmsnorm(be, a->k, a->k, a->k_norm, n * a->n_kv_heads, D, a->eps);
+    after_op(be, apart);
+    lm_rope(be, a->q, n, a->n_heads, D, a->positions, a->rope);
+    after_op(be, apart);
+    lm_rope(be, a->k, n, a->n_kv_heads, D, a->positions, a->rope);
+    after_op(be, apart);
+    lm_kv_write(be, a->kv, a->k, a->v, n, a->kv_slots);
+    after_op(be, apart);
+}
+static void parts_delta_rule_norm(lm_backend *be, const lm_delta_rule_norm_args *a, bool apart) {
+    lm_gated_delta_rule(be, a->out, a->q, a->k, a->v, a->g, a->beta, a->states, a->slot_stride, a->seqs, a->Hk, a->Hv,
+                        a->dk, a->dv);
+    after_op(be, apart);
+    lm_gated_rmsnorm(be, a->out, a->out, a->z, a->norm, a->n * a->Hv, a->dv, a->eps);
+    after_op(be, apart);
 }
 
 static lm_mem arena_alloc(arena *a, size_t bytes) {
@@ -911,7 +1080,11 @@ static void check_matmul_group(const backends *bs, verdict *v, rng *r, int n, in
             arena_free(&a);
             break;
         }
-        lm_matmul_group(a.be, xm, n, outs, count);
+        const fused_kernels *fk = fused_of(bs, b);
+        if (fk->matmul_group && count > 1)
+            fk->matmul_group(a.be, xm, n, outs, count);
+        else
+            parts_matmul_group(a.be, xm, n, outs, count, false); /* a window's group */
         for (int i = 0; i < count; i++) {
             run_queued(a.be);
             lm_matmul(a.be, alone[i], xm, n, &m[i]);
@@ -975,43 +1148,6 @@ static void test_matmul_group(void) {
     CHECK_VERDICT(v);
 }
 
-/* The same backend with one optional op taken out of its table: the
- * wrappers of ops.h then run that op's parts, so a fused op can be checked
- * against its parts on one backend. */
-typedef struct {
-    lm_backend_ops ops;
-    lm_backend be;
-    const lm_backend_ops *real; /* the backend's own table */
-} parts_backend;
-
-/* The parts' attention and delta rule each followed by a host wait: a
- * backend that fuses a window of plain ops (cuda) would otherwise fuse
- * the parts again, and the check compare the fused op with itself. */
-static const lm_backend_ops *real_ops(lm_backend *be) {
-    return ((parts_backend *)(void *)((char *)be - offsetof(parts_backend, be)))->real;
-}
-static void attention_alone(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
-                            const lm_attention_batch *batch) {
-    real_ops(be)->attention(be, out, q, kv, batch);
-    run_queued(be);
-}
-static void delta_rule_alone(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
-                             lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv, int dk,
-                             int dv) {
-    real_ops(be)->gated_delta_rule(be, out, q, k, v, g, beta, states, slot_stride, seqs, Hk, Hv, dk, dv);
-    run_queued(be);
-}
-
-static lm_backend *without_op(parts_backend *p, const lm_backend *be, size_t offset) {
-    p->ops = *be->ops;
-    p->real = be->ops;
-    memset((char *)&p->ops + offset, 0, sizeof(void (*)(void)));
-    if (p->ops.attention) p->ops.attention = attention_alone;
-    if (p->ops.gated_delta_rule) p->ops.gated_delta_rule = delta_rule_alone;
-    p->be = (lm_backend){.ops = &p->ops, .impl = be->impl};
-    return &p->be;
-}
-#define WITHOUT(p, be, op) without_op((p), (be), offsetof(lm_backend_ops, op))
 
 /* matmul_swiglu: exactly the bits of matmul_group of gate and up, then
  * silu_mul, on the same backend; `taken` counts the calls a backend ran
@@ -1038,12 +1174,12 @@ static void check_matmul_swiglu(const backends *bs, verdict *v, rng *r, int n, i
             arena_free(&a);
             break;
         }
-        if (a.be->ops->matmul_swiglu && a.be->ops->matmul_swiglu(a.be, fused, xm, n, &gate, &up))
+        const fused_kernels *fk = fused_of(bs, b);
+        if (fk->matmul_swiglu && fk->matmul_swiglu(a.be, fused, xm, n, &gate, &up))
             (*taken)++;
         else
-            lm_matmul_swiglu(a.be, fused, scratch, xm, n, &gate, &up);
-        parts_backend pb;
-        lm_matmul_swiglu(WITHOUT(&pb, a.be, matmul_swiglu), parts, scratch, xm, n, &gate, &up);
+            parts_matmul_swiglu(a.be, fused, scratch, xm, n, &gate, &up, false);
+        parts_matmul_swiglu(a.be, parts, scratch, xm, n, &gate, &up, true);
         float *got = down_f32(&a, fused, ny), *want = down_f32(&a, parts, ny);
         if (!got || !want)
             fail(v, "%s: backend memory failed", bs->label[b]);
@@ -1142,22 +1278,20 @@ static void check_normed_products(const backends *bs, verdict *v, rng *r, int n,
         }
         lm_normed_input in_fused = {.h = hm, .weight = wm, .x = x_fused, .eps = eps};
         lm_normed_input in_parts = {.h = hm, .weight = wm, .x = x_parts, .eps = eps};
-        parts_backend pb;
+        const fused_kernels *fk = fused_of(bs, b);
         int outputs = swiglu ? 1 : count;
         if (swiglu) {
-            if (a.be->ops->normed_matmul_swiglu &&
-                a.be->ops->normed_matmul_swiglu(a.be, fused[0].y, &in_fused, n, &m[0], &m[1]))
+            if (fk->normed_matmul_swiglu && fk->normed_matmul_swiglu(a.be, fused[0].y, &in_fused, n, &m[0], &m[1]))
                 (*taken)++;
             else
-                lm_normed_matmul_swiglu(a.be, fused[0].y, scratch, &in_fused, n, &m[0], &m[1]);
-            lm_normed_matmul_swiglu(WITHOUT(&pb, a.be, normed_matmul_swiglu), parts[0].y, scratch, &in_parts, n,
-                                    &m[0], &m[1]);
+                parts_normed_swiglu(a.be, fused[0].y, scratch, &in_fused, n, &m[0], &m[1], false);
+            parts_normed_swiglu(a.be, parts[0].y, scratch, &in_parts, n, &m[0], &m[1], true);
         } else {
-            if (a.be->ops->normed_matmul_group && a.be->ops->normed_matmul_group(a.be, &in_fused, n, fused, count))
+            if (fk->normed_matmul_group && fk->normed_matmul_group(a.be, &in_fused, n, fused, count))
                 (*taken)++;
             else
-                lm_normed_matmul_group(a.be, &in_fused, n, fused, count);
-            lm_normed_matmul_group(WITHOUT(&pb, a.be, normed_matmul_group), &in_parts, n, parts, count);
+                parts_normed_group(a.be, &in_fused, n, fused, count, false);
+            parts_normed_group(a.be, &in_parts, n, parts, count, true);
         }
         bool memory_ok = true;
         if (!mem_same_bits(&a, x_fused, x_parts, nx, &memory_ok))
@@ -1235,12 +1369,12 @@ static void check_matmul_add(const backends *bs, verdict *v, rng *r, int n, int6
             arena_free(&a);
             break;
         }
-        if (a.be->ops->matmul_add && a.be->ops->matmul_add(a.be, fused, xm, n, &m))
+        const fused_kernels *fk = fused_of(bs, b);
+        if (fk->matmul_add && fk->matmul_add(a.be, fused, xm, n, &m))
             (*taken)++;
         else
-            lm_matmul_add(a.be, fused, scratch, xm, n, &m);
-        parts_backend pb;
-        lm_matmul_add(WITHOUT(&pb, a.be, matmul_add), parts, scratch, xm, n, &m);
+            parts_matmul_add(a.be, fused, scratch, xm, n, &m, false);
+        parts_matmul_add(a.be, parts, scratch, xm, n, &m, true);
         bool memory_ok = true;
         if (!mem_same_bits(&a, fused, parts, ny, &memory_ok))
             fail(v, "matmul_add n=%d %lldx%lld %s on %s differs bitwise from matmul, then add", n, (long long)rows,
@@ -1281,14 +1415,12 @@ static void check_matmul_gated_add(const backends *bs, verdict *v, rng *r, int n
             arena_free(&a);
             break;
         }
-        if (a.be->ops->matmul_gated_add &&
-            a.be->ops->matmul_gated_add(a.be, fused, x_fused, upm, n, &m, gm, other_fused))
+        const fused_kernels *fk = fused_of(bs, b);
+        if (fk->matmul_gated_add && fk->matmul_gated_add(a.be, fused, x_fused, upm, n, &m, gm, other_fused))
             (*taken)++;
         else
-            lm_matmul_gated_add(a.be, fused, scratch, x_fused, upm, n, &m, gm, other_fused);
-        parts_backend pb;
-        lm_matmul_gated_add(WITHOUT(&pb, a.be, matmul_gated_add), parts, scratch, x_parts, upm, n, &m, gm,
-                            other_parts);
+            parts_matmul_gated_add(a.be, fused, scratch, x_fused, upm, n, &m, gm, other_fused, false);
+        parts_matmul_gated_add(a.be, parts, scratch, x_parts, upm, n, &m, gm, other_parts, true);
         bool memory_ok = true;
         if (!mem_same_bits(&a, fused, parts, ny, &memory_ok))
             fail(v, "matmul_gated_add%s n=%d %lldx%lld %s on %s differs bitwise from %smatmul, sigmoid_scale_rows, "
@@ -1638,10 +1770,12 @@ static void check_add_rmsnorm(const backends *bs, verdict *v, rng *r, int rows, 
         lm_mem hm = up_f32(&a, h, n), dm = up_f32(&a, d, n), wm = up_f32(&a, w, (size_t)dim);
         lm_mem h2 = up_f32(&a, h, n), d2 = up_f32(&a, d, n), out2 = poisoned(&a, n);
         lm_mem out = in_delta ? dm : poisoned(&a, n);
-        lm_add_rmsnorm(a.be, out, hm, dm, wm, rows, dim, eps);
-        lm_add(a.be, h2, d2, (int64_t)n);
-        run_queued(a.be);
-        lm_rmsnorm(a.be, out2, h2, wm, rows, dim, eps);
+        const fused_kernels *fk = fused_of(bs, b);
+        if (fk->add_rmsnorm)
+            fk->add_rmsnorm(a.be, out, hm, dm, wm, rows, dim, eps);
+        else
+            parts_add_rmsnorm(a.be, out, hm, dm, wm, rows, dim, eps, false);
+        parts_add_rmsnorm(a.be, out2, h2, d2, wm, rows, dim, eps, true);
         float *got_h = down_f32(&a, hm, n), *got = down_f32(&a, out, n);
         float *want_h = down_f32(&a, h2, n), *want = down_f32(&a, out2, n);
         if (!got_h || !got || !want_h || !want)
@@ -2577,12 +2711,12 @@ static void check_attention(const backends *bs, verdict *v, rng *r, const attent
              * bit for bit on the same backend */
             lm_mem gates_m = up_f32(&a, gates, q_n), fused = poisoned(&a, q_n), parts = poisoned(&a, q_n);
             lm_mem q_m = up_f32(&a, q, q_n);
-            if (a.be->ops->gated_attention && a.be->ops->gated_attention(a.be, fused, q_m, gates_m, &kv, &batch))
+            const fused_kernels *fk = fused_of(bs, b);
+            if (fk->gated_attention && fk->gated_attention(a.be, fused, q_m, gates_m, &kv, &batch))
                 (*gated_taken)++;
             else
-                lm_gated_attention(a.be, fused, q_m, gates_m, &kv, &batch);
-            parts_backend pb;
-            lm_gated_attention(WITHOUT(&pb, a.be, gated_attention), parts, q_m, gates_m, &kv, &batch);
+                parts_gated_attention(a.be, fused, q_m, gates_m, &kv, &batch, false);
+            parts_gated_attention(a.be, parts, q_m, gates_m, &kv, &batch, true);
             bool memory_ok = true;
             if (!mem_same_bits(&a, fused, parts, q_n, &memory_ok))
                 fail(v, "gated_attention H=%d D=%d on %s%s (%s pools) differs bitwise from attention, then "
@@ -3152,9 +3286,10 @@ static void prepare_result_free(prepare_result *p) {
     free(p->q), free(p->k), free(p->v), free(p->beta), free(p->g), free(p->states);
 }
 
-/* Runs lm_gdn_prepare on be over the layout's rows; *fused: whether the
- * backend's own op took the call. */
-static bool run_prepare(lm_backend *be, lm_gdn_prepare_args args, const seq_layout *l, const float *mixed,
+/* Runs gdn_prepare on be over the layout's rows: the fused kernel of fk
+ * (NULL: none), else the parts, apart or for the window to fuse; *fused:
+ * whether the kernel took the call. */
+static bool run_prepare(lm_backend *be, const fused_kernels *fk, bool apart, lm_gdn_prepare_args args, const seq_layout *l, const float *mixed,
                         const float *beta, const float *g, const float *weight, const float *states,
                         const float *neg_exp_A, const float *dt_bias, prepare_result *out, bool *fused) {
     arena a = arena_on(be);
@@ -3174,8 +3309,8 @@ static bool run_prepare(lm_backend *be, lm_gdn_prepare_args args, const seq_layo
         arena_free(&a);
         return false;
     }
-    *fused = be->ops->gdn_prepare && be->ops->gdn_prepare(be, &args);
-    if (!*fused) lm_gdn_prepare(be, &args, conv_out);
+    *fused = fk && fk->gdn_prepare && fk->gdn_prepare(be, &args);
+    if (!*fused) parts_gdn_prepare(be, &args, conv_out, apart);
     *out = (prepare_result){down_f32(&a, args.q, rows * kd), down_f32(&a, args.k, rows * kd),
                             down_f32(&a, args.v, rows * vd),  down_f32(&a, args.beta, gates),
                             down_f32(&a, args.g, gates),      down_f32(&a, args.conv_states, states_n)};
@@ -3213,22 +3348,30 @@ static void check_gdn_prepare(const backends *bs, verdict *v, rng *r, int Hk, in
     lm_gdn_prepare_args args = {.conv_kernel = K, .conv_slot_stride = stride, .Hk = Hk, .Hv = Hv, .dk = dk,
                                 .dv = dv, .q_scale = 1.0f / sqrtf((float)dk), .eps = 1e-6f};
     for (int b = 0; b < bs->n && !v->failed; b++) {
-        prepare_result got = {0}, want = {0};
-        bool fused = false, parts_fused = false;
-        parts_backend pb;
-        if (!run_prepare(bs->be[b], args, &l, mixed, beta, g, weight, states, neg_exp_A, dt_bias, &got, &fused) ||
-            !run_prepare(WITHOUT(&pb, bs->be[b], gdn_prepare), args, &l, mixed, beta, g, weight, states,
-                         neg_exp_A, dt_bias, &want, &parts_fused))
+        /* the fused kernel, the plain ops as the model writes them (cuda's
+         * window fuses them), and the parts apart: one set of bits */
+        prepare_result got = {0}, windowed = {0}, want = {0};
+        bool fused = false, unused = false;
+        if (!run_prepare(bs->be[b], fused_of(bs, b), false, args, &l, mixed, beta, g, weight, states, neg_exp_A,
+                         dt_bias, &got, &fused) ||
+            !run_prepare(bs->be[b], NULL, false, args, &l, mixed, beta, g, weight, states, neg_exp_A, dt_bias,
+                         &windowed, &unused) ||
+            !run_prepare(bs->be[b], NULL, true, args, &l, mixed, beta, g, weight, states, neg_exp_A, dt_bias, &want,
+                         &unused))
             fail(v, "gdn_prepare on %s: backend memory failed", bs->label[b]);
-        else if (!same_sequence_rows(got.q, want.q, &l, kd) || !same_sequence_rows(got.k, want.k, &l, kd) ||
-                 !same_sequence_rows(got.v, want.v, &l, vd) ||
-                 !same_sequence_rows(got.beta, want.beta, &l, (size_t)Hv) ||
-                 !same_sequence_rows(got.g, want.g, &l, (size_t)Hv) ||
-                 memcmp(got.states, want.states, states_n * sizeof(float)) != 0)
-            fail(v, "gdn_prepare Hk=%d Hv=%d dk=%d dv=%d K=%d (%d sequences, longest %d) on %s differs bitwise "
-                 "from its parts", Hk, Hv, dk, dv, K, n_seqs, l.max_length, bs->label[b]);
+        for (int pass = 0; pass < 2 && !v->failed; pass++) {
+            const prepare_result *x = pass == 0 ? &got : &windowed;
+            if (!same_sequence_rows(x->q, want.q, &l, kd) || !same_sequence_rows(x->k, want.k, &l, kd) ||
+                !same_sequence_rows(x->v, want.v, &l, vd) || !same_sequence_rows(x->beta, want.beta, &l, (size_t)Hv) ||
+                !same_sequence_rows(x->g, want.g, &l, (size_t)Hv) ||
+                memcmp(x->states, want.states, states_n * sizeof(float)) != 0)
+                fail(v, "gdn_prepare Hk=%d Hv=%d dk=%d dv=%d K=%d (%d sequences, longest %d) on %s: %s differs "
+                     "bitwise from its parts", Hk, Hv, dk, dv, K, n_seqs, l.max_length, bs->label[b],
+                     pass == 0 ? "the fused kernel" : "the plain ops in one window");
+        }
         *taken += fused;
         prepare_result_free(&got);
+        prepare_result_free(&windowed);
         prepare_result_free(&want);
     }
 done:
@@ -3263,8 +3406,9 @@ static void test_gdn_prepare(void) {
 
 /* ---- gated_delta_rule_norm: the delta rule and its output norm in one op ---- */
 
-/* Runs lm_gated_delta_rule_norm on be; *fused: whether the backend's own op took it. */
-static bool run_delta_rule_norm(lm_backend *be, const gdn_call *c, const float *z, const float *norm, float **out,
+/* Runs gated_delta_rule_norm on be: fk's fused kernel (NULL: none), else
+ * the parts, apart or for the window; *fused: whether the kernel took it. */
+static bool run_delta_rule_norm(lm_backend *be, const fused_kernels *fk, bool apart, const gdn_call *c, const float *z, const float *norm, float **out,
                                 float **states, bool *fused) {
     arena a = arena_on(be);
     size_t rows = (size_t)c->l->rows, qk_n = rows * c->Hk * c->dk, v_n = rows * c->Hv * c->dv;
@@ -3280,8 +3424,8 @@ static bool run_delta_rule_norm(lm_backend *be, const gdn_call *c, const float *
         arena_free(&a);
         return false;
     }
-    *fused = be->ops->gated_delta_rule_norm && be->ops->gated_delta_rule_norm(be, &args);
-    if (!*fused) lm_gated_delta_rule_norm(be, &args);
+    *fused = fk && fk->gated_delta_rule_norm && fk->gated_delta_rule_norm(be, &args);
+    if (!*fused) parts_delta_rule_norm(be, &args, apart);
     *out = down_f32(&a, args.out, v_n);
     *states = down_f32(&a, args.states, states_n);
     arena_free(&a);
@@ -3315,10 +3459,8 @@ static void check_delta_rule_norm(const backends *bs, verdict *v, rng *r, int Hk
     for (int b = 0; b < bs->n && !v->failed; b++) {
         float *got = NULL, *got_states = NULL, *want = NULL, *want_states = NULL;
         bool fused = false, parts_fused = false;
-        parts_backend pb;
-        if (!run_delta_rule_norm(bs->be[b], &call, z, norm, &got, &got_states, &fused) ||
-            !run_delta_rule_norm(WITHOUT(&pb, bs->be[b], gated_delta_rule_norm), &call, z, norm, &want,
-                                 &want_states, &parts_fused))
+        if (!run_delta_rule_norm(bs->be[b], fused_of(bs, b), false, &call, z, norm, &got, &got_states, &fused) ||
+            !run_delta_rule_norm(bs->be[b], NULL, true, &call, z, norm, &want, &want_states, &parts_fused))
             fail(v, "gated_delta_rule_norm on %s: backend memory failed", bs->label[b]);
         else if (!same_sequence_rows(got, want, &l, (size_t)Hv * dv))
             fail(v, "gated_delta_rule_norm Hk=%d Hv=%d dk=%d dv=%d (%d sequences, longest %d) on %s: the output "
@@ -3380,8 +3522,9 @@ static float *down_pool(arena *a, lm_mem m, size_t n, lm_dtype dtype) {
     return f;
 }
 
-/* Runs lm_attention_prepare on be; *fused: whether the backend's own op took it. */
-static bool run_attention_prepare(lm_backend *be, lm_attention_prepare_args args, lm_kv_layer kv, const float *qg,
+/* Runs attention_prepare on be: fk's fused kernel (NULL: none), else the
+ * parts, apart or for the window; *fused: whether the kernel took it. */
+static bool run_attention_prepare(lm_backend *be, const fused_kernels *fk, bool apart, lm_attention_prepare_args args, lm_kv_layer kv, const float *qg,
                                   const float *k, const float *v, const float *qn, const float *kn,
                                   const int32_t *pos, const int32_t *slots, size_t pool_n, const float *pool,
                                   attn_prep_result *out, bool *fused) {
@@ -3399,8 +3542,8 @@ static bool run_attention_prepare(lm_backend *be, lm_attention_prepare_args args
         arena_free(&a);
         return false;
     }
-    *fused = be->ops->attention_prepare && be->ops->attention_prepare(be, &args);
-    if (!*fused) lm_attention_prepare(be, &args);
+    *fused = fk && fk->attention_prepare && fk->attention_prepare(be, &args);
+    if (!*fused) parts_attention_prepare(be, &args, apart);
     *out = (attn_prep_result){down_f32(&a, args.q, n * qd), down_f32(&a, args.gates, n * qd),
                               down_f32(&a, args.k, n * kd), down_pool(&a, kv.k, pool_n, kv.dtype),
                               down_pool(&a, kv.v, pool_n, kv.dtype)};
@@ -3438,27 +3581,33 @@ static void check_attention_prepare(const backends *bs, verdict *v, rng *r, int 
             if (pass == 1 && (asked == LM_DTYPE_BF16 || strcmp(bs->family[b], "cuda") != 0)) continue;
             lm_kv_layer kv = {.n_blocks = n_blocks, .block_size = block_size, .n_kv_heads = nKV, .head_dim = D,
                               .dtype = dtype};
-            attn_prep_result got = {0}, want = {0};
-            bool fused = false, parts_fused = false;
-            parts_backend pb;
-            if (!run_attention_prepare(bs->be[b], args, kv, qg, k, vv, qn, kn, pos, slots, pool_n, pool, &got,
-                                       &fused) ||
-                !run_attention_prepare(WITHOUT(&pb, bs->be[b], attention_prepare), args, kv, qg, k, vv, qn, kn,
-                                       pos, slots, pool_n, pool, &want, &parts_fused))
+            /* the fused kernel, the plain ops in one window (cuda fuses
+             * them), the parts apart: one set of bits */
+            attn_prep_result got = {0}, windowed = {0}, want = {0};
+            bool fused = false, unused = false;
+            if (!run_attention_prepare(bs->be[b], fused_of(bs, b), false, args, kv, qg, k, vv, qn, kn, pos, slots,
+                                       pool_n, pool, &got, &fused) ||
+                !run_attention_prepare(bs->be[b], NULL, false, args, kv, qg, k, vv, qn, kn, pos, slots, pool_n, pool,
+                                       &windowed, &unused) ||
+                !run_attention_prepare(bs->be[b], NULL, true, args, kv, qg, k, vv, qn, kn, pos, slots, pool_n, pool,
+                                       &want, &unused))
                 fail(v, "attention_prepare on %s: backend memory failed", bs->label[b]);
-            else {
-                const char *differs = memcmp(got.q, want.q, sizeof(float) * (size_t)n * qd)           ? "q"
-                                      : memcmp(got.gates, want.gates, sizeof(float) * (size_t)n * qd) ? "the gates"
-                                      : memcmp(got.k, want.k, sizeof(float) * (size_t)n * kd)         ? "k"
-                                      : memcmp(got.kpool, want.kpool, sizeof(float) * pool_n)         ? "the k pool"
-                                      : memcmp(got.vpool, want.vpool, sizeof(float) * pool_n)         ? "the v pool"
-                                                                                                      : NULL;
+            for (int which = 0; which < 2 && !v->failed; which++) {
+                const attn_prep_result *x = which == 0 ? &got : &windowed;
+                const char *differs = memcmp(x->q, want.q, sizeof(float) * (size_t)n * qd)           ? "q"
+                                      : memcmp(x->gates, want.gates, sizeof(float) * (size_t)n * qd) ? "the gates"
+                                      : memcmp(x->k, want.k, sizeof(float) * (size_t)n * kd)         ? "k"
+                                      : memcmp(x->kpool, want.kpool, sizeof(float) * pool_n)         ? "the k pool"
+                                      : memcmp(x->vpool, want.vpool, sizeof(float) * pool_n)         ? "the v pool"
+                                                                                                     : NULL;
                 if (differs)
-                    fail(v, "attention_prepare n=%d heads %d/%d D=%d rot %d (%s pools) on %s: %s differs bitwise "
-                         "from its parts'", n, nH, nKV, D, rope.rot_dim, lm_dtype_name(dtype), bs->label[b], differs);
+                    fail(v, "attention_prepare n=%d heads %d/%d D=%d rot %d (%s pools) on %s: %s of %s differs "
+                         "bitwise from its parts'", n, nH, nKV, D, rope.rot_dim, lm_dtype_name(dtype), bs->label[b],
+                         differs, which == 0 ? "the fused kernel" : "the plain ops in one window");
             }
             *taken += fused;
             attn_prep_result_free(&got);
+            attn_prep_result_free(&windowed);
             attn_prep_result_free(&want);
         }
     }
@@ -4533,7 +4682,8 @@ static void test_poison_catches_broken_ops(void) {
     broken_ops.gated_delta_rule = drop_last_sequence;
     broken_ops.causal_conv1d_silu = conv_ignoring_first;
     lm_backend broken = {&broken_ops, real.be[0]->impl}; /* cpu/1t's pool */
-    backends bs = {.be = {&broken}, .label = {"broken cpu"}, .family = {"cpu"}, .n = 1};
+    fused_kernels broken_fused = {0}; /* the fused kernels below, one at a time */
+    backends bs = {.be = {&broken}, .fused = {&broken_fused}, .label = {"broken cpu"}, .family = {"cpu"}, .n = 1};
     rng r = {71};
     verdict v1 = {0}, v2 = {0}, v3 = {0}, v4 = {0}, ok = {0};
     check_elementwise(&bs, &v1, &r, EW_SILU_MUL, 1000);
@@ -4587,19 +4737,19 @@ static void test_poison_catches_broken_ops(void) {
     /* the fused ops, against their parts */
     verdict f1 = {0}, f2 = {0}, f3 = {0}, f4 = {0}, f5 = {0}, f6 = {0};
     int taken = 0;
-    broken_ops.matmul_add = matmul_add_storing;
+    broken_fused.matmul_add = matmul_add_storing;
     check_matmul_add(&bs, &f1, &r, 2, 13, 136, LM_DTYPE_BF16, &taken);
     const int64_t three[] = {24, 8, 8};
-    broken_ops.normed_matmul_group = normed_group_of_h;
+    broken_fused.normed_matmul_group = normed_group_of_h;
     check_normed_products(&bs, &f2, &r, 2, 3, three, 256, LM_DTYPE_BF16, false, &taken);
-    broken_ops.matmul_gated_add = matmul_gated_add_without_other;
+    broken_fused.matmul_gated_add = matmul_gated_add_without_other;
     check_matmul_gated_add(&bs, &f4, &r, 2, 13, 136, LM_DTYPE_BF16, false, &taken);
-    broken_ops.matmul_gated_add = matmul_gated_add_without_up;
+    broken_fused.matmul_gated_add = matmul_gated_add_without_up;
     check_matmul_gated_add(&bs, &f6, &r, 2, 13, 136, LM_DTYPE_BF16, true, &taken);
-    broken_ops.gated_delta_rule_norm = delta_rule_without_norm;
+    broken_fused.gated_delta_rule_norm = delta_rule_without_norm;
     check_delta_rule_norm(&bs, &f5, &r, 2, 4, 16, 16, (const int[]){1, 2}, 2, &taken);
     int gated_taken = 0;
-    broken_ops.gated_attention = attention_ungated;
+    broken_fused.gated_attention = attention_ungated;
     check_attention(&bs, &f3, &r, &(attention_case){4, 2, 32, 16, 1, {3, 0, 0}, {1, 0, 0}}, &gated_taken);
     backends_close(&real);
     CHECK_MSG(taken == 5, "the broken fused ops did not all run (%d of 5)", taken);

@@ -296,6 +296,90 @@ static void attention_and_delta_rule_outputs(void) {
     CHECK_PLAN(&w, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1});
 }
 
+/* Gated DeltaNet's inputs as qwen35 writes them: Hk = 2 key heads and
+ * Hv = 4 value heads of 16, the conv's output through PROJ2 (dead after). */
+enum { GHK = 2, GHV = 4, GD = 16, GKD = GHK * GD, GVD = GHV * GD, GCD = 2 * GKD + GVD };
+static void gdn_prepare_parts(seq *s, bool discard_conv) {
+    s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_GDN_GATES, .out = buf(ROUTED), .a = buf(SHARED), .b = buf(12),
+                                  .c = buf(13), .rows = N, .dim = GHV};
+    lm_fuse_op conv = {.kind = LM_FUSE_OP_CONV, .out = buf(PROJ2), .a = buf(PROJ), .b = buf(14)};
+    conv.u.conv = (lm_fuse_conv){.states = buf(15), .channels = GCD, .taps = 4};
+    s->ops[s->n++] = conv;
+    const struct {
+        int to, from, width;
+    } split[] = {{Q, 0, GKD}, {K, GKD, GKD}, {V, 2 * GKD, GVD}};
+    for (int i = 0; i < 3; i++)
+        s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_COPY_ROWS, .out = buf(split[i].to),
+                                      .a = lm_mem_f32(buf(PROJ2), (size_t)split[i].from), .rows = N,
+                                      .dim = split[i].width, .u.stride = {.dst = split[i].width, .src = GCD}};
+    s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_L2NORM_SCALE, .out = buf(Q), .rows = N * GHK, .dim = GD,
+                                  .eps = 1e-6f, .u.scale = 0.25f};
+    s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_L2NORM_SCALE, .out = buf(K), .rows = N * GHK, .dim = GD,
+                                  .eps = 1e-6f, .u.scale = 1.0f};
+    if (discard_conv) discard(s, buf(PROJ2), (int64_t)N * GCD);
+}
+
+/* Gated full attention's inputs as qwen35 writes them: 4 query heads, 2
+ * kv heads of 16, q | gate in PROJ. */
+enum { AH = 4, AKV = 2, AD = 16 };
+static void attention_prepare_parts(seq *s) {
+    for (int i = 0; i < 2; i++)
+        s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_COPY_ROWS, .out = buf(i == 0 ? Q : GATE),
+                                      .a = lm_mem_f32(buf(PROJ), (size_t)(i * AD)), .rows = N * AH, .dim = AD,
+                                      .u.stride = {.dst = AD, .src = 2 * AD}};
+    s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_RMSNORM, .out = buf(Q), .a = buf(Q), .b = buf(12),
+                                  .rows = N * AH, .dim = AD, .eps = 1e-6f};
+    s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_RMSNORM, .out = buf(K), .a = buf(K), .b = buf(13),
+                                  .rows = N * AKV, .dim = AD, .eps = 1e-6f};
+    const lm_rope_params rope = {.rot_dim = 8, .theta = 1e7f, .sections = {2, 1, 1}, .interleaved_sections = true};
+    for (int i = 0; i < 2; i++)
+        s->ops[s->n++] = (lm_fuse_op){.kind = LM_FUSE_OP_ROPE, .out = buf(i == 0 ? Q : K), .a = buf(LOGITS),
+                                      .rows = N, .dim = AD, .u.rope = {.params = rope, .n_heads = i == 0 ? AH : AKV}};
+    lm_fuse_op write = {.kind = LM_FUSE_OP_KV_WRITE, .a = buf(K), .b = buf(V), .c = buf(14), .rows = N};
+    write.u.kv = (lm_kv_layer){.k = buf(15), .n_kv_heads = AKV, .head_dim = AD, .dtype = LM_DTYPE_F32};
+    s->ops[s->n++] = write;
+}
+
+/* The layers' input steps, once the fused prepare ops left ops.h: the
+ * parts in one window make the one launch; not when the conv's output is
+ * left alive, a split reads the wrong columns, k's norm has another eps,
+ * or k is rotated with other positions. */
+static void prepare_steps(void) {
+    seq s = {0};
+    gdn_prepare_parts(&s, true);
+    delta_rule_then_norm(&s, buf(CORE), 16);
+    CHECK_PLAN(&s, {LM_FUSE_GDN_PREPARE, 8}, {LM_FUSE_GATED_DELTA_RULE_NORM, 2});
+    seq alive = {0};
+    gdn_prepare_parts(&alive, false);
+    CHECK_PLAN(&alive, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1},
+               {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1}, {LM_FUSE_PLAIN, 1});
+    seq shifted = {0};
+    gdn_prepare_parts(&shifted, true);
+    shifted.ops[3].a = lm_mem_f32(buf(PROJ2), 1); /* k read one column off */
+    CHECK(lm_fuse_plan(shifted.ops, shifted.n, (lm_fuse_step[64]){{0}}, NULL) == 8);
+    seq eps = {0};
+    gdn_prepare_parts(&eps, true);
+    eps.ops[6].eps = 1e-5f;
+    CHECK(lm_fuse_plan(eps.ops, eps.n, (lm_fuse_step[64]){{0}}, NULL) == 8);
+
+    seq a = {0};
+    attention_prepare_parts(&a);
+    attention_then_gate(&a, (int64_t)N * 4 * 16);
+    CHECK_PLAN(&a, {LM_FUSE_ATTENTION_PREPARE, 7}, {LM_FUSE_GATED_ATTENTION, 2});
+    seq other_positions = {0};
+    attention_prepare_parts(&other_positions);
+    other_positions.ops[5].a = buf(CORE);
+    CHECK(lm_fuse_plan(other_positions.ops, other_positions.n, (lm_fuse_step[64]){{0}}, NULL) == 7);
+    seq other_eps = {0};
+    attention_prepare_parts(&other_eps);
+    other_eps.ops[3].eps = 1e-5f;
+    CHECK(lm_fuse_plan(other_eps.ops, other_eps.n, (lm_fuse_step[64]){{0}}, NULL) == 7);
+    seq other_gate = {0};
+    attention_prepare_parts(&other_gate);
+    other_gate.ops[1].a = buf(PROJ); /* the gate half read as the query half */
+    CHECK(lm_fuse_plan(other_gate.ops, other_gate.n, (lm_fuse_step[64]){{0}}, NULL) == 7);
+}
+
 int main(void) {
     RUN_TEST(qwen35_dense_decode_layer);
     RUN_TEST(qwen35_moe_decode_layer);
@@ -305,5 +389,6 @@ int main(void) {
     RUN_TEST(aliasing_is_not_fused);
     RUN_TEST(mismatched_shapes_are_not_fused);
     RUN_TEST(attention_and_delta_rule_outputs);
+    RUN_TEST(prepare_steps);
     return test_summary("test_fusion_plan");
 }

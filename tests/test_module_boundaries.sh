@@ -84,6 +84,10 @@ include_rule "grammar/ includes only base/ and grammar/" grammar '.' '^(base|gra
 include_rule "base/ includes only base/" base '.' '^base/'
 include_rule "engine/ must not include a backend-private header (ops/<backend>/)" engine \
     '^ops/[^/]+/'
+# The models write the seam's plain ops; what a backend fuses of them (its
+# kernels, its fusion window) is its own business.
+include_rule "models/ must not include a backend-private header (ops/<backend>/)" models \
+    '^ops/[^/]+/'
 # The family-agnostic contracts of models/: the interface, the StepBatch, the
 # registry and the tensor-parallel model, which drives any family's ranks as
 # one model (the prompt side of images is image/'s, which engine/ may use).

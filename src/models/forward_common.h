@@ -18,6 +18,12 @@ lm_status lm_context_check_sizes(const lm_context_options *o, lm_error *err);
 void lm_forward_embed_inputs(lm_backend *be, lm_mem h, lm_mem tokens, const lm_step_batch *b,
                              const lm_matrix *embed_tokens, int hidden);
 
+/* One product of a block's input: y = x · wᵀ. */
+typedef struct {
+    lm_mem y;
+    const lm_matrix *w;
+} lm_product;
+
 /* The SwiGLU MLP's first half in plain ops: y [n, gate.rows] =
  * silu(x · gateᵀ) ⊙ (x · upᵀ), the up half through up_half [n, up.rows],
  * which then dies (lm_discard: a backend that fuses the three need not

@@ -193,65 +193,9 @@ static inline size_t lm_moe_scratch_bytes(int n, int top_k, const lm_moe_experts
            sizeof(int32_t) * 3 * (pairs + (size_t)e->n_experts + 1) + 64;
 }
 
-/* Gated DeltaNet's inputs (model-spec §A.7 steps 1-4) for gdn_prepare. */
-typedef struct lm_gdn_prepare_args {
-    lm_mem q, k, v;   /* out: [n, Hk, dk] l2-normalised and times q_scale, [n, Hk, dk]
-                       * l2-normalised, [n, Hv, dv] */
-    lm_mem beta, g;   /* in place [n, Hv]: the b and a projections -> the gates (gdn_gates) */
-    lm_mem mixed;     /* in: [n, 2·Hk·dk + Hv·dv], q | k | v before the conv */
-    lm_mem conv_weight; /* [conv_dim, conv_kernel] */
-    lm_mem conv_states; /* causal_conv1d_silu's windows, updated */
-    int64_t conv_slot_stride;
-    lm_mem neg_exp_A, dt_bias; /* [Hv] */
-    const lm_seq_batch *seqs;
-    int n, conv_kernel, Hk, Hv, dk, dv;
-    float q_scale, eps; /* l2norm_scale's */
-} lm_gdn_prepare_args;
 
-/* The gated delta rule and the gated rmsnorm of its output (model-spec
- * §A.7 steps 5-7) for gated_delta_rule_norm: out [n, Hv, dv] =
- * rmsnorm(o)·norm·silu(z) per value head's row, o the delta rule's
- * output for q, k, v, g, beta over the states (as gated_delta_rule). */
-typedef struct lm_delta_rule_norm_args {
-    lm_mem out;             /* [n, Hv, dv] */
-    lm_mem q, k, v, g, beta;
-    lm_mem states;          /* updated in place */
-    int64_t slot_stride;
-    const lm_seq_batch *seqs;
-    lm_mem z;               /* [n, Hv, dv]: the output gate */
-    lm_mem norm;            /* [dv] */
-    int n, Hk, Hv, dk, dv;  /* n: the rows of every sequence */
-    float eps;
-} lm_delta_rule_norm_args;
 
-/* Gated full attention's inputs (model-spec §A.5 steps 2-4) for
- * attention_prepare: the q projection's rows hold each head's query then
- * its output gate; the queries and keys are rms-normed per head and
- * rotated, and the keys and values go to the KV pool. */
-typedef struct lm_attention_prepare_args {
-    lm_mem q, gates;   /* out: [n, n_heads, head_dim] each */
-    lm_mem k;          /* in: [n, n_kv_heads, head_dim]; out: normed and rotated */
-    lm_mem v;          /* in: [n, n_kv_heads, head_dim] */
-    lm_mem q_and_gate; /* in: [n, n_heads, 2·head_dim] */
-    lm_mem q_norm, k_norm; /* [head_dim] rmsnorm weights */
-    lm_mem positions;  /* int32 [n, 3], as rope */
-    lm_mem kv_slots;   /* int32 [n], as kv_write */
-    const lm_rope_params *rope;
-    const lm_kv_layer *kv;
-    int n, n_heads, n_kv_heads, head_dim;
-    float eps;
-} lm_attention_prepare_args;
 
-/* The input of a layer's products taken as the norm of the residual
- * stream, for normed_matmul_group and normed_matmul_swiglu: x =
- * rmsnorm(h) · weight, rows of the matrices' cols, written to x (which
- * must not alias h) as rmsnorm writes it, and the products read it. */
-typedef struct lm_normed_input {
-    lm_mem h;      /* [n, cols] the residual stream, read only */
-    lm_mem weight; /* [cols]; zero-centred (1 + w) norms pass 1 + w */
-    lm_mem x;      /* [n, cols] out: rmsnorm(h) · weight */
-    float eps;
-} lm_normed_input;
 
 /* One logit row's draw for sample_rows, as engine/sampler.h defines the
  * steps (plain bytes, the same layout on host and device).  The row's
@@ -287,12 +231,6 @@ typedef struct {
     int32_t b; /* penalty: 1 if the id is in the prompt */
 } lm_sample_entry;
 
-/* One product of a matmul_group: y = x · wᵀ. */
-#define LM_MATMUL_GROUP_MAX 4
-typedef struct {
-    lm_mem y;
-    const lm_matrix *w;
-} lm_matmul_out;
 
 typedef struct {
     const char *name;
@@ -342,7 +280,7 @@ typedef struct {
     lm_status (*set_compute_dtype)(lm_backend *be, lm_dtype dtype, lm_error *err);
     lm_dtype (*compute_dtype)(const lm_backend *be);
     /* Optional (NULL: LM_DTYPE_BF16, F16 and F32 only): whether matmul,
-     * matmul_group, embed, moe_experts and add_weighted_rows take weight
+     * embed, moe_experts and add_weighted_rows take weight
      * matrices of `dtype` (LM_DTYPE_Q8_0).  Loaders ask before they make
      * such weights, so a backend without them refuses at load. */
     bool (*weight_dtype_supported)(const lm_backend *be, lm_dtype dtype);
@@ -350,45 +288,6 @@ typedef struct {
     /* ---- dense ---- */
     /* y[n, w.rows] = x[n, w.cols] · wᵀ */
     void (*matmul)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
-    /* Optional (NULL: one matmul each): the products of one input with
-     * several matrices of x's width, outs[i].y = x · outs[i].wᵀ for
-     * i < count (at most LM_MATMUL_GROUP_MAX), each y exactly what matmul
-     * writes.  A device backend runs them as one launch, so the small
-     * projections (a layer's gates) ride with the large ones. */
-    void (*matmul_group)(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs, int count);
-    /* Optional (NULL, or false returned: the caller runs matmul_group of
-     * both, then silu_mul): the SwiGLU MLP's first half, y[n, rows] =
-     * silu(x · gateᵀ) * (x · upᵀ), gate and up of one shape, with exactly
-     * the bits of those two ops.  A device backend saves the two [n, rows]
-     * intermediates and a launch. */
-    bool (*matmul_swiglu)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *gate,
-                          const lm_matrix *up);
-    /* Optional (NULL, or false returned: rmsnorm into in->x, then
-     * matmul_group, see lm_normed_matmul_group): the group's products of
-     * x = rmsnorm(in->h) · in->weight, x written too, with exactly the
-     * bits of those two ops.  A device backend norms the rows inside the
-     * products' blocks for decode steps: no launch for the norm. */
-    bool (*normed_matmul_group)(lm_backend *be, const struct lm_normed_input *in, int n,
-                                const lm_matmul_out *outs, int count);
-    /* Optional (NULL, or false returned: rmsnorm into in->x, then
-     * matmul_swiglu): matmul_swiglu of x = rmsnorm(in->h) · in->weight, x
-     * written too, with exactly those ops' bits. */
-    bool (*normed_matmul_swiglu)(lm_backend *be, lm_mem y, const struct lm_normed_input *in, int n,
-                                 const lm_matrix *gate, const lm_matrix *up);
-    /* Optional (NULL, or false returned: matmul into a scratch, then add,
-     * see lm_matmul_add): y[n, w.rows] += x · wᵀ with exactly those ops'
-     * bits (a residual add in the product's last step). */
-    bool (*matmul_add)(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
-    /* Optional (NULL, or false returned: the parts, see
-     * lm_matmul_gated_add): y[n, w.rows] += other + sigmoid(gate) ⊙ (x' ·
-     * wᵀ), gate [n] one value a row, with exactly the bits of matmul,
-     * sigmoid_scale_rows, add into other, add into y (an MoE block's shared
-     * expert scaled by its gate, added to the routed experts' sum, and that
-     * to the residual stream).  x' is x, or with x_up given (its buffer not
-     * NULL; [n, w.cols]) silu(x) ⊙ x_up with silu_mul's bits (the shared
-     * expert's SwiGLU).  other's and x's contents are undefined after. */
-    bool (*matmul_gated_add)(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w,
-                             lm_mem gate, lm_mem other);
     /* out[i] = table row ids[i] as float32 (table [vocab, dim]; ids int32 [n]) */
     void (*embed)(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table);
 
@@ -418,11 +317,6 @@ typedef struct {
     void (*sigmoid_mul)(lm_backend *be, lm_mem x, lm_mem gate, int64_t n);
     /* x += y, elementwise. */
     void (*add)(lm_backend *be, lm_mem x, lm_mem y, int64_t n);
-    /* Optional (NULL: add, then rmsnorm): the residual step h += delta over
-     * [rows, dim], then out = rmsnorm(h) * weight, each exactly what those
-     * two ops write.  out may alias delta, not h. */
-    void (*add_rmsnorm)(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta, lm_mem weight, int rows,
-                        int dim, float eps);
 
     /* ---- moving rows ---- */
     /* dst row r (dst_stride floats apart) = src row r (src_stride apart),
@@ -493,14 +387,6 @@ typedef struct {
      * (query head h reads kv head h / (n_heads / n_kv_heads)). */
     void (*attention)(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                       const lm_attention_batch *batch);
-    /* Optional (NULL, or false returned: attention, then sigmoid_mul of out
-     * by gates, see lm_gated_attention): gated full attention's output
-     * (model-spec §A.5), out = attention ⊙ sigmoid(gates), gates [n,
-     * n_heads*head_dim], with the bits of those two ops.  The gate is then
-     * made once an element as attention writes it, where the out
-     * projection's blocks had each made all of it again. */
-    bool (*gated_attention)(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
-                            const lm_attention_batch *batch);
 
     /* ---- Gated DeltaNet (model-spec §A.7) ---- */
     /* The gates, in place over [n, H] rows: beta = sigmoid(beta);
@@ -522,24 +408,6 @@ typedef struct {
     void (*gated_delta_rule)(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g,
                              lm_mem beta, lm_mem states, int64_t slot_stride,
                              const lm_seq_batch *seqs, int Hk, int Hv, int dk, int dv);
-    /* Optional (NULL, or false returned: the caller runs the parts, see
-     * lm_gdn_prepare): the delta rule's inputs from the layer's
-     * projections, with exactly the bits of gdn_gates, causal_conv1d_silu,
-     * the split of the conv's output into q | k | v and l2norm_scale of q
-     * and k.  A device backend does it in one launch for decode and verify
-     * steps (where these are a few microseconds each, not bandwidth). */
-    bool (*gdn_prepare)(lm_backend *be, const struct lm_gdn_prepare_args *a);
-    /* Optional (NULL, or false returned: the caller runs the parts, see
-     * lm_attention_prepare): gated full attention's inputs with exactly the
-     * bits of copy_rows (the query and gate halves), rmsnorm of q and k per
-     * head, rope of both and kv_write.  Seven launches of a few
-     * microseconds each a decode step's attention layer, one on a device. */
-    bool (*attention_prepare)(lm_backend *be, const struct lm_attention_prepare_args *a);
-    /* Optional (NULL, or false returned: the parts run, see
-     * lm_gated_delta_rule_norm): gated_delta_rule, then gated_rmsnorm of
-     * its output rows, with exactly their bits; a device backend does both
-     * in one launch for decode and verify steps. */
-    bool (*gated_delta_rule_norm)(lm_backend *be, const struct lm_delta_rule_norm_args *a);
 } lm_backend_ops;
 
 struct lm_backend {
@@ -632,15 +500,6 @@ static inline lm_status lm_synchronize(lm_backend *be, lm_error *err) {
 static inline void lm_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     be->ops->matmul(be, y, x, n, w);
 }
-static inline void lm_matmul_group(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs,
-                                   int count) {
-    if (be->ops->matmul_group && count > 1 && count <= LM_MATMUL_GROUP_MAX) {
-        be->ops->matmul_group(be, x, n, outs, count);
-        return;
-    }
-    for (int i = 0; i < count; i++)
-        be->ops->matmul(be, outs[i].y, x, n, outs[i].w);
-}
 static inline void lm_embed(lm_backend *be, lm_mem out, lm_mem ids, int n, const lm_matrix *table) {
     be->ops->embed(be, out, ids, n, table);
 }
@@ -663,52 +522,6 @@ static inline void lm_rope(lm_backend *be, lm_mem x, int n, int n_heads, int hea
 static inline void lm_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
     be->ops->silu_mul(be, out, gate, up, n);
 }
-/* silu(x · gateᵀ) * (x · upᵀ) into y [n, gate.rows]; up_scratch: [n,
- * up.rows] floats the parts may use. */
-static inline void lm_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem up_scratch, lm_mem x, int n,
-                                    const lm_matrix *gate, const lm_matrix *up) {
-    if (be->ops->matmul_swiglu && be->ops->matmul_swiglu(be, y, x, n, gate, up)) return;
-    lm_matmul_out outs[] = {{y, gate}, {up_scratch, up}};
-    lm_matmul_group(be, x, n, outs, 2);
-    be->ops->silu_mul(be, y, y, up_scratch, (int64_t)n * gate->rows);
-}
-/* The products of x = rmsnorm(in->h) · in->weight (written to in->x), in
- * one op where the backend has it. */
-static inline void lm_normed_matmul_group(lm_backend *be, const lm_normed_input *in, int n,
-                                          const lm_matmul_out *outs, int count) {
-    if (count <= 0) return;
-    if (be->ops->normed_matmul_group && be->ops->normed_matmul_group(be, in, n, outs, count)) return;
-    be->ops->rmsnorm(be, in->x, in->h, in->weight, n, (int)outs[0].w->cols, in->eps);
-    lm_matmul_group(be, in->x, n, outs, count);
-}
-/* lm_matmul_swiglu of x = rmsnorm(in->h) · in->weight (written to in->x). */
-static inline void lm_normed_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem up_scratch,
-                                           const lm_normed_input *in, int n, const lm_matrix *gate,
-                                           const lm_matrix *up) {
-    if (be->ops->normed_matmul_swiglu && be->ops->normed_matmul_swiglu(be, y, in, n, gate, up)) return;
-    be->ops->rmsnorm(be, in->x, in->h, in->weight, n, (int)gate->cols, in->eps);
-    lm_matmul_swiglu(be, y, up_scratch, in->x, n, gate, up);
-}
-/* y += x · wᵀ; scratch: [n, w.rows] floats the parts may use. */
-static inline void lm_matmul_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, int n,
-                                 const lm_matrix *w) {
-    if (be->ops->matmul_add && be->ops->matmul_add(be, y, x, n, w)) return;
-    be->ops->matmul(be, scratch, x, n, w);
-    be->ops->add(be, y, scratch, (int64_t)n * w->rows);
-}
-/* y += other + sigmoid(gate) ⊙ (x' · wᵀ), x' = x, or silu(x) ⊙ x_up where
- * x_up.buffer is not NULL; scratch: [n, w.rows] floats the parts may use;
- * other and x are left undefined. */
-static inline void lm_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem scratch, lm_mem x, lm_mem x_up, int n,
-                                       const lm_matrix *w, lm_mem gate, lm_mem other) {
-    if (be->ops->matmul_gated_add && be->ops->matmul_gated_add(be, y, x, x_up, n, w, gate, other)) return;
-    if (x_up.buffer) be->ops->silu_mul(be, x, x, x_up, (int64_t)n * w->cols);
-    int64_t count = (int64_t)n * w->rows;
-    be->ops->matmul(be, scratch, x, n, w);
-    be->ops->sigmoid_scale_rows(be, scratch, gate, n, (int)w->rows);
-    be->ops->add(be, other, scratch, count);
-    be->ops->add(be, y, other, count);
-}
 static inline void lm_layernorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, lm_mem bias,
                                 int rows, int dim, float eps) {
     be->ops->layernorm(be, out, x, weight, bias, rows, dim, eps);
@@ -725,15 +538,6 @@ static inline void lm_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t
 }
 static inline void lm_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n) {
     be->ops->add(be, x, y, n);
-}
-static inline void lm_add_rmsnorm(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta,
-                                  lm_mem weight, int rows, int dim, float eps) {
-    if (be->ops->add_rmsnorm) {
-        be->ops->add_rmsnorm(be, out, h, delta, weight, rows, dim, eps);
-        return;
-    }
-    be->ops->add(be, h, delta, (int64_t)rows * dim);
-    be->ops->rmsnorm(be, out, h, weight, rows, dim, eps);
 }
 static inline void lm_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src,
                                 int64_t src_stride, int rows, int width) {
@@ -778,33 +582,7 @@ static inline void lm_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_k
                                 const lm_attention_batch *batch) {
     be->ops->attention(be, out, q, kv, batch);
 }
-/* gated_attention, or its parts. */
-static inline void lm_gated_attention(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
-                                      const lm_attention_batch *batch) {
-    if (be->ops->gated_attention && be->ops->gated_attention(be, out, q, gates, kv, batch)) return;
-    be->ops->attention(be, out, q, kv, batch);
-    be->ops->sigmoid_mul(be, out, gates, (int64_t)batch->n_tokens * batch->n_heads * batch->head_dim);
-}
-/* gated_delta_rule_norm, or its parts (out holds o, then the normed rows). */
-static inline void lm_gated_delta_rule_norm(lm_backend *be, const lm_delta_rule_norm_args *a) {
-    if (be->ops->gated_delta_rule_norm && be->ops->gated_delta_rule_norm(be, a)) return;
-    be->ops->gated_delta_rule(be, a->out, a->q, a->k, a->v, a->g, a->beta, a->states, a->slot_stride, a->seqs,
-                              a->Hk, a->Hv, a->dk, a->dv);
-    be->ops->gated_rmsnorm(be, a->out, a->out, a->z, a->norm, a->n * a->Hv, a->dv, a->eps);
-}
 
-/* attention_prepare, or its parts. */
-static inline void lm_attention_prepare(lm_backend *be, const lm_attention_prepare_args *a) {
-    if (be->ops->attention_prepare && be->ops->attention_prepare(be, a)) return;
-    int n = a->n, D = a->head_dim;
-    lm_copy_rows(be, a->q, D, a->q_and_gate, 2 * D, n * a->n_heads, D);
-    lm_copy_rows(be, a->gates, D, lm_mem_f32(a->q_and_gate, (size_t)D), 2 * D, n * a->n_heads, D);
-    lm_rmsnorm(be, a->q, a->q, a->q_norm, n * a->n_heads, D, a->eps);
-    lm_rmsnorm(be, a->k, a->k, a->k_norm, n * a->n_kv_heads, D, a->eps);
-    lm_rope(be, a->q, n, a->n_heads, D, a->positions, a->rope);
-    lm_rope(be, a->k, n, a->n_kv_heads, D, a->positions, a->rope);
-    lm_kv_write(be, a->kv, a->k, a->v, n, a->kv_slots);
-}
 static inline void lm_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A,
                                 lm_mem dt_bias, int n, int H) {
     be->ops->gdn_gates(be, beta, g, neg_exp_A, dt_bias, n, H);
@@ -820,19 +598,5 @@ static inline void lm_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_
     be->ops->gated_delta_rule(be, out, q, k, v, g, beta, states, slot_stride, seqs, Hk, Hv, dk, dv);
 }
 
-/* gdn_prepare, or its parts: conv_out is [n, conv_dim] floats for the
- * conv's output when the backend runs the parts. */
-static inline void lm_gdn_prepare(lm_backend *be, const lm_gdn_prepare_args *a, lm_mem conv_out) {
-    if (be->ops->gdn_prepare && be->ops->gdn_prepare(be, a)) return;
-    int n = a->n, kd = a->Hk * a->dk, vd = a->Hv * a->dv, cd = 2 * kd + vd;
-    lm_gdn_gates(be, a->beta, a->g, a->neg_exp_A, a->dt_bias, n, a->Hv);
-    lm_causal_conv1d_silu(be, conv_out, a->mixed, cd, a->conv_weight, a->conv_kernel, a->conv_states,
-                          a->conv_slot_stride, a->seqs);
-    lm_copy_rows(be, a->q, kd, conv_out, cd, n, kd);
-    lm_copy_rows(be, a->k, kd, lm_mem_f32(conv_out, (size_t)kd), cd, n, kd);
-    lm_copy_rows(be, a->v, vd, lm_mem_f32(conv_out, 2 * (size_t)kd), cd, n, vd);
-    lm_l2norm_scale(be, a->q, n * a->Hk, a->dk, a->eps, a->q_scale);
-    lm_l2norm_scale(be, a->k, n * a->Hk, a->dk, a->eps, 1.0f);
-}
 
 #endif

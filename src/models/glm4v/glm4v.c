@@ -359,7 +359,7 @@ static void input_norm(lm_backend *be, const block_norm *in, int N, int cols) {
 }
 
 /* The products of a block's normed input in->x. */
-static void input_products(lm_backend *be, const block_norm *in, int N, const lm_matmul_out *outs, int count) {
+static void input_products(lm_backend *be, const block_norm *in, int N, const lm_product *outs, int count) {
     input_norm(be, in, N, (int)outs[0].w->cols);
     for (int i = 0; i < count; i++) lm_matmul(be, outs[i].y, in->x, N, outs[i].w);
 }
@@ -385,7 +385,7 @@ static void attention(lm_glm4v_context *ctx, const lm_step_view *step, const lm_
     lm_backend *be = ctx->be;
     int N = step->n_tokens, D = c->head_dim;
     int nH = c->num_attention_heads, nKV = c->num_key_value_heads;
-    lm_matmul_out projections[] = {{s->q, &a->q_proj}, {s->k, &a->k_proj}, {s->v, &a->v_proj}};
+    lm_product projections[] = {{s->q, &a->q_proj}, {s->k, &a->k_proj}, {s->v, &a->v_proj}};
     input_products(be, in, N, projections, 3);
     add_bias(be, s->q, N, &a->q_proj, a->q_bias);
     add_bias(be, s->k, N, &a->k_proj, a->k_bias);

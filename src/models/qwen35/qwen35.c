@@ -518,7 +518,7 @@ static void input_norm(lm_backend *be, const block_input *in, int N, int cols) {
     lm_rmsnorm(be, in->x, in->h, in->weight, N, cols, in->eps);
 }
 
-static void input_products(lm_backend *be, const block_input *in, int N, const lm_matmul_out *outs,
+static void input_products(lm_backend *be, const block_input *in, int N, const lm_product *outs,
                            int count) {
     input_norm(be, in, N, (int)outs[0].w->cols);
     for (int i = 0; i < count; i++) lm_matmul(be, outs[i].y, in->x, N, outs[i].w);
@@ -544,7 +544,7 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step, c
     lm_mem mixed = s->proj, conv_out = s->proj2, z = s->gates;
     lm_seq_batch seqs = lm_step_sequences(step);
 
-    lm_matmul_out projections[] = {
+    lm_product projections[] = {
         {mixed, &la->in_proj_qkv}, /* [N, conv_dim]: q | k | v */
         {z, &la->in_proj_z},       /* [N, value_dim] output gate */
         {s->beta, &la->in_proj_b}, /* [N, Hv] */
@@ -553,16 +553,19 @@ static void linear_attention(lm_qwen35_context *ctx, const lm_step_view *step, c
     input_products(be, in, N, projections, 4);
 
     record_before(ctx, b, layer, mixed);
-    /* beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias); the
-     * causal conv + SiLU of q | k | v, split into q [N, Hk, dk] (l2-normed,
-     * times 1/sqrt(dk)), k [N, Hk, dk] (l2-normed) and v [N, Hv, dv]. */
-    lm_gdn_prepare_args prep = {
-        .q = s->q, .k = s->k, .v = s->v, .beta = s->beta, .g = s->g, .mixed = mixed,
-        .conv_weight = la->conv_weight, .conv_states = lm_qwen35_conv_states(ctx, layer->cache_index),
-        .conv_slot_stride = (int64_t)ctx->conv_floats, .neg_exp_A = la->neg_exp_A,
-        .dt_bias = la->dt_bias, .seqs = &seqs, .n = N, .conv_kernel = c->linear_conv_kernel_dim,
-        .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .q_scale = 1.0f / sqrtf((float)dk), .eps = 1e-6f};
-    lm_gdn_prepare(be, &prep, conv_out);
+    /* beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias) */
+    lm_gdn_gates(be, s->beta, s->g, la->neg_exp_A, la->dt_bias, N, Hv);
+    /* the causal conv + SiLU of q | k | v, split into q [N, Hk, dk]
+     * (l2-normed, times 1/sqrt(dk)), k [N, Hk, dk] (l2-normed) and v [N, Hv, dv] */
+    int kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd;
+    lm_causal_conv1d_silu(be, conv_out, mixed, cd, la->conv_weight, c->linear_conv_kernel_dim,
+                          lm_qwen35_conv_states(ctx, layer->cache_index), (int64_t)ctx->conv_floats, &seqs);
+    lm_copy_rows(be, s->q, kd, conv_out, cd, N, kd);
+    lm_copy_rows(be, s->k, kd, lm_mem_f32(conv_out, (size_t)kd), cd, N, kd);
+    lm_copy_rows(be, s->v, vd, lm_mem_f32(conv_out, 2 * (size_t)kd), cd, N, vd);
+    lm_l2norm_scale(be, s->q, N * Hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
+    lm_l2norm_scale(be, s->k, N * Hk, dk, 1e-6f, 1.0f);
+    lm_discard(be, conv_out, sizeof(float) * (size_t)N * (size_t)cd);
     record_inputs(ctx, b, layer, s);
 
     lm_mem core = mixed; /* reuse: [N, Hv, dv] */
@@ -586,7 +589,7 @@ static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step, con
     int nH = c->num_attention_heads, nKV = c->num_key_value_heads;
     lm_mem qg = s->proj, attn = s->proj2;
 
-    lm_matmul_out projections[] = {
+    lm_product projections[] = {
         {qg, &fa->q_proj}, /* per head [q | gate] */
         {s->k, &fa->k_proj},
         {s->v, &fa->v_proj},
@@ -594,11 +597,13 @@ static void full_attention(lm_qwen35_context *ctx, const lm_step_view *step, con
     input_products(be, in, N, projections, 3);
     /* q | gate split per head; q and k rms-normed per head and rotated; k
      * and v into the cache. */
-    lm_attention_prepare_args prep = {
-        .q = s->q, .gates = s->gates, .k = s->k, .v = s->v, .q_and_gate = qg, .q_norm = fa->q_norm,
-        .k_norm = fa->k_norm, .positions = step->positions, .kv_slots = step->kv_slots, .rope = &m->rope,
-        .kv = kv, .n = N, .n_heads = nH, .n_kv_heads = nKV, .head_dim = D, .eps = c->rms_norm_eps};
-    lm_attention_prepare(be, &prep);
+    lm_copy_rows(be, s->q, D, qg, 2 * D, N * nH, D);
+    lm_copy_rows(be, s->gates, D, lm_mem_f32(qg, (size_t)D), 2 * D, N * nH, D);
+    lm_rmsnorm(be, s->q, s->q, fa->q_norm, N * nH, D, c->rms_norm_eps);
+    lm_rmsnorm(be, s->k, s->k, fa->k_norm, N * nKV, D, c->rms_norm_eps);
+    lm_rope(be, s->q, N, nH, D, step->positions, &m->rope);
+    lm_rope(be, s->k, N, nKV, D, step->positions, &m->rope);
+    lm_kv_write(be, kv, s->k, s->v, N, step->kv_slots);
     lm_attention_batch ab = lm_step_attention(step, nH, nKV, D);
     lm_attention(be, attn, s->q, kv, &ab);
     lm_sigmoid_mul(be, attn, s->gates, (int64_t)N * nH * D); /* attention ⊙ sigmoid(gates) */
@@ -625,7 +630,7 @@ static void moe_mlp(lm_qwen35_context *ctx, int N, const lm_qwen35_moe *moe, con
     const lm_qwen35_moe_scratch *ms = &ctx->moe;
     lm_backend *be = ctx->be;
     int H = c->hidden_size, k = c->num_experts_per_tok, Is = c->shared_expert_intermediate_size;
-    lm_matmul_out projections[] = {
+    lm_product projections[] = {
         {ms->logits, &moe->router},
         {s->proj, &moe->shared.gate_proj},
         {s->proj2, &moe->shared.up_proj},

@@ -19,6 +19,7 @@ extern "C" {
 #endif
 
 #include "ops/ops.h" /* C declarations, C linkage (lm_fail) also from the .cu files */
+#include "ops/cuda/fused_ops.h"
 
 struct lm_buffer {
     void *device;  /* cudaMalloc'd, never NULL (1 byte for empty buffers) */
@@ -74,17 +75,12 @@ lm_dtype lm_cuda_kv_dtype(const lm_backend *be, int head_dim);
 void lm_cuda_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n, lm_mem slots);
 void lm_cuda_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                        const lm_attention_batch *batch);
-bool lm_cuda_gated_attention(lm_backend *be, lm_mem out, lm_mem q, lm_mem gates, const lm_kv_layer *kv,
-                             const lm_attention_batch *b);
 /* attention_mma.cu: the same on the tensor cores, for bf16 compute; false
  * (nothing queued) for shapes it does not take. */
 bool lm_cuda_attention_mma(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                            const lm_attention_batch *batch);
 /* gdn.cu */
 void lm_cuda_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H);
-bool lm_cuda_gdn_prepare(lm_backend *be, const lm_gdn_prepare_args *a);
-bool lm_cuda_attention_prepare(lm_backend *be, const lm_attention_prepare_args *a);
-bool lm_cuda_gated_delta_rule_norm(lm_backend *be, const lm_delta_rule_norm_args *a);
 void lm_cuda_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
                                 lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs);
 void lm_cuda_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
@@ -120,7 +116,8 @@ void lm_cuda_moe_experts_mma(lm_backend *be, float *act, float *y, const float *
 
 /* ---- the fusion window (fusion_window.c, fusion_plan.h) ---- */
 /* The table's matmul, rmsnorm, add, silu_mul, sigmoid_scale_rows,
- * attention, sigmoid_mul, gated_delta_rule, gated_rmsnorm and discard:
+ * attention, sigmoid_mul, gated_delta_rule, gated_rmsnorm, gdn_gates,
+ * causal_conv1d_silu, copy_rows, l2norm_scale, rope, kv_write and discard:
  * appended to the step's window, not launched.  The window is
  * lowered (the fused kernels where a pattern matches, the plain ones
  * otherwise) by lm_cuda_fusion_flush, which the queue calls before it
@@ -145,25 +142,23 @@ void lm_cuda_fuse_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem 
                                    int dk, int dv);
 void lm_cuda_fuse_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows, int dim,
                                 float eps);
+void lm_cuda_fuse_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H);
+void lm_cuda_fuse_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
+                                     lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs);
+void lm_cuda_fuse_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src, int64_t src_stride, int rows,
+                            int width);
+void lm_cuda_fuse_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale);
+void lm_cuda_fuse_rope(lm_backend *be, lm_mem x, int n, int n_heads, int head_dim, lm_mem positions,
+                       const lm_rope_params *rope);
+void lm_cuda_fuse_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n, lm_mem slots);
 
 /* ---- cuda-a: matmul, norms, rotary, weighted rows ---- */
 /* matmul.cu */
 void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
-void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_matmul_out *outs, int count);
-bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *gate, const lm_matrix *up);
-bool lm_cuda_normed_matmul_group(lm_backend *be, const lm_normed_input *in, int n, const lm_matmul_out *outs,
-                                 int count);
-bool lm_cuda_normed_matmul_swiglu(lm_backend *be, lm_mem y, const lm_normed_input *in, int n, const lm_matrix *gate,
-                                  const lm_matrix *up);
-bool lm_cuda_matmul_add(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
 /* out [count] (bf16) = x rounded to nearest even, queued as `what`. */
 void lm_cuda_round_to_bf16(lm_backend *be, const char *what, void *out, const float *x, int64_t count);
-bool lm_cuda_matmul_gated_add(lm_backend *be, lm_mem y, lm_mem x, lm_mem x_up, int n, const lm_matrix *w, lm_mem gate,
-                              lm_mem other);
 /* norms.cu */
 void lm_cuda_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim, float eps);
-void lm_cuda_add_rmsnorm(lm_backend *be, lm_mem out, lm_mem h, lm_mem delta, lm_mem weight, int rows, int dim,
-                         float eps);
 void lm_cuda_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows, int dim,
                            float eps);
 void lm_cuda_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale);

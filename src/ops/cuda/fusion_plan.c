@@ -2,9 +2,13 @@
  * build so that tests/test_fusion_plan.c runs it on any machine. */
 #include "ops/cuda/fusion_plan.h"
 
+#include <string.h>
+
 const char *lm_fuse_pattern_name(lm_fuse_pattern p) {
     static const char *const names[LM_FUSE_N_PATTERNS] = {
         [LM_FUSE_PLAIN] = "plain",
+        [LM_FUSE_GDN_PREPARE] = "gdn_prepare",
+        [LM_FUSE_ATTENTION_PREPARE] = "attention_prepare",
         [LM_FUSE_MATMUL_GATED_ADD] = "matmul_gated_add",
         [LM_FUSE_NORMED_MATMUL_SWIGLU] = "normed_matmul_swiglu",
         [LM_FUSE_NORMED_MATMUL_GROUP] = "normed_matmul_group",
@@ -204,6 +208,84 @@ static int match_delta_rule_norm(const lm_fuse_op *ops, int n, int i, bool *cand
     return 2;
 }
 
+/* m moved on by `floats` floats. */
+static lm_mem shifted(lm_mem m, int64_t floats) { return (lm_mem){m.buffer, m.offset + (size_t)floats * sizeof(float)}; }
+
+/* Whether spans[0, count) are pairwise apart. */
+static bool all_apart(const span *spans, int count) {
+    for (int a = 0; a < count; a++)
+        for (int b = a + 1; b < count; b++)
+            if (overlap(spans[a], spans[b])) return false;
+    return true;
+}
+
+/* copy_rows(Q, C[0:kd]) copy_rows(K, C[kd:2kd]) copy_rows(V, C[2kd:]) of
+ * the conv's output C (rows n, stride cd), after gdn_gates(beta, g) and
+ * the conv itself; then l2norm_scale of q (q_scale) and k (1), one eps,
+ * over heads of dk; C discarded. */
+static int match_gdn_prepare(const lm_fuse_op *ops, int n, int i, bool *candidate) {
+    if (!is(ops, n, i, LM_FUSE_OP_GDN_GATES) || !is(ops, n, i + 1, LM_FUSE_OP_CONV)) return 0;
+    *candidate = true;
+    for (int j = 2; j < 5; j++)
+        if (!is(ops, n, i + j, LM_FUSE_OP_COPY_ROWS)) return 0;
+    if (!is(ops, n, i + 5, LM_FUSE_OP_L2NORM_SCALE) || !is(ops, n, i + 6, LM_FUSE_OP_L2NORM_SCALE)) return 0;
+    const lm_fuse_op *gates = &ops[i], *conv = &ops[i + 1], *cq = &ops[i + 2], *ck = &ops[i + 3], *cv = &ops[i + 4];
+    const lm_fuse_op *nq = &ops[i + 5], *nk = &ops[i + 6];
+    int rows = gates->rows, Hv = gates->dim, kd = cq->dim, vd = cv->dim, cd = conv->u.conv.channels;
+    if (rows <= 0 || Hv <= 0 || nq->dim <= 0 || kd != ck->dim || cd != 2 * kd + vd || vd % Hv != 0) return 0;
+    for (int j = 2; j < 5; j++)
+        if (ops[i + j].rows != rows || ops[i + j].u.stride.src != cd || ops[i + j].u.stride.dst != ops[i + j].dim)
+            return 0;
+    if (!same(cq->a, conv->out) || !same(ck->a, shifted(conv->out, kd)) || !same(cv->a, shifted(conv->out, 2 * kd)))
+        return 0;
+    if (!same(nq->out, cq->out) || !same(nk->out, ck->out) || nq->dim != nk->dim || nq->rows != nk->rows ||
+        (int64_t)nq->rows * nq->dim != (int64_t)rows * kd || nq->eps != nk->eps || nk->u.scale != 1.0f)
+        return 0;
+    span conv_out = floats(conv->out, (int64_t)rows * cd);
+    span all[] = {floats(cq->out, (int64_t)rows * kd), floats(ck->out, (int64_t)rows * kd),
+                  floats(cv->out, (int64_t)rows * vd), floats(gates->out, (int64_t)rows * Hv),
+                  floats(gates->a, (int64_t)rows * Hv), floats(conv->a, (int64_t)rows * cd), conv_out};
+    if (!all_apart(all, 7) || !dead_after(ops, n, i + 7, conv_out)) return 0;
+    return past_discards(ops, n, i + 7) - i;
+}
+
+/* copy_rows(Q, QG[:D]) copy_rows(G, QG[D:]) of the q projection QG (rows
+ * of each head's query then gate, stride 2D), rmsnorm of q and k in
+ * place per head (one eps), rope of both (one position array and
+ * rotary), kv_write of k and v. */
+static int match_attention_prepare(const lm_fuse_op *ops, int n, int i, bool *candidate) {
+    if (!is(ops, n, i, LM_FUSE_OP_COPY_ROWS) || !is(ops, n, i + 1, LM_FUSE_OP_COPY_ROWS) ||
+        !is(ops, n, i + 2, LM_FUSE_OP_RMSNORM))
+        return 0;
+    *candidate = true;
+    if (!is(ops, n, i + 3, LM_FUSE_OP_RMSNORM) || !is(ops, n, i + 4, LM_FUSE_OP_ROPE) ||
+        !is(ops, n, i + 5, LM_FUSE_OP_ROPE) || !is(ops, n, i + 6, LM_FUSE_OP_KV_WRITE))
+        return 0;
+    const lm_fuse_op *cq = &ops[i], *cg = &ops[i + 1], *nq = &ops[i + 2], *nk = &ops[i + 3];
+    const lm_fuse_op *rq = &ops[i + 4], *rk = &ops[i + 5], *kv = &ops[i + 6];
+    int D = cq->dim, rows = rq->rows, nH = rq->u.rope.n_heads, nKV = rk->u.rope.n_heads;
+    if (D <= 0 || rows <= 0 || nH <= 0 || nKV <= 0 || cg->dim != D || cq->rows != rows * nH || cg->rows != cq->rows ||
+        cq->u.stride.dst != D || cg->u.stride.dst != D || cq->u.stride.src != 2 * D || cg->u.stride.src != 2 * D ||
+        !same(cg->a, shifted(cq->a, D)))
+        return 0;
+    if (!same(nq->out, cq->out) || !same(nq->a, cq->out) || nq->rows != rows * nH || nq->dim != D ||
+        !same(nk->a, nk->out) || nk->rows != rows * nKV || nk->dim != D || nk->eps != nq->eps)
+        return 0;
+    const lm_rope_params *pq = &rq->u.rope.params, *pk = &rk->u.rope.params;
+    if (!same(rq->out, cq->out) || !same(rk->out, nk->out) || !same(rq->a, rk->a) || rk->rows != rows ||
+        rq->dim != D || rk->dim != D || pq->rot_dim != pk->rot_dim || pq->theta != pk->theta ||
+        memcmp(pq->sections, pk->sections, sizeof pq->sections) != 0 ||
+        pq->interleaved_sections != pk->interleaved_sections || pq->pair_interleaved != pk->pair_interleaved ||
+        pq->two_d != pk->two_d)
+        return 0;
+    if (!same(kv->a, nk->out) || kv->rows != rows || kv->u.kv.n_kv_heads != nKV || kv->u.kv.head_dim != D) return 0;
+    int64_t q_count = (int64_t)rows * nH * D, kv_count = (int64_t)rows * nKV * D;
+    span all[] = {floats(cq->out, q_count), floats(cg->out, q_count), floats(nk->out, kv_count),
+                  floats(kv->b, kv_count), floats(cq->a, 2 * q_count)};
+    if (!all_apart(all, 5)) return 0;
+    return 7;
+}
+
 typedef int (*matcher)(const lm_fuse_op *ops, int n, int i, bool *candidate);
 
 int lm_fuse_plan(const lm_fuse_op *ops, int n, lm_fuse_step *steps, lm_fuse_stats *stats) {
@@ -211,6 +293,7 @@ int lm_fuse_plan(const lm_fuse_op *ops, int n, lm_fuse_step *steps, lm_fuse_stat
         lm_fuse_pattern pattern;
         matcher match;
     } order[] = {
+        {LM_FUSE_GDN_PREPARE, match_gdn_prepare},          {LM_FUSE_ATTENTION_PREPARE, match_attention_prepare},
         {LM_FUSE_MATMUL_GATED_ADD, match_gated_add},       {LM_FUSE_NORMED_MATMUL_SWIGLU, match_normed_swiglu},
         {LM_FUSE_NORMED_MATMUL_GROUP, match_normed_group}, {LM_FUSE_MATMUL_SWIGLU, match_swiglu},
         {LM_FUSE_MATMUL_ADD, match_matmul_add},            {LM_FUSE_MATMUL_GROUP, match_group},

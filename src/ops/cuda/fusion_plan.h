@@ -4,7 +4,8 @@
  *
  * The backend's fusible entries (matmul, rmsnorm, add, silu_mul,
  * sigmoid_scale_rows, attention, sigmoid_mul, gated_delta_rule,
- * gated_rmsnorm, discard) do not launch: they append one lm_fuse_op
+ * gated_rmsnorm, gdn_gates, causal_conv1d_silu, copy_rows, l2norm_scale,
+ * rope, kv_write, discard) do not launch: they append one lm_fuse_op
  * to the step's window (fusion_window.c), which is lowered at the first op
  * it does not know and at every host wait.  lm_fuse_plan reads the window
  * left to right and, at each op, takes the first pattern that starts
@@ -22,7 +23,7 @@
 #ifndef LOOM_OPS_CUDA_FUSION_PLAN_H
 #define LOOM_OPS_CUDA_FUSION_PLAN_H
 
-#include "ops/ops.h"
+#include "ops/cuda/fused_ops.h"
 
 typedef enum {
     LM_FUSE_OP_MATMUL,             /* out = a · wᵀ, rows n */
@@ -35,6 +36,12 @@ typedef enum {
     LM_FUSE_OP_SIGMOID_MUL,        /* out *= sigmoid(a), count */
     LM_FUSE_OP_DELTA_RULE,         /* out = the delta rule of q = a, rule.* */
     LM_FUSE_OP_GATED_RMSNORM,      /* out = rmsnorm(a) · c · silu(b), rows × dim */
+    LM_FUSE_OP_GDN_GATES,          /* out = beta, a = g, in place; b = neg_exp_A, c = dt_bias; rows n, dim H */
+    LM_FUSE_OP_CONV,               /* out = causal_conv1d_silu(a), conv.*; b = weight */
+    LM_FUSE_OP_COPY_ROWS,          /* out rows (stride rows.dst) = a's (rows.src), rows × dim */
+    LM_FUSE_OP_L2NORM_SCALE,       /* out = l2norm(out) · u.scale per row (eps), rows × dim */
+    LM_FUSE_OP_ROPE,               /* out rotated, rope.*; a = positions; rows n */
+    LM_FUSE_OP_KV_WRITE,           /* a = k, b = v into kv_cache.kv; c = slots; rows n */
 } lm_fuse_op_kind;
 
 /* Host descriptors are copied: the caller's may be gone at the flush. */
@@ -42,6 +49,22 @@ typedef struct {
     lm_kv_layer kv;
     lm_attention_batch batch;
 } lm_fuse_attention;
+
+typedef struct {
+    lm_mem states;
+    int64_t slot_stride;
+    lm_seq_batch seqs;
+    int channels, taps; /* C, K */
+} lm_fuse_conv;
+
+typedef struct {
+    int64_t dst, src; /* row strides, in floats */
+} lm_fuse_rows;
+
+typedef struct {
+    lm_rope_params params;
+    int n_heads;
+} lm_fuse_rope;
 
 typedef struct {
     lm_mem k, v, g, beta, states;
@@ -60,12 +83,19 @@ typedef struct {
     union {
         lm_fuse_attention attn;  /* ATTENTION */
         lm_fuse_delta_rule rule; /* DELTA_RULE */
+        lm_fuse_conv conv;       /* CONV */
+        lm_fuse_rows stride;     /* COPY_ROWS */
+        float scale;             /* L2NORM_SCALE */
+        lm_fuse_rope rope;       /* ROPE (dim: head_dim) */
+        lm_kv_layer kv;          /* KV_WRITE */
     } u;
 } lm_fuse_op;
 
 /* The patterns, in the order they are tried at an op. */
 typedef enum {
     LM_FUSE_PLAIN,                /* one op, its own kernel (a discard: nothing) */
+    LM_FUSE_GDN_PREPARE,          /* gdn_gates conv copy_rows×3 l2norm_scale×2, discard of the conv's output */
+    LM_FUSE_ATTENTION_PREPARE,    /* copy_rows×2 rmsnorm×2 rope×2 kv_write */
     LM_FUSE_MATMUL_GATED_ADD,     /* [silu_mul] matmul sigmoid_scale_rows add add, discards */
     LM_FUSE_NORMED_MATMUL_SWIGLU, /* rmsnorm, then matmul_swiglu of its output */
     LM_FUSE_NORMED_MATMUL_GROUP,  /* rmsnorm, then 1-4 matmuls of its output */

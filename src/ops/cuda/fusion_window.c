@@ -60,6 +60,18 @@ static void run_plain(lm_backend *be, const lm_fuse_op *o) {
         break;
     }
     case LM_FUSE_OP_GATED_RMSNORM: lm_cuda_gated_rmsnorm(be, o->out, o->a, o->b, o->c, o->rows, o->dim, o->eps); break;
+    case LM_FUSE_OP_GDN_GATES: lm_cuda_gdn_gates(be, o->out, o->a, o->b, o->c, o->rows, o->dim); break;
+    case LM_FUSE_OP_CONV: {
+        const lm_fuse_conv *c = &o->u.conv;
+        lm_cuda_causal_conv1d_silu(be, o->out, o->a, c->channels, o->b, c->taps, c->states, c->slot_stride, &c->seqs);
+        break;
+    }
+    case LM_FUSE_OP_COPY_ROWS:
+        lm_cuda_copy_rows(be, o->out, o->u.stride.dst, o->a, o->u.stride.src, o->rows, o->dim);
+        break;
+    case LM_FUSE_OP_L2NORM_SCALE: lm_cuda_l2norm_scale(be, o->out, o->rows, o->dim, o->eps, o->u.scale); break;
+    case LM_FUSE_OP_ROPE: lm_cuda_rope(be, o->out, o->rows, o->u.rope.n_heads, o->dim, o->a, &o->u.rope.params); break;
+    case LM_FUSE_OP_KV_WRITE: lm_cuda_kv_write(be, &o->u.kv, o->a, o->b, o->rows, o->c); break;
     }
 }
 
@@ -88,6 +100,30 @@ static bool run_swiglu(lm_backend *be, const lm_fuse_op *g) {
 static bool lower(lm_backend *be, const lm_fuse_op *o, const lm_fuse_step *step) {
     switch (step->pattern) {
     case LM_FUSE_PLAIN: run_plain(be, o); return true;
+    case LM_FUSE_GDN_PREPARE: {
+        const lm_fuse_op *gates = o, *conv = o + 1, *q = o + 5, *k = o + 6;
+        int n = gates->rows, Hk = q->rows / n, vd = o[4].dim;
+        lm_gdn_prepare_args a = {
+            .q = q->out, .k = k->out, .v = o[4].out, .beta = gates->out, .g = gates->a, .mixed = conv->a,
+            .conv_weight = conv->b, .conv_states = conv->u.conv.states, .conv_slot_stride = conv->u.conv.slot_stride,
+            .neg_exp_A = gates->b, .dt_bias = gates->c, .seqs = &conv->u.conv.seqs, .n = n,
+            .conv_kernel = conv->u.conv.taps, .Hk = Hk, .Hv = gates->dim, .dk = q->dim, .dv = vd / gates->dim,
+            .q_scale = q->u.scale, .eps = q->eps};
+        if (lm_cuda_gdn_prepare(be, &a)) return true;
+        for (int i = 0; i < 7; i++) run_plain(be, o + i);
+        return false;
+    }
+    case LM_FUSE_ATTENTION_PREPARE: {
+        const lm_fuse_op *q_rope = o + 4, *k_rope = o + 5, *write = o + 6;
+        lm_attention_prepare_args a = {
+            .q = o->out, .gates = o[1].out, .k = o[3].out, .v = write->b, .q_and_gate = o->a, .q_norm = o[2].b,
+            .k_norm = o[3].b, .positions = q_rope->a, .kv_slots = write->c, .rope = &q_rope->u.rope.params,
+            .kv = &write->u.kv, .n = q_rope->rows, .n_heads = q_rope->u.rope.n_heads,
+            .n_kv_heads = k_rope->u.rope.n_heads, .head_dim = o->dim, .eps = o[2].eps};
+        if (lm_cuda_attention_prepare(be, &a)) return true;
+        for (int i = 0; i < 7; i++) run_plain(be, o + i);
+        return false;
+    }
     case LM_FUSE_MATMUL_GROUP: run_group(be, o, step->count); return true;
     case LM_FUSE_MATMUL_SWIGLU: return run_swiglu(be, o);
     case LM_FUSE_NORMED_MATMUL_GROUP: {
@@ -157,13 +193,32 @@ void lm_cuda_fusion_flush(lm_backend *be) {
     w->lowering = false;
 }
 
+/* A full window: every step but the last is lowered, and the last one's
+ * ops move to the front, to be planned again with what follows (a
+ * pattern the edge cut is still found whole).  Counted here: the lowered
+ * steps' fusions (their refusals are not, the plan being made without
+ * stats so the kept step is not counted twice). */
+static void lower_all_but_last(lm_backend *be, lm_cuda_fusion_window *w) {
+    w->lowering = true;
+    lm_fuse_step steps[WINDOW_OPS];
+    int n_steps = lm_fuse_plan(w->ops, w->n, steps, NULL);
+    int keep = n_steps > 1 ? steps[n_steps - 1].first : w->n;
+    for (int i = 0; i < n_steps && steps[i].first < keep; i++) {
+        if (w->stats_on && steps[i].pattern != LM_FUSE_PLAIN) w->stats.fused[steps[i].pattern]++;
+        if (!lower(be, &w->ops[steps[i].first], &steps[i])) w->declined[steps[i].pattern]++;
+    }
+    memmove(w->ops, w->ops + keep, sizeof w->ops[0] * (size_t)(w->n - keep));
+    w->n -= keep;
+    w->lowering = false;
+}
+
 static void append(lm_backend *be, lm_fuse_op op) {
     lm_cuda_fusion_window *w = lm_cuda_fusion_of(be);
     if (w->lowering) { /* not reached: the lowering calls the kernels, not the table */
         run_plain(be, &op);
         return;
     }
-    if (w->n == WINDOW_OPS) lm_cuda_fusion_flush(be);
+    if (w->n == WINDOW_OPS) lower_all_but_last(be, w);
     w->ops[w->n++] = op;
 }
 
@@ -206,6 +261,33 @@ void lm_cuda_fuse_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, 
                                 float eps) {
     append(be, (lm_fuse_op){.kind = LM_FUSE_OP_GATED_RMSNORM, .out = out, .a = x, .b = z, .c = weight, .rows = rows,
                             .dim = dim, .eps = eps});
+}
+void lm_cuda_fuse_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_GDN_GATES, .out = beta, .a = g, .b = neg_exp_A, .c = dt_bias, .rows = n,
+                            .dim = H});
+}
+void lm_cuda_fuse_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
+                                     lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_CONV, .out = out, .a = in, .b = weight,
+                            .u.conv = {.states = states, .slot_stride = slot_stride, .seqs = *seqs, .channels = C,
+                                       .taps = K}});
+}
+void lm_cuda_fuse_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src, int64_t src_stride, int rows,
+                            int width) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_COPY_ROWS, .out = dst, .a = src, .rows = rows, .dim = width,
+                            .u.stride = {.dst = dst_stride, .src = src_stride}});
+}
+void lm_cuda_fuse_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_L2NORM_SCALE, .out = x, .rows = rows, .dim = dim, .eps = eps,
+                            .u.scale = scale});
+}
+void lm_cuda_fuse_rope(lm_backend *be, lm_mem x, int n, int n_heads, int head_dim, lm_mem positions,
+                       const lm_rope_params *rope) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_ROPE, .out = x, .a = positions, .rows = n, .dim = head_dim,
+                            .u.rope = {.params = *rope, .n_heads = n_heads}});
+}
+void lm_cuda_fuse_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n, lm_mem slots) {
+    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_KV_WRITE, .a = k, .b = v, .c = slots, .rows = n, .u.kv = *kv});
 }
 #else
 typedef int lm_cuda_fusion_window_unused; /* ISO C wants a declaration */

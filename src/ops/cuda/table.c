@@ -34,41 +34,30 @@ const lm_backend_ops lm_cuda_backend_ops = {
     .discard = lm_cuda_fuse_discard,
     .gelu = lm_cuda_gelu,
     /* rows.cu */
-    .copy_rows = lm_cuda_copy_rows,
+    .copy_rows = lm_cuda_fuse_copy_rows,
     .gather_rows = lm_cuda_gather_rows,
     .argmax_rows = lm_cuda_argmax_rows,
     .sample_rows = lm_cuda_sample_rows,
     .embed = lm_cuda_embed,
     /* attention.cu */
     .kv_dtype = lm_cuda_kv_dtype,
-    .kv_write = lm_cuda_kv_write,
+    .kv_write = lm_cuda_fuse_kv_write,
     .attention = lm_cuda_fuse_attention,
-    .gated_attention = lm_cuda_gated_attention,
     /* gdn.cu */
-    .gdn_gates = lm_cuda_gdn_gates,
-    .causal_conv1d_silu = lm_cuda_causal_conv1d_silu,
+    .gdn_gates = lm_cuda_fuse_gdn_gates,
+    .causal_conv1d_silu = lm_cuda_fuse_causal_conv1d_silu,
     .gated_delta_rule = lm_cuda_fuse_gated_delta_rule,
-    .gdn_prepare = lm_cuda_gdn_prepare,
-    .attention_prepare = lm_cuda_attention_prepare,
-    .gated_delta_rule_norm = lm_cuda_gated_delta_rule_norm,
     /* moe.cu */
     .moe_route = lm_cuda_moe_route,
     .moe_experts = lm_cuda_moe_experts,
     /* ---- cuda-a: matmul.cu, norms.cu, rope.cu ---- */
     .matmul = lm_cuda_fuse_matmul,
-    .matmul_group = lm_cuda_matmul_group,
-    .matmul_swiglu = lm_cuda_matmul_swiglu,
-    .normed_matmul_group = lm_cuda_normed_matmul_group,
-    .normed_matmul_swiglu = lm_cuda_normed_matmul_swiglu,
-    .matmul_add = lm_cuda_matmul_add,
-    .matmul_gated_add = lm_cuda_matmul_gated_add,
     .rmsnorm = lm_cuda_fuse_rmsnorm,
-    .add_rmsnorm = lm_cuda_add_rmsnorm,
     .gated_rmsnorm = lm_cuda_fuse_gated_rmsnorm,
-    .l2norm_scale = lm_cuda_l2norm_scale,
+    .l2norm_scale = lm_cuda_fuse_l2norm_scale,
     .layernorm = lm_cuda_layernorm,
     .add_weighted_rows = lm_cuda_add_weighted_rows,
-    .rope = lm_cuda_rope,
+    .rope = lm_cuda_fuse_rope,
     /* ---- end cuda-a ---- */
 };
 #else
