@@ -288,23 +288,37 @@ static int match_attention_prepare(const lm_fuse_op *ops, int n, int i, bool *ca
 
 typedef int (*matcher)(const lm_fuse_op *ops, int n, int i, bool *candidate);
 
+#define KIND(k) (1u << (k))
+
 int lm_fuse_plan(const lm_fuse_op *ops, int n, lm_fuse_step *steps, lm_fuse_stats *stats) {
+    /* In the order tried; `first`: the kinds a pattern can start with, so
+     * an op is offered only to the patterns that could start at it (the
+     * plan runs on the host for every op of every step). */
     static const struct {
         lm_fuse_pattern pattern;
         matcher match;
+        unsigned first;
     } order[] = {
-        {LM_FUSE_GDN_PREPARE, match_gdn_prepare},          {LM_FUSE_ATTENTION_PREPARE, match_attention_prepare},
-        {LM_FUSE_MATMUL_GATED_ADD, match_gated_add},       {LM_FUSE_NORMED_MATMUL_SWIGLU, match_normed_swiglu},
-        {LM_FUSE_NORMED_MATMUL_GROUP, match_normed_group}, {LM_FUSE_MATMUL_SWIGLU, match_swiglu},
-        {LM_FUSE_MATMUL_ADD, match_matmul_add},            {LM_FUSE_MATMUL_GROUP, match_group},
-        {LM_FUSE_ADD_RMSNORM, match_add_rmsnorm},
-        {LM_FUSE_GATED_ATTENTION, match_gated_attention},  {LM_FUSE_GATED_DELTA_RULE_NORM, match_delta_rule_norm},
+        {LM_FUSE_GDN_PREPARE, match_gdn_prepare, KIND(LM_FUSE_OP_GDN_GATES)},
+        {LM_FUSE_ATTENTION_PREPARE, match_attention_prepare, KIND(LM_FUSE_OP_COPY_ROWS)},
+        {LM_FUSE_MATMUL_GATED_ADD, match_gated_add, KIND(LM_FUSE_OP_SILU_MUL) | KIND(LM_FUSE_OP_MATMUL)},
+        {LM_FUSE_NORMED_MATMUL_SWIGLU, match_normed_swiglu, KIND(LM_FUSE_OP_RMSNORM)},
+        {LM_FUSE_NORMED_MATMUL_GROUP, match_normed_group, KIND(LM_FUSE_OP_RMSNORM)},
+        {LM_FUSE_MATMUL_SWIGLU, match_swiglu, KIND(LM_FUSE_OP_MATMUL)},
+        {LM_FUSE_MATMUL_ADD, match_matmul_add, KIND(LM_FUSE_OP_MATMUL)},
+        {LM_FUSE_MATMUL_GROUP, match_group, KIND(LM_FUSE_OP_MATMUL)},
+        {LM_FUSE_ADD_RMSNORM, match_add_rmsnorm, KIND(LM_FUSE_OP_ADD)},
+        {LM_FUSE_GATED_ATTENTION, match_gated_attention, KIND(LM_FUSE_OP_ATTENTION)},
+        {LM_FUSE_GATED_DELTA_RULE_NORM, match_delta_rule_norm, KIND(LM_FUSE_OP_DELTA_RULE)},
     };
+    enum { N_ORDER = sizeof order / sizeof order[0] };
     int n_steps = 0;
     for (int i = 0; i < n;) {
         lm_fuse_step step = {LM_FUSE_PLAIN, i, 1};
-        bool candidate[sizeof order / sizeof order[0]] = {false};
-        for (size_t p = 0; p < sizeof order / sizeof order[0]; p++) {
+        bool candidate[N_ORDER] = {false};
+        unsigned kind = KIND(ops[i].kind);
+        for (int p = 0; p < N_ORDER; p++) {
+            if (!(order[p].first & kind)) continue;
             int taken = order[p].match(ops, n, i, &candidate[p]);
             if (taken > 0) {
                 step = (lm_fuse_step){order[p].pattern, i, taken};
@@ -314,7 +328,7 @@ int lm_fuse_plan(const lm_fuse_op *ops, int n, lm_fuse_step *steps, lm_fuse_stat
         if (stats) {
             if (step.pattern != LM_FUSE_PLAIN) stats->fused[step.pattern]++;
             else
-                for (size_t p = 0; p < sizeof order / sizeof order[0]; p++)
+                for (int p = 0; p < N_ORDER; p++)
                     if (candidate[p]) stats->refused[order[p].pattern]++;
         }
         steps[n_steps++] = step;

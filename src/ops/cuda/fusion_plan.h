@@ -41,7 +41,7 @@ typedef enum {
     LM_FUSE_OP_COPY_ROWS,          /* out rows (stride rows.dst) = a's (rows.src), rows × dim */
     LM_FUSE_OP_L2NORM_SCALE,       /* out = l2norm(out) · u.scale per row (eps), rows × dim */
     LM_FUSE_OP_ROPE,               /* out rotated, rope.*; a = positions; rows n */
-    LM_FUSE_OP_KV_WRITE,           /* a = k, b = v into kv_cache.kv; c = slots; rows n */
+    LM_FUSE_OP_KV_WRITE,           /* a = k, b = v into u.kv; c = slots; rows n */
 } lm_fuse_op_kind;
 
 /* Host descriptors are copied: the caller's may be gone at the flush. */

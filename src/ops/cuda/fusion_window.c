@@ -193,16 +193,28 @@ void lm_cuda_fusion_flush(lm_backend *be) {
     w->lowering = false;
 }
 
-/* A full window: every step but the last is lowered, and the last one's
- * ops move to the front, to be planned again with what follows (a
- * pattern the edge cut is still found whole).  Counted here: the lowered
- * steps' fusions (their refusals are not, the plan being made without
- * stats so the kept step is not counted twice). */
-static void lower_all_but_last(lm_backend *be, lm_cuda_fusion_window *w) {
+/* More ops than any pattern takes from its first op, its discards
+ * included (gdn_prepare: 7 and one; matmul_gated_add: 5 and three). */
+#define PATTERN_REACH 16
+
+/* A full window: the steps that begin more than PATTERN_REACH ops before
+ * its end are lowered, and the ops from the first later step move to the
+ * front, to be planned again with what follows — so a pattern the edge
+ * would cut (a residual product whose add and discard are not yet
+ * recorded, a prepare step's first ops) is still found whole.  Counted
+ * here: the lowered steps' fusions (their refusals are not, the plan being
+ * made without stats so that the kept ops are not counted twice). */
+static void lower_all_but_tail(lm_backend *be, lm_cuda_fusion_window *w) {
     w->lowering = true;
     lm_fuse_step steps[WINDOW_OPS];
     int n_steps = lm_fuse_plan(w->ops, w->n, steps, NULL);
-    int keep = n_steps > 1 ? steps[n_steps - 1].first : w->n;
+    int keep = w->n;
+    for (int i = 0; i < n_steps; i++)
+        if (steps[i].first >= w->n - PATTERN_REACH) {
+            keep = steps[i].first;
+            break;
+        }
+    if (keep == 0) keep = w->n; /* not reached (a step takes at most a dozen ops): lower it all */
     for (int i = 0; i < n_steps && steps[i].first < keep; i++) {
         if (w->stats_on && steps[i].pattern != LM_FUSE_PLAIN) w->stats.fused[steps[i].pattern]++;
         if (!lower(be, &w->ops[steps[i].first], &steps[i])) w->declined[steps[i].pattern]++;
@@ -212,82 +224,84 @@ static void lower_all_but_last(lm_backend *be, lm_cuda_fusion_window *w) {
     w->lowering = false;
 }
 
-static void append(lm_backend *be, lm_fuse_op op) {
+/* op: the caller's compound literal, copied once (an op is ~300 bytes,
+ * and a decode step records over a thousand). */
+static void append(lm_backend *be, const lm_fuse_op *op) {
     lm_cuda_fusion_window *w = lm_cuda_fusion_of(be);
     if (w->lowering) { /* not reached: the lowering calls the kernels, not the table */
-        run_plain(be, &op);
+        run_plain(be, op);
         return;
     }
-    if (w->n == WINDOW_OPS) lower_all_but_last(be, w);
-    w->ops[w->n++] = op;
+    if (w->n == WINDOW_OPS) lower_all_but_tail(be, w);
+    w->ops[w->n++] = *op;
 }
 
 void lm_cuda_fuse_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_MATMUL, .out = y, .a = x, .w = *w, .rows = n});
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_MATMUL, .out = y, .a = x, .w = *w, .rows = n});
 }
 void lm_cuda_fuse_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem weight, int rows, int dim, float eps) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_RMSNORM, .out = out, .a = x, .b = weight, .rows = rows, .dim = dim,
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_RMSNORM, .out = out, .a = x, .b = weight, .rows = rows, .dim = dim,
                             .eps = eps});
 }
 void lm_cuda_fuse_add(lm_backend *be, lm_mem x, lm_mem y, int64_t n) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_ADD, .out = x, .a = y, .count = n});
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_ADD, .out = x, .a = y, .count = n});
 }
 void lm_cuda_fuse_silu_mul(lm_backend *be, lm_mem out, lm_mem gate, lm_mem up, int64_t n) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_SILU_MUL, .out = out, .a = gate, .b = up, .count = n});
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_SILU_MUL, .out = out, .a = gate, .b = up, .count = n});
 }
 void lm_cuda_fuse_sigmoid_scale_rows(lm_backend *be, lm_mem x, lm_mem gate, int rows, int width) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_SIGMOID_SCALE_ROWS, .out = x, .a = gate, .rows = rows, .dim = width});
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_SIGMOID_SCALE_ROWS, .out = x, .a = gate, .rows = rows, .dim = width});
 }
 void lm_cuda_fuse_discard(lm_backend *be, lm_mem at, size_t bytes) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_DISCARD, .out = at, .count = (int64_t)bytes});
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_DISCARD, .out = at, .count = (int64_t)bytes});
 }
 void lm_cuda_fuse_attention(lm_backend *be, lm_mem out, lm_mem q, const lm_kv_layer *kv,
                             const lm_attention_batch *batch) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_ATTENTION, .out = out, .a = q,
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_ATTENTION, .out = out, .a = q,
                             .u.attn = {.kv = *kv, .batch = *batch}});
 }
 void lm_cuda_fuse_sigmoid_mul(lm_backend *be, lm_mem x, lm_mem gate, int64_t n) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_SIGMOID_MUL, .out = x, .a = gate, .count = n});
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_SIGMOID_MUL, .out = x, .a = gate, .count = n});
 }
 void lm_cuda_fuse_gated_delta_rule(lm_backend *be, lm_mem out, lm_mem q, lm_mem k, lm_mem v, lm_mem g, lm_mem beta,
                                    lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs, int Hk, int Hv,
                                    int dk, int dv) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_DELTA_RULE, .out = out, .a = q,
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_DELTA_RULE, .out = out, .a = q,
                             .u.rule = {.k = k, .v = v, .g = g, .beta = beta, .states = states,
                                        .slot_stride = slot_stride, .seqs = *seqs, .Hk = Hk, .Hv = Hv, .dk = dk,
                                        .dv = dv}});
 }
 void lm_cuda_fuse_gated_rmsnorm(lm_backend *be, lm_mem out, lm_mem x, lm_mem z, lm_mem weight, int rows, int dim,
                                 float eps) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_GATED_RMSNORM, .out = out, .a = x, .b = z, .c = weight, .rows = rows,
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_GATED_RMSNORM, .out = out, .a = x, .b = z, .c = weight, .rows = rows,
                             .dim = dim, .eps = eps});
 }
 void lm_cuda_fuse_gdn_gates(lm_backend *be, lm_mem beta, lm_mem g, lm_mem neg_exp_A, lm_mem dt_bias, int n, int H) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_GDN_GATES, .out = beta, .a = g, .b = neg_exp_A, .c = dt_bias, .rows = n,
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_GDN_GATES, .out = beta, .a = g, .b = neg_exp_A, .c = dt_bias, .rows = n,
                             .dim = H});
 }
 void lm_cuda_fuse_causal_conv1d_silu(lm_backend *be, lm_mem out, lm_mem in, int C, lm_mem weight, int K,
                                      lm_mem states, int64_t slot_stride, const lm_seq_batch *seqs) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_CONV, .out = out, .a = in, .b = weight,
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_CONV, .out = out, .a = in, .b = weight,
                             .u.conv = {.states = states, .slot_stride = slot_stride, .seqs = *seqs, .channels = C,
                                        .taps = K}});
 }
 void lm_cuda_fuse_copy_rows(lm_backend *be, lm_mem dst, int64_t dst_stride, lm_mem src, int64_t src_stride, int rows,
                             int width) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_COPY_ROWS, .out = dst, .a = src, .rows = rows, .dim = width,
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_COPY_ROWS, .out = dst, .a = src, .rows = rows, .dim = width,
                             .u.stride = {.dst = dst_stride, .src = src_stride}});
 }
 void lm_cuda_fuse_l2norm_scale(lm_backend *be, lm_mem x, int rows, int dim, float eps, float scale) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_L2NORM_SCALE, .out = x, .rows = rows, .dim = dim, .eps = eps,
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_L2NORM_SCALE, .out = x, .rows = rows, .dim = dim, .eps = eps,
                             .u.scale = scale});
 }
 void lm_cuda_fuse_rope(lm_backend *be, lm_mem x, int n, int n_heads, int head_dim, lm_mem positions,
                        const lm_rope_params *rope) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_ROPE, .out = x, .a = positions, .rows = n, .dim = head_dim,
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_ROPE, .out = x, .a = positions, .rows = n, .dim = head_dim,
                             .u.rope = {.params = *rope, .n_heads = n_heads}});
 }
 void lm_cuda_fuse_kv_write(lm_backend *be, const lm_kv_layer *kv, lm_mem k, lm_mem v, int n, lm_mem slots) {
-    append(be, (lm_fuse_op){.kind = LM_FUSE_OP_KV_WRITE, .a = k, .b = v, .c = slots, .rows = n, .u.kv = *kv});
+    append(be, &(lm_fuse_op){.kind = LM_FUSE_OP_KV_WRITE, .a = k, .b = v, .c = slots, .rows = n, .u.kv = *kv});
 }
 #else
 typedef int lm_cuda_fusion_window_unused; /* ISO C wants a declaration */
