@@ -12,6 +12,9 @@
 #include "ops/ops.h"
 
 #define ENGINE(field) offsetof(lm_cli_engine_settings, engine.field)
+/* A number macro as a string literal, for help text that names a limit. */
+#define LM_STRINGIFY_(x) #x
+#define LM_STRINGIFY(x) LM_STRINGIFY_(x)
 
 /* A name loom knows; whether it runs here (cuda: a GPU, a driver, a build
  * with it) is found when the engine is made, and is exit 1 with the reason,
@@ -127,7 +130,8 @@ static const lm_opt engine_opts[] = {
     {"--mmap", LM_OPT_FLAG, NULL, ENGINE(mmap_weights), 0, 0,
      "map the weights instead of reading them into memory (decode is slower)", NULL, NULL, NULL},
     {"--max-model-len|-c|--ctx-size", LM_OPT_INT, "N", ENGINE(max_model_len), 2, 1 << 24,
-     "prompt + output tokens per sequence (default: the model's\nmax_position_embeddings, at most 32768)",
+     "prompt + output tokens per sequence (default: the model's\nmax_position_embeddings, at most "
+     LM_STRINGIFY(LOOM_MAX_MODEL_LEN_CAP) ")",
      NULL, NULL, NULL},
     {"--allow-long-max-model-len", LM_OPT_FLAG, NULL, offsetof(lm_cli_engine_settings, allow_long_max_model_len),
      0, 0, "allow --max-model-len above max_position_embeddings (past what the\nmodel was trained for)", NULL,
