@@ -76,7 +76,7 @@ const char *lm_cors_allow_origin(const char *allowed_origins, const char *origin
 
 /* Queues a response and releases the caller's reference to it (use it in
  * place of MHD_queue_response + MHD_destroy_response).  Requests handled on
- * a generation thread have their response held here and queued by the
+ * a preparation thread have their response held here and queued by the
  * connection's I/O thread when it resumes. */
 enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, struct MHD_Response *response);
 /* A suspended generation request's wakeup, looked at by the server's
