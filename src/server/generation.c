@@ -21,9 +21,10 @@
     "the prompt holds the model's image placeholder token: /v1/completions takes no images; send them as " \
     "image_url parts of /v1/chat/completions messages"
 /* After a request whose body was at least this large, free heap pages go
- * back to the system (glibc keeps them in the connection thread's arena). */
+ * back to the system (glibc keeps them in the preparing thread's arena). */
 #define TRIM_AFTER_BODY_BYTES ((size_t)1 << 20)
 
+/* The HTTP status of an engine error. */
 static unsigned status_of(int code) {
     switch (code) {
     case LOOM_ERR_BUSY: case LOOM_ERR_SHUTDOWN: return 503;

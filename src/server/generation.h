@@ -23,7 +23,7 @@ typedef struct {
     lm_sbuf reasoning, content, middle; /* middle: reasoning parser's content, before tool parsing */
     lm_tool_call_list calls;
     lm_tool_delta_cursor tool_cursor; /* streaming: what of the calls was sent */
-    cJSON *logprobs;        /* chat: [{token, logprob, bytes, top_logprobs}]; see add_logprob */
+    cJSON *logprobs;        /* chat: [{token, logprob, bytes, top_logprobs}]; see logprob_entry */
     cJSON *token_ids;       /* completions without a tokenizer */
     bool finished;
     loom_finish_reason reason;

@@ -11,6 +11,7 @@
 #define EVENT_POLL_MS 50
 #define MULTI_POLL_MS 2 /* a list of prompts: the wait on one request while the others may have events */
 
+/* How the request ended: 0 finished, 1 an error, 2 aborted (a choice cancelled). */
 static int outcome_of(const gen_ctx *g) {
     int outcome = 0;
     for (int i = 0; i < g->n; i++) {

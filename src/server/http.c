@@ -87,7 +87,6 @@ typedef struct {
     bool handled; /* reached its route's handler (generation routes log their own line there) */
     const char *url; /* MHD's, valid for the request */
     struct MHD_Connection *connection; /* for the preparation thread */
-    conn_slot *slot;
     lm_sbuf body;
     double arrival;
     lm_generation *generation; /* a blocking request submitted, answered when it finishes */
@@ -743,7 +742,6 @@ static bool hand_to_pool(lm_server *s, struct MHD_Connection *c, conn_ctx *ctx, 
     struct lm_http *h = s->http;
     if (!lm_prepare_pool_reserve(h->pool)) return false;
     ctx->connection = c;
-    ctx->slot = slot;
     slot->deferred = true;
     slot->pending = NULL;
     MHD_suspend_connection(c);
@@ -868,12 +866,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         ctx->counted = true;
         atomic_fetch_add(&s->http->inflight, 1);
         if (hand_to_pool(s, c, ctx, slot)) return MHD_YES;
-        /* The queue is full: told to come back, as past --max-connections
-         * (a generation route logs it as refused before generation). */
+        /* The queue is full (or the pool stopped): told to come back, as
+         * past --max-connections (a generation route logs it as refused
+         * before generation). */
         ctx->dispatched = false;
         ctx->handled = false;
         return lm_reply_error_as(c, wire_of(ctx->route), 503,
-                                 "too many requests waiting to be prepared; retry later", NULL);
+                                 atomic_load(&s->http->stopping) ? "the server is shutting down"
+                                                                 : "too many requests waiting to be prepared; retry later",
+                                 NULL);
     }
     return dispatch(s, c, ctx);
 }
