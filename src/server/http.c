@@ -18,6 +18,7 @@
 #include "grammar/grammar_cache.h"
 #include "server/anthropic_response.h"
 #include "server/front_door.h"
+#include "server/prepare_pool.h"
 #include "server/request_framing.h"
 #include "server/server_internal.h"
 #include "server/throughput_log.h"
@@ -49,12 +50,11 @@ typedef struct {
     bool used, cut;
     conn_phase phase;
     double deadline; /* PHASE_HEADER / PHASE_BODY: when the connection is cut */
-    /* A request on a generation thread: its reply, queued on resume. */
+    /* A request on a preparation thread: its reply, queued on resume. */
     bool deferred;
     struct MHD_Response *pending;
     unsigned pending_status;
     unsigned status; /* the last response's, for the access line */
-    enum MHD_Result result;
 } conn_slot;
 
 struct lm_http {
@@ -70,8 +70,12 @@ struct lm_http {
     bool sweeper_started, sweeper_stop;
     atomic_bool no_suspend;
     pthread_cond_t wake;
-    atomic_int workers;  /* generation threads running */
-    atomic_int inflight; /* requests on worker routes, dispatch to completion */
+    /* The worker routes' requests are prepared (parsed, rendered,
+     * tokenized, submitted) on this pool while their connection is
+     * suspended: a fixed set of threads, a bounded queue. */
+    lm_prepare_pool *pool;
+    atomic_int preparing; /* handed to the pool, their connection not yet resumed */
+    atomic_int inflight;  /* requests on worker routes, dispatch to completion */
     atomic_bool stopping;
     atomic_int_fast64_t log_second, log_count;
 };
@@ -82,6 +86,7 @@ typedef struct {
     bool too_large, dispatched, counted;
     bool handled; /* reached its route's handler (generation routes log their own line there) */
     const char *url; /* MHD's, valid for the request */
+    struct MHD_Connection *connection; /* for the preparation thread */
     lm_sbuf body;
     double arrival;
     lm_generation *generation; /* a blocking request submitted, answered when it finishes */
@@ -719,45 +724,30 @@ bool lm_server_may_suspend(const lm_server *s) { return !atomic_load(&s->http->n
 
 /* ------------------------------------------------------------ requests */
 
-typedef struct {
-    lm_server *server;
-    struct MHD_Connection *connection;
-    conn_ctx *ctx;
-    conn_slot *slot;
-} work_item;
-
-/* A generation thread: runs the request (its reply is held in the slot)
+/* A preparation thread: runs the request (its reply is held in the slot)
  * while the connection is suspended, then resumes it. */
-static void *worker_main(void *arg) {
-    work_item *w = arg;
-    w->slot->result = dispatch(w->server, w->connection, w->ctx);
-    atomic_fetch_sub(&w->server->http->workers, 1);
-    MHD_resume_connection(w->connection);
-    free(w);
-    return NULL;
+static void prepare_request(void *cls, void *item) {
+    lm_server *s = cls;
+    conn_ctx *ctx = item;
+    struct MHD_Connection *c = ctx->connection;
+    dispatch(s, c, ctx); /* a failure to queue shows on resume: no reply held, no generation */
+    atomic_fetch_sub(&s->http->preparing, 1);
+    MHD_resume_connection(c);
 }
 
-static bool start_worker(lm_server *s, struct MHD_Connection *c, conn_ctx *ctx, conn_slot *slot) {
-    work_item *w = malloc(sizeof *w);
-    if (!w) return false;
-    *w = (work_item){s, c, ctx, slot};
+/* Hands the request to the preparation pool, its connection suspended
+ * until a thread has run it; false when the queue is full (or the server
+ * stops): the caller refuses it. */
+static bool hand_to_pool(lm_server *s, struct MHD_Connection *c, conn_ctx *ctx, conn_slot *slot) {
+    struct lm_http *h = s->http;
+    if (!lm_prepare_pool_reserve(h->pool)) return false;
+    ctx->connection = c;
     slot->deferred = true;
     slot->pending = NULL;
-    slot->result = MHD_NO;
     MHD_suspend_connection(c);
-    atomic_fetch_add(&s->http->workers, 1);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, worker_main, w);
-    pthread_attr_destroy(&attr);
-    if (rc == 0) return true;
-    atomic_fetch_sub(&s->http->workers, 1);
-    MHD_resume_connection(c);
-    slot->deferred = false;
-    free(w);
-    return false;
+    atomic_fetch_add(&h->preparing, 1);
+    lm_prepare_pool_push(h->pool, ctx);
+    return true;
 }
 
 static enum MHD_Result first_call(lm_server *s, struct MHD_Connection *c, conn_ctx *ctx, const char *url,
@@ -841,7 +831,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return first_call(s, c, ctx, url, method, version);
     }
     if (ctx->dispatched) {
-        /* Resumed after a generation thread: queue the reply it left. */
+        /* Resumed after a preparation thread: queue the reply it left. */
         if (slot && slot->pending) {
             struct MHD_Response *r = slot->pending;
             slot->pending = NULL;
@@ -875,12 +865,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         ctx->dispatched = true;
         ctx->counted = true;
         atomic_fetch_add(&s->http->inflight, 1);
-        if (start_worker(s, c, ctx, slot)) return MHD_YES;
-        /* no thread: run it here */
-        enum MHD_Result ret = dispatch(s, c, ctx);
-        if (ret == MHD_YES && ctx->generation) return lm_generation_resume(&ctx->generation, c);
+        if (hand_to_pool(s, c, ctx, slot)) return MHD_YES;
+        /* The queue is full (or the pool stopped): told to come back, as
+         * past --max-connections (a generation route logs it as refused
+         * before generation). */
         ctx->dispatched = false;
-        return ret;
+        ctx->handled = false;
+        return lm_reply_error_as(c, wire_of(ctx->route), 503,
+                                 atomic_load(&s->http->stopping) ? "the server is shutting down"
+                                                                 : "too many requests waiting to be prepared; retry later",
+                                 NULL);
     }
     return dispatch(s, c, ctx);
 }
@@ -960,6 +954,7 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 
 static void http_free(struct lm_http *h) {
     if (!h) return;
+    lm_prepare_pool_free(h->pool); /* stopped already, unless the start failed */
     pthread_mutex_destroy(&h->mutex);
     pthread_mutex_destroy(&h->watch_mutex);
     pthread_cond_destroy(&h->wake);
@@ -985,7 +980,12 @@ static lm_status http_create(lm_server *s, lm_error *err) {
     }
     for (int i = 0; i < h->n_slots; i++) h->free_slots[i] = h->n_slots - 1 - i;
     h->n_free = h->n_slots;
-    atomic_init(&h->workers, 0);
+    if (lm_prepare_pool_start(s->options.prepare_threads, s->options.prepare_queue, prepare_request, s, &h->pool,
+                              err) != LM_OK) {
+        http_free(h);
+        return err->code;
+    }
+    atomic_init(&h->preparing, 0);
     atomic_init(&h->inflight, 0);
     atomic_init(&h->stopping, false);
     atomic_init(&h->no_suspend, false);
@@ -1062,8 +1062,11 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
     if (o->timeout_header_s <= 0) o->timeout_header_s = 10;
     if (o->timeout_body_s <= 0) o->timeout_body_s = 60;
     if (o->http_threads <= 0) o->http_threads = 4;
+    if (o->prepare_threads <= 0) o->prepare_threads = LM_PREPARE_DEFAULT_THREADS;
+    if (o->prepare_queue <= 0) o->prepare_queue = LM_PREPARE_DEFAULT_QUEUE;
     if (o->max_connections > 1 << 20 || o->http_threads > 256 || o->timeout_keep_alive_s > 86400 ||
-        o->timeout_header_s > 86400 || o->timeout_body_s > 86400) {
+        o->timeout_header_s > 86400 || o->timeout_body_s > 86400 || o->prepare_threads > LM_PREPARE_MAX_THREADS ||
+        o->prepare_queue > LM_PREPARE_MAX_QUEUE) {
         lm_server_listener_close(s->door);
         free(s);
         return lm_fail(err, LM_ERR_INVALID, "server limits out of range");
@@ -1101,7 +1104,7 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
     }
     s->http->sweeper_started = true;
     /* epoll with a fixed pool of I/O threads: no FD_SETSIZE ceiling and no
-     * thread per idle connection; generation runs on its own threads. */
+     * thread per idle connection; requests are prepared on the pool. */
     s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                                      MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET,
                                  0, NULL, NULL, on_request, s,
@@ -1186,16 +1189,21 @@ void lm_server_stop(lm_server *s, int grace_ms) {
     pthread_cond_signal(&h->wake);
     pthread_mutex_unlock(&h->watch_mutex);
     pthread_join(h->sweeper, NULL);
-    bool workers_done = wait_zero(&h->workers, FINAL_WAIT_MS);
+    bool prepared = wait_zero(&h->preparing, FINAL_WAIT_MS);
     if (!drained)
         lm_log_printf(s->log, LM_LOG_WARNING, "%d requests did not finish after the cancel", atomic_load(&h->inflight));
-    if (!workers_done) {
-        /* A generation thread still holds a suspended connection: stopping
+    if (!prepared) {
+        /* A preparation thread still holds a suspended connection: stopping
          * the daemon now is undefined, so leave it to the process exit. */
-        lm_log_printf(s->log, LM_LOG_WARNING, "%d generation threads still running; not freeing the server",
-                      atomic_load(&h->workers));
+        lm_log_printf(s->log, LM_LOG_WARNING, "%d requests still being prepared; not freeing the server",
+                      atomic_load(&h->preparing));
         return;
     }
+    /* 5. The preparation threads finish what a late request queued and
+     * end; from here a worker route is refused on its I/O thread (the
+     * pool, stopped, stays until http_free), so no thread but MHD's
+     * touches a connection when the daemon stops. */
+    lm_prepare_pool_stop(h->pool);
     MHD_stop_daemon(s->daemon);
     /* MHD closed its ends: the relay writes what it still holds, then closes. */
     lm_front_door_stop(s->door, FLUSH_MS);

@@ -1,6 +1,7 @@
 /* loom's OpenAI-compatible HTTP server (libmicrohttpd: epoll and a small
- * pool of I/O threads; generation runs on its own threads while the
- * connection is suspended) in front of an engine from include/loom.h. */
+ * pool of I/O threads; requests are prepared on a fixed pool of threads
+ * while the connection is suspended) in front of an engine from
+ * include/loom.h. */
 #ifndef LOOM_SERVER_SERVER_H
 #define LOOM_SERVER_SERVER_H
 
@@ -36,6 +37,10 @@ typedef struct {
                                       headers; also the silence allowed while a request is under way
                                       (default 60) */
     int http_threads;              /* I/O threads (default 4) */
+    int prepare_threads;           /* threads preparing requests (parse, render, tokenize, submit) while their
+                                      connection is suspended (default 4) */
+    int prepare_queue;             /* requests waiting for a preparation thread; more get 503 with
+                                      Retry-After (default 1024) */
     const char *allowed_origins;   /* CORS: NULL (off), "*" or a comma-separated list of origins */
     const char *allowed_local_media_path; /* image parts may name files inside this folder (file://
                                              URIs or paths); NULL: data: URIs only */

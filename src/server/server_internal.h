@@ -76,7 +76,7 @@ const char *lm_cors_allow_origin(const char *allowed_origins, const char *origin
 
 /* Queues a response and releases the caller's reference to it (use it in
  * place of MHD_queue_response + MHD_destroy_response).  Requests handled on
- * a generation thread have their response held here and queued by the
+ * a preparation thread have their response held here and queued by the
  * connection's I/O thread when it resumes. */
 enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, struct MHD_Response *response);
 /* A suspended generation request's wakeup, looked at by the server's
@@ -93,7 +93,8 @@ bool lm_client_gone(struct MHD_Connection *c);
 
 /* POST /v1/chat/completions and /v1/completions (wire OPENAI),
  * /v1/messages (wire ANTHROPIC, kind CHAT) and /v1/responses (wire
- * RESPONSES, kind CHAT; errors in the OpenAI shape). */
+ * RESPONSES, kind CHAT; errors in the OpenAI shape): generation.c and the
+ * files it names (generation.h). */
 typedef struct gen_ctx lm_generation;
 /* Parses, renders, submits.  A stream's response is queued at once; a
  * blocking request comes back in *pending (the caller suspends nothing:
@@ -110,17 +111,18 @@ void lm_generation_abandon(lm_generation *g);
 enum MHD_Result lm_handle_count_tokens(lm_server *s, struct MHD_Connection *c, const char *body, size_t len);
 
 
-/* Image input (generate.c): the model's image tokens, the marker image
+/* Image input (chat_prompt.c): the model's image tokens, the marker image
  * parts become, the media folder; a failure (a bad folder) stops the start. */
 lm_status lm_server_images_init(lm_server *s, lm_error *err);
 
-/* Renders the chat prompt of a parsed chat request (malloc'd text). */
 /* LM_OK when text of this many bytes may fit the context; else
  * LM_ERR_INVALID with vLLM's context-length message and the floor on its
  * tokens (lm_tokenizer_min_tokens): checked before tokenizing, which for
- * megabytes of text costs seconds. */
+ * megabytes of text costs seconds (chat_prompt.c). */
 lm_status lm_prompt_bytes_fit(const lm_server *s, size_t text_bytes, lm_error *err);
 
+/* Renders the chat prompt of a parsed chat request (malloc'd text;
+ * chat_prompt.c). */
 lm_status lm_render_chat_prompt(const lm_server *s, const lm_openai_request *r, char **text,
                                 size_t *len, lm_error *err);
 #endif
