@@ -75,11 +75,14 @@ class Server:
         return rc
 
 
-def post(port, path, body, timeout=120):
+def post(port, path, body, timeout=120, headers=None):
+    """(status, body); with a dict as headers, the response's headers are put in it."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         r = c.getresponse()
+        if headers is not None:
+            headers.update({k.lower(): v for k, v in r.getheaders()})
         return r.status, r.read()
     except Exception as e:  # noqa: BLE001 - reported by the caller
         return None, repr(e).encode()
@@ -188,12 +191,65 @@ def run(binary, model, label):
               else label + ": no sanitizer report")
 
 
+def run_tiny_queue(binary, model, label):
+    """One preparation thread and room for one waiting request: a burst gets
+    answers as alone or clean 503s with Retry-After, never a hang."""
+    server = Server(binary, model, "--prepare-threads", "1", "--prepare-queue", "1")
+    try:
+        if not check(wait_ready(server.port), label + ": /health answers 200 (tiny queue)"):
+            return
+        reqs = [r for r in requests() if r[0] in ("/v1/chat/completions", "/v1/messages")]
+        alone = [answer_of(p, s, *post(server.port, p, b)) for p, b, s in reqs]
+        got = [None] * CONCURRENT
+        gate = threading.Barrier(CONCURRENT)
+
+        def client(i):
+            p, b, s = reqs[i % len(reqs)]
+            try:
+                gate.wait(30)
+            except threading.BrokenBarrierError:
+                pass
+            h = {}
+            status, body = post(server.port, p, b, headers=h)
+            got[i] = (status, body, h, answer_of(p, s, status, body))
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(CONCURRENT)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        check(not any(t.is_alive() for t in threads), label + ": every request of the burst was answered (tiny queue)")
+        bad, refused = [], 0
+        for i, g in enumerate(got):
+            if g is None:
+                continue
+            status, body, h, answer = g
+            if status == 503:
+                refused += 1
+                try:
+                    shaped = "error" in json.loads(body) or json.loads(body).get("type") == "error"
+                except ValueError:
+                    shaped = False
+                if h.get("retry-after") != "1" or not shaped:
+                    bad.append(("503 without Retry-After or a JSON error", h.get("retry-after"), body[:200]))
+            elif answer != alone[i % len(reqs)]:
+                bad.append((status, str(answer)[:200]))
+        said = label + ": %d of %d answered as alone, %d refused with 503 + Retry-After; wrong: %s" % (
+            CONCURRENT - refused - len(bad), CONCURRENT, refused, bad[:2])
+        check(not bad, said)
+        print(said, flush=True)
+    finally:
+        rc = server.stop()
+        check(rc == 0, label + ": SIGTERM stops the tiny-queue server with exit 0 (got %s)" % rc)
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__)
         print("server_pool.py: 0 passed, 1 failed")
         return 1
     run(sys.argv[1], sys.argv[2], "release")
+    run_tiny_queue(sys.argv[1], sys.argv[2], "release")
     if len(sys.argv) > 3:
         run(sys.argv[3], sys.argv[2], "asan")
     print("server_pool.py: %d passed, %d failed" % (PASSED, FAILED))

@@ -28,6 +28,7 @@
 #include "cli/sampling_options.h"
 #include "cli/startup_summary.h"
 #include "loom.h"
+#include "server/prepare_pool.h" /* the pool's limits, for the flags' ranges */
 #include "server/server.h"
 
 static const char synopsis[] =
@@ -146,6 +147,12 @@ static const lm_opt serve_opts[] = {
      NULL, NULL, NULL},
     {"--max-connections", LM_OPT_INT, "N", ARG(so.max_connections), 4, 1 << 20,
      "open connections at once; more are closed (default 4096)", NULL, NULL, NULL},
+    {"--prepare-threads", LM_OPT_INT, "N", ARG(so.prepare_threads), 1, LM_PREPARE_MAX_THREADS,
+     "threads that prepare requests (parse, render the template, tokenize,\ncompile grammars, submit) off the HTTP "
+     "threads (default 4)", NULL, NULL, NULL},
+    {"--prepare-queue", LM_OPT_INT, "N", ARG(so.prepare_queue), 1, LM_PREPARE_MAX_QUEUE,
+     "requests that may wait for a preparation thread; more get 503 with\nRetry-After (default 1024)", NULL, NULL,
+     NULL},
     {"--timeout-keep-alive", LM_OPT_INT, "S", ARG(so.timeout_keep_alive_s), 1, 86400,
      "close a connection idle for S seconds (default 5)", NULL, NULL, NULL},
     {"--timeout-header", LM_OPT_INT, "S", ARG(so.timeout_header_s), 1, 86400,
