@@ -29,6 +29,7 @@ static const char *const schemas[] = {
     "\"$ref\":\"#/$defs/t\"}",
     "{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"string\",\"pattern\":\"^[a-z]{1,6}$\"},{\"const\":[1,2]}]}",
 };
+enum { N_SCHEMAS = sizeof schemas / sizeof schemas[0] };
 
 static bool accepts(const lm_grammar *g, const char *s, size_t len) {
     lm_gmatcher m;
@@ -68,15 +69,21 @@ static void params_for(loom_request_params *p, const loom_grammar *g, bool sampl
     p->sampling.seed = seed;
 }
 
-static bool run_one(loom_engine *e, const loom_grammar *g, bool sampled, uint64_t seed, collected *out) {
+static bool submit_one(loom_engine *e, const loom_grammar *g, bool sampled, uint64_t seed, loom_request **out) {
     loom_request_params p;
     params_for(&p, g, sampled, seed);
-    loom_request *r;
     char error[256];
-    if (loom_submit(e, &p, &r, error, sizeof error) != LOOM_OK) {
+    if (loom_submit(e, &p, out, error, sizeof error) != LOOM_OK) {
         fprintf(stderr, "submit: %s\n", error);
+        *out = NULL;
         return false;
     }
+    return true;
+}
+
+static bool run_one(loom_engine *e, const loom_grammar *g, bool sampled, uint64_t seed, collected *out) {
+    loom_request *r;
+    if (!submit_one(e, g, sampled, seed, &r)) return false;
     collect_all(r, out, 1);
     loom_request_free(r);
     return !out->error;
@@ -91,19 +98,26 @@ static void check_output(const loom_grammar *g, const collected *c, const char *
               (int)c->text_len, c->text);
 }
 
+/* Per schema, the greedy request and six seeded ones run side by side (the
+ * engine's outputs do not depend on the batch: test_engine), in a seventh
+ * of the decode steps one after another would take. */
 static void test_greedy_and_sampled_follow_the_grammar(void) {
-    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
+    enum { SEEDS = 6 };
+    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, SEEDS + 1, 0);
     CHECK(e);
-    for (size_t s = 0; s < sizeof schemas / sizeof schemas[0] && !test_current_failed(); s++) {
+    static collected outs[SEEDS + 1]; /* large */
+    for (int s = 0; s < N_SCHEMAS && !test_current_failed(); s++) {
         loom_grammar *g = schema_grammar(schemas[s]);
         CHECK(g);
-        collected c;
-        CHECK(run_one(e, g, false, 0, &c));
-        check_output(g, &c, schemas[s]);
-        for (uint64_t seed = 1; seed <= 6 && !test_current_failed(); seed++) {
-            CHECK(run_one(e, g, true, seed, &c));
-            check_output(g, &c, schemas[s]);
+        loom_request *reqs[SEEDS + 1] = {0};
+        bool submitted = true;
+        for (int i = 0; i <= SEEDS && submitted; i++) submitted = submit_one(e, g, i > 0, (uint64_t)i, &reqs[i]);
+        for (int i = 0; i <= SEEDS; i++) {
+            if (reqs[i]) collect_all(reqs[i], &outs[i], 1);
+            loom_request_free(reqs[i]);
         }
+        CHECK(submitted);
+        for (int i = 0; i <= SEEDS && !test_current_failed(); i++) check_output(g, &outs[i], schemas[s]);
         loom_grammar_free(g);
     }
     loom_engine_destroy(e);
@@ -177,6 +191,29 @@ static int bad_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prom
     return k;
 }
 
+/* The schemas' greedy requests side by side on a fresh engine drafting k
+ * tokens a step (0: none), the drafts forced to break the grammar when
+ * forcing; their outputs in outs, the engine's stats at the end in st. */
+static bool run_schemas(loom_grammar *const *grammars, int k, int32_t *forcing, collected *outs,
+                        loom_stats *st) {
+    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, N_SCHEMAS, k);
+    if (!e) return false;
+    if (forcing) lm_engine_set_draft_override(e, bad_drafts, forcing);
+    loom_request *reqs[N_SCHEMAS] = {0};
+    bool ok = true;
+    for (int s = 0; s < N_SCHEMAS && ok; s++) ok = submit_one(e, grammars[s], false, 0, &reqs[s]);
+    for (int s = 0; s < N_SCHEMAS; s++) {
+        if (reqs[s]) collect_all(reqs[s], &outs[s], 1);
+        loom_request_free(reqs[s]);
+    }
+    *st = wait_idle(e);
+    loom_engine_destroy(e);
+    return ok;
+}
+
+/* Every schema's request runs in the same batch (the engine's speculative
+ * outputs do not depend on the batch: test_speculative), so each engine
+ * serves all four at once instead of one engine a schema. */
 static void test_speculative_equals_plain(void) {
     lm_tokenizer *tok;
     lm_error err;
@@ -184,32 +221,28 @@ static void test_speculative_equals_plain(void) {
     int32_t forced[2] = {lm_tokenizer_token_to_id(tok, "}"), lm_tokenizer_token_to_id(tok, "a")};
     lm_tokenizer_free(tok);
     CHECK(forced[0] >= 0 && forced[1] >= 0);
+    loom_grammar *grammars[N_SCHEMAS] = {0};
+    bool compiled = true;
+    for (int s = 0; s < N_SCHEMAS; s++) compiled = (grammars[s] = schema_grammar(schemas[s])) && compiled;
+    static collected plain[N_SCHEMAS], spec[N_SCHEMAS]; /* large */
+    loom_stats st;
+    bool ran = compiled && run_schemas(grammars, 0, NULL, plain, &st);
+    for (int s = 0; s < N_SCHEMAS && ran && !test_current_failed(); s++) check_output(grammars[s], &plain[s], "plain");
     uint64_t drafted = 0;
-    for (size_t s = 0; s < sizeof schemas / sizeof schemas[0] && !test_current_failed(); s++) {
-        loom_grammar *g = schema_grammar(schemas[s]);
-        CHECK(g);
-        collected plain, spec;
-        loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
-        CHECK(e && run_one(e, g, false, 0, &plain));
-        loom_engine_destroy(e);
-        check_output(g, &plain, "plain");
-        for (int k = 1; k <= 3 && !test_current_failed(); k += 2)
-            for (int forcing = 0; forcing < 2 && !test_current_failed(); forcing++) {
-                e = test_engine_open(model_dir, 256, 0, 512, 8, k);
-                CHECK(e);
-                if (forcing) lm_engine_set_draft_override(e, bad_drafts, forced);
-                CHECK(run_one(e, g, false, 0, &spec));
-                loom_stats st = wait_idle(e);
-                loom_engine_destroy(e);
-                CHECK_MSG(st.speculative_tokens == k, "speculation is off (K %d)", st.speculative_tokens);
-                CHECK_MSG(spec.n_tokens == plain.n_tokens &&
-                              memcmp(spec.tokens, plain.tokens, sizeof(int32_t) * (size_t)plain.n_tokens) == 0,
-                          "schema %zu K %d%s: speculative '%.*s' != plain '%.*s'", s, k, forcing ? " forced" : "",
-                          (int)spec.text_len, spec.text, (int)plain.text_len, plain.text);
-                if (!forcing) drafted += st.spec_drafted_tokens;
-            }
-        loom_grammar_free(g);
-    }
+    for (int k = 1; k <= 3 && ran && !test_current_failed(); k += 2)
+        for (int forcing = 0; forcing < 2 && ran && !test_current_failed(); forcing++) {
+            ran = run_schemas(grammars, k, forcing ? forced : NULL, spec, &st);
+            if (!ran) break;
+            CHECK_MSG(st.speculative_tokens == k, "speculation is off (K %d)", st.speculative_tokens);
+            for (int s = 0; s < N_SCHEMAS; s++)
+                CHECK_MSG(spec[s].n_tokens == plain[s].n_tokens &&
+                              memcmp(spec[s].tokens, plain[s].tokens, sizeof(int32_t) * (size_t)plain[s].n_tokens) == 0,
+                          "schema %d K %d%s: speculative '%.*s' != plain '%.*s'", s, k, forcing ? " forced" : "",
+                          (int)spec[s].text_len, spec[s].text, (int)plain[s].text_len, plain[s].text);
+            if (!forcing) drafted += st.spec_drafted_tokens;
+        }
+    for (int s = 0; s < N_SCHEMAS; s++) loom_grammar_free(grammars[s]);
+    CHECK_MSG(ran, "an engine did not open or a request was refused");
     /* the head's drafts that the grammar allows were verified somewhere */
     CHECK_MSG(drafted > 0, "no draft survived the grammar in any run");
 }
