@@ -11,7 +11,11 @@
 # of the logits' std off the fixtures (docs/PERF.md), past their 1e-2.
 # The test binaries run side by side, LOOM_TEST_JOBS at a time (default:
 # the CPUs), the slowest first, reported in a fixed order; the shell suites
-# one at a time.
+# one at a time.  The ASan twins run their randomized and repeated sweeps
+# (the sampler's draws against the ops' definition, the grammar engine's
+# seeds and speculative settings) shorter, since a round there costs 5-20
+# times as much and checks memory, not statistics: test_rounds in
+# tests/harness.h; LOOM_TEST_FULL=1 runs them whole everywhere.
 set -u
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
