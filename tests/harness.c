@@ -100,3 +100,17 @@ bool test_make_temp_folder(char *buf, size_t size, const char *what) {
     fprintf(stderr, "mkdtemp %s: %s\n", buf, strerror(errno));
     return false;
 }
+
+/* gcc and clang define __SANITIZE_ADDRESS__ under -fsanitize=address
+ * (build/asan's SANFLAGS in the Makefile). */
+#if defined(__SANITIZE_ADDRESS__)
+enum { SANITIZED_BUILD = 1 };
+#else
+enum { SANITIZED_BUILD = 0 };
+#endif
+
+int test_rounds(int full, int sanitized) {
+    const char *all = getenv("LOOM_TEST_FULL");
+    bool full_here = !SANITIZED_BUILD || (all && strcmp(all, "1") == 0);
+    return full_here || sanitized > full ? full : sanitized;
+}

@@ -26,6 +26,15 @@ bool test_make_temp_folder(char *buf, size_t size, const char *what);
 /* A fresh scratch directory for this test binary (removed by nobody: under /tmp). */
 const char *test_scratch_dir(void);
 
+/* How many rounds a randomized or repeated sweep runs: `full` in an
+ * optimized build (every tree but build/asan, and the reruns of run.sh),
+ * `sanitized` under AddressSanitizer, where a round costs 5-20 times as
+ * much and the sweep is there for memory errors and undefined behaviour,
+ * which the first rounds' code paths already meet; the full count's
+ * statistics are the release tree's to prove.  LOOM_TEST_FULL=1 runs
+ * `full` in every build. */
+int test_rounds(int full, int sanitized);
+
 #define RUN_TEST(fn) test_run(#fn, fn)
 
 #define CHECK(cond)                                                   \

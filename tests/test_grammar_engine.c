@@ -29,6 +29,7 @@ static const char *const schemas[] = {
     "\"$ref\":\"#/$defs/t\"}",
     "{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"string\",\"pattern\":\"^[a-z]{1,6}$\"},{\"const\":[1,2]}]}",
 };
+enum { N_SCHEMAS = sizeof schemas / sizeof schemas[0] };
 
 static bool accepts(const lm_grammar *g, const char *s, size_t len) {
     lm_gmatcher m;
@@ -68,15 +69,21 @@ static void params_for(loom_request_params *p, const loom_grammar *g, bool sampl
     p->sampling.seed = seed;
 }
 
-static bool run_one(loom_engine *e, const loom_grammar *g, bool sampled, uint64_t seed, collected *out) {
+static bool submit_one(loom_engine *e, const loom_grammar *g, bool sampled, uint64_t seed, loom_request **out) {
     loom_request_params p;
     params_for(&p, g, sampled, seed);
-    loom_request *r;
     char error[256];
-    if (loom_submit(e, &p, &r, error, sizeof error) != LOOM_OK) {
+    if (loom_submit(e, &p, out, error, sizeof error) != LOOM_OK) {
         fprintf(stderr, "submit: %s\n", error);
+        *out = NULL;
         return false;
     }
+    return true;
+}
+
+static bool run_one(loom_engine *e, const loom_grammar *g, bool sampled, uint64_t seed, collected *out) {
+    loom_request *r;
+    if (!submit_one(e, g, sampled, seed, &r)) return false;
     collect_all(r, out, 1);
     loom_request_free(r);
     return !out->error;
@@ -91,19 +98,28 @@ static void check_output(const loom_grammar *g, const collected *c, const char *
               (int)c->text_len, c->text);
 }
 
+/* Per schema, the greedy request and six seeded ones (two under ASan:
+ * test_rounds) run side by side (the engine's outputs do not depend on the
+ * batch: test_engine), in a seventh of the decode steps one after another
+ * would take. */
 static void test_greedy_and_sampled_follow_the_grammar(void) {
-    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
+    enum { MAX_SEEDS = 6 };
+    const int seeds = test_rounds(MAX_SEEDS, 2);
+    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, seeds + 1, 0);
     CHECK(e);
-    for (size_t s = 0; s < sizeof schemas / sizeof schemas[0] && !test_current_failed(); s++) {
+    static collected outs[MAX_SEEDS + 1]; /* large */
+    for (int s = 0; s < N_SCHEMAS && !test_current_failed(); s++) {
         loom_grammar *g = schema_grammar(schemas[s]);
         CHECK(g);
-        collected c;
-        CHECK(run_one(e, g, false, 0, &c));
-        check_output(g, &c, schemas[s]);
-        for (uint64_t seed = 1; seed <= 6 && !test_current_failed(); seed++) {
-            CHECK(run_one(e, g, true, seed, &c));
-            check_output(g, &c, schemas[s]);
+        loom_request *reqs[MAX_SEEDS + 1] = {0};
+        bool submitted = true;
+        for (int i = 0; i <= seeds && submitted; i++) submitted = submit_one(e, g, i > 0, (uint64_t)i, &reqs[i]);
+        for (int i = 0; i <= seeds; i++) {
+            if (reqs[i]) collect_all(reqs[i], &outs[i], 1);
+            loom_request_free(reqs[i]);
         }
+        CHECK(submitted);
+        for (int i = 0; i <= seeds && !test_current_failed(); i++) check_output(g, &outs[i], schemas[s]);
         loom_grammar_free(g);
     }
     loom_engine_destroy(e);
@@ -131,17 +147,19 @@ static void test_regex_and_choice(void) {
     loom_engine_destroy(e);
 }
 
-/* Many grammar requests at once (the mask per row of a batch); half of
- * them with a grammar compiled apart from the same schema, as the server
- * compiles one per request: the engine keeps one frame table for both, and
- * counts the masks and their time. */
+/* Many grammar requests at once (the mask per row of a batch: twelve, four
+ * under ASan); half of them with a grammar compiled apart from the same
+ * schema, as the server compiles one per request: the engine keeps one
+ * frame table for both, and counts the masks and their time. */
 static void test_batch_of_grammar_requests(void) {
+    enum { MAX_REQUESTS = 12 };
+    const int n = test_rounds(MAX_REQUESTS, 4);
     loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 16, 0);
     CHECK(e);
     loom_grammar *g = schema_grammar(schemas[0]), *twin = schema_grammar(schemas[0]);
     CHECK(g && twin && g != twin);
-    loom_request *reqs[12];
-    for (int i = 0; i < 12; i++) {
+    loom_request *reqs[MAX_REQUESTS];
+    for (int i = 0; i < n; i++) {
         loom_request_params p;
         params_for(&p, i % 2 ? twin : g, true, 100 + (uint64_t)i);
         char error[256];
@@ -149,7 +167,7 @@ static void test_batch_of_grammar_requests(void) {
     }
     loom_grammar_free(g); /* the requests hold their own references */
     loom_grammar_free(twin);
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < n; i++) {
         collected c;
         collect_all(reqs[i], &c, 1);
         loom_request_free(reqs[i]);
@@ -164,7 +182,7 @@ static void test_batch_of_grammar_requests(void) {
     CHECK_MSG(tables == 1, "%d frame tables for one schema", tables);
     loom_stats stats;
     loom_engine_stats(e, &stats);
-    CHECK_MSG(stats.grammar_masks >= 12 && stats.grammar_ns > 0, "grammar masks %llu, %llu ns",
+    CHECK_MSG(stats.grammar_masks >= (uint64_t)n && stats.grammar_ns > 0, "grammar masks %llu, %llu ns",
               (unsigned long long)stats.grammar_masks, (unsigned long long)stats.grammar_ns);
     loom_engine_destroy(e);
 }
@@ -177,6 +195,32 @@ static int bad_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prom
     return k;
 }
 
+/* The schemas' greedy requests side by side on a fresh engine drafting k
+ * tokens a step (0: none), the drafts forced to break the grammar when
+ * forcing; their outputs in outs, the engine's stats at the end in st. */
+static bool run_schemas(loom_grammar *const *grammars, int k, int32_t *forcing, collected *outs,
+                        loom_stats *st) {
+    loom_engine *e = test_engine_open(model_dir, 256, 0, 512, N_SCHEMAS, k);
+    if (!e) return false;
+    if (forcing) lm_engine_set_draft_override(e, bad_drafts, forcing);
+    loom_request *reqs[N_SCHEMAS] = {0};
+    bool ok = true;
+    for (int s = 0; s < N_SCHEMAS && ok; s++) ok = submit_one(e, grammars[s], false, 0, &reqs[s]);
+    for (int s = 0; s < N_SCHEMAS; s++) {
+        if (reqs[s]) collect_all(reqs[s], &outs[s], 1);
+        loom_request_free(reqs[s]);
+    }
+    *st = wait_idle(e);
+    loom_engine_destroy(e);
+    return ok;
+}
+
+/* Every schema's request runs in the same batch (the engine's speculative
+ * outputs do not depend on the batch: test_speculative), so each engine
+ * serves all four at once instead of one engine a schema.  K 1 and 3, each
+ * with the head's drafts and with drafts forced to break the grammar; under
+ * ASan (test_rounds) the first two of those four, which still meet both
+ * K's, both kinds of drafts and the verify of drafts that survive. */
 static void test_speculative_equals_plain(void) {
     lm_tokenizer *tok;
     lm_error err;
@@ -184,32 +228,34 @@ static void test_speculative_equals_plain(void) {
     int32_t forced[2] = {lm_tokenizer_token_to_id(tok, "}"), lm_tokenizer_token_to_id(tok, "a")};
     lm_tokenizer_free(tok);
     CHECK(forced[0] >= 0 && forced[1] >= 0);
+    static const struct {
+        int k;
+        bool forcing;
+    } runs[] = {{1, false}, {3, true}, {3, false}, {1, true}};
+    const int n_runs = test_rounds(4, 2);
+    loom_grammar *grammars[N_SCHEMAS] = {0};
+    bool compiled = true;
+    for (int s = 0; s < N_SCHEMAS; s++) compiled = (grammars[s] = schema_grammar(schemas[s])) && compiled;
+    static collected plain[N_SCHEMAS], spec[N_SCHEMAS]; /* large */
+    loom_stats st;
+    bool ran = compiled && run_schemas(grammars, 0, NULL, plain, &st);
+    for (int s = 0; s < N_SCHEMAS && ran && !test_current_failed(); s++) check_output(grammars[s], &plain[s], "plain");
     uint64_t drafted = 0;
-    for (size_t s = 0; s < sizeof schemas / sizeof schemas[0] && !test_current_failed(); s++) {
-        loom_grammar *g = schema_grammar(schemas[s]);
-        CHECK(g);
-        collected plain, spec;
-        loom_engine *e = test_engine_open(model_dir, 256, 0, 512, 8, 0);
-        CHECK(e && run_one(e, g, false, 0, &plain));
-        loom_engine_destroy(e);
-        check_output(g, &plain, "plain");
-        for (int k = 1; k <= 3 && !test_current_failed(); k += 2)
-            for (int forcing = 0; forcing < 2 && !test_current_failed(); forcing++) {
-                e = test_engine_open(model_dir, 256, 0, 512, 8, k);
-                CHECK(e);
-                if (forcing) lm_engine_set_draft_override(e, bad_drafts, forced);
-                CHECK(run_one(e, g, false, 0, &spec));
-                loom_stats st = wait_idle(e);
-                loom_engine_destroy(e);
-                CHECK_MSG(st.speculative_tokens == k, "speculation is off (K %d)", st.speculative_tokens);
-                CHECK_MSG(spec.n_tokens == plain.n_tokens &&
-                              memcmp(spec.tokens, plain.tokens, sizeof(int32_t) * (size_t)plain.n_tokens) == 0,
-                          "schema %zu K %d%s: speculative '%.*s' != plain '%.*s'", s, k, forcing ? " forced" : "",
-                          (int)spec.text_len, spec.text, (int)plain.text_len, plain.text);
-                if (!forcing) drafted += st.spec_drafted_tokens;
-            }
-        loom_grammar_free(g);
+    for (int i = 0; i < n_runs && ran && !test_current_failed(); i++) {
+        int k = runs[i].k;
+        bool forcing = runs[i].forcing;
+        ran = run_schemas(grammars, k, forcing ? forced : NULL, spec, &st);
+        if (!ran) break;
+        CHECK_MSG(st.speculative_tokens == k, "speculation is off (K %d)", st.speculative_tokens);
+        for (int s = 0; s < N_SCHEMAS; s++)
+            CHECK_MSG(spec[s].n_tokens == plain[s].n_tokens &&
+                          memcmp(spec[s].tokens, plain[s].tokens, sizeof(int32_t) * (size_t)plain[s].n_tokens) == 0,
+                      "schema %d K %d%s: speculative '%.*s' != plain '%.*s'", s, k, forcing ? " forced" : "",
+                      (int)spec[s].text_len, spec[s].text, (int)plain[s].text_len, plain[s].text);
+        if (!forcing) drafted += st.spec_drafted_tokens;
     }
+    for (int s = 0; s < N_SCHEMAS; s++) loom_grammar_free(grammars[s]);
+    CHECK_MSG(ran, "an engine did not open or a request was refused");
     /* the head's drafts that the grammar allows were verified somewhere */
     CHECK_MSG(drafted > 0, "no draft survived the grammar in any run");
 }
