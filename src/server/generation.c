@@ -367,7 +367,7 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
     *pending = NULL;
     gen_ctx *g = calloc(1, sizeof *g);
     if (!g) return lm_reply_error_as(c, wire, 500, "out of memory allocating the request's state", NULL);
-    lm_wakeup_init(&g->wakeup, c);
+    lm_wakeup_init(&g->wakeup, c, lm_server_resumer(s));
     g->server = s;
     g->api = api_of(kind, wire);
     g->wire = wire;

@@ -74,6 +74,9 @@ struct lm_http {
      * tokenized, submitted) on this pool while their connection is
      * suspended: a fixed set of threads, a bounded queue. */
     lm_prepare_pool *pool;
+    /* Resumes the connections the engine's events wake (server/wakeup.h),
+     * off the engine's thread. */
+    lm_resumer *resumer;
     atomic_int preparing; /* handed to the pool, their connection not yet resumed */
     atomic_int inflight;  /* requests on worker routes, dispatch to completion */
     atomic_bool stopping;
@@ -722,6 +725,8 @@ void lm_server_unwatch(lm_server *s, lm_wakeup *w) {
 
 bool lm_server_may_suspend(const lm_server *s) { return !atomic_load(&s->http->no_suspend); }
 
+lm_resumer *lm_server_resumer(lm_server *s) { return s->http->resumer; }
+
 /* ------------------------------------------------------------ requests */
 
 /* A preparation thread: runs the request (its reply is held in the slot)
@@ -955,6 +960,7 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 static void http_free(struct lm_http *h) {
     if (!h) return;
     lm_prepare_pool_free(h->pool); /* stopped already, unless the start failed */
+    lm_resumer_free(h->resumer);   /* the same */
     pthread_mutex_destroy(&h->mutex);
     pthread_mutex_destroy(&h->watch_mutex);
     pthread_cond_destroy(&h->wake);
@@ -982,6 +988,10 @@ static lm_status http_create(lm_server *s, lm_error *err) {
     h->n_free = h->n_slots;
     if (lm_prepare_pool_start(s->options.prepare_threads, s->options.prepare_queue, prepare_request, s, &h->pool,
                               err) != LM_OK) {
+        http_free(h);
+        return err->code;
+    }
+    if (lm_resumer_start(&h->resumer, err) != LM_OK) {
         http_free(h);
         return err->code;
     }
@@ -1204,6 +1214,7 @@ void lm_server_stop(lm_server *s, int grace_ms) {
      * pool, stopped, stays until http_free), so no thread but MHD's
      * touches a connection when the daemon stops. */
     lm_prepare_pool_stop(h->pool);
+    lm_resumer_stop(h->resumer); /* what it holds resumed; later wake-ups resume inline */
     MHD_stop_daemon(s->daemon);
     /* MHD closed its ends: the relay writes what it still holds, then closes. */
     lm_front_door_stop(s->door, FLUSH_MS);

@@ -87,6 +87,8 @@ void lm_server_unwatch(lm_server *s, lm_wakeup *w);
 /* False once the server stops for good: readers then poll (MHD must not
  * stop with a connection suspended). */
 bool lm_server_may_suspend(const lm_server *s);
+/* The thread that resumes connections woken by the engine (server/wakeup.h). */
+lm_resumer *lm_server_resumer(lm_server *s);
 
 /* True when the client closed the connection (a peek at its socket). */
 bool lm_client_gone(struct MHD_Connection *c);
