@@ -29,7 +29,7 @@
 #include "base/quant.h"
 #include "ops/ops.h"
 
-#define MAX_GROUP LM_MATMUL_GROUP_MAX
+#define MAX_GROUP 4 /* a layer's products of one input (the window groups up to 4) */
 #define COPIES 6
 
 typedef struct {
