@@ -19,10 +19,14 @@ typedef struct {
     bool int8_linear;      /* --quantize int8: lm_weights_linear makes Q8_0 */
     int fp8_block_rows;    /* > 0: config.json says FP8 with weight_block_size */
     int fp8_block_cols;    /* [fp8_block_rows, fp8_block_cols] */
+    int mlx_bits;          /* > 0: config.json's "quantization" (MLX affine, models/mlx_quant.h) */
+    int mlx_group;         /* its group_size */
 } lm_weights_quant;
 
 /* config.json's quantization_config (top level, else text_config's): none,
- * or quant_method "fp8" with a weight_block_size of two ints in [1, 65536]
+ * MLX affine ("quantization" or "quantization_config" holding group_size
+ * and bits and no quant_method; per-layer overrides are refused, naming
+ * the first, until they are read), or quant_method "fp8" with a weight_block_size of two ints in [1, 65536]
  * (fmt, when given, "e4m3"; activation_scheme "dynamic" or "static": loom
  * computes activations in float32 either way).  Anything else is an error
  * naming the field.  int8_linear is left as it was. */
@@ -60,6 +64,7 @@ typedef struct {
     int progress_ranks;
     size_t q8_bytes; /* bytes of the Q8_0 matrices made at load */
     size_t fp8_bf16_bytes; /* bytes of bf16 matrices decoded from FP8 (a backend without int8 weights) */
+    size_t mlx_bytes;      /* bytes of matrices decoded from MLX affine codes */
     struct lm_pool *convert_pool; /* threads converting large matrices at load (made at the first) */
     bool convert_pool_failed;     /* it could not be made, or one thread: convert on the caller's */
     /* Tensors whose data was converted at load and then handed back to the
@@ -99,7 +104,11 @@ lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64
  * error saying so).  Every matrix (linear or not) stored as F8_E4M3 with
  * its `<name>_scale_inv` block scales is decoded and converted to Q8_0
  * (float32 when cols is not a multiple of LM_Q8_BLOCK), or to bf16 on a
- * backend without Q8_0 weights. */
+ * backend without Q8_0 weights.  Every matrix stored MLX-quantized
+ * (`X.weight` uint32 with `X.scales` and `X.biases`, config.json's
+ * "quantization") is decoded into the dtype of its scales (Q8_0 with
+ * int8_linear), here and in every loader below, slices included (only the
+ * slice's rows are decoded). */
 lm_status lm_weights_linear(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                             lm_matrix *out, lm_error *err);
 /* The same for a 3-D [n, rows, cols] tensor (fused experts). */
