@@ -303,7 +303,9 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
                                 options->tensor_parallel ? options->tensor_parallel->n_ranks : 1);
     const lm_weights_quant quant = {.int8_linear = options->quantize_int8,
                                     .fp8_block_rows = options->fp8_block_rows,
-                                    .fp8_block_cols = options->fp8_block_cols};
+                                    .fp8_block_cols = options->fp8_block_cols,
+                                    .mlx_bits = options->mlx_bits,
+                                    .mlx_group = options->mlx_group};
     lm_weights_set_quant(&m->weights, &quant);
     /* GLM-4.6V rotates halves, GLM-4.6V-Flash interleaved pairs (§E.2.2, §E.6);
      * both split the frequencies into contiguous T/H/W sections. */

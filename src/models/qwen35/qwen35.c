@@ -356,7 +356,9 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     if (options)
         quant = (lm_weights_quant){.int8_linear = options->quantize_int8,
                                    .fp8_block_rows = options->fp8_block_rows,
-                                   .fp8_block_cols = options->fp8_block_cols};
+                                   .fp8_block_cols = options->fp8_block_cols,
+                                   .mlx_bits = options->mlx_bits,
+                                   .mlx_group = options->mlx_group};
     lm_weights_set_quant(&m->weights, &quant);
     lm_status st = take_share(m, options, err);
     m->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
