@@ -150,7 +150,12 @@ static double worst_error(const prompt_logits *a, const prompt_logits *b, const 
 #define GROUP 64
 #define MAX_MADE 256
 
-typedef enum { MLX_WEIGHTS, MLX_TWIN } mlx_form;
+/* MLX_WEIGHTS keeps the fixture's (Hugging Face) names; MLX_LM_NAMES
+ * writes what mlx-lm's convert saves: language_model.model.* and
+ * language_model.lm_head, no mtp.* or vision tower, the conv1d stored [C,
+ * K, 1] and the zero-centred norms with their +1 added (float32 here, so
+ * that the sum is the one loom makes of the bf16 value). */
+typedef enum { MLX_WEIGHTS, MLX_LM_NAMES, MLX_TWIN } mlx_form;
 
 typedef struct {
     uint32_t *packed;
@@ -257,8 +262,44 @@ static bool write_checkpoint(const char *fixture_dir, const char *dir, mlx_form 
     static mlx_made made[MAX_MADE];
     int n_made = 0;
     bool ok = test_st_writer_create(&w, &err) == LM_OK;
+    static float *offset_norms[MAX_MADE];
+    int n_norms = 0;
     for (size_t i = 0; ok && i < lm_checkpoint_count(ck); i++) {
         const lm_tensor *t = lm_checkpoint_at(ck, i);
+        char renamed[320];
+        const char *tname = t->name;
+        if (form == MLX_LM_NAMES) {
+            if (strncmp(tname, "mtp.", 4) == 0 || strncmp(tname, "model.visual.", 13) == 0) continue;
+            if (strncmp(tname, "model.language_model.", 21) == 0)
+                snprintf(renamed, sizeof renamed, "language_model.model.%s", tname + 21);
+            else
+                snprintf(renamed, sizeof renamed, "language_model.%s", tname);
+            tname = renamed;
+            bool norm = t->n_dims == 1 && (ends_with(tname, "input_layernorm.weight") ||
+                                            ends_with(tname, "post_attention_layernorm.weight") ||
+                                            ends_with(tname, "model.norm.weight") || ends_with(tname, "q_norm.weight") ||
+                                            ends_with(tname, "k_norm.weight"));
+            if (norm && t->dtype == LM_DTYPE_BF16 && n_norms < MAX_MADE) {
+                float *v = malloc(sizeof(float) * (size_t)t->n_elements);
+                if (!(ok = v != NULL)) break;
+                offset_norms[n_norms++] = v;
+                for (int64_t k = 0; k < t->n_elements; k++) v[k] = lm_bf16_to_f32(((const uint16_t *)t->data)[k]) + 1.0f;
+                test_st_piece p = {v, sizeof(float) * (size_t)t->n_elements};
+                ok = test_st_writer_add(w, tname, LM_DTYPE_F32, 1, t->shape, &p, 1, &err) == LM_OK;
+                continue;
+            }
+            if (!is_target(t) || n_made == MAX_MADE) {
+                int64_t shape[LM_TENSOR_MAX_DIMS];
+                for (int d = 0; d < t->n_dims; d++) shape[d] = t->shape[d];
+                if (strstr(tname, "conv1d.weight") && t->n_dims == 3) { /* [C, 1, K] -> [C, K, 1], the same bytes */
+                    shape[1] = t->shape[2];
+                    shape[2] = 1;
+                }
+                test_st_piece p = {t->data, t->n_bytes};
+                ok = test_st_writer_add(w, tname, t->dtype, t->n_dims, shape, &p, 1, &err) == LM_OK;
+                continue;
+            }
+        }
         if (!is_target(t) || n_made == MAX_MADE) {
             ok = test_st_writer_add_tensor(w, t, &err) == LM_OK;
             continue;
@@ -277,8 +318,8 @@ static bool write_checkpoint(const char *fixture_dir, const char *dir, mlx_form 
         test_st_piece ps = {m->scales, sizeof(float) * (size_t)(rows * sshape[1])};
         test_st_piece pb = {m->biases, sizeof(float) * (size_t)(rows * sshape[1])};
         char prefix[300], name[320];
-        snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(t->name) - 7), t->name);
-        ok = test_st_writer_add(w, t->name, LM_DTYPE_U32, 2, wshape, &pw, 1, &err) == LM_OK;
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(tname) - 7), tname);
+        ok = test_st_writer_add(w, tname, LM_DTYPE_U32, 2, wshape, &pw, 1, &err) == LM_OK;
         bool spoiled = spoil == SPOIL_NO_SCALES && strstr(t->name, "layers.3.self_attn.q_proj.weight");
         snprintf(name, sizeof name, "%s.scales", prefix);
         if (ok && !spoiled) ok = test_st_writer_add(w, name, LM_DTYPE_F32, 2, sshape, &ps, 1, &err) == LM_OK;
@@ -289,6 +330,7 @@ static bool write_checkpoint(const char *fixture_dir, const char *dir, mlx_form 
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (ok) ok = test_st_writer_write(w, path, &err) == LM_OK;
     if (!ok) fprintf(stderr, "writing %s: %s\n", path, err.message);
+    for (int i = 0; i < n_norms; i++) free(offset_norms[i]);
     for (int i = 0; i < n_made; i++) {
         free(made[i].packed);
         free(made[i].scales);
@@ -297,7 +339,7 @@ static bool write_checkpoint(const char *fixture_dir, const char *dir, mlx_form 
     }
     test_st_writer_free(w);
     lm_checkpoint_close(ck);
-    return ok && write_config(fixture_dir, dir, form == MLX_WEIGHTS ? quant_json : NULL);
+    return ok && write_config(fixture_dir, dir, form != MLX_TWIN ? quant_json : NULL);
 }
 
 static void remove_checkpoint(const char *dir) {
@@ -311,12 +353,12 @@ static void remove_checkpoint(const char *dir) {
 
 #define MLX_CONFIG "{\"group_size\": 64, \"bits\": 4}"
 
-static void test_mlx_matches_twin(void) {
+static void check_matches_twin(mlx_form form) {
     char fixture[1024], q[1024], twin[1024];
     test_fixture_path(fixture, sizeof fixture, "models/qwen35-dense");
     CHECK(test_make_temp_folder(q, sizeof q, "mlx4"));
     CHECK(test_make_temp_folder(twin, sizeof twin, "mlx4-twin"));
-    CHECK(write_checkpoint(fixture, q, MLX_WEIGHTS, SPOIL_NONE, MLX_CONFIG));
+    CHECK(write_checkpoint(fixture, q, form, SPOIL_NONE, MLX_CONFIG));
     CHECK(write_checkpoint(fixture, twin, MLX_TWIN, SPOIL_NONE, NULL));
     lm_safetensors *ref = open_reference(fixture);
     CHECK(ref);
@@ -324,8 +366,8 @@ static void test_mlx_matches_twin(void) {
     bool ok_a = run_prompts(q, NULL, ref, 4, &a), ok_b = run_prompts(twin, NULL, ref, 4, &b);
     if (ok_a && ok_b) {
         double e = worst_error(&a, &b, NULL, 4), e_ref = worst_error(&a, NULL, ref, 4);
-        printf("  MLX 4-bit (group 64) vs its float32 twin: %.3g (bitwise: %s); vs the bf16 reference: %.3g\n", e,
-               e == 0 ? "yes" : "no", e_ref);
+        printf("  MLX 4-bit (group 64, %s names) vs its float32 twin: %.3g (bitwise: %s); vs the bf16 reference: %.3g\n",
+               form == MLX_LM_NAMES ? "mlx-lm" : "Hugging Face", e, e == 0 ? "yes" : "no", e_ref);
         CHECK_MSG(e == 0, "MLX load differs from its float32 twin by %.3g of the logits' std", e);
     }
     prompt_logits_free(&a);
@@ -335,6 +377,10 @@ static void test_mlx_matches_twin(void) {
     remove_checkpoint(twin);
     CHECK(ok_a && ok_b);
 }
+
+static void test_mlx_matches_twin(void) { check_matches_twin(MLX_WEIGHTS); }
+
+static void test_mlx_lm_names_match_twin(void) { check_matches_twin(MLX_LM_NAMES); }
 
 static void check_refused(const char *quant_json, mlx_spoil spoil, const char *needle) {
     char fixture[1024], dir[1024];
@@ -366,6 +412,7 @@ static void test_refusals(void) {
 int main(void) {
     RUN_TEST(test_unpack_by_hand);
     RUN_TEST(test_mlx_matches_twin);
+    RUN_TEST(test_mlx_lm_names_match_twin);
     RUN_TEST(test_refusals);
     return test_summary("test_mlx_quant");
 }

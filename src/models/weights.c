@@ -1064,12 +1064,12 @@ lm_status lm_weights_quant_config(const char *config_path, lm_weights_quant *q, 
     return s;
 }
 
-lm_status lm_weights_lm_head(lm_weights *w, const lm_matrix *embed_tokens, bool tied, int vocab, int hidden, int rank,
-                             int n_ranks, lm_matrix *out, bool *split, lm_error *err) {
+lm_status lm_weights_lm_head(lm_weights *w, const char *name, const lm_matrix *embed_tokens, bool tied, int vocab,
+                             int hidden, int rank, int n_ranks, lm_matrix *out, bool *split, lm_error *err) {
     *split = n_ranks > 1 && vocab % n_ranks == 0;
     if (!*split) {
         if (tied) *out = *embed_tokens;
-        return tied ? LM_OK : lm_weights_linear(w, "lm_head.weight", vocab, hidden, out, err);
+        return tied ? LM_OK : lm_weights_linear(w, name, vocab, hidden, out, err);
     }
     int64_t share = vocab / n_ranks, first = share * rank;
     if (tied) {
@@ -1077,5 +1077,5 @@ lm_status lm_weights_lm_head(lm_weights *w, const lm_matrix *embed_tokens, bool 
         return LM_OK;
     }
     lm_weights_slice slice = {.n_runs = 1, .runs = {{.first = first, .count = share}}};
-    return lm_weights_linear_slice(w, "lm_head.weight", vocab, hidden, &slice, out, err);
+    return lm_weights_linear_slice(w, name, vocab, hidden, &slice, out, err);
 }

@@ -169,12 +169,13 @@ lm_status lm_weights_conv2d_as_rows(lm_weights *w, const char *name, int64_t out
 /* Rows [first, first + rows) of m, a view of the same memory. */
 lm_matrix lm_matrix_rows(const lm_matrix *m, int64_t first, int64_t rows);
 
-/* The lm_head [vocab, hidden]: lm_head.weight, or the (loaded) embedding
+/* The lm_head [vocab, hidden]: `name` (lm_head.weight; mlx-lm's
+ * language_model.lm_head.weight), or the (loaded) embedding
  * when tied; with tensor parallelism over n_ranks ranks that split the
  * vocabulary (forward_common.h's lm_vocab_splits) only rank's rows (a view
  * of the tied embedding, or only those rows read), and *split says so. */
-lm_status lm_weights_lm_head(lm_weights *w, const lm_matrix *embed_tokens, bool tied, int vocab, int hidden, int rank,
-                             int n_ranks, lm_matrix *out, bool *split, lm_error *err);
+lm_status lm_weights_lm_head(lm_weights *w, const char *name, const lm_matrix *embed_tokens, bool tied, int vocab,
+                             int hidden, int rank, int n_ranks, lm_matrix *out, bool *split, lm_error *err);
 /* Any float tensor with exactly n elements, converted to float32 and plus
  * `offset` (1.0 turns a zero-centred norm weight into its scale), in host
  * memory owned by w, for transforms made once before import.  Shape must be

@@ -236,7 +236,7 @@ static lm_status load_model(lm_glm4v_model *m, lm_error *err) {
     m->lm_head_tied = !lm_weights_has(&m->weights, "lm_head.weight");
     TRY((m->lm_head_tied ? lm_weights_linear : lm_weights_matrix)(&m->weights, name, c->vocab_size,
                                                                   c->hidden_size, &m->embed_tokens, err));
-    TRY(lm_weights_lm_head(&m->weights, &m->embed_tokens, m->lm_head_tied, c->vocab_size, c->hidden_size,
+    TRY(lm_weights_lm_head(&m->weights, "lm_head.weight", &m->embed_tokens, m->lm_head_tied, c->vocab_size, c->hidden_size,
                            m->share.rank, m->share.n_ranks, &m->lm_head, &m->vocab_split, err));
     snprintf(name, sizeof name, "%snorm.weight", prefix);
     TRY(lm_weights_vector(&m->weights, name, c->hidden_size, 0, false, &m->final_norm, err));
