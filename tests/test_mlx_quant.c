@@ -382,6 +382,51 @@ static void test_mlx_matches_twin(void) { check_matches_twin(MLX_WEIGHTS); }
 
 static void test_mlx_lm_names_match_twin(void) { check_matches_twin(MLX_LM_NAMES); }
 
+/* A tensor-parallel rank's slice (two runs of rows, a window of columns)
+ * of an MLX matrix: the same float32 bytes as that slice of the twin. */
+static void test_mlx_slice_matches_twin(void) {
+    char fixture[1024], q[1024], twin[1024];
+    test_fixture_path(fixture, sizeof fixture, "models/qwen35-dense");
+    CHECK(test_make_temp_folder(q, sizeof q, "mlx4-slice"));
+    CHECK(test_make_temp_folder(twin, sizeof twin, "mlx4-slice-twin"));
+    CHECK(write_checkpoint(fixture, q, MLX_WEIGHTS, SPOIL_NONE, MLX_CONFIG));
+    CHECK(write_checkpoint(fixture, twin, MLX_TWIN, SPOIL_NONE, NULL));
+    const char *dirs[2] = {q, twin};
+    const char *name = "model.language_model.layers.0.mlp.down_proj.weight"; /* [64, 128] */
+    const lm_weights_slice slice = {.n_runs = 2, .runs = {{.first = 0, .count = 8}, {.first = 32, .count = 16}},
+                                    .col_first = 64, .col_count = 64};
+    float *got[2] = {NULL, NULL};
+    lm_matrix m[2];
+    bool ok = true;
+    for (int k = 0; k < 2 && ok; k++) {
+        lm_error err = {0};
+        lm_checkpoint *ck = NULL;
+        lm_backend *be = NULL;
+        ok = lm_checkpoint_open(dirs[k], LM_LOAD_READ, &ck, &err) == LM_OK &&
+             lm_backend_create("cpu", 1, &be, &err) == LM_OK;
+        lm_weights w;
+        if (ok) {
+            lm_weights_init(&w, ck, be);
+            lm_weights_set_quant(&w, &(lm_weights_quant){.mlx_bits = k == 0 ? BITS : 0, .mlx_group = GROUP});
+            ok = lm_weights_linear_slice(&w, name, 64, 128, &slice, &m[k], &err) == LM_OK && m[k].dtype == LM_DTYPE_F32 &&
+                 m[k].rows == 24 && m[k].cols == 64;
+            got[k] = ok ? malloc(sizeof(float) * 24 * 64) : NULL;
+            if (got[k]) ok = lm_download(be, got[k], m[k].data, sizeof(float) * 24 * 64, &err) == LM_OK;
+            lm_weights_free(&w);
+        }
+        if (!ok) fprintf(stderr, "%s: %s\n", dirs[k], err.message);
+        if (be) lm_backend_destroy(be);
+        if (ck) lm_checkpoint_close(ck);
+    }
+    bool same = ok && got[0] && got[1] && memcmp(got[0], got[1], sizeof(float) * 24 * 64) == 0;
+    free(got[0]);
+    free(got[1]);
+    remove_checkpoint(q);
+    remove_checkpoint(twin);
+    CHECK(ok);
+    CHECK_MSG(same, "the MLX slice differs from the twin's");
+}
+
 static void check_refused(const char *quant_json, mlx_spoil spoil, const char *needle) {
     char fixture[1024], dir[1024];
     test_fixture_path(fixture, sizeof fixture, "models/qwen35-dense");
@@ -413,6 +458,7 @@ int main(void) {
     RUN_TEST(test_unpack_by_hand);
     RUN_TEST(test_mlx_matches_twin);
     RUN_TEST(test_mlx_lm_names_match_twin);
+    RUN_TEST(test_mlx_slice_matches_twin);
     RUN_TEST(test_refusals);
     return test_summary("test_mlx_quant");
 }
