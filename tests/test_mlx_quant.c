@@ -380,6 +380,30 @@ static void check_matches_twin(mlx_form form) {
 
 static void test_mlx_matches_twin(void) { check_matches_twin(MLX_WEIGHTS); }
 
+/* The committed fixtures (tools/fixtures/make_mlx_fixture.py): mlx-lm's
+ * layout with bf16 scales and biases, which loom decodes to bf16 — the
+ * twin's bf16 values exactly. */
+static void test_committed_fixture_matches_twin(void) {
+    char fixture[1024], q[1024], twin[1024];
+    test_fixture_path(fixture, sizeof fixture, "models/qwen35-dense");
+    test_fixture_path(q, sizeof q, "models/qwen35-dense-mlx4");
+    test_fixture_path(twin, sizeof twin, "models/qwen35-dense-mlx4-twin");
+    lm_safetensors *ref = open_reference(fixture);
+    CHECK(ref);
+    prompt_logits a, b;
+    bool ok_a = run_prompts(q, NULL, ref, 4, &a), ok_b = run_prompts(twin, NULL, ref, 4, &b);
+    if (ok_a && ok_b) {
+        double e = worst_error(&a, &b, NULL, 4), e_ref = worst_error(&a, NULL, ref, 4);
+        printf("  qwen35-dense-mlx4 (bf16 scales) vs its bf16 twin: %.3g (bitwise: %s); vs the reference: %.3g\n", e,
+               e == 0 ? "yes" : "no", e_ref);
+        CHECK_MSG(e == 0, "qwen35-dense-mlx4 differs from its twin by %.3g of the logits' std", e);
+    }
+    prompt_logits_free(&a);
+    prompt_logits_free(&b);
+    lm_safetensors_close(ref);
+    CHECK(ok_a && ok_b);
+}
+
 static void test_mlx_lm_names_match_twin(void) { check_matches_twin(MLX_LM_NAMES); }
 
 /* A tensor-parallel rank's slice (two runs of rows, a window of columns)
@@ -458,6 +482,7 @@ int main(void) {
     RUN_TEST(test_unpack_by_hand);
     RUN_TEST(test_mlx_matches_twin);
     RUN_TEST(test_mlx_lm_names_match_twin);
+    RUN_TEST(test_committed_fixture_matches_twin);
     RUN_TEST(test_mlx_slice_matches_twin);
     RUN_TEST(test_refusals);
     return test_summary("test_mlx_quant");
