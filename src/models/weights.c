@@ -114,7 +114,9 @@ void lm_weights_made_note(const lm_weights *w, char *out, size_t size) {
                  (double)w->fp8_bf16_bytes / 1e6, w->backend->ops->name);
     else if (w->mlx_bytes > 0)
         snprintf(out, size, "MLX %d-bit weights made %s at load: %.1f MB (kernels that read the codes are not written yet)",
-                 w->quant.mlx_bits, w->q8_bytes > 0 ? "int8" : "float", (double)w->mlx_bytes / 1e6);
+                 w->quant.mlx_bits,
+                 w->mlx_made == LM_DTYPE_Q8_0 ? "int8" : w->mlx_made == LM_DTYPE_BF16 ? "bf16" : "float32",
+                 (double)w->mlx_bytes / 1e6);
     else if (w->q8_bytes > 0)
         snprintf(out, size, "weights made int8 at load: %.1f MB", (double)w->q8_bytes / 1e6);
     else if (size > 0)
@@ -754,7 +756,10 @@ static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor
     if (st != LM_OK) return st;
     if (dtype == LM_DTYPE_Q8_0) w->q8_bytes += bytes;
     if (s && dtype == LM_DTYPE_BF16) w->fp8_bf16_bytes += bytes;
-    if (mlx) w->mlx_bytes += bytes;
+    if (mlx) {
+        w->mlx_bytes += bytes;
+        w->mlx_made = dtype;
+    }
     *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = dtype, .rows = n_rows, .cols = src->n_cols};
     return LM_OK;
 }

@@ -65,6 +65,7 @@ typedef struct {
     size_t q8_bytes; /* bytes of the Q8_0 matrices made at load */
     size_t fp8_bf16_bytes; /* bytes of bf16 matrices decoded from FP8 (a backend without int8 weights) */
     size_t mlx_bytes;      /* bytes of matrices decoded from MLX affine codes */
+    lm_dtype mlx_made;     /* what the latest became (bf16, float32 or Q8_0), for the note */
     struct lm_pool *convert_pool; /* threads converting large matrices at load (made at the first) */
     bool convert_pool_failed;     /* it could not be made, or one thread: convert on the caller's */
     /* Tensors whose data was converted at load and then handed back to the
