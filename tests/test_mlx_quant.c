@@ -8,8 +8,14 @@
  *   scales and biases) gives exactly the logits of its float32 twin (the
  *   same codes decoded here as scale · code + bias), on the backend under
  *   test ($LOOM_TEST_BACKEND: cpu, ref);
+ * - the same in mlx-lm's layout (language_model.model.*, norms holding
+ *   their +1, conv1d [C, K, 1]), with a per-layer 8-bit override, for a
+ *   tensor-parallel slice, and for the committed fixtures
+ *   qwen35-dense-mlx4 / -twin (bf16 scales: decoded to bf16);
  * - refusals naming the field: bits 7, a group_size the rows cannot be cut
- *   into, a missing .scales, a per-layer override. */
+ *   into, a missing .scales, overrides of 7 bits, of a module the
+ *   checkpoint lacks, of false on a quantized tensor, or disagreeing with
+ *   the tensor's shape, uint32 tensors without "quantization". */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
@@ -201,8 +207,8 @@ static void quantize_group(const float *w, int n, int bits, float *scale_out, fl
     *bias_out = bias;
 }
 
-static bool make_mlx(const lm_tensor *t, mlx_made *m) {
-    int64_t rows = t->shape[0], cols = t->shape[1], groups = cols / GROUP, words = cols * BITS / 32;
+static bool make_mlx(const lm_tensor *t, int bits, mlx_made *m) {
+    int64_t rows = t->shape[0], cols = t->shape[1], groups = cols / GROUP, words = cols * bits / 32;
     m->packed = calloc((size_t)(rows * words), sizeof *m->packed);
     m->scales = malloc(sizeof(float) * (size_t)(rows * groups));
     m->biases = malloc(sizeof(float) * (size_t)(rows * groups));
@@ -215,12 +221,12 @@ static bool make_mlx(const lm_tensor *t, mlx_made *m) {
         for (int64_t g = 0; g < groups; g++) {
             for (int i = 0; i < GROUP; i++) w[i] = lm_bf16_to_f32(src[r * cols + g * GROUP + i]);
             float s, b;
-            quantize_group(w, GROUP, BITS, &s, &b, codes);
+            quantize_group(w, GROUP, bits, &s, &b, codes);
             m->scales[r * groups + g] = s;
             m->biases[r * groups + g] = b;
             for (int i = 0; i < GROUP; i++) {
                 int64_t j = g * GROUP + i;
-                m->packed[r * words + j * BITS / 32] |= (uint32_t)codes[i] << (j * BITS % 32);
+                m->packed[r * words + j * bits / 32] |= (uint32_t)codes[i] << (j * bits % 32);
                 float scaled = s * (float)codes[i];
                 m->twin[r * cols + j] = scaled + b;
             }
@@ -228,7 +234,11 @@ static bool make_mlx(const lm_tensor *t, mlx_made *m) {
     return true;
 }
 
-typedef enum { SPOIL_NONE, SPOIL_NO_SCALES } mlx_spoil;
+/* How a written checkpoint differs from the plain one: spoiled (a scale
+ * missing), or layer 0's down_proj at 8 bits (a per-layer override). */
+typedef enum { SPOIL_NONE, SPOIL_NO_SCALES, DOWN0_8BIT } mlx_spoil;
+
+#define DOWN0 "layers.0.mlp.down_proj.weight"
 
 static bool write_config(const char *fixture_dir, const char *dir, const char *quant_json) {
     char path[1400];
@@ -306,14 +316,15 @@ static bool write_checkpoint(const char *fixture_dir, const char *dir, mlx_form 
         }
         mlx_made *m = &made[n_made++];
         memset(m, 0, sizeof *m);
-        if (!(ok = make_mlx(t, m))) break;
+        int bits = spoil == DOWN0_8BIT && strstr(t->name, DOWN0) ? 8 : BITS;
+        if (!(ok = make_mlx(t, bits, m))) break;
         int64_t rows = t->shape[0], cols = t->shape[1];
         if (form == MLX_TWIN) {
             test_st_piece p = {m->twin, sizeof(float) * (size_t)(rows * cols)};
             ok = test_st_writer_add(w, t->name, LM_DTYPE_F32, 2, t->shape, &p, 1, &err) == LM_OK;
             continue;
         }
-        int64_t wshape[2] = {rows, cols * BITS / 32}, sshape[2] = {rows, cols / GROUP};
+        int64_t wshape[2] = {rows, cols * bits / 32}, sshape[2] = {rows, cols / GROUP};
         test_st_piece pw = {m->packed, sizeof(uint32_t) * (size_t)(wshape[0] * wshape[1])};
         test_st_piece ps = {m->scales, sizeof(float) * (size_t)(rows * sshape[1])};
         test_st_piece pb = {m->biases, sizeof(float) * (size_t)(rows * sshape[1])};
@@ -353,13 +364,13 @@ static void remove_checkpoint(const char *dir) {
 
 #define MLX_CONFIG "{\"group_size\": 64, \"bits\": 4}"
 
-static void check_matches_twin(mlx_form form) {
+static void check_matches_twin(mlx_form form, mlx_spoil variant, const char *quant_json) {
     char fixture[1024], q[1024], twin[1024];
     test_fixture_path(fixture, sizeof fixture, "models/qwen35-dense");
     CHECK(test_make_temp_folder(q, sizeof q, "mlx4"));
     CHECK(test_make_temp_folder(twin, sizeof twin, "mlx4-twin"));
-    CHECK(write_checkpoint(fixture, q, form, SPOIL_NONE, MLX_CONFIG));
-    CHECK(write_checkpoint(fixture, twin, MLX_TWIN, SPOIL_NONE, NULL));
+    CHECK(write_checkpoint(fixture, q, form, variant, quant_json));
+    CHECK(write_checkpoint(fixture, twin, MLX_TWIN, variant, NULL));
     lm_safetensors *ref = open_reference(fixture);
     CHECK(ref);
     prompt_logits a, b;
@@ -378,7 +389,14 @@ static void check_matches_twin(mlx_form form) {
     CHECK(ok_a && ok_b);
 }
 
-static void test_mlx_matches_twin(void) { check_matches_twin(MLX_WEIGHTS); }
+static void test_mlx_matches_twin(void) { check_matches_twin(MLX_WEIGHTS, SPOIL_NONE, MLX_CONFIG); }
+
+/* mlx-lm's mixed recipes: one module at 8 bits, named in "quantization". */
+static void test_mlx_override_matches_twin(void) {
+    check_matches_twin(MLX_LM_NAMES, DOWN0_8BIT,
+                       "{\"group_size\": 64, \"bits\": 4, \"language_model.model.layers.0.mlp.down_proj\": "
+                       "{\"group_size\": 64, \"bits\": 8}}");
+}
 
 /* The committed fixtures (tools/fixtures/make_mlx_fixture.py): mlx-lm's
  * layout with bf16 scales and biases, which loom decodes to bf16 — the
@@ -404,7 +422,7 @@ static void test_committed_fixture_matches_twin(void) {
     CHECK(ok_a && ok_b);
 }
 
-static void test_mlx_lm_names_match_twin(void) { check_matches_twin(MLX_LM_NAMES); }
+static void test_mlx_lm_names_match_twin(void) { check_matches_twin(MLX_LM_NAMES, SPOIL_NONE, MLX_CONFIG); }
 
 /* A tensor-parallel rank's slice (two runs of rows, a window of columns)
  * of an MLX matrix: the same float32 bytes as that slice of the twin. */
@@ -473,8 +491,14 @@ static void test_refusals(void) {
     check_refused("{\"group_size\": 64, \"bits\": 7}", SPOIL_NONE, "bits");
     check_refused("{\"group_size\": 128, \"bits\": 4}", SPOIL_NONE, "groups of 128");
     check_refused(MLX_CONFIG, SPOIL_NO_SCALES, "q_proj.scales' are missing");
+    check_refused("{\"group_size\": 64, \"bits\": 4, \"model.layers.9.mlp.no_such\": {\"group_size\": 64, \"bits\": 7}}",
+                  SPOIL_NONE, "model.layers.9.mlp.no_such asks for 7 bits");
     check_refused("{\"group_size\": 64, \"bits\": 4, \"model.layers.9.mlp.no_such\": {\"group_size\": 64, \"bits\": 8}}",
-                  SPOIL_NONE, "model.layers.9.mlp.no_such");
+                  SPOIL_NONE, "quantization.model.layers.9.mlp.no_such names a module the checkpoint does not have");
+    check_refused("{\"group_size\": 64, \"bits\": 4, \"model.language_model.layers.0.mlp.down_proj\": false}", SPOIL_NONE,
+                  "quantization.model.language_model.layers.0.mlp.down_proj is false");
+    /* an override the tensor's shape disagrees with: 8-bit codes read as 4 */
+    check_refused(MLX_CONFIG, DOWN0_8BIT, "down_proj.weight' has 2 dims, the last 32 words; expected 64 rows of 16 words");
     check_refused(NULL, SPOIL_NONE, "no \"quantization\"");
 }
 
@@ -482,6 +506,7 @@ int main(void) {
     RUN_TEST(test_unpack_by_hand);
     RUN_TEST(test_mlx_matches_twin);
     RUN_TEST(test_mlx_lm_names_match_twin);
+    RUN_TEST(test_mlx_override_matches_twin);
     RUN_TEST(test_committed_fixture_matches_twin);
     RUN_TEST(test_mlx_slice_matches_twin);
     RUN_TEST(test_refusals);

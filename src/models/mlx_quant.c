@@ -6,18 +6,18 @@ bool lm_mlx_group_supported(int group) { return group == 32 || group == 64 || gr
 
 int64_t lm_mlx_packed_words(int64_t cols, int bits) { return cols * bits / 32; }
 
-lm_status lm_mlx_check_row(const char *name, int64_t cols, int bits, int group, lm_error *err) {
+lm_status lm_mlx_check_row(const char *what, int64_t cols, int bits, int group, lm_error *err) {
     if (!lm_mlx_bits_supported(bits))
-        return lm_fail(err, LM_ERR_UNSUPPORTED, "'%s': quantization bits %d (MLX affine has 2, 3, 4, 5, 6 or 8)", name,
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "%s: quantization bits %d (MLX affine has 2, 3, 4, 5, 6 or 8)", what,
                        bits);
     if (!lm_mlx_group_supported(group))
-        return lm_fail(err, LM_ERR_UNSUPPORTED, "'%s': quantization group_size %d (MLX affine has 32, 64 or 128)",
-                       name, group);
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "%s: quantization group_size %d (MLX affine has 32, 64 or 128)",
+                       what, group);
     if (cols <= 0 || cols % group != 0 || (cols * bits) % 32 != 0)
         return lm_fail(err, LM_ERR_FORMAT,
-                       "'%s': rows of %lld weights cannot be quantized in groups of %d (group_size must divide the "
+                       "%s: rows of %lld weights cannot be quantized in groups of %d (group_size must divide the "
                        "width)",
-                       name, (long long)cols, group);
+                       what, (long long)cols, group);
     return LM_OK;
 }
 

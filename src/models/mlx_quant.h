@@ -24,9 +24,9 @@ bool lm_mlx_group_supported(int group);
 int64_t lm_mlx_packed_words(int64_t cols, int bits);
 
 /* Whether a row of `cols` weights can be stored at bits/group: cols a
- * multiple of group and of 32/gcd(bits, 32) codes; else an error naming
- * `name` and the width. */
-lm_status lm_mlx_check_row(const char *name, int64_t cols, int bits, int group, lm_error *err);
+ * multiple of group and of 32/gcd(bits, 32) codes; else an error that
+ * starts with `what` (the file and tensor) and names the width. */
+lm_status lm_mlx_check_row(const char *what, int64_t cols, int bits, int group, lm_error *err);
 
 /* Codes [first, first + n) of the packed row `words` (bits wide each). */
 void lm_mlx_unpack_codes(const uint32_t *words, int bits, int64_t first, int64_t n, uint8_t *codes);

@@ -71,6 +71,7 @@ static lm_status open_family(const char *config_path, const char *dir,
     o.fp8_block_cols = quant.fp8_block_cols;
     o.mlx_bits = quant.mlx_bits;
     o.mlx_group = quant.mlx_group;
+    o.mlx_overrides = quant.mlx_overrides;
     return family->open(config_path, dir, &o, backend, out, err);
 }
 

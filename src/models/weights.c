@@ -13,6 +13,8 @@
 #include "io/json_file.h"
 #include "models/mlx_quant.h"
 
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+
 void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend *backend) {
     memset(w, 0, sizeof *w);
     w->checkpoint = checkpoint;
@@ -67,6 +69,7 @@ void lm_weights_free(lm_weights *w) {
     free(w->used);
     free(w->released);
     if (w->convert_pool) lm_pool_destroy(w->convert_pool);
+    cJSON_Delete(w->mlx_config);
     memset(w, 0, sizeof *w);
 }
 
@@ -595,6 +598,44 @@ static const lm_tensor *mlx_companion(lm_weights *w, const char *prefix, const c
     return c;
 }
 
+/* The bits and group size of module `prefix` (X of X.weight): its own
+ * entry in config.json's "quantization" when it has one (read once per
+ * lm_weights), else the top level's already in *bits, *group.  An entry
+ * of false (not quantized) for a uint32 tensor is an error. */
+static lm_status module_quantization(lm_weights *w, const char *prefix, const lm_tensor *t, int *bits, int *group,
+                                     lm_error *err) {
+    if (!w->quant.mlx_overrides) return LM_OK;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", lm_checkpoint_dir(w->checkpoint));
+    bool first = !w->mlx_config;
+    if (first && lm_json_read_file(path, MAX_CONFIG_BYTES, &w->mlx_config, err) != LM_OK) return err->code;
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(w->mlx_config, "quantization");
+    if (!cJSON_IsObject(q)) q = cJSON_GetObjectItemCaseSensitive(w->mlx_config, "quantization_config");
+    /* once: every module named must be in the checkpoint (a typo, or a
+     * config of another model, would otherwise go unnoticed) */
+    for (const cJSON *item = first && cJSON_IsObject(q) ? q->child : NULL; item; item = item->next) {
+        const char *key = item->string ? item->string : "";
+        if (!strcmp(key, "bits") || !strcmp(key, "group_size") || !strcmp(key, "mode")) continue;
+        char weight[320];
+        snprintf(weight, sizeof weight, "%s.weight", key);
+        if (!lm_checkpoint_find(w->checkpoint, weight))
+            return lm_fail(err, LM_ERR_FORMAT,
+                           "%s: quantization.%s names a module the checkpoint does not have (no tensor '%s')", path,
+                           key, weight);
+    }
+    const cJSON *own = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, prefix) : NULL;
+    if (!own) return LM_OK;
+    if (cJSON_IsFalse(own))
+        return lm_fail(err, LM_ERR_FORMAT,
+                       "%s: tensor '%s.weight' is uint32 (MLX-quantized) but config.json's quantization.%s is false "
+                       "(not quantized)",
+                       t->file, prefix, prefix);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(own, "bits"), *g = cJSON_GetObjectItemCaseSensitive(own, "group_size");
+    if (!lm_json_int_value(b, bits) || !lm_json_int_value(g, group)) /* checked by lm_weights_quant_config */
+        return lm_fail(err, LM_ERR_FORMAT, "%s: quantization.%s has no integer bits and group_size", path, prefix);
+    return LM_OK;
+}
+
 /* Whether `name` is stored as MLX codes (a uint32 `X.weight`; never in
  * random mode); if so *m, checked against `shape` ([rows, cols] or [n,
  * rows, cols]), or an error (returns true, err set, m->scales NULL). */
@@ -617,9 +658,15 @@ static bool find_mlx(lm_weights *w, const char *name, int n_dims, const int64_t 
                 t->file, name);
         return true;
     }
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(len - 7), name);
+    int bits = w->quant.mlx_bits, group = w->quant.mlx_group;
+    if (module_quantization(w, prefix, t, &bits, &group, err) != LM_OK) return true;
     int64_t cols = shape[n_dims - 1];
-    if (lm_mlx_check_row(name, cols, w->quant.mlx_bits, w->quant.mlx_group, err) != LM_OK) return true;
-    int64_t words = lm_mlx_packed_words(cols, w->quant.mlx_bits), groups = cols / w->quant.mlx_group;
+    char what[600];
+    snprintf(what, sizeof what, "%s: tensor '%s'", t->file, name);
+    if (lm_mlx_check_row(what, cols, bits, group, err) != LM_OK) return true;
+    int64_t words = lm_mlx_packed_words(cols, bits), groups = cols / group;
     bool same = t->n_dims == n_dims && t->shape[n_dims - 1] == words;
     for (int d = 0; same && d < n_dims - 1; d++) same = t->shape[d] == shape[d];
     if (!same) {
@@ -627,15 +674,13 @@ static bool find_mlx(lm_weights *w, const char *name, int n_dims, const int64_t 
                 "%s: tensor '%s' has %d dims, the last %lld words; expected %lld rows of %lld words (%lld weights "
                 "at %d bits, config.json's quantization)",
                 t->file, name, t->n_dims, (long long)t->shape[t->n_dims - 1], (long long)shape[n_dims - 2],
-                (long long)words, (long long)cols, w->quant.mlx_bits);
+                (long long)words, (long long)cols, bits);
         return true;
     }
-    char prefix[300];
-    snprintf(prefix, sizeof prefix, "%.*s", (int)(len - 7), name);
     const lm_tensor *scales = mlx_companion(w, prefix, "scales", t, n_dims, shape, groups, err);
     const lm_tensor *biases = scales ? mlx_companion(w, prefix, "biases", t, n_dims, shape, groups, err) : NULL;
     if (!biases) return true;
-    *m = (mlx_source){t, scales, biases, w->quant.mlx_bits, w->quant.mlx_group, words, groups};
+    *m = (mlx_source){t, scales, biases, bits, group, words, groups};
     return true;
 }
 
@@ -973,8 +1018,6 @@ lm_status lm_weights_linear_stacked_range(lm_weights *w, const char *name, int64
 
 /* ---- config.json's quantization_config ---- */
 
-#define MAX_CONFIG_BYTES ((size_t)16 << 20)
-
 static lm_status read_quant(const lm_json_fields *q, lm_weights_quant *out) {
     char method[32] = "", fmt[32] = "", activation[32] = "";
     lm_status s = lm_json_read_string(q, "quant_method", method, sizeof method);
@@ -1033,12 +1076,25 @@ static lm_status read_mlx_quant(const lm_json_fields *q, lm_weights_quant *out) 
     if (mode[0] && strcmp(mode, "affine") != 0)
         return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "mode", "is '%s': loom reads MLX affine quantization only",
                                    mode);
+    out->mlx_overrides = false;
     for (const cJSON *item = q->object->child; item; item = item->next) {
         const char *key = item->string ? item->string : "";
-        if (strcmp(key, "bits") && strcmp(key, "group_size") && strcmp(key, "mode"))
+        if (!strcmp(key, "bits") || !strcmp(key, "group_size") || !strcmp(key, "mode")) continue;
+        out->mlx_overrides = true;
+        if (cJSON_IsFalse(item)) continue; /* a module left unquantized */
+        if (!cJSON_IsObject(item))
             return lm_json_field_error(q, LM_ERR_UNSUPPORTED, key,
-                                       "is a per-layer quantization override, which loom does not read yet "
-                                       "(every quantized layer must use the top-level bits and group_size)");
+                                       "is neither a module's {\"group_size\", \"bits\"} nor false");
+        lm_json_fields layer;
+        int lbits = 0, lgroup = 0;
+        if ((s = lm_json_fields_sub(q, key, &layer)) != LM_OK) return s;
+        if ((s = lm_json_read_int(&layer, "bits", 1, 64, &lbits)) != LM_OK) return s;
+        if ((s = lm_json_read_int(&layer, "group_size", 1, 1 << 20, &lgroup)) != LM_OK) return s;
+        if (!lm_mlx_bits_supported(lbits) || !lm_mlx_group_supported(lgroup))
+            return lm_json_field_error(q, LM_ERR_UNSUPPORTED, key,
+                                       "asks for %d bits in groups of %d: MLX affine has 2, 3, 4, 5, 6 or 8 bits "
+                                       "and groups of 32, 64 or 128",
+                                       lbits, lgroup);
     }
     out->mlx_bits = bits;
     out->mlx_group = group;

@@ -10,6 +10,8 @@
 #include <stdio.h>
 
 #include "io/checkpoint.h"
+
+struct cJSON;
 #include "ops/ops.h"
 
 /* How weights are made at load (lm_weights_set_quant; lm_model_load_options
@@ -21,12 +23,14 @@ typedef struct {
     int fp8_block_cols;    /* [fp8_block_rows, fp8_block_cols] */
     int mlx_bits;          /* > 0: config.json's "quantization" (MLX affine, models/mlx_quant.h) */
     int mlx_group;         /* its group_size */
+    bool mlx_overrides;    /* it names modules of their own bits/group_size (or false: not quantized) */
 } lm_weights_quant;
 
 /* config.json's quantization_config (top level, else text_config's): none,
  * MLX affine ("quantization" or "quantization_config" holding group_size
- * and bits and no quant_method; per-layer overrides are refused, naming
- * the first, until they are read), or quant_method "fp8" with a weight_block_size of two ints in [1, 65536]
+ * and bits and no quant_method; any other key is a module path with its
+ * own {group_size, bits}, or false, each checked here and read when its
+ * tensor is loaded), or quant_method "fp8" with a weight_block_size of two ints in [1, 65536]
  * (fmt, when given, "e4m3"; activation_scheme "dynamic" or "static": loom
  * computes activations in float32 either way).  Anything else is an error
  * naming the field.  int8_linear is left as it was. */
@@ -66,6 +70,7 @@ typedef struct {
     size_t fp8_bf16_bytes; /* bytes of bf16 matrices decoded from FP8 (a backend without int8 weights) */
     size_t mlx_bytes;      /* bytes of matrices decoded from MLX affine codes */
     lm_dtype mlx_made;     /* what the latest became (bf16, float32 or Q8_0), for the note */
+    struct cJSON *mlx_config; /* config.json, read at the first MLX matrix when quant.mlx_overrides */
     struct lm_pool *convert_pool; /* threads converting large matrices at load (made at the first) */
     bool convert_pool_failed;     /* it could not be made, or one thread: convert on the caller's */
     /* Tensors whose data was converted at load and then handed back to the
