@@ -97,6 +97,9 @@ typedef struct {
     /* Set by lm_model_open from config.json's quantization_config: the
      * block shape of an FP8 checkpoint's weight_scale_inv (0: none). */
     int fp8_block_rows, fp8_block_cols;
+    /* ... and of an MLX affine-quantized one ("quantization"; 0: none). */
+    int mlx_bits, mlx_group;
+    bool mlx_overrides; /* it names modules of their own (models/weights.h) */
     /* Tensor parallelism (issue 19): this model is rank tp->rank of
      * tp->n_ranks, holding its share of the heads and MLP columns and
      * adding the ranks' partial products with tp's all_reduce_sum; every

@@ -69,6 +69,9 @@ static lm_status open_family(const char *config_path, const char *dir,
     if (qs != LM_OK) return qs;
     o.fp8_block_rows = quant.fp8_block_rows;
     o.fp8_block_cols = quant.fp8_block_cols;
+    o.mlx_bits = quant.mlx_bits;
+    o.mlx_group = quant.mlx_group;
+    o.mlx_overrides = quant.mlx_overrides;
     return family->open(config_path, dir, &o, backend, out, err);
 }
 

@@ -207,5 +207,8 @@ void lm_vision_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, uint
     else
         lm_weights_init_random(w, random_seed ^ 0x76697369u, false, backend);
     lm_weights_set_quant(w, &(lm_weights_quant){.fp8_block_rows = quant ? quant->fp8_block_rows : 0,
-                                                .fp8_block_cols = quant ? quant->fp8_block_cols : 0});
+                                                .fp8_block_cols = quant ? quant->fp8_block_cols : 0,
+                                                .mlx_bits = quant ? quant->mlx_bits : 0,
+                                                .mlx_group = quant ? quant->mlx_group : 0,
+                                                .mlx_overrides = quant ? quant->mlx_overrides : false});
 }

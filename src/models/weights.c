@@ -11,6 +11,9 @@
 #include "base/threadpool.h"
 #include "io/json_fields.h"
 #include "io/json_file.h"
+#include "models/mlx_quant.h"
+
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
 
 void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend *backend) {
     memset(w, 0, sizeof *w);
@@ -66,6 +69,7 @@ void lm_weights_free(lm_weights *w) {
     free(w->used);
     free(w->released);
     if (w->convert_pool) lm_pool_destroy(w->convert_pool);
+    cJSON_Delete(w->mlx_config);
     memset(w, 0, sizeof *w);
 }
 
@@ -111,6 +115,11 @@ void lm_weights_made_note(const lm_weights *w, char *out, size_t size) {
     if (w->fp8_bf16_bytes > 0)
         snprintf(out, size, "FP8 weights made bf16 at load: %.1f MB, as the %s backend has no int8 weights yet",
                  (double)w->fp8_bf16_bytes / 1e6, w->backend->ops->name);
+    else if (w->mlx_bytes > 0)
+        snprintf(out, size, "MLX %d-bit weights made %s at load: %.1f MB (kernels that read the codes are not written yet)",
+                 w->quant.mlx_bits,
+                 w->mlx_made == LM_DTYPE_Q8_0 ? "int8" : w->mlx_made == LM_DTYPE_BF16 ? "bf16" : "float32",
+                 (double)w->mlx_bytes / 1e6);
     else if (w->q8_bytes > 0)
         snprintf(out, size, "weights made int8 at load: %.1f MB", (double)w->q8_bytes / 1e6);
     else if (size > 0)
@@ -535,6 +544,156 @@ static lm_status fp8_row(const lm_weights *w, const lm_tensor *t, const lm_tenso
     return LM_OK;
 }
 
+/* ---- MLX affine-quantized matrices (models/mlx_quant.h) ---- */
+
+/* A matrix stored as MLX codes: `weight` uint32 [n·rows, words], its
+ * `scales` and `biases` [n·rows, groups], all checked. */
+typedef struct {
+    const lm_tensor *weight, *scales, *biases;
+    int bits, group;
+    int64_t words, groups;
+} mlx_source;
+
+/* Row r of an MLX matrix of `cols` weights in float32. */
+static lm_status mlx_row(const mlx_source *m, int64_t r, int64_t cols, float *out, lm_error *err) {
+    float *sb = malloc(sizeof(float) * (size_t)(2 * m->groups));
+    if (!sb) return lm_fail(err, LM_ERR_NOMEM, "out of memory decoding '%s'", m->weight->name);
+    for (int64_t g = 0; g < m->groups; g++) {
+        sb[g] = scale_at(m->scales, r * m->groups + g);
+        sb[m->groups + g] = scale_at(m->biases, r * m->groups + g);
+    }
+    lm_mlx_dequantize_row((const uint32_t *)m->weight->data + r * m->words, sb, sb + m->groups, m->bits, m->group,
+                          cols, out);
+    free(sb);
+    return LM_OK;
+}
+
+/* One of an MLX matrix's companions (`<X>.scales`, `<X>.biases`): float,
+ * of shape [n,] rows, groups. */
+static const lm_tensor *mlx_companion(lm_weights *w, const char *prefix, const char *suffix, const lm_tensor *t,
+                                      int n_dims, const int64_t *shape, int64_t groups, lm_error *err) {
+    char cname[320];
+    snprintf(cname, sizeof cname, "%s.%s", prefix, suffix);
+    const lm_tensor *c = lm_weights_find(w, cname);
+    if (!c) {
+        lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s.weight' is MLX-quantized (uint32) but its '%s' are missing",
+                t->file, prefix, cname);
+        return NULL;
+    }
+    if (!is_float_dtype(c->dtype)) {
+        lm_fail(err, LM_ERR_FORMAT, "%s: '%s' has dtype %s; expected BF16, F16 or F32", c->file, cname,
+                lm_dtype_name(c->dtype));
+        return NULL;
+    }
+    bool same = c->n_dims == n_dims && c->shape[n_dims - 1] == groups;
+    for (int d = 0; same && d < n_dims - 1; d++) same = c->shape[d] == shape[d];
+    if (!same) {
+        lm_fail(err, LM_ERR_FORMAT,
+                "%s: '%s' has %d dims, the last %lld; expected %lld groups of %lld rows (config.json's "
+                "quantization group_size)",
+                c->file, cname, c->n_dims, (long long)c->shape[c->n_dims - 1], (long long)groups,
+                (long long)shape[n_dims - 2]);
+        return NULL;
+    }
+    return c;
+}
+
+/* The bits and group size of module `prefix` (X of X.weight): its own
+ * entry in config.json's "quantization" when it has one (read once per
+ * lm_weights), else the top level's already in *bits, *group.  An entry
+ * of false (not quantized) for a uint32 tensor is an error. */
+static lm_status module_quantization(lm_weights *w, const char *prefix, const lm_tensor *t, int *bits, int *group,
+                                     lm_error *err) {
+    if (!w->quant.mlx_overrides) return LM_OK;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", lm_checkpoint_dir(w->checkpoint));
+    bool first = !w->mlx_config;
+    if (first && lm_json_read_file(path, MAX_CONFIG_BYTES, &w->mlx_config, err) != LM_OK) return err->code;
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(w->mlx_config, "quantization");
+    if (!cJSON_IsObject(q)) q = cJSON_GetObjectItemCaseSensitive(w->mlx_config, "quantization_config");
+    /* once: every module named must be in the checkpoint (a typo, or a
+     * config of another model, would otherwise go unnoticed) */
+    for (const cJSON *item = first && cJSON_IsObject(q) ? q->child : NULL; item; item = item->next) {
+        const char *key = item->string ? item->string : "";
+        if (!strcmp(key, "bits") || !strcmp(key, "group_size") || !strcmp(key, "mode")) continue;
+        char weight[320];
+        snprintf(weight, sizeof weight, "%s.weight", key);
+        if (!lm_checkpoint_find(w->checkpoint, weight))
+            return lm_fail(err, LM_ERR_FORMAT,
+                           "%s: quantization.%s names a module the checkpoint does not have (no tensor '%s')", path,
+                           key, weight);
+    }
+    const cJSON *own = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, prefix) : NULL;
+    if (!own) return LM_OK;
+    if (cJSON_IsFalse(own))
+        return lm_fail(err, LM_ERR_FORMAT,
+                       "%s: tensor '%s.weight' is uint32 (MLX-quantized) but config.json's quantization.%s is false "
+                       "(not quantized)",
+                       t->file, prefix, prefix);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(own, "bits"), *g = cJSON_GetObjectItemCaseSensitive(own, "group_size");
+    if (!lm_json_int_value(b, bits) || !lm_json_int_value(g, group)) /* checked by lm_weights_quant_config */
+        return lm_fail(err, LM_ERR_FORMAT, "%s: quantization.%s has no integer bits and group_size", path, prefix);
+    return LM_OK;
+}
+
+/* Whether `name` is stored as MLX codes (a uint32 `X.weight`; never in
+ * random mode); if so *m, checked against `shape` ([rows, cols] or [n,
+ * rows, cols]), or an error (returns true, err set, m->scales NULL). */
+static bool find_mlx(lm_weights *w, const char *name, int n_dims, const int64_t *shape, mlx_source *m,
+                     lm_error *err) {
+    memset(m, 0, sizeof *m);
+    const lm_tensor *t = w->random ? NULL : lm_checkpoint_find(w->checkpoint, name);
+    if (!t || t->dtype != LM_DTYPE_U32) return false;
+    lm_weights_find(w, name); /* marks it used */
+    size_t len = strlen(name);
+    if (len < 8 || strcmp(name + len - 7, ".weight") != 0 || len - 7 >= 300) {
+        lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' is uint32, which loom reads only as an MLX quantized X.weight",
+                t->file, name);
+        return true;
+    }
+    if (w->quant.mlx_bits <= 0) {
+        lm_fail(err, LM_ERR_FORMAT,
+                "%s: tensor '%s' is uint32 (MLX-quantized) but config.json has no \"quantization\" with bits and "
+                "group_size",
+                t->file, name);
+        return true;
+    }
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(len - 7), name);
+    int bits = w->quant.mlx_bits, group = w->quant.mlx_group;
+    if (module_quantization(w, prefix, t, &bits, &group, err) != LM_OK) return true;
+    int64_t cols = shape[n_dims - 1];
+    char what[600];
+    snprintf(what, sizeof what, "%s: tensor '%s'", t->file, name);
+    if (lm_mlx_check_row(what, cols, bits, group, err) != LM_OK) return true;
+    int64_t words = lm_mlx_packed_words(cols, bits), groups = cols / group;
+    bool same = t->n_dims == n_dims && t->shape[n_dims - 1] == words;
+    for (int d = 0; same && d < n_dims - 1; d++) same = t->shape[d] == shape[d];
+    if (!same) {
+        lm_fail(err, LM_ERR_FORMAT,
+                "%s: tensor '%s' has %d dims, the last %lld words; expected %lld rows of %lld words (%lld weights "
+                "at %d bits, config.json's quantization)",
+                t->file, name, t->n_dims, (long long)t->shape[t->n_dims - 1], (long long)shape[n_dims - 2],
+                (long long)words, (long long)cols, bits);
+        return true;
+    }
+    const lm_tensor *scales = mlx_companion(w, prefix, "scales", t, n_dims, shape, groups, err);
+    const lm_tensor *biases = scales ? mlx_companion(w, prefix, "biases", t, n_dims, shape, groups, err) : NULL;
+    if (!biases) return true;
+    *m = (mlx_source){t, scales, biases, bits, group, words, groups};
+    return true;
+}
+
+/* What an MLX matrix becomes: Q8_0 for a Linear layer under --quantize
+ * int8 (cols a multiple of LM_Q8_BLOCK), else its scales' dtype (bf16 as
+ * mlx itself computes; float32 for f16 scales, which store_row lacks). */
+static lm_dtype mlx_made_as(const lm_weights *w, const mlx_source *m, bool linear, int64_t cols) {
+    if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0 &&
+        lm_backend_supports_weights(w->backend, LM_DTYPE_Q8_0))
+        return LM_DTYPE_Q8_0;
+    return m->scales->dtype == LM_DTYPE_BF16 ? LM_DTYPE_BF16 : LM_DTYPE_F32;
+}
+
 /* Row i of the slice: the tensor's row. */
 static int64_t slice_row(const lm_weights_slice *sl, int64_t i) {
     for (int r = 0; r < sl->n_runs; r++) {
@@ -576,6 +735,7 @@ static bool store_row(const float *row, int64_t cols, lm_dtype dtype, uint8_t *d
 typedef struct {
     lm_weights *w;
     const lm_tensor *t, *s;
+    const mlx_source *mlx; /* NULL: t is float or FP8 */
     const char *name;
     const row_source *src;
     lm_dtype dtype;
@@ -600,7 +760,8 @@ static void convert_task(void *ctx, int task, int n_tasks) {
     }
     for (int64_t i = begin; i < end && f->st == LM_OK; i++) {
         int64_t r = (src->first + i / src->s_rows) * src->rows + slice_row(src->slice, i % src->s_rows);
-        if (j->s) f->st = fp8_row(j->w, j->t, j->s, j->name, src->rows, src->cols, r, row, &f->err);
+        if (j->mlx) f->st = mlx_row(j->mlx, r, src->cols, row, &f->err);
+        else if (j->s) f->st = fp8_row(j->w, j->t, j->s, j->name, src->rows, src->cols, r, row, &f->err);
         else float_row(j->t, r, src->cols, row);
         if (f->st == LM_OK && !store_row(row + src->c0, src->n_cols, j->dtype, j->dst + (size_t)i * j->row_bytes))
             f->st = lm_fail(&f->err, LM_ERR_FORMAT, "%s: tensor '%s' row %lld holds a value that is not finite%s",
@@ -613,8 +774,9 @@ static void convert_task(void *ctx, int task, int n_tasks) {
  * `dtype` (Q8_0, BF16 or F32) on the host row by row — from float weights,
  * or FP8 weights times their block scales s — then imported.  Large
  * matrices are made on a pool of threads (the same bytes). */
-static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor *s, const char *name,
-                              const row_source *src, lm_dtype dtype, lm_matrix *out, lm_error *err) {
+static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor *s, const mlx_source *mlx,
+                              const char *name, const row_source *src, lm_dtype dtype, lm_matrix *out,
+                              lm_error *err) {
     int64_t n_rows = src->count * src->s_rows;
     size_t row_bytes = lm_dtype_row_bytes(dtype, src->n_cols), bytes = row_bytes * (size_t)n_rows;
     uint8_t *dst = owned_bytes(w, bytes, name, err);
@@ -622,7 +784,7 @@ static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor
     lm_pool *pool = n_rows * src->cols >= CONVERT_PARALLEL_MIN ? convert_pool(w) : NULL;
     int n_tasks = pool ? lm_pool_size(pool) : 1;
     if (n_tasks > n_rows) n_tasks = n_rows > 0 ? (int)n_rows : 1;
-    convert_job job = {w, t, s, name, src, dtype, dst, row_bytes, calloc((size_t)n_tasks, sizeof *job.failed)};
+    convert_job job = {w, t, s, mlx, name, src, dtype, dst, row_bytes, calloc((size_t)n_tasks, sizeof *job.failed)};
     if (!job.failed) return lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name);
     if (pool && n_tasks > 1) lm_pool_run(pool, n_tasks, convert_task, &job);
     else convert_task(&job, 0, 1);
@@ -639,6 +801,10 @@ static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor
     if (st != LM_OK) return st;
     if (dtype == LM_DTYPE_Q8_0) w->q8_bytes += bytes;
     if (s && dtype == LM_DTYPE_BF16) w->fp8_bf16_bytes += bytes;
+    if (mlx) {
+        w->mlx_bytes += bytes;
+        w->mlx_made = dtype;
+    }
     *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = dtype, .rows = n_rows, .cols = src->n_cols};
     return LM_OK;
 }
@@ -686,11 +852,18 @@ static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_
     const row_source all = {.rows = rows, .cols = cols, .first = 0, .count = n, .slice = &whole,
                             .s_rows = rows, .c0 = 0, .n_cols = cols};
     const lm_tensor *t, *s;
+    mlx_source mlx;
+    if (find_mlx(w, name, n_dims, shape, &mlx, err)) {
+        if (!mlx.scales) return err->code;
+        if (was_released(w, mlx.weight))
+            return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
+        return convert_rows(w, mlx.weight, NULL, &mlx, name, &all, mlx_made_as(w, &mlx, linear, cols), out, err);
+    }
     if (find_fp8(w, name, n_dims, shape, &t, &s, err)) {
         if (!s) return err->code;
         if (was_released(w, t))
             return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
-        lm_status st = convert_rows(w, t, s, name, &all, fp8_made_as(w, cols), out, err);
+        lm_status st = convert_rows(w, t, s, NULL, name, &all, fp8_made_as(w, cols), out, err);
         if (st == LM_OK) release_source(w, t);
         return st;
     }
@@ -700,7 +873,7 @@ static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_
         return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
     if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0) {
         if (need_q8(w, name, err) != LM_OK) return err->code;
-        lm_status st = convert_rows(w, t, NULL, name, &all, LM_DTYPE_Q8_0, out, err);
+        lm_status st = convert_rows(w, t, NULL, NULL, name, &all, LM_DTYPE_Q8_0, out, err);
         if (st == LM_OK) release_source(w, t);
         return st;
     }
@@ -788,8 +961,13 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
     /* FP8: each rank decodes only its rows, made as the whole matrix's
      * would be for its columns (int8 blocks start at its first column). */
     const lm_tensor *t, *s;
+    mlx_source mlx;
+    if (find_mlx(w, name, n_dims, shape, &mlx, err))
+        return mlx.scales ? convert_rows(w, mlx.weight, NULL, &mlx, name, &part, mlx_made_as(w, &mlx, true, n_cols),
+                                         out, err)
+                          : err->code;
     if (find_fp8(w, name, n_dims, shape, &t, &s, err))
-        return s ? convert_rows(w, t, s, name, &part, fp8_made_as(w, n_cols), out, err) : err->code;
+        return s ? convert_rows(w, t, s, NULL, name, &part, fp8_made_as(w, n_cols), out, err) : err->code;
     t = require_shape(w, name, n_dims, shape, err);
     if (!t) return err->code;
     if (was_released(w, t))
@@ -797,7 +975,7 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
     bool whole_rows = n_cols == cols;
     if (w->quant.int8_linear && n_cols % LM_Q8_BLOCK == 0) {
         if (need_q8(w, name, err) != LM_OK) return err->code;
-        return convert_rows(w, t, NULL, name, &part, LM_DTYPE_Q8_0, out, err);
+        return convert_rows(w, t, NULL, NULL, name, &part, LM_DTYPE_Q8_0, out, err);
     }
     size_t elem = lm_dtype_row_bytes(t->dtype, 1), src_row = elem * (size_t)cols;
     size_t dst_row = elem * (size_t)n_cols, bytes = dst_row * (size_t)n_rows;
@@ -840,8 +1018,6 @@ lm_status lm_weights_linear_stacked_range(lm_weights *w, const char *name, int64
 
 /* ---- config.json's quantization_config ---- */
 
-#define MAX_CONFIG_BYTES ((size_t)16 << 20)
-
 static lm_status read_quant(const lm_json_fields *q, lm_weights_quant *out) {
     char method[32] = "", fmt[32] = "", activation[32] = "";
     lm_status s = lm_json_read_string(q, "quant_method", method, sizeof method);
@@ -876,8 +1052,58 @@ static lm_status read_quant(const lm_json_fields *q, lm_weights_quant *out) {
     return LM_OK;
 }
 
+/* MLX's "quantization": group_size, bits, mode "affine" when given; any
+ * other key is a per-layer override (a module path), refused by name
+ * until overrides are read. */
+static lm_status read_mlx_quant(const lm_json_fields *q, lm_weights_quant *out) {
+    int bits = 0, group = 0;
+    lm_status s;
+    if (!lm_json_field(q, "bits"))
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "bits", "is missing: MLX quantization needs bits and group_size");
+    if (!lm_json_field(q, "group_size"))
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "group_size",
+                                   "is missing: MLX quantization needs bits and group_size");
+    if ((s = lm_json_read_int(q, "bits", 1, 64, &bits)) != LM_OK) return s;
+    if (!lm_mlx_bits_supported(bits))
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "bits", "is %d: MLX affine weights of 2, 3, 4, 5, 6 or 8 bits",
+                                   bits);
+    if ((s = lm_json_read_int(q, "group_size", 1, 1 << 20, &group)) != LM_OK) return s;
+    if (!lm_mlx_group_supported(group))
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "group_size", "is %d: MLX affine groups of 32, 64 or 128",
+                                   group);
+    char mode[32] = "";
+    if ((s = lm_json_read_string(q, "mode", mode, sizeof mode)) != LM_OK) return s;
+    if (mode[0] && strcmp(mode, "affine") != 0)
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "mode", "is '%s': loom reads MLX affine quantization only",
+                                   mode);
+    out->mlx_overrides = false;
+    for (const cJSON *item = q->object->child; item; item = item->next) {
+        const char *key = item->string ? item->string : "";
+        if (!strcmp(key, "bits") || !strcmp(key, "group_size") || !strcmp(key, "mode")) continue;
+        out->mlx_overrides = true;
+        if (cJSON_IsFalse(item)) continue; /* a module left unquantized */
+        if (!cJSON_IsObject(item))
+            return lm_json_field_error(q, LM_ERR_UNSUPPORTED, key,
+                                       "is neither a module's {\"group_size\", \"bits\"} nor false");
+        lm_json_fields layer;
+        int lbits = 0, lgroup = 0;
+        if ((s = lm_json_fields_sub(q, key, &layer)) != LM_OK) return s;
+        if ((s = lm_json_read_int(&layer, "bits", 1, 64, &lbits)) != LM_OK) return s;
+        if ((s = lm_json_read_int(&layer, "group_size", 1, 1 << 20, &lgroup)) != LM_OK) return s;
+        if (!lm_mlx_bits_supported(lbits) || !lm_mlx_group_supported(lgroup))
+            return lm_json_field_error(q, LM_ERR_UNSUPPORTED, key,
+                                       "asks for %d bits in groups of %d: MLX affine has 2, 3, 4, 5, 6 or 8 bits "
+                                       "and groups of 32, 64 or 128",
+                                       lbits, lgroup);
+    }
+    out->mlx_bits = bits;
+    out->mlx_group = group;
+    return LM_OK;
+}
+
 lm_status lm_weights_quant_config(const char *config_path, lm_weights_quant *q, lm_error *err) {
     q->fp8_block_rows = q->fp8_block_cols = 0;
+    q->mlx_bits = q->mlx_group = 0;
     cJSON *root = NULL;
     lm_status s = lm_json_read_file(config_path, MAX_CONFIG_BYTES, &root, err);
     if (s != LM_OK) return s;
@@ -887,17 +1113,24 @@ lm_status lm_weights_quant_config(const char *config_path, lm_weights_quant *q, 
         s = lm_json_fields_sub(&top, "text_config", &text);
         if (s == LM_OK) s = lm_json_fields_sub(&text, "quantization_config", &qc);
     }
-    if (s == LM_OK && qc.object) s = read_quant(&qc, q);
+    /* mlx-lm writes "quantization" (and, lately, the same object again as
+     * quantization_config, without a quant_method) */
+    lm_json_fields mlx = {0};
+    if (s == LM_OK) s = lm_json_fields_sub(&top, "quantization", &mlx);
+    if (s == LM_OK && !mlx.object && qc.object && !lm_json_field(&qc, "quant_method") && lm_json_field(&qc, "bits"))
+        mlx = qc;
+    if (s == LM_OK && mlx.object) s = read_mlx_quant(&mlx, q);
+    else if (s == LM_OK && qc.object) s = read_quant(&qc, q);
     cJSON_Delete(root);
     return s;
 }
 
-lm_status lm_weights_lm_head(lm_weights *w, const lm_matrix *embed_tokens, bool tied, int vocab, int hidden, int rank,
-                             int n_ranks, lm_matrix *out, bool *split, lm_error *err) {
+lm_status lm_weights_lm_head(lm_weights *w, const char *name, const lm_matrix *embed_tokens, bool tied, int vocab,
+                             int hidden, int rank, int n_ranks, lm_matrix *out, bool *split, lm_error *err) {
     *split = n_ranks > 1 && vocab % n_ranks == 0;
     if (!*split) {
         if (tied) *out = *embed_tokens;
-        return tied ? LM_OK : lm_weights_linear(w, "lm_head.weight", vocab, hidden, out, err);
+        return tied ? LM_OK : lm_weights_linear(w, name, vocab, hidden, out, err);
     }
     int64_t share = vocab / n_ranks, first = share * rank;
     if (tied) {
@@ -905,5 +1138,5 @@ lm_status lm_weights_lm_head(lm_weights *w, const lm_matrix *embed_tokens, bool 
         return LM_OK;
     }
     lm_weights_slice slice = {.n_runs = 1, .runs = {{.first = first, .count = share}}};
-    return lm_weights_linear_slice(w, "lm_head.weight", vocab, hidden, &slice, out, err);
+    return lm_weights_linear_slice(w, name, vocab, hidden, &slice, out, err);
 }

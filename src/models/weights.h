@@ -10,6 +10,8 @@
 #include <stdio.h>
 
 #include "io/checkpoint.h"
+
+struct cJSON;
 #include "ops/ops.h"
 
 /* How weights are made at load (lm_weights_set_quant; lm_model_load_options
@@ -19,10 +21,16 @@ typedef struct {
     bool int8_linear;      /* --quantize int8: lm_weights_linear makes Q8_0 */
     int fp8_block_rows;    /* > 0: config.json says FP8 with weight_block_size */
     int fp8_block_cols;    /* [fp8_block_rows, fp8_block_cols] */
+    int mlx_bits;          /* > 0: config.json's "quantization" (MLX affine, models/mlx_quant.h) */
+    int mlx_group;         /* its group_size */
+    bool mlx_overrides;    /* it names modules of their own bits/group_size (or false: not quantized) */
 } lm_weights_quant;
 
 /* config.json's quantization_config (top level, else text_config's): none,
- * or quant_method "fp8" with a weight_block_size of two ints in [1, 65536]
+ * MLX affine ("quantization" or "quantization_config" holding group_size
+ * and bits and no quant_method; any other key is a module path with its
+ * own {group_size, bits}, or false, each checked here and read when its
+ * tensor is loaded), or quant_method "fp8" with a weight_block_size of two ints in [1, 65536]
  * (fmt, when given, "e4m3"; activation_scheme "dynamic" or "static": loom
  * computes activations in float32 either way).  Anything else is an error
  * naming the field.  int8_linear is left as it was. */
@@ -60,6 +68,9 @@ typedef struct {
     int progress_ranks;
     size_t q8_bytes; /* bytes of the Q8_0 matrices made at load */
     size_t fp8_bf16_bytes; /* bytes of bf16 matrices decoded from FP8 (a backend without int8 weights) */
+    size_t mlx_bytes;      /* bytes of matrices decoded from MLX affine codes */
+    lm_dtype mlx_made;     /* what the latest became (bf16, float32 or Q8_0), for the note */
+    struct cJSON *mlx_config; /* config.json, read at the first MLX matrix when quant.mlx_overrides */
     struct lm_pool *convert_pool; /* threads converting large matrices at load (made at the first) */
     bool convert_pool_failed;     /* it could not be made, or one thread: convert on the caller's */
     /* Tensors whose data was converted at load and then handed back to the
@@ -99,7 +110,11 @@ lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64
  * error saying so).  Every matrix (linear or not) stored as F8_E4M3 with
  * its `<name>_scale_inv` block scales is decoded and converted to Q8_0
  * (float32 when cols is not a multiple of LM_Q8_BLOCK), or to bf16 on a
- * backend without Q8_0 weights. */
+ * backend without Q8_0 weights.  Every matrix stored MLX-quantized
+ * (`X.weight` uint32 with `X.scales` and `X.biases`, config.json's
+ * "quantization") is decoded into the dtype of its scales (Q8_0 with
+ * int8_linear), here and in every loader below, slices included (only the
+ * slice's rows are decoded). */
 lm_status lm_weights_linear(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                             lm_matrix *out, lm_error *err);
 /* The same for a 3-D [n, rows, cols] tensor (fused experts). */
@@ -160,12 +175,13 @@ lm_status lm_weights_conv2d_as_rows(lm_weights *w, const char *name, int64_t out
 /* Rows [first, first + rows) of m, a view of the same memory. */
 lm_matrix lm_matrix_rows(const lm_matrix *m, int64_t first, int64_t rows);
 
-/* The lm_head [vocab, hidden]: lm_head.weight, or the (loaded) embedding
+/* The lm_head [vocab, hidden]: `name` (lm_head.weight; mlx-lm's
+ * language_model.lm_head.weight), or the (loaded) embedding
  * when tied; with tensor parallelism over n_ranks ranks that split the
  * vocabulary (forward_common.h's lm_vocab_splits) only rank's rows (a view
  * of the tied embedding, or only those rows read), and *split says so. */
-lm_status lm_weights_lm_head(lm_weights *w, const lm_matrix *embed_tokens, bool tied, int vocab, int hidden, int rank,
-                             int n_ranks, lm_matrix *out, bool *split, lm_error *err);
+lm_status lm_weights_lm_head(lm_weights *w, const char *name, const lm_matrix *embed_tokens, bool tied, int vocab,
+                             int hidden, int rank, int n_ranks, lm_matrix *out, bool *split, lm_error *err);
 /* Any float tensor with exactly n elements, converted to float32 and plus
  * `offset` (1.0 turns a zero-centred norm weight into its scale), in host
  * memory owned by w, for transforms made once before import.  Shape must be

@@ -236,7 +236,7 @@ static lm_status load_model(lm_glm4v_model *m, lm_error *err) {
     m->lm_head_tied = !lm_weights_has(&m->weights, "lm_head.weight");
     TRY((m->lm_head_tied ? lm_weights_linear : lm_weights_matrix)(&m->weights, name, c->vocab_size,
                                                                   c->hidden_size, &m->embed_tokens, err));
-    TRY(lm_weights_lm_head(&m->weights, &m->embed_tokens, m->lm_head_tied, c->vocab_size, c->hidden_size,
+    TRY(lm_weights_lm_head(&m->weights, "lm_head.weight", &m->embed_tokens, m->lm_head_tied, c->vocab_size, c->hidden_size,
                            m->share.rank, m->share.n_ranks, &m->lm_head, &m->vocab_split, err));
     snprintf(name, sizeof name, "%snorm.weight", prefix);
     TRY(lm_weights_vector(&m->weights, name, c->hidden_size, 0, false, &m->final_norm, err));
@@ -303,7 +303,10 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
                                 options->tensor_parallel ? options->tensor_parallel->n_ranks : 1);
     const lm_weights_quant quant = {.int8_linear = options->quantize_int8,
                                     .fp8_block_rows = options->fp8_block_rows,
-                                    .fp8_block_cols = options->fp8_block_cols};
+                                    .fp8_block_cols = options->fp8_block_cols,
+                                    .mlx_bits = options->mlx_bits,
+                                    .mlx_group = options->mlx_group,
+                                    .mlx_overrides = options->mlx_overrides};
     lm_weights_set_quant(&m->weights, &quant);
     /* GLM-4.6V rotates halves, GLM-4.6V-Flash interleaved pairs (§E.2.2, §E.6);
      * both split the frequencies into contiguous T/H/W sections. */

@@ -204,13 +204,30 @@ lm_status lm_qwen35_load_layer(lm_qwen35_model *m, const char *prefix, int i, lm
     return load_mlp(m, prefix, i, &layer->mlp, err);
 }
 
-static lm_status load_layers(lm_qwen35_model *m, const char *prefix, lm_error *err) {
+/* Whether the checkpoint's zero-centred norms already hold their +1: mlx-lm
+ * adds it when it converts a checkpoint, and marks the conversion by the
+ * linear-attention conv1d it stores [C, K, 1] where Hugging Face stores
+ * [C, 1, K] (the same bytes: loom reads either).  Its own rule, used here. */
+static bool norms_hold_offset(const lm_qwen35_model *m, const char *prefix) {
+    const lm_qwen35_config *c = &m->config;
+    if (!m->weights.checkpoint) return false;
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        if (c->layer_types[i] == LM_LAYER_FULL_ATTENTION) continue;
+        char name[256];
+        snprintf(name, sizeof name, "%slayers.%d.linear_attn.conv1d.weight", prefix, i);
+        const lm_tensor *t = lm_checkpoint_find(m->weights.checkpoint, name);
+        return t && t->n_dims == 3 && t->shape[2] == 1 && t->shape[1] > 1;
+    }
+    return false;
+}
+
+static lm_status load_layers(lm_qwen35_model *m, const char *prefix, float norm_offset, lm_error *err) {
     const lm_qwen35_config *c = &m->config;
     for (int i = 0; i < c->num_hidden_layers; i++) {
         lm_qwen35_layer *layer = &m->layers[i];
         bool full = c->layer_types[i] == LM_LAYER_FULL_ATTENTION;
         layer->cache_index = full ? m->n_full_layers++ : m->n_linear_layers++;
-        TRY(lm_qwen35_load_layer(m, prefix, i, c->layer_types[i], 1.0f, layer, err));
+        TRY(lm_qwen35_load_layer(m, prefix, i, c->layer_types[i], norm_offset, layer, err));
     }
     return LM_OK;
 }
@@ -356,7 +373,10 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     if (options)
         quant = (lm_weights_quant){.int8_linear = options->quantize_int8,
                                    .fp8_block_rows = options->fp8_block_rows,
-                                   .fp8_block_cols = options->fp8_block_cols};
+                                   .fp8_block_cols = options->fp8_block_cols,
+                                   .mlx_bits = options->mlx_bits,
+                                   .mlx_group = options->mlx_group,
+                                   .mlx_overrides = options->mlx_overrides};
     lm_weights_set_quant(&m->weights, &quant);
     lm_status st = take_share(m, options, err);
     m->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
@@ -378,9 +398,16 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
                                   .scale = 1.0f};
 
     /* Multimodal checkpoints nest the text model under model.language_model. */
-    const char *prefix = lm_weights_has(&m->weights, "model.language_model.embed_tokens.weight")
-                             ? "model.language_model."
-                             : "model.";
+    /* mlx-lm saves it as language_model.model (and language_model.lm_head). */
+    const char *prefix = lm_weights_has(&m->weights, "model.language_model.embed_tokens.weight")  ? "model.language_model."
+                         : lm_weights_has(&m->weights, "language_model.model.embed_tokens.weight") ? "language_model.model."
+                                                                                                  : "model.";
+    const char *lm_head_name = strcmp(prefix, "language_model.model.") == 0 ? "language_model.lm_head.weight"
+                                                                            : "lm_head.weight";
+    const float norm_offset = norms_hold_offset(m, prefix) ? 0.0f : 1.0f;
+    /* mlx-lm keeps the text model only: its checkpoints run without images */
+    const bool text_only = strcmp(prefix, "language_model.model.") == 0 &&
+                           !lm_weights_has(&m->weights, "model.visual.patch_embed.proj.weight");
     char name[256];
     snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
     if (st != LM_OK) {
@@ -391,22 +418,22 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
      * unless it is also the (tied) lm_head, which every decode step reads
      * whole: then it is quantized like the other Linear layers, and the
      * embedding rows are read from the int8 table. */
-    bool tied = !lm_weights_has(&m->weights, "lm_head.weight");
+    bool tied = !lm_weights_has(&m->weights, lm_head_name);
     st = (tied ? lm_weights_linear : lm_weights_matrix)(&m->weights, name, c->vocab_size, c->hidden_size,
                                                         &m->embed_tokens, err);
     if (st == LM_OK) {
         /* Tie rule: use lm_head.weight when present, else the embedding. */
         m->lm_head_tied = tied;
-        st = lm_weights_lm_head(&m->weights, &m->embed_tokens, tied, c->vocab_size, c->hidden_size, m->share.rank,
+        st = lm_weights_lm_head(&m->weights, lm_head_name, &m->embed_tokens, tied, c->vocab_size, c->hidden_size, m->share.rank,
                              m->share.n_ranks, &m->lm_head, &m->vocab_split, err);
     }
     if (st == LM_OK) {
         snprintf(name, sizeof name, "%snorm.weight", prefix);
-        st = lm_weights_vector(&m->weights, name, c->hidden_size, 1.0f, false, &m->final_norm, err);
+        st = lm_weights_vector(&m->weights, name, c->hidden_size, norm_offset, false, &m->final_norm, err);
     }
     if (st == LM_OK) {
         m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
-        st = m->layers ? load_layers(m, prefix, err)
+        st = m->layers ? load_layers(m, prefix, norm_offset, err)
                        : lm_fail(err, LM_ERR_NOMEM, "out of memory loading layers");
     }
     if (st == LM_OK) {
@@ -420,7 +447,7 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     }
     /* The vision tower: config.json's vision_config and the checkpoint's
      * model.visual.* (made up with random weights). */
-    if (st == LM_OK && c->has_vision_config && (checkpoint || (options && options->random_weights)))
+    if (st == LM_OK && c->has_vision_config && !text_only && (checkpoint || (options && options->random_weights)))
         st = lm_qwen35_vision_load(checkpoint, options ? options->random_seed : 0, &quant, backend, &c->vision,
                                    c->hidden_size, &m->vision, err);
     if (st != LM_OK) {
