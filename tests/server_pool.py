@@ -106,7 +106,7 @@ def wait_ready(port, seconds=120):
     return False
 
 
-VOLATILE = {"id", "created", "created_at", "usage", "system_fingerprint", "call_id", "item_id", "sequence_number"}
+VOLATILE = {"id", "created", "created_at", "completed_at", "usage", "system_fingerprint", "call_id", "item_id", "sequence_number"}
 
 
 def stable(v):
