@@ -147,3 +147,62 @@ lm_status test_greedy_run(lm_model *model, const int32_t *ids, int n, const int3
     free(logits);
     return st;
 }
+
+static const char *const test_prompt_names[TEST_PROMPTS] = {"p0", "p1", "p2", "p3"};
+
+void test_prompt_logits_free(test_prompt_logits *p) {
+    for (int i = 0; i < TEST_PROMPTS; i++) free(p->logits[i]);
+    memset(p, 0, sizeof *p);
+}
+
+lm_safetensors *test_open_reference(const char *fixture_dir) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/reference.safetensors", fixture_dir);
+    lm_safetensors *ref = NULL;
+    lm_error err = {0};
+    if (lm_safetensors_open(path, LM_LOAD_READ, &ref, &err) != LM_OK) fprintf(stderr, "%s\n", err.message);
+    return ref;
+}
+
+bool test_prefill_prompts(lm_model *model, const char *dir, const lm_safetensors *ref, int n_prompts,
+                          test_prompt_logits *out) {
+    out->V = lm_model_describe(model)->vocab_size;
+    for (int p = 0; p < n_prompts; p++) {
+        const int32_t *ids = test_reference_ids(ref, test_prompt_names[p], &out->n[p]);
+        lm_error err = {0};
+        out->logits[p] = ids ? test_prefill(model, ids, out->n[p], NULL, NULL, &err) : NULL;
+        if (!out->logits[p]) {
+            fprintf(stderr, "%s %s: %s\n", dir, test_prompt_names[p], ids ? err.message : "no such prompt");
+            return false;
+        }
+    }
+    return true;
+}
+
+bool test_run_prompts(const char *dir, const lm_model_load_options *options, const lm_safetensors *ref,
+                      int n_prompts, test_prompt_logits *out) {
+    memset(out, 0, sizeof *out);
+    test_model tm;
+    if (!test_model_open_with(&tm, dir, 2, options)) return false;
+    bool ok = test_prefill_prompts(tm.model, dir, ref, n_prompts, out);
+    test_model_close(&tm);
+    return ok;
+}
+
+double test_worst_prompt_error(const test_prompt_logits *a, const test_prompt_logits *b, const lm_safetensors *ref,
+                               int n_prompts) {
+    double worst = 0;
+    for (int p = 0; p < n_prompts; p++) {
+        size_t n = (size_t)a->n[p] * (size_t)a->V;
+        const float *want = b ? b->logits[p] : NULL;
+        if (!b) {
+            char name[64];
+            snprintf(name, sizeof name, "%s.logits", test_prompt_names[p]);
+            const lm_tensor *t = lm_safetensors_find(ref, name);
+            if (!t || (size_t)t->n_elements != n) return INFINITY;
+            want = t->data;
+        }
+        worst = fmax(worst, test_normalized_error(a->logits[p], want, n));
+    }
+    return worst;
+}

@@ -72,4 +72,26 @@ typedef struct {
 lm_status test_greedy_run(lm_model *model, const int32_t *ids, int n, const int32_t *want, int G,
                           test_greedy_result *out, lm_error *err);
 
+/* Full-prefill logits of a fixture's reference prompts (p0..p3), for
+ * checkpoints compared with a twin or the reference (test_quantized,
+ * test_mlx_quant). */
+#define TEST_PROMPTS 4
+typedef struct {
+    float *logits[TEST_PROMPTS];
+    int n[TEST_PROMPTS];
+    int V;
+} test_prompt_logits;
+void test_prompt_logits_free(test_prompt_logits *p);
+/* fixture_dir/reference.safetensors (NULL, said on stderr, if it cannot be read). */
+lm_safetensors *test_open_reference(const char *fixture_dir);
+/* The first n_prompts reference prompts through model. */
+bool test_prefill_prompts(lm_model *model, const char *dir, const lm_safetensors *ref, int n_prompts,
+                          test_prompt_logits *out);
+/* The same through dir's model (options may be NULL) on the backend under test. */
+bool test_run_prompts(const char *dir, const lm_model_load_options *options, const lm_safetensors *ref,
+                      int n_prompts, test_prompt_logits *out);
+/* The worst normalized error of a's prompts against b's (NULL: the reference's). */
+double test_worst_prompt_error(const test_prompt_logits *a, const test_prompt_logits *b, const lm_safetensors *ref,
+                               int n_prompts);
+
 #endif

@@ -81,74 +81,6 @@ static void test_unpack_by_hand(void) {
 
 /* ---- logits of the reference prompts (as tests/test_quantized.c) ---- */
 
-static const char *prompts[] = {"p0", "p1", "p2", "p3"};
-
-typedef struct {
-    float *logits[4];
-    int n[4];
-    int V;
-} prompt_logits;
-
-static void prompt_logits_free(prompt_logits *p) {
-    for (int i = 0; i < 4; i++) free(p->logits[i]);
-    memset(p, 0, sizeof *p);
-}
-
-static lm_safetensors *open_reference(const char *fixture_dir) {
-    char path[1400];
-    snprintf(path, sizeof path, "%s/reference.safetensors", fixture_dir);
-    lm_safetensors *ref = NULL;
-    lm_error err = {0};
-    if (lm_safetensors_open(path, LM_LOAD_READ, &ref, &err) != LM_OK) fprintf(stderr, "%s\n", err.message);
-    return ref;
-}
-
-/* Full-prefill logits of the reference prompts through model. */
-static bool prefill_prompts(lm_model *model, const char *dir, const lm_safetensors *ref, int n_prompts,
-                            prompt_logits *out) {
-    out->V = lm_model_describe(model)->vocab_size;
-    for (int p = 0; p < n_prompts; p++) {
-        const int32_t *ids = test_reference_ids(ref, prompts[p], &out->n[p]);
-        lm_error err = {0};
-        out->logits[p] = ids ? test_prefill(model, ids, out->n[p], NULL, NULL, &err) : NULL;
-        if (!out->logits[p]) {
-            fprintf(stderr, "%s %s: %s\n", dir, prompts[p], ids ? err.message : "no such prompt");
-            return false;
-        }
-    }
-    return true;
-}
-
-/* The same through dir's model on the backend under test. */
-static bool run_prompts(const char *dir, const lm_model_load_options *options, const lm_safetensors *ref,
-                        int n_prompts, prompt_logits *out) {
-    memset(out, 0, sizeof *out);
-    test_model tm;
-    if (!test_model_open_with(&tm, dir, 2, options)) return false;
-    bool ok = prefill_prompts(tm.model, dir, ref, n_prompts, out);
-    test_model_close(&tm);
-    return ok;
-}
-
-
-/* The worst normalized error of a's prompts against b's (or the reference's). */
-static double worst_error(const prompt_logits *a, const prompt_logits *b, const lm_safetensors *ref,
-                          int n_prompts) {
-    double worst = 0;
-    for (int p = 0; p < n_prompts; p++) {
-        size_t n = (size_t)a->n[p] * (size_t)a->V;
-        const float *want = b ? b->logits[p] : NULL;
-        if (!b) {
-            char name[64];
-            snprintf(name, sizeof name, "%s.logits", prompts[p]);
-            const lm_tensor *t = lm_safetensors_find(ref, name);
-            if (!t || (size_t)t->n_elements != n) return INFINITY;
-            want = t->data;
-        }
-        worst = fmax(worst, test_normalized_error(a->logits[p], want, n));
-    }
-    return worst;
-}
 
 /* ---- an MLX checkpoint made from a fixture, and its float32 twin ---- */
 
@@ -371,18 +303,18 @@ static void check_matches_twin(mlx_form form, mlx_spoil variant, const char *qua
     CHECK(test_make_temp_folder(twin, sizeof twin, "mlx4-twin"));
     CHECK(write_checkpoint(fixture, q, form, variant, quant_json));
     CHECK(write_checkpoint(fixture, twin, MLX_TWIN, variant, NULL));
-    lm_safetensors *ref = open_reference(fixture);
+    lm_safetensors *ref = test_open_reference(fixture);
     CHECK(ref);
-    prompt_logits a, b;
-    bool ok_a = run_prompts(q, NULL, ref, 4, &a), ok_b = run_prompts(twin, NULL, ref, 4, &b);
+    test_prompt_logits a, b;
+    bool ok_a = test_run_prompts(q, NULL, ref, 4, &a), ok_b = test_run_prompts(twin, NULL, ref, 4, &b);
     if (ok_a && ok_b) {
-        double e = worst_error(&a, &b, NULL, 4), e_ref = worst_error(&a, NULL, ref, 4);
+        double e = test_worst_prompt_error(&a, &b, NULL, 4), e_ref = test_worst_prompt_error(&a, NULL, ref, 4);
         printf("  MLX 4-bit (group 64, %s names) vs its float32 twin: %.3g (bitwise: %s); vs the bf16 reference: %.3g\n",
                form == MLX_LM_NAMES ? "mlx-lm" : "Hugging Face", e, e == 0 ? "yes" : "no", e_ref);
         CHECK_MSG(e == 0, "MLX load differs from its float32 twin by %.3g of the logits' std", e);
     }
-    prompt_logits_free(&a);
-    prompt_logits_free(&b);
+    test_prompt_logits_free(&a);
+    test_prompt_logits_free(&b);
     lm_safetensors_close(ref);
     remove_checkpoint(q);
     remove_checkpoint(twin);
@@ -406,18 +338,18 @@ static void test_committed_fixture_matches_twin(void) {
     test_fixture_path(fixture, sizeof fixture, "models/qwen35-dense");
     test_fixture_path(q, sizeof q, "models/qwen35-dense-mlx4");
     test_fixture_path(twin, sizeof twin, "models/qwen35-dense-mlx4-twin");
-    lm_safetensors *ref = open_reference(fixture);
+    lm_safetensors *ref = test_open_reference(fixture);
     CHECK(ref);
-    prompt_logits a, b;
-    bool ok_a = run_prompts(q, NULL, ref, 4, &a), ok_b = run_prompts(twin, NULL, ref, 4, &b);
+    test_prompt_logits a, b;
+    bool ok_a = test_run_prompts(q, NULL, ref, 4, &a), ok_b = test_run_prompts(twin, NULL, ref, 4, &b);
     if (ok_a && ok_b) {
-        double e = worst_error(&a, &b, NULL, 4), e_ref = worst_error(&a, NULL, ref, 4);
+        double e = test_worst_prompt_error(&a, &b, NULL, 4), e_ref = test_worst_prompt_error(&a, NULL, ref, 4);
         printf("  qwen35-dense-mlx4 (bf16 scales) vs its bf16 twin: %.3g (bitwise: %s); vs the reference: %.3g\n", e,
                e == 0 ? "yes" : "no", e_ref);
         CHECK_MSG(e == 0, "qwen35-dense-mlx4 differs from its twin by %.3g of the logits' std", e);
     }
-    prompt_logits_free(&a);
-    prompt_logits_free(&b);
+    test_prompt_logits_free(&a);
+    test_prompt_logits_free(&b);
     lm_safetensors_close(ref);
     CHECK(ok_a && ok_b);
 }

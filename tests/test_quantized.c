@@ -58,58 +58,10 @@
  * float32 model (int8's blocks: [0.238]), [1.20] off the reference. */
 #define FP8_AS_BF16_TOLERANCE 0.25
 
-static const char *prompts[] = {"p0", "p1", "p2", "p3"};
-
-typedef struct {
-    float *logits[4];
-    int n[4];
-    int V;
-} prompt_logits;
-
-static void prompt_logits_free(prompt_logits *p) {
-    for (int i = 0; i < 4; i++) free(p->logits[i]);
-    memset(p, 0, sizeof *p);
-}
-
-static lm_safetensors *open_reference(const char *fixture_dir) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/reference.safetensors", fixture_dir);
-    lm_safetensors *ref = NULL;
-    lm_error err = {0};
-    if (lm_safetensors_open(path, LM_LOAD_READ, &ref, &err) != LM_OK) fprintf(stderr, "%s\n", err.message);
-    return ref;
-}
-
-/* Full-prefill logits of the reference prompts through model. */
-static bool prefill_prompts(lm_model *model, const char *dir, const lm_safetensors *ref, int n_prompts,
-                            prompt_logits *out) {
-    out->V = lm_model_describe(model)->vocab_size;
-    for (int p = 0; p < n_prompts; p++) {
-        const int32_t *ids = test_reference_ids(ref, prompts[p], &out->n[p]);
-        lm_error err = {0};
-        out->logits[p] = ids ? test_prefill(model, ids, out->n[p], NULL, NULL, &err) : NULL;
-        if (!out->logits[p]) {
-            fprintf(stderr, "%s %s: %s\n", dir, prompts[p], ids ? err.message : "no such prompt");
-            return false;
-        }
-    }
-    return true;
-}
-
-/* The same through dir's model on the backend under test. */
-static bool run_prompts(const char *dir, const lm_model_load_options *options, const lm_safetensors *ref,
-                        int n_prompts, prompt_logits *out) {
-    memset(out, 0, sizeof *out);
-    test_model tm;
-    if (!test_model_open_with(&tm, dir, 2, options)) return false;
-    bool ok = prefill_prompts(tm.model, dir, ref, n_prompts, out);
-    test_model_close(&tm);
-    return ok;
-}
 
 /* The same on backend be (a test's own). */
 static bool run_prompts_on(lm_backend *be, const char *dir, const lm_safetensors *ref, int n_prompts,
-                           prompt_logits *out) {
+                           test_prompt_logits *out) {
     memset(out, 0, sizeof *out);
     lm_model *model = NULL;
     lm_error err = {0};
@@ -117,29 +69,11 @@ static bool run_prompts_on(lm_backend *be, const char *dir, const lm_safetensors
         fprintf(stderr, "%s: %s\n", dir, err.message);
         return false;
     }
-    bool ok = prefill_prompts(model, dir, ref, n_prompts, out);
+    bool ok = test_prefill_prompts(model, dir, ref, n_prompts, out);
     lm_model_free(model);
     return ok;
 }
 
-/* The worst normalized error of a's prompts against b's (or the reference's). */
-static double worst_error(const prompt_logits *a, const prompt_logits *b, const lm_safetensors *ref,
-                          int n_prompts) {
-    double worst = 0;
-    for (int p = 0; p < n_prompts; p++) {
-        size_t n = (size_t)a->n[p] * (size_t)a->V;
-        const float *want = b ? b->logits[p] : NULL;
-        if (!b) {
-            char name[64];
-            snprintf(name, sizeof name, "%s.logits", prompts[p]);
-            const lm_tensor *t = lm_safetensors_find(ref, name);
-            if (!t || (size_t)t->n_elements != n) return INFINITY;
-            want = t->data;
-        }
-        worst = fmax(worst, test_normalized_error(a->logits[p], want, n));
-    }
-    return worst;
-}
 
 /* Whether the backend under test takes int8 weights; the tests that load
  * int8 models skip, saying so, on one that does not (a backend refuses
@@ -163,16 +97,16 @@ static void check_int8_fixture(const char *fixture, int n_prompts, double tolera
     if (!test_backend_has_int8(fixture)) return;
     char dir[1024];
     test_fixture_path(dir, sizeof dir, fixture);
-    lm_safetensors *ref = open_reference(dir);
+    lm_safetensors *ref = test_open_reference(dir);
     CHECK(ref);
     if (!ref) return;
-    prompt_logits bf16, int8;
+    test_prompt_logits bf16, int8;
     lm_model_load_options plain = {0}, quant = {.quantize_int8 = true};
-    CHECK(run_prompts(dir, &plain, ref, n_prompts, &bf16));
-    CHECK(run_prompts(dir, &quant, ref, n_prompts, &int8));
+    CHECK(test_run_prompts(dir, &plain, ref, n_prompts, &bf16));
+    CHECK(test_run_prompts(dir, &quant, ref, n_prompts, &int8));
     if (bf16.logits[n_prompts - 1] && int8.logits[n_prompts - 1]) {
-        double e_ref = worst_error(&int8, NULL, ref, n_prompts), e_bf16 = worst_error(&int8, &bf16, NULL, n_prompts);
-        double e_base = worst_error(&bf16, NULL, ref, n_prompts);
+        double e_ref = test_worst_prompt_error(&int8, NULL, ref, n_prompts), e_bf16 = test_worst_prompt_error(&int8, &bf16, NULL, n_prompts);
+        double e_base = test_worst_prompt_error(&bf16, NULL, ref, n_prompts);
         printf("  %s: int8 vs reference %.3g, int8 vs bf16 %.3g (bf16 vs reference %.3g)\n", fixture, e_ref,
                e_bf16, e_base);
         CHECK_MSG(e_ref < tolerance, "%s: int8 logits %.3g off the reference", fixture, e_ref);
@@ -180,8 +114,8 @@ static void check_int8_fixture(const char *fixture, int n_prompts, double tolera
         /* int8 really is in use: its logits differ from bf16's */
         CHECK_MSG(e_bf16 > 1e-4, "%s: int8 logits equal the bf16 ones (%.3g): nothing was quantized", fixture, e_bf16);
     }
-    prompt_logits_free(&bf16);
-    prompt_logits_free(&int8);
+    test_prompt_logits_free(&bf16);
+    test_prompt_logits_free(&int8);
     lm_safetensors_close(ref);
 }
 
@@ -196,7 +130,7 @@ static void test_int8_decode_matches_prefill(void) {
     if (!test_backend_has_int8("test_int8_decode_matches_prefill")) return;
     char dir[1024];
     test_fixture_path(dir, sizeof dir, "models/qwen35-dense");
-    lm_safetensors *ref = open_reference(dir);
+    lm_safetensors *ref = test_open_reference(dir);
     CHECK(ref);
     test_model tm;
     lm_model_load_options quant = {.quantize_int8 = true};
@@ -281,16 +215,16 @@ static void remove_fp8_folders(const fp8_folders *f) {
  * (so e4m3 decoding and the scales are exact), within the stated
  * tolerances of that twin unquantized and of the references. */
 static void check_fp8_as_int8(const fp8_folders *f, const lm_safetensors *ref) {
-    prompt_logits fp8, dequant, all, all_dequant_int8;
+    test_prompt_logits fp8, dequant, all, all_dequant_int8;
     lm_model_load_options plain = {0}, quant = {.quantize_int8 = true};
-    CHECK(run_prompts(f->fp8, &plain, ref, 4, &fp8));
-    CHECK(run_prompts(f->f32, &plain, ref, 4, &dequant));
-    CHECK(run_prompts(f->all, &plain, ref, 4, &all));
-    CHECK(run_prompts(f->all_f32, &quant, ref, 4, &all_dequant_int8));
+    CHECK(test_run_prompts(f->fp8, &plain, ref, 4, &fp8));
+    CHECK(test_run_prompts(f->f32, &plain, ref, 4, &dequant));
+    CHECK(test_run_prompts(f->all, &plain, ref, 4, &all));
+    CHECK(test_run_prompts(f->all_f32, &quant, ref, 4, &all_dequant_int8));
     if (fp8.logits[3] && all_dequant_int8.logits[3] && dequant.logits[3] && all.logits[3]) {
-        double e_same = worst_error(&all, &all_dequant_int8, NULL, 4);
-        double e_dequant = worst_error(&fp8, &dequant, NULL, 4), e_ref = worst_error(&fp8, NULL, ref, 4);
-        double e_fp8_itself = worst_error(&dequant, NULL, ref, 4);
+        double e_same = test_worst_prompt_error(&all, &all_dequant_int8, NULL, 4);
+        double e_dequant = test_worst_prompt_error(&fp8, &dequant, NULL, 4), e_ref = test_worst_prompt_error(&fp8, NULL, ref, 4);
+        double e_fp8_itself = test_worst_prompt_error(&dequant, NULL, ref, 4);
         printf("  fp8 (every linear) vs its dequantized weights made int8 %.3g; fp8 vs its dequantized weights in float32 %.3g; "
                "vs reference %.3g (the dequantized float32 model vs reference: %.3g)\n",
                e_same, e_dequant, e_ref, e_fp8_itself);
@@ -298,10 +232,10 @@ static void check_fp8_as_int8(const fp8_folders *f, const lm_safetensors *ref) {
         CHECK_MSG(e_dequant < FP8_VS_DEQUANT_TOLERANCE, "FP8 load %.3g off its dequantized float32 model", e_dequant);
         CHECK_MSG(e_ref < FP8_VS_REFERENCE_TOLERANCE, "FP8 load %.3g off the reference", e_ref);
     }
-    prompt_logits_free(&fp8);
-    prompt_logits_free(&dequant);
-    prompt_logits_free(&all);
-    prompt_logits_free(&all_dequant_int8);
+    test_prompt_logits_free(&fp8);
+    test_prompt_logits_free(&dequant);
+    test_prompt_logits_free(&all);
+    test_prompt_logits_free(&all_dequant_int8);
 }
 
 /* On a backend without int8 weights (be; NULL: the backend under test):
@@ -309,14 +243,14 @@ static void check_fp8_as_int8(const fp8_folders *f, const lm_safetensors *ref) {
  * rounded to bf16 (nearest even), and within FP8_AS_BF16_TOLERANCE of the
  * dequantized float32 model. */
 static void check_fp8_as_bf16(lm_backend *be, const fp8_folders *f, const lm_safetensors *ref) {
-    prompt_logits fp8, bf16, dequant;
+    test_prompt_logits fp8, bf16, dequant;
     lm_model_load_options plain = {0};
-    CHECK(be ? run_prompts_on(be, f->fp8, ref, 4, &fp8) : run_prompts(f->fp8, &plain, ref, 4, &fp8));
-    CHECK(be ? run_prompts_on(be, f->bf16, ref, 4, &bf16) : run_prompts(f->bf16, &plain, ref, 4, &bf16));
-    CHECK(be ? run_prompts_on(be, f->f32, ref, 4, &dequant) : run_prompts(f->f32, &plain, ref, 4, &dequant));
+    CHECK(be ? run_prompts_on(be, f->fp8, ref, 4, &fp8) : test_run_prompts(f->fp8, &plain, ref, 4, &fp8));
+    CHECK(be ? run_prompts_on(be, f->bf16, ref, 4, &bf16) : test_run_prompts(f->bf16, &plain, ref, 4, &bf16));
+    CHECK(be ? run_prompts_on(be, f->f32, ref, 4, &dequant) : test_run_prompts(f->f32, &plain, ref, 4, &dequant));
     if (fp8.logits[3] && bf16.logits[3] && dequant.logits[3]) {
-        double e_same = worst_error(&fp8, &bf16, NULL, 4), e_dequant = worst_error(&fp8, &dequant, NULL, 4);
-        double e_ref = worst_error(&fp8, NULL, ref, 4);
+        double e_same = test_worst_prompt_error(&fp8, &bf16, NULL, 4), e_dequant = test_worst_prompt_error(&fp8, &dequant, NULL, 4);
+        double e_ref = test_worst_prompt_error(&fp8, NULL, ref, 4);
         printf("  fp8 as bf16: vs its dequantized weights rounded to bf16 %.3g; vs them in float32 %.3g; "
                "vs reference %.3g\n", e_same, e_dequant, e_ref);
         CHECK_MSG(e_same == 0, "FP8 loaded as bf16 differs from its dequantized weights in bf16 by %.3g", e_same);
@@ -324,15 +258,15 @@ static void check_fp8_as_bf16(lm_backend *be, const fp8_folders *f, const lm_saf
                   e_dequant);
         CHECK_MSG(e_ref < FP8_VS_REFERENCE_TOLERANCE, "FP8 loaded as bf16 %.3g off the reference", e_ref);
     }
-    prompt_logits_free(&fp8);
-    prompt_logits_free(&bf16);
-    prompt_logits_free(&dequant);
+    test_prompt_logits_free(&fp8);
+    test_prompt_logits_free(&bf16);
+    test_prompt_logits_free(&dequant);
 }
 
 static void test_fp8_checkpoint(void) {
     fp8_folders f = {0};
     CHECK(make_fp8_folders(&f));
-    lm_safetensors *ref = open_reference(f.fixture);
+    lm_safetensors *ref = test_open_reference(f.fixture);
     CHECK(ref);
     if (ref && f.made) {
         lm_backend *be = NULL;
@@ -353,7 +287,7 @@ static void test_fp8_checkpoint(void) {
 static void test_fp8_without_int8_loads_bf16(void) {
     fp8_folders f = {0};
     CHECK(make_fp8_folders(&f));
-    lm_safetensors *ref = open_reference(f.fixture);
+    lm_safetensors *ref = test_open_reference(f.fixture);
     CHECK(ref);
     lm_error err = {0};
     lm_backend *cpu = NULL;
