@@ -150,6 +150,32 @@ def requests():
     return out
 
 
+def burst(port, reqs):
+    """CONCURRENT clients at once, client i sending reqs[i % len(reqs)]:
+    ([(status, body, headers)] by client (None: unanswered), whether all
+    were answered, seconds taken)."""
+    got = [None] * CONCURRENT
+    gate = threading.Barrier(CONCURRENT)
+
+    def client(i):
+        p, b, _ = reqs[i % len(reqs)]
+        try:
+            gate.wait(30)
+        except threading.BrokenBarrierError:
+            pass
+        h = {}
+        status, body = post(port, p, b, headers=h)
+        got[i] = (status, body, h)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CONCURRENT)]
+    start = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    return got, not any(t.is_alive() for t in threads), time.time() - start
+
+
 def run(binary, model, label):
     server = Server(binary, model)
     try:
@@ -159,29 +185,14 @@ def run(binary, model, label):
         alone = [answer_of(p, s, *post(server.port, p, b)) for p, b, s in reqs]
         check(all(not isinstance(a, tuple) for a in alone),
               label + ": every request alone answers 200: %s" % [a for a in alone if isinstance(a, tuple)][:3])
-        got = [None] * CONCURRENT
-        gate = threading.Barrier(CONCURRENT)
-
-        def client(i):
-            p, b, s = reqs[i % len(reqs)]
-            try:
-                gate.wait(30)
-            except threading.BrokenBarrierError:
-                pass
-            got[i] = answer_of(p, s, *post(server.port, p, b))
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(CONCURRENT)]
-        start = time.time()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(180)
-        took = time.time() - start
+        replies, answered, took = burst(server.port, reqs)
+        got = [answer_of(reqs[i % len(reqs)][0], reqs[i % len(reqs)][2], *g[:2]) if g else None
+               for i, g in enumerate(replies)]
         wrong = [(reqs[i % len(reqs)][0], got[i], alone[i % len(reqs)]) for i in range(CONCURRENT)
                  if got[i] != alone[i % len(reqs)]]
         check(not wrong, label + ": %d concurrent requests (more than the preparation threads) answer as alone; "
               "%d differ, the first: %s" % (CONCURRENT, len(wrong), str(wrong[:1])[:600]))
-        check(not any(t.is_alive() for t in threads), label + ": every concurrent request was answered (%.1f s)" % took)
+        check(answered, label + ": every concurrent request was answered (%.1f s)" % took)
     finally:
         rc = server.stop()
         log = "".join(server.stderr)
@@ -200,25 +211,10 @@ def run_tiny_queue(binary, model, label):
             return
         reqs = [r for r in requests() if r[0] in ("/v1/chat/completions", "/v1/messages")]
         alone = [answer_of(p, s, *post(server.port, p, b)) for p, b, s in reqs]
-        got = [None] * CONCURRENT
-        gate = threading.Barrier(CONCURRENT)
-
-        def client(i):
-            p, b, s = reqs[i % len(reqs)]
-            try:
-                gate.wait(30)
-            except threading.BrokenBarrierError:
-                pass
-            h = {}
-            status, body = post(server.port, p, b, headers=h)
-            got[i] = (status, body, h, answer_of(p, s, status, body))
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(CONCURRENT)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(180)
-        check(not any(t.is_alive() for t in threads), label + ": every request of the burst was answered (tiny queue)")
+        replies, answered, _ = burst(server.port, reqs)
+        got = [g + (answer_of(reqs[i % len(reqs)][0], reqs[i % len(reqs)][2], *g[:2]),) if g else None
+               for i, g in enumerate(replies)]
+        check(answered, label + ": every request of the burst was answered (tiny queue)")
         bad, refused = [], 0
         for i, g in enumerate(got):
             if g is None:
