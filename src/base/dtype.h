@@ -27,16 +27,35 @@ typedef enum {
      * values q, and the weights are s * q.  Made at load from float weights
      * (--quantize int8) or FP8 checkpoints (models/weights.c). */
     LM_DTYPE_Q8_0,
+    /* The block formats of ggml (llama.cpp's GGUF files), byte for byte as
+     * ggml-common.h lays them out: a row of cols elements is cols /
+     * lm_dtype_block_elems blocks of lm_dtype_block_bytes bytes each, scales
+     * float16.  Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 hold 32 elements a block, the
+     * K-quants 256.  GGML_Q8_0 differs from loom's Q8_0 above only in its
+     * scale (float16, not bf16), so neither is read as the other. */
+    LM_DTYPE_GGML_Q4_0,
+    LM_DTYPE_GGML_Q4_1,
+    LM_DTYPE_GGML_Q5_0,
+    LM_DTYPE_GGML_Q5_1,
+    LM_DTYPE_GGML_Q8_0,
+    LM_DTYPE_GGML_Q4_K,
+    LM_DTYPE_GGML_Q5_K,
+    LM_DTYPE_GGML_Q6_K,
     LM_DTYPE_COUNT
 } lm_dtype;
 
 #define LM_Q8_BLOCK 32
 #define LM_Q8_BLOCK_BYTES (2 + LM_Q8_BLOCK)
 
-/* Bytes per element; 0 for the block format LM_DTYPE_Q8_0 (see
+/* Bytes per element; 0 for the block formats (Q8_0 and the GGML ones: see
  * lm_dtype_row_bytes). */
 size_t lm_dtype_size(lm_dtype dtype);
-/* Bytes of one row of `cols` elements (Q8_0: cols a multiple of LM_Q8_BLOCK). */
+/* Elements and bytes of one block: 1 and lm_dtype_size for plain types. */
+int64_t lm_dtype_block_elems(lm_dtype dtype);
+size_t lm_dtype_block_bytes(lm_dtype dtype);
+static inline int lm_dtype_is_block(lm_dtype dtype) { return lm_dtype_block_elems(dtype) > 1; }
+/* Bytes of one row of `cols` elements (block formats: cols a multiple of
+ * lm_dtype_block_elems). */
 size_t lm_dtype_row_bytes(lm_dtype dtype, int64_t cols);
 const char *lm_dtype_name(lm_dtype dtype); /* safetensors spelling: "BF16", "F32", ...; "Q8_0" */
 /* The dtypes a safetensors file may name; LM_DTYPE_COUNT when the name is
