@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "base/ggml_quant.h"
 #include "base/quant.h"
 #include "harness.h"
 #include "ops/backend_kinds.h"
@@ -647,8 +648,51 @@ static void *random_q8(rng *r, int64_t rows, int64_t cols, float *values) {
     return w;
 }
 
-/* A [rows, cols] matrix of dtype, any of the four (Q8_0: random_q8). */
+/* ggml block weights [rows, cols] (cols a multiple of the block): Q4_0,
+ * Q4_1, Q5_0, Q5_1 and Q8_0 quantized from random floats by ggml's rounding
+ * (lm_ggml_quantize_row; rows of wider range, a zero block), the K-quants
+ * random bytes with small float16 d and dmin (every byte of their scale
+ * fields is valid); `values` the weights dequantized (base/ggml_quant.h,
+ * itself checked against gguf-py by test_ggml_quant), the float64 oracle's. */
+static void *random_ggml(rng *r, lm_dtype dtype, int64_t rows, int64_t cols, float *values) {
+    size_t row_bytes = lm_dtype_row_bytes(dtype, cols), block_bytes = lm_dtype_block_bytes(dtype);
+    uint8_t *w = malloc(row_bytes * (size_t)(rows ? rows : 1));
+    float *row = malloc(sizeof(float) * (size_t)(cols ? cols : 1));
+    bool ok = w && row;
+    for (int64_t o = 0; ok && o < rows; o++) {
+        uint8_t *wr = w + (size_t)o * row_bytes;
+        if (lm_ggml_can_quantize(dtype)) {
+            for (int64_t i = 0; i < cols; i++) row[i] = rng_float(r) * (o % 5 == 0 ? 4.0f : 0.5f);
+            if (o % 7 == 3 && cols > 0) memset(row, 0, sizeof(float) * (size_t)(cols < 32 ? cols : 32));
+            ok = lm_ggml_quantize_row(dtype, row, cols, wr);
+        } else {
+            for (size_t i = 0; i < row_bytes; i++) wr[i] = (uint8_t)(rng_next(r) >> 56);
+            for (size_t b = 0; b < row_bytes / block_bytes; b++) {
+                uint8_t *block = wr + b * block_bytes;
+                uint16_t d = lm_ggml_f32_to_f16(rng_float(r) * 0.004f);
+                uint16_t dmin = lm_ggml_f32_to_f16(rng_float(r) * 0.004f);
+                if (dtype == LM_DTYPE_GGML_Q6_K) {
+                    memcpy(block + 208, &d, 2);
+                } else {
+                    memcpy(block, &d, 2);
+                    memcpy(block + 2, &dmin, 2);
+                }
+            }
+        }
+        lm_ggml_dequantize_row(dtype, wr, values + o * cols, cols);
+    }
+    free(row);
+    if (!ok) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* A [rows, cols] matrix of dtype, any of the four (Q8_0: random_q8), or a
+ * ggml block format (random_ggml). */
 static void *random_matrix(rng *r, lm_dtype dtype, int64_t rows, int64_t cols, float *values) {
+    if (lm_ggml_is_block(dtype)) return random_ggml(r, dtype, rows, cols, values);
     return dtype == LM_DTYPE_Q8_0 ? random_q8(r, rows, cols, values)
                                   : random_weights(r, dtype, (size_t)(rows * cols), values);
 }
@@ -1032,6 +1076,77 @@ static void test_matmul_q8(void) {
     for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, n, 53, 1088);
     check_q8_batch_invariance(&bs, &v, &r, 13, 70, 1024);
     check_q8_batch_invariance(&bs, &v, &r, 6, 257, 96);
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* ggml's block formats (GGUF files: base/dtype.h, LM_DTYPE_GGML_*) against
+ * the float64 oracle on their dequantized weights, on every backend that
+ * takes them (cpu and ref must take all eight): released widths (their
+ * cols are whole 256-weight super-blocks), rows past one task, every
+ * token-tile remainder, rows longer than the cpu kernel's column chunk
+ * (17408), and each token's row bit for bit what it is alone. */
+static const lm_dtype ggml_dtypes[] = {LM_DTYPE_GGML_Q4_0, LM_DTYPE_GGML_Q4_K, LM_DTYPE_GGML_Q6_K,
+                                       LM_DTYPE_GGML_Q8_0, LM_DTYPE_GGML_Q4_1, LM_DTYPE_GGML_Q5_0,
+                                       LM_DTYPE_GGML_Q5_1, LM_DTYPE_GGML_Q5_K};
+#define N_GGML_DTYPES (sizeof ggml_dtypes / sizeof ggml_dtypes[0])
+
+static void check_weights_batch_invariance(const backends *bs, verdict *v, rng *r, lm_dtype dtype,
+                                           int n, int64_t rows, int64_t cols) {
+    float *wv = malloc(sizeof(float) * (size_t)(rows * cols));
+    void *w = wv ? random_matrix(r, dtype, rows, cols, wv) : NULL;
+    float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
+    for (int b = 0; b < bs->n && w && x && !v->failed; b++) {
+        if (!lm_backend_supports_weights(bs->be[b], dtype)) continue;
+        arena a = arena_on(bs->be[b]);
+        lm_matrix m = import_matrix(&a, w, dtype, rows, cols);
+        lm_mem xm = up_f32(&a, x, (size_t)n * (size_t)cols), y = poisoned(&a, (size_t)n * rows);
+        lm_mem alone = poisoned(&a, (size_t)rows);
+        lm_matmul(a.be, y, xm, n, &m);
+        float *all = down_f32(&a, y, (size_t)n * rows);
+        for (int t = 0; t < n && all && !v->failed; t++) {
+            lm_matmul(a.be, alone, lm_mem_f32(xm, (size_t)t * (size_t)cols), 1, &m);
+            float *one = down_f32(&a, alone, (size_t)rows);
+            if (!one || memcmp(one, all + (size_t)t * rows, sizeof(float) * (size_t)rows) != 0)
+                fail(v, "%s matmul on %s: token %d of %d differs from the same token alone (%lldx%lld)",
+                     lm_dtype_name(dtype), bs->label[b], t, n, (long long)rows, (long long)cols);
+            free(one);
+        }
+        if (!all) fail(v, "%s: backend memory failed", bs->label[b]);
+        free(all);
+        arena_free(&a);
+    }
+    if (!w || !x) fail(v, "out of memory");
+    free(wv);
+    free(w);
+    free(x);
+}
+
+static void test_matmul_ggml(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, matmul);
+    verdict v = {0};
+    rng r = {0x99a1ull};
+    for (int i = 0; i < bs.n; i++)
+        if (strcmp(bs.family[i], "cuda") != 0)
+            for (size_t d = 0; d < N_GGML_DTYPES; d++)
+                CHECK_MSG(lm_backend_supports_weights(bs.be[i], ggml_dtypes[d]), "%s takes no %s weights",
+                          bs.label[i], lm_dtype_name(ggml_dtypes[d]));
+    static const int ns[] = {1, 3, 9, 130};
+    static const int64_t shapes[][2] = {{1, 256}, {13, 512}, {70, 1024}, {33, 768}};
+    static const int64_t released[][2] = {{96, 1024}, {64, 2048}, {48, 4096}, {32, 5120}, {64, 3584}, {16, 17408}};
+    for (size_t d = 0; d < N_GGML_DTYPES && !v.failed; d++) {
+        lm_dtype dt = ggml_dtypes[d];
+        for (size_t i = 0; i < 4; i++)
+            for (size_t j = 0; j < 4; j++) check_matmul(&bs, &v, &r, dt, ns[i], shapes[j][0], shapes[j][1]);
+        for (size_t j = 0; j < 6; j++) check_matmul(&bs, &v, &r, dt, 1 + (int)j % 4, released[j][0], released[j][1]);
+        check_matmul(&bs, &v, &r, dt, 1, 1000, 1024);
+        for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, dt, n, 53, 512);
+        check_weights_batch_invariance(&bs, &v, &r, dt, 13, 70, 1024);
+        check_weights_batch_invariance(&bs, &v, &r, dt, 6, 257, 512);
+        check_weights_batch_invariance(&bs, &v, &r, dt, 9, 20, 17408);
+    }
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -1661,6 +1776,49 @@ static void test_embed(void) {
                 if (!got || memcmp(got, want, sizeof(float) * n_out) != 0)
                     fail(&v, "embed %s dim=%lld on %s differs", lm_dtype_name(dtype),
                          (long long)dim, bs.label[b]);
+                free(got);
+                arena_free(&a);
+            }
+            free(values);
+            free(table);
+            free(want);
+        }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* Rows of a ggml block table (a GGUF token_embd, also a tied lm_head):
+ * exactly the dequantized weights (base/ggml_quant.h), on every backend
+ * that takes the format. */
+static void test_embed_ggml(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, embed);
+    verdict v = {0};
+    rng r = {199};
+    static const int64_t dims[] = {256, 1024, 4096};
+    int32_t ids[6] = {0, 36, 5, 5, 20, 0}; /* repeats and both ends */
+    for (size_t d = 0; d < N_GGML_DTYPES; d++)
+        for (size_t k = 0; k < 3; k++) {
+            lm_dtype dtype = ggml_dtypes[d];
+            int64_t vocab = 37, dim = dims[k];
+            size_t n_out = 6 * (size_t)dim;
+            float *values = malloc(sizeof(float) * (size_t)(vocab * dim));
+            void *table = values ? random_ggml(&r, dtype, vocab, dim, values) : NULL;
+            float *want = malloc(sizeof(float) * n_out);
+            CHECK(values && table && want);
+            for (int t = 0; t < 6; t++)
+                memcpy(want + t * dim, values + ids[t] * dim, sizeof(float) * (size_t)dim);
+            for (int b = 0; b < bs.n; b++) {
+                if (!lm_backend_supports_weights(bs.be[b], dtype)) continue;
+                arena a = arena_on(bs.be[b]);
+                lm_matrix m = import_matrix(&a, table, dtype, vocab, dim);
+                lm_mem out = poisoned(&a, n_out);
+                lm_embed(a.be, out, up_i32(&a, ids, 6), 6, &m);
+                float *got = down_f32(&a, out, n_out);
+                if (!got || memcmp(got, want, sizeof(float) * n_out) != 0)
+                    fail(&v, "embed %s dim=%lld on %s differs", lm_dtype_name(dtype), (long long)dim,
+                         bs.label[b]);
                 free(got);
                 arena_free(&a);
             }
@@ -4090,9 +4248,10 @@ static bool expert_set_make(expert_set *s, rng *r, int E, int H, int I, lm_dtype
     *s = (expert_set){E, H, I, dtype, NULL, NULL, malloc(sizeof(float) * gu),
                       malloc(sizeof(float) * dn)};
     if (!s->gate_up_v || !s->down_v) return false;
-    bool q8 = dtype == LM_DTYPE_Q8_0;
-    s->gate_up = q8 ? random_q8(r, (int64_t)E * 2 * I, H, s->gate_up_v) : random_weights(r, dtype, gu, s->gate_up_v);
-    s->down = q8 ? random_q8(r, (int64_t)E * H, I, s->down_v) : random_weights(r, dtype, dn, s->down_v);
+    bool blocks = lm_dtype_is_block(dtype); /* Q8_0 or a ggml format */
+    s->gate_up = blocks ? random_matrix(r, dtype, (int64_t)E * 2 * I, H, s->gate_up_v)
+                        : random_weights(r, dtype, gu, s->gate_up_v);
+    s->down = blocks ? random_matrix(r, dtype, (int64_t)E * H, I, s->down_v) : random_weights(r, dtype, dn, s->down_v);
     return s->gate_up && s->down;
 }
 
@@ -4110,6 +4269,10 @@ static void fill_nan(void *w, lm_dtype dtype, size_t n) {
             ((uint8_t *)w)[b * LM_Q8_BLOCK_BYTES] = 0xC0;
             ((uint8_t *)w)[b * LM_Q8_BLOCK_BYTES + 1] = 0x7F;
         }
+        return;
+    }
+    if (lm_ggml_is_block(dtype)) { /* all ones: every block's float16 scale d is a NaN */
+        memset(w, 0xFF, lm_dtype_row_bytes(dtype, (int64_t)n));
         return;
     }
     for (size_t i = 0; i < n; i++)
@@ -4480,7 +4643,10 @@ static void test_moe_experts(void) {
                 /* wide experts (as GLM-4.6V's, I 1408): down's rows of many
                  * more columns than a kernel stages at once */
                 {8, 768, 96, LM_DTYPE_BF16},
-                {8, 768, 96, LM_DTYPE_Q8_0}};
+                {8, 768, 96, LM_DTYPE_Q8_0},
+                /* GGUF's experts (Q4_K_M files: mostly Q4_K; whole super-blocks) */
+                {8, 256, 256, LM_DTYPE_GGML_Q4_K},
+                {8, 32, 64, LM_DTYPE_GGML_Q4_0}};
     static const int ks[] = {2, 8}, ns[] = {1, 5, 130};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0] && !v.failed; i++) {
         expert_set s;
@@ -4793,6 +4959,7 @@ int main(void) {
     RUN_TEST(test_memory_ops);
     RUN_TEST(test_matmul);
     RUN_TEST(test_matmul_q8);
+    RUN_TEST(test_matmul_ggml);
     RUN_TEST(test_matmul_bf16_compute);
     RUN_TEST(test_matmul_zero_cols);
     RUN_TEST(test_matmul_group);
@@ -4801,6 +4968,7 @@ int main(void) {
     RUN_TEST(test_matmul_add);
     RUN_TEST(test_matmul_gated_add);
     RUN_TEST(test_embed);
+    RUN_TEST(test_embed_ggml);
     RUN_TEST(test_norms);
     RUN_TEST(test_add_rmsnorm);
     RUN_TEST(test_plain_layer_fuses_exactly);

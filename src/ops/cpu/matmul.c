@@ -1,5 +1,5 @@
-/* y[n, rows] = x[n, cols] · Wᵀ with W bf16, f16, f32 or Q8_0 (the row kernels of matmul_q8.c);
- * x, y float32.
+/* y[n, rows] = x[n, cols] · Wᵀ with W bf16, f16, f32, Q8_0 (the row kernels of matmul_q8.c)
+ * or a ggml block format (matmul_ggml.c); x, y float32.
  *
  * Vectorised along cols (the dot-product direction, contiguous in both x and
  * W).  Weights are widened to float32 in registers (bf16: zero-extend and
@@ -23,8 +23,10 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "base/ggml_quant.h"
 #include "base/simd.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_ggml.h"
 #include "ops/cpu/matmul_q8.h"
 #include "ops/ref/reference.h"
 
@@ -177,6 +179,11 @@ static void matmul_task(void *ctx, int task, int n_tasks) {
         }
         return;
     }
+    if (lm_ggml_is_block(job->dtype)) { /* matmul_ggml.c: whole rows, its own token tiles */
+        lm_cpu_ggml_matmul_rows(job->y, job->x, job->w, job->dtype, job->rows, job->cols, job->n,
+                                row_begin, row_end, job->panel_rows);
+        return;
+    }
     const row_fn *kernels = job->dtype == LM_DTYPE_BF16  ? rows_bf16
                             : job->dtype == LM_DTYPE_F16 ? rows_f16
                                                          : rows_f32;
@@ -205,7 +212,7 @@ static matmul_job job_of(float *y, const float *x, int n, const lm_host_matrix *
         .cols = w->cols,
         .n = n,
         .dtype = w->dtype,
-        .col_block = n == 1 || w->cols <= PREFILL_COL_BLOCK || w->dtype == LM_DTYPE_Q8_0
+        .col_block = n == 1 || w->cols <= PREFILL_COL_BLOCK || lm_dtype_is_block(w->dtype)
                          ? w->cols
                          : PREFILL_COL_BLOCK,
         .rows_per_task = per,
@@ -227,7 +234,8 @@ static int64_t rows_per_task(lm_pool *pool, int64_t rows) {
 }
 
 static bool kernel_dtype(lm_dtype d) {
-    return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32 || d == LM_DTYPE_Q8_0;
+    return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32 || d == LM_DTYPE_Q8_0 ||
+           lm_ggml_is_block(d);
 }
 
 void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host_matrix *w) {
@@ -308,6 +316,12 @@ static void embed_row(float *out, const lm_host_matrix *table, int64_t row) {
         return;
     }
     default:
+        if (lm_ggml_is_block(table->dtype)) { /* the row's blocks, dequantized as ggml does */
+            lm_ggml_dequantize_row(table->dtype,
+                                   (const uint8_t *)table->data + (size_t)row * lm_dtype_row_bytes(table->dtype, cols),
+                                   out, cols);
+            return;
+        }
         for (; i < cols; i++) out[i] = lm_ref_weight_at(table, row, i);
         return;
     }

@@ -96,6 +96,10 @@ static void weighted_task(void *ctx, int task, int n_tasks) {
 void lm_cpu_add_weighted_rows(lm_pool *pool, float *x, const lm_host_matrix *table,
                               const int32_t *ids, const float *weights, int n, int taps) {
     if (n <= 0 || table->cols <= 0) return;
+    if (lm_dtype_is_block(table->dtype)) { /* Q8_0 or ggml blocks: the reference, element by element */
+        lm_ref_add_weighted_rows(x, table, ids, weights, n, taps);
+        return;
+    }
     weighted_job job = {x, table, ids, weights, n, taps};
     int threads = lm_pool_size(pool);
     int tasks = (int64_t)n * table->cols * (taps > 0 ? taps : 1) >= WEIGHTED_PARALLEL_MIN_MACS && n > 1

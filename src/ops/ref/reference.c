@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "base/ggml_quant.h"
 #include "base/quant.h"
 
 float lm_ref_weight_at(const lm_host_matrix *w, int64_t row, int64_t col) {
@@ -16,7 +17,11 @@ float lm_ref_weight_at(const lm_host_matrix *w, int64_t row, int64_t col) {
     case LM_DTYPE_Q8_0:
         return lm_q8_weight_at((const uint8_t *)w->data + (size_t)row * lm_dtype_row_bytes(w->dtype, w->cols),
                                col);
-    default: return NAN; /* loaders only hand float matrices to kernels */
+    default:
+        if (lm_ggml_is_block(w->dtype))
+            return lm_ggml_weight_at(w->dtype, (const uint8_t *)w->data + (size_t)row * lm_dtype_row_bytes(w->dtype, w->cols),
+                                     col);
+        return NAN; /* loaders only hand float matrices to kernels */
     }
 }
 
@@ -52,7 +57,19 @@ static double dot_row(const lm_host_matrix *w, int64_t o, const float *x) {
         }
         return acc;
     }
-    default: return NAN; /* loaders only hand float matrices to kernels */
+    default:
+        if (lm_ggml_is_block(w->dtype)) { /* ggml blocks: each block's float32 weights, then Σ w·x */
+            int64_t n = lm_dtype_block_elems(w->dtype);
+            size_t block_bytes = lm_dtype_block_bytes(w->dtype);
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)o * lm_dtype_row_bytes(w->dtype, cols);
+            float block[LM_GGML_MAX_BLOCK];
+            for (int64_t b = 0; b < cols / n; b++) {
+                lm_ggml_dequantize_row(w->dtype, row + (size_t)b * block_bytes, block, n);
+                for (int64_t i = 0; i < n; i++) acc += (double)block[i] * x[b * n + i];
+            }
+            return acc;
+        }
+        return NAN; /* loaders only hand float matrices to kernels */
     }
 }
 
@@ -64,6 +81,13 @@ void lm_ref_matmul(float *y, const float *x, int n, const lm_host_matrix *w) {
 }
 
 void lm_ref_embed(float *out, const int32_t *ids, int n, const lm_host_matrix *table) {
+    if (lm_ggml_is_block(table->dtype)) { /* whole rows of blocks */
+        for (int t = 0; t < n; t++)
+            lm_ggml_dequantize_row(table->dtype,
+                                   (const uint8_t *)table->data + (size_t)ids[t] * lm_dtype_row_bytes(table->dtype, table->cols),
+                                   out + (int64_t)t * table->cols, table->cols);
+        return;
+    }
     for (int t = 0; t < n; t++)
         for (int64_t i = 0; i < table->cols; i++)
             out[(int64_t)t * table->cols + i] = lm_ref_weight_at(table, ids[t], i);

@@ -1,0 +1,341 @@
+/* ggml block weights × float32 activations (matmul_ggml.h).
+ *
+ * The weights stay packed: each group of a block (32 weights sharing a
+ * scale; 16 in Q6_K) is unpacked into float32 registers as its integers q
+ * (exact: nibbles masked and shifted, 5- and 6-bit values assembled, then
+ * widened), multiplied with a token's activations into one vector (a
+ * product, then fused multiply-adds, in order), and that vector is added to
+ * the token's accumulator with the group's scale in one fused multiply-add
+ * (d·Σq·x: d·q is exact in float32 for every format, so this is Σ w·x up to
+ * float32 rounding).  The affine formats (Q4_1, Q5_1: w = d·q + m; Q4_K,
+ * Q5_K: w = d·sc·q − dmin·m) add their offsets as Σ_g m_g·Σx_g: the sums of
+ * x over each group of 32 do not depend on the row, so they are made once
+ * per token tile and column chunk, and a row adds one short dot product of
+ * its offsets with them instead of an add per weight.
+ *
+ * Batch invariance: a row is taken in fixed chunks of CHUNK_COLS, each
+ * (row, token) has two accumulators (even and odd groups) reduced in
+ * lm_vf_reduce_add's order, the offsets' dot product runs in a fixed order
+ * and the chunks add into y in order; none of it depends on the token tile,
+ * the task or the thread, so a token's bits do not depend on its batchmates
+ * (test_backend_ops checks it bit for bit). */
+#include "ops/cpu/matmul_ggml.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "base/bf16.h"
+#include "base/ggml_quant.h"
+#include "base/simd.h"
+
+/* Columns per chunk (a multiple of every block); the per-group sums of a
+ * token tile and a row's offsets for one chunk live on the stack. */
+#define CHUNK_COLS 8192
+#define CHUNK_GROUPS (CHUNK_COLS / 32)
+/* Tokens per pass over a row: two accumulators per token stay in registers
+ * (32 zmm on AVX-512, 16 ymm on AVX2), as in matmul_q8.c. */
+#define TILE_T (LM_VF_WIDTH == 16 ? 8 : 4)
+#define VECS_32 (32 / LM_VF_WIDTH)
+_Static_assert(16 % LM_VF_WIDTH == 0, "a group (16 or 32 weights) is whole vectors");
+
+typedef struct {
+    float *y;
+    const float *x;
+    const uint8_t *w;
+    int64_t rows, cols;
+    size_t row_bytes;
+} ggml_job;
+
+/* ---- unpacking ---- */
+
+static LM_ALWAYS_INLINE float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+#if defined(__F16C__)
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+#else
+    return lm_f16_to_f32(h);
+#endif
+}
+
+/* LM_VF_WIDTH weights from the nibbles of LM_VF_WIDTH bytes at p (the low
+ * ones, or the high ones when `high`), minus `offset`, as floats. */
+static LM_ALWAYS_INLINE lm_vf load_nibbles(const uint8_t *p, bool high, int offset) {
+#if defined(LM_SIMD_AVX512)
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    if (high) b = _mm_srli_epi16(b, 4);
+    b = _mm_and_si128(b, _mm_set1_epi8(0x0F));
+    if (offset) b = _mm_sub_epi8(b, _mm_set1_epi8((char)offset));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+#elif defined(LM_SIMD_AVX2)
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    if (high) b = _mm_srli_epi16(b, 4);
+    b = _mm_and_si128(b, _mm_set1_epi8(0x0F));
+    if (offset) b = _mm_sub_epi8(b, _mm_set1_epi8((char)offset));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+#else
+    int8_t q[LM_VF_WIDTH];
+    for (int i = 0; i < LM_VF_WIDTH; i++) q[i] = (int8_t)(((high ? p[i] >> 4 : p[i]) & 0x0F) - offset);
+    return lm_vf_load_i8(q);
+#endif
+}
+
+/* A 32-weight block of Q4_0/Q4_1 layout: element j < 16 the low nibble of
+ * qs[j], element 16 + j the high one. */
+static LM_ALWAYS_INLINE void nibbles_split(const uint8_t *qs, int offset, lm_vf *q) {
+    LM_PRAGMA_UNROLL
+    for (int v = 0; v < VECS_32; v++) {
+        int e = v * LM_VF_WIDTH;
+        q[v] = load_nibbles(qs + (e & 15), e >= 16, offset);
+    }
+}
+
+/* Q5_0/Q5_1: the low nibbles as in Q4_0 with the fifth bits from qh. */
+static LM_ALWAYS_INLINE void q5_bytes(const uint8_t *qh_at, const uint8_t *qs, int offset, int8_t *q) {
+    uint32_t qh;
+    memcpy(&qh, qh_at, sizeof qh);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)(((qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - offset);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - offset);
+    }
+}
+
+/* Q5_K's 256 values 0..31 in element order. */
+static LM_ALWAYS_INLINE void q5k_bytes(const uint8_t *b, int8_t *q) {
+    const uint8_t *qh = b + 16, *ql = b + 48;
+    for (int g = 0; g < 8; g += 2, ql += 32)
+        for (int l = 0; l < 32; l++) {
+            q[32 * g + l] = (int8_t)((ql[l] & 0xF) | (((qh[l] >> g) & 1) << 4));
+            q[32 * g + 32 + l] = (int8_t)((ql[l] >> 4) | (((qh[l] >> (g + 1)) & 1) << 4));
+        }
+}
+
+/* Q6_K's 256 values -32..31 in element order (ggml_quant.c says the layout). */
+static LM_ALWAYS_INLINE void q6k_bytes(const uint8_t *b, int8_t *q) {
+    const uint8_t *ql = b, *qh = b + 128;
+    for (int h = 0; h < 2; h++, q += 128, ql += 64, qh += 32)
+        for (int l = 0; l < 32; l++) {
+            q[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            q[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+}
+
+/* ---- one group into the accumulators ---- */
+
+/* acc[t] += scale · Σ q·x over the group's `vecs` vectors at x column k. */
+static LM_ALWAYS_INLINE void group_into(lm_vf *acc, const lm_vf *q, int vecs, float scale,
+                                        const float *const *xt, int64_t k, int T) {
+    lm_vf s = lm_vf_set1(scale);
+    LM_PRAGMA_UNROLL
+    for (int t = 0; t < T; t++) {
+        lm_vf sum = lm_vf_mul(q[0], lm_vf_load(xt[t] + k));
+        LM_PRAGMA_UNROLL
+        for (int v = 1; v < vecs; v++) sum = lm_vf_fma(q[v], lm_vf_load(xt[t] + k + v * LM_VF_WIDTH), sum);
+        acc[t] = lm_vf_fma(s, sum, acc[t]);
+    }
+}
+
+/* The accumulators of a (row, token tile): even and odd groups. */
+typedef struct {
+    lm_vf even[8], odd[8];
+    int parity;
+} accumulators;
+
+static LM_ALWAYS_INLINE void group_next(accumulators *a, const lm_vf *q, int vecs, float scale,
+                                        const float *const *xt, int64_t k, int T) {
+    group_into(a->parity ? a->odd : a->even, q, vecs, scale, xt, k, T);
+    a->parity ^= 1;
+}
+
+/* One block of dt at column k; the affine formats' per-32 offsets go to
+ * bias[0 .. block/32). */
+static LM_ALWAYS_INLINE void block_into(accumulators *a, lm_dtype dt, const uint8_t *b,
+                                        const float *const *xt, int64_t k, int T, float *bias) {
+    lm_vf q[VECS_32];
+    switch (dt) {
+    case LM_DTYPE_GGML_Q4_0:
+        nibbles_split(b + 2, 8, q);
+        group_next(a, q, VECS_32, f16_at(b), xt, k, T);
+        return;
+    case LM_DTYPE_GGML_Q4_1:
+        nibbles_split(b + 4, 0, q);
+        bias[0] = f16_at(b + 2);
+        group_next(a, q, VECS_32, f16_at(b), xt, k, T);
+        return;
+    case LM_DTYPE_GGML_Q5_0:
+    case LM_DTYPE_GGML_Q5_1: {
+        bool affine = dt == LM_DTYPE_GGML_Q5_1;
+        int8_t bytes[32];
+        q5_bytes(b + (affine ? 4 : 2), b + (affine ? 8 : 6), affine ? 0 : 16, bytes);
+        LM_PRAGMA_UNROLL
+        for (int v = 0; v < VECS_32; v++) q[v] = lm_vf_load_i8(bytes + v * LM_VF_WIDTH);
+        if (affine) bias[0] = f16_at(b + 2);
+        group_next(a, q, VECS_32, f16_at(b), xt, k, T);
+        return;
+    }
+    case LM_DTYPE_GGML_Q8_0:
+        LM_PRAGMA_UNROLL
+        for (int v = 0; v < VECS_32; v++) q[v] = lm_vf_load_i8((const int8_t *)b + 2 + v * LM_VF_WIDTH);
+        group_next(a, q, VECS_32, f16_at(b), xt, k, T);
+        return;
+    case LM_DTYPE_GGML_Q4_K:
+    case LM_DTYPE_GGML_Q5_K: {
+        float d = f16_at(b), dmin = f16_at(b + 2);
+        int8_t bytes[256]; /* Q5_K's values; Q4_K reads its nibbles in place */
+        if (dt == LM_DTYPE_GGML_Q5_K) q5k_bytes(b, bytes);
+        for (int g = 0; g < 8; g++) {
+            uint8_t sc, m;
+            lm_ggml_k4_scale_min(b + 4, g, &sc, &m);
+            bias[g] = -(dmin * (float)m);
+            if (dt == LM_DTYPE_GGML_Q4_K) {
+                const uint8_t *qs = b + 16 + 32 * (g / 2);
+                LM_PRAGMA_UNROLL
+                for (int v = 0; v < VECS_32; v++) q[v] = load_nibbles(qs + v * LM_VF_WIDTH, g & 1, 0);
+            } else {
+                LM_PRAGMA_UNROLL
+                for (int v = 0; v < VECS_32; v++) q[v] = lm_vf_load_i8(bytes + 32 * g + v * LM_VF_WIDTH);
+            }
+            group_next(a, q, VECS_32, d * (float)sc, xt, k + 32 * g, T);
+        }
+        return;
+    }
+    case LM_DTYPE_GGML_Q6_K: {
+        enum { VECS_16 = 16 / LM_VF_WIDTH > 0 ? 16 / LM_VF_WIDTH : 1 };
+        float d = f16_at(b + 208);
+        const int8_t *sc = (const int8_t *)(b + 192);
+        int8_t bytes[256];
+        q6k_bytes(b, bytes);
+        for (int g = 0; g < 16; g++) {
+            LM_PRAGMA_UNROLL
+            for (int v = 0; v < VECS_16; v++) q[v] = lm_vf_load_i8(bytes + 16 * g + v * LM_VF_WIDTH);
+            group_next(a, q, VECS_16, d * (float)sc[g], xt, k + 16 * g, T);
+        }
+        return;
+    }
+    default: return;
+    }
+}
+
+static LM_ALWAYS_INLINE bool is_affine(lm_dtype dt) {
+    return dt == LM_DTYPE_GGML_Q4_1 || dt == LM_DTYPE_GGML_Q5_1 || dt == LM_DTYPE_GGML_Q4_K ||
+           dt == LM_DTYPE_GGML_Q5_K;
+}
+
+/* Σ_g a[g]·b[g] over n values, in a fixed order. */
+static LM_ALWAYS_INLINE float dot(const float *a, const float *b, int n) {
+    lm_vf acc = lm_vf_zero();
+    int i = 0;
+    for (; i + LM_VF_WIDTH <= n; i += LM_VF_WIDTH) acc = lm_vf_fma(lm_vf_load(a + i), lm_vf_load(b + i), acc);
+    if (i < n) acc = lm_vf_fma(lm_vf_load_part(a + i, n - i), lm_vf_load_part(b + i, n - i), acc);
+    return lm_vf_reduce_add(acc);
+}
+
+/* Row `row` × tokens [t0, t0 + T) over columns [k0, k1) (one chunk): into
+ * y, or added to it past the first chunk.  sums: the tile's per-32 sums of
+ * x over the chunk, CHUNK_GROUPS a token (affine formats). */
+static LM_ALWAYS_INLINE void dot_row(const ggml_job *j, lm_dtype dt, int T, int64_t row, int t0,
+                                     int64_t k0, int64_t k1, const float *sums) {
+    const uint8_t *wrow = j->w + (size_t)row * j->row_bytes;
+    int64_t block = lm_dtype_block_elems(dt);
+    size_t block_bytes = lm_dtype_block_bytes(dt);
+    const float *xt[8];
+    accumulators a;
+    a.parity = 0;
+    LM_PRAGMA_UNROLL
+    for (int t = 0; t < T; t++) {
+        xt[t] = j->x + (int64_t)(t0 + t) * j->cols;
+        a.even[t] = lm_vf_zero();
+        a.odd[t] = lm_vf_zero();
+    }
+    float bias[CHUNK_GROUPS];
+    for (int64_t k = k0; k < k1; k += block)
+        block_into(&a, dt, wrow + (size_t)(k / block) * block_bytes, xt, k, T, bias + (k - k0) / 32);
+    int groups = (int)((k1 - k0) / 32);
+    LM_PRAGMA_UNROLL
+    for (int t = 0; t < T; t++) {
+        float s = lm_vf_reduce_add(lm_vf_add(a.even[t], a.odd[t]));
+        if (is_affine(dt)) s += dot(bias, sums + t * CHUNK_GROUPS, groups);
+        float *yt = j->y + (int64_t)(t0 + t) * j->rows + row;
+        *yt = k0 == 0 ? s : *yt + s;
+    }
+}
+
+typedef void (*row_fn)(const ggml_job *j, int64_t row, int t0, int64_t k0, int64_t k1, const float *sums);
+
+#define DEFINE_ROW(SUFFIX, DT, T)                                                                  \
+    static void row_##SUFFIX##_##T(const ggml_job *j, int64_t r, int t0, int64_t k0, int64_t k1,   \
+                                   const float *sums) {                                            \
+        dot_row(j, DT, T, r, t0, k0, k1, sums);                                                    \
+    }
+#define DEFINE_ROWS(SUFFIX, DT)                                                                    \
+    DEFINE_ROW(SUFFIX, DT, 1)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 2)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 3)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 4)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 5)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 6)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 7)                                                                      \
+    DEFINE_ROW(SUFFIX, DT, 8)                                                                      \
+    static const row_fn rows_##SUFFIX[9] = {NULL,           row_##SUFFIX##_1, row_##SUFFIX##_2,     \
+                                            row_##SUFFIX##_3, row_##SUFFIX##_4, row_##SUFFIX##_5,   \
+                                            row_##SUFFIX##_6, row_##SUFFIX##_7, row_##SUFFIX##_8};
+
+DEFINE_ROWS(q4_0, LM_DTYPE_GGML_Q4_0)
+DEFINE_ROWS(q4_1, LM_DTYPE_GGML_Q4_1)
+DEFINE_ROWS(q5_0, LM_DTYPE_GGML_Q5_0)
+DEFINE_ROWS(q5_1, LM_DTYPE_GGML_Q5_1)
+DEFINE_ROWS(q8_0, LM_DTYPE_GGML_Q8_0)
+DEFINE_ROWS(q4_k, LM_DTYPE_GGML_Q4_K)
+DEFINE_ROWS(q5_k, LM_DTYPE_GGML_Q5_K)
+DEFINE_ROWS(q6_k, LM_DTYPE_GGML_Q6_K)
+
+static const row_fn *kernels_of(lm_dtype dt) {
+    switch (dt) {
+    case LM_DTYPE_GGML_Q4_0: return rows_q4_0;
+    case LM_DTYPE_GGML_Q4_1: return rows_q4_1;
+    case LM_DTYPE_GGML_Q5_0: return rows_q5_0;
+    case LM_DTYPE_GGML_Q5_1: return rows_q5_1;
+    case LM_DTYPE_GGML_Q8_0: return rows_q8_0;
+    case LM_DTYPE_GGML_Q4_K: return rows_q4_k;
+    case LM_DTYPE_GGML_Q5_K: return rows_q5_k;
+    case LM_DTYPE_GGML_Q6_K: return rows_q6_k;
+    default: return NULL;
+    }
+}
+
+/* Σx over each group of 32 of tokens [t0, t0 + T), columns [k0, k1), into
+ * sums[t * CHUNK_GROUPS + g]: one fixed order per group. */
+static void group_sums(float *sums, const float *x, int64_t cols, int t0, int T, int64_t k0, int64_t k1) {
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (int64_t)(t0 + t) * cols;
+        for (int64_t k = k0; k < k1; k += 32) {
+            lm_vf s = lm_vf_load(xt + k);
+            LM_PRAGMA_UNROLL
+            for (int v = 1; v < VECS_32; v++) s = lm_vf_add(s, lm_vf_load(xt + k + v * LM_VF_WIDTH));
+            sums[t * CHUNK_GROUPS + (k - k0) / 32] = lm_vf_reduce_add(s);
+        }
+    }
+}
+
+void lm_cpu_ggml_matmul_rows(float *y, const float *x, const uint8_t *w, lm_dtype dtype,
+                             int64_t rows, int64_t cols, int n, int64_t row_begin, int64_t row_end,
+                             int64_t panel_rows) {
+    const row_fn *kernels = kernels_of(dtype);
+    if (!kernels || cols <= 0) return;
+    ggml_job j = {y, x, w, rows, cols, lm_dtype_row_bytes(dtype, cols)};
+    bool affine = is_affine(dtype);
+    float sums[TILE_T * CHUNK_GROUPS];
+    for (int64_t p0 = row_begin; p0 < row_end; p0 += panel_rows) {
+        int64_t p1 = p0 + panel_rows < row_end ? p0 + panel_rows : row_end;
+        for (int t0 = 0; t0 < n; t0 += TILE_T) {
+            int T = n - t0 < TILE_T ? n - t0 : TILE_T;
+            for (int64_t k0 = 0; k0 < cols; k0 += CHUNK_COLS) {
+                int64_t k1 = k0 + CHUNK_COLS < cols ? k0 + CHUNK_COLS : cols;
+                if (affine) group_sums(sums, x, cols, t0, T, k0, k1);
+                for (int64_t r = p0; r < p1; r++) kernels[T](&j, r, t0, k0, k1, sums);
+            }
+        }
+    }
+}
