@@ -137,32 +137,40 @@ static LM_ALWAYS_INLINE void group_into(lm_vf *acc, const lm_vf *q, int vecs, fl
     }
 }
 
-/* The accumulators of a (row, token tile): even and odd groups. */
-typedef struct {
-    lm_vf even[8], odd[8];
-    int parity;
-} accumulators;
-
-static LM_ALWAYS_INLINE void group_next(accumulators *a, const lm_vf *q, int vecs, float scale,
-                                        const float *const *xt, int64_t k, int T) {
-    group_into(a->parity ? a->odd : a->even, q, vecs, scale, xt, k, T);
-    a->parity ^= 1;
+/* Elements and bytes of a block of dt, constants once dt is (every
+ * caller is inlined with a constant dtype). */
+static LM_ALWAYS_INLINE int64_t block_elems(lm_dtype dt) {
+    return dt == LM_DTYPE_GGML_Q4_K || dt == LM_DTYPE_GGML_Q5_K || dt == LM_DTYPE_GGML_Q6_K ? 256 : 32;
+}
+static LM_ALWAYS_INLINE size_t block_bytes(lm_dtype dt) {
+    switch (dt) {
+    case LM_DTYPE_GGML_Q4_0: return 18;
+    case LM_DTYPE_GGML_Q4_1: return 20;
+    case LM_DTYPE_GGML_Q5_0: return 22;
+    case LM_DTYPE_GGML_Q5_1: return 24;
+    case LM_DTYPE_GGML_Q8_0: return 34;
+    case LM_DTYPE_GGML_Q4_K: return 144;
+    case LM_DTYPE_GGML_Q5_K: return 176;
+    default: return 210; /* Q6_K */
+    }
 }
 
-/* One block of dt at column k; the affine formats' per-32 offsets go to
+/* One block of dt at column k: a 32-weight block into acc; a K-quant's
+ * groups alternately into acc and odd (fixed by the group's index, so
+ * both stay in registers).  The affine formats' per-32 offsets go to
  * bias[0 .. block/32). */
-static LM_ALWAYS_INLINE void block_into(accumulators *a, lm_dtype dt, const uint8_t *b,
+static LM_ALWAYS_INLINE void block_into(lm_vf *acc, lm_vf *odd, lm_dtype dt, const uint8_t *b,
                                         const float *const *xt, int64_t k, int T, float *bias) {
     lm_vf q[VECS_32];
     switch (dt) {
     case LM_DTYPE_GGML_Q4_0:
         nibbles_split(b + 2, 8, q);
-        group_next(a, q, VECS_32, f16_at(b), xt, k, T);
+        group_into(acc, q, VECS_32, f16_at(b), xt, k, T);
         return;
     case LM_DTYPE_GGML_Q4_1:
         nibbles_split(b + 4, 0, q);
         bias[0] = f16_at(b + 2);
-        group_next(a, q, VECS_32, f16_at(b), xt, k, T);
+        group_into(acc, q, VECS_32, f16_at(b), xt, k, T);
         return;
     case LM_DTYPE_GGML_Q5_0:
     case LM_DTYPE_GGML_Q5_1: {
@@ -172,19 +180,20 @@ static LM_ALWAYS_INLINE void block_into(accumulators *a, lm_dtype dt, const uint
         LM_PRAGMA_UNROLL
         for (int v = 0; v < VECS_32; v++) q[v] = lm_vf_load_i8(bytes + v * LM_VF_WIDTH);
         if (affine) bias[0] = f16_at(b + 2);
-        group_next(a, q, VECS_32, f16_at(b), xt, k, T);
+        group_into(acc, q, VECS_32, f16_at(b), xt, k, T);
         return;
     }
     case LM_DTYPE_GGML_Q8_0:
         LM_PRAGMA_UNROLL
         for (int v = 0; v < VECS_32; v++) q[v] = lm_vf_load_i8((const int8_t *)b + 2 + v * LM_VF_WIDTH);
-        group_next(a, q, VECS_32, f16_at(b), xt, k, T);
+        group_into(acc, q, VECS_32, f16_at(b), xt, k, T);
         return;
     case LM_DTYPE_GGML_Q4_K:
     case LM_DTYPE_GGML_Q5_K: {
         float d = f16_at(b), dmin = f16_at(b + 2);
         int8_t bytes[256]; /* Q5_K's values; Q4_K reads its nibbles in place */
         if (dt == LM_DTYPE_GGML_Q5_K) q5k_bytes(b, bytes);
+        LM_PRAGMA_UNROLL
         for (int g = 0; g < 8; g++) {
             uint8_t sc, m;
             lm_ggml_k4_scale_min(b + 4, g, &sc, &m);
@@ -197,20 +206,21 @@ static LM_ALWAYS_INLINE void block_into(accumulators *a, lm_dtype dt, const uint
                 LM_PRAGMA_UNROLL
                 for (int v = 0; v < VECS_32; v++) q[v] = lm_vf_load_i8(bytes + 32 * g + v * LM_VF_WIDTH);
             }
-            group_next(a, q, VECS_32, d * (float)sc, xt, k + 32 * g, T);
+            group_into(g & 1 ? odd : acc, q, VECS_32, d * (float)sc, xt, k + 32 * g, T);
         }
         return;
     }
     case LM_DTYPE_GGML_Q6_K: {
-        enum { VECS_16 = 16 / LM_VF_WIDTH > 0 ? 16 / LM_VF_WIDTH : 1 };
+        enum { VECS_16 = 16 / LM_VF_WIDTH };
         float d = f16_at(b + 208);
         const int8_t *sc = (const int8_t *)(b + 192);
         int8_t bytes[256];
         q6k_bytes(b, bytes);
+        LM_PRAGMA_UNROLL
         for (int g = 0; g < 16; g++) {
             LM_PRAGMA_UNROLL
             for (int v = 0; v < VECS_16; v++) q[v] = lm_vf_load_i8(bytes + 16 * g + v * LM_VF_WIDTH);
-            group_next(a, q, VECS_16, d * (float)sc[g], xt, k + 16 * g, T);
+            group_into(g & 1 ? odd : acc, q, VECS_16, d * (float)sc[g], xt, k + 16 * g, T);
         }
         return;
     }
@@ -234,28 +244,38 @@ static LM_ALWAYS_INLINE float dot(const float *a, const float *b, int n) {
 
 /* Row `row` × tokens [t0, t0 + T) over columns [k0, k1) (one chunk): into
  * y, or added to it past the first chunk.  sums: the tile's per-32 sums of
- * x over the chunk, CHUNK_GROUPS a token (affine formats). */
+ * x over the chunk, CHUNK_GROUPS a token (affine formats).  Even and odd
+ * 32-weight blocks (a K-quant's groups) go to two accumulators. */
 static LM_ALWAYS_INLINE void dot_row(const ggml_job *j, lm_dtype dt, int T, int64_t row, int t0,
                                      int64_t k0, int64_t k1, const float *sums) {
-    const uint8_t *wrow = j->w + (size_t)row * j->row_bytes;
-    int64_t block = lm_dtype_block_elems(dt);
-    size_t block_bytes = lm_dtype_block_bytes(dt);
+    const int64_t elems = block_elems(dt);
+    const size_t bytes = block_bytes(dt);
+    const uint8_t *b = j->w + (size_t)row * j->row_bytes + (size_t)(k0 / elems) * bytes;
     const float *xt[8];
-    accumulators a;
-    a.parity = 0;
+    lm_vf even[8], odd[8];
     LM_PRAGMA_UNROLL
     for (int t = 0; t < T; t++) {
         xt[t] = j->x + (int64_t)(t0 + t) * j->cols;
-        a.even[t] = lm_vf_zero();
-        a.odd[t] = lm_vf_zero();
+        even[t] = lm_vf_zero();
+        odd[t] = lm_vf_zero();
     }
     float bias[CHUNK_GROUPS];
-    for (int64_t k = k0; k < k1; k += block)
-        block_into(&a, dt, wrow + (size_t)(k / block) * block_bytes, xt, k, T, bias + (k - k0) / 32);
+    float *bias_at = bias;
+    int64_t k = k0;
+    if (elems == 32) {
+        for (; k + 64 <= k1; k += 64, b += 2 * bytes, bias_at += 2) {
+            block_into(even, odd, dt, b, xt, k, T, bias_at);
+            block_into(odd, even, dt, b + bytes, xt, k + 32, T, bias_at + 1);
+        }
+        if (k < k1) block_into(even, odd, dt, b, xt, k, T, bias_at);
+    } else {
+        for (; k < k1; k += elems, b += bytes, bias_at += elems / 32)
+            block_into(even, odd, dt, b, xt, k, T, bias_at);
+    }
     int groups = (int)((k1 - k0) / 32);
     LM_PRAGMA_UNROLL
     for (int t = 0; t < T; t++) {
-        float s = lm_vf_reduce_add(lm_vf_add(a.even[t], a.odd[t]));
+        float s = lm_vf_reduce_add(lm_vf_add(even[t], odd[t]));
         if (is_affine(dt)) s += dot(bias, sums + t * CHUNK_GROUPS, groups);
         float *yt = j->y + (int64_t)(t0 + t) * j->rows + row;
         *yt = k0 == 0 ? s : *yt + s;
