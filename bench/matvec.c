@@ -11,7 +11,11 @@
  *
  * usage: matvec [threads (default 2)] [prefill tokens (default 64)] [runs (default 9)]
  *               [compute: f32 (default) or bf16 (lm_backend_set_compute)]
- *               [weights: bf16 (default) or q8 (Q8_0 blocks, --quantize int8)] */
+ *               [weights: bf16 (default), q8 (Q8_0 blocks, --quantize int8) or a ggml
+ *                block format as GGUF files hold it: q4_0, q4_k, q6_k, ggml_q8_0]
+ *               [shapes: 0.8b (default) or 2b (hidden 2048, intermediate 6144)]
+ * The ggml formats' decode GB/s count the bytes the blocks take (4.5 bits a
+ * weight for Q4_0 and Q4_K), so they compare with the read pass directly. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +24,7 @@
 
 #include "base/bf16.h"
 #include "base/big_alloc.h"
+#include "base/ggml_quant.h"
 #include "base/quant.h"
 #include "base/threadpool.h"
 #include "base/simd.h"
@@ -31,11 +36,24 @@ typedef struct {
     int64_t rows, cols;
 } shape;
 
-static const shape shapes[] = {
+static const shape shapes_08b[] = {
     {"qkv/z proj 1024->6144", 6144, 1024},   {"attn out 2048->1024", 1024, 2048},
     {"gate|up 1024->3584 (x2)", 7168, 1024}, {"down 3584->1024", 1024, 3584},
     {"lm_head 1024->248320", 248320, 1024},
 };
+static const shape shapes_2b[] = {
+    {"qkv proj 2048->6144", 6144, 2048},      {"attn out 2048->2048", 2048, 2048},
+    {"gate|up 2048->6144 (x2)", 12288, 2048}, {"down 6144->2048", 2048, 6144},
+    {"lm_head 2048->248320", 248320, 2048},
+};
+
+static const struct {
+    const char *name;
+    lm_dtype dtype;
+} weight_kinds[] = {{"bf16", LM_DTYPE_BF16},          {"q8", LM_DTYPE_Q8_0},
+                    {"q4_0", LM_DTYPE_GGML_Q4_0},     {"q4_k", LM_DTYPE_GGML_Q4_K},
+                    {"q6_k", LM_DTYPE_GGML_Q6_K},     {"ggml_q8_0", LM_DTYPE_GGML_Q8_0}};
+
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -79,15 +97,41 @@ static uint64_t rng_next(uint64_t *s) {
 
 static float rng_float(uint64_t *s) { return (float)(rng_next(s) >> 40) / (float)(1 << 24) - 0.5f; }
 
+/* One row of random weights in dtype at out: ggml formats ggml can make
+ * from floats are quantized; the K-quants (no quantizer in loom) get
+ * random bytes with small float16 scales, which cost the same to read. */
+static void make_row(lm_dtype dtype, const float *row, int64_t cols, uint8_t *out, uint64_t *seed) {
+    if (dtype == LM_DTYPE_Q8_0) {
+        lm_q8_quantize_row(row, cols, out);
+    } else if (dtype == LM_DTYPE_BF16) {
+        for (int64_t i = 0; i < cols; i++) ((uint16_t *)out)[i] = lm_f32_to_bf16(row[i]);
+    } else if (lm_ggml_can_quantize(dtype)) {
+        lm_ggml_quantize_row(dtype, row, cols, out);
+    } else {
+        size_t bytes = lm_dtype_row_bytes(dtype, cols), block = lm_dtype_block_bytes(dtype);
+        for (size_t i = 0; i < bytes; i++) out[i] = (uint8_t)(rng_next(seed) >> 56);
+        uint16_t d = lm_ggml_f32_to_f16(0.001f);
+        for (size_t b = 0; b < bytes / block; b++)
+            memcpy(out + b * block + (dtype == LM_DTYPE_GGML_Q6_K ? 208 : 0), &d, 2);
+    }
+}
+
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     int n_prefill = argc > 2 ? atoi(argv[2]) : 64;
     int runs = argc > 3 ? atoi(argv[3]) : 9;
     const char *compute = argc > 4 ? argv[4] : "f32";
-    bool q8 = argc > 5 && strcmp(argv[5], "q8") == 0;
-    lm_dtype dtype = q8 ? LM_DTYPE_Q8_0 : LM_DTYPE_BF16;
-    if (n_prefill < 1 || n_prefill > 4096 || runs < 1 || runs > 99 || (argc > 5 && !q8 && strcmp(argv[5], "bf16") != 0)) {
-        fprintf(stderr, "usage: matvec [threads] [prefill tokens 1..4096] [runs 1..99] [f32|bf16] [bf16|q8]\n");
+    const char *weights = argc > 5 ? argv[5] : "bf16", *set = argc > 6 ? argv[6] : "0.8b";
+    lm_dtype dtype = LM_DTYPE_COUNT;
+    for (size_t i = 0; i < sizeof weight_kinds / sizeof *weight_kinds; i++)
+        if (strcmp(weights, weight_kinds[i].name) == 0) dtype = weight_kinds[i].dtype;
+    bool two_b = strcmp(set, "2b") == 0;
+    const shape *shapes = two_b ? shapes_2b : shapes_08b;
+    size_t n_shapes = two_b ? sizeof shapes_2b / sizeof *shapes_2b : sizeof shapes_08b / sizeof *shapes_08b;
+    if (n_prefill < 1 || n_prefill > 4096 || runs < 1 || runs > 99 || dtype == LM_DTYPE_COUNT ||
+        (!two_b && strcmp(set, "0.8b") != 0)) {
+        fprintf(stderr, "usage: matvec [threads] [prefill tokens 1..4096] [runs 1..99] [f32|bf16] "
+                        "[bf16|q8|q4_0|q4_k|q6_k|ggml_q8_0] [0.8b|2b]\n");
         return 2;
     }
     lm_error err = {0};
@@ -97,11 +141,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "matvec: %s\n", err.message);
         return 1;
     }
-    printf("matvec: %d threads, %s weights, %s compute, decode n=1 and prefill n=%d, %d runs\n",
-           lm_backend_threads(be), q8 ? "Q8_0" : "bf16", lm_backend_compute(be), n_prefill, runs);
+    printf("matvec: %d threads, %s weights, %s shapes, %s compute, decode n=1 and prefill n=%d, %d runs\n",
+           lm_backend_threads(be), lm_dtype_name(dtype), set, lm_backend_compute(be), n_prefill, runs);
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     int64_t max_cols = 0, max_rows = 0;
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    for (size_t s = 0; s < n_shapes; s++) {
         if (shapes[s].cols > max_cols) max_cols = shapes[s].cols;
         if (shapes[s].rows > max_rows) max_rows = shapes[s].rows;
     }
@@ -118,7 +162,7 @@ int main(int argc, char **argv) {
     lm_pool *pool = lm_cpu_pool(be);
     int read_tasks = lm_pool_size(pool) < 64 ? lm_pool_size(pool) : 64;
     double total_bytes = 0, total_seconds = 0, total_read_seconds = 0, sink = 0;
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    for (size_t s = 0; s < n_shapes; s++) {
         const shape *sh = &shapes[s];
         int64_t elems = sh->rows * sh->cols;
         size_t matrix_bytes = lm_dtype_row_bytes(dtype, sh->cols) * (size_t)sh->rows;
@@ -135,9 +179,7 @@ int main(int argc, char **argv) {
         if (!w || !row) return 1;
         for (int64_t r = 0; r < sh->rows; r++) {
             for (int64_t i = 0; i < sh->cols; i++) row[i] = rng_float(&seed) * 0.1f;
-            if (q8) lm_q8_quantize_row(row, sh->cols, w + (size_t)r * lm_dtype_row_bytes(dtype, sh->cols));
-            else
-                for (int64_t i = 0; i < sh->cols; i++) ((uint16_t *)w)[r * sh->cols + i] = lm_f32_to_bf16(row[i]);
+            make_row(dtype, row, sh->cols, w + (size_t)r * lm_dtype_row_bytes(dtype, sh->cols), &seed);
         }
         free(row);
         for (int c = 1; c < copies; c++) memcpy(w + (size_t)c * matrix_bytes, w, matrix_bytes);

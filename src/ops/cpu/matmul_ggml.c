@@ -137,6 +137,42 @@ static LM_ALWAYS_INLINE void group_into(lm_vf *acc, const lm_vf *q, int vecs, fl
     }
 }
 
+#if defined(LM_SIMD_AVX512)
+/* AVX-512: the 4-bit formats by table.  A group's 16 possible weights are
+ * made once as floats, lane i = what ggml computes for q = i (Q4_0
+ * d·(i−8), Q4_1 d·i + m, Q4_K d·sc·i − dmin·m: one rounding after an exact
+ * product, so a fused multiply-add or a multiply gives ggml's bits), and
+ * vpermps picks each weight by its nibble (it reads the low 4 bits of each
+ * index, so a byte widened to 32 bits indexes by its low nibble and the
+ * byte shifted right by 4 by its high one).  The products are then Σ w·x
+ * with the exact dequantized weights, one fused multiply-add per 16
+ * weights and token, and no offsets to add afterwards. */
+#define NIBBLE_TABLES 1
+
+static LM_ALWAYS_INLINE __m512 iota16(void) {
+    return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+/* acc[t] += w[0]·x[k..] + w[1]·x[k+16..] for every token. */
+static LM_ALWAYS_INLINE void weights_into(lm_vf *acc, const lm_vf *w, const float *const *xt, int64_t k,
+                                          int T) {
+    LM_PRAGMA_UNROLL
+    for (int t = 0; t < T; t++) {
+        acc[t] = lm_vf_fma(w[0], lm_vf_load(xt[t] + k), acc[t]);
+        acc[t] = lm_vf_fma(w[1], lm_vf_load(xt[t] + k + 16), acc[t]);
+    }
+}
+
+/* A Q4_0/Q4_1 block's 32 weights from its 16 bytes of nibbles and its table. */
+static LM_ALWAYS_INLINE void table_split(const uint8_t *qs, __m512 table, lm_vf *w) {
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+    w[0] = _mm512_permutexvar_ps(v, table);
+    w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+}
+#else
+#define NIBBLE_TABLES 0
+#endif
+
 /* Elements and bytes of a block of dt, constants once dt is (every
  * caller is inlined with a constant dtype). */
 static LM_ALWAYS_INLINE int64_t block_elems(lm_dtype dt) {
@@ -164,13 +200,23 @@ static LM_ALWAYS_INLINE void block_into(lm_vf *acc, lm_vf *odd, lm_dtype dt, con
     lm_vf q[VECS_32];
     switch (dt) {
     case LM_DTYPE_GGML_Q4_0:
+#if NIBBLE_TABLES
+        table_split(b + 2, _mm512_mul_ps(_mm512_set1_ps(f16_at(b)), _mm512_sub_ps(iota16(), _mm512_set1_ps(8))), q);
+        weights_into(acc, q, xt, k, T);
+#else
         nibbles_split(b + 2, 8, q);
         group_into(acc, q, VECS_32, f16_at(b), xt, k, T);
+#endif
         return;
     case LM_DTYPE_GGML_Q4_1:
+#if NIBBLE_TABLES
+        table_split(b + 4, _mm512_fmadd_ps(_mm512_set1_ps(f16_at(b)), iota16(), _mm512_set1_ps(f16_at(b + 2))), q);
+        weights_into(acc, q, xt, k, T);
+#else
         nibbles_split(b + 4, 0, q);
         bias[0] = f16_at(b + 2);
         group_into(acc, q, VECS_32, f16_at(b), xt, k, T);
+#endif
         return;
     case LM_DTYPE_GGML_Q5_0:
     case LM_DTYPE_GGML_Q5_1: {
@@ -188,7 +234,39 @@ static LM_ALWAYS_INLINE void block_into(lm_vf *acc, lm_vf *odd, lm_dtype dt, con
         for (int v = 0; v < VECS_32; v++) q[v] = lm_vf_load_i8((const int8_t *)b + 2 + v * LM_VF_WIDTH);
         group_into(acc, q, VECS_32, f16_at(b), xt, k, T);
         return;
+#if NIBBLE_TABLES
+    case LM_DTYPE_GGML_Q4_K: {
+        /* the 8 groups' d·sc and dmin·m, then each pair of groups (32 bytes:
+         * the first's low nibbles, the second's high ones) by its tables */
+        float d = f16_at(b), dmin = f16_at(b + 2);
+        float scale[8], offset[8];
+        LM_PRAGMA_UNROLL
+        for (int g = 0; g < 8; g++) {
+            uint8_t sc, m;
+            lm_ggml_k4_scale_min(b + 4, g, &sc, &m);
+            scale[g] = d * (float)sc;
+            offset[g] = -(dmin * (float)m);
+        }
+        LM_PRAGMA_UNROLL
+        for (int g = 0; g < 8; g += 2) {
+            const uint8_t *qs = b + 16 + 16 * g;
+            __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+            __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16)));
+            __m512 lo = _mm512_fmadd_ps(_mm512_set1_ps(scale[g]), iota16(), _mm512_set1_ps(offset[g]));
+            __m512 hi = _mm512_fmadd_ps(_mm512_set1_ps(scale[g + 1]), iota16(), _mm512_set1_ps(offset[g + 1]));
+            q[0] = _mm512_permutexvar_ps(v0, lo);
+            q[1] = _mm512_permutexvar_ps(v1, lo);
+            weights_into(acc, q, xt, k + 32 * g, T);
+            q[0] = _mm512_permutexvar_ps(_mm512_srli_epi32(v0, 4), hi);
+            q[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v1, 4), hi);
+            weights_into(odd, q, xt, k + 32 * g + 32, T);
+        }
+        return;
+    }
+#endif
+#if !NIBBLE_TABLES
     case LM_DTYPE_GGML_Q4_K:
+#endif
     case LM_DTYPE_GGML_Q5_K: {
         float d = f16_at(b), dmin = f16_at(b + 2);
         int8_t bytes[256]; /* Q5_K's values; Q4_K reads its nibbles in place */
@@ -228,7 +306,10 @@ static LM_ALWAYS_INLINE void block_into(lm_vf *acc, lm_vf *odd, lm_dtype dt, con
     }
 }
 
+/* Whether dt's offsets are added as Σ_g m_g·Σx_g (the tables fold them
+ * into the weights instead). */
 static LM_ALWAYS_INLINE bool is_affine(lm_dtype dt) {
+    if (NIBBLE_TABLES && (dt == LM_DTYPE_GGML_Q4_1 || dt == LM_DTYPE_GGML_Q4_K)) return false;
     return dt == LM_DTYPE_GGML_Q4_1 || dt == LM_DTYPE_GGML_Q5_1 || dt == LM_DTYPE_GGML_Q4_K ||
            dt == LM_DTYPE_GGML_Q5_K;
 }
