@@ -293,12 +293,14 @@ static LM_ALWAYS_INLINE void block_into(lm_vf *acc, lm_vf *odd, lm_dtype dt, con
         float d = f16_at(b + 208);
         const int8_t *sc = (const int8_t *)(b + 192);
         int8_t bytes[256];
+        float scale[16]; /* made in one loop (vectorised), broadcast from memory */
         q6k_bytes(b, bytes);
+        for (int g = 0; g < 16; g++) scale[g] = d * (float)sc[g];
         LM_PRAGMA_UNROLL
         for (int g = 0; g < 16; g++) {
             LM_PRAGMA_UNROLL
             for (int v = 0; v < VECS_16; v++) q[v] = lm_vf_load_i8(bytes + 16 * g + v * LM_VF_WIDTH);
-            group_into(g & 1 ? odd : acc, q, VECS_16, d * (float)sc[g], xt, k + 16 * g, T);
+            group_into(g & 1 ? odd : acc, q, VECS_16, scale[g], xt, k + 16 * g, T);
         }
         return;
     }
