@@ -50,7 +50,8 @@ static inline lm_mem lm_mem_of(lm_buffer *buffer) { return (lm_mem){buffer, 0}; 
 /* A weight matrix [rows, cols] row-major, as checkpoints store Linear weights
  * ([out, in]).  dtype is LM_DTYPE_BF16, LM_DTYPE_F16 or LM_DTYPE_F32, or, on
  * backends whose weight_dtype_supported says so, LM_DTYPE_Q8_0 (loom's int8
- * blocks, base/dtype.h: rows of lm_dtype_row_bytes bytes). */
+ * blocks) or one of ggml's block formats (LM_DTYPE_GGML_*, GGUF's; cpu and
+ * ref take all eight), base/dtype.h: rows of lm_dtype_row_bytes bytes. */
 typedef struct {
     lm_mem data;
     lm_dtype dtype;
@@ -281,7 +282,7 @@ typedef struct {
     lm_dtype (*compute_dtype)(const lm_backend *be);
     /* Optional (NULL: LM_DTYPE_BF16, F16 and F32 only): whether matmul,
      * embed, moe_experts and add_weighted_rows take weight
-     * matrices of `dtype` (LM_DTYPE_Q8_0).  Loaders ask before they make
+     * matrices of `dtype` (LM_DTYPE_Q8_0, LM_DTYPE_GGML_*).  Loaders ask before they make
      * such weights, so a backend without them refuses at load. */
     bool (*weight_dtype_supported)(const lm_backend *be, lm_dtype dtype);
 
