@@ -1,5 +1,6 @@
 #include "io/gguf.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -538,6 +539,63 @@ void lm_gguf_close(lm_gguf *g) {
     free(g->arena);
     free(g->name);
     free(g);
+}
+
+/* ---- finding the file ---- */
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && strcmp(s + n - m, tail) == 0;
+}
+
+static bool starts_with_magic(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char head[4];
+    bool yes = fread(head, 1, 4, f) == 4 && memcmp(head, GGUF_MAGIC, 4) == 0;
+    fclose(f);
+    return yes;
+}
+
+static bool regular_file_in(const char *dir, const char *name) {
+    char path[4096];
+    struct stat info;
+    return (size_t)snprintf(path, sizeof path, "%s/%s", dir, name) < sizeof path && stat(path, &info) == 0 &&
+           S_ISREG(info.st_mode);
+}
+
+lm_status lm_gguf_locate(const char *path, bool *found, char *file, size_t size, lm_error *err) {
+    *found = false;
+    struct stat info;
+    if (stat(path, &info) != 0) return LM_OK;
+    if (S_ISREG(info.st_mode)) {
+        if (!ends_with(path, ".gguf") && !starts_with_magic(path)) return LM_OK;
+        if ((size_t)snprintf(file, size, "%s", path) >= size)
+            return lm_fail(err, LM_ERR_INVALID, "%.200s: path too long", path);
+        *found = true;
+        return LM_OK;
+    }
+    /* a checkpoint folder (config.json) or a tokenizer folder wins over a stray GGUF beside it */
+    if (!S_ISDIR(info.st_mode) || regular_file_in(path, "config.json") || regular_file_in(path, "tokenizer.json"))
+        return LM_OK;
+    DIR *d = opendir(path);
+    if (!d) return LM_OK;
+    char first[256] = "";
+    lm_status st = LM_OK;
+    for (struct dirent *e; st == LM_OK && (e = readdir(d));) {
+        if (!ends_with(e->d_name, ".gguf") || !regular_file_in(path, e->d_name)) continue;
+        if (first[0])
+            st = lm_fail(err, LM_ERR_INVALID, "%.200s holds several GGUF files (%.100s, %.100s, ...): name one, "
+                         "e.g. --model %.200s/%.100s", path, first, e->d_name, path, first);
+        else
+            snprintf(first, sizeof first, "%s", e->d_name);
+    }
+    closedir(d);
+    if (st != LM_OK || !first[0]) return st;
+    if ((size_t)snprintf(file, size, "%s/%s", path, first) >= size)
+        return lm_fail(err, LM_ERR_INVALID, "%.200s: path too long", path);
+    *found = true;
+    return LM_OK;
 }
 
 /* ---- lookups ---- */

@@ -81,6 +81,13 @@ typedef struct {
     uint64_t offset;    /* in the data section */
 } lm_gguf_tensor;
 
+/* Whether `path` names a GGUF model, and which file: a regular file whose
+ * name ends in ".gguf" or that starts with "GGUF", or a folder without
+ * config.json or tokenizer.json that holds exactly one ".gguf" file.  *found false (LM_OK) for
+ * anything else; a folder of several .gguf files (and no config.json) is an
+ * error naming two of them. */
+lm_status lm_gguf_locate(const char *path, bool *found, char *file, size_t size, lm_error *err);
+
 lm_status lm_gguf_parse_memory(const void *bytes, size_t n, const char *name, lm_gguf **out,
                                lm_error *err);
 lm_status lm_gguf_open(const char *path, lm_load_mode mode, lm_gguf **out, lm_error *err);
