@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -706,10 +707,13 @@ lm_status lm_gguf_get_f32(const lm_gguf *g, const char *key, bool required, floa
     const lm_gguf_kv *kv;
     lm_status st = lookup(g, key, required, is_number, "a number", &kv, err);
     if (st != LM_OK || !kv) return st;
-    if (lm_gguf_is_float_type(kv->type))
-        *out = (float)kv->scalar.f;
-    else
-        *out = is_signed_type(kv->type) ? (float)kv->scalar.i : (float)kv->scalar.u;
+    double v = lm_gguf_is_float_type(kv->type) ? kv->scalar.f
+               : is_signed_type(kv->type)          ? (double)kv->scalar.i
+                                                   : (double)kv->scalar.u;
+    if (!(v >= -FLT_MAX && v <= FLT_MAX)) /* also NaN */
+        return lm_fail(err, LM_ERR_FORMAT, "%s: metadata key '%.*s' is %g, not a float32 number", g->name, NAME_SHOWN,
+                       key, v);
+    *out = (float)v;
     return LM_OK;
 }
 
@@ -729,7 +733,10 @@ lm_status lm_gguf_get_array(const lm_gguf *g, const char *key, bool required, co
 int64_t lm_gguf_array_int(const lm_gguf_kv *kv, uint64_t i) {
     if (kv->type != LM_GGUF_ARRAY || i >= kv->count || !kv->raw) return 0;
     lm_gguf_kv e = {0};
-    if (lm_gguf_is_float_type(kv->elem_type)) return (int64_t)lm_gguf_array_float(kv, i);
+    if (lm_gguf_is_float_type(kv->elem_type)) {
+        double d = lm_gguf_array_float(kv, i); /* truncated; NaN and what int64 cannot hold give 0 */
+        return d > -9.2e18 && d < 9.2e18 ? (int64_t)d : 0;
+    }
     size_t n = TYPE_BYTES[kv->elem_type];
     decode_scalar(kv->elem_type, kv->raw + i * n, &e);
     return is_signed_type(kv->elem_type) ? e.scalar.i : (int64_t)e.scalar.u;
