@@ -157,7 +157,7 @@ with open(os.path.join(corrupt, "model.safetensors"), "r+b") as f:
     f.write(b"PK\x03\x04 not a header")
 cases = [
     ("a .safetensors file", [os.path.join(tiny, "model.safetensors")], ["is a file", f"--model {tiny}"]),
-    ("a GGUF file", [gguf], ["GGUF", "safetensors", "huggingface-cli download"]),
+    ("a malformed GGUF file", [gguf], ["model.gguf", "GGUF version 0", "versions 2 and 3"]),
     ("a folder without config.json", [empty], ["has no config.json", "checkpoint folder"]),
     ("a hub id", ["Qwen/Qwen3.5-0.8B"], ["does not download", "huggingface-cli download Qwen/Qwen3.5-0.8B"]),
     ("an unsupported architecture", [llama], ["'llama'", "LlamaForCausalLM", "qwen3_5", "glm4v_moe"]),
