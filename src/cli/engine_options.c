@@ -110,9 +110,9 @@ static bool parse_quantize(const char *value, void *field, char *message, size_t
 
 static const lm_opt engine_opts[] = {
     {"--model|-m", LM_OPT_STRING, "DIR", ENGINE(model_dir), 0, 0,
-     "a Hugging Face checkpoint folder (config.json, tokenizer, *.safetensors),\n"
-     "also taken as the first argument; default: the bundled models/loom-tiny,\n"
-     "or $LOOM_MODEL",
+     "a Hugging Face checkpoint folder (config.json, tokenizer, *.safetensors)\n"
+     "or a GGUF file (qwen35, qwen35moe), also taken as the first argument;\n"
+     "default: the bundled models/loom-tiny, or $LOOM_MODEL",
      NULL, NULL, NULL},
     {"--threads|-t", LM_OPT_INT, "N", ENGINE(threads), 1, 1024, "CPU threads (default: one per core)", NULL, NULL,
      NULL},
