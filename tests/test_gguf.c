@@ -26,6 +26,12 @@
  *   the same bounds against its checkpoint and transformers, and 1e-2
  *   against llama.cpp (which rounds activations to float16 for float16
  *   weights: measured 5e-3);
+ * - tensor by tensor, the F32 file under checkpoint names holds the
+ *   checkpoint's values in its order (bf16 widened exactly; 1 + w norms,
+ *   -exp(A_log) within a last bit): every transformation undone;
+ * - a stand-in backend that runs every block type: deep8's Q4_0 tensors
+ *   keep their ggml dtype and the file's bytes in place; dense Q4_0 is
+ *   refused naming blk.0.ssm_out.weight (half-block value heads);
  * - its MTP head loads (block 4 as mtp.*);
  * - the tokenizer built from its metadata encodes, decodes and marks
  *   special tokens as the tokenizer.json it came from does (loom's loader of
@@ -47,6 +53,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/bf16.h"
 #include "harness.h"
 #include "io/gguf.h"
 #include "model_util.h"
@@ -617,6 +624,113 @@ static void test_quantized_files(void) {
     lm_backend_destroy(be);
 }
 
+static float value_at(const lm_tensor *t, int64_t i) {
+    if (t->dtype == LM_DTYPE_BF16) return lm_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    if (t->dtype == LM_DTYPE_F16) return lm_f16_to_f32(((const uint16_t *)t->data)[i]);
+    return ((const float *)t->data)[i];
+}
+
+/* Tensor by tensor, the F32 GGUF's tensors under their checkpoint names
+ * hold the checkpoint's values (bf16 widened exactly), in the checkpoint's
+ * order, with the converter's two changes of value: 1 + w for the
+ * zero-centred norms and -exp(A_log) (within a last bit: numpy's exp). */
+static void test_tensors_match_the_checkpoint(void) {
+    char path[4096];
+    lm_error err;
+    lm_checkpoint *hf = NULL, *ck = NULL;
+    CHECK_OK(lm_checkpoint_open(fixture(path, sizeof path, "models/qwen35-dense"), LM_LOAD_MMAP, &hf, &err), &err);
+    lm_gguf *g = NULL;
+    CHECK_OK(lm_gguf_open(fixture(path, sizeof path, "models/qwen35-dense-gguf/model-f32.gguf"), LM_LOAD_MMAP, &g,
+                          &err),
+             &err);
+    lm_backend *be = NULL;
+    CHECK_OK(lm_backend_create("ref", 1, &be, &err), &err);
+    lm_qwen35_config config;
+    if (g && be) CHECK_OK(lm_qwen35_gguf_checkpoint(g, be, &config, &ck, &err), &err); /* takes g */
+    else lm_gguf_close(g);
+    int compared = 0;
+    for (size_t i = 0; hf && ck && i < lm_checkpoint_count(hf); i++) {
+        const lm_tensor *want = lm_checkpoint_at(hf, i);
+        const char *name = want->name;
+        if (strstr(name, "visual.")) continue; /* the converter writes the vision tower elsewhere */
+        char mapped[256];
+        if (strncmp(name, "model.language_model.", 21) == 0) snprintf(mapped, sizeof mapped, "model.%s", name + 21);
+        else snprintf(mapped, sizeof mapped, "%s", name);
+        const lm_tensor *got = lm_checkpoint_find(ck, mapped);
+        CHECK_MSG(got != NULL, "%s is not in the GGUF's checkpoint", mapped);
+        if (!got) continue;
+        CHECK_MSG(got->n_elements == want->n_elements && got->n_dims == want->n_dims, "%s: shape", mapped);
+        /* the converter's rule, on its names (mtp.pre_fc_norm_embedding is
+         * its nextn.enorm, ending in norm.weight) */
+        bool norm = (strstr(name, "norm.weight") || strstr(name, "pre_fc_norm_")) &&
+                    !strstr(name, "linear_attn.norm.weight");
+        bool decay = strstr(name, "A_log") != NULL;
+        int64_t bad = -1;
+        for (int64_t k = 0; k < want->n_elements && bad < 0; k++) {
+            float w = value_at(want, k), v = value_at(got, k);
+            float expect = norm ? 1.0f + w : decay ? -expf(w) : w;
+            bool same = decay ? fabsf(v - expect) <= 2e-7f * fabsf(expect) : v == expect;
+            if (!same) bad = k;
+        }
+        CHECK_MSG(bad < 0, "%s: element %lld differs", mapped, (long long)bad);
+        compared++;
+    }
+    CHECK_MSG(compared == 71, "compared %d tensors, not the file's 71", compared); /* text model and MTP head */
+    lm_checkpoint_close(ck);
+    lm_checkpoint_close(hf);
+    if (be) lm_backend_destroy(be);
+}
+
+/* A backend that says it runs every ggml block type and does nothing else:
+ * what the mapping asks a backend (the kernels come with their own
+ * tests). */
+static bool runs_every_block_type(const lm_backend *be, lm_dtype d) {
+    (void)be;
+    return lm_dtype_is_block(d) || d == LM_DTYPE_F32 || d == LM_DTYPE_F16 || d == LM_DTYPE_BF16;
+}
+
+static void test_block_types_are_kept(void) {
+    static const lm_backend_ops ops = {.name = "stand-in", .weight_dtype_supported = runs_every_block_type};
+    lm_backend be = {.ops = &ops};
+    char path[4096];
+    lm_error err;
+    /* deep8 Q4_0: value heads as key heads, nothing to undo: the file's
+     * bytes in place, in their ggml dtype */
+    lm_gguf *g;
+    CHECK_OK(lm_gguf_open(fixture(path, sizeof path, "models/qwen35-deep8-gguf/model-q4_0.gguf"), LM_LOAD_READ, &g,
+                          &err),
+             &err);
+    if (test_current_failed()) return;
+    const lm_gguf_tensor *qkv = lm_gguf_find_tensor(g, "blk.0.attn_qkv.weight");
+    const lm_gguf_tensor *out_proj = lm_gguf_find_tensor(g, "blk.0.ssm_out.weight");
+    lm_qwen35_config config;
+    lm_checkpoint *ck = NULL;
+    CHECK_OK(lm_qwen35_gguf_checkpoint(g, &be, &config, &ck, &err), &err);
+    if (ck && qkv && out_proj) {
+        const lm_tensor *t = lm_checkpoint_find(ck, "model.layers.0.linear_attn.in_proj_qkv.weight");
+        CHECK(t && t->dtype == LM_DTYPE_GGML_Q4_0 && t->data == qkv->tensor.data && t->n_bytes == qkv->tensor.n_bytes);
+        t = lm_checkpoint_find(ck, "model.layers.0.linear_attn.out_proj.weight");
+        CHECK(t && t->dtype == LM_DTYPE_GGML_Q4_0 && t->data == out_proj->tensor.data);
+        /* tied: llama-quantize makes the one table Q8_0 */
+        t = lm_checkpoint_find(ck, "model.embed_tokens.weight");
+        CHECK(t && t->dtype == LM_DTYPE_GGML_Q8_0 && !lm_checkpoint_find(ck, "lm_head.weight") &&
+              config.tie_word_embeddings);
+        t = lm_checkpoint_find(ck, "model.layers.0.linear_attn.conv1d.weight");
+        CHECK(t && t->dtype == LM_DTYPE_F32 && t->n_dims == 3 && t->shape[1] == 1);
+    }
+    lm_checkpoint_close(ck);
+    /* dense Q4_0: out_proj's 16-column value heads are half a block */
+    CHECK_OK(lm_gguf_open(fixture(path, sizeof path, "models/qwen35-dense-gguf/model-q4_0.gguf"), LM_LOAD_READ, &g,
+                          &err),
+             &err);
+    if (test_current_failed()) return;
+    ck = NULL;
+    CHECK(lm_qwen35_gguf_checkpoint(g, &be, &config, &ck, &err) == LM_ERR_UNSUPPORTED && !ck);
+    CHECK_MSG(strstr(err.message, "blk.0.ssm_out.weight") && strstr(err.message, "value heads") &&
+                  strstr(err.message, "Q4_0"),
+              "refusal: %s", err.message);
+}
+
 int main(void) {
     RUN_TEST(test_reads_a_spec_file);
     RUN_TEST(test_malformed_files_fail_cleanly);
@@ -628,6 +742,8 @@ int main(void) {
     RUN_TEST(test_tokenizer_from_metadata);
     RUN_TEST(test_chat_template_from_metadata);
     RUN_TEST(test_locating_the_file);
+    RUN_TEST(test_tensors_match_the_checkpoint);
+    RUN_TEST(test_block_types_are_kept);
     RUN_TEST(test_quantized_files);
     return test_summary("gguf");
 }
