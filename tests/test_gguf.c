@@ -32,6 +32,9 @@
  * - a stand-in backend that runs every block type: deep8's Q4_0 tensors
  *   keep their ggml dtype and the file's bytes in place; dense Q4_0 is
  *   refused naming blk.0.ssm_out.weight (half-block value heads);
+ * - weights.c with a block matrix (on ref's memory, told it runs Q4_0):
+ *   used as stored (not made int8 again), a rank's slice cut at whole
+ *   blocks, half a block refused;
  * - its MTP head loads (block 4 as mtp.*);
  * - the tokenizer built from its metadata encodes, decodes and marks
  *   special tokens as the tokenizer.json it came from does (loom's loader of
@@ -60,6 +63,7 @@
 #include "models/qwen35/qwen35_config.h"
 #include "models/qwen35/qwen35_gguf.h"
 #include "models/registry.h"
+#include "models/weights.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_gguf.h"
@@ -731,6 +735,67 @@ static void test_block_types_are_kept(void) {
               "refusal: %s", err.message);
 }
 
+/* weights.c on a block matrix: the ref backend's memory with a table that
+ * says it runs Q4_0 (only bytes move here: import, download). */
+static bool runs_q4_0(const lm_backend *be, lm_dtype d) {
+    (void)be;
+    return d == LM_DTYPE_GGML_Q4_0 || d == LM_DTYPE_F32;
+}
+
+static void test_block_matrices_in_weights(void) {
+    lm_backend *ref;
+    lm_error err;
+    CHECK_OK(lm_backend_create("ref", 1, &ref, &err), &err);
+    if (test_current_failed()) return;
+    lm_backend_ops ops = *ref->ops;
+    ops.weight_dtype_supported = runs_q4_0;
+    lm_backend be = {.ops = &ops, .impl = ref->impl};
+    /* [4 rows, 64 cols] of Q4_0: 2 blocks of 18 bytes a row, byte b of row r = r * 36 + b */
+    enum { ROWS = 4, COLS = 64, ROW_BYTES = 36 };
+    static uint8_t data[ROWS * ROW_BYTES];
+    for (int i = 0; i < ROWS * ROW_BYTES; i++) data[i] = (uint8_t)i;
+    lm_tensor t = {.name = "w", .dtype = LM_DTYPE_GGML_Q4_0, .n_dims = 2, .shape = {ROWS, COLS},
+                   .n_elements = ROWS * COLS, .n_bytes = sizeof data, .data = data, .file = "blocks"};
+    lm_checkpoint *ck;
+    CHECK_OK(lm_checkpoint_from_tensors("blocks", &t, 1, NULL, NULL, &ck, &err), &err);
+    if (test_current_failed()) {
+        lm_backend_destroy(ref);
+        return;
+    }
+    lm_weights w;
+    lm_weights_init(&w, ck, &be);
+    lm_weights_quant int8 = {.int8_linear = true}; /* already quantized: kept as stored */
+    lm_weights_set_quant(&w, &int8);
+    lm_matrix m;
+    CHECK_OK(lm_weights_linear(&w, "w", ROWS, COLS, &m, &err), &err);
+    uint8_t got[sizeof data];
+    if (!test_current_failed()) {
+        CHECK(m.dtype == LM_DTYPE_GGML_Q4_0 && m.rows == ROWS && m.cols == COLS);
+        CHECK_OK(lm_download(&be, got, m.data, sizeof data, &err), &err);
+        CHECK(memcmp(got, data, sizeof data) == 0);
+    }
+    /* rows 1..2, the second block of columns */
+    lm_weights_slice sl = {.n_runs = 1, .runs = {{1, 2}}, .col_first = 32, .col_count = 32};
+    CHECK_OK(lm_weights_linear_slice(&w, "w", ROWS, COLS, &sl, &m, &err), &err);
+    if (!test_current_failed()) {
+        CHECK(m.dtype == LM_DTYPE_GGML_Q4_0 && m.rows == 2 && m.cols == 32);
+        CHECK_OK(lm_download(&be, got, m.data, 2 * 18, &err), &err);
+        for (int r = 0; r < 2; r++)
+            for (int b = 0; b < 18; b++)
+                CHECK_MSG(got[r * 18 + b] == data[(1 + r) * ROW_BYTES + 18 + b], "row %d byte %d", r, b);
+    }
+    /* half a block: refused, naming it */
+    sl = (lm_weights_slice){.col_first = 16, .col_count = 32};
+    CHECK(lm_weights_linear_slice(&w, "w", ROWS, COLS, &sl, &m, &err) == LM_ERR_UNSUPPORTED &&
+          strstr(err.message, "whole blocks"));
+    /* a vector of a block type is no weight loom reads */
+    lm_mem v;
+    CHECK(lm_weights_vector(&w, "w", ROWS * COLS, 0, true, &v, &err) != LM_OK);
+    lm_weights_free(&w);
+    lm_checkpoint_close(ck);
+    lm_backend_destroy(ref);
+}
+
 int main(void) {
     RUN_TEST(test_reads_a_spec_file);
     RUN_TEST(test_malformed_files_fail_cleanly);
@@ -744,6 +809,7 @@ int main(void) {
     RUN_TEST(test_locating_the_file);
     RUN_TEST(test_tensors_match_the_checkpoint);
     RUN_TEST(test_block_types_are_kept);
+    RUN_TEST(test_block_matrices_in_weights);
     RUN_TEST(test_quantized_files);
     return test_summary("gguf");
 }
