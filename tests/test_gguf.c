@@ -7,7 +7,7 @@
  *   what the file holds, strings and arrays past the end, nested arrays,
  *   dims of 0 or 5, a ggml type id ggml does not define, columns that are
  *   not whole blocks, offsets past the end, misaligned or overlapping, a bad
- *   general.alignment, a duplicate key or tensor): each fails with a
+ *   general.alignment, a key or tensor twice): each fails with a
  *   message, none crashes (the ASan build runs them too);
  * - typed metadata lookups: types, ranges, arrays, absent keys;
  * - qwen35-dense-gguf/model-f32.gguf, made by llama.cpp's gguf-py from
@@ -241,6 +241,7 @@ static void overlapping(bytes *w, const layout *at) { set_u64(w, at->w_offset, 3
 static void alignment_7(bytes *w, const layout *at) { set_u32(w, at->align_value, 7); }
 static void alignment_0(bytes *w, const layout *at) { set_u32(w, at->align_value, 0); }
 static void duplicate_tensor(bytes *w, const layout *at) { w->b[at->q_dims0 - 4 - 1] = 'w'; }
+static void duplicate_key(bytes *w, const layout *at) { memcpy(w->b + at->ints_count - 4 - 4 - 6, "t.flag", 6); }
 
 static void test_malformed_files_fail_cleanly(void) {
     static const malformed cases[] = {
@@ -266,6 +267,7 @@ static void test_malformed_files_fail_cleanly(void) {
         {"alignment 7", alignment_7, "alignment"},
         {"alignment 0", alignment_0, "alignment"},
         {"duplicate tensor", duplicate_tensor, "twice"},
+        {"duplicate key", duplicate_key, "t.flag' appears twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         bytes w;

@@ -26,6 +26,7 @@ struct lm_gguf {
     uint32_t version, alignment;
     lm_gguf_kv *kvs; /* file order */
     size_t n_kv;
+    const lm_gguf_kv **by_key; /* the same, sorted by key */
     lm_gguf_tensor *tensors; /* sorted by name */
     size_t n_tensors;
     char *arena; /* every string (keys, values, names), NUL-terminated, back to back */
@@ -376,6 +377,24 @@ static lm_status place_tensors(lm_gguf *g, size_t data_start, lm_error *err) {
     return st;
 }
 
+/* ---- keys, sorted for lookups (n log n: a file of many keys costs no more) ---- */
+
+static int compare_kv_keys(const void *a, const void *b) {
+    return strcmp((*(const lm_gguf_kv *const *)a)->key, (*(const lm_gguf_kv *const *)b)->key);
+}
+
+static lm_status index_keys(lm_gguf *g, lm_error *err) {
+    g->by_key = malloc((g->n_kv ? g->n_kv : 1) * sizeof *g->by_key);
+    if (!g->by_key) return lm_fail(err, LM_ERR_NOMEM, "%s: out of memory", g->name);
+    for (size_t i = 0; i < g->n_kv; i++) g->by_key[i] = &g->kvs[i];
+    qsort(g->by_key, g->n_kv, sizeof *g->by_key, compare_kv_keys);
+    for (size_t i = 1; i < g->n_kv; i++)
+        if (strcmp(g->by_key[i - 1]->key, g->by_key[i]->key) == 0)
+            return lm_fail(err, LM_ERR_FORMAT, "%s: metadata key '%.*s' appears twice", g->name, NAME_SHOWN,
+                           g->by_key[i]->key);
+    return LM_OK;
+}
+
 /* ---- the whole image ---- */
 
 static lm_status parse_image(lm_gguf *g, lm_error *err) {
@@ -414,12 +433,9 @@ static lm_status parse_image(lm_gguf *g, lm_error *err) {
     for (; g->n_kv < n_kv; g->n_kv++) {
         st = take_kv(&c, &g->kvs[g->n_kv], err);
         if (st != LM_OK) return st;
-        for (size_t j = 0; j < g->n_kv; j++)
-            if (strcmp(g->kvs[j].key, g->kvs[g->n_kv].key) == 0)
-                return lm_fail(err, LM_ERR_FORMAT, "%s: metadata key '%.*s' appears twice", g->name, NAME_SHOWN,
-                               g->kvs[j].key);
     }
-    g->n_kv = (size_t)n_kv;
+    st = index_keys(g, err);
+    if (st != LM_OK) return st;
     st = read_alignment(g, err);
     if (st != LM_OK) return st;
     for (; g->n_tensors < n_tensors; g->n_tensors++) {
@@ -536,6 +552,7 @@ void lm_gguf_close(lm_gguf *g) {
     if (g->mapping) munmap(g->mapping, g->size);
     free(g->read_buffer);
     free(g->kvs);
+    free(g->by_key);
     free(g->tensors);
     free(g->arena);
     free(g->name);
@@ -608,10 +625,14 @@ size_t lm_gguf_file_size(const lm_gguf *g) { return g->size; }
 size_t lm_gguf_kv_count(const lm_gguf *g) { return g->n_kv; }
 const lm_gguf_kv *lm_gguf_kv_at(const lm_gguf *g, size_t i) { return i < g->n_kv ? &g->kvs[i] : NULL; }
 
+static int compare_key_to_kv(const void *key, const void *element) {
+    return strcmp((const char *)key, (*(const lm_gguf_kv *const *)element)->key);
+}
+
 const lm_gguf_kv *lm_gguf_find_kv(const lm_gguf *g, const char *key) {
-    for (size_t i = 0; i < g->n_kv; i++)
-        if (strcmp(g->kvs[i].key, key) == 0) return &g->kvs[i];
-    return NULL;
+    if (!g->n_kv || !g->by_key) return NULL;
+    const lm_gguf_kv *const *found = bsearch(key, g->by_key, g->n_kv, sizeof *g->by_key, compare_key_to_kv);
+    return found ? *found : NULL;
 }
 
 size_t lm_gguf_tensor_count(const lm_gguf *g) { return g->n_tensors; }

@@ -472,9 +472,17 @@ static lm_status map_tensor(mapping *mp, const lm_gguf_tensor *gt) {
         TRY(check_dtype(mp, gt));
         return add_tensor(mp, &gt->tensor, top->hf);
     }
-    int bid = -1, used = 0;
-    if (sscanf(name, "blk.%d.%n", &bid, &used) == 1 && used > 0 && bid >= 0) {
-        const char *suffix = name + used;
+    int bid = -1;
+    const char *suffix = NULL;
+    if (strncmp(name, "blk.", 4) == 0) { /* "blk.<block>.<rest>", the block at most 6 digits */
+        int digits = 0;
+        bid = 0;
+        while (digits < 7 && name[4 + digits] >= '0' && name[4 + digits] <= '9')
+            bid = bid * 10 + (name[4 + digits] - '0'), digits++;
+        if (digits == 0 || digits > 6 || name[4 + digits] != '.') bid = -1;
+        else suffix = name + 4 + digits + 1;
+    }
+    if (bid >= 0) {
         int n_layer = mp->c->num_hidden_layers;
         char prefix[64];
         if (bid < n_layer) {
