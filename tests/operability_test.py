@@ -155,6 +155,9 @@ check("run FILE.gguf: the checkpoint's tokens", r.returncode == 0 and r_gguf.ret
 r = run("inspect", dense_gguf)
 check("inspect FILE.gguf", r.returncode == 0 and "GGUF v3, architecture qwen35" in r.stdout and "F32 x71" in r.stdout,
       r.stdout + r.stderr)
+r = run("run", dense_gguf, "--max-model-len", "5000", *PROMPT)
+check("--max-model-len above a GGUF's context_length refused", r.returncode == 2
+      and "4096 in qwen35.context_length" in r.stderr, r.stderr)
 gguf_dir = os.path.join(tmp, "gguf-folder")
 os.mkdir(gguf_dir)
 os.symlink(dense_gguf, os.path.join(gguf_dir, "model.gguf"))
