@@ -143,6 +143,31 @@ cores = os.cpu_count() or 1
 r = run("run", tiny, "--threads", str(min(cores * 2, 1024)), *IDS)
 check("--threads above the cores warns", r.returncode == 0 and "cores" in r.stderr, r.stderr)
 
+# a GGUF file is a model: the same tokens as the checkpoint it was converted from,
+# its prompt encoded by the tokenizer of its metadata; inspect names its format
+fixtures = os.path.abspath(os.environ.get("LOOM_FIXTURES", "tests/fixtures"))
+dense = os.path.join(fixtures, "models", "qwen35-dense")
+dense_gguf = os.path.join(fixtures, "models", "qwen35-dense-gguf", "model-f32.gguf")
+PROMPT = ["--prompt", "Hello there", "--max-tokens", "6", "--print-ids", "--temperature", "0"]
+r, r_gguf = run("run", dense, *PROMPT), run("run", dense_gguf, *PROMPT)
+check("run FILE.gguf: the checkpoint's tokens", r.returncode == 0 and r_gguf.returncode == 0 and r.stdout
+      and r_gguf.stdout == r.stdout, r_gguf.stderr or r.stderr)
+r = run("inspect", dense_gguf)
+check("inspect FILE.gguf", r.returncode == 0 and "GGUF v3, architecture qwen35" in r.stdout and "F32 x71" in r.stdout,
+      r.stdout + r.stderr)
+r = run("run", dense_gguf, "--max-model-len", "5000", *PROMPT)
+check("--max-model-len above a GGUF's context_length refused", r.returncode == 2
+      and "4096 in qwen35.context_length" in r.stderr, r.stderr)
+gguf_dir = os.path.join(tmp, "gguf-folder")
+os.mkdir(gguf_dir)
+os.symlink(dense_gguf, os.path.join(gguf_dir, "model.gguf"))
+r = run("run", gguf_dir, *PROMPT)
+check("run FOLDER of one .gguf", r.returncode == 0 and r.stdout == r_gguf.stdout, r.stderr)
+os.symlink(dense_gguf, os.path.join(gguf_dir, "other.gguf"))
+r = run("run", gguf_dir, *PROMPT)
+check("a folder of two .gguf files", r.returncode == 1 and "several GGUF files" in r.stderr
+      and "name one" in r.stderr, r.stderr)
+
 # errors that teach: each names the problem and the fix
 gguf = os.path.join(tmp, "model.gguf")
 open(gguf, "wb").write(b"GGUF" + b"\0" * 60)
@@ -157,7 +182,7 @@ with open(os.path.join(corrupt, "model.safetensors"), "r+b") as f:
     f.write(b"PK\x03\x04 not a header")
 cases = [
     ("a .safetensors file", [os.path.join(tiny, "model.safetensors")], ["is a file", f"--model {tiny}"]),
-    ("a GGUF file", [gguf], ["GGUF", "safetensors", "huggingface-cli download"]),
+    ("a malformed GGUF file", [gguf], ["model.gguf", "GGUF version 0", "versions 2 and 3"]),
     ("a folder without config.json", [empty], ["has no config.json", "checkpoint folder"]),
     ("a hub id", ["Qwen/Qwen3.5-0.8B"], ["does not download", "huggingface-cli download Qwen/Qwen3.5-0.8B"]),
     ("an unsupported architecture", [llama], ["'llama'", "LlamaForCausalLM", "qwen3_5", "glm4v_moe"]),

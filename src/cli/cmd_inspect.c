@@ -13,7 +13,8 @@
 
 static const char synopsis[] =
     "usage: loom inspect [MODEL_DIR] [options]\n"
-    "Describes a Hugging Face checkpoint folder (default: the bundled model):\n"
+    "Describes a Hugging Face checkpoint folder or a GGUF file (default: the\n"
+    "bundled model):\n"
     "architecture, shapes, dtypes, parameter count, and which tensors are missing\n"
     "or unused.\n";
 
@@ -43,8 +44,8 @@ int cmd_inspect_main(int argc, char **argv) {
         fprintf(stderr, "loom inspect: %s\n", err.message);
         return 1;
     }
-    printf("checkpoint: %zu tensors, %lld parameters, %.1f MB\n", ck.tensors, (long long)ck.parameters,
-           (double)ck.bytes / 1e6);
+    printf("checkpoint: %s%s%zu tensors, %lld parameters, %.1f MB\n", ck.format, ck.format[0] ? "; " : "",
+           ck.tensors, (long long)ck.parameters, (double)ck.bytes / 1e6);
     printf("  dtypes: %s\n", ck.dtypes);
 
     lm_backend *backend;

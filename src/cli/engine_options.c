@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/gguf.h"
 #include "io/json_file.h"
 #include "ops/ops.h"
 
@@ -110,9 +111,9 @@ static bool parse_quantize(const char *value, void *field, char *message, size_t
 
 static const lm_opt engine_opts[] = {
     {"--model|-m", LM_OPT_STRING, "DIR", ENGINE(model_dir), 0, 0,
-     "a Hugging Face checkpoint folder (config.json, tokenizer, *.safetensors),\n"
-     "also taken as the first argument; default: the bundled models/loom-tiny,\n"
-     "or $LOOM_MODEL",
+     "a Hugging Face checkpoint folder (config.json, tokenizer, *.safetensors)\n"
+     "or a GGUF file (qwen35, qwen35moe), also taken as the first argument;\n"
+     "default: the bundled models/loom-tiny, or $LOOM_MODEL",
      NULL, NULL, NULL},
     {"--threads|-t", LM_OPT_INT, "N", ENGINE(threads), 1, 1024, "CPU threads (default: one per core)", NULL, NULL,
      NULL},
@@ -246,7 +247,34 @@ void lm_cli_spec_init(lm_cli_spec *spec, const char *command, const char *synops
     if (whole_engine) spec->trailer = lm_cli_compat_group();
 }
 
+/* A GGUF model's <architecture>.context_length (0 when none): config_path
+ * is then "<the file>/config.json", as the commands form it from --model. */
+static int gguf_context_length(const char *config_path, char *source, size_t source_size) {
+    char dir[4096], file[4096];
+    size_t n = strlen(config_path), tail = strlen("/config.json");
+    if (n <= tail || n - tail >= sizeof dir || strcmp(config_path + n - tail, "/config.json") != 0) return 0;
+    memcpy(dir, config_path, n - tail);
+    dir[n - tail] = '\0';
+    bool is_gguf = false;
+    lm_error err = {0};
+    lm_gguf *g = NULL;
+    if (lm_gguf_locate(dir, &is_gguf, file, sizeof file, &err) != LM_OK || !is_gguf ||
+        lm_gguf_open(file, LM_LOAD_MMAP, &g, &err) != LM_OK)
+        return 0;
+    const char *arch = NULL;
+    char key[128];
+    uint32_t positions = 0;
+    if (lm_gguf_get_string(g, "general.architecture", true, &arch, &err) == LM_OK &&
+        (size_t)snprintf(key, sizeof key, "%.80s.context_length", arch) < sizeof key)
+        (void)lm_gguf_get_u32(g, key, false, &positions, &err);
+    if (source) snprintf(source, source_size, "%.200s of %.3000s", key, file);
+    lm_gguf_close(g);
+    return positions <= (1u << 30) ? (int)positions : 0;
+}
+
 int lm_cli_max_positions(const char *config_path) {
+    int from_gguf = gguf_context_length(config_path, NULL, 0);
+    if (from_gguf > 0) return from_gguf;
     cJSON *doc = NULL;
     lm_error err = {0};
     int positions = 0;
@@ -263,6 +291,9 @@ int lm_cli_max_positions(const char *config_path) {
 int lm_cli_resolve_model_len(const char *command, lm_cli_engine_settings *s, const char *config_path, char *why,
                              size_t why_size) {
     int positions = lm_cli_max_positions(config_path);
+    char source[4096];
+    snprintf(source, sizeof source, "%s", config_path);
+    if (gguf_context_length(config_path, source, sizeof source) <= 0) snprintf(source, sizeof source, "%s", config_path);
     int asked = s->engine.max_model_len;
     if (asked > 0) {
         if (positions > 0 && asked > positions && !s->allow_long_max_model_len)
@@ -270,7 +301,7 @@ int lm_cli_resolve_model_len(const char *command, lm_cli_engine_settings *s, con
                                       "--max-model-len %d is above the model's max_position_embeddings (%d in %s): "
                                       "lower it, or add --allow-long-max-model-len to go past what the model was "
                                       "trained for",
-                                      asked, positions, config_path);
+                                      asked, positions, source);
         snprintf(why, why_size, "--max-model-len%s", asked > positions && positions > 0 ? ", past max_position_embeddings" : "");
         return 0;
     }

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/gguf.h"
+
 #define GET_IT "huggingface-cli download %.100s --local-dir %.100s"
 
 /* "Qwen/Qwen3.5-0.8B": an owner and a name, of the characters the hub allows. */
@@ -17,15 +19,6 @@ static bool looks_like_hub_id(const char *s) {
     for (const char *p = s; *p; p++)
         if (p != slash && !isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') return false;
     return true;
-}
-
-static bool file_starts_with(const char *path, const char *magic) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char head[8] = {0};
-    size_t n = fread(head, 1, strlen(magic), f);
-    fclose(f);
-    return n == strlen(magic) && memcmp(head, magic, n) == 0;
 }
 
 static bool ends_with(const char *s, const char *tail) {
@@ -58,11 +51,6 @@ static bool holds_gguf(const char *dir, char *out, size_t size) {
 static lm_status check_file(const char *path, lm_error *err) {
     char folder[PATH_MAX];
     folder_of(path, folder, sizeof folder);
-    if (file_starts_with(path, "GGUF") || ends_with(path, ".gguf"))
-        return lm_fail(err, LM_ERR_UNSUPPORTED,
-                       "--model %s is a GGUF file (llama.cpp's format): loom loads Hugging Face checkpoint folders "
-                       "(config.json + *.safetensors, bf16); download the original checkpoint, e.g. " GET_IT,
-                       path, "Qwen/Qwen3.5-0.8B", "Qwen3.5-0.8B");
     if (ends_with(path, ".safetensors") || ends_with(path, ".json"))
         return lm_fail(err, LM_ERR_INVALID,
                        "--model %s is a file: --model takes the checkpoint folder that holds it (--model %s)", path,
@@ -85,16 +73,19 @@ lm_status lm_cli_check_model_folder(const char *dir, const char *needs, lm_error
         }
         return lm_fail(err, LM_ERR_IO, "--model %s: no such folder (give the path of a checkpoint folder)", dir);
     }
+    /* a GGUF file, or a folder of one, is a model (weights, tokenizer and template) */
+    bool is_gguf = false;
+    char gguf_path[PATH_MAX];
+    lm_status located = lm_gguf_locate(dir, &is_gguf, gguf_path, sizeof gguf_path, err);
+    if (located != LM_OK || is_gguf) return located;
     if (!S_ISDIR(st.st_mode)) return check_file(dir, err);
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", dir, needs);
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) return LM_OK;
     char gguf[256];
     if (holds_gguf(dir, gguf, sizeof gguf))
-        return lm_fail(err, LM_ERR_UNSUPPORTED,
-                       "--model %s holds %s, a GGUF file (llama.cpp's format), and no %s: loom loads Hugging Face "
-                       "checkpoint folders (config.json + *.safetensors); download the original checkpoint",
-                       dir, gguf, needs);
+        return lm_fail(err, LM_ERR_INVALID, "--model %s holds %s, a GGUF file, beside a partial checkpoint (no %s): "
+                       "pass the file itself, --model %s/%s", dir, gguf, needs, dir, gguf);
     return lm_fail(err, LM_ERR_IO,
                    "--model %s has no %s: it takes a Hugging Face checkpoint folder (config.json, tokenizer.json, "
                    "*.safetensors, as `huggingface-cli download REPO --local-dir DIR` writes it)",

@@ -11,6 +11,7 @@
 #include "engine/engine_internal.h"
 #include "models/registry.h"
 #include "models/tensor_parallel.h"
+#include "text/tokenizer_gguf.h"
 
 void loom_engine_options_default(loom_engine_options *o) {
     memset(o, 0, sizeof *o);
@@ -103,11 +104,7 @@ static lm_status open_model(loom_engine *e, lm_error *err) {
 static lm_status open_tokenizer(loom_engine *e, lm_error *err) {
     const lm_model_info *info = lm_model_describe(e->model);
     if (!e->options.random_weights) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/tokenizer.json", e->options.model_dir);
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            fclose(f);
+        if (lm_tokenizer_available(e->options.model_dir)) { /* tokenizer.json, or a GGUF's metadata */
             lm_status st = lm_tokenizer_load(e->options.model_dir, &e->tokenizer, err);
             if (st != LM_OK) return st;
         }

@@ -26,6 +26,8 @@ struct lm_checkpoint {
     lm_tensor *tensors; /* every tensor of every shard, sorted by name */
     size_t count;
     size_t total_bytes;
+    void (*release)(void *owner); /* lm_checkpoint_from_tensors: frees what holds the tensors */
+    void *owner;
 };
 
 /* The shard files to open, by name inside the folder. */
@@ -277,8 +279,42 @@ lm_status lm_checkpoint_open_with(const char *dir, lm_load_mode mode, const lm_p
     return LM_OK;
 }
 
+static int compare_tensors_by_name(const void *a, const void *b) {
+    return strcmp(((const lm_tensor *)a)->name, ((const lm_tensor *)b)->name);
+}
+
+lm_status lm_checkpoint_from_tensors(const char *dir, const lm_tensor *tensors, size_t count,
+                                     void (*release)(void *owner), void *owner, lm_checkpoint **out,
+                                     lm_error *err) {
+    *out = NULL;
+    lm_checkpoint *ck = calloc(1, sizeof *ck);
+    if (!ck || !(ck->dir = strdup(dir)) || !(ck->tensors = malloc((count ? count : 1) * sizeof *ck->tensors))) {
+        if (ck) free(ck->dir);
+        free(ck);
+        if (release) release(owner);
+        return lm_fail(err, LM_ERR_NOMEM, "%s: out of memory", dir);
+    }
+    ck->release = release;
+    ck->owner = owner;
+    memcpy(ck->tensors, tensors, count * sizeof *tensors);
+    ck->count = count;
+    qsort(ck->tensors, count, sizeof *ck->tensors, compare_tensors_by_name);
+    for (size_t i = 0; i < count; i++) {
+        if (i && strcmp(ck->tensors[i - 1].name, ck->tensors[i].name) == 0) {
+            lm_status s = lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%.*s' appears twice", dir, NAME_SHOWN,
+                                  ck->tensors[i].name);
+            lm_checkpoint_close(ck);
+            return s;
+        }
+        ck->total_bytes += ck->tensors[i].n_bytes;
+    }
+    *out = ck;
+    return LM_OK;
+}
+
 void lm_checkpoint_close(lm_checkpoint *ck) {
     if (!ck) return;
+    if (ck->release) ck->release(ck->owner);
     for (size_t i = 0; i < ck->n_shards; i++) lm_safetensors_close(ck->shards[i]);
     free(ck->shards);
     free(ck->tensors);

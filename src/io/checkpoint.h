@@ -19,6 +19,14 @@ lm_status lm_checkpoint_open(const char *dir, lm_load_mode mode, lm_checkpoint *
  * to progress (may be NULL). */
 lm_status lm_checkpoint_open_with(const char *dir, lm_load_mode mode, const lm_progress *progress,
                                   lm_checkpoint **out, lm_error *err);
+/* A checkpoint over tensors another reader made (a GGUF file's, renamed
+ * and rearranged to a Hugging Face checkpoint's names by the model family
+ * that knows the mapping): the table is copied and sorted here (a name
+ * twice is an error); names and data must stay valid until close, which
+ * then calls release(owner) (when not NULL) to free what holds them. */
+lm_status lm_checkpoint_from_tensors(const char *dir, const lm_tensor *tensors, size_t count,
+                                     void (*release)(void *owner), void *owner, lm_checkpoint **out,
+                                     lm_error *err);
 void lm_checkpoint_close(lm_checkpoint *ck);
 
 /* NULL if absent.  The pointer stays valid until lm_checkpoint_close. */

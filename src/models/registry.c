@@ -75,8 +75,44 @@ static lm_status open_family(const char *config_path, const char *dir,
     return family->open(config_path, dir, &o, backend, out, err);
 }
 
+/* A GGUF file: the family by general.architecture. */
+static lm_status open_gguf(const char *path, const lm_model_load_options *options, lm_backend *backend,
+                           lm_model **out, lm_error *err) {
+    lm_gguf *g;
+    lm_status st = lm_gguf_open(path, options->mode, &g, err);
+    if (st != LM_OK) return st;
+    const char *arch;
+    st = lm_gguf_get_string(g, "general.architecture", true, &arch, err);
+    for (size_t f = 0; st == LM_OK && f < sizeof families / sizeof *families; f++)
+        for (const char *const *a = families[f]->gguf_architectures; a && *a; a++)
+            if (strcmp(*a, arch) == 0) return families[f]->open_gguf(g, options, backend, out, err);
+    if (st == LM_OK) {
+        char known[256] = "";
+        size_t used = 0;
+        for (size_t f = 0; f < sizeof families / sizeof *families; f++)
+            for (const char *const *a = families[f]->gguf_architectures; a && *a && used < sizeof known; a++) {
+                int n = snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", *a);
+                if (n > 0) used += (size_t)n;
+            }
+        st = lm_fail(err, LM_ERR_UNSUPPORTED,
+                     "%s: GGUF architecture '%.40s' is not one loom runs; it runs GGUF files of: %s", path, arch,
+                     known);
+    }
+    lm_gguf_close(g);
+    return st;
+}
+
 lm_status lm_model_open(const char *dir, const lm_model_load_options *options, lm_backend *backend,
                         lm_model **out, lm_error *err) {
+    char gguf_path[4096];
+    bool is_gguf = false;
+    lm_status located = lm_gguf_locate(dir, &is_gguf, gguf_path, sizeof gguf_path, err);
+    if (located != LM_OK) return located;
+    if (is_gguf) {
+        lm_model_load_options o = options ? *options : (lm_model_load_options){0};
+        o.random_weights = false;
+        return open_gguf(gguf_path, &o, backend, out, err);
+    }
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
         return lm_fail(err, LM_ERR_INVALID, "the model folder path is too long");

@@ -7,6 +7,7 @@
 #ifndef LOOM_MODELS_REGISTRY_H
 #define LOOM_MODELS_REGISTRY_H
 
+#include "io/gguf.h"
 #include "models/model.h"
 
 typedef struct {
@@ -18,9 +19,17 @@ typedef struct {
      * never NULL: the registry passes its defaults. */
     lm_status (*open)(const char *config_path, const char *dir, const lm_model_load_options *options,
                       lm_backend *backend, lm_model **out, lm_error *err);
+    /* GGUF general.architecture values it loads (NULL-terminated; NULL:
+     * none), and the open of such a file, which takes g. */
+    const char *const *gguf_architectures;
+    lm_status (*open_gguf)(lm_gguf *g, const lm_model_load_options *options, lm_backend *backend, lm_model **out,
+                           lm_error *err);
 } lm_model_family;
 
-/* The checkpoint folder dir (config.json + safetensors). */
+/* The checkpoint folder dir (config.json + safetensors), or a GGUF file
+ * (dir a .gguf file, or a folder holding exactly one and no config.json:
+ * io/gguf.h, lm_gguf_locate), opened by the family that claims its
+ * general.architecture. */
 lm_status lm_model_open(const char *dir, const lm_model_load_options *options, lm_backend *backend,
                         lm_model **out, lm_error *err);
 /* Random weights of the shape of a config.json (benchmarks), Linear

@@ -254,6 +254,12 @@ static bool is_float_dtype(lm_dtype d) {
     return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32;
 }
 
+/* A ggml block format (a GGUF file's Q4_0, Q4_K, ...) the backend runs:
+ * such a matrix is used as stored, already quantized. */
+static bool is_runnable_block(const lm_weights *w, lm_dtype d) {
+    return lm_dtype_is_block(d) && d != LM_DTYPE_Q8_0 && lm_backend_supports_weights(w->backend, d);
+}
+
 static const lm_tensor *require(lm_weights *w, const char *name, int n_dims, const int64_t *shape,
                                 lm_error *err) {
     if (w->random) return random_tensor(w, name, n_dims, shape, n_dims >= 2 ? LM_DTYPE_BF16 : LM_DTYPE_F32, err);
@@ -261,7 +267,9 @@ static const lm_tensor *require(lm_weights *w, const char *name, int n_dims, con
     if (!t)
         lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' is missing", lm_checkpoint_dir(w->checkpoint),
                 name);
-    else if (!is_float_dtype(t->dtype)) {
+    else if (n_dims >= 2 && is_runnable_block(w, t->dtype)) {
+        return t;
+    } else if (!is_float_dtype(t->dtype)) {
         lm_fail(err, LM_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; expected BF16, F16 or F32",
                 t->file, name, lm_dtype_name(t->dtype));
         t = NULL;
@@ -871,7 +879,7 @@ static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_
     if (!t) return err->code;
     if (was_released(w, t))
         return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
-    if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0) {
+    if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0 && !lm_dtype_is_block(t->dtype)) {
         if (need_q8(w, name, err) != LM_OK) return err->code;
         lm_status st = convert_rows(w, t, NULL, NULL, name, &all, LM_DTYPE_Q8_0, out, err);
         if (st == LM_OK) release_source(w, t);
@@ -973,12 +981,19 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
     if (was_released(w, t))
         return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for after its conversion", name);
     bool whole_rows = n_cols == cols;
-    if (w->quant.int8_linear && n_cols % LM_Q8_BLOCK == 0) {
+    bool block = lm_dtype_is_block(t->dtype);
+    if (w->quant.int8_linear && n_cols % LM_Q8_BLOCK == 0 && !block) {
         if (need_q8(w, name, err) != LM_OK) return err->code;
         return convert_rows(w, t, NULL, NULL, name, &part, LM_DTYPE_Q8_0, out, err);
     }
-    size_t elem = lm_dtype_row_bytes(t->dtype, 1), src_row = elem * (size_t)cols;
-    size_t dst_row = elem * (size_t)n_cols, bytes = dst_row * (size_t)n_rows;
+    /* a block format's rows are cut at whole blocks only */
+    int64_t per_block = lm_dtype_block_elems(t->dtype);
+    if (block && (c0 % per_block || n_cols % per_block))
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "'%s' is %s, blocks of %lld columns: a rank's columns [%lld, %lld) are not whole blocks", name,
+                       lm_dtype_name(t->dtype), (long long)per_block, (long long)c0, (long long)(c0 + n_cols));
+    size_t src_row = lm_dtype_row_bytes(t->dtype, cols), dst_row = lm_dtype_row_bytes(t->dtype, n_cols);
+    size_t col_offset = lm_dtype_row_bytes(t->dtype, c0), bytes = dst_row * (size_t)n_rows;
     const uint8_t *src = t->data;
     lm_buffer *buffer;
     /* one run of whole rows of one matrix, or whole matrices: the stored
@@ -991,7 +1006,7 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
         if (!dst) return err->code;
         for (int64_t i = 0; i < n_rows; i++) {
             int64_t r = (first + i / s_rows) * rows + slice_row(slice, i % s_rows);
-            memcpy(dst + (size_t)i * dst_row, src + (size_t)r * src_row + elem * (size_t)c0, dst_row);
+            memcpy(dst + (size_t)i * dst_row, src + (size_t)r * src_row + col_offset, dst_row);
         }
         st = import(w, dst, bytes, name, &buffer, err);
     }

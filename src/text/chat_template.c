@@ -11,6 +11,7 @@
 
 #include "text/jinja_eval.h"
 #include "text/jinja_json.h"
+#include "text/tokenizer_gguf.h"
 
 struct lm_chat_template {
     jtemplate *tpl;
@@ -292,6 +293,17 @@ lm_status lm_chat_template_load_dir(const char *dir, lm_chat_template **out, cha
     if (bos) *bos = NULL;
     if (eos) *eos = NULL;
     char path[4096];
+    bool is_gguf = false;
+    lm_status located = lm_gguf_locate(dir, &is_gguf, path, sizeof path, err);
+    if (located != LM_OK) return located;
+    if (is_gguf) { /* the template of a GGUF model's metadata (text/tokenizer_gguf.c) */
+        lm_gguf *g;
+        lm_status gs = lm_gguf_open(path, LM_LOAD_MMAP, &g, err);
+        if (gs != LM_OK) return gs;
+        gs = lm_chat_template_from_gguf(g, out, bos, eos, err);
+        lm_gguf_close(g);
+        return gs;
+    }
     cJSON *tok_cfg = NULL;
     bool missing;
     struct stat dir_stat;

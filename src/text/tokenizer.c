@@ -6,6 +6,7 @@
 
 #include "text/byte_level.h"
 #include "text/tokenizer_internal.h"
+#include "text/tokenizer_gguf.h"
 
 static const cJSON *get(const cJSON *obj, const char *key) {
     return cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -453,9 +454,23 @@ lm_status lm_tokenizer_load_json_file(const char *path, lm_tokenizer **out, lm_e
     return LM_OK;
 }
 
+/* A GGUF model's tokenizer, from its metadata (text/tokenizer_gguf.c). */
+static lm_status load_from_gguf(const char *path, lm_tokenizer **out, lm_error *err) {
+    lm_gguf *g;
+    lm_status st = lm_gguf_open(path, LM_LOAD_MMAP, &g, err);
+    if (st != LM_OK) return st;
+    st = lm_tokenizer_from_gguf(g, out, err);
+    lm_gguf_close(g);
+    return st;
+}
+
 lm_status lm_tokenizer_load(const char *dir, lm_tokenizer **out, lm_error *err) {
     char path[4096];
     *out = NULL;
+    bool is_gguf = false;
+    lm_status located = lm_gguf_locate(dir, &is_gguf, path, sizeof path, err);
+    if (located != LM_OK) return located;
+    if (is_gguf) return load_from_gguf(path, out, err);
     int n = snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (n < 0 || (size_t)n >= sizeof path) return lm_fail(err, LM_ERR_INVALID, "path too long: %s", dir);
     lm_tokenizer *tok;

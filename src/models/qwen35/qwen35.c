@@ -11,6 +11,7 @@
 
 #include "models/forward_common.h"
 #include "models/qwen35/qwen35_context.h"
+#include "models/qwen35/qwen35_gguf.h"
 #include "models/qwen35/qwen35_mtp.h"
 #include "models/qwen35/qwen35_vision.h"
 
@@ -128,7 +129,8 @@ static lm_status load_linear_attention(lm_qwen35_model *m, const char *prefix, i
     TRY(host_vector_at(w, prefix, i, "linear_attn.A_log", (int64_t)Hv * n, 0, false, &neg_exp_A, err));
     const int64_t heads0 = (int64_t)m->share.rank * Hv, heads = Hv;
     keep_runs(neg_exp_A, 1, &heads0, &heads, 1);
-    for (int h = 0; h < Hv; h++) neg_exp_A[h] = -expf(neg_exp_A[h]);
+    if (!c->llama_cpp_forms) /* a GGUF's ssm_a is -exp(A_log) already */
+        for (int h = 0; h < Hv; h++) neg_exp_A[h] = -expf(neg_exp_A[h]);
     TRY(lm_weights_import(w, neg_exp_A, Hv, "linear_attn.A_log", &la->neg_exp_A, err));
     TRY(host_vector_at(w, prefix, i, "linear_attn.dt_bias", (int64_t)Hv * n, 0, false, &dt_bias, err));
     keep_runs(dt_bias, 1, &heads0, &heads, 1);
@@ -210,6 +212,7 @@ lm_status lm_qwen35_load_layer(lm_qwen35_model *m, const char *prefix, int i, lm
  * [C, 1, K] (the same bytes: loom reads either).  Its own rule, used here. */
 static bool norms_hold_offset(const lm_qwen35_model *m, const char *prefix) {
     const lm_qwen35_config *c = &m->config;
+    if (c->llama_cpp_forms) return true;
     if (!m->weights.checkpoint) return false;
     for (int i = 0; i < c->num_hidden_layers; i++) {
         if (c->layer_types[i] == LM_LAYER_FULL_ATTENTION) continue;
@@ -478,10 +481,14 @@ static lm_status qwen35_open(const char *config_path, const char *dir,
 static const char *const qwen35_model_types[] = {"qwen3_5", "qwen3_5_text", "qwen3_5_moe",
                                                  "qwen3_5_moe_text", NULL};
 
+static const char *const qwen35_gguf_architectures[] = {"qwen35", "qwen35moe", NULL};
+
 const lm_model_family lm_qwen35_family = {
     .name = "qwen3_5",
     .model_types = qwen35_model_types,
     .open = qwen35_open,
+    .gguf_architectures = qwen35_gguf_architectures,
+    .open_gguf = lm_qwen35_open_gguf, /* qwen35_gguf.c */
 };
 
 /* ------------------------------------------------------------------ forward */

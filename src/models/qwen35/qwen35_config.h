@@ -54,6 +54,11 @@ typedef struct {
      * than gelu_pytorch_tanh and a non-empty deepstack_visual_indexes
      * (Qwen3-VL's, not Qwen3.5's) are refused. */
     lm_vision_config vision;
+    /* Set by qwen35_gguf.c, never by config.json: the checkpoint holds
+     * llama.cpp's forms of two weights, the zero-centred norms with their
+     * 1 added and linear_attn.A_log as -exp(A_log) (GGUF's ssm_a), used
+     * as stored. */
+    bool llama_cpp_forms;
 } lm_qwen35_config;
 
 /* Parses `len` bytes of config.json text; `source_name` prefixes errors. */
