@@ -1,4 +1,4 @@
-/* y[n, rows] = x[n, cols] · Wᵀ with W bf16, f16, f32 or Q8_0 (the row kernels of matmul_q8.c);
+/* y[n, rows] = x[n, cols] · Wᵀ with W bf16, f16, f32, Q8_0 or FP8_B128 (the row kernels of matmul_q8.c and matmul_fp8.c);
  * x, y float32.
  *
  * Vectorised along cols (the dot-product direction, contiguous in both x and
@@ -25,6 +25,7 @@
 #include "base/bf16.h"
 #include "base/simd.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_fp8.h"
 #include "ops/cpu/matmul_q8.h"
 #include "ops/ref/reference.h"
 
@@ -163,6 +164,17 @@ static void matmul_task(void *ctx, int task, int n_tasks) {
     int64_t row_begin = (int64_t)task * job->rows_per_task;
     int64_t row_end = row_begin + job->rows_per_task;
     if (row_end > job->rows) row_end = job->rows;
+    if (job->dtype == LM_DTYPE_FP8_B128) { /* matmul_fp8.c, tiled as Q8_0 below */
+        for (int64_t p0 = row_begin; p0 < row_end; p0 += job->panel_rows) {
+            int64_t p1 = p0 + job->panel_rows < row_end ? p0 + job->panel_rows : row_end;
+            for (int t0 = 0; t0 < job->n; t0 += Q8_TILE_T) {
+                int T = job->n - t0 < Q8_TILE_T ? job->n - t0 : Q8_TILE_T;
+                for (int64_t r = p0; r < p1; r++)
+                    lm_cpu_fp8_rows[T](job->y, job->x, job->w, job->rows, job->cols, r, t0);
+            }
+        }
+        return;
+    }
     if (job->dtype == LM_DTYPE_Q8_0) {
         /* matmul_q8.c: whole rows, no column blocks; tiles of Q8_TILE_T
          * tokens, so widening a block's int8 weights is shared by more
@@ -205,7 +217,7 @@ static matmul_job job_of(float *y, const float *x, int n, const lm_host_matrix *
         .cols = w->cols,
         .n = n,
         .dtype = w->dtype,
-        .col_block = n == 1 || w->cols <= PREFILL_COL_BLOCK || w->dtype == LM_DTYPE_Q8_0
+        .col_block = n == 1 || w->cols <= PREFILL_COL_BLOCK || lm_dtype_is_block(w->dtype)
                          ? w->cols
                          : PREFILL_COL_BLOCK,
         .rows_per_task = per,
@@ -227,7 +239,8 @@ static int64_t rows_per_task(lm_pool *pool, int64_t rows) {
 }
 
 static bool kernel_dtype(lm_dtype d) {
-    return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32 || d == LM_DTYPE_Q8_0;
+    return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32 || d == LM_DTYPE_Q8_0 ||
+           d == LM_DTYPE_FP8_B128;
 }
 
 void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host_matrix *w) {
