@@ -46,6 +46,10 @@
 /* The cuda matmul rounds its activations to bf16 (f16 for f16 weights)
  * on the way into the tensor cores: ‖got − want‖ / ‖want‖ below this. */
 #define BF16_TOLERANCE 1e-2
+/* FP8_B128 weights under cuda's bf16 compute, 9+ rows: the FP8 tensor
+ * cores, activations rounded to E4M3 per 128 (3 mantissa bits: about 2.5%
+ * rms of each value, so of each sum) — measured the same way. */
+#define FP8_ACTIVATION_TOLERANCE 6e-2
 
 /* ------------------------------------------------------------ backends */
 
@@ -948,7 +952,8 @@ static void check_matmul(const backends *bs, verdict *v, rng *r, lm_dtype dtype,
         if (!got) fail(v, "%s: backend memory failed", bs->label[b]);
         bool rounds = rounds_activations(bs, b, dtype);
         double e = !got ? INFINITY : rounds ? rel_l2_error(got, want, ny) : rel_error(got, want, ny);
-        if (!(e < (rounds ? BF16_TOLERANCE : TOLERANCE)))
+        bool e4m3_x = rounds && dtype == LM_DTYPE_FP8_B128 && n >= 9 && strcmp(bs->family[b], "cuda") == 0;
+        if (!(e < (e4m3_x ? FP8_ACTIVATION_TOLERANCE : rounds ? BF16_TOLERANCE : TOLERANCE)))
             fail(v, "matmul %s n=%d rows=%lld cols=%lld on %s: error %g%s", lm_dtype_name(dtype), n,
                  (long long)rows, (long long)cols, bs->label[b], e, rounds ? " (l2, 16-bit activations)" : "");
         if (got) same_bits_check(&same, v, bs->family[b], "matmul", got, ny * 4, bs->label[b]);

@@ -39,6 +39,7 @@
 #include "ops/cuda/cublaslt_loader.h"
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/matmul_fp8_mma.h"
 
 #define THREADS 256
 
@@ -1091,6 +1092,12 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
         matmul_rows(be, y, x, n, w);
         return;
     }
+    if (w->dtype == LM_DTYPE_FP8_B128 && lm_cuda_state_of(be)->fp8_mma &&
+        fp8_vector_ok(w, lm_cuda_ptr(w->data), lm_cuda_ptr(x)) &&
+        scratch_at_least(be, lm_cuda_fp8_gemm_scratch(n, cols)) && // FP8 tensor cores, x made E4M3 per 128
+        lm_cuda_fp8_gemm(be, lm_cuda_f32(y), lm_cuda_f32(x), lm_cuda_state_of(be)->scratch,
+                         (const uint8_t *)lm_cuda_ptr(w->data), n, rows, cols))
+        return;
     if (w->dtype == LM_DTYPE_Q8_0 || w->dtype == LM_DTYPE_FP8_B128) { // made bf16 a chunk at a time for cuBLASLt
         if (!matmul_blocks_blas(be, y, x, n, w)) matmul_rows(be, y, x, n, w);
         return;
