@@ -47,6 +47,10 @@
 /* The cuda matmul rounds its activations to bf16 (f16 for f16 weights)
  * on the way into the tensor cores: ‖got − want‖ / ‖want‖ below this. */
 #define BF16_TOLERANCE 1e-2
+/* FP8_B128 weights under cuda's bf16 compute, 9+ rows: the FP8 tensor
+ * cores, activations rounded to E4M3 per 128 (3 mantissa bits: about 2.5%
+ * rms of each value, so of each sum) — measured the same way. */
+#define FP8_ACTIVATION_TOLERANCE 6e-2
 
 /* ------------------------------------------------------------ backends */
 
@@ -689,10 +693,35 @@ static void *random_ggml(rng *r, lm_dtype dtype, int64_t rows, int64_t cols, flo
     return w;
 }
 
-/* A [rows, cols] matrix of dtype, any of the four (Q8_0: random_q8), or a
- * ggml block format (random_ggml). */
+/* FP8_B128 weights [rows, cols] (cols a multiple of LM_FP8_BLOCK) made by
+ * lm_fp8_quantize_row from random floats, rows of three ranges so the
+ * blocks' scales differ, a few values small enough for E4M3's subnormals
+ * and a zero block; their values e4m3 · scale (float32) into `values`. */
+static void *random_fp8(rng *r, int64_t rows, int64_t cols, float *values) {
+    size_t row_bytes = lm_dtype_row_bytes(LM_DTYPE_FP8_B128, cols);
+    uint8_t *w = malloc(row_bytes * (size_t)(rows ? rows : 1));
+    float *row = malloc(sizeof(float) * (size_t)(cols ? cols : 1));
+    bool ok = w && row;
+    for (int64_t o = 0; ok && o < rows; o++) {
+        for (int64_t i = 0; i < cols; i++) row[i] = rng_float(r) * (o % 5 == 0 ? 8.0f : o % 3 ? 0.5f : 0.01f);
+        for (int64_t i = 7; i < cols; i += 61) row[i] *= 1e-4f; /* below 2^-6 of the block's amax / 448 */
+        if (o % 7 == 3 && cols > 0) memset(row, 0, sizeof(float) * (size_t)(cols < 128 ? cols : 128));
+        ok = lm_fp8_quantize_row(row, cols, w + (size_t)o * row_bytes);
+        for (int64_t i = 0; ok && i < cols; i++) values[o * cols + i] = lm_fp8_weight_at(w + (size_t)o * row_bytes, cols, i);
+    }
+    free(row);
+    if (!ok) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* A [rows, cols] matrix of dtype, any of the four (Q8_0: random_q8),
+ * FP8_B128 (random_fp8) or a ggml block format (random_ggml). */
 static void *random_matrix(rng *r, lm_dtype dtype, int64_t rows, int64_t cols, float *values) {
     if (lm_ggml_is_block(dtype)) return random_ggml(r, dtype, rows, cols, values);
+    if (dtype == LM_DTYPE_FP8_B128) return random_fp8(r, rows, cols, values);
     return dtype == LM_DTYPE_Q8_0 ? random_q8(r, rows, cols, values)
                                   : random_weights(r, dtype, (size_t)(rows * cols), values);
 }
@@ -966,7 +995,8 @@ static void check_matmul(const backends *bs, verdict *v, rng *r, lm_dtype dtype,
         if (!got) fail(v, "%s: backend memory failed", bs->label[b]);
         bool rounds = rounds_activations(bs, b, dtype);
         double e = !got ? INFINITY : rounds ? rel_l2_error(got, want, ny) : rel_error(got, want, ny);
-        if (!(e < (rounds ? BF16_TOLERANCE : TOLERANCE)))
+        bool e4m3_x = rounds && dtype == LM_DTYPE_FP8_B128 && n >= 9 && strcmp(bs->family[b], "cuda") == 0;
+        if (!(e < (e4m3_x ? FP8_ACTIVATION_TOLERANCE : rounds ? BF16_TOLERANCE : TOLERANCE)))
             fail(v, "matmul %s n=%d rows=%lld cols=%lld on %s: error %g%s", lm_dtype_name(dtype), n,
                  (long long)rows, (long long)cols, bs->label[b], e, rounds ? " (l2, 16-bit activations)" : "");
         if (got) same_bits_check(&same, v, bs->family[b], "matmul", got, ny * 4, bs->label[b]);
@@ -1021,18 +1051,18 @@ static void test_matmul(void) {
  * oracle on the dequantized weights, on every backend that takes them;
  * each token's row bit for bit what it is alone (batch invariance), on
  * each backend; the cpu and ref backends must take them. */
-static void check_q8_batch_invariance(const backends *bs, verdict *v, rng *r, int n, int64_t rows,
-                                      int64_t cols) {
+static void check_block_batch_invariance(const backends *bs, verdict *v, rng *r, lm_dtype dtype, int n,
+                                         int64_t rows, int64_t cols) {
     float *wv = malloc(sizeof(float) * (size_t)(rows * cols));
-    void *w = wv ? random_q8(r, rows, cols, wv) : NULL;
+    void *w = wv ? random_matrix(r, dtype, rows, cols, wv) : NULL;
     float *x = random_floats(r, (size_t)n * (size_t)cols, 2.0f);
     for (int b = 0; b < bs->n && w && x && !v->failed; b++) {
-        if (!lm_backend_supports_weights(bs->be[b], LM_DTYPE_Q8_0)) continue;
+        if (!lm_backend_supports_weights(bs->be[b], dtype)) continue;
         /* cuda in bf16 compute takes cuBLASLt for 9+ rows (bf16 weights made
-         * of the int8 ones): not batch-invariant, as its bf16 products */
-        if (strcmp(bs->family[b], "cuda") == 0 && rounds_activations(bs, b, LM_DTYPE_Q8_0)) continue;
+         * of the int8 or FP8 ones): not batch-invariant, as its bf16 products */
+        if (strcmp(bs->family[b], "cuda") == 0 && rounds_activations(bs, b, dtype)) continue;
         arena a = arena_on(bs->be[b]);
-        lm_matrix m = import_matrix(&a, w, LM_DTYPE_Q8_0, rows, cols);
+        lm_matrix m = import_matrix(&a, w, dtype, rows, cols);
         lm_mem xm = up_f32(&a, x, (size_t)n * (size_t)cols), y = poisoned(&a, (size_t)n * rows);
         lm_mem alone = poisoned(&a, (size_t)rows);
         lm_matmul(a.be, y, xm, n, &m);
@@ -1041,8 +1071,8 @@ static void check_q8_batch_invariance(const backends *bs, verdict *v, rng *r, in
             lm_matmul(a.be, alone, lm_mem_f32(xm, (size_t)t * (size_t)cols), 1, &m);
             float *one = down_f32(&a, alone, (size_t)rows);
             if (!one || memcmp(one, all + (size_t)t * rows, sizeof(float) * (size_t)rows) != 0)
-                fail(v, "Q8_0 matmul on %s: token %d of %d differs from the same token alone (%lldx%lld)",
-                     bs->label[b], t, n, (long long)rows, (long long)cols);
+                fail(v, "%s matmul on %s: token %d of %d differs from the same token alone (%lldx%lld)",
+                     lm_dtype_name(dtype), bs->label[b], t, n, (long long)rows, (long long)cols);
             free(one);
         }
         if (!all) fail(v, "%s: backend memory failed", bs->label[b]);
@@ -1074,8 +1104,8 @@ static void test_matmul_q8(void) {
     for (size_t j = 0; j < 5; j++) check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, 1 + (int)j % 4, released[j][0], released[j][1]);
     check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, 1, 1000, 1024);
     for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, n, 53, 1088);
-    check_q8_batch_invariance(&bs, &v, &r, 13, 70, 1024);
-    check_q8_batch_invariance(&bs, &v, &r, 6, 257, 96);
+    check_block_batch_invariance(&bs, &v, &r, LM_DTYPE_Q8_0, 13, 70, 1024);
+    check_block_batch_invariance(&bs, &v, &r, LM_DTYPE_Q8_0, 6, 257, 96);
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -1147,6 +1177,33 @@ static void test_matmul_ggml(void) {
         check_weights_batch_invariance(&bs, &v, &r, dt, 6, 257, 512);
         check_weights_batch_invariance(&bs, &v, &r, dt, 9, 20, 17408);
     }
+    backends_close(&bs);
+    CHECK_VERDICT(v);
+}
+
+/* FP8_B128 weights (FP8 checkpoints kept FP8, --quantize fp8) against the
+ * float64 oracle on their values, on cpu, ref and cuda (each must take
+ * them): the vector kernels' widths (cols a multiple of 512, 16-byte rows)
+ * and the scalar reader's (128, 384), every token-tile remainder, rows
+ * past one task; each token's row bit for bit what it is alone. */
+static void test_matmul_fp8(void) {
+    backends bs;
+    CHECK(backends_open(&bs));
+    NEED(bs, matmul);
+    verdict v = {0};
+    rng r = {0xf8b128ull};
+    for (int i = 0; i < bs.n; i++)
+        CHECK_MSG(lm_backend_supports_weights(bs.be[i], LM_DTYPE_FP8_B128), "%s takes no FP8_B128 weights",
+                  bs.label[i]);
+    static const int ns[] = {1, 2, 5, 9, 130};
+    static const int64_t shapes[][2] = {{1, 128}, {13, 384}, {70, 1024}, {33, 512}};
+    for (size_t i = 0; i < 5; i++)
+        for (size_t j = 0; j < 4; j++) check_matmul(&bs, &v, &r, LM_DTYPE_FP8_B128, ns[i], shapes[j][0], shapes[j][1]);
+    static const int64_t released[][2] = {{96, 2048}, {64, 4096}, {16, 12288}};
+    for (size_t j = 0; j < 3; j++) check_matmul(&bs, &v, &r, LM_DTYPE_FP8_B128, 1 + (int)j, released[j][0], released[j][1]);
+    for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, LM_DTYPE_FP8_B128, n, 53, 1024);
+    check_block_batch_invariance(&bs, &v, &r, LM_DTYPE_FP8_B128, 13, 70, 1024);
+    check_block_batch_invariance(&bs, &v, &r, LM_DTYPE_FP8_B128, 6, 257, 384);
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -1751,17 +1808,18 @@ static void test_embed(void) {
     rng r = {99};
     static const int64_t dims[] = {1, 17, 64, 1000, 4096};
     int32_t ids[6] = {0, 36, 5, 5, 20, 0}; /* repeats and both ends */
-    /* the three float dtypes, then Q8_0 (a tied lm_head quantized by
-     * --quantize int8 is also the embedding table): the rows s·q exactly */
-    for (size_t d = 0; d < 4; d++)
+    /* the three float dtypes, then Q8_0 and FP8_B128 (a tied lm_head
+     * quantized at load is also the embedding table; an FP8 checkpoint's
+     * table may be FP8): the rows s·q exactly */
+    for (size_t d = 0; d < 5; d++)
         for (size_t k = 0; k < 5; k++) {
-            lm_dtype dtype = d < 3 ? weight_dtypes[d] : LM_DTYPE_Q8_0;
-            int64_t vocab = 37, dim = d < 3 ? dims[k] : 32 * (dims[k] / 16 + 1);
+            lm_dtype dtype = d < 3 ? weight_dtypes[d] : d == 3 ? LM_DTYPE_Q8_0 : LM_DTYPE_FP8_B128;
+            int64_t vocab = 37, dim = d < 3 ? dims[k] : d == 3 ? 32 * (dims[k] / 16 + 1) : 128 * (dims[k] / 64 + 1);
             size_t n_out = 6 * (size_t)dim;
             float *values = malloc(sizeof(float) * (size_t)(vocab * dim));
-            void *table = !values       ? NULL
-                          : d < 3       ? random_weights(&r, dtype, (size_t)(vocab * dim), values)
-                                        : random_q8(&r, vocab, dim, values);
+            void *table = !values ? NULL
+                          : d < 3 ? random_weights(&r, dtype, (size_t)(vocab * dim), values)
+                                  : random_matrix(&r, dtype, vocab, dim, values);
             float *want = malloc(sizeof(float) * n_out);
             CHECK(values && table && want);
             for (int t = 0; t < 6; t++)
@@ -4959,6 +5017,7 @@ int main(void) {
     RUN_TEST(test_memory_ops);
     RUN_TEST(test_matmul);
     RUN_TEST(test_matmul_q8);
+    RUN_TEST(test_matmul_fp8);
     RUN_TEST(test_matmul_ggml);
     RUN_TEST(test_matmul_bf16_compute);
     RUN_TEST(test_matmul_zero_cols);

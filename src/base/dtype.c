@@ -30,6 +30,9 @@ static const struct {
     [LM_DTYPE_GGML_Q4_K] = {"Q4_K", 0, 256, 144},
     [LM_DTYPE_GGML_Q5_K] = {"Q5_K", 0, 256, 176},
     [LM_DTYPE_GGML_Q6_K] = {"Q6_K", 0, 256, 210},
+    /* planar within a row (dtype.h), but as many bytes as blocks of one
+     * scale and 128 values */
+    [LM_DTYPE_FP8_B128] = {"FP8_B128", 0, LM_FP8_BLOCK, LM_FP8_BLOCK + 4},
 };
 
 size_t lm_dtype_size(lm_dtype dtype) {

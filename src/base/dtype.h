@@ -41,9 +41,20 @@ typedef enum {
     LM_DTYPE_GGML_Q4_K,
     LM_DTYPE_GGML_Q5_K,
     LM_DTYPE_GGML_Q6_K,
+    /* loom's FP8 weight format, never read from a file: FP8 E4M3 values
+     * with one float32 scale per 128 consecutive values of a row.  A row
+     * of cols (a multiple of LM_FP8_BLOCK) weights is its cols E4M3 bytes,
+     * then its cols / LM_FP8_BLOCK scales (float32, little-endian): the
+     * bytes of a row are contiguous, so GPU tiles of weights load as one
+     * strided matrix, and the scales ride at the row's end.  Weight c is
+     * e4m3(row[c]) * scale[c / 128].  Made at load from block-scaled FP8
+     * checkpoints (each of their 128x128 blocks gives its scale to its
+     * 128 rows), bytes kept as they are. */
+    LM_DTYPE_FP8_B128,
     LM_DTYPE_COUNT
 } lm_dtype;
 
+#define LM_FP8_BLOCK 128
 #define LM_Q8_BLOCK 32
 #define LM_Q8_BLOCK_BYTES (2 + LM_Q8_BLOCK)
 

@@ -41,3 +41,38 @@ bool lm_q8_quantize_row(const float *x, int64_t cols, uint8_t *out) {
     }
     return true;
 }
+
+uint8_t lm_f32_to_e4m3(float x) {
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    float a = fabsf(x);
+    if (a >= 448.0f) return sign | 0x7E; /* the largest finite value */
+    if (a < 0x1p-6f) /* subnormal: steps of 2^-9; 8 steps is the smallest normal, code 8 */
+        return sign | (uint8_t)nearbyintf(a * 0x1p9f);
+    int e;
+    float m = frexpf(a, &e) * 2.0f; /* a = m 2^(e-1), m in [1, 2) */
+    e -= 1;
+    int mant = (int)nearbyintf((m - 1.0f) * 8.0f); /* exact: (m-1)*8 has few bits; ties to even */
+    if (mant == 8) {
+        mant = 0;
+        e++;
+    }
+    /* a < 448 = 1.75 * 2^8 keeps e <= 8 and, at e = 8, mant <= 6: never the NaN code */
+    return sign | (uint8_t)(((e + 7) << 3) | mant);
+}
+
+bool lm_fp8_quantize_row(const float *x, int64_t cols, uint8_t *out) {
+    for (int64_t b = 0; b < cols / LM_FP8_BLOCK; b++) {
+        const float *v = x + b * LM_FP8_BLOCK;
+        float amax = 0;
+        for (int i = 0; i < LM_FP8_BLOCK; i++) {
+            float a = fabsf(v[i]);
+            if (!(a <= 3.402823466e38f)) return false;
+            amax = a > amax ? a : amax;
+        }
+        float scale = amax > 0 ? amax / 448.0f : 0.0f;
+        memcpy(out + cols + 4 * b, &scale, sizeof scale);
+        for (int i = 0; i < LM_FP8_BLOCK; i++)
+            out[b * LM_FP8_BLOCK + i] = scale > 0 ? lm_f32_to_e4m3(v[i] / scale) : 0;
+    }
+    return true;
+}

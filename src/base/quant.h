@@ -18,6 +18,25 @@
 static inline bool lm_e4m3_is_nan(uint8_t b) { return (b & 0x7Fu) == 0x7Fu; }
 float lm_e4m3_to_f32(uint8_t b);
 
+/* The scale of 128-block b of an FP8_B128 row of `cols` weights, and
+ * weight `col` of that row (float32: an E4M3 value times a float32 scale,
+ * rounded once). */
+static inline float lm_fp8_row_scale(const uint8_t *row, int64_t cols, int64_t b) {
+    float s;
+    memcpy(&s, row + cols + 4 * b, sizeof s);
+    return s;
+}
+static inline float lm_fp8_weight_at(const uint8_t *row, int64_t cols, int64_t col) {
+    return lm_e4m3_to_f32(row[col]) * lm_fp8_row_scale(row, cols, col / LM_FP8_BLOCK);
+}
+/* The E4M3 value nearest x (ties to even), saturated to ±448; x finite. */
+uint8_t lm_f32_to_e4m3(float x);
+/* One row of `cols` floats (a multiple of LM_FP8_BLOCK) into an FP8_B128
+ * row at out: per block of 128 the scale is amax / 448 (so no value
+ * saturates), the values x / scale rounded to nearest even E4M3.  False
+ * when a value is not finite. */
+bool lm_fp8_quantize_row(const float *x, int64_t cols, uint8_t *out);
+
 /* The scale of a Q8_0 block (its first two bytes, bf16 little-endian). */
 static inline float lm_q8_block_scale(const uint8_t *block) {
     uint16_t bits;

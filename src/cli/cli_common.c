@@ -66,10 +66,14 @@ lm_status lm_cli_open_model(const lm_cli_model_spec *spec, lm_backend **backend,
         st = lm_tensor_parallel_open(spec->dir, spec->random_config, &o, *backend, spec->tensor_parallel_size, model,
                                      err);
     }
-    else if (st == LM_OK)
-        st = spec->dir ? lm_model_open(spec->dir, &spec->load, *backend, model, err)
-                       : lm_model_open_random(spec->random_config, spec->seed, spec->load.quantize_int8, *backend,
-                                              model, err);
+    else if (st == LM_OK && spec->dir)
+        st = lm_model_open(spec->dir, &spec->load, *backend, model, err);
+    else if (st == LM_OK) {
+        lm_model_load_options o = spec->load; /* its quantization too */
+        o.random_weights = true;
+        o.random_seed = spec->seed;
+        st = lm_model_open_random_with(spec->random_config, &o, *backend, model, err);
+    }
     if (st != LM_OK) {
         lm_backend_destroy(*backend);
         *backend = NULL;

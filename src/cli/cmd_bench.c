@@ -563,6 +563,8 @@ int cmd_bench_main(int argc, char **argv) {
                               .load = {.mode = mode,
                                        .quantize_int8 = settings.engine.quantize &&
                                                         strcmp(settings.engine.quantize, "int8") == 0,
+                                       .quantize_fp8 = settings.engine.quantize &&
+                                                       strcmp(settings.engine.quantize, "fp8") == 0,
                                        .expert_parallel = settings.engine.expert_parallel}};
     lm_status st = lm_cli_open_model(&spec, &backend, &model, &err);
     if (st != LM_OK) {

@@ -29,6 +29,8 @@ int cmd_inspect_main(int argc, char **argv) {
                                        .mtp_norms = (lm_mtp_norms)settings.engine.mtp_norms,
                                        .quantize_int8 = settings.engine.quantize &&
                                                         strcmp(settings.engine.quantize, "int8") == 0,
+                                       .quantize_fp8 = settings.engine.quantize &&
+                                                       strcmp(settings.engine.quantize, "fp8") == 0,
                                        .expert_parallel = settings.engine.expert_parallel},
                               .backend = settings.engine.backend,
                               .threads = 1};

@@ -100,9 +100,10 @@ static bool parse_compute(const char *value, void *field, char *message, size_t 
 
 static bool parse_quantize(const char *value, void *field, char *message, size_t size) {
     if (strcmp(value, "int8") == 0 || strcmp(value, "q8_0") == 0) *(const char **)field = "int8";
+    else if (strcmp(value, "fp8") == 0) *(const char **)field = "fp8";
     else if (strcmp(value, "none") == 0) *(const char **)field = "none";
     else {
-        snprintf(message, size, "expects int8 or none, got '%.40s' (FP8 checkpoints load as they are, with no flag)",
+        snprintf(message, size, "expects int8, fp8 or none, got '%.40s' (FP8 checkpoints load as they are, with no flag)",
                  value);
         return false;
     }
@@ -177,8 +178,9 @@ static const lm_opt engine_opts[] = {
      parse_compute, "f32|bf16", NULL},
     {"--quantize", LM_OPT_CUSTOM, "Q", ENGINE(quantize), 0, 0,
      "int8: the Linear layers' weights made int8 at load (blocks of 32\nwith a bf16 scale; decode reads about half the bytes of bf16;\n"
-     "every backend); none (default): as the checkpoint stores them.\nFP8 checkpoints load as int8 without it",
-     parse_quantize, "int8|none", NULL},
+     "every backend); fp8: made FP8 (E4M3, a float32 scale per 128\nweights of a row; 1 byte a weight) on backends with FP8 weights\n"
+     "(cpu, ref, cuda); none (default): as the checkpoint stores them.\nFP8 checkpoints stay FP8 without it",
+     parse_quantize, "int8|fp8|none", NULL},
 };
 
 /* vLLM's and llama-server's spellings of what loom does anyway (a note),
@@ -200,7 +202,7 @@ static const lm_opt compat_opts[] = {
     {"--n-gpu-layers|-ngl|--gpu-layers", LM_OPT_REFUSED, "N", 0, 0, 0,
      "loom runs the whole model on one backend: --device cuda (or cpu)", NULL, NULL, NULL},
     {"--quantization|-q", LM_OPT_REFUSED, "METHOD", 0, 0, 0,
-     "loom makes int8 weights at load with --quantize int8, and reads FP8\n(block-scaled) checkpoints as they are, with no flag", NULL, NULL, NULL},
+     "loom makes int8 or FP8 weights at load with --quantize int8|fp8, and\nreads FP8 (block-scaled) checkpoints as they are, with no flag", NULL, NULL, NULL},
     {"--hf-repo|-hf", LM_OPT_REFUSED, "REPO", 0, 0, 0,
      "loom does not download: huggingface-cli download REPO --local-dir DIR, then --model DIR", NULL, NULL, NULL},
     {"--n-predict|-n", LM_OPT_REFUSED, "N", 0, 0, 0,

@@ -73,13 +73,15 @@ static lm_status open_model(loom_engine *e, lm_error *err) {
     if (st == LM_OK) {
         /* loom_mtp_norms and lm_mtp_norms list the conventions in the same order. */
         bool int8 = o->quantize && strcmp(o->quantize, "int8") == 0;
+        bool fp8 = o->quantize && strcmp(o->quantize, "fp8") == 0;
         lm_model_load_options load = {.mode = o->mmap_weights ? LM_LOAD_MMAP : LM_LOAD_READ,
                                       .mtp_norms = (lm_mtp_norms)o->mtp_norms,
                                       .quantize_int8 = int8,
+                                      .quantize_fp8 = fp8,
                                       .random_seed = o->random_seed,
                                       .progress = o->load_progress ? &e->load_progress : NULL};
-        if (o->quantize && !int8 && strcmp(o->quantize, "none") != 0)
-            st = lm_fail(err, LM_ERR_INVALID, "unknown weight quantization '%.40s' (none or int8)", o->quantize);
+        if (o->quantize && !int8 && !fp8 && strcmp(o->quantize, "none") != 0)
+            st = lm_fail(err, LM_ERR_INVALID, "unknown weight quantization '%.40s' (none, int8 or fp8)", o->quantize);
         else if (o->tensor_parallel_size > 1) {
             load.random_weights = o->random_weights;
             load.random_seed = o->random_seed;

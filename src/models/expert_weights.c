@@ -82,15 +82,24 @@ lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, in
         }
         return LM_OK;
     }
+    /* Routed experts one matrix each (FP8 checkpoints store them so): made
+     * as stacks are, never kept FP8 — the MoE kernels read int8 and bf16
+     * experts (models/weights.h, lm_weights_set_experts). */
+    lm_weights_set_experts(w, true);
     for (int e = 0; e < count; e++) {
         lm_swiglu expert;
         snprintf(name, sizeof name, "%sexperts.%d.", mlp_prefix, first + e);
-        TRY(whole_experts ? lm_swiglu_load(w, name, I, H, &expert, err)
-                          : lm_swiglu_load_share(w, name, I, H, rank, n_ranks, &expert, err));
+        lm_status st = whole_experts ? lm_swiglu_load(w, name, I, H, &expert, err)
+                                     : lm_swiglu_load_share(w, name, I, H, rank, n_ranks, &expert, err);
+        if (st != LM_OK) {
+            lm_weights_set_experts(w, false);
+            return st;
+        }
         gate[e] = expert.gate_proj;
         up[e] = expert.up_proj;
         down[e] = expert.down_proj;
     }
+    lm_weights_set_experts(w, false);
     return LM_OK;
 }
 

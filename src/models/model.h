@@ -94,6 +94,10 @@ typedef struct {
     /* Linear layers' weights made int8 (Q8_0 blocks) at load (--quantize
      * int8; models/weights.h says which matrices). */
     bool quantize_int8;
+    /* Linear layers' weights made FP8 (FP8_B128: E4M3 with a float32 scale
+     * per 128 of a row) at load on backends with FP8 weights (--quantize
+     * fp8); a backend without them keeps the checkpoint's weights. */
+    bool quantize_fp8;
     /* Set by lm_model_open from config.json's quantization_config: the
      * block shape of an FP8 checkpoint's weight_scale_inv (0: none). */
     int fp8_block_rows, fp8_block_cols;

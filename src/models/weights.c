@@ -112,7 +112,13 @@ size_t lm_weights_bytes_used(const lm_weights *w) {
 }
 
 void lm_weights_made_note(const lm_weights *w, char *out, size_t size) {
-    if (w->fp8_bf16_bytes > 0)
+    if (w->fp8_kept_bytes > 0)
+        snprintf(out, size, "FP8 weights kept FP8 (E4M3, a float32 scale per 128): %.1f MB%s",
+                 (double)w->fp8_kept_bytes / 1e6, w->q8_bytes ? ", the rest (expert stacks, odd shapes) made int8" : "");
+    else if (w->fp8_made_bytes > 0)
+        snprintf(out, size, "weights made FP8 at load (E4M3, a float32 scale per 128): %.1f MB",
+                 (double)w->fp8_made_bytes / 1e6);
+    else if (w->fp8_bf16_bytes > 0)
         snprintf(out, size, "FP8 weights made bf16 at load: %.1f MB, as the %s backend has no int8 weights yet",
                  (double)w->fp8_bf16_bytes / 1e6, w->backend->ops->name);
     else if (w->mlx_bytes > 0)
@@ -458,6 +464,20 @@ static lm_dtype fp8_made_as(const lm_weights *w, int64_t cols) {
     return cols % LM_Q8_BLOCK == 0 ? LM_DTYPE_Q8_0 : LM_DTYPE_F32;
 }
 
+/* Whether an FP8 matrix (or a float one under --quantize fp8) of rows
+ * holding columns [c0, c0 + n_cols) stays FP8, as FP8_B128: a matrix, not
+ * a stack of experts (the MoE kernels read int8), on a backend with FP8
+ * weights, its columns whole 128-blocks of the checkpoint's (each block's
+ * scale then covers exactly one FP8_B128 block). */
+void lm_weights_set_experts(lm_weights *w, bool experts) { w->loading_experts = experts; }
+
+static bool fp8_kept(const lm_weights *w, int n_dims, int64_t c0, int64_t n_cols, bool from_fp8) {
+    if (n_dims != 2 || w->loading_experts || c0 % LM_FP8_BLOCK != 0 || n_cols % LM_FP8_BLOCK != 0 ||
+        !lm_backend_supports_weights(w->backend, LM_DTYPE_FP8_B128))
+        return false;
+    return !from_fp8 || w->quant.fp8_block_cols == LM_FP8_BLOCK;
+}
+
 /* Row r of a float tensor of `cols` columns as float32. */
 static void float_row(const lm_tensor *t, int64_t r, int64_t cols, float *out) {
     const uint16_t *half = (const uint16_t *)t->data + r * cols;
@@ -548,6 +568,30 @@ static lm_status fp8_row(const lm_weights *w, const lm_tensor *t, const lm_tenso
                                t->file, name, (long long)r, (long long)c);
             out[c] = lm_e4m3_to_f32(q[c]) * scale;
         }
+    }
+    return LM_OK;
+}
+
+/* Columns [c0, c0 + n_cols) of row r of an FP8 tensor as an FP8_B128 row
+ * at dst: its E4M3 bytes as stored, then one scale per 128 of them (the
+ * checkpoint's block scale of that block, fp8_kept: 128 columns a block),
+ * both checked as fp8_row checks them. */
+static lm_status fp8_keep_row(const lm_weights *w, const lm_tensor *t, const lm_tensor *s, const char *name,
+                              int64_t rows, int64_t cols, int64_t r, int64_t c0, int64_t n_cols, uint8_t *dst,
+                              lm_error *err) {
+    int br = w->quant.fp8_block_rows;
+    int64_t m = r / rows, rr = r % rows, srows = (rows + br - 1) / br, scols = (cols + LM_FP8_BLOCK - 1) / LM_FP8_BLOCK;
+    const uint8_t *q = (const uint8_t *)t->data + r * cols + c0;
+    for (int64_t c = 0; c < n_cols; c++)
+        if (lm_e4m3_is_nan(q[c]))
+            return lm_fail(err, LM_ERR_FORMAT, "%s: tensor '%s' holds a NaN (row %lld, column %lld)", t->file,
+                           name, (long long)r, (long long)(c0 + c));
+    memcpy(dst, q, (size_t)n_cols);
+    for (int64_t b = 0; b < n_cols / LM_FP8_BLOCK; b++) {
+        float scale = scale_at(s, (m * srows + rr / br) * scols + c0 / LM_FP8_BLOCK + b);
+        if (!isfinite(scale))
+            return lm_fail(err, LM_ERR_FORMAT, "%s: a block scale of '%s' is not finite", s->file, name);
+        memcpy(dst + n_cols + 4 * b, &scale, sizeof scale);
     }
     return LM_OK;
 }
@@ -724,6 +768,7 @@ typedef struct {
  * or float32 as it is.  False when a value is not finite. */
 static bool store_row(const float *row, int64_t cols, lm_dtype dtype, uint8_t *dst) {
     if (dtype == LM_DTYPE_Q8_0) return lm_q8_quantize_row(row, cols, dst);
+    if (dtype == LM_DTYPE_FP8_B128) return lm_fp8_quantize_row(row, cols, dst);
     for (int64_t c = 0; c < cols; c++)
         if (!isfinite(row[c])) return false;
     if (dtype == LM_DTYPE_BF16) {
@@ -768,6 +813,11 @@ static void convert_task(void *ctx, int task, int n_tasks) {
     }
     for (int64_t i = begin; i < end && f->st == LM_OK; i++) {
         int64_t r = (src->first + i / src->s_rows) * src->rows + slice_row(src->slice, i % src->s_rows);
+        if (j->s && j->dtype == LM_DTYPE_FP8_B128) { /* FP8 kept: its bytes, no float detour */
+            f->st = fp8_keep_row(j->w, j->t, j->s, j->name, src->rows, src->cols, r, src->c0, src->n_cols,
+                                 j->dst + (size_t)i * j->row_bytes, &f->err);
+            continue;
+        }
         if (j->mlx) f->st = mlx_row(j->mlx, r, src->cols, row, &f->err);
         else if (j->s) f->st = fp8_row(j->w, j->t, j->s, j->name, src->rows, src->cols, r, row, &f->err);
         else float_row(j->t, r, src->cols, row);
@@ -808,6 +858,10 @@ static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor
     st = import(w, dst, bytes, name, &buffer, err);
     if (st != LM_OK) return st;
     if (dtype == LM_DTYPE_Q8_0) w->q8_bytes += bytes;
+    if (dtype == LM_DTYPE_FP8_B128) {
+        if (s) w->fp8_kept_bytes += bytes;
+        else w->fp8_made_bytes += bytes;
+    }
     if (s && dtype == LM_DTYPE_BF16) w->fp8_bf16_bytes += bytes;
     if (mlx) {
         w->mlx_bytes += bytes;
@@ -871,7 +925,8 @@ static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_
         if (!s) return err->code;
         if (was_released(w, t))
             return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
-        lm_status st = convert_rows(w, t, s, NULL, name, &all, fp8_made_as(w, cols), out, err);
+        lm_dtype made = fp8_kept(w, n_dims, 0, cols, true) ? LM_DTYPE_FP8_B128 : fp8_made_as(w, cols);
+        lm_status st = convert_rows(w, t, s, NULL, name, &all, made, out, err);
         if (st == LM_OK) release_source(w, t);
         return st;
     }
@@ -882,6 +937,11 @@ static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_
     if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0 && !lm_dtype_is_block(t->dtype)) {
         if (need_q8(w, name, err) != LM_OK) return err->code;
         lm_status st = convert_rows(w, t, NULL, NULL, name, &all, LM_DTYPE_Q8_0, out, err);
+        if (st == LM_OK) release_source(w, t);
+        return st;
+    }
+    if (linear && w->quant.fp8_linear && !lm_dtype_is_block(t->dtype) && fp8_kept(w, n_dims, 0, cols, false)) {
+        lm_status st = convert_rows(w, t, NULL, NULL, name, &all, LM_DTYPE_FP8_B128, out, err);
         if (st == LM_OK) release_source(w, t);
         return st;
     }
@@ -975,7 +1035,10 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
                                          out, err)
                           : err->code;
     if (find_fp8(w, name, n_dims, shape, &t, &s, err))
-        return s ? convert_rows(w, t, s, NULL, name, &part, fp8_made_as(w, n_cols), out, err) : err->code;
+        return s ? convert_rows(w, t, s, NULL, name, &part,
+                                fp8_kept(w, n_dims, c0, n_cols, true) ? LM_DTYPE_FP8_B128 : fp8_made_as(w, n_cols),
+                                out, err)
+                 : err->code;
     t = require_shape(w, name, n_dims, shape, err);
     if (!t) return err->code;
     if (was_released(w, t))
@@ -986,6 +1049,8 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
         if (need_q8(w, name, err) != LM_OK) return err->code;
         return convert_rows(w, t, NULL, NULL, name, &part, LM_DTYPE_Q8_0, out, err);
     }
+    if (w->quant.fp8_linear && !block && fp8_kept(w, n_dims, c0, n_cols, false))
+        return convert_rows(w, t, NULL, NULL, name, &part, LM_DTYPE_FP8_B128, out, err);
     /* a block format's rows are cut at whole blocks only */
     int64_t per_block = lm_dtype_block_elems(t->dtype);
     if (block && (c0 % per_block || n_cols % per_block))

@@ -19,6 +19,7 @@ struct cJSON;
  * the block shape of an FP8 checkpoint's weight_scale_inv. */
 typedef struct {
     bool int8_linear;      /* --quantize int8: lm_weights_linear makes Q8_0 */
+    bool fp8_linear;       /* --quantize fp8: lm_weights_linear makes FP8_B128 where it can */
     int fp8_block_rows;    /* > 0: config.json says FP8 with weight_block_size */
     int fp8_block_cols;    /* [fp8_block_rows, fp8_block_cols] */
     int mlx_bits;          /* > 0: config.json's "quantization" (MLX affine, models/mlx_quant.h) */
@@ -67,6 +68,9 @@ typedef struct {
     const lm_progress *progress;
     int progress_ranks;
     size_t q8_bytes; /* bytes of the Q8_0 matrices made at load */
+    bool loading_experts;  /* lm_weights_set_experts */
+    size_t fp8_kept_bytes; /* bytes of FP8_B128 matrices from an FP8 checkpoint */
+    size_t fp8_made_bytes; /* bytes of FP8_B128 matrices made from float weights (--quantize fp8) */
     size_t fp8_bf16_bytes; /* bytes of bf16 matrices decoded from FP8 (a backend without int8 weights) */
     size_t mlx_bytes;      /* bytes of matrices decoded from MLX affine codes */
     lm_dtype mlx_made;     /* what the latest became (bf16, float32 or Q8_0), for the note */
@@ -86,6 +90,10 @@ void lm_weights_init(lm_weights *w, const lm_checkpoint *checkpoint, lm_backend 
  * random ones; n_ranks ranks load a share each (1: the whole model). */
 void lm_weights_set_progress(lm_weights *w, const lm_progress *progress, int n_ranks);
 void lm_weights_init_random(lm_weights *w, uint64_t seed, bool has_lm_head, lm_backend *backend);
+/* Whether the matrices loaded from here on are routed experts (one matrix
+ * each): they are then never kept FP8 (the MoE kernels read int8 and bf16
+ * experts), as stacks of experts never are. */
+void lm_weights_set_experts(lm_weights *w, bool experts);
 /* The quantization of the weights made from here on (default: none). */
 void lm_weights_set_quant(lm_weights *w, const lm_weights_quant *q);
 /* Bytes of weight data handed out so far (matrices and vectors as stored). */

@@ -302,6 +302,7 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
         lm_weights_set_progress(&m->weights, options->progress,
                                 options->tensor_parallel ? options->tensor_parallel->n_ranks : 1);
     const lm_weights_quant quant = {.int8_linear = options->quantize_int8,
+                                    .fp8_linear = options->quantize_fp8,
                                     .fp8_block_rows = options->fp8_block_rows,
                                     .fp8_block_cols = options->fp8_block_cols,
                                     .mlx_bits = options->mlx_bits,

@@ -375,6 +375,7 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
     lm_weights_quant quant = {0};
     if (options)
         quant = (lm_weights_quant){.int8_linear = options->quantize_int8,
+                                   .fp8_linear = options->quantize_fp8,
                                    .fp8_block_rows = options->fp8_block_rows,
                                    .fp8_block_cols = options->fp8_block_cols,
                                    .mlx_bits = options->mlx_bits,

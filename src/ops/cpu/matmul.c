@@ -1,5 +1,5 @@
-/* y[n, rows] = x[n, cols] · Wᵀ with W bf16, f16, f32, Q8_0 (the row kernels of matmul_q8.c)
- * or a ggml block format (matmul_ggml.c); x, y float32.
+/* y[n, rows] = x[n, cols] · Wᵀ with W bf16, f16, f32, Q8_0, FP8_B128 (the row kernels of matmul_q8.c
+ * and matmul_fp8.c) or a ggml block format (matmul_ggml.c); x, y float32.
  *
  * Vectorised along cols (the dot-product direction, contiguous in both x and
  * W).  Weights are widened to float32 in registers (bf16: zero-extend and
@@ -26,6 +26,7 @@
 #include "base/ggml_quant.h"
 #include "base/simd.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_fp8.h"
 #include "ops/cpu/matmul_ggml.h"
 #include "ops/cpu/matmul_q8.h"
 #include "ops/ref/reference.h"
@@ -165,6 +166,17 @@ static void matmul_task(void *ctx, int task, int n_tasks) {
     int64_t row_begin = (int64_t)task * job->rows_per_task;
     int64_t row_end = row_begin + job->rows_per_task;
     if (row_end > job->rows) row_end = job->rows;
+    if (job->dtype == LM_DTYPE_FP8_B128) { /* matmul_fp8.c, tiled as Q8_0 below */
+        for (int64_t p0 = row_begin; p0 < row_end; p0 += job->panel_rows) {
+            int64_t p1 = p0 + job->panel_rows < row_end ? p0 + job->panel_rows : row_end;
+            for (int t0 = 0; t0 < job->n; t0 += Q8_TILE_T) {
+                int T = job->n - t0 < Q8_TILE_T ? job->n - t0 : Q8_TILE_T;
+                for (int64_t r = p0; r < p1; r++)
+                    lm_cpu_fp8_rows[T](job->y, job->x, job->w, job->rows, job->cols, r, t0);
+            }
+        }
+        return;
+    }
     if (job->dtype == LM_DTYPE_Q8_0) {
         /* matmul_q8.c: whole rows, no column blocks; tiles of Q8_TILE_T
          * tokens, so widening a block's int8 weights is shared by more
@@ -235,7 +247,7 @@ static int64_t rows_per_task(lm_pool *pool, int64_t rows) {
 
 static bool kernel_dtype(lm_dtype d) {
     return d == LM_DTYPE_BF16 || d == LM_DTYPE_F16 || d == LM_DTYPE_F32 || d == LM_DTYPE_Q8_0 ||
-           lm_ggml_is_block(d);
+           d == LM_DTYPE_FP8_B128 || lm_ggml_is_block(d);
 }
 
 void lm_cpu_matmul(lm_pool *pool, float *y, const float *x, int n, const lm_host_matrix *w) {

@@ -41,6 +41,7 @@ struct lm_cuda_state {
     bool attention_one_run;       /* LOOM_CUDA_ATTENTION_SPLIT=0: a block walks a token's whole context, to compare */
     bool kv_f32;                  /* LOOM_CUDA_KV_F32=1: float32 KV pools under bf16 compute too, to compare */
     bool unfused;                 /* LOOM_CUDA_FUSE=0: the fused ops decline (their parts run) */
+    bool fp8_mma;                 /* LOOM_CUDA_FP8_MMA=1: FP8 batches on the FP8 tensor cores (not yet measured on a card: off by default) */
     bool norm_fused;              /* LOOM_CUDA_FUSE_NORM=1: the normed products run (matmul.cu says why not by default) */
     size_t norm_tile_bytes;       /* the most shared memory a product's tile of normed or gated x may take (matmul.cu) */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */

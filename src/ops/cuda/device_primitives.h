@@ -25,6 +25,25 @@ __device__ __forceinline__ static float lm_weight_at(const void *w, int dtype, i
     return ((const float *)w)[i];
 }
 
+/* An E4M3 byte as float32, exactly: its sign to bit 31 and its other 7
+ * bits to bits 20..26 read as the value times 2^-120 (the exponent biases
+ * are 7 and 127; subnormals map to subnormals), times 2^120.  NaN codes
+ * never reach a kernel (the loader refuses them). */
+__device__ __forceinline__ static float lm_e4m3_value(uint32_t b) {
+    return __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7Fu) << 20)) * 0x1p120f;
+}
+
+/* The same as lm_weight_at for a matrix of `cols` columns, FP8_B128
+ * included (its scales sit at each row's end: the row is needed). */
+__device__ __forceinline__ static float lm_weight_in(const void *w, int dtype, int64_t cols, int64_t i) {
+    if (dtype == LM_DTYPE_FP8_B128) {
+        int64_t r = i / cols, c = i % cols;
+        const uint8_t *row = (const uint8_t *)w + r * (cols + cols / LM_FP8_BLOCK * 4);
+        return lm_e4m3_value(row[c]) * ((const float *)(row + cols))[c / LM_FP8_BLOCK];
+    }
+    return lm_weight_at(w, dtype, i);
+}
+
 /* SiLU as every kernel computes it (the gated norm, the conv's output):
  * one expression, so kernels that must agree bit for bit do. */
 __device__ __forceinline__ static float lm_silu(float z) { return z / (1.0f + expf(-z)); }

@@ -30,6 +30,7 @@
 // cache by (dtype, m, n, k, alignments) would remove it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@
 #include "ops/cuda/cublaslt_loader.h"
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/matmul_fp8_mma.h"
 
 #define THREADS 256
 
@@ -73,7 +75,7 @@ __global__ static void __launch_bounds__(THREADS)
         for (int t = 0; t < TOKENS; t++)
             acc[t] = 0.0f;
         for (int64_t i = lane; i < cols; i += 32) {
-            float wi = lm_weight_at(w, dtype, o * cols + i);
+            float wi = lm_weight_in(w, dtype, cols, o * cols + i);
             for (int t = 0; t < TOKENS; t++)
                 if (t < nt) acc[t] = __fmaf_rn(wi, x[(int64_t)(t0 + t) * cols + i], acc[t]);
         }
@@ -424,6 +426,98 @@ __global__ static void __launch_bounds__(THREADS)
         q8_rows<TILE>(y, x, w, n, rows, cols, o0, part);
 }
 
+// ---- FP8_B128 weights (FP8 checkpoints, --quantize fp8) ----
+//
+// A row is its cols E4M3 bytes, then cols / 128 float32 scales
+// (base/dtype.h).  As the int8 kernel: a block owns FP8_ROWS rows and a
+// tile of TILE tokens; its warps split a row into WARPS fixed slices of
+// 16-weight units (one 16-byte load; 8 units share a scale), a lane taking
+// units lane, lane + 32, ... of its slice.  A unit's sum is Σ w_i·x_i over
+// its 16 columns in order (fmaf from 0; the E4M3 pairs widened exactly by
+// the hardware's e4m3x2 -> f16x2 conversion, then to float32), then
+// scale · sum is added to the lane's total with one fmaf; lanes by a
+// shuffle tree, slices in slice order.  The order depends on cols only, so
+// batched == alone bit for bit.  A row at or past `valid` reads the
+// block's first row, summed and never stored.
+#define FP8_ROWS 4
+#define FP8_UNIT 16
+
+__device__ static inline float fp8_unit_dot(uint4 q, const float *xt) {
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    const float4 *x4 = (const float4 *)xt;
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(words[k] & 0xFFFFu), __NV_E4M3);
+        __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(words[k] >> 16), __NV_E4M3);
+        float2 a = __half22float2(*(const __half2 *)&lo), b = __half22float2(*(const __half2 *)&hi);
+        float4 xv = x4[k];
+        s = __fmaf_rn(a.x, xv.x, s);
+        s = __fmaf_rn(a.y, xv.y, s);
+        s = __fmaf_rn(b.x, xv.z, s);
+        s = __fmaf_rn(b.y, xv.w, s);
+    }
+    return s;
+}
+
+template <int TILE>
+__global__ static void __launch_bounds__(THREADS)
+    matmul_fp8_kernel(float *y, const float *x, const uint8_t *w, int n, int64_t rows, int64_t cols) {
+    __shared__ float part[WARPS][FP8_ROWS][TILE];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
+    int nt = n - t0 < TILE ? n - t0 : TILE;
+    int64_t units = cols / FP8_UNIT, per_slice = (units + WARPS - 1) / WARPS;
+    int64_t u_begin = warp * per_slice, u_end = u_begin + per_slice < units ? u_begin + per_slice : units;
+    int64_t row_bytes = cols + cols / LM_FP8_BLOCK * 4;
+    lm_cuda_let_next_then_wait();
+    for (int64_t o0 = (int64_t)blockIdx.y * FP8_ROWS; o0 < rows; o0 += (int64_t)gridDim.y * FP8_ROWS) {
+        float acc[FP8_ROWS][TILE];
+#pragma unroll
+        for (int r = 0; r < FP8_ROWS; r++)
+#pragma unroll
+            for (int t = 0; t < TILE; t++)
+                acc[r][t] = 0.0f;
+        for (int64_t u = u_begin + lane; u < u_end; u += 32) {
+            uint4 q[FP8_ROWS];
+            float scale[FP8_ROWS];
+#pragma unroll
+            for (int r = 0; r < FP8_ROWS; r++) {
+                const uint8_t *row = w + (o0 + r < rows ? o0 + r : o0) * row_bytes;
+                q[r] = __ldg((const uint4 *)row + u);
+                scale[r] = __ldg((const float *)(row + cols) + u / (LM_FP8_BLOCK / FP8_UNIT));
+            }
+#pragma unroll
+            for (int r = 0; r < FP8_ROWS; r++)
+#pragma unroll
+                for (int t = 0; t < TILE; t++)
+                    if (t < nt)
+                        acc[r][t] = __fmaf_rn(scale[r], fp8_unit_dot(q[r], x + (int64_t)(t0 + t) * cols + u * FP8_UNIT),
+                                              acc[r][t]);
+        }
+#pragma unroll
+        for (int r = 0; r < FP8_ROWS; r++)
+#pragma unroll
+            for (int t = 0; t < TILE; t++) {
+                float v = warp_total(acc[r][t]);
+                if (lane == 0) part[warp][r][t] = v;
+            }
+        __syncthreads();
+        if (threadIdx.x < FP8_ROWS * TILE) {
+            int r = threadIdx.x / TILE, t = threadIdx.x % TILE;
+            if (t < nt && o0 + r < rows) y[(int64_t)(t0 + t) * rows + o0 + r] = slice_total<FP8_ROWS, TILE>(part, r, t);
+        }
+        __syncthreads(); // part is rewritten by the next rows
+    }
+}
+
+// Rows start on 16 bytes (cols a multiple of 512 with an aligned matrix:
+// a row is 33·cols/32 bytes), x too.
+static bool fp8_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
+    return w->dtype == LM_DTYPE_FP8_B128 && w->cols % LM_FP8_BLOCK == 0 &&
+           lm_dtype_row_bytes(LM_DTYPE_FP8_B128, w->cols) % 16 == 0 && ((uintptr_t)wp % 16) == 0 &&
+           ((uintptr_t)xp % 16) == 0;
+}
+
 static bool q8_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
     return w->dtype == LM_DTYPE_Q8_0 && w->cols % LM_Q8_BLOCK == 0 && ((uintptr_t)wp % 2) == 0 &&
            ((uintptr_t)xp % 16) == 0;
@@ -678,6 +772,16 @@ static bool bf16_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
 static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     const void *wp = lm_cuda_ptr(w->data);
     const void *xp = lm_cuda_ptr(x);
+    if (fp8_vector_ok(w, wp, xp)) {
+        int64_t blocks = (w->rows + FP8_ROWS - 1) / FP8_ROWS;
+        dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
+        void (*kernel)(float *, const float *, const uint8_t *, int, int64_t, int64_t) =
+            n == 1 ? matmul_fp8_kernel<1> : n == 2 ? matmul_fp8_kernel<2> : n <= 4 ? matmul_fp8_kernel<4>
+                                                                                   : matmul_fp8_kernel<TOKENS>;
+        lm_cuda_launch(be, "matmul (fp8)", kernel, grid, THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+                       (const uint8_t *)wp, n, w->rows, w->cols);
+        return;
+    }
     if (q8_vector_ok(w, wp, xp)) {
         int64_t blocks = (w->rows + Q8_ROWS - 1) / Q8_ROWS;
         dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
@@ -930,15 +1034,16 @@ static bool takes_blas_16(lm_backend *be, int n, const lm_matrix *w) {
 // exact int8 weights the float32 kernels use.
 #define Q8_CHUNK_WEIGHTS ((int64_t)32 << 20) /* 64 MB of bf16 */
 
-__global__ static void q8_to_bf16_kernel(__nv_bfloat16 *out, const uint8_t *w, int64_t count) {
+__global__ static void blocks_to_bf16_kernel(__nv_bfloat16 *out, const uint8_t *w, int dtype, int64_t cols,
+                                             int64_t count) {
     lm_cuda_let_next_then_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16_rn(lm_weight_at(w, LM_DTYPE_Q8_0, i));
+        out[i] = __float2bfloat16_rn(lm_weight_in(w, dtype, cols, i));
 }
 
 // false (nothing queued) when a scratch cannot grow or cuBLASLt declines
 // a chunk's shape: the caller runs the float32 kernel instead.
-static bool matmul_q8_blas(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+static bool matmul_blocks_blas(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     lm_cuda_state *s = lm_cuda_state_of(be);
     // chunks of a multiple of 64 rows: every chunk's place in y is as
     // aligned as y (256 bytes at most matter), so one plan serves them all
@@ -960,17 +1065,18 @@ static bool matmul_q8_blas(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_m
     }
     const void *x16 = x_in_16_bits(be, x, n, cols, true);
     if (!x16) return false;
-    size_t row_bytes = lm_dtype_row_bytes(LM_DTYPE_Q8_0, cols);
+    size_t row_bytes = lm_dtype_row_bytes(w->dtype, cols);
     const uint8_t *wp = (const uint8_t *)lm_cuda_ptr(w->data);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t m = rows - r0 < chunk ? rows - r0 : chunk;
         int64_t count = m * cols;
-        lm_cuda_launch(be, "matmul (int8 rows to bf16)", q8_to_bf16_kernel, lm_cuda_blocks(count, THREADS), THREADS, 0,
-                       (__nv_bfloat16 *)s->weight_scratch, wp + (size_t)r0 * row_bytes, count);
+        lm_cuda_launch(be, "matmul (int8/fp8 rows to bf16)", blocks_to_bf16_kernel, lm_cuda_blocks(count, THREADS),
+                       THREADS, 0, (__nv_bfloat16 *)s->weight_scratch, wp + (size_t)r0 * row_bytes, (int)w->dtype,
+                       cols, count);
         lm_cuda_blas_call c = calls[m == chunk ? 0 : 1];
         c.b = x16;
         c.y = lm_cuda_f32(y) + r0; // column r0 of y [n, rows]: m outputs a token, rows apart
-        lm_cuda_enqueue_blas(be, "matmul (cuBLASLt, int8 rows)", &c);
+        lm_cuda_enqueue_blas(be, w->dtype == LM_DTYPE_FP8_B128 ? "matmul (cuBLASLt, fp8 rows)" : "matmul (cuBLASLt, int8 rows)", &c);
     }
     return true;
 }
@@ -986,8 +1092,14 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
         matmul_rows(be, y, x, n, w);
         return;
     }
-    if (w->dtype == LM_DTYPE_Q8_0) { // made bf16 a chunk at a time for cuBLASLt
-        if (!matmul_q8_blas(be, y, x, n, w)) matmul_rows(be, y, x, n, w);
+    if (w->dtype == LM_DTYPE_FP8_B128 && lm_cuda_state_of(be)->fp8_mma &&
+        fp8_vector_ok(w, lm_cuda_ptr(w->data), lm_cuda_ptr(x)) &&
+        scratch_at_least(be, lm_cuda_fp8_gemm_scratch(n, cols)) && // FP8 tensor cores, x made E4M3 per 128
+        lm_cuda_fp8_gemm(be, lm_cuda_f32(y), lm_cuda_f32(x), lm_cuda_state_of(be)->scratch,
+                         (const uint8_t *)lm_cuda_ptr(w->data), n, rows, cols))
+        return;
+    if (w->dtype == LM_DTYPE_Q8_0 || w->dtype == LM_DTYPE_FP8_B128) { // made bf16 a chunk at a time for cuBLASLt
+        if (!matmul_blocks_blas(be, y, x, n, w)) matmul_rows(be, y, x, n, w);
         return;
     }
     if (w->dtype == LM_DTYPE_F32) {

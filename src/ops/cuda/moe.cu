@@ -376,8 +376,8 @@ __device__ static void row_dots(const void *w, int dtype, const void *w2, int dt
         }
     } else {
         for (int i = threadIdx.x & 31; i < n; i += 32) {
-            acc += lm_weight_at(w, dtype, row + i) * x[i];
-            if (TWO) acc2 += lm_weight_at(w2, dtype2, row + i) * x[i];
+            acc += lm_weight_in(w, dtype, n, row + i) * x[i];
+            if (TWO) acc2 += lm_weight_in(w2, dtype2, n, row + i) * x[i];
         }
     }
     *out = warp_sum(acc);

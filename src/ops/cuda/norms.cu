@@ -130,7 +130,7 @@ __global__ static void add_weighted_rows_kernel(float *x, const void *table, int
     const float *wt = weights + i * taps;
     for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
         float acc = 0;
-        for (int k = 0; k < taps; k++) acc += wt[k] * lm_weight_at(table, dtype, (int64_t)id[k] * width + c);
+        for (int k = 0; k < taps; k++) acc += wt[k] * lm_weight_in(table, dtype, width, (int64_t)id[k] * width + c);
         x[i * width + c] += acc;
     }
 }

@@ -78,7 +78,7 @@ __global__ static void embed_kernel(float *out, const int32_t *ids, const void *
     lm_cuda_let_next_then_wait();
     int64_t r = blockIdx.x, id = ids[r];
     for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
-        out[r * dim + c] = lm_weight_at(table, dtype, id * dim + c);
+        out[r * dim + c] = lm_weight_in(table, dtype, dim, id * dim + c);
 }
 // 1024 threads a row, so a 4096-wide row is 4 loads a thread (256
 // threads: 16 in a row, 22 us a call in the H200 profile of a 9B decode

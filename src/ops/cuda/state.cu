@@ -36,6 +36,8 @@ extern "C" lm_status lm_cuda_state_init(lm_cuda_state *s, lm_error *err) {
     s->kv_f32 = kv_f32 && kv_f32[0] == '1';
     const char *fuse = getenv("LOOM_CUDA_FUSE"); // 0: the fused ops decline (their parts run), to compare
     s->unfused = fuse && fuse[0] == '0';
+    const char *fp8_mma = getenv("LOOM_CUDA_FP8_MMA");
+    s->fp8_mma = fp8_mma && fp8_mma[0] == '1';
     const char *fuse_norm = getenv("LOOM_CUDA_FUSE_NORM"); // 1: the normed products run, to measure (slower)
     s->norm_fused = fuse_norm && fuse_norm[0] == '1' && !s->unfused;
     const char *per_sm = getenv("LOOM_CUDA_GEMV_BLOCKS"); // blocks per SM that loop over the rows

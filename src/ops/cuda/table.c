@@ -4,10 +4,12 @@
 #include "ops/cuda/cuda_backend.h"
 
 /* Q8_0 weights: matmul's int8 kernel (matmul.cu), the scalar readers of
- * embed, moe_experts and add_weighted_rows (lm_weight_at). */
+ * embed, moe_experts and add_weighted_rows (lm_weight_at).  FP8_B128:
+ * matmul's FP8 kernel, the same scalar readers (lm_weight_in). */
 static bool cuda_weight_dtype_supported(const lm_backend *be, lm_dtype dtype) {
     (void)be;
-    return dtype == LM_DTYPE_BF16 || dtype == LM_DTYPE_F16 || dtype == LM_DTYPE_F32 || dtype == LM_DTYPE_Q8_0;
+    return dtype == LM_DTYPE_BF16 || dtype == LM_DTYPE_F16 || dtype == LM_DTYPE_F32 || dtype == LM_DTYPE_Q8_0 ||
+           dtype == LM_DTYPE_FP8_B128;
 }
 
 const lm_backend_ops lm_cuda_backend_ops = {

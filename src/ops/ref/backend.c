@@ -145,7 +145,7 @@ static void ref_moe_experts(lm_backend *be, lm_mem out, lm_mem x, int n, lm_mem 
 static bool ref_weight_dtype_supported(const lm_backend *be, lm_dtype dtype) {
     (void)be;
     return dtype == LM_DTYPE_BF16 || dtype == LM_DTYPE_F16 || dtype == LM_DTYPE_F32 ||
-           dtype == LM_DTYPE_Q8_0 || lm_ggml_is_block(dtype);
+           dtype == LM_DTYPE_Q8_0 || dtype == LM_DTYPE_FP8_B128 || lm_ggml_is_block(dtype);
 }
 
 const lm_backend_ops lm_ref_backend_ops = {

@@ -17,6 +17,9 @@ float lm_ref_weight_at(const lm_host_matrix *w, int64_t row, int64_t col) {
     case LM_DTYPE_Q8_0:
         return lm_q8_weight_at((const uint8_t *)w->data + (size_t)row * lm_dtype_row_bytes(w->dtype, w->cols),
                                col);
+    case LM_DTYPE_FP8_B128:
+        return lm_fp8_weight_at((const uint8_t *)w->data + (size_t)row * lm_dtype_row_bytes(w->dtype, w->cols),
+                                w->cols, col);
     default:
         if (lm_ggml_is_block(w->dtype))
             return lm_ggml_weight_at(w->dtype, (const uint8_t *)w->data + (size_t)row * lm_dtype_row_bytes(w->dtype, w->cols),
@@ -54,6 +57,16 @@ static double dot_row(const lm_host_matrix *w, int64_t o, const float *x) {
             for (int i = 0; i < LM_Q8_BLOCK; i++)
                 sum += (double)(int8_t)block[2 + i] * x[b * LM_Q8_BLOCK + i];
             acc += (double)lm_q8_block_scale(block) * sum;
+        }
+        return acc;
+    }
+    case LM_DTYPE_FP8_B128: { /* Σ_blocks s · Σ_i e4m3_i x_i, exact products in float64 */
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * lm_dtype_row_bytes(w->dtype, cols);
+        for (int64_t b = 0; b < cols / LM_FP8_BLOCK; b++) {
+            double sum = 0;
+            for (int i = 0; i < LM_FP8_BLOCK; i++)
+                sum += (double)lm_e4m3_to_f32(row[b * LM_FP8_BLOCK + i]) * x[b * LM_FP8_BLOCK + i];
+            acc += (double)lm_fp8_row_scale(row, cols, b) * sum;
         }
         return acc;
     }
