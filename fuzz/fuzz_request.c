@@ -27,10 +27,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lm_openai_request r;
     char param[64];
     lm_error err = {0};
+    bool one_tool_use;
     /* Image parts are read as a server with images on and no media folder
      * reads them (data: URIs decoded, everything else refused). */
     const lm_image_parts images = {.marker = "<|vision_start|><|image_pad|><|vision_end|>"};
-    lm_status st = anthropic ? lm_anthropic_request_parse(body, len, data[0] & 8, &images, &r, param, sizeof param, &err)
+    lm_status st = anthropic ? lm_anthropic_request_parse(body, len, data[0] & 8, &images, &r, &one_tool_use, param, sizeof param, &err)
                    : responses ? lm_responses_request_parse(body, len, &images, &r, &echo, param, sizeof param, &err)
                                : lm_openai_request_parse(kind, body, len, &images, &r, param, sizeof param, &err);
     if (responses && (st == LM_OK) != (echo != NULL)) abort(); /* the echo exists exactly when it parsed */

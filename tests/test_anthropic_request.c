@@ -9,12 +9,24 @@
 #include "harness.h"
 #include "server/anthropic_request.h"
 #include "server/anthropic_response.h"
+#include "server/error_body.h"
+#include "server/request_id.h"
 
 #define MARKER "<|vision_start|><|image_pad|><|vision_end|>"
 
+/* "PREFIX" and then exactly n of [A-Za-z0-9] */
+static bool has_form(const char *id, const char *prefix, size_t n) {
+    size_t k = strlen(prefix);
+    if (strncmp(id, prefix, k) != 0 || strlen(id) != k + n) return false;
+    for (const char *p = id + k; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) return false;
+    return true;
+}
+
 static lm_status parse(const char *body, bool count, lm_openai_request *r, char *param, lm_error *err) {
     static const lm_image_parts parts = {.marker = MARKER};
-    return lm_anthropic_request_parse(body, strlen(body), count, &parts, r, param, 64, err);
+    bool one_tool_use;
+    return lm_anthropic_request_parse(body, strlen(body), count, &parts, r, &one_tool_use, param, 64, err);
 }
 
 static const char *str_at(const cJSON *obj, const char *key) {
@@ -102,7 +114,8 @@ static void test_mangled(void) {
             lm_openai_request r;
             char param[64];
             lm_error err = {0};
-            lm_status st = lm_anthropic_request_parse(copy, len, k & 1, &parts, &r, param, sizeof param, &err);
+            bool one;
+            lm_status st = lm_anthropic_request_parse(copy, len, k & 1, &parts, &r, &one, param, sizeof param, &err);
             if (st != LM_OK && !err.message[0]) bad++;
             if (st == LM_OK && (!cJSON_IsArray(r.messages) || r.params.n != 1)) bad++;
             lm_openai_request_free(&r);
@@ -112,7 +125,8 @@ static void test_mangled(void) {
     lm_openai_request r;
     char param[64];
     lm_error err = {0};
-    lm_status st = lm_anthropic_request_parse(body, n, false, &parts, &r, param, sizeof param, &err);
+    bool one;
+    lm_status st = lm_anthropic_request_parse(body, n, false, &parts, &r, &one, param, sizeof param, &err);
     lm_openai_request_free(&r);
     CHECK_MSG(st == LM_OK && bad == 0, "%d bad results; the whole body: %s", bad, err.message);
 }
@@ -275,6 +289,8 @@ static cJSON *parse_json(const char *text) { return cJSON_Parse(text); }
 static void test_message(void) {
     lm_tool_call call = {.id = "call_1", .name = "f", .arguments = "{\"a\":1}"};
     lm_tool_call_list calls = {.items = &call, .n = 1, .cap = 1};
+    char id[LM_ANTHROPIC_TOOL_USE_ID_SIZE];
+    lm_anthropic_tool_use_id("call_1", id);
     lm_anthropic_output o = {.id = "msg_1", .model = "m", .thinking = "hm", .text = "hi", .calls = &calls,
                              .stop_reason = lm_anthropic_stop_reason(LOOM_FINISH_STOP, false, true),
                              .prompt_tokens = 10, .cached_tokens = 4, .output_tokens = 3};
@@ -286,7 +302,7 @@ static void test_message(void) {
               cJSON_GetArraySize(content) == 3 && str_is(cJSON_GetArrayItem(content, 0), "type", "thinking") &&
               str_is(cJSON_GetArrayItem(content, 0), "thinking", "hm") &&
               str_is(cJSON_GetArrayItem(content, 1), "text", "hi") && str_is(use, "type", "tool_use") &&
-              str_is(use, "id", "call_1") &&
+              str_is(use, "id", id) &&
               cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(use, "input"), "a")->valueint == 1 &&
               str_is(m, "stop_reason", "tool_use") && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "stop_sequence")) &&
               cJSON_GetObjectItemCaseSensitive(usage, "input_tokens")->valueint == 6 &&
@@ -356,6 +372,11 @@ static void test_stream(void) {
         p = end + 2;
     }
     free(text);
+    /* the streamed block has the id the whole message gives the call */
+    char id[LM_ANTHROPIC_TOOL_USE_ID_SIZE], quoted[64];
+    lm_anthropic_tool_use_id("call_1", id);
+    snprintf(quoted, sizeof quoted, "\"id\":\"%s\"", id);
+    ok = ok && strstr(lm_sbuf_str(&out), quoted) && !strstr(lm_sbuf_str(&out), "call_1");
     bool tail = strstr(lm_sbuf_str(&out), "\"stop_reason\":\"tool_use\"") &&
                 strstr(lm_sbuf_str(&out), "\"partial_json\":\"{\\\"a\\\":\"") &&
                 strstr(lm_sbuf_str(&out), "\"partial_json\":\"1}\"") &&
@@ -371,13 +392,194 @@ static void test_error_bodies(void) {
     } cases[] = {{400, "invalid_request_error"}, {401, "authentication_error"}, {404, "not_found_error"},
                  {413, "request_too_large"},    {503, "overloaded_error"},     {500, "api_error"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *text = lm_anthropic_error_body(cases[i].status, "why");
+        char *text = lm_anthropic_error_body(cases[i].status, "why", "req_x");
         cJSON *j = parse_json(text);
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
         bool ok = str_is(j, "type", "error") && str_is(e, "type", cases[i].type) && str_is(e, "message", "why");
         cJSON_Delete(j);
         cJSON_free(text);
         CHECK_MSG(ok, "%u", cases[i].status);
+    }
+}
+
+/* tool_use ids: Anthropic's form ("toolu_" + 24 letters and digits), one
+ * per call id (2000 distinct call ids give 2000 distinct tool_use ids). */
+static void test_tool_use_ids(void) {
+    enum { N = 2000 };
+    static char ids[N][LM_ANTHROPIC_TOOL_USE_ID_SIZE];
+    int bad = 0, same = 0;
+    for (int i = 0; i < N; i++) {
+        char call[40];
+        snprintf(call, sizeof call, "call_%016x%08x", (unsigned)(i * 2654435761u), (unsigned)i);
+        lm_anthropic_tool_use_id(call, ids[i]);
+        bad += !has_form(ids[i], "toolu_", 24);
+        char again[LM_ANTHROPIC_TOOL_USE_ID_SIZE];
+        lm_anthropic_tool_use_id(call, again);
+        bad += strcmp(again, ids[i]) != 0;
+    }
+    for (int i = 0; i < N; i++)
+        for (int j = i + 1; j < N; j++) same += strcmp(ids[i], ids[j]) == 0;
+    CHECK_MSG(bad == 0 && same == 0, "%d malformed or unstable, %d equal pairs (%s)", bad, same, ids[0]);
+}
+
+/* disable_parallel_tool_use: the answer keeps the first call (whole and
+ * streamed); the flag is off for none and when not given. */
+static void test_one_tool_use(void) {
+    char param[64];
+    lm_error err = {0};
+    lm_openai_request r;
+    bool one = false;
+    const char *body = "{\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],\"tool_choice\":"
+                       "{\"type\":\"any\",\"disable_parallel_tool_use\":true},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    CHECK_OK(lm_anthropic_request_parse(body, strlen(body), false, &(lm_image_parts){0}, &r, &one, param, 64, &err), &err);
+    lm_openai_request_free(&r);
+    CHECK(one);
+    body = "{\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"any\"},"
+           "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    CHECK_OK(lm_anthropic_request_parse(body, strlen(body), false, &(lm_image_parts){0}, &r, &one, param, 64, &err), &err);
+    lm_openai_request_free(&r);
+    CHECK(!one);
+
+    lm_tool_call two[2] = {{.id = "call_1", .name = "f", .arguments = "{}"}, {.id = "call_2", .name = "g", .arguments = "{}"}};
+    lm_tool_call_list calls = {.items = two, .n = 2, .cap = 2};
+    lm_anthropic_output o = {.id = "msg_1", .model = "m", .text = "", .thinking = "", .calls = &calls,
+                             .stop_reason = "tool_use", .one_tool_use = true};
+    cJSON *m = lm_anthropic_message(&o);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    bool ok = cJSON_GetArraySize(content) == 1 && str_is(cJSON_GetArrayItem(content, 0), "name", "f");
+    cJSON_Delete(m);
+    o.one_tool_use = false;
+    m = lm_anthropic_message(&o);
+    ok = ok && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "content")) == 2;
+    cJSON_Delete(m);
+    CHECK(ok);
+    lm_sbuf out = {0};
+    lm_anthropic_stream st = {.one_tool_use = true};
+    for (int i = 0; i < 2; i++) {
+        lm_tool_delta d = {.index = i, .id = two[i].id, .name = two[i].name, .first = true, .fragment = "{}",
+                           .fragment_len = 2, .last = true, .arguments = "{}"};
+        lm_anthropic_stream_tool(&st, &out, &d);
+    }
+    CHECK(strstr(lm_sbuf_str(&out), "\"name\":\"f\"") && !strstr(lm_sbuf_str(&out), "\"name\":\"g\"") &&
+          st.next_index == 1);
+    lm_sbuf_free(&out);
+}
+
+/* output_config.format (and the beta's output_format) become the chat
+ * request's JSON-schema grammar; strict tools keep strict; shapes that are
+ * not a json_schema format are 400s naming the Anthropic field. */
+static void test_output_format(void) {
+    char param[64], body[1024];
+    lm_error err = {0};
+    lm_openai_request r;
+    static const char *const formats[] = {
+        "\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"properties\":"
+        "{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],\"additionalProperties\":false}},\"effort\":\"low\"}",
+        "\"output_format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"string\"}}",
+    };
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        snprintf(body, sizeof body, "{\"max_tokens\":5,%s,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", formats[i]);
+        CHECK_OK(parse(body, false, &r, param, &err), &err);
+        bool ok = r.grammar && r.params.grammar == r.grammar;
+        lm_openai_request_free(&r);
+        CHECK_MSG(ok, "%s", formats[i]);
+    }
+    /* counting tokens reads no format */
+    CHECK_OK(parse("{\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":{}}},"
+                   "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", true, &r, param, &err), &err);
+    CHECK(!r.grammar);
+    lm_openai_request_free(&r);
+    CHECK_OK(parse("{\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"strict\":true,\"input_schema\":{\"type\":\"object\"}},"
+                   "{\"name\":\"g\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"},"
+                   "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", false, &r, param, &err), &err);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(r.tools, 0), "function");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(r.tools, 1), "function");
+    bool ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "strict")) &&
+              !cJSON_GetObjectItemCaseSensitive(g, "strict") && r.tool_choice == LM_TOOL_CHOICE_NAMED &&
+              strcmp(r.tool_name, "f") == 0;
+    lm_openai_request_free(&r);
+    CHECK(ok);
+    static const struct {
+        const char *fields, *param;
+    } bad[] = {
+        {"\"output_config\":7", "output_config"},
+        {"\"output_config\":{\"effort\":1}", "output_config.effort"},
+        {"\"output_config\":{\"format\":{\"type\":\"text\"}}", "output_config.format"},
+        {"\"output_config\":{\"format\":{\"type\":\"json_schema\"}}", "output_config.format.schema"},
+        {"\"output_format\":{\"type\":\"json_schema\",\"schema\":[]}", "output_format.schema"},
+        {"\"output_format\":{\"type\":\"json_schema\",\"schema\":{}},\"output_config\":{\"format\":"
+         "{\"type\":\"json_schema\",\"schema\":{}}}", "output_format"},
+        /* a schema loom cannot enforce: the OpenAI parser's 400, in Anthropic's terms */
+        {"\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"nonsense\"}}}", "output_config.format"},
+        {"\"tools\":[{\"name\":\"f\",\"strict\":\"yes\",\"input_schema\":{}}]", "tools[0].strict"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"max_tokens\":5,%s,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", bad[i].fields);
+        err.message[0] = 0;
+        lm_status st = parse(body, false, &r, param, &err);
+        lm_openai_request_free(&r);
+        CHECK_MSG(st == LM_ERR_INVALID && strcmp(param, bad[i].param) == 0 && strstr(err.message, bad[i].param) &&
+                  !strstr(err.message, "response_format"),
+                  "%s: param '%s', message %s", bad[i].fields, param, err.message);
+    }
+}
+
+/* The error table: each API's type for the statuses the SDKs map to their
+ * exception classes; Anthropic's body carries the request id. */
+static void test_error_types(void) {
+    static const struct {
+        unsigned status;
+        const char *openai, *anthropic;
+    } cases[] = {{400, "invalid_request_error", "invalid_request_error"}, {401, "authentication_error", "authentication_error"},
+                 {403, "permission_error", "permission_error"},          {404, "not_found_error", "not_found_error"},
+                 {408, "invalid_request_error", "timeout_error"},        {413, "invalid_request_error", "request_too_large"},
+                 {429, "rate_limit_error", "rate_limit_error"},          {500, "server_error", "api_error"},
+                 {503, "server_error", "overloaded_error"},              {529, "server_error", "overloaded_error"},
+                 {422, "invalid_request_error", "invalid_request_error"}, {502, "server_error", "api_error"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *text = lm_error_json_body(cases[i].status, "why", i == 0 ? "model" : NULL);
+        cJSON *j = parse_json(text);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        const cJSON *param = cJSON_GetObjectItemCaseSensitive(e, "param");
+        bool ok = str_is(e, "message", "why") && str_is(e, "type", cases[i].openai) &&
+                  (i == 0 ? str_is(e, "param", "model") : cJSON_IsNull(param)) &&
+                  cJSON_GetObjectItemCaseSensitive(e, "code")->valueint == (int)cases[i].status;
+        cJSON_Delete(j);
+        cJSON_free(text);
+        ok = ok && strcmp(lm_anthropic_error_type(cases[i].status), cases[i].anthropic) == 0;
+        CHECK_MSG(ok, "%u", cases[i].status);
+    }
+    char *text = lm_anthropic_error_body(404, "gone", "req_abc");
+    cJSON *j = parse_json(text);
+    CHECK(str_is(j, "request_id", "req_abc") && cJSON_GetArraySize(j) == 3);
+    cJSON_Delete(j);
+    cJSON_free(text);
+    text = lm_anthropic_error_body(404, "gone", NULL);
+    j = parse_json(text);
+    CHECK(!cJSON_GetObjectItemCaseSensitive(j, "request_id") && cJSON_GetArraySize(j) == 2);
+    cJSON_Delete(j);
+    cJSON_free(text);
+}
+
+/* Request ids: Anthropic's "req_" + 24 letters and digits, OpenAI's
+ * "req_" + 32 hex digits or the client's X-Request-Id when it is sane. */
+static void test_request_ids(void) {
+    char a[LM_REQUEST_ID_SIZE], b[LM_REQUEST_ID_SIZE];
+    lm_request_id_make(true, "mine", 1, a);
+    lm_request_id_make(true, NULL, 2, b);
+    CHECK(has_form(a, "req_", 24) && has_form(b, "req_", 24) && strcmp(a, b) != 0);
+    lm_request_id_make(false, NULL, 3, a);
+    bool hex = strlen(a) == 36 && strspn(a + 4, "0123456789abcdef") == 32 && strncmp(a, "req_", 4) == 0;
+    CHECK_MSG(hex, "%s", a);
+    lm_request_id_make(false, "trace-42", 4, a);
+    CHECK(strcmp(a, "trace-42") == 0);
+    char long_id[80];
+    memset(long_id, 'x', 65);
+    long_id[65] = 0;
+    const char *const refused[] = {"", "a b", "\x01", long_id};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        lm_request_id_make(false, refused[i], 5, a);
+        CHECK_MSG(strncmp(a, "req_", 4) == 0 && strlen(a) == 36, "'%s' gave %s", refused[i], a);
     }
 }
 
@@ -390,5 +592,10 @@ int main(void) {
     RUN_TEST(test_message);
     RUN_TEST(test_stream);
     RUN_TEST(test_error_bodies);
+    RUN_TEST(test_tool_use_ids);
+    RUN_TEST(test_one_tool_use);
+    RUN_TEST(test_output_format);
+    RUN_TEST(test_error_types);
+    RUN_TEST(test_request_ids);
     return test_summary("test_anthropic_request");
 }

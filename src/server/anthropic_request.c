@@ -36,9 +36,9 @@ static lm_status oom(actx *c, const char *what) {
     } while (0)
 
 /* The top-level fields read; a NUL escape under them is refused. */
-static const char *const known_fields[] = {"model",       "max_tokens", "messages", "system", "stop_sequences",
-                                           "stream",      "temperature", "top_p",   "top_k",  "thinking",
-                                           "tools",       "tool_choice"};
+static const char *const known_fields[] = {"model",       "max_tokens",  "messages", "system", "stop_sequences",
+                                           "stream",      "temperature", "top_p",    "top_k",  "thinking",
+                                           "tools",       "tool_choice", "output_config", "output_format"};
 #define N_KNOWN_FIELDS ((int)(sizeof known_fields / sizeof known_fields[0]))
 
 /* A field that is absent or JSON null counts as not given. */
@@ -311,7 +311,7 @@ static lm_status translate_messages(actx *c, const cJSON *body, cJSON *out, bool
     return LM_OK;
 }
 
-static lm_status translate_tools(actx *c, const cJSON *body, cJSON *out) {
+static lm_status translate_tools(actx *c, const cJSON *body, cJSON *out, bool *one_tool_use) {
     const cJSON *tools = field(body, "tools");
     if (tools) {
         if (!cJSON_IsArray(tools)) return bad(c, "tools", "'tools' must be a list");
@@ -343,6 +343,9 @@ static lm_status translate_tools(actx *c, const cJSON *body, cJSON *out) {
             if (description && !cJSON_IsString(description)) return bad(c, path, "'%s' must be a string", path);
             snprintf(path, sizeof path, "tools[%d].input_schema", i);
             if (!cJSON_IsObject(schema)) return bad(c, path, "'%s' must be an object (a JSON Schema)", path);
+            const cJSON *strict = field(t, "strict");
+            snprintf(path, sizeof path, "tools[%d].strict", i);
+            if (strict && !cJSON_IsBool(strict)) return bad(c, path, "'%s' must be a boolean", path);
             cJSON *tool = cJSON_CreateObject();
             if (!tool) return oom(c, "a tool");
             cJSON_AddItemToArray(list, tool);
@@ -354,6 +357,8 @@ static lm_status translate_tools(actx *c, const cJSON *body, cJSON *out) {
             cJSON *params = cJSON_Duplicate(schema, true);
             if (!params) return oom(c, "a tool's input_schema");
             cJSON_AddItemToObject(fn, "parameters", params);
+            /* strict: a forced call's input follows input_schema (tool_choice.c) */
+            if (cJSON_IsTrue(strict) && !cJSON_AddBoolToObject(fn, "strict", true)) return oom(c, "a tool");
             i++;
         }
     }
@@ -366,6 +371,7 @@ static lm_status translate_tools(actx *c, const cJSON *body, cJSON *out) {
     if (dp && !cJSON_IsBool(dp))
         return bad(c, "tool_choice.disable_parallel_tool_use", "'tool_choice.disable_parallel_tool_use' must be a boolean");
     const char *t = type->valuestring;
+    *one_tool_use = cJSON_IsTrue(dp) && strcmp(t, "none") != 0;
     if (strcmp(t, "auto") == 0) return cJSON_AddStringToObject(out, "tool_choice", "auto") ? LM_OK : oom(c, "tool_choice");
     if (strcmp(t, "none") == 0) return cJSON_AddStringToObject(out, "tool_choice", "none") ? LM_OK : oom(c, "tool_choice");
     if (strcmp(t, "any") == 0) {
@@ -380,6 +386,41 @@ static lm_status translate_tools(actx *c, const cJSON *body, cJSON *out) {
     cJSON_AddStringToObject(o, "type", "function");
     cJSON *fn = cJSON_AddObjectToObject(o, "function");
     if (!fn || !cJSON_AddStringToObject(fn, "name", name->valuestring)) return oom(c, "tool_choice");
+    return LM_OK;
+}
+
+/* output_config.format (or the beta's top-level output_format, which the
+ * SDK now sends as output_config.format): {"type": "json_schema", "schema":
+ * S} constrains the text to S as OpenAI's response_format json_schema does
+ * (structured_output.c compiles it; a schema loom cannot enforce is a 400).
+ * output_config.effort is accepted and has no effect. */
+static lm_status translate_output_format(actx *c, const cJSON *body, cJSON *out) {
+    const cJSON *config = field(body, "output_config");
+    const cJSON *legacy = field(body, "output_format");
+    if (config && !cJSON_IsObject(config)) return bad(c, "output_config", "'output_config' must be an object");
+    const cJSON *effort = config ? field(config, "effort") : NULL;
+    if (effort && !cJSON_IsString(effort))
+        return bad(c, "output_config.effort", "'output_config.effort' must be a string");
+    const cJSON *format = config ? field(config, "format") : NULL;
+    const char *name = "output_config.format";
+    if (format && legacy) return bad(c, "output_format", "give 'output_config.format' or 'output_format', not both");
+    if (!format) format = legacy, name = "output_format";
+    if (!format) return LM_OK;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(format, "type");
+    if (!cJSON_IsObject(format) || !cJSON_IsString(type) || strcmp(type->valuestring, "json_schema") != 0)
+        return bad(c, name, "'%s' must be {\"type\": \"json_schema\", \"schema\": {...}}", name);
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(format, "schema");
+    char path[48];
+    snprintf(path, sizeof path, "%s.schema", name);
+    if (!cJSON_IsObject(schema)) return bad(c, path, "'%s' must be an object (a JSON Schema)", path);
+    cJSON *rf = cJSON_AddObjectToObject(out, "response_format");
+    cJSON *js = rf && cJSON_AddStringToObject(rf, "type", "json_schema") ? cJSON_AddObjectToObject(rf, "json_schema")
+                                                                         : NULL;
+    cJSON *dup = js && cJSON_AddStringToObject(js, "name", "output") && cJSON_AddBoolToObject(js, "strict", true)
+                     ? cJSON_Duplicate(schema, true)
+                     : NULL;
+    if (!dup) return oom(c, name);
+    cJSON_AddItemToObject(js, "schema", dup);
     return LM_OK;
 }
 
@@ -430,10 +471,25 @@ static lm_status translate_sampling(actx *c, const cJSON *body, cJSON *out, bool
     return LM_OK;
 }
 
+/* An error message of the OpenAI parser in Anthropic's terms: its first
+ * "'from'" becomes "'to'" (what the client sent). */
+static void rename_field(lm_error *err, const char *from, const char *to) {
+    if (!err) return;
+    char quoted[40];
+    snprintf(quoted, sizeof quoted, "'%s'", from);
+    char *at = strstr(err->message, quoted);
+    if (!at) return;
+    char rest[LM_ERROR_MESSAGE_MAX];
+    snprintf(rest, sizeof rest, "%s", at + strlen(quoted));
+    size_t head = (size_t)(at - err->message);
+    snprintf(at, sizeof err->message - head, "'%s'%s", to, rest);
+}
+
 lm_status lm_anthropic_request_parse(const char *body, size_t len, bool count_tokens,
-                                     const lm_image_parts *images, lm_openai_request *out, char *param,
-                                     size_t param_size, lm_error *err) {
+                                     const lm_image_parts *images, lm_openai_request *out, bool *one_tool_use,
+                                     char *param, size_t param_size, lm_error *err) {
     memset(out, 0, sizeof *out);
+    *one_tool_use = false;
     out->kind = LM_API_CHAT;
     loom_request_params_default(&out->params);
     actx c = {param, param_size, err};
@@ -460,15 +516,21 @@ lm_status lm_anthropic_request_parse(const char *body, size_t len, bool count_to
                                          : LM_OK;
     if (st == LM_OK) st = translate_sampling(&c, in, doc, count_tokens);
     if (st == LM_OK) st = translate_messages(&c, in, doc, &prefill);
-    if (st == LM_OK) st = translate_tools(&c, in, doc);
+    if (st == LM_OK) st = translate_tools(&c, in, doc, one_tool_use);
+    if (st == LM_OK && !count_tokens) st = translate_output_format(&c, in, doc);
     if (st == LM_OK && prefill) st = cJSON_AddBoolToObject(doc, "continue_final_message", true) ? LM_OK : oom(&c, "");
+    const char *format_name = field(in, "output_format") ? "output_format" : "output_config.format";
     cJSON_Delete(in);
     if (st != LM_OK) {
         cJSON_Delete(doc);
         return st;
     }
     st = lm_openai_request_parse_doc(LM_API_CHAT, doc, images, out, param, param_size, err);
-    /* The OpenAI parser's name for the stop strings. */
+    /* The OpenAI parser's names for the stop strings and the format. */
     if (st != LM_OK && param && strcmp(param, "stop") == 0) snprintf(param, param_size, "stop_sequences");
+    if (st != LM_OK && param && strcmp(param, "response_format") == 0) {
+        snprintf(param, param_size, "%s", format_name);
+        rename_field(err, "response_format", format_name);
+    }
     return st;
 }

@@ -1,4 +1,5 @@
 #include "server/anthropic_response.h"
+#include "server/error_body.h"
 #include "server/json_text.h"
 
 #include <stdio.h>
@@ -33,10 +34,29 @@ static cJSON *call_input(const lm_tool_call *call) {
     return cJSON_CreateObject();
 }
 
+/* Anthropic's ids are "toolu_" and 24 letters and digits; loom's parser
+ * names calls "call_" and 24 hex digits (96 random bits).  Those bits seed
+ * the letters, so the streamed and the whole answer give a call one id. */
+void lm_anthropic_tool_use_id(const char *call_id, char out[LM_ANTHROPIC_TOOL_USE_ID_SIZE]) {
+    static const char digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (const char *p = call_id; *p; p++) state = (state ^ (unsigned char)*p) * 0x100000001b3ull;
+    memcpy(out, "toolu_", 6);
+    for (int i = 0; i < 24; i++) {
+        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        out[6 + i] = digits[(z ^ (z >> 31)) % 62];
+    }
+    out[30] = 0;
+}
+
 static cJSON *tool_use_block(const lm_tool_call *call, bool with_input) {
+    char id[LM_ANTHROPIC_TOOL_USE_ID_SIZE];
+    lm_anthropic_tool_use_id(call->id, id);
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "type", "tool_use");
-    cJSON_AddStringToObject(b, "id", call->id);
+    cJSON_AddStringToObject(b, "id", id);
     cJSON_AddStringToObject(b, "name", call->name);
     cJSON_AddItemToObject(b, "input", with_input ? call_input(call) : cJSON_CreateObject());
     return b;
@@ -66,7 +86,9 @@ static cJSON *message(const lm_anthropic_output *o, bool start) {
     if (!start) {
         if (o->thinking && o->thinking[0]) cJSON_AddItemToArray(content, thinking_block(o->thinking));
         if (o->text && o->text[0]) cJSON_AddItemToArray(content, text_block(o->text));
-        for (int i = 0; o->calls && i < o->calls->n; i++)
+        int n_calls = o->calls ? o->calls->n : 0;
+        if (o->one_tool_use && n_calls > 1) n_calls = 1;
+        for (int i = 0; i < n_calls; i++)
             cJSON_AddItemToArray(content, tool_use_block(&o->calls->items[i], true));
     }
     cJSON_AddStringToObject(m, "model", o->model);
@@ -164,6 +186,7 @@ static bool is_object_text(const char *text) {
 }
 
 void lm_anthropic_stream_tool(lm_anthropic_stream *st, lm_sbuf *out, const lm_tool_delta *d) {
+    if (st->one_tool_use && d->index > 0) return; /* disable_parallel_tool_use: the first call alone */
     if (d->first) {
         lm_tool_call call = {.name = (char *)d->name};
         snprintf(call.id, sizeof call.id, "%s", d->id);
@@ -198,19 +221,6 @@ void lm_anthropic_stream_end(lm_anthropic_stream *st, lm_sbuf *out, const lm_ant
     event(out, typed("message_stop"));
 }
 
-const char *lm_anthropic_error_type(unsigned status) {
-    switch (status) {
-    case 400: case 405: case 408: case 414: case 431: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_error";
-    case 503: case 529: return "overloaded_error";
-    default: return "api_error";
-    }
-}
-
 static cJSON *error_object(unsigned status, const char *message) {
     cJSON *root = typed("error");
     cJSON *e = cJSON_AddObjectToObject(root, "error");
@@ -221,11 +231,4 @@ static cJSON *error_object(unsigned status, const char *message) {
 
 void lm_anthropic_stream_error(lm_sbuf *out, unsigned status, const char *message) {
     event(out, error_object(status, message));
-}
-
-char *lm_anthropic_error_body(unsigned status, const char *message) {
-    cJSON *root = error_object(status, message);
-    char *text = root ? cJSON_PrintUnformatted(root) : NULL;
-    cJSON_Delete(root);
-    return text;
 }

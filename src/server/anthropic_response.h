@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "loom.h"
 #include "server/sbuf.h"
@@ -21,7 +22,13 @@ typedef struct {
     const char *stop_sequence;        /* the stop string matched, or NULL */
     int prompt_tokens, cached_tokens; /* input_tokens is the part the prefix cache did not hold */
     int output_tokens;
+    bool one_tool_use;                /* disable_parallel_tool_use: only the first call is answered */
 } lm_anthropic_output;
+
+/* A tool_use block's id for a parsed call's ("call_" + hex): Anthropic's
+ * form, "toolu_" + 24 letters and digits, a function of call_id. */
+#define LM_ANTHROPIC_TOOL_USE_ID_SIZE 31
+void lm_anthropic_tool_use_id(const char *call_id, char out[LM_ANTHROPIC_TOOL_USE_ID_SIZE]);
 
 /* end_turn, max_tokens, stop_sequence, tool_use (or NULL: not finished). */
 const char *lm_anthropic_stop_reason(loom_finish_reason reason, bool stop_sequence, bool tool_use);
@@ -36,6 +43,7 @@ typedef struct {
     int next_index;
     lm_anthropic_block open;
     size_t tool_json_sent; /* the open tool_use block's partial_json bytes */
+    bool one_tool_use;     /* disable_parallel_tool_use: the calls after the first are not sent */
 } lm_anthropic_stream;
 
 /* message_start (o's usage: the prompt's tokens; content empty). */
@@ -48,12 +56,7 @@ void lm_anthropic_stream_delta(lm_anthropic_stream *st, lm_sbuf *out, const char
 void lm_anthropic_stream_tool(lm_anthropic_stream *st, lm_sbuf *out, const lm_tool_delta *d);
 /* Closes the open block, then message_delta and message_stop. */
 void lm_anthropic_stream_end(lm_anthropic_stream *st, lm_sbuf *out, const lm_anthropic_output *o);
-/* An error event (the stream ends after it). */
+/* An error event (the stream ends after it; the type from error_body.h). */
 void lm_anthropic_stream_error(lm_sbuf *out, unsigned status, const char *message);
-
-/* {"type": "error", "error": {"type", "message"}} as text (cJSON_free it),
- * NULL when out of memory; the type from the HTTP status. */
-const char *lm_anthropic_error_type(unsigned status);
-char *lm_anthropic_error_body(unsigned status, const char *message);
 
 #endif

@@ -11,7 +11,8 @@ enum MHD_Result lm_handle_count_tokens(lm_server *s, struct MHD_Connection *c, c
     lm_openai_request r;
     char param[64] = "";
     lm_error err = {0};
-    lm_status st = lm_anthropic_request_parse(body, len, true, &s->image_parts, &r, param, sizeof param, &err);
+    bool one_tool_use; /* nothing to count */
+    lm_status st = lm_anthropic_request_parse(body, len, true, &s->image_parts, &r, &one_tool_use, param, sizeof param, &err);
     unsigned status = r.too_large ? 413 : st == LM_ERR_NOMEM ? 500 : 400;
     char message[1200];
     const char *why = err.message;

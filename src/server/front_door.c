@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "server/error_body.h"
 #include "server/request_framing.h"
 #include "server/response_counter.h"
 #include "server/server_internal.h"
@@ -114,7 +115,7 @@ struct lm_front_door {
 static size_t format_error(const lm_front_door *door, unsigned status, const char *message, const char *origin,
                            char *out, size_t size) {
     char *body = lm_error_json_body(status, message, NULL);
-    static const char fallback[] = "{\"error\":{\"message\":\"bad request\",\"type\":\"BadRequestError\","
+    static const char fallback[] = "{\"error\":{\"message\":\"bad request\",\"type\":\"invalid_request_error\","
                                    "\"param\":null,\"code\":400}}";
     const char *b = body ? body : fallback;
     if (!body) status = 400;

@@ -18,7 +18,8 @@ static void anthropic_output(const gen_ctx *g, lm_anthropic_output *o) {
                                .stop_sequence = ch->finished && by_stop ? g->req.stop[ch->stop_string] : NULL,
                                .prompt_tokens = g->prompts[0].prompt_tokens,
                                .cached_tokens = g->prompts[0].cached_tokens,
-                               .output_tokens = ch->completion_tokens};
+                               .output_tokens = ch->completion_tokens,
+                               .one_tool_use = g->astream.one_tool_use};
 }
 
 static cJSON *anthropic_whole(gen_ctx *g) {
@@ -60,7 +61,8 @@ static void anthropic_stream_end(gen_ctx *g) {
 
 static lm_status parse_messages(gen_ctx *g, const char *body, size_t len, char *param, size_t param_size,
                                 lm_error *err) {
-    return lm_anthropic_request_parse(body, len, false, &g->server->image_parts, &g->req, param, param_size, err);
+    return lm_anthropic_request_parse(body, len, false, &g->server->image_parts, &g->req, &g->astream.one_tool_use,
+                                      param, param_size, err);
 }
 
 const lm_generation_api lm_messages_api = {

@@ -16,10 +16,11 @@
 
 #include "base/build_info.h"
 #include "grammar/grammar_cache.h"
-#include "server/anthropic_response.h"
+#include "server/error_body.h"
 #include "server/front_door.h"
 #include "server/prepare_pool.h"
 #include "server/request_framing.h"
+#include "server/request_id.h"
 #include "server/server_internal.h"
 #include "server/throughput_log.h"
 #include "server/wakeup.h"
@@ -55,6 +56,10 @@ typedef struct {
     struct MHD_Response *pending;
     unsigned pending_status;
     unsigned status; /* the last response's, for the access line */
+    /* The request under way: the API its client speaks (its errors' shape,
+     * the models list's) and its id, sent back in a header. */
+    lm_wire wire;
+    char request_id[LM_REQUEST_ID_SIZE];
 } conn_slot;
 
 struct lm_http {
@@ -141,6 +146,9 @@ enum MHD_Result lm_queue_response(struct MHD_Connection *c, unsigned status, str
             if (strcmp(origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
         }
         if (atomic_load(&s->http->stopping)) MHD_add_response_header(r, "Connection", "close");
+        if (slot->request_id[0])
+            MHD_add_response_header(r, slot->wire == LM_WIRE_ANTHROPIC ? "request-id" : "x-request-id",
+                                    slot->request_id);
         slot->status = status;
         if (slot->deferred) {
             if (slot->pending) MHD_destroy_response(slot->pending);
@@ -174,7 +182,7 @@ enum MHD_Result lm_reply_json(struct MHD_Connection *c, unsigned status, const c
     char *text = lm_json_print(json);
     if (!text) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
-                                  "\"InternalServerError\",\"param\":null,\"code\":500}}";
+                                  "\"server_error\",\"param\":null,\"code\":500}}";
         return lm_reply_text(c, 500, "application/json", oom, sizeof oom - 1);
     }
     enum MHD_Result ret = lm_reply_text(c, status, "application/json", text, strlen(text));
@@ -182,41 +190,12 @@ enum MHD_Result lm_reply_json(struct MHD_Connection *c, unsigned status, const c
     return ret;
 }
 
-static const char *error_type(unsigned status) {
-    switch (status) {
-    case 400: return "BadRequestError";
-    case 401: return "AuthenticationError";
-    case 404: return "NotFoundError";
-    case 405: return "MethodNotAllowed";
-    case 408: return "RequestTimeout";
-    case 413: return "RequestTooLarge";
-    case 414: return "URITooLong";
-    case 431: return "RequestHeaderFieldsTooLarge";
-    case 505: return "HTTPVersionNotSupported";
-    case 503: return "ServiceUnavailableError";
-    default: return "InternalServerError";
-    }
-}
-
-char *lm_error_json_body(unsigned status, const char *message, const char *param) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON *e = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(e, "message", message);
-    cJSON_AddStringToObject(e, "type", error_type(status));
-    if (param && param[0]) cJSON_AddStringToObject(e, "param", param);
-    else cJSON_AddNullToObject(e, "param");
-    cJSON_AddNumberToObject(e, "code", status);
-    char *text = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    return text;
-}
-
 static enum MHD_Result reply_error_allow(struct MHD_Connection *c, unsigned status, const char *message,
                                          const char *param, const char *allow) {
     char *text = lm_error_json_body(status, message, param);
     if (!text) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
-                                  "\"InternalServerError\",\"param\":null,\"code\":500}}";
+                                  "\"server_error\",\"param\":null,\"code\":500}}";
         return lm_reply_text(c, 500, "application/json", oom, sizeof oom - 1);
     }
     enum MHD_Result ret = reply_with_allow(c, status, "application/json", text, strlen(text), allow);
@@ -224,15 +203,11 @@ static enum MHD_Result reply_error_allow(struct MHD_Connection *c, unsigned stat
     return ret;
 }
 
-enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const char *message,
-                               const char *param) {
-    return reply_error_allow(c, status, message, param, NULL);
-}
-
 static enum MHD_Result reply_error_wire(struct MHD_Connection *c, lm_wire wire, unsigned status, const char *message,
                                         const char *param, const char *allow) {
     if (wire != LM_WIRE_ANTHROPIC) return reply_error_allow(c, status, message, param, allow);
-    char *text = lm_anthropic_error_body(status, message);
+    const conn_slot *slot = slot_of(c);
+    char *text = lm_anthropic_error_body(status, message, slot ? slot->request_id : NULL);
     if (!text) {
         static const char oom[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}";
         return lm_reply_text(c, 500, "application/json", oom, sizeof oom - 1);
@@ -245,6 +220,13 @@ static enum MHD_Result reply_error_wire(struct MHD_Connection *c, lm_wire wire, 
 enum MHD_Result lm_reply_error_as(struct MHD_Connection *c, lm_wire wire, unsigned status, const char *message,
                                   const char *param) {
     return reply_error_wire(c, wire, status, message, param, NULL);
+}
+
+/* In the shape of the API the request's client speaks (client_wire). */
+enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const char *message,
+                               const char *param) {
+    const conn_slot *slot = slot_of(c);
+    return reply_error_wire(c, slot ? slot->wire : LM_WIRE_OPENAI, status, message, param, NULL);
 }
 
 typedef struct {
@@ -271,6 +253,15 @@ static const route_entry routes[] = {
 
 static lm_wire wire_of(lm_route route) {
     return route == LM_ROUTE_MESSAGES || route == LM_ROUTE_COUNT_TOKENS ? LM_WIRE_ANTHROPIC : LM_WIRE_OPENAI;
+}
+
+/* The API a request's client speaks: the route's, or Anthropic's on the
+ * shared routes (/v1/models, an unknown path) when it sends the
+ * anthropic-version header every Anthropic SDK sends. */
+static lm_wire client_wire(struct MHD_Connection *c, lm_route route) {
+    bool shared = route != LM_ROUTE_CHAT && route != LM_ROUTE_COMPLETIONS && route != LM_ROUTE_RESPONSES;
+    if (shared && MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version")) return LM_WIRE_ANTHROPIC;
+    return wire_of(route);
 }
 
 /* The path of a route, for the log ("-" for none). */
@@ -338,26 +329,12 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
     return *bad ? MHD_NO : MHD_YES;
 }
 
-static cJSON *model_object(const lm_server *s, const char *id) {
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", id);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
-    cJSON_AddStringToObject(m, "owned_by", "loom");
-    cJSON_AddStringToObject(m, "root", s->options.served_model_name);
-    cJSON_AddNullToObject(m, "parent");
-    cJSON_AddNumberToObject(m, "max_model_len", s->options.max_model_len);
-    return m;
-}
-
+/* GET /v1/models: OpenAI's list, or Anthropic's for an Anthropic client
+ * (model_names.c writes both). */
 static enum MHD_Result handle_models(lm_server *s, struct MHD_Connection *c) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(root, "data");
-    cJSON_AddItemToArray(data, model_object(s, s->options.served_model_name));
-    for (int i = 0; i < s->options.n_listed_aliases && i < s->options.n_model_aliases; i++)
-        cJSON_AddItemToArray(data, model_object(s, s->options.model_aliases[i]));
-    enum MHD_Result ret = lm_reply_json(c, 200, root);
+    const conn_slot *slot = slot_of(c);
+    cJSON *root = lm_model_list(s, slot && slot->wire == LM_WIRE_ANTHROPIC);
+    enum MHD_Result ret = root ? lm_reply_json(c, 200, root) : lm_reply_error(c, 500, "out of memory listing models", NULL);
     cJSON_Delete(root);
     return ret;
 }
@@ -368,8 +345,9 @@ static enum MHD_Result model_not_found(const lm_server *s, struct MHD_Connection
 static enum MHD_Result handle_model(lm_server *s, struct MHD_Connection *c, const char *url) {
     const char *id = url + strlen("/v1/models/");
     if (!lm_server_serves_model(s, id)) return model_not_found(s, c, id);
-    cJSON *m = model_object(s, id);
-    enum MHD_Result ret = lm_reply_json(c, 200, m);
+    const conn_slot *slot = slot_of(c);
+    cJSON *m = lm_model_object(s, id, slot && slot->wire == LM_WIRE_ANTHROPIC);
+    enum MHD_Result ret = m ? lm_reply_json(c, 200, m) : lm_reply_error(c, 500, "out of memory describing a model", NULL);
     cJSON_Delete(m);
     return ret;
 }
@@ -791,7 +769,7 @@ static enum MHD_Result first_call(lm_server *s, struct MHD_Connection *c, conn_c
         return lm_reply_error(c, 400, "unsupported Transfer-Encoding (only chunked, without Content-Length)", NULL);
     if (cl && strtoull(cl, NULL, 10) > s->options.max_body_bytes) ctx->too_large = true;
     /* Refuse early what will be refused anyway, without reading the body. */
-    lm_wire wire = wire_of(ctx->route);
+    lm_wire wire = slot_of(c) ? slot_of(c)->wire : wire_of(ctx->route);
     if (ctx->too_large) return lm_reply_error_as(c, wire, 413, "the request body is larger than the server accepts", NULL);
     if (!r) {
         char message[300];
@@ -831,6 +809,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = ctx;
         ctx->arrival = lm_monotonic_seconds();
         ctx->url = url;
+        const route_entry *r = route_of(url);
+        slot->wire = client_wire(c, r ? r->route : LM_ROUTE_NONE);
+        lm_request_id_make(slot->wire == LM_WIRE_ANTHROPIC,
+                           MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id"),
+                           atomic_fetch_add(&s->next_id, 1), slot->request_id);
         set_phase(s, slot, PHASE_BODY, ctx->arrival + s->options.timeout_body_s);
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->options.timeout_body_s);
         return first_call(s, c, ctx, url, method, version);
@@ -861,9 +844,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (ctx->too_large)
-        return lm_reply_error_as(c, wire_of(ctx->route), 413, "the request body is larger than the server accepts", NULL);
+        return lm_reply_error_as(c, slot->wire, 413, "the request body is larger than the server accepts", NULL);
     if (ctx->body.failed)
-        return lm_reply_error_as(c, wire_of(ctx->route), 500, "out of memory reading the request body", NULL);
+        return lm_reply_error_as(c, slot->wire, 500, "out of memory reading the request body", NULL);
     set_phase(s, slot, PHASE_BUSY, 0);
     ctx->handled = true;
     if (slot && is_worker_route(ctx->route)) {
@@ -876,7 +859,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
          * before generation). */
         ctx->dispatched = false;
         ctx->handled = false;
-        return lm_reply_error_as(c, wire_of(ctx->route), 503,
+        return lm_reply_error_as(c, slot->wire, 503,
                                  atomic_load(&s->http->stopping) ? "the server is shutting down"
                                                                  : "too many requests waiting to be prepared; retry later",
                                  NULL);

@@ -54,12 +54,20 @@ typedef enum { LM_WIRE_OPENAI, LM_WIRE_ANTHROPIC, LM_WIRE_RESPONSES } lm_wire;
 bool lm_server_serves_model(const lm_server *s, const char *name);
 /* The 404's message: the name asked for and every name served. */
 void lm_server_unknown_model_message(const lm_server *s, const char *name, char *out, size_t size);
+/* GET /v1/models/{id}'s object and /v1/models' list (id: served_model_name,
+ * then the listed aliases): OpenAI's shape, or Anthropic's (ModelInfo:
+ * type, id, display_name, created_at; the page's has_more, first_id,
+ * last_id).  NULL when out of memory. */
+cJSON *lm_model_object(const lm_server *s, const char *id, bool anthropic);
+cJSON *lm_model_list(const lm_server *s, bool anthropic);
 
 /* Replies; all return MHD's result of queueing the response. */
 enum MHD_Result lm_reply_text(struct MHD_Connection *c, unsigned status, const char *content_type,
                               const char *body, size_t len);
 enum MHD_Result lm_reply_json(struct MHD_Connection *c, unsigned status, const cJSON *json);
-/* {"error": {"message", "type", "param", "code"}} */
+/* {"error": {"message", "type", "param", "code"}}, or Anthropic's shape when
+ * the client speaks Anthropic's API (its route, or the anthropic-version
+ * header on /v1/models and unknown routes); error_body.h has the types. */
 enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const char *message,
                                const char *param);
 
@@ -68,8 +76,6 @@ enum MHD_Result lm_reply_error(struct MHD_Connection *c, unsigned status, const 
 enum MHD_Result lm_reply_error_as(struct MHD_Connection *c, lm_wire wire, unsigned status, const char *message,
                                   const char *param);
 
-/* {"error": {...}} as text (cJSON_free it), NULL when out of memory. */
-char *lm_error_json_body(unsigned status, const char *message, const char *param);
 /* The Access-Control-Allow-Origin value for a request's Origin under
  * --allowed-origins ("*", the origin itself, or NULL: no CORS header). */
 const char *lm_cors_allow_origin(const char *allowed_origins, const char *origin);

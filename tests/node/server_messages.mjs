@@ -5,6 +5,9 @@
 // expects exit status 0.  Prints "server_messages[...]: N passed, N failed".
 import { spawn } from 'node:child_process';
 import Anthropic from '@anthropic-ai/sdk';
+import { jsonSchemaOutputFormat } from '@anthropic-ai/sdk/helpers/json-schema';
+import { zodOutputFormat } from '@anthropic-ai/sdk/helpers/zod';
+import { z } from 'zod';
 
 const [binary, model, ...rest] = process.argv.slice(2);
 const apiKey = rest.includes('--api-key') ? rest[rest.indexOf('--api-key') + 1] : 'test-key';
@@ -135,7 +138,7 @@ try {
     tool_choice: { type: 'tool', name: 'get_time' } });
   const use = forced.content.find((b) => b.type === 'tool_use');
   check('forced tool: tool_use block', forced.content.length === 1 && use && use.name === 'get_time' &&
-    typeof use.id === 'string' && use.id.length > 0 && use.input && typeof use.input === 'object' &&
+    /^toolu_[A-Za-z0-9]{24}$/.test(use.id) && use.input && typeof use.input === 'object' &&
     !Array.isArray(use.input), forced);
   check('forced tool: cut by max_tokens', forced.stop_reason === 'max_tokens' && forced.usage.output_tokens === 6, forced);
   const fs = await streamed({ model: 'fixture', max_tokens: 6, temperature: 0, messages, tools,
@@ -156,7 +159,7 @@ try {
   try { parsedPartial = JSON.parse(partial); } catch { /* checked below */ }
   check('forced tool stream: input_json_delta fragments = input', startAt >= 0 &&
     JSON.stringify(toolEvents[startAt].content_block.input) === '{}' &&
-    /^call_/.test(toolEvents[startAt].content_block.id) &&
+    /^toolu_[A-Za-z0-9]{24}$/.test(toolEvents[startAt].content_block.id) &&
     JSON.stringify(parsedPartial) === JSON.stringify(use.input), [partial, use.input]);
   const any = await client.messages.create({ model: 'fixture', max_tokens: 3, temperature: 1, messages, tools,
     tool_choice: { type: 'any' } });
@@ -165,6 +168,62 @@ try {
   const none = await client.messages.create({ model: 'fixture', max_tokens: 3, temperature: 0, messages, tools,
     tool_choice: { type: 'none' } });
   check('tool_choice none: text', none.content.every((b) => b.type === 'text'), none);
+
+  // structured outputs: messages.parse with output_config.format gives schema-valid
+  // parsed output on the random-weights fixture (the grammar guarantees it, not the model)
+  const Answer = z.object({ color: z.enum(['red', 'green', 'blue']), ok: z.boolean(),
+    size: z.object({ unit: z.enum(['s', 'm', 'l']) }) }).strict();
+  for (const temperature of [0, 1]) {
+    const parsed = await client.messages.parse({ model: 'fixture', max_tokens: 200, temperature, messages,
+      output_config: { format: zodOutputFormat(Answer) } });
+    check(`parse: output_config.format, temperature ${temperature}`, parsed.stop_reason === 'end_turn' &&
+      parsed.content.length === 1 && parsed.content[0].type === 'text' &&
+      Answer.safeParse(JSON.parse(parsed.content[0].text)).success && parsed.parsed_output !== null &&
+      Answer.safeParse(parsed.parsed_output).success, parsed);
+  }
+  const jsonFormat = jsonSchemaOutputFormat({ type: 'object', properties: { yes: { type: 'boolean' } },
+    required: ['yes'], additionalProperties: false });
+  const ps = await client.messages.stream({ model: 'fixture', max_tokens: 100, temperature: 1, messages,
+    output_config: { format: jsonFormat } }).finalMessage();
+  check('stream: output_config.format', ps.stop_reason === 'end_turn' && ps.parsed_output &&
+    Object.keys(ps.parsed_output).join() === 'yes' && typeof ps.parsed_output.yes === 'boolean', ps);
+  const badFormat = await post('/v1/messages', JSON.stringify({ model: 'fixture', max_tokens: 5, messages,
+    output_config: { format: { type: 'json_schema', schema: { type: 'nonsense' } } } }));
+  check('output_config.format: a schema loom cannot enforce is a 400 naming it', badFormat.status === 400 &&
+    isError(badFormat.json, 'invalid_request_error') && badFormat.json.error.message.includes('output_config.format'),
+    badFormat);
+
+  // a strict tool loop: tool_choice any / tool give a tool_use (toolu_ id) whose input validates,
+  // its tool_result goes back, and the reply follows
+  const Weather = z.object({ unit: z.enum(['c', 'f']), days: z.boolean() }).strict();
+  const Time = z.object({ zone: z.enum(['utc', 'local']) }).strict();
+  const strictTools = [
+    { name: 'get_weather', strict: true, input_schema: { type: 'object', properties: { unit: { enum: ['c', 'f'] },
+      days: { type: 'boolean' } }, required: ['unit', 'days'], additionalProperties: false } },
+    { name: 'get_time', strict: true, input_schema: { type: 'object', properties: { zone: { enum: ['utc', 'local'] } },
+      required: ['zone'], additionalProperties: false } },
+  ];
+  const valid = (b) => b.type === 'tool_use' && /^toolu_[A-Za-z0-9]{24}$/.test(b.id) &&
+    (b.name === 'get_weather' ? Weather : Time).safeParse(b.input).success;
+  for (const choice of [{ type: 'any' }, { type: 'tool', name: 'get_weather' }, { type: 'tool', name: 'get_time' },
+    { type: 'any', disable_parallel_tool_use: true }]) {
+    const r = await client.messages.create({ model: 'fixture', max_tokens: 100, temperature: 1, messages,
+      tools: strictTools, tool_choice: choice });
+    const b = r.content[0];
+    check(`strict tool, tool_choice ${JSON.stringify(choice)}`, r.stop_reason === 'tool_use' && r.content.length === 1 &&
+      valid(b) && (choice.type !== 'tool' || b.name === choice.name), r);
+    if (choice.type === 'tool' && choice.name === 'get_weather') {
+      const loop = await client.messages.create({ model: 'fixture', max_tokens: 4, temperature: 0, tools: strictTools,
+        messages: [...messages, { role: 'assistant', content: r.content },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: b.id, content: 'sunny' }] }] });
+      check('strict tool loop: the tool_result turn is answered', loop.usage.output_tokens > 0 &&
+        loop.usage.input_tokens + loop.usage.cache_read_input_tokens > r.usage.input_tokens, loop);
+    }
+  }
+  const ss = await streamed({ model: 'fixture', max_tokens: 100, temperature: 1, messages, tools: strictTools,
+    tool_choice: { type: 'any' } });
+  check('strict tool stream', wellOrdered(ss.events) && ss.final.stop_reason === 'tool_use' &&
+    ss.final.content.length === 1 && valid(ss.final.content[0]), ss.final);
 
   // a tool_result turn: the assistant's tool_use, then the user's tool_result (string and blocks)
   const history = [
