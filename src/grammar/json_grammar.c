@@ -12,6 +12,7 @@
 #include "grammar/json_number.h"
 #include "grammar/json_schema_merge.h"
 #include "grammar/matcher.h"
+#include "grammar/pattern_length.h"
 #include "grammar/regex_compile.h"
 
 typedef struct {
@@ -740,11 +741,40 @@ static bool excludes(const cJSON *x, const cJSON *y) {
     return false;
 }
 
+/* The types x's grammar generates: without "type", those its keywords
+ * speak of (compile_schema's choice). */
+static unsigned implied_types(const cJSON *schema);
+
+static lm_status pattern_matches(json_builder *j, const char *pattern, const char *name, bool *out);
+
+/* x's listed string values all fail y's pattern (y a string schema of a pattern) */
+static lm_status values_fail_pattern(json_builder *j, const cJSON *x, const cJSON *y, bool *out) {
+    const cJSON *pattern = get(y, "pattern"), *e = get(x, "enum"), *c = get(x, "const");
+    *out = false;
+    if (!cJSON_IsString(pattern) || (!e && !c)) return LM_OK;
+    const cJSON *v = c ? c : e->child;
+    for (; v; v = c ? NULL : v->next) {
+        if (!cJSON_IsString(v)) continue; /* other types: y's accepted types decide */
+        bool hit = false;
+        TRY(pattern_matches(j, pattern->valuestring, v->valuestring, &hit));
+        if (hit) return LM_OK;
+    }
+    *out = true;
+    return LM_OK;
+}
+
+/* Whether no instance x's grammar generates can match y. */
 static lm_status disjoint(json_builder *j, const cJSON *x, const cJSON *y, bool *out) {
     TRY(normalize_through(j, x, &x));
     TRY(normalize_through(j, y, &y));
     *out = true;
-    if (!(possible_types(x) & possible_types(y))) return LM_OK;
+    unsigned gen = cJSON_IsObject(x) ? implied_types(x) & possible_types(x) : possible_types(x);
+    if (!(gen & possible_types(y))) return LM_OK;
+    if (cJSON_IsObject(x) && cJSON_IsObject(y) && !(gen & possible_types(y) & ~LM_JT_STRING)) {
+        bool apart = false;
+        TRY(values_fail_pattern(j, x, y, &apart));
+        if (apart) return LM_OK;
+    }
     if (!cJSON_IsObject(x) || !cJSON_IsObject(y)) {
         *out = false;
         return LM_OK;
@@ -855,15 +885,23 @@ static lm_status string_schema(json_builder *j, const cJSON *schema, lm_gseq *ou
         regex = lm_json_format_regex(format->valuestring, &refused_format, &fmin, &fmax);
         if (refused_format)
             return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: 'format' \"%.64s\" is not supported", format->valuestring);
-        if (regex && (has_min || has_max) && !(fmin >= min && fmax >= 0 && (max < 0 || fmax <= max)))
-            return unsupported(j, "format together with minLength/maxLength");
         if (regex && pattern) return unsupported(j, "format together with pattern");
+        if (regex && (has_min || has_max) && fmin >= min && fmax >= 0 && (max < 0 || fmax <= max))
+            has_min = has_max = false; /* the format's lengths are within them */
         what = "JSON schema 'format'";
     }
-    if (pattern) {
-        if (!cJSON_IsString(pattern)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'pattern' must be a string");
-        if (has_min || has_max) return unsupported(j, "pattern together with minLength/maxLength");
-        regex = pattern->valuestring;
+    if (pattern && !cJSON_IsString(pattern)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'pattern' must be a string");
+    if (pattern || regex) {
+        if (pattern) regex = pattern->valuestring;
+        if (has_min || has_max) { /* the pattern's automaton times a count */
+            lm_regex_options opt = {.utf8_rule = j->utf8};
+            lm_byte_class_add_range(&opt.forbidden, 0, 0x1F);
+            lm_byte_class_add(&opt.forbidden, '"');
+            lm_byte_class_add(&opt.forbidden, '\\');
+            TRY(lm_regex_check_cost(regex, strlen(regex), true, &opt, what, j->deadline, j->err));
+            TRY(lit(j, out, "\""));
+            return lm_pattern_with_length(j->b, regex, &opt, min, max, j->deadline, out, j->err);
+        }
     }
     if (regex) {
         TRY(lit(j, out, "\""));
@@ -1199,11 +1237,33 @@ static lm_status object_schema(json_builder *j, const cJSON *schema, lm_gseq *ou
     if (additional && !cJSON_IsBool(additional) && !cJSON_IsObject(additional))
         return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'additionalProperties' must be a boolean or a schema");
     const cJSON *r;
+    bool unlisted = false;
     cJSON_ArrayForEach(r, required) {
         if (!cJSON_IsString(r)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'required' must list strings");
-        if (!get(props, r->valuestring))
+        if (get(props, r->valuestring)) continue;
+        if (cJSON_IsFalse(additional) && !patterns)
             return lm_fail(j->err, LM_ERR_UNSUPPORTED,
-                           "JSON schema: the required property '%.64s' has no schema in 'properties'", r->valuestring);
+                           "JSON schema: the required property '%.64s' is not in 'properties' and additionalProperties is false, so nothing matches",
+                           r->valuestring);
+        unlisted = true;
+    }
+    if (unlisted) {
+        /* a required property without a schema of its own: listed after
+         * the others, of the additionalProperties schema (or any value;
+         * a pattern's schema joins it below) */
+        const cJSON *copy = NULL;
+        TRY(without(j, schema, "properties", &copy));
+        cJSON *listed = cJSON_CreateObject();
+        if (!listed) return nomem(j);
+        cJSON_AddItemToObject((cJSON *)copy, "properties", listed);
+        const cJSON *p;
+        cJSON_ArrayForEach(p, props) cJSON_AddItemReferenceToObject(listed, p->string, (cJSON *)p);
+        cJSON_ArrayForEach(r, required) {
+            if (get(listed, r->valuestring)) continue;
+            if (cJSON_IsObject(additional)) cJSON_AddItemReferenceToObject(listed, r->valuestring, (cJSON *)additional);
+            else cJSON_AddItemToObject(listed, r->valuestring, cJSON_CreateTrue());
+        }
+        return object_schema(j, copy, out, depth);
     }
     object_plan o = {.n = cJSON_GetArraySize(props)};
     TRY(bounded_count(j, schema, "minProperties", 0, LM_SCHEMA_MAX_REPEAT, false, &o.min));
@@ -1596,18 +1656,34 @@ static lm_status branches_schema(json_builder *j, const cJSON *schema, const cha
         if (beside) st = merged(j, siblings, item, &b);
         branch[m++] = b;
     }
-    /* oneOf: exactly one branch must match; exact where no two can both */
-    if (st == LM_OK && strcmp(word, "oneOf") == 0)
-        for (int x = 0; x < m && st == LM_OK; x++)
-            for (int y = x + 1; y < m && st == LM_OK; y++) {
+    /* oneOf: exactly one branch must match.  A branch is generated only
+     * where what it generates can match no other branch (of them all,
+     * generated or not): exact where the branches are apart, narrower
+     * where some overlap, refused where every branch overlaps another. */
+    if (st == LM_OK && strcmp(word, "oneOf") == 0) {
+        int kept = 0, first_x = -1, first_y = -1;
+        const cJSON *all[LM_SCHEMA_MAX_REFS];
+        for (int x = 0; x < m; x++) all[x] = branch[x];
+        for (int x = 0; x < m && st == LM_OK; x++) {
+            bool alone = true;
+            for (int y = 0; y < m && st == LM_OK && alone; y++) {
+                if (y == x) continue;
                 bool apart = false;
-                st = disjoint(j, branch[x], branch[y], &apart);
-                if (st == LM_OK && !apart)
-                    st = lm_fail(j->err, LM_ERR_UNSUPPORTED,
-                                 "JSON schema: 'oneOf' whose branches %d and %d may both match is not supported "
-                                 "(branches apart by type, const/enum values or a required discriminator property are)",
-                                 x, y);
+                st = disjoint(j, all[x], all[y], &apart);
+                if (st == LM_OK && !apart) {
+                    alone = false;
+                    if (first_x < 0) first_x = x, first_y = y;
+                }
             }
+            if (st == LM_OK && alone) branch[kept++] = all[x];
+        }
+        if (st == LM_OK && kept == 0)
+            st = lm_fail(j->err, LM_ERR_UNSUPPORTED,
+                         "JSON schema: 'oneOf' whose branches all may match another (%d and %d) is not supported "
+                         "(branches apart by type, const/enum values or a required discriminator property are)",
+                         first_x < first_y ? first_x : first_y, first_x < first_y ? first_y : first_x);
+        m = kept;
+    }
     uint32_t rule = 0;
     if (st == LM_OK && m == 0) st = unsupported(j, "anyOf/oneOf of false branches only (nothing matches)");
     if (st == LM_OK) st = lm_grammar_new_rule(j->b, &rule, j->err);
@@ -1620,6 +1696,21 @@ static lm_status branches_schema(json_builder *j, const cJSON *schema, const cha
     free(branch);
     if (st == LM_OK) ref(out, rule);
     return st;
+}
+
+static unsigned implied_types(const cJSON *schema) {
+    unsigned mask;
+    if (get(schema, "type")) return lm_schema_type_mask(get(schema, "type"), &mask) ? mask : LM_JT_ALL;
+    unsigned implied = 0;
+    for (const cJSON *k = schema->child; k; k = k->next) {
+        if (is_keyword_of(k->string, object_words)) implied |= LM_JT_OBJECT;
+        if (is_keyword_of(k->string, array_words)) implied |= LM_JT_ARRAY;
+        if (is_keyword_of(k->string, string_words)) implied |= LM_JT_STRING;
+        if (is_keyword_of(k->string, number_words)) implied |= LM_JT_INTEGER | LM_JT_FRACTION;
+    }
+    if (get(schema, "enum") || get(schema, "const") || get(schema, "anyOf") || get(schema, "oneOf") || get(schema, "$ref"))
+        return LM_JT_ALL; /* the values / branches decide */
+    return implied ? implied : LM_JT_ALL;
 }
 
 static lm_status compile_schema(json_builder *j, const cJSON *schema, lm_gseq *out, int depth) {
@@ -1669,18 +1760,9 @@ static lm_status compile_schema(json_builder *j, const cJSON *schema, lm_gseq *o
         if (cJSON_IsString(type)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: unknown type '%.64s'", type->valuestring);
         return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'type' must be a string or a non-empty list of strings");
     }
-    if (!get(schema, "type")) {
-        /* the types the keywords speak of (the others would pass them
-         * vacuously: generating only these is narrower) */
-        unsigned implied = 0;
-        for (const cJSON *k = schema->child; k; k = k->next) {
-            if (is_keyword_of(k->string, object_words)) implied |= LM_JT_OBJECT;
-            if (is_keyword_of(k->string, array_words)) implied |= LM_JT_ARRAY;
-            if (is_keyword_of(k->string, string_words)) implied |= LM_JT_STRING;
-            if (is_keyword_of(k->string, number_words)) implied |= LM_JT_INTEGER | LM_JT_FRACTION;
-        }
-        if (implied) mask = implied;
-    }
+    /* without a type, the types the keywords speak of (the others would
+     * pass them vacuously: generating only these is narrower) */
+    mask = implied_types(schema);
     TRY(not_types(j, get(schema, "not"), &mask));
     if ((mask & (LM_JT_INTEGER | LM_JT_FRACTION)) == LM_JT_FRACTION) mask &= ~LM_JT_FRACTION; /* not integers: refused below */
     if (!mask) return unsupported(j, "a schema whose types leave nothing (not / type)");

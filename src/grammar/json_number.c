@@ -111,7 +111,7 @@ static bool memo_get(number_builder *nb, uint64_t key, uint32_t *rule) {
     for (uint32_t i = (uint32_t)(key * 0x9E3779B97F4A7C15ull >> 40) & (nb->cap - 1);; i = (i + 1) & (nb->cap - 1)) {
         if (!nb->rules[i]) return false;
         if (nb->keys[i] == key) {
-            *rule = nb->rules[i] - 1;
+            *rule = nb->rules[i] == NONE ? NONE : nb->rules[i] - 1;
             return true;
         }
     }
