@@ -484,6 +484,8 @@ static char *exact_text(const cJSON *v) {
     return t.p;
 }
 
+char *lm_json_text_exact(const cJSON *value) { return exact_text(value); }
+
 /* ---- literals */
 
 /* A value as its JSON text; in any-whitespace mode an object or array

@@ -38,6 +38,8 @@
 #ifndef LOOM_GRAMMAR_JSON_GRAMMAR_H
 #define LOOM_GRAMMAR_JSON_GRAMMAR_H
 
+#include <cjson/cJSON.h>
+
 #include "grammar/grammar.h"
 
 #define LM_JSON_MAX_WS 16
@@ -69,5 +71,10 @@ lm_status lm_json_grammar(lm_json_kind kind, const char *suffix, const lm_json_o
  * own, so that the message names it, then the whole; deadline_ns as there. */
 lm_status lm_json_schema_grammar(const char *schema, size_t len, const char *suffix, const lm_json_options *options,
                                  uint64_t deadline_ns, lm_grammar *out, lm_error *err);
+
+/* A JSON value's compact text with every number in its exact text: the
+ * schema's own (kept while lm_json_schema_grammar reads it) or the
+ * shortest that reads back as the double (malloc'd; NULL: out of memory). */
+char *lm_json_text_exact(const cJSON *value);
 
 #endif
