@@ -93,23 +93,28 @@ def _duration_ok(s):
     return True
 
 
-def format_checker():
-    fc = jsonschema.FormatChecker()
-    extra = {"date": _date_ok, "time": _time_ok, "date-time": _date_time_ok, "hostname": _hostname_ok,
-             "uri": _uri_ok, "iri": _uri_ok, "uri-reference": _uri_reference_ok,
-             "iri-reference": _uri_reference_ok, "duration": _duration_ok}
-    for name, fn in extra.items():
-        if name not in fc.checkers:
-            fc.checks(name)(lambda instance, fn=fn: not isinstance(instance, str) or fn(instance))
-    return fc
+EXTRA_FORMATS = {"date": _date_ok, "time": _time_ok, "date-time": _date_time_ok, "hostname": _hostname_ok,
+                 "uri": _uri_ok, "iri": _uri_ok, "uri-reference": _uri_reference_ok,
+                 "iri-reference": _uri_reference_ok, "duration": _duration_ok}
+_checkers = {}
 
 
-FORMATS = format_checker()
+def format_checker(cls):
+    """The draft's own format checker (the library's checks for that draft),
+    with the checks above for the formats it leaves unchecked."""
+    if cls not in _checkers:
+        fc = jsonschema.FormatChecker(formats=())
+        fc.checkers = dict(cls.FORMAT_CHECKER.checkers)
+        for name, fn in EXTRA_FORMATS.items():
+            if name not in fc.checkers:
+                fc.checks(name)(lambda instance, fn=fn: not isinstance(instance, str) or fn(instance))
+        _checkers[cls] = fc
+    return _checkers[cls]
 
 
 def validator(schema):
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=FORMATS)
+    return cls(schema, format_checker=format_checker(cls))
 
 
 # ---- data
