@@ -253,7 +253,8 @@ def suite(args, checker, report):
             tests = g["tests"]
             instances = [json.dumps(ordered_like(t["data"], schema), separators=(",", ":"), ensure_ascii=False)
                          for t in tests]
-            res = checker.run({"schema": schema, "instances": instances, "samples": args.samples, "seed": args.seed})
+            res = checker.run({"schema_text": json.dumps(schema), "instances": instances, "samples": args.samples,
+                               "seed": args.seed})
             if not res.get("compiled"):
                 k = refusal_keyword(res.get("error"))
                 refusals[k] = refusals.get(k, 0) + 1

@@ -529,11 +529,10 @@ static const char *const honoured[] = {
     "dependentRequired", "dependencies", "dependentSchemas",
     "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
     "minLength", "maxLength", "pattern", "format",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", NULL};
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "if", "then", "else", "contains", "minContains", "unevaluatedProperties", "unevaluatedItems", NULL};
 /* assertions loom cannot honour: refused by name */
-static const char *const refused[] = {"if", "then", "else", "contains", "minContains", "maxContains",
-                                      "propertyNames", "unevaluatedProperties", "unevaluatedItems",
-                                      "$dynamicRef", "$recursiveRef", NULL};
+static const char *const refused[] = {"maxContains", "propertyNames", "$dynamicRef", "$recursiveRef", NULL};
 
 static bool is_keyword_of(const char *key, const char *const *names) {
     for (const char *const *n = names; *n; n++)
@@ -543,9 +542,9 @@ static bool is_keyword_of(const char *key, const char *const *names) {
 
 static const char *const object_words[] = {"properties", "required", "additionalProperties", "patternProperties",
                                            "minProperties", "maxProperties", "dependentRequired", "dependencies",
-                                           "dependentSchemas", NULL};
+                                           "dependentSchemas", "unevaluatedProperties", NULL};
 static const char *const array_words[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
-                                          "uniqueItems", NULL};
+                                          "uniqueItems", "contains", "minContains", "unevaluatedItems", NULL};
 static const char *const string_words[] = {"minLength", "maxLength", "pattern", "format", NULL};
 static const char *const number_words[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                            "multipleOf", NULL};
@@ -593,11 +592,12 @@ static lm_status resolve_ref(json_builder *j, const cJSON *refp, const cJSON **t
     if (strncmp(path, "#/", 2) != 0)
         return lm_fail(j->err, LM_ERR_UNSUPPORTED,
                        "JSON schema: '$ref' to '%.200s' is not supported (only references within the schema, \"#...\")", path);
-    /* a JSON pointer: segments with ~1 for '/' and ~0 for '~' */
+    /* a JSON pointer: segments (empty ones too) with ~1 for '/' and ~0 for '~' */
     const cJSON *at = j->root;
-    const char *p = path + 2;
+    const char *p = path + 1;
     char name[256];
-    while (at && *p) {
+    while (at && *p == '/') {
+        p++;
         size_t n = 0;
         for (; *p && *p != '/'; p++) {
             char c = *p;
@@ -608,7 +608,6 @@ static lm_status resolve_ref(json_builder *j, const cJSON *refp, const cJSON **t
             name[n++] = c;
         }
         name[n] = 0;
-        if (*p == '/') p++;
         if (cJSON_IsArray(at)) {
             char *end = NULL;
             long i = strtol(name, &end, 10);
@@ -661,6 +660,18 @@ static lm_status normalize(json_builder *j, const cJSON *schema, const cJSON **o
             TRY(resolve_ref(j, refp, &target));
             TRY(without(j, cur, "$ref", &rest));
             TRY(merged(j, target, rest, &cur));
+            continue;
+        }
+        if (get(cur, "if") || get(cur, "then") || get(cur, "else")) {
+            /* if / then / else, bounded: instances of "if" and "then"
+             * (narrower: those of "else" alone are never generated) */
+            const cJSON *base, *cond = get(cur, "if"), *then = get(cur, "then");
+            TRY(without(j, cur, "if", &base));
+            TRY(without(j, base, "then", &base));
+            TRY(without(j, base, "else", &base));
+            if (cond) TRY(merged(j, base, cond, &base));
+            if (cond && then) TRY(merged(j, base, then, &base));
+            cur = base;
             continue;
         }
         if (all) {
@@ -1233,6 +1244,18 @@ static lm_status apply_dependencies(json_builder *j, const cJSON *schema, const 
 static lm_status object_schema(json_builder *j, const cJSON *schema, lm_gseq *out, int depth) {
     const cJSON *props = get(schema, "properties"), *required = get(schema, "required");
     const cJSON *additional = get(schema, "additionalProperties"), *patterns = get(schema, "patternProperties");
+    /* allOf, $ref and if are merged into this schema (never one with
+     * unevaluatedProperties: json_schema_merge.h) and anyOf / oneOf
+     * branches compiled each with it: its listed properties are evaluated,
+     * so unevaluatedProperties speaks of the rest; additional properties
+     * must satisfy it as well (some validators count them unevaluated) */
+    const cJSON *uneval = get(schema, "unevaluatedProperties");
+    bool no_extras = false;
+    if (uneval && !cJSON_IsTrue(uneval)) {
+        if (cJSON_IsFalse(uneval)) no_extras = true;
+        else if (!additional || cJSON_IsTrue(additional)) additional = uneval;
+        else if (cJSON_IsObject(additional)) TRY(merged(j, additional, uneval, &additional));
+    }
     if (props && !cJSON_IsObject(props)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'properties' must be an object");
     if (required && !cJSON_IsArray(required)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'required' must be an array");
     if (patterns && !cJSON_IsObject(patterns)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'patternProperties' must be an object");
@@ -1296,17 +1319,23 @@ static lm_status object_schema(json_builder *j, const cJSON *schema, lm_gseq *ou
                 st = merged(j, value, pp, &value);
             }
         }
+        if (cJSON_IsFalse(value)) { /* may not be there */
+            if (o.required[k])
+                st = lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: the required property '%.64s' has the schema false, so nothing matches", p->string);
+            o.skip[k] = true;
+        }
         if (st == LM_OK && !o.skip[k]) st = member_of(j, p->string, value, &o.members[k], depth);
     }
     /* additional members, after the listed ones: keys of a pattern (none
      * of which is a listed name), else keys no listed name spells; with
      * maxProperties, none */
-    if (st == LM_OK && o.max < 0) {
+    if (st == LM_OK && o.max < 0 && !no_extras) {
         if (patterns && patterns->child) {
             if (!pattern_names_listed) {
                 /* a key of the first pattern, a value valid for every pattern's schema (narrower, never wider) */
                 const cJSON *value = patterns->child, *pp;
                 for (pp = patterns->child->next; pp && st == LM_OK; pp = pp->next) st = merged(j, value, pp, &value);
+                if (st == LM_OK && cJSON_IsObject(uneval)) st = merged(j, value, uneval, &value);
                 if (st == LM_OK) st = lit(j, &o.extra_member, "\"");
                 if (st == LM_OK) st = pattern_language(j, patterns->child->string, &o.extra_member, "JSON schema 'patternProperties'");
                 if (st == LM_OK) st = lit(j, &o.extra_member, "\"");
@@ -1444,12 +1473,36 @@ static lm_status array_schema(json_builder *j, const cJSON *schema, lm_gseq *out
         prefix = items;
         rest = get(schema, "additionalItems");
     }
+    const cJSON *uneval = get(schema, "unevaluatedItems"); /* as unevaluatedProperties above */
+    if (uneval && !cJSON_IsTrue(uneval)) {
+        if (!rest || cJSON_IsTrue(rest) || cJSON_IsFalse(uneval)) rest = uneval;
+        else if (cJSON_IsObject(rest)) TRY(merged(j, rest, uneval, &rest));
+    }
     if (prefix && !cJSON_IsArray(prefix)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'prefixItems' must be an array");
+    const cJSON *contains = get(schema, "contains");
+    if (contains) {
+        /* at least minContains (default 1) items of it: the first ones, of
+         * contains and items together (narrower: others may come later);
+         * prefixItems beside it refused */
+        if (prefix) return unsupported(j, "contains beside prefixItems");
+        int need = 1;
+        TRY(bounded_count(j, schema, "minContains", 1, LM_SCHEMA_MAX_REPEAT, false, &need));
+        if (need > 0) {
+            const cJSON *first = contains;
+            if (rest) TRY(merged(j, rest, contains, &first));
+            cJSON *tuple = cJSON_CreateArray();
+            TRY(own(j, tuple));
+            for (int i = 0; i < need; i++) cJSON_AddItemReferenceToArray(tuple, (cJSON *)first);
+            prefix = tuple;
+            if (!rest) rest = cJSON_IsTrue(contains) ? contains : NULL;
+        }
+    }
     int min, max;
     TRY(bounded_count(j, schema, "minItems", 0, LM_SCHEMA_MAX_REPEAT, false, &min));
     TRY(bounded_count(j, schema, "maxItems", -1, LM_SCHEMA_MAX_REPEAT, true, &max));
     if (max >= 0 && max < min) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: maxItems is below minItems");
     int k = cJSON_GetArraySize(prefix);
+    if (contains && k > min) min = k;
     if (cJSON_IsFalse(rest) && (max < 0 || max > k)) max = k;
     if (max >= 0 && max < min) return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: minItems above the items the schema allows");
     const cJSON *unique = get(schema, "uniqueItems");
@@ -1849,6 +1902,10 @@ lm_status lm_json_schema_grammar(const char *schema, size_t len, const char *suf
                                  uint64_t deadline_ns, lm_grammar *out, lm_error *err) {
     if (len > LM_SCHEMA_MAX_BYTES)
         return lm_fail(err, LM_ERR_NOMEM, "JSON schema larger than %d bytes", LM_SCHEMA_MAX_BYTES);
+    /* cJSON cuts a string at U+0000: a const "a\u0000" would come out as "a" */
+    for (size_t i = 0; i + 6 <= len; i++)
+        if (schema[i] == '\\' && (schema[i + 1] == 'u' || schema[i + 1] == 'U') && memcmp(schema + i + 2, "0000", 4) == 0)
+            return lm_fail(err, LM_ERR_UNSUPPORTED, "JSON schema: a string holding U+0000 (\\u0000) is not supported");
     cJSON *doc = cJSON_ParseWithLength(schema, len);
     if (!doc) return lm_fail(err, LM_ERR_INVALID, "JSON schema: not valid JSON");
     const char *scan = schema;

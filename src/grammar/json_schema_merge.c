@@ -75,7 +75,8 @@ static const char *const larger_wins[] = {"minimum", "exclusiveMinimum", "minLen
 static const char *const smaller_wins[] = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", NULL};
 static const char *const wrapped[] = {"items", "not", "propertyNames", "contains", "additionalItems", NULL};
 static const char *const equal_only[] = {"pattern", "format", "patternProperties", "prefixItems", "oneOf",
-                                         "dependencies", "dependentRequired", "dependentSchemas", NULL};
+                                         "dependencies", "dependentRequired", "dependentSchemas", "if", "then",
+                                         "else", "minContains", NULL};
 
 static cJSON *all_of(const cJSON *x, const cJSON *y) {
     cJSON *o = cJSON_CreateObject(), *list = cJSON_CreateArray();
@@ -178,7 +179,29 @@ static lm_status merge_any_of(const cJSON *la, const cJSON *lb, cJSON *out, lm_e
     return LM_OK;
 }
 
+/* a tuple (prefixItems, or items as an array) on one side, items on the
+ * other: the other's items apply to every element, which one merged
+ * schema cannot say */
+static bool tuple_beside_items(const cJSON *a, const cJSON *b) {
+    bool tuple = cJSON_GetObjectItemCaseSensitive(a, "prefixItems") || cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(a, "items"));
+    return tuple && (cJSON_GetObjectItemCaseSensitive(b, "items") || cJSON_GetObjectItemCaseSensitive(b, "prefixItems"));
+}
+
+/* unevaluatedProperties / unevaluatedItems see what their own schema and
+ * its subschemas evaluate: merged with another schema, they would see its
+ * keywords too */
+static bool has_unevaluated(const cJSON *s) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(s, "unevaluatedProperties");
+    const cJSON *i = cJSON_GetObjectItemCaseSensitive(s, "unevaluatedItems");
+    return (p && !cJSON_IsTrue(p)) || (i && !cJSON_IsTrue(i));
+}
+
 static lm_status merge_members(const cJSON *a, const cJSON *b, cJSON *out, lm_error *err) {
+    if (has_unevaluated(a) || has_unevaluated(b))
+        return lm_fail(err, LM_ERR_UNSUPPORTED,
+                       "JSON schema: 'unevaluatedProperties'/'unevaluatedItems' in a schema merged with another (allOf, $ref beside keywords, anyOf branches) is not supported");
+    if (tuple_beside_items(a, b) || tuple_beside_items(b, a))
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "JSON schema: 'prefixItems' in an allOf beside 'items' is not supported");
     /* the object keywords, merged together */
     lm_status st = merge_properties(a, b, out, err);
     if (st == LM_OK)
@@ -273,6 +296,14 @@ lm_status lm_schema_merge(const cJSON *a, const cJSON *b, cJSON **out, lm_error 
                 cJSON *both = all_of(k, other);
                 if (!both) st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
                 else cJSON_AddItemToObject(*out, k->string, both);
+            } else if (strcmp(k->string, "unevaluatedProperties") == 0 || strcmp(k->string, "unevaluatedItems") == 0) {
+                if (cJSON_IsFalse(k) || cJSON_IsFalse(other)) {
+                    cJSON_AddItemReferenceToObject(*out, k->string, (cJSON *)(cJSON_IsFalse(k) ? k : other));
+                } else {
+                    cJSON *both = all_of(k, other);
+                    if (!both) st = lm_fail(err, LM_ERR_NOMEM, "out of memory");
+                    else cJSON_AddItemToObject(*out, k->string, both);
+                }
             } else if (strcmp(k->string, "uniqueItems") == 0) {
                 cJSON_AddItemReferenceToObject(*out, k->string, (cJSON *)(cJSON_IsTrue(k) ? k : other));
             } else if (strcmp(k->string, "multipleOf") == 0) {
