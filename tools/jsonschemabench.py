@@ -10,6 +10,12 @@ library's checkers plus the strict ones below for the formats it leaves
 unchecked).  Per subset: schemas answered (compiled), complete answers that
 break their schema (must be 0), compile time.
 
+With --cases FILE, a corpus of {"description", "schema", "data": [...]}:
+each schema must compile, each instance is validated by the library (the
+reference) and fed to the grammar: an invalid one accepted is a bug, a
+valid one refused a narrowing (reported; --strict-valid makes it a
+failure), and the sampled answers must validate (tests/data/jsonschema).
+
 With --suite, the same for the JSON-Schema-Test-Suite's draft2020-12 groups:
 per group, compiled or refused; for compiled groups, each test's data is fed
 to the grammar (compact, its keys in the schema's property order): a valid
@@ -119,26 +125,36 @@ def validator(schema):
 
 # ---- data
 
-def read_files(root, prefix):
-    """(path, text) of the .json files under root/prefix: a folder or a bare git dir."""
+def list_files(root, prefix):
+    """(path, read) of the .json files under root/prefix, a folder or a bare
+    git dir; read() gives the text, or None where a snapshot lacks it."""
     if os.path.isdir(os.path.join(root, prefix)):
+        out = []
         for dirpath, _, names in sorted(os.walk(os.path.join(root, prefix))):
             for name in sorted(names):
                 if name.endswith(".json"):
                     path = os.path.join(dirpath, name)
-                    with open(path, encoding="utf-8") as f:
-                        yield os.path.relpath(path, root), f.read()
-        return
+                    out.append((os.path.relpath(path, root),
+                                lambda path=path: open(path, encoding="utf-8").read()))
+        return out
     listing = subprocess.run(["git", "--git-dir", root, "ls-tree", "-r", "HEAD", prefix],
                              capture_output=True, text=True, check=True).stdout
+    out = []
     for line in listing.splitlines():
         meta, path = line.split("\t", 1)
-        blob = meta.split()[2]
-        if not path.endswith(".json"):
-            continue
-        got = subprocess.run(["git", "--git-dir", root, "cat-file", "blob", blob], capture_output=True)
-        if got.returncode == 0:
-            yield path, got.stdout.decode("utf-8", "replace")
+        if path.endswith(".json"):
+            def read(blob=meta.split()[2]):
+                got = subprocess.run(["git", "--git-dir", root, "cat-file", "blob", blob], capture_output=True)
+                return got.stdout.decode("utf-8", "replace") if got.returncode == 0 else None
+            out.append((path, read))
+    return out
+
+
+def read_files(root, prefix):
+    for path, read in list_files(root, prefix):
+        text = read()
+        if text is not None:
+            yield path, text
 
 
 class Checker:
@@ -172,10 +188,11 @@ def broken(v, answer):
 
 def bench(args, checker, report):
     subsets = {}
-    for path, text in read_files(args.bench, "data"):
-        subsets.setdefault(path.split("/")[1], []).append((path, text))
+    for path, read in list_files(args.bench, "data"):
+        subsets.setdefault(path.split("/")[1], []).append((path, read))
     failed = False
     rows = []
+    n_missing = [0]
     for name in sorted(subsets):
         files = subsets[name]
         if args.sample:
@@ -183,10 +200,12 @@ def bench(args, checker, report):
         answered = invalid = answers = incomplete = validator_errors = 0
         times = []
         refusals = {}
-        for path, text in files:
+        for path, read in files:
+            text = read()
             try:
                 schema = json.loads(text)
-            except ValueError:
+            except (TypeError, ValueError):  # absent from the snapshot, or not JSON
+                n_missing[0] += 1
                 continue
             res = checker.run({"schema_text": text, "samples": args.samples, "seed": args.seed})
             times.append(res.get("compile_ms", 0))
@@ -207,7 +226,8 @@ def bench(args, checker, report):
             except Exception as e:  # the validator cannot read the schema (a bad regex, a remote $ref)
                 validator_errors += 1
                 print(f"validator error {path}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
-        n = len(files)
+        n = len(files) - n_missing[0]
+        n_missing[0] = 0
         top = sorted(refusals.items(), key=lambda kv: -kv[1])[:5]
         rows.append({"subset": name, "schemas": n, "answered": answered, "answered_pct": 100.0 * answered / max(n, 1),
                      "answers": answers, "invalid": invalid, "incomplete_walks": incomplete,
@@ -291,10 +311,46 @@ def suite(args, checker, report):
     return failed
 
 
+def cases(args, checker, report):
+    failed = False
+    n = refused_valid = 0
+    with open(args.cases, encoding="utf-8") as f:
+        corpus = json.load(f)
+    for case in corpus:
+        schema = case["schema"]
+        v = validator(schema)
+        instances = [json.dumps(ordered_like(d, schema), separators=(",", ":"), ensure_ascii=False) for d in case["data"]]
+        res = checker.run({"schema_text": json.dumps(schema, ensure_ascii=False), "instances": instances,
+                           "samples": args.samples, "seed": args.seed})
+        n += 1
+        if not res.get("compiled"):
+            failed = True
+            print(f"REFUSED {case['description']}: {res.get('error')}", file=sys.stderr)
+            continue
+        for d, inst, ok in zip(case["data"], instances, res["accepted"]):
+            valid = next(iter(v.iter_errors(d)), None) is None
+            if ok and not valid:
+                failed = True
+                print(f"ACCEPTED INVALID {case['description']}: {inst}", file=sys.stderr)
+            if valid and not ok:
+                refused_valid += 1
+                failed |= args.strict_valid
+                print(f"refused valid {case['description']}: {inst}", file=sys.stderr)
+        for answer in res["samples"]:
+            if broken(v, answer):
+                failed = True
+                print(f"INVALID {case['description']}: {answer[:300]}", file=sys.stderr)
+    print(f"cases: {n} schemas, {refused_valid} valid instances refused, {'FAILED' if failed else 'ok'}")
+    report["cases"] = {"schemas": n, "valid_refused": refused_valid, "failed": failed}
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", help="jsonschemabench: a checkout or bare git dir (its data/ folder)")
     ap.add_argument("--suite", help="JSON-Schema-Test-Suite: a checkout or bare git dir")
+    ap.add_argument("--cases", help="a corpus of schemas and instances (tests/data/jsonschema/cases.json)")
+    ap.add_argument("--strict-valid", action="store_true", help="--cases: a valid instance refused fails too")
     ap.add_argument("--sample", type=int, default=0, help="schemas per subset, a fixed seeded sample (0: all)")
     ap.add_argument("--samples", type=int, default=5, help="random answers per schema")
     ap.add_argument("--seed", type=int, default=1)
@@ -308,6 +364,8 @@ def main():
         failed |= bench(args, checker, report)
     if args.suite:
         failed |= suite(args, checker, report)
+    if args.cases:
+        failed |= cases(args, checker, report)
     checker.close()
     if args.json:
         with open(args.json, "w") as f:

@@ -2,6 +2,7 @@
 #include "grammar/json_grammar.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -603,6 +604,11 @@ static lm_status resolve_ref(json_builder *j, const cJSON *refp, const cJSON **t
             char c = *p;
             if (c == '~' && p[1] == '1') c = '/', p++;
             else if (c == '~' && p[1] == '0') c = '~', p++;
+            else if (c == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2])) { /* a URI's escape */
+                char hex[3] = {p[1], p[2], 0};
+                c = (char)strtol(hex, NULL, 16);
+                p += 2;
+            }
             if (n + 1 >= sizeof name)
                 return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: '$ref' to '%.200s': a name too long", path);
             name[n++] = c;
@@ -1732,7 +1738,7 @@ static lm_status branches_schema(json_builder *j, const cJSON *schema, const cha
             }
             if (st == LM_OK && alone) branch[kept++] = all[x];
         }
-        if (st == LM_OK && kept == 0)
+        if (st == LM_OK && kept == 0 && m > 0)
             st = lm_fail(j->err, LM_ERR_UNSUPPORTED,
                          "JSON schema: 'oneOf' whose branches all may match another (%d and %d) is not supported "
                          "(branches apart by type, const/enum values or a required discriminator property are)",
