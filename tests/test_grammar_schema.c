@@ -217,8 +217,9 @@ static void test_ignored_keywords(void) {
     if (a) loom_grammar_free(a);
     if (b) loom_grammar_free(b);
     /* assertions loom cannot honour are still refused by name */
-    check_refused("{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", "'contains' is not supported");
-    check_refused("{\"type\":\"object\",\"unevaluatedProperties\":false}", "'unevaluatedProperties'");
+    check_refused("{\"type\":\"array\",\"contains\":{\"type\":\"integer\"},\"maxContains\":2}", "'maxContains' is not supported");
+    check_refused("{\"type\":\"object\",\"propertyNames\":{\"maxLength\":2}}", "'propertyNames'");
+    check_refused("{\"allOf\":[{\"unevaluatedProperties\":false}],\"properties\":{\"a\":{}}}", "unevaluatedProperties");
 }
 
 static void test_formats(void) {

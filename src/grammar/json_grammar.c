@@ -74,13 +74,13 @@ static lm_status whitespace_rules(json_builder *j) {
         lm_regex_options opt = {0};
         TRY(lm_grammar_utf8_multibyte_rule(b, &opt.utf8_rule, err));
         lm_status st = lm_regex_compile(b, o->whitespace_pattern, o->pattern_len, false, &opt, &s, err);
-        if (st != LM_OK) return lm_fail_context(err, "the whitespace pattern");
-        TRY(lm_regex_check_cost(o->whitespace_pattern, o->pattern_len, false, &opt, "the whitespace pattern",
-                                j->deadline, err));
-        TRY(lm_grammar_rule_of(b, &s, &j->ws, err));
-        /* a pattern that matches nothing at all is the caller's, but one
-         * that must match something still may not match nothing */
+        if (st != LM_OK) st = lm_fail_context(err, "the whitespace pattern");
+        if (st == LM_OK)
+            st = lm_regex_check_cost(o->whitespace_pattern, o->pattern_len, false, &opt, "the whitespace pattern",
+                                     j->deadline, err);
+        if (st == LM_OK) st = lm_grammar_rule_of(b, &s, &j->ws, err);
         lm_gseq_free(&s);
+        if (st != LM_OK) return st;
         j->sep = j->ws;
         return LM_OK;
     }
