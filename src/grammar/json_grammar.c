@@ -257,7 +257,9 @@ static lm_status add_basics(json_builder *j) {
     lm_byte_class_add(&e, 'E');
     TRY(lm_gseq_class(b, &s, &e, err));
     lm_gseq_ref(&s, expsign);
-    TRY(lm_grammar_repeat(b, &s, &digit, 1, 3, err));
+    /* two exponent digits: 15 digits times 10^99 stays a finite double
+     * (1.2e854 reads as Infinity in JavaScript, which no schema allows) */
+    TRY(lm_grammar_repeat(b, &s, &digit, 1, 2, err));
     TRY(lm_grammar_rule_of(b, &s, &expo, err));
     TRY(lm_grammar_add_empty_alt(b, expo, err));
     lm_gseq_clear(&s);

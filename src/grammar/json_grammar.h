@@ -33,7 +33,8 @@
  *   - not: of types only.
  *
  * What the grammar generates is always valid JSON: unbounded numbers have
- * at most 15 integer digits, 15 fraction digits and 3 exponent digits,
+ * at most 15 integer digits, 15 fraction digits and 2 exponent digits
+ * (a finite double),
  * whitespace as the options say.  These narrow the output, never widen it. */
 #ifndef LOOM_GRAMMAR_JSON_GRAMMAR_H
 #define LOOM_GRAMMAR_JSON_GRAMMAR_H
