@@ -358,6 +358,24 @@ static void test_whitespace(void) {
     CHECK_MSG(strstr(msg, "whitespace pattern"), "%s", msg);
 }
 
+/* Bounded work on hostile schemas: refusals naming the bound, no crash. */
+static void test_hostile_bounds(void) {
+    char *schema = malloc(8192);
+    if (!schema) return;
+    char name[301];
+    memset(name, 'k', 300);
+    name[300] = 0;
+    snprintf(schema, 8192, "{\"type\":\"object\",\"properties\":{\"%s\":{}},\"additionalProperties\":{\"type\":\"integer\"}}", name);
+    check_refused(schema, "longer than 256 bytes");
+    size_t n = (size_t)snprintf(schema, 8192, "{\"oneOf\":[");
+    for (int i = 0; i < 65; i++) n += (size_t)snprintf(schema + n, 8192 - n, "%s{\"const\":%d}", i ? "," : "", i);
+    snprintf(schema + n, 8192 - n, "]}");
+    check_refused(schema, "more than 64 branches");
+    /* a recursive $ref beside other keywords merges without end: bounded */
+    check_refused("{\"$ref\":\"#\",\"minProperties\":1}", "merged more than");
+    free(schema);
+}
+
 int main(void) {
     RUN_TEST(test_number_bounds);
     RUN_TEST(test_exact_values);
@@ -368,5 +386,6 @@ int main(void) {
     RUN_TEST(test_objects);
     RUN_TEST(test_arrays_and_strings);
     RUN_TEST(test_whitespace);
+    RUN_TEST(test_hostile_bounds);
     return test_summary("test_grammar_schema");
 }

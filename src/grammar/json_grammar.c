@@ -1033,10 +1033,18 @@ static lm_status key_trie_rule(json_builder *j, const key_node *nodes, int at, u
     return st;
 }
 
+#define LM_KEY_TRIE_MAX_NAME 256 /* the trie's rules recurse per byte */
+
 static lm_status key_not_in(json_builder *j, const cJSON *props, lm_gseq *out) {
     size_t total = 1;
     const cJSON *p;
-    cJSON_ArrayForEach(p, props) total += strlen(p->string);
+    cJSON_ArrayForEach(p, props) {
+        if (strlen(p->string) > LM_KEY_TRIE_MAX_NAME)
+            return lm_fail(j->err, LM_ERR_UNSUPPORTED,
+                           "JSON schema: additionalProperties (a schema) beside a property name longer than %d bytes is not supported",
+                           LM_KEY_TRIE_MAX_NAME);
+        total += strlen(p->string);
+    }
     key_node *nodes = calloc(total, sizeof *nodes);
     if (!nodes) return nomem(j);
     int n = 1;
@@ -1723,12 +1731,18 @@ static lm_status branches_schema(json_builder *j, const cJSON *schema, const cha
      * where what it generates can match no other branch (of them all,
      * generated or not): exact where the branches are apart, narrower
      * where some overlap, refused where every branch overlaps another. */
+    if (st == LM_OK && strcmp(word, "oneOf") == 0 && m > LM_SCHEMA_MAX_ONEOF)
+        st = lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: 'oneOf' of more than %d branches is not supported",
+                     LM_SCHEMA_MAX_ONEOF);
     if (st == LM_OK && strcmp(word, "oneOf") == 0) {
         int kept = 0, first_x = -1, first_y = -1;
         const cJSON *all[LM_SCHEMA_MAX_REFS];
         for (int x = 0; x < m; x++) all[x] = branch[x];
         for (int x = 0; x < m && st == LM_OK; x++) {
             bool alone = true;
+            if (j->deadline && lm_grammar_now_ns() > j->deadline)
+                st = lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: comparing the branches of a 'oneOf' took more than %d ms",
+                             LM_GRAMMAR_COMPILE_MS);
             for (int y = 0; y < m && st == LM_OK && alone; y++) {
                 if (y == x) continue;
                 bool apart = false;

@@ -49,6 +49,7 @@
 #define LM_SCHEMA_MAX_REFS 1024
 #define LM_SCHEMA_MAX_REPEAT 1000   /* minItems, maxItems, min/maxProperties */
 #define LM_SCHEMA_MAX_LENGTH 4096   /* minLength, maxLength */
+#define LM_SCHEMA_MAX_ONEOF 64      /* oneOf branches (compared pairwise) */
 
 typedef enum { LM_JSON_ANY_VALUE, LM_JSON_OBJECT } lm_json_kind;
 
