@@ -187,6 +187,8 @@ typedef enum {
     LOOM_GRAMMAR_CHOICE,      /* choices: the output is exactly one of them */
 } loom_grammar_kind;
 
+typedef enum { LOOM_JSON_WHITESPACE_COMPACT = 0, LOOM_JSON_WHITESPACE_ANY } loom_json_whitespace;
+
 typedef struct {
     loom_grammar_kind kind;
     const char *text;          /* the schema or the pattern */
@@ -194,6 +196,11 @@ typedef struct {
     const char *const *choices;
     int n_choices;
     const char *suffix;        /* NULL, or text that must follow the value (a forced call's closing) */
+    /* the JSON kinds' whitespace between tokens: compact (the default: one
+     * optional space after ':' and ',', none elsewhere) or any; a pattern
+     * (a regular expression every gap matches) overrides both */
+    loom_json_whitespace whitespace;
+    const char *whitespace_pattern;
 } loom_grammar_spec;
 
 typedef struct loom_grammar loom_grammar;

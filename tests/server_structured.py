@@ -2,7 +2,10 @@
 of JSON schemas (nested objects, arrays, enums, anyOf, $ref, recursion),
 sampling at temperature 1 over many seeds always yields content that parses
 and validates against the schema (checked with the independent python3
-jsonschema validator); json_object, guided_regex, guided_choice and
+jsonschema validator, formats included); the JSON is compact by default
+(one optional space after ':' and ',', nothing elsewhere), any whitespace
+with disable_any_whitespace false, its gaps matching
+guided_whitespace_pattern where given; json_object, guided_regex, guided_choice and
 structured_outputs likewise; bad response_format values and unsupported
 schema features are 400s naming them; a forced tool call's arguments
 validate against the tool's parameters.  Prints
@@ -67,7 +70,23 @@ SCHEMAS = [
     {"type": "object", "properties": {"tags": {"type": "array", "items": {"const": "t"}, "maxItems": 2},
                                       "mode": {"type": ["string", "null"], "maxLength": 3}},
      "required": ["tags", "mode"], "additionalProperties": False},
+    # issue 52: the keywords users write (annotations ignored; formats, oneOf,
+    # allOf, bounds of any value, pattern with lengths, patternProperties,
+    # exact consts)
+    {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "t", "x-kind": "demo", "readonly": True,
+     "type": "object", "properties": {
+         "when": {"type": "string", "format": "date-time"},
+         "id": {"type": "string", "format": "uuid"},
+         "ip": {"type": "string", "format": "ipv4"},
+         "kind": {"oneOf": [{"type": "integer", "minimum": -3.5, "exclusiveMaximum": 12}, {"type": "string", "maxLength": 4}]},
+         "price": {"allOf": [{"type": "number", "minimum": 0.25}, {"maximum": 99.5}]},
+         "code": {"type": "string", "pattern": "^[A-Z][a-z0-9]*$", "minLength": 2, "maxLength": 5},
+         "big": {"const": 9007199254740992},
+         "extra": {"type": "object", "patternProperties": {"^x_[a-z]+$": {"type": "integer", "multipleOf": 3}},
+                   "additionalProperties": False, "maxProperties": 2}},
+     "required": ["when", "id", "ip", "kind", "price", "code", "big"], "additionalProperties": False},
 ]
+FORMATS = jsonschema.FormatChecker()
 
 SEEDS = 8
 
@@ -79,6 +98,33 @@ def metric(port, name):
     c.close()
     m = re.search(r"^%s\{[^}]*\} ([0-9.e+-]+)$" % re.escape(name), text, re.M)
     return float(m.group(1)) if m else None
+
+
+def gaps(text):
+    """The whitespace between a JSON text's tokens, each with the byte before it."""
+    out, i, in_string = [], 0, False
+    while i < len(text):
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in " \t\n\r":
+            j = i
+            while j < len(text) and text[j] in " \t\n\r":
+                j += 1
+            out.append((text[i - 1] if i else "", text[i:j]))
+            i = j
+            continue
+        i += 1
+    return out
+
+
+def compact(text):
+    return all(ws == " " and before in ":," for before, ws in gaps(text))
 
 
 def ask(port, extra, seed, max_tokens=600):
@@ -108,7 +154,9 @@ def main():
                     continue
                 ch = r["choices"][0]
                 try:
-                    jsonschema.validate(json.loads(ch["message"]["content"]), schema)
+                    jsonschema.validate(json.loads(ch["message"]["content"]), schema, format_checker=FORMATS)
+                    if not compact(ch["message"]["content"]):
+                        bad.append("not compact: %r" % ch["message"]["content"])
                     if ch["finish_reason"] != "stop":
                         bad.append("finish %s" % ch["finish_reason"])
                 except Exception as e:  # parse or validation error
@@ -130,14 +178,40 @@ def main():
         status, r = ask(port, {"response_format": {"type": "text"}}, 6, 5)
         check(status == 200, "response_format text")
 
+        # whitespace: any with vLLM's disable_any_whitespace false, the gaps
+        # of guided_whitespace_pattern where given (every gap matches it)
+        rf = {"type": "json_schema", "json_schema": {"name": "w", "schema": SCHEMAS[1]}}
+        for extra, gap_ok in [({"disable_any_whitespace": False}, lambda ws: len(ws) <= 16 and not ws.strip()),
+                              ({"structured_outputs": {"disable_any_whitespace": False}},
+                               lambda ws: len(ws) <= 16 and not ws.strip()),
+                              ({"guided_whitespace_pattern": "\\n {0,2}"}, lambda ws: re.fullmatch("\n {0,2}", ws)),
+                              ({"disable_any_whitespace": True}, lambda ws: ws == " ")]:
+            bad = []
+            for seed in range(seeds):
+                status, r = ask(port, dict(extra, response_format=rf), seed)
+                content = r["choices"][0]["message"]["content"] if status == 200 else ""
+                try:
+                    jsonschema.validate(json.loads(content), SCHEMAS[1])
+                    bad += [ws for _, ws in gaps(content) if not gap_ok(ws)]
+                except Exception as e:
+                    bad.append("%d %r %s" % (status, content, e))
+            check(not bad, "whitespace %s: %s" % (json.dumps(extra), bad[:3]))
+        # with the pattern, every gap is a newline and up to two spaces: the first one too
+        status, r = ask(port, {"guided_whitespace_pattern": "\n {0,2}", "response_format": rf}, 1)
+        check(status == 200 and r["choices"][0]["message"]["content"].startswith("{\n"),
+              "a whitespace pattern that must match something: %s" % (r if status != 200 else r["choices"][0]["message"]["content"][:40]))
+
         # 400s naming what is wrong
         for extra, words in [({"response_format": 5}, "response_format"),
                              ({"response_format": {"type": "xml"}}, "json_schema"),
                              ({"response_format": {"type": "json_schema"}}, "json_schema"),
                              ({"response_format": {"type": "json_schema", "json_schema": {
-                                 "name": "x", "schema": {"type": "string", "format": "email"}}}}, "'format' is not supported"),
+                                 "name": "x", "schema": {"type": "string", "format": "regex"}}}}, "'format' \"regex\" is not supported"),
                              ({"response_format": {"type": "json_schema", "json_schema": {
-                                 "name": "x", "schema": {"oneOf": [{"type": "string"}]}}}}, "'oneOf' is not supported"),
+                                 "name": "x", "schema": {"propertyNames": {"maxLength": 2}}}}}, "'propertyNames' is not supported"),
+                             ({"guided_json": {"type": "object"}, "guided_whitespace_pattern": 3}, "guided_whitespace_pattern"),
+                             ({"guided_json": {"type": "object"}, "disable_any_whitespace": "no"}, "disable_any_whitespace"),
+                             ({"guided_json": {"type": "object"}, "guided_whitespace_pattern": "(?=a)"}, "whitespace pattern"),
                              ({"guided_regex": "(?=a)"}, "guided_regex"),
                              ({"guided_choice": []}, "guided_choice"),
                              ({"structured_outputs": {"grammar": "root ::= x"}}, "grammar is not supported"),

@@ -66,13 +66,17 @@ static lm_status regex_grammar(const loom_grammar_spec *spec, uint64_t deadline,
 }
 
 static lm_status compile_kind(const loom_grammar_spec *spec, uint64_t deadline, lm_grammar *out, lm_error *err) {
+    lm_json_options json = {.any_whitespace = spec->whitespace == LOOM_JSON_WHITESPACE_ANY,
+                            .whitespace_pattern = spec->whitespace_pattern,
+                            .pattern_len = spec->whitespace_pattern ? strlen(spec->whitespace_pattern) : 0};
     switch (spec->kind) {
-    /* fixed grammars (but for the suffix), of small states: not checked */
-    case LOOM_GRAMMAR_JSON: return lm_json_grammar(LM_JSON_ANY_VALUE, spec->suffix, out, err);
-    case LOOM_GRAMMAR_JSON_OBJECT: return lm_json_grammar(LM_JSON_OBJECT, spec->suffix, out, err);
+    /* fixed grammars (but for the suffix and a whitespace pattern, checked
+     * on its own), of small states: not checked */
+    case LOOM_GRAMMAR_JSON: return lm_json_grammar(LM_JSON_ANY_VALUE, spec->suffix, &json, out, err);
+    case LOOM_GRAMMAR_JSON_OBJECT: return lm_json_grammar(LM_JSON_OBJECT, spec->suffix, &json, out, err);
     case LOOM_GRAMMAR_JSON_SCHEMA:
         if (!spec->text) return lm_fail(err, LM_ERR_INVALID, "a JSON schema grammar needs a schema");
-        return lm_json_schema_grammar(spec->text, spec->text_len, spec->suffix, deadline, out, err);
+        return lm_json_schema_grammar(spec->text, spec->text_len, spec->suffix, &json, deadline, out, err);
     case LOOM_GRAMMAR_REGEX: return regex_grammar(spec, deadline, out, err);
     case LOOM_GRAMMAR_CHOICE: return choice_grammar(spec, deadline, out, err);
     }

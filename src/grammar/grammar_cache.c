@@ -99,6 +99,9 @@ static void spec_key(writer *w, const loom_grammar_spec *spec) {
     int32_t n = spec->choices ? spec->n_choices : -1;
     put(w, &n, sizeof n);
     for (int i = 0; i < n; i++) put_text(w, spec->choices[i], spec->choices[i] ? strlen(spec->choices[i]) : 0);
+    uint32_t ws = (uint32_t)spec->whitespace;
+    put(w, &ws, sizeof ws);
+    put_text(w, spec->whitespace_pattern, spec->whitespace_pattern ? strlen(spec->whitespace_pattern) : 0);
 }
 
 static uint64_t hash_key(const uint8_t *p, size_t n) {

@@ -7,6 +7,13 @@
 
 #include "grammar/compiled.h"
 #include "grammar/grammar_cache.h"
+#include "grammar/json_grammar.h"
+
+/* The JSON whitespace a request asks for (loom_grammar_spec's fields). */
+typedef struct {
+    loom_json_whitespace mode;
+    const char *pattern;
+} json_whitespace;
 
 static lm_status fail(char *param, size_t size, const char *name, lm_error *err, const char *fmt, const char *detail) {
     if (param && size) snprintf(param, size, "%s", name);
@@ -24,14 +31,16 @@ static lm_status compile(const loom_grammar_spec *spec, const char *name, lm_gra
     return fail(param, size, name, err, "'%s': %s", message);
 }
 
-static lm_status schema_grammar(const cJSON *schema, const char *name, lm_grammar_cache *cache, loom_grammar **out,
-                                char *param, size_t size,
-                                lm_error *err) {
+static lm_status schema_grammar(const cJSON *schema, const json_whitespace *ws, const char *name,
+                                lm_grammar_cache *cache, loom_grammar **out, char *param, size_t size, lm_error *err) {
     if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
         return fail(param, size, name, err, "'%s' must be a JSON schema (an object)%s", NULL);
-    char *text = cJSON_PrintUnformatted(schema);
+    /* numbers in their shortest exact text: cJSON's own printing rounds
+     * 9007199254740992 to 9.00719925474099e+15 */
+    char *text = lm_json_text_exact(schema);
     if (!text) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
-    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_SCHEMA, .text = text, .text_len = strlen(text)};
+    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_SCHEMA, .text = text, .text_len = strlen(text),
+                              .whitespace = ws->mode, .whitespace_pattern = ws->pattern};
     lm_status st = compile(&spec, name, cache, out, param, size, err);
     free(text);
     return st;
@@ -69,8 +78,8 @@ static lm_status regex_grammar(const cJSON *pattern, const char *name, lm_gramma
     return compile(&spec, name, cache, out, param, size, err);
 }
 
-static lm_status response_format(const cJSON *rf, lm_grammar_cache *cache, loom_grammar **out, char *param,
-                                 size_t size, lm_error *err) {
+static lm_status response_format(const cJSON *rf, const json_whitespace *ws, lm_grammar_cache *cache,
+                                 loom_grammar **out, char *param, size_t size, lm_error *err) {
     const char *name = "response_format";
     if (!cJSON_IsObject(rf)) return fail(param, size, name, err, "'%s' must be an object with a 'type'%s", NULL);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
@@ -78,7 +87,8 @@ static lm_status response_format(const cJSON *rf, lm_grammar_cache *cache, loom_
         return fail(param, size, name, err, "'%s' needs a 'type': \"text\", \"json_object\" or \"json_schema\"%s", NULL);
     if (strcmp(type->valuestring, "text") == 0) return LM_OK;
     if (strcmp(type->valuestring, "json_object") == 0) {
-        loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_OBJECT};
+        loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_OBJECT, .whitespace = ws->mode,
+                                  .whitespace_pattern = ws->pattern};
         return compile(&spec, name, cache, out, param, size, err);
     }
     if (strcmp(type->valuestring, "json_schema") != 0)
@@ -95,10 +105,38 @@ static lm_status response_format(const cJSON *rf, lm_grammar_cache *cache, loom_
         return fail(param, size, name, err, "'%s': json_schema.strict must be a boolean%s", NULL);
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
     if (!schema) { /* OpenAI: no schema means any JSON object */
-        loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_OBJECT};
+        loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_JSON_OBJECT, .whitespace = ws->mode,
+                                  .whitespace_pattern = ws->pattern};
         return compile(&spec, name, cache, out, param, size, err);
     }
-    return schema_grammar(schema, name, cache, out, param, size, err);
+    return schema_grammar(schema, ws, name, cache, out, param, size, err);
+}
+
+/* disable_any_whitespace and the whitespace pattern, at the top level or
+ * in structured_outputs (vLLM's names and meaning; loom's default, when
+ * neither is given, is compact) */
+static lm_status whitespace_fields(const cJSON *body, const cJSON *so, json_whitespace *ws, char *param, size_t size,
+                                   lm_error *err) {
+    ws->mode = LOOM_JSON_WHITESPACE_COMPACT;
+    ws->pattern = NULL;
+    for (int at = 0; at < 2; at++) {
+        const cJSON *where = at ? so : body;
+        if (!where) continue;
+        const char *pattern_name = at ? "structured_outputs.whitespace_pattern" : "guided_whitespace_pattern";
+        const cJSON *flag = cJSON_GetObjectItemCaseSensitive(where, "disable_any_whitespace");
+        const cJSON *pattern = cJSON_GetObjectItemCaseSensitive(where, at ? "whitespace_pattern" : "guided_whitespace_pattern");
+        if (flag && !cJSON_IsNull(flag)) {
+            if (!cJSON_IsBool(flag))
+                return fail(param, size, at ? "structured_outputs.disable_any_whitespace" : "disable_any_whitespace", err,
+                            "'%s' must be a boolean%s", NULL);
+            ws->mode = cJSON_IsTrue(flag) ? LOOM_JSON_WHITESPACE_COMPACT : LOOM_JSON_WHITESPACE_ANY;
+        }
+        if (pattern && !cJSON_IsNull(pattern)) {
+            if (!cJSON_IsString(pattern)) return fail(param, size, pattern_name, err, "'%s' must be a string%s", NULL);
+            ws->pattern = pattern->valuestring;
+        }
+    }
+    return LM_OK;
 }
 
 lm_status lm_structured_output_parse(const cJSON *body, lm_grammar_cache *cache, loom_grammar **grammar, char *param,
@@ -120,12 +158,13 @@ lm_status lm_structured_output_parse(const cJSON *body, lm_grammar_cache *cache,
         int given = 0;
         for (const cJSON *k = so->child; k; k = k->next) {
             if (cJSON_IsNull(k)) continue;
+            if (strcmp(k->string, "disable_any_whitespace") == 0 || strcmp(k->string, "whitespace_pattern") == 0) continue;
             if (strcmp(k->string, "json") == 0) gj = k, given++;
             else if (strcmp(k->string, "regex") == 0) gr = k, given++;
             else if (strcmp(k->string, "choice") == 0) gc = k, given++;
             else {
                 char detail[160];
-                snprintf(detail, sizeof detail, " (%.64s is not supported; json, regex and choice are)", k->string);
+                snprintf(detail, sizeof detail, " (%.64s is not supported; json, regex, choice, disable_any_whitespace and whitespace_pattern are)", k->string);
                 return fail(param, size, "structured_outputs", err, "'%s' holds an unsupported member%s", detail);
             }
         }
@@ -140,16 +179,19 @@ lm_status lm_structured_output_parse(const cJSON *body, lm_grammar_cache *cache,
     if (n > 1)
         return fail(param, size, "response_format", err,
                     "'%s', structured_outputs and the guided_* fields are alternatives: give one%s", NULL);
-    if (rf) return response_format(rf, cache, grammar, param, size, err);
+    json_whitespace ws;
+    lm_status wst = whitespace_fields(body, so, &ws, param, size, err);
+    if (wst != LM_OK) return wst;
+    if (rf) return response_format(rf, &ws, cache, grammar, param, size, err);
     if (gj) {
         if (cJSON_IsString(gj)) { /* vLLM accepts the schema as a JSON string */
             cJSON *parsed = cJSON_Parse(gj->valuestring);
             if (!parsed) return fail(param, size, "guided_json", err, "'%s' is a string that is no JSON schema%s", NULL);
-            lm_status st = schema_grammar(parsed, "guided_json", cache, grammar, param, size, err);
+            lm_status st = schema_grammar(parsed, &ws, "guided_json", cache, grammar, param, size, err);
             cJSON_Delete(parsed);
             return st;
         }
-        return schema_grammar(gj, "guided_json", cache, grammar, param, size, err);
+        return schema_grammar(gj, &ws, "guided_json", cache, grammar, param, size, err);
     }
     if (gr) return regex_grammar(gr, "guided_regex", cache, grammar, param, size, err);
     if (gc) return choice_grammar(gc, "guided_choice", cache, grammar, param, size, err);

@@ -3,7 +3,11 @@
  * {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}) and
  * vLLM's structured_outputs ({"json": schema, "regex": ..., "choice": [...]})
  * with its older aliases guided_json, guided_regex, guided_choice.  At most
- * one constraint per request.  Bad values and schema features loom does not
+ * one constraint per request.  JSON output is compact unless the request
+ * says otherwise, with vLLM's names: disable_any_whitespace false (top
+ * level or in structured_outputs) allows any whitespace between tokens,
+ * guided_whitespace_pattern / structured_outputs.whitespace_pattern is a
+ * regular expression every gap matches.  Bad values and schema features loom does not
  * implement are errors (HTTP 400) naming the field and the feature. */
 #ifndef LOOM_SERVER_STRUCTURED_OUTPUT_H
 #define LOOM_SERVER_STRUCTURED_OUTPUT_H
@@ -13,7 +17,8 @@
 #include "base/error.h"
 #include "loom.h"
 
-#define LM_STRUCTURED_FIELDS "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice"
+#define LM_STRUCTURED_FIELDS "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", \
+                             "guided_whitespace_pattern", "disable_any_whitespace"
 
 typedef struct lm_grammar_cache lm_grammar_cache;
 
