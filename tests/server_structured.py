@@ -140,7 +140,7 @@ def main():
                                  "name": "x", "schema": {"oneOf": [{"type": "string"}]}}}}, "'oneOf' is not supported"),
                              ({"guided_regex": "(?=a)"}, "guided_regex"),
                              ({"guided_choice": []}, "guided_choice"),
-                             ({"structured_outputs": {"grammar": "root ::= x"}}, "grammar is not supported"),
+                             ({"structured_outputs": {"grammar": "root ::= x"}}, "rule `x` is used but never defined"),
                              ({"guided_regex": "a", "guided_choice": ["a"]}, "give one")]:
             status, r = ask(port, extra, 1, 5)
             msg = (r or {}).get("error", {}).get("message", "")

@@ -2,8 +2,10 @@
  * response_format ({"type": "text"}, {"type": "json_object"},
  * {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}) and
  * vLLM's structured_outputs ({"json": schema, "regex": ..., "choice": [...]})
- * with its older aliases guided_json, guided_regex, guided_choice.  At most
- * one constraint per request.  Bad values and schema features loom does not
+ * with its older aliases guided_json, guided_regex, guided_choice; a GBNF
+ * grammar (grammar/gbnf.h) in vLLM's structured_outputs.grammar and
+ * guided_grammar or llama-server's grammar (the same text in several is one
+ * constraint).  At most one constraint per request.  Bad values and schema features loom does not
  * implement are errors (HTTP 400) naming the field and the feature. */
 #ifndef LOOM_SERVER_STRUCTURED_OUTPUT_H
 #define LOOM_SERVER_STRUCTURED_OUTPUT_H
@@ -13,7 +15,9 @@
 #include "base/error.h"
 #include "loom.h"
 
-#define LM_STRUCTURED_FIELDS "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice"
+#define LM_STRUCTURED_FIELDS                                                                            \
+    "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar", \
+        "grammar"
 
 typedef struct lm_grammar_cache lm_grammar_cache;
 
