@@ -5,8 +5,12 @@
  * forms), llama.cpp's example grammars (tests/data/gbnf/) on strings of
  * known membership — and every kind of refusal with its line and column,
  * budgets included.  LOOM_GBNF_DIR=folder also compiles each *.gbnf there
- * (llama.cpp's whole grammars/ folder, say). */
+ * (llama.cpp's whole grammars/ folder, say), and LOOM_GBNF_CASES=file.json
+ * checks a list of {"grammar", "pass": [strings], "fail": [strings]} or
+ * {"grammar", "refused": true} (llama.cpp's grammar integration tests,
+ * extracted at tool time). */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <pcre2.h>
 #include <stdio.h>
@@ -386,6 +390,53 @@ static void test_grammar_folder(void) {
     CHECK(compiled > 0);
 }
 
+/* Every case of $LOOM_GBNF_CASES (skipped when unset). */
+static void test_case_file(void) {
+    const char *path = getenv("LOOM_GBNF_CASES");
+    if (!path || !*path) return;
+    char *text = malloc(1 << 22);
+    FILE *f = fopen(path, "rb");
+    CHECK_MSG(text && f, "cannot read %s", path);
+    size_t n = fread(text, 1, (1 << 22) - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *cases = cJSON_Parse(text);
+    free(text);
+    CHECK_MSG(cJSON_IsArray(cases), "%s is no JSON list", path);
+    int strings = 0, grammars = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        const cJSON *grammar = cJSON_GetObjectItem(c, "grammar"), *name = cJSON_GetObjectItem(c, "name");
+        loom_grammar *g = NULL;
+        char msg[512];
+        int rc = compile_gbnf(grammar->valuestring, NULL, &g, msg, sizeof msg);
+        grammars++;
+        if (cJSON_IsTrue(cJSON_GetObjectItem(c, "refused"))) {
+            if (rc == LOOM_OK) test_failed(__FILE__, __LINE__, "%s: compiled, should be refused", name->valuestring);
+            else printf("  %s: refused: %s\n", name->valuestring, msg);
+            loom_grammar_free(g);
+            continue;
+        }
+        if (rc != LOOM_OK) {
+            test_failed(__FILE__, __LINE__, "%s: %s", name->valuestring, msg);
+            continue;
+        }
+        static const char *const lists[2] = {"pass", "fail"};
+        for (int k = 0; k < 2; k++) {
+            const cJSON *s;
+            cJSON_ArrayForEach(s, cJSON_GetObjectItem(c, lists[k])) {
+                strings++;
+                if (accepts(g, s->valuestring) != (k == 0))
+                    test_failed(__FILE__, __LINE__, "%s: \"%s\" %s", name->valuestring, s->valuestring,
+                                k == 0 ? "refused" : "accepted");
+            }
+        }
+        loom_grammar_free(g);
+    }
+    cJSON_Delete(cases);
+    printf("  %d grammars, %d strings of %s checked\n", grammars, strings, path);
+}
+
 typedef struct {
     const char *grammar;
     int code;
@@ -527,6 +578,7 @@ int main(void) {
     RUN_TEST(test_classes_by_code_point);
     RUN_TEST(test_llama_cpp_examples);
     RUN_TEST(test_grammar_folder);
+    RUN_TEST(test_case_file);
     RUN_TEST(test_syntax_errors);
     RUN_TEST(test_rule_refusals);
     RUN_TEST(test_budget_refusals);

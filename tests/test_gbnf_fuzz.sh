@@ -27,10 +27,35 @@ e ::= t ("+" t)*
 t ::= [0-9]+ | "(" e ")"'; do
     printf '%s' "$g" > "$work/corpus/small$n"; n=$((n + 1))
 done
-for w in '::=' 'root' '|' '(' ')' '*' '+' '?' '{2}' '{1,3}' '{0,}' '[' ']' '[^' '-' '.' '"' '\\' '\\x41' '\\u00e9' \
-         '\\U0001F600' '\\n' '#' 'a-z' '\n' ' '; do
-    printf '"%s"\n' "$w"
-done > "$work/dict"
+# libFuzzer's dictionary syntax: "..." with \\, \" and \xNN escapes
+cat > "$work/dict" <<'DICT'
+"::="
+"root"
+"|"
+"("
+")"
+"*"
+"+"
+"?"
+"{2}"
+"{1,3}"
+"{0,}"
+"["
+"]"
+"[^"
+"-"
+"."
+"\""
+"\\"
+"\\x41"
+"\\u00e9"
+"\\U0001F600"
+"\\n"
+"#"
+"a-z"
+"\x0a"
+" "
+DICT
 if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-10}" -max_len=2048 -timeout=20 -rss_limit_mb=2048 \
         -dict="$work/dict" -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
     grep -E "^(stat::number_of_executed_units|Done)" "$work/log" | tail -n 2
