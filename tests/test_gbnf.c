@@ -485,6 +485,7 @@ static void test_syntax_errors(void) {
         {"root ::= \"\\U00110000\"", LOOM_ERR_INVALID, "past U+10FFFF"},
         {"root ::= [z-a]", LOOM_ERR_INVALID, "line 1 column 11: a class range whose end comes before its start"},
         {"root ::= [^\\x00-\\U0010FFFF]", LOOM_ERR_INVALID, "a character class that matches no character"},
+        {"root ::= []{1,3}", LOOM_ERR_INVALID, "line 1 column 10: a character class that matches no character"},
         {"root ::= \"a\"{3,2}", LOOM_ERR_INVALID, "{3,2} has n < m"},
         {"root ::= \"a\"{,2}", LOOM_ERR_INVALID, "needs a count"},
         {"root ::= \"a\"{2", LOOM_ERR_INVALID, "not closed by `}`"},

@@ -285,7 +285,7 @@ static int compare_ranges(const void *a, const void *b) {
 /* Sorted, overlaps merged, surrogates left out (no UTF-8 encodes them);
  * negated: the complement within the code points. */
 static bool set_normalize(cp_set *s, bool negated) {
-    qsort(s->r, s->n, sizeof *s->r, compare_ranges);
+    if (s->n) qsort(s->r, s->n, sizeof *s->r, compare_ranges);
     uint32_t m = 0;
     for (uint32_t k = 0; k < s->n; k++) {
         if (m && s->r[k].lo <= s->r[m - 1].hi + 1) {
