@@ -179,6 +179,8 @@ static void test_regular_against_pcre(void) {
         {"root ::= [a-b]{1,3} (\"c\" | \"\")", "[a-b]{1,3}(c|)"},
         {"root ::= [^a]+ \"a\"{0,2}", "[^a]+a{0,2}"},
         {"root ::= ((\"ab\" | \"c\"){1,2} \"a\"?){0,2}", "((ab|c){1,2}a?){0,2}"},
+        {"root ::= (\"\" | \"a\" | \"ab\" | \"ab\" | \"b\" | \"bca\") \"c\"?", "(|a|ab|ab|b|bca)c?"}, /* a trie */
+        {"root ::= x x\nx ::= \"a\" | \"aa\" | \"b\" | \"\"", "(a|aa|b|)(a|aa|b|)"},
         {"root ::= [c-a]", ""}, /* refused: reversed */
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
@@ -558,6 +560,24 @@ static void test_budget_refusals(void) {
     free(rules);
 }
 
+/* Thousands of literal alternatives that begin alike are one trie, not a
+ * stack per alternative (which the cost check would refuse). */
+static void test_many_literals(void) {
+    char *text = malloc(64 << 10);
+    CHECK(text);
+    int k = sprintf(text, "root ::= \"v0\"");
+    for (int i = 1; i < 3000; i++) k += sprintf(text + k, " | \"v%d\"", i);
+    k += sprintf(text + k, "\nname ::= \"x\"");
+    loom_grammar *g;
+    char msg[512];
+    int rc = compile_gbnf(text, NULL, &g, msg, sizeof msg);
+    free(text);
+    CHECK_MSG(rc == LOOM_OK, "%s", msg);
+    CHECK(accepts(g, "v0") && accepts(g, "v2999") && accepts(g, "v29") && accepts(g, "v300"));
+    CHECK(!accepts(g, "v3000") && !accepts(g, "v") && !accepts(g, "v01") && !accepts(g, "x"));
+    loom_grammar_free(g);
+}
+
 static void test_suffix_and_cache_kind(void) {
     loom_grammar *g;
     char msg[512];
@@ -583,6 +603,7 @@ int main(void) {
     RUN_TEST(test_syntax_errors);
     RUN_TEST(test_rule_refusals);
     RUN_TEST(test_budget_refusals);
+    RUN_TEST(test_many_literals);
     RUN_TEST(test_suffix_and_cache_kind);
     return test_summary("test_gbnf");
 }

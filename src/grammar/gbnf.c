@@ -608,18 +608,105 @@ static lm_status parse_sequence(parser *p, lm_gseq *out, bool nested) {
     return LM_OK;
 }
 
+/* The byte a class holds when it holds exactly one, else -1. */
+static int single_byte(const lm_byte_class *c) {
+    int byte = -1;
+    for (int w = 0; w < 4; w++) {
+        if (!c->bits[w]) continue;
+        if (byte >= 0 || (c->bits[w] & (c->bits[w] - 1))) return -1;
+        byte = w * 64 + __builtin_ctzll(c->bits[w]);
+    }
+    return byte;
+}
+
+/* The alternatives' strings while every one is a plain literal. */
+typedef struct {
+    char *bytes;
+    size_t n_bytes, cap_bytes;
+    size_t *ends;
+    uint32_t n, cap;
+    bool plain;
+} literal_alts;
+
+static void note_literal(const lm_grammar_builder *b, literal_alts *l, const lm_gseq *seq) {
+    if (!l->plain) return;
+    if (l->n == l->cap || l->n_bytes + seq->n > l->cap_bytes) {
+        uint32_t cap = l->cap ? l->cap * 2 : 16;
+        size_t cap_bytes = (l->cap_bytes + seq->n) * 2 + 64;
+        size_t *ends = realloc(l->ends, sizeof *ends * cap);
+        if (ends) l->ends = ends, l->cap = cap;
+        char *bytes = realloc(l->bytes, cap_bytes);
+        if (bytes) l->bytes = bytes, l->cap_bytes = cap_bytes;
+        if (!ends || !bytes) {
+            l->plain = false; /* out of memory: the alternatives stay as they are */
+            return;
+        }
+    }
+    for (uint32_t k = 0; k < seq->n; k++) {
+        int byte = LM_GE_KIND(seq->elems[k]) == LM_GE_CLASS ? single_byte(&b->classes[LM_GE_ARG(seq->elems[k])]) : -1;
+        if (byte < 0) {
+            l->plain = false;
+            return;
+        }
+        l->bytes[l->n_bytes + k] = (char)byte;
+    }
+    l->n_bytes += seq->n;
+    l->ends[l->n++] = l->n_bytes;
+}
+
+/* Alternatives that are all literals become a trie of them
+ * (lm_grammar_literals): `"x1" | "x2" | ...` would otherwise hold a stack
+ * per alternative its input so far begins, and hundreds of them are over
+ * the cost budget.  They were the builder's last alternatives and
+ * elements: those are dropped and the trie's one reference put instead. */
+static lm_status literals_as_trie(parser *p, uint32_t rule, const literal_alts *l, uint32_t alts_before,
+                                  uint32_t elems_before) {
+    const char **texts = malloc(sizeof *texts * l->n);
+    size_t *lens = malloc(sizeof *lens * l->n);
+    lm_status st = texts && lens ? LM_OK : lm_fail(p->err, LM_ERR_NOMEM, "out of memory");
+    for (uint32_t k = 0; st == LM_OK && k < l->n; k++) {
+        size_t start = k ? l->ends[k - 1] : 0;
+        texts[k] = l->bytes + start;
+        lens[k] = l->ends[k] - start;
+    }
+    uint32_t trie = 0;
+    if (st == LM_OK) {
+        p->b->n_alts = alts_before;
+        p->b->n_elems = elems_before;
+        st = lm_grammar_literals(p->b, texts, lens, l->n, &trie, p->err);
+    }
+    lm_gseq seq = {0};
+    lm_gseq_ref(&seq, trie);
+    if (st == LM_OK) st = lm_grammar_add_alt(p->b, rule, &seq, p->err);
+    if (st == LM_OK) st = own_new_rules(p);
+    lm_gseq_free(&seq);
+    free(texts);
+    free(lens);
+    return st;
+}
+
 static lm_status parse_alternates(parser *p, uint32_t rule, bool nested) {
     lm_gseq seq = {0};
     lm_status st = LM_OK;
+    literal_alts literals = {.plain = true};
+    uint32_t rules_before = p->b->n_rules, alts_before = p->b->n_alts, elems_before = p->b->n_elems;
     for (;;) {
         lm_gseq_clear(&seq);
         st = parse_sequence(p, &seq, nested);
+        if (st == LM_OK) note_literal(p->b, &literals, &seq);
         if (st == LM_OK) st = lm_grammar_add_alt(p->b, rule, &seq, p->err);
         if (st == LM_OK) st = own_new_rules(p);
         if (st != LM_OK || p->i >= p->n || p->s[p->i] != '|') break;
         p->i++;
         skip_space(p, true);
     }
+    /* plain literals make no rules nor alternatives of their own: the
+     * rule's are the builder's last */
+    if (st == LM_OK && literals.plain && literals.n >= 2 && p->b->n_rules == rules_before &&
+        p->b->n_alts == alts_before + literals.n)
+        st = literals_as_trie(p, rule, &literals, alts_before, elems_before);
+    free(literals.bytes);
+    free(literals.ends);
     lm_gseq_free(&seq);
     return st;
 }
