@@ -11,19 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/code_points.h"
 #include "grammar/rule_check.h"
 
-#define MAX_CODE_POINT 0x10FFFFu
 #define CLASS_CACHE 64 /* classes kept to share their rule (`.` used in many places) */
-
-typedef struct {
-    uint32_t lo, hi;
-} cp_range;
-
-typedef struct {
-    cp_range *r;
-    uint32_t n, cap;
-} cp_set;
 
 typedef struct {
     const char *name; /* into the text */
@@ -35,7 +26,7 @@ typedef struct {
 } symbol;
 
 typedef struct {
-    cp_set set;
+    lm_cp_set set;
     uint32_t rule;
 } cached_class;
 
@@ -196,7 +187,7 @@ static lm_status decode_utf8(parser *p, uint32_t *cp) {
         c = c << 6 | (s[k] & 0x3F);
     }
     static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (c < least[len] || c > MAX_CODE_POINT || (c >= 0xD800 && c <= 0xDFFF)) return syntax(p, "invalid UTF-8");
+    if (c < least[len] || c > LM_MAX_CODE_POINT || (c >= 0xD800 && c <= 0xDFFF)) return syntax(p, "invalid UTF-8");
     *cp = c;
     p->i += len;
     return LM_OK;
@@ -218,7 +209,7 @@ static lm_status parse_char(parser *p, uint32_t *cp) {
             v = v << 4 | (uint32_t)h;
             p->i++;
         }
-        if (v > MAX_CODE_POINT) return fail_at(p, LM_ERR_INVALID, at, "\\%c%.*s is past U+10FFFF", e, digits, p->s + at + 2);
+        if (v > LM_MAX_CODE_POINT) return fail_at(p, LM_ERR_INVALID, at, "\\%c%.*s is past U+10FFFF", e, digits, p->s + at + 2);
         if (v >= 0xD800 && v <= 0xDFFF)
             return fail_at(p, LM_ERR_INVALID, at, "\\%c%.*s is a surrogate, not a character", e, digits, p->s + at + 2);
         *cp = v;
@@ -240,164 +231,17 @@ static lm_status parse_char(parser *p, uint32_t *cp) {
     return fail_at(p, LM_ERR_INVALID, at, "a backslash before the byte 0x%02X (no escape)", (unsigned char)e);
 }
 
-static size_t utf8_encode(uint32_t cp, uint8_t out[4]) {
-    if (cp < 0x80) {
-        out[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (uint8_t)(0xC0 | cp >> 6);
-        out[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (uint8_t)(0xE0 | cp >> 12);
-        out[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (uint8_t)(0xF0 | cp >> 18);
-    out[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* --- character sets ---------------------------------------------------- */
-
-static bool set_add(cp_set *s, uint32_t lo, uint32_t hi) {
-    if (s->n == s->cap) {
-        uint32_t cap = s->cap ? s->cap * 2 : 16;
-        cp_range *r = realloc(s->r, sizeof *r * cap);
-        if (!r) return false;
-        s->r = r;
-        s->cap = cap;
-    }
-    s->r[s->n++] = (cp_range){lo, hi};
-    return true;
-}
-
-static int compare_ranges(const void *a, const void *b) {
-    const cp_range *x = a, *y = b;
-    return (x->lo > y->lo) - (x->lo < y->lo);
-}
-
-/* Sorted, overlaps merged, surrogates left out (no UTF-8 encodes them);
- * negated: the complement within the code points. */
-static bool set_normalize(cp_set *s, bool negated) {
-    if (s->n) qsort(s->r, s->n, sizeof *s->r, compare_ranges);
-    uint32_t m = 0;
-    for (uint32_t k = 0; k < s->n; k++) {
-        if (m && s->r[k].lo <= s->r[m - 1].hi + 1) {
-            if (s->r[k].hi > s->r[m - 1].hi) s->r[m - 1].hi = s->r[k].hi;
-        } else {
-            s->r[m++] = s->r[k];
-        }
-    }
-    s->n = m;
-    cp_set out = {0};
-    bool ok = true;
-    if (negated) {
-        uint32_t from = 0;
-        for (uint32_t k = 0; ok && k < s->n; k++) {
-            if (s->r[k].lo > from) ok = set_add(&out, from, s->r[k].lo - 1);
-            from = s->r[k].hi + 1;
-        }
-        if (ok && from <= MAX_CODE_POINT) ok = set_add(&out, from, MAX_CODE_POINT);
-    } else {
-        for (uint32_t k = 0; ok && k < s->n; k++) ok = set_add(&out, s->r[k].lo, s->r[k].hi);
-    }
-    /* cut the surrogates out */
-    cp_set cut = {0};
-    for (uint32_t k = 0; ok && k < out.n; k++) {
-        uint32_t lo = out.r[k].lo, hi = out.r[k].hi;
-        if (hi < 0xD800 || lo > 0xDFFF) ok = set_add(&cut, lo, hi);
-        else {
-            if (lo < 0xD800) ok = set_add(&cut, lo, 0xD7FF);
-            if (ok && hi > 0xDFFF) ok = set_add(&cut, 0xE000, hi);
-        }
-    }
-    free(out.r);
-    free(s->r);
-    *s = cut;
-    return ok;
-}
-
-/* Adds to rule the alternatives "one byte sequence of [lo, hi]" (one UTF-8
- * length, no surrogates), each followed by tail: split until every byte
- * position is a plain range, as UTF-8 range compilers do. */
-static lm_status utf8_range_alts(parser *p, uint32_t rule, uint32_t tail, uint32_t lo, uint32_t hi) {
-    uint8_t a[4], z[4];
-    size_t len = utf8_encode(lo, a);
-    for (size_t k = 1; k < len; k++) {
-        uint32_t m = (1u << (6 * k)) - 1;
-        if ((lo & ~m) == (hi & ~m)) continue;
-        if (lo & m) {
-            lm_status st = utf8_range_alts(p, rule, tail, lo, lo | m);
-            return st == LM_OK ? utf8_range_alts(p, rule, tail, (lo | m) + 1, hi) : st;
-        }
-        if ((hi & m) != m) {
-            lm_status st = utf8_range_alts(p, rule, tail, lo, (hi & ~m) - 1);
-            return st == LM_OK ? utf8_range_alts(p, rule, tail, hi & ~m, hi) : st;
-        }
-    }
-    utf8_encode(hi, z);
-    lm_gseq seq = {0};
-    lm_status st = LM_OK;
-    for (size_t k = 0; st == LM_OK && k < len; k++) {
-        lm_byte_class c = {{0}};
-        lm_byte_class_add_range(&c, a[k], z[k]);
-        st = lm_gseq_class(p->b, &seq, &c, p->err);
-    }
-    if (tail != LM_GRAMMAR_NO_RULE) lm_gseq_ref(&seq, tail);
-    if (st == LM_OK) st = lm_grammar_add_alt(p->b, rule, &seq, p->err);
-    lm_gseq_free(&seq);
-    return st;
-}
-
-/* The ASCII part of a set as one byte class; false when it has none. */
-static bool ascii_class(const cp_set *s, lm_byte_class *c) {
-    memset(c, 0, sizeof *c);
-    bool any = false;
-    for (uint32_t k = 0; k < s->n && s->r[k].lo < 0x80; k++) {
-        lm_byte_class_add_range(c, (uint8_t)s->r[k].lo, (uint8_t)(s->r[k].hi < 0x7F ? s->r[k].hi : 0x7F));
-        any = true;
-    }
-    return any;
-}
-
-/* rule's alternatives: one character of the set, then tail. */
-static lm_status set_alts(parser *p, uint32_t rule, uint32_t tail, const cp_set *s) {
-    lm_byte_class c;
-    lm_status st = LM_OK;
-    if (ascii_class(s, &c)) {
-        lm_gseq seq = {0};
-        st = lm_gseq_class(p->b, &seq, &c, p->err);
-        if (tail != LM_GRAMMAR_NO_RULE) lm_gseq_ref(&seq, tail);
-        if (st == LM_OK) st = lm_grammar_add_alt(p->b, rule, &seq, p->err);
-        lm_gseq_free(&seq);
-    }
-    static const uint32_t bounds[][2] = {{0x80, 0x7FF}, {0x800, 0xFFFF}, {0x10000, MAX_CODE_POINT}};
-    for (uint32_t k = 0; st == LM_OK && k < s->n; k++)
-        for (int l = 0; st == LM_OK && l < 3; l++) {
-            uint32_t lo = s->r[k].lo > bounds[l][0] ? s->r[k].lo : bounds[l][0];
-            uint32_t hi = s->r[k].hi < bounds[l][1] ? s->r[k].hi : bounds[l][1];
-            if (lo <= hi) st = utf8_range_alts(p, rule, tail, lo, hi);
-        }
-    return st;
-}
-
 /* Appends one character of the set to out: a byte class when the set is
  * ASCII, else a reference to a rule of its byte sequences (shared by equal
  * sets). */
-static lm_status emit_set(parser *p, lm_gseq *out, const cp_set *s) {
+static lm_status emit_set(parser *p, lm_gseq *out, const lm_cp_set *s) {
     lm_byte_class c;
     if (s->r[s->n - 1].hi < 0x80) {
-        ascii_class(s, &c);
+        lm_cp_set_ascii(s, &c);
         return lm_gseq_class(p->b, out, &c, p->err);
     }
     for (uint32_t k = 0; k < p->n_cache; k++) {
-        const cp_set *x = &p->cache[k].set;
+        const lm_cp_set *x = &p->cache[k].set;
         if (x->n == s->n && memcmp(x->r, s->r, sizeof *s->r * s->n) == 0) {
             lm_gseq_ref(out, p->cache[k].rule);
             return LM_OK;
@@ -405,11 +249,11 @@ static lm_status emit_set(parser *p, lm_gseq *out, const cp_set *s) {
     }
     uint32_t rule = 0;
     lm_status st = new_rule(p, &rule);
-    if (st == LM_OK) st = set_alts(p, rule, LM_GRAMMAR_NO_RULE, s);
+    if (st == LM_OK) st = lm_cp_set_alts(p->b, rule, LM_GRAMMAR_NO_RULE, s, p->err);
     if (st != LM_OK) return st;
     lm_gseq_ref(out, rule);
     if (p->n_cache < CLASS_CACHE) {
-        cp_range *copy = malloc(sizeof *copy * s->n);
+        lm_cp_range *copy = malloc(sizeof *copy * s->n);
         if (copy) {
             memcpy(copy, s->r, sizeof *copy * s->n);
             p->cache[p->n_cache++] = (cached_class){{copy, s->n, s->n}, rule};
@@ -429,7 +273,7 @@ static lm_status parse_literal(parser *p, lm_gseq *out) {
         lm_status st = parse_char(p, &cp);
         if (st != LM_OK) return st;
         uint8_t bytes[4];
-        size_t len = utf8_encode(cp, bytes);
+        size_t len = lm_utf8_encode(cp, bytes);
         st = lm_gseq_literal(p->b, out, (const char *)bytes, len, p->err);
         if (st != LM_OK) return st;
     }
@@ -439,7 +283,7 @@ static lm_status parse_literal(parser *p, lm_gseq *out) {
 }
 
 /* A class [...] into *set (normalized). */
-static lm_status parse_class(parser *p, cp_set *set) {
+static lm_status parse_class(parser *p, lm_cp_set *set) {
     size_t at = p->i++;
     bool negated = p->i < p->n && p->s[p->i] == '^';
     if (negated) p->i++;
@@ -455,11 +299,11 @@ static lm_status parse_class(parser *p, cp_set *set) {
             if (st != LM_OK) return st;
             if (hi < lo) return fail_at(p, LM_ERR_INVALID, item, "a class range whose end comes before its start");
         }
-        if (!set_add(set, lo, hi)) return lm_fail(p->err, LM_ERR_NOMEM, "out of memory");
+        if (!lm_cp_set_add(set, lo, hi)) return lm_fail(p->err, LM_ERR_NOMEM, "out of memory");
     }
     if (p->i >= p->n) return fail_at(p, LM_ERR_INVALID, at, "a character class that is never closed");
     p->i++;
-    if (!set_normalize(set, negated)) return lm_fail(p->err, LM_ERR_NOMEM, "out of memory");
+    if (!lm_cp_set_normalize(set, negated)) return lm_fail(p->err, LM_ERR_NOMEM, "out of memory");
     if (set->n == 0) return fail_at(p, LM_ERR_INVALID, at, "a character class that matches no character");
     return LM_OK;
 }
@@ -502,7 +346,7 @@ static lm_status parse_braces(parser *p, int *min, int *max) {
 /* One symbol with its quantifiers, appended to out. */
 static lm_status parse_unit(parser *p, lm_gseq *out, bool nested) {
     lm_gseq unit = {0};
-    cp_set set = {0};
+    lm_cp_set set = {0};
     bool plain_set = false;
     lm_status st = LM_OK;
     size_t at = p->i;
@@ -515,7 +359,7 @@ static lm_status parse_unit(parser *p, lm_gseq *out, bool nested) {
         plain_set = true;
     } else if (c == '.') {
         p->i++;
-        if (!set_add(&set, 0, MAX_CODE_POINT) || !set_normalize(&set, false)) st = lm_fail(p->err, LM_ERR_NOMEM, "out of memory");
+        if (!lm_cp_set_add(&set, 0, LM_MAX_CODE_POINT) || !lm_cp_set_normalize(&set, false)) st = lm_fail(p->err, LM_ERR_NOMEM, "out of memory");
         if (st == LM_OK) st = emit_set(p, &unit, &set);
         plain_set = true;
     } else if (c == '(') {
@@ -576,7 +420,7 @@ static lm_status parse_unit(parser *p, lm_gseq *out, bool nested) {
              * which the token mask walks as one frame */
             uint32_t loop = 0;
             st = new_rule(p, &loop);
-            if (st == LM_OK) st = set_alts(p, loop, loop, &set);
+            if (st == LM_OK) st = lm_cp_set_alts(p->b, loop, loop, &set, p->err);
             if (st == LM_OK) st = lm_grammar_add_empty_alt(p->b, loop, p->err);
             for (int k = 0; k < min; k++) lm_gseq_append(&repeated, &unit);
             lm_gseq_ref(&repeated, loop);
