@@ -185,13 +185,14 @@ typedef enum {
     LOOM_GRAMMAR_JSON_SCHEMA, /* text: a JSON Schema (the subset in src/grammar/json_grammar.h) */
     LOOM_GRAMMAR_REGEX,       /* text: a regular expression the whole output matches */
     LOOM_GRAMMAR_CHOICE,      /* choices: the output is exactly one of them */
+    LOOM_GRAMMAR_GBNF,        /* text: a GBNF grammar (llama.cpp's notation, src/grammar/gbnf.h), from `root` */
 } loom_grammar_kind;
 
 typedef enum { LOOM_JSON_WHITESPACE_COMPACT = 0, LOOM_JSON_WHITESPACE_ANY } loom_json_whitespace;
 
 typedef struct {
     loom_grammar_kind kind;
-    const char *text;          /* the schema or the pattern */
+    const char *text;          /* the schema, the pattern or the grammar */
     size_t text_len;
     const char *const *choices;
     int n_choices;

@@ -214,7 +214,7 @@ def main():
                              ({"guided_json": {"type": "object"}, "guided_whitespace_pattern": "(?=a)"}, "whitespace pattern"),
                              ({"guided_regex": "(?=a)"}, "guided_regex"),
                              ({"guided_choice": []}, "guided_choice"),
-                             ({"structured_outputs": {"grammar": "root ::= x"}}, "grammar is not supported"),
+                             ({"structured_outputs": {"grammar": "root ::= x"}}, "rule `x` is used but never defined"),
                              ({"guided_regex": "a", "guided_choice": ["a"]}, "give one")]:
             status, r = ask(port, extra, 1, 5)
             msg = (r or {}).get("error", {}).get("message", "")

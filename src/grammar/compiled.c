@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "grammar/cost.h"
+#include "grammar/gbnf.h"
 #include "grammar/json_grammar.h"
 #include "grammar/regex_compile.h"
 
@@ -65,6 +66,12 @@ static lm_status regex_grammar(const loom_grammar_spec *spec, uint64_t deadline,
     return st;
 }
 
+static lm_status gbnf_grammar(const loom_grammar_spec *spec, uint64_t deadline, lm_grammar *out, lm_error *err) {
+    if (!spec->text) return lm_fail(err, LM_ERR_INVALID, "a GBNF grammar needs its text");
+    lm_status st = lm_gbnf_compile(spec->text, spec->text_len, spec->suffix, out, err);
+    return st == LM_OK ? lm_grammar_check_cost(out, "GBNF grammar", deadline, err) : st;
+}
+
 static lm_status compile_kind(const loom_grammar_spec *spec, uint64_t deadline, lm_grammar *out, lm_error *err) {
     lm_json_options json = {.any_whitespace = spec->whitespace == LOOM_JSON_WHITESPACE_ANY,
                             .whitespace_pattern = spec->whitespace_pattern,
@@ -79,6 +86,7 @@ static lm_status compile_kind(const loom_grammar_spec *spec, uint64_t deadline, 
         return lm_json_schema_grammar(spec->text, spec->text_len, spec->suffix, &json, deadline, out, err);
     case LOOM_GRAMMAR_REGEX: return regex_grammar(spec, deadline, out, err);
     case LOOM_GRAMMAR_CHOICE: return choice_grammar(spec, deadline, out, err);
+    case LOOM_GRAMMAR_GBNF: return gbnf_grammar(spec, deadline, out, err);
     }
     return lm_fail(err, LM_ERR_INVALID, "unknown grammar kind %d", (int)spec->kind);
 }

@@ -78,6 +78,37 @@ static lm_status regex_grammar(const cJSON *pattern, const char *name, lm_gramma
     return compile(&spec, name, cache, out, param, size, err);
 }
 
+/* The GBNF fields: vLLM's guided_grammar and structured_outputs.grammar,
+ * llama-server's grammar.  null or "" is no grammar (llama-server's clients
+ * send "grammar": ""); several given must be the same text.  *chosen: the
+ * string item, NULL when none; *name: its field. */
+static lm_status grammar_fields(const cJSON *body, const cJSON *so_grammar, const cJSON **chosen, const char **name,
+                                char *param, size_t size, lm_error *err) {
+    const cJSON *given[3] = {cJSON_GetObjectItemCaseSensitive(body, "guided_grammar"), so_grammar,
+                             cJSON_GetObjectItemCaseSensitive(body, "grammar")};
+    static const char *const names[3] = {"guided_grammar", "structured_outputs.grammar", "grammar"};
+    *chosen = NULL;
+    *name = NULL;
+    for (int k = 0; k < 3; k++) {
+        const cJSON *g = given[k];
+        if (!g || cJSON_IsNull(g)) continue;
+        if (!cJSON_IsString(g))
+            return fail(param, size, names[k], err, "'%s' must be a string: a GBNF grammar (`root ::= ...`)%s", NULL);
+        if (!g->valuestring[0]) continue;
+        if (*chosen && strcmp((*chosen)->valuestring, g->valuestring) != 0)
+            return fail(param, size, names[k], err, "'%s' and '%s' give different grammars: give one", *name);
+        if (!*chosen) *chosen = g, *name = names[k];
+    }
+    return LM_OK;
+}
+
+static lm_status gbnf_grammar(const cJSON *text, const char *name, lm_grammar_cache *cache, loom_grammar **out,
+                              char *param, size_t size, lm_error *err) {
+    loom_grammar_spec spec = {.kind = LOOM_GRAMMAR_GBNF, .text = text->valuestring,
+                              .text_len = strlen(text->valuestring)};
+    return compile(&spec, name, cache, out, param, size, err);
+}
+
 static lm_status response_format(const cJSON *rf, const json_whitespace *ws, lm_grammar_cache *cache,
                                  loom_grammar **out, char *param, size_t size, lm_error *err) {
     const char *name = "response_format";
@@ -152,6 +183,8 @@ lm_status lm_structured_output_parse(const cJSON *body, lm_grammar_cache *cache,
     if (gj && cJSON_IsNull(gj)) gj = NULL;
     if (gr && cJSON_IsNull(gr)) gr = NULL;
     if (gc && cJSON_IsNull(gc)) gc = NULL;
+    const cJSON *so_grammar = NULL, *gg = NULL;
+    const char *gg_name = NULL;
     /* the vLLM object's members count as its aliases */
     if (so) {
         if (!cJSON_IsObject(so)) return fail(param, size, "structured_outputs", err, "'%s' must be an object%s", NULL);
@@ -162,23 +195,28 @@ lm_status lm_structured_output_parse(const cJSON *body, lm_grammar_cache *cache,
             if (strcmp(k->string, "json") == 0) gj = k, given++;
             else if (strcmp(k->string, "regex") == 0) gr = k, given++;
             else if (strcmp(k->string, "choice") == 0) gc = k, given++;
+            else if (strcmp(k->string, "grammar") == 0) so_grammar = k, given++;
             else {
                 char detail[160];
-                snprintf(detail, sizeof detail, " (%.64s is not supported; json, regex, choice, disable_any_whitespace and whitespace_pattern are)", k->string);
+                snprintf(detail, sizeof detail, " (%.64s is not supported; json, regex, choice, grammar, disable_any_whitespace and whitespace_pattern are)", k->string);
                 return fail(param, size, "structured_outputs", err, "'%s' holds an unsupported member%s", detail);
             }
         }
-        if (given > 1) return fail(param, size, "structured_outputs", err, "'%s' may name one of json, regex, choice%s", NULL);
+        if (given > 1)
+            return fail(param, size, "structured_outputs", err, "'%s' may name one of json, regex, choice, grammar%s",
+                        NULL);
     }
+    lm_status gst = grammar_fields(body, so_grammar, &gg, &gg_name, param, size, err);
+    if (gst != LM_OK) return gst;
     bool rf_constrains = rf != NULL;
     if (rf && cJSON_IsObject(rf)) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
         rf_constrains = !(cJSON_IsString(type) && strcmp(type->valuestring, "text") == 0);
     }
-    int n = rf_constrains + (gj != NULL) + (gr != NULL) + (gc != NULL);
+    int n = rf_constrains + (gj != NULL) + (gr != NULL) + (gc != NULL) + (gg != NULL);
     if (n > 1)
         return fail(param, size, "response_format", err,
-                    "'%s', structured_outputs and the guided_* fields are alternatives: give one%s", NULL);
+                    "'%s', structured_outputs, the guided_* fields and grammar are alternatives: give one%s", NULL);
     json_whitespace ws;
     lm_status wst = whitespace_fields(body, so, &ws, param, size, err);
     if (wst != LM_OK) return wst;
@@ -195,5 +233,6 @@ lm_status lm_structured_output_parse(const cJSON *body, lm_grammar_cache *cache,
     }
     if (gr) return regex_grammar(gr, "guided_regex", cache, grammar, param, size, err);
     if (gc) return choice_grammar(gc, "guided_choice", cache, grammar, param, size, err);
+    if (gg) return gbnf_grammar(gg, gg_name, cache, grammar, param, size, err);
     return LM_OK;
 }

@@ -2,8 +2,10 @@
  * response_format ({"type": "text"}, {"type": "json_object"},
  * {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}) and
  * vLLM's structured_outputs ({"json": schema, "regex": ..., "choice": [...]})
- * with its older aliases guided_json, guided_regex, guided_choice.  At most
- * one constraint per request.  JSON output is compact unless the request
+ * with its older aliases guided_json, guided_regex, guided_choice; a GBNF
+ * grammar (grammar/gbnf.h) in vLLM's structured_outputs.grammar and
+ * guided_grammar or llama-server's grammar (the same text in several is one
+ * constraint).  At most one constraint per request.  JSON output is compact unless the request
  * says otherwise, with vLLM's names: disable_any_whitespace false (top
  * level or in structured_outputs) allows any whitespace between tokens,
  * guided_whitespace_pattern / structured_outputs.whitespace_pattern is a
@@ -18,7 +20,7 @@
 #include "loom.h"
 
 #define LM_STRUCTURED_FIELDS "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", \
-                             "guided_whitespace_pattern", "disable_any_whitespace"
+                             "guided_whitespace_pattern", "disable_any_whitespace", "guided_grammar", "grammar"
 
 typedef struct lm_grammar_cache lm_grammar_cache;
 
