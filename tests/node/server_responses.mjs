@@ -454,6 +454,12 @@ try {
   check('previous_response_id across a restart', cont.previous_response_id === made[2].id &&
     cont.usage.input_tokens > made[2].usage.input_tokens, cont);
   check('restarted server: SIGTERM exit 0', (await stop(again)) === 0, again.stderr.slice(-2000));
+  // a store file that cannot be made stops the start, naming it
+  const badPath = join(storeDir, 'missing', 'responses.db');
+  const broken = start(model, ['--responses-store', badPath]);
+  const why = await broken.port.then(() => 'started', (e) => String(e));
+  if (why === 'started') await stop(broken);
+  check('--responses-store in a missing folder: exit 1 naming it', /exited 1/.test(why) && why.includes(badPath), why);
   check('store servers: no sanitizer report', !/ERROR: (Address|Leak)Sanitizer|runtime error/.test(small.stderr +
     again.stderr), (small.stderr + again.stderr).slice(-3000));
 } catch (e) {
