@@ -169,6 +169,9 @@ async function storedResponses() {
   check('input_items: the whole input, paged', asc.json?.has_more === true && rest.json?.has_more === false &&
     ids.length === 5 && ids[1] === first.output[0].id && ids[3] === next.output[0].id &&
     JSON.stringify(desc.json.data.map((i) => i.id)) === JSON.stringify([...ids].reverse()), [asc, rest, desc]);
+  const paged = [];
+  for await (const it of client.responses.inputItems.list(third.id, { limit: 2, order: 'asc' })) paged.push(it.id);
+  check('SDK inputItems.list pages through them', JSON.stringify(paged) === JSON.stringify(ids), [paged, ids]);
   const badLimit = await get(`/v1/responses/${third.id}/input_items?limit=0`);
   check('input_items: limit out of range is a 400', badLimit.status === 400 && badLimit.json?.error?.param === 'limit',
     badLimit);
