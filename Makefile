@@ -3,7 +3,7 @@
 CC       ?= cc
 NVCC     ?= nvcc
 BUILD    ?= build
-PKGS     := libcjson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg libwebp libedit zlib
+PKGS     := libcjson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg libwebp libedit zlib sqlite3
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
 OBJCOPY  ?= objcopy

@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     bool anthropic = data[0] & 4, responses = !anthropic && (data[0] & 16);
     lm_api_kind kind = data[0] & 1 || anthropic || responses ? LM_API_CHAT : LM_API_COMPLETION;
-    cJSON *echo = NULL;
+    lm_responses_parsed parsed = {0};
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     lm_openai_request r;
@@ -32,10 +32,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
      * reads them (data: URIs decoded, everything else refused). */
     const lm_image_parts images = {.marker = "<|vision_start|><|image_pad|><|vision_end|>"};
     lm_status st = anthropic ? lm_anthropic_request_parse(body, len, data[0] & 8, &images, &r, &one_tool_use, param, sizeof param, &err)
-                   : responses ? lm_responses_request_parse(body, len, &images, &r, &echo, param, sizeof param, &err)
+                   : responses ? lm_responses_request_parse(body, len, &images, NULL, 0, &r, &parsed, param, sizeof param, &err)
                                : lm_openai_request_parse(kind, body, len, &images, &r, param, sizeof param, &err);
-    if (responses && (st == LM_OK) != (echo != NULL)) abort(); /* the echo exists exactly when it parsed */
-    cJSON_Delete(echo);
+    if (responses && (st == LM_OK) != (parsed.echo != NULL)) abort(); /* the echo exists exactly when it parsed */
+    if (responses && (st == LM_OK) != cJSON_IsArray(parsed.input)) abort();
+    lm_responses_parsed_free(&parsed);
     if (st != LM_OK) {
         if (!err.message[0]) abort(); /* every failure explains itself */
     } else {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "server/responses_context.h"
 #include "server/responses_request.h"
 #include "server/responses_response.h"
 
@@ -15,8 +16,20 @@
 
 static const lm_image_parts parts = {.marker = MARKER};
 
+/* The parse without a store (test_server_responses.sh has one), keeping
+ * only the echo. */
+static lm_status parse_n(const char *body, size_t len, lm_openai_request *r, cJSON **echo, char *param,
+                         size_t param_size, lm_error *err) {
+    lm_responses_parsed parsed;
+    lm_status st = lm_responses_request_parse(body, len, &parts, NULL, 0, r, &parsed, param, param_size, err);
+    *echo = parsed.echo;
+    parsed.echo = NULL;
+    lm_responses_parsed_free(&parsed);
+    return st;
+}
+
 static lm_status parse(const char *body, lm_openai_request *r, cJSON **echo, char *param, lm_error *err) {
-    return lm_responses_request_parse(body, strlen(body), &parts, r, echo, param, 64, err);
+    return parse_n(body, strlen(body), r, echo, param, 64, err);
 }
 
 static bool str_is(const cJSON *obj, const char *key, const char *want) {
@@ -123,7 +136,7 @@ static void test_mangled(void) {
             cJSON *echo = NULL;
             char param[64];
             lm_error err = {0};
-            lm_status st = lm_responses_request_parse(copy, len, &parts, &r, &echo, param, sizeof param, &err);
+            lm_status st = parse_n(copy, len, &r, &echo, param, sizeof param, &err);
             if (st != LM_OK && (!err.message[0] || echo)) bad++;
             if (st == LM_OK && (!cJSON_IsArray(r.messages) || r.params.n != 1 || !cJSON_IsObject(echo))) bad++;
             cJSON_Delete(echo);
@@ -135,7 +148,7 @@ static void test_mangled(void) {
     cJSON *echo = NULL;
     char param[64];
     lm_error err = {0};
-    lm_status st = lm_responses_request_parse(body, n, &parts, &r, &echo, param, sizeof param, &err);
+    lm_status st = parse_n(body, n, &r, &echo, param, sizeof param, &err);
     cJSON_Delete(echo);
     lm_openai_request_free(&r);
     CHECK_MSG(st == LM_OK && bad == 0, "%d bad results; the whole body: %s", bad, err.message);
@@ -146,10 +159,10 @@ static void test_errors(void) {
     static const struct {
         const char *body, *param, *says;
     } cases[] = {
-        {"{\"input\":\"a\",\"previous_response_id\":\"resp_1\"}", "previous_response_id", "does not store"},
-        {"{\"input\":\"a\",\"store\":true}", "store", "does not store"},
+        {"{\"input\":\"a\",\"previous_response_id\":\"resp_1\"}", "previous_response_id", "keeps no responses"},
+        {"{\"input\":\"a\",\"store\":1}", "store", "boolean"},
         {"{\"input\":\"a\",\"background\":true}", "background", "foreground"},
-        {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "input[0]", "does not store"},
+        {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "input[0]", "keeps no responses"},
         {"{\"input\":\"a\",\"tools\":[{\"type\":\"file_search\"}]}", "tools[0].type", "function tools"},
         {"{\"input\":\"a\",\"tools\":[{\"type\":\"function\",\"name\":\"a b\"}]}", "tools[0].name", "a-z"},
         {"{}", "input", "required"},
@@ -313,6 +326,88 @@ static void test_stream(void) {
     lm_responses_stream_free(&st);
 }
 
+
+/* With a store: previous_response_id puts the stored input and output
+ * before the new input (the same chat messages as the conversation sent
+ * whole, without the earlier instructions); item_reference is the item it
+ * names; a response or item not kept is a 404 (not_found), naming it. */
+static void test_stored_context(void) {
+    lm_responses_store *store = NULL;
+    lm_error err = {0};
+    CHECK_OK(lm_responses_store_open(NULL, &store, &err), &err);
+    const char *hex = "0123456789abcdef0123456789abcdef";
+    char id[64], response[512], msg_id[64];
+    snprintf(id, sizeof id, "resp_%s", hex);
+    snprintf(msg_id, sizeof msg_id, "msg_%s0000", hex);
+    snprintf(response, sizeof response,
+             "{\"id\":\"%s\",\"object\":\"response\",\"output\":[{\"id\":\"%s\",\"type\":\"message\",\"role\":"
+             "\"assistant\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hi!\"}]}]}",
+             id, msg_id);
+    lm_stored_response r = {.id = id, .created_at = 1, .response = response,
+                            .input = "[{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+                                     "\"text\":\"Hello\"}]}]"};
+    CHECK_OK(lm_responses_store_put(store, &r, 100, &err), &err);
+    char owner[64];
+    CHECK(lm_responses_item_owner(msg_id, owner, sizeof owner) && strcmp(owner, id) == 0);
+    CHECK(!lm_responses_item_owner("msg_1", owner, sizeof owner) && !lm_responses_item_owner("call_abc", owner, sizeof owner));
+
+    /* the conversation whole, as a chat body, and the messages it gives */
+    const char *whole = "{\"input\":[{\"role\":\"user\",\"content\":\"Hello\"},{\"role\":\"assistant\",\"content\":"
+                        "\"Hi!\"},{\"role\":\"user\",\"content\":\"More\"}]}";
+    char body[600], param[64];
+    lm_openai_request a, b;
+    lm_responses_parsed pa, pb;
+    CHECK_OK(lm_responses_request_parse(whole, strlen(whole), &parts, store, 100, &a, &pa, param, 64, &err), &err);
+    snprintf(body, sizeof body, "{\"instructions\":\"new rules\",\"previous_response_id\":\"%s\",\"input\":\"More\"}", id);
+    CHECK_OK(lm_responses_request_parse(body, strlen(body), &parts, store, 100, &b, &pb, param, 64, &err), &err);
+    char *ma = cJSON_PrintUnformatted(a.messages), *mb = cJSON_PrintUnformatted(b.messages);
+    /* the same turns, the new instructions first (the stored ones would not be there) */
+    char want[700];
+    snprintf(want, sizeof want, "[{\"role\":\"system\",\"content\":\"new rules\"},%s", ma + 1);
+    bool same = strcmp(want, mb) == 0;
+    CHECK_MSG(same, "%s vs %s", want, mb);
+    CHECK(cJSON_GetArraySize(pb.input) == 3 && pb.store &&
+          strcmp(cJSON_GetObjectItemCaseSensitive(pb.echo, "previous_response_id")->valuestring, id) == 0);
+    free(ma);
+    free(mb);
+    lm_openai_request_free(&b);
+    lm_responses_parsed_free(&pb);
+
+    /* item_reference: the stored output item in its place */
+    snprintf(body, sizeof body, "{\"store\":false,\"input\":[{\"role\":\"user\",\"content\":\"Hello\"},{\"type\":"
+             "\"item_reference\",\"id\":\"%s\"},{\"role\":\"user\",\"content\":\"More\"}]}", msg_id);
+    CHECK_OK(lm_responses_request_parse(body, strlen(body), &parts, store, 100, &b, &pb, param, 64, &err), &err);
+    ma = cJSON_PrintUnformatted(a.messages);
+    mb = cJSON_PrintUnformatted(b.messages);
+    same = strcmp(ma, mb) == 0;
+    free(ma);
+    free(mb);
+    CHECK(same && !pb.store);
+    lm_openai_request_free(&b);
+    lm_responses_parsed_free(&pb);
+    lm_openai_request_free(&a);
+    lm_responses_parsed_free(&pa);
+
+    /* not kept: 404s naming the id, and after the store's age bound too */
+    static const char *const missing[][2] = {
+        {"{\"previous_response_id\":\"resp_nope\",\"input\":\"x\"}", "previous_response_id"},
+        {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_nope\"}]}", "input[0].id"},
+        {"{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_ffffffffffffffffffffffffffffffff0000\"}]}",
+         "input[0].id"}};
+    for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
+        lm_status st = lm_responses_request_parse(missing[i][0], strlen(missing[i][0]), &parts, store, 100, &b, &pb,
+                                                  param, 64, &err);
+        CHECK_MSG(st != LM_OK && b.not_found && !b.too_large && strcmp(param, missing[i][1]) == 0 &&
+                      (strstr(err.message, "_nope") || strstr(err.message, "ffff")) && !pb.echo && !pb.input,
+                  "%zu: %s (%s)", i, err.message, param);
+    }
+    snprintf(body, sizeof body, "{\"previous_response_id\":\"%s\",\"input\":\"x\"}", id);
+    long long later = 100 + LM_RESPONSES_STORE_DEFAULT_TTL_S + 1;
+    CHECK(lm_responses_request_parse(body, strlen(body), &parts, store, later, &b, &pb, param, 64, &err) != LM_OK &&
+          b.not_found && strstr(err.message, id));
+    lm_responses_store_close(store);
+}
+
 int main(void) {
     RUN_TEST(test_translation);
     RUN_TEST(test_mangled);
@@ -320,5 +415,6 @@ int main(void) {
     RUN_TEST(test_bounds);
     RUN_TEST(test_object);
     RUN_TEST(test_stream);
+    RUN_TEST(test_stored_context);
     return test_summary("test_responses_request");
 }

@@ -22,7 +22,8 @@ install_test_npm() {
 
 # What building and running loom needs (`make`, `make run`) ...
 packages=(build-essential pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-          libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg-dev libwebp-dev libedit-dev zlib1g-dev)
+          libmicrohttpd-dev libhttp-parser-dev libpng-dev libjpeg-dev libwebp-dev libedit-dev zlib1g-dev
+          libsqlite3-dev)
 # ... and what only the test suite needs (`make test`): the Jinja and JSON
 # Schema oracles, clang for the libFuzzer tree, systemd-analyze for
 # contrib/loom.service, python3-yaml for contrib/kubernetes's manifests, node

@@ -54,6 +54,7 @@ typedef struct {
     lm_cli_sampling_source sampling_source;
     bool random_weights, disable_log_requests, disable_log_stats;
     int max_waiting, shutdown_grace_ms;
+    int responses_store_max; /* -1: not given */
     int64_t seed, max_body_bytes;
     float stats_interval_s;
 } serve_args;
@@ -167,6 +168,17 @@ static const lm_opt serve_opts[] = {
      "image parts may also name files inside DIR (file:///PATH, a path, or a\npath relative to DIR); symlinks and .. "
      "that lead outside are refused.\nRemote URLs are never fetched",
      NULL, NULL, NULL},
+    {"--responses-store", LM_OPT_STRING, "PATH", ARG(so.responses_store.path), 0, 0,
+     "keep stored Responses (store: true, the default) in the SQLite file PATH,\ncreated if missing, so they "
+     "survive restarts (default: in memory)",
+     NULL, NULL, NULL},
+    {"--responses-store-max", LM_OPT_INT, "N", ARG(responses_store_max), 0, 10000000,
+     "stored responses kept; past it the oldest go (default 10000; 0 keeps\nnone: store is ignored)", NULL, NULL,
+     NULL},
+    {"--responses-store-max-bytes", LM_OPT_INT64, "N", ARG(so.responses_store.max_bytes), 4096, 1LL << 40,
+     "bytes of stored responses and their inputs kept; past it the oldest go\n(default 256 MiB)", NULL, NULL, NULL},
+    {"--responses-store-ttl", LM_OPT_INT64, "S", ARG(so.responses_store.ttl_s), 1, 100LL * 365 * 86400,
+     "seconds a stored response is kept (default 2592000: 30 days, as OpenAI)", NULL, NULL, NULL},
 };
 
 static const lm_opt log_opts[] = {
@@ -260,6 +272,7 @@ int cmd_serve_main(int argc, char **argv) {
     serve_args a = {.so = {.host = "127.0.0.1", .port = 8080},
                     .max_body_bytes = (int64_t)LM_DEFAULT_MAX_BODY_BYTES,
                     .shutdown_grace_ms = 5000,
+                    .responses_store_max = -1,
                     .stats_interval_s = 10};
     lm_cli_engine_settings settings;
     lm_cli_spec cli;
@@ -271,6 +284,8 @@ int cmd_serve_main(int argc, char **argv) {
     if (parsed >= 0) return parsed;
     lm_server_options so = a.so;
     so.max_body_bytes = (size_t)a.max_body_bytes;
+    so.keep_no_responses = a.responses_store_max == 0;
+    if (a.responses_store_max > 0) so.responses_store.max_responses = a.responses_store_max;
     loom_engine_options *eo = &settings.engine;
     if (a.random_weights != !!a.config_path)
         return lm_cli_usage_error("serve", "--random-weights and --config FILE go together");
@@ -363,6 +378,15 @@ int cmd_serve_main(int argc, char **argv) {
         lm_log_printf(&log, LM_LOG_ERROR, "%s", err.message);
         return 1;
     }
+    const lm_responses_store_options *rs = &so.responses_store;
+    if (so.keep_no_responses)
+        lm_log_printf(&log, LM_LOG_INFO, "stored Responses: none kept (--responses-store-max 0)");
+    else
+        lm_log_printf(&log, LM_LOG_INFO, "stored Responses: %s%s, at most %d, %lld MiB, %lld s each",
+                      rs->path ? "in " : "in memory", rs->path ? rs->path : "",
+                      rs->max_responses > 0 ? rs->max_responses : LM_RESPONSES_STORE_DEFAULT_MAX,
+                      (long long)((rs->max_bytes > 0 ? rs->max_bytes : LM_RESPONSES_STORE_DEFAULT_MAX_BYTES) >> 20),
+                      (long long)(rs->ttl_s > 0 ? rs->ttl_s : LM_RESPONSES_STORE_DEFAULT_TTL_S));
     char url[300];
     url_of(so.host, lm_server_port(server), url, sizeof url);
     lm_log_printf(&log, LM_LOG_INFO, "loading %s; port %d is open meanwhile (/health answers 503 until it is ready)",

@@ -49,7 +49,7 @@ void lm_generation_free(gen_ctx *g) {
     for (int i = 0; g->choices && i < g->n; i++) lm_choice_free(&g->choices[i]);
     free(g->choices);
     lm_sbuf_free(&g->out);
-    cJSON_Delete(g->responses_echo);
+    lm_responses_parsed_free(&g->responses);
     lm_responses_stream_free(&g->rstream);
     lm_openai_request_free(&g->req);
     bool trim = g->body_len >= TRIM_AFTER_BODY_BYTES;
@@ -112,7 +112,7 @@ static bool parse_request(gen_ctx *g, const char *body, size_t len, refusal *no)
     char param[64] = "";
     lm_error err = {0};
     if (g->api->parse(g, body, len, param, sizeof param, &err) != LM_OK) {
-        refuse(no, g->req.too_large ? 413 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, "");
+        refuse(no, g->req.too_large ? 413 : g->req.not_found ? 404 : err.code == LM_ERR_NOMEM ? 500 : 400, err.message, "");
         snprintf(g->refused_param, sizeof g->refused_param, "%s", param);
         no->param = g->refused_param;
         return false;

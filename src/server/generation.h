@@ -11,6 +11,7 @@
 
 #include "server/anthropic_response.h"
 #include "server/reasoning_parser.h"
+#include "server/responses_request.h"
 #include "server/responses_response.h"
 #include "server/server_internal.h"
 #include "server/tool_call_delta.h"
@@ -68,7 +69,7 @@ struct gen_ctx {
     lm_openai_request req;
     lm_wire wire;               /* OpenAI's shapes, or Anthropic's (/v1/messages: one chat choice) */
     lm_anthropic_stream astream;
-    cJSON *responses_echo;      /* /v1/responses: the request's fields the response repeats */
+    lm_responses_parsed responses; /* /v1/responses: the fields the response repeats, its whole input, store */
     lm_responses_stream rstream;
     /* One engine request per prompt (completions may list several); choice
      * i belongs to prompt i / n_per and is that request's choice i % n_per. */

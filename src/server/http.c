@@ -93,7 +93,7 @@ typedef struct {
     bool method_ok, authorized;
     bool too_large, dispatched, counted;
     bool handled; /* reached its route's handler (generation routes log their own line there) */
-    const char *url; /* MHD's, valid for the request */
+    const char *url, *method; /* MHD's, valid for the request */
     struct MHD_Connection *connection; /* for the preparation thread */
     lm_sbuf body;
     double arrival;
@@ -249,6 +249,7 @@ static const route_entry routes[] = {
     {"/v1/messages", "POST", LM_ROUTE_MESSAGES, false},                  /* Anthropic's Messages API */
     {"/v1/messages/count_tokens", "POST", LM_ROUTE_COUNT_TOKENS, false},
     {"/v1/responses", "POST", LM_ROUTE_RESPONSES, false},                /* OpenAI's Responses API */
+    {"/v1/responses/", "GET", LM_ROUTE_STORED_RESPONSE, true},           /* {id}, {id}/input_items; DELETE too */
 };
 
 static lm_wire wire_of(lm_route route) {
@@ -282,18 +283,21 @@ static const route_entry *route_of(const char *url) {
 
 static bool method_allowed(const route_entry *r, const char *method) {
     if (strcmp(method, r->method) == 0) return true;
+    if (r->route == LM_ROUTE_STORED_RESPONSE && strcmp(method, "DELETE") == 0) return true; /* the one with two */
     return strcmp(r->method, "GET") == 0 && strcmp(method, "HEAD") == 0;
 }
 
 static const char *allow_of(const lm_server *s, const route_entry *r) {
     bool cors = s->options.allowed_origins && s->options.allowed_origins[0];
+    if (r->route == LM_ROUTE_STORED_RESPONSE) return cors ? "GET, HEAD, DELETE, OPTIONS" : "GET, HEAD, DELETE";
     if (strcmp(r->method, "GET") == 0) return cors ? "GET, HEAD, OPTIONS" : "GET, HEAD";
     return cors ? "POST, OPTIONS" : "POST";
 }
 
 static bool is_worker_route(lm_route r) {
     return r == LM_ROUTE_CHAT || r == LM_ROUTE_COMPLETIONS || r == LM_ROUTE_TOKENIZE || r == LM_ROUTE_DETOKENIZE ||
-           r == LM_ROUTE_MESSAGES || r == LM_ROUTE_COUNT_TOKENS || r == LM_ROUTE_RESPONSES;
+           r == LM_ROUTE_MESSAGES || r == LM_ROUTE_COUNT_TOKENS || r == LM_ROUTE_RESPONSES ||
+           r == LM_ROUTE_STORED_RESPONSE; /* the store's reads and writes stay off the I/O threads */
 }
 
 /* The key compared in time independent of where the strings differ. */
@@ -536,6 +540,7 @@ static enum MHD_Result dispatch(lm_server *s, struct MHD_Connection *c, conn_ctx
     case LM_ROUTE_MESSAGES: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_ANTHROPIC, body, len, ctx->arrival, &ctx->generation);
     case LM_ROUTE_COUNT_TOKENS: return lm_handle_count_tokens(s, c, body, len);
     case LM_ROUTE_RESPONSES: return lm_handle_generation(s, c, LM_API_CHAT, LM_WIRE_RESPONSES, body, len, ctx->arrival, &ctx->generation);
+    case LM_ROUTE_STORED_RESPONSE: return lm_handle_stored_response(s, c, ctx->method, ctx->url);
     case LM_ROUTE_MODELS: return handle_models(s, c);
     case LM_ROUTE_MODEL: return handle_model(s, c, ctx->url);
     case LM_ROUTE_HEALTH:
@@ -814,6 +819,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         lm_request_id_make(slot->wire == LM_WIRE_ANTHROPIC,
                            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id"),
                            atomic_fetch_add(&s->next_id, 1), slot->request_id);
+        ctx->method = method;
         set_phase(s, slot, PHASE_BODY, ctx->arrival + s->options.timeout_body_s);
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->options.timeout_body_s);
         return first_call(s, c, ctx, url, method, version);
@@ -1007,6 +1013,7 @@ static void fail_start(lm_server *s) {
     http_free(s->http);
     lm_metrics_destroy(&s->metrics);
     lm_grammar_cache_free(s->grammars);
+    lm_responses_store_close(s->responses);
     free(s->media_dir);
     free(s);
 }
@@ -1064,10 +1071,16 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
         free(s);
         return lm_fail(err, LM_ERR_INVALID, "server limits out of range");
     }
+    if (!o->keep_no_responses && lm_responses_store_open(&o->responses_store, &s->responses, err) != LM_OK) {
+        lm_server_listener_close(s->door);
+        free(s);
+        return err->code;
+    }
     lm_metrics_init(&s->metrics);
     if (lm_grammar_cache_create(grammar_slots(), &s->grammars, err) != LM_OK) {
         lm_server_listener_close(s->door);
         lm_metrics_destroy(&s->metrics);
+        lm_responses_store_close(s->responses);
         free(s);
         return err->code;
     }
@@ -1081,6 +1094,7 @@ lm_status lm_server_start(const lm_server_options *options, lm_server_listener *
         lm_server_listener_close(s->door);
         lm_metrics_destroy(&s->metrics);
         lm_grammar_cache_free(s->grammars);
+        lm_responses_store_close(s->responses);
         free(s->media_dir);
         free(s);
         return err->code;
@@ -1204,6 +1218,7 @@ void lm_server_stop(lm_server *s, int grace_ms) {
     http_free(h);
     lm_metrics_destroy(&s->metrics);
     lm_grammar_cache_free(s->grammars);
+    lm_responses_store_close(s->responses);
     free(s->media_dir);
     free(s);
 }

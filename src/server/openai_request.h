@@ -90,6 +90,7 @@ typedef struct {
     int n_prompts;
     bool max_tokens_given;
     bool too_large;        /* the failure was a size bound (HTTP 413), not a malformed field */
+    bool not_found;        /* the failure names something kept that is not there (HTTP 404: a stored response) */
     /* engine parameters; prompt is filled in by the caller */
     loom_request_params params;
     const char *stop[LM_REQUEST_MAX_STOP];

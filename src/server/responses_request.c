@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/responses_context.h"
 #include "server/sbuf.h"
 
 typedef struct {
@@ -33,9 +34,9 @@ static lm_status oom(rctx *c, const char *what) {
         if (try_st_ != LM_OK) return try_st_; \
     } while (0)
 
-#define NOT_STORED                                                                                              \
-    "loom does not store responses: send the whole conversation in 'input' (the earlier response's output items " \
-    "included) instead"
+#define NO_CONVERSATIONS                                                                                      \
+    "loom has no Conversations API: pass previous_response_id (the response before, stored with store: true), " \
+    "or send the whole conversation in 'input'"
 
 /* The top-level fields read; a NUL escape under them is refused. */
 static const char *const known_fields[] = {
@@ -247,44 +248,52 @@ static lm_status reasoning_item(rctx *c, input_state *in, const cJSON *item, con
         }
     }
     if (in->reasoning.failed) return oom(c, "a reasoning item");
+    char where[96];
+    snprintf(where, sizeof where, "%s.encrypted_content", path);
+    if (in->reasoning.len == 0 && field(item, "encrypted_content"))
+        return bad(c, where, "'%s': encrypted reasoning is not supported: loom writes its reasoning as text (the "
+                   "item's content) and reads it back from content or summary", where);
     in->has_reasoning = true;
     in->assistant = NULL;
     return LM_OK;
 }
 
-static lm_status translate_input(rctx *c, const cJSON *body, cJSON *out) {
+/* The input's own shape, before its stored context is looked up. */
+static lm_status check_input(rctx *c, const cJSON *body) {
+    const cJSON *instructions = field(body, "instructions");
+    if (instructions && !cJSON_IsString(instructions)) return bad(c, "instructions", "'instructions' must be a string");
+    const cJSON *input = field(body, "input");
+    if (!input) return bad(c, "input", "'input' is required");
+    if (cJSON_IsString(input)) return LM_OK;
+    if (!cJSON_IsArray(input)) return bad(c, "input", "'input' must be a string or a list of items");
+    int count = cJSON_GetArraySize(input);
+    if (count == 0) return bad(c, "input", "'input' must not be empty");
+    if (count > LM_RESPONSES_MAX_ITEMS)
+        return bad(c, "input", "'input' holds more than %d items", LM_RESPONSES_MAX_ITEMS);
+    return LM_OK;
+}
+
+/* instructions, then the whole input (responses_context.h: the stored
+ * context first) as chat messages. */
+static lm_status translate_input(rctx *c, const cJSON *body, const lm_responses_context *ctx, cJSON *out) {
     input_state in = {.list = cJSON_AddArrayToObject(out, "messages")};
     if (!in.list) return oom(c, "the input");
     const cJSON *instructions = field(body, "instructions");
     if (instructions) {
-        if (!cJSON_IsString(instructions)) return bad(c, "instructions", "'instructions' must be a string");
         cJSON *m = cJSON_CreateObject();
         if (!m) return oom(c, "the instructions");
         cJSON_AddItemToArray(in.list, m);
         if (!cJSON_AddStringToObject(m, "role", "system") || !cJSON_AddStringToObject(m, "content", instructions->valuestring))
             return oom(c, "the instructions");
     }
-    const cJSON *input = field(body, "input");
-    if (!input) return bad(c, "input", "'input' is required");
-    if (cJSON_IsString(input)) {
-        cJSON *m = cJSON_CreateObject();
-        if (!m) return oom(c, "the input");
-        cJSON_AddItemToArray(in.list, m);
-        return cJSON_AddStringToObject(m, "role", "user") && cJSON_AddStringToObject(m, "content", input->valuestring)
-                   ? LM_OK
-                   : oom(c, "the input");
-    }
-    if (!cJSON_IsArray(input)) return bad(c, "input", "'input' must be a string or a list of items");
-    int count = cJSON_GetArraySize(input);
-    if (count == 0) return bad(c, "input", "'input' must not be empty");
-    if (count > LM_RESPONSES_MAX_ITEMS)
-        return bad(c, "input", "'input' holds more than %d items", LM_RESPONSES_MAX_ITEMS);
     const cJSON *item;
     int i = 0;
     lm_status st = LM_OK;
-    cJSON_ArrayForEach(item, input) {
-        char path[48];
-        snprintf(path, sizeof path, "input[%d]", i++);
+    cJSON_ArrayForEach(item, ctx->items) {
+        char path[64];
+        if (i < ctx->n_history) snprintf(path, sizeof path, "previous_response_id's item %d", i);
+        else snprintf(path, sizeof path, "input[%d]", i - ctx->n_history);
+        i++;
         const cJSON *type = field(item, "type");
         if (!cJSON_IsObject(item)) st = bad(c, path, "'%s' must be an object (an input item)", path);
         else if (type && !cJSON_IsString(type)) st = bad(c, path, "'%s.type' must be a string", path);
@@ -292,13 +301,12 @@ static lm_status translate_input(rctx *c, const cJSON *body, cJSON *out) {
         else if (is(type, "function_call")) st = function_call_item(c, &in, item, path);
         else if (is(type, "function_call_output")) st = function_output_item(c, &in, item, path);
         else if (is(type, "reasoning")) st = reasoning_item(c, &in, item, path);
-        else if (is(type, "item_reference")) st = bad(c, path, "'%s' is an item_reference: " NOT_STORED, path);
         else {
-            char shown[48], where[64];
+            char shown[48], where[80];
             shown_name(type->valuestring, shown, sizeof shown);
             snprintf(where, sizeof where, "%s.type", path);
             st = bad(c, where, "'%s' is '%s': input items of that type are not supported (message, function_call, "
-                     "function_call_output and reasoning)", where, shown);
+                     "function_call_output, reasoning and item_reference)", where, shown);
         }
         if (st != LM_OK) break;
     }
@@ -428,12 +436,9 @@ static lm_status translate_text(rctx *c, const cJSON *body, cJSON *out) {
 
 /* Fields of the Responses API loom does not serve: 400s that say why. */
 static lm_status refuse_unsupported(rctx *c, const cJSON *body) {
-    if (field(body, "previous_response_id"))
-        return bad(c, "previous_response_id", "'previous_response_id': " NOT_STORED);
-    if (field(body, "conversation")) return bad(c, "conversation", "'conversation': " NOT_STORED);
+    if (field(body, "conversation")) return bad(c, "conversation", "'conversation': " NO_CONVERSATIONS);
     const cJSON *store = field(body, "store");
     if (store && !cJSON_IsBool(store)) return bad(c, "store", "'store' must be a boolean");
-    if (cJSON_IsTrue(store)) return bad(c, "store", "'store' is true: " NOT_STORED " (send store: false)");
     const cJSON *background = field(body, "background");
     if (background && !cJSON_IsBool(background)) return bad(c, "background", "'background' must be a boolean");
     if (cJSON_IsTrue(background))
@@ -495,7 +500,7 @@ static lm_status translate_options(rctx *c, const cJSON *body, cJSON *out) {
 }
 
 /* What the response object repeats of the request. */
-static cJSON *make_echo(const cJSON *body) {
+static cJSON *make_echo(const cJSON *body, bool stored) {
     cJSON *e = cJSON_CreateObject();
     if (!e) return NULL;
     static const char *const copied[] = {"instructions", "max_output_tokens", "metadata", "temperature", "top_p",
@@ -522,9 +527,10 @@ static cJSON *make_echo(const cJSON *body) {
     cJSON_AddItemToObject(e, "text", t);
     const cJSON *reasoning = field(body, "reasoning");
     cJSON_AddItemToObject(e, "reasoning", reasoning ? cJSON_Duplicate(reasoning, true) : cJSON_CreateNull());
-    cJSON_AddBoolToObject(e, "store", false);
+    cJSON_AddBoolToObject(e, "store", stored);
     cJSON_AddBoolToObject(e, "background", false);
-    cJSON_AddNullToObject(e, "previous_response_id");
+    const cJSON *prev = field(body, "previous_response_id");
+    cJSON_AddItemToObject(e, "previous_response_id", prev ? cJSON_Duplicate(prev, true) : cJSON_CreateNull());
     return e;
 }
 
@@ -548,13 +554,20 @@ static void rename_param(char *param, size_t size, lm_error *err) {
     }
 }
 
+/* The resolver's refusal as this parser's: the field, and 404 / 413. */
+static lm_status context_failed(const lm_responses_context *ctx, lm_openai_request *out, lm_status st) {
+    out->too_large = ctx->refusal == LM_CONTEXT_TOO_LARGE;
+    out->not_found = ctx->refusal == LM_CONTEXT_NOT_FOUND;
+    return st;
+}
+
 lm_status lm_responses_request_parse(const char *body, size_t len, const lm_image_parts *images,
-                                     lm_openai_request *out, cJSON **echo, char *param, size_t param_size,
-                                     lm_error *err) {
+                                     lm_responses_store *store, long long now, lm_openai_request *out,
+                                     lm_responses_parsed *parsed, char *param, size_t param_size, lm_error *err) {
     memset(out, 0, sizeof *out);
     out->kind = LM_API_CHAT;
     loom_request_params_default(&out->params);
-    *echo = NULL;
+    *parsed = (lm_responses_parsed){0};
     rctx c = {param, param_size, err};
     if (param && param_size) param[0] = 0;
     lm_json_scan scan;
@@ -573,28 +586,42 @@ lm_status lm_responses_request_parse(const char *body, size_t len, const lm_imag
     cJSON *in = cJSON_ParseWithLength(body, len);
     if (!in) return bad(&c, NULL, "the request body is not valid JSON");
     cJSON *doc = cJSON_CreateObject();
+    lm_responses_context ctx = {0};
     lm_status st = !doc ? oom(&c, "the request")
                    : !cJSON_IsObject(in) ? bad(&c, NULL, "the request body must be a JSON object")
                                          : LM_OK;
     if (st == LM_OK) st = refuse_unsupported(&c, in);
     if (st == LM_OK) st = translate_options(&c, in, doc);
-    if (st == LM_OK) st = translate_input(&c, in, doc);
+    if (st == LM_OK) st = check_input(&c, in);
+    if (st == LM_OK && (st = lm_responses_context_resolve(in, store, now, &ctx, param, param_size, err)) != LM_OK)
+        context_failed(&ctx, out, st);
+    if (st == LM_OK) st = translate_input(&c, in, &ctx, doc);
     if (st == LM_OK) st = translate_tools(&c, in, doc);
     if (st == LM_OK) st = translate_text(&c, in, doc);
-    cJSON *e = st == LM_OK ? make_echo(in) : NULL;
+    /* store defaults to true, as OpenAI's; a server keeping nothing stores nothing */
+    bool stored = store && !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(in, "store"));
+    cJSON *e = st == LM_OK ? make_echo(in, stored) : NULL;
     if (st == LM_OK && !e) st = oom(&c, "the response's echo of the request");
     cJSON_Delete(in);
     if (st != LM_OK) {
         cJSON_Delete(doc);
         cJSON_Delete(e);
+        cJSON_Delete(ctx.items);
         return st;
     }
     st = lm_openai_request_parse_doc(LM_API_CHAT, doc, images, out, param, param_size, err);
     if (st != LM_OK) {
         rename_param(param, param_size, err);
         cJSON_Delete(e);
+        cJSON_Delete(ctx.items);
         return st;
     }
-    *echo = e;
+    *parsed = (lm_responses_parsed){.echo = e, .input = ctx.items, .store = stored};
     return LM_OK;
+}
+
+void lm_responses_parsed_free(lm_responses_parsed *p) {
+    cJSON_Delete(p->echo);
+    cJSON_Delete(p->input);
+    *p = (lm_responses_parsed){0};
 }

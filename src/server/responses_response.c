@@ -295,7 +295,10 @@ void lm_responses_stream_end(lm_responses_stream *st, lm_sbuf *out, const lm_res
     cJSON *e = typed(o->incomplete ? "response.incomplete" : "response.completed");
     cJSON *output = st->done;
     st->done = NULL;
-    cJSON_AddItemToObject(e, "response", response(o, o->incomplete ? "incomplete" : "completed", output, true, NULL));
+    cJSON *r = response(o, o->incomplete ? "incomplete" : "completed", output, true, NULL);
+    cJSON_Delete(st->final);
+    st->final = cJSON_Duplicate(r, true); /* what a stored response keeps: the object as the client got it */
+    cJSON_AddItemToObject(e, "response", r);
     event(st, out, e);
 }
 
@@ -317,5 +320,6 @@ void lm_responses_stream_free(lm_responses_stream *st) {
     lm_sbuf_free(&st->text);
     cJSON_Delete(st->call);
     cJSON_Delete(st->done);
+    cJSON_Delete(st->final);
     memset(st, 0, sizeof *st);
 }

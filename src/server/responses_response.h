@@ -45,6 +45,7 @@ typedef struct {
     cJSON *call;   /* the open function_call item */
     cJSON *done;   /* the finished items */
     bool had_answer; /* a message or call item was written */
+    cJSON *final;    /* after lm_responses_stream_end: the completed response object (a copy) */
 } lm_responses_stream;
 
 /* response.created and response.in_progress (status in_progress, no output). */
@@ -55,7 +56,8 @@ void lm_responses_stream_delta(lm_responses_stream *st, lm_sbuf *out, const char
  * are function_call_arguments.delta events, its last closes it. */
 void lm_responses_stream_tool(lm_responses_stream *st, lm_sbuf *out, const lm_tool_delta *d);
 /* Closes the open item (an empty message when nothing answered), then
- * response.completed or response.incomplete with o's usage. */
+ * response.completed or response.incomplete with o's usage (its response
+ * object kept in st->final). */
 void lm_responses_stream_end(lm_responses_stream *st, lm_sbuf *out, const lm_responses_output *o);
 /* An error event, then response.failed (the stream ends after them). */
 void lm_responses_stream_error(lm_responses_stream *st, lm_sbuf *out, const lm_responses_output *o, unsigned status,

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "loom.h"
 #include "server/generation_defaults.h"
+#include "server/responses_store.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -51,6 +52,10 @@ typedef struct {
     /* Sampling defaults for the fields a request leaves out (the
      * checkpoint's generation_config.json); NULL: loom's own. */
     const lm_generation_defaults *generation_defaults;
+    /* Stored Responses (responses_store.h): in memory unless a path is
+     * given; keep_no_responses: none at all (store: true keeps nothing). */
+    lm_responses_store_options responses_store;
+    bool keep_no_responses;
 } lm_server_options;
 
 typedef struct lm_server lm_server;

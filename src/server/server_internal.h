@@ -39,12 +39,13 @@ struct lm_server {
     struct lm_http *http;    /* http.c's connection table, worker count and waker */
     struct lm_front_door *door; /* front_door.c: the listener and the relay in front of MHD */
     struct lm_throughput_log *throughput; /* throughput_log.c: the periodic line while busy, or NULL */
+    lm_responses_store *responses; /* stored Responses (responses_store.h), NULL with keep_no_responses */
 };
 
 typedef enum { LM_ROUTE_NONE, LM_ROUTE_CHAT, LM_ROUTE_COMPLETIONS, LM_ROUTE_MODELS, LM_ROUTE_HEALTH,
                LM_ROUTE_METRICS, LM_ROUTE_TOKENIZE, LM_ROUTE_DETOKENIZE, LM_ROUTE_MODEL,
                LM_ROUTE_RESET_PREFIX_CACHE, LM_ROUTE_VERSION, LM_ROUTE_MESSAGES,
-               LM_ROUTE_COUNT_TOKENS, LM_ROUTE_RESPONSES } lm_route;
+               LM_ROUTE_COUNT_TOKENS, LM_ROUTE_RESPONSES, LM_ROUTE_STORED_RESPONSE } lm_route;
 
 /* The API a generation request speaks: its replies and errors take its shape. */
 typedef enum { LM_WIRE_OPENAI, LM_WIRE_ANTHROPIC, LM_WIRE_RESPONSES } lm_wire;
@@ -115,6 +116,9 @@ enum MHD_Result lm_handle_generation(lm_server *s, struct MHD_Connection *c, lm_
 enum MHD_Result lm_generation_resume(lm_generation **g, struct MHD_Connection *c);
 /* Frees a request never answered (its connection closed). */
 void lm_generation_abandon(lm_generation *g);
+/* GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items
+ * (stored_responses.c; url is the whole path). */
+enum MHD_Result lm_handle_stored_response(lm_server *s, struct MHD_Connection *c, const char *method, const char *url);
 /* POST /v1/messages/count_tokens: {"input_tokens": N} of the rendered prompt. */
 enum MHD_Result lm_handle_count_tokens(lm_server *s, struct MHD_Connection *c, const char *body, size_t len);
 

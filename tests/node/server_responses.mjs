@@ -1,8 +1,13 @@
 // End-to-end tests of loom's OpenAI Responses API (/v1/responses) through the
 // official openai SDK (major 6): create, the event stream (create with
 // stream: true and the SDK's responses.stream helper), a function-call round
-// trip (created and streamed), reasoning items on a reasoning template, and
-// the 400s for what loom does not do.
+// trip (created and streamed), reasoning items on a reasoning template, the
+// 400s for what loom does not do, and stored responses: GET / DELETE /
+// input_items, previous_response_id and item_reference (each the same prompt
+// as the conversation sent whole), store: false, a 404 after eviction, a
+// restart with --responses-store keeping a response, and the AI SDK's
+// default Responses model (ai 6, @ai-sdk/openai 3) holding a three-turn
+// conversation through item_reference.
 // usage: node server_responses.mjs LOOM_BINARY MODEL_DIR [--api-key KEY] [--quick]
 // Prints "server_responses[...]: N passed, N failed".
 import { spawn } from 'node:child_process';
@@ -10,6 +15,8 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileS
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import OpenAI from 'openai';
+import { createOpenAI } from '@ai-sdk/openai';
+import { generateText } from 'ai';
 
 const [binary, model, ...rest] = process.argv.slice(2);
 const apiKey = rest.includes('--api-key') ? rest[rest.indexOf('--api-key') + 1] : 'test-key';
@@ -21,9 +28,9 @@ function check(name, ok, detail = '') {
   else { failed++; console.error(`  FAIL ${name}: ${typeof detail === 'string' ? detail : JSON.stringify(detail)}`); }
 }
 
-function start(modelDir) {
+function start(modelDir, extra = []) {
   const args = ['serve', '--model', modelDir, '--port', '0', '--served-model-name', 'fixture', '--max-body-bytes',
-    '65536', '--shutdown-grace-ms', '2000', '--api-key', apiKey];
+    '65536', '--shutdown-grace-ms', '2000', '--api-key', apiKey, ...extra];
   if (process.env.LOOM_SERVE_ARGS) args.push(...process.env.LOOM_SERVE_ARGS.split(/\s+/).filter(Boolean));
   const proc = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   const s = { proc, stderr: '' };
@@ -48,8 +55,8 @@ const main = start(model);
 const base = `http://127.0.0.1:${await main.port}`;
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey, maxRetries: 0, timeout: 60000 });
 
-async function post(body) {
-  const r = await fetch(base + '/v1/responses', { method: 'POST', headers: { 'Content-Type': 'application/json',
+async function post(body, at = base) {
+  const r = await fetch(at + '/v1/responses', { method: 'POST', headers: { 'Content-Type': 'application/json',
     Authorization: `Bearer ${apiKey}` }, body: typeof body === 'string' ? body : JSON.stringify(body) });
   let json = null;
   try { json = await r.json(); } catch { /* not JSON */ }
@@ -109,6 +116,127 @@ function wellOrdered(list) {
 const shape = (output) => JSON.stringify(output.map(({ id, ...rest }) => rest));
 const input = 'Hello, who are you?';
 
+
+async function get(path, method = 'GET', at = base) {
+  const r = await fetch(at + path, { method, headers: { Authorization: `Bearer ${apiKey}` } });
+  let json = null;
+  try { json = await r.json(); } catch { /* not JSON */ }
+  return { status: r.status, json };
+}
+const is404 = (r, id) => r.status === 404 && isOpenAIError(r.json) && r.json.error.message.includes(id);
+const user = (text) => ({ role: 'user', content: text });
+
+async function storedResponses() {
+  const greedy = { model: 'fixture', max_output_tokens: 6, temperature: 0 };
+  // GET: the response object as created, streamed or not
+  const first = await client.responses.create({ ...greedy, input, instructions: 'You are terse.' });
+  const got = await get(`/v1/responses/${first.id}`);
+  const { output_text: _, ...created } = first; // the SDK adds output_text
+  check('GET = the created response', got.status === 200 && JSON.stringify(got.json) === JSON.stringify(created),
+    [got, created]);
+  const sdkGot = await client.responses.retrieve(first.id);
+  check('SDK retrieve', sdkGot.id === first.id && sdkGot.output_text === first.output_text, sdkGot);
+  const streamed = await events({ ...greedy, input: 'Say one' });
+  const final = streamed.at(-1).response;
+  const gotStreamed = await get(`/v1/responses/${final.id}`);
+  check('GET = the streamed response', gotStreamed.status === 200 &&
+    JSON.stringify(gotStreamed.json) === JSON.stringify(final), [gotStreamed, final]);
+
+  // input_items: the input as given (long form, with ids), newest first by default
+  const items = await get(`/v1/responses/${first.id}/input_items`);
+  const item = items.json?.data?.[0];
+  check('input_items', items.status === 200 && items.json.object === 'list' && items.json.data.length === 1 &&
+    item.type === 'message' && item.role === 'user' && item.content[0].type === 'input_text' &&
+    item.content[0].text === input && /^msg_/.test(item.id) && items.json.first_id === item.id &&
+    items.json.last_id === item.id && items.json.has_more === false, items);
+
+  // previous_response_id: the stored input and output, then the new input; not the instructions (OpenAI's rule)
+  const next = await client.responses.create({ ...greedy, input: 'And then?', previous_response_id: first.id });
+  const whole = await client.responses.create({ ...greedy, store: false,
+    input: [user(input), ...first.output, user('And then?')] });
+  check('previous_response_id = the conversation sent whole', next.previous_response_id === first.id &&
+    next.usage.input_tokens === whole.usage.input_tokens && next.output_text === whole.output_text,
+    [next.usage, whole.usage, next.output_text, whole.output_text]);
+  const third = await client.responses.create({ ...greedy, input: 'Last one.', previous_response_id: next.id });
+  const whole3 = await client.responses.create({ ...greedy, store: false,
+    input: [user(input), ...first.output, user('And then?'), ...next.output, user('Last one.')] });
+  check('a chain of two = the conversation sent whole', third.usage.input_tokens === whole3.usage.input_tokens &&
+    third.output_text === whole3.output_text, [third.usage, whole3.usage]);
+  const asc = await get(`/v1/responses/${third.id}/input_items?order=asc&limit=2`);
+  const rest = await get(`/v1/responses/${third.id}/input_items?order=asc&after=${asc.json?.last_id}`);
+  const desc = await get(`/v1/responses/${third.id}/input_items`);
+  const ids = [...(asc.json?.data ?? []), ...(rest.json?.data ?? [])].map((i) => i.id);
+  check('input_items: the whole input, paged', asc.json?.has_more === true && rest.json?.has_more === false &&
+    ids.length === 5 && ids[1] === first.output[0].id && ids[3] === next.output[0].id &&
+    JSON.stringify(desc.json.data.map((i) => i.id)) === JSON.stringify([...ids].reverse()), [asc, rest, desc]);
+  const paged = [];
+  for await (const it of client.responses.inputItems.list(third.id, { limit: 2, order: 'asc' })) paged.push(it.id);
+  check('SDK inputItems.list pages through them', JSON.stringify(paged) === JSON.stringify(ids), [paged, ids]);
+  const badLimit = await get(`/v1/responses/${third.id}/input_items?limit=0`);
+  check('input_items: limit out of range is a 400', badLimit.status === 400 && badLimit.json?.error?.param === 'limit',
+    badLimit);
+
+  // item_reference: an earlier output item by its id
+  const referenced = await client.responses.create({ ...greedy, store: false,
+    input: [user(input), { type: 'item_reference', id: first.output[0].id }, user('And then?')] });
+  check('item_reference = the item itself', referenced.usage.input_tokens === whole.usage.input_tokens &&
+    referenced.output_text === whole.output_text, [referenced.usage, whole.usage]);
+  const inputRef = await client.responses.create({ ...greedy, store: false,
+    input: [{ type: 'item_reference', id: item.id }] });
+  const plainAgain = await client.responses.create({ ...greedy, store: false, input });
+  check('item_reference to an input item', inputRef.usage.input_tokens === plainAgain.usage.input_tokens,
+    [inputRef.usage, plainAgain.usage]);
+
+  // store: false keeps nothing
+  const unstored = await client.responses.create({ ...greedy, input, store: false });
+  check('store false: not kept', unstored.store === false && is404(await get(`/v1/responses/${unstored.id}`), unstored.id));
+  try {
+    await client.responses.create({ ...greedy, input, previous_response_id: unstored.id });
+    check('previous_response_id of store false: NotFoundError', false, 'no error');
+  } catch (e) {
+    check('previous_response_id of store false: NotFoundError', e instanceof OpenAI.NotFoundError &&
+      e.status === 404 && e.param === 'previous_response_id' && e.message.includes(unstored.id), String(e));
+  }
+  const missingRef = await post({ ...greedy, input: [{ type: 'item_reference', id: `msg_${'0'.repeat(36)}` }] });
+  check('item_reference not kept: 404', is404(missingRef, 'msg_') && missingRef.json.error.param === 'input[0].id',
+    missingRef);
+
+  // DELETE: OpenAI's deleted shape, then 404s
+  const del = await get(`/v1/responses/${first.id}`, 'DELETE');
+  check('DELETE', del.status === 200 && del.json.id === first.id && del.json.object === 'response' &&
+    del.json.deleted === true, del);
+  check('GET after DELETE: 404', is404(await get(`/v1/responses/${first.id}`), first.id));
+  check('DELETE again: 404', is404(await get(`/v1/responses/${first.id}`, 'DELETE'), first.id));
+  const sdkDel = await client.responses.delete(next.id).then(() => true, (e) => String(e));
+  check('SDK delete', sdkDel === true && is404(await get(`/v1/responses/${next.id}`), next.id), sdkDel);
+  const wrong = await get('/v1/responses/x/cancel');
+  check('an unknown subpath: 404', wrong.status === 404, wrong);
+
+  // the AI SDK's default Responses model, store on: three turns, the later
+  // ones sending the assistant's earlier items as item_reference
+  const bodies = [];
+  const provider = createOpenAI({ baseURL: `${base}/v1`, apiKey, fetch: async (url, init) => {
+    if (init?.body) bodies.push(JSON.parse(init.body));
+    return fetch(url, init);
+  } });
+  const messages = [];
+  let turns = 0;
+  try {
+    for (const text of ['Hello there.', 'What did I say?', 'And before that?']) {
+      messages.push({ role: 'user', content: text });
+      const r = await generateText({ model: provider('fixture'), messages, maxOutputTokens: 6, temperature: 0,
+        maxRetries: 0 });
+      messages.push(...r.response.messages);
+      if (r.text.length > 0 && /^resp_/.test(r.response.id)) turns++;
+    }
+  } catch (e) {
+    check('AI SDK: no exception', false, String(e && e.stack || e));
+  }
+  const refs = bodies.map((b) => b.input.filter((i) => i.type === 'item_reference').length);
+  check('AI SDK: three turns through item_reference', turns === 3 && refs[0] === 0 && refs[1] === 1 && refs[2] === 2,
+    [turns, refs, bodies.at(-1)]);
+}
+
 try {
   // plain
   const plain = await client.responses.create({ model: 'fixture', input, max_output_tokens: 10, temperature: 0 });
@@ -124,7 +252,7 @@ try {
     Number.isInteger(plain.usage.input_tokens_details.cached_tokens) &&
     plain.usage.output_tokens_details.reasoning_tokens === 0, plain.usage);
   check('create: echoes the request', plain.max_output_tokens === 10 && plain.temperature === 0 &&
-    plain.store === false && plain.tool_choice === 'auto' && Array.isArray(plain.tools) &&
+    plain.store === true && plain.tool_choice === 'auto' && Array.isArray(plain.tools) &&
     plain.text?.format?.type === 'text' && plain.previous_response_id === null, plain);
   const stopped = await client.responses.create({ model: 'fixture', input: [{ role: 'user', content: input }],
     max_output_tokens: 200, temperature: 0 });
@@ -224,11 +352,13 @@ try {
 
   // what loom does not do: 400s in OpenAI's shape naming the field
   const bad = [
-    [{ model: 'fixture', input, previous_response_id: 'resp_1' }, 'previous_response_id', /does not store/],
-    [{ model: 'fixture', input, store: true }, 'store', /does not store/],
+    [{ model: 'fixture', input, previous_response_id: 7 }, 'previous_response_id', /string/],
+    [{ model: 'fixture', input, store: 'yes' }, 'store', /boolean/],
     [{ model: 'fixture', input, background: true }, 'background', /foreground/],
-    [{ model: 'fixture', input, conversation: 'conv_1' }, 'conversation', /does not store/],
-    [{ model: 'fixture', input: [{ type: 'item_reference', id: 'msg_1' }] }, 'input[0]', /does not store/],
+    [{ model: 'fixture', input, conversation: 'conv_1' }, 'conversation', /Conversations/],
+    [{ model: 'fixture', input: [{ type: 'item_reference' }] }, 'input[0].id', /string/],
+    [{ model: 'fixture', input: [{ type: 'reasoning', encrypted_content: 'gAAA' }, { role: 'user', content: 'x' }] },
+      'input[0].encrypted_content', /encrypted reasoning is not supported/],
     [{ model: 'fixture', input, tools: [{ type: 'web_search' }] }, 'tools[0].type', /function tools/],
     [{ model: 'fixture', input, tools: [{ type: 'function', name: 'bad name' }] }, 'tools[0].name', /a-z/],
     [{ model: 'fixture' }, 'input', /required/],
@@ -261,11 +391,13 @@ try {
   const noKey = await fetch(base + '/v1/responses', { method: 'POST', body: JSON.stringify({ input }) });
   check('no key: 401', noKey.status === 401);
   try {
-    await client.responses.create({ model: 'fixture', input, previous_response_id: 'resp_1' });
+    await client.responses.create({ model: 'fixture', input, store: 'yes' });
     check('SDK: BadRequestError', false, 'no error');
   } catch (e) {
     check('SDK: BadRequestError', e instanceof OpenAI.BadRequestError && e.status === 400, String(e));
   }
+
+  await storedResponses();
 
   if (!quick) {
     // concurrent streams, each equal to its non-streamed greedy self
@@ -293,6 +425,51 @@ check('in-flight stream ended', fin.ok && ['response.failed', 'response.complete
   .includes(fin.l.at(-1)?.type) && (fin.l.at(-1).type !== 'response.failed' || fin.l.at(-2)?.type === 'error'),
   fin.ok ? fin.l.slice(-3) : fin);
 check('no sanitizer report', !/ERROR: (Address|Leak)Sanitizer|runtime error/.test(main.stderr), main.stderr.slice(-3000));
+
+// eviction and persistence: a server of its own with a small file store,
+// restarted on the same file
+const storeDir = mkdtempSync(join(tmpdir(), 'loom-store-'));
+try {
+  const flags = ['--responses-store-max', '2', '--responses-store', join(storeDir, 'responses.db')];
+  const small = start(model, flags);
+  const sbase = `http://127.0.0.1:${await small.port}`;
+  const sc = new OpenAI({ baseURL: `${sbase}/v1`, apiKey, maxRetries: 0, timeout: 60000 });
+  const made = [];
+  for (const w of ['one', 'two', 'three']) {
+    made.push(await sc.responses.create({ model: 'fixture', input: `Say ${w}`, max_output_tokens: 3, temperature: 0 }));
+  }
+  check('evicted past --responses-store-max: 404 naming it', is404(await get(`/v1/responses/${made[0].id}`, 'GET',
+    sbase), made[0].id));
+  const evictedPrev = await post({ model: 'fixture', input, previous_response_id: made[0].id }, sbase);
+  check('previous_response_id of an evicted response: 404', evictedPrev.status === 404, evictedPrev);
+  check('the newer two kept', (await get(`/v1/responses/${made[1].id}`, 'GET', sbase)).status === 200 &&
+    (await get(`/v1/responses/${made[2].id}`, 'GET', sbase)).status === 200);
+  check('store server: SIGTERM exit 0', (await stop(small)) === 0, small.stderr.slice(-2000));
+  const again = start(model, flags);
+  const abase = `http://127.0.0.1:${await again.port}`;
+  const kept = await get(`/v1/responses/${made[2].id}`, 'GET', abase);
+  const { output_text: _, ...created } = made[2];
+  check('--responses-store: kept across a restart', kept.status === 200 &&
+    JSON.stringify(kept.json) === JSON.stringify(created), [kept, created]);
+  const ac = new OpenAI({ baseURL: `${abase}/v1`, apiKey, maxRetries: 0, timeout: 60000 });
+  const cont = await ac.responses.create({ model: 'fixture', input: 'More.', max_output_tokens: 2,
+    previous_response_id: made[2].id });
+  check('previous_response_id across a restart', cont.previous_response_id === made[2].id &&
+    cont.usage.input_tokens > made[2].usage.input_tokens, cont);
+  check('restarted server: SIGTERM exit 0', (await stop(again)) === 0, again.stderr.slice(-2000));
+  // a store file that cannot be made stops the start, naming it
+  const badPath = join(storeDir, 'missing', 'responses.db');
+  const broken = start(model, ['--responses-store', badPath]);
+  const why = await broken.port.then(() => 'started', (e) => String(e));
+  if (why === 'started') await stop(broken);
+  check('--responses-store in a missing folder: exit 1 naming it', /exited 1/.test(why) && why.includes(badPath), why);
+  check('store servers: no sanitizer report', !/ERROR: (Address|Leak)Sanitizer|runtime error/.test(small.stderr +
+    again.stderr), (small.stderr + again.stderr).slice(-3000));
+} catch (e) {
+  check('store: no exception', false, String(e && e.stack || e));
+} finally {
+  rmSync(storeDir, { recursive: true, force: true });
+}
 
 // reasoning items: the fixture with a template whose generation prompt opens
 // <think> when thinking is on (as Qwen's thinking templates do)
