@@ -197,8 +197,10 @@ lm_status lm_structured_output_parse(const cJSON *body, lm_grammar_cache *cache,
             else if (strcmp(k->string, "choice") == 0) gc = k, given++;
             else if (strcmp(k->string, "grammar") == 0) so_grammar = k, given++;
             else {
-                char detail[160];
-                snprintf(detail, sizeof detail, " (%.64s is not supported; json, regex, choice, grammar, disable_any_whitespace and whitespace_pattern are)", k->string);
+                char detail[200];
+                snprintf(detail, sizeof detail,
+                         " (%.64s is not supported; json, regex, choice, grammar, disable_any_whitespace and whitespace_pattern are)",
+                         k->string);
                 return fail(param, size, "structured_outputs", err, "'%s' holds an unsupported member%s", detail);
             }
         }
