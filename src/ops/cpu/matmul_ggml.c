@@ -82,7 +82,7 @@ static LM_ALWAYS_INLINE lm_vf load_nibbles(const uint8_t *p, bool high, int offs
 
 /* A 32-weight block of Q4_0/Q4_1 layout: element j < 16 the low nibble of
  * qs[j], element 16 + j the high one. */
-static LM_ALWAYS_INLINE void nibbles_split(const uint8_t *qs, int offset, lm_vf *q) {
+__attribute__((unused)) static LM_ALWAYS_INLINE void nibbles_split(const uint8_t *qs, int offset, lm_vf *q) {
     LM_PRAGMA_UNROLL
     for (int v = 0; v < VECS_32; v++) {
         int e = v * LM_VF_WIDTH;
