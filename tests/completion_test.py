@@ -84,7 +84,7 @@ for cmd in (c for c in commands if c != "completion"):
 # values: the words an option names, files for FILE, folders for DIR (and the model folder)
 for words, want in ((["serve", "--device", ""], {"cpu", "ref", "cuda"}),
                     (["serve", "--log-level", ""], {"debug", "info", "warning", "error"}),
-                    (["run", "--quantize", ""], {"int8", "none"}),
+                    (["run", "--quantize", ""], {"int8", "fp8", "none"}),
                     (["chat", "--generation-config", ""], {"auto", "vllm", "somedir"}),
                     (["serve", "--device", "="], {"cpu", "ref", "cuda"}),  # bash splits --device= at the =
                     (["serve", "--device", "=", "c"], {"cpu", "cuda"}),
