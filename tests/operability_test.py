@@ -127,7 +127,7 @@ check("bench says the weights were made int8", "made int8" in r.stdout, r.stdout
 r = run("inspect", tiny, "--quantize", "int8")
 check("inspect says the weights were made int8", "weights made int8 at load" in r.stdout, r.stdout)
 r = run("run", tiny, "--quantize", "int4", *IDS)
-check("--quantize int4 is a usage error", r.returncode == 2 and "int8 or none" in r.stderr, r.stderr)
+check("--quantize int4 is a usage error", r.returncode == 2 and "int8, fp8 or none" in r.stderr, r.stderr)
 r = run("run", tiny, "--prefix-snapshot-bytes", "12X", *IDS)
 check("--prefix-snapshot-bytes 12X is a usage error", r.returncode == 2 and "512M" in r.stderr, r.stderr)
 
