@@ -12,21 +12,12 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-build=${LOOM_BUILD:-build}
 fixtures=${LOOM_FIXTURES:-$root/tests/fixtures}
 name=test_gguf_fuzz.sh
-fuzzer=$build/fuzz/fuzz/fuzz_gguf
-if [ ! -x "$fuzzer" ]; then
-    echo "$name: $fuzzer not built (make fuzzers); skipped"
-    echo "$name: 0 passed, 0 failed"
-    exit 0
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/corpus"
-head -c 65536 "$fixtures/models/qwen35-dense-gguf/model-q4_0.gguf" > "$work/corpus/fixture-head" || {
-    echo "$name: no GGUF fixture under $fixtures"; echo "$name: 0 passed, 1 failed"; exit 1; }
-python3 - "$work/corpus/spec" <<'PY' || { echo "$name: could not write the seed"; echo "$name: 0 passed, 1 failed"; exit 1; }
+. tests/fuzz_runner.sh
+fuzz_prepare fuzz_gguf
+head -c 65536 "$fixtures/models/qwen35-dense-gguf/model-q4_0.gguf" > "$work/corpus/fixture-head" || fuzz_seed_failed "no GGUF fixture under $fixtures"
+python3 - "$work/corpus/spec" <<'PY' || fuzz_seed_failed "could not write the seed"
 import struct, sys
 def s(x): b = x.encode(); return struct.pack("<Q", len(b)) + b
 def kv(key, t, payload): return s(key) + struct.pack("<I", t) + payload
@@ -72,15 +63,4 @@ cat > "$work/dict" <<'DICT'
 "\x0c\x00\x00\x00"
 "\xff\xff\xff\xff\xff\xff\xff\xff"
 DICT
-if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-15}" -max_len=65536 -timeout=20 -rss_limit_mb=512 -malloc_limit_mb=64 \
-        -dict="$work/dict" -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
-    grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done)" "$work/log" | tail -n 3
-    echo "$name: 1 passed, 0 failed"
-else
-    tail -n 40 "$work/log"; cp "$work"/crash-* /tmp/ 2>/dev/null
-    for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
-        [ -f "$f" ] && { echo "input that failed ($f), hex:"; xxd "$f" | head -n 20; }
-    done
-    echo "$name: 0 passed, 1 failed"
-    exit 1
-fi
+fuzz_run 15 -max_len=65536 -rss_limit_mb=512 -malloc_limit_mb=64

@@ -12,28 +12,18 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-build=${LOOM_BUILD:-build}
 fixtures=${LOOM_FIXTURES:-$root/tests/fixtures}
 data=${LOOM_TEST_DATA:-tests/data}
 name=test_image_fuzz.sh
-fuzzer=$build/fuzz/fuzz/fuzz_image
-if [ ! -x "$fuzzer" ]; then
-    echo "$name: $fuzzer not built (make fuzzers); skipped"
-    echo "$name: 0 passed, 0 failed"
-    exit 0
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/corpus"
+. tests/fuzz_runner.sh
+fuzz_prepare fuzz_image
 n=0
 for f in "$fixtures"/preprocess/*.png "$fixtures"/preprocess/*.jpg "$fixtures"/models/*/image0.png \
          "$data"/glm-shapes/*/image0.png; do
     [ -f "$f" ] && cp "$f" "$work/corpus/seed$n" && n=$((n + 1))
 done
 if [ "$n" -lt 4 ]; then
-    echo "$name: fewer than 4 seed images found under $fixtures"
-    echo "$name: 0 passed, 1 failed"
-    exit 1
+    fuzz_seed_failed "fewer than 4 seed images found under $fixtures"
 fi
 # lossless 8 x 6 with alpha, lossy 16 x 16 (made with libwebp's encoder)
 xxd -r -p > "$work/corpus/webp0" <<'HEX'
@@ -46,7 +36,7 @@ HEX
 # pixels, so 768 KiB of decode): chunks declaring 2^31-1 bytes, zlib bombs
 # over and at the pixel cap, image data inflating past its rows, and
 # progressive JPEGs of one DC scan over and at the cap
-python3 - "$work/corpus" <<'PY' || { echo "$name: could not write the hostile seeds"; echo "$name: 0 passed, 1 failed"; exit 1; }
+python3 - "$work/corpus" <<'PY' || fuzz_seed_failed "could not write the hostile seeds"
 import struct, sys, zlib
 out = sys.argv[1]
 def chunk(kind, data, length=None):
@@ -113,15 +103,4 @@ cat > "$work/dict" <<'DICT'
 "ANIM"
 "ANMF"
 DICT
-if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-15}" -max_len=160000 -timeout=20 -rss_limit_mb=512 -malloc_limit_mb=64 \
-        -dict="$work/dict" -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
-    grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done)" "$work/log" | tail -n 3
-    echo "$name: 1 passed, 0 failed"
-else
-    tail -n 40 "$work/log"
-    for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
-        [ -f "$f" ] && { echo "input that failed ($f), hex:"; xxd "$f" | head -n 20; }
-    done
-    echo "$name: 0 passed, 1 failed"
-    exit 1
-fi
+fuzz_run 15 -max_len=160000 -rss_limit_mb=512 -malloc_limit_mb=64

@@ -8,19 +8,11 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-build=${LOOM_BUILD:-build}
 fixtures=${LOOM_FIXTURES:-$root/tests/fixtures}
 name=test_jinja_fuzz.sh
-fuzzer=$build/fuzz/fuzz/fuzz_jinja
-if [ ! -x "$fuzzer" ]; then
-    echo "$name: $fuzzer not built (make fuzzers); skipped"
-    echo "$name: 0 passed, 0 failed"
-    exit 0
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/corpus"
-python3 - "$fixtures" "$work" <<'PY' || { echo "$name: cannot build the seed corpus"; echo "$name: 0 passed, 1 failed"; exit 1; }
+. tests/fuzz_runner.sh
+fuzz_prepare fuzz_jinja
+python3 - "$fixtures" "$work" <<'PY' || fuzz_seed_failed "cannot build the seed corpus"
 import json, os, sys
 sys.path.insert(0, "tests")
 import jinja_diff
@@ -45,15 +37,4 @@ with open(f"{work}/dict", "w") as f:
         f.write(dict_entry(w) + "\n")
 PY
 export LOOM_FIXTURES=$fixtures
-if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-15}" -max_len=4096 -timeout=20 -rss_limit_mb=2048 \
-        -dict="$work/dict" -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
-    grep -E "^(stat::number_of_executed_units|Done)" "$work/log" | tail -n 2
-    echo "$name: 1 passed, 0 failed"
-else
-    tail -n 40 "$work/log"
-    for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
-        [ -f "$f" ] && { echo "input that failed ($f), hex:"; xxd "$f" | head -n 20; }
-    done
-    echo "$name: 0 passed, 1 failed"
-    exit 1
-fi
+fuzz_run 15 -max_len=4096 -rss_limit_mb=2048

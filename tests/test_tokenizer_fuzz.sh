@@ -7,18 +7,10 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-build=${LOOM_BUILD:-build}
 export LOOM_FIXTURES=${LOOM_FIXTURES:-$root/tests/fixtures}
 name=test_tokenizer_fuzz.sh
-fuzzer=$build/fuzz/fuzz/fuzz_tokenizer
-if [ ! -x "$fuzzer" ]; then
-    echo "$name: $fuzzer not built (make fuzzers); skipped"
-    echo "$name: 0 passed, 0 failed"
-    exit 0
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/corpus"
+. tests/fuzz_runner.sh
+fuzz_prepare fuzz_tokenizer
 python3 - "$LOOM_FIXTURES" "$work/corpus" <<'PY'
 import json, sys
 fixtures, out = sys.argv[1], sys.argv[2]
@@ -33,15 +25,4 @@ tiny = ('{"added_tokens":[{"id":5,"content":"<x>","special":true,"lstrip":true}]
 open(f"{out}/load0", "wb").write(bytes([224]) + tiny.encode())
 open(f"{out}/cfg0", "wb").write(bytes([240]) + open(f"{fixtures}/models/qwen35-dense/tokenizer_config.json", "rb").read())
 PY
-if "$fuzzer" -max_total_time="${LOOM_FUZZ_SECONDS:-30}" -max_len=2048 -timeout=20 -rss_limit_mb=3072 \
-        -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" >"$work/log" 2>&1; then
-    grep -E "^(stat::number_of_executed_units|Done)" "$work/log" | tail -n 2
-    echo "$name: 1 passed, 0 failed"
-else
-    tail -n 40 "$work/log"
-    for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
-        [ -f "$f" ] && { echo "input that failed ($f), hex:"; xxd "$f" | head -n 20; }
-    done
-    echo "$name: 0 passed, 1 failed"
-    exit 1
-fi
+fuzz_run 30 -max_len=2048 -rss_limit_mb=3072
