@@ -40,6 +40,7 @@
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/matmul_fp8_mma.h"
+#include "ops/cuda/matmul_ggml.h"
 
 #define THREADS 256
 
@@ -792,6 +793,7 @@ static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matr
                              (const uint8_t *)wp, n, w->rows, w->cols);
         return;
     }
+    if (lm_cuda_matmul_ggml(be, y, x, n, w)) return; // ggml blocks of 16-byte rows (matmul_ggml.cu)
     bool vector = bf16_vector_ok(w, wp, xp);
     int64_t per_block = vector ? rows_per_block(be, n) : WARPS, blocks = (w->rows + per_block - 1) / per_block;
     int cap = lm_cuda_state_of(be)->gemv_grid_cap;
@@ -1070,13 +1072,17 @@ static bool matmul_blocks_blas(lm_backend *be, lm_mem y, lm_mem x, int n, const 
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t m = rows - r0 < chunk ? rows - r0 : chunk;
         int64_t count = m * cols;
-        lm_cuda_launch(be, "matmul (int8/fp8 rows to bf16)", blocks_to_bf16_kernel, lm_cuda_blocks(count, THREADS),
+        lm_cuda_launch(be, "matmul (block rows to bf16)", blocks_to_bf16_kernel, lm_cuda_blocks(count, THREADS),
                        THREADS, 0, (__nv_bfloat16 *)s->weight_scratch, wp + (size_t)r0 * row_bytes, (int)w->dtype,
                        cols, count);
         lm_cuda_blas_call c = calls[m == chunk ? 0 : 1];
         c.b = x16;
         c.y = lm_cuda_f32(y) + r0; // column r0 of y [n, rows]: m outputs a token, rows apart
-        lm_cuda_enqueue_blas(be, w->dtype == LM_DTYPE_FP8_B128 ? "matmul (cuBLASLt, fp8 rows)" : "matmul (cuBLASLt, int8 rows)", &c);
+        lm_cuda_enqueue_blas(be,
+                             w->dtype == LM_DTYPE_FP8_B128 ? "matmul (cuBLASLt, fp8 rows)"
+                             : w->dtype == LM_DTYPE_Q8_0   ? "matmul (cuBLASLt, int8 rows)"
+                                                           : "matmul (cuBLASLt, ggml rows)",
+                             &c);
     }
     return true;
 }
@@ -1098,7 +1104,8 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
         lm_cuda_fp8_gemm(be, lm_cuda_f32(y), lm_cuda_f32(x), lm_cuda_state_of(be)->scratch,
                          (const uint8_t *)lm_cuda_ptr(w->data), n, rows, cols))
         return;
-    if (w->dtype == LM_DTYPE_Q8_0 || w->dtype == LM_DTYPE_FP8_B128) { // made bf16 a chunk at a time for cuBLASLt
+    if (w->dtype == LM_DTYPE_Q8_0 || w->dtype == LM_DTYPE_FP8_B128 ||
+        (w->dtype >= LM_DTYPE_GGML_Q4_0 && w->dtype <= LM_DTYPE_GGML_Q6_K)) { // made bf16 a chunk at a time for cuBLASLt
         if (!matmul_blocks_blas(be, y, x, n, w)) matmul_rows(be, y, x, n, w);
         return;
     }
