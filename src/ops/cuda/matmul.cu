@@ -511,6 +511,81 @@ __global__ static void __launch_bounds__(THREADS)
     }
 }
 
+// The FP8 decode product by default: a warp owns FP8_WARP_ROWS rows (no
+// block-wide sync: the 4-row blocks above spend a 4096-wide row's whole
+// work, one 16-byte load a lane, between two __syncthreads and a reduction,
+// and reach about 60% of the copy rate), its lanes taking units lane,
+// lane + 32, ... of every row, FP8_WARP_LOADS units a row in flight with
+// their scales (8 16-byte loads a lane), the tile's x read once for the
+// rows.  A unit's sum is fp8_unit_dot's, added with one fmaf with its scale
+// in unit order, then the lanes by a shuffle tree: the order depends on
+// cols only, so batched == alone bit for bit.
+#define FP8_WARP_ROWS 4
+#define FP8_WARP_LOADS 2
+#define FP8_WARPS 4
+
+template <int TILE>
+__global__ static void __launch_bounds__(FP8_WARPS * 32)
+    matmul_fp8_warp_kernel(float *y, const float *x, const uint8_t *w, int n, int64_t rows, int64_t cols) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
+    const int nt = n - t0 < TILE ? n - t0 : TILE;
+    const int64_t units = cols / FP8_UNIT, row_bytes = cols + cols / LM_FP8_BLOCK * 4;
+    const int64_t stride = (int64_t)gridDim.y * FP8_WARPS * FP8_WARP_ROWS;
+    bool waited = false;
+    for (int64_t o0 = ((int64_t)blockIdx.y * FP8_WARPS + warp) * FP8_WARP_ROWS; o0 < rows; o0 += stride) {
+        const uint8_t *row[FP8_WARP_ROWS];
+#pragma unroll
+        for (int r = 0; r < FP8_WARP_ROWS; r++) row[r] = w + (o0 + r < rows ? o0 + r : rows - 1) * row_bytes;
+        float acc[FP8_WARP_ROWS][TILE];
+#pragma unroll
+        for (int r = 0; r < FP8_WARP_ROWS; r++)
+#pragma unroll
+            for (int t = 0; t < TILE; t++) acc[r][t] = 0.0f;
+        for (int64_t u0 = lane; u0 < units; u0 += 32 * FP8_WARP_LOADS) {
+            uint4 q[FP8_WARP_ROWS][FP8_WARP_LOADS];
+            float scale[FP8_WARP_ROWS][FP8_WARP_LOADS];
+#pragma unroll
+            for (int k = 0; k < FP8_WARP_LOADS; k++) {
+                int64_t u = u0 + 32 * k;
+#pragma unroll
+                for (int r = 0; r < FP8_WARP_ROWS; r++) {
+                    q[r][k] = u < units ? __ldg((const uint4 *)row[r] + u) : make_uint4(0, 0, 0, 0);
+                    scale[r][k] = u < units ? __ldg((const float *)(row[r] + cols) + u / (LM_FP8_BLOCK / FP8_UNIT)) : 0.0f;
+                }
+            }
+            if (!waited) { // the weights first: nothing earlier writes them
+                lm_cuda_wait_for_prior();
+                lm_cuda_let_next_start();
+                waited = true;
+            }
+#pragma unroll
+            for (int k = 0; k < FP8_WARP_LOADS; k++) {
+                int64_t u = u0 + 32 * k;
+                if (u >= units) continue;
+#pragma unroll
+                for (int t = 0; t < TILE; t++) {
+                    if (t >= nt) continue;
+                    const float *xt = x + (int64_t)(t0 + t) * cols + u * FP8_UNIT;
+#pragma unroll
+                    for (int r = 0; r < FP8_WARP_ROWS; r++)
+                        acc[r][t] = __fmaf_rn(scale[r][k], fp8_unit_dot(q[r][k], xt), acc[r][t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < FP8_WARP_ROWS; r++)
+#pragma unroll
+            for (int t = 0; t < TILE; t++) {
+                float v = warp_total(acc[r][t]);
+                if (lane == 0 && t < nt && o0 + r < rows) y[(int64_t)(t0 + t) * rows + o0 + r] = v;
+            }
+    }
+    if (!waited) {
+        lm_cuda_wait_for_prior();
+        lm_cuda_let_next_start();
+    }
+}
+
 // Rows start on 16 bytes (cols a multiple of 512 with an aligned matrix:
 // a row is 33·cols/32 bytes), x too.
 static bool fp8_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
@@ -761,6 +836,8 @@ extern "C" void lm_cuda_fused_products_init(lm_cuda_state *s) {
     }
     if (!ok) (void)cudaGetLastError(); // not sticky: the narrower tiles still run
     s->norm_tile_bytes = ok ? NORM_TILE_WIDE_BYTES : NORM_TILE_MAX_BYTES;
+    const char *one_byte = getenv("LOOM_CUDA_GEMV_1BYTE");
+    s->gemv_1byte_blocks = one_byte && strcmp(one_byte, "blocks") == 0;
 }
 
 // Rows per block for a tile of n tokens.
@@ -773,6 +850,21 @@ static bool bf16_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
 static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     const void *wp = lm_cuda_ptr(w->data);
     const void *xp = lm_cuda_ptr(x);
+    bool blocks_of_4 = lm_cuda_state_of(be)->gemv_1byte_blocks;
+    if (!blocks_of_4 && fp8_vector_ok(w, wp, xp)) {
+        int64_t per_block = FP8_WARPS * FP8_WARP_ROWS, blocks = (w->rows + per_block - 1) / per_block;
+        dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
+        void (*kernel)(float *, const float *, const uint8_t *, int, int64_t, int64_t) =
+            n == 1   ? matmul_fp8_warp_kernel<1>
+            : n == 2 ? matmul_fp8_warp_kernel<2>
+            : n <= 4 ? matmul_fp8_warp_kernel<4>
+                     : matmul_fp8_warp_kernel<TOKENS>;
+        lm_cuda_launch(be, "matmul (fp8)", kernel, grid, FP8_WARPS * 32, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+                       (const uint8_t *)wp, n, w->rows, w->cols);
+        return;
+    }
+    // int8 rows of 16-byte multiples: the staged kernel of the ggml blocks
+    if (!blocks_of_4 && lm_cuda_matmul_q8_staged(be, y, x, n, w)) return;
     if (fp8_vector_ok(w, wp, xp)) {
         int64_t blocks = (w->rows + FP8_ROWS - 1) / FP8_ROWS;
         dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
@@ -1129,7 +1221,10 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
     group_args a;
     memset(&a, 0, sizeof a); // every byte is compared by the queue (launch.h)
     // one kind of vector kernel for all: bf16 rows, or int8 rows
+    // (int8 in one launch only with LOOM_CUDA_GEMV_1BYTE=blocks, whose lone
+    // products are q8_rows' too; the staged kernel has no group form yet)
     bool q8 = count > 0 && outs[0].w->dtype == LM_DTYPE_Q8_0;
+    if (q8 && !lm_cuda_state_of(be)->gemv_1byte_blocks) fused = false;
     int per_block = q8 ? Q8_ROWS : rows_per_block(be, n), blocks = 0;
     for (int i = 0; fused && i < count; i++) {
         const lm_matrix *w = outs[i].w;
@@ -1186,6 +1281,7 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
         return false;
     if (gate->rows != up->rows || gate->cols != up->cols || gate->rows <= 0) return false;
     if (q8_vector_ok(gate, gp, xp) && q8_vector_ok(up, up_p, xp)) {
+        if (!lm_cuda_state_of(be)->gemv_1byte_blocks) return false; // its lone products: the staged kernel
         constexpr int half = Q8_ROWS / 2;
         int64_t blocks = (gate->rows + half - 1) / half;
         if (blocks > 65535) return false;

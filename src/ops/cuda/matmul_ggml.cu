@@ -37,8 +37,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ops/cuda/launch.h" // first: base/dtype.h with C linkage, through ops.h
 #include "ops/cuda/device_primitives.h"
-#include "ops/cuda/launch.h"
 #include "ops/cuda/matmul_ggml.h"
 
 #define GGML_WARPS 4 /* a block of 128 threads */
@@ -130,6 +130,19 @@ template <> struct ggml_fmt<LM_DTYPE_GGML_Q8_0> {
     __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &) {
         const uint8_t *b = row + g * bytes;
         s0 = lm_ggml_f16(b);
+#pragma unroll
+        for (int k = 0; k < 8; k++) u[k] = word_at2(b + 2 + 4 * k) ^ 0x80808080u; // int8 + 128
+    }
+};
+
+// loom's Q8_0 (base/dtype.h: --quantize int8, FP8 checkpoints made int8):
+// the same blocks with a bf16 scale.
+template <> struct ggml_fmt<LM_DTYPE_Q8_0> {
+    static constexpr int elems = 32, bytes = 34, chunk = 1024, off = 128;
+    static constexpr bool affine = false, two = false;
+    __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &) {
+        const uint8_t *b = row + g * bytes;
+        s0 = __uint_as_float((uint32_t)*(const unsigned short *)b << 16);
 #pragma unroll
         for (int k = 0; k < 8; k++) u[k] = word_at2(b + 2 + 4 * k) ^ 0x80808080u; // int8 + 128
     }
@@ -345,20 +358,36 @@ static const ggml_kernel_fn ggml_kernels[8][4] = {
     GGML_TILES(LM_DTYPE_GGML_Q4_0), GGML_TILES(LM_DTYPE_GGML_Q4_1), GGML_TILES(LM_DTYPE_GGML_Q5_0),
     GGML_TILES(LM_DTYPE_GGML_Q5_1), GGML_TILES(LM_DTYPE_GGML_Q8_0), GGML_TILES(LM_DTYPE_GGML_Q4_K),
     GGML_TILES(LM_DTYPE_GGML_Q5_K), GGML_TILES(LM_DTYPE_GGML_Q6_K)};
+// loom's int8, beside them
+static const ggml_kernel_fn q8_kernels[4] = GGML_TILES(LM_DTYPE_Q8_0);
 #undef GGML_TILES
 static_assert(LM_DTYPE_GGML_Q6_K - LM_DTYPE_GGML_Q4_0 == 7, "the table follows base/dtype.h's order");
 
-bool lm_cuda_matmul_ggml(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
-    if (w->dtype < LM_DTYPE_GGML_Q4_0 || w->dtype > LM_DTYPE_GGML_Q6_K || n <= 0 || w->rows <= 0 || w->cols <= 0)
-        return false;
+
+// Whether the staged kernel takes w at x: rows of 16-byte multiples.
+static bool staged_ok(const lm_matrix *w, lm_mem x, int n) {
     const void *wp = lm_cuda_ptr(w->data), *xp = lm_cuda_ptr(x);
-    if (w->cols % lm_dtype_block_elems(w->dtype) != 0 || lm_dtype_row_bytes(w->dtype, w->cols) % 16 != 0 ||
-        (uintptr_t)wp % 16 != 0 || (uintptr_t)xp % 16 != 0)
-        return false;
+    return n > 0 && w->rows > 0 && w->cols > 0 && w->cols % lm_dtype_block_elems(w->dtype) == 0 &&
+           lm_dtype_row_bytes(w->dtype, w->cols) % 16 == 0 && (uintptr_t)wp % 16 == 0 && (uintptr_t)xp % 16 == 0;
+}
+
+static void launch_staged(lm_backend *be, const char *what, const ggml_kernel_fn (&tiles)[4], lm_mem y, lm_mem x,
+                          int n, const lm_matrix *w) {
     int64_t per_block = GGML_WARPS * GGML_RW, blocks = (w->rows + per_block - 1) / per_block;
     dim3 grid(lm_cuda_blocks(n, GGML_TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
     int tile = n == 1 ? 0 : n == 2 ? 1 : n <= 4 ? 2 : 3;
-    lm_cuda_launch(be, "matmul (ggml blocks)", ggml_kernels[w->dtype - LM_DTYPE_GGML_Q4_0][tile], grid,
-                   GGML_THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x), (const uint8_t *)wp, n, w->rows, w->cols);
+    lm_cuda_launch(be, what, tiles[tile], grid, GGML_THREADS, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+                   (const uint8_t *)lm_cuda_ptr(w->data), n, w->rows, w->cols);
+}
+
+bool lm_cuda_matmul_ggml(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    if (w->dtype < LM_DTYPE_GGML_Q4_0 || w->dtype > LM_DTYPE_GGML_Q6_K || !staged_ok(w, x, n)) return false;
+    launch_staged(be, "matmul (ggml blocks)", ggml_kernels[w->dtype - LM_DTYPE_GGML_Q4_0], y, x, n, w);
+    return true;
+}
+
+bool lm_cuda_matmul_q8_staged(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
+    if (w->dtype != LM_DTYPE_Q8_0 || !staged_ok(w, x, n)) return false;
+    launch_staged(be, "matmul (int8)", q8_kernels, y, x, n, w);
     return true;
 }

@@ -10,5 +10,8 @@
  * bytes), queued; false (nothing queued) otherwise: the caller's scalar
  * kernel runs it. */
 bool lm_cuda_matmul_ggml(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
+/* The same for loom's int8 (Q8_0: ggml's Q8_0 with a bf16 scale), through
+ * the same kernel. */
+bool lm_cuda_matmul_q8_staged(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w);
 
 #endif
