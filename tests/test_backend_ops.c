@@ -1184,7 +1184,7 @@ static void test_matmul_ggml(void) {
         check_weights_batch_invariance(&bs, &v, &r, dt, 6, 257, 512);
         check_weights_batch_invariance(&bs, &v, &r, dt, 9, 20, 17408);
         /* cuda's decode kernel (matmul_ggml.cu) takes rows of 16-byte
-         * multiples in chunks of 1024 weights (Q6_K 2048): the 9B widths
+         * multiples in chunks of 2048 weights: the 9B widths
          * (4096, 12288), a partial last chunk (2304, 1280), rows past one
          * block's 16, and every token tile (1, 2, 4, 8 and two tiles) */
         static const int64_t chunked[][2] = {{37, 4096}, {19, 12288}, {45, 2304}, {17, 1280}};

@@ -6,12 +6,15 @@
 // 210 bytes, so most of them start on 2-byte boundaries and a lane reading
 // its own block straight from memory would make 2-byte loads (the int8
 // kernel's, which holds it near 60% of the copy rate).  Here a warp copies
-// its rows a chunk at a time (2048 weights for Q6_K, 1024 for the others:
-// a whole number of blocks and of 16-byte pieces, 576-1680 bytes a row)
-// into shared memory with coalesced 16-byte loads, the lanes' consecutive
-// pieces, and each lane then decodes whole 32-weight groups from there.
-// The next chunk's pieces are loaded into registers while the current one
-// is summed, so every lane keeps about 5-14 loads of 16 bytes in flight.
+// its rows a chunk at a time (2048 weights: a whole number of blocks and
+// of 16-byte pieces for every format, 1152-2176 bytes a row) into shared
+// memory with coalesced 16-byte loads, the lanes' consecutive pieces, and
+// each lane then decodes whole 32-weight groups from there.  The next
+// chunk's pieces are loaded into registers while the current one is
+// summed, so every lane keeps 9-17 loads of 16 bytes in flight, and a
+// 4096-wide row is two chunks: two memory round trips a row set, not four
+// (a 4096 x 4096 Q4_0 matrix is 3 us of the copy rate, about as long as a
+// chain of four dependent loads).
 // A warp owns GGML_RW rows at once: a group's activations are loaded once
 // for its 4 rows (the 8 float4 of x a group reads are 7 times its 4-bit
 // weight bytes: one row a lane would be bound by the L1, not by DRAM).
@@ -65,7 +68,7 @@ __device__ __forceinline__ static uint32_t fifth_bits(uint32_t t) { return ((t &
 template <int DT> struct ggml_fmt;
 
 template <> struct ggml_fmt<LM_DTYPE_GGML_Q4_0> {
-    static constexpr int elems = 32, bytes = 18, chunk = 1024, off = 8;
+    static constexpr int elems = 32, bytes = 18, chunk = 2048, off = 8;
     static constexpr bool affine = false, two = false;
     __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &) {
         const uint8_t *b = row + g * bytes;
@@ -79,7 +82,7 @@ template <> struct ggml_fmt<LM_DTYPE_GGML_Q4_0> {
 };
 
 template <> struct ggml_fmt<LM_DTYPE_GGML_Q4_1> {
-    static constexpr int elems = 32, bytes = 20, chunk = 1024, off = 0;
+    static constexpr int elems = 32, bytes = 20, chunk = 2048, off = 0;
     static constexpr bool affine = true, two = false;
     __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &mn) {
         const uint8_t *b = row + g * bytes; // on 4 bytes
@@ -93,7 +96,7 @@ template <> struct ggml_fmt<LM_DTYPE_GGML_Q4_1> {
 };
 
 template <> struct ggml_fmt<LM_DTYPE_GGML_Q5_0> {
-    static constexpr int elems = 32, bytes = 22, chunk = 1024, off = 16;
+    static constexpr int elems = 32, bytes = 22, chunk = 2048, off = 16;
     static constexpr bool affine = false, two = false;
     __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &) {
         const uint8_t *b = row + g * bytes;
@@ -109,7 +112,7 @@ template <> struct ggml_fmt<LM_DTYPE_GGML_Q5_0> {
 };
 
 template <> struct ggml_fmt<LM_DTYPE_GGML_Q5_1> {
-    static constexpr int elems = 32, bytes = 24, chunk = 1024, off = 0;
+    static constexpr int elems = 32, bytes = 24, chunk = 2048, off = 0;
     static constexpr bool affine = true, two = false;
     __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &mn) {
         const uint8_t *b = row + g * bytes; // on 8 bytes
@@ -125,7 +128,7 @@ template <> struct ggml_fmt<LM_DTYPE_GGML_Q5_1> {
 };
 
 template <> struct ggml_fmt<LM_DTYPE_GGML_Q8_0> {
-    static constexpr int elems = 32, bytes = 34, chunk = 1024, off = 128;
+    static constexpr int elems = 32, bytes = 34, chunk = 2048, off = 128;
     static constexpr bool affine = false, two = false;
     __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &) {
         const uint8_t *b = row + g * bytes;
@@ -138,7 +141,7 @@ template <> struct ggml_fmt<LM_DTYPE_GGML_Q8_0> {
 // loom's Q8_0 (base/dtype.h: --quantize int8, FP8 checkpoints made int8):
 // the same blocks with a bf16 scale.
 template <> struct ggml_fmt<LM_DTYPE_Q8_0> {
-    static constexpr int elems = 32, bytes = 34, chunk = 1024, off = 128;
+    static constexpr int elems = 32, bytes = 34, chunk = 2048, off = 128;
     static constexpr bool affine = false, two = false;
     __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &) {
         const uint8_t *b = row + g * bytes;
@@ -174,7 +177,7 @@ __device__ __forceinline__ static void k_quant_group(const uint8_t *row, int g, 
 }
 
 template <> struct ggml_fmt<LM_DTYPE_GGML_Q4_K> {
-    static constexpr int elems = 256, bytes = 144, chunk = 1024, off = 0;
+    static constexpr int elems = 256, bytes = 144, chunk = 2048, off = 0;
     static constexpr bool affine = true, two = false;
     __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &mn) {
         k_quant_group<false>(row, g, u, s0, mn);
@@ -182,7 +185,7 @@ template <> struct ggml_fmt<LM_DTYPE_GGML_Q4_K> {
 };
 
 template <> struct ggml_fmt<LM_DTYPE_GGML_Q5_K> {
-    static constexpr int elems = 256, bytes = 176, chunk = 1024, off = 0;
+    static constexpr int elems = 256, bytes = 176, chunk = 2048, off = 0;
     static constexpr bool affine = true, two = false;
     __device__ static void group(const uint8_t *row, int g, uint32_t (&u)[8], float &s0, float &, float &mn) {
         k_quant_group<true>(row, g, u, s0, mn);
