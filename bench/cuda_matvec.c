@@ -17,6 +17,9 @@
  * two untimed ones (the queue captures a graph on the second sighting and
  * replays it, as decoding does).
  *
+ * LOOM_CUDA_GEMV_1BYTE=blocks: int8 and FP8 through their earlier kernels
+ * (4-row blocks, src/ops/cuda/README.md), to compare.
+ *
  * usage: cuda_matvec [rounds (default 20)] [formats, comma separated:
  *        bf16,int8,fp8,q4_0,q4_1,q4_k,q6_k,q8_0,q5_0,q5_1,q5_k (default the
  *        first eight)]
@@ -216,7 +219,9 @@ int main(int argc, char **argv) {
     printf("cuda_matvec: %d rounds; copy rate %.0f GB/s (1 GiB device to device, read + written)\n", rounds, copy);
     printf("per product: median us, GB/s of weight bytes, %% of the copy rate, at batch 1 and 4\n");
     int64_t max_cols = 12288;
-    size_t x_floats = 4 * (size_t)max_cols;
+    /* two inputs, alternated: products of one input in a row would be
+     * grouped into one launch by the backend's fusion window (bf16) */
+    size_t x_floats = 2 * 4 * (size_t)max_cols;
     lm_buffer *x_buf = NULL, *y_buf = NULL;
     if (lm_alloc(be, sizeof(float) * x_floats, "x", &x_buf, &err) != LM_OK ||
         lm_alloc(be, sizeof(float) * 4 * 248320, "y", &y_buf, &err) != LM_OK) {
@@ -248,7 +253,8 @@ int main(int argc, char **argv) {
                 for (int r = -2; r < rounds; r++) {
                     double t0 = now_seconds();
                     for (int k = 0; k < calls; k++)
-                        lm_matmul(be, lm_mem_of(y_buf), lm_mem_of(x_buf), n, &wt.m[k % wt.copies]);
+                        lm_matmul(be, lm_mem_of(y_buf), lm_mem_f32(lm_mem_of(x_buf), (size_t)(k % 2) * 4 * max_cols), n,
+                                  &wt.m[k % wt.copies]);
                     if (lm_synchronize(be, &err) != LM_OK) {
                         fprintf(stderr, "cuda_matvec: %s\n", err.message);
                         return 1;
