@@ -312,31 +312,46 @@ __global__ static void __launch_bounds__(GGML_THREADS)
                     s1[r] = 0.0f, mn[r] = 0.0f;
                     F::group(stage + r * C::chunk_bytes, g, u[r], s0[r], s1[r], mn[r]);
                 }
+                // each weight made a float once for the tile's tokens; every
+                // (row, token) sum runs in column order as alone
+                float sa[GGML_RW][TILE], sb[GGML_RW][TILE], xs[TILE];
+#pragma unroll
+                for (int t = 0; t < TILE; t++) {
+                    xs[t] = 0.0f;
+#pragma unroll
+                    for (int r = 0; r < GGML_RW; r++) sa[r][t] = 0.0f, sb[r][t] = 0.0f;
+                }
+                const float *xg = x + (int64_t)t0 * cols + col0 + 32 * g;
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    float q[GGML_RW][4];
+#pragma unroll
+                    for (int r = 0; r < GGML_RW; r++)
+#pragma unroll
+                        for (int k = 0; k < 4; k++) q[r][k] = value_of<F::off>(u[r][i], k);
+#pragma unroll
+                    for (int t = 0; t < TILE; t++) {
+                        if (t >= nt) continue;
+                        float4 xv = ((const float4 *)(xg + (int64_t)t * cols))[i];
+                        if (F::affine) xs[t] = (((xs[t] + xv.x) + xv.y) + xv.z) + xv.w;
+#pragma unroll
+                        for (int r = 0; r < GGML_RW; r++) {
+                            float &s = F::two && i >= 4 ? sb[r][t] : sa[r][t];
+                            s = __fmaf_rn(q[r][0], xv.x, s);
+                            s = __fmaf_rn(q[r][1], xv.y, s);
+                            s = __fmaf_rn(q[r][2], xv.z, s);
+                            s = __fmaf_rn(q[r][3], xv.w, s);
+                        }
+                    }
+                }
 #pragma unroll
                 for (int t = 0; t < TILE; t++) {
                     if (t >= nt) continue;
-                    const float4 *x4 = (const float4 *)(x + (int64_t)(t0 + t) * cols + col0 + 32 * g);
-                    float sa[GGML_RW], sb[GGML_RW], xs = 0.0f;
-#pragma unroll
-                    for (int r = 0; r < GGML_RW; r++) sa[r] = 0.0f, sb[r] = 0.0f;
-#pragma unroll
-                    for (int i = 0; i < 8; i++) {
-                        float4 xv = x4[i];
-                        if (F::affine) xs = (((xs + xv.x) + xv.y) + xv.z) + xv.w;
-#pragma unroll
-                        for (int r = 0; r < GGML_RW; r++) {
-                            float &s = F::two && i >= 4 ? sb[r] : sa[r];
-                            s = __fmaf_rn(value_of<F::off>(u[r][i], 0), xv.x, s);
-                            s = __fmaf_rn(value_of<F::off>(u[r][i], 1), xv.y, s);
-                            s = __fmaf_rn(value_of<F::off>(u[r][i], 2), xv.z, s);
-                            s = __fmaf_rn(value_of<F::off>(u[r][i], 3), xv.w, s);
-                        }
-                    }
 #pragma unroll
                     for (int r = 0; r < GGML_RW; r++) {
-                        float a = __fmaf_rn(s0[r], sa[r], acc[r][t]);
-                        if (F::two) a = __fmaf_rn(s1[r], sb[r], a);
-                        if (F::affine) a = __fmaf_rn(mn[r], xs, a);
+                        float a = __fmaf_rn(s0[r], sa[r][t], acc[r][t]);
+                        if (F::two) a = __fmaf_rn(s1[r], sb[r][t], a);
+                        if (F::affine) a = __fmaf_rn(mn[r], xs[t], a);
                         acc[r][t] = a;
                     }
                 }
