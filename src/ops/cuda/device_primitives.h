@@ -9,11 +9,13 @@
 #include <stdint.h>
 
 #include "base/dtype.h"
+#include "ops/cuda/ggml_blocks.h"
 
 /* Element i (row · cols + column) of a weight matrix of `dtype` as float32:
  * bf16, f16, float32, or Q8_0 (base/dtype.h: cols a multiple of 32, so a
  * block never straddles rows; the scale times the int8 value is exact in
- * float32, 8 + 7 significant bits).  The scalar kernels' reader. */
+ * float32, 8 + 7 significant bits), or a ggml block format (ggml_blocks.h).
+ * The scalar kernels' reader. */
 __device__ __forceinline__ static float lm_weight_at(const void *w, int dtype, int64_t i) {
     if (dtype == LM_DTYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)w)[i] << 16);
     if (dtype == LM_DTYPE_F16) return __half2float(((const __half *)w)[i]);
@@ -22,6 +24,7 @@ __device__ __forceinline__ static float lm_weight_at(const void *w, int dtype, i
         float scale = __uint_as_float((uint32_t)(b[0] | b[1] << 8) << 16);
         return scale * (float)(int8_t)b[2 + i % LM_Q8_BLOCK];
     }
+    if (lm_ggml_dtype(dtype)) return lm_ggml_weight_at_dev(w, dtype, i);
     return ((const float *)w)[i];
 }
 

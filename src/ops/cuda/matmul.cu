@@ -40,6 +40,7 @@
 #include "ops/cuda/device_primitives.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/matmul_fp8_mma.h"
+#include "ops/cuda/matmul_ggml.h"
 
 #define THREADS 256
 
@@ -510,6 +511,81 @@ __global__ static void __launch_bounds__(THREADS)
     }
 }
 
+// The FP8 decode product by default: a warp owns FP8_WARP_ROWS rows (no
+// block-wide sync: the 4-row blocks above spend a 4096-wide row's whole
+// work, one 16-byte load a lane, between two __syncthreads and a reduction,
+// and reach about 60% of the copy rate), its lanes taking units lane,
+// lane + 32, ... of every row, FP8_WARP_LOADS units a row in flight with
+// their scales (8 16-byte loads a lane), the tile's x read once for the
+// rows.  A unit's sum is fp8_unit_dot's, added with one fmaf with its scale
+// in unit order, then the lanes by a shuffle tree: the order depends on
+// cols only, so batched == alone bit for bit.
+#define FP8_WARP_ROWS 4
+#define FP8_WARP_LOADS 2
+#define FP8_WARPS 4
+
+template <int TILE>
+__global__ static void __launch_bounds__(FP8_WARPS * 32)
+    matmul_fp8_warp_kernel(float *y, const float *x, const uint8_t *w, int n, int64_t rows, int64_t cols) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t0 = blockIdx.x * TILE;
+    const int nt = n - t0 < TILE ? n - t0 : TILE;
+    const int64_t units = cols / FP8_UNIT, row_bytes = cols + cols / LM_FP8_BLOCK * 4;
+    const int64_t stride = (int64_t)gridDim.y * FP8_WARPS * FP8_WARP_ROWS;
+    bool waited = false;
+    for (int64_t o0 = ((int64_t)blockIdx.y * FP8_WARPS + warp) * FP8_WARP_ROWS; o0 < rows; o0 += stride) {
+        const uint8_t *row[FP8_WARP_ROWS];
+#pragma unroll
+        for (int r = 0; r < FP8_WARP_ROWS; r++) row[r] = w + (o0 + r < rows ? o0 + r : rows - 1) * row_bytes;
+        float acc[FP8_WARP_ROWS][TILE];
+#pragma unroll
+        for (int r = 0; r < FP8_WARP_ROWS; r++)
+#pragma unroll
+            for (int t = 0; t < TILE; t++) acc[r][t] = 0.0f;
+        for (int64_t u0 = lane; u0 < units; u0 += 32 * FP8_WARP_LOADS) {
+            uint4 q[FP8_WARP_ROWS][FP8_WARP_LOADS];
+            float scale[FP8_WARP_ROWS][FP8_WARP_LOADS];
+#pragma unroll
+            for (int k = 0; k < FP8_WARP_LOADS; k++) {
+                int64_t u = u0 + 32 * k;
+#pragma unroll
+                for (int r = 0; r < FP8_WARP_ROWS; r++) {
+                    q[r][k] = u < units ? __ldg((const uint4 *)row[r] + u) : make_uint4(0, 0, 0, 0);
+                    scale[r][k] = u < units ? __ldg((const float *)(row[r] + cols) + u / (LM_FP8_BLOCK / FP8_UNIT)) : 0.0f;
+                }
+            }
+            if (!waited) { // the weights first: nothing earlier writes them
+                lm_cuda_wait_for_prior();
+                lm_cuda_let_next_start();
+                waited = true;
+            }
+#pragma unroll
+            for (int k = 0; k < FP8_WARP_LOADS; k++) {
+                int64_t u = u0 + 32 * k;
+                if (u >= units) continue;
+#pragma unroll
+                for (int t = 0; t < TILE; t++) {
+                    if (t >= nt) continue;
+                    const float *xt = x + (int64_t)(t0 + t) * cols + u * FP8_UNIT;
+#pragma unroll
+                    for (int r = 0; r < FP8_WARP_ROWS; r++)
+                        acc[r][t] = __fmaf_rn(scale[r][k], fp8_unit_dot(q[r][k], xt), acc[r][t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < FP8_WARP_ROWS; r++)
+#pragma unroll
+            for (int t = 0; t < TILE; t++) {
+                float v = warp_total(acc[r][t]);
+                if (lane == 0 && t < nt && o0 + r < rows) y[(int64_t)(t0 + t) * rows + o0 + r] = v;
+            }
+    }
+    if (!waited) {
+        lm_cuda_wait_for_prior();
+        lm_cuda_let_next_start();
+    }
+}
+
 // Rows start on 16 bytes (cols a multiple of 512 with an aligned matrix:
 // a row is 33·cols/32 bytes), x too.
 static bool fp8_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
@@ -760,6 +836,8 @@ extern "C" void lm_cuda_fused_products_init(lm_cuda_state *s) {
     }
     if (!ok) (void)cudaGetLastError(); // not sticky: the narrower tiles still run
     s->norm_tile_bytes = ok ? NORM_TILE_WIDE_BYTES : NORM_TILE_MAX_BYTES;
+    const char *one_byte = getenv("LOOM_CUDA_GEMV_1BYTE");
+    s->gemv_1byte_blocks = one_byte && strcmp(one_byte, "blocks") == 0;
 }
 
 // Rows per block for a tile of n tokens.
@@ -772,6 +850,21 @@ static bool bf16_vector_ok(const lm_matrix *w, const void *wp, const void *xp) {
 static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matrix *w) {
     const void *wp = lm_cuda_ptr(w->data);
     const void *xp = lm_cuda_ptr(x);
+    bool blocks_of_4 = lm_cuda_state_of(be)->gemv_1byte_blocks;
+    if (!blocks_of_4 && fp8_vector_ok(w, wp, xp)) {
+        int64_t per_block = FP8_WARPS * FP8_WARP_ROWS, blocks = (w->rows + per_block - 1) / per_block;
+        dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
+        void (*kernel)(float *, const float *, const uint8_t *, int, int64_t, int64_t) =
+            n == 1   ? matmul_fp8_warp_kernel<1>
+            : n == 2 ? matmul_fp8_warp_kernel<2>
+            : n <= 4 ? matmul_fp8_warp_kernel<4>
+                     : matmul_fp8_warp_kernel<TOKENS>;
+        lm_cuda_launch(be, "matmul (fp8)", kernel, grid, FP8_WARPS * 32, 0, lm_cuda_f32(y), lm_cuda_f32(x),
+                       (const uint8_t *)wp, n, w->rows, w->cols);
+        return;
+    }
+    // int8 rows of 16-byte multiples: the staged kernel of the ggml blocks
+    if (!blocks_of_4 && lm_cuda_matmul_q8_staged(be, y, x, n, w)) return;
     if (fp8_vector_ok(w, wp, xp)) {
         int64_t blocks = (w->rows + FP8_ROWS - 1) / FP8_ROWS;
         dim3 grid(lm_cuda_blocks(n, TOKENS), (unsigned)(blocks < 65535 ? blocks : 65535));
@@ -792,6 +885,7 @@ static void matmul_rows(lm_backend *be, lm_mem y, lm_mem x, int n, const lm_matr
                              (const uint8_t *)wp, n, w->rows, w->cols);
         return;
     }
+    if (lm_cuda_matmul_ggml(be, y, x, n, w)) return; // ggml blocks of 16-byte rows (matmul_ggml.cu)
     bool vector = bf16_vector_ok(w, wp, xp);
     int64_t per_block = vector ? rows_per_block(be, n) : WARPS, blocks = (w->rows + per_block - 1) / per_block;
     int cap = lm_cuda_state_of(be)->gemv_grid_cap;
@@ -1070,13 +1164,17 @@ static bool matmul_blocks_blas(lm_backend *be, lm_mem y, lm_mem x, int n, const 
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t m = rows - r0 < chunk ? rows - r0 : chunk;
         int64_t count = m * cols;
-        lm_cuda_launch(be, "matmul (int8/fp8 rows to bf16)", blocks_to_bf16_kernel, lm_cuda_blocks(count, THREADS),
+        lm_cuda_launch(be, "matmul (block rows to bf16)", blocks_to_bf16_kernel, lm_cuda_blocks(count, THREADS),
                        THREADS, 0, (__nv_bfloat16 *)s->weight_scratch, wp + (size_t)r0 * row_bytes, (int)w->dtype,
                        cols, count);
         lm_cuda_blas_call c = calls[m == chunk ? 0 : 1];
         c.b = x16;
         c.y = lm_cuda_f32(y) + r0; // column r0 of y [n, rows]: m outputs a token, rows apart
-        lm_cuda_enqueue_blas(be, w->dtype == LM_DTYPE_FP8_B128 ? "matmul (cuBLASLt, fp8 rows)" : "matmul (cuBLASLt, int8 rows)", &c);
+        lm_cuda_enqueue_blas(be,
+                             w->dtype == LM_DTYPE_FP8_B128 ? "matmul (cuBLASLt, fp8 rows)"
+                             : w->dtype == LM_DTYPE_Q8_0   ? "matmul (cuBLASLt, int8 rows)"
+                                                           : "matmul (cuBLASLt, ggml rows)",
+                             &c);
     }
     return true;
 }
@@ -1098,7 +1196,8 @@ extern "C" void lm_cuda_matmul(lm_backend *be, lm_mem y, lm_mem x, int n, const 
         lm_cuda_fp8_gemm(be, lm_cuda_f32(y), lm_cuda_f32(x), lm_cuda_state_of(be)->scratch,
                          (const uint8_t *)lm_cuda_ptr(w->data), n, rows, cols))
         return;
-    if (w->dtype == LM_DTYPE_Q8_0 || w->dtype == LM_DTYPE_FP8_B128) { // made bf16 a chunk at a time for cuBLASLt
+    if (w->dtype == LM_DTYPE_Q8_0 || w->dtype == LM_DTYPE_FP8_B128 ||
+        (w->dtype >= LM_DTYPE_GGML_Q4_0 && w->dtype <= LM_DTYPE_GGML_Q6_K)) { // made bf16 a chunk at a time for cuBLASLt
         if (!matmul_blocks_blas(be, y, x, n, w)) matmul_rows(be, y, x, n, w);
         return;
     }
@@ -1122,7 +1221,10 @@ extern "C" void lm_cuda_matmul_group(lm_backend *be, lm_mem x, int n, const lm_m
     group_args a;
     memset(&a, 0, sizeof a); // every byte is compared by the queue (launch.h)
     // one kind of vector kernel for all: bf16 rows, or int8 rows
+    // (int8 in one launch only with LOOM_CUDA_GEMV_1BYTE=blocks, whose lone
+    // products are q8_rows' too; the staged kernel has no group form yet)
     bool q8 = count > 0 && outs[0].w->dtype == LM_DTYPE_Q8_0;
+    if (q8 && !lm_cuda_state_of(be)->gemv_1byte_blocks) fused = false;
     int per_block = q8 ? Q8_ROWS : rows_per_block(be, n), blocks = 0;
     for (int i = 0; fused && i < count; i++) {
         const lm_matrix *w = outs[i].w;
@@ -1179,6 +1281,7 @@ extern "C" bool lm_cuda_matmul_swiglu(lm_backend *be, lm_mem y, lm_mem x, int n,
         return false;
     if (gate->rows != up->rows || gate->cols != up->cols || gate->rows <= 0) return false;
     if (q8_vector_ok(gate, gp, xp) && q8_vector_ok(up, up_p, xp)) {
+        if (!lm_cuda_state_of(be)->gemv_1byte_blocks) return false; // its lone products: the staged kernel
         constexpr int half = Q8_ROWS / 2;
         int64_t blocks = (gate->rows + half - 1) / half;
         if (blocks > 65535) return false;

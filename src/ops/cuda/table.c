@@ -1,15 +1,19 @@
 /* The cuda backend's table of ops (C, for designated initializers in any
  * order).  Built only with the cuda backend. */
 #ifdef LOOM_HAVE_CUDA
+#include "base/ggml_quant.h"
 #include "ops/cuda/cuda_backend.h"
 
 /* Q8_0 weights: matmul's int8 kernel (matmul.cu), the scalar readers of
  * embed, moe_experts and add_weighted_rows (lm_weight_at).  FP8_B128:
- * matmul's FP8 kernel, the same scalar readers (lm_weight_in). */
+ * matmul's FP8 kernel, the same scalar readers (lm_weight_in).  ggml's block
+ * formats (GGUF files): matmul_ggml.cu's kernel where rows are 16-byte
+ * aligned, else the scalar kernel, and the scalar readers (ggml_blocks.h);
+ * in bf16 compute, 9+ rows made bf16 a chunk at a time for cuBLASLt. */
 static bool cuda_weight_dtype_supported(const lm_backend *be, lm_dtype dtype) {
     (void)be;
     return dtype == LM_DTYPE_BF16 || dtype == LM_DTYPE_F16 || dtype == LM_DTYPE_F32 || dtype == LM_DTYPE_Q8_0 ||
-           dtype == LM_DTYPE_FP8_B128;
+           dtype == LM_DTYPE_FP8_B128 || lm_ggml_is_block(dtype);
 }
 
 const lm_backend_ops lm_cuda_backend_ops = {
