@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "io/checkpoint.h"
+#include "models/gptq_quant.h"
 
 struct cJSON;
 #include "ops/ops.h"
@@ -25,6 +26,7 @@ typedef struct {
     int mlx_bits;          /* > 0: config.json's "quantization" (MLX affine, models/mlx_quant.h) */
     int mlx_group;         /* its group_size */
     bool mlx_overrides;    /* it names modules of their own bits/group_size (or false: not quantized) */
+    lm_int4_quant int4;    /* GPTQ / AWQ int4 (quantization_config's quant_method gptq or awq) */
 } lm_weights_quant;
 
 /* config.json's quantization_config (top level, else text_config's): none,
@@ -74,6 +76,13 @@ typedef struct {
     size_t fp8_bf16_bytes; /* bytes of bf16 matrices decoded from FP8 (a backend without int8 weights) */
     size_t mlx_bytes;      /* bytes of matrices decoded from MLX affine codes */
     lm_dtype mlx_made;     /* what the latest became (bf16, float32 or Q8_0), for the note */
+    int mlx_made_bits;     /* its bits */
+    size_t mlx_made_matrices;
+    size_t mlx_kept_bytes;    /* bytes of MLX 4-bit matrices kept 4-bit (ggml Q4_1 blocks) */
+    size_t mlx_kept_matrices;
+    size_t int4_kept_bytes, int4_kept_matrices; /* GPTQ / AWQ matrices kept 4-bit (Q4_0 / Q5_0 blocks) */
+    size_t int4_f32_bytes, int4_f32_matrices;   /* ... decoded to float32 */
+    size_t int4_f32_permuted;                   /* of which desc_act put out of group order */
     struct cJSON *mlx_config; /* config.json, read at the first MLX matrix when quant.mlx_overrides */
     struct lm_pool *convert_pool; /* threads converting large matrices at load (made at the first) */
     bool convert_pool_failed;     /* it could not be made, or one thread: convert on the caller's */

@@ -307,7 +307,8 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
                                     .fp8_block_cols = options->fp8_block_cols,
                                     .mlx_bits = options->mlx_bits,
                                     .mlx_group = options->mlx_group,
-                                    .mlx_overrides = options->mlx_overrides};
+                                    .mlx_overrides = options->mlx_overrides,
+                                    .int4 = options->int4};
     lm_weights_set_quant(&m->weights, &quant);
     /* GLM-4.6V rotates halves, GLM-4.6V-Flash interleaved pairs (§E.2.2, §E.6);
      * both split the frequencies into contiguous T/H/W sections. */

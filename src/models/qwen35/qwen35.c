@@ -380,7 +380,8 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
                                    .fp8_block_cols = options->fp8_block_cols,
                                    .mlx_bits = options->mlx_bits,
                                    .mlx_group = options->mlx_group,
-                                   .mlx_overrides = options->mlx_overrides};
+                                   .mlx_overrides = options->mlx_overrides,
+                                   .int4 = options->int4};
     lm_weights_set_quant(&m->weights, &quant);
     lm_status st = take_share(m, options, err);
     m->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
