@@ -2,7 +2,8 @@
  * Q4_1 blocks, GPTQ and AWQ int4 as Q4_0 / Q5_0 blocks, each holding the
  * checkpoint's weights exactly.
  *
- * - the committed fixtures, made by the formats' own formulas and packing
+ * - the committed fixtures (dense, and MLX's MoE layout with switch_mlp
+ *   expert stacks), made by the formats' own formulas and packing
  *   (tools/fixtures/make_mlx_fixture.py: mlx.core.quantize's affine rule;
  *   tools/fixtures/make_gptq_fixture.py: AutoGPTQ's QuantLinear.pack and
  *   AutoAWQ's WQLinear_GEMM.from_linear): float32 logits within 1e-3 of the
@@ -44,10 +45,10 @@
 
 /* ---- the fixtures against their twins ---- */
 
-static void check_twin(const char *name, const char *made_needle, lm_dtype want_dtype, double bits_lo,
-                       double bits_hi) {
+static void check_twin_of(const char *source, const char *name, const char *made_needle, lm_dtype want_dtype,
+                          double bits_lo, double bits_hi) {
     char fixture[1024], q[1024], twin[1024], twin_name[256];
-    test_fixture_path(fixture, sizeof fixture, "models/qwen35-dense");
+    test_fixture_path(fixture, sizeof fixture, source);
     snprintf(twin_name, sizeof twin_name, "%s-twin", name);
     test_fixture_path(q, sizeof q, name);
     test_fixture_path(twin, sizeof twin, twin_name);
@@ -61,29 +62,35 @@ static void check_twin(const char *name, const char *made_needle, lm_dtype want_
     printf("  %s: %s\n", name, iq->weights_made);
     CHECK_MSG(strstr(iq->weights_made, made_needle), "the startup line '%s' does not say '%s'", iq->weights_made,
               made_needle);
-    lm_dtype got = tq.qwen->layers[0].mlp.down_proj.dtype;
+    const lm_qwen35_layer *l0 = &tq.qwen->layers[0];
+    lm_dtype got = l0->is_moe ? l0->moe.experts.view.down[0].dtype : l0->mlp.down_proj.dtype;
     CHECK_MSG(got == want_dtype, "layer 0's down_proj is %s, expected %s", lm_dtype_name(got), lm_dtype_name(want_dtype));
     /* The twin holds the quantized matrices as float32 and the rest as the
      * quantized checkpoint does, so the difference of the decode bytes is
      * (4 − b/8) bytes for each quantized weight a step reads: b, the bits a
      * kept weight costs, follows from the count of those weights. */
-    int64_t n_quant = 0;
+    double n_quant = 0;
     const lm_checkpoint *ck = tt.qwen->checkpoint;
+    const lm_qwen35_config *c = tt.config;
+    double routed = c->is_moe ? (double)c->num_experts_per_tok / c->num_experts : 1; /* of each expert a step reads */
     for (size_t i = 0; i < lm_checkpoint_count(ck); i++) {
         const lm_tensor *t = lm_checkpoint_at(ck, i);
-        if (t->dtype == LM_DTYPE_F32 && t->n_dims == 2 && !strstr(t->name, "embed_tokens")) n_quant += t->n_elements;
+        if (t->dtype == LM_DTYPE_F32 && t->n_dims == 2 && !strstr(t->name, "embed_tokens"))
+            n_quant += (double)t->n_elements * (strstr(t->name, ".experts.") ? routed : 1);
     }
     double diff = (double)it->decode_bytes_per_token - (double)iq->decode_bytes_per_token;
-    double bits = n_quant > 0 ? 8.0 * (4.0 - diff / (double)n_quant) : 0;
+    double bits = n_quant > 0 ? 8.0 * (4.0 - diff / n_quant) : 0;
     printf("  %s: a decode step reads %zu bytes (its float32 twin %zu): %.3f bits a quantized weight\n", name,
            iq->decode_bytes_per_token, it->decode_bytes_per_token, bits);
     CHECK_MSG(bits >= bits_lo && bits <= bits_hi, "%.3f bits a weight, expected [%.2f, %.2f]", bits, bits_lo, bits_hi);
     test_model_close(&tq);
     test_model_close(&tt);
+    int n_prompts = strstr(source, "moe") ? 2 : 4; /* the MoE fixture's reference has 2 */
     test_prompt_logits a, b;
-    bool ok_a = test_run_prompts(q, NULL, ref, 4, &a), ok_b = test_run_prompts(twin, NULL, ref, 4, &b);
+    bool ok_a = test_run_prompts(q, NULL, ref, n_prompts, &a), ok_b = test_run_prompts(twin, NULL, ref, n_prompts, &b);
     if (ok_a && ok_b) {
-        double e = test_worst_prompt_error(&a, &b, NULL, 4), e_ref = test_worst_prompt_error(&a, NULL, ref, 4);
+        double e = test_worst_prompt_error(&a, &b, NULL, n_prompts),
+               e_ref = test_worst_prompt_error(&a, NULL, ref, n_prompts);
         printf("  %s vs its float32 twin: %.3g of the logits' std; vs the bf16 reference: %.3g\n", name, e, e_ref);
         CHECK_MSG(e < TWIN_TOLERANCE, "%s differs from its twin by %.3g of the logits' std", name, e);
     }
@@ -91,6 +98,21 @@ static void check_twin(const char *name, const char *made_needle, lm_dtype want_
     test_prompt_logits_free(&b);
     lm_safetensors_close(ref);
     CHECK(ok_a && ok_b);
+}
+
+static void check_twin(const char *name, const char *made_needle, lm_dtype want_dtype, double bits_lo,
+                       double bits_hi) {
+    check_twin_of("models/qwen35-dense", name, made_needle, want_dtype, bits_lo, bits_hi);
+}
+
+/* mlx-lm's MoE layout: switch_mlp stacks of 4-bit experts in groups of 32
+ * (Q4_1), the router and shared-expert gate 8-bit (decoded to bf16, their
+ * per-module overrides), against a twin holding the experts one float32
+ * matrix each.  The bits a weight lie between Q4_1's 5 and the 8-bit
+ * matrices' bf16 16. */
+static void test_mlx4_moe_fixture(void) {
+    check_twin_of("models/qwen35-moe", "models/qwen35-moe-mlx4", "MLX 4-bit kept 4-bit (Q4_1", LM_DTYPE_GGML_Q4_1, 4.99,
+                  5.5);
 }
 
 static void test_mlx4_fixture(void) {
@@ -302,6 +324,7 @@ static void test_refusals(void) {
 
 int main(void) {
     RUN_TEST(test_mlx4_fixture);
+    RUN_TEST(test_mlx4_moe_fixture);
     RUN_TEST(test_gptq4_fixture);
     RUN_TEST(test_gptq4_act_fixture);
     RUN_TEST(test_awq4_fixture);
