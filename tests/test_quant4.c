@@ -14,6 +14,8 @@
  *   5.5 for Q5_0 (desc_act's permuted groups: float32, said so);
  * - batch invariance: token-by-token decoding gives the full prefill's
  *   logits (bit for bit where every matrix is 4-bit);
+ * - a model split over 2 ranks (tensor parallelism: rows and column
+ *   windows of the blocks; expert parallelism on the MoE fixture);
  * - GPTQ with group_size -1 (one group a row) on the same tensors;
  * - refusals naming the field or tensor: bits 8, an unknown
  *   checkpoint_format, AWQ version gemv, missing qzeros / scales, scales of
@@ -31,6 +33,7 @@
 #include "io/checkpoint.h"
 #include "io/json_file.h"
 #include "model_util.h"
+#include "models/tensor_parallel.h"
 #include "safetensors_writer.h"
 
 /* max |Δlogit| / std against the float32 twin: the weights are the twin's
@@ -278,6 +281,49 @@ static void test_gptq_per_channel(void) {
     CHECK(ok_a && ok_b);
 }
 
+/* A rank's slices over 2 ranks (tensor parallelism: rows and column
+ * windows of the blocks; expert parallelism: whole experts of the
+ * stacks) against the whole twin on one rank. */
+static void check_split(const char *source, const char *name, bool expert_parallel) {
+    char fixture[1024], q[1024], twin[1024], twin_name[256];
+    test_fixture_path(fixture, sizeof fixture, source);
+    snprintf(twin_name, sizeof twin_name, "%s-twin", name);
+    test_fixture_path(q, sizeof q, name);
+    test_fixture_path(twin, sizeof twin, twin_name);
+    lm_safetensors *ref = test_open_reference(fixture);
+    CHECK(ref);
+    lm_error err = {0};
+    lm_backend *be = NULL;
+    CHECK_OK(lm_backend_create(test_backend_name(), 2, &be, &err), &err);
+    lm_model *model = NULL;
+    lm_model_load_options options = {.expert_parallel = expert_parallel};
+    lm_status st = lm_tensor_parallel_open(q, NULL, &options, be, 2, &model, &err);
+    CHECK_MSG(st == LM_OK, "%s over 2 ranks: %s", name, err.message);
+    int n_prompts = strstr(source, "moe") ? 2 : 4;
+    test_prompt_logits a, b;
+    memset(&a, 0, sizeof a);
+    bool ok_a = test_prefill_prompts(model, q, ref, n_prompts, &a), ok_b = test_run_prompts(twin, NULL, ref, n_prompts, &b);
+    if (ok_a && ok_b) {
+        double e = test_worst_prompt_error(&a, &b, NULL, n_prompts);
+        printf("  %s over 2 ranks%s vs its twin: %.3g\n", name, expert_parallel ? " (experts whole)" : "", e);
+        CHECK_MSG(e < TWIN_TOLERANCE, "%s over 2 ranks differs from its twin by %.3g", name, e);
+    }
+    test_prompt_logits_free(&a);
+    test_prompt_logits_free(&b);
+    lm_model_free(model);
+    lm_backend_destroy(be);
+    lm_safetensors_close(ref);
+    CHECK(ok_a && ok_b);
+}
+
+static void test_split_over_ranks(void) {
+    check_split("models/qwen35-dense", "models/qwen35-dense-gptq4", false);
+    check_split("models/qwen35-dense", "models/qwen35-dense-awq4", false);
+    check_split("models/qwen35-dense", "models/qwen35-dense-mlx4", false);
+    check_split("models/qwen35-moe", "models/qwen35-moe-mlx4", false);
+    check_split("models/qwen35-moe", "models/qwen35-moe-mlx4", true);
+}
+
 static void check_refused(const char *fixture_name, const change *c, const char *needle) {
     char fixture[1024], dir[1024];
     test_fixture_path(fixture, sizeof fixture, fixture_name);
@@ -330,6 +376,7 @@ int main(void) {
     RUN_TEST(test_awq4_fixture);
     RUN_TEST(test_decode_matches_prefill);
     RUN_TEST(test_gptq_per_channel);
+    RUN_TEST(test_split_over_ranks);
     RUN_TEST(test_refusals);
     return test_summary("test_quant4");
 }

@@ -791,14 +791,15 @@ static bool mlx_fits_q4_1(const mlx_source *m) {
  * stay 4-bit as ggml Q4_1 blocks, the same weights exactly, where the
  * backend runs Q4_1, the columns are whole 32-blocks and every scale and
  * bias is a float16 (mlx_fits_q4_1) — even under --quantize int8, which
- * would only round them again at twice the bytes; else Q8_0 for a Linear
+ * would only round them again at twice the bytes; a rank's slice whose
+ * columns are not whole 32-blocks then float32, exact; else Q8_0 for a Linear
  * layer under --quantize int8 (cols a multiple of LM_Q8_BLOCK), else its
  * scales' dtype (bf16 as mlx itself computes; float32 for f16 scales,
  * which store_row lacks). */
 static lm_dtype mlx_made_as(const lm_weights *w, const mlx_source *m, bool linear, int64_t c0, int64_t cols) {
-    if (m->bits == 4 && c0 % 32 == 0 && cols % 32 == 0 && lm_backend_supports_weights(w->backend, LM_DTYPE_GGML_Q4_1) &&
-        mlx_fits_q4_1(m))
-        return LM_DTYPE_GGML_Q4_1;
+    if (m->bits == 4 && lm_backend_supports_weights(w->backend, LM_DTYPE_GGML_Q4_1) && mlx_fits_q4_1(m))
+        /* a rank's window of odd 32-blocks: float32, the whole model's weights still */
+        return c0 % 32 == 0 && cols % 32 == 0 ? LM_DTYPE_GGML_Q4_1 : LM_DTYPE_F32;
     if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0 &&
         lm_backend_supports_weights(w->backend, LM_DTYPE_Q8_0))
         return LM_DTYPE_Q8_0;
