@@ -131,9 +131,12 @@ void lm_weights_made_note(const lm_weights *w, char *out, size_t size) {
             n = snprintf(out, size, "%s int4 kept 4-bit (Q4_0/Q5_0, exact): %zu matrices, %.1f MB", method,
                          w->int4_kept_matrices, (double)w->int4_kept_bytes / 1e6);
         if (w->int4_f32_bytes > 0 && n >= 0 && (size_t)n < size)
-            snprintf(out + n, size - (size_t)n, "%s%zu %s decoded to float32: %.1f MB", n ? "; " : "",
-                     w->int4_f32_matrices, w->int4_f32_permuted ? "desc_act matrices" : "matrices (scales not f16)",
-                     (double)w->int4_f32_bytes / 1e6);
+            snprintf(out + n, size - (size_t)n, "%s%zu %s decoded to %s: %.1f MB", n ? "; " : "",
+                     w->int4_f32_matrices,
+                     w->int4_f32_permuted ? "desc_act matrices"
+                     : lm_backend_is_host(w->backend) ? "matrices (scales not f16)"
+                                                      : "matrices (no 4-bit kernels here)",
+                     w->int4_decoded == LM_DTYPE_BF16 ? "bf16" : "float32", (double)w->int4_f32_bytes / 1e6);
     } else if (w->mlx_kept_bytes > 0 || w->mlx_bytes > 0) {
         int n = 0;
         if (w->mlx_kept_bytes > 0)
@@ -928,12 +931,16 @@ static bool find_int4(lm_weights *w, const char *name, int n_dims, const int64_t
 /* What an int4 matrix's columns [c0, c0 + n_cols) become: Q4_0 (every
  * zero 8) or Q5_0 blocks holding its weights exactly, where its groups
  * run in order in whole 32-column blocks, its scales are float16 and the
- * backend runs the format; else float32 (exact, 4 bytes a weight). */
+ * backend runs the format; else decoded: float32 on a host backend (exact,
+ * 4 bytes a weight: the cpu's numbers stay the checkpoint's), bf16 on a
+ * device (2 bytes; a weight moves by at most 2^-9 of itself), as FP8
+ * checkpoints there. */
 static lm_dtype int4_made_as(const lm_weights *w, const int4_source *q, int64_t c0, int64_t n_cols) {
+    lm_dtype decoded = lm_backend_is_host(w->backend) ? LM_DTYPE_F32 : LM_DTYPE_BF16;
     if (!q->in_order || q->m.group % 32 != 0 || c0 % 32 != 0 || n_cols % 32 != 0 || !lm_int4_scales_are_f16(&q->m))
-        return LM_DTYPE_F32;
+        return decoded;
     lm_dtype d = lm_int4_zeros_all_8(&q->m) ? LM_DTYPE_GGML_Q4_0 : LM_DTYPE_GGML_Q5_0;
-    return lm_backend_supports_weights(w->backend, d) ? d : LM_DTYPE_F32;
+    return lm_backend_supports_weights(w->backend, d) ? d : decoded;
 }
 
 /* Row i of the slice: the tensor's row. */
@@ -1009,7 +1016,7 @@ static void convert_task(void *ctx, int task, int n_tasks) {
                                  j->dst + (size_t)i * j->row_bytes, &f->err);
             continue;
         }
-        if (j->int4 && j->dtype != LM_DTYPE_F32) { /* codes kept as ggml blocks */
+        if (j->int4 && lm_dtype_is_block(j->dtype)) { /* codes kept as ggml blocks */
             lm_int4_row_to_blocks(&j->int4->m, r, src->c0, src->n_cols, j->dtype, j->dst + (size_t)i * j->row_bytes);
             continue;
         }
@@ -1064,12 +1071,13 @@ static lm_status convert_rows_from(lm_weights *w, const lm_tensor *t, const lm_t
         else w->fp8_made_bytes += bytes;
     }
     if (s && dtype == LM_DTYPE_BF16) w->fp8_bf16_bytes += bytes;
-    if (int4 && dtype != LM_DTYPE_F32) {
+    if (int4 && lm_dtype_is_block(dtype)) {
         w->int4_kept_bytes += bytes;
         w->int4_kept_matrices++;
     } else if (int4) {
         w->int4_f32_bytes += bytes;
         w->int4_f32_matrices++;
+        w->int4_decoded = dtype;
         if (!int4->in_order) w->int4_f32_permuted++;
     }
     if (mlx && dtype == LM_DTYPE_GGML_Q4_1) {

@@ -81,7 +81,8 @@ typedef struct {
     size_t mlx_kept_bytes;    /* bytes of MLX 4-bit matrices kept 4-bit (ggml Q4_1 blocks) */
     size_t mlx_kept_matrices;
     size_t int4_kept_bytes, int4_kept_matrices; /* GPTQ / AWQ matrices kept 4-bit (Q4_0 / Q5_0 blocks) */
-    size_t int4_f32_bytes, int4_f32_matrices;   /* ... decoded to float32 */
+    size_t int4_f32_bytes, int4_f32_matrices;   /* ... decoded (float32 on host backends, else bf16) */
+    lm_dtype int4_decoded;                      /* which */
     size_t int4_f32_permuted;                   /* of which desc_act put out of group order */
     struct cJSON *mlx_config; /* config.json, read at the first MLX matrix when quant.mlx_overrides */
     struct lm_pool *convert_pool; /* threads converting large matrices at load (made at the first) */
@@ -129,9 +130,14 @@ lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64
  * (float32 when cols is not a multiple of LM_Q8_BLOCK), or to bf16 on a
  * backend without Q8_0 weights.  Every matrix stored MLX-quantized
  * (`X.weight` uint32 with `X.scales` and `X.biases`, config.json's
- * "quantization") is decoded into the dtype of its scales (Q8_0 with
- * int8_linear), here and in every loader below, slices included (only the
- * slice's rows are decoded). */
+ * "quantization") is kept 4-bit as ggml Q4_1 blocks where its codes are
+ * 4-bit and its scales and biases float16 (the same weights exactly), else
+ * decoded into the dtype of its scales (Q8_0 with int8_linear); every
+ * GPTQ / AWQ int4 matrix (`X.qweight`, `X.qzeros`, `X.scales`, `X.g_idx`;
+ * models/gptq_quant.h) is kept as Q4_0 / Q5_0 blocks of the same weights
+ * where its groups run in order, else decoded (float32 on host backends);
+ * here and in every loader below, slices included (only the slice's rows
+ * are read). */
 lm_status lm_weights_linear(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                             lm_matrix *out, lm_error *err);
 /* The same for a 3-D [n, rows, cols] tensor (fused experts). */
