@@ -9,7 +9,8 @@
  *   AutoAWQ's WQLinear_GEMM.from_linear): float32 logits within 1e-3 of the
  *   logits' std of their dequantized float32 twins, on the backend under
  *   test ($LOOM_TEST_BACKEND: cpu, ref);
- * - what each matrix became (its dtype, the startup line), and the bytes a
+ * - what each matrix became (its dtype, the startup line), the parameters
+ *   (the packed codes count as the weights they hold), and the bytes a
  *   decode step reads: 5 bits a quantized weight for Q4_1, 4.5 for Q4_0,
  *   5.5 for Q5_0 (desc_act's permuted groups: float32, said so);
  * - batch invariance: token-by-token decoding gives the full prefill's
@@ -86,6 +87,10 @@ static void check_twin_of(const char *source, const char *name, const char *made
     printf("  %s: a decode step reads %zu bytes (its float32 twin %zu): %.3f bits a quantized weight\n", name,
            iq->decode_bytes_per_token, it->decode_bytes_per_token, bits);
     CHECK_MSG(bits >= bits_lo && bits <= bits_hi, "%.3f bits a weight, expected [%.2f, %.2f]", bits, bits_lo, bits_hi);
+    /* the packed codes count as the weights they hold, scales as none */
+    CHECK_MSG(iq->n_parameters == it->n_parameters && iq->n_active_parameters == it->n_active_parameters,
+              "%s: %lld parameters (%lld active), its twin %lld (%lld)", name, (long long)iq->n_parameters,
+              (long long)iq->n_active_parameters, (long long)it->n_parameters, (long long)it->n_active_parameters);
     test_model_close(&tq);
     test_model_close(&tt);
     int n_prompts = strstr(source, "moe") ? 2 : 4; /* the MoE fixture's reference has 2 */

@@ -69,6 +69,7 @@ void lm_weights_free(lm_weights *w) {
     free(w->owned);
     free(w->used);
     free(w->released);
+    free(w->counted);
     if (w->convert_pool) lm_pool_destroy(w->convert_pool);
     cJSON_Delete(w->mlx_config);
     memset(w, 0, sizeof *w);
@@ -344,9 +345,29 @@ lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float of
     return st == LM_OK ? lm_weights_import(w, host, n, name, out, err) : st;
 }
 
+int64_t lm_weights_tensor_parameters(const lm_weights *w, const lm_tensor *t) {
+    for (size_t i = 0; i < w->n_counted; i++)
+        if (w->counted[i].tensor == t) return w->counted[i].parameters;
+    return t->n_elements;
+}
+
+/* Remembers what a quantized tensor stands for (no memory: the count
+ * stays its elements, only `loom inspect`'s numbers are off). */
+static void count_parameters(lm_weights *w, const lm_tensor *t, int64_t parameters) {
+    if (!t || lm_weights_tensor_parameters(w, t) == parameters) return;
+    if (w->n_counted == w->cap_counted) {
+        size_t grown = w->cap_counted ? 2 * w->cap_counted : 64;
+        struct lm_counted_params *bigger = realloc(w->counted, grown * sizeof *bigger);
+        if (!bigger) return;
+        w->counted = bigger;
+        w->cap_counted = grown;
+    }
+    w->counted[w->n_counted++] = (struct lm_counted_params){t, parameters};
+}
+
 int64_t lm_weights_parameters_used(const lm_weights *w) {
     int64_t total = 0;
-    for (size_t i = 0; i < w->n_used; i++) total += w->used[i]->n_elements;
+    for (size_t i = 0; i < w->n_used; i++) total += lm_weights_tensor_parameters(w, w->used[i]);
     return total;
 }
 
@@ -363,7 +384,9 @@ void lm_weights_print_groups_of(const lm_weights *const *ws, int n_ws, bool want
     for (size_t i = 0; i <= n; i++) {
         const lm_tensor *t = i < n ? lm_checkpoint_at(ck, i) : NULL;
         bool used = false;
-        for (int k = 0; t && k < n_ws && !used; k++) used = lm_weights_was_used(ws[k], t);
+        int user = 0;
+        for (int k = 0; t && k < n_ws && !used; k++)
+            if ((used = lm_weights_was_used(ws[k], t))) user = k;
         if (t && used != want_used) continue;
         char group[128] = "";
         if (t) { /* "model.visual.blocks.3.x" -> "model.visual" ; "mtp.fc.weight" -> "mtp" */
@@ -382,7 +405,7 @@ void lm_weights_print_groups_of(const lm_weights *const *ws, int n_ws, bool want
         }
         if (t) {
             count++;
-            params += t->n_elements;
+            params += used ? lm_weights_tensor_parameters(ws[user], t) : t->n_elements;
         }
     }
 }
@@ -770,6 +793,9 @@ static bool find_mlx(lm_weights *w, const char *name, int n_dims, const int64_t 
     const lm_tensor *biases = scales ? mlx_companion(w, prefix, "biases", t, n_dims, shape, groups, err) : NULL;
     if (!biases) return true;
     *m = (mlx_source){t, scales, biases, bits, group, words, groups};
+    count_parameters(w, t, t->n_elements / words * cols);
+    count_parameters(w, scales, 0);
+    count_parameters(w, biases, 0);
     return true;
 }
 
@@ -925,6 +951,10 @@ static bool find_int4(lm_weights *w, const char *name, int n_dims, const int64_t
         return true;
     }
     q->qweight = t;
+    count_parameters(w, t, out * in);
+    count_parameters(w, zeros, 0);
+    count_parameters(w, scales, 0);
+    count_parameters(w, g_idx, 0);
     return true;
 }
 

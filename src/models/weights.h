@@ -87,6 +87,14 @@ typedef struct {
     struct cJSON *mlx_config; /* config.json, read at the first MLX matrix when quant.mlx_overrides */
     struct lm_pool *convert_pool; /* threads converting large matrices at load (made at the first) */
     bool convert_pool_failed;     /* it could not be made, or one thread: convert on the caller's */
+    /* Quantized checkpoints' tensors and the weights they stand for (an
+     * MLX X.weight or a GPTQ/AWQ X.qweight: rows · cols; their scales,
+     * biases, zeros and g_idx: 0), for lm_weights_tensor_parameters. */
+    struct lm_counted_params {
+        const lm_tensor *tensor;
+        int64_t parameters;
+    } *counted;
+    size_t n_counted, cap_counted;
     /* Tensors whose data was converted at load and then handed back to the
      * system (lm_big_release): never handed out again. */
     const lm_tensor **released;
@@ -223,6 +231,10 @@ lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float of
 bool lm_weights_was_used(const lm_weights *w, const lm_tensor *t);
 /* Parameters of the tensors handed out. */
 int64_t lm_weights_parameters_used(const lm_weights *w);
+/* The weights tensor t stands for: its elements, except for a quantized
+ * checkpoint's packed codes (the matrix's rows · cols) and their scales,
+ * biases, zeros and g_idx (0). */
+int64_t lm_weights_tensor_parameters(const lm_weights *w, const lm_tensor *t);
 /* Prints the checkpoint's used (or unused) tensors grouped by the first
  * components of their names, with counts and parameters (`loom inspect`). */
 void lm_weights_print_groups(const lm_weights *w, bool want_used, FILE *f);

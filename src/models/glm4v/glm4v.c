@@ -188,7 +188,7 @@ static void describe_to_engine(lm_glm4v_model *m) {
     snprintf(info->mtp_status, sizeof info->mtp_status,
              "GLM-4.6V's own next-token layer is not run by loom: no speculative decoding");
     int64_t params = 0, inactive = 0;
-    for (size_t i = 0; i < m->weights.n_used; i++) params += m->weights.used[i]->n_elements;
+    for (size_t i = 0; i < m->weights.n_used; i++) params += lm_weights_tensor_parameters(&m->weights, m->weights.used[i]);
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const lm_moe_experts *e = &m->layers[i].moe.experts.view;
         if (!m->layers[i].is_moe) continue;

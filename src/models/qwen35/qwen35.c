@@ -292,7 +292,8 @@ static void describe_to_engine(lm_qwen35_model *m) {
     int64_t params = 0;
     for (size_t i = 0; i < m->weights.n_used; i++) {
         const lm_tensor *t = m->weights.used[i];
-        if (strncmp(t->name, "mtp.", 4) != 0 && !strstr(t->name, ".mtp.")) params += t->n_elements;
+        if (strncmp(t->name, "mtp.", 4) != 0 && !strstr(t->name, ".mtp."))
+            params += lm_weights_tensor_parameters(&m->weights, t);
     }
     info->n_parameters = params;
     int64_t inactive_per_layer =
