@@ -5,13 +5,14 @@
  * - an MLX checkpoint made here from qwen35-dense (every float matrix of
  *   the text model and MTP head, embeddings included, quantized to 4 bits
  *   in groups of 64 the way mlx.core.quantize "affine" does, with float32
- *   scales and biases) gives exactly the logits of its float32 twin (the
+ *   scales and biases) gives the logits of its float32 twin (the
  *   same codes decoded here as scale · code + bias), on the backend under
  *   test ($LOOM_TEST_BACKEND: cpu, ref);
  * - the same in mlx-lm's layout (language_model.model.*, norms holding
  *   their +1, conv1d [C, K, 1]), with a per-layer 8-bit override, for a
  *   tensor-parallel slice, and for the committed fixtures
- *   qwen35-dense-mlx4 / -twin (bf16 scales: decoded to bf16);
+ *   qwen35-dense-mlx4 / -twin (bf16 scales: kept 4-bit as Q4_1), within
+ *   1e-3 of the logits' std (the weights are the twin's exactly);
  * - refusals naming the field: bits 7, a group_size the rows cannot be cut
  *   into, a missing .scales, overrides of 7 bits, of a module the
  *   checkpoint lacks, of false on a quantized tensor, or disagreeing with
@@ -295,6 +296,11 @@ static void remove_checkpoint(const char *dir) {
 }
 
 #define MLX_CONFIG "{\"group_size\": 64, \"bits\": 4}"
+/* max |Δlogit| / std against the float32 twin (issue 51's acceptance):
+ * the weights are the twin's exactly, whether decoded (float32 scales) or
+ * kept as Q4_1 blocks (bf16 scales, or f32 ones that happen to be f16);
+ * only the kernels' summation order differs ([1.0e-6] and [2.7e-5]). */
+#define TWIN_TOLERANCE 1e-3
 
 static void check_matches_twin(mlx_form form, mlx_spoil variant, const char *quant_json) {
     char fixture[1024], q[1024], twin[1024];
@@ -305,13 +311,19 @@ static void check_matches_twin(mlx_form form, mlx_spoil variant, const char *qua
     CHECK(write_checkpoint(fixture, twin, MLX_TWIN, variant, NULL));
     lm_safetensors *ref = test_open_reference(fixture);
     CHECK(ref);
+    {
+        test_model tm;
+        CHECK(test_model_open(&tm, q, 1));
+        printf("  %s\n", lm_model_describe(tm.model)->weights_made);
+        test_model_close(&tm);
+    }
     test_prompt_logits a, b;
     bool ok_a = test_run_prompts(q, NULL, ref, 4, &a), ok_b = test_run_prompts(twin, NULL, ref, 4, &b);
     if (ok_a && ok_b) {
         double e = test_worst_prompt_error(&a, &b, NULL, 4), e_ref = test_worst_prompt_error(&a, NULL, ref, 4);
-        printf("  MLX 4-bit (group 64, %s names) vs its float32 twin: %.3g (bitwise: %s); vs the bf16 reference: %.3g\n",
-               form == MLX_LM_NAMES ? "mlx-lm" : "Hugging Face", e, e == 0 ? "yes" : "no", e_ref);
-        CHECK_MSG(e == 0, "MLX load differs from its float32 twin by %.3g of the logits' std", e);
+        printf("  MLX 4-bit (group 64, %s names) vs its float32 twin: %.3g; vs the bf16 reference: %.3g\n",
+               form == MLX_LM_NAMES ? "mlx-lm" : "Hugging Face", e, e_ref);
+        CHECK_MSG(e < TWIN_TOLERANCE, "MLX load differs from its float32 twin by %.3g of the logits' std", e);
     }
     test_prompt_logits_free(&a);
     test_prompt_logits_free(&b);
@@ -331,8 +343,8 @@ static void test_mlx_override_matches_twin(void) {
 }
 
 /* The committed fixtures (tools/fixtures/make_mlx_fixture.py): mlx-lm's
- * layout with bf16 scales and biases, which loom decodes to bf16 — the
- * twin's bf16 values exactly. */
+ * layout with bf16 scales and biases, which loom keeps 4-bit as Q4_1
+ * blocks of the same weights; the twin holds them decoded in float32. */
 static void test_committed_fixture_matches_twin(void) {
     char fixture[1024], q[1024], twin[1024];
     test_fixture_path(fixture, sizeof fixture, "models/qwen35-dense");
@@ -344,9 +356,8 @@ static void test_committed_fixture_matches_twin(void) {
     bool ok_a = test_run_prompts(q, NULL, ref, 4, &a), ok_b = test_run_prompts(twin, NULL, ref, 4, &b);
     if (ok_a && ok_b) {
         double e = test_worst_prompt_error(&a, &b, NULL, 4), e_ref = test_worst_prompt_error(&a, NULL, ref, 4);
-        printf("  qwen35-dense-mlx4 (bf16 scales) vs its bf16 twin: %.3g (bitwise: %s); vs the reference: %.3g\n", e,
-               e == 0 ? "yes" : "no", e_ref);
-        CHECK_MSG(e == 0, "qwen35-dense-mlx4 differs from its twin by %.3g of the logits' std", e);
+        printf("  qwen35-dense-mlx4 (bf16 scales: Q4_1) vs its float32 twin: %.3g; vs the reference: %.3g\n", e, e_ref);
+        CHECK_MSG(e < TWIN_TOLERANCE, "qwen35-dense-mlx4 differs from its twin by %.3g of the logits' std", e);
     }
     test_prompt_logits_free(&a);
     test_prompt_logits_free(&b);

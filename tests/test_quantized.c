@@ -383,7 +383,8 @@ static void test_bad_fp8_checkpoints(void) {
     check_bad_fp8(fixture, "{\"quant_method\": \"fp8\", \"weight_block_size\": [0, 128]}", TEST_FP8_GOOD,
                   "weight_block_size");
     check_bad_fp8(fixture, "{\"quant_method\": \"fp8\"}", TEST_FP8_GOOD, "block-scaled FP8 checkpoints only");
-    check_bad_fp8(fixture, "{\"quant_method\": \"awq\", \"bits\": 4}", TEST_FP8_GOOD, "quant_method is 'awq'");
+    check_bad_fp8(fixture, "{\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true}", TEST_FP8_GOOD,
+                  "quant_method is 'bitsandbytes'");
     check_bad_fp8(fixture, "{\"quant_method\": \"fp8\", \"fmt\": \"e5m2\", \"weight_block_size\": [128, 128]}",
                   TEST_FP8_GOOD, "E4M3");
     /* a block size the scales do not match: [64, 128] wants 4 scale rows */

@@ -40,6 +40,41 @@ lm_status lm_expert_weights_load(lm_weights *w, const char *mlp_prefix, int E, i
     return lm_expert_weights_load_share(w, mlp_prefix, E, I, H, NULL, out, err);
 }
 
+/* mlx-lm's layout (SwitchGLU, models/qwen3_5.py): `switch_mlp.gate_proj`,
+ * `.up_proj` [E, I, H] and `.down_proj` [E, H, I], each a stack (MLX
+ * quantized or float: models/weights.c reads either), cut into one view a
+ * matrix.  first >= 0: experts [first, first + count) whole (expert
+ * parallelism); else every expert, a rank's share of I under tensor
+ * parallelism. */
+static lm_status load_switch_mlp(lm_weights *w, const char *mlp_prefix, int E, int I, int H, int first, int count,
+                                 int rank, int n_ranks, lm_matrix *gate, lm_matrix *up, lm_matrix *down,
+                                 lm_error *err) {
+    static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
+    lm_matrix stacks[3];
+    for (int k = 0; k < 3; k++) {
+        char name[320];
+        snprintf(name, sizeof name, "%sswitch_mlp.%s.weight", mlp_prefix, names[k]);
+        int64_t rows = k < 2 ? I : H, cols = k < 2 ? H : I;
+        if (first >= 0) {
+            TRY(lm_weights_linear_stacked_range(w, name, E, first, count, rows, cols, &stacks[k], err));
+        } else if (n_ranks > 1) {
+            int64_t full = (int64_t)I * n_ranks, col0 = (int64_t)rank * I;
+            lm_weights_slice rows_share = {.n_runs = 1, .runs = {{col0, I}}};
+            lm_weights_slice cols_share = {.col_first = col0, .col_count = I};
+            TRY(k < 2 ? lm_weights_linear_stacked_slice(w, name, E, full, H, &rows_share, &stacks[k], err)
+                      : lm_weights_linear_stacked_slice(w, name, E, H, full, &cols_share, &stacks[k], err));
+        } else {
+            TRY(lm_weights_linear_stacked(w, name, E, rows, cols, &stacks[k], err));
+        }
+    }
+    for (int e = 0; e < count; e++) {
+        gate[e] = lm_matrix_rows(&stacks[0], (int64_t)I * e, I);
+        up[e] = lm_matrix_rows(&stacks[1], (int64_t)I * e, I);
+        down[e] = lm_matrix_rows(&stacks[2], (int64_t)H * e, H);
+    }
+    return LM_OK;
+}
+
 lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, int E, int I, int H,
                                        const lm_rank_share *share, lm_expert_weights *out, lm_error *err) {
     int n_ranks = share ? share->n_ranks : 1, rank = share ? share->rank : 0;
@@ -55,6 +90,12 @@ lm_status lm_expert_weights_load_share(lm_weights *w, const char *mlp_prefix, in
                                  .gate = gate, .up = up, .down = down, .first_expert = first};
     out->layer_experts = E;
     char name[320];
+    snprintf(name, sizeof name, "%sswitch_mlp.gate_proj.weight", mlp_prefix);
+    if (lm_weights_has(w, name)) { /* mlx-lm's SwitchGLU: three stacks */
+        out->fused = true;
+        return load_switch_mlp(w, mlp_prefix, E, I, H, whole_experts ? first : -1, count, rank, n_ranks, gate, up,
+                               down, err);
+    }
     snprintf(name, sizeof name, "%sexperts.gate_up_proj", mlp_prefix);
     out->fused = lm_weights_has(w, name);
     if (out->fused) {

@@ -1,5 +1,10 @@
 #include "models/mlx_quant.h"
 
+#include <string.h>
+
+#include "base/bf16.h"
+#include "base/ggml_quant.h"
+
 bool lm_mlx_bits_supported(int bits) { return bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8; }
 
 bool lm_mlx_group_supported(int group) { return group == 32 || group == 64 || group == 128; }
@@ -42,5 +47,31 @@ void lm_mlx_dequantize_row(const uint32_t *words, const float *scales, const flo
             float scaled = scale * (float)codes[k]; /* rounded, then added: no fused multiply-add */
             out[g0 + k] = scaled + bias;
         }
+    }
+}
+
+static bool is_f16(float x) { return lm_f16_to_f32(lm_ggml_f32_to_f16(x)) == x; }
+
+bool lm_mlx_group_fits_q4_1(float scale, float bias, const uint8_t *codes, int n) {
+    if (!is_f16(bias)) return false;
+    if (is_f16(scale)) return true;
+    if (!codes) return false;
+    for (int i = 0; i < n; i++)
+        if (codes[i] != 0) return false;
+    return true;
+}
+
+void lm_mlx_row_to_q4_1(const uint32_t *words, const float *scales, const float *biases, int group, int64_t c0,
+                        int64_t n_cols, uint8_t *dst) {
+    uint8_t codes[32];
+    for (int64_t b = 0; b < n_cols / 32; b++, dst += 20) {
+        int64_t first = c0 + 32 * b;
+        lm_mlx_unpack_codes(words, 4, first, 32, codes);
+        float scale = scales[first / group];
+        /* a scale f16 cannot hold only scales codes that are all 0 */
+        uint16_t d = is_f16(scale) ? lm_ggml_f32_to_f16(scale) : 0, m = lm_ggml_f32_to_f16(biases[first / group]);
+        memcpy(dst, &d, sizeof d);
+        memcpy(dst + 2, &m, sizeof m);
+        for (int j = 0; j < 16; j++) dst[4 + j] = (uint8_t)(codes[j] | codes[j + 16] << 4);
     }
 }

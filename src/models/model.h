@@ -24,6 +24,7 @@
 #include "base/progress.h"
 #include "io/safetensors.h"
 #include "image/image_processor.h"
+#include "models/gptq_quant.h"
 #include "models/step_batch.h"
 #include "ops/comm.h"
 #include "ops/ops.h"
@@ -104,6 +105,7 @@ typedef struct {
     /* ... and of an MLX affine-quantized one ("quantization"; 0: none). */
     int mlx_bits, mlx_group;
     bool mlx_overrides; /* it names modules of their own (models/weights.h) */
+    lm_int4_quant int4; /* ... and of a GPTQ or AWQ int4 one (models/gptq_quant.h) */
     /* Tensor parallelism (issue 19): this model is rank tp->rank of
      * tp->n_ranks, holding its share of the heads and MLP columns and
      * adding the ranks' partial products with tp's all_reduce_sum; every

@@ -72,6 +72,7 @@ static lm_status open_family(const char *config_path, const char *dir,
     o.mlx_bits = quant.mlx_bits;
     o.mlx_group = quant.mlx_group;
     o.mlx_overrides = quant.mlx_overrides;
+    o.int4 = quant.int4;
     return family->open(config_path, dir, &o, backend, out, err);
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/bf16.h"
 #include "base/big_alloc.h"
@@ -68,6 +69,7 @@ void lm_weights_free(lm_weights *w) {
     free(w->owned);
     free(w->used);
     free(w->released);
+    free(w->counted);
     if (w->convert_pool) lm_pool_destroy(w->convert_pool);
     cJSON_Delete(w->mlx_config);
     memset(w, 0, sizeof *w);
@@ -111,6 +113,8 @@ size_t lm_weights_bytes_used(const lm_weights *w) {
     return total;
 }
 
+static const char *int4_method_name(lm_int4_method method) { return method == LM_INT4_AWQ ? "AWQ" : "GPTQ"; }
+
 void lm_weights_made_note(const lm_weights *w, char *out, size_t size) {
     if (w->fp8_kept_bytes > 0)
         snprintf(out, size, "FP8 weights kept FP8 (E4M3, a float32 scale per 128): %.1f MB%s",
@@ -121,12 +125,30 @@ void lm_weights_made_note(const lm_weights *w, char *out, size_t size) {
     else if (w->fp8_bf16_bytes > 0)
         snprintf(out, size, "FP8 weights made bf16 at load: %.1f MB, as the %s backend has no int8 weights yet",
                  (double)w->fp8_bf16_bytes / 1e6, w->backend->ops->name);
-    else if (w->mlx_bytes > 0)
-        snprintf(out, size, "MLX %d-bit weights made %s at load: %.1f MB (kernels that read the codes are not written yet)",
-                 w->quant.mlx_bits,
-                 w->mlx_made == LM_DTYPE_Q8_0 ? "int8" : w->mlx_made == LM_DTYPE_BF16 ? "bf16" : "float32",
-                 (double)w->mlx_bytes / 1e6);
-    else if (w->q8_bytes > 0)
+    else if (w->int4_kept_bytes > 0 || w->int4_f32_bytes > 0) { /* at most 160 bytes (lm_model_info) */
+        int n = 0;
+        const char *method = int4_method_name(w->quant.int4.method);
+        if (w->int4_kept_bytes > 0)
+            n = snprintf(out, size, "%s int4 kept 4-bit (Q4_0/Q5_0, exact): %zu matrices, %.1f MB", method,
+                         w->int4_kept_matrices, (double)w->int4_kept_bytes / 1e6);
+        if (w->int4_f32_bytes > 0 && n >= 0 && (size_t)n < size)
+            snprintf(out + n, size - (size_t)n, "%s%zu %s decoded to %s: %.1f MB", n ? "; " : "",
+                     w->int4_f32_matrices,
+                     w->int4_f32_permuted ? "desc_act matrices"
+                     : lm_backend_is_host(w->backend) ? "matrices (scales not f16)"
+                                                      : "matrices (no 4-bit kernels here)",
+                     w->int4_decoded == LM_DTYPE_BF16 ? "bf16" : "float32", (double)w->int4_f32_bytes / 1e6);
+    } else if (w->mlx_kept_bytes > 0 || w->mlx_bytes > 0) {
+        int n = 0;
+        if (w->mlx_kept_bytes > 0)
+            n = snprintf(out, size, "MLX 4-bit kept 4-bit (Q4_1, exact): %zu matrices, %.1f MB", w->mlx_kept_matrices,
+                         (double)w->mlx_kept_bytes / 1e6);
+        if (w->mlx_bytes > 0 && n >= 0 && (size_t)n < size)
+            snprintf(out + n, size - (size_t)n, "%sMLX %d-bit decoded to %s: %zu matrices, %.1f MB", n ? "; " : "",
+                     w->mlx_made_bits,
+                     w->mlx_made == LM_DTYPE_Q8_0 ? "int8" : w->mlx_made == LM_DTYPE_BF16 ? "bf16" : "float32",
+                     w->mlx_made_matrices, (double)w->mlx_bytes / 1e6);
+    } else if (w->q8_bytes > 0)
         snprintf(out, size, "weights made int8 at load: %.1f MB", (double)w->q8_bytes / 1e6);
     else if (size > 0)
         out[0] = '\0';
@@ -323,9 +345,29 @@ lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float of
     return st == LM_OK ? lm_weights_import(w, host, n, name, out, err) : st;
 }
 
+int64_t lm_weights_tensor_parameters(const lm_weights *w, const lm_tensor *t) {
+    for (size_t i = 0; i < w->n_counted; i++)
+        if (w->counted[i].tensor == t) return w->counted[i].parameters;
+    return t->n_elements;
+}
+
+/* Remembers what a quantized tensor stands for (no memory: the count
+ * stays its elements, only `loom inspect`'s numbers are off). */
+static void count_parameters(lm_weights *w, const lm_tensor *t, int64_t parameters) {
+    if (!t || lm_weights_tensor_parameters(w, t) == parameters) return;
+    if (w->n_counted == w->cap_counted) {
+        size_t grown = w->cap_counted ? 2 * w->cap_counted : 64;
+        struct lm_counted_params *bigger = realloc(w->counted, grown * sizeof *bigger);
+        if (!bigger) return;
+        w->counted = bigger;
+        w->cap_counted = grown;
+    }
+    w->counted[w->n_counted++] = (struct lm_counted_params){t, parameters};
+}
+
 int64_t lm_weights_parameters_used(const lm_weights *w) {
     int64_t total = 0;
-    for (size_t i = 0; i < w->n_used; i++) total += w->used[i]->n_elements;
+    for (size_t i = 0; i < w->n_used; i++) total += lm_weights_tensor_parameters(w, w->used[i]);
     return total;
 }
 
@@ -342,7 +384,9 @@ void lm_weights_print_groups_of(const lm_weights *const *ws, int n_ws, bool want
     for (size_t i = 0; i <= n; i++) {
         const lm_tensor *t = i < n ? lm_checkpoint_at(ck, i) : NULL;
         bool used = false;
-        for (int k = 0; t && k < n_ws && !used; k++) used = lm_weights_was_used(ws[k], t);
+        int user = 0;
+        for (int k = 0; t && k < n_ws && !used; k++)
+            if ((used = lm_weights_was_used(ws[k], t))) user = k;
         if (t && used != want_used) continue;
         char group[128] = "";
         if (t) { /* "model.visual.blocks.3.x" -> "model.visual" ; "mtp.fc.weight" -> "mtp" */
@@ -361,7 +405,7 @@ void lm_weights_print_groups_of(const lm_weights *const *ws, int n_ws, bool want
         }
         if (t) {
             count++;
-            params += t->n_elements;
+            params += used ? lm_weights_tensor_parameters(ws[user], t) : t->n_elements;
         }
     }
 }
@@ -620,6 +664,22 @@ static lm_status mlx_row(const mlx_source *m, int64_t r, int64_t cols, float *ou
     return LM_OK;
 }
 
+/* Columns [c0, c0 + n_cols) of row r of an MLX 4-bit matrix as Q4_1
+ * blocks at dst (mlx_fits_q4_1 said every group fits). */
+static lm_status mlx_q4_1_row(const mlx_source *m, int64_t r, int64_t c0, int64_t n_cols, uint8_t *dst,
+                              lm_error *err) {
+    float *sb = malloc(sizeof(float) * (size_t)(2 * m->groups));
+    if (!sb) return lm_fail(err, LM_ERR_NOMEM, "out of memory repacking '%s'", m->weight->name);
+    for (int64_t g = 0; g < m->groups; g++) {
+        sb[g] = scale_at(m->scales, r * m->groups + g);
+        sb[m->groups + g] = scale_at(m->biases, r * m->groups + g);
+    }
+    lm_mlx_row_to_q4_1((const uint32_t *)m->weight->data + r * m->words, sb, sb + m->groups, m->group, c0, n_cols,
+                       dst);
+    free(sb);
+    return LM_OK;
+}
+
 /* One of an MLX matrix's companions (`<X>.scales`, `<X>.biases`): float,
  * of shape [n,] rows, groups. */
 static const lm_tensor *mlx_companion(lm_weights *w, const char *prefix, const char *suffix, const lm_tensor *t,
@@ -733,17 +793,184 @@ static bool find_mlx(lm_weights *w, const char *name, int n_dims, const int64_t 
     const lm_tensor *biases = scales ? mlx_companion(w, prefix, "biases", t, n_dims, shape, groups, err) : NULL;
     if (!biases) return true;
     *m = (mlx_source){t, scales, biases, bits, group, words, groups};
+    count_parameters(w, t, t->n_elements / words * cols);
+    count_parameters(w, scales, 0);
+    count_parameters(w, biases, 0);
     return true;
 }
 
-/* What an MLX matrix becomes: Q8_0 for a Linear layer under --quantize
- * int8 (cols a multiple of LM_Q8_BLOCK), else its scales' dtype (bf16 as
- * mlx itself computes; float32 for f16 scales, which store_row lacks). */
-static lm_dtype mlx_made_as(const lm_weights *w, const mlx_source *m, bool linear, int64_t cols) {
+/* Whether every group of an MLX 4-bit matrix is exactly a Q4_1 block's d
+ * and m (lm_mlx_group_fits_q4_1; a group's codes are read only when a
+ * scale is not a float16). */
+static bool mlx_fits_q4_1(const mlx_source *m) {
+    int64_t n_rows = m->weight->n_elements / (m->words > 0 ? m->words : 1);
+    uint8_t codes[128];
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t g = 0; g < m->groups; g++) {
+            float scale = scale_at(m->scales, r * m->groups + g), bias = scale_at(m->biases, r * m->groups + g);
+            if (lm_mlx_group_fits_q4_1(scale, bias, NULL, 0)) continue;
+            lm_mlx_unpack_codes((const uint32_t *)m->weight->data + r * m->words, m->bits, g * m->group, m->group,
+                                codes);
+            if (!lm_mlx_group_fits_q4_1(scale, bias, codes, m->group)) return false;
+        }
+    return true;
+}
+
+/* What an MLX matrix (its columns [c0, c0 + n_cols)) becomes: 4-bit codes
+ * stay 4-bit as ggml Q4_1 blocks, the same weights exactly, where the
+ * backend runs Q4_1, the columns are whole 32-blocks and every scale and
+ * bias is a float16 (mlx_fits_q4_1) — even under --quantize int8, which
+ * would only round them again at twice the bytes; a rank's slice whose
+ * columns are not whole 32-blocks then float32, exact; else Q8_0 for a Linear
+ * layer under --quantize int8 (cols a multiple of LM_Q8_BLOCK), else its
+ * scales' dtype (bf16 as mlx itself computes; float32 for f16 scales,
+ * which store_row lacks). */
+static lm_dtype mlx_made_as(const lm_weights *w, const mlx_source *m, bool linear, int64_t c0, int64_t cols) {
+    if (m->bits == 4 && lm_backend_supports_weights(w->backend, LM_DTYPE_GGML_Q4_1) && mlx_fits_q4_1(m))
+        /* a rank's window of odd 32-blocks: float32, the whole model's weights still */
+        return c0 % 32 == 0 && cols % 32 == 0 ? LM_DTYPE_GGML_Q4_1 : LM_DTYPE_F32;
     if (linear && w->quant.int8_linear && cols % LM_Q8_BLOCK == 0 &&
         lm_backend_supports_weights(w->backend, LM_DTYPE_Q8_0))
         return LM_DTYPE_Q8_0;
     return m->scales->dtype == LM_DTYPE_BF16 ? LM_DTYPE_BF16 : LM_DTYPE_F32;
+}
+
+/* ---- GPTQ / AWQ int4 matrices (models/gptq_quant.h) ---- */
+
+/* A matrix stored as GPTQ or AWQ int4 (X.qweight, X.qzeros, X.scales,
+ * X.g_idx), checked; in_order: its groups run in column order (no
+ * desc_act permutation). */
+typedef struct {
+    lm_int4_matrix m;
+    const lm_tensor *qweight;
+    bool in_order;
+} int4_source;
+
+
+/* Companion `suffix` of module prefix, of one of the dtypes allowed and
+ * exactly the shape [d0, d1] (d1 < 0: [d0]); NULL with err set when absent
+ * or wrong. */
+static const lm_tensor *int4_companion(lm_weights *w, const char *prefix, const char *suffix, bool ints,
+                                       int64_t d0, int64_t d1, lm_error *err) {
+    char cname[320];
+    snprintf(cname, sizeof cname, "%s.%s", prefix, suffix);
+    const lm_tensor *c = lm_weights_find(w, cname);
+    const char *method = int4_method_name(w->quant.int4.method);
+    if (!c) {
+        lm_fail(err, LM_ERR_FORMAT, "%s: %s module '%s' has no '%s'", lm_checkpoint_dir(w->checkpoint), method,
+                prefix, cname);
+        return NULL;
+    }
+    bool dtype_ok = ints ? c->dtype == LM_DTYPE_I32 || c->dtype == LM_DTYPE_U32 : is_float_dtype(c->dtype);
+    if (!dtype_ok) {
+        lm_fail(err, LM_ERR_FORMAT, "%s: '%s' has dtype %s; expected %s", c->file, cname, lm_dtype_name(c->dtype),
+                ints ? "I32" : "F16, BF16 or F32");
+        return NULL;
+    }
+    int want_dims = d1 < 0 ? 1 : 2;
+    if (c->n_dims != want_dims || c->shape[0] != d0 || (d1 >= 0 && c->shape[1] != d1)) {
+        char want[64];
+        if (d1 < 0) snprintf(want, sizeof want, "[%lld]", (long long)d0);
+        else snprintf(want, sizeof want, "[%lld, %lld]", (long long)d0, (long long)d1);
+        lm_fail(err, LM_ERR_FORMAT, "%s: '%s' has %d dims [%lld%s...]; expected %s (%s, config.json's group_size %d)",
+                c->file, cname, c->n_dims, (long long)c->shape[0], c->n_dims > 1 ? ", " : "", want, method,
+                w->quant.int4.group_size);
+        return NULL;
+    }
+    return c;
+}
+
+/* Whether `name` (X.weight) is stored as GPTQ/AWQ int4: X.qweight exists
+ * (never in random mode); if so *q checked against `shape`, or an error
+ * (returns true, err set, q->qweight NULL). */
+static bool find_int4(lm_weights *w, const char *name, int n_dims, const int64_t *shape, int4_source *q,
+                      lm_error *err) {
+    memset(q, 0, sizeof *q);
+    size_t len = strlen(name);
+    if (w->random || len < 8 || strcmp(name + len - 7, ".weight") != 0 || len - 7 >= 300) return false;
+    char prefix[300], qname[320];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(len - 7), name);
+    snprintf(qname, sizeof qname, "%s.qweight", prefix);
+    const lm_tensor *t = lm_checkpoint_find(w->checkpoint, qname);
+    if (!t) return false;
+    lm_weights_find(w, qname);
+    const lm_int4_quant *cfg = &w->quant.int4;
+    if (cfg->method == LM_INT4_NONE) {
+        lm_fail(err, LM_ERR_FORMAT,
+                "%s: '%s' is GPTQ/AWQ-quantized but config.json has no quantization_config with quant_method "
+                "\"gptq\" or \"awq\"",
+                t->file, qname);
+        return true;
+    }
+    const char *method = int4_method_name(cfg->method);
+    if (n_dims != 2) {
+        lm_fail(err, LM_ERR_UNSUPPORTED, "%s: '%s' is %s int4 where loom expects a stack of matrices", t->file, qname,
+                method);
+        return true;
+    }
+    int64_t out = shape[0], in = shape[1], group = lm_int4_group_cols(cfg->group_size, in),
+            groups = lm_int4_groups(cfg, in);
+    bool awq = cfg->method == LM_INT4_AWQ;
+    if (out % 8 != 0 || in % 8 != 0 || (awq && in % group != 0)) {
+        lm_fail(err, LM_ERR_FORMAT,
+                "%s: '%s' is %s int4 of a [%lld, %lld] matrix: its rows and columns must be multiples of 8%s",
+                t->file, qname, method, (long long)out, (long long)in, awq ? " and of group_size" : "");
+        return true;
+    }
+    if (t->dtype != LM_DTYPE_I32 && t->dtype != LM_DTYPE_U32) {
+        lm_fail(err, LM_ERR_FORMAT, "%s: '%s' has dtype %s; expected I32 (8 codes of 4 bits a word)", t->file,
+                qname, lm_dtype_name(t->dtype));
+        return true;
+    }
+    int64_t d0 = awq ? in : in / 8, d1 = awq ? out / 8 : out;
+    if (t->n_dims != 2 || t->shape[0] != d0 || t->shape[1] != d1) {
+        lm_fail(err, LM_ERR_FORMAT,
+                "%s: '%s' has %d dims [%lld%s...]; expected [%lld, %lld]: %s packs the [%lld, %lld] weight 8 codes "
+                "a word along its %s (config.json's bits 4)",
+                t->file, qname, t->n_dims, (long long)t->shape[0], t->n_dims > 1 ? ", " : "", (long long)d0,
+                (long long)d1, method, (long long)out, (long long)in, awq ? "rows" : "columns");
+        return true;
+    }
+    const lm_tensor *zeros = int4_companion(w, prefix, "qzeros", true, groups, out / 8, err);
+    const lm_tensor *scales = zeros ? int4_companion(w, prefix, "scales", false, groups, out, err) : NULL;
+    if (!scales) return true;
+    const lm_tensor *g_idx = NULL;
+    char gname[320];
+    snprintf(gname, sizeof gname, "%s.g_idx", prefix);
+    if (!awq && lm_checkpoint_find(w->checkpoint, gname) &&
+        !(g_idx = int4_companion(w, prefix, "g_idx", true, in, -1, err)))
+        return true;
+    q->m = (lm_int4_matrix){.method = cfg->method, .qweight = t->data, .qzeros = zeros->data, .scales = scales->data,
+                            .scales_dtype = scales->dtype, .g_idx = g_idx ? g_idx->data : NULL, .out = out, .in = in,
+                            .group = group, .groups = groups, .zero_offset = cfg->zero_offset};
+    int64_t bad = -1;
+    q->in_order = lm_int4_gidx_in_order(&q->m, &bad);
+    if (bad >= 0) {
+        lm_fail(err, LM_ERR_FORMAT, "%s: '%s' puts column %lld in group %d; the matrix has %lld groups", g_idx->file,
+                gname, (long long)bad, (int)q->m.g_idx[bad], (long long)groups);
+        return true;
+    }
+    q->qweight = t;
+    count_parameters(w, t, out * in);
+    count_parameters(w, zeros, 0);
+    count_parameters(w, scales, 0);
+    count_parameters(w, g_idx, 0);
+    return true;
+}
+
+/* What an int4 matrix's columns [c0, c0 + n_cols) become: Q4_0 (every
+ * zero 8) or Q5_0 blocks holding its weights exactly, where its groups
+ * run in order in whole 32-column blocks, its scales are float16 and the
+ * backend runs the format; else decoded: float32 on a host backend (exact,
+ * 4 bytes a weight: the cpu's numbers stay the checkpoint's), bf16 on a
+ * device (2 bytes; a weight moves by at most 2^-9 of itself), as FP8
+ * checkpoints there. */
+static lm_dtype int4_made_as(const lm_weights *w, const int4_source *q, int64_t c0, int64_t n_cols) {
+    lm_dtype decoded = lm_backend_is_host(w->backend) ? LM_DTYPE_F32 : LM_DTYPE_BF16;
+    if (!q->in_order || q->m.group % 32 != 0 || c0 % 32 != 0 || n_cols % 32 != 0 || !lm_int4_scales_are_f16(&q->m))
+        return decoded;
+    lm_dtype d = lm_int4_zeros_all_8(&q->m) ? LM_DTYPE_GGML_Q4_0 : LM_DTYPE_GGML_Q5_0;
+    return lm_backend_supports_weights(w->backend, d) ? d : decoded;
 }
 
 /* Row i of the slice: the tensor's row. */
@@ -789,6 +1016,7 @@ typedef struct {
     lm_weights *w;
     const lm_tensor *t, *s;
     const mlx_source *mlx; /* NULL: t is float or FP8 */
+    const int4_source *int4; /* GPTQ / AWQ (t is its qweight) */
     const char *name;
     const row_source *src;
     lm_dtype dtype;
@@ -818,7 +1046,16 @@ static void convert_task(void *ctx, int task, int n_tasks) {
                                  j->dst + (size_t)i * j->row_bytes, &f->err);
             continue;
         }
-        if (j->mlx) f->st = mlx_row(j->mlx, r, src->cols, row, &f->err);
+        if (j->int4 && lm_dtype_is_block(j->dtype)) { /* codes kept as ggml blocks */
+            lm_int4_row_to_blocks(&j->int4->m, r, src->c0, src->n_cols, j->dtype, j->dst + (size_t)i * j->row_bytes);
+            continue;
+        }
+        if (j->mlx && j->dtype == LM_DTYPE_GGML_Q4_1) { /* the codes kept: no float detour */
+            f->st = mlx_q4_1_row(j->mlx, r, src->c0, src->n_cols, j->dst + (size_t)i * j->row_bytes, &f->err);
+            continue;
+        }
+        if (j->int4) lm_int4_dequantize_row(&j->int4->m, r, row);
+        else if (j->mlx) f->st = mlx_row(j->mlx, r, src->cols, row, &f->err);
         else if (j->s) f->st = fp8_row(j->w, j->t, j->s, j->name, src->rows, src->cols, r, row, &f->err);
         else float_row(j->t, r, src->cols, row);
         if (f->st == LM_OK && !store_row(row + src->c0, src->n_cols, j->dtype, j->dst + (size_t)i * j->row_bytes))
@@ -832,9 +1069,9 @@ static void convert_task(void *ctx, int task, int n_tasks) {
  * `dtype` (Q8_0, BF16 or F32) on the host row by row — from float weights,
  * or FP8 weights times their block scales s — then imported.  Large
  * matrices are made on a pool of threads (the same bytes). */
-static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor *s, const mlx_source *mlx,
-                              const char *name, const row_source *src, lm_dtype dtype, lm_matrix *out,
-                              lm_error *err) {
+static lm_status convert_rows_from(lm_weights *w, const lm_tensor *t, const lm_tensor *s, const mlx_source *mlx,
+                                   const int4_source *int4, const char *name, const row_source *src, lm_dtype dtype,
+                                   lm_matrix *out, lm_error *err) {
     int64_t n_rows = src->count * src->s_rows;
     size_t row_bytes = lm_dtype_row_bytes(dtype, src->n_cols), bytes = row_bytes * (size_t)n_rows;
     uint8_t *dst = owned_bytes(w, bytes, name, err);
@@ -842,7 +1079,8 @@ static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor
     lm_pool *pool = n_rows * src->cols >= CONVERT_PARALLEL_MIN ? convert_pool(w) : NULL;
     int n_tasks = pool ? lm_pool_size(pool) : 1;
     if (n_tasks > n_rows) n_tasks = n_rows > 0 ? (int)n_rows : 1;
-    convert_job job = {w, t, s, mlx, name, src, dtype, dst, row_bytes, calloc((size_t)n_tasks, sizeof *job.failed)};
+    convert_job job = {w,     t,   s,         mlx, int4, name, src,
+                       dtype, dst, row_bytes, calloc((size_t)n_tasks, sizeof *job.failed)};
     if (!job.failed) return lm_fail(err, LM_ERR_NOMEM, "out of memory converting '%s'", name);
     if (pool && n_tasks > 1) lm_pool_run(pool, n_tasks, convert_task, &job);
     else convert_task(&job, 0, 1);
@@ -863,12 +1101,32 @@ static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor
         else w->fp8_made_bytes += bytes;
     }
     if (s && dtype == LM_DTYPE_BF16) w->fp8_bf16_bytes += bytes;
-    if (mlx) {
+    if (int4 && lm_dtype_is_block(dtype)) {
+        w->int4_kept_bytes += bytes;
+        w->int4_kept_matrices++;
+    } else if (int4) {
+        w->int4_f32_bytes += bytes;
+        w->int4_f32_matrices++;
+        w->int4_decoded = dtype;
+        if (!int4->in_order) w->int4_f32_permuted++;
+    }
+    if (mlx && dtype == LM_DTYPE_GGML_Q4_1) {
+        w->mlx_kept_bytes += bytes;
+        w->mlx_kept_matrices++;
+    } else if (mlx) {
         w->mlx_bytes += bytes;
         w->mlx_made = dtype;
+        w->mlx_made_bits = mlx->bits;
+        w->mlx_made_matrices++;
     }
     *out = (lm_matrix){.data = lm_mem_of(buffer), .dtype = dtype, .rows = n_rows, .cols = src->n_cols};
     return LM_OK;
+}
+
+static lm_status convert_rows(lm_weights *w, const lm_tensor *t, const lm_tensor *s, const mlx_source *mlx,
+                              const char *name, const row_source *src, lm_dtype dtype, lm_matrix *out,
+                              lm_error *err) {
+    return convert_rows_from(w, t, s, mlx, NULL, name, src, dtype, out, err);
 }
 
 /* Whether `name` is stored F8_E4M3 (not in random mode); if so *t and its
@@ -915,11 +1173,16 @@ static lm_status load_matrix(lm_weights *w, const char *name, int n_dims, int64_
                             .s_rows = rows, .c0 = 0, .n_cols = cols};
     const lm_tensor *t, *s;
     mlx_source mlx;
+    int4_source int4;
+    if (find_int4(w, name, n_dims, shape, &int4, err))
+        return int4.qweight ? convert_rows_from(w, int4.qweight, NULL, NULL, &int4, name, &all,
+                                                int4_made_as(w, &int4, 0, cols), out, err)
+                            : err->code;
     if (find_mlx(w, name, n_dims, shape, &mlx, err)) {
         if (!mlx.scales) return err->code;
         if (was_released(w, mlx.weight))
             return lm_fail(err, LM_ERR_INVALID, "'%s' was asked for twice after its conversion", name);
-        return convert_rows(w, mlx.weight, NULL, &mlx, name, &all, mlx_made_as(w, &mlx, linear, cols), out, err);
+        return convert_rows(w, mlx.weight, NULL, &mlx, name, &all, mlx_made_as(w, &mlx, linear, 0, cols), out, err);
     }
     if (find_fp8(w, name, n_dims, shape, &t, &s, err)) {
         if (!s) return err->code;
@@ -1030,8 +1293,13 @@ static lm_status load_slice(lm_weights *w, const char *name, int n_dims, int64_t
      * would be for its columns (int8 blocks start at its first column). */
     const lm_tensor *t, *s;
     mlx_source mlx;
+    int4_source int4;
+    if (find_int4(w, name, n_dims, shape, &int4, err))
+        return int4.qweight ? convert_rows_from(w, int4.qweight, NULL, NULL, &int4, name, &part,
+                                                int4_made_as(w, &int4, c0, n_cols), out, err)
+                            : err->code;
     if (find_mlx(w, name, n_dims, shape, &mlx, err))
-        return mlx.scales ? convert_rows(w, mlx.weight, NULL, &mlx, name, &part, mlx_made_as(w, &mlx, true, n_cols),
+        return mlx.scales ? convert_rows(w, mlx.weight, NULL, &mlx, name, &part, mlx_made_as(w, &mlx, true, c0, n_cols),
                                          out, err)
                           : err->code;
     if (find_fp8(w, name, n_dims, shape, &t, &s, err))
@@ -1098,15 +1366,69 @@ lm_status lm_weights_linear_stacked_range(lm_weights *w, const char *name, int64
 
 /* ---- config.json's quantization_config ---- */
 
+/* GPTQ's and AWQ's quantization_config (models/gptq_quant.h): bits 4,
+ * group_size -1 or a positive width; GPTQ's checkpoint_format "gptq"
+ * (zeros stored minus 1) or "gptq_v2", sym and desc_act booleans (the
+ * tensors say the rest: zeros, g_idx); AWQ's version "gemm" with
+ * zero_point true; modules_to_not_convert null or a list of module names
+ * (those modules are stored as float X.weight, which the loader takes as
+ * stored wherever it finds one). */
+static lm_status read_int4_quant(const lm_json_fields *q, lm_int4_method method, lm_weights_quant *out) {
+    int bits = 0, group = 0;
+    lm_status s;
+    if (!lm_json_field(q, "bits"))
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "bits", "is missing: GPTQ and AWQ checkpoints give bits (4)");
+    if ((s = lm_json_read_int(q, "bits", 1, 64, &bits)) != LM_OK) return s;
+    if (bits != 4)
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "bits",
+                                   "is %d: loom reads GPTQ and AWQ weights of 4 bits only", bits);
+    if (!lm_json_field(q, "group_size"))
+        return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "group_size", "is missing (128, or -1 for one group a row)");
+    if ((s = lm_json_read_int(q, "group_size", -1, 1 << 20, &group)) != LM_OK) return s;
+    if (group == 0) return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "group_size", "is 0: a positive width or -1");
+    bool flag = true;
+    if ((s = lm_json_read_bool(q, "sym", &flag)) != LM_OK) return s;
+    if ((s = lm_json_read_bool(q, "desc_act", &flag)) != LM_OK) return s;
+    const cJSON *skip = NULL;
+    size_t n_skip = 0;
+    if ((s = lm_json_read_array(q, "modules_to_not_convert", 1 << 16, "strings", &skip, &n_skip)) != LM_OK) return s;
+    for (const cJSON *m = skip ? skip->child : NULL; m; m = m->next)
+        if (!cJSON_IsString(m)) return lm_json_type_error(q, "modules_to_not_convert", "a list of strings");
+    int offset = 0;
+    if (method == LM_INT4_GPTQ) {
+        char format[32] = "";
+        if ((s = lm_json_read_string(q, "checkpoint_format", format, sizeof format)) != LM_OK) return s;
+        if (!format[0] || !strcmp(format, "gptq")) offset = 1; /* AutoGPTQ's pack stores z - 1 */
+        else if (strcmp(format, "gptq_v2") != 0)
+            return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "checkpoint_format",
+                                       "is '%s': loom reads GPTQ's \"gptq\" and \"gptq_v2\" packing", format);
+    } else {
+        char version[32] = "";
+        if ((s = lm_json_read_string(q, "version", version, sizeof version)) != LM_OK) return s;
+        if (version[0] && strcasecmp(version, "gemm") != 0)
+            return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "version",
+                                       "is '%s': loom reads AutoAWQ's GEMM packing only (version \"gemm\")", version);
+        bool zero_point = true;
+        if ((s = lm_json_read_bool(q, "zero_point", &zero_point)) != LM_OK) return s;
+        if (!zero_point)
+            return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "zero_point",
+                                       "is false: AWQ's GEMM checkpoints have zero points (qzeros)");
+    }
+    out->int4 = (lm_int4_quant){.method = method, .group_size = group, .zero_offset = offset};
+    return LM_OK;
+}
+
 static lm_status read_quant(const lm_json_fields *q, lm_weights_quant *out) {
     char method[32] = "", fmt[32] = "", activation[32] = "";
     lm_status s = lm_json_read_string(q, "quant_method", method, sizeof method);
     if (s != LM_OK) return s;
+    if (!strcmp(method, "gptq")) return read_int4_quant(q, LM_INT4_GPTQ, out);
+    if (!strcmp(method, "awq")) return read_int4_quant(q, LM_INT4_AWQ, out);
     if (strcmp(method, "fp8") != 0)
         return lm_json_field_error(q, LM_ERR_UNSUPPORTED, "quant_method",
-                                   "is '%s': loom reads bf16 checkpoints and block-scaled FP8 ones "
-                                   "(quant_method \"fp8\"); for int8 weights load the bf16 checkpoint "
-                                   "with --quantize int8",
+                                   "is '%s': loom reads bf16 checkpoints, block-scaled FP8 ones "
+                                   "(quant_method \"fp8\"), GPTQ and AWQ int4 (\"gptq\", \"awq\") and MLX's; "
+                                   "for int8 weights load the bf16 checkpoint with --quantize int8",
                                    method[0] ? method : "(missing)");
     if ((s = lm_json_read_string(q, "fmt", fmt, sizeof fmt)) != LM_OK) return s;
     if (fmt[0] && strcmp(fmt, "e4m3") != 0)
@@ -1184,6 +1506,7 @@ static lm_status read_mlx_quant(const lm_json_fields *q, lm_weights_quant *out) 
 lm_status lm_weights_quant_config(const char *config_path, lm_weights_quant *q, lm_error *err) {
     q->fp8_block_rows = q->fp8_block_cols = 0;
     q->mlx_bits = q->mlx_group = 0;
+    q->int4 = (lm_int4_quant){0};
     cJSON *root = NULL;
     lm_status s = lm_json_read_file(config_path, MAX_CONFIG_BYTES, &root, err);
     if (s != LM_OK) return s;

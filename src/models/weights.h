@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "io/checkpoint.h"
+#include "models/gptq_quant.h"
 
 struct cJSON;
 #include "ops/ops.h"
@@ -25,6 +26,7 @@ typedef struct {
     int mlx_bits;          /* > 0: config.json's "quantization" (MLX affine, models/mlx_quant.h) */
     int mlx_group;         /* its group_size */
     bool mlx_overrides;    /* it names modules of their own bits/group_size (or false: not quantized) */
+    lm_int4_quant int4;    /* GPTQ / AWQ int4 (quantization_config's quant_method gptq or awq) */
 } lm_weights_quant;
 
 /* config.json's quantization_config (top level, else text_config's): none,
@@ -74,9 +76,25 @@ typedef struct {
     size_t fp8_bf16_bytes; /* bytes of bf16 matrices decoded from FP8 (a backend without int8 weights) */
     size_t mlx_bytes;      /* bytes of matrices decoded from MLX affine codes */
     lm_dtype mlx_made;     /* what the latest became (bf16, float32 or Q8_0), for the note */
+    int mlx_made_bits;     /* its bits */
+    size_t mlx_made_matrices;
+    size_t mlx_kept_bytes;    /* bytes of MLX 4-bit matrices kept 4-bit (ggml Q4_1 blocks) */
+    size_t mlx_kept_matrices;
+    size_t int4_kept_bytes, int4_kept_matrices; /* GPTQ / AWQ matrices kept 4-bit (Q4_0 / Q5_0 blocks) */
+    size_t int4_f32_bytes, int4_f32_matrices;   /* ... decoded (float32 on host backends, else bf16) */
+    lm_dtype int4_decoded;                      /* which */
+    size_t int4_f32_permuted;                   /* of which desc_act put out of group order */
     struct cJSON *mlx_config; /* config.json, read at the first MLX matrix when quant.mlx_overrides */
     struct lm_pool *convert_pool; /* threads converting large matrices at load (made at the first) */
     bool convert_pool_failed;     /* it could not be made, or one thread: convert on the caller's */
+    /* Quantized checkpoints' tensors and the weights they stand for (an
+     * MLX X.weight or a GPTQ/AWQ X.qweight: rows · cols; their scales,
+     * biases, zeros and g_idx: 0), for lm_weights_tensor_parameters. */
+    struct lm_counted_params {
+        const lm_tensor *tensor;
+        int64_t parameters;
+    } *counted;
+    size_t n_counted, cap_counted;
     /* Tensors whose data was converted at load and then handed back to the
      * system (lm_big_release): never handed out again. */
     const lm_tensor **released;
@@ -120,9 +138,14 @@ lm_status lm_weights_matrix(lm_weights *w, const char *name, int64_t rows, int64
  * (float32 when cols is not a multiple of LM_Q8_BLOCK), or to bf16 on a
  * backend without Q8_0 weights.  Every matrix stored MLX-quantized
  * (`X.weight` uint32 with `X.scales` and `X.biases`, config.json's
- * "quantization") is decoded into the dtype of its scales (Q8_0 with
- * int8_linear), here and in every loader below, slices included (only the
- * slice's rows are decoded). */
+ * "quantization") is kept 4-bit as ggml Q4_1 blocks where its codes are
+ * 4-bit and its scales and biases float16 (the same weights exactly), else
+ * decoded into the dtype of its scales (Q8_0 with int8_linear); every
+ * GPTQ / AWQ int4 matrix (`X.qweight`, `X.qzeros`, `X.scales`, `X.g_idx`;
+ * models/gptq_quant.h) is kept as Q4_0 / Q5_0 blocks of the same weights
+ * where its groups run in order, else decoded (float32 on host backends);
+ * here and in every loader below, slices included (only the slice's rows
+ * are read). */
 lm_status lm_weights_linear(lm_weights *w, const char *name, int64_t rows, int64_t cols,
                             lm_matrix *out, lm_error *err);
 /* The same for a 3-D [n, rows, cols] tensor (fused experts). */
@@ -208,6 +231,10 @@ lm_status lm_weights_vector(lm_weights *w, const char *name, int64_t n, float of
 bool lm_weights_was_used(const lm_weights *w, const lm_tensor *t);
 /* Parameters of the tensors handed out. */
 int64_t lm_weights_parameters_used(const lm_weights *w);
+/* The weights tensor t stands for: its elements, except for a quantized
+ * checkpoint's packed codes (the matrix's rows · cols) and their scales,
+ * biases, zeros and g_idx (0). */
+int64_t lm_weights_tensor_parameters(const lm_weights *w, const lm_tensor *t);
 /* Prints the checkpoint's used (or unused) tensors grouped by the first
  * components of their names, with counts and parameters (`loom inspect`). */
 void lm_weights_print_groups(const lm_weights *w, bool want_used, FILE *f);

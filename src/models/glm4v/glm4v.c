@@ -188,7 +188,7 @@ static void describe_to_engine(lm_glm4v_model *m) {
     snprintf(info->mtp_status, sizeof info->mtp_status,
              "GLM-4.6V's own next-token layer is not run by loom: no speculative decoding");
     int64_t params = 0, inactive = 0;
-    for (size_t i = 0; i < m->weights.n_used; i++) params += m->weights.used[i]->n_elements;
+    for (size_t i = 0; i < m->weights.n_used; i++) params += lm_weights_tensor_parameters(&m->weights, m->weights.used[i]);
     for (int i = 0; i < c->num_hidden_layers; i++) {
         const lm_moe_experts *e = &m->layers[i].moe.experts.view;
         if (!m->layers[i].is_moe) continue;
@@ -307,7 +307,8 @@ static lm_status glm4v_open(const char *config_path, const char *dir,
                                     .fp8_block_cols = options->fp8_block_cols,
                                     .mlx_bits = options->mlx_bits,
                                     .mlx_group = options->mlx_group,
-                                    .mlx_overrides = options->mlx_overrides};
+                                    .mlx_overrides = options->mlx_overrides,
+                                    .int4 = options->int4};
     lm_weights_set_quant(&m->weights, &quant);
     /* GLM-4.6V rotates halves, GLM-4.6V-Flash interleaved pairs (§E.2.2, §E.6);
      * both split the frequencies into contiguous T/H/W sections. */

@@ -292,7 +292,8 @@ static void describe_to_engine(lm_qwen35_model *m) {
     int64_t params = 0;
     for (size_t i = 0; i < m->weights.n_used; i++) {
         const lm_tensor *t = m->weights.used[i];
-        if (strncmp(t->name, "mtp.", 4) != 0 && !strstr(t->name, ".mtp.")) params += t->n_elements;
+        if (strncmp(t->name, "mtp.", 4) != 0 && !strstr(t->name, ".mtp."))
+            params += lm_weights_tensor_parameters(&m->weights, t);
     }
     info->n_parameters = params;
     int64_t inactive_per_layer =
@@ -380,7 +381,8 @@ lm_status lm_qwen35_load(lm_checkpoint *checkpoint, const lm_qwen35_config *conf
                                    .fp8_block_cols = options->fp8_block_cols,
                                    .mlx_bits = options->mlx_bits,
                                    .mlx_group = options->mlx_group,
-                                   .mlx_overrides = options->mlx_overrides};
+                                   .mlx_overrides = options->mlx_overrides,
+                                   .int4 = options->int4};
     lm_weights_set_quant(&m->weights, &quant);
     lm_status st = take_share(m, options, err);
     m->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
