@@ -96,7 +96,8 @@ static char *trimmed_copy(const char *s, size_t n) {
     return out;
 }
 
-const char *lm_tool_param_type(const cJSON *tools, const char *function, const char *param) {
+/* The schema of function's parameter param (NULL when not listed). */
+static const cJSON *param_schema(const cJSON *tools, const char *function, const char *param) {
     const cJSON *tool;
     cJSON_ArrayForEach(tool, tools) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
@@ -104,17 +105,24 @@ const char *lm_tool_param_type(const cJSON *tools, const char *function, const c
         if (!cJSON_IsString(name) || strcmp(name->valuestring, function) != 0) continue;
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         const cJSON *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
-        const cJSON *prop = cJSON_GetObjectItemCaseSensitive(props, param);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(prop, "type");
-        return cJSON_IsString(type) ? type->valuestring : NULL;
+        return cJSON_GetObjectItemCaseSensitive(props, param);
     }
     return NULL;
 }
 
+const char *lm_tool_param_type(const cJSON *tools, const char *function, const char *param) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(param_schema(tools, function, param), "type");
+    return cJSON_IsString(type) ? type->valuestring : NULL;
+}
+
+bool lm_tool_param_is_json(const cJSON *tools, const char *function, const char *param) {
+    const char *type = lm_tool_param_type(tools, function, param);
+    return param_schema(tools, function, param) && !(type && strcmp(type, "string") == 0);
+}
+
 cJSON *lm_tool_param_value(const cJSON *tools, const char *function, const char *key, const char *value) {
-    const char *type = lm_tool_param_type(tools, function, key);
     cJSON *item = NULL;
-    if (type && strcmp(type, "string") != 0) item = cJSON_Parse(value);
+    if (lm_tool_param_is_json(tools, function, key)) item = cJSON_Parse(value);
     if (!item) item = cJSON_CreateString(value);
     return item;
 }

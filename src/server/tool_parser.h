@@ -94,10 +94,15 @@ typedef struct {
 } lm_tool_call_view;
 bool lm_tool_parser_open_call(const lm_tool_parser *p, lm_tool_call_view *out);
 
-/* A tool parameter's JSON-schema type (NULL when unknown), and its value
- * typed by it: a non-string type's text parsed as JSON when it is JSON, else
- * a string (NULL when out of memory). */
+/* A tool parameter's JSON-schema type (NULL when unknown); whether its
+ * value is JSON text: a listed property whose "type" is not "string" (a
+ * number, an object, an enum or anyOf without a type: as the constrained
+ * call writes it, tool_call_grammar.h); a "type": "string" property's and
+ * an unlisted one's value is raw text.  lm_tool_param_value: the value so
+ * typed, JSON text parsed when it is JSON, else a string (NULL when out of
+ * memory). */
 const char *lm_tool_param_type(const cJSON *tools, const char *function, const char *param);
+bool lm_tool_param_is_json(const cJSON *tools, const char *function, const char *param);
 cJSON *lm_tool_param_value(const cJSON *tools, const char *function, const char *key, const char *value);
 
 /* tools: the request's "tools" array (may be NULL); id_seed makes call ids. */
