@@ -1,8 +1,8 @@
-/* Enforcing tool_choice "required" and a named function without guided
- * decoding: the prompt is made to end with the opening of a call in the
- * model's own form (see lm_tool_call_opening), so the model's first tokens
- * are that call's arguments; the tool parser is started inside the call
- * (lm_tool_parser_start_forced).
+/* Enforcing tool_choice "required" and a named function: the prompt is
+ * made to end with the opening of a call in the model's own form (see
+ * lm_tool_call_opening), so the model's first tokens are that call's
+ * arguments, constrained by the call grammar (tool_call_grammar.h); the
+ * tool parser is started inside the call (lm_tool_parser_start_forced).
  *
  * For "required" with several tools the function is chosen first, one token
  * at a time: the model samples among the tokens that continue some tool's
