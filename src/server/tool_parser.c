@@ -245,7 +245,11 @@ static bool parse_xml_form(const char *text, const cJSON *tools, char **name, cJ
     return true;
 }
 
-static bool parse_glm_form(const char *text, const cJSON *tools, char **name, cJSON **args) {
+/* cut_short: the output ended inside the block (max_tokens, a stop): a key
+ * not closed ends the arguments, and a value not closed keeps what was
+ * written, as in the XML form (so a forced call cut short reads as the
+ * streamed one showed it). */
+static bool parse_glm_form(const char *text, const cJSON *tools, bool cut_short, char **name, cJSON **args) {
     size_t len = strlen(text);
     size_t name_end = lm_marker_find(text, len, "<arg_key>");
     size_t nl = lm_marker_find(text, len, "\n");
@@ -262,7 +266,21 @@ static bool parse_glm_form(const char *text, const cJSON *tools, char **name, cJ
         size_t probe = pos + lm_marker_find(text + pos, len - pos, "<arg_key>");
         if (probe >= len) break;
         char *key = take_between(text, len, &pos, "<arg_key>", "</arg_key>", true);
+        if (!key && cut_short && lm_marker_find(text + probe, len - probe, "</arg_key>") >= len - probe) break;
         char *value = key ? take_between(text, len, &pos, "<arg_value>", "</arg_value>", false) : NULL;
+        if (key && !value && cut_short) {
+            size_t open = pos + lm_marker_find(text + pos, len - pos, "<arg_value>");
+            if (open >= len || lm_marker_find(text + open, len - open, "</arg_value>") < len - open) {
+                free(key);
+                break; /* the value had not begun */
+            }
+            const char *v = text + open + strlen("<arg_value>");
+            size_t n = len - (size_t)(v - text);
+            if (n && v[0] == '\n') v++, n--;
+            value = malloc(n + 1);
+            if (value) memcpy(value, v, n), value[n] = 0;
+            pos = len;
+        }
         ok = key && value && key[0] && add_param(obj, tools, fn, key, value);
         free(key);
         free(value);
@@ -332,7 +350,7 @@ static bool push_forced_call(lm_tool_parser *p, lm_tool_call_list *calls) {
 }
 
 /* Parses one block body; false if it is in no known form. */
-static bool parse_block(lm_tool_parser *p, const char *body, size_t len, lm_tool_call_list *calls,
+static bool parse_block(lm_tool_parser *p, const char *body, size_t len, bool cut_short, lm_tool_call_list *calls,
                         bool *parsed) {
     *parsed = false;
     char *text = trimmed_copy(body, len);
@@ -342,7 +360,7 @@ static bool parse_block(lm_tool_parser *p, const char *body, size_t len, lm_tool
     bool ok;
     if (text[0] == '{') ok = parse_json_form(text, &name, &args);
     else if (strncmp(text, "<function=", 10) == 0) ok = parse_xml_form(text, p->tools, &name, &args);
-    else ok = parse_glm_form(text, p->tools, &name, &args);
+    else ok = parse_glm_form(text, p->tools, cut_short, &name, &args);
     free(text);
     if (!ok) {
         free(name);
@@ -428,13 +446,14 @@ static bool end_block(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *ca
     size_t content_len = content->len;
     int calls_before = calls->n;
     bool parsed;
-    ok = ok && parse_block(p, lm_sbuf_str(&p->block), p->block.len, calls, &parsed);
+    ok = ok && parse_block(p, lm_sbuf_str(&p->block), p->block.len, !closed, calls, &parsed);
     if (ok && !parsed) ok = p->forced_name ? push_forced_call(p, calls) : block_as_content(p, content, closed);
     if (ok && p->stream_calls && p->stream.name) ok = settle_announced(p, content, content_len, calls, calls_before);
     lm_call_stream_free(&p->stream);
     free(p->forced_name);
     p->forced_name = NULL;
     lm_sbuf_clear(&p->block);
+    p->after_call = true;
     return ok;
 }
 
@@ -448,6 +467,14 @@ static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, 
     for (;;) {
         const char *s = lm_sbuf_str(&p->pending);
         size_t len = p->pending.len;
+        if (!p->in_call && p->after_call) {
+            size_t ws = 0;
+            while (ws < len && is_space(s[ws])) ws++;
+            lm_sbuf_consume(&p->pending, ws);
+            if (ws < len) p->after_call = false;
+            s = lm_sbuf_str(&p->pending);
+            len = p->pending.len;
+        }
         if (len == 0) return true;
         const char *marker = p->in_call ? CALL_CLOSE : CALL_OPEN;
         const char *stray = p->drop_stray ? (p->in_call ? CALL_OPEN : CALL_CLOSE) : NULL;

@@ -71,6 +71,8 @@ typedef struct {
     uint64_t id_state;    /* for call ids */
     char *forced_name;    /* the forced call's function (malloc'd) until that call ends */
     size_t forced_skip;   /* bytes at the start of block that came from the forced opening */
+    bool after_call;      /* a call just ended: the whitespace that follows is no content (a template's
+                           * "\n" between calls would otherwise be a text part of its own) */
     bool drop_stray;      /* a </tool_call> outside a call, or a <tool_call> inside one, is dropped
                            * (set after init: the markers are special tokens the client asked to skip) */
     /* Streamed responses (set after init): the open call is announced as
@@ -112,7 +114,8 @@ void lm_tool_parser_init(lm_tool_parser *p, const cJSON *tools, uint64_t id_seed
  * and the close.  That first call is always returned as a call, never as
  * content, also when the output ends before the call is closed (max_tokens,
  * a stop string, eos).  Its arguments: the block parsed as usual when that
- * works (an XML parameter cut short keeps what was written), else the first
+ * works (an XML or GLM parameter cut short keeps what was written, a GLM
+ * key cut short is left out), else the first
  * JSON object the model wrote, else the model's raw text after the opening
  * (then not JSON, as the model did not write JSON), "{}" when it wrote
  * nothing.  Fails with LM_ERR_NOMEM, or LM_ERR_INVALID when the opening does
