@@ -206,17 +206,23 @@ try {
   const valid = (b) => b.type === 'tool_use' && /^toolu_[A-Za-z0-9]{24}$/.test(b.id) &&
     (b.name === 'get_weather' ? Weather : Time).safeParse(b.input).success;
   // a forced call: one tool_use (disable_parallel_tool_use), else one or more
-  // (parallel tool use is allowed), each valid but a last one max_tokens cut
-  const forcedUses = (m, one) => m.content.length >= 1 && (one ? m.content.length === 1 : true) &&
-    (m.stop_reason === 'tool_use' ? m.content.every(valid)
-      : m.stop_reason === 'max_tokens' && m.content.length > 1 && m.content.slice(0, -1).every(valid));
+  // (parallel tool use is allowed), each valid; cut by max_tokens after the
+  // first, the cut call may be left as text or a last tool_use
+  const forcedUses = (m, one) => {
+    const uses = m.content.filter((b) => b.type === 'tool_use');
+    const texts = m.content.filter((b) => b.type !== 'tool_use');
+    if (one) return m.stop_reason === 'tool_use' && m.content.length === 1 && valid(m.content[0]);
+    if (m.stop_reason === 'tool_use') return uses.length >= 1 && texts.every((b) => !b.text.trim()) && uses.every(valid);
+    return m.stop_reason === 'max_tokens' && uses.length >= 1 && uses.slice(0, -1).every(valid) &&
+      (texts.length > 0 ? uses.every(valid) : uses.length > 1);
+  };
   for (const choice of [{ type: 'any' }, { type: 'tool', name: 'get_weather' }, { type: 'tool', name: 'get_time' },
     { type: 'any', disable_parallel_tool_use: true }]) {
     const r = await client.messages.create({ model: 'fixture', max_tokens: 100, temperature: 1, messages,
       tools: strictTools, tool_choice: choice });
-    const b = r.content[0];
+    const b = r.content.find((u) => u.type === 'tool_use');
     check(`strict tool, tool_choice ${JSON.stringify(choice)}`, forcedUses(r, choice.disable_parallel_tool_use) &&
-      (choice.type !== 'tool' || r.content.every((u) => u.name === choice.name)), r);
+      (choice.type !== 'tool' || r.content.every((u) => u.type !== 'tool_use' || u.name === choice.name)), r);
     if (choice.type === 'tool' && choice.name === 'get_weather') {
       const loop = await client.messages.create({ model: 'fixture', max_tokens: 4, temperature: 0, tools: strictTools,
         messages: [...messages, { role: 'assistant', content: r.content },
