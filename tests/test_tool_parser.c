@@ -194,9 +194,10 @@ static const forced_case forced_cases[] = {
     /* a second call after the forced one is parsed as usual */
     {LM_TOOL_FORM_JSON, "get_weather", "{}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": {\"x\": 1}}\n</tool_call>",
      "", 2, {"{}", "{\"x\":1}"}},
-    /* cut by max_tokens: the first JSON object written, else the raw text */
+    /* cut by max_tokens: the first JSON object written, else what was
+     * written completed into JSON as a stream shows it, else the raw text */
     {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Paris\"}", "", 1, {"{\"city\":\"Paris\"}"}},
-    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Par", "", 1, {"{\"city\": \"Par"}},
+    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Par", "", 1, {"{\"city\":\"Par\"}"}},
     {LM_TOOL_FORM_JSON, "get_weather", "", "", 1, {"{}"}},
     {LM_TOOL_FORM_JSON, "get_weather", " gibberish <b> ", "", 1, {"gibberish <b>"}},
     {LM_TOOL_FORM_JSON, "get_weather", "noise</tool_call>after", "after", 1, {"noise"}},

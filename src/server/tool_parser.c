@@ -325,8 +325,15 @@ static bool push_call(lm_tool_parser *p, lm_tool_call_list *calls, char *name, c
     return push_call_text(p, calls, name, json);
 }
 
+static bool is_json(const char *text) {
+    cJSON *doc = cJSON_ParseWithOpts(text, NULL, true);
+    cJSON_Delete(doc);
+    return doc != NULL;
+}
+
 /* The forced call when its block did not parse: the first JSON object the
- * model wrote, else its raw text ("{}" when empty). */
+ * model wrote, else what a stream showed of it completed into JSON, else its
+ * raw text ("{}" when empty). */
 static bool push_forced_call(lm_tool_parser *p, lm_tool_call_list *calls) {
     size_t skip = p->forced_skip < p->block.len ? p->forced_skip : p->block.len;
     char *raw = trimmed_copy(lm_sbuf_str(&p->block) + skip, p->block.len - skip);
@@ -346,6 +353,22 @@ static bool push_forced_call(lm_tool_parser *p, lm_tool_call_list *calls) {
         return push_call(p, calls, name, first);
     }
     cJSON_Delete(first);
+    /* What a streamed call would show of it, completed into valid JSON (a
+     * value cut short by max_tokens), so that streamed and whole agree. */
+    lm_call_stream st;
+    lm_call_stream_init(&st);
+    lm_sbuf closed = {0};
+    bool shown = lm_call_stream_update(&st, lm_sbuf_str(&p->block), p->block.len, p->tools) && st.name &&
+                 strcmp(st.name, p->forced_name) == 0 && st.args.len > 1 && lm_call_stream_closed(&st, &closed) &&
+                 !closed.failed && is_json(lm_sbuf_str(&closed));
+    lm_call_stream_free(&st);
+    if (shown) {
+        free(raw);
+        char *args = strdup(lm_sbuf_str(&closed));
+        lm_sbuf_free(&closed);
+        return push_call_text(p, calls, name, args);
+    }
+    lm_sbuf_free(&closed);
     return push_call_text(p, calls, name, raw);
 }
 
@@ -388,12 +411,6 @@ static bool stream_update(lm_tool_parser *p) {
     bool ok = lm_call_stream_update(&p->stream, lm_sbuf_str(&p->block), p->block.len, p->tools);
     if (!named && p->stream.name) new_call_id(p, p->stream_id);
     return ok;
-}
-
-static bool is_json(const char *text) {
-    cJSON *doc = cJSON_ParseWithOpts(text, NULL, true);
-    cJSON_Delete(doc);
-    return doc != NULL;
 }
 
 static bool starts_with(const char *text, const char *prefix, size_t n) {

@@ -116,7 +116,8 @@ void lm_tool_parser_init(lm_tool_parser *p, const cJSON *tools, uint64_t id_seed
  * a stop string, eos).  Its arguments: the block parsed as usual when that
  * works (an XML or GLM parameter cut short keeps what was written, a GLM
  * key cut short is left out), else the first
- * JSON object the model wrote, else the model's raw text after the opening
+ * JSON object the model wrote, else the arguments a streamed call showed,
+ * completed into valid JSON (a value cut short), else the model's raw text after the opening
  * (then not JSON, as the model did not write JSON), "{}" when it wrote
  * nothing.  Fails with LM_ERR_NOMEM, or LM_ERR_INVALID when the opening does
  * not leave the parser inside one call (a name holding a </tool_call>). */
