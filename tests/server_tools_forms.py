@@ -7,7 +7,8 @@ to $defs, a property without a type), tool_choice required and named give
 arguments that validate against the tool's parameters (python3-jsonschema,
 formats checked) with finish_reason tool_calls; parallel_tool_calls false
 gives exactly one call, true one or more (all valid unless the last was cut
-by max_tokens); a streamed call is the call the same seed gives whole; the
+by max_tokens); a tool without strict is still forced (unconstrained, as
+before); a streamed call is the call the same seed gives whole; the
 Anthropic route (tool_choice any / tool, disable_parallel_tool_use) and the
 Responses route (tool_choice required, parallel_tool_calls false) likewise.
 Usage: server_tools_forms.py LOOM MODEL_DIR FORM [--quick]; FORM (json,
@@ -178,16 +179,18 @@ def parallel_calls(port, seeds):
 
 
 def not_strict(port, seeds):
-    """A forced call to a tool without strict is constrained too."""
+    """A forced call to a tool without strict is the named call, unconstrained
+    (cut by max_tokens as before): its name, finish tool_calls or length."""
     tools = tools_for(SCHEMAS[0], strict=False)
     bad = []
     for seed in range(seeds):
         status, r = chat(port, {"tools": tools, "tool_choice": {"type": "function", "function": {"name": "act"}},
-                                "parallel_tool_calls": False}, seed)
+                                "parallel_tool_calls": False}, seed, max_tokens=30)
         try:
-            err = valid(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], SCHEMAS[0])
-            if err or r["choices"][0]["finish_reason"] != "tool_calls":
-                bad.append(err or r["choices"][0]["finish_reason"])
+            ch = r["choices"][0]
+            if ch["message"]["tool_calls"][0]["function"]["name"] != "act" or \
+                    ch["finish_reason"] not in ("tool_calls", "length"):
+                bad.append(json.dumps(ch)[:200])
         except Exception as e:  # noqa: BLE001
             bad.append("%d %s: %s" % (status, json.dumps(r)[:200], e))
     check(not bad, "forced call to a tool not strict: %s" % bad[:2])

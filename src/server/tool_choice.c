@@ -224,6 +224,18 @@ lm_status lm_forced_call_grammar(lm_openai_request *r, lm_tool_form form, const 
     loom_grammar_free(r->grammar);
     r->grammar = NULL;
     r->params.grammar = NULL;
+    /* Only a call to a strict tool is constrained: the others keep the
+     * unconstrained forced call (cut by max_tokens, a stop string or eos,
+     * as clients of the unconstrained call rely on). */
+    const cJSON *tool;
+    bool strict = false;
+    cJSON_ArrayForEach(tool, r->tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+        const cJSON *fname = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (cJSON_IsString(fname) && strcmp(fname->valuestring, name) == 0)
+            strict = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict"));
+    }
+    if (!strict) return LM_OK;
     lm_tool_call_grammar_spec spec = {.tools = r->tools,
                                       .form = form,
                                       .first = name,

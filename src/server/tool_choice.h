@@ -51,10 +51,11 @@ lm_status lm_forced_call_prompt(lm_server *s, struct MHD_Connection *c, const lm
                                 lm_tool_form form, const int32_t *prompt, size_t n_prompt, int32_t **ids,
                                 size_t *n_ids, const char **name, unsigned *http_status, lm_error *err);
 
-/* The grammar of a forced call's output (after its opening) in the form
- * (tool_call_grammar.h): the function's arguments by its parameters schema
- * (a tool not strict whose schema loom cannot enforce: the form's generic
- * arguments), then, when parallel_tool_calls allows, more calls; it
+/* The grammar of a forced call's output (after its opening) to a tool with
+ * "strict": true (others are forced without one, as before) in the form
+ * (tool_call_grammar.h): the function's arguments by its parameters schema,
+ * then, when parallel_tool_calls allows, more calls (to a tool not strict
+ * whose schema loom cannot enforce: the form's generic arguments); it
  * replaces the request's response_format grammar, which is for content.
  * Fails (LM_ERR_INVALID, HTTP 400) on a strict tool's schema loom cannot
  * enforce in the form. */
