@@ -39,7 +39,7 @@ static const tool_case cases[] = {
     {"Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>123</arg_value>\n"
      "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>zip</arg_key>\n<arg_value>01234</arg_value>\n"
      "</tool_call>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Ça va \"q\"</arg_value>\n</tool_call>",
-     "Checking.\n\n", 2, {"get_weather", "get_weather"},
+     "Checking.\n", 2, {"get_weather", "get_weather"},
      {"{\"city\":\"123\",\"days\":2,\"zip\":\"01234\"}", "{\"city\":\"Ça va \\\"q\\\"\"}"}},
     {"<tool_call>get_weather<arg_key>days</arg_key><arg_value>7</arg_value><arg_key>opts</arg_key>"
      "<arg_value>{\"a\": [1, null]}</arg_value></tool_call>",
@@ -49,11 +49,17 @@ static const tool_case cases[] = {
      "", 1, {"get_weather"}, {"{\"days\":\"two\"}"}},
     {"<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", "
      "\"arguments\": \"{\\\"x\\\": 1}\"}\n</tool_call>",
-     "\n", 2, {"a", "b"}, {"{}", "{\"x\":1}"}},
+     "", 2, {"a", "b"}, {"{}", "{\"x\":1}"}},
     {"no calls, just < and <tool and </tool_call>", "no calls, just < and <tool and </tool_call>", 0, {0}, {0}},
     {"<tool_call>\nnot { a call\n</tool_call>after", "<tool_call>\nnot { a call\n</tool_call>after", 0, {0}, {0}},
     {"<tool_call>\n{\"name\": \"cut\", \"arguments\": {\"k\": 1}}", "", 1, {"cut"}, {"{\"k\":1}"}},
     {"<tool_call>\n{\"name\": \"cut\", \"argu", "<tool_call>\n{\"name\": \"cut\", \"argu", 0, {0}, {0}},
+    /* GLM cut short (max_tokens): a key not closed ends the arguments, a
+     * value not closed keeps what was written (as the XML form does) */
+    {"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Ro</arg_value>\n<arg_key>da", "", 1,
+     {"get_weather"}, {"{\"city\":\"Ro\"}"}},
+    {"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rom", "", 1, {"get_weather"},
+     {"{\"city\":\"Rom\"}"}},
 };
 
 static void run_case(const tool_case *c, const cJSON *tools, size_t cut, size_t piece) {
@@ -183,14 +189,15 @@ typedef struct {
 static const forced_case forced_cases[] = {
     {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Paris\", \"days\": 3}}\n</tool_call>", "", 1,
      {"{\"city\":\"Paris\",\"days\":3}"}},
-    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Rome\"}}\n</tool_call>\nDone.", "\nDone.", 1,
+    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Rome\"}}\n</tool_call>\nDone.", "Done.", 1,
      {"{\"city\":\"Rome\"}"}},
     /* a second call after the forced one is parsed as usual */
     {LM_TOOL_FORM_JSON, "get_weather", "{}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": {\"x\": 1}}\n</tool_call>",
-     "\n", 2, {"{}", "{\"x\":1}"}},
-    /* cut by max_tokens: the first JSON object written, else the raw text */
+     "", 2, {"{}", "{\"x\":1}"}},
+    /* cut by max_tokens: the first JSON object written, else what was
+     * written completed into JSON as a stream shows it, else the raw text */
     {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Paris\"}", "", 1, {"{\"city\":\"Paris\"}"}},
-    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Par", "", 1, {"{\"city\": \"Par"}},
+    {LM_TOOL_FORM_JSON, "get_weather", "{\"city\": \"Par", "", 1, {"{\"city\":\"Par\"}"}},
     {LM_TOOL_FORM_JSON, "get_weather", "", "", 1, {"{}"}},
     {LM_TOOL_FORM_JSON, "get_weather", " gibberish <b> ", "", 1, {"gibberish <b>"}},
     {LM_TOOL_FORM_JSON, "get_weather", "noise</tool_call>after", "after", 1, {"noise"}},
@@ -203,8 +210,9 @@ static const forced_case forced_cases[] = {
     {LM_TOOL_FORM_XML, "get_weather", "<parameter=>x</tool_call>", "", 1, {"<parameter=>x"}},
     {LM_TOOL_FORM_GLM, "get_weather", "<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>\n</tool_call>", "", 1,
      {"{\"city\":\"Rome\"}"}},
-    {LM_TOOL_FORM_GLM, "get_weather", "<arg_key>city</arg_key>\n<arg_value>Ro", "", 1,
-     {"<arg_key>city</arg_key>\n<arg_value>Ro"}},
+    /* cut short: the value keeps what was written, as in the XML form */
+    {LM_TOOL_FORM_GLM, "get_weather", "<arg_key>city</arg_key>\n<arg_value>Ro", "", 1, {"{\"city\":\"Ro\"}"}},
+    {LM_TOOL_FORM_GLM, "get_weather", "<arg_key>ci", "", 1, {"{}"}},
     {LM_TOOL_FORM_GLM, "get_weather", "", "", 1, {"{}"}},
 };
 

@@ -517,6 +517,9 @@ lm_status lm_anthropic_request_parse(const char *body, size_t len, bool count_to
     if (st == LM_OK) st = translate_sampling(&c, in, doc, count_tokens);
     if (st == LM_OK) st = translate_messages(&c, in, doc, &prefill);
     if (st == LM_OK) st = translate_tools(&c, in, doc, one_tool_use);
+    /* disable_parallel_tool_use: a forced call is the only one (tool_choice.h) */
+    if (st == LM_OK && *one_tool_use && !cJSON_AddFalseToObject(doc, "parallel_tool_calls"))
+        st = oom(&c, "tool_choice");
     if (st == LM_OK && !count_tokens) st = translate_output_format(&c, in, doc);
     if (st == LM_OK && prefill) st = cJSON_AddBoolToObject(doc, "continue_final_message", true) ? LM_OK : oom(&c, "");
     const char *format_name = field(in, "output_format") ? "output_format" : "output_config.format";

@@ -67,7 +67,7 @@ static const char *const known_fields[] = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "n", "min_tokens", "ignore_eos",
     "skip_special_tokens", "speculative", "seed", "stop", "stop_token_ids", "logit_bias", "stream_options",
-    "stream", "user", "messages", "tools", "tool_choice", "logprobs", "top_logprobs", "chat_template_kwargs",
+    "stream", "user", "messages", "tools", "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs", "chat_template_kwargs",
     "add_generation_prompt", "continue_final_message", "prompt", "echo", "suffix", "best_of",
     LM_STRUCTURED_FIELDS,
 };
@@ -538,6 +538,9 @@ static lm_status parse_tools(parse_ctx *c, const cJSON *b, lm_openai_request *r)
     } else if (choice) {
         return bad(c, "tool_choice", "'%s' must be a string or an object%s", NULL);
     }
+    const cJSON *ptc = field(b, "parallel_tool_calls");
+    if (ptc && !cJSON_IsBool(ptc)) return bad(c, "parallel_tool_calls", "'%s' must be a boolean%s", NULL);
+    r->parallel_tool_calls = !cJSON_IsFalse(ptc);
     if ((r->tool_choice == LM_TOOL_CHOICE_REQUIRED) && !r->tools)
         return bad(c, "tool_choice", "'%s' is required but no tools were given%s", NULL);
     if (r->tool_choice == LM_TOOL_CHOICE_NONE) r->tools = NULL;

@@ -82,6 +82,7 @@ typedef struct {
     const cJSON *tools;    /* NULL when absent or tool_choice is none */
     lm_tool_choice tool_choice;
     const char *tool_name; /* for LM_TOOL_CHOICE_NAMED */
+    bool parallel_tool_calls; /* parallel_tool_calls (default true): a forced call may be followed by more */
     const cJSON *template_kwargs; /* chat_template_kwargs object, or NULL */
     bool add_generation_prompt, continue_final_message;
     /* completions: one or more prompts (a list of prompts answers one

@@ -597,6 +597,10 @@ lm_status lm_responses_request_parse(const char *body, size_t len, const lm_imag
         context_failed(&ctx, out, st);
     if (st == LM_OK) st = translate_input(&c, in, &ctx, doc);
     if (st == LM_OK) st = translate_tools(&c, in, doc);
+    /* a forced call is followed by more only when parallel_tool_calls allows (tool_choice.h) */
+    const cJSON *ptc = field(in, "parallel_tool_calls");
+    if (st == LM_OK && cJSON_IsFalse(ptc) && !cJSON_AddFalseToObject(doc, "parallel_tool_calls"))
+        st = oom(&c, "parallel_tool_calls");
     if (st == LM_OK) st = translate_text(&c, in, doc);
     /* store defaults to true, as OpenAI's; a server keeping nothing stores nothing */
     bool stored = store && !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(in, "store"));

@@ -356,8 +356,7 @@ static bool announce(lm_call_stream *s, char *name) {
 
 /* A parameter's key is read; its value starts at vstart. */
 static bool open_value(lm_call_stream *s, const cJSON *tools, size_t vstart, const char *close) {
-    const char *type = lm_tool_param_type(tools, s->name, s->param);
-    s->typed = type && strcmp(type, "string") != 0;
+    s->typed = lm_tool_param_is_json(tools, s->name, s->param);
     s->vstart = s->vsent = vstart;
     s->in_value = false;
     s->value_close = close;

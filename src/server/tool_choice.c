@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_cache.h"
+#include "grammar/cost.h"
+#include "server/tool_call_grammar.h"
 #include "server/reasoning_parser.h"
 
 #define PICK_POLL_MS 50
@@ -223,32 +224,25 @@ lm_status lm_forced_call_grammar(lm_openai_request *r, lm_tool_form form, const 
     loom_grammar_free(r->grammar);
     r->grammar = NULL;
     r->params.grammar = NULL;
-    if (form != LM_TOOL_FORM_JSON) return LM_OK;
-    const cJSON *parameters = NULL, *tool;
+    /* Only a call to a strict tool is constrained: the others keep the
+     * unconstrained forced call (cut by max_tokens, a stop string or eos,
+     * as clients of the unconstrained call rely on). */
+    const cJSON *tool;
     bool strict = false;
     cJSON_ArrayForEach(tool, r->tools) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
         const cJSON *fname = cJSON_GetObjectItemCaseSensitive(fn, "name");
-        if (cJSON_IsString(fname) && strcmp(fname->valuestring, name) == 0) {
-            parameters = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        if (cJSON_IsString(fname) && strcmp(fname->valuestring, name) == 0)
             strict = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict"));
-            break;
-        }
     }
-    /* Only tools marked strict: the others keep the unconstrained forced
-     * call (cut by max_tokens or stop strings as before). */
     if (!strict) return LM_OK;
-    char *text = parameters && !cJSON_IsNull(parameters) ? cJSON_PrintUnformatted(parameters) : NULL;
-    loom_grammar_spec spec = {.kind = text ? LOOM_GRAMMAR_JSON_SCHEMA : LOOM_GRAMMAR_JSON_OBJECT,
-                              .text = text,
-                              .text_len = text ? strlen(text) : 0,
-                              .suffix = "}"};
-    char message[LM_ERROR_MESSAGE_MAX - 80];
-    int rc = r->grammars ? lm_grammar_cache_compile(r->grammars, &spec, &r->grammar, message, sizeof message)
-                         : loom_grammar_compile(&spec, &r->grammar, message, sizeof message);
-    free(text);
-    if (rc != LOOM_OK)
-        return lm_fail(err, LM_ERR_INVALID, "the parameters of tool '%.64s' cannot be enforced: %s", name, message);
+    lm_tool_call_grammar_spec spec = {.tools = r->tools,
+                                      .form = form,
+                                      .first = name,
+                                      .only = r->tool_choice == LM_TOOL_CHOICE_NAMED ? r->tool_name : NULL,
+                                      .parallel = r->parallel_tool_calls};
+    lm_status st = lm_tool_call_grammar(&spec, lm_grammar_compile_deadline(), &r->grammar, err);
+    if (st != LM_OK) return st == LM_ERR_NOMEM ? st : LM_ERR_INVALID;
     r->params.grammar = r->grammar;
     return LM_OK;
 }

@@ -1,8 +1,8 @@
-/* Enforcing tool_choice "required" and a named function without guided
- * decoding: the prompt is made to end with the opening of a call in the
- * model's own form (see lm_tool_call_opening), so the model's first tokens
- * are that call's arguments; the tool parser is started inside the call
- * (lm_tool_parser_start_forced).
+/* Enforcing tool_choice "required" and a named function: the prompt is
+ * made to end with the opening of a call in the model's own form (see
+ * lm_tool_call_opening), so the model's first tokens are that call's
+ * arguments, constrained by the call grammar (tool_call_grammar.h); the
+ * tool parser is started inside the call (lm_tool_parser_start_forced).
  *
  * For "required" with several tools the function is chosen first, one token
  * at a time: the model samples among the tokens that continue some tool's
@@ -51,13 +51,14 @@ lm_status lm_forced_call_prompt(lm_server *s, struct MHD_Connection *c, const lm
                                 lm_tool_form form, const int32_t *prompt, size_t n_prompt, int32_t **ids,
                                 size_t *n_ids, const char **name, unsigned *http_status, lm_error *err);
 
-/* The grammar of a forced call's output (after its opening), for a tool
- * with "strict": true (others are forced without one): in the JSON
- * form the function's parameters schema (any object without one) and the
- * "}" closing the call's object, so a forced call always parses; it
+/* The grammar of a forced call's output (after its opening) to a tool with
+ * "strict": true (others are forced without one, as before) in the form
+ * (tool_call_grammar.h): the function's arguments by its parameters schema,
+ * then, when parallel_tool_calls allows, more calls (to a tool not strict
+ * whose schema loom cannot enforce: the form's generic arguments); it
  * replaces the request's response_format grammar, which is for content.
- * The XML and GLM forms get no grammar (their arguments are no JSON text).
- * Fails (HTTP 400) on a parameters schema loom cannot enforce. */
+ * Fails (LM_ERR_INVALID, HTTP 400) on a strict tool's schema loom cannot
+ * enforce in the form. */
 lm_status lm_forced_call_grammar(lm_openai_request *r, lm_tool_form form, const char *name, lm_error *err);
 
 #endif

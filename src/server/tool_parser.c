@@ -96,7 +96,8 @@ static char *trimmed_copy(const char *s, size_t n) {
     return out;
 }
 
-const char *lm_tool_param_type(const cJSON *tools, const char *function, const char *param) {
+/* The schema of function's parameter param (NULL when not listed). */
+static const cJSON *param_schema(const cJSON *tools, const char *function, const char *param) {
     const cJSON *tool;
     cJSON_ArrayForEach(tool, tools) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
@@ -104,17 +105,24 @@ const char *lm_tool_param_type(const cJSON *tools, const char *function, const c
         if (!cJSON_IsString(name) || strcmp(name->valuestring, function) != 0) continue;
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         const cJSON *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
-        const cJSON *prop = cJSON_GetObjectItemCaseSensitive(props, param);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(prop, "type");
-        return cJSON_IsString(type) ? type->valuestring : NULL;
+        return cJSON_GetObjectItemCaseSensitive(props, param);
     }
     return NULL;
 }
 
+const char *lm_tool_param_type(const cJSON *tools, const char *function, const char *param) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(param_schema(tools, function, param), "type");
+    return cJSON_IsString(type) ? type->valuestring : NULL;
+}
+
+bool lm_tool_param_is_json(const cJSON *tools, const char *function, const char *param) {
+    const char *type = lm_tool_param_type(tools, function, param);
+    return param_schema(tools, function, param) && !(type && strcmp(type, "string") == 0);
+}
+
 cJSON *lm_tool_param_value(const cJSON *tools, const char *function, const char *key, const char *value) {
-    const char *type = lm_tool_param_type(tools, function, key);
     cJSON *item = NULL;
-    if (type && strcmp(type, "string") != 0) item = cJSON_Parse(value);
+    if (lm_tool_param_is_json(tools, function, key)) item = cJSON_Parse(value);
     if (!item) item = cJSON_CreateString(value);
     return item;
 }
@@ -237,7 +245,11 @@ static bool parse_xml_form(const char *text, const cJSON *tools, char **name, cJ
     return true;
 }
 
-static bool parse_glm_form(const char *text, const cJSON *tools, char **name, cJSON **args) {
+/* cut_short: the output ended inside the block (max_tokens, a stop): a key
+ * not closed ends the arguments, and a value not closed keeps what was
+ * written, as in the XML form (so a forced call cut short reads as the
+ * streamed one showed it). */
+static bool parse_glm_form(const char *text, const cJSON *tools, bool cut_short, char **name, cJSON **args) {
     size_t len = strlen(text);
     size_t name_end = lm_marker_find(text, len, "<arg_key>");
     size_t nl = lm_marker_find(text, len, "\n");
@@ -254,7 +266,21 @@ static bool parse_glm_form(const char *text, const cJSON *tools, char **name, cJ
         size_t probe = pos + lm_marker_find(text + pos, len - pos, "<arg_key>");
         if (probe >= len) break;
         char *key = take_between(text, len, &pos, "<arg_key>", "</arg_key>", true);
+        if (!key && cut_short && lm_marker_find(text + probe, len - probe, "</arg_key>") >= len - probe) break;
         char *value = key ? take_between(text, len, &pos, "<arg_value>", "</arg_value>", false) : NULL;
+        if (key && !value && cut_short) {
+            size_t open = pos + lm_marker_find(text + pos, len - pos, "<arg_value>");
+            if (open >= len || lm_marker_find(text + open, len - open, "</arg_value>") < len - open) {
+                free(key);
+                break; /* the value had not begun */
+            }
+            const char *v = text + open + strlen("<arg_value>");
+            size_t n = len - (size_t)(v - text);
+            if (n && v[0] == '\n') v++, n--;
+            value = malloc(n + 1);
+            if (value) memcpy(value, v, n), value[n] = 0;
+            pos = len;
+        }
         ok = key && value && key[0] && add_param(obj, tools, fn, key, value);
         free(key);
         free(value);
@@ -299,8 +325,15 @@ static bool push_call(lm_tool_parser *p, lm_tool_call_list *calls, char *name, c
     return push_call_text(p, calls, name, json);
 }
 
+static bool is_json(const char *text) {
+    cJSON *doc = cJSON_ParseWithOpts(text, NULL, true);
+    cJSON_Delete(doc);
+    return doc != NULL;
+}
+
 /* The forced call when its block did not parse: the first JSON object the
- * model wrote, else its raw text ("{}" when empty). */
+ * model wrote, else what a stream showed of it completed into JSON, else its
+ * raw text ("{}" when empty). */
 static bool push_forced_call(lm_tool_parser *p, lm_tool_call_list *calls) {
     size_t skip = p->forced_skip < p->block.len ? p->forced_skip : p->block.len;
     char *raw = trimmed_copy(lm_sbuf_str(&p->block) + skip, p->block.len - skip);
@@ -320,11 +353,27 @@ static bool push_forced_call(lm_tool_parser *p, lm_tool_call_list *calls) {
         return push_call(p, calls, name, first);
     }
     cJSON_Delete(first);
+    /* What a streamed call would show of it, completed into valid JSON (a
+     * value cut short by max_tokens), so that streamed and whole agree. */
+    lm_call_stream st;
+    lm_call_stream_init(&st);
+    lm_sbuf closed = {0};
+    bool shown = lm_call_stream_update(&st, lm_sbuf_str(&p->block), p->block.len, p->tools) && st.name &&
+                 strcmp(st.name, p->forced_name) == 0 && st.args.len > 1 && lm_call_stream_closed(&st, &closed) &&
+                 !closed.failed && is_json(lm_sbuf_str(&closed));
+    lm_call_stream_free(&st);
+    if (shown) {
+        free(raw);
+        char *args = strdup(lm_sbuf_str(&closed));
+        lm_sbuf_free(&closed);
+        return push_call_text(p, calls, name, args);
+    }
+    lm_sbuf_free(&closed);
     return push_call_text(p, calls, name, raw);
 }
 
 /* Parses one block body; false if it is in no known form. */
-static bool parse_block(lm_tool_parser *p, const char *body, size_t len, lm_tool_call_list *calls,
+static bool parse_block(lm_tool_parser *p, const char *body, size_t len, bool cut_short, lm_tool_call_list *calls,
                         bool *parsed) {
     *parsed = false;
     char *text = trimmed_copy(body, len);
@@ -334,7 +383,7 @@ static bool parse_block(lm_tool_parser *p, const char *body, size_t len, lm_tool
     bool ok;
     if (text[0] == '{') ok = parse_json_form(text, &name, &args);
     else if (strncmp(text, "<function=", 10) == 0) ok = parse_xml_form(text, p->tools, &name, &args);
-    else ok = parse_glm_form(text, p->tools, &name, &args);
+    else ok = parse_glm_form(text, p->tools, cut_short, &name, &args);
     free(text);
     if (!ok) {
         free(name);
@@ -362,12 +411,6 @@ static bool stream_update(lm_tool_parser *p) {
     bool ok = lm_call_stream_update(&p->stream, lm_sbuf_str(&p->block), p->block.len, p->tools);
     if (!named && p->stream.name) new_call_id(p, p->stream_id);
     return ok;
-}
-
-static bool is_json(const char *text) {
-    cJSON *doc = cJSON_ParseWithOpts(text, NULL, true);
-    cJSON_Delete(doc);
-    return doc != NULL;
 }
 
 static bool starts_with(const char *text, const char *prefix, size_t n) {
@@ -420,13 +463,14 @@ static bool end_block(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *ca
     size_t content_len = content->len;
     int calls_before = calls->n;
     bool parsed;
-    ok = ok && parse_block(p, lm_sbuf_str(&p->block), p->block.len, calls, &parsed);
+    ok = ok && parse_block(p, lm_sbuf_str(&p->block), p->block.len, !closed, calls, &parsed);
     if (ok && !parsed) ok = p->forced_name ? push_forced_call(p, calls) : block_as_content(p, content, closed);
     if (ok && p->stream_calls && p->stream.name) ok = settle_announced(p, content, content_len, calls, calls_before);
     lm_call_stream_free(&p->stream);
     free(p->forced_name);
     p->forced_name = NULL;
     lm_sbuf_clear(&p->block);
+    p->after_call = true;
     return ok;
 }
 
@@ -440,6 +484,14 @@ static bool step(lm_tool_parser *p, lm_sbuf *content, lm_tool_call_list *calls, 
     for (;;) {
         const char *s = lm_sbuf_str(&p->pending);
         size_t len = p->pending.len;
+        if (!p->in_call && p->after_call) {
+            size_t ws = 0;
+            while (ws < len && is_space(s[ws])) ws++;
+            lm_sbuf_consume(&p->pending, ws);
+            if (ws < len) p->after_call = false;
+            s = lm_sbuf_str(&p->pending);
+            len = p->pending.len;
+        }
         if (len == 0) return true;
         const char *marker = p->in_call ? CALL_CLOSE : CALL_OPEN;
         const char *stray = p->drop_stray ? (p->in_call ? CALL_OPEN : CALL_CLOSE) : NULL;

@@ -71,6 +71,8 @@ typedef struct {
     uint64_t id_state;    /* for call ids */
     char *forced_name;    /* the forced call's function (malloc'd) until that call ends */
     size_t forced_skip;   /* bytes at the start of block that came from the forced opening */
+    bool after_call;      /* a call just ended: the whitespace that follows is no content (a template's
+                           * "\n" between calls would otherwise be a text part of its own) */
     bool drop_stray;      /* a </tool_call> outside a call, or a <tool_call> inside one, is dropped
                            * (set after init: the markers are special tokens the client asked to skip) */
     /* Streamed responses (set after init): the open call is announced as
@@ -94,10 +96,15 @@ typedef struct {
 } lm_tool_call_view;
 bool lm_tool_parser_open_call(const lm_tool_parser *p, lm_tool_call_view *out);
 
-/* A tool parameter's JSON-schema type (NULL when unknown), and its value
- * typed by it: a non-string type's text parsed as JSON when it is JSON, else
- * a string (NULL when out of memory). */
+/* A tool parameter's JSON-schema type (NULL when unknown); whether its
+ * value is JSON text: a listed property whose "type" is not "string" (a
+ * number, an object, an enum or anyOf without a type: as the constrained
+ * call writes it, tool_call_grammar.h); a "type": "string" property's and
+ * an unlisted one's value is raw text.  lm_tool_param_value: the value so
+ * typed, JSON text parsed when it is JSON, else a string (NULL when out of
+ * memory). */
 const char *lm_tool_param_type(const cJSON *tools, const char *function, const char *param);
+bool lm_tool_param_is_json(const cJSON *tools, const char *function, const char *param);
 cJSON *lm_tool_param_value(const cJSON *tools, const char *function, const char *key, const char *value);
 
 /* tools: the request's "tools" array (may be NULL); id_seed makes call ids. */
@@ -107,8 +114,10 @@ void lm_tool_parser_init(lm_tool_parser *p, const cJSON *tools, uint64_t id_seed
  * and the close.  That first call is always returned as a call, never as
  * content, also when the output ends before the call is closed (max_tokens,
  * a stop string, eos).  Its arguments: the block parsed as usual when that
- * works (an XML parameter cut short keeps what was written), else the first
- * JSON object the model wrote, else the model's raw text after the opening
+ * works (an XML or GLM parameter cut short keeps what was written, a GLM
+ * key cut short is left out), else the first
+ * JSON object the model wrote, else the arguments a streamed call showed,
+ * completed into valid JSON (a value cut short), else the model's raw text after the opening
  * (then not JSON, as the model did not write JSON), "{}" when it wrote
  * nothing.  Fails with LM_ERR_NOMEM, or LM_ERR_INVALID when the opening does
  * not leave the parser inside one call (a name holding a </tool_call>). */

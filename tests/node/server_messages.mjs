@@ -205,13 +205,24 @@ try {
   ];
   const valid = (b) => b.type === 'tool_use' && /^toolu_[A-Za-z0-9]{24}$/.test(b.id) &&
     (b.name === 'get_weather' ? Weather : Time).safeParse(b.input).success;
+  // a forced call: one tool_use (disable_parallel_tool_use), else one or more
+  // (parallel tool use is allowed), each valid; cut by max_tokens after the
+  // first, the cut call may be left as text or a last tool_use
+  const forcedUses = (m, one) => {
+    const uses = m.content.filter((b) => b.type === 'tool_use');
+    const texts = m.content.filter((b) => b.type !== 'tool_use');
+    if (one) return m.stop_reason === 'tool_use' && m.content.length === 1 && valid(m.content[0]);
+    if (m.stop_reason === 'tool_use') return uses.length >= 1 && texts.every((b) => !b.text.trim()) && uses.every(valid);
+    return m.stop_reason === 'max_tokens' && uses.length >= 1 && uses.slice(0, -1).every(valid) &&
+      (texts.length > 0 ? uses.every(valid) : uses.length > 1);
+  };
   for (const choice of [{ type: 'any' }, { type: 'tool', name: 'get_weather' }, { type: 'tool', name: 'get_time' },
     { type: 'any', disable_parallel_tool_use: true }]) {
     const r = await client.messages.create({ model: 'fixture', max_tokens: 100, temperature: 1, messages,
       tools: strictTools, tool_choice: choice });
-    const b = r.content[0];
-    check(`strict tool, tool_choice ${JSON.stringify(choice)}`, r.stop_reason === 'tool_use' && r.content.length === 1 &&
-      valid(b) && (choice.type !== 'tool' || b.name === choice.name), r);
+    const b = r.content.find((u) => u.type === 'tool_use');
+    check(`strict tool, tool_choice ${JSON.stringify(choice)}`, forcedUses(r, choice.disable_parallel_tool_use) &&
+      (choice.type !== 'tool' || r.content.every((u) => u.type !== 'tool_use' || u.name === choice.name)), r);
     if (choice.type === 'tool' && choice.name === 'get_weather') {
       const loop = await client.messages.create({ model: 'fixture', max_tokens: 4, temperature: 0, tools: strictTools,
         messages: [...messages, { role: 'assistant', content: r.content },
@@ -222,8 +233,7 @@ try {
   }
   const ss = await streamed({ model: 'fixture', max_tokens: 100, temperature: 1, messages, tools: strictTools,
     tool_choice: { type: 'any' } });
-  check('strict tool stream', wellOrdered(ss.events) && ss.final.stop_reason === 'tool_use' &&
-    ss.final.content.length === 1 && valid(ss.final.content[0]), ss.final);
+  check('strict tool stream', wellOrdered(ss.events) && forcedUses(ss.final, false), ss.final);
 
   // a tool_result turn: the assistant's tool_use, then the user's tool_result (string and blocks)
   const history = [
