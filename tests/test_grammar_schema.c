@@ -15,6 +15,7 @@
 #include "grammar/compiled.h"
 #include "grammar/json_number.h"
 #include "grammar/matcher.h"
+#include "grammar_walk.h"
 #include "harness.h"
 
 static bool compile_ws(const char *schema, loom_json_whitespace ws, const char *pattern, loom_grammar **g, char *msg,
@@ -28,25 +29,6 @@ static bool compile(const char *schema, loom_grammar **g, char *msg, size_t size
     return compile_ws(schema, LOOM_JSON_WHITESPACE_COMPACT, NULL, g, msg, size);
 }
 
-static bool accepts(const lm_grammar *g, const char *s) {
-    lm_gmatcher m;
-    lm_error err;
-    if (lm_gmatcher_init(&m, g, &err) != LM_OK) return false;
-    lm_gstate a = {0}, b = {0};
-    bool ok = lm_gmatcher_start(&m, &a);
-    for (size_t i = 0; ok && s[i]; i++) {
-        ok = lm_gmatcher_advance(&m, &a, (uint8_t)s[i], &b);
-        lm_gstate t = a;
-        a = b;
-        b = t;
-    }
-    ok = ok && lm_gstate_complete(&a);
-    lm_gstate_free(&a);
-    lm_gstate_free(&b);
-    lm_gmatcher_free(&m);
-    return ok;
-}
-
 typedef struct {
     const char *text;
     bool ok;
@@ -58,7 +40,7 @@ static void check_schema_ws(const char *schema, loom_json_whitespace ws, const c
     CHECK_MSG(compile_ws(schema, ws, pattern, &g, msg, sizeof msg), "compile %s: %s", schema, msg);
     if (!g) return;
     for (int i = 0; i < n; i++)
-        CHECK_MSG(accepts(&g->grammar, s[i].text) == s[i].ok, "%s %s %s", schema, s[i].ok ? "refused" : "accepted",
+        CHECK_MSG(test_grammar_accepts(&g->grammar, s[i].text) == s[i].ok, "%s %s %s", schema, s[i].ok ? "refused" : "accepted",
                   s[i].text);
     loom_grammar_free(g);
 }
@@ -75,41 +57,6 @@ static void check_refused(const char *schema, const char *words) {
     CHECK_MSG(!compile(schema, &g, msg, sizeof msg), "%s compiled", schema);
     CHECK_MSG(strstr(msg, words), "%s: '%s' does not say '%s'", schema, msg, words);
     if (g) loom_grammar_free(g);
-}
-
-/* A random walk to a complete sentence (closing bytes favoured); false
- * when none came within the bound. */
-static bool walk(const lm_grammar *g, uint64_t *rng, char *out, size_t cap) {
-    lm_gmatcher m;
-    lm_error err;
-    if (lm_gmatcher_init(&m, g, &err) != LM_OK) return false;
-    lm_gstate a = {0}, b = {0};
-    bool ok = lm_gmatcher_start(&m, &a), done = false;
-    size_t n = 0;
-    while (ok && n + 1 < cap) {
-        *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
-        if (lm_gstate_complete(&a) && (lm_gstate_finished(&a) || *rng % 5 == 0)) {
-            done = true;
-            break;
-        }
-        lm_byte_class next;
-        lm_gstate_next_bytes(g, &a, &next);
-        int allowed[256], k = 0;
-        for (int c = 0; c < 256; c++)
-            if (lm_byte_class_has(&next, (uint8_t)c)) allowed[k++] = c;
-        if (!k) break;
-        int c = allowed[(*rng >> 8) % (uint64_t)k];
-        ok = lm_gmatcher_advance(&m, &a, (uint8_t)c, &b);
-        lm_gstate t = a;
-        a = b;
-        b = t;
-        out[n++] = (char)c;
-    }
-    out[n] = 0;
-    lm_gstate_free(&a);
-    lm_gstate_free(&b);
-    lm_gmatcher_free(&m);
-    return done;
 }
 
 /* ------------------------------------------------------------ defects */
@@ -151,7 +98,7 @@ static void test_number_bounds(void) {
         if (!g) continue;
         int done = 0;
         for (int i = 0; i < 300; i++) {
-            if (!walk(&g->grammar, &rng, text, sizeof text)) continue;
+            if (!test_grammar_walk(&g->grammar, &rng, NULL, 5, text, sizeof text)) continue;
             done++;
             char *end = NULL;
             double v = strtod(text, &end);
@@ -347,8 +294,8 @@ static void test_whitespace(void) {
     char msg[512];
     CHECK(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK);
     if (g) {
-        CHECK(accepts(&g->grammar, "{\"k\": {\"v\":[true, null]}}"));
-        CHECK(!accepts(&g->grammar, "{ \"k\":1}"));
+        CHECK(test_grammar_accepts(&g->grammar, "{\"k\": {\"v\":[true, null]}}"));
+        CHECK(!test_grammar_accepts(&g->grammar, "{ \"k\":1}"));
         loom_grammar_free(g);
     }
     /* a pattern is compiled under the regex budgets */
