@@ -191,7 +191,8 @@ lm_status lm_json_schema_grammar(const char *schema, size_t len, const char *suf
     j->draft4 = cJSON_IsString(version) && (strstr(version->valuestring, "draft-04") || strstr(version->valuestring, "draft-03"));
     j->deadline = deadline_ns;
     lm_gseq top = {0};
-    lm_status st = lm_js_add_basics(j);
+    lm_status st = lm_js_register_resources(j);
+    if (st == LM_OK) st = lm_js_add_basics(j);
     if (st == LM_OK) st = lm_js_compile_schema(j, doc, &top, 0);
     if (st == LM_OK) st = lm_js_finish(j, &top, suffix, out);
     if (st == LM_OK) st = lm_grammar_check_cost(out, "JSON schema", deadline_ns, err);
@@ -199,6 +200,7 @@ lm_status lm_json_schema_grammar(const char *schema, size_t len, const char *suf
     lm_grammar_builder_free(&b);
     for (int i = 0; i < j->n_owned; i++) cJSON_Delete(j->owned[i]);
     free(j->owned);
+    lm_js_free_resources(j);
     free(j);
     cJSON_Delete(doc);
     return st;

@@ -5,7 +5,8 @@
  *   json_basics.c           whitespace, strings, numbers, any value: the shared rules;
  *   json_exact_text.c       values as their exact JSON text (the schema's own numbers);
  *   json_keywords.c         which keywords assert what, counts, implied types;
- *   json_schema_normalize.c $ref resolution; allOf, if and $ref beside siblings merged;
+ *   json_schema_refs.c      $ref resolution: base URIs, $id and $anchor;
+ *   json_schema_normalize.c allOf, if and $ref beside siblings merged;
  *   json_schema_branches.c  anyOf / oneOf (branches apart) and not;
  *   json_values_schema.c    enum / const, alone or filtered by their siblings;
  *   json_string_schema.c    strings: lengths, pattern, format;
@@ -30,6 +31,19 @@ typedef struct {
     uint32_t rule;
 } schema_ref;
 
+/* json_schema_refs.c's registry: a resource ($id) or anchor by its URI, and
+ * the base URI each $ref of the document stands at (by its text's address,
+ * which the merged copies share) */
+typedef struct {
+    char *uri;
+    const cJSON *node;
+} schema_resource;
+
+typedef struct {
+    const char *text;
+    char *base;
+} ref_base;
+
 typedef struct {
     lm_grammar_builder *b;
     lm_error *err;
@@ -43,6 +57,10 @@ typedef struct {
     uint64_t deadline; /* of the cost checks (grammar/cost.h) */
     schema_ref refs[LM_SCHEMA_MAX_REFS];
     int n_refs;
+    schema_resource *resources; /* NULL: references within the document only */
+    ref_base *ref_bases;
+    int n_resources, n_ref_bases;
+    bool owns_resources; /* a sub-builder (json_values_schema.c) borrows its parent's */
     cJSON **owned; /* the merged schemas made while compiling, deleted at the end */
     int n_owned, cap_owned;
 } json_builder;
@@ -123,9 +141,15 @@ lm_status lm_js_bounded_count(json_builder *j, const cJSON *schema, const char *
 /* the types the grammar generates for the schema: its type, else those its keywords speak of */
 unsigned lm_js_implied_types(const cJSON *schema);
 
+/* ---- json_schema_refs.c */
+
+/* the registry of j->root's resources, anchors and $ref bases */
+lm_status lm_js_register_resources(json_builder *j);
+void lm_js_free_resources(json_builder *j);
+lm_status lm_js_resolve_ref(json_builder *j, const cJSON *refp, const cJSON **target);
+
 /* ---- json_schema_normalize.c */
 
-lm_status lm_js_resolve_ref(json_builder *j, const cJSON *refp, const cJSON **target);
 lm_status lm_js_merged(json_builder *j, const cJSON *a, const cJSON *b, const cJSON **out);
 lm_status lm_js_without(json_builder *j, const cJSON *schema, const char *key, const cJSON **out);
 lm_status lm_js_normalize(json_builder *j, const cJSON *schema, const cJSON **out);

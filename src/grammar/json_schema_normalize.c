@@ -1,56 +1,11 @@
-/* $ref resolution, and allOf, if / then / else and $ref beside siblings merged into one schema. */
+/* allOf, if / then / else and $ref beside siblings merged into one schema. */
 #include "grammar/json_schema_compiler.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 
 #include "grammar/json_schema_merge.h"
 
 /* ---- normalizing: $ref beside siblings and allOf become one schema */
-
-lm_status lm_js_resolve_ref(json_builder *j, const cJSON *refp, const cJSON **target) {
-    if (!cJSON_IsString(refp)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: '$ref' must be a string");
-    const char *path = refp->valuestring;
-    if (strcmp(path, "#") == 0) {
-        *target = j->root;
-        return LM_OK;
-    }
-    if (strncmp(path, "#/", 2) != 0)
-        return lm_fail(j->err, LM_ERR_UNSUPPORTED,
-                       "JSON schema: '$ref' to '%.200s' is not supported (only references within the schema, \"#...\")", path);
-    /* a JSON pointer: segments (empty ones too) with ~1 for '/' and ~0 for '~' */
-    const cJSON *at = j->root;
-    const char *p = path + 1;
-    char name[256];
-    while (at && *p == '/') {
-        p++;
-        size_t n = 0;
-        for (; *p && *p != '/'; p++) {
-            char c = *p;
-            if (c == '~' && p[1] == '1') c = '/', p++;
-            else if (c == '~' && p[1] == '0') c = '~', p++;
-            else if (c == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2])) { /* a URI's escape */
-                char hex[3] = {p[1], p[2], 0};
-                c = (char)strtol(hex, NULL, 16);
-                p += 2;
-            }
-            if (n + 1 >= sizeof name)
-                return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: '$ref' to '%.200s': a name too long", path);
-            name[n++] = c;
-        }
-        name[n] = 0;
-        if (cJSON_IsArray(at)) {
-            char *end = NULL;
-            long i = strtol(name, &end, 10);
-            at = end && !*end ? cJSON_GetArrayItem(at, (int)i) : NULL;
-        } else {
-            at = cJSON_GetObjectItemCaseSensitive(at, name);
-        }
-    }
-    if (!at) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: '$ref' names '%.200s', which is not defined", path);
-    *target = at;
-    return LM_OK;
-}
 
 lm_status lm_js_merged(json_builder *j, const cJSON *a, const cJSON *b, const cJSON **out) {
     if (cJSON_IsFalse(a) || cJSON_IsFalse(b)) return unsupported(j, "false (a schema nothing matches)");

@@ -38,6 +38,10 @@ static lm_status filter_values(json_builder *j, const cJSON *schema, const cJSON
     sub->b = &b;
     sub->err = j->err;
     sub->root = j->root;
+    sub->resources = j->resources;
+    sub->n_resources = j->n_resources;
+    sub->ref_bases = j->ref_bases;
+    sub->n_ref_bases = j->n_ref_bases;
     sub->draft4 = j->draft4;
     sub->deadline = j->deadline;
     lm_gseq top = {0};
