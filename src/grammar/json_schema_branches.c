@@ -145,7 +145,7 @@ lm_status lm_js_branches_schema(json_builder *j, const cJSON *schema, const char
         if (st != LM_OK) break;
         if (cJSON_IsFalse(item)) continue; /* matches nothing: never taken */
         const cJSON *b = item;
-        if (beside) st = lm_js_merged(j, siblings, item, &b);
+        if (beside) st = lm_js_merged_scoped(j, siblings, item, LM_JS_OWNER_A, &b);
         branch[m++] = b;
     }
     /* oneOf: exactly one branch must match.  A branch is generated only

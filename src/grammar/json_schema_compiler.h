@@ -150,7 +150,15 @@ lm_status lm_js_resolve_ref(json_builder *j, const cJSON *refp, const cJSON **ta
 
 /* ---- json_schema_normalize.c */
 
+/* the intersection of a and b (narrower, never wider), each closed first
+ * (its unevaluated* made additionalProperties / items) */
 lm_status lm_js_merged(json_builder *j, const cJSON *a, const cJSON *b, const cJSON **out);
+/* the same where a (LM_JS_OWNER_A) or b is the schema the other is an
+ * in-place subschema of (allOf, $ref, if, an anyOf branch): its
+ * unevaluated* keywords see the other's evaluations, so stay as they are */
+#define LM_JS_OWNER_A 1
+#define LM_JS_OWNER_B 2
+lm_status lm_js_merged_scoped(json_builder *j, const cJSON *a, const cJSON *b, int owner, const cJSON **out);
 lm_status lm_js_without(json_builder *j, const cJSON *schema, const char *key, const cJSON **out);
 lm_status lm_js_normalize(json_builder *j, const cJSON *schema, const cJSON **out);
 lm_status lm_js_normalize_through(json_builder *j, const cJSON *schema, const cJSON **out);

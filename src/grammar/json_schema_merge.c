@@ -197,9 +197,9 @@ static bool has_unevaluated(const cJSON *s) {
 }
 
 static lm_status merge_members(const cJSON *a, const cJSON *b, cJSON *out, lm_error *err) {
-    if (has_unevaluated(a) || has_unevaluated(b))
+    if (has_unevaluated(a) && has_unevaluated(b)) /* the caller closes all but the owner's (json_schema_normalize.c) */
         return lm_fail(err, LM_ERR_UNSUPPORTED,
-                       "JSON schema: 'unevaluatedProperties'/'unevaluatedItems' in a schema merged with another (allOf, $ref beside keywords, anyOf branches) is not supported");
+                       "JSON schema: 'unevaluatedProperties'/'unevaluatedItems' in two schemas merged together is not supported");
     if (tuple_beside_items(a, b) || tuple_beside_items(b, a))
         return lm_fail(err, LM_ERR_UNSUPPORTED, "JSON schema: 'prefixItems' in an allOf beside 'items' is not supported");
     /* the object keywords, merged together */

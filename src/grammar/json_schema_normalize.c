@@ -7,18 +7,67 @@
 
 /* ---- normalizing: $ref beside siblings and allOf become one schema */
 
-lm_status lm_js_merged(json_builder *j, const cJSON *a, const cJSON *b, const cJSON **out) {
+/* The unevaluated* keywords see what their own schema and its in-place
+ * subschemas evaluate.  Merged into another schema as one of its
+ * subschemas (or beside an equal), a schema's unevaluatedProperties /
+ * unevaluatedItems would see the other's keywords too, so it is first
+ * "closed": with its own allOf / $ref / if merged in, what it leaves
+ * unevaluated is what its properties / patternProperties (items /
+ * prefixItems) do not name, which is additionalProperties (items after the
+ * tuple) exactly.  A schema whose anyOf / oneOf / dependentSchemas /
+ * contains would evaluate more is refused. */
+static bool unevaluated_asserts(const cJSON *s, const char *key) {
+    const cJSON *u = get(s, key);
+    return u && !cJSON_IsTrue(u);
+}
+
+static lm_status closed(json_builder *j, const cJSON *s, const cJSON **out) {
+    *out = s;
+    if (!cJSON_IsObject(s) || (!get(s, "unevaluatedProperties") && !get(s, "unevaluatedItems"))) return LM_OK;
+    TRY(lm_js_normalize(j, s, &s));
+    if (!cJSON_IsObject(s)) {
+        *out = s;
+        return LM_OK;
+    }
+    bool props = unevaluated_asserts(s, "unevaluatedProperties"), items = unevaluated_asserts(s, "unevaluatedItems");
+    if ((props || items) && (get(s, "anyOf") || get(s, "oneOf") || get(s, "$ref") || (props && get(s, "dependentSchemas")) ||
+                             (items && get(s, "contains")) || get(s, "not")))
+        return lm_fail(j->err, LM_ERR_UNSUPPORTED,
+                       "JSON schema: 'unevaluatedProperties'/'unevaluatedItems' beside anyOf/oneOf/$ref/not/contains in a schema "
+                       "merged with another (allOf, $ref beside keywords, anyOf branches) is not supported");
+    const cJSON *c;
+    TRY(lm_js_without(j, s, "unevaluatedProperties", &c));
+    TRY(lm_js_without(j, c, "unevaluatedItems", &c));
+    if (props && !get(s, "additionalProperties"))
+        cJSON_AddItemReferenceToObject((cJSON *)c, "additionalProperties", (cJSON *)get(s, "unevaluatedProperties"));
+    const cJSON *tuple_items = cJSON_IsArray(get(s, "items")) ? get(s, "additionalItems") : get(s, "items");
+    if (items && !tuple_items)
+        cJSON_AddItemReferenceToObject((cJSON *)c, cJSON_IsArray(get(s, "items")) ? "additionalItems" : "items",
+                                       (cJSON *)get(s, "unevaluatedItems"));
+    *out = c;
+    return LM_OK;
+}
+
+lm_status lm_js_merged_scoped(json_builder *j, const cJSON *a, const cJSON *b, int owner, const cJSON **out) {
     if (cJSON_IsFalse(a) || cJSON_IsFalse(b)) return unsupported(j, "false (a schema nothing matches)");
     if (cJSON_IsTrue(a) || cJSON_IsTrue(b)) {
         *out = cJSON_IsTrue(a) ? b : a;
+        if (!(owner & (cJSON_IsTrue(a) ? LM_JS_OWNER_B : LM_JS_OWNER_A))) return closed(j, *out, out);
         return LM_OK;
     }
     if (!cJSON_IsObject(a) || !cJSON_IsObject(b)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: a schema must be an object");
+    if (!(owner & LM_JS_OWNER_A)) TRY(closed(j, a, &a));
+    if (!(owner & LM_JS_OWNER_B)) TRY(closed(j, b, &b));
+    if (cJSON_IsBool(a) || cJSON_IsBool(b)) return lm_js_merged_scoped(j, a, b, LM_JS_OWNER_A | LM_JS_OWNER_B, out);
     cJSON *m = NULL;
     TRY(lm_schema_merge(a, b, &m, j->err));
     TRY(lm_js_own(j, m));
     *out = m;
     return LM_OK;
+}
+
+lm_status lm_js_merged(json_builder *j, const cJSON *a, const cJSON *b, const cJSON **out) {
+    return lm_js_merged_scoped(j, a, b, 0, out);
 }
 
 lm_status lm_js_without(json_builder *j, const cJSON *schema, const char *key, const cJSON **out) {
@@ -45,7 +94,7 @@ lm_status lm_js_normalize(json_builder *j, const cJSON *schema, const cJSON **ou
             const cJSON *target, *rest;
             TRY(lm_js_resolve_ref(j, refp, &target));
             TRY(lm_js_without(j, cur, "$ref", &rest));
-            TRY(lm_js_merged(j, target, rest, &cur));
+            TRY(lm_js_merged_scoped(j, target, rest, LM_JS_OWNER_B, &cur));
             continue;
         }
         if (get(cur, "if") || get(cur, "then") || get(cur, "else")) {
@@ -55,8 +104,8 @@ lm_status lm_js_normalize(json_builder *j, const cJSON *schema, const cJSON **ou
             TRY(lm_js_without(j, cur, "if", &base));
             TRY(lm_js_without(j, base, "then", &base));
             TRY(lm_js_without(j, base, "else", &base));
-            if (cond) TRY(lm_js_merged(j, base, cond, &base));
-            if (cond && then) TRY(lm_js_merged(j, base, then, &base));
+            if (cond) TRY(lm_js_merged_scoped(j, base, cond, LM_JS_OWNER_A, &base));
+            if (cond && then) TRY(lm_js_merged_scoped(j, base, then, LM_JS_OWNER_A, &base));
             cur = base;
             continue;
         }
@@ -65,7 +114,7 @@ lm_status lm_js_normalize(json_builder *j, const cJSON *schema, const cJSON **ou
                 return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'allOf' must be a non-empty array");
             const cJSON *base, *item;
             TRY(lm_js_without(j, cur, "allOf", &base));
-            cJSON_ArrayForEach(item, all) TRY(lm_js_merged(j, base, item, &base));
+            cJSON_ArrayForEach(item, all) TRY(lm_js_merged_scoped(j, base, item, LM_JS_OWNER_A, &base));
             cur = base;
             continue;
         }
