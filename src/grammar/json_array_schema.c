@@ -104,29 +104,58 @@ lm_status lm_js_array_schema(json_builder *j, const cJSON *schema, lm_gseq *out,
     }
     if (prefix && !cJSON_IsArray(prefix)) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'prefixItems' must be an array");
     const cJSON *contains = get(schema, "contains");
+    int most = -1; /* maxContains */
     if (contains) {
-        /* at least minContains (default 1) items of it: the first ones, of
-         * contains and items together (narrower: others may come later);
-         * prefixItems beside it refused */
-        if (prefix) return unsupported(j, "contains beside prefixItems");
+        /* at least minContains (default 1) items of it: after the tuple
+         * the first ones, of contains and items together (narrower: others
+         * may come later); with maxContains every item is of contains and
+         * items both, as many as it allows (narrower) */
         int need = 1;
         TRY(lm_js_bounded_count(j, schema, "minContains", 1, LM_SCHEMA_MAX_REPEAT, false, &need));
-        if (need > 0) {
-            const cJSON *first = contains;
-            if (rest) TRY(lm_js_merged(j, rest, contains, &first));
+        TRY(lm_js_bounded_count(j, schema, "maxContains", -1, LM_SCHEMA_MAX_REPEAT, true, &most));
+        if (most >= 0 && most < need)
+            return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: maxContains below minContains, so nothing matches");
+        const cJSON *first = contains;
+        if (rest) TRY(lm_js_merged(j, rest, contains, &first));
+        if (most >= 0) {
+            if (prefix) return unsupported(j, "maxContains beside prefixItems");
+            static cJSON none = {.type = cJSON_False}; /* maxContains 0: no item of contains, so none (narrower) */
+            rest = most > 0 ? first : &none;
+        } else if (need > 0) {
+            cJSON *tuple = cJSON_CreateArray();
+            TRY(lm_js_own(j, tuple));
+            const cJSON *p;
+            cJSON_ArrayForEach(p, prefix) cJSON_AddItemReferenceToArray(tuple, (cJSON *)p);
+            if (cJSON_GetArraySize(tuple) + need > LM_SCHEMA_MAX_REPEAT)
+                return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: prefixItems and minContains above %d items", LM_SCHEMA_MAX_REPEAT);
+            for (int i = 0; i < need; i++) cJSON_AddItemReferenceToArray(tuple, (cJSON *)first);
+            prefix = tuple;
+            if (!rest) rest = cJSON_IsTrue(contains) ? contains : NULL;
+        }
+        if (most >= 0 && need > 0) { /* at least need items, each of contains */
             cJSON *tuple = cJSON_CreateArray();
             TRY(lm_js_own(j, tuple));
             for (int i = 0; i < need; i++) cJSON_AddItemReferenceToArray(tuple, (cJSON *)first);
             prefix = tuple;
-            if (!rest) rest = cJSON_IsTrue(contains) ? contains : NULL;
         }
     }
     int min, max;
     TRY(lm_js_bounded_count(j, schema, "minItems", 0, LM_SCHEMA_MAX_REPEAT, false, &min));
     TRY(lm_js_bounded_count(j, schema, "maxItems", -1, LM_SCHEMA_MAX_REPEAT, true, &max));
     if (max >= 0 && max < min) return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: maxItems is below minItems");
+    if (most >= 0 && (max < 0 || max > most)) max = most;
+    if (rest) TRY(lm_js_normalize(j, rest, &rest)); /* merged with a false: false */
     int k = cJSON_GetArraySize(prefix);
     if (contains && k > min) min = k;
+    for (int i = 0; i < k; i++) { /* a false item i: arrays end before it */
+        const cJSON *item = cJSON_GetArrayItem(prefix, i);
+        TRY(lm_js_normalize(j, item, &item));
+        if (!cJSON_IsFalse(item)) continue;
+        if (i < min) return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: minItems reaches a prefixItems item false, so nothing matches");
+        k = i;
+        if (max < 0 || max > i) max = i;
+        break;
+    }
     if (cJSON_IsFalse(rest) && (max < 0 || max > k)) max = k;
     if (max >= 0 && max < min) return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: minItems above the items the schema allows");
     const cJSON *unique = get(schema, "uniqueItems");

@@ -81,10 +81,9 @@ lm_status lm_js_compile_schema(json_builder *j, const cJSON *schema, lm_gseq *ou
     /* without a type, the types the keywords speak of (the others would
      * pass them vacuously: generating only these is narrower) */
     mask = lm_js_implied_types(schema);
-    TRY(lm_js_not_types(j, get(schema, "not"), &mask));
     if ((mask & (LM_JT_INTEGER | LM_JT_FRACTION)) == LM_JT_FRACTION) mask &= ~LM_JT_FRACTION; /* not integers: refused below */
     if (!mask) return unsupported(j, "a schema whose types leave nothing (not / type)");
-    if (mask == LM_JT_ALL && !lm_js_has_assertions(schema, (const char *const[]){"not", NULL})) {
+    if (mask == LM_JT_ALL && !lm_js_has_assertions(schema, (const char *const[]){NULL})) {
         TRY(lm_js_any_value_rule(j));
         ref(out, j->value);
         return LM_OK;

@@ -17,9 +17,9 @@ static const char *const honoured[] = {
     "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
     "minLength", "maxLength", "pattern", "format",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "if", "then", "else", "contains", "minContains", "unevaluatedProperties", "unevaluatedItems", NULL};
+    "if", "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", NULL};
 /* assertions loom cannot honour: refused by name */
-static const char *const refused[] = {"maxContains", "propertyNames", "$dynamicRef", "$recursiveRef", NULL};
+static const char *const refused[] = {"propertyNames", "$dynamicRef", "$recursiveRef", NULL};
 
 bool lm_js_is_keyword_of(const char *key, const char *const *names) {
     for (const char *const *n = names; *n; n++)
@@ -37,7 +37,7 @@ static const char *const object_words[] = {"properties", "required", "additional
                                            "minProperties", "maxProperties", "dependentRequired", "dependencies",
                                            "dependentSchemas", "unevaluatedProperties", NULL};
 static const char *const array_words[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
-                                          "uniqueItems", "contains", "minContains", "unevaluatedItems", NULL};
+                                          "uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems", NULL};
 static const char *const string_words[] = {"minLength", "maxLength", "pattern", "format", NULL};
 static const char *const number_words[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                            "multipleOf", NULL};

@@ -332,6 +332,7 @@ lm_status lm_js_object_schema(json_builder *j, const cJSON *schema, lm_gseq *out
                 st = lm_js_merged(j, value, pp, &value);
             }
         }
+        if (st == LM_OK) st = lm_js_normalize(j, value, &value); /* merged with a false: false */
         if (cJSON_IsFalse(value)) { /* may not be there */
             if (o.required[k])
                 st = lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: the required property '%.64s' has the schema false, so nothing matches", p->string);

@@ -112,20 +112,6 @@ static lm_status disjoint(json_builder *j, const cJSON *x, const cJSON *y, bool 
 }
 
 
-/* "not" where it has a bounded form: a schema of types alone (the types
- * left), or values (dropped from an enum beside it is not done: refused). */
-lm_status lm_js_not_types(json_builder *j, const cJSON *not, unsigned *mask) {
-    if (!not || cJSON_IsFalse(not)) return LM_OK;
-    if (cJSON_IsObject(not) && get(not, "type") && !lm_js_has_assertions(not, (const char *const[]){"type", NULL})) {
-        unsigned m;
-        if (!lm_schema_type_mask(get(not, "type"), &m))
-            return lm_fail(j->err, LM_ERR_INVALID, "JSON schema: 'type' must be a string or a list of strings");
-        *mask &= ~m;
-        return LM_OK;
-    }
-    return unsupported(j, "not (other than of types)");
-}
-
 lm_status lm_js_branches_schema(json_builder *j, const cJSON *schema, const char *word, lm_gseq *out, int depth) {
     const cJSON *list = get(schema, word);
     if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) == 0)
@@ -141,13 +127,24 @@ lm_status lm_js_branches_schema(json_builder *j, const cJSON *schema, const char
     lm_status st = LM_OK;
     int m = 0;
     const cJSON *item;
+    const cJSON **own_branch = calloc((size_t)n, sizeof *own_branch);
+    if (!own_branch) {
+        free(branch);
+        return nomem(j);
+    }
     cJSON_ArrayForEach(item, list) {
         if (st != LM_OK) break;
         if (cJSON_IsFalse(item)) continue; /* matches nothing: never taken */
         const cJSON *b = item;
         if (beside) st = lm_js_merged_scoped(j, siblings, item, LM_JS_OWNER_A, &b);
+        if (st == LM_OK) st = lm_js_normalize(j, b, &b);
+        if (st == LM_OK && cJSON_IsFalse(b)) continue; /* the branch and its siblings leave nothing */
+        own_branch[m] = item;
         branch[m++] = b;
     }
+    /* a branch narrowed by the complements of others (json_schema_not.c)
+     * would count their properties as evaluated: not beside unevaluated* */
+    bool may_negate = !lm_js_unevaluated_asserts(siblings);
     /* oneOf: exactly one branch must match.  A branch is generated only
      * where what it generates can match no other branch (of them all,
      * generated or not): exact where the branches are apart, narrower
@@ -164,16 +161,29 @@ lm_status lm_js_branches_schema(json_builder *j, const cJSON *schema, const char
             if (j->deadline && lm_grammar_now_ns() > j->deadline)
                 st = lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: comparing the branches of a 'oneOf' took more than %d ms",
                              LM_GRAMMAR_COMPILE_MS);
+            const cJSON *mine = all[x];
             for (int y = 0; y < m && st == LM_OK && alone; y++) {
                 if (y == x) continue;
                 bool apart = false;
-                st = disjoint(j, all[x], all[y], &apart);
+                st = disjoint(j, mine, all[y], &apart);
+                if (st == LM_OK && !apart && may_negate) {
+                    /* x where y fails: x and the complement of y, where it has a bounded form */
+                    const cJSON *neg = NULL;
+                    bool found = false;
+                    st = lm_js_negation(j, own_branch[y], &neg, &found);
+                    if (st == LM_OK && found) st = lm_js_merged(j, mine, neg, &mine);
+                    if (st == LM_ERR_UNSUPPORTED) { /* no intersection loom can write: x is left out */
+                        st = LM_OK;
+                        found = false;
+                    }
+                    apart = found && st == LM_OK && !cJSON_IsFalse(mine);
+                }
                 if (st == LM_OK && !apart) {
                     alone = false;
                     if (first_x < 0) first_x = x, first_y = y;
                 }
             }
-            if (st == LM_OK && alone) branch[kept++] = all[x];
+            if (st == LM_OK && alone) branch[kept++] = mine;
         }
         if (st == LM_OK && kept == 0 && m > 0)
             st = lm_fail(j->err, LM_ERR_UNSUPPORTED,
@@ -192,6 +202,7 @@ lm_status lm_js_branches_schema(json_builder *j, const cJSON *schema, const char
         lm_gseq_free(&s);
     }
     free(branch);
+    free(own_branch);
     if (st == LM_OK) ref(out, rule);
     return st;
 }

@@ -7,7 +7,8 @@
  *   json_keywords.c         which keywords assert what, counts, implied types;
  *   json_schema_refs.c      $ref resolution: base URIs, $id and $anchor;
  *   json_schema_normalize.c allOf, if and $ref beside siblings merged;
- *   json_schema_branches.c  anyOf / oneOf (branches apart) and not;
+ *   json_schema_branches.c  anyOf / oneOf (branches apart, or narrowed apart);
+ *   json_schema_not.c       not: a bounded complement;
  *   json_values_schema.c    enum / const, alone or filtered by their siblings;
  *   json_string_schema.c    strings: lengths, pattern, format;
  *   json_number_schema.c    numbers: bounds, multipleOf;
@@ -160,13 +161,20 @@ lm_status lm_js_merged(json_builder *j, const cJSON *a, const cJSON *b, const cJ
 #define LM_JS_OWNER_B 2
 lm_status lm_js_merged_scoped(json_builder *j, const cJSON *a, const cJSON *b, int owner, const cJSON **out);
 lm_status lm_js_without(json_builder *j, const cJSON *schema, const char *key, const cJSON **out);
+/* whether s's unevaluatedProperties / unevaluatedItems assert anything */
+bool lm_js_unevaluated_asserts(const cJSON *s);
 lm_status lm_js_normalize(json_builder *j, const cJSON *schema, const cJSON **out);
 lm_status lm_js_normalize_through(json_builder *j, const cJSON *schema, const cJSON **out);
 
 /* ---- json_schema_branches.c */
 
-lm_status lm_js_not_types(json_builder *j, const cJSON *not, unsigned *mask);
 lm_status lm_js_branches_schema(json_builder *j, const cJSON *schema, const char *word, lm_gseq *out, int depth);
+
+/* ---- json_schema_not.c */
+
+/* a schema no instance of s matches (narrower than the complement); found
+ * false where no keyword of s has a bounded complement */
+lm_status lm_js_negation(json_builder *j, const cJSON *s, const cJSON **out, bool *found);
 
 /* ---- json_values_schema.c */
 

@@ -21,6 +21,12 @@ static bool unevaluated_asserts(const cJSON *s, const char *key) {
     return u && !cJSON_IsTrue(u);
 }
 
+bool lm_js_unevaluated_asserts(const cJSON *s) {
+    return cJSON_IsObject(s) && (unevaluated_asserts(s, "unevaluatedProperties") || unevaluated_asserts(s, "unevaluatedItems"));
+}
+
+static cJSON nothing = {.type = cJSON_False}; /* what a merge with false is */
+
 static lm_status closed(json_builder *j, const cJSON *s, const cJSON **out) {
     *out = s;
     if (!cJSON_IsObject(s) || (!get(s, "unevaluatedProperties") && !get(s, "unevaluatedItems"))) return LM_OK;
@@ -49,7 +55,10 @@ static lm_status closed(json_builder *j, const cJSON *s, const cJSON **out) {
 }
 
 lm_status lm_js_merged_scoped(json_builder *j, const cJSON *a, const cJSON *b, int owner, const cJSON **out) {
-    if (cJSON_IsFalse(a) || cJSON_IsFalse(b)) return unsupported(j, "false (a schema nothing matches)");
+    if (cJSON_IsFalse(a) || cJSON_IsFalse(b)) { /* compile_schema refuses it where it must be generated */
+        *out = &nothing;
+        return LM_OK;
+    }
     if (cJSON_IsTrue(a) || cJSON_IsTrue(b)) {
         *out = cJSON_IsTrue(a) ? b : a;
         if (!(owner & (cJSON_IsTrue(a) ? LM_JS_OWNER_B : LM_JS_OWNER_A))) return closed(j, *out, out);
@@ -60,7 +69,14 @@ lm_status lm_js_merged_scoped(json_builder *j, const cJSON *a, const cJSON *b, i
     if (!(owner & LM_JS_OWNER_B)) TRY(closed(j, b, &b));
     if (cJSON_IsBool(a) || cJSON_IsBool(b)) return lm_js_merged_scoped(j, a, b, LM_JS_OWNER_A | LM_JS_OWNER_B, out);
     cJSON *m = NULL;
-    TRY(lm_schema_merge(a, b, &m, j->err));
+    lm_status st = lm_schema_merge(a, b, &m, j->err);
+    if (st == LM_ERR_UNSUPPORTED && j->err && strstr(j->err->message, "so nothing matches")) {
+        /* no types / values in common, a required property excluded: the
+         * intersection is empty, which an anyOf branch may well be */
+        *out = &nothing;
+        return LM_OK;
+    }
+    TRY(st);
     TRY(lm_js_own(j, m));
     *out = m;
     return LM_OK;
@@ -98,15 +114,50 @@ lm_status lm_js_normalize(json_builder *j, const cJSON *schema, const cJSON **ou
             continue;
         }
         if (get(cur, "if") || get(cur, "then") || get(cur, "else")) {
-            /* if / then / else, bounded: instances of "if" and "then"
-             * (narrower: those of "else" alone are never generated) */
-            const cJSON *base, *cond = get(cur, "if"), *then = get(cur, "then");
+            /* (if and then) or (not-if and else), the second where "if"
+             * has a bounded complement (json_schema_not.c) and no
+             * unevaluated* beside would count its properties evaluated;
+             * then / else without if assert nothing */
+            const cJSON *base, *cond = get(cur, "if"), *then = get(cur, "then"), *other = get(cur, "else");
             TRY(lm_js_without(j, cur, "if", &base));
             TRY(lm_js_without(j, base, "then", &base));
             TRY(lm_js_without(j, base, "else", &base));
-            if (cond) TRY(lm_js_merged_scoped(j, base, cond, LM_JS_OWNER_A, &base));
-            if (cond && then) TRY(lm_js_merged_scoped(j, base, then, LM_JS_OWNER_A, &base));
-            cur = base;
+            if (!cond) {
+                cur = base;
+                continue;
+            }
+            const cJSON *when = cond, *unless = NULL;
+            bool found = false;
+            if (then) TRY(lm_js_merged(j, cond, then, &when));
+            if (!lm_js_unevaluated_asserts(base)) TRY(lm_js_negation(j, cond, &unless, &found));
+            if (found && other) TRY(lm_js_merged(j, unless, other, &unless));
+            if (found && !cJSON_IsFalse(unless) && !cJSON_IsFalse(when)) {
+                cJSON *either = cJSON_CreateObject(), *list = cJSON_CreateArray();
+                if (!either || !list) {
+                    cJSON_Delete(either);
+                    cJSON_Delete(list);
+                    return nomem(j);
+                }
+                cJSON_AddItemToObject(either, "anyOf", list);
+                cJSON_AddItemReferenceToArray(list, (cJSON *)when);
+                cJSON_AddItemReferenceToArray(list, (cJSON *)unless);
+                TRY(lm_js_own(j, either));
+                when = either;
+            } else if (found && cJSON_IsFalse(when)) {
+                when = unless;
+            }
+            TRY(lm_js_merged_scoped(j, base, when, LM_JS_OWNER_A, &cur));
+            continue;
+        }
+        if (get(cur, "not")) {
+            if (lm_js_unevaluated_asserts(cur)) /* its complement's properties would count as evaluated */
+                return unsupported(j, "not beside unevaluatedProperties/unevaluatedItems");
+            const cJSON *base, *neg = NULL;
+            bool found = false;
+            TRY(lm_js_negation(j, get(cur, "not"), &neg, &found));
+            if (!found) return unsupported(j, "not (of keywords without a bounded complement: only type, const, enum, bounds, counts, required, properties, not, anyOf)");
+            TRY(lm_js_without(j, cur, "not", &base));
+            TRY(lm_js_merged_scoped(j, base, neg, LM_JS_OWNER_A, &cur));
             continue;
         }
         if (all) {
