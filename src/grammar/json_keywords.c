@@ -17,9 +17,9 @@ static const char *const honoured[] = {
     "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
     "minLength", "maxLength", "pattern", "format",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "if", "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", NULL};
+    "propertyNames", "if", "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", NULL};
 /* assertions loom cannot honour: refused by name */
-static const char *const refused[] = {"propertyNames", "$dynamicRef", "$recursiveRef", NULL};
+static const char *const refused[] = {"$dynamicRef", "$recursiveRef", NULL};
 
 bool lm_js_is_keyword_of(const char *key, const char *const *names) {
     for (const char *const *n = names; *n; n++)
@@ -35,7 +35,7 @@ const char *lm_js_refused_keyword(const cJSON *schema) {
 
 static const char *const object_words[] = {"properties", "required", "additionalProperties", "patternProperties",
                                            "minProperties", "maxProperties", "dependentRequired", "dependencies",
-                                           "dependentSchemas", "unevaluatedProperties", NULL};
+                                           "dependentSchemas", "unevaluatedProperties", "propertyNames", NULL};
 static const char *const array_words[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
                                           "uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems", NULL};
 static const char *const string_words[] = {"minLength", "maxLength", "pattern", "format", NULL};

@@ -319,6 +319,33 @@ lm_status lm_js_object_schema(json_builder *j, const cJSON *schema, lm_gseq *out
     const cJSON *p = props ? props->child : NULL;
     for (int k = 0; k < o.n && st == LM_OK; k++, p = p->next) o.required[k] = name_listed(required, p->string);
     if (st == LM_OK) st = apply_dependencies(j, schema, props, &o);
+    /* propertyNames: a listed name it refuses is left out; additional
+     * keys are of its string grammar where nothing is listed (else none:
+     * such a key could spell a listed name); false: no key at all */
+    const cJSON *names = get(schema, "propertyNames"), *name_schema = NULL;
+    if (st == LM_OK && names && !cJSON_IsTrue(names)) {
+        cJSON *string_type = cJSON_CreateObject();
+        if (string_type) cJSON_AddStringToObject(string_type, "type", "string");
+        st = lm_js_own(j, string_type);
+        if (st == LM_OK) st = lm_js_merged(j, names, string_type, &name_schema);
+        if (st == LM_OK) st = lm_js_normalize(j, name_schema, &name_schema);
+        if (st == LM_OK && (cJSON_IsFalse(name_schema) || o.n > 0 || (patterns && patterns->child))) no_extras = true;
+    }
+    p = props ? props->child : NULL;
+    for (int k = 0; k < o.n && st == LM_OK && name_schema; k++, p = p->next) {
+        cJSON *name = cJSON_CreateString(p->string);
+        st = lm_js_own(j, name);
+        const cJSON *values[1] = {name};
+        int kept = 1;
+        if (cJSON_IsFalse(name_schema)) kept = 0;
+        else if (st == LM_OK) st = lm_js_filter_values(j, name_schema, values, &kept, depth);
+        if (st == LM_OK && !kept) {
+            if (o.required[k])
+                st = lm_fail(j->err, LM_ERR_UNSUPPORTED,
+                             "JSON schema: the required property '%.64s' fails propertyNames, so nothing matches", p->string);
+            o.skip[k] = true;
+        }
+    }
     /* a listed property a pattern matches must satisfy both schemas */
     bool pattern_names_listed = false;
     p = props ? props->child : NULL;
@@ -361,6 +388,7 @@ lm_status lm_js_object_schema(json_builder *j, const cJSON *schema, lm_gseq *out
             }
         } else if (cJSON_IsObject(additional) || (o.n == 0 && o.min > 0 && !cJSON_IsFalse(additional))) {
             if (o.n) st = key_not_in(j, props, &o.extra_member);
+            else if (name_schema) st = lm_js_compile_schema(j, name_schema, &o.extra_member, depth + 1);
             else st = lm_js_string_value(j, &o.extra_member);
             gap(j, &o.extra_member);
             if (st == LM_OK) st = lit(j, &o.extra_member, ":");

@@ -179,6 +179,8 @@ lm_status lm_js_negation(json_builder *j, const cJSON *s, const cJSON **out, boo
 /* ---- json_values_schema.c */
 
 bool lm_js_grammar_accepts(const lm_grammar *g, const char *s, lm_error *err);
+/* keeps of values (n of them) those the schema's grammar accepts */
+lm_status lm_js_filter_values(json_builder *j, const cJSON *schema, const cJSON **values, int *n, int depth);
 lm_status lm_js_values_schema(json_builder *j, const cJSON *schema, lm_gseq *out, int depth);
 
 /* ---- the typed schemas */

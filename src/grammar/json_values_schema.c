@@ -30,7 +30,7 @@ bool lm_js_grammar_accepts(const lm_grammar *g, const char *s, lm_error *err) {
 /* Keeps of values (n of them) those the schema's grammar accepts: what
  * an enum / const beside other keywords may generate (the grammar only
  * narrows, so a value it accepts is valid). */
-static lm_status filter_values(json_builder *j, const cJSON *schema, const cJSON **values, int *n, int depth) {
+lm_status lm_js_filter_values(json_builder *j, const cJSON *schema, const cJSON **values, int *n, int depth) {
     lm_grammar_builder b;
     lm_grammar_builder_init(&b);
     json_builder *sub = calloc(1, sizeof *sub);
@@ -113,7 +113,7 @@ lm_status lm_js_values_schema(json_builder *j, const cJSON *schema, lm_gseq *out
         const cJSON *rest = NULL;
         st = lm_js_without(j, schema, "enum", &rest);
         if (st == LM_OK) st = lm_js_without(j, rest, "const", &rest);
-        if (st == LM_OK) st = filter_values(j, rest, values, &n, depth);
+        if (st == LM_OK) st = lm_js_filter_values(j, rest, values, &n, depth);
     } else if (get(schema, "type")) {
         st = check_values_typed(j, get(schema, "type"), values, n, enumv != NULL);
     }
