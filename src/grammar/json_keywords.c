@@ -11,7 +11,7 @@
  * honours; every other member is an annotation or unknown, which JSON
  * Schema says to ignore ($id, title, examples, x-*, readOnly, typos...). */
 static const char *const honoured[] = {
-    "type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not",
+    "type", "enum", "const", "$ref", "$dynamicRef", "anyOf", "oneOf", "allOf", "not",
     "properties", "required", "additionalProperties", "patternProperties", "minProperties", "maxProperties",
     "dependentRequired", "dependencies", "dependentSchemas",
     "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
@@ -19,7 +19,7 @@ static const char *const honoured[] = {
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     "propertyNames", "if", "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", NULL};
 /* assertions loom cannot honour: refused by name */
-static const char *const refused[] = {"$dynamicRef", "$recursiveRef", NULL};
+static const char *const refused[] = {"$recursiveRef", NULL};
 
 bool lm_js_is_keyword_of(const char *key, const char *const *names) {
     for (const char *const *n = names; *n; n++)
@@ -82,7 +82,8 @@ unsigned lm_js_implied_types(const cJSON *schema) {
         if (lm_js_is_keyword_of(k->string, string_words)) implied |= LM_JT_STRING;
         if (lm_js_is_keyword_of(k->string, number_words)) implied |= LM_JT_INTEGER | LM_JT_FRACTION;
     }
-    if (get(schema, "enum") || get(schema, "const") || get(schema, "anyOf") || get(schema, "oneOf") || get(schema, "$ref"))
+    if (get(schema, "enum") || get(schema, "const") || get(schema, "anyOf") || get(schema, "oneOf") || get(schema, "$ref") ||
+        get(schema, "$dynamicRef"))
         return LM_JT_ALL; /* the values / branches decide */
     return implied ? implied : LM_JT_ALL;
 }

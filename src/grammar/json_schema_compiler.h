@@ -38,11 +38,13 @@ typedef struct {
 typedef struct {
     char *uri;
     const cJSON *node;
+    bool dynamic; /* a $dynamicAnchor's */
 } schema_resource;
 
 typedef struct {
     const char *text;
     char *base;
+    bool dynamic; /* a $dynamicRef's */
 } ref_base;
 
 typedef struct {

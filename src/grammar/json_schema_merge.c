@@ -76,7 +76,7 @@ static const char *const smaller_wins[] = {"maximum", "exclusiveMaximum", "maxLe
 static const char *const wrapped[] = {"items", "not", "propertyNames", "contains", "additionalItems", NULL};
 static const char *const equal_only[] = {"pattern", "format", "patternProperties", "prefixItems", "oneOf",
                                          "dependencies", "dependentRequired", "dependentSchemas", "if", "then",
-                                         "else", "minContains", "maxContains", NULL};
+                                         "else", "minContains", "maxContains", "$dynamicRef", NULL};
 
 static cJSON *all_of(const cJSON *x, const cJSON *y) {
     cJSON *o = cJSON_CreateObject(), *list = cJSON_CreateArray();

@@ -105,6 +105,14 @@ lm_status lm_js_normalize(json_builder *j, const cJSON *schema, const cJSON **ou
             return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: $ref / allOf merged more than %d times (a recursive $ref beside other keywords?)",
                            LM_SCHEMA_MAX_DEPTH);
         if (!cJSON_IsObject(cur)) break;
+        if (get(cur, "$dynamicRef")) { /* a $ref whose resolution json_schema_refs.c knows by its text */
+            if (get(cur, "$ref")) return unsupported(j, "$dynamicRef beside $ref");
+            const cJSON *as_ref;
+            TRY(lm_js_without(j, cur, "$dynamicRef", &as_ref));
+            cJSON_AddItemReferenceToObject((cJSON *)as_ref, "$ref", (cJSON *)get(cur, "$dynamicRef"));
+            cur = as_ref;
+            continue;
+        }
         const cJSON *refp = get(cur, "$ref"), *all = get(cur, "allOf");
         if (refp && lm_js_has_assertions(cur, ref_word)) {
             const cJSON *target, *rest;

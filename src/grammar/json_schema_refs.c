@@ -3,7 +3,9 @@
  * the resources ($id) and anchors ($anchor, $dynamicAnchor) registered by
  * URI, and a $ref resolved against the base URI where it stands (RFC 3986
  * reference resolution), then its fragment: empty, a JSON pointer from that
- * resource, or an anchor's name.  A reference to another document (remote,
+ * resource, or an anchor's name.  A $dynamicRef is one too, but where its
+ * target is a $dynamicAnchor of that name: then the dynamic scope's (see
+ * dynamic_target).  A reference to another document (remote,
  * or a URI no $id here names) is refused by name: loom fetches nothing. */
 #include "grammar/json_schema_compiler.h"
 
@@ -92,7 +94,7 @@ static char *resolve_uri(const char *base, const char *ref) {
 
 /* ---- the registry */
 
-static lm_status add_resource(json_builder *j, char *uri, const cJSON *node) {
+static lm_status add_resource(json_builder *j, char *uri, const cJSON *node, bool dynamic) {
     if (!uri) return nomem(j);
     for (int i = 0; i < j->n_resources; i++)
         if (strcmp(j->resources[i].uri, uri) == 0) { /* the first wins (a duplicate is the schema's mistake) */
@@ -103,16 +105,16 @@ static lm_status add_resource(json_builder *j, char *uri, const cJSON *node) {
         free(uri);
         return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: more than %d $id / $anchor", LM_SCHEMA_MAX_REFS);
     }
-    j->resources[j->n_resources++] = (schema_resource){uri, node};
+    j->resources[j->n_resources++] = (schema_resource){uri, node, dynamic};
     return LM_OK;
 }
 
-static lm_status add_ref_base(json_builder *j, const char *text, const char *base) {
+static lm_status add_ref_base(json_builder *j, const char *text, const char *base, bool dynamic) {
     if (j->n_ref_bases >= LM_SCHEMA_MAX_REFS)
         return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: more than %d $ref", LM_SCHEMA_MAX_REFS);
     char *copy = strdup(base);
     if (!copy) return nomem(j);
-    j->ref_bases[j->n_ref_bases++] = (ref_base){text, copy};
+    j->ref_bases[j->n_ref_bases++] = (ref_base){text, copy, dynamic};
     return LM_OK;
 }
 
@@ -134,7 +136,7 @@ static lm_status register_node(json_builder *j, const cJSON *node, const char *b
             if (!mine) return nomem(j);
             char *hash = strchr(mine, '#');
             if (hash) *hash = 0; /* "$id": "x#" names x */
-            st = add_resource(j, strdup(mine), node);
+            st = add_resource(j, strdup(mine), node, false);
             base = mine;
         }
         const char *const anchors[] = {"$anchor", "$dynamicAnchor"};
@@ -144,12 +146,12 @@ static lm_status register_node(json_builder *j, const cJSON *node, const char *b
             size_t n = strlen(base) + strlen(name->valuestring) + 2;
             char *uri = malloc(n);
             if (uri) snprintf(uri, n, "%s#%s", base, name->valuestring);
-            st = add_resource(j, uri, node);
+            st = add_resource(j, uri, node, a == 1);
         }
         const char *const refs[] = {"$ref", "$dynamicRef"};
         for (int r = 0; r < 2 && st == LM_OK; r++) {
             const cJSON *ref = get(node, refs[r]);
-            if (cJSON_IsString(ref)) st = add_ref_base(j, ref->valuestring, base);
+            if (cJSON_IsString(ref)) st = add_ref_base(j, ref->valuestring, base, r == 1);
         }
     }
     if (cJSON_IsObject(node) || cJSON_IsArray(node))
@@ -165,7 +167,7 @@ lm_status lm_js_register_resources(json_builder *j) {
     j->ref_bases = calloc(LM_SCHEMA_MAX_REFS, sizeof *j->ref_bases);
     if (!j->resources || !j->ref_bases) return nomem(j);
     j->owns_resources = true;
-    TRY(add_resource(j, strdup(""), j->root));
+    TRY(add_resource(j, strdup(""), j->root, false));
     return register_node(j, j->root, "", 0);
 }
 
@@ -179,16 +181,55 @@ void lm_js_free_resources(json_builder *j) {
 
 /* ---- resolving */
 
-static const char *base_of(const json_builder *j, const char *text) {
+static const ref_base *ref_site(const json_builder *j, const char *text) {
     for (int i = 0; i < j->n_ref_bases; i++)
-        if (j->ref_bases[i].text == text) return j->ref_bases[i].base;
-    return "";
+        if (j->ref_bases[i].text == text) return &j->ref_bases[i];
+    return NULL;
+}
+
+static const char *base_of(const json_builder *j, const char *text) {
+    const ref_base *r = ref_site(j, text);
+    return r ? r->base : "";
+}
+
+static const schema_resource *resource_entry(const json_builder *j, const char *uri) {
+    for (int i = 0; i < j->n_resources; i++)
+        if (strcmp(j->resources[i].uri, uri) == 0) return &j->resources[i];
+    return NULL;
 }
 
 static const cJSON *resource(const json_builder *j, const char *uri) {
-    for (int i = 0; i < j->n_resources; i++)
-        if (strcmp(j->resources[i].uri, uri) == 0) return j->resources[i].node;
-    return NULL;
+    const schema_resource *r = resource_entry(j, uri);
+    return r ? r->node : NULL;
+}
+
+/* $dynamicRef "...#name" whose first target has "$dynamicAnchor": "name":
+ * the outermost resource of the dynamic scope with that dynamic anchor.
+ * The scope starts at the document's root, so where the root resource has
+ * one it is that; where the document has one only, it is the first target;
+ * otherwise the answer depends on the path taken, which one grammar rule
+ * per target cannot follow: refused. */
+static lm_status dynamic_target(json_builder *j, const char *name, const char *path, const cJSON **target) {
+    const cJSON *root_id = get(j->root, "$id");
+    /* the root's own $id is the registry's second entry (register_node) */
+    const char *root_base = cJSON_IsString(root_id) && root_id->valuestring[0] != '#' ? j->resources[1].uri : "";
+    const cJSON *root_hit = NULL, *only = NULL;
+    int count = 0;
+    for (int i = 0; i < j->n_resources; i++) {
+        const char *hash = strrchr(j->resources[i].uri, '#');
+        if (!j->resources[i].dynamic || !hash || strcmp(hash + 1, name) != 0) continue;
+        count++;
+        only = j->resources[i].node;
+        if (strncmp(j->resources[i].uri, root_base, (size_t)(hash - j->resources[i].uri)) == 0 &&
+            strlen(root_base) == (size_t)(hash - j->resources[i].uri))
+            root_hit = j->resources[i].node;
+    }
+    if (root_hit) *target = root_hit;
+    else if (count == 1) *target = only;
+    else
+        return lm_fail(j->err, LM_ERR_UNSUPPORTED,
+                       "JSON schema: '$dynamicRef' to '%.200s', which several $dynamicAnchor could answer by the path taken, is not supported", path);
+    return LM_OK;
 }
 
 /* a JSON pointer (after '#', percent-escapes decoded) from at */
@@ -248,9 +289,11 @@ lm_status lm_js_resolve_ref(json_builder *j, const cJSON *refp, const cJSON **ta
         st = follow_pointer(j, doc, fragment, path, target);
     } else {
         *hash = '#';
-        const cJSON *anchored = resource(j, uri);
-        if (anchored) *target = anchored;
-        else st = lm_fail(j->err, LM_ERR_INVALID, "JSON schema: '$ref' names the anchor '%.200s', which is not defined", path);
+        const schema_resource *anchored = resource_entry(j, uri);
+        const ref_base *site = ref_site(j, path);
+        if (!anchored) st = lm_fail(j->err, LM_ERR_INVALID, "JSON schema: '$ref' names the anchor '%.200s', which is not defined", path);
+        else if (site && site->dynamic && anchored->dynamic) st = dynamic_target(j, fragment, path, target);
+        else *target = anchored->node;
     }
     free(uri);
     return st;
