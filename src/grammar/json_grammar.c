@@ -37,6 +37,8 @@ lm_status lm_js_compile_schema(json_builder *j, const cJSON *schema, lm_gseq *ou
     if (depth > LM_SCHEMA_MAX_DEPTH)
         return lm_fail(j->err, LM_ERR_NOMEM, "JSON schema nested deeper than %d", LM_SCHEMA_MAX_DEPTH);
     if (cJSON_IsBool(schema)) {
+        if (lm_js_is_empty_merge(schema) && j->empty_reason[0]) /* an intersection's: say why */
+            return lm_fail(j->err, LM_ERR_UNSUPPORTED, "%s", j->empty_reason);
         if (cJSON_IsFalse(schema)) return unsupported(j, "false (a schema nothing matches)");
         TRY(lm_js_any_value_rule(j));
         ref(out, j->value);

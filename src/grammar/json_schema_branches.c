@@ -195,12 +195,20 @@ lm_status lm_js_branches_schema(json_builder *j, const cJSON *schema, const char
     uint32_t rule = 0;
     if (st == LM_OK && m == 0) st = unsupported(j, "anyOf/oneOf of false branches only (nothing matches)");
     if (st == LM_OK) st = lm_grammar_new_rule(j->b, &rule, j->err);
+    int alts = 0;
     for (int i = 0; i < m && st == LM_OK; i++) {
         lm_gseq s = {0};
         st = lm_js_compile_schema(j, branch[i], &s, depth + 1);
+        if (st == LM_ERR_UNSUPPORTED && strstr(j->err->message, "so nothing matches") && (alts || i + 1 < m)) {
+            st = LM_OK; /* a branch with no instance (an empty number range, say): never taken */
+            lm_gseq_free(&s);
+            continue;
+        }
         if (st == LM_OK) st = lm_grammar_add_alt(j->b, rule, &s, j->err);
+        alts += st == LM_OK;
         lm_gseq_free(&s);
     }
+    if (st == LM_OK && !alts) st = unsupported(j, "anyOf/oneOf whose branches all match nothing");
     free(branch);
     free(own_branch);
     if (st == LM_OK) ref(out, rule);

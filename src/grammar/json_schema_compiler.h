@@ -64,6 +64,7 @@ typedef struct {
     ref_base *ref_bases;
     int n_resources, n_ref_bases;
     bool owns_resources; /* a sub-builder (json_values_schema.c) borrows its parent's */
+    char empty_reason[LM_ERROR_MESSAGE_MAX]; /* why the last merge found nothing in common (json_schema_normalize.c) */
     cJSON **owned; /* the merged schemas made while compiling, deleted at the end */
     int n_owned, cap_owned;
 } json_builder;
@@ -162,6 +163,8 @@ lm_status lm_js_merged(json_builder *j, const cJSON *a, const cJSON *b, const cJ
 #define LM_JS_OWNER_A 1
 #define LM_JS_OWNER_B 2
 lm_status lm_js_merged_scoped(json_builder *j, const cJSON *a, const cJSON *b, int owner, const cJSON **out);
+/* whether s is the false a merge gave (j->empty_reason says why) */
+bool lm_js_is_empty_merge(const cJSON *s);
 lm_status lm_js_without(json_builder *j, const cJSON *schema, const char *key, const cJSON **out);
 /* whether s's unevaluatedProperties / unevaluatedItems assert anything */
 bool lm_js_unevaluated_asserts(const cJSON *s);

@@ -1,6 +1,7 @@
 /* allOf, if / then / else and $ref beside siblings merged into one schema. */
 #include "grammar/json_schema_compiler.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "grammar/json_schema_merge.h"
@@ -26,6 +27,8 @@ bool lm_js_unevaluated_asserts(const cJSON *s) {
 }
 
 static cJSON nothing = {.type = cJSON_False}; /* what a merge with false is */
+
+bool lm_js_is_empty_merge(const cJSON *s) { return s == &nothing; }
 
 static lm_status closed(json_builder *j, const cJSON *s, const cJSON **out) {
     *out = s;
@@ -56,6 +59,7 @@ static lm_status closed(json_builder *j, const cJSON *s, const cJSON **out) {
 
 lm_status lm_js_merged_scoped(json_builder *j, const cJSON *a, const cJSON *b, int owner, const cJSON **out) {
     if (cJSON_IsFalse(a) || cJSON_IsFalse(b)) { /* compile_schema refuses it where it must be generated */
+        if (!lm_js_is_empty_merge(a) && !lm_js_is_empty_merge(b)) j->empty_reason[0] = 0; /* a schema's own false */
         *out = &nothing;
         return LM_OK;
     }
@@ -73,6 +77,7 @@ lm_status lm_js_merged_scoped(json_builder *j, const cJSON *a, const cJSON *b, i
     if (st == LM_ERR_UNSUPPORTED && j->err && strstr(j->err->message, "so nothing matches")) {
         /* no types / values in common, a required property excluded: the
          * intersection is empty, which an anyOf branch may well be */
+        snprintf(j->empty_reason, sizeof j->empty_reason, "%s", j->err->message);
         *out = &nothing;
         return LM_OK;
     }

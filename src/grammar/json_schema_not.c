@@ -2,8 +2,8 @@
  * S (narrower than the complement, never wider), by De Morgan: S is the
  * conjunction of its keywords, so each keyword's own complement (within
  * every JSON value) fails S, and N is the anyOf of those loom can write:
- *   type T: the other types; const / enum: the types of none of the values
- *     (the other boolean where one is listed);
+ *   type T: the other types; const / enum: the types of none of the values,
+ *     the other boolean where one is listed, the numbers between listed ones;
  *   minimum a: exclusiveMaximum a, and so on for each bound; minLength n:
  *     maxLength n-1 (maxLength n: minLength n+1), the same for items and
  *     properties;
@@ -48,6 +48,45 @@ static const struct {
              {"minItems", "maxItems", -1},        {"maxItems", "minItems", 1},
              {"minProperties", "maxProperties", -1}, {"maxProperties", "minProperties", 1}};
 
+#define LM_NOT_MAX_NUMBERS 8 /* numbers of a const / enum excluded by intervals, at most */
+
+static int by_value(const void *a, const void *b) {
+    double x = (*(const cJSON *const *)a)->valuedouble, y = (*(const cJSON *const *)b)->valuedouble;
+    return x < y ? -1 : x > y;
+}
+
+/* a number written as the schema wrote it (a bound's text) */
+static cJSON *number_copy(const cJSON *v) {
+    cJSON *c = cJSON_CreateNumber(v->valuedouble);
+    if (c && v->valuestring) c->valuestring = strdup(v->valuestring);
+    return c;
+}
+
+/* The numbers other than those a const / enum k lists: the open intervals
+ * between them, each a branch of exclusive bounds (which other types pass
+ * vacuously) -- exact where they are few. */
+static lm_status numbers_between(json_builder *j, const cJSON *k, cJSON *branches) {
+    const cJSON *nums[LM_NOT_MAX_NUMBERS];
+    int n = 0;
+    bool is_const = strcmp(k->string, "const") == 0;
+    for (const cJSON *v = is_const ? k : k->child; v; v = is_const ? NULL : v->next) {
+        if (!cJSON_IsNumber(v)) continue;
+        if (n == LM_NOT_MAX_NUMBERS) return LM_OK; /* many: numbers left out (narrower) */
+        nums[n++] = v;
+    }
+    if (!n) return LM_OK;
+    qsort(nums, (size_t)n, sizeof nums[0], by_value);
+    for (int i = 0; i <= n; i++) {
+        if (i > 0 && i < n && nums[i - 1]->valuedouble == nums[i]->valuedouble) continue;
+        cJSON *o = cJSON_CreateObject();
+        TRY(lm_js_own(j, o));
+        if (i > 0) cJSON_AddItemToObject(o, "exclusiveMinimum", number_copy(nums[i - 1]));
+        if (i < n) cJSON_AddItemToObject(o, "exclusiveMaximum", number_copy(nums[i]));
+        cJSON_AddItemReferenceToArray(branches, o);
+    }
+    return LM_OK;
+}
+
 /* the complement of one keyword k of s, appended to branches (nothing where it has no form) */
 static lm_status keyword_negation(json_builder *j, const cJSON *s, const cJSON *k, cJSON *branches, int depth) {
     cJSON *made = NULL;
@@ -75,6 +114,7 @@ static lm_status keyword_negation(json_builder *j, const cJSON *s, const cJSON *
                 is_true = is_true || cJSON_IsTrue(v);
                 is_false = is_false || cJSON_IsFalse(v);
             }
+            TRY(numbers_between(j, k, branches));
             if (is_true != is_false) { /* the other boolean */
                 cJSON *list = cJSON_CreateArray();
                 if (list) cJSON_AddItemToArray(list, cJSON_CreateBool(is_false));
@@ -85,7 +125,8 @@ static lm_status keyword_negation(json_builder *j, const cJSON *s, const cJSON *
         unsigned rest = LM_JT_ALL & ~m;
         if (m & LM_JT_FRACTION) rest &= ~LM_JT_INTEGER; /* "number": integers too */
         if (!(rest & ~LM_JT_FRACTION)) return LM_OK;
-        TRY(one_keyword(j, "type", lm_schema_type_of_mask(rest & ~LM_JT_FRACTION), &made));
+        /* fractions without integers have no type name: left out (narrower) */
+        TRY(one_keyword(j, "type", lm_schema_type_of_mask(rest & LM_JT_INTEGER ? rest : rest & ~LM_JT_FRACTION), &made));
         cJSON_AddItemReferenceToArray(branches, made);
         return LM_OK;
     }
