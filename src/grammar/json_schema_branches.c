@@ -193,22 +193,32 @@ lm_status lm_js_branches_schema(json_builder *j, const cJSON *schema, const char
         m = kept;
     }
     uint32_t rule = 0;
-    if (st == LM_OK && m == 0) st = unsupported(j, "anyOf/oneOf of false branches only (nothing matches)");
+    if (st == LM_OK && m == 0)
+        st = lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: '%s' of false branches only, so nothing matches", word);
     if (st == LM_OK) st = lm_grammar_new_rule(j->b, &rule, j->err);
     int alts = 0;
     for (int i = 0; i < m && st == LM_OK; i++) {
         lm_gseq s = {0};
+        /* what the branch's compile adds to the builder, taken back where it has no instance */
+        uint32_t rules = j->b->n_rules, alts_before = j->b->n_alts, elems = j->b->n_elems;
+        int refs = j->n_refs;
+        bool have_value = j->have_value;
         st = lm_js_compile_schema(j, branch[i], &s, depth + 1);
-        if (st == LM_ERR_UNSUPPORTED && strstr(j->err->message, "so nothing matches") && (alts || i + 1 < m)) {
+        if ((st == LM_ERR_UNSUPPORTED || st == LM_ERR_INVALID) && strstr(j->err->message, "so nothing matches") &&
+            (alts || i + 1 < m)) {
             st = LM_OK; /* a branch with no instance (an empty number range, say): never taken */
             lm_gseq_free(&s);
+            j->b->n_rules = rules, j->b->n_alts = alts_before, j->b->n_elems = elems;
+            j->n_refs = refs;
+            j->have_value = have_value;
             continue;
         }
         if (st == LM_OK) st = lm_grammar_add_alt(j->b, rule, &s, j->err);
         alts += st == LM_OK;
         lm_gseq_free(&s);
     }
-    if (st == LM_OK && !alts) st = unsupported(j, "anyOf/oneOf whose branches all match nothing");
+    if (st == LM_OK && !alts)
+        st = lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: '%s' whose branches all match nothing, so nothing matches", word);
     free(branch);
     free(own_branch);
     if (st == LM_OK) ref(out, rule);

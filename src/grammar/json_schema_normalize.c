@@ -155,7 +155,11 @@ lm_status lm_js_normalize(json_builder *j, const cJSON *schema, const cJSON **ou
                 cJSON_AddItemReferenceToArray(list, (cJSON *)when);
                 cJSON_AddItemReferenceToArray(list, (cJSON *)unless);
                 TRY(lm_js_own(j, either));
-                when = either;
+                lm_status st = lm_js_merged_scoped(j, base, either, LM_JS_OWNER_A, &cur);
+                if (st == LM_OK) continue;
+                /* past the branch products' bound (many ifs in an allOf):
+                 * the "if and then" instances alone, narrower */
+                if (st != LM_ERR_UNSUPPORTED || !strstr(j->err->message, "more than")) return st;
             } else if (found && cJSON_IsFalse(when)) {
                 when = unless;
             }

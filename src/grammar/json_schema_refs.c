@@ -131,7 +131,8 @@ static lm_status register_node(json_builder *j, const cJSON *node, const char *b
     lm_status st = LM_OK;
     if (cJSON_IsObject(node)) {
         const cJSON *id = get(node, "$id");
-        if (cJSON_IsString(id) && id->valuestring[0] != '#') {
+        /* draft 4 names a resource "id", and its "$id" is no keyword: references stay the document's */
+        if (cJSON_IsString(id) && id->valuestring[0] != '#' && !j->draft4) {
             mine = resolve_uri(base, id->valuestring);
             if (!mine) return nomem(j);
             char *hash = strchr(mine, '#');
