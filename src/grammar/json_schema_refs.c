@@ -111,7 +111,7 @@ static lm_status add_resource(json_builder *j, char *uri, const cJSON *node, boo
 
 static lm_status add_ref_base(json_builder *j, const char *text, const char *base, bool dynamic) {
     if (j->n_ref_bases >= LM_SCHEMA_MAX_REFS)
-        return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: more than %d $ref", LM_SCHEMA_MAX_REFS);
+        return lm_fail(j->err, LM_ERR_UNSUPPORTED, "JSON schema: more than %d $ref below an $id", LM_SCHEMA_MAX_REFS);
     char *copy = strdup(base);
     if (!copy) return nomem(j);
     j->ref_bases[j->n_ref_bases++] = (ref_base){text, copy, dynamic};
@@ -152,7 +152,8 @@ static lm_status register_node(json_builder *j, const cJSON *node, const char *b
         const char *const refs[] = {"$ref", "$dynamicRef"};
         for (int r = 0; r < 2 && st == LM_OK; r++) {
             const cJSON *ref = get(node, refs[r]);
-            if (cJSON_IsString(ref)) st = add_ref_base(j, ref->valuestring, base, r == 1);
+            /* the document's own base ("") is what an unlisted $ref gets: listed are the others */
+            if (cJSON_IsString(ref) && (base[0] || r == 1)) st = add_ref_base(j, ref->valuestring, base, r == 1);
         }
     }
     if (cJSON_IsObject(node) || cJSON_IsArray(node))
