@@ -173,6 +173,8 @@ $(1)/ops-bench/%: $(1)/obj/bench/%.o $(1)/libloom-ops.a
 $(1)/bench/%: $(1)/obj/bench/%.o $(1)/libloom.a
 	@mkdir -p $$(dir $$@)
 	$(3) $$(ALLFLAGS) $(2) $$^ -o $$@ $$(LDLIBS) $(if $(4),$$(CUDA_LIBS))
+# the schema checker samples with the tests' grammar walks
+$(1)/bench/json_schema_check: $(1)/obj/tests/grammar_walk.o
 $(1)/fuzz/%: $(1)/obj/fuzz/%.o $(1)/libloom.a
 	@mkdir -p $$(dir $$@)
 	$(3) $$(ALLFLAGS) $(2) -fsanitize=fuzzer $$^ -o $$@ $$(LDLIBS)

@@ -14,7 +14,8 @@
  *   {"compiled": true, "error": "...", "compile_ms": 1.2,
  *    "accepted": [true, ...], "samples": ["<json text>", ...], "incomplete": 0}
  *
- * usage: json_schema_check < cases.jsonl > results.jsonl */
+ * usage: json_schema_check < cases.jsonl > results.jsonl
+ * (the walks are tests/grammar_walk.c's, linked in by the Makefile) */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 
 #include "grammar/compiled.h"
 #include "grammar/matcher.h"
+#include "../tests/grammar_walk.h"
 
 #define MAX_LINE (8 << 20)
 #define MAX_SAMPLE_BYTES 4096
@@ -34,76 +36,11 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static uint64_t next_random(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static bool accepts(const lm_grammar *g, const char *s) {
-    lm_gmatcher m;
-    lm_error err;
-    if (lm_gmatcher_init(&m, g, &err) != LM_OK) return false;
-    lm_gstate a = {0}, b = {0};
-    bool ok = lm_gmatcher_start(&m, &a);
-    for (size_t i = 0; ok && s[i]; i++) {
-        ok = lm_gmatcher_advance(&m, &a, (uint8_t)s[i], &b);
-        lm_gstate t = a;
-        a = b;
-        b = t;
-    }
-    ok = ok && lm_gstate_complete(&a);
-    lm_gstate_free(&a);
-    lm_gstate_free(&b);
-    lm_gmatcher_free(&m);
-    return ok;
-}
-
 /* the weight of a byte in a walk: closing bytes often, multi-byte rarely */
 static unsigned weight(uint8_t c) {
     if (c == '"' || c == ']' || c == '}') return 40;
     if (c >= 0x80) return 1;
     return 4;
-}
-
-/* One random walk; false when it did not complete within the bound. */
-static bool sample(const lm_grammar *g, uint64_t *rng, char *out) {
-    lm_gmatcher m;
-    lm_error err;
-    if (lm_gmatcher_init(&m, g, &err) != LM_OK) return false;
-    lm_gstate a = {0}, b = {0};
-    bool ok = lm_gmatcher_start(&m, &a), done = false;
-    size_t n = 0;
-    while (ok && n < MAX_SAMPLE_BYTES) {
-        if (lm_gstate_complete(&a) && (lm_gstate_finished(&a) || next_random(rng) % 4 == 0)) {
-            done = true;
-            break;
-        }
-        lm_byte_class next;
-        lm_gstate_next_bytes(g, &a, &next);
-        uint64_t total = 0;
-        for (int c = 0; c < 256; c++)
-            if (lm_byte_class_has(&next, (uint8_t)c)) total += weight((uint8_t)c);
-        if (!total) break;
-        uint64_t pick = next_random(rng) % total;
-        int c = 0;
-        for (; c < 256; c++) {
-            if (!lm_byte_class_has(&next, (uint8_t)c)) continue;
-            if (pick < weight((uint8_t)c)) break;
-            pick -= weight((uint8_t)c);
-        }
-        ok = lm_gmatcher_advance(&m, &a, (uint8_t)c, &b);
-        lm_gstate t = a;
-        a = b;
-        b = t;
-        out[n++] = (char)c;
-    }
-    out[n] = 0;
-    lm_gstate_free(&a);
-    lm_gstate_free(&b);
-    lm_gmatcher_free(&m);
-    return done;
 }
 
 static cJSON *run_case(const cJSON *c) {
@@ -133,12 +70,12 @@ static cJSON *run_case(const cJSON *c) {
     }
     cJSON *acc = cJSON_AddArrayToObject(res, "accepted");
     const cJSON *inst;
-    cJSON_ArrayForEach(inst, instances) cJSON_AddItemToArray(acc, cJSON_CreateBool(cJSON_IsString(inst) && accepts(&g->grammar, inst->valuestring)));
+    cJSON_ArrayForEach(inst, instances) cJSON_AddItemToArray(acc, cJSON_CreateBool(cJSON_IsString(inst) && test_grammar_accepts(&g->grammar, inst->valuestring)));
     cJSON *out = cJSON_AddArrayToObject(res, "samples");
     char *buf = malloc(MAX_SAMPLE_BYTES + 1);
     int incomplete = 0;
     for (int i = 0; i < samples && buf; i++) {
-        if (sample(&g->grammar, &rng, buf)) cJSON_AddItemToArray(out, cJSON_CreateString(buf));
+        if (test_grammar_walk(&g->grammar, &rng, weight, 4, buf, MAX_SAMPLE_BYTES + 1)) cJSON_AddItemToArray(out, cJSON_CreateString(buf));
         else incomplete++;
     }
     free(buf);

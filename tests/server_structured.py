@@ -206,9 +206,9 @@ def main():
                              ({"response_format": {"type": "xml"}}, "json_schema"),
                              ({"response_format": {"type": "json_schema"}}, "json_schema"),
                              ({"response_format": {"type": "json_schema", "json_schema": {
-                                 "name": "x", "schema": {"type": "string", "format": "regex"}}}}, "'format' \"regex\" is not supported"),
+                                 "name": "x", "schema": {"type": "string", "format": "color"}}}}, "'format' \"color\" is not supported"),
                              ({"response_format": {"type": "json_schema", "json_schema": {
-                                 "name": "x", "schema": {"propertyNames": {"maxLength": 2}}}}}, "'propertyNames' is not supported"),
+                                 "name": "x", "schema": {"$recursiveRef": "#"}}}}, "'$recursiveRef' is not supported"),
                              ({"guided_json": {"type": "object"}, "guided_whitespace_pattern": 3}, "guided_whitespace_pattern"),
                              ({"guided_json": {"type": "object"}, "disable_any_whitespace": "no"}, "disable_any_whitespace"),
                              ({"guided_json": {"type": "object"}, "guided_whitespace_pattern": "(?=a)"}, "whitespace pattern"),

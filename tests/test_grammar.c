@@ -17,32 +17,13 @@
 #include "grammar/grammar_cache.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
+#include "grammar_walk.h"
 #include "harness.h"
 #include "text/tokenizer.h"
 
 static bool compile(loom_grammar_kind kind, const char *text, loom_grammar **g, char *msg, size_t size) {
     loom_grammar_spec spec = {.kind = kind, .text = text, .text_len = text ? strlen(text) : 0};
     return loom_grammar_compile(&spec, g, msg, size) == LOOM_OK;
-}
-
-/* Whether the whole string is a sentence of the grammar. */
-static bool accepts(const lm_grammar *g, const char *s) {
-    lm_gmatcher m;
-    lm_error err;
-    if (lm_gmatcher_init(&m, g, &err) != LM_OK) return false;
-    lm_gstate a = {0}, b = {0};
-    bool ok = lm_gmatcher_start(&m, &a);
-    for (size_t i = 0; ok && s[i]; i++) {
-        ok = lm_gmatcher_advance(&m, &a, (uint8_t)s[i], &b);
-        lm_gstate t = a;
-        a = b;
-        b = t;
-    }
-    ok = ok && lm_gstate_complete(&a);
-    lm_gstate_free(&a);
-    lm_gstate_free(&b);
-    lm_gmatcher_free(&m);
-    return ok;
 }
 
 typedef struct {
@@ -55,7 +36,7 @@ static void check_samples(loom_grammar_kind kind, const char *spec, const sample
     char msg[512];
     CHECK_MSG(compile(kind, spec, &g, msg, sizeof msg), "compile %s: %s", spec, msg);
     for (int i = 0; i < n; i++)
-        if (accepts(&g->grammar, samples[i].text) != samples[i].ok) {
+        if (test_grammar_accepts(&g->grammar, samples[i].text) != samples[i].ok) {
             test_failed(__FILE__, __LINE__, "grammar %s %s \"%s\"", spec, samples[i].ok ? "refused" : "accepted",
                         samples[i].text);
             break;
@@ -102,8 +83,8 @@ static void test_choice(void) {
     loom_grammar *g;
     char msg[256];
     CHECK(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK);
-    CHECK(accepts(&g->grammar, "yes") && accepts(&g->grammar, "no") && accepts(&g->grammar, "maybe so"));
-    CHECK(!accepts(&g->grammar, "ye") && !accepts(&g->grammar, "yesno") && !accepts(&g->grammar, "maybe"));
+    CHECK(test_grammar_accepts(&g->grammar, "yes") && test_grammar_accepts(&g->grammar, "no") && test_grammar_accepts(&g->grammar, "maybe so"));
+    CHECK(!test_grammar_accepts(&g->grammar, "ye") && !test_grammar_accepts(&g->grammar, "yesno") && !test_grammar_accepts(&g->grammar, "maybe"));
     loom_grammar_free(g);
     spec.n_choices = 0;
     CHECK(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_ERR_INVALID);
@@ -177,14 +158,14 @@ static void test_json_schema(void) {
 
 static void test_schema_refusals(void) {
     const char *bad[][2] = {
-        {"{\"type\":\"string\",\"format\":\"regex\"}", "'format' \"regex\" is not supported"},
-        {"{\"oneOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", "'oneOf' whose branches all may match another (0 and 1)"},
-        {"{\"type\":\"array\",\"contains\":{},\"maxContains\":1}", "'maxContains' is not supported"},
-        {"{\"not\":{\"minimum\":5}}", "not (other than of types)"},
+        {"{\"type\":\"string\",\"format\":\"color\"}", "'format' \"color\" is not supported"},
+        {"{\"oneOf\":[{\"type\":\"string\",\"pattern\":\"a\"},{\"type\":\"string\",\"pattern\":\"b\"}]}", "'oneOf' whose branches all may match another (0 and 1)"},
+        {"{\"type\":\"array\",\"contains\":{},\"minContains\":2,\"maxContains\":1}", "maxContains below minContains"},
+        {"{\"not\":{\"pattern\":\"a\"}}", "not (of keywords without a bounded complement"},
         {"{\"type\":\"number\",\"multipleOf\":0.5}", "multipleOf (a fraction)"},
         {"{\"type\":\"array\",\"uniqueItems\":true,\"minItems\":2}", "uniqueItems"},
         {"{\"type\":\"string\",\"pattern\":\"^a$\",\"minLength\":2}", "no string of the pattern has the length"},
-        {"{\"type\":\"object\",\"propertyNames\":{\"maxLength\":3}}", "'propertyNames' is not supported"},
+        {"{\"$recursiveRef\":\"#\"}", "'$recursiveRef' is not supported"},
         {"{\"$ref\":\"http://x/y\"}", "'$ref' to 'http://x/y'"},
         {"{\"type\":\"integer\",\"exclusiveMinimum\":true,\"minimum\":1}", "boolean 'exclusiveMinimum'"},
         {"{\"$ref\":\"#/$defs/missing\"}", "not defined"},
@@ -351,7 +332,7 @@ static void test_nullable_repetitions_against_pcre(void) {
                 for (int k = 0; k < len; k++, x /= 3) s[k] = (char)('a' + x % 3);
                 s[len] = 0;
                 bool want = pcre2_match(re, (PCRE2_SPTR)s, (PCRE2_SIZE)len, 0, 0, md, NULL) >= 0;
-                if (accepts(&g->grammar, s) != want) {
+                if (test_grammar_accepts(&g->grammar, s) != want) {
                     test_failed(__FILE__, __LINE__, "%s: \"%s\" %s, PCRE2 %s", patterns[i], s,
                                 want ? "refused" : "accepted", want ? "matches" : "does not");
                     break;
@@ -380,14 +361,14 @@ static void test_many_values(void) {
     loom_grammar *g;
     char msg[512];
     CHECK_MSG(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK, "%s", msg);
-    CHECK(accepts(&g->grammar, "value_0") && accepts(&g->grammar, "value_2999") && accepts(&g->grammar, "value_29"));
-    CHECK(!accepts(&g->grammar, "value_3000") && !accepts(&g->grammar, "value_") && !accepts(&g->grammar, "value_01"));
+    CHECK(test_grammar_accepts(&g->grammar, "value_0") && test_grammar_accepts(&g->grammar, "value_2999") && test_grammar_accepts(&g->grammar, "value_29"));
+    CHECK(!test_grammar_accepts(&g->grammar, "value_3000") && !test_grammar_accepts(&g->grammar, "value_") && !test_grammar_accepts(&g->grammar, "value_01"));
     loom_grammar_free(g);
     const char *const dup[] = {"ab", "a", "ab", "abc"};
     spec = (loom_grammar_spec){.kind = LOOM_GRAMMAR_CHOICE, .choices = dup, .n_choices = 4, .suffix = "!"};
     CHECK_MSG(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK, "%s", msg);
-    CHECK(accepts(&g->grammar, "a!") && accepts(&g->grammar, "ab!") && accepts(&g->grammar, "abc!"));
-    CHECK(!accepts(&g->grammar, "a") && !accepts(&g->grammar, "abcd!") && !accepts(&g->grammar, "!"));
+    CHECK(test_grammar_accepts(&g->grammar, "a!") && test_grammar_accepts(&g->grammar, "ab!") && test_grammar_accepts(&g->grammar, "abc!"));
+    CHECK(!test_grammar_accepts(&g->grammar, "a") && !test_grammar_accepts(&g->grammar, "abcd!") && !test_grammar_accepts(&g->grammar, "!"));
     loom_grammar_free(g);
     size_t cap = 64 * 1024;
     char *schema = malloc(cap);
@@ -396,9 +377,9 @@ static void test_many_values(void) {
     snprintf(schema + n, cap - n, ",1.5,null,{\"k\":[1]}]}");
     CHECK_MSG(compile(LOOM_GRAMMAR_JSON_SCHEMA, schema, &g, msg, sizeof msg), "%s", msg);
     free(schema);
-    CHECK(accepts(&g->grammar, "\"v2999\"") && accepts(&g->grammar, "\"v0\"") && accepts(&g->grammar, "null"));
-    CHECK(accepts(&g->grammar, "1.5") && accepts(&g->grammar, "{\"k\":[1]}"));
-    CHECK(!accepts(&g->grammar, "\"v3000\"") && !accepts(&g->grammar, "\"v\"") && !accepts(&g->grammar, "1"));
+    CHECK(test_grammar_accepts(&g->grammar, "\"v2999\"") && test_grammar_accepts(&g->grammar, "\"v0\"") && test_grammar_accepts(&g->grammar, "null"));
+    CHECK(test_grammar_accepts(&g->grammar, "1.5") && test_grammar_accepts(&g->grammar, "{\"k\":[1]}"));
+    CHECK(!test_grammar_accepts(&g->grammar, "\"v3000\"") && !test_grammar_accepts(&g->grammar, "\"v\"") && !test_grammar_accepts(&g->grammar, "1"));
     loom_grammar_free(g);
 }
 
@@ -440,7 +421,7 @@ static void test_grammar_cache(void) {
     /* the same text with a suffix is another grammar */
     spec.suffix = "}";
     CHECK(lm_grammar_cache_compile(cache, &spec, &a, msg, sizeof msg) == LOOM_OK);
-    CHECK(accepts(&a->grammar, "{\"a\": \"x\"}}") && !accepts(&a->grammar, "{\"a\": \"x\"}"));
+    CHECK(test_grammar_accepts(&a->grammar, "{\"a\": \"x\"}}") && !test_grammar_accepts(&a->grammar, "{\"a\": \"x\"}"));
     loom_grammar_free(a);
     /* a refusal is kept: the same message, no second compile */
     loom_grammar_spec bad = {.kind = LOOM_GRAMMAR_REGEX, .text = "(a*){1000}", .text_len = 10};
@@ -503,7 +484,7 @@ static void test_grammar_cache(void) {
     uint64_t compiles = st.compiles;
     for (int k = 0; k < 2; k++) {
         CHECK_MSG(lm_grammar_cache_compile(cache, &large, &a, msg, sizeof msg) == LOOM_OK, "%s", msg);
-        CHECK(accepts(&a->grammar, "\"x\""));
+        CHECK(test_grammar_accepts(&a->grammar, "\"x\""));
         loom_grammar_free(a);
     }
     free(text);
@@ -570,13 +551,6 @@ static void brute_force_mask(lm_gmatcher *m, const vocab_fixture *v, const lm_gs
     lm_gstate_free(&b);
 }
 
-static uint64_t next_random(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 /* Random walks: at each step the mask must equal the brute-force mask,
  * then a random allowed token is taken. */
 static void check_mask_walks_shared(const vocab_fixture *v, loom_grammar_kind kind, const char *spec, int walks,
@@ -612,7 +586,7 @@ static void check_mask_walks_shared(const vocab_fixture *v, loom_grammar_kind ki
             }
             if (n == 0) break;
             taken++;
-            int32_t id = allowed[next_random(&rng) % (uint64_t)n];
+            int32_t id = allowed[test_grammar_random(&rng) % (uint64_t)n];
             CHECK(lm_masker_accept_token(&masker, &state, &scratch, v->bytes[id], v->lens[id]));
         }
     }
@@ -737,7 +711,7 @@ static void test_mask_applied_to_logits(void) {
     for (int walk = 0; walk < 6 && !test_current_failed(); walk++) {
         lm_gmatcher_start(&sg->masker.matcher, &sg->state);
         for (int step = 0; step < 40 && !test_current_failed(); step++) {
-            for (int i = 0; i < padded; i++) logits[i] = (float)(next_random(&rng) % 1000) * 0.01f - 5.0f;
+            for (int i = 0; i < padded; i++) logits[i] = (float)(test_grammar_random(&rng) % 1000) * 0.01f - 5.0f;
             float stop_logit = logits[stop];
             float *before = malloc(sizeof(float) * (size_t)padded);
             memcpy(before, logits, sizeof(float) * (size_t)padded);
@@ -755,7 +729,7 @@ static void test_mask_applied_to_logits(void) {
                 CHECK_MSG(allowed ? logits[id] == before[id] : logits[id] == -INFINITY,
                           "walk %d step %d: token %d %s but its logit is %g (was %g)", walk, step, id,
                           allowed ? "allowed" : "refused", logits[id], before[id]);
-                if (allowed && next_random(&rng) % (uint64_t)(++n) == 0) pick = id;
+                if (allowed && test_grammar_random(&rng) % (uint64_t)(++n) == 0) pick = id;
             }
             free(before);
             steps++;

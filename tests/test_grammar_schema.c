@@ -15,6 +15,7 @@
 #include "grammar/compiled.h"
 #include "grammar/json_number.h"
 #include "grammar/matcher.h"
+#include "grammar_walk.h"
 #include "harness.h"
 
 static bool compile_ws(const char *schema, loom_json_whitespace ws, const char *pattern, loom_grammar **g, char *msg,
@@ -28,25 +29,6 @@ static bool compile(const char *schema, loom_grammar **g, char *msg, size_t size
     return compile_ws(schema, LOOM_JSON_WHITESPACE_COMPACT, NULL, g, msg, size);
 }
 
-static bool accepts(const lm_grammar *g, const char *s) {
-    lm_gmatcher m;
-    lm_error err;
-    if (lm_gmatcher_init(&m, g, &err) != LM_OK) return false;
-    lm_gstate a = {0}, b = {0};
-    bool ok = lm_gmatcher_start(&m, &a);
-    for (size_t i = 0; ok && s[i]; i++) {
-        ok = lm_gmatcher_advance(&m, &a, (uint8_t)s[i], &b);
-        lm_gstate t = a;
-        a = b;
-        b = t;
-    }
-    ok = ok && lm_gstate_complete(&a);
-    lm_gstate_free(&a);
-    lm_gstate_free(&b);
-    lm_gmatcher_free(&m);
-    return ok;
-}
-
 typedef struct {
     const char *text;
     bool ok;
@@ -58,7 +40,7 @@ static void check_schema_ws(const char *schema, loom_json_whitespace ws, const c
     CHECK_MSG(compile_ws(schema, ws, pattern, &g, msg, sizeof msg), "compile %s: %s", schema, msg);
     if (!g) return;
     for (int i = 0; i < n; i++)
-        CHECK_MSG(accepts(&g->grammar, s[i].text) == s[i].ok, "%s %s %s", schema, s[i].ok ? "refused" : "accepted",
+        CHECK_MSG(test_grammar_accepts(&g->grammar, s[i].text) == s[i].ok, "%s %s %s", schema, s[i].ok ? "refused" : "accepted",
                   s[i].text);
     loom_grammar_free(g);
 }
@@ -75,41 +57,6 @@ static void check_refused(const char *schema, const char *words) {
     CHECK_MSG(!compile(schema, &g, msg, sizeof msg), "%s compiled", schema);
     CHECK_MSG(strstr(msg, words), "%s: '%s' does not say '%s'", schema, msg, words);
     if (g) loom_grammar_free(g);
-}
-
-/* A random walk to a complete sentence (closing bytes favoured); false
- * when none came within the bound. */
-static bool walk(const lm_grammar *g, uint64_t *rng, char *out, size_t cap) {
-    lm_gmatcher m;
-    lm_error err;
-    if (lm_gmatcher_init(&m, g, &err) != LM_OK) return false;
-    lm_gstate a = {0}, b = {0};
-    bool ok = lm_gmatcher_start(&m, &a), done = false;
-    size_t n = 0;
-    while (ok && n + 1 < cap) {
-        *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
-        if (lm_gstate_complete(&a) && (lm_gstate_finished(&a) || *rng % 5 == 0)) {
-            done = true;
-            break;
-        }
-        lm_byte_class next;
-        lm_gstate_next_bytes(g, &a, &next);
-        int allowed[256], k = 0;
-        for (int c = 0; c < 256; c++)
-            if (lm_byte_class_has(&next, (uint8_t)c)) allowed[k++] = c;
-        if (!k) break;
-        int c = allowed[(*rng >> 8) % (uint64_t)k];
-        ok = lm_gmatcher_advance(&m, &a, (uint8_t)c, &b);
-        lm_gstate t = a;
-        a = b;
-        b = t;
-        out[n++] = (char)c;
-    }
-    out[n] = 0;
-    lm_gstate_free(&a);
-    lm_gstate_free(&b);
-    lm_gmatcher_free(&m);
-    return done;
 }
 
 /* ------------------------------------------------------------ defects */
@@ -151,7 +98,7 @@ static void test_number_bounds(void) {
         if (!g) continue;
         int done = 0;
         for (int i = 0; i < 300; i++) {
-            if (!walk(&g->grammar, &rng, text, sizeof text)) continue;
+            if (!test_grammar_walk(&g->grammar, &rng, NULL, 5, text, sizeof text)) continue;
             done++;
             char *end = NULL;
             double v = strtod(text, &end);
@@ -217,9 +164,8 @@ static void test_ignored_keywords(void) {
     if (a) loom_grammar_free(a);
     if (b) loom_grammar_free(b);
     /* assertions loom cannot honour are still refused by name */
-    check_refused("{\"type\":\"array\",\"contains\":{\"type\":\"integer\"},\"maxContains\":2}", "'maxContains' is not supported");
-    check_refused("{\"type\":\"object\",\"propertyNames\":{\"maxLength\":2}}", "'propertyNames'");
-    check_refused("{\"allOf\":[{\"unevaluatedProperties\":false}],\"properties\":{\"a\":{}}}", "unevaluatedProperties");
+    check_refused("{\"$recursiveRef\":\"#\"}", "'$recursiveRef' is not supported");
+    check_refused("{\"type\":\"string\",\"format\":\"color\"}", "\"color\" is not supported");
 }
 
 static void test_formats(void) {
@@ -239,11 +185,94 @@ static void test_formats(void) {
     CHECK_SCHEMA("{\"type\":\"string\",\"format\":\"ipv6\"}", {"\"2001:db8:0:0:0:0:2:1\"", true}, {"\"2001:db8::1\"", false});
     /* formats that are annotations only constrain nothing */
     CHECK_SCHEMA("{\"type\":\"string\",\"format\":\"int32\"}", {"\"anything\"", true});
-    check_refused("{\"type\":\"string\",\"format\":\"json-pointer\"}", "\"json-pointer\" is not supported");
+    /* formats of literal-enough forms (a subset every checker accepts) */
+    CHECK_SCHEMA("{\"type\":\"string\",\"format\":\"json-pointer\"}", {"\"/a/b~1c/~0\"", true}, {"\"\"", true},
+                 {"\"a/b\"", false}, {"\"/a~2\"", false});
+    CHECK_SCHEMA("{\"type\":\"string\",\"format\":\"relative-json-pointer\"}", {"\"0#\"", true}, {"\"1/a\"", true},
+                 {"\"/a\"", false}, {"\"01\"", false});
+    CHECK_SCHEMA("{\"type\":\"string\",\"format\":\"idn-hostname\"}", {"\"a.b\"", true}, {"\"-a\"", false});
     /* the format's length within minLength/maxLength, and beside a tighter one */
     CHECK_SCHEMA("{\"type\":\"string\",\"format\":\"date\",\"maxLength\":10}", {"\"2000-01-01\"", true});
     CHECK_SCHEMA("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}", {"\"1.2.3.4\"", true},
                  {"\"10.20.30.40\"", false});
+}
+
+/* 2020-12 references (issue 52): $id and $anchor by URI, resolved against
+ * the base URI where the $ref stands; another document refused; a
+ * $dynamicRef whose dynamic anchor is the document's only one */
+static void test_references(void) {
+    CHECK_SCHEMA("{\"$id\":\"http://x/root\",\"type\":\"object\",\"$defs\":{\"a\":{\"$id\":\"a.json\",\"type\":\"integer\"},"
+                 "\"b\":{\"$anchor\":\"bee\",\"type\":\"string\"}},\"properties\":{\"p\":{\"$ref\":\"a.json\"},"
+                 "\"q\":{\"$ref\":\"http://x/root#bee\"}},\"additionalProperties\":false}",
+                 {"{\"p\":1,\"q\":\"s\"}", true}, {"{\"p\":\"x\"}", false}, {"{\"q\":1}", false});
+    /* "#/..." within an embedded resource is that resource's pointer */
+    CHECK_SCHEMA("{\"$defs\":{\"r\":{\"$id\":\"http://e/r\",\"$defs\":{\"i\":{\"type\":\"boolean\"}},\"$ref\":\"#/$defs/i\"},"
+                 "\"i\":{\"type\":\"integer\"}},\"$ref\":\"http://e/r\"}",
+                 {"true", true}, {"1", false});
+    CHECK_SCHEMA("{\"$id\":\"http://e/x/y.json\",\"$defs\":{\"z\":{\"$id\":\"../z.json\",\"type\":\"null\"}},"
+                 "\"$ref\":\"http://e/z.json\"}",
+                 {"null", true}, {"0", false});
+    check_refused("{\"$ref\":\"http://other/x.json\"}", "another document");
+    CHECK_SCHEMA("{\"$dynamicAnchor\":\"node\",\"type\":\"array\",\"items\":{\"$dynamicRef\":\"#node\"}}",
+                 {"[[],[[]]]", true}, {"[1]", false});
+}
+
+/* unevaluatedProperties / unevaluatedItems see the in-place subschemas'
+ * evaluations; a subschema's own are closed before it is merged */
+static void test_unevaluated(void) {
+    CHECK_SCHEMA("{\"type\":\"object\",\"allOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}}}],"
+                 "\"unevaluatedProperties\":false}",
+                 {"{\"a\":1}", true}, {"{}", true}, {"{\"a\":1,\"b\":2}", false}, {"{\"a\":\"x\"}", false});
+    /* the inner unevaluatedProperties sees only "a": "b" fails it */
+    CHECK_SCHEMA("{\"type\":\"object\",\"allOf\":[{\"properties\":{\"a\":{}},\"unevaluatedProperties\":false}],"
+                 "\"properties\":{\"b\":{}}}",
+                 {"{\"a\":1}", true}, {"{\"b\":1}", false}, {"{\"a\":1,\"b\":1}", false});
+    CHECK_SCHEMA("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"}],\"allOf\":[{\"prefixItems\":[true,"
+                 "{\"type\":\"number\"}]}],\"unevaluatedItems\":false}",
+                 {"[\"a\",1]", true}, {"[\"a\"]", true}, {"[\"a\",1,2]", false}, {"[\"a\",\"b\"]", false});
+    CHECK_SCHEMA("{\"type\":\"object\",\"$ref\":\"#/$defs/b\",\"properties\":{\"a\":{}},\"unevaluatedProperties\":false,"
+                 "\"$defs\":{\"b\":{\"properties\":{\"b\":{\"type\":\"null\"}}}}}",
+                 {"{\"b\":null,\"a\":1}", true}, {"{\"b\":1}", false}, {"{\"c\":1}", false}); /* the $ref's properties first */
+}
+
+/* not as a bounded complement, if / then / else, oneOf narrowed apart */
+static void test_not_and_conditionals(void) {
+    CHECK_SCHEMA("{\"type\":\"integer\",\"not\":{\"minimum\":10}}", {"9", true}, {"-3", true}, {"10", false});
+    CHECK_SCHEMA("{\"type\":\"string\",\"not\":{\"maxLength\":2}}", {"\"abc\"", true}, {"\"ab\"", false});
+    CHECK_SCHEMA("{\"type\":[\"string\",\"boolean\"],\"not\":{\"const\":\"x\"}}", {"true", true}, {"\"x\"", false});
+    CHECK_SCHEMA("{\"type\":\"object\",\"not\":{\"required\":[\"a\"]}}", {"{}", true}, {"{\"a\":1}", false});
+    CHECK_SCHEMA("{\"not\":{\"not\":{\"type\":\"string\"}}}", {"\"s\"", true}, {"1", false});
+    CHECK_SCHEMA("{\"not\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"object\"}]}}", {"1", true}, {"null", true},
+                 {"\"s\"", false}, {"{}", false});
+    check_refused("{\"not\":{}}", "nothing matches");
+    check_refused("{\"type\":\"string\",\"not\":{\"pattern\":\"a\"}}", "not (of keywords without a bounded complement");
+    /* (if and then) or (not-if and else) */
+    CHECK_SCHEMA("{\"type\":\"integer\",\"if\":{\"minimum\":10},\"then\":{\"multipleOf\":2},\"else\":{\"maximum\":3}}",
+                 {"12", true}, {"2", true}, {"11", false}, {"5", false});
+    CHECK_SCHEMA("{\"if\":false,\"then\":{\"type\":\"string\"},\"else\":{\"type\":\"integer\"}}", {"1", true},
+                 {"\"s\"", false});
+    /* oneOf: the integer branch where {"minimum":2} fails, the other where integer does */
+    CHECK_SCHEMA("{\"oneOf\":[{\"type\":\"integer\"},{\"minimum\":2}]}", {"1", true}, {"\"s\"", true}, {"2", false},
+                 {"7", false});
+    check_refused("{\"oneOf\":[{\"type\":\"string\",\"pattern\":\"a\"},{\"type\":\"string\",\"pattern\":\"b\"}]}",
+                  "'oneOf' whose branches all may match");
+}
+
+/* contains with maxContains, propertyNames, false subschemas */
+static void test_contains_names_false(void) {
+    CHECK_SCHEMA("{\"type\":\"array\",\"contains\":{\"type\":\"integer\"},\"maxContains\":2}", {"[1,2]", true},
+                 {"[1]", true}, {"[1,2,3]", false}, {"[]", false});
+    check_refused("{\"type\":\"array\",\"contains\":{},\"minContains\":3,\"maxContains\":1}", "maxContains below minContains");
+    CHECK_SCHEMA("{\"type\":\"object\",\"propertyNames\":{\"maxLength\":2},\"additionalProperties\":{\"type\":\"integer\"}}",
+                 {"{\"ab\":1}", true}, {"{}", true}, {"{\"abc\":1}", false}, {"{\"ab\":\"x\"}", false});
+    CHECK_SCHEMA("{\"type\":\"object\",\"properties\":{\"long\":{},\"ok\":{}},\"propertyNames\":{\"maxLength\":2}}",
+                 {"{\"ok\":1}", true}, {"{\"long\":1}", false});
+    CHECK_SCHEMA("{\"type\":\"object\",\"propertyNames\":false,\"additionalProperties\":{}}", {"{}", true},
+                 {"{\"a\":1}", false});
+    CHECK_SCHEMA("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},false]}", {"[1]", true}, {"[]", true},
+                 {"[1,2]", false});
+    CHECK_SCHEMA("{\"anyOf\":[{\"type\":\"string\",\"allOf\":[{\"type\":\"integer\"}]},{\"type\":\"null\"}]}",
+                 {"null", true}, {"\"s\"", false});
 }
 
 static void test_combinators(void) {
@@ -347,8 +376,8 @@ static void test_whitespace(void) {
     char msg[512];
     CHECK(loom_grammar_compile(&spec, &g, msg, sizeof msg) == LOOM_OK);
     if (g) {
-        CHECK(accepts(&g->grammar, "{\"k\": {\"v\":[true, null]}}"));
-        CHECK(!accepts(&g->grammar, "{ \"k\":1}"));
+        CHECK(test_grammar_accepts(&g->grammar, "{\"k\": {\"v\":[true, null]}}"));
+        CHECK(!test_grammar_accepts(&g->grammar, "{ \"k\":1}"));
         loom_grammar_free(g);
     }
     /* a pattern is compiled under the regex budgets */
@@ -383,6 +412,10 @@ int main(void) {
     RUN_TEST(test_ignored_keywords);
     RUN_TEST(test_formats);
     RUN_TEST(test_combinators);
+    RUN_TEST(test_references);
+    RUN_TEST(test_unevaluated);
+    RUN_TEST(test_not_and_conditionals);
+    RUN_TEST(test_contains_names_false);
     RUN_TEST(test_objects);
     RUN_TEST(test_arrays_and_strings);
     RUN_TEST(test_whitespace);

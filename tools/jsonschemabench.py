@@ -175,8 +175,11 @@ class Checker:
 
 
 def refusal_keyword(error):
+    """The keyword a refusal names (its first quoted word), else the start of its message."""
     m = re.search(r"'([^']+)'", error or "")
-    return m[1] if m else (error or "?")[:40]
+    if m and not m[1].startswith("JSON schema"):
+        return m[1]
+    return re.sub(r"^JSON schema:? ", "", error or "?")[:60]
 
 
 def broken(v, answer):
@@ -264,11 +267,14 @@ def suite(args, checker, report):
     failed = False
     groups = compiled = valid_refused = valid_total = wrong_accepts = answers = invalid = 0
     refusals = {}
+    by_file = {}  # the suite's file (a keyword, mostly): [compiled, groups]
     for path, text in read_files(args.suite, "tests/draft2020-12"):
         if "/optional/" in path:
             continue
         for g in json.loads(text):
             groups += 1
+            tally = by_file.setdefault(os.path.basename(path)[:-5], [0, 0])
+            tally[1] += 1
             schema = g["schema"]
             tests = g["tests"]
             instances = [json.dumps(ordered_like(t["data"], schema), separators=(",", ":"), ensure_ascii=False)
@@ -280,6 +286,7 @@ def suite(args, checker, report):
                 refusals[k] = refusals.get(k, 0) + 1
                 continue
             compiled += 1
+            tally[0] += 1
             for t, inst, ok in zip(tests, instances, res["accepted"]):
                 if t["valid"]:
                     valid_total += 1
@@ -299,15 +306,17 @@ def suite(args, checker, report):
                     invalid += 1
                     failed = True
                     print(f"INVALID {path} / {g['description']}: {answer[:300]}", file=sys.stderr)
-    top = sorted(refusals.items(), key=lambda kv: -kv[1])[:8]
+    top = sorted(refusals.items(), key=lambda kv: -kv[1])
     print(f"\nJSON-Schema-Test-Suite draft2020-12: {compiled} of {groups} groups compiled "
           f"({100.0 * compiled / max(groups, 1):.1f}%); valid instances accepted "
           f"{valid_total - valid_refused} of {valid_total}; invalid instances accepted {wrong_accepts}; "
           f"sampled answers invalid {invalid} of {answers}")
-    print("refused for: " + ", ".join(f"{k} {c}" for k, c in top))
+    print("refused for (groups): " + ", ".join(f"{k} {c}" for k, c in top))
+    short = sorted(((f, c, n) for f, (c, n) in by_file.items() if c < n), key=lambda x: x[1] - x[2])
+    print("files not all compiled (compiled/groups): " + ", ".join(f"{f} {c}/{n}" for f, c, n in short))
     report["suite"] = {"groups": groups, "compiled": compiled, "valid": valid_total, "valid_refused": valid_refused,
                        "invalid_accepted": wrong_accepts, "answers": answers, "invalid_answers": invalid,
-                       "refused_for": top}
+                       "refused_for": top, "by_file": by_file}
     return failed
 
 

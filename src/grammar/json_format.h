@@ -18,10 +18,15 @@
  *              unreserved characters and "/", query "?..." and fragment "#..."
  *   uri-reference, iri, iri-reference: a uri, or a relative path
  *   uuid       8-4-4-4-12 lower-case hex digits
+ *   json-pointer, relative-json-pointer: "/"-separated tokens of letters,
+ *              digits, . _ - and the escapes ~0 ~1 (after a count, or "#")
+ *   idn-email, idn-hostname: as email / hostname, labels without hyphens
+ *   regex, uri-template: letters, digits and a few punctuation marks that
+ *              are literal in both
  * Formats that are annotations only (JSON Schema 2020-12 asserts none by
  * default; OpenAPI's int32, float, password, ...) constrain nothing; the
- * formats a validator checks that loom does not generate (regex,
- * json-pointer, idn-email, uri-template, ...) are refused by name. */
+ * formats a validator checks that loom does not generate (color) are
+ * refused by name. */
 #ifndef LOOM_GRAMMAR_JSON_FORMAT_H
 #define LOOM_GRAMMAR_JSON_FORMAT_H
 

@@ -2,16 +2,23 @@
  * of a JSON Schema, as users write them.
  *
  * Every assertion keyword of JSON Schema 2020-12 (and drafts 4-7) is
- * honoured, exactly or narrower, except those refused by name (if / then /
- * else, contains, propertyNames, unevaluated*, $dynamicRef): annotations
+ * honoured, exactly or narrower, except those refused by name
+ * ($recursiveRef, a $ref to another document, fractional multipleOf): annotations
  * and unknown keywords ($id, title, examples, x-*, readOnly, typos) are
- * ignored, as JSON Schema says.  How each is compiled:
- *   - allOf and $ref / anyOf / oneOf beside other keywords: intersected
- *     (grammar/json_schema_merge.h); $ref to any JSON pointer within the
- *     schema, recursion included;
- *   - oneOf: as anyOf where no two branches can both match (apart by type,
- *     const/enum values, a required discriminator property, or a required
- *     property the other's additionalProperties: false excludes), else refused;
+ * ignored, as JSON Schema says.  How each is compiled (the files are
+ * json_schema_compiler.h's list):
+ *   - allOf, if / then / else and $ref / anyOf / oneOf beside other
+ *     keywords: intersected (grammar/json_schema_merge.h); $ref resolved
+ *     as 2020-12 does within the document ($id base URIs, $anchor, JSON
+ *     pointers), recursion included; $dynamicRef where one $dynamicAnchor
+ *     answers it whatever the path; unevaluatedProperties / Items see
+ *     what the in-place subschemas evaluate;
+ *   - not, and if's else: a bounded complement (json_schema_not.c), else
+ *     refused;
+ *   - oneOf: each branch where no other branch can match it (apart by
+ *     type, const/enum values, a required discriminator property, a
+ *     property the other's additionalProperties: false excludes, or
+ *     narrowed by the others' complements), else refused;
  *   - enum / const beside other keywords: the values those keywords accept;
  *     written back as the schema writes them (its own number text);
  *   - numbers: minimum / maximum / exclusive* of any value, multipleOf an
@@ -19,18 +26,23 @@
  *   - strings: minLength / maxLength in characters (a surrogate pair
  *     counts once), maxLength above LM_SCHEMA_MAX_LENGTH generated up to
  *     it; pattern (grammar/regex_compile.h's subset, on the unescaped
- *     characters; with minLength/maxLength refused); format as
+ *     characters, with minLength/maxLength too); format as
  *     grammar/json_format.h says;
  *   - objects: properties in the schema's order, required, additional
  *     properties after them (additionalProperties a schema: keys no listed
  *     name spells; patternProperties: keys of its first pattern, values
  *     valid for all its schemas), min/maxProperties, dependentRequired /
  *     dependencies (a property whose dependents are not required is left
- *     out); without additionalProperties only the listed properties come;
+ *     out), propertyNames (listed names it refuses left out; other keys of
+ *     its grammar where none is listed); without additionalProperties only
+ *     the listed properties come;
  *   - arrays: items, prefixItems (items / additionalItems as tuples in
- *     drafts 4-2019), min/maxItems, uniqueItems (items of listed values: a
- *     subsequence of the list; other items: at most one);
- *   - not: of types only.
+ *     drafts 4-2019; a false item ends the array), min/maxItems,
+ *     uniqueItems (items of listed values: a subsequence of the list;
+ *     other items: at most one), contains / minContains (the first items
+ *     after the tuple), maxContains (every item of contains);
+ *   - false: nothing, so a property or item left out, an anyOf branch
+ *     never taken, refused where it must be generated.
  *
  * What the grammar generates is always valid JSON: unbounded numbers have
  * at most 15 integer digits, 15 fraction digits and 2 exponent digits

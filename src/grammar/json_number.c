@@ -359,7 +359,7 @@ lm_status lm_json_number(lm_grammar_builder *b, const lm_number_bounds *bounds, 
     if (st != LM_OK) return st;
     if (rule == NONE)
         return lm_fail(err, LM_ERR_UNSUPPORTED,
-                       "JSON schema: no number of at most %d digits satisfies its minimum/maximum/multipleOf",
+                       "JSON schema: no number of at most %d digits satisfies its minimum/maximum/multipleOf, so nothing matches",
                        LM_NUMBER_MAX_DIGITS);
     lm_gseq_ref(out, rule);
     return LM_OK;

@@ -76,7 +76,7 @@ static const char *const smaller_wins[] = {"maximum", "exclusiveMaximum", "maxLe
 static const char *const wrapped[] = {"items", "not", "propertyNames", "contains", "additionalItems", NULL};
 static const char *const equal_only[] = {"pattern", "format", "patternProperties", "prefixItems", "oneOf",
                                          "dependencies", "dependentRequired", "dependentSchemas", "if", "then",
-                                         "else", "minContains", NULL};
+                                         "else", "minContains", "maxContains", "$dynamicRef", NULL};
 
 static cJSON *all_of(const cJSON *x, const cJSON *y) {
     cJSON *o = cJSON_CreateObject(), *list = cJSON_CreateArray();
@@ -179,12 +179,42 @@ static lm_status merge_any_of(const cJSON *la, const cJSON *lb, cJSON *out, lm_e
     return LM_OK;
 }
 
-/* a tuple (prefixItems, or items as an array) on one side, items on the
- * other: the other's items apply to every element, which one merged
- * schema cannot say */
-static bool tuple_beside_items(const cJSON *a, const cJSON *b) {
-    bool tuple = cJSON_GetObjectItemCaseSensitive(a, "prefixItems") || cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(a, "items"));
-    return tuple && (cJSON_GetObjectItemCaseSensitive(b, "items") || cJSON_GetObjectItemCaseSensitive(b, "prefixItems"));
+/* the drafts' tuple form, items as an array: left to the key-by-key merge
+ * (equal only) */
+static bool old_tuple(const cJSON *s) { return cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(s, "items")); }
+
+static bool has_prefix(const cJSON *s) { return cJSON_GetObjectItemCaseSensitive(s, "prefixItems") != NULL; }
+
+/* item i's schema on one side: its prefixItems[i], else its items (NULL: any) */
+static const cJSON *item_schema(const cJSON *s, int i) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
+    if (i < cJSON_GetArraySize(p)) return cJSON_GetArrayItem(p, i);
+    return cJSON_GetObjectItemCaseSensitive(s, "items");
+}
+
+/* prefixItems beside prefixItems or items: item by item, the longer tuple
+ * long, each item {"allOf": [a's, b's]}; items after it both sides' items */
+static lm_status merge_tuples(const cJSON *a, const cJSON *b, cJSON *out, lm_error *err) {
+    int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(a, "prefixItems"));
+    int nb = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(b, "prefixItems"));
+    if (nb > n) n = nb;
+    cJSON *list = cJSON_CreateArray();
+    if (!list) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+    cJSON_AddItemToObject(out, "prefixItems", list);
+    for (int side = 0; side <= 1; side++)
+        for (int i = side ? n : 0; i < (side ? n + 1 : n); i++) {
+            const cJSON *x = item_schema(a, i), *y = item_schema(b, i);
+            if (side && !x && !y) continue; /* no items on either side: any */
+            const cJSON *one = x ? x : y; /* where only one side speaks of item i */
+            cJSON *item = x && y    ? all_of(x, y)
+                          : !one    ? cJSON_CreateTrue()
+                          : cJSON_IsObject(one) ? cJSON_CreateObjectReference(one->child) /* its members */
+                                              : cJSON_Duplicate(one, false);         /* a boolean schema */
+            if (!item) return lm_fail(err, LM_ERR_NOMEM, "out of memory");
+            if (side) cJSON_AddItemToObject(out, "items", item);
+            else cJSON_AddItemToArray(list, item);
+        }
+    return LM_OK;
 }
 
 /* unevaluatedProperties / unevaluatedItems see what their own schema and
@@ -197,11 +227,15 @@ static bool has_unevaluated(const cJSON *s) {
 }
 
 static lm_status merge_members(const cJSON *a, const cJSON *b, cJSON *out, lm_error *err) {
-    if (has_unevaluated(a) || has_unevaluated(b))
+    if (has_unevaluated(a) && has_unevaluated(b)) /* the caller closes all but the owner's (json_schema_normalize.c) */
         return lm_fail(err, LM_ERR_UNSUPPORTED,
-                       "JSON schema: 'unevaluatedProperties'/'unevaluatedItems' in a schema merged with another (allOf, $ref beside keywords, anyOf branches) is not supported");
-    if (tuple_beside_items(a, b) || tuple_beside_items(b, a))
-        return lm_fail(err, LM_ERR_UNSUPPORTED, "JSON schema: 'prefixItems' in an allOf beside 'items' is not supported");
+                       "JSON schema: 'unevaluatedProperties'/'unevaluatedItems' in two schemas merged together is not supported");
+    if ((has_prefix(a) || has_prefix(b)) && (old_tuple(a) || old_tuple(b)))
+        return lm_fail(err, LM_ERR_UNSUPPORTED, "JSON schema: 'prefixItems' in an allOf beside 'items' as a tuple is not supported");
+    if (has_prefix(a) || has_prefix(b)) {
+        lm_status tuples = merge_tuples(a, b, out, err);
+        if (tuples != LM_OK) return tuples;
+    }
     /* the object keywords, merged together */
     lm_status st = merge_properties(a, b, out, err);
     if (st == LM_OK)
@@ -278,6 +312,8 @@ lm_status lm_schema_merge(const cJSON *a, const cJSON *b, cJSON **out, lm_error 
         const cJSON *mine = side ? b : a, *theirs = side ? a : b;
         for (const cJSON *k = mine->child; k && st == LM_OK; k = k->next) {
             if (is_in(k->string, merged_apart)) continue;
+            if ((has_prefix(a) || has_prefix(b)) && (strcmp(k->string, "prefixItems") == 0 || strcmp(k->string, "items") == 0))
+                continue; /* merge_tuples */
             const cJSON *other = cJSON_GetObjectItemCaseSensitive(theirs, k->string);
             if (side && other) continue; /* merged on side 0 */
             if (!other) {

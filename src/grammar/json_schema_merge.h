@@ -11,10 +11,13 @@
  *   enum / const: the values in both; multipleOf: equal, or one a multiple
  *     of the other;
  *   items, additionalProperties (schemas), not, propertyNames, contains:
- *     {"allOf": [a's, b's]}; anyOf in both: the branches' products (at
- *     most LM_SCHEMA_MAX_BRANCHES); $ref in both: the second kept in allOf;
- *   pattern, format, patternProperties, prefixItems, oneOf, dependencies
- *     in both and different: refused by name.
+ *     {"allOf": [a's, b's]}; prefixItems: item by item (the other side's
+ *     items beyond its tuple), the longer tuple long; anyOf in both: the
+ *     branches' products (at most LM_SCHEMA_MAX_BRANCHES); $ref in both:
+ *     the second kept in allOf; unevaluated*: on one side only (the
+ *     caller closes the other's: json_schema_normalize.c);
+ *   pattern, format, patternProperties, oneOf, dependencies, $dynamicRef,
+ *     min/maxContains in both and different: refused by name.
  * The result's members are references to a's and b's (cJSON_Delete of it
  * leaves them alone), so it must not outlive them. */
 #ifndef LOOM_GRAMMAR_JSON_SCHEMA_MERGE_H
