@@ -24,6 +24,7 @@
 #include "harness.h"
 #include "loom.h"
 #include "model_util.h"
+#include "models/qwen35/qwen35_config.h"
 #include "models/registry.h"
 
 #define SEED 51
@@ -209,6 +210,29 @@ static void test_batched_matches_alone(void) {
     }
 }
 
+/* ------------------------------------------------------------ Qwen3.8-27B */
+
+/* bench/configs/qwen3.8-27b-shape.json parses to the release's shape: 64
+ * layers (48 linear-attention, every fourth full), hidden 5120, GDN 48
+ * value / 16 key heads.  (It runs with --random-weights where the memory
+ * allows: bench/configs/README.md; the 4-layer cut at these widths was
+ * run there.) */
+static void test_qwen38_config_validates(void) {
+    lm_qwen35_config c;
+    lm_error err = {0};
+    char path[1200]; /* beside the fixtures: the repository's bench/configs */
+    test_fixture_path(path, sizeof path, "../../bench/configs/qwen3.8-27b-shape.json");
+    CHECK_OK(lm_qwen35_config_load(path, &c, &err), &err);
+    if (err.message[0]) return;
+    int linear = 0;
+    for (int i = 0; i < c.num_hidden_layers; i++) linear += c.layer_types[i] == LM_LAYER_LINEAR_ATTENTION;
+    CHECK_MSG(c.num_hidden_layers == 64 && c.hidden_size == 5120 && linear == 48, "%d layers (%d linear), hidden %d",
+              c.num_hidden_layers, linear, c.hidden_size);
+    CHECK_MSG(c.linear_num_value_heads == 48 && c.linear_num_key_heads == 16, "GDN heads %d / %d",
+              c.linear_num_value_heads, c.linear_num_key_heads);
+    CHECK(!c.is_moe && c.mtp_num_hidden_layers == 1);
+}
+
 int main(void) {
     if (!write_config()) {
         fprintf(stderr, "test_gdn_head_ratio: cannot write the config\n");
@@ -216,6 +240,7 @@ int main(void) {
     }
     RUN_TEST(test_cpu_matches_ref);
     RUN_TEST(test_batched_matches_alone);
+    RUN_TEST(test_qwen38_config_validates);
     remove(config_path);
     char *slash = strrchr(config_path, '/');
     if (slash) {
