@@ -96,7 +96,7 @@ collect_suites() {
     queued=(); queued_cmds=()
 }
 
-model_tests="test_qwen35_golden test_tensor_parallel test_qwen35_shapes test_qwen35_moe test_glm4v test_vision test_image_prompt test_engine_images test_expert_layouts test_mtp test_engine test_speculative test_prefix_cache test_default_model test_quantized test_gguf test_mlx_quant test_quant4"
+model_tests="test_qwen35_golden test_tensor_parallel test_qwen35_shapes test_qwen35_moe test_glm4v test_vision test_image_prompt test_engine_images test_expert_layouts test_mtp test_engine test_speculative test_prefix_cache test_default_model test_quantized test_gguf test_mlx_quant test_quant4 test_fused_experts test_gdn_head_ratio"
 trees=("$build")
 [ "${LOOM_SKIP_ASAN:-0}" != 1 ] && trees+=("$build/asan")
 for tree in "${trees[@]}"; do

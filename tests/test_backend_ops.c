@@ -1085,27 +1085,65 @@ static void check_block_batch_invariance(const backends *bs, verdict *v, rng *r,
     free(x);
 }
 
-static void test_matmul_q8(void) {
+/* The block-scaled 8-bit formats, one table row each: Q8_0 weights
+ * (--quantize int8, FP8 checkpoints made int8; cpu and ref must take them)
+ * and FP8_B128 (FP8 checkpoints kept FP8, --quantize fp8; cpu, ref and cuda
+ * must take them), against the float64 oracle on their values, on every
+ * backend that takes them: odd shapes, released widths, rows past one
+ * task, every token-tile remainder; each token's row bit for bit what it
+ * is alone.  FP8's widths cover its vector kernels' (cols a multiple of
+ * 512, 16-byte rows) and its scalar reader's (128, 384). */
+typedef struct {
+    lm_dtype dtype;
+    uint64_t seed;
+    bool cuda_may_refuse;         /* cuda need not take it */
+    int ns[5], n_ns;              /* tokens of the odd shapes */
+    int64_t shapes[4][2];         /* odd shapes: rows, cols */
+    int64_t released[5][2];       /* released widths, n = 1 + i % 4 tokens */
+    int n_released;
+    bool past_one_task;           /* 1000 rows of 1024 */
+    int64_t tile_cols;            /* cols of the 53-row matrix of n = 2..13 tokens */
+    int64_t invariance[2][3];     /* batch invariance: n, rows, cols */
+} block_matmul_case;
+
+static const block_matmul_case q8_case = {
+    .dtype = LM_DTYPE_Q8_0, .seed = 0x5eed8ull, .cuda_may_refuse = true,
+    .ns = {1, 3, 9, 130}, .n_ns = 4,
+    .shapes = {{1, 32}, {13, 64}, {70, 1024}, {33, 96}},
+    .released = {{96, 1024}, {64, 2048}, {48, 4096}, {64, 3584}, {16, 17408}}, .n_released = 5,
+    .past_one_task = true, .tile_cols = 1088,
+    .invariance = {{13, 70, 1024}, {6, 257, 96}},
+};
+
+static const block_matmul_case fp8_case = {
+    .dtype = LM_DTYPE_FP8_B128, .seed = 0xf8b128ull, .cuda_may_refuse = false,
+    .ns = {1, 2, 5, 9, 130}, .n_ns = 5,
+    .shapes = {{1, 128}, {13, 384}, {70, 1024}, {33, 512}},
+    .released = {{96, 2048}, {64, 4096}, {16, 12288}}, .n_released = 3,
+    .past_one_task = false, .tile_cols = 1024,
+    .invariance = {{13, 70, 1024}, {6, 257, 384}},
+};
+
+static void check_block_matmul(void *arg) {
+    const block_matmul_case *c = arg;
     backends bs;
     CHECK(backends_open(&bs));
     NEED(bs, matmul);
     verdict v = {0};
-    rng r = {0x5eed8ull};
+    rng r = {c->seed};
     for (int i = 0; i < bs.n; i++)
-        if (strcmp(bs.family[i], "cuda") != 0)
-            CHECK_MSG(lm_backend_supports_weights(bs.be[i], LM_DTYPE_Q8_0), "%s takes no Q8_0 weights",
-                      bs.label[i]);
-    static const int ns[] = {1, 3, 9, 130};
-    static const int64_t shapes[][2] = {{1, 32}, {13, 64}, {70, 1024}, {33, 96}};
-    for (size_t i = 0; i < 4; i++)
-        for (size_t j = 0; j < 4; j++) check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, ns[i], shapes[j][0], shapes[j][1]);
-    /* released widths, rows past one task, every token-tile remainder */
-    static const int64_t released[][2] = {{96, 1024}, {64, 2048}, {48, 4096}, {64, 3584}, {16, 17408}};
-    for (size_t j = 0; j < 5; j++) check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, 1 + (int)j % 4, released[j][0], released[j][1]);
-    check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, 1, 1000, 1024);
-    for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, LM_DTYPE_Q8_0, n, 53, 1088);
-    check_block_batch_invariance(&bs, &v, &r, LM_DTYPE_Q8_0, 13, 70, 1024);
-    check_block_batch_invariance(&bs, &v, &r, LM_DTYPE_Q8_0, 6, 257, 96);
+        if (!c->cuda_may_refuse || strcmp(bs.family[i], "cuda") != 0)
+            CHECK_MSG(lm_backend_supports_weights(bs.be[i], c->dtype), "%s takes no %s weights", bs.label[i],
+                      lm_dtype_name(c->dtype));
+    for (int i = 0; i < c->n_ns; i++)
+        for (size_t j = 0; j < 4; j++) check_matmul(&bs, &v, &r, c->dtype, c->ns[i], c->shapes[j][0], c->shapes[j][1]);
+    for (int j = 0; j < c->n_released; j++)
+        check_matmul(&bs, &v, &r, c->dtype, 1 + j % 4, c->released[j][0], c->released[j][1]);
+    if (c->past_one_task) check_matmul(&bs, &v, &r, c->dtype, 1, 1000, 1024);
+    for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, c->dtype, n, 53, c->tile_cols);
+    for (int i = 0; i < 2; i++)
+        check_block_batch_invariance(&bs, &v, &r, c->dtype, (int)c->invariance[i][0], c->invariance[i][1],
+                                     c->invariance[i][2]);
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -1194,33 +1232,6 @@ static void test_matmul_ggml(void) {
         check_weights_batch_invariance(&bs, &v, &r2, dt, 5, 21, 12288);
         check_weights_batch_invariance(&bs, &v, &r2, dt, 3, 18, 2304);
     }
-    backends_close(&bs);
-    CHECK_VERDICT(v);
-}
-
-/* FP8_B128 weights (FP8 checkpoints kept FP8, --quantize fp8) against the
- * float64 oracle on their values, on cpu, ref and cuda (each must take
- * them): the vector kernels' widths (cols a multiple of 512, 16-byte rows)
- * and the scalar reader's (128, 384), every token-tile remainder, rows
- * past one task; each token's row bit for bit what it is alone. */
-static void test_matmul_fp8(void) {
-    backends bs;
-    CHECK(backends_open(&bs));
-    NEED(bs, matmul);
-    verdict v = {0};
-    rng r = {0xf8b128ull};
-    for (int i = 0; i < bs.n; i++)
-        CHECK_MSG(lm_backend_supports_weights(bs.be[i], LM_DTYPE_FP8_B128), "%s takes no FP8_B128 weights",
-                  bs.label[i]);
-    static const int ns[] = {1, 2, 5, 9, 130};
-    static const int64_t shapes[][2] = {{1, 128}, {13, 384}, {70, 1024}, {33, 512}};
-    for (size_t i = 0; i < 5; i++)
-        for (size_t j = 0; j < 4; j++) check_matmul(&bs, &v, &r, LM_DTYPE_FP8_B128, ns[i], shapes[j][0], shapes[j][1]);
-    static const int64_t released[][2] = {{96, 2048}, {64, 4096}, {16, 12288}};
-    for (size_t j = 0; j < 3; j++) check_matmul(&bs, &v, &r, LM_DTYPE_FP8_B128, 1 + (int)j, released[j][0], released[j][1]);
-    for (int n = 2; n <= 13; n++) check_matmul(&bs, &v, &r, LM_DTYPE_FP8_B128, n, 53, 1024);
-    check_block_batch_invariance(&bs, &v, &r, LM_DTYPE_FP8_B128, 13, 70, 1024);
-    check_block_batch_invariance(&bs, &v, &r, LM_DTYPE_FP8_B128, 6, 257, 384);
     backends_close(&bs);
     CHECK_VERDICT(v);
 }
@@ -5033,8 +5044,8 @@ int main(void) {
     RUN_TEST(test_cpu_kernel_sets);
     RUN_TEST(test_memory_ops);
     RUN_TEST(test_matmul);
-    RUN_TEST(test_matmul_q8);
-    RUN_TEST(test_matmul_fp8);
+    test_run_with("test_matmul_q8", check_block_matmul, (void *)&q8_case);
+    test_run_with("test_matmul_fp8", check_block_matmul, (void *)&fp8_case);
     RUN_TEST(test_matmul_ggml);
     RUN_TEST(test_matmul_bf16_compute);
     RUN_TEST(test_matmul_zero_cols);

@@ -622,6 +622,9 @@ static void test_fp8_over_two_ranks(void) {
      * ([E, 2I, H]) sliced; then whole experts a rank (the stacks by range) */
     check_fp8_on_test_backend("models/qwen35-moe", false, false);
     check_fp8_on_test_backend("models/qwen35-moe", true, true);
+    /* Qwen3.6's naming: every layer's experts fused FP8 stacks (test_fused_experts) */
+    check_fp8_on_test_backend("models/qwen35-moe-fused", false, false);
+    check_fp8_on_test_backend("models/qwen35-moe-fused", true, true);
     /* GLM's shared expert is split by width into 16 columns */
     check_fp8_on_test_backend("models/glm46v-moe", true, false);
 }

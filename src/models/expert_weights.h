@@ -4,7 +4,14 @@
  *   fused       <mlp>experts.gate_up_proj [E, 2I, H] (gate rows first) and
  *               <mlp>experts.down_proj [E, H, I], cut into per-expert views
  *               without copying;
- *   per expert  <mlp>experts.<e>.{gate,up,down}_proj.weight. */
+ *   per expert  <mlp>experts.<e>.{gate,up,down}_proj.weight.
+ * The fused form, with no `.weight` suffix, is transformers' own
+ * Qwen3_5MoeExperts (models/qwen3_5_moe/modeling_qwen3_5_moe.py: `gate, up
+ * = linear(x, gate_up_proj[e]).chunk(2, dim=-1)`, so gate rows first) and
+ * what Qwen3.6 checkpoints store, the MTP head's experts included
+ * (mtp.layers.0.mlp.experts.*).  FP8 stacks carry `<name>_scale_inv` [E,
+ * ceil(rows/br), ceil(cols/bc)] (transformers' FP8 experts name them so),
+ * read by models/weights.c's FP8 path like any matrix's. */
 #ifndef LOOM_MODELS_EXPERT_WEIGHTS_H
 #define LOOM_MODELS_EXPERT_WEIGHTS_H
 
