@@ -1,5 +1,6 @@
 /* Speculative decoding with the MTP head: greedy output equals plain greedy
- * for K = 1..4, alone and in a batch mixing speculating and plain requests;
+ * for K = 1..4, alone and in a batch mixing speculating and plain requests,
+ * with the whole vocabulary and a reduced-vocabulary draft head;
  * seeded sampling equals plain seeded sampling draw for draw; after a
  * rejected draft the recurrent state equals a plain run's. */
 #include <math.h>
@@ -186,6 +187,125 @@ static void test_accepted_drafts_keep_greedy(void) {
     CHECK_MSG(mean > 2.0, "mean accepted length %.2f: the oracle's drafts were not accepted", mean);
     CHECK_MSG(stats.spec_accepted_tokens < stats.spec_drafted_tokens, "no draft was ever rejected");
     CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
+}
+
+/* A reduced-vocabulary draft head (loom_engine_options.draft_vocab): the
+ * MTP drafts from ids [0, N) only, the verify from the whole vocabulary.
+ * The drafts are recorded as the head made them (an override that keeps
+ * them): every one must lie in [0, N); the first draft at a position is the
+ * argmax over a subset of the full head's logits, so where the full head's
+ * first draft at that position lies in the subset it must be the same one
+ * (the target's hidden rows and the head's cache there are the same:
+ * committed tokens, batch invariance); and the output must be plain greedy. */
+#define RECORD_MAX 64
+typedef struct {
+    int32_t first[RECORD_MAX]; /* first draft by generated count; -1: none there */
+    int drafts, outside, limit;
+} draft_record;
+
+static int record_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt, int32_t *drafts, int k) {
+    (void)tokens;
+    draft_record *r = ctx;
+    int g = n_tokens - n_prompt;
+    if (g >= 0 && g < RECORD_MAX && k > 0) r->first[g] = drafts[0];
+    for (int j = 0; j < k; j++) r->outside += drafts[j] < 0 || drafts[j] >= r->limit;
+    r->drafts += k;
+    return k;
+}
+
+static bool run_recorded(int k, int draft_vocab, int vocab, prompt pr, int max_tokens, collected *out,
+                         draft_record *rec, loom_stats *stats) {
+    loom_engine *e = test_engine_open_draft_vocab(model_dir, 512, 256, 8, k, draft_vocab);
+    if (!e) return false;
+    memset(rec, 0, sizeof *rec);
+    for (int i = 0; i < RECORD_MAX; i++) rec->first[i] = -1;
+    rec->limit = draft_vocab > 0 && draft_vocab < vocab ? draft_vocab : vocab;
+    lm_engine_set_draft_override(e, record_drafts, rec);
+    loom_request_params p;
+    params_for(&p, pr, max_tokens, false, 0);
+    loom_request *req;
+    char error[256];
+    bool ok = loom_submit(e, &p, &req, error, sizeof error) == LOOM_OK;
+    if (ok) {
+        collect_all(req, out, 1);
+        loom_request_free(req);
+        *stats = wait_idle(e);
+    }
+    loom_engine_destroy(e);
+    return ok;
+}
+
+static void test_reduced_draft_vocab_keeps_greedy(void) {
+    prompt prompts[8];
+    make_prompts(prompts);
+    loom_engine *probe = engine_with(0, 512);
+    CHECK(probe);
+    if (!probe) return;
+    int V = loom_engine_vocab_size(probe);
+    loom_engine_destroy(probe);
+    collected plain[2];
+    CHECK(run_all(0, 512, prompts, 2, NULL, 30, false, plain, NULL));
+    for (int k = 1; k <= 3; k += 2)
+        for (int i = 0; i < 2; i++) {
+            collected full, cut;
+            draft_record rf, rc;
+            loom_stats sf, sc;
+            CHECK(run_recorded(k, -1, V, prompts[i], 30, &full, &rf, &sf));
+            CHECK(run_recorded(k, V / 2, V, prompts[i], 30, &cut, &rc, &sc));
+            CHECK_MSG(cut.n_tokens == 30 && memcmp(cut.tokens, plain[i].tokens, sizeof(int32_t) * 30) == 0,
+                      "K=%d prompt %d: greedy with a draft head of %d ids differs from plain greedy", k, i, V / 2);
+            CHECK_MSG(full.n_tokens == 30 && memcmp(full.tokens, plain[i].tokens, sizeof(int32_t) * 30) == 0,
+                      "K=%d prompt %d: greedy with the whole draft vocabulary differs", k, i);
+            CHECK_MSG(rc.drafts > 0 && rc.outside == 0, "K=%d prompt %d: %d of %d drafts outside the first %d ids",
+                      k, i, rc.outside, rc.drafts, V / 2);
+            int same = 0, compared = 0, full_outside = 0;
+            for (int g = 0; g < RECORD_MAX; g++) {
+                if (rf.first[g] < 0 || rc.first[g] < 0) continue;
+                if (rf.first[g] >= V / 2) {
+                    full_outside++;
+                    continue;
+                }
+                compared++;
+                same += rf.first[g] == rc.first[g];
+            }
+            CHECK_MSG(compared > 0 && same == compared,
+                      "K=%d prompt %d: %d of %d first drafts inside the cut differ from the whole head's", k, i,
+                      compared - same, compared);
+            if (getenv("LOOM_TEST_VERBOSE"))
+                fprintf(stderr, "    K=%d prompt %d: accepted %llu of %llu (whole vocabulary %llu of %llu); %d first "
+                        "drafts compared, %d of the whole head's outside the cut\n", k, i,
+                        (unsigned long long)sc.spec_accepted_tokens, (unsigned long long)sc.spec_drafted_tokens,
+                        (unsigned long long)sf.spec_accepted_tokens, (unsigned long long)sf.spec_drafted_tokens,
+                        compared, full_outside);
+        }
+    /* batched: a mixed batch with the cut equals plain greedy */
+    collected plain8[8], spec8[8];
+    bool speculate[8] = {true, true, false, true, true, true, false, true};
+    CHECK(run_all(0, 512, prompts, 8, NULL, 24, false, plain8, NULL));
+    loom_engine *e = test_engine_open_draft_vocab(model_dir, 24, 256, 8, 2, V / 4);
+    CHECK(e);
+    if (!e) return;
+    loom_request *reqs[8];
+    char error[256];
+    for (int i = 0; i < 8; i++) {
+        loom_request_params p;
+        params_for(&p, prompts[i], 24, false, 0);
+        p.no_speculation = !speculate[i];
+        CHECK(loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK);
+    }
+    for (int i = 0; i < 8; i++) collect_all(reqs[i], &spec8[i], 1);
+    for (int i = 0; i < 8; i++) loom_request_free(reqs[i]);
+    loom_stats stats = wait_idle(e);
+    loom_engine_info info;
+    loom_engine_describe(e, &info);
+    loom_engine_destroy(e);
+    for (int i = 0; i < 8; i++)
+        CHECK_MSG(spec8[i].n_tokens == 24 && memcmp(spec8[i].tokens, plain8[i].tokens, sizeof(int32_t) * 24) == 0,
+                  "request %d differs in the mixed batch with a draft head of %d ids", i, V / 4);
+    CHECK(stats.spec_drafted_tokens > 0);
+    CHECK_MSG(info.draft_vocab == V / 4 && info.draft_round_bytes < info.draft_round_bytes_full,
+              "the engine reports a draft head of %d ids, %lld of %lld bytes a round", info.draft_vocab,
+              (long long)info.draft_round_bytes, (long long)info.draft_round_bytes_full);
 }
 
 /* Adaptive speculation under a fake clock (engine/spec_control.h's
@@ -676,6 +796,7 @@ int main(void) {
     RUN_TEST(test_greedy_equals_plain_for_k_1_to_4);
     RUN_TEST(test_accepted_drafts_keep_greedy);
     RUN_TEST(test_mixed_batch_equals_plain);
+    RUN_TEST(test_reduced_draft_vocab_keeps_greedy);
     RUN_TEST(test_seeded_sampling_equals_plain);
     RUN_TEST(test_adaptive_expensive_rows_stop_drafting);
     RUN_TEST(test_adaptive_cheap_rows_keep_the_maximum);

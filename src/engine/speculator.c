@@ -42,9 +42,27 @@ void lm_speculator_free(lm_speculator *sp) {
 
 bool lm_speculator_on(const lm_speculator *sp) { return sp->k > 0; }
 
+int lm_speculator_draft_vocab(lm_speculator *sp, int asked, const lm_model_info *info) {
+    int vocab = info->vocab_size, n = asked == 0 ? LOOM_DEFAULT_DRAFT_VOCAB : asked < 0 ? vocab : asked;
+    if (n > vocab) n = vocab;
+    sp->draft_vocab = n;
+    /* Drafts read only the cut's rows of the vocabulary projection, and
+     * the verify samples from the whole vocabulary as without the cut: a
+     * draft outside the cut is never proposed, never needed for exactness
+     * (a greedy draft is a point mass: the verify's draw from the target,
+     * accepted when it equals the draft, is the target's draw). */
+    return n < vocab ? n : 0;
+}
+
 void lm_speculator_seq_start(lm_speculator *sp, lm_sequence *seq, bool allowed) {
     seq->speculate = sp->k > 0 && allowed;
     if (seq->speculate) lm_spec_seq_start(&sp->control, &seq->spec_ctl);
+}
+
+int64_t lm_speculator_round_bytes(const lm_model_info *info, int draft_vocab) {
+    if (info->vocab_size <= 0) return (int64_t)info->mtp_round_bytes;
+    int n = draft_vocab > 0 && draft_vocab < info->vocab_size ? draft_vocab : info->vocab_size;
+    return (int64_t)info->mtp_round_bytes + (int64_t)((double)info->lm_head_bytes * n / info->vocab_size);
 }
 
 /* ------------------------------------------------------------ step timing */
