@@ -308,6 +308,92 @@ static void test_reduced_draft_vocab_keeps_greedy(void) {
               (long long)info.draft_round_bytes, (long long)info.draft_round_bytes_full);
 }
 
+/* The controller on the 0.8B shape's costs by bytes (a machine bound by
+ * memory bandwidth; loom bench's "bytes:" line): a plain step 1541 MB, a
+ * verify row ~1% more, a draft round 108 MB with the 32768-id draft head
+ * or 550 MB with the whole vocabulary; drafts planted right with
+ * probability P (a fixed hash of the position, as --planted-acceptance
+ * does at random).  One request, then the same on a plain request of the
+ * same engine kind: the simulated times give the speedup the controller
+ * reaches with these costs (issue 53's acceptance: >= 1.25x at P = 0.7 and
+ * batch 1, >= 0.97x at P = 0). */
+typedef struct {
+    const collected *plain;
+    double p;
+} planted;
+
+static int planted_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt, int32_t *drafts, int k) {
+    (void)tokens;
+    planted *pl = ctx;
+    int g = n_tokens - n_prompt, made = 0;
+    for (int j = 0; j < k && g + j < pl->plain->n_tokens; j++) {
+        uint32_t h = (uint32_t)(g * 8 + j) * 2654435761u;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        int32_t t = pl->plain->tokens[g + j];
+        drafts[made++] = (double)(h % 10000) < pl->p * 10000 ? t : (t + 1) % 1000;
+    }
+    return made;
+}
+
+static double simulated_seconds(int k, double round_mb, prompt pr, int max_tokens, planted *pl, bool speculate,
+                                collected *out, loom_stats *stats) {
+    loom_engine *e = engine_with(k, 512);
+    if (!e) return -1;
+    const double step = 1e-2, bytes = 1541.5;
+    lm_spec_sim_clock costs = {.fixed = step, .per_row = step * 0.01, .head_round = step * round_mb / bytes,
+                               .head_row = step * 1e-4};
+    lm_engine_simulate_costs(e, &costs);
+    lm_engine_set_draft_override(e, planted_drafts, pl);
+    loom_request_params p;
+    params_for(&p, pr, max_tokens, false, 0);
+    p.no_speculation = !speculate;
+    loom_request *req;
+    char error[256];
+    double seconds = -1;
+    if (loom_submit(e, &p, &req, error, sizeof error) == LOOM_OK) {
+        collect_all(req, out, 1);
+        loom_request_free(req);
+        *stats = wait_idle(e);
+        seconds = (double)e->speculator.control.sim.now * 1e-9;
+    }
+    loom_engine_destroy(e);
+    return seconds;
+}
+
+static void test_adaptive_pays_at_planted_acceptance(void) {
+    enum { T = 200 };
+    int n;
+    const int32_t *p0 = prompt_of("p0", &n);
+    prompt pr = {p0, n};
+    static collected plain, out;
+    loom_stats stats;
+    CHECK(run_all(0, 512, &pr, 1, NULL, T, false, &plain, NULL));
+    CHECK(plain.n_tokens == T);
+    planted pl = {.plain = &plain, .p = 0};
+    double base = simulated_seconds(2, 108.0, pr, T, &pl, false, &out, &stats);
+    CHECK(base > 0);
+    const struct {
+        double p, round_mb, at_least, at_most;
+    } cases[] = {{0.7, 108.0, 1.25, 2.2}, {0.0, 108.0, 0.97, 1.0}, {0.7, 549.5, 1.05, 1.35}, {0.0, 549.5, 0.97, 1.0}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        pl.p = cases[c].p;
+        double t = simulated_seconds(2, cases[c].round_mb, pr, T, &pl, true, &out, &stats);
+        double speedup = t > 0 ? base / t : 0;
+        CHECK_MSG(out.n_tokens == T && memcmp(out.tokens, plain.tokens, sizeof(int32_t) * T) == 0,
+                  "P=%.1f: speculative greedy differs from plain greedy", cases[c].p);
+        CHECK_MSG(speedup >= cases[c].at_least && speedup <= cases[c].at_most,
+                  "P=%.1f, %.0f MB a draft round: simulated speedup %.3fx (%llu drafts, %llu accepted), want "
+                  "%.2f..%.2f", cases[c].p, cases[c].round_mb, speedup,
+                  (unsigned long long)stats.spec_drafted_tokens, (unsigned long long)stats.spec_accepted_tokens,
+                  cases[c].at_least, cases[c].at_most);
+        if (getenv("LOOM_TEST_VERBOSE"))
+            fprintf(stderr, "    P=%.1f, %.0f MB a round: simulated speedup %.3fx, %.2f drafts per token\n",
+                    cases[c].p, cases[c].round_mb, speedup, (double)stats.spec_drafted_tokens / T);
+    }
+}
+
 /* Adaptive speculation under a fake clock (engine/spec_control.h's
  * simulated one): it charges each step and each MTP head call for its
  * rows, so the costs are what the test says whatever the machine does.  Drafts come
@@ -803,6 +889,7 @@ int main(void) {
     RUN_TEST(test_adaptive_sequential_requests_keep_drafting);
     RUN_TEST(test_adaptive_probes_bring_drafts_back);
     RUN_TEST(test_adaptive_real_clock_keeps_greedy);
+    RUN_TEST(test_adaptive_pays_at_planted_acceptance);
     RUN_TEST(test_speculative_sampling_keeps_the_distribution);
     lm_safetensors_close(reference);
     return test_summary("test_speculative");

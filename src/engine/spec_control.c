@@ -240,6 +240,28 @@ double lm_spec_head_seconds(const lm_spec_control *c, int rounds, int rows) {
 
 /* -------------------------------------------------------------- choosing */
 
+double lm_spec_rate(const lm_spec_costs *c, double tokens, double gain, int drafts, int rounds) {
+    double t = c->plain + c->per_draft * drafts +
+               (rounds > 0 ? c->head_round * rounds + c->head_row * (c->head_rows + drafts) : 0);
+    return t > 0 ? (tokens + gain) / t : 0;
+}
+
+int lm_spec_best_k(const lm_spec_costs *c, double acceptance, int k_max, bool drafting) {
+    double a = acceptance < 0 ? 0 : acceptance > 1 ? 1 : acceptance, gain = 0, g = 1;
+    double plain_rate = lm_spec_rate(c, 1, 0, 0, 0), best_rate = 0;
+    int best = 0;
+    for (int k = 1; k <= k_max; k++) {
+        gain += g *= a;
+        double rate = lm_spec_rate(c, 1, gain, k, k);
+        if (rate > best_rate) {
+            best_rate = rate;
+            best = k;
+        }
+    }
+    return best_rate < plain_rate * (drafting ? 1 / MARGIN : MARGIN) ? 0 : best;
+}
+
+
 void lm_spec_step_begin(lm_spec_control *c) { c->probe_started = false; }
 
 bool lm_spec_wants_head(lm_spec_control *c, lm_spec_seq *s) {
@@ -317,7 +339,9 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
     int best_m = plain_known ? (n_gain < c->k_max ? n_gain : c->k_max) : 0; /* not measured yet: explore */
     bool exploring = !(measured && plain > 0);
     if (!exploring) {
-        double plain_rate = base_tokens / plain, best_rate = 0, gain = 0;
+        lm_spec_costs costs = {.plain = plain, .per_draft = fb, .head_rows = step->head_rows};
+        head_fit(c, &costs.head_round, &costs.head_row);
+        double plain_rate = lm_spec_rate(&costs, base_tokens, 0, 0, 0), best_rate = 0, gain = 0;
         int max_k = forced_k;
         memset(count, 0, sizeof *count * (size_t)n);
         best_m = 0;
@@ -328,9 +352,7 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
                 if (++count[o] > max_k) max_k = count[o];
             }
             int rounds = max_k > 0 ? max_k : step->head_rows > 0;
-            double t = plain + fb * (forced_rows + m) +
-                       lm_spec_head_seconds(c, rounds, step->head_rows + forced_rows + m);
-            double rate = (base_tokens + forced_gain + gain) / t;
+            double rate = lm_spec_rate(&costs, base_tokens, forced_gain + gain, forced_rows + m, rounds);
             if (m == 0 || rate > best_rate) {
                 best_rate = rate;
                 best_m = m;

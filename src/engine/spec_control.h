@@ -122,6 +122,28 @@ typedef struct {
     int head_rows;    /* catch-up rows the head runs now */
 } lm_spec_step;
 
+/* What the next step costs as the controller models it (seconds), from
+ * its measurements (lm_spec_step_costs) or, in tests, made up. */
+typedef struct {
+    double plain;      /* the step without drafts */
+    double per_draft;  /* what each draft's verify row adds to it */
+    double head_round, head_row; /* the MTP head's call: per round, per row */
+    int head_rows;     /* catch-up rows the head runs for the drafting sequences */
+} lm_spec_costs;
+
+/* Expected tokens per second of the next step: `tokens` sampled without
+ * drafts, `drafts` draft rows expected to add `gain` tokens, the head's
+ * call in `rounds` rounds (0: no head at all). */
+double lm_spec_rate(const lm_spec_costs *c, double tokens, double gain, int drafts, int rounds);
+/* The drafts a lone sequence makes at this acceptance (the probability
+ * that a draft is accepted given the one before was), 0..k_max: the k of
+ * most expected tokens per second, 1 + a + ... + a^k tokens a step of
+ * plain + k * per_draft + the head's k rounds over head_rows + k rows;
+ * 0 unless that beats plain steps without the head by 3% (while
+ * `drafting`: unless it loses by 3%).  lm_spec_choose decides the same
+ * way over many sequences. */
+int lm_spec_best_k(const lm_spec_costs *c, double acceptance, int k_max, bool drafting);
+
 lm_status lm_spec_control_init(lm_spec_control *c, int k_max, int max_rows, int max_candidates,
                                lm_error *err);
 void lm_spec_control_free(lm_spec_control *c);
