@@ -389,8 +389,8 @@ static void test_adaptive_pays_at_planted_acceptance(void) {
                   (unsigned long long)stats.spec_drafted_tokens, (unsigned long long)stats.spec_accepted_tokens,
                   cases[c].at_least, cases[c].at_most);
         if (getenv("LOOM_TEST_VERBOSE"))
-            fprintf(stderr, "    P=%.1f, %.0f MB a round: simulated speedup %.3fx, %.2f drafts per token\n",
-                    cases[c].p, cases[c].round_mb, speedup, (double)stats.spec_drafted_tokens / T);
+            fprintf(stderr, "    P=%.1f, %.0f MB a round: simulated speedup %.3fx, %.2f drafts per token, %llu of %llu accepted, %llu verifies\n",
+                    cases[c].p, cases[c].round_mb, speedup, (double)stats.spec_drafted_tokens / T, (unsigned long long)stats.spec_accepted_tokens, (unsigned long long)stats.spec_drafted_tokens, (unsigned long long)stats.spec_verify_steps);
     }
 }
 
