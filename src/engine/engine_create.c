@@ -243,7 +243,8 @@ static lm_status plan_context(loom_engine *e, lm_context_options *context, lm_er
                                         lm_cache_blocks_for(&e->cache, e->max_model_len + LM_MAX_SPECULATIVE + 1),
                                     .max_logit_rows = max_logit_rows(e),
                                     .speculative_tokens = k,
-                                    .draft_vocab = lm_speculator_draft_vocab(&e->speculator, o->draft_vocab, info)};
+                                    .draft_vocab = lm_speculator_draft_vocab(&e->speculator, o->draft_vocab, info,
+                                                                             o->tensor_parallel_size)};
     if (context->max_blocks_per_seq > n_blocks) context->max_blocks_per_seq = n_blocks;
     st = lm_engine_images_init(e, info, context, err);
     if (st == LM_OK) st = lm_cache_manager_configure(&e->cache, o, info, context, err);

@@ -42,9 +42,11 @@ void lm_speculator_free(lm_speculator *sp) {
 
 bool lm_speculator_on(const lm_speculator *sp) { return sp->k > 0; }
 
-int lm_speculator_draft_vocab(lm_speculator *sp, int asked, const lm_model_info *info) {
+int lm_speculator_draft_vocab(lm_speculator *sp, int asked, const lm_model_info *info, int n_ranks) {
     int vocab = info->vocab_size, n = asked == 0 ? LOOM_DEFAULT_DRAFT_VOCAB : asked < 0 ? vocab : asked;
-    if (n > vocab) n = vocab;
+    /* Over ranks the lm_head is split by vocabulary (each rank reads 1/n
+     * of it already): drafts keep the whole, as the model does. */
+    if (n > vocab || n_ranks > 1) n = vocab;
     sp->draft_vocab = n;
     /* Drafts read only the cut's rows of the vocabulary projection, and
      * the verify samples from the whole vocabulary as without the cut: a

@@ -64,9 +64,10 @@ void lm_speculator_free(lm_speculator *sp);
  * draft_vocab), from loom_engine_options.draft_vocab: -1 the whole
  * vocabulary, N > 0 the first N ids, 0 the default: LOOM_DEFAULT_DRAFT_VOCAB
  * where the vocabulary is larger (a draft round of the 0.8B shape's head
- * then reads a fifth of its bytes: lm_speculator_round_bytes).  Kept in
+ * then reads a fifth of its bytes: lm_speculator_round_bytes); the whole
+ * one over several ranks (n_ranks > 1: the lm_head is split).  Kept in
  * sp->draft_vocab; 0 (the whole one) when the context needs no cut. */
-int lm_speculator_draft_vocab(lm_speculator *sp, int asked, const lm_model_info *info);
+int lm_speculator_draft_vocab(lm_speculator *sp, int asked, const lm_model_info *info, int n_ranks);
 /* Weight bytes one MTP draft round reads with a draft head of draft_vocab
  * ids: the head's fc and layer, and that share of the lm_head. */
 int64_t lm_speculator_round_bytes(const lm_model_info *info, int draft_vocab);
