@@ -341,8 +341,11 @@ static int planted_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_
     return made;
 }
 
-static double simulated_seconds(int k, double round_mb, prompt pr, int max_tokens, planted *pl, bool speculate,
-                                collected *out, loom_stats *stats) {
+/* Runs `requests` requests of pr one after the other on one engine (as
+ * loom bench does at concurrency 1) under the costs; returns the simulated
+ * seconds, the last output in out. */
+static double simulated_seconds(int k, double round_mb, prompt pr, int max_tokens, int requests, planted *pl,
+                                bool speculate, collected *out, loom_stats *stats) {
     loom_engine *e = engine_with(k, 512);
     if (!e) return -1;
     const double step = 1e-2, bytes = 1541.5;
@@ -350,15 +353,21 @@ static double simulated_seconds(int k, double round_mb, prompt pr, int max_token
                                .head_row = step * 1e-4};
     lm_engine_simulate_costs(e, &costs);
     lm_engine_set_draft_override(e, planted_drafts, pl);
-    loom_request_params p;
-    params_for(&p, pr, max_tokens, false, 0);
-    p.no_speculation = !speculate;
-    loom_request *req;
-    char error[256];
     double seconds = -1;
-    if (loom_submit(e, &p, &req, error, sizeof error) == LOOM_OK) {
-        collect_all(req, out, 1);
-        loom_request_free(req);
+    bool ok = true;
+    for (int r = 0; r < requests && ok; r++) {
+        loom_request_params p;
+        params_for(&p, pr, max_tokens, false, 0);
+        p.no_speculation = !speculate;
+        loom_request *req;
+        char error[256];
+        ok = loom_submit(e, &p, &req, error, sizeof error) == LOOM_OK;
+        if (ok) {
+            collect_all(req, out, 1);
+            loom_request_free(req);
+        }
+    }
+    if (ok) {
         *stats = wait_idle(e);
         seconds = (double)e->speculator.control.sim.now * 1e-9;
     }
@@ -367,34 +376,42 @@ static double simulated_seconds(int k, double round_mb, prompt pr, int max_token
 }
 
 static void test_adaptive_pays_at_planted_acceptance(void) {
-    enum { T = 200 };
     int n;
     const int32_t *p0 = prompt_of("p0", &n);
     prompt pr = {p0, n};
     static collected plain, out;
     loom_stats stats;
-    CHECK(run_all(0, 512, &pr, 1, NULL, T, false, &plain, NULL));
-    CHECK(plain.n_tokens == T);
-    planted pl = {.plain = &plain, .p = 0};
-    double base = simulated_seconds(2, 108.0, pr, T, &pl, false, &out, &stats);
-    CHECK(base > 0);
+    const struct {
+        int tokens, requests;
+    } runs[] = {{200, 1}, {64, 4}}; /* one long request; the bench: 4 of 64 in turn */
     const struct {
         double p, round_mb, at_least, at_most;
     } cases[] = {{0.7, 108.0, 1.25, 2.2}, {0.0, 108.0, 0.97, 1.0}, {0.7, 549.5, 1.05, 1.35}, {0.0, 549.5, 0.97, 1.0}};
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        pl.p = cases[c].p;
-        double t = simulated_seconds(2, cases[c].round_mb, pr, T, &pl, true, &out, &stats);
-        double speedup = t > 0 ? base / t : 0;
-        CHECK_MSG(out.n_tokens == T && memcmp(out.tokens, plain.tokens, sizeof(int32_t) * T) == 0,
-                  "P=%.1f: speculative greedy differs from plain greedy", cases[c].p);
-        CHECK_MSG(speedup >= cases[c].at_least && speedup <= cases[c].at_most,
-                  "P=%.1f, %.0f MB a draft round: simulated speedup %.3fx (%llu drafts, %llu accepted), want "
-                  "%.2f..%.2f", cases[c].p, cases[c].round_mb, speedup,
-                  (unsigned long long)stats.spec_drafted_tokens, (unsigned long long)stats.spec_accepted_tokens,
-                  cases[c].at_least, cases[c].at_most);
-        if (getenv("LOOM_TEST_VERBOSE"))
-            fprintf(stderr, "    P=%.1f, %.0f MB a round: simulated speedup %.3fx, %.2f drafts per token, %llu of %llu accepted, %llu verifies\n",
-                    cases[c].p, cases[c].round_mb, speedup, (double)stats.spec_drafted_tokens / T, (unsigned long long)stats.spec_accepted_tokens, (unsigned long long)stats.spec_drafted_tokens, (unsigned long long)stats.spec_verify_steps);
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        int T = runs[r].tokens;
+        CHECK(run_all(0, 512, &pr, 1, NULL, T, false, &plain, NULL));
+        CHECK(plain.n_tokens == T);
+        planted pl = {.plain = &plain, .p = 0};
+        double base = simulated_seconds(2, 108.0, pr, T, runs[r].requests, &pl, false, &out, &stats);
+        CHECK(base > 0);
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+            pl.p = cases[c].p;
+            double t = simulated_seconds(2, cases[c].round_mb, pr, T, runs[r].requests, &pl, true, &out, &stats);
+            double speedup = t > 0 ? base / t : 0;
+            CHECK_MSG(out.n_tokens == T && memcmp(out.tokens, plain.tokens, sizeof(int32_t) * (size_t)T) == 0,
+                      "P=%.1f: speculative greedy differs from plain greedy", cases[c].p);
+            CHECK_MSG(speedup >= cases[c].at_least && speedup <= cases[c].at_most,
+                      "%d x %d tokens, P=%.1f, %.0f MB a draft round: simulated speedup %.3fx (%llu drafts, %llu "
+                      "accepted), want %.2f..%.2f", runs[r].requests, T, cases[c].p, cases[c].round_mb, speedup,
+                      (unsigned long long)stats.spec_drafted_tokens, (unsigned long long)stats.spec_accepted_tokens,
+                      cases[c].at_least, cases[c].at_most);
+            if (getenv("LOOM_TEST_VERBOSE"))
+                fprintf(stderr, "    %d x %d tokens, P=%.1f, %.0f MB a round: simulated speedup %.3fx, %.2f drafts "
+                        "per token, %llu of %llu accepted, %llu verifies\n", runs[r].requests, T, cases[c].p,
+                        cases[c].round_mb, speedup, (double)stats.spec_drafted_tokens / (T * runs[r].requests),
+                        (unsigned long long)stats.spec_accepted_tokens,
+                        (unsigned long long)stats.spec_drafted_tokens, (unsigned long long)stats.spec_verify_steps);
+        }
     }
 }
 

@@ -30,7 +30,7 @@
  * come back when the cost model says drafting would pay at their
  * acceptance, and otherwise on a probe: every probe_interval steps
  * (doubling while probes keep failing, at most one probe starting per step,
- * all probes together spending at most 2% of the measured step time) one
+ * all probes together spending at most 1.5% of the measured step time) one
  * of them catches up again for 16 steps and drafts the maximum once, which
  * refreshes its acceptance.  A returning sequence always catches up for 16
  * steps before it drafts: the head's KV entries of its cold spell are stale
