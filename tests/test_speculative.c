@@ -312,6 +312,62 @@ static void test_reduced_draft_vocab_keeps_greedy(void) {
               (long long)info.draft_round_bytes, (long long)info.draft_round_bytes_full);
 }
 
+/* The bundled trained model (models/loom-tiny, LOOM_DEFAULT_MODEL): its
+ * head's drafts are accepted, so a reduced draft head is checked where it
+ * matters: greedy as plain greedy, alone and 4 at once, K = 1 and 3, every
+ * draft inside the cut, and drafts still accepted. */
+static bool run_on(const char *dir, int k, int draft_vocab, const prompt *prompts, int n, int max_tokens,
+                   collected *out, draft_record *rec, loom_stats *stats) {
+    loom_engine *e = test_engine_open_draft_vocab(dir, 512, 256, 8, k, draft_vocab);
+    if (!e) return false;
+    if (rec) lm_engine_set_draft_override(e, record_drafts, rec);
+    loom_request *reqs[8];
+    char error[256];
+    bool ok = true;
+    lm_engine_hold(e, true);
+    for (int i = 0; i < n && ok; i++) {
+        loom_request_params p;
+        params_for(&p, prompts[i], max_tokens, false, 0);
+        ok = loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK;
+        if (!ok) n = i;
+    }
+    lm_engine_hold(e, false);
+    for (int i = 0; i < n; i++) collect_all(reqs[i], &out[i], 1);
+    for (int i = 0; i < n; i++) loom_request_free(reqs[i]);
+    *stats = wait_idle(e);
+    loom_engine_destroy(e);
+    return ok;
+}
+
+static void test_bundled_model_with_a_draft_head_keeps_greedy(void) {
+    const char *env = getenv("LOOM_DEFAULT_MODEL");
+    const char *dir = env && *env ? env : "models/loom-tiny";
+    enum { N = 4, T = 40, CUT = 2048 };
+    prompt prompts[8];
+    make_prompts(prompts); /* fixture ids, all below 2048: valid in the bundled 8192 */
+    collected plain[N], spec[N];
+    loom_stats stats;
+    CHECK(run_on(dir, 0, 0, prompts, N, T, plain, NULL, &stats));
+    bool cut = test_tensor_parallel_size() <= 1;
+    for (int k = 1; k <= 3; k += 2)
+        for (int n = 1; n <= N; n += N - 1) {
+            draft_record rec;
+            memset(&rec, 0, sizeof rec);
+            rec.limit = cut ? CUT : 1 << 30;
+            CHECK(run_on(dir, k, CUT, prompts, n, T, spec, &rec, &stats));
+            for (int i = 0; i < n; i++)
+                CHECK_MSG(spec[i].n_tokens == T && memcmp(spec[i].tokens, plain[i].tokens, sizeof(int32_t) * T) == 0,
+                          "K=%d, %d at once: request %d differs from plain greedy with a %d-id draft head", k, n, i,
+                          CUT);
+            CHECK_MSG(rec.drafts > 0 && rec.outside == 0 && stats.spec_accepted_tokens > 0,
+                      "K=%d, %d at once: %d of %d drafts outside the cut, %llu accepted", k, n, rec.outside,
+                      rec.drafts, (unsigned long long)stats.spec_accepted_tokens);
+            if (getenv("LOOM_TEST_VERBOSE"))
+                fprintf(stderr, "    K=%d, %d at once: %llu of %llu drafts accepted\n", k, n,
+                        (unsigned long long)stats.spec_accepted_tokens, (unsigned long long)stats.spec_drafted_tokens);
+        }
+}
+
 /* The controller on the 0.8B shape's costs by bytes (a machine bound by
  * memory bandwidth; loom bench's "bytes:" line): a plain step 1541 MB, a
  * verify row ~1% more, a draft round 108 MB with the 32768-id draft head
@@ -904,6 +960,7 @@ int main(void) {
     RUN_TEST(test_accepted_drafts_keep_greedy);
     RUN_TEST(test_mixed_batch_equals_plain);
     RUN_TEST(test_reduced_draft_vocab_keeps_greedy);
+    RUN_TEST(test_bundled_model_with_a_draft_head_keeps_greedy);
     RUN_TEST(test_seeded_sampling_equals_plain);
     RUN_TEST(test_adaptive_expensive_rows_stop_drafting);
     RUN_TEST(test_adaptive_cheap_rows_keep_the_maximum);
