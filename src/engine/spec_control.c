@@ -127,7 +127,7 @@ void lm_spec_observe_forward(lm_spec_control *c, int rows, double seconds) {
 }
 
 void lm_spec_observe_head(lm_spec_control *c, int rounds, int rows, double seconds) {
-    if (rounds < 1 || rows < 0 || !(seconds >= 0)) return;
+    if (rounds < 0 || rows < 0 || rounds + rows == 0 || !(seconds >= 0)) return;
     double r = rounds, w = rows;
     c->h_rr = HEAD_DECAY * c->h_rr + r * r;
     c->h_rw = HEAD_DECAY * c->h_rw + r * w;
@@ -234,7 +234,7 @@ static void head_fit(const lm_spec_control *c, double *per_round, double *per_ro
 }
 
 double lm_spec_head_seconds(const lm_spec_control *c, int rounds, int rows) {
-    if (rounds <= 0) return 0;
+    if (rounds <= 0 && rows <= 0) return 0;
     double pr, pw;
     head_fit(c, &pr, &pw);
     return pr * rounds + pw * rows;
@@ -243,14 +243,15 @@ double lm_spec_head_seconds(const lm_spec_control *c, int rounds, int rows) {
 /* -------------------------------------------------------------- choosing */
 
 double lm_spec_rate(const lm_spec_costs *c, double tokens, double gain, int drafts, int rounds) {
-    double t = c->plain + c->per_draft * drafts +
-               (rounds > 0 ? c->head_round * rounds + c->head_row * (c->head_rows + drafts) : 0);
+    double t = c->plain + c->per_draft * drafts + c->head_round * rounds + c->head_row * (c->head_rows + drafts);
     return t > 0 ? (tokens + gain) / t : 0;
 }
 
 int lm_spec_best_k(const lm_spec_costs *c, double acceptance, int k_max, bool drafting) {
     double a = acceptance < 0 ? 0 : acceptance > 1 ? 1 : acceptance, gain = 0, g = 1;
-    double plain_rate = lm_spec_rate(c, 1, 0, 0, 0), best_rate = 0;
+    lm_spec_costs plain = *c;
+    plain.head_rows = 0; /* not drafting, it goes cold: no head at all */
+    double plain_rate = lm_spec_rate(&plain, 1, 0, 0, 0), best_rate = 0;
     int best = 0;
     for (int k = 1; k <= k_max; k++) {
         gain += g *= a;
@@ -274,7 +275,7 @@ bool lm_spec_wants_head(lm_spec_control *c, lm_spec_seq *s) {
     /* What a probe costs, as measured: the head's catch-up steps (each as
      * if it ran for this sequence alone), then k_max drafts and their
      * verify rows; probes spend at most PROBE_SHARE of the step time. */
-    double cost = WARM_STEPS * lm_spec_head_seconds(c, 1, 1) + lm_spec_head_seconds(c, c->k_max, c->k_max);
+    double cost = WARM_STEPS * lm_spec_head_seconds(c, 0, 1) + lm_spec_head_seconds(c, c->k_max, c->k_max);
     double with = lm_spec_forward_seconds(c, 1 + c->k_max), without = lm_spec_forward_seconds(c, 1);
     if (with > without && without > 0) cost += with - without;
     if (c->probe_credit < cost) return false;
@@ -343,7 +344,9 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
     if (!exploring) {
         lm_spec_costs costs = {.plain = plain, .per_draft = fb, .head_rows = step->head_rows};
         head_fit(c, &costs.head_round, &costs.head_row);
-        double plain_rate = lm_spec_rate(&costs, base_tokens, 0, 0, 0), best_rate = 0, gain = 0;
+        lm_spec_costs headless = costs; /* plain steps without the head at all */
+        headless.head_rows = 0;
+        double plain_rate = lm_spec_rate(&headless, base_tokens, 0, 0, 0), best_rate = 0, gain = 0;
         int max_k = forced_k;
         memset(count, 0, sizeof *count * (size_t)n);
         best_m = 0;
@@ -353,7 +356,7 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
                 int o = owner[order[m - 1]];
                 if (++count[o] > max_k) max_k = count[o];
             }
-            int rounds = max_k > 0 ? max_k : step->head_rows > 0;
+            int rounds = max_k;
             double rate = lm_spec_rate(&costs, base_tokens, forced_gain + gain, forced_rows + m, rounds);
             if (m == 0 || rate > best_rate) {
                 best_rate = rate;

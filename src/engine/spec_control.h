@@ -11,8 +11,10 @@
  *   one noisy row count does not decide alone: a step with drafts costs the
  *   plain step (its own average) plus the line's slope per draft row;
  * - the MTP head's call (catch-up rows and drafting rounds): time =
- *   per_round * rounds + per_row * rows, fitted by exponentially weighted
- *   least squares.
+ *   per_round * rounds + per_row * rows, rounds counting those with logits
+ *   (a call that only catches up has none: its layer's cost goes to the
+ *   rows, the vocabulary projection's to the rounds), fitted by
+ *   exponentially weighted least squares.
  * Acceptance, per sequence: the probability that a draft is accepted given
  * that the one before it was, an exponentially decayed count with a prior
  * (the engine-wide rate, itself a moving average) so new sequences start
@@ -55,7 +57,7 @@ typedef struct {
     lm_timed_phase phase;
     bool end;   /* the call ends an interval (a fake clock charges there) */
     int rows;   /* STEP: the ending step's rows; HEAD: catch-up rows + drafts */
-    int rounds; /* HEAD: the head's forward rounds */
+    int rounds; /* HEAD: the head's rounds with logits (0: it only caught up) */
 } lm_timed_work;
 
 /* Nanoseconds on a monotonic clock; called at the start and at the end of
@@ -133,7 +135,9 @@ typedef struct {
 
 /* Expected tokens per second of the next step: `tokens` sampled without
  * drafts, `drafts` draft rows expected to add `gain` tokens, the head's
- * call in `rounds` rounds (0: no head at all). */
+ * call: `rounds` rounds with logits (the vocabulary projection; 0: the
+ * head only catches up) over head_rows + drafts rows (head_rows 0 and no
+ * rounds: no head at all). */
 double lm_spec_rate(const lm_spec_costs *c, double tokens, double gain, int drafts, int rounds);
 /* The drafts a lone sequence makes at this acceptance (the probability
  * that a draft is accepted given the one before was), 0..k_max: the k of

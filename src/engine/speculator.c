@@ -225,7 +225,9 @@ void lm_speculator_catch_up_and_draft(lm_speculator *sp, const lm_scheduler *s, 
     sp->n_catch_up = 0;
     if (n == 0) return;
     choose_drafts(sp, s, cm, n);
-    int rows = 0, rounds = 1;
+    /* rounds: those with logits (the vocabulary projection); a call that
+     * only catches up runs the head's layer alone, priced by its rows */
+    int rows = 0, rounds = 0;
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = sp->catch_up_seq[i];
         lm_draft_seq *d = &sp->catch_up[i];
