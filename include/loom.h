@@ -55,6 +55,11 @@ typedef struct {
                                   head (0 = off, max 8); each step the engine drafts 0..K per
                                   sequence, what pays at its measured step costs and acceptance;
                                   ignored when the checkpoint has no usable head */
+    int draft_vocab;           /* the MTP head drafts from the first N token ids only (a reduced-
+                                  vocabulary draft head: a draft round reads N / vocab of the
+                                  lm_head; the verify keeps the whole vocabulary, so outputs do
+                                  not change): 0 = default, LOOM_DEFAULT_DRAFT_VOCAB where the
+                                  vocabulary is larger; -1 = the whole vocabulary */
     loom_mtp_norms mtp_norms;  /* default AUTO: detected from the stored weights */
     /* Images (models with a vision tower): the most pixels an image keeps
      * after resizing (default 1048576 = 1024 x 1024; larger images are
@@ -136,6 +141,7 @@ void loom_engine_options_default(loom_engine_options *options);
  * max_model_len_note), where the KV pool it is given cannot hold one
  * sequence of it. */
 #define LOOM_MAX_MODEL_LEN_CAP 32768
+#define LOOM_DEFAULT_DRAFT_VOCAB 32768 /* the draft head's ids by default (draft_vocab) */
 #define LOOM_MAX_MODEL_LEN_UNKNOWN 4096
 int loom_default_max_model_len(int max_position_embeddings);
 /* The step budget an engine on this backend ("cpu", "ref", "cuda"; NULL:
@@ -376,6 +382,13 @@ typedef struct {
     int state_slots;            /* recurrent-state slots = sequences decoding at once */
     int max_batch_tokens;
     int speculative_tokens;     /* K in use; 0: off */
+    int draft_vocab;            /* token ids the MTP drafts choose from (the whole vocabulary: its size) */
+    /* Weight bytes speculation's parts read, from the model's shapes: a
+     * plain decode step (a verify of any rows reads the same: each product
+     * streams its weights once for all of a step's rows), one MTP draft
+     * round with the draft head in use and with the whole vocabulary (a
+     * sequence's k drafts are k rounds; sequences share them). */
+    int64_t decode_step_bytes, draft_round_bytes, draft_round_bytes_full;
     char speculative_status[512]; /* when asked for but off: why */
     bool vision;                /* the model has a vision tower and images are on */
     char compute[8];            /* "f32" or "bf16": the dense products' precision */

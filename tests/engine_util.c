@@ -53,9 +53,9 @@ loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64
                                    speculative_tokens, 0, 0);
 }
 
-loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,
-                                     int max_model_len, int max_running, int speculative_tokens,
-                                     int prefix_caching, int64_t snapshot_bytes) {
+static loom_engine *open_engine(const char *model_dir, int max_batch_tokens, int64_t kv_tokens, int max_model_len,
+                                int max_running, int speculative_tokens, int prefix_caching, int64_t snapshot_bytes,
+                                int draft_vocab) {
     loom_engine_options o;
     loom_engine_options_default(&o);
     o.model_dir = model_dir;
@@ -68,6 +68,7 @@ loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens
     o.max_model_len = max_model_len;
     o.max_running = max_running;
     o.speculative_tokens = speculative_tokens;
+    o.draft_vocab = draft_vocab;
     o.enable_prefix_caching = prefix_caching;
     o.prefix_snapshot_bytes = snapshot_bytes;
     o.tensor_parallel_size = test_tensor_parallel_size();
@@ -151,6 +152,19 @@ bool test_engine_preemption_keeps_outputs(const char *model_dir, const int32_t *
         }
     }
     return true;
+}
+
+loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,
+                                     int max_model_len, int max_running, int speculative_tokens,
+                                     int prefix_caching, int64_t snapshot_bytes) {
+    return open_engine(model_dir, max_batch_tokens, kv_tokens, max_model_len, max_running, speculative_tokens,
+                       prefix_caching, snapshot_bytes, test_draft_vocab());
+}
+
+loom_engine *test_engine_open_draft_vocab(const char *model_dir, int max_batch_tokens, int max_model_len,
+                                          int max_running, int speculative_tokens, int draft_vocab) {
+    return open_engine(model_dir, max_batch_tokens, 0, max_model_len, max_running, speculative_tokens, 0, 0,
+                       draft_vocab);
 }
 
 void test_engine_simulate_costs(loom_engine *e, double fixed, double per_row, double head_round, double head_row) {

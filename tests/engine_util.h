@@ -37,6 +37,10 @@ loom_engine *test_engine_open(const char *model_dir, int max_batch_tokens, int64
 loom_engine *test_engine_open_cached(const char *model_dir, int max_batch_tokens, int64_t kv_tokens,
                                      int max_model_len, int max_running, int speculative_tokens,
                                      int prefix_caching, int64_t snapshot_bytes);
+/* test_engine_open with the draft head's vocabulary chosen
+ * (loom_engine_options.draft_vocab; else LOOM_TEST_DRAFT_VOCAB's). */
+loom_engine *test_engine_open_draft_vocab(const char *model_dir, int max_batch_tokens, int max_model_len,
+                                          int max_running, int speculative_tokens, int draft_vocab);
 /* The adaptive speculation's simulated costs (seconds): a step of R rows
  * fixed + per_row * R, an MTP head call head_round * rounds + head_row *
  * rows.  test_engine_open sets costs where drafting pays. */

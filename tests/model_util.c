@@ -22,6 +22,11 @@ const char *test_quantize_name(void) {
     return name && *name ? name : "none";
 }
 
+int test_draft_vocab(void) {
+    const char *n = getenv("LOOM_TEST_DRAFT_VOCAB");
+    return n && *n ? atoi(n) : 0;
+}
+
 /* LOOM_TEST_TP=N: the engine tests split their model over N ranks. */
 int test_tensor_parallel_size(void) {
     const char *n = getenv("LOOM_TEST_TP");

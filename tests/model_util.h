@@ -32,6 +32,9 @@ const char *test_compute_name(void);
  * layers (--quantize int8; tests/run.sh reruns the batch-invariance tests
  * so), default "none". */
 const char *test_quantize_name(void);
+/* LOOM_TEST_DRAFT_VOCAB=N: the engine tests' MTP drafts choose among the
+ * first N token ids (loom_engine_options.draft_vocab; 0: the default). */
+int test_draft_vocab(void);
 double test_logit_tolerance(void);
 /* LOOM_TEST_TP: the ranks the engine tests split their model over (0: one). */
 int test_tensor_parallel_size(void);

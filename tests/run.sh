@@ -152,6 +152,9 @@ done
 # int8 weights (--quantize int8): the batch-invariance tests again, every
 # test model made int8 at load (test_quantized checks the logits' quality).
 rerun int8 "test_engine test_speculative test_prefix_cache test_engine_images" LOOM_TEST_QUANTIZE=int8
+# a reduced-vocabulary draft head (--draft-vocab): the fixtures' MTP drafts
+# from the first 1024 of 2048 ids; outputs must not change.
+rerun draft1024 "test_engine test_speculative test_prefix_cache" LOOM_TEST_DRAFT_VOCAB=1024
 collect_suites
 for t in "$root"/tests/test_*.sh; do
     [ -f "$t" ] && run_suite "$(basename "$t")" bash "$t"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `loom logits --mtp` on the qwen35-dense fixture: [T-1, V] float32 equal to
 # the fixture's p0.mtp_logits within 1e-4 of their std, clear errors, and a
-# checkpoint copy lacking one MTP tensor: the model runs, --mtp says which tensor.
+# checkpoint copy lacking one MTP tensor: the model runs, --mtp says which tensor;
+# --draft-vocab (a reduced-vocabulary draft head) keeps greedy output.
 cd "$(dirname "$0")/.." || exit 1
 export LOOM_BUILD=${LOOM_BUILD:-build}
 export LOOM_FIXTURES=${LOOM_FIXTURES:-tests/fixtures}
@@ -91,6 +92,24 @@ for loom in binaries:
     check(f"{tag} inspect without the head", r.returncode == 0 and dropped in r.stdout, r.stdout)
     r = subprocess.run([loom, "logits", "--help"], capture_output=True, text=True, timeout=60)
     check(f"{tag} --help mentions --mtp", r.returncode == 0 and "--mtp" in r.stdout, r.stdout)
+    # --draft-vocab: greedy output as plain greedy's, the bench's bytes line
+    # names the cut, bad values are usage errors
+    plain = subprocess.run([loom, "run", "--model", model, "--ids", ",".join(map(str, ids)), "--max-tokens", "16",
+                            "--temperature", "0"], capture_output=True, text=True, timeout=300)
+    for dv in ("1024", "full", "auto", "7"):
+        r = subprocess.run([loom, "run", "--model", model, "--ids", ",".join(map(str, ids)), "--max-tokens", "16",
+                            "--temperature", "0", "--speculative-tokens", "2", "--draft-vocab", dv],
+                           capture_output=True, text=True, timeout=300)
+        check(f"{tag} run --draft-vocab {dv}", r.returncode == 0 and plain.returncode == 0 and r.stdout == plain.stdout
+              and "speculative: K=2" in r.stderr, r.stdout + r.stderr + plain.stdout)
+    for bad in ("0", "-3", "bogus", "16777217"):
+        r = subprocess.run([loom, "run", "--model", model, "--ids", "1", "--draft-vocab", bad],
+                           capture_output=True, text=True, timeout=60)
+        check(f"{tag} bad --draft-vocab {bad}", r.returncode == 2 and "--draft-vocab" in r.stderr, r.stderr)
+    r = subprocess.run([loom, "bench", model, "--concurrency", "1", "--requests", "1", "--prompt-tokens", "8",
+                        "--gen-tokens", "4", "--speculative-tokens", "2", "--draft-vocab", "1024"],
+                       capture_output=True, text=True, timeout=300)
+    check(f"{tag} bench bytes line", r.returncode == 0 and f"(1024 of {V} ids;" in r.stdout, r.stdout + r.stderr)
     # inspect reports the head
     r = subprocess.run([loom, "inspect", "--model", model], capture_output=True, text=True, timeout=300)
     check(f"{tag} inspect mtp", r.returncode == 0 and "mtp head: loaded" in r.stdout, r.stdout)

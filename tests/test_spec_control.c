@@ -66,7 +66,7 @@ static void test_acceptance_follows_the_verifies(void) {
     CHECK_NEAR(lm_spec_seq_acceptance(&c, &s), 0.5, 1e-12); /* the prior */
     for (int i = 0; i < 20; i++) lm_spec_observe_verify(&c, &s, 3, 3);
     CHECK(lm_spec_seq_acceptance(&c, &s) > 0.9);
-    for (int i = 0; i < 40; i++) lm_spec_observe_verify(&c, &s, 3, 0);
+    for (int i = 0; i < 60; i++) lm_spec_observe_verify(&c, &s, 3, 0); /* a window of ~20 verifies (ACCEPT_DECAY 0.95) */
     CHECK(lm_spec_seq_acceptance(&c, &s) < 0.25);
     /* a rejection at the second draft: 1 of 2 tried drafts accepted (the
      * third was never tried) */
@@ -265,15 +265,92 @@ static void test_probes_spend_a_bounded_share(void) {
         for (int i = 0; i < 4; i++)
             if (ks[i] > 0) lm_spec_observe_verify(&c, &s[i], ks[i], 0);
     }
-    /* a probe: 16 catch-up head calls alone, then 3 drafts and their rows */
-    double probe = 16 * (2e-3 + 2e-4) + (3 * 2e-3 + 3 * 2e-4) + 3 * 1e-3;
-    CHECK_MSG(c.probes >= 1 && c.probes * probe <= 0.02 * total + 0.25 + probe,
+    /* a probe: 16 catch-up head calls alone (a row each, no logits round),
+     * then 3 drafts (3 rounds) and their rows; probes spend 1.5% */
+    double probe = 16 * 2e-4 + (3 * 2e-3 + 3 * 2e-4) + 3 * 1e-3;
+    CHECK_MSG(c.probes >= 1 && c.probes * probe <= 0.015 * total + 0.25 + probe,
               "%llu probes of %.1f ms in %.1f s of steps", (unsigned long long)c.probes, probe * 1e3, total);
     lm_spec_control_free(&c);
 }
 
+/* The choice as a pure function of costs and acceptance (lm_spec_best_k),
+ * on costs shaped like the 0.8B shape's bytes on a machine bound by memory
+ * bandwidth (loom bench's "bytes:" line): a plain step reads 1541 MB, a
+ * verify row adds ~1% (compute), a draft round reads 108 MB with the
+ * 32768-id draft head, 550 MB with the whole vocabulary. */
+static lm_spec_costs shaped(double round_mb) {
+    double step = 1541.5;
+    return (lm_spec_costs){.plain = 1.0, .per_draft = 0.01, .head_round = round_mb / step, .head_row = 1e-4,
+                           .head_rows = 1};
+}
+
+static double speedup(const lm_spec_costs *c, double a, int k) {
+    double gain = 0, g = 1;
+    for (int j = 1; j <= k; j++) gain += g *= a;
+    return lm_spec_rate(c, 1, gain, k, k) / lm_spec_rate(c, 1, 0, 0, 0);
+}
+
+static void test_best_k_from_costs_and_acceptance(void) {
+    lm_spec_costs cut = shaped(108.0), whole = shaped(549.5);
+    /* acceptance 0: no drafts, however cheap */
+    CHECK(lm_spec_best_k(&cut, 0.0, 4, false) == 0);
+    CHECK(lm_spec_best_k(&cut, 0.0, 4, true) == 0);
+    lm_spec_costs free_head = cut;
+    free_head.head_round = free_head.head_row = 0;
+    CHECK(lm_spec_best_k(&free_head, 0.0, 4, false) == 0);
+    /* acceptance 0.7 with cheap drafts: at least 2, and what it picks is
+     * the best k (no other k is faster by the model) */
+    int k = lm_spec_best_k(&cut, 0.7, 4, false);
+    CHECK_MSG(k >= 2, "k %d at acceptance 0.7 with the cut head", k);
+    for (int j = 1; j <= 4; j++) CHECK(speedup(&cut, 0.7, j) <= speedup(&cut, 0.7, k) + 1e-12);
+    CHECK_MSG(speedup(&cut, 0.7, k) > 1.6, "modelled speedup %.2f", speedup(&cut, 0.7, k));
+    /* the whole vocabulary's head: drafting still pays at 0.7 (1.26x at
+     * k = 2), much less than with the cut, and not at 0.3 */
+    int kw = lm_spec_best_k(&whole, 0.7, 4, false);
+    CHECK_MSG(kw == 2, "k %d with the whole vocabulary's head", kw);
+    CHECK(speedup(&whole, 0.7, kw) < speedup(&cut, 0.7, k) - 0.3);
+    CHECK(lm_spec_best_k(&whole, 0.3, 4, false) == 0);
+    /* a verify row as dear as a whole step (compute-bound): never */
+    lm_spec_costs dear = cut;
+    dear.per_draft = 1.0;
+    CHECK(lm_spec_best_k(&dear, 0.9, 4, false) == 0);
+    /* hysteresis: a 2% gain does not start drafting but keeps it going */
+    lm_spec_costs edge = {.plain = 1.0, .per_draft = 0.0, .head_round = 0.0, .head_row = 0.0};
+    double a = 0.02; /* k = 1: 1.02 tokens for one step */
+    CHECK(lm_spec_best_k(&edge, a, 1, false) == 0);
+    CHECK(lm_spec_best_k(&edge, a, 1, true) == 1);
+}
+
+/* lm_spec_choose on measured costs decides as lm_spec_best_k on those
+ * costs, for a lone sequence. */
+static void test_choose_agrees_with_best_k(void) {
+    const double accept[] = {0.0, 0.2, 0.45, 0.7, 0.95};
+    const costs cases[] = {{1e-2, 1e-4, 7e-4, 1e-6}, {1e-2, 1e-4, 3.6e-3, 1e-6}, {1e-3, 1e-3, 1e-4, 1e-5}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (size_t ai = 0; ai < sizeof accept / sizeof *accept; ai++) {
+            lm_spec_control c;
+            CHECK(open_control(&c));
+            measure(&c, &cases[ci]);
+            c.acceptance = accept[ai];
+            lm_spec_seq s;
+            lm_spec_seq_init(&s);
+            lm_spec_candidate cand = {.state = &s, .budget = K};
+            lm_spec_step step = {.base_rows = 1, .base_tokens = 1, .head_rows = 1};
+            lm_spec_costs model = {.plain = lm_spec_forward_seconds(&c, 1), .per_draft = cases[ci].per_row,
+                                   .head_round = cases[ci].per_round, .head_row = cases[ci].head_row,
+                                   .head_rows = 1};
+            int want = lm_spec_best_k(&model, accept[ai], K, false);
+            lm_spec_choose(&c, &step, &cand, 1);
+            CHECK_MSG(cand.k == want, "costs %zu acceptance %.2f: chose %d, the model's best %d", ci, accept[ai],
+                      cand.k, want);
+            lm_spec_control_free(&c);
+        }
+}
+
 int main(void) {
     RUN_TEST(test_fits_recover_the_costs);
+    RUN_TEST(test_best_k_from_costs_and_acceptance);
+    RUN_TEST(test_choose_agrees_with_best_k);
     RUN_TEST(test_one_row_count_extrapolates_proportionally);
     RUN_TEST(test_acceptance_follows_the_verifies);
     RUN_TEST(test_expensive_rows_give_no_drafts);

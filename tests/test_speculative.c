@@ -1,5 +1,6 @@
 /* Speculative decoding with the MTP head: greedy output equals plain greedy
- * for K = 1..4, alone and in a batch mixing speculating and plain requests;
+ * for K = 1..4, alone and in a batch mixing speculating and plain requests,
+ * with the whole vocabulary and a reduced-vocabulary draft head;
  * seeded sampling equals plain seeded sampling draw for draw; after a
  * rejected draft the recurrent state equals a plain run's. */
 #include <math.h>
@@ -186,6 +187,302 @@ static void test_accepted_drafts_keep_greedy(void) {
     CHECK_MSG(mean > 2.0, "mean accepted length %.2f: the oracle's drafts were not accepted", mean);
     CHECK_MSG(stats.spec_accepted_tokens < stats.spec_drafted_tokens, "no draft was ever rejected");
     CHECK(stats.kv_blocks_free == stats.kv_blocks_total);
+}
+
+/* A reduced-vocabulary draft head (loom_engine_options.draft_vocab): the
+ * MTP drafts from ids [0, N) only, the verify from the whole vocabulary.
+ * The drafts are recorded as the head made them (an override that keeps
+ * them): every one must lie in [0, N); the first draft at a position is the
+ * argmax over a subset of the full head's logits, so where the full head's
+ * first draft at that position lies in the subset it must be the same one
+ * (the target's hidden rows and the head's cache there are the same:
+ * committed tokens, batch invariance); and the output must be plain greedy. */
+#define RECORD_MAX 64
+typedef struct {
+    int32_t first[RECORD_MAX]; /* first draft by generated count; -1: none there */
+    int drafts, outside, limit;
+} draft_record;
+
+static int record_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt, int32_t *drafts, int k) {
+    (void)tokens;
+    draft_record *r = ctx;
+    int g = n_tokens - n_prompt;
+    if (g >= 0 && g < RECORD_MAX && k > 0) r->first[g] = drafts[0];
+    for (int j = 0; j < k; j++) r->outside += drafts[j] < 0 || drafts[j] >= r->limit;
+    r->drafts += k;
+    return k;
+}
+
+static bool run_recorded(int k, int draft_vocab, int vocab, prompt pr, int max_tokens, collected *out,
+                         draft_record *rec, loom_stats *stats) {
+    loom_engine *e = test_engine_open_draft_vocab(model_dir, 512, 256, 8, k, draft_vocab);
+    if (!e) return false;
+    memset(rec, 0, sizeof *rec);
+    for (int i = 0; i < RECORD_MAX; i++) rec->first[i] = -1;
+    /* over ranks (LOOM_TEST_TP) the lm_head is split and drafts keep it whole */
+    rec->limit = draft_vocab > 0 && draft_vocab < vocab && test_tensor_parallel_size() <= 1 ? draft_vocab : vocab;
+    lm_engine_set_draft_override(e, record_drafts, rec);
+    loom_request_params p;
+    params_for(&p, pr, max_tokens, false, 0);
+    loom_request *req;
+    char error[256];
+    bool ok = loom_submit(e, &p, &req, error, sizeof error) == LOOM_OK;
+    if (ok) {
+        collect_all(req, out, 1);
+        loom_request_free(req);
+        *stats = wait_idle(e);
+    }
+    loom_engine_destroy(e);
+    return ok;
+}
+
+static void test_reduced_draft_vocab_keeps_greedy(void) {
+    prompt prompts[8];
+    make_prompts(prompts);
+    loom_engine *probe = engine_with(0, 512);
+    CHECK(probe);
+    if (!probe) return;
+    int V = loom_engine_vocab_size(probe);
+    loom_engine_destroy(probe);
+    collected plain[2];
+    CHECK(run_all(0, 512, prompts, 2, NULL, 30, false, plain, NULL));
+    for (int k = 1; k <= 3; k += 2)
+        for (int i = 0; i < 2; i++) {
+            collected full, cut;
+            draft_record rf, rc;
+            loom_stats sf, sc;
+            CHECK(run_recorded(k, -1, V, prompts[i], 30, &full, &rf, &sf));
+            CHECK(run_recorded(k, V / 2, V, prompts[i], 30, &cut, &rc, &sc));
+            CHECK_MSG(cut.n_tokens == 30 && memcmp(cut.tokens, plain[i].tokens, sizeof(int32_t) * 30) == 0,
+                      "K=%d prompt %d: greedy with a draft head of %d ids differs from plain greedy", k, i, V / 2);
+            CHECK_MSG(full.n_tokens == 30 && memcmp(full.tokens, plain[i].tokens, sizeof(int32_t) * 30) == 0,
+                      "K=%d prompt %d: greedy with the whole draft vocabulary differs", k, i);
+            CHECK_MSG(rc.drafts > 0 && rc.outside == 0, "K=%d prompt %d: %d of %d drafts outside the first %d ids",
+                      k, i, rc.outside, rc.drafts, V / 2);
+            int same = 0, compared = 0, full_outside = 0;
+            for (int g = 0; g < RECORD_MAX; g++) {
+                if (rf.first[g] < 0 || rc.first[g] < 0) continue;
+                if (rf.first[g] >= V / 2) {
+                    full_outside++;
+                    continue;
+                }
+                compared++;
+                same += rf.first[g] == rc.first[g];
+            }
+            CHECK_MSG(compared > 0 && same == compared,
+                      "K=%d prompt %d: %d of %d first drafts inside the cut differ from the whole head's", k, i,
+                      compared - same, compared);
+            if (getenv("LOOM_TEST_VERBOSE"))
+                fprintf(stderr, "    K=%d prompt %d: accepted %llu of %llu (whole vocabulary %llu of %llu); %d first "
+                        "drafts compared, %d of the whole head's outside the cut\n", k, i,
+                        (unsigned long long)sc.spec_accepted_tokens, (unsigned long long)sc.spec_drafted_tokens,
+                        (unsigned long long)sf.spec_accepted_tokens, (unsigned long long)sf.spec_drafted_tokens,
+                        compared, full_outside);
+        }
+    /* batched: a mixed batch with the cut equals plain greedy */
+    collected plain8[8], spec8[8];
+    bool speculate[8] = {true, true, false, true, true, true, false, true};
+    CHECK(run_all(0, 512, prompts, 8, NULL, 24, false, plain8, NULL));
+    loom_engine *e = test_engine_open_draft_vocab(model_dir, 24, 256, 8, 2, V / 4);
+    CHECK(e);
+    if (!e) return;
+    loom_request *reqs[8];
+    char error[256];
+    for (int i = 0; i < 8; i++) {
+        loom_request_params p;
+        params_for(&p, prompts[i], 24, false, 0);
+        p.no_speculation = !speculate[i];
+        CHECK(loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK);
+    }
+    for (int i = 0; i < 8; i++) collect_all(reqs[i], &spec8[i], 1);
+    for (int i = 0; i < 8; i++) loom_request_free(reqs[i]);
+    loom_stats stats = wait_idle(e);
+    loom_engine_info info;
+    loom_engine_describe(e, &info);
+    loom_engine_destroy(e);
+    for (int i = 0; i < 8; i++)
+        CHECK_MSG(spec8[i].n_tokens == 24 && memcmp(spec8[i].tokens, plain8[i].tokens, sizeof(int32_t) * 24) == 0,
+                  "request %d differs in the mixed batch with a draft head of %d ids", i, V / 4);
+    CHECK(stats.spec_drafted_tokens > 0);
+    bool cut = test_tensor_parallel_size() <= 1;
+    CHECK_MSG(info.draft_vocab == (cut ? V / 4 : V) &&
+                  (cut ? info.draft_round_bytes < info.draft_round_bytes_full
+                       : info.draft_round_bytes == info.draft_round_bytes_full),
+              "the engine reports a draft head of %d ids, %lld of %lld bytes a round", info.draft_vocab,
+              (long long)info.draft_round_bytes, (long long)info.draft_round_bytes_full);
+}
+
+/* The bundled trained model (models/loom-tiny, LOOM_DEFAULT_MODEL): its
+ * head's drafts are accepted, so a reduced draft head is checked where it
+ * matters: greedy as plain greedy, alone and 4 at once, K = 1 and 3, every
+ * draft inside the cut, and drafts still accepted. */
+static bool run_on(const char *dir, int k, int draft_vocab, const prompt *prompts, int n, int max_tokens,
+                   collected *out, draft_record *rec, loom_stats *stats) {
+    loom_engine *e = test_engine_open_draft_vocab(dir, 512, 256, 8, k, draft_vocab);
+    if (!e) return false;
+    if (rec) lm_engine_set_draft_override(e, record_drafts, rec);
+    loom_request *reqs[8];
+    char error[256];
+    bool ok = true;
+    lm_engine_hold(e, true);
+    for (int i = 0; i < n && ok; i++) {
+        loom_request_params p;
+        params_for(&p, prompts[i], max_tokens, false, 0);
+        ok = loom_submit(e, &p, &reqs[i], error, sizeof error) == LOOM_OK;
+        if (!ok) n = i;
+    }
+    lm_engine_hold(e, false);
+    for (int i = 0; i < n; i++) collect_all(reqs[i], &out[i], 1);
+    for (int i = 0; i < n; i++) loom_request_free(reqs[i]);
+    *stats = wait_idle(e);
+    loom_engine_destroy(e);
+    return ok;
+}
+
+static void test_bundled_model_with_a_draft_head_keeps_greedy(void) {
+    const char *env = getenv("LOOM_DEFAULT_MODEL");
+    const char *dir = env && *env ? env : "models/loom-tiny";
+    enum { N = 4, T = 40, CUT = 2048 };
+    prompt prompts[8];
+    make_prompts(prompts); /* fixture ids, all below 2048: valid in the bundled 8192 */
+    collected plain[N], spec[N];
+    loom_stats stats;
+    CHECK(run_on(dir, 0, 0, prompts, N, T, plain, NULL, &stats));
+    bool cut = test_tensor_parallel_size() <= 1;
+    for (int k = 1; k <= 3; k += 2)
+        for (int n = 1; n <= N; n += N - 1) {
+            draft_record rec;
+            memset(&rec, 0, sizeof rec);
+            rec.limit = cut ? CUT : 1 << 30;
+            CHECK(run_on(dir, k, CUT, prompts, n, T, spec, &rec, &stats));
+            for (int i = 0; i < n; i++)
+                CHECK_MSG(spec[i].n_tokens == T && memcmp(spec[i].tokens, plain[i].tokens, sizeof(int32_t) * T) == 0,
+                          "K=%d, %d at once: request %d differs from plain greedy with a %d-id draft head", k, n, i,
+                          CUT);
+            CHECK_MSG(rec.drafts > 0 && rec.outside == 0 && stats.spec_accepted_tokens > 0,
+                      "K=%d, %d at once: %d of %d drafts outside the cut, %llu accepted", k, n, rec.outside,
+                      rec.drafts, (unsigned long long)stats.spec_accepted_tokens);
+            if (getenv("LOOM_TEST_VERBOSE"))
+                fprintf(stderr, "    K=%d, %d at once: %llu of %llu drafts accepted\n", k, n,
+                        (unsigned long long)stats.spec_accepted_tokens, (unsigned long long)stats.spec_drafted_tokens);
+        }
+}
+
+/* The controller on the 0.8B shape's costs by bytes (a machine bound by
+ * memory bandwidth; loom bench's "bytes:" line): a plain step 1541 MB, a
+ * verify row ~1% more, a draft round 108 MB with the 32768-id draft head
+ * or 550 MB with the whole vocabulary; drafts planted right with
+ * probability P (a fixed hash of the position, as --planted-acceptance
+ * does at random).  One request, then the same on a plain request of the
+ * same engine kind: the simulated times give the speedup the controller
+ * reaches with these costs (issue 53's acceptance: >= 1.25x at P = 0.7 and
+ * batch 1, >= 0.97x at P = 0). */
+typedef struct {
+    const collected *plain;
+    double p;
+} planted;
+
+static int planted_drafts(void *ctx, const int32_t *tokens, int n_tokens, int n_prompt, int32_t *drafts, int k) {
+    (void)tokens;
+    planted *pl = ctx;
+    int g = n_tokens - n_prompt, made = 0;
+    for (int j = 0; j < k && g + j < pl->plain->n_tokens; j++) {
+        uint32_t h = (uint32_t)(g * 8 + j) * 2654435761u;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        int32_t t = pl->plain->tokens[g + j];
+        drafts[made++] = (double)(h % 10000) < pl->p * 10000 ? t : (t + 1) % 1000;
+    }
+    return made;
+}
+
+/* Runs `requests` requests of pr one after the other on one engine (as
+ * loom bench does at concurrency 1) under the costs; returns the simulated
+ * seconds, the last output in out. */
+static double simulated_seconds(int k, double round_mb, prompt pr, int max_tokens, int requests, bool together,
+                                planted *pl, bool speculate, collected *out, loom_stats *stats) {
+    loom_engine *e = engine_with(k, 512);
+    if (!e) return -1;
+    const double step = 1e-2, bytes = 1541.5;
+    lm_spec_sim_clock costs = {.fixed = step, .per_row = step * 0.01, .head_round = step * round_mb / bytes,
+                               .head_row = step * 1e-4};
+    lm_engine_simulate_costs(e, &costs);
+    lm_engine_set_draft_override(e, planted_drafts, pl);
+    double seconds = -1;
+    bool ok = true;
+    loom_request *reqs[8];
+    int n = 0;
+    if (together) lm_engine_hold(e, true); /* they start in one step */
+    for (int r = 0; r < requests && r < 8 && ok; r++) {
+        loom_request_params p;
+        params_for(&p, pr, max_tokens, false, 0);
+        p.no_speculation = !speculate;
+        char error[256];
+        ok = loom_submit(e, &p, &reqs[n], error, sizeof error) == LOOM_OK;
+        if (ok) n++;
+        if (ok && !together) {
+            collect_all(reqs[0], out, 1);
+            loom_request_free(reqs[0]);
+            n = 0;
+        }
+    }
+    if (together) lm_engine_hold(e, false);
+    for (int i = 0; i < n; i++) {
+        collect_all(reqs[i], out, 1); /* the same prompt: the same output */
+        loom_request_free(reqs[i]);
+    }
+    if (ok) {
+        *stats = wait_idle(e);
+        seconds = (double)e->speculator.control.sim.now * 1e-9;
+    }
+    loom_engine_destroy(e);
+    return seconds;
+}
+
+static void test_adaptive_pays_at_planted_acceptance(void) {
+    int n;
+    const int32_t *p0 = prompt_of("p0", &n);
+    prompt pr = {p0, n};
+    static collected plain, out;
+    loom_stats stats;
+    const struct {
+        int tokens, requests;
+        bool together;
+    } runs[] = {{200, 1, false}, {64, 4, false}, {64, 4, true}}; /* one long request; the issue's bench: 4
+                                                                       of 64 in turn; and 4 at once */
+    const struct {
+        double p, round_mb, at_least, at_most;
+    } cases[] = {{0.7, 108.0, 1.25, 2.2}, {0.0, 108.0, 0.97, 1.0}, {0.7, 549.5, 1.05, 1.35}, {0.0, 549.5, 0.97, 1.0}};
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        int T = runs[r].tokens;
+        CHECK(run_all(0, 512, &pr, 1, NULL, T, false, &plain, NULL));
+        CHECK(plain.n_tokens == T);
+        planted pl = {.plain = &plain, .p = 0};
+        double base = simulated_seconds(2, 108.0, pr, T, runs[r].requests, runs[r].together, &pl, false, &out,
+                                        &stats);
+        CHECK(base > 0);
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+            pl.p = cases[c].p;
+            double t = simulated_seconds(2, cases[c].round_mb, pr, T, runs[r].requests, runs[r].together, &pl,
+                                         true, &out, &stats);
+            double speedup = t > 0 ? base / t : 0;
+            CHECK_MSG(out.n_tokens == T && memcmp(out.tokens, plain.tokens, sizeof(int32_t) * (size_t)T) == 0,
+                      "P=%.1f: speculative greedy differs from plain greedy", cases[c].p);
+            CHECK_MSG(speedup >= cases[c].at_least && speedup <= cases[c].at_most,
+                      "%d x %d tokens, P=%.1f, %.0f MB a draft round: simulated speedup %.3fx (%llu drafts, %llu "
+                      "accepted), want %.2f..%.2f", runs[r].requests, T, cases[c].p, cases[c].round_mb, speedup,
+                      (unsigned long long)stats.spec_drafted_tokens, (unsigned long long)stats.spec_accepted_tokens,
+                      cases[c].at_least, cases[c].at_most);
+            if (getenv("LOOM_TEST_VERBOSE"))
+                fprintf(stderr, "    %d x %d tokens%s, P=%.1f, %.0f MB a round: simulated speedup %.3fx, %.2f drafts "
+                        "per token, %llu of %llu accepted, %llu verifies\n", runs[r].requests, T,
+                        runs[r].together ? " at once" : "", cases[c].p,
+                        cases[c].round_mb, speedup, (double)stats.spec_drafted_tokens / (T * runs[r].requests),
+                        (unsigned long long)stats.spec_accepted_tokens,
+                        (unsigned long long)stats.spec_drafted_tokens, (unsigned long long)stats.spec_verify_steps);
+        }
+    }
 }
 
 /* Adaptive speculation under a fake clock (engine/spec_control.h's
@@ -676,12 +973,15 @@ int main(void) {
     RUN_TEST(test_greedy_equals_plain_for_k_1_to_4);
     RUN_TEST(test_accepted_drafts_keep_greedy);
     RUN_TEST(test_mixed_batch_equals_plain);
+    RUN_TEST(test_reduced_draft_vocab_keeps_greedy);
+    RUN_TEST(test_bundled_model_with_a_draft_head_keeps_greedy);
     RUN_TEST(test_seeded_sampling_equals_plain);
     RUN_TEST(test_adaptive_expensive_rows_stop_drafting);
     RUN_TEST(test_adaptive_cheap_rows_keep_the_maximum);
     RUN_TEST(test_adaptive_sequential_requests_keep_drafting);
     RUN_TEST(test_adaptive_probes_bring_drafts_back);
     RUN_TEST(test_adaptive_real_clock_keeps_greedy);
+    RUN_TEST(test_adaptive_pays_at_planted_acceptance);
     RUN_TEST(test_speculative_sampling_keeps_the_distribution);
     lm_safetensors_close(reference);
     return test_summary("test_speculative");

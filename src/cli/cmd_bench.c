@@ -269,6 +269,22 @@ static loom_engine *bench_engine(const loom_engine_options *base, const char *ba
     return engine;
 }
 
+/* Where speculation's bytes go, by count (issue 53): a plain step, a
+ * verify (one pass over the weights for all its rows), a draft round with
+ * the draft head in use and with the whole vocabulary. */
+static void print_spec_bytes(const loom_engine *engine, int k) {
+    loom_engine_info info;
+    loom_engine_describe(engine, &info);
+    if (info.speculative_tokens == 0) return;
+    double step = (double)info.decode_step_bytes, round = (double)info.draft_round_bytes,
+           full = (double)info.draft_round_bytes_full;
+    printf("bytes: plain decode step %.1f MB = verify of %d rows (one pass over the weights); draft round %.1f MB "
+           "(%d of %d ids; the whole vocabulary: %.1f MB), %d drafts %.2f steps' bytes (%.2f with the whole "
+           "vocabulary)\n",
+           step / 1e6, k + 1, round / 1e6, info.draft_vocab, loom_engine_vocab_size(engine), full / 1e6, k,
+           step > 0 ? k * round / step : 0.0, step > 0 ? k * full / step : 0.0);
+}
+
 /* Offline throughput at each level; with K > 0 each level runs without and
  * with speculation and reports the acceptance and the speedup. */
 static int run_throughput(const loom_engine_options *base, const char *backend, const char *model_dir, const char *config_path, bool mmap_weights,
@@ -353,6 +369,7 @@ static int run_throughput(const loom_engine_options *base, const char *backend, 
                 break;
             }
         }
+        if (k > 0) print_spec_bytes(engine, k);
         if (planting && pass == 1) {
             loom_engine_set_draft_override(engine, lm_bench_oracle_draft, &oracle);
             printf("planted acceptance: each MTP draft replaced by the true next token with probability %.2f\n",

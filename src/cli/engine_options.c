@@ -61,6 +61,20 @@ static bool parse_image_pixels(const char *value, void *field, char *message, si
     return true;
 }
 
+/* --draft-vocab: auto (the engine's default), full (the whole vocabulary)
+ * or a count of the first token ids; the engine's 0, -1 and N. */
+static bool parse_draft_vocab(const char *value, void *field, char *message, size_t size) {
+    long long v;
+    if (strcmp(value, "auto") == 0) v = 0;
+    else if (strcmp(value, "full") == 0) v = -1;
+    else if (!parse_long(value, &v) || v < 1 || v > (1LL << 24)) {
+        snprintf(message, size, "expects auto, full or a token count in [1, 16777216], got '%.40s'", value);
+        return false;
+    }
+    *(int *)field = (int)v;
+    return true;
+}
+
 static bool parse_image_cache_mib(const char *value, void *field, char *message, size_t size) {
     long long v;
     if (!parse_long(value, &v) || v < 0 || v > (1LL << 20)) {
@@ -148,6 +162,11 @@ static const lm_opt engine_opts[] = {
     {"--speculative-tokens|--num-speculative-tokens", LM_OPT_INT, "K", ENGINE(speculative_tokens), 0, 8,
      "draft up to K tokens per sequence and step with the model's MTP head, as\nmany as pay at the measured step costs and acceptance (default 0: off)",
      NULL, NULL, NULL},
+    {"--draft-vocab", LM_OPT_CUSTOM, "N", ENGINE(draft_vocab), 0, 0,
+     "MTP drafts choose among the first N token ids only (the frequent ones\nin a BPE vocabulary), reading N rows of "
+     "the lm_head a draft instead of\nall; the verify stays exact (default auto: " LM_STRINGIFY(LOOM_DEFAULT_DRAFT_VOCAB)
+     " where the vocabulary is\nlarger; full: the whole vocabulary)",
+     parse_draft_vocab, "auto|full", NULL},
     {"--mtp-norms", LM_OPT_CUSTOM, "MODE", ENGINE(mtp_norms), 0, 0,
      "MTP head norm weights: auto (detect), zero-centred or shifted", parse_mtp_norms, "auto|zero-centred|shifted",
      NULL},

@@ -51,10 +51,13 @@ void lm_cli_log_startup(const lm_log *log, const lm_startup_facts *f) {
                   "%d state slots (sequences decoding at once); %d tokens per step",
                   (long long)e->kv_cache_tokens, e->kv_cache_dtype, (double)e->kv_cache_bytes / (1 << 20),
                   e->kv_block_size, full, full == 1 ? "" : "s", e->state_slots, e->max_batch_tokens);
-    if (e->speculative_tokens > 0)
+    if (e->speculative_tokens > 0) {
         lm_log_printf(log, LM_LOG_INFO, "speculative decoding on: up to %d MTP drafts per sequence and step (as many as pay)",
                       e->speculative_tokens);
-    else if (f->speculative_asked > 0)
+        if (e->draft_round_bytes < e->draft_round_bytes_full)
+            lm_log_printf(log, LM_LOG_INFO, "draft head: the first %d token ids (--draft-vocab), %.1f of %.1f MB a round",
+                          e->draft_vocab, (double)e->draft_round_bytes / 1e6, (double)e->draft_round_bytes_full / 1e6);
+    } else if (f->speculative_asked > 0)
         lm_log_printf(log, LM_LOG_WARNING, "speculative decoding off: %s", e->speculative_status);
     else
         lm_log_printf(log, LM_LOG_INFO, "speculative decoding off (--speculative-tokens K turns it on)");

@@ -54,7 +54,8 @@ static bool resolve_options(const loom_engine_options *options, loom_engine_opti
     if (o->max_waiting <= 0) o->max_waiting = defaults.max_waiting;
     *why = "engine options out of range";
     if (o->kv_block_size > 4096 || o->max_running > 4096 || o->max_batch_tokens > (1 << 20) ||
-        o->speculative_tokens < 0 || o->speculative_tokens > LM_MAX_SPECULATIVE || o->tensor_parallel_size < 0 ||
+        o->speculative_tokens < 0 || o->speculative_tokens > LM_MAX_SPECULATIVE || o->draft_vocab < -1 ||
+        o->tensor_parallel_size < 0 ||
         o->tensor_parallel_size > LM_COMM_MAX_RANKS)
         return false;
     *why = "unknown MTP norm convention";
@@ -241,7 +242,9 @@ static lm_status plan_context(loom_engine *e, lm_context_options *context, lm_er
                                     .max_blocks_per_seq =
                                         lm_cache_blocks_for(&e->cache, e->max_model_len + LM_MAX_SPECULATIVE + 1),
                                     .max_logit_rows = max_logit_rows(e),
-                                    .speculative_tokens = k};
+                                    .speculative_tokens = k,
+                                    .draft_vocab = lm_speculator_draft_vocab(&e->speculator, o->draft_vocab, info,
+                                                                             o->tensor_parallel_size)};
     if (context->max_blocks_per_seq > n_blocks) context->max_blocks_per_seq = n_blocks;
     st = lm_engine_images_init(e, info, context, err);
     if (st == LM_OK) st = lm_cache_manager_configure(&e->cache, o, info, context, err);

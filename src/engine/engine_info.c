@@ -31,6 +31,12 @@ void loom_engine_describe(const loom_engine *e, loom_engine_info *out) {
     out->state_slots = e->cache.state_slots.n_ids;
     out->max_batch_tokens = e->options.max_batch_tokens;
     out->speculative_tokens = e->speculator.k;
+    out->draft_vocab = e->speculator.k > 0 ? e->speculator.draft_vocab : 0;
+    out->decode_step_bytes = (int64_t)m->decode_bytes_per_token;
+    if (e->speculator.k > 0) {
+        out->draft_round_bytes = lm_speculator_round_bytes(m, e->speculator.draft_vocab);
+        out->draft_round_bytes_full = lm_speculator_round_bytes(m, m->vocab_size);
+    }
     if (e->options.speculative_tokens > 0 && e->speculator.k == 0)
         snprintf(out->speculative_status, sizeof out->speculative_status, "%s",
                  m->mtp_status[0] ? m->mtp_status : "the model has no MTP head");

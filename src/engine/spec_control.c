@@ -23,10 +23,12 @@ enum {
                                 mean is what throughput pays, so only rare stalls are cut */
 #define FORWARD_WEIGHT 8.0   /* the most weight one row count has in the fit */
 #define HEAD_DECAY 0.9       /* per head measurement */
-#define ACCEPT_DECAY 0.9     /* per verify of a sequence */
+#define ACCEPT_DECAY 0.95     /* per verify of a sequence */
 #define ACCEPT_PRIOR 2.0     /* pseudo-tries of the engine-wide rate in a sequence's estimate */
 #define ACCEPT_GLOBAL 0.05   /* moving average of the engine-wide rate, per verify */
-#define PROBE_SHARE 0.02     /* of the measured step time that probes may spend */
+#define PROBE_SHARE 0.015    /* of the measured step time that probes may spend (with the
+                                exploring and the steps before going cold, acceptance 0 then
+                                costs under 3%: test_speculative's planted runs; 2% did not) */
 #define PROBE_CREDIT_MAX 0.25 /* seconds of probe credit kept at most */
 #define MARGIN 1.03          /* drafting must beat plain decoding by this much to start,
                                 and lose by this much to stop */
@@ -125,7 +127,7 @@ void lm_spec_observe_forward(lm_spec_control *c, int rows, double seconds) {
 }
 
 void lm_spec_observe_head(lm_spec_control *c, int rounds, int rows, double seconds) {
-    if (rounds < 1 || rows < 0 || !(seconds >= 0)) return;
+    if (rounds < 0 || rows < 0 || rounds + rows == 0 || !(seconds >= 0)) return;
     double r = rounds, w = rows;
     c->h_rr = HEAD_DECAY * c->h_rr + r * r;
     c->h_rw = HEAD_DECAY * c->h_rw + r * w;
@@ -232,13 +234,36 @@ static void head_fit(const lm_spec_control *c, double *per_round, double *per_ro
 }
 
 double lm_spec_head_seconds(const lm_spec_control *c, int rounds, int rows) {
-    if (rounds <= 0) return 0;
+    if (rounds <= 0 && rows <= 0) return 0;
     double pr, pw;
     head_fit(c, &pr, &pw);
     return pr * rounds + pw * rows;
 }
 
 /* -------------------------------------------------------------- choosing */
+
+double lm_spec_rate(const lm_spec_costs *c, double tokens, double gain, int drafts, int rounds) {
+    double t = c->plain + c->per_draft * drafts + c->head_round * rounds + c->head_row * (c->head_rows + drafts);
+    return t > 0 ? (tokens + gain) / t : 0;
+}
+
+int lm_spec_best_k(const lm_spec_costs *c, double acceptance, int k_max, bool drafting) {
+    double a = acceptance < 0 ? 0 : acceptance > 1 ? 1 : acceptance, gain = 0, g = 1;
+    lm_spec_costs plain = *c;
+    plain.head_rows = 0; /* not drafting, it goes cold: no head at all */
+    double plain_rate = lm_spec_rate(&plain, 1, 0, 0, 0), best_rate = 0;
+    int best = 0;
+    for (int k = 1; k <= k_max; k++) {
+        gain += g *= a;
+        double rate = lm_spec_rate(c, 1, gain, k, k);
+        if (rate > best_rate) {
+            best_rate = rate;
+            best = k;
+        }
+    }
+    return best_rate < plain_rate * (drafting ? 1 / MARGIN : MARGIN) ? 0 : best;
+}
+
 
 void lm_spec_step_begin(lm_spec_control *c) { c->probe_started = false; }
 
@@ -250,7 +275,7 @@ bool lm_spec_wants_head(lm_spec_control *c, lm_spec_seq *s) {
     /* What a probe costs, as measured: the head's catch-up steps (each as
      * if it ran for this sequence alone), then k_max drafts and their
      * verify rows; probes spend at most PROBE_SHARE of the step time. */
-    double cost = WARM_STEPS * lm_spec_head_seconds(c, 1, 1) + lm_spec_head_seconds(c, c->k_max, c->k_max);
+    double cost = WARM_STEPS * lm_spec_head_seconds(c, 0, 1) + lm_spec_head_seconds(c, c->k_max, c->k_max);
     double with = lm_spec_forward_seconds(c, 1 + c->k_max), without = lm_spec_forward_seconds(c, 1);
     if (with > without && without > 0) cost += with - without;
     if (c->probe_credit < cost) return false;
@@ -317,7 +342,11 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
     int best_m = plain_known ? (n_gain < c->k_max ? n_gain : c->k_max) : 0; /* not measured yet: explore */
     bool exploring = !(measured && plain > 0);
     if (!exploring) {
-        double plain_rate = base_tokens / plain, best_rate = 0, gain = 0;
+        lm_spec_costs costs = {.plain = plain, .per_draft = fb, .head_rows = step->head_rows};
+        head_fit(c, &costs.head_round, &costs.head_row);
+        lm_spec_costs headless = costs; /* plain steps without the head at all */
+        headless.head_rows = 0;
+        double plain_rate = lm_spec_rate(&headless, base_tokens, 0, 0, 0), best_rate = 0, gain = 0;
         int max_k = forced_k;
         memset(count, 0, sizeof *count * (size_t)n);
         best_m = 0;
@@ -327,10 +356,8 @@ void lm_spec_choose(lm_spec_control *c, const lm_spec_step *step, lm_spec_candid
                 int o = owner[order[m - 1]];
                 if (++count[o] > max_k) max_k = count[o];
             }
-            int rounds = max_k > 0 ? max_k : step->head_rows > 0;
-            double t = plain + fb * (forced_rows + m) +
-                       lm_spec_head_seconds(c, rounds, step->head_rows + forced_rows + m);
-            double rate = (base_tokens + forced_gain + gain) / t;
+            int rounds = max_k;
+            double rate = lm_spec_rate(&costs, base_tokens, forced_gain + gain, forced_rows + m, rounds);
             if (m == 0 || rate > best_rate) {
                 best_rate = rate;
                 best_m = m;

@@ -11,8 +11,10 @@
  *   one noisy row count does not decide alone: a step with drafts costs the
  *   plain step (its own average) plus the line's slope per draft row;
  * - the MTP head's call (catch-up rows and drafting rounds): time =
- *   per_round * rounds + per_row * rows, fitted by exponentially weighted
- *   least squares.
+ *   per_round * rounds + per_row * rows, rounds counting those with logits
+ *   (a call that only catches up has none: its layer's cost goes to the
+ *   rows, the vocabulary projection's to the rounds), fitted by
+ *   exponentially weighted least squares.
  * Acceptance, per sequence: the probability that a draft is accepted given
  * that the one before it was, an exponentially decayed count with a prior
  * (the engine-wide rate, itself a moving average) so new sequences start
@@ -30,7 +32,7 @@
  * come back when the cost model says drafting would pay at their
  * acceptance, and otherwise on a probe: every probe_interval steps
  * (doubling while probes keep failing, at most one probe starting per step,
- * all probes together spending at most 2% of the measured step time) one
+ * all probes together spending at most 1.5% of the measured step time) one
  * of them catches up again for 16 steps and drafts the maximum once, which
  * refreshes its acceptance.  A returning sequence always catches up for 16
  * steps before it drafts: the head's KV entries of its cold spell are stale
@@ -55,7 +57,7 @@ typedef struct {
     lm_timed_phase phase;
     bool end;   /* the call ends an interval (a fake clock charges there) */
     int rows;   /* STEP: the ending step's rows; HEAD: catch-up rows + drafts */
-    int rounds; /* HEAD: the head's forward rounds */
+    int rounds; /* HEAD: the head's rounds with logits (0: it only caught up) */
 } lm_timed_work;
 
 /* Nanoseconds on a monotonic clock; called at the start and at the end of
@@ -121,6 +123,30 @@ typedef struct {
     int base_tokens;  /* tokens it samples without drafts (its decoding sequences) */
     int head_rows;    /* catch-up rows the head runs now */
 } lm_spec_step;
+
+/* What the next step costs as the controller models it (seconds), from
+ * its measurements (lm_spec_step_costs) or, in tests, made up. */
+typedef struct {
+    double plain;      /* the step without drafts */
+    double per_draft;  /* what each draft's verify row adds to it */
+    double head_round, head_row; /* the MTP head's call: per round, per row */
+    int head_rows;     /* catch-up rows the head runs for the drafting sequences */
+} lm_spec_costs;
+
+/* Expected tokens per second of the next step: `tokens` sampled without
+ * drafts, `drafts` draft rows expected to add `gain` tokens, the head's
+ * call: `rounds` rounds with logits (the vocabulary projection; 0: the
+ * head only catches up) over head_rows + drafts rows (head_rows 0 and no
+ * rounds: no head at all). */
+double lm_spec_rate(const lm_spec_costs *c, double tokens, double gain, int drafts, int rounds);
+/* The drafts a lone sequence makes at this acceptance (the probability
+ * that a draft is accepted given the one before was), 0..k_max: the k of
+ * most expected tokens per second, 1 + a + ... + a^k tokens a step of
+ * plain + k * per_draft + the head's k rounds over head_rows + k rows;
+ * 0 unless that beats plain steps without the head by 3% (while
+ * `drafting`: unless it loses by 3%).  lm_spec_choose decides the same
+ * way over many sequences. */
+int lm_spec_best_k(const lm_spec_costs *c, double acceptance, int k_max, bool drafting);
 
 lm_status lm_spec_control_init(lm_spec_control *c, int k_max, int max_rows, int max_candidates,
                                lm_error *err);

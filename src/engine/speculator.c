@@ -42,9 +42,29 @@ void lm_speculator_free(lm_speculator *sp) {
 
 bool lm_speculator_on(const lm_speculator *sp) { return sp->k > 0; }
 
+int lm_speculator_draft_vocab(lm_speculator *sp, int asked, const lm_model_info *info, int n_ranks) {
+    int vocab = info->vocab_size, n = asked == 0 ? LOOM_DEFAULT_DRAFT_VOCAB : asked < 0 ? vocab : asked;
+    /* Over ranks the lm_head is split by vocabulary (each rank reads 1/n
+     * of it already): drafts keep the whole, as the model does. */
+    if (n > vocab || n_ranks > 1) n = vocab;
+    sp->draft_vocab = n;
+    /* Drafts read only the cut's rows of the vocabulary projection, and
+     * the verify samples from the whole vocabulary as without the cut: a
+     * draft outside the cut is never proposed, never needed for exactness
+     * (a greedy draft is a point mass: the verify's draw from the target,
+     * accepted when it equals the draft, is the target's draw). */
+    return n < vocab ? n : 0;
+}
+
 void lm_speculator_seq_start(lm_speculator *sp, lm_sequence *seq, bool allowed) {
     seq->speculate = sp->k > 0 && allowed;
     if (seq->speculate) lm_spec_seq_start(&sp->control, &seq->spec_ctl);
+}
+
+int64_t lm_speculator_round_bytes(const lm_model_info *info, int draft_vocab) {
+    if (info->vocab_size <= 0) return (int64_t)info->mtp_round_bytes;
+    int n = draft_vocab > 0 && draft_vocab < info->vocab_size ? draft_vocab : info->vocab_size;
+    return (int64_t)info->mtp_round_bytes + (int64_t)((double)info->lm_head_bytes * n / info->vocab_size);
 }
 
 /* ------------------------------------------------------------ step timing */
@@ -205,7 +225,9 @@ void lm_speculator_catch_up_and_draft(lm_speculator *sp, const lm_scheduler *s, 
     sp->n_catch_up = 0;
     if (n == 0) return;
     choose_drafts(sp, s, cm, n);
-    int rows = 0, rounds = 1;
+    /* rounds: those with logits (the vocabulary projection); a call that
+     * only catches up runs the head's layer alone, priced by its rows */
+    int rows = 0, rounds = 0;
     for (int i = 0; i < n; i++) {
         lm_sequence *seq = sp->catch_up_seq[i];
         lm_draft_seq *d = &sp->catch_up[i];

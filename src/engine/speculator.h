@@ -33,6 +33,7 @@
 
 typedef struct {
     int k;                   /* the most drafts per step, 0 = off */
+    int draft_vocab;         /* ids the drafts choose from (lm_speculator_draft_vocab) */
     int max_running, max_model_len;
     lm_model_context *context; /* borrowed: the MTP head and the rollbacks run there */
     lm_spec_control control; /* chooses each step's drafts (when k > 0) */
@@ -59,6 +60,17 @@ lm_status lm_speculator_init(lm_speculator *sp, int k, int max_step_tokens, int 
  * only once the KV pool is sized). */
 void lm_speculator_bind(lm_speculator *sp, lm_model_context *context, int max_model_len);
 void lm_speculator_free(lm_speculator *sp);
+/* The draft head's vocabulary for the context (lm_context_options.
+ * draft_vocab), from loom_engine_options.draft_vocab: -1 the whole
+ * vocabulary, N > 0 the first N ids, 0 the default: LOOM_DEFAULT_DRAFT_VOCAB
+ * where the vocabulary is larger (a draft round of the 0.8B shape's head
+ * then reads a fifth of its bytes: lm_speculator_round_bytes); the whole
+ * one over several ranks (n_ranks > 1: the lm_head is split).  Kept in
+ * sp->draft_vocab; 0 (the whole one) when the context needs no cut. */
+int lm_speculator_draft_vocab(lm_speculator *sp, int asked, const lm_model_info *info, int n_ranks);
+/* Weight bytes one MTP draft round reads with a draft head of draft_vocab
+ * ids: the head's fc and layer, and that share of the lm_head. */
+int64_t lm_speculator_round_bytes(const lm_model_info *info, int draft_vocab);
 bool lm_speculator_on(const lm_speculator *sp);
 
 /* A new sequence: whether it speculates (a single choice that allows it). */

@@ -73,6 +73,11 @@ typedef struct {
     int64_t n_active_parameters; /* of those, what one token uses (MoE: top-k of the experts) */
     size_t weight_bytes;         /* bytes of weights used, as stored */
     size_t decode_bytes_per_token; /* weight bytes one plain decode step reads */
+    /* Speculation's bytes: what one MTP head round reads besides the
+     * vocabulary projection (its fc and layer), and the vocabulary
+     * projection itself (the whole lm_head; a reduced draft head reads
+     * draft_vocab / vocab_size of it).  0 without a head. */
+    size_t mtp_round_bytes, lm_head_bytes;
     char weights_made[160];        /* lm_weights_made_note: "" when used as stored */
     lm_vision_info vision;
 } lm_model_info;
@@ -136,6 +141,13 @@ typedef struct {
      * hidden rows and a rollback record per state slot for verifying this
      * many drafts.  0: no speculation. */
     int speculative_tokens;
+    /* > 0: the MTP head drafts from token ids [0, draft_vocab) only, through
+     * the first draft_vocab rows of the lm_head (a reduced-vocabulary draft
+     * head: a draft round reads that share of the vocabulary projection);
+     * the verify keeps the whole vocabulary, so outputs do not change.
+     * 0 or >= the vocabulary: the whole vocabulary.  Families may ignore
+     * it (a vocabulary split over ranks keeps the whole head). */
+    int draft_vocab;
     /* > 0 (models with a vision tower): the vision workspace, for images of
      * up to this many patches (lm_image_patches.n_patches).  0: no images. */
     int max_image_patches;

@@ -304,6 +304,8 @@ static void describe_to_engine(lm_qwen35_model *m) {
     info->weight_bytes = lm_weights_bytes_used(&m->weights);
     lm_weights_made_note(&m->weights, info->weights_made, sizeof info->weights_made);
     info->decode_bytes_per_token = decode_bytes_per_token(m);
+    info->mtp_round_bytes = lm_qwen35_mtp_round_bytes(m);
+    info->lm_head_bytes = (size_t)lm_matrix_bytes(&m->lm_head);
     const lm_qwen35_vision *v = m->vision;
     lm_vision_describe(&info->vision, c->image_token_id, c->vision_start_token_id, c->vision_end_token_id,
                        &c->vision, v ? v->n_parameters : 0,

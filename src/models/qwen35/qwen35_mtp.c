@@ -138,10 +138,43 @@ void lm_qwen35_mtp_describe(const lm_qwen35_model *m, FILE *f) {
             h->norms_forced ? "as forced" : "detected", (double)h->stored_norm_mean);
 }
 
+/* ------------------------------------------------------------------ bytes */
+
+size_t lm_qwen35_mtp_round_bytes(const lm_qwen35_model *m) {
+    if (!m->has_mtp) return 0;
+    const lm_qwen35_mtp *h = m->mtp;
+    const lm_qwen35_layer *l = &h->layer;
+    double bytes = lm_matrix_bytes(&h->fc) + lm_matrix_bytes(&l->full.q_proj) + lm_matrix_bytes(&l->full.k_proj) +
+                   lm_matrix_bytes(&l->full.v_proj) + lm_matrix_bytes(&l->full.o_proj);
+    if (l->is_moe)
+        bytes += lm_matrix_bytes(&l->moe.router) + lm_matrix_bytes(&l->moe.shared_gate) +
+                 lm_matrix_bytes(&l->moe.shared.gate_proj) + lm_matrix_bytes(&l->moe.shared.up_proj) +
+                 lm_matrix_bytes(&l->moe.shared.down_proj) +
+                 lm_expert_bytes_per_token(&l->moe.experts, m->config.num_experts_per_tok);
+    else
+        bytes += lm_matrix_bytes(&l->mlp.gate_proj) + lm_matrix_bytes(&l->mlp.up_proj) +
+                 lm_matrix_bytes(&l->mlp.down_proj);
+    return (size_t)bytes;
+}
+
 /* ------------------------------------------------------------------ forward */
 
+lm_vocab_head lm_qwen35_draft_head(const lm_qwen35_context *ctx, lm_matrix *rows) {
+    lm_vocab_head head = lm_qwen35_vocab_head(ctx);
+    int n = ctx->options.draft_vocab;
+    /* A split head's rows are spread over the ranks: drafts keep it whole. */
+    if (n <= 0 || n >= head.vocab || head.tp) return head;
+    /* Row j of the lm_head is token j's: the first n rows are the first n
+     * ids, which a byte-level BPE vocabulary orders by merge rank, the
+     * frequent tokens first (FR-Spec's point: drafts rarely need the rest). */
+    *rows = lm_matrix_rows(head.weight, 0, n);
+    head.weight = rows;
+    head.vocab = n;
+    return head;
+}
+
 void lm_qwen35_mtp_run(lm_qwen35_context *ctx, const lm_step_view *step, lm_mem tokens,
-                       lm_mem hidden, lm_mem logits, lm_mem h_out) {
+                       lm_mem hidden, lm_mem logits, lm_mem h_out, const lm_vocab_head *head) {
     const lm_qwen35_model *m = ctx->model;
     const lm_qwen35_mtp *mtp = m->mtp;
     lm_backend *be = ctx->be;
@@ -163,9 +196,8 @@ void lm_qwen35_mtp_run(lm_qwen35_context *ctx, const lm_step_view *step, lm_mem 
     if (rows == 0) return;
     lm_gather_rows(be, h_out, ctx->mtp_u, step->logit_rows, rows, H);
     lm_rmsnorm(be, h_out, h_out, mtp->norm, rows, H, eps);
-    lm_vocab_head head = lm_qwen35_vocab_head(ctx);
     lm_error gather_error = {0};
-    lm_status st = lm_vocab_head_matmul(be, &head, logits, h_out, rows, &gather_error);
+    lm_status st = lm_vocab_head_matmul(be, head, logits, h_out, rows, &gather_error);
     lm_rank_sums_keep(&ctx->ranks, st, &gather_error);
 }
 
@@ -186,7 +218,8 @@ lm_status lm_qwen35_mtp_forward(lm_qwen35_context *ctx, const lm_step_batch *b,
     size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size, rows = (size_t)step.n_logit_rows;
     lm_upload(ctx->be, ctx->mtp_hidden, hidden, sizeof(float) * (size_t)step.n_tokens * H);
     lm_rank_sums_begin(&ctx->ranks, ctx->model->share.comm);
-    lm_qwen35_mtp_run(ctx, &step, step.tokens, ctx->mtp_hidden, ctx->mtp_logits, ctx->mtp_hidden);
+    lm_vocab_head head = lm_qwen35_vocab_head(ctx); /* the whole vocabulary: the fixtures' mtp_logits */
+    lm_qwen35_mtp_run(ctx, &step, step.tokens, ctx->mtp_hidden, ctx->mtp_logits, ctx->mtp_hidden, &head);
     st = lm_rank_sums_status(&ctx->ranks, err);
     if (st != LM_OK) return st;
     if (rows == 0) return lm_synchronize(ctx->be, err);

@@ -33,6 +33,18 @@ void lm_qwen35_mtp_free(lm_qwen35_model *m);
 /* What `loom inspect` says of the head. */
 void lm_qwen35_mtp_describe(const lm_qwen35_model *m, FILE *f);
 
+/* Weight bytes one head round reads besides the vocabulary projection: fc
+ * and the layer (a mixture-of-experts MLP: its router, shared expert and
+ * top-k experts).  0 without a head. */
+size_t lm_qwen35_mtp_round_bytes(const lm_qwen35_model *m);
+
+/* The vocabulary projection drafts use: the first draft_vocab rows of the
+ * lm_head (a view in *rows: contiguous, in the lm_head's dtype) when the
+ * context asks for a reduced draft vocabulary and the head is whole on this
+ * rank; else the lm_head itself.  The draft's logits then have
+ * head.vocab columns, column j being token id j. */
+lm_vocab_head lm_qwen35_draft_head(const lm_qwen35_context *ctx, lm_matrix *rows);
+
 /* Runs the head over a step (model-spec §C.2, §C.3), on backend memory.
  * Row i carries: the NEXT token t_{p+1} (tokens, int32 [n_tokens]), the
  * position p of the hidden state (the step's positions) and that hidden
@@ -40,10 +52,12 @@ void lm_qwen35_mtp_describe(const lm_qwen35_model *m, FILE *f);
  * entries already in the head's KV cache, and its rows are appended there
  * (rows from an earlier call at the same positions are overwritten: set
  * n_cached back to roll drafts off).  For the step's logit rows: logits
- * [rows, V] and h' = the post-mtp.norm state [rows, H], the hidden input of
- * the next recursive draft step (h_out may be hidden: it is read first). */
+ * [rows, head->vocab] through `head` (lm_qwen35_vocab_head: the whole
+ * vocabulary, or lm_qwen35_draft_head) and h' = the post-mtp.norm state
+ * [rows, H], the hidden input of the next recursive draft step (h_out may
+ * be hidden: it is read first). */
 void lm_qwen35_mtp_run(lm_qwen35_context *ctx, const lm_step_view *step, lm_mem tokens,
-                       lm_mem hidden, lm_mem logits, lm_mem h_out);
+                       lm_mem hidden, lm_mem logits, lm_mem h_out, const lm_vocab_head *head);
 
 /* The same over host memory (tests): uploads the batch and hidden
  * [n_tokens, H], downloads logits [rows, V] and, when h_out is non-NULL,

@@ -86,7 +86,7 @@ lm_status lm_qwen35_draft(lm_model_context *base, lm_draft_seq *seqs, int n, lm_
     lm_qwen35_context *ctx = (lm_qwen35_context *)base;
     const lm_qwen35_model *m = ctx->model;
     int K = ctx->options.speculative_tokens, S = ctx->options.max_step_seqs;
-    int H = m->config.hidden_size, V = m->config.vocab_size;
+    int H = m->config.hidden_size;
     lm_backend *be = ctx->be;
     if (!m->has_mtp || K <= 0 || !ctx->draft_host.seqs)
         return lm_fail(err, LM_ERR_INVALID, "drafting: %s",
@@ -145,7 +145,12 @@ lm_status lm_qwen35_draft(lm_model_context *base, lm_draft_seq *seqs, int n, lm_
     if (st != LM_OK) return st;
     lm_gather_rows(be, ctx->mtp_hidden, ctx->hidden_all, step.gather_rows, total, H);
     lm_rank_sums_begin(&ctx->ranks, ctx->model->share.comm); /* the head's sums, the split lm_head's gathers */
-    lm_qwen35_mtp_run(ctx, &step, step.tokens, ctx->mtp_hidden, ctx->mtp_logits, ctx->mtp_hidden);
+    /* Drafts choose among the draft head's ids (a reduced vocabulary:
+     * ids [0, draft_vocab)); the verify samples from the whole one. */
+    lm_matrix draft_rows;
+    lm_vocab_head head = lm_qwen35_draft_head(ctx, &draft_rows);
+    int V = head.vocab;
+    lm_qwen35_mtp_run(ctx, &step, step.tokens, ctx->mtp_hidden, ctx->mtp_logits, ctx->mtp_hidden, &head);
     if (n_drafting == 0)
         return lm_rank_sums_status(&ctx->ranks, err);
     lm_argmax_rows(be, ctx->draft_ids, ctx->mtp_logits, n_drafting, V);
@@ -168,7 +173,7 @@ lm_status lm_qwen35_draft(lm_model_context *base, lm_draft_seq *seqs, int n, lm_
         st = lm_qwen35_step_upload(ctx, &batch, true, NULL, &step, err);
         if (st != LM_OK) return st;
         lm_mem previous = lm_mem_i32(ctx->draft_ids, (size_t)(r - 1) * (size_t)S);
-        lm_qwen35_mtp_run(ctx, &step, previous, ctx->mtp_hidden, ctx->mtp_logits, ctx->mtp_hidden);
+        lm_qwen35_mtp_run(ctx, &step, previous, ctx->mtp_hidden, ctx->mtp_logits, ctx->mtp_hidden, &head);
         lm_argmax_rows(be, lm_mem_i32(ctx->draft_ids, (size_t)r * (size_t)S), ctx->mtp_logits,
                        n_round, V);
     }
