@@ -21,16 +21,16 @@ status=0
 # the matmul tests only (LOOM_TEST_ONLY: names containing "matmul")
 for compute in f32 bf16; do
     echo "== test_backend_ops, matmul tests, $compute compute"
-    if ! LOOM_TEST_ONLY=matmul LOOM_TEST_COMPUTE=$compute LOOM_FIXTURES=${LOOM_FIXTURES:-tests/fixtures} \
+    if ! LOOM_CUDA_GEMV_1BYTE=staged LOOM_TEST_ONLY=matmul LOOM_TEST_COMPUTE=$compute LOOM_FIXTURES=${LOOM_FIXTURES:-tests/fixtures} \
         "$B/tests/test_backend_ops"; then
         status=1
     fi
 done
 echo "== test_backend_ops, embed tests (the scalar ggml reader), f32 compute"
 LOOM_TEST_ONLY=embed LOOM_TEST_COMPUTE=f32 "$B/tests/test_backend_ops" || status=1
-echo "== bench/cuda_matvec"
-"$B/bench/cuda_matvec" "${1:-20}" ${2:+"$2"} || status=1
+echo "== bench/cuda_matvec (int8, FP8 through the staged kernels)"
+LOOM_CUDA_GEMV_1BYTE=staged "$B/bench/cuda_matvec" "${1:-20}" ${2:+"$2"} || status=1
 # the 1-byte formats through the kernels they had before (4-row blocks), to compare
-echo "== bench/cuda_matvec int8,fp8 with LOOM_CUDA_GEMV_1BYTE=blocks (the earlier kernels)"
-LOOM_CUDA_GEMV_1BYTE=blocks "$B/bench/cuda_matvec" "${1:-20}" int8,fp8 || status=1
+echo "== bench/cuda_matvec int8,fp8 through the 4-row blocks (the default)"
+"$B/bench/cuda_matvec" "${1:-20}" int8,fp8 || status=1
 exit $status

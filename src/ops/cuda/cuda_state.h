@@ -44,7 +44,7 @@ struct lm_cuda_state {
     bool fp8_mma;                 /* LOOM_CUDA_FP8_MMA=1: FP8 batches on the FP8 tensor cores (not yet measured on a card: off by default) */
     bool norm_fused;              /* LOOM_CUDA_FUSE_NORM=1: the normed products run (matmul.cu says why not by default) */
     size_t norm_tile_bytes;       /* the most shared memory a product's tile of normed or gated x may take (matmul.cu) */
-    bool gemv_1byte_blocks;       /* LOOM_CUDA_GEMV_1BYTE=blocks: the int8 and FP8 decode products of 4-row blocks (matmul.cu), to compare */
+    bool gemv_1byte_blocks;       /* the int8 and FP8 decode products of 4-row blocks (matmul.cu), unless LOOM_CUDA_GEMV_1BYTE=staged */
     struct lm_cuda_queue *queue; /* pending work and its graphs (queue.cu, launch.h) */
     lm_cuda_fusion_window *fusion; /* the fusible ops not yet lowered (fusion_window.c) */
 };
