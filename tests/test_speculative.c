@@ -453,7 +453,10 @@ static void test_adaptive_pays_at_planted_acceptance(void) {
                                                                        of 64 in turn; and 4 at once */
     const struct {
         double p, round_mb, at_least, at_most;
-    } cases[] = {{0.7, 108.0, 1.25, 2.2}, {0.0, 108.0, 0.97, 1.0}, {0.7, 549.5, 1.05, 1.35}, {0.0, 549.5, 0.97, 1.0}};
+    } cases[] = {{0.7, 108.0, 1.25, 2.2}, {0.0, 108.0, 0.97, 1.01}, {0.7, 549.5, 1.05, 1.35}, {0.0, 549.5, 0.97, 1.01}};
+    /* At P=0 the upper bound is parity plus 1%: a CI run over 2 ranks once
+     * saw 1.003x with nothing accepted (the runs' steps are not paired one
+     * for one), which is no gain, only where the two runs' steps fell. */
     for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
         int T = runs[r].tokens;
         CHECK(run_all(0, 512, &pr, 1, NULL, T, false, &plain, NULL));
